@@ -1,0 +1,36 @@
+"""shmlog: a Kafka-style commit log for large single hosts.
+
+The storage layer is usable on its own::
+
+    from shmlog import LogManager, encode_batch, decode_records
+
+    with LogManager("/var/lib/shmlog") as logs:
+        logs.create_topic("events", partitions=3)
+        partition = logs.partition_log("events", 0)
+        partition.append(encode_batch([b"hello", b"world"], keys=[b"k1", None]))
+        for record in decode_records(partition.read(0).data):
+            print(record.offset, record.key, record.value)
+"""
+
+from .config import TopicConfig
+from .errors import (CorruptRecordError, CorruptSegmentError, InvalidConfigError,
+                     InvalidPartitionsError, InvalidTopicError, LocalProtocolError,
+                     OffsetOutOfRangeError, OffsetOverflowError, PeerProtocolError,
+                     RecordTooLargeError, ShmlogError, StorageError, TopicExistsError,
+                     UnknownTopicOrPartitionError)
+from .log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
+from .records import Record, RecordColumns, decode_columns, decode_records, encode_batch
+from .segments import AppendResult, PartitionLog, ReadResult, RecoveryReport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "TopicConfig", "LogManager", "TopicMetadata", "PartitionLog", "AppendResult", "ReadResult",
+    "RecoveryReport", "Record", "RecordColumns", "encode_batch", "decode_records",
+    "decode_columns",
+    "ShmlogError", "LocalProtocolError", "PeerProtocolError", "InvalidTopicError",
+    "InvalidPartitionsError", "InvalidConfigError", "RecordTooLargeError",
+    "OffsetOutOfRangeError", "CorruptRecordError", "TopicExistsError",
+    "UnknownTopicOrPartitionError", "CorruptSegmentError", "OffsetOverflowError",
+    "StorageError", "DataDirectoryInUseError",
+]

@@ -1,0 +1,95 @@
+"""The shmlog error tree: one root, split by who is at fault.
+
+::
+
+    ShmlogError
+    ├── LocalProtocolError            our caller asked for something invalid
+    │   ├── InvalidTopicError
+    │   ├── InvalidPartitionsError
+    │   ├── InvalidConfigError
+    │   ├── RecordTooLargeError
+    │   └── OffsetOutOfRangeError
+    ├── PeerProtocolError             bytes from another party are invalid
+    │   └── CorruptRecordError        a batch failed validation before append
+    ├── TopicExistsError
+    ├── UnknownTopicOrPartitionError
+    ├── CorruptSegmentError           data on disk failed its CRC or structure check
+    ├── OffsetOverflowError
+    └── StorageError                  the log directory failed (disk full, I/O error)
+
+Messages name the path, offset, and expected and actual values, and say what to do.
+"""
+
+from __future__ import annotations
+
+
+class ShmlogError(Exception):
+    """Root of every error shmlog raises on purpose."""
+
+
+class LocalProtocolError(ShmlogError, ValueError):
+    """The caller broke the API's contract (an invalid argument or request)."""
+
+
+class PeerProtocolError(ShmlogError):
+    """Another party (a producer, a peer broker) sent bytes that are invalid."""
+
+
+class InvalidTopicError(LocalProtocolError):
+    """A topic name breaks Kafka's naming rules."""
+
+
+class InvalidPartitionsError(LocalProtocolError):
+    """A partition count or partition number is out of range."""
+
+
+class InvalidConfigError(LocalProtocolError):
+    """A configuration name is unknown or its value is out of range."""
+
+
+class RecordTooLargeError(LocalProtocolError):
+    """A record batch exceeds ``max.message.bytes`` (or a fixed format limit)."""
+
+
+class OffsetOutOfRangeError(LocalProtocolError):
+    """An offset lies outside ``[log_start_offset, log_end_offset]``."""
+
+    def __init__(self, message: str, *, offset: int, log_start_offset: int, log_end_offset: int):
+        super().__init__(message)
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class CorruptRecordError(PeerProtocolError):
+    """A record batch offered for append is malformed; nothing of it was written."""
+
+    def __init__(self, message: str, *, status: int = 0, position: int = 0):
+        super().__init__(message)
+        self.status = status
+        self.position = position
+
+
+class TopicExistsError(ShmlogError):
+    """A topic with this name already exists."""
+
+
+class UnknownTopicOrPartitionError(ShmlogError):
+    """No such topic, or the topic has no such partition."""
+
+
+class CorruptSegmentError(ShmlogError):
+    """A segment or index on disk failed its CRC or structure check."""
+
+    def __init__(self, message: str, *, path: str = "", position: int = -1):
+        super().__init__(message)
+        self.path = path
+        self.position = position
+
+
+class OffsetOverflowError(ShmlogError):
+    """An offset would not fit the format (beyond 2**63 - 1, or a segment's u32 span)."""
+
+
+class StorageError(ShmlogError):
+    """The log directory failed: disk full, permission denied, I/O error."""

@@ -1,0 +1,114 @@
+"""The one place where numba is configured, plus unaligned memory access.
+
+Rules
+-----
+* Every compiled kernel in shmlog is declared with :func:`kernel`, so the numba
+  options (on-disk cache, no GIL, numpy's error model) are set here and only here.
+* Kernels are private (``_name``) and sit behind a public Python wrapper that
+  validates its inputs; kernels return status codes and never raise.
+
+Theory of operation
+-------------------
+Record batches are packed byte streams: a field may start at any byte position.
+numpy views cannot express "the u32 at byte 13" without building an array object
+per access, which is far too slow inside a per-record loop. The ``load_*`` and
+``store_*`` intrinsics below emit a single LLVM load or store with ``align 1``;
+on x86-64 and AArch64 that is one ordinary ``mov``/``ldr``. They do **no bounds
+checking**: the calling kernel must prove ``0 <= position`` and
+``position + width <= buffer.size`` first, which every kernel in shmlog does
+before it touches a field.
+"""
+
+from __future__ import annotations
+
+import numba
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+__all__ = [
+    "kernel",
+    "load_u16", "load_u32", "load_i16", "load_i32", "load_i64", "load_u64",
+    "store_u16", "store_u32", "store_i16", "store_i32", "store_i64", "store_u64",
+]
+
+
+def kernel(function=None, **overrides):
+    """Compile ``function`` with shmlog's numba options.
+
+    ``cache=True`` keeps compiled code on disk (``NUMBA_CACHE_DIR``) so only the
+    first process pays compile time; ``nogil=True`` lets Python threads run
+    kernels in parallel; ``error_model="numpy"`` removes the division-by-zero
+    branches numba would otherwise put into every integer division.
+    """
+    options = {"cache": True, "nogil": True, "error_model": "numpy"}
+    options.update(overrides)
+    if function is None:
+        return lambda f: numba.njit(**options)(f)
+    return numba.njit(**options)(function)
+
+
+def _is_byte_buffer(buffer) -> bool:
+    return (isinstance(buffer, types.Array) and buffer.ndim == 1
+            and buffer.layout == "C" and buffer.dtype == types.uint8)
+
+
+def _element_pointer(context, builder, buffer_type, buffer, position_type, position, bits):
+    array = context.make_array(buffer_type)(context, builder, buffer)
+    index = context.cast(builder, position, position_type, types.intp)
+    byte_pointer = builder.gep(array.data, [index])
+    return builder.bitcast(byte_pointer, ir.IntType(bits).as_pointer())
+
+
+def _make_load(value_type):
+    bits = value_type.bitwidth
+
+    @intrinsic
+    def load(typingctx, buffer, position):
+        if not _is_byte_buffer(buffer) or not isinstance(position, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            pointer = _element_pointer(context, builder, signature.args[0], args[0],
+                                       signature.args[1], args[1], bits)
+            return builder.load(pointer, align=1)
+
+        return value_type(buffer, position), codegen
+
+    return load
+
+
+def _make_store(value_type):
+    bits = value_type.bitwidth
+
+    @intrinsic
+    def store(typingctx, buffer, position, value):
+        if not _is_byte_buffer(buffer) or not isinstance(position, types.Integer):
+            return None
+        if not isinstance(value, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            pointer = _element_pointer(context, builder, signature.args[0], args[0],
+                                       signature.args[1], args[1], bits)
+            stored = context.cast(builder, args[2], signature.args[2], value_type)
+            builder.store(stored, pointer, align=1)
+            return context.get_dummy_value()
+
+        return types.none(buffer, position, value), codegen
+
+    return store
+
+
+load_u16 = _make_load(types.uint16)
+load_u32 = _make_load(types.uint32)
+load_u64 = _make_load(types.uint64)
+load_i16 = _make_load(types.int16)
+load_i32 = _make_load(types.int32)
+load_i64 = _make_load(types.int64)
+store_u16 = _make_store(types.uint16)
+store_u32 = _make_store(types.uint32)
+store_u64 = _make_store(types.uint64)
+store_i16 = _make_store(types.int16)
+store_i32 = _make_store(types.int32)
+store_i64 = _make_store(types.int64)

@@ -1,0 +1,48 @@
+"""Named limits, each with the reason for its number.
+
+Every queue, batch, buffer, retry and wait in shmlog takes its bound from here.
+"""
+
+from __future__ import annotations
+
+from . import batch_layout, index_layout
+
+# --- names --------------------------------------------------------------------------
+# Kafka's rule: a topic name is 1..249 characters of [a-zA-Z0-9._-]; 249 leaves room
+# for "-<partition>" and a deletion suffix inside a 255-byte file name.
+TOPIC_NAME_LENGTH_MAX = 249
+
+# --- partitions -----------------------------------------------------------------------
+# Each partition holds three open mmaps per segment and a row of the shared partition
+# state table; 10 000 per topic is far beyond what one host serves well (Kafka's
+# guidance is a few thousand per broker) while still bounding a typo like 10**9.
+PARTITIONS_PER_TOPIC_MAX = 10_000
+
+# --- batches and records --------------------------------------------------------------
+# batch_length is a u32 but max.message.bytes (a Kafka int) bounds it far lower.
+BATCH_SIZE_MAX = 2**31 - 1
+# record_count is an i32 and relative offsets inside a segment are u32.
+BATCH_RECORD_COUNT_MAX = 2**31 - 1
+# A record's header count is a u32; a million headers is already absurd, and the
+# bound keeps a corrupt count from driving a decoder into a huge allocation.
+RECORD_HEADER_COUNT_MAX = 1 << 20
+# A zstd frame may declare any decompressed size; refuse frames that would inflate
+# beyond this, so a "zip bomb" batch cannot exhaust memory (64 x Kafka's 1 MiB default
+# max.message.bytes, enough for any sane compression ratio on that budget).
+DECOMPRESSED_RECORDS_SIZE_MAX = 64 << 20
+
+# --- segments -------------------------------------------------------------------------
+# Positions in the offset index are u32 (see index_layout), as in Kafka.
+SEGMENT_SIZE_MAX = index_layout.POSITION_MAX
+# A segment must at least hold one header-only batch.
+SEGMENT_SIZE_MIN = batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH
+# Disk blocks are reserved (fallocate) and page tables populated this far ahead of the
+# write position, so the appender never takes a page fault per 4 KiB page nor a SIGBUS
+# on a full disk; 16 MiB is ~1 ms of appending at memory speed, small next to a segment.
+SEGMENT_PREALLOCATE_STEP_SIZE = 16 << 20
+# An index must hold at least a few entries or every append would roll the segment.
+INDEX_SIZE_MIN = 4 * index_layout.TIME_ENTRY_LENGTH
+
+# --- reading --------------------------------------------------------------------------
+# Default byte budget of one read (Kafka's max.partition.fetch.bytes default).
+READ_SIZE_DEFAULT = 1 << 20

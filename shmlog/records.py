@@ -1,0 +1,834 @@
+"""Encode, validate and decode record batches (the layout is in batch_layout).
+
+Theory of operation
+-------------------
+Producers hand us records as Python objects or as numpy arrays. The wrapper
+:func:`encode_batch` gathers the key and value bytes into one buffer with a
+position and a length per field (a cheap, vectorised step), and the compiled
+kernel :func:`_encode_records` writes every record header and copies every field.
+zstd, when asked for, compresses the records region as one frame; the header and
+the CRC32C are written last.
+
+:func:`validate_batches` checks bytes that came from anywhere (a producer, a ring,
+a disk): structure, CRC, attributes and, record by record, that every length stays
+inside its batch. It reports the first problem as a :class:`BatchStatus` and the
+byte position where it starts. Decoding trusts only validated bytes.
+
+:func:`decode_columns` turns a run of whole batches into :class:`RecordColumns`:
+numpy arrays of offsets, timestamps and key/value positions that point into the
+batch bytes themselves, so reading a mapped segment copies no record data (zstd
+batches are inflated first; that copy is unavoidable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+from typing import Iterator, NamedTuple, Sequence
+
+import numpy as np
+import zstandard
+
+from . import batch_layout as L
+from . import limits
+from .crc32c import crc32c_kernel
+from .errors import CorruptRecordError, LocalProtocolError, RecordTooLargeError
+from .jit import (kernel, load_i32, load_i64, load_u16, load_u32, store_i16, store_i32,
+                  store_i64, store_u16, store_u32)
+
+__all__ = [
+    "BatchStatus", "BatchInfo", "Record", "RecordColumns", "Compression",
+    "encode_batch", "validate_batches", "iter_batches", "decode_columns", "decode_records",
+]
+
+
+class BatchStatus(enum.IntEnum):
+    """What a validating walk over batches found; kernels return these as ints."""
+    OK = 0
+    END_OF_DATA = 1        # a zero length: preallocated space never written
+    TRUNCATED = 2          # the batch runs past the end of the bytes we have
+    BAD_LENGTH = 3
+    BAD_MAGIC = 4
+    BAD_VERSION = 5
+    BAD_CRC = 6
+    BAD_ATTRIBUTES = 7
+    BAD_RECORD_COUNT = 8
+    BAD_RECORD = 9         # a record's lengths do not fit, or deltas go backwards
+    BAD_TIMESTAMP = 10
+    BAD_COMPRESSION = 11   # the zstd frame does not inflate to valid records
+
+
+_OK = int(BatchStatus.OK)
+_END_OF_DATA = int(BatchStatus.END_OF_DATA)
+_TRUNCATED = int(BatchStatus.TRUNCATED)
+_BAD_LENGTH = int(BatchStatus.BAD_LENGTH)
+_BAD_MAGIC = int(BatchStatus.BAD_MAGIC)
+_BAD_VERSION = int(BatchStatus.BAD_VERSION)
+_BAD_CRC = int(BatchStatus.BAD_CRC)
+_BAD_ATTRIBUTES = int(BatchStatus.BAD_ATTRIBUTES)
+_BAD_RECORD_COUNT = int(BatchStatus.BAD_RECORD_COUNT)
+_BAD_RECORD = int(BatchStatus.BAD_RECORD)
+_BAD_TIMESTAMP = int(BatchStatus.BAD_TIMESTAMP)
+
+
+class Compression(enum.Enum):
+    NONE = L.CODEC_NONE
+    ZSTD = L.CODEC_ZSTD
+
+    @classmethod
+    def parse(cls, value) -> "Compression":
+        """Accept None, "none", "uncompressed", "zstd" or a member."""
+        if value is None or isinstance(value, Compression):
+            return value or cls.NONE
+        names = {"none": cls.NONE, "uncompressed": cls.NONE, "zstd": cls.ZSTD}
+        try:
+            return names[str(value).lower()]
+        except KeyError:
+            raise LocalProtocolError(
+                f"compression {value!r} is not supported; use None or 'zstd'") from None
+
+
+# zstd level 3 is Kafka's default (compression.zstd.level).
+ZSTD_LEVEL = 3
+
+
+# --- validation kernels -------------------------------------------------------------
+
+@kernel
+def _check_records(buffer, start, end, record_count, last_offset_delta,
+                   first_timestamp, max_timestamp, check_timestamps):
+    """Walk uncompressed records in ``buffer[start:end]``; return (status, position)."""
+    position = start
+    count = 0
+    previous_delta = -1
+    while position < end:
+        if end - position < L.RECORD_HEADER_LENGTH:
+            return _BAD_RECORD, position
+        record_length = np.int64(load_u32(buffer, position + L.RECORD_LENGTH_OFFSET))
+        if record_length < L.RECORD_HEADER_LENGTH or record_length > end - position:
+            return _BAD_RECORD, position
+        offset_delta = np.int64(load_u32(buffer, position + L.OFFSET_DELTA_OFFSET))
+        if offset_delta <= previous_delta or offset_delta > last_offset_delta:
+            return _BAD_RECORD, position
+        previous_delta = offset_delta
+        if check_timestamps:
+            timestamp = first_timestamp + load_i64(buffer, position + L.TIMESTAMP_DELTA_OFFSET)
+            if timestamp > max_timestamp:
+                return _BAD_TIMESTAMP, position
+        key_length = np.int64(load_i32(buffer, position + L.KEY_LENGTH_OFFSET))
+        value_length = np.int64(load_i32(buffer, position + L.VALUE_LENGTH_OFFSET))
+        header_count = np.int64(load_u32(buffer, position + L.HEADER_COUNT_OFFSET))
+        if key_length < L.NULL_LENGTH or value_length < L.NULL_LENGTH:
+            return _BAD_RECORD, position
+        if header_count > limits.RECORD_HEADER_COUNT_MAX:
+            return _BAD_RECORD, position
+        record_end = position + record_length
+        field = position + L.RECORD_HEADER_LENGTH + max(key_length, 0) + max(value_length, 0)
+        if field > record_end:
+            return _BAD_RECORD, position
+        for _ in range(header_count):
+            if record_end - field < L.HEADER_ENTRY_LENGTH:
+                return _BAD_RECORD, position
+            header_key_length = np.int64(load_u32(buffer, field + L.HEADER_KEY_LENGTH_OFFSET))
+            header_value_length = np.int64(load_i32(buffer, field + L.HEADER_VALUE_LENGTH_OFFSET))
+            if header_value_length < L.NULL_LENGTH:
+                return _BAD_RECORD, position
+            field += L.HEADER_ENTRY_LENGTH + header_key_length + max(header_value_length, 0)
+            if field > record_end:
+                return _BAD_RECORD, position
+        if field != record_end:
+            return _BAD_RECORD, position
+        position = record_end
+        count += 1
+    if count != record_count:
+        return _BAD_RECORD_COUNT, start
+    return _OK, end
+
+
+@kernel
+def _check_batch(buffer, position, end, check_crc, check_records):
+    """Validate the batch at ``position``; return (status, batch_length).
+
+    With ``check_records`` the records of an uncompressed batch are walked too;
+    zstd batches need inflating first, which the Python wrapper does.
+    """
+    if end - position < L.BATCH_LENGTH_SIZE:
+        return _TRUNCATED, 0
+    length = np.int64(load_u32(buffer, position + L.BATCH_LENGTH_OFFSET))
+    if length == 0:
+        return _END_OF_DATA, 0
+    if end - position < L.HEADER_LENGTH:
+        return _TRUNCATED, length
+    if load_u16(buffer, position + L.MAGIC_OFFSET) != L.MAGIC:
+        return _BAD_MAGIC, length
+    if buffer[position + L.VERSION_OFFSET] != L.VERSION:
+        return _BAD_VERSION, length
+    if length < L.HEADER_LENGTH:
+        return _BAD_LENGTH, length
+    if length > end - position:
+        return _TRUNCATED, length
+    if check_crc:
+        expected = load_u32(buffer, position + L.CRC_OFFSET)
+        if crc32c_kernel(buffer, position + L.CRC_COVERED_OFFSET, position + length) != expected:
+            return _BAD_CRC, length
+    if buffer[position + L.RESERVED_OFFSET] != 0:
+        return _BAD_ATTRIBUTES, length
+    attributes = np.int64(load_u16(buffer, position + L.ATTRIBUTES_OFFSET))
+    codec = attributes & L.CODEC_MASK
+    if attributes & ~L.ATTRIBUTES_KNOWN_MASK or (codec != L.CODEC_NONE and codec != L.CODEC_ZSTD):
+        return _BAD_ATTRIBUTES, length
+    record_count = np.int64(load_i32(buffer, position + L.RECORD_COUNT_OFFSET))
+    last_offset_delta = np.int64(load_i32(buffer, position + L.LAST_OFFSET_DELTA_OFFSET))
+    if record_count < 0 or last_offset_delta < 0 or last_offset_delta < record_count - 1:
+        return _BAD_RECORD_COUNT, length
+    first_timestamp = load_i64(buffer, position + L.FIRST_TIMESTAMP_OFFSET)
+    max_timestamp = load_i64(buffer, position + L.MAX_TIMESTAMP_OFFSET)
+    if first_timestamp < L.NO_TIMESTAMP or max_timestamp < first_timestamp:
+        return _BAD_TIMESTAMP, length
+    if check_records and codec == L.CODEC_NONE:
+        create_time = (attributes & L.TIMESTAMP_TYPE_BIT) == 0
+        status, _ = _check_records(buffer, position + L.RECORDS_OFFSET, position + length,
+                                   record_count, last_offset_delta, first_timestamp,
+                                   max_timestamp, create_time)
+        if status != _OK:
+            return status, length
+    return _OK, length
+
+
+@kernel
+def _walk_batches(buffer, start, end, check_crc, check_records, positions):
+    """Validate consecutive batches from ``start``; stop at the first bad one.
+
+    Fills ``positions`` with each good batch's start (as far as it has room).
+    Returns (status, count, end of the last good batch).
+    """
+    position = start
+    count = 0
+    while position < end:
+        status, length = _check_batch(buffer, position, end, check_crc, check_records)
+        if status != _OK:
+            return status, count, position
+        if count < positions.size:
+            positions[count] = position
+        count += 1
+        position += length
+    return _OK, count, position
+
+
+# --- encoding -------------------------------------------------------------------------
+
+@kernel
+def _encode_records(out, position, data, key_positions, key_lengths, value_positions,
+                    value_lengths, timestamp_deltas, header_counts, header_key_positions,
+                    header_key_lengths, header_value_positions, header_value_lengths):
+    """Write records into ``out`` from ``position``; return the end position."""
+    header = 0
+    for index in range(key_lengths.size):
+        record_start = position
+        key_length = key_lengths[index]
+        value_length = value_lengths[index]
+        store_u32(out, position + L.OFFSET_DELTA_OFFSET, index)
+        store_i64(out, position + L.TIMESTAMP_DELTA_OFFSET, timestamp_deltas[index])
+        store_i32(out, position + L.KEY_LENGTH_OFFSET, key_length)
+        store_i32(out, position + L.VALUE_LENGTH_OFFSET, value_length)
+        store_u32(out, position + L.HEADER_COUNT_OFFSET, header_counts[index])
+        position += L.RECORD_HEADER_LENGTH
+        if key_length > 0:
+            source = key_positions[index]
+            out[position:position + key_length] = data[source:source + key_length]
+            position += key_length
+        if value_length > 0:
+            source = value_positions[index]
+            out[position:position + value_length] = data[source:source + value_length]
+            position += value_length
+        for _ in range(header_counts[index]):
+            header_key_length = header_key_lengths[header]
+            header_value_length = header_value_lengths[header]
+            store_u32(out, position + L.HEADER_KEY_LENGTH_OFFSET, header_key_length)
+            store_i32(out, position + L.HEADER_VALUE_LENGTH_OFFSET, header_value_length)
+            position += L.HEADER_ENTRY_LENGTH
+            source = header_key_positions[header]
+            out[position:position + header_key_length] = data[source:source + header_key_length]
+            position += header_key_length
+            if header_value_length > 0:
+                source = header_value_positions[header]
+                out[position:position + header_value_length] = \
+                    data[source:source + header_value_length]
+                position += header_value_length
+            header += 1
+        store_u32(out, record_start + L.RECORD_LENGTH_OFFSET, position - record_start)
+    return position
+
+
+@kernel
+def _write_header(out, length, attributes, record_count, first_timestamp, max_timestamp,
+                  producer_id, producer_epoch, base_sequence):
+    store_u32(out, L.BATCH_LENGTH_OFFSET, length)
+    store_u16(out, L.MAGIC_OFFSET, L.MAGIC)
+    out[L.VERSION_OFFSET] = L.VERSION
+    out[L.RESERVED_OFFSET] = 0
+    store_i64(out, L.BASE_OFFSET_OFFSET, 0)
+    store_i32(out, L.LEADER_EPOCH_OFFSET, 0)
+    store_u16(out, L.ATTRIBUTES_OFFSET, attributes)
+    store_i16(out, L.PRODUCER_EPOCH_OFFSET, producer_epoch)
+    store_i32(out, L.RECORD_COUNT_OFFSET, record_count)
+    store_i32(out, L.LAST_OFFSET_DELTA_OFFSET, max(record_count - 1, 0))
+    store_i32(out, L.BASE_SEQUENCE_OFFSET, base_sequence)
+    store_i64(out, L.PRODUCER_ID_OFFSET, producer_id)
+    store_i64(out, L.FIRST_TIMESTAMP_OFFSET, first_timestamp)
+    store_i64(out, L.MAX_TIMESTAMP_OFFSET, max_timestamp)
+    store_u32(out, L.CRC_OFFSET, crc32c_kernel(out, L.CRC_COVERED_OFFSET, length))
+
+
+@dataclasses.dataclass
+class _Column:
+    """One field of every record, gathered as (bytes, positions, lengths)."""
+    data: np.ndarray
+    positions: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def from_values(cls, values, count: int, what: str) -> "_Column":
+        if values is None:
+            return cls(np.empty(0, np.uint8), np.zeros(count, np.int64),
+                       np.full(count, L.NULL_LENGTH, np.int64))
+        if isinstance(values, np.ndarray):
+            if values.ndim != 2 or values.dtype != np.uint8:
+                values = _as_fixed_width(values, what)
+            if values.shape[0] != count:
+                raise LocalProtocolError(f"{what}: {values.shape[0]} rows for {count} records")
+            width = values.shape[1]
+            return cls(np.ascontiguousarray(values).reshape(-1),
+                       np.arange(count, dtype=np.int64) * width,
+                       np.full(count, width, np.int64))
+        if len(values) != count:
+            raise LocalProtocolError(f"{what}: {len(values)} entries for {count} records")
+        try:
+            lengths = np.fromiter((-1 if v is None else len(v) for v in values), np.int64, count)
+            data = b"".join(v for v in values if v is not None)
+        except TypeError:
+            bad = next(v for v in values if v is not None and not _is_bytes_like(v))
+            raise LocalProtocolError(
+                f"{what} must be bytes-like or None, got {type(bad).__name__}; "
+                f"encode text first (e.g. value.encode())") from None
+        sizes = np.maximum(lengths, 0)
+        positions = np.zeros(count, np.int64)
+        np.cumsum(sizes[:-1], out=positions[1:])
+        return cls(np.frombuffer(data, np.uint8), positions, lengths)
+
+
+def _is_bytes_like(value) -> bool:
+    try:
+        memoryview(value)
+        return True
+    except TypeError:
+        return False
+
+
+def _as_fixed_width(values: np.ndarray, what: str) -> np.ndarray:
+    """View an (n, ...) array of any fixed-size dtype as n rows of raw bytes."""
+    if values.ndim == 0:
+        raise LocalProtocolError(f"{what}: expected a sequence or an (n, width) array")
+    values = np.ascontiguousarray(values)
+    return values.view(np.uint8).reshape(values.shape[0], -1)
+
+
+def _gather_headers(headers, count: int):
+    """Flatten per-record header lists into one column each for keys and values."""
+    counts = np.zeros(count, np.int64)
+    keys, values = [], []
+    if headers is not None:
+        if len(headers) != count:
+            raise LocalProtocolError(f"headers: {len(headers)} entries for {count} records")
+        for index, record_headers in enumerate(headers):
+            if not record_headers:
+                continue
+            counts[index] = len(record_headers)
+            if counts[index] > limits.RECORD_HEADER_COUNT_MAX:
+                raise RecordTooLargeError(
+                    f"record {index} has {counts[index]} headers; at most "
+                    f"{limits.RECORD_HEADER_COUNT_MAX} are allowed")
+            for entry in record_headers:
+                try:
+                    name, value = entry
+                except (TypeError, ValueError):
+                    raise LocalProtocolError(
+                        f"a header must be a (str, bytes | None) pair, got {entry!r}") from None
+                if not isinstance(name, str):
+                    raise LocalProtocolError(f"a header key must be str, got {name!r}")
+                keys.append(name.encode())
+                values.append(value)
+    total = len(keys)
+    return counts, _Column.from_values(keys, total, "header keys"), \
+        _Column.from_values(values, total, "header values")
+
+
+def _join(columns: Sequence[_Column]) -> np.ndarray:
+    """One data buffer for all columns; shift each column's positions into it."""
+    non_empty = [column for column in columns if column.data.size]
+    if len(non_empty) == 1:
+        data = non_empty[0].data
+        for column in columns:
+            if column is not non_empty[0]:
+                column.positions = np.zeros_like(column.positions)
+        return data
+    start = 0
+    for column in columns:
+        column.positions = column.positions + start
+        start += column.data.size
+    return np.concatenate([column.data for column in columns]) if columns else np.empty(0, np.uint8)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_ms=None,
+                 compression=None, producer_id: int = L.NO_PRODUCER_ID,
+                 producer_epoch: int = L.NO_PRODUCER_EPOCH,
+                 base_sequence: int = L.NO_SEQUENCE, control: bool = False) -> np.ndarray:
+    """Encode records as one batch (base offset 0: the log assigns the real one).
+
+    Parameters
+    ----------
+    values : sequence of bytes-like or None, or numpy.ndarray
+        Record values; None is a null value (a tombstone). A 2-D uint8 array (or any
+        array whose rows are fixed-size records) gives one record per row.
+    keys : same forms as ``values``, or None for all-null keys.
+    headers : sequence of sequences of (str, bytes | None), or None.
+    timestamps : sequence of int or numpy.ndarray, optional
+        Per-record CreateTime in milliseconds; by default every record gets
+        ``timestamp_ms`` (itself defaulting to now).
+    compression : None, "zstd" or Compression
+    producer_id, producer_epoch, base_sequence : int
+        Idempotent-producer identity; -1 when not used.
+    control : bool
+        Mark the batch as a control batch.
+
+    Returns
+    -------
+    numpy.ndarray
+        The batch bytes (uint8), CRC included.
+
+    Raises
+    ------
+    LocalProtocolError
+        A field has the wrong type or the columns disagree in length.
+    RecordTooLargeError
+        The batch would exceed the format's limits.
+    """
+    count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
+    if count == 0:
+        raise LocalProtocolError("a batch needs at least one record")
+    if count > limits.BATCH_RECORD_COUNT_MAX:
+        raise RecordTooLargeError(f"{count} records exceed {limits.BATCH_RECORD_COUNT_MAX}")
+    codec = Compression.parse(compression)
+    value_column = _Column.from_values(values, count, "values")
+    key_column = _Column.from_values(keys, count, "keys")
+    header_counts, header_keys, header_values = _gather_headers(headers, count)
+    data = _join([value_column, key_column, header_keys, header_values])
+
+    if timestamps is None:
+        first = now_ms() if timestamp_ms is None else int(timestamp_ms)
+        deltas = np.zeros(count, np.int64)
+        maximum = first
+    else:
+        stamps = np.asarray(timestamps, dtype=np.int64)
+        if stamps.shape != (count,):
+            raise LocalProtocolError(f"timestamps: shape {stamps.shape} for {count} records")
+        first = int(stamps[0])
+        deltas = stamps - first
+        maximum = int(stamps.max())
+
+    header_sizes = np.zeros(count, np.int64)
+    if header_keys.lengths.size:
+        entry_sizes = (L.HEADER_ENTRY_LENGTH + header_keys.lengths
+                       + np.maximum(header_values.lengths, 0))
+        owners = np.repeat(np.arange(count), header_counts)
+        np.add.at(header_sizes, owners, entry_sizes)
+    record_sizes = (L.RECORD_HEADER_LENGTH + np.maximum(key_column.lengths, 0)
+                    + np.maximum(value_column.lengths, 0) + header_sizes)
+    records_size = int(record_sizes.sum())
+    if records_size + L.HEADER_LENGTH > limits.BATCH_SIZE_MAX:
+        raise RecordTooLargeError(
+            f"batch of {count} records is {records_size + L.HEADER_LENGTH} bytes; "
+            f"the format allows {limits.BATCH_SIZE_MAX}")
+
+    out = np.empty(L.HEADER_LENGTH + records_size, np.uint8)
+    end = _encode_records(out, L.RECORDS_OFFSET, data,
+                          key_column.positions, key_column.lengths,
+                          value_column.positions, value_column.lengths, deltas, header_counts,
+                          header_keys.positions, header_keys.lengths,
+                          header_values.positions, header_values.lengths)
+    assert end == out.size, "record sizes were computed differently from the encoder"
+
+    attributes = codec.value | (L.CONTROL_BIT if control else 0)
+    if codec is Compression.ZSTD:
+        frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(out[L.RECORDS_OFFSET:])
+        compressed = np.empty(L.HEADER_LENGTH + len(frame), np.uint8)
+        compressed[L.RECORDS_OFFSET:] = np.frombuffer(frame, np.uint8)
+        out = compressed
+    _write_header(out, out.size, attributes, count, first, maximum,
+                  producer_id, producer_epoch, base_sequence)
+    return out
+
+
+# --- reading --------------------------------------------------------------------------
+
+class BatchInfo(NamedTuple):
+    """The header of one batch, as Python values."""
+    position: int
+    batch_length: int
+    base_offset: int
+    leader_epoch: int
+    crc: int
+    attributes: int
+    producer_epoch: int
+    record_count: int
+    last_offset_delta: int
+    base_sequence: int
+    producer_id: int
+    first_timestamp: int
+    max_timestamp: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & L.CODEC_MASK)
+
+    @property
+    def timestamp_type(self) -> int:
+        return (L.TIMESTAMP_LOG_APPEND_TIME if self.attributes & L.TIMESTAMP_TYPE_BIT
+                else L.TIMESTAMP_CREATE_TIME)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & L.CONTROL_BIT)
+
+
+class Record(NamedTuple):
+    """One record as Python objects (``key``/``value`` are None when null)."""
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: list
+
+
+def _as_bytes(buffer) -> np.ndarray:
+    if isinstance(buffer, np.ndarray):
+        assert buffer.dtype == np.uint8 and buffer.ndim == 1
+        return np.ascontiguousarray(buffer)
+    return np.frombuffer(buffer, np.uint8)
+
+
+def batch_info(buffer: np.ndarray, position: int) -> BatchInfo:
+    """Read the header at ``position`` (the caller has validated the batch)."""
+    header = buffer[position:position + L.HEADER_LENGTH].view(L.BATCH_HEADER_DTYPE)[0]
+    return BatchInfo(position, int(header["batch_length"]), int(header["base_offset"]),
+                     int(header["leader_epoch"]), int(header["crc"]), int(header["attributes"]),
+                     int(header["producer_epoch"]), int(header["record_count"]),
+                     int(header["last_offset_delta"]), int(header["base_sequence"]),
+                     int(header["producer_id"]), int(header["first_timestamp"]),
+                     int(header["max_timestamp"]))
+
+
+def _inflate(buffer: np.ndarray, info: BatchInfo) -> np.ndarray:
+    """The records region of a zstd batch, decompressed."""
+    frame = buffer[info.position + L.RECORDS_OFFSET:info.position + info.batch_length]
+    try:
+        size = zstandard.frame_content_size(frame)
+        if size < 0 or size > limits.DECOMPRESSED_RECORDS_SIZE_MAX:
+            raise zstandard.ZstdError(f"frame declares {size} bytes")
+        records = zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
+    except zstandard.ZstdError as error:
+        raise CorruptRecordError(
+            f"batch at position {info.position}: zstd frame does not inflate ({error})",
+            status=int(BatchStatus.BAD_COMPRESSION), position=info.position) from None
+    return np.frombuffer(records, np.uint8)
+
+
+def validate_batches(buffer, *, check_records: bool = True) -> list[BatchInfo]:
+    """Validate whole batches laid back to back; return their headers.
+
+    Raises
+    ------
+    CorruptRecordError
+        The first invalid batch, with its status and byte position.
+    """
+    data = _as_bytes(buffer)
+    positions = np.empty(max(1, data.size // L.HEADER_LENGTH), np.int64)
+    status, count, end = _walk_batches(data, 0, data.size, True, check_records, positions)
+    if status != _OK or end != data.size:
+        reason = BatchStatus(status).name if status != _OK else "TRAILING_BYTES"
+        raise CorruptRecordError(f"invalid record batch at position {end}: {reason}",
+                                 status=status, position=end)
+    infos = [batch_info(data, int(position)) for position in positions[:count]]
+    if check_records:
+        for info in infos:
+            if info.compression is Compression.ZSTD:
+                _check_inflated(data, info)
+    return infos
+
+
+def _check_inflated(buffer: np.ndarray, info: BatchInfo) -> np.ndarray:
+    records = _inflate(buffer, info)
+    status, position = _check_records(records, 0, records.size, info.record_count,
+                                      info.last_offset_delta, info.first_timestamp,
+                                      info.max_timestamp,
+                                      info.timestamp_type == L.TIMESTAMP_CREATE_TIME)
+    if status != _OK:
+        raise CorruptRecordError(
+            f"zstd batch at position {info.position}: {BatchStatus(status).name} "
+            f"at byte {position} of its inflated records",
+            status=status, position=info.position)
+    return records
+
+
+def iter_batches(buffer) -> Iterator[BatchInfo]:
+    """Headers of the validated batches in ``buffer`` (stops at a zero length)."""
+    data = _as_bytes(buffer)
+    position = 0
+    while position < data.size:
+        status, length = _check_batch(data, position, data.size, True, False)
+        if status == _END_OF_DATA:
+            return
+        if status != _OK:
+            raise CorruptRecordError(
+                f"invalid record batch at position {position}: {BatchStatus(status).name}",
+                status=status, position=position)
+        yield batch_info(data, position)
+        position += length
+
+
+# --- columnar decoding -----------------------------------------------------------------
+
+@kernel
+def _count_records(buffer, start, end):
+    """Records and headers in uncompressed batches from ``start`` (already valid)."""
+    records = 0
+    headers = 0
+    position = start
+    while position < end:
+        length = np.int64(load_u32(buffer, position + L.BATCH_LENGTH_OFFSET))
+        record = position + L.RECORDS_OFFSET
+        while record < position + length:
+            records += 1
+            headers += np.int64(load_u32(buffer, record + L.HEADER_COUNT_OFFSET))
+            record += np.int64(load_u32(buffer, record + L.RECORD_LENGTH_OFFSET))
+        position += length
+    return records, headers
+
+
+@kernel
+def _index_records(buffer, start, end, offsets, timestamps, timestamp_types, key_positions,
+                   key_lengths, value_positions, value_lengths, header_starts, header_counts,
+                   header_key_positions, header_key_lengths, header_value_positions,
+                   header_value_lengths):
+    """Fill the column arrays from uncompressed, validated batches."""
+    index = 0
+    header = 0
+    position = start
+    while position < end:
+        length = np.int64(load_u32(buffer, position + L.BATCH_LENGTH_OFFSET))
+        base_offset = load_i64(buffer, position + L.BASE_OFFSET_OFFSET)
+        attributes = load_u16(buffer, position + L.ATTRIBUTES_OFFSET)
+        first_timestamp = load_i64(buffer, position + L.FIRST_TIMESTAMP_OFFSET)
+        log_append_time = (attributes & L.TIMESTAMP_TYPE_BIT) != 0
+        max_timestamp = load_i64(buffer, position + L.MAX_TIMESTAMP_OFFSET)
+        record = position + L.RECORDS_OFFSET
+        while record < position + length:
+            offsets[index] = base_offset + load_u32(buffer, record + L.OFFSET_DELTA_OFFSET)
+            if log_append_time:
+                timestamps[index] = max_timestamp
+                timestamp_types[index] = L.TIMESTAMP_LOG_APPEND_TIME
+            else:
+                timestamps[index] = first_timestamp + load_i64(buffer, record + L.TIMESTAMP_DELTA_OFFSET)
+                timestamp_types[index] = L.TIMESTAMP_CREATE_TIME
+            key_length = load_i32(buffer, record + L.KEY_LENGTH_OFFSET)
+            value_length = load_i32(buffer, record + L.VALUE_LENGTH_OFFSET)
+            field = record + L.RECORD_HEADER_LENGTH
+            key_positions[index] = field
+            key_lengths[index] = key_length
+            field += max(key_length, 0)
+            value_positions[index] = field
+            value_lengths[index] = value_length
+            field += max(value_length, 0)
+            count = load_u32(buffer, record + L.HEADER_COUNT_OFFSET)
+            header_starts[index] = header
+            header_counts[index] = count
+            for _ in range(count):
+                header_key_length = load_u32(buffer, field + L.HEADER_KEY_LENGTH_OFFSET)
+                header_value_length = load_i32(buffer, field + L.HEADER_VALUE_LENGTH_OFFSET)
+                field += L.HEADER_ENTRY_LENGTH
+                header_key_positions[header] = field
+                header_key_lengths[header] = header_key_length
+                field += header_key_length
+                header_value_positions[header] = field
+                header_value_lengths[header] = header_value_length
+                field += max(header_value_length, 0)
+                header += 1
+            index += 1
+            record += np.int64(load_u32(buffer, record + L.RECORD_LENGTH_OFFSET))
+        position += length
+    return index
+
+
+@dataclasses.dataclass
+class RecordColumns:
+    """Records as columns. Positions index ``data``: for uncompressed batches read
+    from a segment, ``data`` is the mapped segment itself (zero copy).
+
+    ``key_lengths``/``value_lengths`` are -1 for null. Header ``i`` of record ``r``
+    is entry ``header_starts[r] + i`` of the ``header_*`` arrays.
+    """
+    data: np.ndarray
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    timestamp_types: np.ndarray
+    key_positions: np.ndarray
+    key_lengths: np.ndarray
+    value_positions: np.ndarray
+    value_lengths: np.ndarray
+    header_starts: np.ndarray
+    header_counts: np.ndarray
+    header_key_positions: np.ndarray
+    header_key_lengths: np.ndarray
+    header_value_positions: np.ndarray
+    header_value_lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return self.offsets.size
+
+    def _field(self, position: int, length: int) -> bytes | None:
+        if length < 0:
+            return None
+        return self.data[position:position + length].tobytes()
+
+    def key(self, index: int) -> bytes | None:
+        return self._field(int(self.key_positions[index]), int(self.key_lengths[index]))
+
+    def value(self, index: int) -> bytes | None:
+        return self._field(int(self.value_positions[index]), int(self.value_lengths[index]))
+
+    def headers(self, index: int) -> list[tuple[str, bytes | None]]:
+        start = int(self.header_starts[index])
+        entries = []
+        for header in range(start, start + int(self.header_counts[index])):
+            name = self._field(int(self.header_key_positions[header]),
+                               int(self.header_key_lengths[header]))
+            entries.append((name.decode(errors="replace"),
+                            self._field(int(self.header_value_positions[header]),
+                                        int(self.header_value_lengths[header]))))
+        return entries
+
+    def record(self, index: int) -> Record:
+        return Record(int(self.offsets[index]), int(self.timestamps[index]),
+                      int(self.timestamp_types[index]), self.key(index), self.value(index),
+                      self.headers(index))
+
+    def records(self) -> list[Record]:
+        return [self.record(index) for index in range(len(self))]
+
+    def from_offset(self, offset: int) -> "RecordColumns":
+        """The records at or after ``offset`` (offsets are increasing)."""
+        first = int(np.searchsorted(self.offsets, offset))
+        if first == 0:
+            return self
+        return dataclasses.replace(
+            self, **{name: getattr(self, name)[first:] for name in _PER_RECORD_COLUMNS})
+
+
+# Columns with one entry per record (the header_* entry arrays are shared, indexed
+# through header_starts, and stay whole when records are sliced off).
+_PER_RECORD_COLUMNS = ("offsets", "timestamps", "timestamp_types", "key_positions",
+                       "key_lengths", "value_positions", "value_lengths", "header_starts",
+                       "header_counts")
+
+
+def inflate_batch(data: np.ndarray, info: BatchInfo) -> np.ndarray:
+    """The batch with its records region inflated and its codec bits cleared: a
+    decoding buffer, not a stored batch (its CRC describes the compressed form)."""
+    start, end = info.position, info.position + info.batch_length
+    if info.compression is not Compression.ZSTD:
+        return data[start:end]
+    records = _check_inflated(data, info)
+    header = data[start:start + L.HEADER_LENGTH].copy()
+    header_fields = header.view(L.BATCH_HEADER_DTYPE)
+    header_fields["batch_length"] = L.HEADER_LENGTH + records.size
+    header_fields["attributes"] &= np.uint16(0xFFFF & ~L.CODEC_MASK)
+    return np.concatenate([header, records])
+
+
+def _inflated_copy(data: np.ndarray, infos: list[BatchInfo]) -> np.ndarray:
+    """The batches again, with every zstd records region replaced by its records."""
+    return np.concatenate([inflate_batch(data, info) for info in infos])
+
+
+def decode_columns(buffer, *, start_offset: int | None = None,
+                   verified: bool = False) -> RecordColumns:
+    """Decode whole batches into :class:`RecordColumns`.
+
+    Parameters
+    ----------
+    buffer : bytes-like or numpy.ndarray
+        Whole batches, back to back (what :meth:`PartitionLog.read` returns).
+    start_offset : int, optional
+        Drop records before this offset (a read starts at a batch boundary).
+    verified : bool
+        The caller already checked every batch (CRC and records); skip it.
+
+    Raises
+    ------
+    CorruptRecordError
+        A batch fails validation.
+    """
+    data = _as_bytes(buffer)
+    if verified:
+        infos = list(iter_batches_unchecked(data))
+    else:
+        infos = validate_batches(data, check_records=True)
+    if any(info.compression is Compression.ZSTD for info in infos):
+        data = _inflated_copy(data, infos)
+    record_count, header_count = _count_records(data, 0, data.size)
+    columns = RecordColumns(
+        data, np.empty(record_count, np.int64), np.empty(record_count, np.int64),
+        np.empty(record_count, np.int8), np.empty(record_count, np.int64),
+        np.empty(record_count, np.int32), np.empty(record_count, np.int64),
+        np.empty(record_count, np.int32), np.empty(record_count, np.int64),
+        np.empty(record_count, np.int32), np.empty(header_count, np.int64),
+        np.empty(header_count, np.int32), np.empty(header_count, np.int64),
+        np.empty(header_count, np.int32))
+    filled = _index_records(data, 0, data.size, columns.offsets, columns.timestamps,
+                            columns.timestamp_types, columns.key_positions, columns.key_lengths,
+                            columns.value_positions, columns.value_lengths, columns.header_starts,
+                            columns.header_counts, columns.header_key_positions,
+                            columns.header_key_lengths, columns.header_value_positions,
+                            columns.header_value_lengths)
+    assert filled == record_count
+    if start_offset is not None:
+        columns = columns.from_offset(start_offset)
+    return columns
+
+
+def iter_batches_unchecked(data: np.ndarray) -> Iterator[BatchInfo]:
+    """Headers of batches the caller has already validated."""
+    position = 0
+    while position < data.size:
+        info = batch_info(data, position)
+        yield info
+        position += info.batch_length
+
+
+def decode_records(buffer, *, start_offset: int | None = None) -> list[Record]:
+    """Decode whole batches into :class:`Record` objects (validating them)."""
+    return decode_columns(buffer, start_offset=start_offset).records()

@@ -1,0 +1,1147 @@
+"""The log on disk: segments, their indexes, and the partition log.
+
+Rules
+-----
+* One writer per partition directory: the process that owns the
+  :class:`PartitionLog`. Readers in other processes map segments read-only and rely
+  on the high watermark published elsewhere; nothing below it ever changes in place
+  (truncation only removes what lies above the high watermark).
+* Bytes enter the log only through :meth:`PartitionLog.append`, which validates every
+  batch (structure, CRC32C, records) before any byte is copied.
+* Nothing acknowledged is rewritten: offsets are assigned once, dense and increasing.
+
+Theory of operation
+-------------------
+A partition is a directory of segments named by base offset, as in Kafka::
+
+    00000000000000000000.log  .index  .timeindex
+    00000000000000368769.log  .index  .timeindex      <- active segment
+    checkpoint.json                                    recovery point, log start offset
+
+The active segment's files are sparse files of their full configured size, mapped
+read-write once. Disk blocks are reserved with ``fallocate`` and page tables
+populated (``MADV_POPULATE_WRITE``) a step ahead of the write position, so appends
+neither page-fault on every 4 KiB page nor die of ``SIGBUS`` on a full disk: a full
+disk fails the reservation, which raises :class:`StorageError` before any byte moves.
+Space never written reads as zeros, and a zero batch length marks the end of the data.
+
+The compiled kernel :func:`_append` copies validated batches into the mapping,
+stamps base offset and leader epoch, adds sparse index entries every
+``index.interval.bytes``, and returns early when the segment must roll or more space
+must be reserved; Python does those and calls it again. Rolling trims the closed
+segment's files to their used length.
+
+Recovery: ``checkpoint.json`` holds the recovery point, the offset below which
+everything was flushed. On open, every segment holding offsets at or above it is
+scanned batch by batch (CRC32C and structure); the log is truncated at the first
+invalid batch, later segments are deleted, the indexes of scanned segments are
+rebuilt, and a :class:`RecoveryReport` says what was cut. Indexes of older segments
+get a sanity check and are rebuilt when they fail it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import errno
+import json
+import logging
+import mmap
+import os
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from . import batch_layout as B
+from . import index_layout as I
+from . import limits
+from .config import TopicConfig
+from .errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
+                     OffsetOverflowError, RecordTooLargeError, StorageError)
+from .jit import kernel, load_i32, load_i64, load_u16, load_u32, store_i32, store_i64, store_u16, \
+    store_u32
+from .crc32c import crc32c_kernel
+from .records import (BatchStatus, Compression, _check_batch, _check_inflated, batch_info,
+                      decode_columns, inflate_batch, now_ms)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PartitionLog", "Segment", "AppendResult", "ReadResult", "RecoveryReport"]
+
+CHECKPOINT_FILE = "checkpoint.json"
+CHECKPOINT_VERSION = 1
+_PAGE_SIZE = mmap.PAGESIZE
+# Linux >= 5.14: prefault writable page-table entries for a range in one call.
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+_TIMESTAMP_NONE = np.iinfo(np.int64).min
+
+assert limits.SEGMENT_PREALLOCATE_STEP_SIZE % _PAGE_SIZE == 0
+
+# --- the append state of a segment: one int64 array shared with the kernels ----------
+_POSITION = 0                 # bytes of valid data in the log file
+_NEXT_OFFSET = 1              # offset after the last batch
+_BASE_OFFSET = 2
+_CAPACITY = 3                 # bytes mapped (segment.bytes while active)
+_RESERVED = 4                 # bytes reserved on disk from position 0
+_SINCE_INDEX = 5              # log bytes since the last offset-index entry
+_OFFSET_ENTRIES = 6
+_OFFSET_CAPACITY = 7
+_TIME_ENTRIES = 8
+_TIME_CAPACITY = 9
+_MAX_TIMESTAMP = 10           # running maximum, _TIMESTAMP_NONE while empty
+_INDEXED_TIMESTAMP = 11       # timestamp of the last time-index entry
+_ROLL_TIMESTAMP = 12          # max timestamp of the first batch (segment.ms)
+_STATE_LENGTH = 13
+
+# kernel results
+_APPENDED = 0
+_NEED_ROLL = 1
+_NEED_SPACE = 2
+_FOUND = 0
+_NOT_FOUND = 1
+_INFLATE = 2
+
+
+# --- kernels ---------------------------------------------------------------------------
+
+@kernel
+def _index_batch(log, log_position, length, offset_index, time_index, state, index_interval):
+    """Account for the batch just written at ``log_position``: sparse index entries
+    and the running maximum timestamp."""
+    base_offset = load_i64(log, log_position + B.BASE_OFFSET_OFFSET)
+    last_offset = base_offset + load_i32(log, log_position + B.LAST_OFFSET_DELTA_OFFSET)
+    max_timestamp = load_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET)
+    if state[_MAX_TIMESTAMP] < max_timestamp:
+        state[_MAX_TIMESTAMP] = max_timestamp
+    if state[_ROLL_TIMESTAMP] == _TIMESTAMP_NONE:
+        state[_ROLL_TIMESTAMP] = max_timestamp
+    # One slot of each index stays free for the closing time-index entry.
+    room = (state[_OFFSET_ENTRIES] < state[_OFFSET_CAPACITY] - 1
+            and state[_TIME_ENTRIES] < state[_TIME_CAPACITY] - 1)
+    if state[_SINCE_INDEX] >= index_interval and room:
+        entry = state[_OFFSET_ENTRIES] * I.OFFSET_ENTRY_LENGTH
+        store_u32(offset_index, entry + I.OFFSET_ENTRY_RELATIVE_OFFSET_OFFSET,
+                  base_offset - state[_BASE_OFFSET])
+        store_u32(offset_index, entry + I.OFFSET_ENTRY_POSITION_OFFSET, log_position)
+        state[_OFFSET_ENTRIES] += 1
+        if state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP]:
+            _append_time_entry(time_index, state, last_offset)
+        state[_SINCE_INDEX] = 0
+    state[_SINCE_INDEX] += length
+    state[_POSITION] = log_position + length
+    state[_NEXT_OFFSET] = last_offset + 1
+
+
+@kernel
+def _append_time_entry(time_index, state, last_offset):
+    entry = state[_TIME_ENTRIES] * I.TIME_ENTRY_LENGTH
+    store_i64(time_index, entry + I.TIME_ENTRY_TIMESTAMP_OFFSET, state[_MAX_TIMESTAMP])
+    store_u32(time_index, entry + I.TIME_ENTRY_RELATIVE_OFFSET_OFFSET,
+              last_offset - state[_BASE_OFFSET])
+    state[_TIME_ENTRIES] += 1
+    state[_INDEXED_TIMESTAMP] = state[_MAX_TIMESTAMP]
+
+
+@kernel
+def _append(source, start, end, log, offset_index, time_index, state, segment_bytes,
+            segment_ms, index_interval, append_timestamp, leader_epoch):
+    """Copy validated batches ``source[start:end]`` into the segment.
+
+    Returns (status, source position reached): _APPENDED when all are in, or
+    _NEED_ROLL / _NEED_SPACE when Python must roll or reserve before the batch at
+    that position.
+    """
+    position = start
+    while position < end:
+        length = np.int64(load_u32(source, position + B.BATCH_LENGTH_OFFSET))
+        last_offset_delta = np.int64(load_i32(source, position + B.LAST_OFFSET_DELTA_OFFSET))
+        if append_timestamp != _TIMESTAMP_NONE:
+            max_timestamp = append_timestamp
+        else:
+            max_timestamp = load_i64(source, position + B.MAX_TIMESTAMP_OFFSET)
+        log_position = state[_POSITION]
+        base_offset = state[_NEXT_OFFSET]
+        if log_position > 0:
+            if log_position + length > segment_bytes:
+                return _NEED_ROLL, position
+            if base_offset + last_offset_delta - state[_BASE_OFFSET] > I.RELATIVE_OFFSET_MAX:
+                return _NEED_ROLL, position
+            if max_timestamp - state[_ROLL_TIMESTAMP] > segment_ms:
+                return _NEED_ROLL, position
+            if state[_SINCE_INDEX] >= index_interval and (
+                    state[_OFFSET_ENTRIES] >= state[_OFFSET_CAPACITY] - 1
+                    or state[_TIME_ENTRIES] >= state[_TIME_CAPACITY] - 1):
+                return _NEED_ROLL, position
+        if log_position + length > state[_RESERVED]:
+            return _NEED_SPACE, position
+        log[log_position:log_position + length] = source[position:position + length]
+        store_i64(log, log_position + B.BASE_OFFSET_OFFSET, base_offset)
+        store_i32(log, log_position + B.LEADER_EPOCH_OFFSET, leader_epoch)
+        if append_timestamp != _TIMESTAMP_NONE:
+            # LogAppendTime: the broker's clock replaces the producer's, as in Kafka;
+            # the fields are under the CRC, so it is computed again.
+            attributes = load_u16(log, log_position + B.ATTRIBUTES_OFFSET)
+            store_u16(log, log_position + B.ATTRIBUTES_OFFSET, attributes | B.TIMESTAMP_TYPE_BIT)
+            store_i64(log, log_position + B.FIRST_TIMESTAMP_OFFSET, append_timestamp)
+            store_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET, append_timestamp)
+            store_u32(log, log_position + B.CRC_OFFSET,
+                      crc32c_kernel(log, log_position + B.CRC_COVERED_OFFSET, log_position + length))
+        _index_batch(log, log_position, length, offset_index, time_index, state, index_interval)
+        position += length
+    return _APPENDED, position
+
+
+@kernel
+def _validate(source, start, end):
+    """Validate appended batches: (status, position of the first bad one, batches,
+    zstd batches, largest batch length)."""
+    position = start
+    count = 0
+    compressed = 0
+    largest = 0
+    while position < end:
+        status, length = _check_batch(source, position, end, True, True)
+        if status != 0:
+            return status, position, count, compressed, largest
+        largest = max(largest, length)
+        if load_u16(source, position + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK != B.CODEC_NONE:
+            compressed += 1
+        count += 1
+        position += length
+    return 0, position, count, compressed, largest
+
+
+@kernel
+def _recover(log, end, offset_index, time_index, state, index_interval):
+    """Rescan a segment from byte 0: check every batch, rebuild both indexes.
+
+    Returns (status, position): position is the end of the valid prefix, where the
+    first bad batch (if any) starts.
+    """
+    position = 0
+    while position < end:
+        status, length = _check_batch(log, position, end, True, True)
+        if status != 0:
+            return status, position
+        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
+        last_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)
+        if base_offset < state[_NEXT_OFFSET] or last_offset - state[_BASE_OFFSET] > I.RELATIVE_OFFSET_MAX:
+            return 3, position        # BatchStatus.BAD_LENGTH: offsets out of order
+        _index_batch(log, position, length, offset_index, time_index, state, index_interval)
+        position += length
+    return 0, position
+
+
+@kernel
+def _find_batch(log, position, end, target_offset):
+    """Position of the first batch from ``position`` whose last offset >= target."""
+    while position < end:
+        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
+        if length < B.HEADER_LENGTH:
+            return position        # not a batch: let the verifying reader report it
+        last_offset = (load_i64(log, position + B.BASE_OFFSET_OFFSET)
+                       + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
+        if last_offset >= target_offset:
+            return position
+        position += length
+    return end
+
+
+@kernel
+def _collect(log, position, end, max_bytes, max_offset, verified_end):
+    """Whole batches from ``position``: stop before ``max_bytes`` (but take at least
+    one batch) or at a batch reaching ``max_offset``. Batches past ``verified_end``
+    are checked (CRC and structure) on the way.
+
+    Returns (status, end position, next offset, bad position).
+    """
+    start = position
+    next_offset = -1
+    while position < end:
+        status, length = _check_batch(log, position, end, position >= verified_end,
+                                      position >= verified_end)
+        if status != 0:
+            return status, position, next_offset, position
+        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
+        if base_offset >= max_offset:
+            break
+        if position > start and position + length - start > max_bytes:
+            break
+        next_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET) + 1
+        position += length
+    return 0, position, next_offset, position
+
+
+@kernel
+def _find_timestamp(log, position, end, target_timestamp, start_offset):
+    """First record at or after ``start_offset`` with timestamp >= target.
+
+    Returns (status, offset, timestamp, batch position): _FOUND, _NOT_FOUND, or
+    _INFLATE when the batch that holds it is compressed (Python inflates it).
+    """
+    while position < end:
+        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
+        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
+        last_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)
+        max_timestamp = load_i64(log, position + B.MAX_TIMESTAMP_OFFSET)
+        if last_offset >= start_offset and max_timestamp >= target_timestamp:
+            attributes = load_u16(log, position + B.ATTRIBUTES_OFFSET)
+            if attributes & B.CODEC_MASK != B.CODEC_NONE:
+                return _INFLATE, 0, 0, position
+            first_timestamp = load_i64(log, position + B.FIRST_TIMESTAMP_OFFSET)
+            record = position + B.RECORDS_OFFSET
+            while record < position + length:
+                offset = base_offset + load_u32(log, record + B.OFFSET_DELTA_OFFSET)
+                if attributes & B.TIMESTAMP_TYPE_BIT:
+                    timestamp = max_timestamp
+                else:
+                    timestamp = first_timestamp + load_i64(log, record + B.TIMESTAMP_DELTA_OFFSET)
+                if offset >= start_offset and timestamp >= target_timestamp:
+                    return _FOUND, offset, timestamp, position
+                record += np.int64(load_u32(log, record + B.RECORD_LENGTH_OFFSET))
+        position += length
+    return _NOT_FOUND, 0, 0, end
+
+
+# --- results ---------------------------------------------------------------------------
+
+class AppendResult(NamedTuple):
+    """Offsets given to an append: ``base_offset`` .. ``last_offset`` inclusive."""
+    base_offset: int
+    last_offset: int
+    log_append_time: int          # -1 unless the topic uses LogAppendTime
+    batch_count: int
+
+
+class ReadResult(NamedTuple):
+    """Whole batches, as a zero-copy view of the mapped segment.
+
+    ``data`` starts at the batch holding the requested offset, so it may hold a few
+    records before it; ``next_offset`` is where the following read should start.
+    """
+    data: np.ndarray
+    next_offset: int
+    segment_base_offset: int
+
+
+@dataclasses.dataclass
+class RecoveryReport:
+    """What opening a partition found and did."""
+    recovery_point: int
+    segments_scanned: int = 0
+    truncated_path: str = ""
+    truncated_position: int = -1
+    truncated_bytes: int = 0
+    truncated_reason: str = ""
+    deleted_segments: list = dataclasses.field(default_factory=list)
+    rebuilt_indexes: list = dataclasses.field(default_factory=list)
+    corrupt_segments: list = dataclasses.field(default_factory=list)   # (path, position, reason)
+
+    def cut(self, path: str, position: int, size: int, status: int) -> None:
+        self.truncated_path = path
+        self.truncated_position = position
+        self.truncated_bytes = size
+        self.truncated_reason = BatchStatus(status).name
+
+    @property
+    def clean(self) -> bool:
+        return (self.truncated_bytes == 0 and not self.deleted_segments
+                and not self.rebuilt_indexes and not self.corrupt_segments)
+
+
+# --- files -----------------------------------------------------------------------------
+
+class _MappedFile:
+    """A file mapped whole; read-write (sparse, fixed capacity) or read-only."""
+
+    def __init__(self, path: str, capacity: int | None):
+        self.path = path
+        self.writable = capacity is not None
+        flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
+        try:
+            self.fd = os.open(path, flags, 0o644)
+            self.size = os.fstat(self.fd).st_size
+            if self.writable and self.size < capacity:
+                os.ftruncate(self.fd, capacity)
+            length = capacity if self.writable else self.size
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            self.map = mmap.mmap(self.fd, length, access=access) if length else None
+        except OSError as error:
+            raise StorageError(f"cannot map {path}: {error}") from error
+        self.bytes = (np.frombuffer(self.map, np.uint8) if self.map is not None
+                      else np.zeros(0, np.uint8))
+        if not self.writable:
+            os.close(self.fd)
+            self.fd = -1
+
+    def reserve(self, start: int, end: int, populate: bool) -> None:
+        """Allocate disk blocks for ``[start, end)`` and prefault the pages."""
+        try:
+            os.posix_fallocate(self.fd, start, end - start)
+        except OSError as error:
+            if error.errno == errno.ENOSPC:
+                raise StorageError(f"disk full: cannot reserve {end - start} bytes for "
+                                   f"{self.path}; free space or lower retention") from error
+            raise StorageError(f"cannot reserve space in {self.path}: {error}") from error
+        if populate:
+            global _MADV_POPULATE_WRITE
+            try:
+                self.map.madvise(_MADV_POPULATE_WRITE, start, end - start)
+            except (OSError, ValueError):
+                _MADV_POPULATE_WRITE = mmap.MADV_WILLNEED   # older kernel: a hint only
+
+    def trim(self, size: int) -> None:
+        """Cut the file to ``size`` bytes (the mapping stays; nothing reads past it)."""
+        os.ftruncate(self.fd, size)
+
+    def zero_tail(self, size: int, capacity: int) -> None:
+        """Drop everything from ``size`` on: the tail reads as zeros again."""
+        os.ftruncate(self.fd, size)
+        os.ftruncate(self.fd, capacity)
+
+    def sync(self, start: int = 0, end: int | None = None) -> None:
+        if self.map is None:
+            return
+        start -= start % _PAGE_SIZE
+        end = len(self.map) if end is None else end
+        if end > start:
+            self.map.flush(start, end - start)
+
+    def close(self) -> None:
+        self.bytes = np.zeros(0, np.uint8)
+        if self.map is not None:
+            try:
+                self.map.close()
+            except BufferError:
+                pass      # a reader still holds a view; the mapping goes with it
+            self.map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class Segment:
+    """One ``.log`` file with its ``.index`` and ``.timeindex``."""
+
+    def __init__(self, directory: str, base_offset: int, config: TopicConfig, *, active: bool):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = os.path.join(directory, I.segment_file_name(base_offset, I.LOG_SUFFIX))
+        self.offset_index_path = os.path.join(
+            directory, I.segment_file_name(base_offset, I.OFFSET_INDEX_SUFFIX))
+        self.time_index_path = os.path.join(
+            directory, I.segment_file_name(base_offset, I.TIME_INDEX_SUFFIX))
+        self.state = np.zeros(_STATE_LENGTH, np.int64)
+        self.state[_BASE_OFFSET] = base_offset
+        self.state[_NEXT_OFFSET] = base_offset
+        self.state[_MAX_TIMESTAMP] = _TIMESTAMP_NONE
+        self.state[_INDEXED_TIMESTAMP] = _TIMESTAMP_NONE
+        self.state[_ROLL_TIMESTAMP] = _TIMESTAMP_NONE
+        self.active = active
+        self.verified_end = 0          # bytes below this were checked in this process
+        self.flushed_end = 0
+        self._log: _MappedFile | None = None
+        self._offset_index: _MappedFile | None = None
+        self._time_index: _MappedFile | None = None
+
+    # -- mapping -----------------------------------------------------------------
+    def map(self) -> None:
+        """Map the three files (read-write at full capacity when active)."""
+        if self._log is not None:
+            return
+        log_capacity = self.config.segment_bytes if self.active else None
+        index_capacity = self.config.segment_index_bytes if self.active else None
+        self._log = _MappedFile(self.log_path, log_capacity)
+        self._offset_index = _MappedFile(self.offset_index_path, index_capacity)
+        self._time_index = _MappedFile(self.time_index_path, index_capacity)
+        state = self.state
+        if self.active:
+            state[_CAPACITY] = self.config.segment_bytes
+            state[_OFFSET_CAPACITY] = self.config.segment_index_bytes // I.OFFSET_ENTRY_LENGTH
+            state[_TIME_CAPACITY] = self.config.segment_index_bytes // I.TIME_ENTRY_LENGTH
+        else:
+            state[_CAPACITY] = self._log.size
+            state[_OFFSET_CAPACITY] = self._offset_index.size // I.OFFSET_ENTRY_LENGTH
+            state[_TIME_CAPACITY] = self._time_index.size // I.TIME_ENTRY_LENGTH
+
+    @property
+    def log(self) -> np.ndarray:
+        self.map()
+        return self._log.bytes
+
+    @property
+    def size(self) -> int:
+        return int(self.state[_POSITION])
+
+    @property
+    def next_offset(self) -> int:
+        return int(self.state[_NEXT_OFFSET])
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest timestamp in the segment (numpy's int64 minimum when empty)."""
+        return int(self.state[_MAX_TIMESTAMP])
+
+    def offset_entries(self) -> np.ndarray:
+        self.map()
+        count = int(self.state[_OFFSET_ENTRIES])
+        return self._offset_index.bytes[:count * I.OFFSET_ENTRY_LENGTH].view(I.OFFSET_INDEX_DTYPE)
+
+    def time_entries(self) -> np.ndarray:
+        self.map()
+        count = int(self.state[_TIME_ENTRIES])
+        return self._time_index.bytes[:count * I.TIME_ENTRY_LENGTH].view(I.TIME_INDEX_DTYPE)
+
+    # -- opening ---------------------------------------------------------------------
+    def load_closed(self) -> bool:
+        """Adopt a closed segment's files as they are; False when its indexes fail the
+        sanity check (the caller then rebuilds them)."""
+        self.map()
+        size = self._log.size
+        offsets, times = self._offset_index, self._time_index
+        if offsets.size % I.OFFSET_ENTRY_LENGTH or times.size % I.TIME_ENTRY_LENGTH:
+            return False
+        self.state[_POSITION] = size
+        self.state[_OFFSET_ENTRIES] = offsets.size // I.OFFSET_ENTRY_LENGTH
+        self.state[_TIME_ENTRIES] = times.size // I.TIME_ENTRY_LENGTH
+        entries, stamps = self.offset_entries(), self.time_entries()
+        if entries.size and (np.any(np.diff(entries["relative_offset"].astype(np.int64)) <= 0)
+                             or np.any(np.diff(entries["position"].astype(np.int64)) <= 0)
+                             or int(entries["position"][-1]) >= size):
+            return False
+        if size and not stamps.size:
+            return False       # a non-empty closed segment always has a closing entry
+        if stamps.size and (np.any(np.diff(stamps["timestamp"]) <= 0)
+                            or np.any(np.diff(stamps["relative_offset"].astype(np.int64)) <= 0)):
+            return False
+        if size:
+            last = self._last_batch_header(entries)
+            if last is None:
+                return False
+            self.state[_NEXT_OFFSET] = last.next_offset
+            if int(stamps["relative_offset"][-1]) + self.base_offset > last.last_offset:
+                return False
+            self.state[_MAX_TIMESTAMP] = int(stamps["timestamp"][-1])
+            self.state[_INDEXED_TIMESTAMP] = self.state[_MAX_TIMESTAMP]
+            self.state[_ROLL_TIMESTAMP] = batch_info(self.log, 0).max_timestamp
+        return True
+
+    def _last_batch_header(self, entries):
+        """Walk headers from the last indexed batch to the end of the file."""
+        log_bytes, size = self.log, self.size
+        position = int(entries["position"][-1]) if entries.size else 0
+        last = None
+        while position < size:
+            if size - position < B.HEADER_LENGTH:
+                return None
+            last = batch_info(log_bytes, position)
+            if last.batch_length < B.HEADER_LENGTH or last.base_offset < self.base_offset:
+                return None
+            position += last.batch_length
+        return last if position == size else None
+
+    def rebuild(self, end: int | None = None) -> tuple[int, int]:
+        """Rescan the log from byte 0 and rebuild both indexes in place.
+
+        Returns (status, end of the valid prefix). A sealed segment is sealed again
+        at that end.
+        """
+        if self.active:
+            self.map()
+        else:
+            self._map_for_rebuild()
+        state = self.state
+        for slot, value in ((_POSITION, 0), (_NEXT_OFFSET, self.base_offset), (_SINCE_INDEX, 0),
+                            (_OFFSET_ENTRIES, 0), (_TIME_ENTRIES, 0),
+                            (_MAX_TIMESTAMP, _TIMESTAMP_NONE), (_INDEXED_TIMESTAMP, _TIMESTAMP_NONE),
+                            (_ROLL_TIMESTAMP, _TIMESTAMP_NONE)):
+            state[slot] = value
+        end = self._log.size if end is None else end
+        status, position = _recover(self._log.bytes, end, self._offset_index.bytes,
+                                    self._time_index.bytes, state, self.config.index_interval_bytes)
+        self.verified_end = int(position)
+        if not self.active:
+            self.close_for_append()
+        return int(status), int(position)
+
+    def _map_for_rebuild(self) -> None:
+        """Map a sealed segment read-write: the log at its size, the indexes with room
+        for every entry the log could need."""
+        self.close()
+        size = os.stat(self.log_path).st_size
+        entries_max = size // max(self.config.index_interval_bytes, B.HEADER_LENGTH) + 2
+        capacity = max(self.config.segment_index_bytes, entries_max * I.TIME_ENTRY_LENGTH)
+        self._log = _MappedFile(self.log_path, size)
+        self._offset_index = _MappedFile(self.offset_index_path, capacity)
+        self._time_index = _MappedFile(self.time_index_path, capacity)
+        self.state[_CAPACITY] = size
+        self.state[_OFFSET_CAPACITY] = capacity // I.OFFSET_ENTRY_LENGTH
+        self.state[_TIME_CAPACITY] = capacity // I.TIME_ENTRY_LENGTH
+
+    def reserve(self, end: int) -> None:
+        """Make ``[0, end)`` of the active log writable without faults."""
+        step = limits.SEGMENT_PREALLOCATE_STEP_SIZE
+        reserved = int(self.state[_RESERVED])
+        target = min(-(-end // step) * step, int(self.state[_CAPACITY]))
+        if target > reserved:
+            self._log.reserve(reserved, target, populate=True)
+            self.state[_RESERVED] = target
+
+    def close_for_append(self) -> None:
+        """Seal the segment: closing time-index entry, files trimmed to their data."""
+        state = self.state
+        if state[_POSITION] and state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP]:
+            _append_time_entry(self._time_index.bytes, state, state[_NEXT_OFFSET] - 1)
+        self._log.trim(int(state[_POSITION]))
+        self._offset_index.trim(int(state[_OFFSET_ENTRIES]) * I.OFFSET_ENTRY_LENGTH)
+        self._time_index.trim(int(state[_TIME_ENTRIES]) * I.TIME_ENTRY_LENGTH)
+        state[_CAPACITY] = state[_POSITION]
+        state[_RESERVED] = state[_POSITION]
+        self.active = False
+
+    def truncate_tail(self, position: int) -> None:
+        """Make everything from ``position`` on read as zeros (the end-of-data mark),
+        so no stale batch past the end can ever be mistaken for data."""
+        assert self.active
+        self._log.zero_tail(position, int(self.state[_CAPACITY]))
+        self.state[_RESERVED] = position - position % _PAGE_SIZE
+
+    def truncate(self, position: int) -> None:
+        """Cut the active segment's log at batch boundary ``position``; rebuild indexes."""
+        self.truncate_tail(position)
+        for index in (self._offset_index, self._time_index):
+            index.zero_tail(0, self.config.segment_index_bytes)
+        self.flushed_end = min(self.flushed_end, position)
+        status, end = self.rebuild(position)
+        assert status == 0 and end == position, "truncation point is not a batch boundary"
+
+    # -- lookups ---------------------------------------------------------------------
+    def position_of(self, offset: int) -> int:
+        """Byte position of the batch holding ``offset`` (or the end)."""
+        entries = self.offset_entries()
+        slot = int(np.searchsorted(entries["relative_offset"], offset - self.base_offset,
+                                   side="right")) - 1
+        start = int(entries["position"][slot]) if slot >= 0 else 0
+        return int(_find_batch(self.log, start, self.size, offset))
+
+    def offset_for_timestamp(self, timestamp: int, min_offset: int):
+        """(offset, timestamp) of the first record at or after ``min_offset`` whose
+        timestamp is >= ``timestamp``, or None."""
+        entries = self.time_entries()
+        slot = int(np.searchsorted(entries["timestamp"], timestamp, side="left")) - 1
+        start_offset = (self.base_offset + int(entries["relative_offset"][slot]) + 1
+                        if slot >= 0 else self.base_offset)
+        start_offset = max(start_offset, min_offset)
+        position = self.position_of(start_offset)
+        status, offset, found, position = _find_timestamp(self.log, position, self.size,
+                                                          timestamp, start_offset)
+        if status == _INFLATE:
+            return _timestamp_in_compressed(self, int(position), timestamp, start_offset)
+        if status == _FOUND:
+            return int(offset), int(found)
+        return None
+
+    def sync(self) -> None:
+        """msync what was written since the last sync (log first, then indexes)."""
+        if self._log is None:
+            return
+        self._log.sync(self.flushed_end, self.size)
+        self._offset_index.sync()
+        self._time_index.sync()
+        self.flushed_end = self.size
+
+    def close(self) -> None:
+        for mapped in (self._log, self._offset_index, self._time_index):
+            if mapped is not None:
+                mapped.close()
+        self._log = self._offset_index = self._time_index = None
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index_path, self.time_index_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def _nonzero_extent(log_bytes: np.ndarray, start: int, end: int) -> int:
+    """Bytes from ``start`` to the end of the last non-zero chunk before a zero
+    chunk: how much a torn tail really held (a crashed active segment is a sparse
+    file of full capacity, so the scan stops at the first all-zero chunk)."""
+    chunk = 1 << 20
+    extent = 0
+    for position in range(start, end, chunk):
+        window = log_bytes[position:min(position + chunk, end)]
+        nonzero = np.flatnonzero(window)
+        if not nonzero.size:
+            break
+        extent = position + int(nonzero[-1]) + 1 - start
+    return extent
+
+
+def _timestamp_in_compressed(segment: Segment, position: int, timestamp: int, start_offset: int):
+    columns = decode_columns(inflate_batch(segment.log, batch_info(segment.log, position)),
+                             verified=True)
+    hits = np.flatnonzero((columns.offsets >= start_offset) & (columns.timestamps >= timestamp))
+    if not hits.size:
+        return None
+    return int(columns.offsets[hits[0]]), int(columns.timestamps[hits[0]])
+
+
+# --- the partition log ----------------------------------------------------------------
+
+class PartitionLog:
+    """The ordered log of one partition: append, read, roll, recover, retain, truncate.
+
+    Parameters
+    ----------
+    directory : str
+        The partition's directory (created if missing).
+    config : TopicConfig
+        The topic's effective configuration.
+    """
+
+    def __init__(self, directory: str, config: TopicConfig | None = None):
+        self.directory = directory
+        self.config = config or TopicConfig()
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as error:
+            raise StorageError(f"cannot create {directory}: {error}") from error
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        checkpoint = self._read_checkpoint()
+        self.recovery_point = checkpoint.get("recovery_point", 0)
+        self.log_start_offset = checkpoint.get("log_start_offset", 0)
+        self.recovery_report = self._open()
+
+    # -- properties ------------------------------------------------------------------
+    @property
+    def active(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    # -- opening and recovery --------------------------------------------------------
+    def _segment_bases(self) -> list[int]:
+        bases = []
+        for name in os.listdir(self.directory):
+            stem, suffix = os.path.splitext(name)
+            if name.endswith(".tmp"):
+                os.unlink(os.path.join(self.directory, name))
+            elif suffix == I.LOG_SUFFIX and stem.isdigit() and len(stem) == I.FILE_NAME_DIGITS:
+                bases.append(int(stem))
+        bases.sort()
+        # Index files whose log is gone (a deletion cut short) are removed.
+        for name in os.listdir(self.directory):
+            stem, suffix = os.path.splitext(name)
+            if suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX) and stem.isdigit() \
+                    and int(stem) not in bases:
+                os.unlink(os.path.join(self.directory, name))
+        return bases
+
+    def _open(self) -> RecoveryReport:
+        report = RecoveryReport(recovery_point=self.recovery_point)
+        bases = self._segment_bases()
+        if not bases:
+            self._add_segment(max(self.log_start_offset, self.recovery_point))
+            return report
+        for index, base in enumerate(bases):
+            segment = Segment(self.directory, base, self.config, active=False)
+            self._segments.append(segment)
+            self._bases.append(base)
+            last = index == len(bases) - 1
+            if not last and bases[index + 1] <= self.recovery_point:
+                self._load_flushed(segment, report)
+            elif last and segment.load_closed() and segment.next_offset == self.recovery_point:
+                self._reactivate_last()              # closed cleanly: nothing to scan
+            elif not self._recover_segment(segment, last, bases[index + 1:], report):
+                break
+        self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        if not report.clean:
+            log.warning("recovered %s: %s", self.directory, report)
+        return report
+
+    def _load_flushed(self, segment: Segment, report: RecoveryReport) -> None:
+        """A segment below the recovery point: trust its data, check its indexes."""
+        if segment.load_closed():
+            return
+        report.rebuilt_indexes.append(segment.log_path)
+        status, end = segment.rebuild()
+        if status != 0:
+            # Flushed data is damaged, not torn: keep it, so reads report the damage
+            # (CorruptSegmentError) instead of the log silently losing it.
+            report.corrupt_segments.append((segment.log_path, end, BatchStatus(status).name))
+
+    def _recover_segment(self, segment: Segment, last: bool, later_bases: list[int],
+                         report: RecoveryReport) -> bool:
+        """Scan a segment at or above the recovery point. False when it was cut (and
+        every later segment deleted): it is then the active segment."""
+        report.segments_scanned += 1
+        segment.close()
+        file_size = self._log_file_size(segment)
+        segment.active = last
+        status, valid_end = segment.rebuild(file_size if last else None)
+        if last:
+            torn_bytes = _nonzero_extent(segment.log, valid_end, file_size)
+            segment.truncate_tail(valid_end)
+            if torn_bytes:
+                report.cut(segment.log_path, valid_end, torn_bytes, status)
+            return True
+        if status == 0:
+            return True
+        report.cut(segment.log_path, valid_end, file_size - valid_end, status)
+        for base in later_bases:
+            doomed = Segment(self.directory, base, self.config, active=False)
+            report.deleted_segments.append(doomed.log_path)
+            report.truncated_bytes += self._log_file_size(doomed)
+            doomed.delete()
+        self._reactivate_last()
+        return False
+
+    @staticmethod
+    def _log_file_size(segment: Segment) -> int:
+        return os.stat(segment.log_path).st_size
+
+    def _reactivate_last(self) -> None:
+        """Reopen the last (sealed) segment read-write at full capacity, keeping the
+        state its files gave."""
+        segment = self.active
+        segment.close()
+        segment.active = True
+        segment.map()
+        segment.truncate_tail(segment.size)
+        segment.verified_end = segment.flushed_end = segment.size
+
+    def _add_segment(self, base_offset: int) -> Segment:
+        segment = Segment(self.directory, base_offset, self.config, active=True)
+        segment.map()
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        return segment
+
+    # -- checkpoint --------------------------------------------------------------------
+    def _read_checkpoint(self) -> dict:
+        path = os.path.join(self.directory, CHECKPOINT_FILE)
+        try:
+            with open(path) as source:
+                checkpoint = json.load(source)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            log.warning("ignoring unreadable %s (%s): recovering from offset 0", path, error)
+            return {}
+        if checkpoint.get("version") != CHECKPOINT_VERSION:
+            log.warning("ignoring %s of unknown version %r", path, checkpoint.get("version"))
+            return {}
+        return {key: int(checkpoint[key]) for key in ("recovery_point", "log_start_offset")
+                if isinstance(checkpoint.get(key), int)}
+
+    def _write_checkpoint(self) -> None:
+        path = os.path.join(self.directory, CHECKPOINT_FILE)
+        body = json.dumps({"version": CHECKPOINT_VERSION, "recovery_point": self.recovery_point,
+                           "log_start_offset": self.log_start_offset})
+        _write_atomically(path, body)
+
+    # -- appending --------------------------------------------------------------------
+    def append(self, batches, *, leader_epoch: int = 0) -> AppendResult:
+        """Validate whole batches and append them; offsets are assigned here.
+
+        Parameters
+        ----------
+        batches : bytes-like or numpy.ndarray
+            One or more encoded batches back to back (see :func:`encode_batch`).
+            Their base offsets are ignored and replaced.
+        leader_epoch : int
+            Stamped into every batch (replication uses it).
+
+        Returns
+        -------
+        AppendResult
+
+        Raises
+        ------
+        CorruptRecordError
+            A batch is malformed; nothing was appended.
+        RecordTooLargeError
+            A batch exceeds ``max.message.bytes``; nothing was appended.
+        StorageError
+            The disk is full or failed; nothing of the failing batch was appended.
+        """
+        source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
+        if source.dtype != np.uint8 or source.ndim != 1 or not source.flags.c_contiguous:
+            raise CorruptRecordError("batches must be a contiguous 1-D uint8 buffer")
+        status, bad_position, count, compressed, largest = _validate(source, 0, source.size)
+        if status != 0 or count == 0:
+            reason = BatchStatus(status).name if count or status else "EMPTY"
+            raise CorruptRecordError(
+                f"{self.directory}: rejected batch at byte {bad_position} of the append: "
+                f"{reason}; nothing was appended", status=int(status), position=int(bad_position))
+        if largest > self.config.batch_size_max:
+            raise RecordTooLargeError(
+                f"{self.directory}: a batch of {largest} bytes exceeds the limit of "
+                f"{self.config.batch_size_max} (max.message.bytes="
+                f"{self.config.max_message_bytes}, segment.bytes={self.config.segment_bytes}); "
+                f"nothing was appended: send smaller batches or raise max.message.bytes")
+        if compressed:
+            self._check_compressed(source)
+        append_time = (now_ms() if self.config.message_timestamp_type == "LogAppendTime"
+                       else _TIMESTAMP_NONE)
+        base_offset = self.log_end_offset
+        if base_offset + count > np.iinfo(np.int64).max // 2:
+            raise OffsetOverflowError(f"{self.directory}: offsets would overflow at {base_offset}")
+        position = 0
+        while True:
+            segment = self.active
+            # A segment mapped before segment.bytes was lowered or raised keeps its size.
+            segment_bytes = min(self.config.segment_bytes, int(segment.state[_CAPACITY]))
+            status, position = _append(source, position, source.size, segment.log,
+                                       segment._offset_index.bytes, segment._time_index.bytes,
+                                       segment.state, segment_bytes, self.config.segment_ms,
+                                       self.config.index_interval_bytes, append_time, leader_epoch)
+            if status == _APPENDED:
+                break
+            if status == _NEED_ROLL:
+                self.roll()
+            else:
+                reserved = int(segment.state[_RESERVED])
+                segment.reserve(segment.size + source.size - position)
+                assert segment.state[_RESERVED] > reserved, "reservation made no progress"
+        self.active.verified_end = self.active.size
+        last_offset = self.log_end_offset - 1
+        self._after_append(last_offset - base_offset + 1)
+        return AppendResult(base_offset, last_offset,
+                            append_time if append_time != _TIMESTAMP_NONE else -1, count)
+
+    def _check_compressed(self, source: np.ndarray) -> None:
+        position = 0
+        while position < source.size:
+            info = batch_info(source, position)
+            if info.compression is Compression.ZSTD:
+                _check_inflated(source, info)
+            position += info.batch_length
+
+    def _after_append(self, message_count: int) -> None:
+        self._unflushed_messages += message_count
+        if self._unflushed_messages >= self.config.flush_messages or \
+                now_ms() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    def roll(self) -> Segment:
+        """Seal the active segment and start a new one at the log end offset."""
+        if self.active.size == 0:
+            return self.active
+        base = self.log_end_offset
+        self.active.close_for_append()
+        return self._add_segment(base)
+
+    def flush(self) -> None:
+        """msync every unflushed segment, then advance the recovery point."""
+        for segment in self._segments:
+            if segment.flushed_end < segment.size:
+                segment.sync()
+        _fsync_directory(self.directory)
+        self.recovery_point = self.log_end_offset
+        self._write_checkpoint()
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+
+    # -- reading ----------------------------------------------------------------------
+    def _segment_for(self, offset: int) -> int:
+        return bisect.bisect_right(self._bases, offset) - 1
+
+    def _out_of_range(self, offset: int) -> OffsetOutOfRangeError:
+        return OffsetOutOfRangeError(
+            f"{self.directory}: offset {offset} is outside the log "
+            f"[{self.log_start_offset}, {self.log_end_offset}]; seek to a valid offset "
+            f"(auto_offset_reset chooses one)", offset=offset,
+            log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
+
+    def read(self, offset: int, max_bytes: int = limits.READ_SIZE_DEFAULT,
+             max_offset: int | None = None) -> ReadResult:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least
+        one batch) and below ``max_offset`` (default: the log end offset).
+
+        Raises
+        ------
+        OffsetOutOfRangeError
+            ``offset`` is below the log start or above the log end.
+        CorruptSegmentError
+            A batch on disk fails its CRC or structure check.
+        """
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise self._out_of_range(offset)
+        upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        index = self._segment_for(offset)
+        empty = np.zeros(0, np.uint8)
+        while 0 <= index < len(self._segments):
+            segment = self._segments[index]
+            position = segment.position_of(offset)
+            if position < segment.size:
+                break
+            index += 1            # offset lies in a gap after this segment's last batch
+        else:
+            return ReadResult(empty, offset, self.active.base_offset)
+        status, end, next_offset, bad = _collect(segment.log, position, segment.size, max_bytes,
+                                                 upper, segment.verified_end)
+        if status != 0:
+            raise CorruptSegmentError(
+                f"{segment.log_path}: {BatchStatus(status).name} in the batch at byte {bad} "
+                f"(reading offset {offset}); the segment is damaged: restore it from a replica "
+                f"or delete it", path=segment.log_path, position=int(bad))
+        if segment.verified_end < end and segment.verified_end >= position:
+            segment.verified_end = int(end)
+        if next_offset < 0:
+            return ReadResult(empty, offset, segment.base_offset)
+        return ReadResult(segment.log[position:end], int(next_offset), segment.base_offset)
+
+    def offset_for_timestamp(self, timestamp: int):
+        """(offset, timestamp) of the first record whose timestamp is >= ``timestamp``,
+        or None when there is none (Kafka's ``offsetsForTimes``).
+
+        Segments are found by binary search over the running maximum of their
+        largest timestamps (the first segment whose maximum reaches ``timestamp``
+        holds the answer), then through the segment's time index.
+        """
+        running = np.maximum.accumulate([segment.max_timestamp for segment in self._segments])
+        first = int(np.searchsorted(running, timestamp, side="left"))
+        for segment in self._segments[first:]:
+            if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
+                continue
+            found = segment.offset_for_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    # -- retention and truncation -------------------------------------------------------
+    def delete_old_segments(self, now: int | None = None, high_watermark: int | None = None) -> list[int]:
+        """Apply ``retention.ms``, ``retention.bytes`` and the log start offset.
+
+        Only whole segments below ``high_watermark`` (default: the log end) go.
+        Returns the base offsets of the deleted segments.
+        """
+        now = now_ms() if now is None else now
+        high_watermark = self.log_end_offset if high_watermark is None else high_watermark
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        deleted = []
+        total = self.size
+        while self._segments:
+            segment = self._segments[0]
+            if segment.size == 0 or segment.next_offset > high_watermark:
+                break
+            expired_by_time = retention_ms >= 0 and segment.max_timestamp < now - retention_ms
+            over_size = (retention_bytes >= 0 and segment is not self.active
+                         and total - segment.size >= retention_bytes)
+            below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
+            if not (expired_by_time or over_size or below_start):
+                break
+            if segment is self.active:
+                self.roll()       # an expired active segment is sealed, then deleted
+            total -= segment.size
+            deleted.append(segment.base_offset)
+            self._segments.pop(0)
+            self._bases.pop(0)
+            segment.delete()
+        if deleted:
+            self.log_start_offset = max(self.log_start_offset, self._bases[0])
+            self._write_checkpoint()
+        return deleted
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Kafka's DeleteRecords: records below ``offset`` become unreadable."""
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise self._out_of_range(offset)
+        self.log_start_offset = offset
+        self._write_checkpoint()
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset`` (replication's
+        truncation). Batches are atomic: a batch straddling ``offset`` goes whole.
+
+        Returns the new log end offset.
+        """
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        if offset <= self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return offset
+        while len(self._segments) > 1 and self._bases[-1] >= offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+            self._reactivate_last()
+        segment = self.active
+        position = segment.position_of(offset)
+        if position < segment.size:
+            first_dropped = batch_info(segment.log, position).base_offset
+            segment.truncate(position)
+            segment.verified_end = segment.size
+            # A gap left by compaction before the dropped batch stays part of the log.
+            segment.state[_NEXT_OFFSET] = max(segment.next_offset, min(offset, first_dropped))
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._write_checkpoint()
+        return self.log_end_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log, empty, at ``offset``."""
+        for segment in self._segments:
+            segment.delete()
+        self._segments.clear()
+        self._bases.clear()
+        self._add_segment(offset)
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self._write_checkpoint()
+
+    def close(self) -> None:
+        """Seal the active segment (trimmed files, closing time-index entry), flush,
+        advance the recovery point and release the mappings: the next open scans
+        nothing."""
+        if not self._segments:
+            return
+        self.active.close_for_append()
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        self._segments.clear()
+        self._bases.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def _write_atomically(path: str, body: str) -> None:
+    temporary = path + ".tmp"
+    try:
+        with open(temporary, "w") as target:
+            target.write(body)
+            target.flush()
+            os.fsync(target.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        raise StorageError(f"cannot write {path}: {error}") from error
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
