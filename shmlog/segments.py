@@ -359,8 +359,17 @@ class _MappedFile:
         self.path = path
         self.writable = capacity is not None
         flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
+        self.fd = -1
+        self.map = None
+        self.bytes = np.zeros(0, np.uint8)
+        self.size = 0
         try:
             self.fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            return            # a missing (index) file reads as empty; rebuilding recreates it
+        except OSError as error:
+            raise StorageError(f"cannot open {path}: {error}") from error
+        try:
             self.size = os.fstat(self.fd).st_size
             if self.writable and self.size < capacity:
                 os.ftruncate(self.fd, capacity)
@@ -369,8 +378,8 @@ class _MappedFile:
             self.map = mmap.mmap(self.fd, length, access=access) if length else None
         except OSError as error:
             raise StorageError(f"cannot map {path}: {error}") from error
-        self.bytes = (np.frombuffer(self.map, np.uint8) if self.map is not None
-                      else np.zeros(0, np.uint8))
+        if self.map is not None:
+            self.bytes = np.frombuffer(self.map, np.uint8)
         if not self.writable:
             os.close(self.fd)
             self.fd = -1

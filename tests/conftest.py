@@ -1,0 +1,27 @@
+"""Shared fixtures: small partition logs in temporary directories."""
+
+from __future__ import annotations
+
+import pytest
+
+from shmlog.config import TopicConfig
+from shmlog.segments import PartitionLog
+
+
+@pytest.fixture
+def open_log(tmp_path):
+    """``open_log(**overrides)`` opens (or reopens) the partition log in tmp_path
+    with Kafka-named config overrides, e.g. ``open_log(**{"segment.bytes": 4096})``;
+    every log opened is closed at teardown."""
+    opened = []
+
+    def opener(directory=None, **overrides):
+        config = TopicConfig.from_overrides(overrides)
+        partition_log = PartitionLog(str(directory or tmp_path / "partition"), config)
+        opened.append(partition_log)
+        return partition_log
+
+    yield opener
+    for partition_log in opened:
+        if partition_log._segments:
+            partition_log.close()

@@ -1,0 +1,36 @@
+"""Helpers shared by the tests: batches with recognisable records, reading a log whole."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shmlog.records import decode_records, encode_batch
+
+
+def values_batch(count: int, seed: int, *, size: int = 20, timestamps=None, **options) -> np.ndarray:
+    """A batch of ``count`` distinct values (``seed`` makes them unique per batch)."""
+    values = [f"v{seed}-{index}-".encode().ljust(size, b".") for index in range(count)]
+    keys = [f"k{index % 7}".encode() for index in range(count)]
+    return encode_batch(values, keys=keys, timestamps=timestamps, **options)
+
+
+def all_records(partition_log, start: int | None = None):
+    """Every record from ``start`` (default: the log start) to the log end."""
+    offset = partition_log.log_start_offset if start is None else start
+    records = []
+    while offset < partition_log.log_end_offset:
+        result = partition_log.read(offset, max_bytes=1 << 16)
+        if not result.data.size:
+            break
+        records += decode_records(result.data, start_offset=offset)
+        offset = result.next_offset
+    return records
+
+
+def abandon(partition_log) -> None:
+    """Drop a log the way a killed process would: mappings released, nothing trimmed,
+    flushed or checkpointed (the page cache keeps what was written, as after kill -9)."""
+    for segment in partition_log._segments:
+        segment.close()
+    partition_log._segments.clear()
+    partition_log._bases.clear()

@@ -1,0 +1,416 @@
+"""The partition log on disk: append, read, index lookups, roll, recovery, retention,
+truncation and bad input.
+
+Method: real files in a temporary directory, small segment and index sizes so that
+rolls and index entries happen often; lookups are checked against brute-force scans
+of everything that was written; crashes are simulated by abandoning a log without
+closing it (what the page cache holds after kill -9) and by cutting or flipping
+bytes of its files before reopening.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+from helpers import abandon, all_records, values_batch
+from shmlog import batch_layout as B
+from shmlog.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
+                           RecordTooLargeError)
+from shmlog.records import decode_records, encode_batch, iter_batches
+
+SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
+
+
+def log_files(directory, suffix):
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory)
+                  if name.endswith(suffix))
+
+
+def fill(partition_log, batches, count=10, **options):
+    expected = []
+    for seed in range(batches):
+        batch = values_batch(count, seed, **options)
+        result = partition_log.append(batch)
+        records = decode_records(batch)
+        expected += [(result.base_offset + r.offset, r.key, r.value) for r in records]
+    return expected
+
+
+def triples(records):
+    return [(r.offset, r.key, r.value) for r in records]
+
+
+# --- append and read ---------------------------------------------------------------
+
+def test_offsets_are_dense_and_read_returns_what_was_appended(open_log):
+    partition_log = open_log(**SMALL)
+    expected = fill(partition_log, 40)
+    assert partition_log.log_end_offset == 400
+    assert [offset for offset, _, _ in expected] == list(range(400))
+    assert triples(all_records(partition_log)) == expected
+    assert len(partition_log.segments) > 1, "small segment.bytes should have rolled"
+
+
+def test_read_returns_zero_copy_views_of_the_segment(open_log):
+    partition_log = open_log()
+    partition_log.append(values_batch(5, 0))
+    result = partition_log.read(0)
+    assert np.shares_memory(result.data, partition_log.active.log)
+
+
+def test_read_starts_at_the_batch_holding_the_offset_and_respects_the_budget(open_log):
+    partition_log = open_log(**SMALL)
+    fill(partition_log, 10, count=10)
+    result = partition_log.read(25, max_bytes=1)
+    batches = list(iter_batches(result.data))
+    assert len(batches) == 1, "a tiny budget still returns one whole batch"
+    assert batches[0].base_offset == 20 and result.next_offset == 30
+    result = partition_log.read(25, max_bytes=10_000, max_offset=50)
+    assert [b.base_offset for b in iter_batches(result.data)] == [20, 30, 40]
+
+
+def test_multi_batch_append_assigns_consecutive_offsets(open_log):
+    partition_log = open_log(**SMALL)
+    joined = np.concatenate([values_batch(3, seed) for seed in range(5)])
+    result = partition_log.append(joined)
+    assert (result.base_offset, result.last_offset, result.batch_count) == (0, 14, 5)
+    assert [r.offset for r in all_records(partition_log)] == list(range(15))
+
+
+def test_log_append_time_replaces_producer_timestamps(open_log):
+    partition_log = open_log(**{"message.timestamp.type": "LogAppendTime"})
+    result = partition_log.append(values_batch(3, 0, timestamps=[1, 2, 3]))
+    records = all_records(partition_log)
+    assert result.log_append_time > 1_600_000_000_000
+    assert {r.timestamp for r in records} == {result.log_append_time}
+    assert {r.timestamp_type for r in records} == {B.TIMESTAMP_LOG_APPEND_TIME}
+    assert list(iter_batches(partition_log.read(0).data))  # the CRC was recomputed
+
+
+# --- index lookups -----------------------------------------------------------------
+
+def batch_positions(partition_log):
+    """Brute force: (segment, position, base, last) of every batch in the log."""
+    found = []
+    for segment in partition_log.segments:
+        for info in iter_batches(segment.log[:segment.size]):
+            found.append((segment, info.position, info.base_offset, info.last_offset))
+    return found
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_offset_lookup_matches_a_brute_force_scan(open_log, compression):
+    partition_log = open_log(**SMALL)
+    rng = random.Random(7)
+    for seed in range(60):
+        partition_log.append(values_batch(rng.randint(1, 30), seed, compression=compression))
+    for segment, position, base, last in batch_positions(partition_log):
+        for offset in range(base, last + 1):
+            assert segment.position_of(offset) == position
+            assert partition_log.read(offset).data[:8].tobytes() == \
+                segment.log[position:position + 8].tobytes()
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_timestamp_lookup_matches_a_brute_force_scan(open_log, compression):
+    partition_log = open_log(**SMALL)
+    rng = random.Random(11)
+    for seed in range(50):
+        count = rng.randint(1, 20)
+        stamps = [rng.randint(1_000, 50_000) for _ in range(count)]   # out of order on purpose
+        partition_log.append(values_batch(count, seed, timestamps=stamps, compression=compression))
+    records = all_records(partition_log)
+    for target in list(range(900, 50_200, 97)) + [r.timestamp for r in records[::13]]:
+        expected = next(((r.offset, r.timestamp) for r in records if r.timestamp >= target), None)
+        assert partition_log.offset_for_timestamp(target) == expected, target
+
+
+def test_time_index_lookup_respects_the_log_start_offset(open_log):
+    partition_log = open_log(**SMALL)
+    partition_log.append(values_batch(10, 0, timestamps=list(range(100, 110))))
+    partition_log.advance_log_start_offset(4)
+    assert partition_log.offset_for_timestamp(0) == (4, 104)
+    with pytest.raises(OffsetOutOfRangeError):
+        partition_log.read(3)
+
+
+# --- rolling -----------------------------------------------------------------------
+
+def test_roll_by_size_trims_closed_segments_and_keeps_them_under_the_limit(open_log):
+    partition_log = open_log(**SMALL)
+    fill(partition_log, 50)
+    segments = partition_log.segments
+    for before, after in zip(segments, segments[1:]):
+        assert after.base_offset == before.next_offset
+        assert os.path.getsize(before.log_path) == before.size <= SMALL["segment.bytes"]
+
+
+def test_roll_by_time_uses_the_first_batch_timestamp(open_log):
+    partition_log = open_log(**{"segment.ms": 1000})
+    for index, stamp in enumerate([10_000, 10_500, 11_000, 11_001, 12_500]):
+        partition_log.append(values_batch(2, index, timestamps=[stamp, stamp]))
+    # 11_001 - 10_000 > 1000 rolls; 12_500 - 11_001 > 1000 rolls again.
+    assert [s.base_offset for s in partition_log.segments] == [0, 6, 8]
+
+
+def test_roll_when_the_index_is_full(open_log):
+    partition_log = open_log(**{"index.interval.bytes": 0, "segment.index.bytes": 48})
+    fill(partition_log, 12, count=1)
+    segments = partition_log.segments
+    assert len(segments) > 2
+    assert all(segment.offset_entries().size <= 48 // 8 for segment in segments)
+
+
+# --- recovery ----------------------------------------------------------------------
+
+def test_clean_close_and_reopen_scans_nothing(open_log, tmp_path):
+    partition_log = open_log(**SMALL)
+    expected = fill(partition_log, 30)
+    partition_log.close()
+    reopened = open_log(**SMALL)
+    assert reopened.recovery_report.clean and reopened.recovery_report.segments_scanned == 0
+    assert triples(all_records(reopened)) == expected
+    assert reopened.append(values_batch(2, 99)).base_offset == 300
+
+
+def test_crash_without_flush_keeps_everything_written(open_log):
+    partition_log = open_log(**SMALL)
+    expected = fill(partition_log, 30)
+    abandon(partition_log)
+    reopened = open_log(**SMALL)
+    assert reopened.recovery_report.truncated_bytes == 0
+    assert triples(all_records(reopened)) == expected
+    assert reopened.append(values_batch(1, 77)).base_offset == len(expected)
+
+
+def test_torn_last_batch_at_every_byte_is_cut_exactly(open_log, tmp_path):
+    """Cut the active segment at every byte inside its last batch: reopening gives
+    exactly the batches before it, and the log accepts appends again."""
+    partition_log = open_log(tmp_path / "source", **SMALL)
+    fill(partition_log, 3, count=4)
+    last_base = partition_log.log_end_offset - 4
+    partition_log.close()
+    path = log_files(tmp_path / "source", ".log")[-1]
+    with open(path, "rb") as source:
+        original = source.read()
+    infos = list(iter_batches(np.frombuffer(original, np.uint8)))
+    last_start = infos[-1].position
+    for cut in range(last_start, len(original)):
+        directory = tmp_path / f"cut{cut}"
+        directory.mkdir()
+        for name in os.listdir(tmp_path / "source"):
+            if name.endswith(".log"):
+                data = original[:cut] if os.path.join(tmp_path / "source", name) == path else None
+                with open(directory / name, "wb") as target:
+                    target.write(data if data is not None else
+                                 open(tmp_path / "source" / name, "rb").read())
+        reopened = open_log(directory, **SMALL)
+        assert reopened.log_end_offset == last_base, cut
+        assert reopened.recovery_report.truncated_position == (last_start if cut > last_start else -1)
+        assert [r.offset for r in all_records(reopened)] == list(range(last_base))
+        assert reopened.append(values_batch(1, 5)).base_offset == last_base
+        reopened.close()
+
+
+def test_torn_tail_after_a_crash_is_cut_and_zeroed(open_log, tmp_path):
+    partition_log = open_log(**SMALL)
+    fill(partition_log, 5)
+    active = partition_log.active
+    end = active.size
+    # A batch half-written when the process died: a header and some records.
+    torn = values_batch(10, 50)
+    active.log[end:end + 100] = torn[:100]
+    abandon(partition_log)
+    reopened = open_log(**SMALL)
+    report = reopened.recovery_report
+    assert (report.truncated_position, report.truncated_bytes) == (end, 100)
+    # The file runs on (sparse zeros) past the torn bytes, so the batch's claimed
+    # length fits and its CRC over the zeros is what fails.
+    assert report.truncated_reason == "BAD_CRC"
+    assert reopened.log_end_offset == 50
+    assert not np.any(reopened.active.log[end:end + 4096]), "the torn bytes were zeroed"
+
+
+def test_a_bit_flip_above_the_recovery_point_cuts_the_log_there(open_log, tmp_path):
+    partition_log = open_log(**SMALL)
+    fill(partition_log, 40)
+    segments = partition_log.segments
+    victim = segments[1]
+    infos = list(iter_batches(victim.log[:victim.size]))
+    position = infos[2].position + 70
+    abandon(partition_log)
+    assert not os.path.exists(tmp_path / "partition" / "checkpoint.json"), "never flushed"
+    with open(victim.log_path, "r+b") as target:
+        target.seek(position)
+        byte = target.read(1)[0]
+        target.seek(position)
+        target.write(bytes([byte ^ 0x10]))
+    reopened = open_log(**SMALL)
+    report = reopened.recovery_report
+    assert report.truncated_reason == "BAD_CRC"
+    assert report.truncated_position == infos[2].position
+    assert len(report.deleted_segments) == len(segments) - 2
+    assert reopened.log_end_offset == infos[2].base_offset
+    assert [r.offset for r in all_records(reopened)] == list(range(infos[2].base_offset))
+
+
+def test_a_bit_flip_in_a_flushed_segment_is_an_error_on_read(open_log, tmp_path):
+    partition_log = open_log(**SMALL)
+    fill(partition_log, 40)
+    victim = partition_log.segments[0]
+    infos = list(iter_batches(victim.log[:victim.size]))
+    partition_log.close()                       # flushed: below the recovery point
+    flip_at = infos[3].position + B.HEADER_LENGTH + 5
+    with open(victim.log_path, "r+b") as target:
+        target.seek(flip_at)
+        byte = target.read(1)[0]
+        target.seek(flip_at)
+        target.write(bytes([byte ^ 0x01]))
+    reopened = open_log(**SMALL)
+    assert reopened.recovery_report.clean, "flushed data is not rescanned on open"
+    assert triples(all_records(reopened, infos[4].base_offset))   # later data still serves
+    with pytest.raises(CorruptSegmentError) as raised:
+        reopened.read(infos[3].base_offset)
+    assert raised.value.path == victim.log_path and raised.value.position == infos[3].position
+    assert "BAD_CRC" in str(raised.value)
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage"])
+def test_missing_or_corrupt_indexes_are_rebuilt_equal(open_log, tmp_path, damage):
+    partition_log = open_log(**SMALL)
+    fill(partition_log, 40, timestamps=None)
+    partition_log.close()
+    directory = tmp_path / "partition"
+    indexes = log_files(directory, ".index") + log_files(directory, ".timeindex")
+    originals = {path: open(path, "rb").read() for path in indexes}
+    assert any(originals.values())
+    for path in indexes:
+        if damage == "delete":
+            os.unlink(path)
+        else:
+            with open(path, "wb") as target:
+                target.write(os.urandom(len(originals[path]) + 3))
+    reopened = open_log(**SMALL)
+    assert len(reopened.recovery_report.rebuilt_indexes) == len(indexes) // 2 - 1
+    reopened.close()
+    for path in indexes:
+        assert open(path, "rb").read() == originals[path], path
+
+
+# --- retention and truncation --------------------------------------------------------
+
+def test_retention_by_time_deletes_whole_expired_segments(open_log):
+    partition_log = open_log(**SMALL, **{"retention.ms": 10_000})
+    for seed in range(40):
+        stamp = 1_000 * seed
+        partition_log.append(values_batch(10, seed, timestamps=[stamp] * 10))
+    segments = partition_log.segments
+    now = 30_000 + 10_000 + 1          # everything with max timestamp < 30_001 is expired
+    deleted = partition_log.delete_old_segments(now=now)
+    expired = [s.base_offset for s in segments if s.max_timestamp < now - 10_000]
+    assert deleted == expired[:len(deleted)] and deleted
+    assert partition_log.log_start_offset == partition_log.segments[0].base_offset
+    assert all(not os.path.exists(s.log_path) for s in segments if s.base_offset in deleted)
+    with pytest.raises(OffsetOutOfRangeError):
+        partition_log.read(0)
+
+
+def test_retention_rolls_and_deletes_an_expired_active_segment(open_log):
+    partition_log = open_log(**{"retention.ms": 1000})
+    partition_log.append(values_batch(5, 0, timestamps=[100] * 5))
+    assert partition_log.delete_old_segments(now=10_000) == [0]
+    assert partition_log.log_start_offset == partition_log.log_end_offset == 5
+    assert partition_log.append(values_batch(1, 1)).base_offset == 5
+
+
+def test_retention_by_size_keeps_the_newest_bytes(open_log):
+    partition_log = open_log(**SMALL, **{"retention.bytes": 40_000})
+    fill(partition_log, 100)
+    before = partition_log.size
+    partition_log.delete_old_segments()
+    assert partition_log.size <= 40_000 + SMALL["segment.bytes"] < before
+    assert partition_log.size - partition_log.segments[0].size < 40_000
+
+
+def test_retention_never_deletes_above_the_high_watermark(open_log):
+    partition_log = open_log(**SMALL, **{"retention.ms": 0})
+    fill(partition_log, 30)
+    high_watermark = partition_log.segments[1].base_offset
+    deleted = partition_log.delete_old_segments(now=10**15, high_watermark=high_watermark)
+    assert deleted == [0]
+
+
+@pytest.mark.parametrize("target", [0, 5, 10, 137, 200, 399])
+def test_truncate_to_drops_everything_at_and_above_the_offset(open_log, target):
+    partition_log = open_log(**SMALL)
+    fill(partition_log, 40)              # batches of 10: 10, 200 are boundaries
+    end = partition_log.truncate_to(target)
+    assert end == target - target % 10
+    assert [r.offset for r in all_records(partition_log)] == list(range(end))
+    assert partition_log.append(values_batch(3, 99)).base_offset == end
+    partition_log.close()
+    reopened = open_log(**SMALL)
+    assert reopened.log_end_offset == end + 3
+    assert [r.offset for r in all_records(reopened)] == list(range(end + 3))
+
+
+# --- bad input -------------------------------------------------------------------------
+
+def test_oversized_batch_is_rejected_and_nothing_is_appended(open_log):
+    partition_log = open_log(**{"max.message.bytes": 1000})
+    partition_log.append(values_batch(2, 0))
+    with pytest.raises(RecordTooLargeError, match="max.message.bytes=1000"):
+        partition_log.append(encode_batch([b"x" * 2000]))
+    with pytest.raises(RecordTooLargeError):         # all or nothing across batches
+        partition_log.append(np.concatenate([values_batch(1, 1), encode_batch([b"y" * 5000])]))
+    assert partition_log.log_end_offset == 2
+
+
+@pytest.mark.parametrize("payload", [b"", b"\x00" * 64, os.urandom(300), b"not a batch at all"])
+def test_garbage_is_rejected_with_a_typed_error(open_log, payload):
+    partition_log = open_log()
+    with pytest.raises(CorruptRecordError):
+        partition_log.append(payload)
+    assert partition_log.log_end_offset == 0
+
+
+def test_a_corrupt_batch_after_good_ones_rejects_the_whole_append(open_log):
+    partition_log = open_log()
+    bad = values_batch(3, 1).copy()
+    bad[B.HEADER_LENGTH + 2] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="BAD_CRC"):
+        partition_log.append(np.concatenate([values_batch(3, 0), bad]))
+    assert partition_log.log_end_offset == 0
+
+
+@pytest.mark.parametrize("offset", [-1, 1, 10**6])
+def test_offsets_outside_the_log_are_out_of_range(open_log, offset):
+    partition_log = open_log()
+    partition_log.append(values_batch(1, 0))
+    with pytest.raises(OffsetOutOfRangeError) as raised:
+        partition_log.read(offset + 1 if offset == 1 else offset)
+    assert raised.value.log_end_offset == 1
+
+
+def test_reading_at_the_log_end_returns_nothing(open_log):
+    partition_log = open_log()
+    partition_log.append(values_batch(4, 0))
+    result = partition_log.read(4)
+    assert result.data.size == 0 and result.next_offset == 4
+
+
+# --- durability knobs ----------------------------------------------------------------
+
+def test_flush_messages_advances_the_recovery_point(open_log, tmp_path):
+    partition_log = open_log(**{"flush.messages": 5})
+    partition_log.append(values_batch(3, 0))
+    assert partition_log.recovery_point == 0
+    partition_log.append(values_batch(3, 1))
+    assert partition_log.recovery_point == 6
+    abandon(partition_log)
+    reopened = open_log(**{"flush.messages": 5})
+    assert reopened.recovery_report.recovery_point == 6
