@@ -1,0 +1,95 @@
+"""The ``shmlog`` command: dump prints segments and indexes, --verify finds damage,
+exit codes follow the convention (0 ok, 1 problem found, 2 usage).
+
+Method: write a real partition with the library, run ``python -m shmlog`` as a
+subprocess on its files, and check output and exit codes, before and after flipping
+a byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import values_batch
+from shmlog import batch_layout as B
+
+
+def shmlog(*arguments):
+    return subprocess.run([sys.executable, "-m", "shmlog", *arguments], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture
+def segment(open_log):
+    partition_log = open_log(**{"index.interval.bytes": 0})
+    partition_log.append(values_batch(3, 0))
+    partition_log.append(values_batch(4, 1, compression="zstd"))
+    partition_log.append(values_batch(1, 2))
+    path = partition_log.active.log_path
+    partition_log.close()
+    return path
+
+
+def test_dump_lists_batches_and_records(segment):
+    done = shmlog("dump", "--records", "--print-data", "--verify", segment)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("baseOffset:") for line in lines) == 3
+    assert sum(line.startswith("| offset:") for line in lines) == 8
+    assert "compression: zstd" in done.stdout
+    assert "payload: v1-0-" in done.stdout
+    assert lines[-1].endswith(": OK")
+
+
+def test_dump_json_is_machine_readable(segment):
+    done = shmlog("dump", "--json", "--records", segment)
+    body = json.loads(done.stdout)
+    assert [batch["base_offset"] for batch in body["batches"]] == [0, 3, 7]
+    assert [len(records) for records in body["records"]] == [3, 4, 1]
+    assert body["problems"] == []
+
+
+def test_dump_of_an_index_prints_its_entries(segment):
+    done = shmlog("dump", "--verify", segment.replace(".log", ".index"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[1].startswith("relative_offset: 3 position:")
+
+
+def test_verify_exits_1_on_a_flipped_byte(segment):
+    with open(segment, "r+b") as target:
+        target.seek(B.HEADER_LENGTH + 10)
+        byte = target.read(1)[0]
+        target.seek(B.HEADER_LENGTH + 10)
+        target.write(bytes([byte ^ 0x40]))
+    done = shmlog("dump", "--verify", segment)
+    assert done.returncode == 1
+    assert "PROBLEM: byte 0: BAD_CRC" in done.stdout
+
+
+def test_verify_exits_1_on_a_wrong_index(segment):
+    index = segment.replace(".log", ".index")
+    with open(index, "r+b") as target:
+        target.seek(4)
+        target.write((1).to_bytes(4, "little"))      # entry 0 now points at byte 1
+    done = shmlog("dump", "--verify", segment)
+    assert done.returncode == 1
+    assert "does not point at that batch" in done.stdout
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert shmlog("dump", str(tmp_path / "missing.log")).returncode == 2
+    assert shmlog("no-such-command").returncode == 2
+    assert shmlog().returncode == 2
+
+
+def test_a_file_that_is_not_a_segment_is_a_clear_error(tmp_path):
+    stray = tmp_path / "notes.log"
+    stray.write_text("hello")
+    done = shmlog("dump", str(stray))
+    assert done.returncode == 1
+    assert "not a segment file name" in done.stderr
