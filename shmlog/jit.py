@@ -24,10 +24,11 @@ from __future__ import annotations
 import numba
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
-    "kernel",
+    "kernel", "copy_bytes",
     "load_u16", "load_u32", "load_i16", "load_i32", "load_i64", "load_u64",
     "store_u16", "store_u32", "store_i16", "store_i32", "store_i64", "store_u64",
 ]
@@ -112,3 +113,29 @@ store_u64 = _make_store(types.uint64)
 store_i16 = _make_store(types.int16)
 store_i32 = _make_store(types.int32)
 store_i64 = _make_store(types.int64)
+
+
+@intrinsic
+def copy_bytes(typingctx, target, target_position, source, source_position, length):
+    """``target[target_position:+length] = source[source_position:+length]`` as one
+    ``llvm.memcpy`` (libc's memcpy: non-temporal stores for large copies, which a
+    compiled element loop does not get). No bounds checks; ranges must not overlap.
+    """
+    if not (_is_byte_buffer(target) and _is_byte_buffer(source)):
+        return None
+    for argument in (target_position, source_position, length):
+        if not isinstance(argument, types.Integer):
+            return None
+
+    def codegen(context, builder, signature, args):
+        target_type, target_position_type, source_type, source_position_type, length_type = \
+            signature.args
+        target_pointer = _element_pointer(context, builder, target_type, args[0],
+                                          target_position_type, args[1], 8)
+        source_pointer = _element_pointer(context, builder, source_type, args[2],
+                                          source_position_type, args[3], 8)
+        count = context.cast(builder, args[4], length_type, types.intp)
+        cgutils.raw_memcpy(builder, target_pointer, source_pointer, count, 1)
+        return context.get_dummy_value()
+
+    return types.none(target, target_position, source, source_position, length), codegen

@@ -43,12 +43,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import errno
 import json
 import logging
-import mmap
 import os
-import time
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -59,9 +57,10 @@ from . import limits
 from .config import TopicConfig
 from .errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
                      OffsetOverflowError, RecordTooLargeError, StorageError)
-from .jit import kernel, load_i32, load_i64, load_u16, load_u32, store_i32, store_i64, store_u16, \
+from .jit import copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i32, store_i64, store_u16, \
     store_u32
 from .crc32c import crc32c_kernel
+from .mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
 from .records import (BatchStatus, Compression, _check_batch, _check_inflated, batch_info,
                       decode_columns, inflate_batch, now_ms)
 
@@ -71,12 +70,10 @@ __all__ = ["PartitionLog", "Segment", "AppendResult", "ReadResult", "RecoveryRep
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_VERSION = 1
-_PAGE_SIZE = mmap.PAGESIZE
-# Linux >= 5.14: prefault writable page-table entries for a range in one call.
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _TIMESTAMP_NONE = np.iinfo(np.int64).min
 
-assert limits.SEGMENT_PREALLOCATE_STEP_SIZE % _PAGE_SIZE == 0
+assert limits.SEGMENT_PREALLOCATE_STEP_SIZE % PAGE_SIZE == 0
+assert limits.SEGMENT_PREFAULT_AHEAD_SIZE >= limits.SEGMENT_PREALLOCATE_STEP_SIZE
 
 # --- the append state of a segment: one int64 array shared with the kernels ----------
 _POSITION = 0                 # bytes of valid data in the log file
@@ -175,7 +172,7 @@ def _append(source, start, end, log, offset_index, time_index, state, segment_by
                 return _NEED_ROLL, position
         if log_position + length > state[_RESERVED]:
             return _NEED_SPACE, position
-        log[log_position:log_position + length] = source[position:position + length]
+        copy_bytes(log, log_position, source, position, length)
         store_i64(log, log_position + B.BASE_OFFSET_OFFSET, base_offset)
         store_i32(log, log_position + B.LEADER_EPOCH_OFFSET, leader_epoch)
         if append_timestamp != _TIMESTAMP_NONE:
@@ -352,84 +349,6 @@ class RecoveryReport:
 
 # --- files -----------------------------------------------------------------------------
 
-class _MappedFile:
-    """A file mapped whole; read-write (sparse, fixed capacity) or read-only."""
-
-    def __init__(self, path: str, capacity: int | None):
-        self.path = path
-        self.writable = capacity is not None
-        flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
-        self.fd = -1
-        self.map = None
-        self.bytes = np.zeros(0, np.uint8)
-        self.size = 0
-        try:
-            self.fd = os.open(path, flags, 0o644)
-        except FileNotFoundError:
-            return            # a missing (index) file reads as empty; rebuilding recreates it
-        except OSError as error:
-            raise StorageError(f"cannot open {path}: {error}") from error
-        try:
-            self.size = os.fstat(self.fd).st_size
-            if self.writable and self.size < capacity:
-                os.ftruncate(self.fd, capacity)
-            length = capacity if self.writable else self.size
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            self.map = mmap.mmap(self.fd, length, access=access) if length else None
-        except OSError as error:
-            raise StorageError(f"cannot map {path}: {error}") from error
-        if self.map is not None:
-            self.bytes = np.frombuffer(self.map, np.uint8)
-        if not self.writable:
-            os.close(self.fd)
-            self.fd = -1
-
-    def reserve(self, start: int, end: int, populate: bool) -> None:
-        """Allocate disk blocks for ``[start, end)`` and prefault the pages."""
-        try:
-            os.posix_fallocate(self.fd, start, end - start)
-        except OSError as error:
-            if error.errno == errno.ENOSPC:
-                raise StorageError(f"disk full: cannot reserve {end - start} bytes for "
-                                   f"{self.path}; free space or lower retention") from error
-            raise StorageError(f"cannot reserve space in {self.path}: {error}") from error
-        if populate:
-            global _MADV_POPULATE_WRITE
-            try:
-                self.map.madvise(_MADV_POPULATE_WRITE, start, end - start)
-            except (OSError, ValueError):
-                _MADV_POPULATE_WRITE = mmap.MADV_WILLNEED   # older kernel: a hint only
-
-    def trim(self, size: int) -> None:
-        """Cut the file to ``size`` bytes (the mapping stays; nothing reads past it)."""
-        os.ftruncate(self.fd, size)
-
-    def zero_tail(self, size: int, capacity: int) -> None:
-        """Drop everything from ``size`` on: the tail reads as zeros again."""
-        os.ftruncate(self.fd, size)
-        os.ftruncate(self.fd, capacity)
-
-    def sync(self, start: int = 0, end: int | None = None) -> None:
-        if self.map is None:
-            return
-        start -= start % _PAGE_SIZE
-        end = len(self.map) if end is None else end
-        if end > start:
-            self.map.flush(start, end - start)
-
-    def close(self) -> None:
-        self.bytes = np.zeros(0, np.uint8)
-        if self.map is not None:
-            try:
-                self.map.close()
-            except BufferError:
-                pass      # a reader still holds a view; the mapping goes with it
-            self.map = None
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
 class Segment:
     """One ``.log`` file with its ``.index`` and ``.timeindex``."""
 
@@ -451,9 +370,13 @@ class Segment:
         self.active = active
         self.verified_end = 0          # bytes below this were checked in this process
         self.flushed_end = 0
-        self._log: _MappedFile | None = None
-        self._offset_index: _MappedFile | None = None
-        self._time_index: _MappedFile | None = None
+        self._log: MappedFile | None = None
+        self._offset_index: MappedFile | None = None
+        self._time_index: MappedFile | None = None
+        # Reservation (here or on the prefaulter thread) never overlaps sealing,
+        # truncating or closing: fallocate on a trimmed file would grow it again.
+        self._reserve_lock = threading.Lock()
+        self._prefault_pending = False
 
     # -- mapping -----------------------------------------------------------------
     def map(self) -> None:
@@ -462,9 +385,9 @@ class Segment:
             return
         log_capacity = self.config.segment_bytes if self.active else None
         index_capacity = self.config.segment_index_bytes if self.active else None
-        self._log = _MappedFile(self.log_path, log_capacity)
-        self._offset_index = _MappedFile(self.offset_index_path, index_capacity)
-        self._time_index = _MappedFile(self.time_index_path, index_capacity)
+        self._log = MappedFile(self.log_path, log_capacity)
+        self._offset_index = MappedFile(self.offset_index_path, index_capacity)
+        self._time_index = MappedFile(self.time_index_path, index_capacity)
         state = self.state
         if self.active:
             state[_CAPACITY] = self.config.segment_bytes
@@ -582,24 +505,48 @@ class Segment:
         size = os.stat(self.log_path).st_size
         entries_max = size // max(self.config.index_interval_bytes, B.HEADER_LENGTH) + 2
         capacity = max(self.config.segment_index_bytes, entries_max * I.TIME_ENTRY_LENGTH)
-        self._log = _MappedFile(self.log_path, size)
-        self._offset_index = _MappedFile(self.offset_index_path, capacity)
-        self._time_index = _MappedFile(self.time_index_path, capacity)
+        self._log = MappedFile(self.log_path, size)
+        self._offset_index = MappedFile(self.offset_index_path, capacity)
+        self._time_index = MappedFile(self.time_index_path, capacity)
         self.state[_CAPACITY] = size
         self.state[_OFFSET_CAPACITY] = capacity // I.OFFSET_ENTRY_LENGTH
         self.state[_TIME_CAPACITY] = capacity // I.TIME_ENTRY_LENGTH
 
     def reserve(self, end: int) -> None:
-        """Make ``[0, end)`` of the active log writable without faults."""
+        """Make ``[0, end)`` of the active log writable without faults (whole steps,
+        up to the capacity). Serialised with the prefaulter and with sealing."""
         step = limits.SEGMENT_PREALLOCATE_STEP_SIZE
-        reserved = int(self.state[_RESERVED])
-        target = min(-(-end // step) * step, int(self.state[_CAPACITY]))
-        if target > reserved:
-            self._log.reserve(reserved, target, populate=True)
-            self.state[_RESERVED] = target
+        with self._reserve_lock:
+            if not self.active:
+                return
+            reserved = int(self.state[_RESERVED])
+            target = min(-(-end // step) * step, int(self.state[_CAPACITY]))
+            if target > reserved:
+                self._log.reserve(reserved, target)
+                self.state[_RESERVED] = target
+
+    def prefault_ahead(self) -> None:
+        """Keep ``segment.prefault.ahead`` bytes reserved past the write position, on
+        the prefaulter thread, so appends find their pages ready."""
+        state = self.state
+        if self._prefault_pending or not self.active or state[_RESERVED] >= state[_CAPACITY] or \
+                state[_RESERVED] - state[_POSITION] >= limits.SEGMENT_PREFAULT_AHEAD_SIZE:
+            return
+        self._prefault_pending = True
+
+        def job():
+            try:
+                self.reserve(int(self.state[_POSITION]) + limits.SEGMENT_PREFAULT_AHEAD_SIZE)
+            finally:
+                self._prefault_pending = False
+        prefault_in_background(job)
 
     def close_for_append(self) -> None:
         """Seal the segment: closing time-index entry, files trimmed to their data."""
+        with self._reserve_lock:
+            self._seal()
+
+    def _seal(self) -> None:
         state = self.state
         if state[_POSITION] and state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP]:
             _append_time_entry(self._time_index.bytes, state, state[_NEXT_OFFSET] - 1)
@@ -614,8 +561,9 @@ class Segment:
         """Make everything from ``position`` on read as zeros (the end-of-data mark),
         so no stale batch past the end can ever be mistaken for data."""
         assert self.active
-        self._log.zero_tail(position, int(self.state[_CAPACITY]))
-        self.state[_RESERVED] = position - position % _PAGE_SIZE
+        with self._reserve_lock:
+            self._log.zero_tail(position, int(self.state[_CAPACITY]))
+            self.state[_RESERVED] = position - position % PAGE_SIZE
 
     def truncate(self, position: int) -> None:
         """Cut the active segment's log at batch boundary ``position``; rebuild indexes."""
@@ -662,10 +610,12 @@ class Segment:
         self.flushed_end = self.size
 
     def close(self) -> None:
-        for mapped in (self._log, self._offset_index, self._time_index):
-            if mapped is not None:
-                mapped.close()
-        self._log = self._offset_index = self._time_index = None
+        with self._reserve_lock:
+            self.active = False       # a prefault still queued finds nothing to do
+            for mapped in (self._log, self._offset_index, self._time_index):
+                if mapped is not None:
+                    mapped.close()
+            self._log = self._offset_index = self._time_index = None
 
     def delete(self) -> None:
         self.close()
@@ -836,10 +786,12 @@ class PartitionLog:
         segment.map()
         segment.truncate_tail(segment.size)
         segment.verified_end = segment.flushed_end = segment.size
+        segment.prefault_ahead()
 
     def _add_segment(self, base_offset: int) -> Segment:
         segment = Segment(self.directory, base_offset, self.config, active=True)
         segment.map()
+        segment.prefault_ahead()
         self._segments.append(segment)
         self._bases.append(base_offset)
         return segment
@@ -928,10 +880,11 @@ class PartitionLog:
             if status == _NEED_ROLL:
                 self.roll()
             else:
-                reserved = int(segment.state[_RESERVED])
-                segment.reserve(segment.size + source.size - position)
-                assert segment.state[_RESERVED] > reserved, "reservation made no progress"
+                needed = segment.size + int(source[position:position + 4].view("<u4")[0])
+                segment.reserve(needed)
+                assert segment.state[_RESERVED] >= needed, "reservation made no progress"
         self.active.verified_end = self.active.size
+        self.active.prefault_ahead()
         last_offset = self.log_end_offset - 1
         self._after_append(last_offset - base_offset + 1)
         return AppendResult(base_offset, last_offset,

@@ -1,0 +1,152 @@
+"""Files mapped whole into memory, and the background prefaulter.
+
+Theory of operation
+-------------------
+A writer appends into a read-write mapping of a sparse file of fixed capacity.
+Writing to a page that is not yet in the page cache costs a trap, a page
+allocation and zeroing, all on the writer's thread; on a full disk the trap
+becomes a ``SIGBUS`` that kills the process. :meth:`MappedFile.reserve` avoids
+both: ``posix_fallocate`` reserves the disk blocks first (a full disk is then an
+ordinary ``ENOSPC``, raised as :class:`StorageError` before a byte is written), and
+``madvise(MADV_POPULATE_WRITE)`` (Linux >= 5.14) allocates and maps every page of
+the range in one call. Both calls release the GIL, so :func:`prefault_in_background`
+runs them on a single worker thread that keeps reservations ahead of the writers
+while the writers' compiled kernels (which release the GIL too) keep copying.
+
+Readers map files read-only at their current size. A mapping is never unmapped
+while a numpy view of it is alive: :meth:`MappedFile.close` leaves that mapping to
+the garbage collector, so a reader's zero-copy view stays valid even after the file
+is deleted.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import errno
+import logging
+import mmap
+import os
+
+import numpy as np
+
+from .errors import StorageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MappedFile", "prefault_in_background", "PAGE_SIZE"]
+
+PAGE_SIZE = mmap.PAGESIZE
+# Linux >= 5.14; on older kernels madvise fails with EINVAL and we fall back to
+# MADV_WILLNEED, a hint (the pages then fault in on first write, as plain mmap would).
+MADV_POPULATE_WRITE = 23
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.madvise.restype = ctypes.c_int
+_populate_advice = MADV_POPULATE_WRITE
+
+# One worker thread: populating is memory-bandwidth bound, more threads would only
+# compete with the writers for it.
+_prefaulter = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefault")
+
+
+def prefault_in_background(job) -> None:
+    """Run ``job()`` on the prefaulter thread; its errors are logged, not raised
+    (the writer's own synchronous reservation raises them where they matter)."""
+    def guarded():
+        try:
+            job()
+        except Exception:                       # noqa: BLE001 - logged, then retried inline
+            log.exception("background prefault failed")
+    _prefaulter.submit(guarded)
+
+
+class MappedFile:
+    """A file mapped whole: read-write at a fixed capacity (the file is extended,
+    sparse, to it) or read-only at its current size. A missing file maps as empty
+    when read-only (derived files such as indexes are then rebuilt)."""
+
+    def __init__(self, path: str, capacity: int | None):
+        self.path = path
+        self.writable = capacity is not None
+        self.fd = -1
+        self.map = None
+        self.bytes = np.zeros(0, np.uint8)
+        self.size = 0                # the file's size when it was opened
+        flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
+        try:
+            self.fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise StorageError(f"cannot open {path}: {error}") from error
+        try:
+            self.size = os.fstat(self.fd).st_size
+            if self.writable and self.size < capacity:
+                os.ftruncate(self.fd, capacity)
+            length = capacity if self.writable else self.size
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            self.map = mmap.mmap(self.fd, length, access=access) if length else None
+        except OSError as error:
+            raise StorageError(f"cannot map {path}: {error}") from error
+        if self.map is not None:
+            self.bytes = np.frombuffer(self.map, np.uint8)
+        if not self.writable:
+            os.close(self.fd)
+            self.fd = -1
+
+    def reserve(self, start: int, end: int) -> None:
+        """Allocate disk blocks for ``[start, end)`` and populate its pages.
+
+        Raises
+        ------
+        StorageError
+            The disk is full or the file system refused.
+        """
+        global _populate_advice
+        try:
+            os.posix_fallocate(self.fd, start, end - start)
+        except OSError as error:
+            if error.errno == errno.ENOSPC:
+                raise StorageError(f"disk full: cannot reserve {end - start} bytes for "
+                                   f"{self.path}; free space or lower retention") from error
+            raise StorageError(f"cannot reserve space in {self.path}: {error}") from error
+        address = self.bytes.ctypes.data + start
+        if _libc.madvise(address, end - start, _populate_advice) != 0:
+            if ctypes.get_errno() == errno.EINVAL and _populate_advice == MADV_POPULATE_WRITE:
+                log.info("MADV_POPULATE_WRITE unsupported; pages will fault in on first write")
+                _populate_advice = mmap.MADV_WILLNEED
+            else:
+                raise StorageError(f"cannot populate {self.path} [{start}, {end}): "
+                                   f"{os.strerror(ctypes.get_errno())}")
+
+    def trim(self, size: int) -> None:
+        """Cut the file to ``size`` bytes (the mapping stays; nothing reads past it)."""
+        os.ftruncate(self.fd, size)
+
+    def zero_tail(self, size: int, capacity: int) -> None:
+        """Drop everything from ``size`` on: the tail reads as zeros again."""
+        os.ftruncate(self.fd, size)
+        os.ftruncate(self.fd, capacity)
+
+    def sync(self, start: int = 0, end: int | None = None) -> None:
+        """msync ``[start, end)`` (start rounded down to a page)."""
+        if self.map is None:
+            return
+        start -= start % PAGE_SIZE
+        end = len(self.map) if end is None else end
+        if end > start:
+            self.map.flush(start, end - start)
+
+    def close(self) -> None:
+        self.bytes = np.zeros(0, np.uint8)
+        if self.map is not None:
+            try:
+                self.map.close()
+            except BufferError:
+                pass      # a reader still holds a view; the mapping goes with it
+            self.map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
