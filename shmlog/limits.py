@@ -18,6 +18,10 @@ TOPIC_NAME_LENGTH_MAX = 249
 # guidance is a few thousand per broker) while still bounding a typo like 10**9.
 PARTITIONS_PER_TOPIC_MAX = 10_000
 
+# --- offsets --------------------------------------------------------------------------
+# Offsets are signed 64-bit, as in Kafka.
+OFFSET_MAX = 2**63 - 1
+
 # --- batches and records --------------------------------------------------------------
 # batch_length is a u32 but max.message.bytes (a Kafka int) bounds it far lower.
 BATCH_SIZE_MAX = 2**31 - 1

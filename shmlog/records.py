@@ -431,12 +431,17 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
 
     if timestamps is None:
         first = now_ms() if timestamp_ms is None else int(timestamp_ms)
+        if first < L.NO_TIMESTAMP:
+            raise LocalProtocolError(f"timestamp_ms must be >= {L.NO_TIMESTAMP}, got {first}")
         deltas = np.zeros(count, np.int64)
         maximum = first
     else:
         stamps = np.asarray(timestamps, dtype=np.int64)
         if stamps.shape != (count,):
             raise LocalProtocolError(f"timestamps: shape {stamps.shape} for {count} records")
+        if stamps.min() < L.NO_TIMESTAMP:
+            raise LocalProtocolError(f"timestamps must be >= {L.NO_TIMESTAMP} (milliseconds "
+                                     f"since the epoch), got {int(stamps.min())}")
         first = int(stamps[0])
         deltas = stamps - first
         maximum = int(stamps.max())

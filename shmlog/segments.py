@@ -864,8 +864,10 @@ class PartitionLog:
         append_time = (now_ms() if self.config.message_timestamp_type == "LogAppendTime"
                        else _TIMESTAMP_NONE)
         base_offset = self.log_end_offset
-        if base_offset + count > np.iinfo(np.int64).max // 2:
-            raise OffsetOverflowError(f"{self.directory}: offsets would overflow at {base_offset}")
+        if base_offset > limits.OFFSET_MAX - count * limits.BATCH_RECORD_COUNT_MAX:
+            raise OffsetOverflowError(
+                f"{self.directory}: {count} more batches could take offsets past "
+                f"{limits.OFFSET_MAX} (the log end is {base_offset})")
         position = 0
         while True:
             segment = self.active
@@ -900,9 +902,19 @@ class PartitionLog:
 
     def _after_append(self, message_count: int) -> None:
         self._unflushed_messages += message_count
+        self.maybe_flush()
+
+    def maybe_flush(self, now: int | None = None) -> bool:
+        """Flush when ``flush.messages`` or ``flush.ms`` says so (the broker's
+        scheduler calls this too, so an idle log still meets ``flush.ms``)."""
+        if not self._unflushed_messages:
+            return False
+        now = now_ms() if now is None else now
         if self._unflushed_messages >= self.config.flush_messages or \
-                now_ms() - self._last_flush_ms >= self.config.flush_ms:
+                now - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
+            return True
+        return False
 
     def roll(self) -> Segment:
         """Seal the active segment and start a new one at the log end offset."""

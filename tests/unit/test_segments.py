@@ -414,3 +414,13 @@ def test_flush_messages_advances_the_recovery_point(open_log, tmp_path):
     abandon(partition_log)
     reopened = open_log(**{"flush.messages": 5})
     assert reopened.recovery_report.recovery_point == 6
+
+
+def test_flush_ms_is_met_by_the_scheduler_even_when_idle(open_log):
+    hour = 3_600_000
+    partition_log = open_log(**{"flush.ms": hour})
+    partition_log.append(values_batch(2, 0))
+    assert not partition_log.maybe_flush(now=partition_log._last_flush_ms + 10)
+    assert partition_log.maybe_flush(now=partition_log._last_flush_ms + hour)
+    assert partition_log.recovery_point == 2
+    assert not partition_log.maybe_flush(now=partition_log._last_flush_ms + 2 * hour), "nothing new"
