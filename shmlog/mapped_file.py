@@ -64,7 +64,7 @@ def prefault_in_background(job) -> None:
 
 class MappedFile:
     """A file mapped whole: read-write at a fixed capacity (the file is extended,
-    sparse, to it) or read-only at its current size. A missing file maps as empty
+    sparse, to it; a larger file keeps its size) or read-only at its current size. A missing file maps as empty
     when read-only (derived files such as indexes are then rebuilt)."""
 
     def __init__(self, path: str, capacity: int | None):
@@ -85,7 +85,9 @@ class MappedFile:
             self.size = os.fstat(self.fd).st_size
             if self.writable and self.size < capacity:
                 os.ftruncate(self.fd, capacity)
-            length = capacity if self.writable else self.size
+            # A file larger than the capacity asked for (its config shrank since)
+            # is mapped whole: nothing may ever read past the end of a mapping.
+            length = max(capacity, self.size) if self.writable else self.size
             access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
             self.map = mmap.mmap(self.fd, length, access=access) if length else None
         except OSError as error:

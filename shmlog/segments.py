@@ -389,14 +389,9 @@ class Segment:
         self._offset_index = MappedFile(self.offset_index_path, index_capacity)
         self._time_index = MappedFile(self.time_index_path, index_capacity)
         state = self.state
-        if self.active:
-            state[_CAPACITY] = self.config.segment_bytes
-            state[_OFFSET_CAPACITY] = self.config.segment_index_bytes // I.OFFSET_ENTRY_LENGTH
-            state[_TIME_CAPACITY] = self.config.segment_index_bytes // I.TIME_ENTRY_LENGTH
-        else:
-            state[_CAPACITY] = self._log.size
-            state[_OFFSET_CAPACITY] = self._offset_index.size // I.OFFSET_ENTRY_LENGTH
-            state[_TIME_CAPACITY] = self._time_index.size // I.TIME_ENTRY_LENGTH
+        state[_CAPACITY] = self._log.bytes.size
+        state[_OFFSET_CAPACITY] = self._offset_index.bytes.size // I.OFFSET_ENTRY_LENGTH
+        state[_TIME_CAPACITY] = self._time_index.bytes.size // I.TIME_ENTRY_LENGTH
 
     @property
     def log(self) -> np.ndarray:
@@ -490,7 +485,8 @@ class Segment:
                             (_MAX_TIMESTAMP, _TIMESTAMP_NONE), (_INDEXED_TIMESTAMP, _TIMESTAMP_NONE),
                             (_ROLL_TIMESTAMP, _TIMESTAMP_NONE)):
             state[slot] = value
-        end = self._log.size if end is None else end
+        # The kernel trusts ``end``: never let it past the mapping.
+        end = self._log.bytes.size if end is None else min(end, self._log.bytes.size)
         status, position = _recover(self._log.bytes, end, self._offset_index.bytes,
                                     self._time_index.bytes, state, self.config.index_interval_bytes)
         self.verified_end = int(position)

@@ -424,3 +424,14 @@ def test_flush_ms_is_met_by_the_scheduler_even_when_idle(open_log):
     assert partition_log.maybe_flush(now=partition_log._last_flush_ms + hour)
     assert partition_log.recovery_point == 2
     assert not partition_log.maybe_flush(now=partition_log._last_flush_ms + 2 * hour), "nothing new"
+
+
+def test_a_segment_larger_than_a_lowered_segment_bytes_still_opens_and_recovers(open_log):
+    partition_log = open_log(**{"segment.bytes": 1 << 20})
+    expected = fill(partition_log, 20)
+    abandon(partition_log)                       # the active file is 1 MiB, sparse
+    reopened = open_log(**{"segment.bytes": 8 << 10})
+    assert reopened.active.size > 8 << 10
+    assert triples(all_records(reopened)) == expected
+    reopened.append(values_batch(10, 99))        # and it rolls at the new size
+    assert [s.base_offset for s in reopened.segments] == [0, 200]
