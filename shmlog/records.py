@@ -114,7 +114,7 @@ def _check_records(buffer, start, end, record_count, last_offset_delta,
         previous_delta = offset_delta
         if check_timestamps:
             timestamp = first_timestamp + load_i64(buffer, position + L.TIMESTAMP_DELTA_OFFSET)
-            if timestamp > max_timestamp:
+            if timestamp > max_timestamp or timestamp < L.NO_TIMESTAMP:
                 return _BAD_TIMESTAMP, position
         key_length = np.int64(load_i32(buffer, position + L.KEY_LENGTH_OFFSET))
         value_length = np.int64(load_i32(buffer, position + L.VALUE_LENGTH_OFFSET))
@@ -294,18 +294,27 @@ class _Column:
             return cls(np.empty(0, np.uint8), np.zeros(count, np.int64),
                        np.full(count, L.NULL_LENGTH, np.int64))
         if isinstance(values, np.ndarray):
-            if values.ndim != 2 or values.dtype != np.uint8:
+            if values.dtype == object:
+                values = list(values)
+            elif values.ndim != 2 or values.dtype != np.uint8:
                 values = _as_fixed_width(values, what)
+        if isinstance(values, np.ndarray):
             if values.shape[0] != count:
                 raise LocalProtocolError(f"{what}: {values.shape[0]} rows for {count} records")
             width = values.shape[1]
             return cls(np.ascontiguousarray(values).reshape(-1),
                        np.arange(count, dtype=np.int64) * width,
                        np.full(count, width, np.int64))
+        if not isinstance(values, (list, tuple)):
+            raise LocalProtocolError(f"{what} must be a list or tuple (or an array of "
+                                     f"fixed-size rows), got {type(values).__name__}")
         if len(values) != count:
             raise LocalProtocolError(f"{what}: {len(values)} entries for {count} records")
         try:
-            lengths = np.fromiter((-1 if v is None else len(v) for v in values), np.int64, count)
+            # Byte counts: len() of a bytes-like object of wider items (an int32 array,
+            # a cast memoryview) counts items, while join() copies bytes.
+            lengths = np.fromiter((-1 if v is None else len(v) if type(v) is bytes
+                                   else memoryview(v).nbytes for v in values), np.int64, count)
             data = b"".join(v for v in values if v is not None)
         except TypeError:
             bad = next(v for v in values if v is not None and not _is_bytes_like(v))
@@ -380,6 +389,31 @@ def _join(columns: Sequence[_Column]) -> np.ndarray:
     return np.concatenate([column.data for column in columns]) if columns else np.empty(0, np.uint8)
 
 
+def _record_count(values) -> int:
+    if isinstance(values, np.ndarray) and values.ndim >= 1 and values.dtype != object:
+        count = values.shape[0]
+    elif isinstance(values, (list, tuple)):
+        count = len(values)
+    else:
+        raise LocalProtocolError(
+            f"values must be a list or tuple of bytes-like objects (or None), or an array "
+            f"of fixed-size rows; got {type(values).__name__}")
+    if count == 0:
+        raise LocalProtocolError("a batch needs at least one record")
+    return count
+
+
+def _check_producer_fields(producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    for name, value, bits in (("producer_id", producer_id, 64),
+                              ("producer_epoch", producer_epoch, 16),
+                              ("base_sequence", base_sequence, 32)):
+        low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+                not low <= value <= high:
+            raise LocalProtocolError(f"{name} must be an integer in [{low}, {high}], "
+                                     f"got {value!r}")
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -418,9 +452,8 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
     RecordTooLargeError
         The batch would exceed the format's limits.
     """
-    count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
-    if count == 0:
-        raise LocalProtocolError("a batch needs at least one record")
+    count = _record_count(values)
+    _check_producer_fields(producer_id, producer_epoch, base_sequence)
     if count > limits.BATCH_RECORD_COUNT_MAX:
         raise RecordTooLargeError(f"{count} records exceed {limits.BATCH_RECORD_COUNT_MAX}")
     codec = Compression.parse(compression)
@@ -554,7 +587,11 @@ def _inflate(buffer: np.ndarray, info: BatchInfo) -> np.ndarray:
         size = zstandard.frame_content_size(frame)
         if size < 0 or size > limits.DECOMPRESSED_RECORDS_SIZE_MAX:
             raise zstandard.ZstdError(f"frame declares {size} bytes")
-        records = zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
+        inflater = zstandard.ZstdDecompressor().decompressobj()
+        records = inflater.decompress(frame)
+        # Every CRC'd byte must belong to the one frame: nothing may ride after it.
+        if not inflater.eof or inflater.unused_data or len(records) != size:
+            raise zstandard.ZstdError("bytes follow the frame, or it is incomplete")
     except zstandard.ZstdError as error:
         raise CorruptRecordError(
             f"batch at position {info.position}: zstd frame does not inflate ({error})",
@@ -625,6 +662,8 @@ def _count_records(buffer, start, end):
     position = start
     while position < end:
         length = np.int64(load_u32(buffer, position + L.BATCH_LENGTH_OFFSET))
+        if length < L.HEADER_LENGTH:
+            break              # zero padding: the end of the data
         record = position + L.RECORDS_OFFSET
         while record < position + length:
             records += 1
@@ -645,6 +684,8 @@ def _index_records(buffer, start, end, offsets, timestamps, timestamp_types, key
     position = start
     while position < end:
         length = np.int64(load_u32(buffer, position + L.BATCH_LENGTH_OFFSET))
+        if length < L.HEADER_LENGTH:
+            break              # zero padding: the end of the data
         base_offset = load_i64(buffer, position + L.BASE_OFFSET_OFFSET)
         attributes = load_u16(buffer, position + L.ATTRIBUTES_OFFSET)
         first_timestamp = load_i64(buffer, position + L.FIRST_TIMESTAMP_OFFSET)
@@ -804,6 +845,8 @@ def decode_columns(buffer, *, start_offset: int | None = None,
         infos = validate_batches(data, check_records=True)
     if any(info.compression is Compression.ZSTD for info in infos):
         data = _inflated_copy(data, infos)
+    elif infos:
+        data = data[:infos[-1].position + infos[-1].batch_length]
     record_count, header_count = _count_records(data, 0, data.size)
     columns = RecordColumns(
         data, np.empty(record_count, np.int64), np.empty(record_count, np.int64),
@@ -828,8 +871,10 @@ def decode_columns(buffer, *, start_offset: int | None = None,
 def iter_batches_unchecked(data: np.ndarray) -> Iterator[BatchInfo]:
     """Headers of batches the caller has already validated."""
     position = 0
-    while position < data.size:
+    while data.size - position >= L.HEADER_LENGTH:
         info = batch_info(data, position)
+        if info.batch_length < L.HEADER_LENGTH:
+            return                     # zero padding: the end of the data
         yield info
         position += info.batch_length
 
