@@ -44,9 +44,11 @@ SEGMENT_SIZE_MIN = batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGT
 # the appender never takes a page fault per 4 KiB page nor a SIGBUS on a full disk;
 # 8 MiB takes ~1.5 ms to populate (~5 GB/s here), short enough for an inline stall.
 SEGMENT_PREALLOCATE_STEP_SIZE = 8 << 20
-# The prefaulter thread keeps this much reserved past the write position: ~10 ms of
-# appending at memory speed, so a writer finds its pages ready.
-SEGMENT_PREFAULT_AHEAD_SIZE = 64 << 20
+# The prefaulter thread keeps this much reserved past the write position of a
+# partition that is being appended to (never of an idle one): ~5 ms of appending at
+# memory speed, so a writer finds its pages ready; it is also the most page cache
+# and disk a partition holds beyond its data.
+SEGMENT_PREFAULT_AHEAD_SIZE = 32 << 20
 # An index must hold at least a few entries or every append would roll the segment.
 INDEX_SIZE_MIN = 4 * index_layout.TIME_ENTRY_LENGTH
 

@@ -781,13 +781,15 @@ class PartitionLog:
         segment.active = True
         segment.map()
         segment.truncate_tail(segment.size)
-        segment.verified_end = segment.flushed_end = segment.size
-        segment.prefault_ahead()
+        segment.flushed_end = segment.size
 
-    def _add_segment(self, base_offset: int) -> Segment:
+    def _add_segment(self, base_offset: int, *, prefault: bool = False) -> Segment:
+        """A new, empty active segment; ``prefault`` when appends are under way (a
+        roll), so an idle partition holds no populated pages."""
         segment = Segment(self.directory, base_offset, self.config, active=True)
         segment.map()
-        segment.prefault_ahead()
+        if prefault:
+            segment.prefault_ahead()
         self._segments.append(segment)
         self._bases.append(base_offset)
         return segment
@@ -867,12 +869,17 @@ class PartitionLog:
         position = 0
         while True:
             segment = self.active
+            # Bytes this process appended were validated on the way in; they extend the
+            # verified prefix only where it already reaches the end.
+            verified = segment.verified_end >= segment.size
             # A segment mapped before segment.bytes was lowered or raised keeps its size.
             segment_bytes = min(self.config.segment_bytes, int(segment.state[_CAPACITY]))
             status, position = _append(source, position, source.size, segment.log,
                                        segment._offset_index.bytes, segment._time_index.bytes,
                                        segment.state, segment_bytes, self.config.segment_ms,
                                        self.config.index_interval_bytes, append_time, leader_epoch)
+            if verified:
+                segment.verified_end = segment.size
             if status == _APPENDED:
                 break
             if status == _NEED_ROLL:
@@ -881,7 +888,6 @@ class PartitionLog:
                 needed = segment.size + int(source[position:position + 4].view("<u4")[0])
                 segment.reserve(needed)
                 assert segment.state[_RESERVED] >= needed, "reservation made no progress"
-        self.active.verified_end = self.active.size
         self.active.prefault_ahead()
         last_offset = self.log_end_offset - 1
         self._after_append(last_offset - base_offset + 1)
@@ -918,7 +924,7 @@ class PartitionLog:
             return self.active
         base = self.log_end_offset
         self.active.close_for_append()
-        return self._add_segment(base)
+        return self._add_segment(base, prefault=True)
 
     def flush(self) -> None:
         """msync every unflushed segment, then advance the recovery point."""
@@ -1059,7 +1065,6 @@ class PartitionLog:
         if position < segment.size:
             first_dropped = batch_info(segment.log, position).base_offset
             segment.truncate(position)
-            segment.verified_end = segment.size
             # A gap left by compaction before the dropped batch stays part of the log.
             segment.state[_NEXT_OFFSET] = max(segment.next_offset, min(offset, first_dropped))
         self.recovery_point = min(self.recovery_point, self.log_end_offset)

@@ -435,3 +435,29 @@ def test_a_segment_larger_than_a_lowered_segment_bytes_still_opens_and_recovers(
     assert triples(all_records(reopened)) == expected
     reopened.append(values_batch(10, 99))        # and it rolls at the new size
     assert [s.base_offset for s in reopened.segments] == [0, 200]
+
+
+def test_a_cleanly_closed_last_segment_is_still_verified_on_first_read(open_log):
+    partition_log = open_log(**SMALL)
+    fill(partition_log, 3)
+    path = partition_log.active.log_path
+    partition_log.close()
+    with open(path, "r+b") as target:
+        target.seek(B.HEADER_LENGTH + 3)
+        byte = target.read(1)[0]
+        target.seek(B.HEADER_LENGTH + 3)
+        target.write(bytes([byte ^ 0x08]))
+    reopened = open_log(**SMALL)
+    with pytest.raises(CorruptSegmentError, match="BAD_CRC"):
+        reopened.read(0)
+    reopened.append(values_batch(2, 9))          # appending does not vouch for old bytes
+    with pytest.raises(CorruptSegmentError):
+        reopened.read(0)
+
+
+def test_opening_a_partition_populates_nothing_until_it_is_appended_to(open_log, tmp_path):
+    partition_log = open_log()
+    path = partition_log.active.log_path
+    assert os.stat(path).st_blocks == 0, "an idle partition holds no disk blocks"
+    partition_log.append(values_batch(1, 0))
+    assert os.stat(path).st_blocks > 0
