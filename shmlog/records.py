@@ -815,11 +815,6 @@ def inflate_batch(data: np.ndarray, info: BatchInfo) -> np.ndarray:
     return np.concatenate([header, records])
 
 
-def _inflated_copy(data: np.ndarray, infos: list[BatchInfo]) -> np.ndarray:
-    """The batches again, with every zstd records region replaced by its records."""
-    return np.concatenate([inflate_batch(data, info) for info in infos])
-
-
 def decode_columns(buffer, *, start_offset: int | None = None,
                    verified: bool = False) -> RecordColumns:
     """Decode whole batches into :class:`RecordColumns`.
@@ -827,11 +822,14 @@ def decode_columns(buffer, *, start_offset: int | None = None,
     Parameters
     ----------
     buffer : bytes-like or numpy.ndarray
-        Whole batches, back to back (what :meth:`PartitionLog.read` returns).
+        Whole batches, back to back (what :meth:`PartitionLog.read` returns); zero
+        padding after the last batch ends the data.
     start_offset : int, optional
         Drop records before this offset (a read starts at a batch boundary).
     verified : bool
-        The caller already checked every batch (CRC and records); skip it.
+        The caller already checked every batch's CRC (:meth:`PartitionLog.read`
+        does). The structure of every record is checked here regardless: the
+        decoding kernels rely on it.
 
     Raises
     ------
@@ -839,14 +837,18 @@ def decode_columns(buffer, *, start_offset: int | None = None,
         A batch fails validation.
     """
     data = _as_bytes(buffer)
-    if verified:
-        infos = list(iter_batches_unchecked(data))
+    positions = np.empty(max(1, data.size // L.HEADER_LENGTH), np.int64)
+    status, count, end = _walk_batches(data, 0, data.size, not verified, True, positions)
+    if status != _OK and status != _END_OF_DATA:
+        raise CorruptRecordError(f"invalid record batch at position {end}: "
+                                 f"{BatchStatus(status).name}", status=status, position=end)
+    positions = positions[:count]
+    codecs = data[positions + L.ATTRIBUTES_OFFSET] & L.CODEC_MASK
+    if np.any(codecs != L.CODEC_NONE):
+        data = np.concatenate([inflate_batch(data, batch_info(data, int(position)))
+                               for position in positions])
     else:
-        infos = validate_batches(data, check_records=True)
-    if any(info.compression is Compression.ZSTD for info in infos):
-        data = _inflated_copy(data, infos)
-    elif infos:
-        data = data[:infos[-1].position + infos[-1].batch_length]
+        data = data[:end]
     record_count, header_count = _count_records(data, 0, data.size)
     columns = RecordColumns(
         data, np.empty(record_count, np.int64), np.empty(record_count, np.int64),
@@ -866,17 +868,6 @@ def decode_columns(buffer, *, start_offset: int | None = None,
     if start_offset is not None:
         columns = columns.from_offset(start_offset)
     return columns
-
-
-def iter_batches_unchecked(data: np.ndarray) -> Iterator[BatchInfo]:
-    """Headers of batches the caller has already validated."""
-    position = 0
-    while data.size - position >= L.HEADER_LENGTH:
-        info = batch_info(data, position)
-        if info.batch_length < L.HEADER_LENGTH:
-            return                     # zero padding: the end of the data
-        yield info
-        position += info.batch_length
 
 
 def decode_records(buffer, *, start_offset: int | None = None) -> list[Record]:

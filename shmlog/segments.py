@@ -248,16 +248,16 @@ def _find_batch(log, position, end, target_offset):
 @kernel
 def _collect(log, position, end, max_bytes, max_offset, verified_end):
     """Whole batches from ``position``: stop before ``max_bytes`` (but take at least
-    one batch) or at a batch reaching ``max_offset``. Batches past ``verified_end``
-    are checked (CRC and structure) on the way.
+    one batch) or at a batch reaching ``max_offset``. The CRC of batches past
+    ``verified_end`` is checked on the way (the bytes are then those append
+    validated; decoding checks record structure as it walks the records).
 
     Returns (status, end position, next offset, bad position).
     """
     start = position
     next_offset = -1
     while position < end:
-        status, length = _check_batch(log, position, end, position >= verified_end,
-                                      position >= verified_end)
+        status, length = _check_batch(log, position, end, position >= verified_end, False)
         if status != 0:
             return status, position, next_offset, position
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
