@@ -19,19 +19,21 @@ Method
    the kernel's (and a hypervisor's) share of every append, kept until the appends
    are done so they draw fresh pages from the same pool.
 4. append: a few pre-encoded batches are appended round-robin to a fresh
-   ``PartitionLog`` until ``--records`` records are in, once with one batch per call
-   and once with 16 batches concatenated per call (the API takes several). Only the
-   append calls are timed; ``close()`` (msync to disk) is reported on its own line.
-   The log is rolled before closing so every segment with data is sealed; a fresh
-   process then has to CRC-check all of it (the reopened active segment is trusted).
+   ``PartitionLog`` until ``--records`` records are in, once with one batch per call,
+   once with 16 batches concatenated per call (the API takes several), and once more
+   with 16 per call into one segment whose pages were reserved and populated before
+   the clock started ("pages ready": the append path's own rate). Only the append
+   calls are timed; ``close()`` (msync to disk) is reported on its own line. The log
+   is rolled before closing so every segment with data is sealed.
 5. read: in a spawned child process (new mappings, nothing verified yet), the log
    written by the one-batch append is opened and read from offset 0 to the end
    following ``next_offset``, with ``max_bytes`` 1 MiB and 4 MiB, (a) read only:
-   batches verified (CRC32C + record structure) and returned as views, and (b) read +
+   each batch's CRC32C checked once and the batches returned as views, and (b) read +
    ``decode_columns(verified=True)`` over each read, the columnar consumer path that
-   walks every record. A second pass in the same process reads the now-verified,
-   mapped data again. Page-cache state: the data was just written, so it is in the
-   page cache; "first pass" means cold mappings and unverified batches, not a cold disk.
+   checks and indexes every record. A second pass in the same process reads the
+   now-verified, mapped data again. Page-cache state: the data was just written, so
+   it is in the page cache; "first pass" means cold mappings and unverified batches,
+   not a cold disk.
 6. A warm-up (small append and read in a throwaway directory, in the parent and in
    every child) pays numba's compile or cache-load before anything is timed.
 
@@ -42,38 +44,40 @@ else kept busy meanwhile; a warning is printed when the machine was not quiet.
 
 Expected figures
 ----------------
-Two quiet runs of the defaults (10 M records of 100 B, 1000 per batch: 1.28 GB of
+A quiet run of the defaults (10 M records of 100 B, 1000 per batch: 1.28 GB of
 batches) on a 2-vCPU Firecracker VM (AMD EPYC family 26, Linux 6.18, ext4 on virtio),
-shmlog 46f8af2, November 2026:
+November 2026:
 
 ==========================================  =========  =========  =========  ======
 figure                                      records/s  GB/s       of memcpy  target
 ==========================================  =========  =========  =========  ======
 memcpy (np.copyto, 256 MiB, best of 7)      -          15-17      100 %
-new file pages (fallocate + POPULATE_WRITE) -          0.6        4 %
-encode_batch                                14 M       1.8        11 %
-append, 1 batch per call                    2.7 M      0.34       2 %        MISS
-append, 16 batches per call                 2.5 M      0.3        2 %        MISS
-read 1 MiB, first pass (CRC + record walk)  47 M       6.0        36-41 %    MISS
-read 4 MiB, first pass                      60 M       7.7        46-52 %    ~
-read, second pass (header walk only)        0.8-3 G    100-430    >> 100 %   PASS
-read + decode_columns 1 MiB, first pass     26 M       3.4        20-23 %    MISS
-read + decode_columns 1 MiB, second pass    50 M       6.3        38-43 %    MISS
-read + decode_columns 4 MiB, second pass    20-30 M    2.6-4.0    18-24 %    MISS
+new file pages (fallocate + POPULATE_WRITE) -          0.45-0.65  3-4 %
+encode_batch                                13.5 M     1.7        10 %
+append, 1 batch per call                    2.8 M      0.36       2 %        MISS
+append, 16 batches per call                 3.0 M      0.39       2 %        MISS
+append, 16 per call, pages ready            73 M       9.3        55 %       PASS
+read 1 MiB, first pass (CRC)                67 M       8.5        50 %       PASS
+read 4 MiB, first pass                      70 M       8.9        52 %       PASS
+read, second pass (header walk only)        0.9-3 G    120-440    >> 100 %   PASS
+read + decode_columns 1 MiB, first pass     35-40 M    4.4-5.1    26-30 %    MISS
+read + decode_columns 1 MiB, second pass    52 M       6.7        40 %       MISS
+read + decode_columns 4 MiB, either pass    23-29 M    3.0-3.7    18-22 %    MISS
 ==========================================  =========  =========  =========  ======
 
 What bounds them (the notes under the table give the per-call medians):
 
 * append: fresh page-cache pages. On this VM most guest memory is not backed by the
   host until first touched (and freed memory is handed back), so populating new
-  file pages runs at ~0.4-0.6 GB/s, and append can go no faster; nearly all of its
-  time is kernel time. The median append call, whose pages are ready, runs at
-  7-9 GB/s (45-60 % of memcpy); with host-backed pages append reaches ~5 GB/s.
-* first read: CRC32C from memory (~10-11 GB/s on 128 KB batches) plus the record
-  walk (~3-4 ns per record) on the batches not yet verified.
-* decode: per read, a Python walk over the batch headers (~5 us per batch), a
-  counting pass and the column pass (~4 ns per record each); with 4 MiB reads, the
-  freshly allocated columns are page-faulted in again on every call.
+  file pages runs at ~0.45-0.65 GB/s, and no append into new pages can go faster;
+  nearly all of its time is kernel time. With the pages ready, the append path
+  itself (CRC and record check of the input, one memcpy, index entries) runs at
+  ~9 GB/s, 55 % of memcpy.
+* first read: CRC32C from memory (~10-11 GB/s on 128 KB batches).
+* decode: the record-structure check, a counting pass and the column pass
+  (~3-4 ns per record each) plus allocating the columns: with 4 MiB reads the fresh
+  column arrays (~1.7 MB) are page-faulted in again on every call. Reusing output
+  arrays (the consumer's ``poll_batch``) removes that.
 """
 
 from __future__ import annotations
