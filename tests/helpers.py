@@ -34,3 +34,12 @@ def abandon(partition_log) -> None:
         segment.close()
     partition_log._segments.clear()
     partition_log._bases.clear()
+
+
+def flip_bits(path, position: int, mask: int) -> None:
+    """XOR the byte at ``position`` of the file at ``path`` with ``mask``."""
+    with open(path, "r+b") as target:
+        target.seek(position)
+        byte = target.read(1)[0]
+        target.seek(position)
+        target.write(bytes([byte ^ mask]))

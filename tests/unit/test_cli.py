@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from helpers import values_batch
+from helpers import flip_bits, values_batch
 from shmlog import batch_layout as B
 
 
@@ -61,11 +61,7 @@ def test_dump_of_an_index_prints_its_entries(segment):
 
 
 def test_verify_exits_1_on_a_flipped_byte(segment):
-    with open(segment, "r+b") as target:
-        target.seek(B.HEADER_LENGTH + 10)
-        byte = target.read(1)[0]
-        target.seek(B.HEADER_LENGTH + 10)
-        target.write(bytes([byte ^ 0x40]))
+    flip_bits(segment, B.HEADER_LENGTH + 10, 0x40)
     done = shmlog("dump", "--verify", segment)
     assert done.returncode == 1
     assert "PROBLEM: byte 0: BAD_CRC" in done.stdout

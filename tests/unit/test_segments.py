@@ -16,7 +16,7 @@ import random
 import numpy as np
 import pytest
 
-from helpers import abandon, all_records, values_batch
+from helpers import abandon, all_records, flip_bits, values_batch
 from shmlog import batch_layout as B
 from shmlog.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
                            RecordTooLargeError)
@@ -244,11 +244,7 @@ def test_a_bit_flip_above_the_recovery_point_cuts_the_log_there(open_log, tmp_pa
     position = infos[2].position + 70
     abandon(partition_log)
     assert not os.path.exists(tmp_path / "partition" / "checkpoint.json"), "never flushed"
-    with open(victim.log_path, "r+b") as target:
-        target.seek(position)
-        byte = target.read(1)[0]
-        target.seek(position)
-        target.write(bytes([byte ^ 0x10]))
+    flip_bits(victim.log_path, position, 0x10)
     reopened = open_log(**SMALL)
     report = reopened.recovery_report
     assert report.truncated_reason == "BAD_CRC"
@@ -265,11 +261,7 @@ def test_a_bit_flip_in_a_flushed_segment_is_an_error_on_read(open_log, tmp_path)
     infos = list(iter_batches(victim.log[:victim.size]))
     partition_log.close()                       # flushed: below the recovery point
     flip_at = infos[3].position + B.HEADER_LENGTH + 5
-    with open(victim.log_path, "r+b") as target:
-        target.seek(flip_at)
-        byte = target.read(1)[0]
-        target.seek(flip_at)
-        target.write(bytes([byte ^ 0x01]))
+    flip_bits(victim.log_path, flip_at, 0x01)
     reopened = open_log(**SMALL)
     assert reopened.recovery_report.clean, "flushed data is not rescanned on open"
     assert triples(all_records(reopened, infos[4].base_offset))   # later data still serves
@@ -442,11 +434,7 @@ def test_a_cleanly_closed_last_segment_is_still_verified_on_first_read(open_log)
     fill(partition_log, 3)
     path = partition_log.active.log_path
     partition_log.close()
-    with open(path, "r+b") as target:
-        target.seek(B.HEADER_LENGTH + 3)
-        byte = target.read(1)[0]
-        target.seek(B.HEADER_LENGTH + 3)
-        target.write(bytes([byte ^ 0x08]))
+    flip_bits(path, B.HEADER_LENGTH + 3, 0x08)
     reopened = open_log(**SMALL)
     with pytest.raises(CorruptSegmentError, match="BAD_CRC"):
         reopened.read(0)
