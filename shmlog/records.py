@@ -599,6 +599,30 @@ def _inflate(buffer: np.ndarray, info: BatchInfo) -> np.ndarray:
     return np.frombuffer(records, np.uint8)
 
 
+def recompress_batch(data: np.ndarray, info: BatchInfo, codec: "Compression") -> np.ndarray:
+    """The batch at ``info.position`` stored with ``codec`` instead (what a topic's
+    ``compression.type`` asks of the broker): same records, same header fields, new
+    length, codec bits and CRC. The batch must have been validated."""
+    start, end = info.position, info.position + info.batch_length
+    if info.compression is codec:
+        return data[start:end]
+    if info.compression is Compression.ZSTD:
+        records = _inflate(data, info)
+    else:
+        records = data[start + L.RECORDS_OFFSET:end]
+    if codec is Compression.ZSTD:
+        records = np.frombuffer(zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(records),
+                                np.uint8)
+    out = np.empty(L.HEADER_LENGTH + records.size, np.uint8)
+    out[:L.HEADER_LENGTH] = data[start:start + L.HEADER_LENGTH]
+    out[L.RECORDS_OFFSET:] = records
+    header = out[:L.HEADER_LENGTH].view(L.BATCH_HEADER_DTYPE)
+    header["batch_length"] = out.size
+    header["attributes"] = (info.attributes & ~L.CODEC_MASK) | codec.value
+    header["crc"] = crc32c_kernel(out, L.CRC_COVERED_OFFSET, out.size)
+    return out
+
+
 def validate_batches(buffer, *, check_records: bool = True) -> list[BatchInfo]:
     """Validate whole batches laid back to back; return their headers.
 

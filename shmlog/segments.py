@@ -62,7 +62,7 @@ from .jit import copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, sto
 from .crc32c import crc32c_kernel
 from .mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
 from .records import (BatchStatus, Compression, _check_batch, _check_inflated, batch_info,
-                      decode_columns, inflate_batch, now_ms)
+                      decode_columns, inflate_batch, iter_batches, now_ms, recompress_batch)
 
 log = logging.getLogger(__name__)
 
@@ -859,6 +859,7 @@ class PartitionLog:
                 f"nothing was appended: send smaller batches or raise max.message.bytes")
         if compressed:
             self._check_compressed(source)
+        source = self._apply_compression_type(source)
         append_time = (now_ms() if self.config.message_timestamp_type == "LogAppendTime"
                        else _TIMESTAMP_NONE)
         base_offset = self.log_end_offset
@@ -893,6 +894,19 @@ class PartitionLog:
         self._after_append(last_offset - base_offset + 1)
         return AppendResult(base_offset, last_offset,
                             append_time if append_time != _TIMESTAMP_NONE else -1, count)
+
+    def _apply_compression_type(self, source: np.ndarray) -> np.ndarray:
+        """Recompress batches whose codec differs from ``compression.type`` (unless it
+        is "producer", which keeps what the producer sent)."""
+        wanted = self.config.compression_type
+        if wanted == "producer":
+            return source
+        codec = Compression.parse(wanted)
+        infos = list(iter_batches(source))
+        if all(info.compression is codec for info in infos):
+            return source
+        converted = [recompress_batch(source, info, codec) for info in infos]
+        return np.concatenate(converted)
 
     def _check_compressed(self, source: np.ndarray) -> None:
         position = 0

@@ -449,3 +449,20 @@ def test_opening_a_partition_populates_nothing_until_it_is_appended_to(open_log,
     assert os.stat(path).st_blocks == 0, "an idle partition holds no disk blocks"
     partition_log.append(values_batch(1, 0))
     assert os.stat(path).st_blocks > 0
+
+
+@pytest.mark.parametrize("topic_codec, producer_codec, stored", [
+    ("producer", None, "NONE"), ("producer", "zstd", "ZSTD"),
+    ("zstd", None, "ZSTD"), ("zstd", "zstd", "ZSTD"),
+    ("uncompressed", "zstd", "NONE"), ("uncompressed", None, "NONE"),
+])
+def test_compression_type_decides_the_stored_codec(open_log, topic_codec, producer_codec,
+                                                   stored):
+    partition_log = open_log(**{"compression.type": topic_codec})
+    batches = [values_batch(20, seed, compression=producer_codec) for seed in range(3)]
+    expected = [r.value for batch in batches for r in decode_records(batch)]
+    partition_log.append(np.concatenate(batches[:2]))
+    partition_log.append(batches[2])
+    data = partition_log.read(0, max_bytes=1 << 20).data
+    assert {info.compression.name for info in iter_batches(data)} == {stored}
+    assert [r.value for r in all_records(partition_log)] == expected
