@@ -10,11 +10,13 @@
     │   ├── RecordTooLargeError
     │   └── OffsetOutOfRangeError
     ├── PeerProtocolError             bytes from another party are invalid
-    │   └── CorruptRecordError        a batch failed validation before append
+    │   ├── CorruptRecordError        a batch failed validation before append
+    │   └── CorruptRingError          a ring holds bytes no producer could have written
     ├── TopicExistsError
     ├── UnknownTopicOrPartitionError
     ├── CorruptSegmentError           data on disk failed its CRC or structure check
     ├── OffsetOverflowError
+    ├── RingFullError                 a ring stayed full for the whole wait
     └── StorageError                  the log directory failed (disk full, I/O error)
 
 Messages name the path, offset, and expected and actual values, and say what to do.
@@ -68,6 +70,21 @@ class CorruptRecordError(PeerProtocolError):
         super().__init__(message)
         self.status = status
         self.position = position
+
+
+class CorruptRingError(PeerProtocolError):
+    """A shared-memory ring holds an entry no well-behaved producer writes; the
+    entries before it stand, nothing after it is read."""
+
+    def __init__(self, message: str, *, name: str = "", position: int = -1):
+        super().__init__(message)
+        self.name = name
+        self.position = position
+
+
+class RingFullError(ShmlogError):
+    """The ring stayed full for the whole wait (Kafka's ``max.block.ms``): the
+    consumer is not keeping up, or is gone."""
 
 
 class TopicExistsError(ShmlogError):

@@ -1,0 +1,300 @@
+"""Single-producer, single-consumer rings in POSIX shared memory.
+
+Rules
+-----
+* One producer process writes a ring; one consumer (the broker's appender) reads
+  it. Neither ever takes a lock.
+* Cross-process ordering uses the acquire/release atomics of ``atomics.py`` only;
+  no spin loop reads a counter with a plain load.
+* The consumer trusts nothing the producer wrote: its own head is kept privately
+  (the shared head word is only published), and every entry is bounds-checked
+  before it is handed out (see ``ring_layout``).
+
+Theory of operation
+-------------------
+The producer owns ``tail`` and the bytes between ``tail`` and ``head + capacity``;
+the consumer owns ``head`` and the bytes between ``head`` and ``tail``. A put
+writes the entry into free space and then publishes it by a release store of the
+new tail; the consumer's acquire load of the tail makes the entry's bytes visible
+before it reads them. When the consumer is done with entries, a release store of
+the head hands their space back; the producer's acquire load of the head orders
+its reuse after the consumer's last read. Each side only ever moves its own counter
+forward, so one load of the other's counter is always a safe (if stale) bound.
+
+The compiled kernels :func:`put_entry` and :func:`next_entry` are what the producer
+and the appender call in their own compiled loops; :class:`Ring` wraps them for
+Python callers, with a blocking put that backs off (spin, yield, sleep) up to a
+timeout, like Kafka's ``max.block.ms``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+
+import numpy as np
+import posix_ipc
+
+from . import ring_layout as R
+from .atomics import load_acquire, load_relaxed, store_release
+from .errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, \
+    RingFullError, ShmlogError
+from .jit import copy_bytes, kernel, load_u32, store_u32
+
+__all__ = ["Ring", "put_entry", "next_entry", "PUT_OK", "PUT_FULL",
+           "ENTRY_OK", "ENTRY_NONE", "ENTRY_CORRUPT"]
+
+PUT_OK = 0
+PUT_FULL = 1
+ENTRY_OK = 0
+ENTRY_NONE = 1
+ENTRY_CORRUPT = 2
+
+# Back-off of a blocked put: spin this many checks, then yield the CPU this many
+# times, then sleep, doubling from the first sleep to the longest (a full ring means
+# the appender is behind by at least a ring's worth of bytes, so sleeping briefly
+# costs nothing, while spinning would steal the core it needs).
+PUT_SPIN_COUNT = 100
+PUT_YIELD_COUNT = 100
+PUT_SLEEP_FIRST_S = 20e-6
+PUT_SLEEP_LONGEST_S = 1e-3
+
+
+@kernel
+def _aligned(size):
+    return (size + R.ENTRY_ALIGNMENT - 1) & ~np.int64(R.ENTRY_ALIGNMENT - 1)
+
+
+@kernel
+def put_entry(words, data, capacity, tag, payload, start, length):
+    """Write one entry (``payload[start:start + length]``, tagged) and publish it.
+
+    Returns PUT_OK, or PUT_FULL when it does not fit now. The caller guarantees
+    ``aligned_entry_size(length) <= capacity`` and the payload bounds.
+    """
+    tail = load_relaxed(words, R.TAIL_WORD)          # only this producer stores it
+    head = load_acquire(words, R.HEAD_WORD)          # orders reuse after the consumer's reads
+    needed = _aligned(R.ENTRY_HEADER_LENGTH + length)
+    position = tail & (capacity - 1)
+    padding = 0
+    if position + needed > capacity:
+        padding = capacity - position                 # entries never wrap
+    if tail + padding + needed - head > capacity:
+        return PUT_FULL
+    if padding:
+        store_u32(data, position, R.PADDING_MARKER)
+        position = 0
+    store_u32(data, position + R.ENTRY_LENGTH_OFFSET, R.ENTRY_HEADER_LENGTH + length)
+    store_u32(data, position + R.ENTRY_TAG_OFFSET, tag)
+    copy_bytes(data, position + R.ENTRY_HEADER_LENGTH, payload, start, length)
+    # Publish: every byte written above is visible to whoever acquires this tail.
+    store_release(words, R.TAIL_WORD, tail + padding + needed)
+    return PUT_OK
+
+
+@kernel
+def next_entry(words, data, capacity, head):
+    """The entry at the consumer's ``head``.
+
+    Returns (status, position, length, tag, head after it): ENTRY_NONE when the
+    ring is empty, ENTRY_CORRUPT (position = where) when the bytes cannot be an
+    entry. Padding markers are skipped. Nothing here writes shared memory: the
+    consumer publishes its head when it is done with the entries.
+    """
+    # Acquire: the bytes of every entry below this tail are complete.
+    tail = load_acquire(words, R.TAIL_WORD)
+    while True:
+        if tail == head:
+            return ENTRY_NONE, 0, 0, 0, head
+        if tail - head > capacity or tail - head < 0:
+            return ENTRY_CORRUPT, head & (capacity - 1), 0, 0, head
+        position = head & (capacity - 1)
+        length = np.int64(load_u32(data, position + R.ENTRY_LENGTH_OFFSET))
+        if length == R.PADDING_MARKER:
+            head += capacity - position
+            continue
+        if length < R.ENTRY_HEADER_LENGTH or position + length > capacity \
+                or head + _aligned(length) > tail:
+            return ENTRY_CORRUPT, position, length, 0, head
+        tag = load_u32(data, position + R.ENTRY_TAG_OFFSET)
+        return ENTRY_OK, position, length, tag, head + _aligned(length)
+
+
+def _shared_memory_name(name: str) -> str:
+    if not name or "/" in name or len(name) > 200:
+        raise LocalProtocolError(f"ring name must be 1-200 characters without '/', got {name!r}")
+    return "/" + name
+
+
+class Ring:
+    """A ring mapped into this process; ``create`` it as the producer or ``attach``
+    to it as the consumer (or as a producer reopening its own ring)."""
+
+    def __init__(self, name: str, memory: mmap.mmap, *, owner: bool):
+        self.name = name
+        self._memory = memory
+        self.owner = owner
+        self.words = np.frombuffer(memory, np.int64, count=R.CONTROL_SIZE // R.WORD_SIZE)
+        self.capacity = len(memory) - R.DATA_OFFSET
+        self.data = np.frombuffer(memory, np.uint8, offset=R.DATA_OFFSET, count=self.capacity)
+        self._head = int(self.words[R.HEAD_WORD])        # the consumer's private copy
+
+    @classmethod
+    def create(cls, name: str, capacity: int) -> "Ring":
+        """Create a new ring in /dev/shm (fails if one of that name exists)."""
+        R.check_capacity(capacity)
+        path = _shared_memory_name(name)
+        try:
+            memory = posix_ipc.SharedMemory(path, posix_ipc.O_CREX, mode=0o600,
+                                            size=R.DATA_OFFSET + capacity)
+        except posix_ipc.ExistentialError:
+            raise LocalProtocolError(f"a ring named {name!r} already exists") from None
+        try:
+            mapped = mmap.mmap(memory.fd, memory.size)
+        finally:
+            memory.close_fd()
+        header = np.frombuffer(mapped, np.uint8, count=R.HEADER_END)
+        header[R.MAGIC_OFFSET:R.MAGIC_OFFSET + R.MAGIC_SIZE] = np.frombuffer(
+            np.uint32(R.MAGIC).tobytes(), np.uint8)
+        header[R.VERSION_OFFSET:R.VERSION_OFFSET + R.VERSION_SIZE] = np.frombuffer(
+            np.uint16(R.VERSION).tobytes(), np.uint8)
+        ring = cls(name, mapped, owner=True)
+        ring.words[R.CAPACITY_WORD] = capacity
+        ring.words[R.PRODUCER_PID_WORD] = os.getpid()
+        return ring
+
+    @classmethod
+    def attach(cls, name: str) -> "Ring":
+        """Map an existing ring, checking its header first.
+
+        Raises
+        ------
+        CorruptRingError
+            The object is not a ring of this version, or its size disagrees with it.
+        ShmlogError
+            No ring of that name exists.
+        """
+        path = _shared_memory_name(name)
+        try:
+            memory = posix_ipc.SharedMemory(path)
+        except posix_ipc.ExistentialError:
+            raise ShmlogError(f"no ring named {name!r} in /dev/shm") from None
+        try:
+            size = memory.size
+            if size < R.DATA_OFFSET + R.CAPACITY_MIN:
+                raise CorruptRingError(f"ring {name!r} is {size} bytes: too small", name=name)
+            mapped = mmap.mmap(memory.fd, size)
+        finally:
+            memory.close_fd()
+        header = np.frombuffer(mapped, np.uint8, count=R.HEADER_END)
+        magic = int(header[:R.MAGIC_SIZE].view(np.uint32)[0])
+        version = int(header[R.VERSION_OFFSET:R.VERSION_OFFSET + R.VERSION_SIZE].view(np.uint16)[0])
+        capacity = int(header[R.CAPACITY_OFFSET:R.CAPACITY_OFFSET + R.CAPACITY_SIZE].view(np.int64)[0])
+        if magic != R.MAGIC or version != R.VERSION:
+            raise CorruptRingError(f"{name!r} is not a version-{R.VERSION} ring (magic "
+                                   f"{magic:#x}, version {version})", name=name)
+        if capacity != size - R.DATA_OFFSET:
+            raise CorruptRingError(f"ring {name!r} says capacity {capacity} but holds "
+                                   f"{size - R.DATA_OFFSET} data bytes", name=name)
+        return cls(name, mapped, owner=False)
+
+    # -- producer ------------------------------------------------------------------
+    def _payload(self, payload) -> np.ndarray:
+        buffer = payload if isinstance(payload, np.ndarray) else np.frombuffer(payload, np.uint8)
+        if buffer.dtype != np.uint8 or buffer.ndim != 1 or not buffer.flags.c_contiguous:
+            raise LocalProtocolError("a ring payload must be a contiguous 1-D uint8 buffer")
+        if R.aligned_entry_size(buffer.size) > self.capacity:
+            raise RecordTooLargeError(f"an entry of {buffer.size} bytes cannot fit ring "
+                                      f"{self.name!r} of {self.capacity} bytes")
+        return buffer
+
+    def try_put(self, tag: int, payload) -> bool:
+        """Put one entry if it fits now; False when the ring is full."""
+        buffer = self._payload(payload)
+        return put_entry(self.words, self.data, self.capacity, tag, buffer, 0,
+                         buffer.size) == PUT_OK
+
+    def put(self, tag: int, payload, timeout_ms: int) -> None:
+        """Put one entry, waiting up to ``timeout_ms`` for space.
+
+        Raises
+        ------
+        RingFullError
+            The ring stayed full for the whole wait.
+        """
+        buffer = self._payload(payload)
+        deadline = time.monotonic() + timeout_ms / 1000
+        attempt = 0
+        sleep = PUT_SLEEP_FIRST_S
+        while put_entry(self.words, self.data, self.capacity, tag, buffer, 0,
+                        buffer.size) != PUT_OK:
+            attempt += 1
+            if attempt <= PUT_SPIN_COUNT:
+                continue
+            if time.monotonic() >= deadline:
+                raise RingFullError(f"ring {self.name!r} stayed full for {timeout_ms} ms: the "
+                                    f"broker's appender is behind or gone")
+            if attempt <= PUT_SPIN_COUNT + PUT_YIELD_COUNT:
+                os.sched_yield()
+            else:
+                time.sleep(sleep)
+                sleep = min(sleep * 2, PUT_SLEEP_LONGEST_S)
+
+    # -- consumer ------------------------------------------------------------------
+    def next(self):
+        """The next entry as ``(tag, payload view)``, or None when the ring is empty.
+        The view stays valid until :meth:`release` hands its space back.
+
+        Raises
+        ------
+        CorruptRingError
+            The ring holds bytes that cannot be an entry.
+        """
+        status, position, length, tag, head = next_entry(self.words, self.data,
+                                                         self.capacity, self._head)
+        if status == ENTRY_NONE:
+            return None
+        if status == ENTRY_CORRUPT:
+            raise CorruptRingError(f"ring {self.name!r}: no valid entry at byte {position} "
+                                   f"(length field {length}); the producer wrote garbage",
+                                   name=self.name, position=int(position))
+        self._head = int(head)
+        start = int(position) + R.ENTRY_HEADER_LENGTH
+        return int(tag), self.data[start:int(position) + int(length)]
+
+    def release(self) -> None:
+        """Hand the space of every entry taken so far back to the producer."""
+        store_release_word(self.words, R.HEAD_WORD, self._head)
+
+    @property
+    def used(self) -> int:
+        """Bytes published and not yet released (a snapshot)."""
+        return int(self.words[R.TAIL_WORD]) - int(self.words[R.HEAD_WORD])
+
+    # -- lifetime ------------------------------------------------------------------
+    def close(self) -> None:
+        """Unmap the ring (views handed out keep the mapping alive until dropped)."""
+        self.words = self.data = None
+        try:
+            self._memory.close()
+        except BufferError:
+            pass
+
+    def unlink(self) -> None:
+        """Remove the ring's name from /dev/shm (mappings stay valid)."""
+        try:
+            posix_ipc.unlink_shared_memory(_shared_memory_name(self.name))
+        except posix_ipc.ExistentialError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+@kernel
+def store_release_word(words, index, value):
+    store_release(words, index, value)

@@ -1,0 +1,119 @@
+"""Shared-memory ring layout, version 1: one producer, one consumer (the appender).
+
+The ring is one POSIX shared-memory object: a 4 KiB control page, then the data
+region of ``capacity`` bytes (a power of two). Counters are monotonically
+increasing 64-bit byte counts; a position in the data region is ``count % capacity``.
+Each hot counter has a cache line of its own, so the producer's stores never
+invalidate the line the consumer polls, and the other way round::
+
+     0                   1                   2                   3
+     0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+    +---------------------------------------------------------------+
+  0 |                         magic (u32)                           |
+    +-------------------------------+-------------------------------+
+  4 |         version (u16)         |        reserved (u16)         |
+    +-------------------------------+-------------------------------+
+  8 |                        capacity (u64)                         |
+    +---------------------------------------------------------------+
+ 16 |                      producer_pid (i64)                       |
+    +---------------------------------------------------------------+
+ 24 |                   (padding to the cache line)                 |
+    +===============================================================+
+ 64 |                          tail (u64)                           |  producer's line
+    +---------------------------------------------------------------+
+ 72 |                   (padding to the cache line)                 |
+    +===============================================================+
+128 |                          head (u64)                           |  consumer's line
+    +---------------------------------------------------------------+
+136 |                   (padding to the cache line)                 |
+    +===============================================================+
+192 |                   (rest of the control page)                  |
+    +===============================================================+
+4096| data: entries back to back, each 8-byte aligned               |
+    +---------------------------------------------------------------+
+
+Entry::
+
+  0 | entry_length (u32) | 4 | tag (u32) | 8 | payload (entry_length - 8 bytes) |
+
+* ``entry_length`` counts the 8-byte entry header and the payload, not the padding
+  to the next multiple of 8. The payload is whatever the producer sends (a record
+  batch in the log's format; ``tag`` says where it goes).
+* An entry never wraps. When it does not fit before the end of the data region,
+  the producer writes ``PADDING_MARKER`` as the length at the current position and
+  the entry starts at position 0; the consumer skips to the end on a marker.
+* Publication: the producer writes the entry (and any marker), then stores the new
+  ``tail`` with release ordering; "a tail that covers an entry commits it". The
+  consumer loads ``tail`` with acquire ordering, so every byte below it is complete.
+  It frees space by storing ``head`` with release ordering after it has finished
+  with the entries below it; the producer loads ``head`` with acquire ordering
+  before reusing the space.
+* The consumer trusts nothing in the data region: a length that is too short, runs
+  past the tail or past the end of the region marks the ring corrupt; the entries
+  before it stand, nothing after it is read.
+"""
+
+from __future__ import annotations
+
+from .errors import LocalProtocolError
+
+MAGIC = 0x474E5253                    # "SRNG" read as little-endian bytes
+VERSION = 1
+CACHE_LINE_SIZE = 64
+WORD_SIZE = 8
+
+MAGIC_OFFSET = 0
+MAGIC_SIZE = 4
+VERSION_OFFSET = MAGIC_OFFSET + MAGIC_SIZE
+VERSION_SIZE = 2
+RESERVED_OFFSET = VERSION_OFFSET + VERSION_SIZE
+RESERVED_SIZE = 2
+CAPACITY_OFFSET = RESERVED_OFFSET + RESERVED_SIZE
+CAPACITY_SIZE = 8
+PRODUCER_PID_OFFSET = CAPACITY_OFFSET + CAPACITY_SIZE
+PRODUCER_PID_SIZE = 8
+HEADER_END = PRODUCER_PID_OFFSET + PRODUCER_PID_SIZE
+
+TAIL_OFFSET = CACHE_LINE_SIZE                          # padding row: own cache line
+HEAD_OFFSET = TAIL_OFFSET + CACHE_LINE_SIZE            # padding row: own cache line
+CONTROL_SIZE = 4096                                    # the data region starts page-aligned
+DATA_OFFSET = CONTROL_SIZE
+
+# Word indexes into the control page viewed as int64 (what the atomics take).
+CAPACITY_WORD = CAPACITY_OFFSET // WORD_SIZE
+PRODUCER_PID_WORD = PRODUCER_PID_OFFSET // WORD_SIZE
+TAIL_WORD = TAIL_OFFSET // WORD_SIZE
+HEAD_WORD = HEAD_OFFSET // WORD_SIZE
+
+ENTRY_LENGTH_OFFSET = 0
+ENTRY_LENGTH_SIZE = 4
+ENTRY_TAG_OFFSET = ENTRY_LENGTH_OFFSET + ENTRY_LENGTH_SIZE
+ENTRY_TAG_SIZE = 4
+ENTRY_HEADER_LENGTH = ENTRY_TAG_OFFSET + ENTRY_TAG_SIZE
+ENTRY_ALIGNMENT = 8
+PADDING_MARKER = 0xFFFFFFFF
+
+CAPACITY_MIN = 4096
+CAPACITY_MAX = 1 << 31                # entry lengths are u32 and below the marker
+
+assert HEADER_END <= TAIL_OFFSET, "the header fits its cache line"
+assert TAIL_OFFSET % CACHE_LINE_SIZE == 0 and HEAD_OFFSET % CACHE_LINE_SIZE == 0
+assert HEAD_OFFSET + CACHE_LINE_SIZE <= CONTROL_SIZE
+assert CAPACITY_OFFSET % WORD_SIZE == 0 and PRODUCER_PID_OFFSET % WORD_SIZE == 0
+assert ENTRY_HEADER_LENGTH % ENTRY_ALIGNMENT == 0
+assert CAPACITY_MAX < PADDING_MARKER
+
+
+def aligned_entry_size(payload_length: int) -> int:
+    """Bytes an entry with this payload takes in the ring, padding included."""
+    size = ENTRY_HEADER_LENGTH + payload_length
+    return (size + ENTRY_ALIGNMENT - 1) // ENTRY_ALIGNMENT * ENTRY_ALIGNMENT
+
+
+def check_capacity(capacity: int) -> int:
+    """A valid data-region size: a power of two in [CAPACITY_MIN, CAPACITY_MAX]."""
+    if not (isinstance(capacity, int) and CAPACITY_MIN <= capacity <= CAPACITY_MAX
+            and capacity & (capacity - 1) == 0):
+        raise LocalProtocolError(f"ring capacity must be a power of two in [{CAPACITY_MIN}, "
+                         f"{CAPACITY_MAX}], got {capacity!r}")
+    return capacity

@@ -1,0 +1,161 @@
+"""Shared-memory rings in one process: round trips, wrap-around with padding, a
+full ring, garbage written by a misbehaving producer, and the header checks.
+
+Method: real POSIX shared memory (unlinked at teardown, and /dev/shm checked for
+leftovers); a random sequence of puts and takes is compared with a deque model.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import uuid
+
+import numpy as np
+import pytest
+
+from shmlog import ring_layout as R
+from shmlog.errors import (CorruptRingError, LocalProtocolError, RecordTooLargeError,
+                           RingFullError, ShmlogError)
+from shmlog.ring import Ring
+
+
+@pytest.fixture
+def ring_name():
+    name = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    yield name
+    try:
+        Ring.attach(name).unlink()
+    except ShmlogError:
+        pass
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def payload(number: int, size: int) -> np.ndarray:
+    return np.frombuffer(np.random.default_rng(number).bytes(size), np.uint8)
+
+
+def test_round_trip_and_release(ring_name):
+    with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
+        assert consumer.next() is None
+        assert producer.try_put(7, b"hello")
+        assert producer.try_put(8, b"")
+        tag, view = consumer.next()
+        assert (tag, view.tobytes()) == (7, b"hello")
+        tag, view = consumer.next()
+        assert (tag, view.tobytes()) == (8, b"")
+        assert consumer.next() is None
+        assert producer.used == R.aligned_entry_size(5) + R.aligned_entry_size(0)  # unreleased
+        consumer.release()
+        assert producer.used == 0
+        producer.unlink()
+
+
+def test_a_random_workload_matches_a_model_of_positions(ring_name):
+    """The model tracks tail, taken head and released head in bytes, padding
+    included, so it predicts exactly when a put must fit and where entries land."""
+    capacity = 8192
+    rng = random.Random(3)
+    queue = collections.deque()
+    tail = taken = released = 0
+    with Ring.create(ring_name, capacity) as producer, Ring.attach(ring_name) as consumer:
+        for number in range(5000):
+            if rng.random() < 0.55:
+                size = rng.choice([0, 1, 7, 8, 9, rng.randint(0, 3000)])
+                data = payload(number, size)
+                needed = R.aligned_entry_size(size)
+                padding = capacity - tail % capacity if tail % capacity + needed > capacity else 0
+                fits = tail + padding + needed - released <= capacity
+                assert producer.try_put(number, data) == fits
+                if fits:
+                    queue.append((number, data.tobytes(), padding, needed))
+                    tail += padding + needed
+            elif rng.random() < 0.8:
+                entry = consumer.next()
+                if not queue:
+                    assert entry is None
+                    continue
+                number, data, padding, needed = queue.popleft()
+                taken += padding + needed
+                assert (entry[0], entry[1].tobytes()) == (number, data)
+            else:
+                consumer.release()
+                released = taken
+            assert producer.used == tail - released
+        producer.unlink()
+
+
+def test_entries_never_wrap_a_padding_marker_skips_the_end(ring_name):
+    with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
+        assert producer.try_put(1, payload(1, 3000))
+        consumer.next()
+        consumer.release()
+        assert producer.try_put(2, payload(2, 2000))     # does not fit before the end
+        assert consumer.data[3008:3012].view(np.uint32)[0] == R.PADDING_MARKER
+        tag, view = consumer.next()
+        assert tag == 2 and view.tobytes() == payload(2, 2000).tobytes()
+        assert view.ctypes.data == consumer.data.ctypes.data + R.ENTRY_HEADER_LENGTH
+        producer.unlink()
+
+
+def test_a_full_ring_refuses_and_a_blocking_put_times_out(ring_name):
+    with Ring.create(ring_name, 4096) as producer:
+        while producer.try_put(0, payload(0, 500)):
+            pass
+        with pytest.raises(RingFullError, match="stayed full for 30 ms"):
+            producer.put(0, payload(0, 500), timeout_ms=30)
+        with pytest.raises(RecordTooLargeError):
+            producer.try_put(0, np.zeros(4096, np.uint8))
+        producer.unlink()
+
+
+@pytest.mark.parametrize("damage", ["short length", "length past tail", "length past end",
+                                    "tail beyond capacity", "tail behind head"])
+def test_garbage_from_the_producer_is_a_corrupt_ring_error(ring_name, damage):
+    with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
+        producer.try_put(1, b"good")
+        producer.try_put(2, b"also good")
+        tag, _ = consumer.next()
+        assert tag == 1
+        second = R.aligned_entry_size(4)
+        length = producer.data[second:second + 4].view(np.uint32)
+        if damage == "short length":
+            length[0] = 3
+        elif damage == "length past tail":
+            length[0] = 64
+        elif damage == "length past end":
+            length[0] = 5000
+        elif damage == "tail beyond capacity":
+            producer.words[R.TAIL_WORD] = 10_000
+        else:
+            producer.words[R.TAIL_WORD] = 0
+        with pytest.raises(CorruptRingError) as raised:
+            consumer.next()
+        assert raised.value.name == ring_name
+        producer.unlink()
+
+
+def test_attach_checks_the_header(ring_name):
+    with Ring.create(ring_name, 4096) as producer:
+        producer.words[0] = 0x1234                        # magic and version gone
+        with pytest.raises(CorruptRingError, match="not a version-1 ring"):
+            Ring.attach(ring_name)
+        producer.unlink()
+    with pytest.raises(ShmlogError, match="no ring named"):
+        Ring.attach(ring_name)
+
+
+@pytest.mark.parametrize("capacity", [0, 1000, 4095, 6000, 1 << 32])
+def test_invalid_capacities_are_rejected(ring_name, capacity):
+    with pytest.raises(LocalProtocolError):
+        Ring.create(ring_name, capacity)
+
+
+def test_names_are_validated_and_unique(ring_name):
+    with pytest.raises(LocalProtocolError):
+        Ring.create("a/b", 4096)
+    with Ring.create(ring_name, 4096) as ring:
+        with pytest.raises(LocalProtocolError, match="already exists"):
+            Ring.create(ring_name, 4096)
+        ring.unlink()
