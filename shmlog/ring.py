@@ -34,12 +34,11 @@ import os
 import time
 
 import numpy as np
-import posix_ipc
 
 from . import ring_layout as R
+from . import shared_memory
 from .atomics import load_acquire, load_relaxed, store_release
-from .errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, \
-    RingFullError, ShmlogError
+from .errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
 from .jit import copy_bytes, kernel, load_u32, store_u32
 
 __all__ = ["Ring", "put_entry", "next_entry", "PUT_OK", "PUT_FULL",
@@ -121,12 +120,6 @@ def next_entry(words, data, capacity, head):
         return ENTRY_OK, position, length, tag, head + _aligned(length)
 
 
-def _shared_memory_name(name: str) -> str:
-    if not name or "/" in name or len(name) > 200:
-        raise LocalProtocolError(f"ring name must be 1-200 characters without '/', got {name!r}")
-    return "/" + name
-
-
 class Ring:
     """A ring mapped into this process; ``create`` it as the producer or ``attach``
     to it as the consumer (or as a producer reopening its own ring)."""
@@ -144,21 +137,8 @@ class Ring:
     def create(cls, name: str, capacity: int) -> "Ring":
         """Create a new ring in /dev/shm (fails if one of that name exists)."""
         R.check_capacity(capacity)
-        path = _shared_memory_name(name)
-        try:
-            memory = posix_ipc.SharedMemory(path, posix_ipc.O_CREX, mode=0o600,
-                                            size=R.DATA_OFFSET + capacity)
-        except posix_ipc.ExistentialError:
-            raise LocalProtocolError(f"a ring named {name!r} already exists") from None
-        try:
-            mapped = mmap.mmap(memory.fd, memory.size)
-        finally:
-            memory.close_fd()
-        header = np.frombuffer(mapped, np.uint8, count=R.HEADER_END)
-        header[R.MAGIC_OFFSET:R.MAGIC_OFFSET + R.MAGIC_SIZE] = np.frombuffer(
-            np.uint32(R.MAGIC).tobytes(), np.uint8)
-        header[R.VERSION_OFFSET:R.VERSION_OFFSET + R.VERSION_SIZE] = np.frombuffer(
-            np.uint16(R.VERSION).tobytes(), np.uint8)
+        mapped = shared_memory.create(name, R.DATA_OFFSET + capacity, "ring")
+        shared_memory.write_magic_and_version(mapped, R.MAGIC, R.VERSION)
         ring = cls(name, mapped, owner=True)
         ring.words[R.CAPACITY_WORD] = capacity
         ring.words[R.PRODUCER_PID_WORD] = os.getpid()
@@ -175,28 +155,15 @@ class Ring:
         ShmlogError
             No ring of that name exists.
         """
-        path = _shared_memory_name(name)
-        try:
-            memory = posix_ipc.SharedMemory(path)
-        except posix_ipc.ExistentialError:
-            raise ShmlogError(f"no ring named {name!r} in /dev/shm") from None
-        try:
-            size = memory.size
-            if size < R.DATA_OFFSET + R.CAPACITY_MIN:
-                raise CorruptRingError(f"ring {name!r} is {size} bytes: too small", name=name)
-            mapped = mmap.mmap(memory.fd, size)
-        finally:
-            memory.close_fd()
-        header = np.frombuffer(mapped, np.uint8, count=R.HEADER_END)
-        magic = int(header[:R.MAGIC_SIZE].view(np.uint32)[0])
-        version = int(header[R.VERSION_OFFSET:R.VERSION_OFFSET + R.VERSION_SIZE].view(np.uint16)[0])
-        capacity = int(header[R.CAPACITY_OFFSET:R.CAPACITY_OFFSET + R.CAPACITY_SIZE].view(np.int64)[0])
+        mapped = shared_memory.attach(name, R.DATA_OFFSET + R.CAPACITY_MIN, "ring")
+        magic, version = shared_memory.read_magic_and_version(mapped)
+        capacity = int(np.frombuffer(mapped, np.int64, count=R.CAPACITY_WORD + 1)[-1])
         if magic != R.MAGIC or version != R.VERSION:
             raise CorruptRingError(f"{name!r} is not a version-{R.VERSION} ring (magic "
                                    f"{magic:#x}, version {version})", name=name)
-        if capacity != size - R.DATA_OFFSET:
+        if capacity != len(mapped) - R.DATA_OFFSET:
             raise CorruptRingError(f"ring {name!r} says capacity {capacity} but holds "
-                                   f"{size - R.DATA_OFFSET} data bytes", name=name)
+                                   f"{len(mapped) - R.DATA_OFFSET} data bytes", name=name)
         return cls(name, mapped, owner=False)
 
     # -- producer ------------------------------------------------------------------
@@ -283,10 +250,7 @@ class Ring:
 
     def unlink(self) -> None:
         """Remove the ring's name from /dev/shm (mappings stay valid)."""
-        try:
-            posix_ipc.unlink_shared_memory(_shared_memory_name(self.name))
-        except posix_ipc.ExistentialError:
-            pass
+        shared_memory.unlink(self.name)
 
     def __enter__(self):
         return self

@@ -1,0 +1,100 @@
+"""Partition state table layout, version 1: what the broker publishes about every
+partition it hosts, for consumers on the same host to read without a syscall.
+
+One POSIX shared-memory object: a 4 KiB control page, then one 64-byte row (one
+cache line, so publishing one partition never disturbs readers of another) per
+partition slot. All fields are little-endian int64 words::
+
+     0                   1                   2                   3
+     0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+    +---------------------------------------------------------------+
+  0 |                         magic (u32)                           |
+    +-------------------------------+-------------------------------+
+  4 |         version (u16)         |        reserved (u16)         |
+    +-------------------------------+-------------------------------+
+  8 |                      row_capacity (i64)                       |
+    +---------------------------------------------------------------+
+ 16 |                       broker_pid (i64)                        |
+    +---------------------------------------------------------------+
+ 24 |               broker_epoch (i64, start time in ns)            |
+    +---------------------------------------------------------------+
+ 32 |                   (padding to the cache line)                 |
+    +===============================================================+
+4096| row 0: one cache line, see below                              |
+    +---------------------------------------------------------------+
+    | row 1 ...                                                     |
+
+Row::
+
+   0 | log_start_offset | 8 | log_end_offset | 16 | high_watermark |
+  24 | active_segment_base_offset | 32 | segment_generation |
+  40 | topic_key | 48 | partition | 56 | (padding) |
+
+* The broker is the only writer. It writes a row's other fields first and the high
+  watermark last, with a release store: "a high watermark covers bytes already in
+  the segment files". A reader loads the high watermark with acquire ordering and
+  may then read every record below it from the mapped segments.
+* ``segment_generation`` changes whenever the set of segment files changes (roll,
+  retention, truncation); a reader rescans the partition directory only then.
+* ``topic_key`` and ``partition`` name the row's owner (``topic_key`` is derived
+  from the topic id), so a reader can check it holds the row it asked for;
+  ``topic_key`` 0 marks a free row.
+"""
+
+from __future__ import annotations
+
+MAGIC = 0x54534C53                    # "SLST" read as little-endian bytes
+VERSION = 1
+CACHE_LINE_SIZE = 64
+WORD_SIZE = 8
+
+MAGIC_OFFSET = 0
+MAGIC_SIZE = 4
+VERSION_OFFSET = MAGIC_OFFSET + MAGIC_SIZE
+VERSION_SIZE = 2
+RESERVED_OFFSET = VERSION_OFFSET + VERSION_SIZE
+RESERVED_SIZE = 2
+ROW_CAPACITY_OFFSET = RESERVED_OFFSET + RESERVED_SIZE
+ROW_CAPACITY_SIZE = 8
+BROKER_PID_OFFSET = ROW_CAPACITY_OFFSET + ROW_CAPACITY_SIZE
+BROKER_PID_SIZE = 8
+BROKER_EPOCH_OFFSET = BROKER_PID_OFFSET + BROKER_PID_SIZE
+BROKER_EPOCH_SIZE = 8
+HEADER_END = BROKER_EPOCH_OFFSET + BROKER_EPOCH_SIZE
+CONTROL_SIZE = 4096
+ROWS_OFFSET = CONTROL_SIZE
+
+LOG_START_OFFSET_OFFSET = 0
+LOG_END_OFFSET_OFFSET = LOG_START_OFFSET_OFFSET + WORD_SIZE
+HIGH_WATERMARK_OFFSET = LOG_END_OFFSET_OFFSET + WORD_SIZE
+ACTIVE_SEGMENT_BASE_OFFSET_OFFSET = HIGH_WATERMARK_OFFSET + WORD_SIZE
+SEGMENT_GENERATION_OFFSET = ACTIVE_SEGMENT_BASE_OFFSET_OFFSET + WORD_SIZE
+TOPIC_KEY_OFFSET = SEGMENT_GENERATION_OFFSET + WORD_SIZE
+PARTITION_OFFSET = TOPIC_KEY_OFFSET + WORD_SIZE
+ROW_FIELDS_END = PARTITION_OFFSET + WORD_SIZE
+ROW_SIZE = CACHE_LINE_SIZE                                # padding row: one line each
+
+# Word indexes: the control page and each row viewed as int64 (what atomics take).
+ROW_CAPACITY_WORD = ROW_CAPACITY_OFFSET // WORD_SIZE
+BROKER_PID_WORD = BROKER_PID_OFFSET // WORD_SIZE
+BROKER_EPOCH_WORD = BROKER_EPOCH_OFFSET // WORD_SIZE
+ROW_WORDS = ROW_SIZE // WORD_SIZE
+LOG_START_OFFSET_WORD = LOG_START_OFFSET_OFFSET // WORD_SIZE
+LOG_END_OFFSET_WORD = LOG_END_OFFSET_OFFSET // WORD_SIZE
+HIGH_WATERMARK_WORD = HIGH_WATERMARK_OFFSET // WORD_SIZE
+ACTIVE_SEGMENT_BASE_OFFSET_WORD = ACTIVE_SEGMENT_BASE_OFFSET_OFFSET // WORD_SIZE
+SEGMENT_GENERATION_WORD = SEGMENT_GENERATION_OFFSET // WORD_SIZE
+TOPIC_KEY_WORD = TOPIC_KEY_OFFSET // WORD_SIZE
+PARTITION_WORD = PARTITION_OFFSET // WORD_SIZE
+
+FREE_TOPIC_KEY = 0
+
+assert HEADER_END <= CACHE_LINE_SIZE
+assert ROW_FIELDS_END <= ROW_SIZE
+assert ROWS_OFFSET % CACHE_LINE_SIZE == 0
+assert ROW_CAPACITY_OFFSET % WORD_SIZE == 0 and BROKER_PID_OFFSET % WORD_SIZE == 0
+
+
+def row_word(row: int, field_word: int) -> int:
+    """Index of a row's field in the table viewed as int64 words from ROWS_OFFSET."""
+    return row * ROW_WORDS + field_word

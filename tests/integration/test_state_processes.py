@@ -1,0 +1,69 @@
+"""The high watermark in the partition state table orders record bytes across
+processes: whatever a reader sees below a published high watermark is complete.
+
+Method: a child process writes "records" (increasing int64s) into a shared file
+mapping and publishes a high watermark covering each one; this process checks, on
+every high watermark it observes, that the record just below it is already there.
+Every wait is bounded; the child is always reaped, the table always unlinked.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from shmlog import shared_memory
+from shmlog.state import PartitionStateTable
+
+
+@pytest.fixture
+def table_name():
+    name = f"shmlog-test-state-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    yield name
+    shared_memory.unlink(name)
+
+
+WRITER = textwrap.dedent("""
+    import mmap, sys
+    import numpy as np
+    from shmlog.state import PartitionStateTable
+    table = PartitionStateTable.attach(sys.argv[1])
+    with open(sys.argv[2], "r+b") as source:
+        data = np.frombuffer(mmap.mmap(source.fileno(), 0), np.int64)
+    for index in range(data.size):
+        data[index] = index + 1                     # the "record"
+        table.publish(0, 0, index + 1, index + 1, 0, 0)
+""")
+
+
+def test_bytes_below_a_published_high_watermark_are_visible(table_name, tmp_path):
+    records = 200_000
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(8 * records))
+    with open(path, "r+b") as source:
+        data = np.frombuffer(mmap.mmap(source.fileno(), 0), np.int64)
+    with PartitionStateTable.create(table_name, 1) as table:
+        table.claim(0, 1, 0)
+        child = subprocess.Popen([sys.executable, "-c", WRITER, table_name, str(path)])
+        try:
+            deadline = time.monotonic() + 120
+            seen = checks = 0
+            while seen < records:
+                assert time.monotonic() < deadline, f"stalled at {seen}"
+                seen = table.high_watermark(0)
+                if seen > 0:
+                    assert data[seen - 1] == seen
+                    checks += 1
+            assert child.wait(timeout=60) == 0
+            assert checks > 0
+        finally:
+            child.kill()
+            child.wait(timeout=30)
