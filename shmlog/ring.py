@@ -37,11 +37,12 @@ import numpy as np
 
 from . import ring_layout as R
 from . import shared_memory
-from .atomics import load_acquire, load_relaxed, store_release
+from .atomics import load_acquire, load_relaxed, store_relaxed, store_release
 from .errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
 from .jit import copy_bytes, kernel, load_u32, store_u32
 
-__all__ = ["Ring", "put_entry", "next_entry", "PUT_OK", "PUT_FULL",
+__all__ = ["Ring", "put_entry", "next_entry", "complete_entry", "harvest_completions",
+           "PUT_OK", "PUT_FULL",
            "ENTRY_OK", "ENTRY_NONE", "ENTRY_CORRUPT"]
 
 PUT_OK = 0
@@ -89,6 +90,7 @@ def put_entry(words, data, capacity, tag, payload, start, length):
     copy_bytes(data, position + R.ENTRY_HEADER_LENGTH, payload, start, length)
     # Publish: every byte written above is visible to whoever acquires this tail.
     store_release(words, R.TAIL_WORD, tail + padding + needed)
+    store_relaxed(words, R.PUBLISHED_WORD, load_relaxed(words, R.PUBLISHED_WORD) + 1)
     return PUT_OK
 
 
@@ -120,6 +122,29 @@ def next_entry(words, data, capacity, head):
         return ENTRY_OK, position, length, tag, head + _aligned(length)
 
 
+@kernel
+def complete_entry(words, completions, entry_number, result, timestamp):
+    """Consumer: record entry ``entry_number``'s result, then acknowledge it (release:
+    the slot is written before the producer can see the new count). Entries are
+    completed in order."""
+    slot = (entry_number % R.COMPLETION_SLOTS) * R.COMPLETION_WORDS
+    store_relaxed(completions, slot + R.COMPLETION_RESULT_WORD, result)
+    store_relaxed(completions, slot + R.COMPLETION_TIMESTAMP_WORD, timestamp)
+    store_release(words, R.ACKNOWLEDGED_WORD, entry_number + 1)
+
+
+@kernel
+def harvest_completions(words, completions, first, results, timestamps):
+    """Producer: copy the results of entries ``first`` .. acknowledged - 1 into
+    ``results``/``timestamps`` (from index 0); return the acknowledged count."""
+    acknowledged = load_acquire(words, R.ACKNOWLEDGED_WORD)
+    for entry in range(first, acknowledged):
+        slot = (entry % R.COMPLETION_SLOTS) * R.COMPLETION_WORDS
+        results[entry - first] = load_relaxed(completions, slot + R.COMPLETION_RESULT_WORD)
+        timestamps[entry - first] = load_relaxed(completions, slot + R.COMPLETION_TIMESTAMP_WORD)
+    return acknowledged
+
+
 class Ring:
     """A ring mapped into this process; ``create`` it as the producer or ``attach``
     to it as the consumer (or as a producer reopening its own ring)."""
@@ -129,9 +154,17 @@ class Ring:
         self._memory = memory
         self.owner = owner
         self.words = np.frombuffer(memory, np.int64, count=R.CONTROL_SIZE // R.WORD_SIZE)
+        self.completions = np.frombuffer(memory, np.int64, offset=R.COMPLETIONS_OFFSET,
+                                         count=R.COMPLETION_SLOTS * R.COMPLETION_WORDS)
         self.capacity = len(memory) - R.DATA_OFFSET
         self.data = np.frombuffer(memory, np.uint8, offset=R.DATA_OFFSET, count=self.capacity)
-        self._head = int(self.words[R.HEAD_WORD])        # the consumer's private copy
+        # The consumer's private copies: it never trusts what the producer could overwrite.
+        self._head = int(self.words[R.HEAD_WORD])
+        self._taken = self._completed = int(self.words[R.ACKNOWLEDGED_WORD])
+        # The producer's: entries put, and results copied out but not yet claimed.
+        self._published = int(self.words[R.PUBLISHED_WORD])
+        self._harvested = int(self.words[R.ACKNOWLEDGED_WORD])
+        self._results: dict[int, tuple[int, int]] = {}
 
     @classmethod
     def create(cls, name: str, capacity: int) -> "Ring":
@@ -176,14 +209,24 @@ class Ring:
                                       f"{self.name!r} of {self.capacity} bytes")
         return buffer
 
-    def try_put(self, tag: int, payload) -> bool:
-        """Put one entry if it fits now; False when the ring is full."""
-        buffer = self._payload(payload)
-        return put_entry(self.words, self.data, self.capacity, tag, buffer, 0,
-                         buffer.size) == PUT_OK
+    def _try_put(self, tag: int, buffer: np.ndarray) -> int:
+        if self._published - self._harvested >= R.COMPLETION_SLOTS:
+            self._harvest()
+            if self._published - self._harvested >= R.COMPLETION_SLOTS:
+                return -1               # every completion slot still holds an unread result
+        if put_entry(self.words, self.data, self.capacity, tag, buffer, 0,
+                     buffer.size) != PUT_OK:
+            return -1
+        self._published += 1
+        return self._published - 1
 
-    def put(self, tag: int, payload, timeout_ms: int) -> None:
-        """Put one entry, waiting up to ``timeout_ms`` for space.
+    def try_put(self, tag: int, payload) -> int:
+        """Put one entry if it fits now: its entry number, or -1 when the ring (or its
+        completion slots) is full."""
+        return self._try_put(tag, self._payload(payload))
+
+    def put(self, tag: int, payload, timeout_ms: int) -> int:
+        """Put one entry, waiting up to ``timeout_ms`` for space; its entry number.
 
         Raises
         ------
@@ -194,8 +237,7 @@ class Ring:
         deadline = time.monotonic() + timeout_ms / 1000
         attempt = 0
         sleep = PUT_SLEEP_FIRST_S
-        while put_entry(self.words, self.data, self.capacity, tag, buffer, 0,
-                        buffer.size) != PUT_OK:
+        while (entry := self._try_put(tag, buffer)) < 0:
             attempt += 1
             if attempt <= PUT_SPIN_COUNT:
                 continue
@@ -207,6 +249,30 @@ class Ring:
             else:
                 time.sleep(sleep)
                 sleep = min(sleep * 2, PUT_SLEEP_LONGEST_S)
+        return entry
+
+    def _harvest(self) -> None:
+        pending = self._published - self._harvested
+        results = np.empty(pending, np.int64)
+        timestamps = np.empty(pending, np.int64)
+        acknowledged = int(harvest_completions(self.words, self.completions, self._harvested,
+                                               results, timestamps))
+        for index in range(acknowledged - self._harvested):
+            self._results[self._harvested + index] = (int(results[index]), int(timestamps[index]))
+        self._harvested = acknowledged
+
+    def result(self, entry: int):
+        """``(result, timestamp)`` of an acknowledged entry (claimed once), or None
+        while the consumer has not finished it."""
+        if entry not in self._results:
+            self._harvest()
+        return self._results.pop(entry, None)
+
+    @property
+    def unacknowledged(self) -> int:
+        """Entries put whose results are not yet known."""
+        self._harvest()
+        return self._published - self._harvested
 
     # -- consumer ------------------------------------------------------------------
     def next(self):
@@ -227,8 +293,17 @@ class Ring:
                                    f"(length field {length}); the producer wrote garbage",
                                    name=self.name, position=int(position))
         self._head = int(head)
+        self._taken += 1
         start = int(position) + R.ENTRY_HEADER_LENGTH
         return int(tag), self.data[start:int(position) + int(length)]
+
+    def complete(self, result: int, timestamp: int = -1) -> None:
+        """Finish the oldest taken, unfinished entry with ``result`` (a base offset, or
+        a negative error code) and acknowledge it to the producer."""
+        if self._completed >= self._taken:
+            raise LocalProtocolError("complete() without an entry taken and not completed")
+        complete_entry(self.words, self.completions, self._completed, result, timestamp)
+        self._completed += 1
 
     def release(self) -> None:
         """Hand the space of every entry taken so far back to the producer."""
@@ -242,7 +317,7 @@ class Ring:
     # -- lifetime ------------------------------------------------------------------
     def close(self) -> None:
         """Unmap the ring (views handed out keep the mapping alive until dropped)."""
-        self.words = self.data = None
+        self.words = self.data = self.completions = None
         try:
             self._memory.close()
         except BufferError:

@@ -19,17 +19,21 @@ invalidate the line the consumer polls, and the other way round::
     +---------------------------------------------------------------+
  24 |                   (padding to the cache line)                 |
     +===============================================================+
- 64 |                          tail (u64)                           |  producer's line
-    +---------------------------------------------------------------+
- 72 |                   (padding to the cache line)                 |
+ 64 |                 tail (u64, bytes published)                   |  producer's line
+ 72 |              published (u64, entries published)               |
+ 80 |                   producer_closed (u64)                       |
+ 88 |                   (padding to the cache line)                 |
     +===============================================================+
-128 |                          head (u64)                           |  consumer's line
-    +---------------------------------------------------------------+
-136 |                   (padding to the cache line)                 |
+128 |                 head (u64, bytes released)                    |  consumer's line
+136 |            acknowledged (u64, entries completed)              |
+144 |                   consumer_error (i64)                        |
+152 |                   (padding to the cache line)                 |
     +===============================================================+
 192 |                   (rest of the control page)                  |
     +===============================================================+
-4096| data: entries back to back, each 8-byte aligned               |
+4096| completion slots: COMPLETION_SLOTS x (result i64, timestamp i64)|
+    +===============================================================+
+8192| data: entries back to back, each 8-byte aligned               |
     +---------------------------------------------------------------+
 
 Entry::
@@ -48,6 +52,15 @@ Entry::
   It frees space by storing ``head`` with release ordering after it has finished
   with the entries below it; the producer loads ``head`` with acquire ordering
   before reusing the space.
+* Completion: entries are numbered from 0 in the order they are put. When the
+  consumer has finished entry ``k`` (appended it, or rejected it) it writes slot
+  ``k % COMPLETION_SLOTS`` (a result: a base offset >= 0 or a negative error code,
+  and a timestamp), then stores ``acknowledged = k + 1`` with release ordering. The
+  producer loads ``acknowledged`` with acquire ordering and copies the results out;
+  it never has more than ``COMPLETION_SLOTS`` entries whose results it has not yet
+  copied, so no slot is overwritten before it is read.
+* ``producer_closed`` (producer) says no entry will follow; ``consumer_error``
+  (consumer, non-zero) says the consumer has stopped reading this ring and why.
 * The consumer trusts nothing in the data region: a length that is too short, runs
   past the tail or past the end of the region marks the ring corrupt; the entries
   before it stand, nothing after it is read.
@@ -74,16 +87,35 @@ PRODUCER_PID_OFFSET = CAPACITY_OFFSET + CAPACITY_SIZE
 PRODUCER_PID_SIZE = 8
 HEADER_END = PRODUCER_PID_OFFSET + PRODUCER_PID_SIZE
 
-TAIL_OFFSET = CACHE_LINE_SIZE                          # padding row: own cache line
-HEAD_OFFSET = TAIL_OFFSET + CACHE_LINE_SIZE            # padding row: own cache line
-CONTROL_SIZE = 4096                                    # the data region starts page-aligned
-DATA_OFFSET = CONTROL_SIZE
+TAIL_OFFSET = CACHE_LINE_SIZE                          # padding row: producer's line
+PUBLISHED_OFFSET = TAIL_OFFSET + WORD_SIZE
+PRODUCER_CLOSED_OFFSET = PUBLISHED_OFFSET + WORD_SIZE
+HEAD_OFFSET = TAIL_OFFSET + CACHE_LINE_SIZE            # padding row: consumer's line
+ACKNOWLEDGED_OFFSET = HEAD_OFFSET + WORD_SIZE
+CONSUMER_ERROR_OFFSET = ACKNOWLEDGED_OFFSET + WORD_SIZE
+CONTROL_SIZE = 4096
+
+# 256 results in flight per producer: far more batches than a producer keeps
+# unacknowledged (Kafka's max.in.flight is 5 requests), in one page.
+COMPLETION_SLOTS = 256
+COMPLETION_RESULT_OFFSET = 0
+COMPLETION_TIMESTAMP_OFFSET = COMPLETION_RESULT_OFFSET + WORD_SIZE
+COMPLETION_SIZE = COMPLETION_TIMESTAMP_OFFSET + WORD_SIZE
+COMPLETIONS_OFFSET = CONTROL_SIZE
+DATA_OFFSET = COMPLETIONS_OFFSET + COMPLETION_SLOTS * COMPLETION_SIZE  # page-aligned
 
 # Word indexes into the control page viewed as int64 (what the atomics take).
 CAPACITY_WORD = CAPACITY_OFFSET // WORD_SIZE
 PRODUCER_PID_WORD = PRODUCER_PID_OFFSET // WORD_SIZE
 TAIL_WORD = TAIL_OFFSET // WORD_SIZE
+PUBLISHED_WORD = PUBLISHED_OFFSET // WORD_SIZE
+PRODUCER_CLOSED_WORD = PRODUCER_CLOSED_OFFSET // WORD_SIZE
 HEAD_WORD = HEAD_OFFSET // WORD_SIZE
+ACKNOWLEDGED_WORD = ACKNOWLEDGED_OFFSET // WORD_SIZE
+CONSUMER_ERROR_WORD = CONSUMER_ERROR_OFFSET // WORD_SIZE
+COMPLETION_WORDS = COMPLETION_SIZE // WORD_SIZE
+COMPLETION_RESULT_WORD = COMPLETION_RESULT_OFFSET // WORD_SIZE
+COMPLETION_TIMESTAMP_WORD = COMPLETION_TIMESTAMP_OFFSET // WORD_SIZE
 
 ENTRY_LENGTH_OFFSET = 0
 ENTRY_LENGTH_SIZE = 4
@@ -99,6 +131,8 @@ CAPACITY_MAX = 1 << 31                # entry lengths are u32 and below the mark
 assert HEADER_END <= TAIL_OFFSET, "the header fits its cache line"
 assert TAIL_OFFSET % CACHE_LINE_SIZE == 0 and HEAD_OFFSET % CACHE_LINE_SIZE == 0
 assert HEAD_OFFSET + CACHE_LINE_SIZE <= CONTROL_SIZE
+assert PRODUCER_CLOSED_OFFSET < HEAD_OFFSET and CONSUMER_ERROR_OFFSET < HEAD_OFFSET + CACHE_LINE_SIZE
+assert DATA_OFFSET % 4096 == 0
 assert CAPACITY_OFFSET % WORD_SIZE == 0 and PRODUCER_PID_OFFSET % WORD_SIZE == 0
 assert ENTRY_HEADER_LENGTH % ENTRY_ALIGNMENT == 0
 assert CAPACITY_MAX < PADDING_MARKER

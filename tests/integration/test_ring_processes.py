@@ -32,10 +32,15 @@ PRODUCER = textwrap.dedent("""
     import numpy as np
     from shmlog.ring import Ring
     ring = Ring.attach(sys.argv[1])
-    for number in range(int(sys.argv[2])):
+    entries = int(sys.argv[2])
+    for number in range(entries):
         size = (number * 7919) % 1500
         data = np.frombuffer(np.random.default_rng(number).bytes(size), np.uint8)
-        ring.put(number, data, timeout_ms=60_000)
+        assert ring.put(number, data, timeout_ms=60_000) == number
+    while ring.unacknowledged:
+        pass
+    # Every result the consumer wrote came back, to the entry it belongs to.
+    assert all(ring.result(number) == (3 * number, number) for number in range(entries - 200, entries))
     print("done", flush=True)
 """)
 
@@ -72,6 +77,7 @@ def test_a_producer_process_streams_through_a_small_ring(ring_name):
             tag, view = entry
             assert tag == number
             assert view.tobytes() == expected(number)
+            consumer.complete(3 * number, number)
             number += 1
             taken_since_release += 1
             if taken_since_release >= 1 + number % 5:        # release in uneven bursts

@@ -39,8 +39,8 @@ def payload(number: int, size: int) -> np.ndarray:
 def test_round_trip_and_release(ring_name):
     with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
         assert consumer.next() is None
-        assert producer.try_put(7, b"hello")
-        assert producer.try_put(8, b"")
+        assert producer.try_put(7, b"hello") == 0          # entry numbers
+        assert producer.try_put(8, b"") == 1
         tag, view = consumer.next()
         assert (tag, view.tobytes()) == (7, b"hello")
         tag, view = consumer.next()
@@ -49,16 +49,24 @@ def test_round_trip_and_release(ring_name):
         assert producer.used == R.aligned_entry_size(5) + R.aligned_entry_size(0)  # unreleased
         consumer.release()
         assert producer.used == 0
+        assert producer.result(0) is None and producer.unacknowledged == 2
+        consumer.complete(1234, 99)
+        consumer.complete(-5)
+        assert producer.result(1) == (-5, -1)
+        assert producer.result(0) == (1234, 99)
+        assert producer.result(0) is None, "a result is claimed once"
+        assert producer.unacknowledged == 0
         producer.unlink()
 
 
 def test_a_random_workload_matches_a_model_of_positions(ring_name):
     """The model tracks tail, taken head and released head in bytes, padding
-    included, so it predicts exactly when a put must fit and where entries land."""
+    included, and entries published and completed, so it predicts exactly when a
+    put must fit (room in the data region and a free completion slot)."""
     capacity = 8192
     rng = random.Random(3)
     queue = collections.deque()
-    tail = taken = released = 0
+    tail = taken = released = published = completed = 0
     with Ring.create(ring_name, capacity) as producer, Ring.attach(ring_name) as consumer:
         for number in range(5000):
             if rng.random() < 0.55:
@@ -66,11 +74,13 @@ def test_a_random_workload_matches_a_model_of_positions(ring_name):
                 data = payload(number, size)
                 needed = R.aligned_entry_size(size)
                 padding = capacity - tail % capacity if tail % capacity + needed > capacity else 0
-                fits = tail + padding + needed - released <= capacity
-                assert producer.try_put(number, data) == fits
+                fits = (tail + padding + needed - released <= capacity
+                        and published - completed < R.COMPLETION_SLOTS)
+                assert (producer.try_put(number, data) >= 0) == fits
                 if fits:
                     queue.append((number, data.tobytes(), padding, needed))
                     tail += padding + needed
+                    published += 1
             elif rng.random() < 0.8:
                 entry = consumer.next()
                 if not queue:
@@ -79,6 +89,8 @@ def test_a_random_workload_matches_a_model_of_positions(ring_name):
                 number, data, padding, needed = queue.popleft()
                 taken += padding + needed
                 assert (entry[0], entry[1].tobytes()) == (number, data)
+                consumer.complete(number)
+                completed += 1
             else:
                 consumer.release()
                 released = taken
@@ -88,10 +100,10 @@ def test_a_random_workload_matches_a_model_of_positions(ring_name):
 
 def test_entries_never_wrap_a_padding_marker_skips_the_end(ring_name):
     with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
-        assert producer.try_put(1, payload(1, 3000))
+        assert producer.try_put(1, payload(1, 3000)) == 0
         consumer.next()
         consumer.release()
-        assert producer.try_put(2, payload(2, 2000))     # does not fit before the end
+        assert producer.try_put(2, payload(2, 2000)) == 1   # does not fit before the end
         assert consumer.data[3008:3012].view(np.uint32)[0] == R.PADDING_MARKER
         tag, view = consumer.next()
         assert tag == 2 and view.tobytes() == payload(2, 2000).tobytes()
@@ -101,12 +113,27 @@ def test_entries_never_wrap_a_padding_marker_skips_the_end(ring_name):
 
 def test_a_full_ring_refuses_and_a_blocking_put_times_out(ring_name):
     with Ring.create(ring_name, 4096) as producer:
-        while producer.try_put(0, payload(0, 500)):
+        while producer.try_put(0, payload(0, 500)) >= 0:
             pass
         with pytest.raises(RingFullError, match="stayed full for 30 ms"):
             producer.put(0, payload(0, 500), timeout_ms=30)
         with pytest.raises(RecordTooLargeError):
             producer.try_put(0, np.zeros(4096, np.uint8))
+        producer.unlink()
+
+
+def test_unread_results_bound_the_entries_in_flight(ring_name):
+    with Ring.create(ring_name, 1 << 20) as producer, Ring.attach(ring_name) as consumer:
+        for number in range(R.COMPLETION_SLOTS):
+            assert producer.try_put(number, b"x") == number
+        assert producer.try_put(0, b"x") == -1, "every completion slot is spoken for"
+        for number in range(3):
+            consumer.next()
+            consumer.complete(number * 10)
+        assert producer.try_put(0, b"x") == R.COMPLETION_SLOTS   # harvested, so room
+        assert [producer.result(number) for number in range(3)] == [(0, -1), (10, -1), (20, -1)]
+        with pytest.raises(LocalProtocolError):
+            Ring.attach(ring_name).complete(0)                     # nothing taken there
         producer.unlink()
 
 
