@@ -670,6 +670,9 @@ class PartitionLog:
         self._bases: list[int] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
+        # Changes whenever the set of segment files changes (readers rescan then).
+        self.generation = 0
+        self._kernel_target_verified = False
         checkpoint = self._read_checkpoint()
         self.recovery_point = checkpoint.get("recovery_point", 0)
         self.log_start_offset = checkpoint.get("log_start_offset", 0)
@@ -895,6 +898,31 @@ class PartitionLog:
         return AppendResult(base_offset, last_offset,
                             append_time if append_time != _TIMESTAMP_NONE else -1, count)
 
+    @property
+    def kernel_appendable(self) -> bool:
+        """Whether a compiled appender may append an uncompressed batch to this log
+        with ``_append`` directly: no broker-side timestamps or recompression."""
+        return (self.config.message_timestamp_type == "CreateTime"
+                and self.config.compression_type in ("producer", "uncompressed"))
+
+    def kernel_target(self) -> tuple:
+        """The active segment's arrays and its size limit, for a compiled appender
+        that calls ``_append`` itself; valid until the next roll. Call
+        :meth:`appended_by_kernel` after appending through them."""
+        segment = self.active
+        self._kernel_target_verified = segment.verified_end >= segment.size
+        return (segment.log, segment._offset_index.bytes, segment._time_index.bytes,
+                segment.state, min(self.config.segment_bytes, int(segment.state[_CAPACITY])))
+
+    def appended_by_kernel(self, message_count: int) -> None:
+        """The bookkeeping :meth:`append` does after its kernel call: the verified
+        prefix, prefaulting ahead, and the flush policy."""
+        segment = self.active
+        if self._kernel_target_verified:
+            segment.verified_end = segment.size
+        segment.prefault_ahead()
+        self._after_append(message_count)
+
     def _apply_compression_type(self, source: np.ndarray) -> np.ndarray:
         """Recompress batches whose codec differs from ``compression.type`` (unless it
         is "producer", which keeps what the producer sent)."""
@@ -938,6 +966,7 @@ class PartitionLog:
             return self.active
         base = self.log_end_offset
         self.active.close_for_append()
+        self.generation += 1
         return self._add_segment(base, prefault=True)
 
     def flush(self) -> None:
@@ -950,6 +979,9 @@ class PartitionLog:
         self._write_checkpoint()
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
+        # Changes whenever the set of segment files changes (readers rescan then).
+        self.generation = 0
+        self._kernel_target_verified = False
 
     # -- reading ----------------------------------------------------------------------
     def _segment_for(self, offset: int) -> int:
@@ -1049,6 +1081,7 @@ class PartitionLog:
             segment.delete()
         if deleted:
             self.log_start_offset = max(self.log_start_offset, self._bases[0])
+            self.generation += 1
             self._write_checkpoint()
         return deleted
 
@@ -1082,6 +1115,7 @@ class PartitionLog:
             # A gap left by compaction before the dropped batch stays part of the log.
             segment.state[_NEXT_OFFSET] = max(segment.next_offset, min(offset, first_dropped))
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.generation += 1
         self._write_checkpoint()
         return self.log_end_offset
 
@@ -1094,6 +1128,7 @@ class PartitionLog:
         self._add_segment(offset)
         self.log_start_offset = offset
         self.recovery_point = offset
+        self.generation += 1
         self._write_checkpoint()
 
     def close(self) -> None:

@@ -1,0 +1,326 @@
+"""The appender: drains every producer's ring into the partition logs.
+
+Rules
+-----
+* Every batch is validated (length, magic, version, CRC32C, record structure)
+  before a byte of it reaches a log; a bad batch is completed back to its producer
+  with a negative :class:`CompletionCode` and never appended.
+* A ring whose bytes cannot be entries is poisoned: its entries before the damage
+  stand, nothing after it is read, and ``consumer_error`` tells the producer.
+* Offsets come from the log; the partition's row in the state table is published
+  (high watermark last, release) after each batch, so consumers see it at once.
+
+Theory of operation
+-------------------
+:func:`_drain` is the compiled loop. It visits the rings round-robin, one entry per
+ring per round, and for each uncompressed batch bound for a CreateTime partition it
+validates, appends through ``segments._append`` into the active segment's mapped
+arrays, completes the entry (its base offset, acknowledged with a release store),
+hands the ring space back and publishes the partition's offsets. Anything it cannot
+finish in compiled code - a zstd batch (its records are checked after inflating),
+a topic that stamps LogAppendTime or recompresses, a segment that must roll or
+needs space reserved - it hands back to Python (``_SLOW``), which appends that one
+entry through :meth:`PartitionLog.append`, refreshes the partition's arrays and
+calls the loop again. Per-record work never happens in Python.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+import numba
+import numpy as np
+from numba.typed import List
+
+from . import batch_layout as B
+from . import ring_layout as R
+from .atomics import store_release
+from .errors import (CorruptRecordError, CorruptRingError, RecordTooLargeError, StorageError,
+                     UnknownTopicOrPartitionError)
+from .jit import kernel, load_i32, load_u16
+from .log_manager import LogManager
+from .records import _check_batch
+from .ring import ENTRY_CORRUPT, ENTRY_NONE, Ring, complete_entry, next_entry
+from .segments import _APPENDED, _TIMESTAMP_NONE, _append
+from .state import PartitionStateTable, publish_row, topic_key
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Appender", "CompletionCode"]
+
+
+class CompletionCode(enum.IntEnum):
+    """Why an entry was not appended; its completion result is ``-code``. Codes
+    below 100 are the :class:`~shmlog.records.BatchStatus` the batch failed with."""
+    UNKNOWN_PARTITION = 100
+    RECORD_TOO_LARGE = 101
+    STORAGE_ERROR = 102
+    NOT_ONE_BATCH = 103        # the entry holds bytes beyond its one batch
+
+
+# drain results
+_IDLE = 0                      # every ring is empty
+_BUDGET = 1                    # entries_max entries handled; call again
+_SLOW = 2                      # report = (ring, position, length, tag): Python's turn
+_POISON = 3                    # report = (ring, position, length): garbage in a ring
+
+# columns of the per-ring state array
+RING_CAPACITY = 0
+RING_HEAD = 1                  # private head: never read back from shared memory
+RING_TAKEN = 2                 # entries taken (= completed: one at a time)
+RING_ACTIVE = 3
+RING_COLUMNS = 4
+
+# columns of the per-partition settings array (row = the partition's tag)
+TAG_REGISTERED = 0
+TAG_FAST = 1                   # uncompressed batches may be appended in compiled code
+TAG_SEGMENT_BYTES = 2
+TAG_SEGMENT_MS = 3
+TAG_INDEX_INTERVAL = 4
+TAG_BATCH_SIZE_MAX = 5
+TAG_LOG_START_OFFSET = 6
+TAG_GENERATION = 7
+TAG_COLUMNS = 8
+
+# Entries handled per call before Python looks up again (signals, shutdown, timers).
+DRAIN_ENTRIES_MAX = 4096
+
+
+@kernel
+def _finish(words, completions, rings, ring, result, head):
+    """Complete the ring's oldest taken entry and hand its space back."""
+    complete_entry(words, completions, rings[ring, RING_TAKEN], result, -1)
+    rings[ring, RING_TAKEN] += 1
+    rings[ring, RING_HEAD] = head
+    # Release: the entry's bytes were copied (or rejected) before the producer may reuse them.
+    store_release(words, R.HEAD_WORD, head)
+
+
+@kernel
+def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
+           time_indexes, segment_states, tags, state_rows, appended, cursor, entries_max,
+           report):
+    handled = 0
+    ring_count = rings.shape[0]
+    while True:
+        progress = False
+        for step in range(ring_count):
+            ring = (cursor[0] + step) % ring_count
+            if not rings[ring, RING_ACTIVE]:
+                continue
+            words, data = ring_words[ring], ring_data[ring]
+            status, position, length, tag, head = next_entry(
+                words, data, rings[ring, RING_CAPACITY], rings[ring, RING_HEAD])
+            if status == ENTRY_NONE:
+                continue
+            if status == ENTRY_CORRUPT:
+                report[0], report[1], report[2] = ring, position, length
+                return _POISON
+            progress = True
+            handled += 1
+            start = position + R.ENTRY_HEADER_LENGTH
+            end = position + length
+            if tag >= tags.shape[0] or not tags[tag, TAG_REGISTERED]:
+                _finish(words, ring_completions[ring], rings, ring,
+                        -CompletionCode.UNKNOWN_PARTITION.value, head)
+                continue
+            status, batch_length = _check_batch(data, start, end, True, True)
+            if status != 0:
+                _finish(words, ring_completions[ring], rings, ring, -status, head)
+                continue
+            if batch_length != end - start:
+                _finish(words, ring_completions[ring], rings, ring,
+                        -CompletionCode.NOT_ONE_BATCH.value, head)
+                continue
+            if batch_length > tags[tag, TAG_BATCH_SIZE_MAX]:
+                _finish(words, ring_completions[ring], rings, ring,
+                        -CompletionCode.RECORD_TOO_LARGE.value, head)
+                continue
+            codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
+            state = segment_states[tag]
+            base_offset = state[1]                                    # segments._NEXT_OFFSET
+            if codec == B.CODEC_NONE and tags[tag, TAG_FAST]:
+                appended_status, _ = _append(
+                    data, start, end, logs[tag], offset_indexes[tag], time_indexes[tag], state,
+                    tags[tag, TAG_SEGMENT_BYTES], tags[tag, TAG_SEGMENT_MS],
+                    tags[tag, TAG_INDEX_INTERVAL], _TIMESTAMP_NONE, 0)
+                if appended_status == _APPENDED:
+                    appended[tag] += load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET) + 1
+                    _finish(words, ring_completions[ring], rings, ring, base_offset, head)
+                    # The batch is in the segment: publish it (high watermark last).
+                    publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET], state[1],
+                                state[1], state[2], tags[tag, TAG_GENERATION])
+                    continue
+            report[0], report[1], report[2], report[3] = ring, position, length, tag
+            cursor[0] = ring
+            return _SLOW
+        if not progress:
+            return _IDLE
+        if handled >= entries_max:
+            cursor[0] = (cursor[0] + 1) % ring_count
+            return _BUDGET
+
+
+_WORDS_TYPE = numba.typeof(np.zeros(1, np.int64))
+_BYTES_TYPE = numba.typeof(np.zeros(1, np.uint8))
+
+
+def _empty_bytes() -> np.ndarray:
+    return np.zeros(0, np.uint8)
+
+
+class Appender:
+    """Drains rings into the partition logs of a :class:`LogManager`, publishing
+    offsets in a :class:`PartitionStateTable`. A partition's tag (the ``tag`` its
+    producers put on ring entries) is its row in the table.
+    """
+
+    def __init__(self, logs: LogManager, table: PartitionStateTable):
+        self.logs = logs
+        self.table = table
+        capacity = table.row_capacity
+        self._partitions: dict[int, object] = {}               # tag -> PartitionLog
+        self._tags: dict[tuple[str, int], int] = {}
+        self.tags = np.zeros((capacity, TAG_COLUMNS), np.int64)
+        self.appended = np.zeros(capacity, np.int64)
+        self._logs = List([_empty_bytes() for _ in range(capacity)])
+        self._offset_indexes = List([_empty_bytes() for _ in range(capacity)])
+        self._time_indexes = List([_empty_bytes() for _ in range(capacity)])
+        self._segment_states = List([np.zeros(16, np.int64) for _ in range(capacity)])
+        self._rings: list[Ring | None] = []
+        self._ring_words = List.empty_list(_WORDS_TYPE)
+        self._ring_completions = List.empty_list(_WORDS_TYPE)
+        self._ring_data = List.empty_list(_BYTES_TYPE)
+        self.rings = np.zeros((0, RING_COLUMNS), np.int64)
+        self._cursor = np.zeros(1, np.int64)
+        self._report = np.zeros(4, np.int64)
+
+    # -- partitions ------------------------------------------------------------------
+    def register_partition(self, topic: str, partition: int) -> int:
+        """Host (topic, partition): open its log, claim its table row; its tag."""
+        key = (topic, partition)
+        if key in self._tags:
+            return self._tags[key]
+        partition_log = self.logs.partition_log(topic, partition)
+        free = [tag for tag in range(self.tags.shape[0]) if not self.tags[tag, TAG_REGISTERED]]
+        if not free:
+            raise StorageError(f"the partition state table is full ({self.tags.shape[0]} rows)")
+        tag = free[0]
+        metadata = self.logs.describe_topic(topic)
+        self.table.claim(tag, topic_key(metadata.topic_id), partition)
+        self._partitions[tag] = partition_log
+        self._tags[key] = tag
+        self.tags[tag, TAG_REGISTERED] = 1
+        self._refresh(tag)
+        return tag
+
+    def tag_of(self, topic: str, partition: int) -> int:
+        try:
+            return self._tags[(topic, partition)]
+        except KeyError:
+            raise UnknownTopicOrPartitionError(
+                f"{topic}-{partition} is not hosted by this appender") from None
+
+    def _refresh(self, tag: int) -> None:
+        """Point the compiled loop at the partition's current active segment and
+        settings, and publish its offsets."""
+        partition_log = self._partitions[tag]
+        log_bytes, offset_index, time_index, state, segment_bytes = partition_log.kernel_target()
+        self._logs[tag] = log_bytes
+        self._offset_indexes[tag] = offset_index
+        self._time_indexes[tag] = time_index
+        self._segment_states[tag] = state
+        config = partition_log.config
+        row = self.tags[tag]
+        row[TAG_FAST] = int(partition_log.kernel_appendable)
+        row[TAG_SEGMENT_BYTES] = segment_bytes
+        row[TAG_SEGMENT_MS] = config.segment_ms
+        row[TAG_INDEX_INTERVAL] = config.index_interval_bytes
+        row[TAG_BATCH_SIZE_MAX] = config.batch_size_max
+        row[TAG_LOG_START_OFFSET] = partition_log.log_start_offset
+        row[TAG_GENERATION] = partition_log.generation
+        end = partition_log.log_end_offset
+        self.table.publish(tag, partition_log.log_start_offset, end, end,
+                           partition_log.active.base_offset, partition_log.generation)
+
+    # -- rings -----------------------------------------------------------------------
+    def add_ring(self, ring: Ring) -> int:
+        """Start draining ``ring`` (from where its consumer left off)."""
+        index = len(self._rings)
+        self._rings.append(ring)
+        self._ring_words.append(ring.words)
+        self._ring_completions.append(ring.completions)
+        self._ring_data.append(ring.data)
+        row = np.zeros((1, RING_COLUMNS), np.int64)
+        row[0, RING_CAPACITY] = ring.capacity
+        row[0, RING_HEAD] = ring._head
+        row[0, RING_TAKEN] = ring._completed
+        row[0, RING_ACTIVE] = 1
+        self.rings = np.concatenate([self.rings, row])
+        return index
+
+    def remove_ring(self, index: int) -> None:
+        """Stop draining a ring (its slot stays, inactive, so indexes stay put)."""
+        self.rings[index, RING_ACTIVE] = 0
+        self._rings[index] = None
+
+    # -- draining ----------------------------------------------------------------------
+    def drain(self, entries_max: int = DRAIN_ENTRIES_MAX) -> int:
+        """Handle entries until every ring is empty or about ``entries_max`` were
+        handled; returns how many were."""
+        handled = 0
+        while handled < entries_max:
+            taken_before = int(self.rings[:, RING_TAKEN].sum())
+            status = _drain(self._ring_words, self._ring_completions, self._ring_data,
+                            self.rings, self._logs, self._offset_indexes, self._time_indexes,
+                            self._segment_states, self.tags, self.table.rows, self.appended,
+                            self._cursor, entries_max - handled, self._report)
+            handled += int(self.rings[:, RING_TAKEN].sum()) - taken_before
+            self._after_compiled_appends()
+            if status == _SLOW:
+                self._append_slowly(*map(int, self._report))
+                handled += 1
+            elif status == _POISON:
+                self._poison(*map(int, self._report[:3]))
+            elif status == _IDLE:
+                break
+        return handled
+
+    def _after_compiled_appends(self) -> None:
+        for tag in np.flatnonzero(self.appended):
+            self._partitions[int(tag)].appended_by_kernel(int(self.appended[tag]))
+            self.appended[tag] = 0
+
+    def _append_slowly(self, ring: int, position: int, length: int, tag: int) -> None:
+        """One entry the compiled loop handed over: append it through the log."""
+        source = self._rings[ring]
+        batch = source.data[position + R.ENTRY_HEADER_LENGTH:position + length]
+        _, _, _, _, head = next_entry(source.words, source.data, source.capacity,
+                                      int(self.rings[ring, RING_HEAD]))
+        partition_log = self._partitions[tag]
+        try:
+            result = partition_log.append(batch).base_offset
+        except CorruptRecordError as error:
+            result = -(error.status or CompletionCode.NOT_ONE_BATCH)
+        except RecordTooLargeError:
+            result = -CompletionCode.RECORD_TOO_LARGE
+        except StorageError:
+            log.exception("append to %s failed", partition_log.directory)
+            result = -CompletionCode.STORAGE_ERROR
+        _finish(source.words, source.completions, self.rings, ring, result, head)
+        self._refresh(tag)
+
+    def _poison(self, ring: int, position: int, length: int) -> None:
+        source = self._rings[ring]
+        error = CorruptRingError(f"ring {source.name!r}: no valid entry at byte {position} "
+                                 f"(length field {length}); it is no longer read",
+                                 name=source.name, position=position)
+        log.warning("%s", error)
+        store_release_error(source.words, R.CONSUMER_ERROR_WORD, int(CompletionCode.NOT_ONE_BATCH))
+        self.remove_ring(ring)
+
+
+@kernel
+def store_release_error(words, index, value):
+    store_release(words, index, value)

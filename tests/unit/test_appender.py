@@ -1,0 +1,166 @@
+"""The appender drains rings into partition logs: offsets, completions, published
+high watermarks, the slow path (zstd, LogAppendTime, rolls), and bad input.
+
+Method: real rings in /dev/shm, a real state table and real partition logs on
+disk, all in this process; what the producer side of each ring sees (entry results)
+and what the logs hold afterwards are both checked.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+from helpers import all_records
+from shmlog import LogManager, batch_layout as B, ring_layout as R, shared_memory
+from shmlog.appender import Appender, CompletionCode
+from shmlog.records import BatchStatus, decode_records, encode_batch
+from shmlog.ring import Ring
+from shmlog.state import PartitionStateTable
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A log manager, a state table, an appender, and a ring factory; all cleaned up."""
+    prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    names = []
+    logs = LogManager(str(tmp_path / "data"))
+    table = PartitionStateTable.create(prefix + "-state", 64)
+    names.append(prefix + "-state")
+    appender = Appender(logs, table)
+
+    def ring(capacity=1 << 20):
+        name = f"{prefix}-ring{len(names)}"
+        names.append(name)
+        producer = Ring.create(name, capacity)
+        appender.add_ring(Ring.attach(name))
+        return producer
+
+    yield logs, table, appender, ring
+    logs.close()
+    for name in names:
+        shared_memory.unlink(name)
+        assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def values(tag: str, count: int) -> list[bytes]:
+    return [f"{tag}-{index}".encode() for index in range(count)]
+
+
+def test_batches_from_several_rings_land_in_order_with_their_offsets(world):
+    logs, table, appender, ring = world
+    logs.create_topic("events", partitions=2)
+    tags = [appender.register_partition("events", partition) for partition in (0, 1)]
+    producers = [ring() for _ in range(3)]
+    sent = {tag: [] for tag in tags}
+    entries = []
+    for round_number in range(20):
+        for number, producer in enumerate(producers):
+            tag = tags[(round_number + number) % 2]
+            batch_values = values(f"p{number}r{round_number}", 1 + round_number % 4)
+            entries.append((producer, producer.put(tag, encode_batch(batch_values), 1000),
+                            tag, batch_values))
+    assert appender.drain() == len(entries)
+    in_log_order = {tag: [] for tag in tags}
+    for producer, entry, tag, batch_values in entries:
+        sent[tag] += batch_values
+    for partition, tag in zip((0, 1), tags):
+        partition_log = logs.partition_log("events", partition)
+        records = all_records(partition_log)
+        assert sorted(r.value for r in records) == sorted(sent[tag])
+        assert [r.offset for r in records] == list(range(len(sent[tag])))
+        assert table.high_watermark(tag) == partition_log.log_end_offset == len(sent[tag])
+        for record in records:
+            in_log_order[tag].append(record.value)
+    for producer, entry, tag, batch_values in entries:
+        result, _ = producer.result(entry)
+        assert in_log_order[tag][result:result + len(batch_values)] == batch_values
+    for number, producer in enumerate(producers):   # each producer's order is kept
+        for tag in tags:
+            mine = [v for v in in_log_order[tag] if v.startswith(f"p{number}r".encode())]
+            assert mine == [v for _, _, t, batch in entries if t == tag
+                            and batch[0].startswith(f"p{number}r".encode()) for v in batch]
+
+
+def test_bad_entries_are_completed_with_errors_and_never_appended(world):
+    logs, table, appender, ring = world
+    logs.create_topic("t", config={"max.message.bytes": 2000})
+    tag = appender.register_partition("t", 0)
+    producer = ring()
+    corrupt = encode_batch([b"flipped"]).copy()
+    corrupt[B.HEADER_LENGTH + 3] ^= 0x01
+    two_batches = np.concatenate([encode_batch([b"a"]), encode_batch([b"b"])])
+    cases = [
+        (tag, encode_batch([b"good-1"]), 0),
+        (tag, corrupt, -BatchStatus.BAD_CRC),
+        (63, encode_batch([b"nobody"]), -CompletionCode.UNKNOWN_PARTITION),
+        (tag, two_batches, -CompletionCode.NOT_ONE_BATCH),
+        (tag, encode_batch([b"x" * 3000]), -CompletionCode.RECORD_TOO_LARGE),
+        (tag, np.frombuffer(b"garbage!" * 10, np.uint8), -BatchStatus.BAD_MAGIC),
+        (tag, encode_batch([b"good-2"]), 1),
+    ]
+    entries = [producer.put(case_tag, payload, 1000) for case_tag, payload, _ in cases]
+    assert appender.drain() == len(cases)
+    assert [producer.result(entry)[0] for entry in entries] == [int(c[2]) for c in cases]
+    assert [r.value for r in all_records(logs.partition_log("t", 0))] == [b"good-1", b"good-2"]
+    assert table.high_watermark(tag) == 2
+
+
+def test_the_slow_path_handles_zstd_log_append_time_and_rolls(world):
+    logs, table, appender, ring = world
+    logs.create_topic("zipped", config={"segment.bytes": 4096})
+    logs.create_topic("stamped", config={"message.timestamp.type": "LogAppendTime"})
+    zipped, stamped = (appender.register_partition(name, 0) for name in ("zipped", "stamped"))
+    producer = ring()
+    expected = []
+    for number in range(40):
+        batch_values = values(f"z{number}", 10)
+        expected += batch_values
+        producer.put(zipped, encode_batch(batch_values, compression="zstd" if number % 2 else None),
+                     1000)
+    entry = producer.put(stamped, encode_batch([b"s"], timestamps=[5]), 1000)
+    assert appender.drain() == 41
+    zipped_log = logs.partition_log("zipped", 0)
+    assert len(zipped_log.segments) > 2, "small segments rolled during the drain"
+    assert [r.value for r in all_records(zipped_log)] == expected
+    assert table.high_watermark(zipped) == 400
+    assert table.snapshot(zipped).segment_generation == zipped_log.generation > 0
+    assert table.snapshot(zipped).active_segment_base_offset == zipped_log.active.base_offset
+    record = all_records(logs.partition_log("stamped", 0))[0]
+    assert record.timestamp > 5 and producer.result(entry) == (0, -1)
+
+
+def test_garbage_in_a_ring_poisons_only_that_ring(world):
+    logs, table, appender, ring = world
+    logs.create_topic("t")
+    tag = appender.register_partition("t", 0)
+    good, bad = ring(), ring()
+    bad.put(tag, encode_batch([b"before"]), 1000)
+    bad.put(tag, encode_batch([b"never"]), 1000)
+    second = R.aligned_entry_size(encode_batch([b"before"]).size)
+    bad.data[second:second + 4].view(np.uint32)[0] = 5          # not an entry length
+    good.put(tag, encode_batch([b"good"]), 1000)
+    appender.drain()
+    assert bad.words[R.CONSUMER_ERROR_WORD] != 0
+    good.put(tag, encode_batch([b"still served"]), 1000)
+    appender.drain()
+    assert sorted(r.value for r in all_records(logs.partition_log("t", 0))) == \
+        [b"before", b"good", b"still served"]
+
+
+def test_draining_resumes_where_a_previous_consumer_stopped(world):
+    logs, table, appender, ring = world
+    logs.create_topic("t")
+    tag = appender.register_partition("t", 0)
+    producer = ring()
+    producer.put(tag, encode_batch([b"one"]), 1000)
+    appender.drain()
+    producer.put(tag, encode_batch([b"two"]), 1000)
+    second = Appender(logs, table)                 # a restarted appender re-attaches
+    second.register_partition("t", 0)
+    second.add_ring(Ring.attach(producer.name))
+    assert second.drain() == 1
+    assert [r.value for r in all_records(logs.partition_log("t", 0))] == [b"one", b"two"]
