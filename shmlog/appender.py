@@ -42,7 +42,7 @@ from .jit import kernel, load_i32, load_u16
 from .log_manager import LogManager
 from .records import _check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Ring, complete_entry, next_entry
-from .segments import _APPENDED, _TIMESTAMP_NONE, _append
+from .segments import _APPENDED, _BASE_OFFSET, _NEXT_OFFSET, _POSITION, _TIMESTAMP_NONE, _append
 from .state import PartitionStateTable, publish_row, topic_key
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                 continue
             codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
             state = segment_states[tag]
-            base_offset = state[1]                                    # segments._NEXT_OFFSET
+            base_offset = state[_NEXT_OFFSET]
             if codec == B.CODEC_NONE and tags[tag, TAG_FAST]:
                 appended_status, _ = _append(
                     data, start, end, logs[tag], offset_indexes[tag], time_indexes[tag], state,
@@ -149,8 +149,9 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                     appended[tag] += load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET) + 1
                     _finish(words, ring_completions[ring], rings, ring, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
-                    publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET], state[1],
-                                state[1], state[2], tags[tag, TAG_GENERATION])
+                    publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
+                                state[_NEXT_OFFSET], state[_NEXT_OFFSET], state[_BASE_OFFSET],
+                                state[_POSITION], tags[tag, TAG_GENERATION])
                     continue
             report[0], report[1], report[2], report[3] = ring, position, length, tag
             cursor[0] = ring
@@ -242,7 +243,8 @@ class Appender:
         row[TAG_GENERATION] = partition_log.generation
         end = partition_log.log_end_offset
         self.table.publish(tag, partition_log.log_start_offset, end, end,
-                           partition_log.active.base_offset, partition_log.generation)
+                           partition_log.active.base_offset, partition_log.active.size,
+                           partition_log.generation)
 
     # -- rings -----------------------------------------------------------------------
     def add_ring(self, ring: Ring) -> int:

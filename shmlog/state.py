@@ -29,10 +29,11 @@ __all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row",
 
 @kernel
 def publish_row(rows, row, log_start_offset, log_end_offset, high_watermark,
-                active_segment_base_offset, segment_generation):
+                active_segment_base_offset, active_segment_size, segment_generation):
     """Store a row's fields, the high watermark last (release: it covers the rest
     and every byte appended below it)."""
     base = row * S.ROW_WORDS
+    store_relaxed(rows, base + S.ACTIVE_SEGMENT_SIZE_WORD, active_segment_size)
     store_relaxed(rows, base + S.LOG_START_OFFSET_WORD, log_start_offset)
     store_relaxed(rows, base + S.LOG_END_OFFSET_WORD, log_end_offset)
     store_relaxed(rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, active_segment_base_offset)
@@ -52,7 +53,7 @@ def _snapshot(rows, row, out):
     out[S.HIGH_WATERMARK_WORD] = load_acquire(rows, base + S.HIGH_WATERMARK_WORD)
     for field in (S.LOG_START_OFFSET_WORD, S.LOG_END_OFFSET_WORD,
                   S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, S.SEGMENT_GENERATION_WORD,
-                  S.TOPIC_KEY_WORD, S.PARTITION_WORD):
+                  S.TOPIC_KEY_WORD, S.PARTITION_WORD, S.ACTIVE_SEGMENT_SIZE_WORD):
         out[field] = load_relaxed(rows, base + field)
 
 
@@ -65,6 +66,7 @@ class RowSnapshot:
     segment_generation: int
     topic_key: int
     partition: int
+    active_segment_size: int
 
 
 def topic_key(topic_id: str) -> int:
@@ -142,14 +144,15 @@ class PartitionStateTable:
     def free(self, row: int) -> None:
         row = self._check_row(row)
         base = row * S.ROW_WORDS
-        publish_row(self.rows, row, -1, -1, -1, -1, -1)
+        publish_row(self.rows, row, -1, -1, -1, -1, -1, -1)
         self.rows[base + S.TOPIC_KEY_WORD] = S.FREE_TOPIC_KEY
 
     def publish(self, row: int, log_start_offset: int, log_end_offset: int,
                 high_watermark: int, active_segment_base_offset: int,
-                segment_generation: int) -> None:
+                active_segment_size: int, segment_generation: int) -> None:
         publish_row(self.rows, self._check_row(row), log_start_offset, log_end_offset,
-                    high_watermark, active_segment_base_offset, segment_generation)
+                    high_watermark, active_segment_base_offset, active_segment_size,
+                    segment_generation)
 
     # -- reader side ---------------------------------------------------------------
     def high_watermark(self, row: int) -> int:
@@ -162,7 +165,7 @@ class PartitionStateTable:
                            int(out[S.HIGH_WATERMARK_WORD]),
                            int(out[S.ACTIVE_SEGMENT_BASE_OFFSET_WORD]),
                            int(out[S.SEGMENT_GENERATION_WORD]), int(out[S.TOPIC_KEY_WORD]),
-                           int(out[S.PARTITION_WORD]))
+                           int(out[S.PARTITION_WORD]), int(out[S.ACTIVE_SEGMENT_SIZE_WORD]))
 
     # -- lifetime ------------------------------------------------------------------
     def unlink(self) -> None:

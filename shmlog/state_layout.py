@@ -28,12 +28,15 @@ Row::
 
    0 | log_start_offset | 8 | log_end_offset | 16 | high_watermark |
   24 | active_segment_base_offset | 32 | segment_generation |
-  40 | topic_key | 48 | partition | 56 | (padding) |
+  40 | topic_key | 48 | partition | 56 | active_segment_size |
 
 * The broker is the only writer. It writes a row's other fields first and the high
   watermark last, with a release store: "a high watermark covers bytes already in
   the segment files". A reader loads the high watermark with acquire ordering and
   may then read every record below it from the mapped segments.
+* ``active_segment_size`` is where the published data of the active segment ends:
+  every byte below it belongs to complete batches with final offsets. A reader
+  never looks past it (what lies beyond may be a batch still being copied).
 * ``segment_generation`` changes whenever the set of segment files changes (roll,
   retention, truncation); a reader rescans the partition directory only then.
 * ``topic_key`` and ``partition`` name the row's owner (``topic_key`` is derived
@@ -71,7 +74,8 @@ ACTIVE_SEGMENT_BASE_OFFSET_OFFSET = HIGH_WATERMARK_OFFSET + WORD_SIZE
 SEGMENT_GENERATION_OFFSET = ACTIVE_SEGMENT_BASE_OFFSET_OFFSET + WORD_SIZE
 TOPIC_KEY_OFFSET = SEGMENT_GENERATION_OFFSET + WORD_SIZE
 PARTITION_OFFSET = TOPIC_KEY_OFFSET + WORD_SIZE
-ROW_FIELDS_END = PARTITION_OFFSET + WORD_SIZE
+ACTIVE_SEGMENT_SIZE_OFFSET = PARTITION_OFFSET + WORD_SIZE
+ROW_FIELDS_END = ACTIVE_SEGMENT_SIZE_OFFSET + WORD_SIZE
 ROW_SIZE = CACHE_LINE_SIZE                                # padding row: one line each
 
 # Word indexes: the control page and each row viewed as int64 (what atomics take).
@@ -86,6 +90,7 @@ ACTIVE_SEGMENT_BASE_OFFSET_WORD = ACTIVE_SEGMENT_BASE_OFFSET_OFFSET // WORD_SIZE
 SEGMENT_GENERATION_WORD = SEGMENT_GENERATION_OFFSET // WORD_SIZE
 TOPIC_KEY_WORD = TOPIC_KEY_OFFSET // WORD_SIZE
 PARTITION_WORD = PARTITION_OFFSET // WORD_SIZE
+ACTIVE_SEGMENT_SIZE_WORD = ACTIVE_SEGMENT_SIZE_OFFSET // WORD_SIZE
 
 FREE_TOPIC_KEY = 0
 

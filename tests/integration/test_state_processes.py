@@ -40,7 +40,7 @@ WRITER = textwrap.dedent("""
         data = np.frombuffer(mmap.mmap(source.fileno(), 0), np.int64)
     for index in range(data.size):
         data[index] = index + 1                     # the "record"
-        table.publish(0, 0, index + 1, index + 1, 0, 0)
+        table.publish(0, 0, index + 1, index + 1, 0, 8 * (index + 1), 0)
 """)
 
 

@@ -30,11 +30,12 @@ def test_a_published_row_reads_back(table_name):
         key = topic_key(uuid.uuid4().hex)
         table.claim(5, key, 3)
         assert reader.high_watermark(5) == -1
-        table.publish(5, 2, 40, 38, 30, 7)
+        table.publish(5, 2, 40, 38, 30, 4096, 7)
         snapshot = reader.snapshot(5)
         assert (snapshot.log_start_offset, snapshot.log_end_offset, snapshot.high_watermark,
-                snapshot.active_segment_base_offset, snapshot.segment_generation,
-                snapshot.topic_key, snapshot.partition) == (2, 40, 38, 30, 7, key, 3)
+                snapshot.active_segment_base_offset, snapshot.active_segment_size,
+                snapshot.segment_generation, snapshot.topic_key,
+                snapshot.partition) == (2, 40, 38, 30, 4096, 7, key, 3)
         assert reader.snapshot(4).topic_key == 0, "other rows untouched"
         table.free(5)
         assert reader.snapshot(5).topic_key == 0 and reader.high_watermark(5) == -1
