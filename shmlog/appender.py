@@ -213,7 +213,7 @@ class Appender:
         self._partitions[tag] = partition_log
         self._tags[key] = tag
         self.tags[tag, TAG_REGISTERED] = 1
-        self._refresh(tag)
+        self.refresh(tag)
         return tag
 
     def tag_of(self, topic: str, partition: int) -> int:
@@ -223,9 +223,11 @@ class Appender:
             raise UnknownTopicOrPartitionError(
                 f"{topic}-{partition} is not hosted by this appender") from None
 
-    def _refresh(self, tag: int) -> None:
+    def refresh(self, tag: int) -> None:
         """Point the compiled loop at the partition's current active segment and
-        settings, and publish its offsets."""
+        settings, and publish its offsets: after a slow-path append, and whenever the
+        broker changed the partition outside the drain (retention, truncation,
+        a config change)."""
         partition_log = self._partitions[tag]
         log_bytes, offset_index, time_index, state, segment_bytes = partition_log.kernel_target()
         self._logs[tag] = log_bytes
@@ -311,7 +313,7 @@ class Appender:
             log.exception("append to %s failed", partition_log.directory)
             result = -CompletionCode.STORAGE_ERROR
         _finish(source.words, source.completions, self.rings, ring, result, head)
-        self._refresh(tag)
+        self.refresh(tag)
 
     def _poison(self, ring: int, position: int, length: int) -> None:
         source = self._rings[ring]

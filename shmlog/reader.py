@@ -1,0 +1,198 @@
+"""Reading a partition from another process than the broker: segments mapped
+read-only, bounded by what the broker has published in the state table.
+
+Rules
+-----
+* Nothing at or past the published high watermark is ever returned, and no byte
+  past the published end of the active segment is ever looked at (it may belong to
+  a batch still being copied).
+* Every batch is CRC-checked the first time this process reads it.
+* The hot path makes no system call: the high watermark is an acquire load from
+  shared memory and the segments are already mapped. The directory is listed again
+  only when the published segment generation changes (a roll, a deletion).
+
+Theory of operation
+-------------------
+The broker publishes a row per partition: high watermark (last, with release),
+log start offset, the active segment's base offset and published size, and a
+segment generation. A read loads the row (high watermark first, with acquire),
+maps any new segment files when the generation moved, finds the byte position of
+the requested offset - the position where the previous read ended, when reading
+on, or else through the segment's sparse offset index, using only entries for
+offsets below the high watermark (the writer completes those before publishing) -
+and returns whole batches from there, as views of the mapping.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+
+import numpy as np
+
+from . import index_layout as I
+from . import limits
+from .errors import CorruptSegmentError, OffsetOutOfRangeError
+from .jit import kernel
+from .mapped_file import MappedFile
+from .records import BatchStatus
+from .segments import ReadResult, _collect, _find_batch
+from .state import PartitionStateTable
+
+__all__ = ["PartitionReader"]
+
+
+@kernel
+def _usable_entries(relative_offsets, limit):
+    """How many leading index entries are usable: strictly increasing (an active
+    index is zeros past its last entry) and below ``limit`` (relative to the base)."""
+    count = relative_offsets.size
+    if count == 0 or relative_offsets[0] >= limit:
+        return 0
+    low, high = 1, count          # entries [0, low) are usable; find the first that is not
+    while low < high:
+        middle = (low + high) // 2
+        if relative_offsets[middle] > relative_offsets[middle - 1] and relative_offsets[middle] < limit:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+class _MappedSegment:
+    """A segment's log and offset index, mapped read-only at their current sizes."""
+
+    def __init__(self, directory: str, base_offset: int):
+        self.base_offset = base_offset
+        self.log_path = os.path.join(directory, I.segment_file_name(base_offset, I.LOG_SUFFIX))
+        self._log = MappedFile(self.log_path, None)
+        self._index = MappedFile(
+            os.path.join(directory, I.segment_file_name(base_offset, I.OFFSET_INDEX_SUFFIX)), None)
+        self.size = self._log.size
+        self.verified_end = 0
+
+    @property
+    def log(self) -> np.ndarray:
+        return self._log.bytes
+
+    def position_of(self, offset: int, end: int, high_watermark: int) -> int:
+        index = self._index.bytes
+        relative = index[:index.size // I.OFFSET_ENTRY_LENGTH * I.OFFSET_ENTRY_LENGTH].view(
+            I.OFFSET_INDEX_DTYPE)
+        usable = _usable_entries(relative["relative_offset"].astype(np.int64),
+                                 high_watermark - self.base_offset)
+        slot = int(np.searchsorted(relative["relative_offset"][:usable],
+                                   offset - self.base_offset, side="right")) - 1
+        start = int(relative["position"][slot]) if slot >= 0 else 0
+        return int(_find_batch(self.log, min(start, end), end, offset))
+
+    def close(self) -> None:
+        self._log.close()
+        self._index.close()
+
+
+class PartitionReader:
+    """Reads one partition's published records, zero-copy.
+
+    Parameters
+    ----------
+    directory : str
+        The partition's directory (``<data dir>/topics/<topic>/<partition>``).
+    table : PartitionStateTable
+        The broker's table, attached.
+    row : int
+        The partition's row in it.
+    """
+
+    def __init__(self, directory: str, table: PartitionStateTable, row: int):
+        self.directory = directory
+        self.table = table
+        self.row = row
+        self._segments: list[_MappedSegment] = []
+        self._bases: list[int] = []
+        self._generation = None
+        self._cursor = (-1, -1, 0)            # (next offset, segment base, byte position)
+
+    def _rescan(self, generation: int) -> None:
+        """Map the segment files that are there now (a system call, but only when
+        the published generation says the set changed)."""
+        names = sorted(name for name in os.listdir(self.directory)
+                       if name.endswith(I.LOG_SUFFIX) and name[:-len(I.LOG_SUFFIX)].isdigit())
+        kept = {segment.base_offset: segment for segment in self._segments}
+        segments = []
+        for name in names:
+            base = int(name[:-len(I.LOG_SUFFIX)])
+            old = kept.pop(base, None)
+            size = os.stat(os.path.join(self.directory, name)).st_size
+            if old is not None and old.size == size:
+                segments.append(old)
+                continue
+            fresh = _MappedSegment(self.directory, base)
+            if old is not None:                # same bytes, now trimmed or grown
+                fresh.verified_end = min(old.verified_end, fresh.size)
+                old.close()
+            segments.append(fresh)
+        for gone in kept.values():
+            gone.close()
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._generation = generation
+
+    def high_watermark(self) -> int:
+        return self.table.high_watermark(self.row)
+
+    def read(self, offset: int, max_bytes: int = limits.READ_SIZE_DEFAULT) -> ReadResult:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least
+        one batch), all below the published high watermark.
+
+        Raises
+        ------
+        OffsetOutOfRangeError
+            ``offset`` is below the log start or above the high watermark.
+        CorruptSegmentError
+            A batch fails its CRC.
+        """
+        row = self.table.snapshot(self.row)
+        high_watermark = row.high_watermark
+        if not row.log_start_offset <= offset <= high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{self.directory}: offset {offset} is outside [{row.log_start_offset}, "
+                f"{high_watermark}]", offset=offset, log_start_offset=row.log_start_offset,
+                log_end_offset=high_watermark)
+        empty = ReadResult(np.zeros(0, np.uint8), offset, row.active_segment_base_offset)
+        if offset == high_watermark:
+            return empty
+        if row.segment_generation != self._generation:
+            self._rescan(row.segment_generation)
+        index = bisect.bisect_right(self._bases, offset) - 1
+        while 0 <= index < len(self._segments):
+            segment = self._segments[index]
+            active = segment.base_offset == row.active_segment_base_offset
+            end = min(row.active_segment_size, segment.size) if active else segment.size
+            if self._cursor[0] == offset and self._cursor[1] == segment.base_offset:
+                position = self._cursor[2]
+            else:
+                position = segment.position_of(offset, end, high_watermark)
+            if position < end:
+                break
+            index += 1            # the offset lies in a gap after this segment's last batch
+        else:
+            return empty
+        status, stop, next_offset, bad = _collect(segment.log, position, end, max_bytes,
+                                                  high_watermark, segment.verified_end)
+        if status != 0:
+            raise CorruptSegmentError(
+                f"{segment.log_path}: {BatchStatus(status).name} in the batch at byte {bad} "
+                f"(reading offset {offset})", path=segment.log_path, position=int(bad))
+        if segment.verified_end >= position:
+            segment.verified_end = max(segment.verified_end, int(stop))
+        if next_offset < 0:
+            return empty
+        self._cursor = (int(next_offset), segment.base_offset, int(stop))
+        return ReadResult(segment.log[position:stop], int(next_offset), segment.base_offset)
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()
+        self._segments.clear()
+        self._bases.clear()

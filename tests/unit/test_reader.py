@@ -1,0 +1,106 @@
+"""PartitionReader in one process with the appender: reads stop at the high
+watermark, survive rolls, follow retention, use the index for seeks, and report
+a flipped byte as a corrupt segment.
+
+Method: a real appender, ring, state table and partition log in this process; the
+reader maps the same files read-only, as a consumer process would.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+from helpers import flip_bits
+from shmlog import LogManager, batch_layout as B, shared_memory
+from shmlog.appender import Appender
+from shmlog.errors import CorruptSegmentError, OffsetOutOfRangeError
+from shmlog.reader import PartitionReader, _usable_entries
+from shmlog.records import decode_columns, encode_batch
+from shmlog.ring import Ring
+from shmlog.state import PartitionStateTable
+
+
+@pytest.fixture
+def setup(tmp_path):
+    prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    logs = LogManager(str(tmp_path / "data"))
+    logs.create_topic("t", config={"segment.bytes": 4096, "index.interval.bytes": 256,
+                                   "retention.ms": 1000})
+    table = PartitionStateTable.create(prefix + "-state", 4)
+    appender = Appender(logs, table)
+    tag = appender.register_partition("t", 0)
+    producer = Ring.create(prefix + "-ring", 1 << 16)
+    appender.add_ring(Ring.attach(prefix + "-ring"))
+    reader = PartitionReader(str(tmp_path / "data" / "topics" / "t" / "0"), table, tag)
+
+    def send(first: int, count: int, timestamp: int = 10**12):
+        producer.put(tag, encode_batch([b"v%d" % (first + i) for i in range(count)],
+                                       timestamps=[timestamp] * count), 1000)
+        appender.drain()
+
+    yield logs, appender, tag, reader, send
+    reader.close()
+    logs.close()
+    for name in (prefix + "-state", prefix + "-ring"):
+        shared_memory.unlink(name)
+
+
+def test_reads_stop_at_the_high_watermark_and_resume(setup):
+    logs, appender, tag, reader, send = setup
+    send(0, 5)
+    result = reader.read(0)
+    assert [r.offset for r in decode_columns(result.data, verified=True).records()] == \
+        list(range(5))
+    assert reader.read(5).data.size == 0, "nothing at the high watermark"
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.read(6)
+    send(5, 3)
+    records = decode_columns(reader.read(5).data, verified=True).records()
+    assert [(r.offset, r.value) for r in records] == [(5, b"v5"), (6, b"v6"), (7, b"v7")]
+
+
+def test_seeks_use_the_index_across_rolled_segments(setup):
+    logs, appender, tag, reader, send = setup
+    for first in range(0, 600, 6):
+        send(first, 6)
+    assert len(logs.partition_log("t", 0).segments) > 3
+    for offset in (0, 1, 97, 250, 301, 599, 42):
+        records = decode_columns(reader.read(offset, max_bytes=1).data, start_offset=offset,
+                                 verified=True).records()
+        assert records[0].offset == offset and records[0].value == b"v%d" % offset
+
+
+def test_retention_moves_the_start_and_readers_follow(setup):
+    logs, appender, tag, reader, send = setup
+    for first in range(0, 300, 10):
+        send(first, 10, timestamp=1000 + first)
+    reader.read(0)
+    partition_log = logs.partition_log("t", 0)
+    partition_log.delete_old_segments(now=1000 + 200 + 1000)
+    appender.refresh(tag)
+    start = partition_log.log_start_offset
+    assert start > 0
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.read(0)
+    records = decode_columns(reader.read(start).data, verified=True).records()
+    assert records[0].offset == start
+
+
+def test_a_flipped_byte_is_a_corrupt_segment_for_the_reader(setup):
+    logs, appender, tag, reader, send = setup
+    send(0, 4)
+    flip_bits(logs.partition_log("t", 0).active.log_path, B.HEADER_LENGTH + 2, 0x04)
+    with pytest.raises(CorruptSegmentError, match="BAD_CRC"):
+        reader.read(0)
+
+
+@pytest.mark.parametrize("relative, limit, usable", [
+    ([], 10, 0), ([0, 0, 0], 10, 1), ([0, 5, 9, 0, 0], 100, 3), ([0, 5, 9, 0, 0], 9, 2),
+    ([3, 5, 9], 3, 0), ([1, 2, 3, 4], 100, 4), ([1, 2, 2, 4], 100, 2),
+])
+def test_usable_index_entries(relative, limit, usable):
+    assert _usable_entries(np.array(relative, np.int64), limit) == usable
