@@ -17,10 +17,9 @@ The broker publishes a row per partition: high watermark (last, with release),
 log start offset, the active segment's base offset and published size, and a
 segment generation. A read loads the row (high watermark first, with acquire),
 maps any new segment files when the generation moved, finds the byte position of
-the requested offset - the position where the previous read ended, when reading
-on, or else through the segment's sparse offset index, using only entries for
-offsets below the high watermark (the writer completes those before publishing) -
-and returns whole batches from there, as views of the mapping.
+the requested offset - walking batch headers on from where the previous read ended,
+or through the sparse offset index of a sealed segment - and returns whole
+batches from there, as views of the mapping.
 """
 
 from __future__ import annotations
@@ -33,30 +32,12 @@ import numpy as np
 from . import index_layout as I
 from . import limits
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
-from .jit import kernel
 from .mapped_file import MappedFile
 from .records import BatchStatus
 from .segments import ReadResult, _collect, _find_batch
 from .state import PartitionStateTable
 
 __all__ = ["PartitionReader"]
-
-
-@kernel
-def _usable_entries(relative_offsets, limit):
-    """How many leading index entries are usable: strictly increasing (an active
-    index is zeros past its last entry) and below ``limit`` (relative to the base)."""
-    count = relative_offsets.size
-    if count == 0 or relative_offsets[0] >= limit:
-        return 0
-    low, high = 1, count          # entries [0, low) are usable; find the first that is not
-    while low < high:
-        middle = (low + high) // 2
-        if relative_offsets[middle] > relative_offsets[middle - 1] and relative_offsets[middle] < limit:
-            low = middle + 1
-        else:
-            high = middle
-    return low
 
 
 class _MappedSegment:
@@ -75,15 +56,21 @@ class _MappedSegment:
     def log(self) -> np.ndarray:
         return self._log.bytes
 
-    def position_of(self, offset: int, end: int, high_watermark: int) -> int:
-        index = self._index.bytes
-        relative = index[:index.size // I.OFFSET_ENTRY_LENGTH * I.OFFSET_ENTRY_LENGTH].view(
-            I.OFFSET_INDEX_DTYPE)
-        usable = _usable_entries(relative["relative_offset"].astype(np.int64),
-                                 high_watermark - self.base_offset)
-        slot = int(np.searchsorted(relative["relative_offset"][:usable],
-                                   offset - self.base_offset, side="right")) - 1
-        start = int(relative["position"][slot]) if slot >= 0 else 0
+    def position_of(self, offset: int, end: int, start: int, active: bool) -> int:
+        """Byte position of the batch holding ``offset``, walking from ``start`` (a
+        known batch boundary at or before it) or from the sparse index.
+
+        The active segment's index is never read: a roll may trim that file at any
+        moment, and a mapped page past the end of a file faults (SIGBUS). Only the
+        log bytes below the published size are safe there, so the walk uses those.
+        """
+        if not active and start == 0:
+            index = self._index.bytes
+            entries = index[:index.size // I.OFFSET_ENTRY_LENGTH
+                            * I.OFFSET_ENTRY_LENGTH].view(I.OFFSET_INDEX_DTYPE)
+            slot = int(np.searchsorted(entries["relative_offset"], offset - self.base_offset,
+                                       side="right")) - 1
+            start = int(entries["position"][slot]) if slot >= 0 else 0
         return int(_find_batch(self.log, min(start, end), end, offset))
 
     def close(self) -> None:
@@ -169,10 +156,11 @@ class PartitionReader:
             segment = self._segments[index]
             active = segment.base_offset == row.active_segment_base_offset
             end = min(row.active_segment_size, segment.size) if active else segment.size
-            if self._cursor[0] == offset and self._cursor[1] == segment.base_offset:
-                position = self._cursor[2]
+            cursor_offset, cursor_base, cursor_position = self._cursor
+            if cursor_base == segment.base_offset and cursor_offset <= offset:
+                position = segment.position_of(offset, end, cursor_position, active)
             else:
-                position = segment.position_of(offset, end, high_watermark)
+                position = segment.position_of(offset, end, 0, active)
             if position < end:
                 break
             index += 1            # the offset lies in a gap after this segment's last batch

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import uuid
 
-import numpy as np
 import pytest
 
 from helpers import flip_bits
 from shmlog import LogManager, batch_layout as B, shared_memory
 from shmlog.appender import Appender
 from shmlog.errors import CorruptSegmentError, OffsetOutOfRangeError
-from shmlog.reader import PartitionReader, _usable_entries
+from shmlog.reader import PartitionReader
 from shmlog.records import decode_columns, encode_batch
 from shmlog.ring import Ring
 from shmlog.state import PartitionStateTable
@@ -96,11 +95,3 @@ def test_a_flipped_byte_is_a_corrupt_segment_for_the_reader(setup):
     flip_bits(logs.partition_log("t", 0).active.log_path, B.HEADER_LENGTH + 2, 0x04)
     with pytest.raises(CorruptSegmentError, match="BAD_CRC"):
         reader.read(0)
-
-
-@pytest.mark.parametrize("relative, limit, usable", [
-    ([], 10, 0), ([0, 0, 0], 10, 1), ([0, 5, 9, 0, 0], 100, 3), ([0, 5, 9, 0, 0], 9, 2),
-    ([3, 5, 9], 3, 0), ([1, 2, 3, 4], 100, 4), ([1, 2, 2, 4], 100, 2),
-])
-def test_usable_index_entries(relative, limit, usable):
-    assert _usable_entries(np.array(relative, np.int64), limit) == usable
