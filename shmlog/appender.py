@@ -42,7 +42,8 @@ from .jit import kernel, load_i32, load_u16
 from .log_manager import LogManager
 from .records import _check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Ring, complete_entry, next_entry
-from .segments import _APPENDED, _BASE_OFFSET, _NEXT_OFFSET, _POSITION, _TIMESTAMP_NONE, _append
+from .segments import (_APPENDED, _BASE_OFFSET, _NEXT_OFFSET, _POSITION, _REJECTED,
+                       _TIMESTAMP_NONE, _append)
 from .state import PartitionStateTable, publish_row, topic_key
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,10 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                 _finish(words, ring_completions[ring], rings, ring,
                         -CompletionCode.UNKNOWN_PARTITION.value, head)
                 continue
-            status, batch_length = _check_batch(data, start, end, True, True)
+            # The header, bounds and codec only: the CRC and the records are checked
+            # on the copy in the log (or by the slow path), where the producer can no
+            # longer change them.
+            status, batch_length = _check_batch(data, start, end, False, False)
             if status != 0:
                 _finish(words, ring_completions[ring], rings, ring, -status, head)
                 continue
@@ -141,10 +145,13 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             state = segment_states[tag]
             base_offset = state[_NEXT_OFFSET]
             if codec == B.CODEC_NONE and tags[tag, TAG_FAST]:
-                appended_status, _ = _append(
+                appended_status, _, batch_status = _append(
                     data, start, end, logs[tag], offset_indexes[tag], time_indexes[tag], state,
                     tags[tag, TAG_SEGMENT_BYTES], tags[tag, TAG_SEGMENT_MS],
-                    tags[tag, TAG_INDEX_INTERVAL], _TIMESTAMP_NONE, 0)
+                    tags[tag, TAG_INDEX_INTERVAL], _TIMESTAMP_NONE, 0, True)
+                if appended_status == _REJECTED:
+                    _finish(words, ring_completions[ring], rings, ring, -batch_status, head)
+                    continue
                 if appended_status == _APPENDED:
                     appended[tag] += load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET) + 1
                     _finish(words, ring_completions[ring], rings, ring, base_offset, head)
@@ -299,7 +306,8 @@ class Appender:
     def _append_slowly(self, ring: int, position: int, length: int, tag: int) -> None:
         """One entry the compiled loop handed over: append it through the log."""
         source = self._rings[ring]
-        batch = source.data[position + R.ENTRY_HEADER_LENGTH:position + length]
+        # A private copy: the producer cannot change what is validated and appended.
+        batch = source.data[position + R.ENTRY_HEADER_LENGTH:position + length].copy()
         _, _, _, _, head = next_entry(source.words, source.data, source.capacity,
                                       int(self.rings[ring, RING_HEAD]))
         partition_log = self._partitions[tag]

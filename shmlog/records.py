@@ -57,6 +57,7 @@ class BatchStatus(enum.IntEnum):
     BAD_RECORD = 9         # a record's lengths do not fit, or deltas go backwards
     BAD_TIMESTAMP = 10
     BAD_COMPRESSION = 11   # the zstd frame does not inflate to valid records
+    BAD_OFFSET = 12        # offsets go backwards, wrap, or leave the segment's range
 
 
 _OK = int(BatchStatus.OK)
@@ -70,6 +71,7 @@ _BAD_ATTRIBUTES = int(BatchStatus.BAD_ATTRIBUTES)
 _BAD_RECORD_COUNT = int(BatchStatus.BAD_RECORD_COUNT)
 _BAD_RECORD = int(BatchStatus.BAD_RECORD)
 _BAD_TIMESTAMP = int(BatchStatus.BAD_TIMESTAMP)
+_BAD_OFFSET = int(BatchStatus.BAD_OFFSET)
 
 
 class Compression(enum.Enum):
@@ -197,6 +199,22 @@ def _check_batch(buffer, position, end, check_crc, check_records):
 
 
 @kernel
+def _check_produced_batch(buffer, position, end, check_crc):
+    """:func:`_check_batch` plus what only a producer's batch must be: at least one
+    record and dense offset deltas (``last_offset_delta == record_count - 1``; with
+    the records' strictly increasing deltas that makes them exactly 0..n-1).
+    Compaction leaves stored batches sparser; recovery and reads accept those."""
+    status, length = _check_batch(buffer, position, end, check_crc, True)
+    if status != _OK:
+        return status, length
+    record_count = np.int64(load_i32(buffer, position + L.RECORD_COUNT_OFFSET))
+    last_offset_delta = np.int64(load_i32(buffer, position + L.LAST_OFFSET_DELTA_OFFSET))
+    if record_count < 1 or last_offset_delta != record_count - 1:
+        return _BAD_RECORD_COUNT, length
+    return _OK, length
+
+
+@kernel
 def _walk_batches(buffer, start, end, check_crc, check_records, positions):
     """Validate consecutive batches from ``start``; stop at the first bad one.
 
@@ -316,10 +334,11 @@ class _Column:
             lengths = np.fromiter((-1 if v is None else len(v) if type(v) is bytes
                                    else memoryview(v).nbytes for v in values), np.int64, count)
             data = b"".join(v for v in values if v is not None)
-        except TypeError:
-            bad = next(v for v in values if v is not None and not _is_bytes_like(v))
+        except (TypeError, BufferError, ValueError):
+            bad = next((v for v in values if v is not None and not _is_bytes_like(v)), None)
+            kind = type(bad).__name__ if bad is not None else "a non-contiguous buffer"
             raise LocalProtocolError(
-                f"{what} must be bytes-like or None, got {type(bad).__name__}; "
+                f"{what} must be contiguous bytes-like objects or None, got {kind}; "
                 f"encode text first (e.g. value.encode())") from None
         sizes = np.maximum(lengths, 0)
         positions = np.zeros(count, np.int64)

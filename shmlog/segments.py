@@ -61,7 +61,8 @@ from .jit import copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, sto
     store_u32
 from .crc32c import crc32c_kernel
 from .mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
-from .records import (BatchStatus, Compression, _check_batch, _check_inflated, batch_info,
+from .records import (_BAD_LENGTH, _BAD_OFFSET, _TRUNCATED, BatchStatus, Compression, _check_batch, _check_inflated,
+                      _check_produced_batch, batch_info,
                       decode_columns, inflate_batch, iter_batches, now_ms, recompress_batch)
 
 log = logging.getLogger(__name__)
@@ -95,9 +96,11 @@ _STATE_LENGTH = 13
 _APPENDED = 0
 _NEED_ROLL = 1
 _NEED_SPACE = 2
+_REJECTED = 3
 _FOUND = 0
 _NOT_FOUND = 1
 _INFLATE = 2
+_DAMAGED = 3
 
 
 # --- kernels ---------------------------------------------------------------------------
@@ -142,16 +145,26 @@ def _append_time_entry(time_index, state, last_offset):
 
 @kernel
 def _append(source, start, end, log, offset_index, time_index, state, segment_bytes,
-            segment_ms, index_interval, append_timestamp, leader_epoch):
-    """Copy validated batches ``source[start:end]`` into the segment.
+            segment_ms, index_interval, append_timestamp, leader_epoch, verify_copy):
+    """Copy batches ``source[start:end]`` into the segment.
 
-    Returns (status, source position reached): _APPENDED when all are in, or
-    _NEED_ROLL / _NEED_SPACE when Python must roll or reserve before the batch at
-    that position.
+    With ``verify_copy`` each batch is validated after it is copied, in the log, so
+    the bytes checked are the bytes kept even if the source changes meanwhile (a
+    ring a producer can still write); without it the caller validated the source,
+    which nobody else can change.
+
+    Returns (status, source position reached, batch status): _APPENDED when all are
+    in; _NEED_ROLL / _NEED_SPACE when Python must roll or reserve before the batch at
+    that position; _REJECTED when that batch failed validation (its status says why,
+    and nothing of it is in the log).
     """
     position = start
     while position < end:
+        if end - position < B.HEADER_LENGTH:
+            return _REJECTED, position, _TRUNCATED
         length = np.int64(load_u32(source, position + B.BATCH_LENGTH_OFFSET))
+        if length < B.HEADER_LENGTH or length > end - position:
+            return _REJECTED, position, _BAD_LENGTH
         last_offset_delta = np.int64(load_i32(source, position + B.LAST_OFFSET_DELTA_OFFSET))
         if append_timestamp != _TIMESTAMP_NONE:
             max_timestamp = append_timestamp
@@ -161,18 +174,23 @@ def _append(source, start, end, log, offset_index, time_index, state, segment_by
         base_offset = state[_NEXT_OFFSET]
         if log_position > 0:
             if log_position + length > segment_bytes:
-                return _NEED_ROLL, position
+                return _NEED_ROLL, position, 0
             if base_offset + last_offset_delta - state[_BASE_OFFSET] > I.RELATIVE_OFFSET_MAX:
-                return _NEED_ROLL, position
+                return _NEED_ROLL, position, 0
             if max_timestamp - state[_ROLL_TIMESTAMP] > segment_ms:
-                return _NEED_ROLL, position
+                return _NEED_ROLL, position, 0
             if state[_SINCE_INDEX] >= index_interval and (
                     state[_OFFSET_ENTRIES] >= state[_OFFSET_CAPACITY] - 1
                     or state[_TIME_ENTRIES] >= state[_TIME_CAPACITY] - 1):
-                return _NEED_ROLL, position
+                return _NEED_ROLL, position, 0
         if log_position + length > state[_RESERVED]:
-            return _NEED_SPACE, position
+            return _NEED_SPACE, position, 0
         copy_bytes(log, log_position, source, position, length)
+        if verify_copy:
+            batch_status, _ = _check_produced_batch(log, log_position, log_position + length, True)
+            if batch_status != 0:
+                store_u32(log, log_position + B.BATCH_LENGTH_OFFSET, 0)   # end of data again
+                return _REJECTED, position, batch_status
         store_i64(log, log_position + B.BASE_OFFSET_OFFSET, base_offset)
         store_i32(log, log_position + B.LEADER_EPOCH_OFFSET, leader_epoch)
         if append_timestamp != _TIMESTAMP_NONE:
@@ -186,7 +204,7 @@ def _append(source, start, end, log, offset_index, time_index, state, segment_by
                       crc32c_kernel(log, log_position + B.CRC_COVERED_OFFSET, log_position + length))
         _index_batch(log, log_position, length, offset_index, time_index, state, index_interval)
         position += length
-    return _APPENDED, position
+    return _APPENDED, position, 0
 
 
 @kernel
@@ -198,7 +216,7 @@ def _validate(source, start, end):
     compressed = 0
     largest = 0
     while position < end:
-        status, length = _check_batch(source, position, end, True, True)
+        status, length = _check_produced_batch(source, position, end, True)
         if status != 0:
             return status, position, count, compressed, largest
         largest = max(largest, length)
@@ -222,9 +240,11 @@ def _recover(log, end, offset_index, time_index, state, index_interval):
         if status != 0:
             return status, position
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
-        last_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)
-        if base_offset < state[_NEXT_OFFSET] or last_offset - state[_BASE_OFFSET] > I.RELATIVE_OFFSET_MAX:
-            return 3, position        # BatchStatus.BAD_LENGTH: offsets out of order
+        last_offset_delta = np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
+        # base_offset is not under the CRC: it must follow on, and not wrap.
+        if base_offset < state[_NEXT_OFFSET] or base_offset > limits.OFFSET_MAX - last_offset_delta \
+                or base_offset + last_offset_delta - state[_BASE_OFFSET] > I.RELATIVE_OFFSET_MAX:
+            return _BAD_OFFSET, position
         _index_batch(log, position, length, offset_index, time_index, state, index_interval)
         position += length
     return 0, position
@@ -234,9 +254,11 @@ def _recover(log, end, offset_index, time_index, state, index_interval):
 def _find_batch(log, position, end, target_offset):
     """Position of the first batch from ``position`` whose last offset >= target."""
     while position < end:
-        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
-        if length < B.HEADER_LENGTH:
+        if end - position < B.HEADER_LENGTH:
             return position        # not a batch: let the verifying reader report it
+        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
+        if length < B.HEADER_LENGTH or length > end - position:
+            return position
         last_offset = (load_i64(log, position + B.BASE_OFFSET_OFFSET)
                        + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
         if last_offset >= target_offset:
@@ -274,15 +296,24 @@ def _collect(log, position, end, max_bytes, max_offset, verified_end):
 def _find_timestamp(log, position, end, target_timestamp, start_offset):
     """First record at or after ``start_offset`` with timestamp >= target.
 
-    Returns (status, offset, timestamp, batch position): _FOUND, _NOT_FOUND, or
-    _INFLATE when the batch that holds it is compressed (Python inflates it).
+    Returns (status, offset, timestamp, batch position): _FOUND, _NOT_FOUND,
+    _INFLATE when the batch that holds it is compressed (Python inflates it), or
+    _DAMAGED when a batch on the way fails its check (at that position).
     """
     while position < end:
+        if end - position < B.HEADER_LENGTH:
+            return _DAMAGED, 0, 0, position
         length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
+        if length < B.HEADER_LENGTH or length > end - position:
+            return _DAMAGED, 0, 0, position
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
         last_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)
         max_timestamp = load_i64(log, position + B.MAX_TIMESTAMP_OFFSET)
         if last_offset >= start_offset and max_timestamp >= target_timestamp:
+            # The records are walked: check the whole batch first.
+            status, _ = _check_batch(log, position, end, True, True)
+            if status != 0:
+                return _DAMAGED, 0, 0, position
             attributes = load_u16(log, position + B.ATTRIBUTES_OFFSET)
             if attributes & B.CODEC_MASK != B.CODEC_NONE:
                 return _INFLATE, 0, 0, position
@@ -878,10 +909,11 @@ class PartitionLog:
             verified = segment.verified_end >= segment.size
             # A segment mapped before segment.bytes was lowered or raised keeps its size.
             segment_bytes = min(self.config.segment_bytes, int(segment.state[_CAPACITY]))
-            status, position = _append(source, position, source.size, segment.log,
-                                       segment._offset_index.bytes, segment._time_index.bytes,
-                                       segment.state, segment_bytes, self.config.segment_ms,
-                                       self.config.index_interval_bytes, append_time, leader_epoch)
+            status, position, batch_status = _append(
+                source, position, source.size, segment.log, segment._offset_index.bytes,
+                segment._time_index.bytes, segment.state, segment_bytes, self.config.segment_ms,
+                self.config.index_interval_bytes, append_time, leader_epoch, False)
+            assert status != _REJECTED, "the source was validated and is private"
             if verified:
                 segment.verified_end = segment.size
             if status == _APPENDED:
