@@ -51,15 +51,20 @@ _populate_advice = MADV_POPULATE_WRITE
 _prefaulter = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefault")
 
 
-def prefault_in_background(job) -> None:
+def prefault_in_background(job) -> bool:
     """Run ``job()`` on the prefaulter thread; its errors are logged, not raised
-    (the writer's own synchronous reservation raises them where they matter)."""
+    (the writer's own synchronous reservation raises them where they matter).
+    False when it cannot be queued (the interpreter is shutting down)."""
     def guarded():
         try:
             job()
         except Exception:                       # noqa: BLE001 - logged, then retried inline
             log.exception("background prefault failed")
-    _prefaulter.submit(guarded)
+    try:
+        _prefaulter.submit(guarded)
+    except RuntimeError:
+        return False
+    return True
 
 
 class MappedFile:
@@ -140,6 +145,12 @@ class MappedFile:
         end = len(self.map) if end is None else end
         if end > start:
             self.map.flush(start, end - start)
+
+    def release_descriptor(self) -> None:
+        """Close the file descriptor, keeping the mapping (a sealed file needs none)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def close(self) -> None:
         self.bytes = np.zeros(0, np.uint8)

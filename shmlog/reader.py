@@ -168,6 +168,8 @@ class PartitionReader:
             return empty
         status, stop, next_offset, bad = _collect(segment.log, position, end, max_bytes,
                                                   high_watermark, segment.verified_end)
+        if status != 0 and bad > position:
+            status = 0            # serve the good batches; the next read starts at the damage
         if status != 0:
             raise CorruptSegmentError(
                 f"{segment.log_path}: {BatchStatus(status).name} in the batch at byte {bad} "

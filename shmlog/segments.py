@@ -242,10 +242,22 @@ def _recover(log, end, offset_index, time_index, state, index_interval):
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
         last_offset_delta = np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
         # base_offset is not under the CRC: it must follow on, and not wrap.
-        if base_offset < state[_NEXT_OFFSET] or base_offset > limits.OFFSET_MAX - last_offset_delta \
+        if base_offset < state[_NEXT_OFFSET] or base_offset >= limits.OFFSET_MAX - last_offset_delta \
                 or base_offset + last_offset_delta - state[_BASE_OFFSET] > I.RELATIVE_OFFSET_MAX:
             return _BAD_OFFSET, position
         _index_batch(log, position, length, offset_index, time_index, state, index_interval)
+        position += length
+    return 0, position
+
+
+@kernel
+def _verify_prefix(log, end):
+    """Check every batch in ``log[0:end]``: (status, end of the good prefix)."""
+    position = 0
+    while position < end:
+        status, length = _check_batch(log, position, end, True, True)
+        if status != 0:
+            return status, position
         position += length
     return 0, position
 
@@ -400,6 +412,7 @@ class Segment:
         self.state[_ROLL_TIMESTAMP] = _TIMESTAMP_NONE
         self.active = active
         self.verified_end = 0          # bytes below this were checked in this process
+        self.damaged_at = -1           # where kept-but-failed data starts (a flushed segment)
         self.flushed_end = 0
         self._log: MappedFile | None = None
         self._offset_index: MappedFile | None = None
@@ -441,6 +454,13 @@ class Segment:
     def max_timestamp(self) -> int:
         """Largest timestamp in the segment (numpy's int64 minimum when empty)."""
         return int(self.state[_MAX_TIMESTAMP])
+
+    def age_timestamp(self) -> int:
+        """What retention.ms measures: the largest record timestamp, or, when the
+        records carry none (-1, as Kafka allows), the log file's modification time."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
 
     def offset_entries(self) -> np.ndarray:
         self.map()
@@ -495,7 +515,9 @@ class Segment:
             if size - position < B.HEADER_LENGTH:
                 return None
             last = batch_info(log_bytes, position)
-            if last.batch_length < B.HEADER_LENGTH or last.base_offset < self.base_offset:
+            if last.batch_length < B.HEADER_LENGTH or last.base_offset < self.base_offset \
+                    or last.last_offset_delta < 0 \
+                    or last.base_offset + last.last_offset_delta >= limits.OFFSET_MAX:
                 return None
             position += last.batch_length
         return last if position == size else None
@@ -503,8 +525,10 @@ class Segment:
     def rebuild(self, end: int | None = None) -> tuple[int, int]:
         """Rescan the log from byte 0 and rebuild both indexes in place.
 
-        Returns (status, end of the valid prefix). A sealed segment is sealed again
-        at that end.
+        Returns (status, end of the valid prefix); the state then describes that
+        prefix. The log file itself is never cut here: a sealed segment keeps every
+        byte (its size stays the file's, so reads reach damage and report it) and is
+        sealed again; cutting is the caller's decision.
         """
         if self.active:
             self.map()
@@ -522,6 +546,7 @@ class Segment:
                                     self._time_index.bytes, state, self.config.index_interval_bytes)
         self.verified_end = int(position)
         if not self.active:
+            state[_POSITION] = self._log.bytes.size
             self.close_for_append()
         return int(status), int(position)
 
@@ -566,7 +591,8 @@ class Segment:
                 self.reserve(int(self.state[_POSITION]) + limits.SEGMENT_PREFAULT_AHEAD_SIZE)
             finally:
                 self._prefault_pending = False
-        prefault_in_background(job)
+        if not prefault_in_background(job):
+            self._prefault_pending = False       # shutting down: appends reserve inline
 
     def close_for_append(self) -> None:
         """Seal the segment: closing time-index entry, files trimmed to their data."""
@@ -575,31 +601,63 @@ class Segment:
 
     def _seal(self) -> None:
         state = self.state
-        if state[_POSITION] and state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP]:
+        # The slot kept free for the closing entry may be gone in a segment that was
+        # sealed before (and reopened): it then has its closing entry already.
+        if state[_POSITION] and state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP] \
+                and state[_TIME_ENTRIES] < state[_TIME_CAPACITY]:
             _append_time_entry(self._time_index.bytes, state, state[_NEXT_OFFSET] - 1)
         self._log.trim(int(state[_POSITION]))
         self._offset_index.trim(int(state[_OFFSET_ENTRIES]) * I.OFFSET_ENTRY_LENGTH)
         self._time_index.trim(int(state[_TIME_ENTRIES]) * I.TIME_ENTRY_LENGTH)
+        for mapped in (self._log, self._offset_index, self._time_index):
+            mapped.release_descriptor()        # sealed files never change size again
         state[_CAPACITY] = state[_POSITION]
         state[_RESERVED] = state[_POSITION]
         self.active = False
 
+    def reopen_for_append(self) -> None:
+        """Map a sealed segment read-write at full capacity again, keeping its state,
+        with the tail past its data zeroed. Under the reservation lock, so a queued
+        prefault never sees it half-reopened."""
+        with self._reserve_lock:
+            self._close_mappings()
+            self.active = True
+            self.map()
+            self._zero_tail(self.size)
+        self.verified_end = min(self.verified_end, self.size)
+        self.flushed_end = self.size
+
     def truncate_tail(self, position: int) -> None:
         """Make everything from ``position`` on read as zeros (the end-of-data mark),
         so no stale batch past the end can ever be mistaken for data."""
-        assert self.active
         with self._reserve_lock:
-            self._log.zero_tail(position, int(self.state[_CAPACITY]))
-            self.state[_RESERVED] = position - position % PAGE_SIZE
+            self._zero_tail(position)
+
+    def _zero_tail(self, position: int) -> None:
+        assert self.active
+        self._log.zero_tail(position, int(self.state[_CAPACITY]))
+        self.state[_RESERVED] = position - position % PAGE_SIZE
 
     def truncate(self, position: int) -> None:
-        """Cut the active segment's log at batch boundary ``position``; rebuild indexes."""
+        """Cut the active segment's log at batch boundary ``position``; rebuild indexes.
+
+        Raises
+        ------
+        CorruptSegmentError
+            The bytes before ``position`` fail their check; nothing was changed.
+        """
+        status, end = _verify_prefix(self.log, position)
+        if status != 0 or end != position:
+            raise CorruptSegmentError(
+                f"{self.log_path}: {BatchStatus(status).name if status else 'NOT_A_BOUNDARY'} "
+                f"at byte {end} before the truncation point {position}; nothing was truncated",
+                path=self.log_path, position=int(end))
         self.truncate_tail(position)
         for index in (self._offset_index, self._time_index):
-            index.zero_tail(0, self.config.segment_index_bytes)
+            index.zero_tail(0, index.bytes.size)      # the mapping's size, not the config's
         self.flushed_end = min(self.flushed_end, position)
         status, end = self.rebuild(position)
-        assert status == 0 and end == position, "truncation point is not a batch boundary"
+        assert status == 0 and end == position, "the prefix was verified above"
 
     # -- lookups ---------------------------------------------------------------------
     def position_of(self, offset: int) -> int:
@@ -619,13 +677,21 @@ class Segment:
                         if slot >= 0 else self.base_offset)
         start_offset = max(start_offset, min_offset)
         position = self.position_of(start_offset)
-        status, offset, found, position = _find_timestamp(self.log, position, self.size,
-                                                          timestamp, start_offset)
-        if status == _INFLATE:
-            return _timestamp_in_compressed(self, int(position), timestamp, start_offset)
-        if status == _FOUND:
-            return int(offset), int(found)
-        return None
+        while True:
+            status, offset, found, position = _find_timestamp(self.log, position, self.size,
+                                                              timestamp, start_offset)
+            if status == _FOUND:
+                return int(offset), int(found)
+            if status == _NOT_FOUND:
+                return None
+            if status == _DAMAGED:
+                raise CorruptSegmentError(
+                    f"{self.log_path}: the batch at byte {position} fails its check (looking "
+                    f"up timestamp {timestamp})", path=self.log_path, position=int(position))
+            hit = _timestamp_in_compressed(self, int(position), timestamp, start_offset)
+            if hit is not None:
+                return hit
+            position += batch_info(self.log, int(position)).batch_length   # on to the next
 
     def sync(self) -> None:
         """msync what was written since the last sync (log first, then indexes)."""
@@ -638,11 +704,14 @@ class Segment:
 
     def close(self) -> None:
         with self._reserve_lock:
-            self.active = False       # a prefault still queued finds nothing to do
-            for mapped in (self._log, self._offset_index, self._time_index):
-                if mapped is not None:
-                    mapped.close()
-            self._log = self._offset_index = self._time_index = None
+            self._close_mappings()
+
+    def _close_mappings(self) -> None:
+        self.active = False       # a prefault still queued finds nothing to do
+        for mapped in (self._log, self._offset_index, self._time_index):
+            if mapped is not None:
+                mapped.close()
+        self._log = self._offset_index = self._time_index = None
 
     def delete(self) -> None:
         self.close()
@@ -734,6 +803,10 @@ class PartitionLog:
             if name.endswith(".tmp"):
                 os.unlink(os.path.join(self.directory, name))
             elif suffix == I.LOG_SUFFIX and stem.isdigit() and len(stem) == I.FILE_NAME_DIGITS:
+                if int(stem) > limits.OFFSET_MAX:
+                    log.warning("%s: ignoring %s, its base offset is out of range",
+                                self.directory, name)
+                    continue
                 bases.append(int(stem))
         bases.sort()
         # Index files whose log is gone (a deletion cut short) are removed.
@@ -762,6 +835,13 @@ class PartitionLog:
             elif not self._recover_segment(segment, last, bases[index + 1:], report):
                 break
         self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        if self.log_start_offset > self.log_end_offset:
+            # Unflushed data below a checkpointed start offset was lost: Kafka's answer
+            # is an empty log that starts there.
+            log.warning("%s: log start %d is past the recovered end %d; restarting the log "
+                        "empty at %d", self.directory, self.log_start_offset,
+                        self.log_end_offset, self.log_start_offset)
+            self.truncate_fully_and_start_at(self.log_start_offset)
         if not report.clean:
             log.warning("recovered %s: %s", self.directory, report)
         return report
@@ -775,6 +855,7 @@ class PartitionLog:
         if status != 0:
             # Flushed data is damaged, not torn: keep it, so reads report the damage
             # (CorruptSegmentError) instead of the log silently losing it.
+            segment.damaged_at = end
             report.corrupt_segments.append((segment.log_path, end, BatchStatus(status).name))
 
     def _recover_segment(self, segment: Segment, last: bool, later_bases: list[int],
@@ -795,11 +876,13 @@ class PartitionLog:
         if status == 0:
             return True
         report.cut(segment.log_path, valid_end, file_size - valid_end, status)
+        # Later segments go first: a crash in between must not leave a gap in offsets.
         for base in later_bases:
             doomed = Segment(self.directory, base, self.config, active=False)
             report.deleted_segments.append(doomed.log_path)
             report.truncated_bytes += self._log_file_size(doomed)
             doomed.delete()
+        segment.state[_POSITION] = valid_end       # reopening zeroes what follows
         self._reactivate_last()
         return False
 
@@ -808,14 +891,9 @@ class PartitionLog:
         return os.stat(segment.log_path).st_size
 
     def _reactivate_last(self) -> None:
-        """Reopen the last (sealed) segment read-write at full capacity, keeping the
-        state its files gave."""
-        segment = self.active
-        segment.close()
-        segment.active = True
-        segment.map()
-        segment.truncate_tail(segment.size)
-        segment.flushed_end = segment.size
+        """Make the last (sealed) segment the active one again, keeping the state its
+        files gave. (A full index makes the next append roll it.)"""
+        self.active.reopen_for_append()
 
     def _add_segment(self, base_offset: int, *, prefault: bool = False) -> Segment:
         """A new, empty active segment; ``prefault`` when appends are under way (a
@@ -839,11 +917,15 @@ class PartitionLog:
         except (OSError, ValueError) as error:
             log.warning("ignoring unreadable %s (%s): recovering from offset 0", path, error)
             return {}
-        if checkpoint.get("version") != CHECKPOINT_VERSION:
-            log.warning("ignoring %s of unknown version %r", path, checkpoint.get("version"))
+        if not isinstance(checkpoint, dict) or checkpoint.get("version") != CHECKPOINT_VERSION:
+            log.warning("ignoring %s: not a version-%d checkpoint", path, CHECKPOINT_VERSION)
             return {}
-        return {key: int(checkpoint[key]) for key in ("recovery_point", "log_start_offset")
-                if isinstance(checkpoint.get(key), int)}
+        values = {key: checkpoint.get(key) for key in ("recovery_point", "log_start_offset")}
+        if not all(isinstance(value, int) and not isinstance(value, bool)
+                   and 0 <= value <= limits.OFFSET_MAX for value in values.values()):
+            log.warning("ignoring %s: offsets out of range (%s)", path, values)
+            return {}
+        return values
 
     def _write_checkpoint(self) -> None:
         path = os.path.join(self.directory, CHECKPOINT_FILE)
@@ -923,7 +1005,9 @@ class PartitionLog:
             else:
                 needed = segment.size + int(source[position:position + 4].view("<u4")[0])
                 segment.reserve(needed)
-                assert segment.state[_RESERVED] >= needed, "reservation made no progress"
+                if segment.state[_RESERVED] < needed:
+                    raise StorageError(f"{segment.log_path}: could not reserve {needed} bytes "
+                                       f"(capacity {int(segment.state[_CAPACITY])})")
         self.active.prefault_ahead()
         last_offset = self.log_end_offset - 1
         self._after_append(last_offset - base_offset + 1)
@@ -966,6 +1050,12 @@ class PartitionLog:
         if all(info.compression is codec for info in infos):
             return source
         converted = [recompress_batch(source, info, codec) for info in infos]
+        largest = max(batch.size for batch in converted)
+        if largest > self.config.batch_size_max:
+            raise RecordTooLargeError(
+                f"{self.directory}: stored as compression.type={wanted}, a batch would be "
+                f"{largest} bytes, over the limit of {self.config.batch_size_max}; nothing "
+                f"was appended")
         return np.concatenate(converted)
 
     def _check_compressed(self, source: np.ndarray) -> None:
@@ -1053,6 +1143,8 @@ class PartitionLog:
             return ReadResult(empty, offset, self.active.base_offset)
         status, end, next_offset, bad = _collect(segment.log, position, segment.size, max_bytes,
                                                  upper, segment.verified_end)
+        if status != 0 and bad > position:
+            status = 0            # serve the good batches; the next read starts at the damage
         if status != 0:
             raise CorruptSegmentError(
                 f"{segment.log_path}: {BatchStatus(status).name} in the batch at byte {bad} "
@@ -1074,13 +1166,24 @@ class PartitionLog:
         """
         running = np.maximum.accumulate([segment.max_timestamp for segment in self._segments])
         first = int(np.searchsorted(running, timestamp, side="left"))
-        for segment in self._segments[first:]:
+        found = None
+        for searched, segment in enumerate(self._segments[first:], first):
             if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
                 continue
             found = segment.offset_for_timestamp(timestamp, self.log_start_offset)
             if found is not None:
-                return found
-        return None
+                break
+        else:
+            searched = len(self._segments) - 1
+        # A damaged segment's timestamps past its damage are unknown: the answer could
+        # be in there, so any answer after it would be a guess.
+        for segment in self._segments[:searched + 1]:
+            if segment.damaged_at >= 0 and segment.next_offset > self.log_start_offset:
+                raise CorruptSegmentError(
+                    f"{segment.log_path}: damaged from byte {segment.damaged_at}; records "
+                    f"there may hold timestamp {timestamp}", path=segment.log_path,
+                    position=segment.damaged_at)
+        return found
 
     # -- retention and truncation -------------------------------------------------------
     def delete_old_segments(self, now: int | None = None, high_watermark: int | None = None) -> list[int]:
@@ -1098,7 +1201,7 @@ class PartitionLog:
             segment = self._segments[0]
             if segment.size == 0 or segment.next_offset > high_watermark:
                 break
-            expired_by_time = retention_ms >= 0 and segment.max_timestamp < now - retention_ms
+            expired_by_time = retention_ms >= 0 and segment.age_timestamp() < now - retention_ms
             over_size = (retention_bytes >= 0 and segment is not self.active
                          and total - segment.size >= retention_bytes)
             below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
