@@ -78,6 +78,7 @@ def test_a_reader_follows_a_live_writer_across_rolls(tmp_path, names):
         offset = 0
         while offset < RECORDS:
             assert time.monotonic() < deadline, f"stalled at offset {offset}"
+            assert writer.poll() is None, "the writer died"
             high_watermark = reader.high_watermark()
             result = reader.read(offset, max_bytes=8 << 10)
             if not result.data.size:
