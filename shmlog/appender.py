@@ -38,7 +38,7 @@ from . import ring_layout as R
 from .atomics import store_release
 from .errors import (CorruptRecordError, CorruptRingError, RecordTooLargeError, StorageError,
                      UnknownTopicOrPartitionError)
-from .jit import kernel, load_i32, load_u16
+from .jit import kernel, load_u16
 from .log_manager import LogManager
 from .records import _check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Ring, complete_entry, next_entry
@@ -153,7 +153,7 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                     _finish(words, ring_completions[ring], rings, ring, -batch_status, head)
                     continue
                 if appended_status == _APPENDED:
-                    appended[tag] += load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET) + 1
+                    appended[tag] += state[_NEXT_OFFSET] - base_offset   # from the log copy
                     _finish(words, ring_completions[ring], rings, ring, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
                     publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
