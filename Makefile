@@ -24,6 +24,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python perf/bench_log.py
+	$(BIN)/python perf/bench_appender.py
 
 clean:
 	rm -rf $(VENV) .cache demo-data build *.egg-info
