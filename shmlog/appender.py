@@ -223,6 +223,19 @@ class Appender:
         self.refresh(tag)
         return tag
 
+    def unregister_partition(self, topic: str, partition: int) -> None:
+        """Stop hosting (topic, partition): entries tagged for it are refused from now
+        on, and its table row is freed."""
+        tag = self._tags.pop((topic, partition), None)
+        if tag is None:
+            return
+        self.tags[tag] = 0
+        del self._partitions[tag]
+        for arrays in (self._logs, self._offset_indexes, self._time_indexes):
+            arrays[tag] = _empty_bytes()
+        self._segment_states[tag] = np.zeros(16, np.int64)
+        self.table.free(tag)
+
     def tag_of(self, topic: str, partition: int) -> int:
         try:
             return self._tags[(topic, partition)]
@@ -275,6 +288,11 @@ class Appender:
         """Stop draining a ring (its slot stays, inactive, so indexes stay put)."""
         self.rings[index, RING_ACTIVE] = 0
         self._rings[index] = None
+
+    @property
+    def ring_list(self) -> list:
+        """The rings by index (None where one was removed)."""
+        return list(self._rings)
 
     # -- draining ----------------------------------------------------------------------
     def drain(self, entries_max: int = DRAIN_ENTRIES_MAX) -> int:

@@ -99,6 +99,59 @@ def _dump(arguments) -> int:
     return _dump_log(arguments)
 
 
+def _broker(arguments) -> int:
+    """Run a broker in the foreground until SIGTERM or SIGINT."""
+    from .broker import BrokerConfig, serve
+    settings = {name: getattr(arguments, name) for name in
+                ("data_dir", "partitions_max", "retention_check_interval_ms",
+                 "flush_check_interval_ms", "liveness_check_interval_ms")}
+    serve(BrokerConfig.load(arguments.config, **settings))
+    return EXIT_OK
+
+
+def _topics(arguments) -> int:
+    from .admin import Admin
+    admin = Admin(arguments.data_dir)
+    action = arguments.action
+    if action == "list":
+        result: object = admin.list_topics()
+    elif action == "create":
+        result = admin.create_topic(arguments.topic, arguments.partitions,
+                                    _key_values(arguments.config))
+    elif action == "describe":
+        result = admin.describe_topic(arguments.topic)
+    elif action == "alter":
+        result = admin.alter_topic_config(arguments.topic, _key_values(arguments.config),
+                                          arguments.delete_config)
+        if arguments.partitions:
+            result = admin.add_partitions(arguments.topic, arguments.partitions)
+    else:
+        admin.delete_topic(arguments.topic)
+        result = {"deleted": arguments.topic}
+    if arguments.json:
+        print(json.dumps(result, indent=2))
+    elif action == "list":
+        print("\n".join(result))
+    elif action == "delete":
+        print(f"deleted topic {arguments.topic}")
+    else:
+        print(f"Topic: {result['name']}  TopicId: {result['topic_id']}  "
+              f"PartitionCount: {len(result['partitions'])}")
+        overrides = {key: value for key, value in result["config"].items()}
+        print("Configs: " + ", ".join(f"{key}={value}" for key, value in sorted(overrides.items())))
+    return EXIT_OK
+
+
+def _key_values(pairs: list[str] | None) -> dict:
+    values = {}
+    for pair in pairs or []:
+        key, separator, value = pair.partition("=")
+        if not separator:
+            raise SystemExit(f"shmlog topics: --config takes key=value, got {pair!r}")
+        values[key] = value
+    return values
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shmlog", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING",
@@ -118,12 +171,41 @@ def build_parser() -> argparse.ArgumentParser:
                       help="print at most this many bytes of a key or value (default 80)")
     dump.add_argument("--json", action="store_true", help="machine-readable output")
     dump.set_defaults(run=_dump)
+
+    broker = commands.add_parser("broker", help="run a broker (no config file needed)",
+                                 description="Run a broker in the foreground; SIGTERM or "
+                                 "Ctrl-C stops it gracefully.")
+    broker.add_argument("--config", help="a TOML file of broker settings")
+    broker.add_argument("--data-dir", help="default: $SHMLOG_DATA_DIR or ~/.local/share/shmlog")
+    broker.add_argument("--partitions-max", type=int)
+    broker.add_argument("--retention-check-interval-ms", type=int)
+    broker.add_argument("--flush-check-interval-ms", type=int)
+    broker.add_argument("--liveness-check-interval-ms", type=int)
+    broker.set_defaults(run=_broker)
+
+    topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
+    topics.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
+    topics.add_argument("topic", nargs="?", help="the topic (all actions but list)")
+    topics.add_argument("--data-dir", help="the broker's data directory")
+    topics.add_argument("--partitions", type=int, default=None,
+                        help="partition count (create; alter: the new, larger count)")
+    topics.add_argument("--config", action="append", metavar="KEY=VALUE",
+                        help="a topic config, Kafka's names (repeatable)")
+    topics.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                        help="remove a config override (alter; repeatable)")
+    topics.add_argument("--json", action="store_true", help="machine-readable output")
+    topics.set_defaults(run=_topics)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
+    if arguments.command == "topics" and arguments.action != "list" and not arguments.topic:
+        parser.error(f"topics {arguments.action} needs a topic name")
+    if arguments.command == "topics" and arguments.action == "create" \
+            and arguments.partitions is None:
+        arguments.partitions = 1
     logging.basicConfig(level=arguments.log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
         return arguments.run(arguments)

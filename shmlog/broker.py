@@ -1,0 +1,404 @@
+"""The broker process: owns a data directory, drains every producer's ring into the
+partition logs, serves the control endpoint, and runs retention and flushing.
+
+Rules
+-----
+* One broker per data directory (the directory lock says so); a second one is
+  refused with :class:`DataDirectoryInUseError`.
+* SIGTERM and SIGINT stop it gracefully: it stops taking requests, drains every
+  ring, flushes and closes the logs, and removes its shared memory; nothing a
+  producer was told is appended is lost.
+* A malformed or unknown control request gets an error reply; nothing a client
+  sends ends the broker.
+
+Theory of operation
+-------------------
+:class:`BrokerCore` holds the state (the :class:`LogManager`, the partition state
+table, the :class:`Appender`, the registered producers) and answers requests; it
+does no I/O of its own beyond the logs, so tests drive it in-process.
+:func:`serve` is the thin loop around it: drain the rings, answer what waits on
+the ZeroMQ REP socket (``ipc://<data dir>/run/control.sock``), and every so often
+check retention, flush policy and whether producers are still alive. While rings
+keep it busy it polls the socket without waiting; when idle it waits up to
+``IDLE_POLL_MS`` for a request. :class:`Broker` runs a broker in a child process
+for scripts, notebooks and tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from typing import Any
+
+import zmq
+
+from . import limits
+from . import ring_layout as R
+from . import shared_memory
+from .appender import Appender
+from .control import decode_reply, encode_request, error_reply, handle_frame, require
+from .errors import LocalProtocolError, ShmlogError
+from .log_manager import LogManager
+from .records import now_ms
+from .ring import Ring
+from .state import PartitionStateTable
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "default_data_dir",
+           "control_address"]
+
+DATA_DIR_ENVIRONMENT = "SHMLOG_DATA_DIR"
+RUN_DIRECTORY = "run"
+CONTROL_SOCKET = "control.sock"
+# A Unix socket path must fit sun_path (108 bytes on Linux, with the terminator).
+SOCKET_PATH_LENGTH_MAX = 107
+# Waiting for a request when the rings are idle: short enough that a producer's
+# first batch after a pause is picked up within this bound.
+IDLE_POLL_MS = 1
+
+
+def default_data_dir() -> str:
+    """``$SHMLOG_DATA_DIR``, else ``$XDG_DATA_HOME/shmlog`` (``~/.local/share/shmlog``)."""
+    if os.environ.get(DATA_DIR_ENVIRONMENT):
+        return os.path.abspath(os.environ[DATA_DIR_ENVIRONMENT])
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    return os.path.join(base, "shmlog")
+
+
+def control_address(data_dir: str) -> str:
+    path = os.path.join(os.path.abspath(data_dir), RUN_DIRECTORY, CONTROL_SOCKET)
+    if len(path) > SOCKET_PATH_LENGTH_MAX:
+        raise LocalProtocolError(f"the control socket path {path!r} is longer than "
+                                 f"{SOCKET_PATH_LENGTH_MAX} bytes; choose a shorter data directory")
+    return "ipc://" + path
+
+
+def shared_memory_prefix(data_dir: str) -> str:
+    """Names in /dev/shm for this data directory's broker (a hash: paths have '/')."""
+    return "shmlog-" + hashlib.sha1(os.path.abspath(data_dir).encode()).hexdigest()[:12]
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    """Broker settings; a TOML file and flags override the defaults."""
+    data_dir: str = dataclasses.field(default_factory=default_data_dir)
+    # Rows of the partition state table: the most partitions one broker hosts.
+    partitions_max: int = 4096
+    # Kafka's log.retention.check.interval.ms default.
+    retention_check_interval_ms: int = 300_000
+    # How often flush.ms is checked for idle partitions (Kafka checks per its
+    # log.flush.scheduler.interval.ms; a second keeps flush.ms honest).
+    flush_check_interval_ms: int = 1_000
+    # How often registered producers are checked for being alive.
+    liveness_check_interval_ms: int = 1_000
+
+    @classmethod
+    def load(cls, path: str | None = None, **overrides: Any) -> "BrokerConfig":
+        """Defaults, then the TOML file's ``[broker]`` table (or top level), then
+        ``overrides`` (None values ignored)."""
+        values: dict[str, Any] = {}
+        if path:
+            try:
+                with open(path, "rb") as source:
+                    document = tomllib.load(source)
+            except (OSError, tomllib.TOMLDecodeError) as error:
+                raise LocalProtocolError(f"cannot read broker config {path}: {error}") from None
+            values.update(document.get("broker", document))
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        known = {field.name: field for field in dataclasses.fields(cls)}
+        for key, value in values.items():
+            if key not in known:
+                raise LocalProtocolError(f"unknown broker setting {key!r}; known: "
+                                         f"{', '.join(sorted(known))}")
+            expected = str if key == "data_dir" else int
+            if isinstance(value, bool) or not isinstance(value, expected) or \
+                    (expected is int and value < 1):
+                raise LocalProtocolError(f"broker setting {key} must be a positive "
+                                         f"{expected.__name__}, got {value!r}")
+        return cls(**values)
+
+
+class BrokerCore:
+    """The broker's state and request handlers, without the socket."""
+
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.data_dir = os.path.abspath(config.data_dir)
+        self.logs = LogManager(self.data_dir)          # the lock: one broker per directory
+        self.prefix = shared_memory_prefix(self.data_dir)
+        self.table_name = self.prefix + "-state"
+        # A table left by a broker that died is stale: we hold the lock, nobody uses it.
+        shared_memory.unlink(self.table_name)
+        self.table = PartitionStateTable.create(self.table_name, config.partitions_max)
+        self.appender = Appender(self.logs, self.table)
+        for topic in self.logs.list_topics():
+            for partition in range(self.logs.describe_topic(topic).partitions):
+                self.appender.register_partition(topic, partition)
+        self.producers: dict[str, int] = {}            # ring name -> appender ring index
+        now = now_ms()
+        self._next_retention = now + config.retention_check_interval_ms
+        self._next_flush_check = now + config.flush_check_interval_ms
+        self._next_liveness = now + config.liveness_check_interval_ms
+
+    # -- requests ----------------------------------------------------------------
+    def handlers(self) -> dict:
+        return {"ping": self.ping, "metadata": self.metadata, "create_topic": self.create_topic,
+                "delete_topic": self.delete_topic, "list_topics": self.list_topics,
+                "describe_topic": self.describe_topic, "add_partitions": self.add_partitions,
+                "alter_topic_config": self.alter_topic_config,
+                "register_producer": self.register_producer,
+                "unregister_producer": self.unregister_producer}
+
+    def ping(self) -> dict:
+        return {"pid": os.getpid(), "data_dir": self.data_dir}
+
+    def _topic(self, name: str) -> dict:
+        metadata = self.logs.describe_topic(require(name, str, "name"))
+        return {"name": metadata.name, "topic_id": metadata.topic_id,
+                "partitions": [{"partition": partition,
+                                "row": self.appender.tag_of(metadata.name, partition),
+                                "directory": os.path.join(self.logs.topics_dir, metadata.name,
+                                                          str(partition))}
+                               for partition in range(metadata.partitions)],
+                "config": metadata.config.as_dict()}
+
+    def metadata(self, topics: list | None = None) -> dict:
+        names = self.logs.list_topics() if topics is None else require(topics, list, "topics")
+        return {"state_table": self.table_name, "broker_epoch": self.table.broker_epoch,
+                "ring_prefix": self.prefix, "topics": [self._topic(name) for name in names]}
+
+    def create_topic(self, name, partitions: int = 1, config: dict | None = None) -> dict:
+        self.logs.create_topic(name, partitions, require(config or {}, dict, "config"))
+        for partition in range(partitions):
+            self.appender.register_partition(name, partition)
+        return self._topic(name)
+
+    def delete_topic(self, name) -> dict:
+        metadata = self.logs.describe_topic(require(name, str, "name"))
+        for partition in range(metadata.partitions):
+            self.appender.unregister_partition(name, partition)
+        self.logs.delete_topic(name)
+        return {}
+
+    def list_topics(self) -> dict:
+        return {"topics": self.logs.list_topics()}
+
+    def describe_topic(self, name) -> dict:
+        return self._topic(name)
+
+    def add_partitions(self, name, total) -> dict:
+        before = self.logs.describe_topic(require(name, str, "name")).partitions
+        self.logs.add_partitions(name, total)
+        for partition in range(before, total):
+            self.appender.register_partition(name, partition)
+        return self._topic(name)
+
+    def alter_topic_config(self, name, set: dict | None = None, delete: list | None = None) -> dict:
+        metadata = self.logs.alter_topic_config(
+            require(name, str, "name"), require(set or {}, dict, "set"),
+            tuple(require(delete or [], list, "delete")))
+        for partition in range(metadata.partitions):
+            self.appender.refresh(self.appender.tag_of(name, partition))
+        return self._topic(name)
+
+    def register_producer(self, ring) -> dict:
+        """Start draining the producer's ring (it created it, under our prefix)."""
+        name = require(ring, str, "ring")
+        if not name.startswith(self.prefix + "-"):
+            raise LocalProtocolError(f"ring {name!r} must be named under {self.prefix!r}")
+        if name in self.producers:
+            return {"index": self.producers[name]}
+        self.producers[name] = self.appender.add_ring(Ring.attach(name))
+        log.info("producer ring %s registered", name)
+        return {"index": self.producers[name]}
+
+    def unregister_producer(self, ring) -> dict:
+        """Drain what the producer published, then forget its ring."""
+        name = require(ring, str, "ring")
+        index = self.producers.pop(name, None)
+        if index is not None:
+            self.appender.drain()
+            self.appender.remove_ring(index)
+        return {}
+
+    # -- the schedule ------------------------------------------------------------
+    def run_once(self) -> int:
+        """Drain the rings once; run whatever periodic work is due. Returns how many
+        entries were handled."""
+        handled = self.appender.drain()
+        now = now_ms()
+        if now >= self._next_flush_check:
+            self._next_flush_check = now + self.config.flush_check_interval_ms
+            for topic in self.logs.list_topics():
+                for partition in range(self.logs.describe_topic(topic).partitions):
+                    self.logs.partition_log(topic, partition).maybe_flush(now)
+        if now >= self._next_retention:
+            self._next_retention = now + self.config.retention_check_interval_ms
+            self.apply_retention(now)
+        if now >= self._next_liveness:
+            self._next_liveness = now + self.config.liveness_check_interval_ms
+            self.reap_dead_producers()
+        return handled
+
+    def apply_retention(self, now: int | None = None) -> None:
+        for topic in self.logs.list_topics():
+            for partition in range(self.logs.describe_topic(topic).partitions):
+                partition_log = self.logs.partition_log(topic, partition)
+                if partition_log.delete_old_segments(now):
+                    self.appender.refresh(self.appender.tag_of(topic, partition))
+
+    def reap_dead_producers(self) -> None:
+        """A producer that died leaves its published entries (appended here) and at
+        most one unpublished, partial entry (never read): drain, then reclaim."""
+        rings = self.appender.ring_list
+        for name, index in list(self.producers.items()):
+            pid = int(rings[index].words[R.PRODUCER_PID_WORD]) if rings[index] is not None else 0
+            if pid and _alive(pid):
+                continue
+            log.warning("producer ring %s: process %d is gone; reclaiming the ring", name, pid)
+            self.unregister_producer(name)
+            shared_memory.unlink(name)
+
+    def close(self) -> None:
+        """Drain every ring, flush and close the logs, remove the shared memory."""
+        self.appender.drain(entries_max=limits.BATCH_RECORD_COUNT_MAX)
+        self.logs.close()
+        self.table.close()
+        shared_memory.unlink(self.table_name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def serve(config: BrokerConfig, *, ready=None) -> None:
+    """Run a broker until SIGTERM or SIGINT."""
+    stopping = []
+    previous = {number: signal.signal(number, lambda *_: stopping.append(number))
+                for number in (signal.SIGTERM, signal.SIGINT)}
+    core = BrokerCore(config)
+    context = zmq.Context()
+    socket = context.socket(zmq.REP)
+    try:
+        address = control_address(core.data_dir)
+        os.makedirs(os.path.join(core.data_dir, RUN_DIRECTORY), exist_ok=True)
+        socket.bind(address)
+        handlers = core.handlers()
+        log.info("broker %d serving %s on %s", os.getpid(), core.data_dir, address)
+        if ready is not None:
+            ready()
+        while not stopping:
+            handled = core.run_once()
+            if socket.poll(0 if handled else IDLE_POLL_MS, zmq.POLLIN):
+                frame = socket.recv()
+                try:
+                    reply = handle_frame(frame, handlers)
+                except Exception as error:         # noqa: BLE001 - a bug must not end the broker
+                    log.exception("control request failed")
+                    reply = error_reply(ShmlogError(f"internal error: {error}"))
+                socket.send(reply)
+        log.info("broker %d stopping (signal %s)", os.getpid(), stopping[0])
+    finally:
+        socket.close(linger=0)
+        context.term()
+        core.close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+class Broker:
+    """A broker in a child process: ``with Broker(data_dir) as broker: ...``.
+
+    Parameters
+    ----------
+    data_dir : str, optional
+        Defaults to :func:`default_data_dir`.
+    startup_timeout_s : float
+        How long to wait for the control endpoint to answer.
+    """
+
+    def __init__(self, data_dir: str | None = None, *, startup_timeout_s: float = 120.0,
+                 **settings: Any):
+        self.config = BrokerConfig.load(None, data_dir=data_dir, **settings)
+        self.data_dir = os.path.abspath(self.config.data_dir)
+        self.startup_timeout_s = startup_timeout_s
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "Broker":
+        arguments = [sys.executable, "-m", "shmlog", "broker", "--data-dir", self.data_dir]
+        for field in dataclasses.fields(BrokerConfig):
+            if field.name != "data_dir":
+                arguments += [f"--{field.name.replace('_', '-')}",
+                              str(getattr(self.config, field.name))]
+        self.process = subprocess.Popen(arguments)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise ShmlogError(f"the broker exited with status {self.process.returncode} "
+                                  f"while starting (see its output above)")
+            try:
+                request(self.data_dir, "ping", timeout_ms=200)
+                return self
+            except ShmlogError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ShmlogError(f"the broker did not answer within "
+                                      f"{self.startup_timeout_s} s") from None
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM, then wait (SIGKILL after ``timeout_s``); the exit status."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout_s)
+        return self.process.returncode
+
+    def __enter__(self) -> "Broker":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fields) -> dict:
+    """One control request to the broker of ``data_dir``; its reply's fields.
+
+    Raises
+    ------
+    ShmlogError
+        No broker answered within ``timeout_ms`` (the message names the command that
+        starts one), or the broker refused the request (its typed error).
+    """
+    context = zmq.Context.instance()
+    socket = context.socket(zmq.REQ)
+    socket.setsockopt(zmq.LINGER, 0)
+    try:
+        socket.connect(control_address(data_dir))
+        socket.send(encode_request(request_type, **fields))
+        if not socket.poll(timeout_ms, zmq.POLLIN):
+            raise ShmlogError(f"no broker answered at {control_address(data_dir)} within "
+                              f"{timeout_ms} ms; start one with: shmlog broker --data-dir "
+                              f"{data_dir}")
+        return decode_reply(socket.recv())
+    finally:
+        socket.close()

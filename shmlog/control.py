@@ -1,0 +1,118 @@
+"""The broker's control protocol: versioned JSON requests and replies.
+
+One request frame in, one reply frame out (ZeroMQ REQ/REP over ``ipc://`` under the
+data directory). A frame is a UTF-8 JSON object of at most ``REQUEST_SIZE_MAX``
+bytes::
+
+    request: {"version": 1, "type": "<request type>", ...fields}
+    reply:   {"version": 1, "ok": true, ...result}
+           | {"version": 1, "ok": false, "error": "<error class>", "message": "..."}
+
+Rules: a malformed frame, an unknown version or type, or fields of the wrong shape
+get an error reply, and the broker goes on serving. Errors travel by class name,
+limited to the classes in ``shmlog.errors``, so a client raises the same typed
+error the broker did. This module is sans-I/O: bytes in, bytes out.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, Callable
+
+from . import errors
+from .errors import LocalProtocolError, PeerProtocolError, ShmlogError
+
+__all__ = ["PROTOCOL_VERSION", "encode_request", "decode_reply", "handle_frame",
+           "REQUEST_SIZE_MAX"]
+
+PROTOCOL_VERSION = 1
+# A control request names topics and configs, never records: 1 MiB is generous, and
+# bounds what a broken client can make the broker parse.
+REQUEST_SIZE_MAX = 1 << 20
+
+_ERROR_CLASSES = {name: value for name, value in vars(errors).items()
+                  if isinstance(value, type) and issubclass(value, ShmlogError)}
+
+
+def encode_request(request_type: str, **fields: Any) -> bytes:
+    return json.dumps({"version": PROTOCOL_VERSION, "type": request_type, **fields}).encode()
+
+
+def _encode_reply(body: dict) -> bytes:
+    return json.dumps({"version": PROTOCOL_VERSION, **body}).encode()
+
+
+def error_reply(error: Exception) -> bytes:
+    name = type(error).__name__ if type(error).__name__ in _ERROR_CLASSES else "ShmlogError"
+    return _encode_reply({"ok": False, "error": name, "message": str(error)})
+
+
+def decode_reply(frame: bytes) -> dict:
+    """The result fields of a reply; raises the broker's error when it sent one.
+
+    Raises
+    ------
+    PeerProtocolError
+        The reply itself is malformed.
+    ShmlogError (a subclass)
+        The broker refused the request.
+    """
+    try:
+        body = json.loads(frame)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise PeerProtocolError(f"the broker sent a malformed reply ({error})") from None
+    if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:
+        raise PeerProtocolError(f"the broker replied with an unknown protocol version: {body!r:.200}")
+    if body.get("ok") is True:
+        return {key: value for key, value in body.items() if key not in ("version", "ok")}
+    error_class = _ERROR_CLASSES.get(body.get("error"), ShmlogError)
+    message = str(body.get("message", "the broker refused the request"))
+    try:
+        raise error_class(message)
+    except TypeError:                  # error classes with required keyword fields
+        raise ShmlogError(f"{body.get('error')}: {message}") from None
+
+
+def _parse(frame: bytes) -> dict:
+    if len(frame) > REQUEST_SIZE_MAX:
+        raise LocalProtocolError(f"request of {len(frame)} bytes exceeds {REQUEST_SIZE_MAX}")
+    try:
+        body = json.loads(frame)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise LocalProtocolError(f"request is not UTF-8 JSON ({error})") from None
+    if not isinstance(body, dict):
+        raise LocalProtocolError("request must be a JSON object")
+    if body.get("version") != PROTOCOL_VERSION:
+        raise LocalProtocolError(f"unsupported protocol version {body.get('version')!r}; "
+                                 f"this broker speaks {PROTOCOL_VERSION}")
+    if not isinstance(body.get("type"), str):
+        raise LocalProtocolError("request has no 'type'")
+    return body
+
+
+def handle_frame(frame: bytes, handlers: dict[str, Callable[..., dict]]) -> bytes:
+    """Parse one request frame, run its handler, and encode the reply. Never raises
+    for anything a client sent: every problem becomes an error reply."""
+    try:
+        body = _parse(frame)
+        handler = handlers.get(body["type"])
+        if handler is None:
+            raise LocalProtocolError(f"unknown request type {body['type']!r}; known: "
+                                     f"{', '.join(sorted(handlers))}")
+        fields = {key: value for key, value in body.items() if key not in ("version", "type")}
+        try:
+            inspect.signature(handler).bind(**fields)
+        except TypeError as error:     # missing or unexpected fields
+            raise LocalProtocolError(f"bad fields for {body['type']!r}: {error}") from None
+        return _encode_reply({"ok": True, **handler(**fields)})
+    except ShmlogError as error:
+        return error_reply(error)
+
+
+def require(value: Any, kind: type | tuple, name: str) -> Any:
+    """A request field of the expected JSON type, or a LocalProtocolError."""
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise LocalProtocolError(f"field {name!r} must be {getattr(kind, '__name__', kind)}, "
+                                 f"got {value!r:.100}")
+    return value

@@ -1,0 +1,180 @@
+"""A real broker process: topic administration over its control endpoint, bad
+frames answered without harm, one broker per data directory, producers' rings
+drained into the logs, dead producers reclaimed, and a graceful SIGTERM that
+loses nothing a producer was told was appended.
+
+Method: ``Broker`` runs ``python -m shmlog broker`` as a child process on a
+temporary data directory; clients talk to it over ZeroMQ and shared memory as any
+process on the host would. Every wait is bounded; brokers are always stopped and
+the shared memory they and the test producers made is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import zmq
+
+from helpers import all_records
+from shmlog import LogManager, shared_memory
+from shmlog.admin import Admin
+from shmlog.broker import Broker, control_address, shared_memory_prefix
+from shmlog.errors import (InvalidConfigError, InvalidTopicError, LocalProtocolError,
+                           ShmlogError, TopicExistsError, UnknownTopicOrPartitionError)
+
+DEADLINE_S = 60
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    path = str(tmp_path / "data")
+    yield path
+    prefix = shared_memory_prefix(path)
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(prefix):
+            shared_memory.unlink(name)
+
+
+def test_topic_administration(data_dir):
+    with Broker(data_dir) as broker:
+        admin = Admin(data_dir)
+        created = admin.create_topic("events", 3, {"retention.ms": 60_000})
+        assert [p["partition"] for p in created["partitions"]] == [0, 1, 2]
+        assert admin.list_topics() == ["events"]
+        with pytest.raises(TopicExistsError):
+            admin.create_topic("events")
+        with pytest.raises(InvalidTopicError):
+            admin.create_topic("no spaces")
+        with pytest.raises(InvalidConfigError):
+            admin.create_topic("other", config={"segment.bytes": "many"})
+        altered = admin.alter_topic_config("events", {"segment.ms": 1000}, ["retention.ms"])
+        assert altered["config"]["segment.ms"] == 1000
+        assert altered["config"]["retention.ms"] == 7 * 24 * 3600 * 1000
+        assert len(admin.add_partitions("events", 5)["partitions"]) == 5
+        admin.delete_topic("events")
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.describe_topic("events")
+        assert broker.stop() == 0
+
+
+def test_bad_frames_are_answered_and_the_broker_keeps_serving(data_dir):
+    with Broker(data_dir):
+        context = zmq.Context.instance()
+        for frame in (b"\x00garbage", b"{}", b'{"version": 1, "type": "explode"}'):
+            socket = context.socket(zmq.REQ)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.connect(control_address(data_dir))
+            socket.send(frame)
+            assert socket.poll(10_000, zmq.POLLIN), "no reply"
+            assert b'"ok": false' in socket.recv()
+            socket.close()
+        assert Admin(data_dir).list_topics() == []
+
+
+def test_a_second_broker_on_the_same_directory_is_refused(data_dir):
+    with Broker(data_dir):
+        second = subprocess.run([sys.executable, "-m", "shmlog", "broker", "--data-dir",
+                                 data_dir], capture_output=True, text=True, timeout=DEADLINE_S)
+        assert second.returncode == 1
+        assert "in use by another shmlog process" in second.stderr
+        assert Admin(data_dir).list_topics() == []
+
+
+def test_no_broker_is_a_clear_error(data_dir):
+    with pytest.raises(ShmlogError, match="start one with: shmlog broker"):
+        Admin(data_dir, timeout_ms=200).list_topics()
+
+
+PRODUCER = textwrap.dedent("""
+    import sys
+    from shmlog.admin import Admin
+    from shmlog.broker import request
+    from shmlog.records import encode_batch
+    from shmlog.ring import Ring
+    data_dir, ring_name, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ring = Ring.create(ring_name, 1 << 16)
+    request(data_dir, "register_producer", ring=ring_name)
+    row = Admin(data_dir).describe_topic("t")["partitions"][0]["row"]
+    for number in range(batches):
+        entry = ring.put(row, encode_batch([b"%d" % number]), timeout_ms=30_000)
+    while ring.unacknowledged:
+        pass
+    assert ring.result(entry)[0] == batches - 1
+    print("acknowledged", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def test_sigterm_drains_and_keeps_every_acknowledged_record(data_dir):
+    ring_name = shared_memory_prefix(data_dir) + "-producer"
+    with Broker(data_dir) as broker:
+        Admin(data_dir).create_topic("t")
+        producer = subprocess.Popen([sys.executable, "-c", PRODUCER, data_dir, ring_name,
+                                     "500"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True)
+        try:
+            assert producer.stdout.readline().strip() == "acknowledged"
+            assert broker.stop() == 0
+        finally:
+            producer.kill()
+            producer.wait(timeout=DEADLINE_S)
+            producer.stdin.close()
+            producer.stdout.close()
+    assert not os.path.exists("/dev/shm/" + shared_memory_prefix(data_dir) + "-state")
+    with LogManager(data_dir) as logs:
+        assert [r.value for r in all_records(logs.partition_log("t", 0))] == \
+            [b"%d" % number for number in range(500)]
+
+
+def test_a_dead_producers_ring_is_reclaimed(data_dir):
+    ring_name = shared_memory_prefix(data_dir) + "-doomed"
+    with Broker(data_dir, liveness_check_interval_ms=50):
+        Admin(data_dir).create_topic("t")
+        producer = subprocess.Popen([sys.executable, "-c", PRODUCER, data_dir, ring_name,
+                                     "10"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True)
+        try:
+            assert producer.stdout.readline().strip() == "acknowledged"
+            producer.send_signal(signal.SIGKILL)
+            producer.wait(timeout=DEADLINE_S)
+        finally:
+            producer.kill()
+            producer.stdin.close()
+            producer.stdout.close()
+        deadline = time.monotonic() + DEADLINE_S
+        while os.path.exists("/dev/shm/" + ring_name):
+            assert time.monotonic() < deadline, "the dead producer's ring was never reclaimed"
+            time.sleep(0.05)
+
+
+def test_register_producer_rejects_foreign_names(data_dir):
+    from shmlog.broker import request
+    with Broker(data_dir):
+        with pytest.raises(LocalProtocolError, match="must be named under"):
+            request(data_dir, "register_producer", ring="someone-elses-ring")
+
+
+def test_the_topics_command(data_dir):
+    def shmlog(*arguments):
+        return subprocess.run([sys.executable, "-m", "shmlog", "topics", *arguments,
+                               "--data-dir", data_dir], capture_output=True, text=True,
+                              timeout=DEADLINE_S)
+
+    with Broker(data_dir):
+        created = shmlog("create", "logs", "--partitions", "2", "--config", "retention.ms=5000")
+        assert created.returncode == 0, created.stderr
+        assert "PartitionCount: 2" in created.stdout and "retention.ms=5000" in created.stdout
+        assert shmlog("list").stdout.split() == ["logs"]
+        assert shmlog("alter", "logs", "--partitions", "4").returncode == 0
+        assert "PartitionCount: 4" in shmlog("describe", "logs").stdout
+        refused = shmlog("create", "logs")
+        assert refused.returncode == 1 and "already exists" in refused.stderr
+        assert shmlog("describe").returncode == 2
+        assert shmlog("delete", "logs").returncode == 0
+        assert shmlog("list").stdout.strip() == ""

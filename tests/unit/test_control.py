@@ -1,0 +1,68 @@
+"""The control protocol, sans I/O: well-formed requests reach their handler; every
+malformed frame, unknown version or type, or bad field gets a typed error reply.
+
+Method: ``handle_frame`` with plain handler functions; replies decoded with the
+client's own ``decode_reply``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shmlog.control import (REQUEST_SIZE_MAX, decode_reply, encode_request, handle_frame,
+                            require)
+from shmlog.errors import (InvalidTopicError, LocalProtocolError, PeerProtocolError,
+                           ShmlogError)
+
+
+def echo(name: str, count: int = 1) -> dict:
+    return {"name": require(name, str, "name"), "count": require(count, int, "count")}
+
+
+def refuse(name: str) -> dict:
+    raise InvalidTopicError(f"no good: {name}")
+
+
+HANDLERS = {"echo": echo, "refuse": refuse}
+
+
+def test_a_request_reaches_its_handler():
+    reply = decode_reply(handle_frame(encode_request("echo", name="t", count=3), HANDLERS))
+    assert reply == {"name": "t", "count": 3}
+
+
+def test_a_handler_error_travels_with_its_type():
+    with pytest.raises(InvalidTopicError, match="no good: x"):
+        decode_reply(handle_frame(encode_request("refuse", name="x"), HANDLERS))
+
+
+@pytest.mark.parametrize("frame, message", [
+    (b"\xff\xfe not utf-8", "UTF-8 JSON"),
+    (b"{not json", "UTF-8 JSON"),
+    (b"[1, 2]", "JSON object"),
+    (json.dumps({"version": 2, "type": "echo"}).encode(), "unsupported protocol version"),
+    (json.dumps({"version": 1}).encode(), "no 'type'"),
+    (encode_request("nope"), "unknown request type"),
+    (encode_request("echo"), "bad fields"),
+    (encode_request("echo", name="t", extra=1), "bad fields"),
+    (encode_request("echo", name=7), "must be str"),
+    (encode_request("echo", name="t", count=True), "must be int"),
+    (b" " * (REQUEST_SIZE_MAX + 1), "exceeds"),
+])
+def test_malformed_requests_get_error_replies(frame, message):
+    with pytest.raises(LocalProtocolError, match=message):
+        decode_reply(handle_frame(frame, HANDLERS))
+
+
+@pytest.mark.parametrize("frame", [b"garbage", b'{"version": 9, "ok": true}', b"[]"])
+def test_a_malformed_reply_is_a_peer_protocol_error(frame):
+    with pytest.raises(PeerProtocolError):
+        decode_reply(frame)
+
+
+def test_an_unknown_error_class_arrives_as_the_root_error():
+    frame = json.dumps({"version": 1, "ok": False, "error": "KeyError", "message": "x"}).encode()
+    with pytest.raises(ShmlogError, match="x"):
+        decode_reply(frame)
