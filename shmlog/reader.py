@@ -31,10 +31,9 @@ import numpy as np
 
 from . import index_layout as I
 from . import limits
-from .errors import CorruptSegmentError, OffsetOutOfRangeError
+from .errors import OffsetOutOfRangeError
 from .mapped_file import MappedFile
-from .records import BatchStatus
-from .segments import ReadResult, _collect, _find_batch
+from .segments import ReadResult, _find_batch, collect_batches
 from .state import PartitionStateTable
 
 __all__ = ["PartitionReader"]
@@ -166,16 +165,9 @@ class PartitionReader:
             index += 1            # the offset lies in a gap after this segment's last batch
         else:
             return empty
-        status, stop, next_offset, bad = _collect(segment.log, position, end, max_bytes,
-                                                  high_watermark, segment.verified_end)
-        if status != 0 and bad > position:
-            status = 0            # serve the good batches; the next read starts at the damage
-        if status != 0:
-            raise CorruptSegmentError(
-                f"{segment.log_path}: {BatchStatus(status).name} in the batch at byte {bad} "
-                f"(reading offset {offset})", path=segment.log_path, position=int(bad))
-        if segment.verified_end >= position:
-            segment.verified_end = max(segment.verified_end, int(stop))
+        stop, next_offset, segment.verified_end = collect_batches(
+            segment.log, segment.log_path, position, end, max_bytes, high_watermark,
+            segment.verified_end, offset)
         if next_offset < 0:
             return empty
         self._cursor = (int(next_offset), segment.base_offset, int(stop))

@@ -722,6 +722,31 @@ class Segment:
                 pass
 
 
+def collect_batches(log: np.ndarray, path: str, position: int, end: int, max_bytes: int,
+                    max_offset: int, verified_end: int, offset: int) -> tuple[int, int, int]:
+    """Whole batches of ``log`` from ``position`` (see ``_collect``), CRC-checked past
+    ``verified_end``. Good batches before damage are served (the next read starts at
+    the damage); damage where the read starts raises.
+
+    Returns (end of the batches, next offset or -1 for none, the verified prefix).
+
+    Raises
+    ------
+    CorruptSegmentError
+        The batch at ``position`` fails its check.
+    """
+    status, stop, next_offset, bad = _collect(log, position, end, max_bytes, max_offset,
+                                              verified_end)
+    if status != 0 and bad == position:
+        raise CorruptSegmentError(
+            f"{path}: {BatchStatus(status).name} in the batch at byte {bad} (reading offset "
+            f"{offset}); the segment is damaged: restore it from a replica or delete it",
+            path=path, position=int(bad))
+    if position <= verified_end < stop:
+        verified_end = int(stop)
+    return int(stop), int(next_offset), verified_end
+
+
 def _nonzero_extent(log_bytes: np.ndarray, start: int, end: int) -> int:
     """Bytes from ``start`` to the end of the last non-zero chunk before a zero
     chunk: how much a torn tail really held (a crashed active segment is a sparse
@@ -1141,17 +1166,9 @@ class PartitionLog:
             index += 1            # offset lies in a gap after this segment's last batch
         else:
             return ReadResult(empty, offset, self.active.base_offset)
-        status, end, next_offset, bad = _collect(segment.log, position, segment.size, max_bytes,
-                                                 upper, segment.verified_end)
-        if status != 0 and bad > position:
-            status = 0            # serve the good batches; the next read starts at the damage
-        if status != 0:
-            raise CorruptSegmentError(
-                f"{segment.log_path}: {BatchStatus(status).name} in the batch at byte {bad} "
-                f"(reading offset {offset}); the segment is damaged: restore it from a replica "
-                f"or delete it", path=segment.log_path, position=int(bad))
-        if segment.verified_end < end and segment.verified_end >= position:
-            segment.verified_end = int(end)
+        end, next_offset, segment.verified_end = collect_batches(
+            segment.log, segment.log_path, position, segment.size, max_bytes, upper,
+            segment.verified_end, offset)
         if next_offset < 0:
             return ReadResult(empty, offset, segment.base_offset)
         return ReadResult(segment.log[position:end], int(next_offset), segment.base_offset)
