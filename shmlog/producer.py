@@ -1,0 +1,432 @@
+"""``Producer``: sends records to the local broker through a shared-memory ring.
+
+Theory of operation
+-------------------
+Records are gathered per partition into batches (Kafka's record accumulator). A
+batch ships - is encoded in one compiled pass and put into this producer's ring -
+when it reaches ``batch_size`` bytes, when its oldest record has waited
+``linger_ms`` (a background thread watches), or on :meth:`Producer.flush` /
+:meth:`Producer.close`. The broker's appender completes each ring entry with the
+batch's base offset (or an error code), which the producer reads from the ring's
+completion slots: no round trip, no syscall. A future's ``get()`` harvests them.
+
+Keyed records go to ``murmur2(key) % partitions``, Kafka's default, so a key lands
+on the same partition number as with Kafka; unkeyed records stick to one partition
+until its batch ships, then move on (Kafka's sticky partitioner).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import uuid
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import batch_layout as B
+from .appender import CompletionCode
+from .broker import default_data_dir, request
+from .errors import (CorruptRecordError, LocalProtocolError, RecordTooLargeError,
+                     ShmlogError, StorageError, UnknownTopicOrPartitionError)
+from .records import Compression, encode_batch, now_ms
+from .ring import Ring
+
+__all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata", "murmur2"]
+
+# Kafka's defaults: batch.size 16 KiB, linger.ms 5 (since Kafka 4.0), max.block.ms 60 s.
+BATCH_SIZE_DEFAULT = 16384
+LINGER_MS_DEFAULT = 5
+MAX_BLOCK_MS_DEFAULT = 60_000
+# The ring holds batches until the appender drains them: 16 MiB is ~100 ms of
+# producing at memory speed, so a busy appender never stalls a producer.
+RING_SIZE_DEFAULT = 16 << 20
+# How long a future's get() sleeps between looks at the completion slots.
+RESULT_POLL_S = 50e-6
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (signed 32-bit result), so keys map to the same
+    partitions as in Kafka."""
+    mask = 0xFFFFFFFF
+    multiplier = 0x5BD1E995
+    length = len(data)
+    hash_value = (0x9747B28C ^ length) & mask
+    for index in range(0, length - length % 4, 4):
+        word = int.from_bytes(data[index:index + 4], "little")
+        word = (word * multiplier) & mask
+        word ^= word >> 24
+        word = (word * multiplier) & mask
+        hash_value = ((hash_value * multiplier) & mask) ^ word
+    tail = length - length % 4
+    extra = length % 4
+    if extra >= 3:
+        hash_value ^= data[tail + 2] << 16
+    if extra >= 2:
+        hash_value ^= data[tail + 1] << 8
+    if extra >= 1:
+        hash_value ^= data[tail]
+        hash_value = (hash_value * multiplier) & mask
+    hash_value ^= hash_value >> 13
+    hash_value = (hash_value * multiplier) & mask
+    hash_value ^= hash_value >> 15
+    return hash_value - (1 << 32) if hash_value & 0x80000000 else hash_value
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """Kafka's default: ``toPositive(murmur2(key)) % partitions``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int                # -1 with acks=0
+    timestamp: int
+
+
+class BatchMetadata(NamedTuple):
+    topic: str
+    partition: int
+    base_offset: int           # -1 with acks=0
+    record_count: int
+    timestamp: int
+
+
+def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
+    where = f"{topic}-{partition}"
+    if code == CompletionCode.UNKNOWN_PARTITION:
+        return UnknownTopicOrPartitionError(f"{where} is not hosted by the broker any more")
+    if code == CompletionCode.RECORD_TOO_LARGE:
+        return RecordTooLargeError(f"the broker refused a batch for {where}: too large")
+    if code == CompletionCode.STORAGE_ERROR:
+        return StorageError(f"the broker could not write {where} (see its log)")
+    return CorruptRecordError(f"the broker refused a batch for {where}: code {code}",
+                              status=int(code))
+
+
+class _Batch:
+    """Records gathered for one partition, and their futures."""
+
+    def __init__(self, topic: str, partition: int, row: int):
+        self.topic, self.partition, self.row = topic, partition, row
+        self.values: list = []
+        self.keys: list = []
+        self.headers: list = []
+        self.timestamps: list = []
+        self.size = B.HEADER_LENGTH
+        self.started = time.monotonic()
+        self.futures: list[FutureRecordMetadata] = []
+        self.entry = -1
+        self.result: BatchMetadata | None = None
+        self.error: ShmlogError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+class FutureRecordMetadata:
+    """What ``send`` returns: ``get()`` gives the record's :class:`RecordMetadata`
+    once the broker has appended it, or raises the error it reported."""
+
+    def __init__(self, producer: "Producer", batch: _Batch, index: int):
+        self._producer, self._batch, self._index = producer, batch, index
+
+    def done(self) -> bool:
+        return self._producer._settle(self._batch, wait_s=0)
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait up to ``timeout`` seconds (forever when None).
+
+        Raises
+        ------
+        ShmlogError
+            The timeout passed (the batch is still in flight), or the broker refused it.
+        """
+        if not self._producer._settle(self._batch, wait_s=timeout):
+            raise ShmlogError(f"no acknowledgement for {self._batch.topic}-"
+                              f"{self._batch.partition} within {timeout} s")
+        if self._batch.error is not None:
+            raise self._batch.error
+        result = self._batch.result
+        offset = result.base_offset + self._index if result.base_offset >= 0 else -1
+        return RecordMetadata(result.topic, result.partition, offset, result.timestamp)
+
+
+class FutureBatchMetadata(FutureRecordMetadata):
+    """What ``send_batch`` returns: ``get()`` gives the :class:`BatchMetadata`."""
+
+    def get(self, timeout: float | None = None) -> BatchMetadata:
+        super().get(timeout)
+        return self._batch.result
+
+
+class Producer:
+    """Sends records to the broker of a data directory (kafka-python's shape).
+
+    Parameters
+    ----------
+    bootstrap : str, optional
+        The broker's data directory (default: ``$SHMLOG_DATA_DIR`` or the default).
+    acks : 0, 1 or "all"
+        0: a send is done once its batch is in the ring; 1 and "all" (the same on a
+        single broker): once the broker appended it.
+    compression : None or "zstd"
+    linger_ms, batch_size, max_block_ms : int
+        As in Kafka: how long a batch may wait for more records, how large it may
+        grow (bytes), how long ``send`` may block on a full ring.
+
+    Raises
+    ------
+    ShmlogError
+        No broker answers (the message names the command that starts one).
+    """
+
+    def __init__(self, bootstrap: str | None = None, *, acks: Any = 1, compression=None,
+                 linger_ms: int = LINGER_MS_DEFAULT, batch_size: int = BATCH_SIZE_DEFAULT,
+                 max_block_ms: int = MAX_BLOCK_MS_DEFAULT, ring_size: int = RING_SIZE_DEFAULT):
+        if acks not in (0, 1, -1, "all"):
+            raise LocalProtocolError(f"acks must be 0, 1 or 'all', got {acks!r}")
+        self.data_dir = bootstrap or default_data_dir()
+        self.acks = 0 if acks == 0 else 1
+        self.compression = Compression.parse(compression)
+        self.linger_ms, self.batch_size, self.max_block_ms = linger_ms, batch_size, max_block_ms
+        metadata = request(self.data_dir, "metadata")
+        self._topics = {topic["name"]: topic for topic in metadata["topics"]}
+        self.ring = Ring.create(f"{metadata['ring_prefix']}-producer-{os.getpid()}-"
+                                f"{uuid.uuid4().hex[:8]}", ring_size)
+        try:
+            request(self.data_dir, "register_producer", ring=self.ring.name)
+        except ShmlogError:
+            self.ring.unlink()
+            raise
+        self._pending: dict[tuple[str, int], _Batch] = {}
+        self._in_flight: dict[int, _Batch] = {}
+        self._sticky: dict[str, int] = {}
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._linger = threading.Thread(target=self._linger_loop, name="shmlog-linger",
+                                        daemon=True)
+        self._linger.start()
+
+    # -- metadata ----------------------------------------------------------------
+    def _topic(self, topic: str) -> dict:
+        if topic not in self._topics:
+            reply = request(self.data_dir, "metadata")
+            self._topics = {entry["name"]: entry for entry in reply["topics"]}
+        if topic not in self._topics:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}; create it first "
+                                               f"(shmlog topics create {topic})")
+        return self._topics[topic]
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return [entry["partition"] for entry in self._topic(topic)["partitions"]]
+
+    def _choose(self, topic: str, key, partition) -> tuple[int, int]:
+        partitions = self._topic(topic)["partitions"]
+        if partition is not None:
+            if isinstance(partition, bool) or not isinstance(partition, int) or \
+                    not 0 <= partition < len(partitions):
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has partitions 0..{len(partitions) - 1}, not {partition!r}")
+        elif key is not None:
+            partition = partition_for_key(bytes(key), len(partitions))
+        else:
+            partition = self._sticky.get(topic)
+            if partition is None or partition >= len(partitions):
+                partition = self._sticky[topic] = random.randrange(len(partitions))
+        return partition, partitions[partition]["row"]
+
+    # -- sending -----------------------------------------------------------------
+    def send(self, topic: str, value, key=None, headers=None, partition: int | None = None,
+             timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """Queue one record; its future resolves once the broker appended it.
+
+        Raises
+        ------
+        LocalProtocolError
+            ``value``/``key`` are not bytes-like (or None), headers malformed.
+        RecordTooLargeError
+            The record alone exceeds the topic's max.message.bytes.
+        UnknownTopicOrPartitionError
+        """
+        for what, field in (("value", value), ("key", key)):
+            if field is not None and not isinstance(field, (bytes, bytearray, memoryview)):
+                raise LocalProtocolError(f"{what} must be bytes (or None), got "
+                                         f"{type(field).__name__}; encode it first")
+        size = 28 + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        size += sum(8 + len(name.encode()) + len(data or b"") for name, data in headers or [])
+        limit = min(self._topic(topic)["config"]["max.message.bytes"],
+                    self._topic(topic)["config"]["segment.bytes"])
+        if size + B.HEADER_LENGTH > limit:
+            raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s "
+                                      f"max.message.bytes ({limit})")
+        with self._lock:
+            self._check_open()
+            partition, row = self._choose(topic, key, partition)
+            batch = self._pending.get((topic, partition))
+            if batch is not None and batch.size + size > self.batch_size:
+                self._ship(batch)
+                batch = None
+            if batch is None:
+                batch = self._pending[(topic, partition)] = _Batch(topic, partition, row)
+                self._wake.notify()
+            batch.values.append(value)
+            batch.keys.append(key)
+            batch.headers.append(list(headers or []))
+            batch.timestamps.append(now_ms() if timestamp_ms is None else int(timestamp_ms))
+            batch.size += size
+            future = FutureRecordMetadata(self, batch, len(batch.values) - 1)
+            batch.futures.append(future)
+            if batch.size >= self.batch_size:
+                self._ship(batch)
+            return future
+
+    def send_batch(self, topic: str, values, keys=None, partition: int | None = None,
+                   timestamp_ms: int | None = None) -> FutureBatchMetadata:
+        """Send many records as one batch, encoded in one compiled pass: a list of
+        bytes, or a numpy array of fixed-width records (one per row). Without
+        ``partition``, the first key (or the sticky partitioner) chooses it.
+
+        Raises
+        ------
+        LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError
+        """
+        first_key = None
+        if keys is not None and len(keys):
+            first_key = bytes(keys[0]) if not isinstance(keys, np.ndarray) else keys[0].tobytes()
+        with self._lock:
+            self._check_open()
+            partition, row = self._choose(topic, first_key, partition)
+            encoded = encode_batch(values, keys, timestamp_ms=timestamp_ms,
+                                   compression=self.compression)
+            config = self._topic(topic)["config"]
+            limit = min(config["max.message.bytes"], config["segment.bytes"])
+            if encoded.size > limit:
+                raise RecordTooLargeError(f"a batch of {encoded.size} bytes exceeds {topic}'s "
+                                          f"max.message.bytes ({limit}); send fewer records")
+            batch = _Batch(topic, partition, row)
+            count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
+            batch.timestamps = [int(encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8]
+                                    .view("<i8")[0])]
+            self._put(batch, encoded, count)
+            return FutureBatchMetadata(self, batch, 0)
+
+    def _ship(self, batch: _Batch) -> None:
+        """Encode a gathered batch and put it into the ring (lock held)."""
+        del self._pending[(batch.topic, batch.partition)]
+        if self._sticky.get(batch.topic) == batch.partition:
+            del self._sticky[batch.topic]             # the next unkeyed batch moves on
+        encoded = encode_batch(batch.values, batch.keys, batch.headers, batch.timestamps,
+                               compression=self.compression)
+        self._put(batch, encoded, len(batch.values))
+
+    def _put(self, batch: _Batch, encoded: np.ndarray, count: int) -> None:
+        batch.count = count
+        batch.entry = self.ring.put(batch.row, encoded, timeout_ms=self.max_block_ms)
+        if self.acks == 0:
+            batch.result = BatchMetadata(batch.topic, batch.partition, -1, count,
+                                         batch.timestamps[0])
+        else:
+            self._in_flight[batch.entry] = batch
+
+    # -- completions -----------------------------------------------------------------
+    def _harvest(self) -> None:
+        """Resolve every in-flight batch the broker has finished (lock held)."""
+        for entry in list(self._in_flight):
+            outcome = self.ring.result(entry)
+            if outcome is None:
+                continue
+            batch = self._in_flight.pop(entry)
+            result, _ = outcome
+            if result >= 0:
+                batch.result = BatchMetadata(batch.topic, batch.partition, result, batch.count,
+                                             batch.timestamps[0])
+            else:
+                batch.error = _completion_error(-result, batch.topic, batch.partition)
+
+    def _settle(self, batch: _Batch, wait_s: float | None) -> bool:
+        """Ship the batch if still gathering, then wait for its completion."""
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        with self._lock:
+            if batch.entry < 0 and self._pending.get((batch.topic, batch.partition)) is batch:
+                self._ship(batch)
+        while True:
+            with self._lock:
+                if not batch.done:
+                    self._harvest()
+                if batch.done:
+                    return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(RESULT_POLL_S)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Ship every gathered batch and wait until the broker has appended all
+        (with acks=0: until they are in the ring).
+
+        Raises
+        ------
+        ShmlogError
+            ``timeout`` seconds passed with batches still in flight.
+        """
+        with self._lock:
+            for batch in list(self._pending.values()):
+                self._ship(batch)
+            waiting = list(self._in_flight.values())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for batch in waiting:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._settle(batch, left):
+                raise ShmlogError(f"flush: batches still in flight after {timeout} s")
+
+    def _linger_loop(self) -> None:
+        """Ship batches whose oldest record has waited linger_ms."""
+        with self._lock:
+            while not self._closed:
+                if not self._pending:
+                    self._wake.wait()
+                    continue
+                oldest = min(batch.started for batch in self._pending.values())
+                wait = oldest + self.linger_ms / 1000 - time.monotonic()
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
+                for batch in list(self._pending.values()):
+                    if time.monotonic() - batch.started >= self.linger_ms / 1000:
+                        try:
+                            self._ship(batch)
+                        except ShmlogError as error:      # a full ring past max.block.ms
+                            batch.error = error
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LocalProtocolError("the producer is closed")
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then leave the broker and remove the ring."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            with self._lock:
+                self._closed = True
+                self._wake.notify_all()
+            self._linger.join(timeout=5)
+            try:
+                request(self.data_dir, "unregister_producer", ring=self.ring.name)
+            except ShmlogError:
+                pass                    # the broker is gone; it reclaims nothing then
+            self.ring.unlink()
+            self.ring.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

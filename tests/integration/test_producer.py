@@ -1,0 +1,113 @@
+"""The Producer against a real broker: futures resolve to the offsets the records
+got, keys land on Kafka's partitions, batches go through in one piece, a lone record
+ships after linger.ms without a flush, and bad input fails at the call.
+
+Method: ``Broker`` runs the real broker as a child process on a temporary data
+directory; the records are checked in the logs after the broker stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from helpers import all_records
+from shmlog import LogManager, shared_memory
+from shmlog.admin import Admin
+from shmlog.broker import Broker, shared_memory_prefix
+from shmlog.errors import LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError
+from shmlog.producer import Producer, partition_for_key
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    path = str(tmp_path / "data")
+    yield path
+    prefix = shared_memory_prefix(path)
+    leftovers = [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
+    for name in leftovers:
+        shared_memory.unlink(name)
+    assert not leftovers, f"left in /dev/shm: {leftovers}"
+
+
+def logged(data_dir, topic, partitions):
+    with LogManager(data_dir) as logs:
+        return {partition: all_records(logs.partition_log(topic, partition))
+                for partition in range(partitions)}
+
+
+def test_keyed_records_land_on_kafkas_partitions_with_their_offsets(data_dir):
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("events", 4)
+        with Producer(data_dir, batch_size=512) as producer:
+            futures = [producer.send("events", b"value-%d" % n, key=b"key-%d" % (n % 10))
+                       for n in range(300)]
+            metadata = [future.get(timeout=30) for future in futures]
+    records = logged(data_dir, "events", 4)
+    for number, meta in enumerate(metadata):
+        assert meta.partition == partition_for_key(b"key-%d" % (number % 10), 4)
+        record = records[meta.partition][meta.offset]
+        assert (record.key, record.value) == (b"key-%d" % (number % 10), b"value-%d" % number)
+    for partition, partition_records in records.items():   # per-key order is kept
+        for key in {r.key for r in partition_records}:
+            values = [int(r.value.split(b"-")[1]) for r in partition_records if r.key == key]
+            assert values == sorted(values)
+
+
+def test_send_batch_sends_one_numpy_batch(data_dir):
+    rows = np.arange(1000 * 16, dtype=np.uint8).reshape(1000, 16)
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("t", 2)
+        with Producer(data_dir, compression="zstd") as producer:
+            batch = producer.send_batch("t", rows, partition=1).get(timeout=30)
+    assert (batch.partition, batch.base_offset, batch.record_count) == (1, 0, 1000)
+    values = [r.value for r in logged(data_dir, "t", 2)[1]]
+    assert values == [row.tobytes() for row in rows]
+
+
+def test_a_lone_record_ships_after_linger_without_flush(data_dir):
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("t")
+        producer = Producer(data_dir, linger_ms=20)
+        try:
+            future = producer.send("t", b"alone")
+            assert producer._pending, "the record waits for company first"
+            deadline = time.monotonic() + 30
+            while producer._pending:                      # only the linger thread ships it
+                assert time.monotonic() < deadline, "linger.ms never shipped the batch"
+                time.sleep(0.005)
+            assert future.get(timeout=30).offset == 0
+        finally:
+            producer.close()
+
+
+def test_acks_0_returns_without_offsets_and_still_delivers(data_dir):
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("t")
+        with Producer(data_dir, acks=0) as producer:
+            futures = [producer.send("t", b"%d" % n, partition=0) for n in range(50)]
+            producer.flush()
+            assert {future.get(timeout=30).offset for future in futures} == {-1}
+    assert [r.value for r in logged(data_dir, "t", 1)[0]] == [b"%d" % n for n in range(50)]
+
+
+def test_bad_input_fails_at_the_call(data_dir):
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("small", config={"max.message.bytes": 1000})
+        with Producer(data_dir) as producer:
+            with pytest.raises(UnknownTopicOrPartitionError, match="shmlog topics create"):
+                producer.send("missing", b"x")
+            with pytest.raises(UnknownTopicOrPartitionError):
+                producer.send("small", b"x", partition=5)
+            with pytest.raises(LocalProtocolError, match="must be bytes"):
+                producer.send("small", "text")
+            with pytest.raises(RecordTooLargeError):
+                producer.send("small", b"x" * 2000)
+            with pytest.raises(RecordTooLargeError):
+                producer.send_batch("small", [b"x" * 600, b"y" * 600])
+            assert producer.send("small", b"fine").get(timeout=30).offset == 0
+        with pytest.raises(LocalProtocolError, match="closed"):
+            producer.send("small", b"late")
