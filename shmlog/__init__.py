@@ -1,5 +1,16 @@
 """shmlog: a Kafka-style commit log for large single hosts.
 
+With a broker running (``shmlog broker``, or ``Broker`` from Python)::
+
+    from shmlog import Admin, Consumer, Producer
+
+    Admin().create_topic("events", partitions=3)
+    with Producer() as producer:
+        producer.send("events", b"hello", key=b"user-1").get(timeout=10)
+    with Consumer("events", auto_offset_reset="earliest") as consumer:
+        for partition, records in consumer.poll(timeout_ms=1000).items():
+            ...
+
 The storage layer is usable on its own::
 
     from shmlog import LogManager, encode_batch, decode_records
@@ -12,19 +23,25 @@ The storage layer is usable on its own::
             print(record.offset, record.key, record.value)
 """
 
+from .admin import Admin
+from .broker import Broker
 from .config import TopicConfig
+from .consumer import Consumer, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from .errors import (CorruptRecordError, CorruptSegmentError, InvalidConfigError,
                      InvalidPartitionsError, InvalidTopicError, LocalProtocolError,
                      OffsetOutOfRangeError, OffsetOverflowError, PeerProtocolError,
-                     RecordTooLargeError, ShmlogError, StorageError, TopicExistsError,
-                     UnknownTopicOrPartitionError)
+                     CorruptRingError, RecordTooLargeError, RingFullError, ShmlogError,
+                     StorageError, TopicExistsError, UnknownTopicOrPartitionError)
 from .log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
+from .producer import BatchMetadata, Producer, RecordMetadata
 from .records import Record, RecordColumns, decode_columns, decode_records, encode_batch
 from .segments import AppendResult, PartitionLog, ReadResult, RecoveryReport
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Producer", "Consumer", "Admin", "Broker", "RecordMetadata", "BatchMetadata",
+    "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp",
     "TopicConfig", "LogManager", "TopicMetadata", "PartitionLog", "AppendResult", "ReadResult",
     "RecoveryReport", "Record", "RecordColumns", "encode_batch", "decode_records",
     "decode_columns",
@@ -32,5 +49,5 @@ __all__ = [
     "InvalidPartitionsError", "InvalidConfigError", "RecordTooLargeError",
     "OffsetOutOfRangeError", "CorruptRecordError", "TopicExistsError",
     "UnknownTopicOrPartitionError", "CorruptSegmentError", "OffsetOverflowError",
-    "StorageError", "DataDirectoryInUseError",
+    "StorageError", "DataDirectoryInUseError", "CorruptRingError", "RingFullError",
 ]

@@ -156,7 +156,8 @@ class BrokerCore:
                 "describe_topic": self.describe_topic, "add_partitions": self.add_partitions,
                 "alter_topic_config": self.alter_topic_config,
                 "register_producer": self.register_producer,
-                "unregister_producer": self.unregister_producer}
+                "unregister_producer": self.unregister_producer,
+                "offset_for_timestamp": self.offset_for_timestamp}
 
     def ping(self) -> dict:
         return {"pid": os.getpid(), "data_dir": self.data_dir}
@@ -209,6 +210,14 @@ class BrokerCore:
         for partition in range(metadata.partitions):
             self.appender.refresh(self.appender.tag_of(name, partition))
         return self._topic(name)
+
+    def offset_for_timestamp(self, topic, partition, timestamp) -> dict:
+        """Kafka's ListOffsets by time: the first offset whose timestamp is >= it."""
+        partition_log = self.logs.partition_log(require(topic, str, "topic"),
+                                                require(partition, int, "partition"))
+        found = partition_log.offset_for_timestamp(require(timestamp, int, "timestamp"))
+        return {"offset": found[0] if found else None,
+                "timestamp": found[1] if found else None}
 
     def register_producer(self, ring) -> dict:
         """Start draining the producer's ring (it created it, under our prefix)."""
