@@ -1,8 +1,10 @@
-"""The README's main job: write a topic partition to disk, then read it back.
+"""The README's main job: start a broker, produce, consume, and check the segment.
 
-Writes keyed, headed, null-valued and zstd-compressed records into a 3-partition
-topic through the storage API, reads them back through the log, and finally asks the
-``shmlog dump --verify`` command to print and check the segment it wrote.
+1. starts a broker (a child process) on a fresh data directory,
+2. creates a 3-partition topic, sends keyed records (with headers and a tombstone)
+   and one numpy batch of 1000 fixed-width records through a Producer,
+3. reads everything back with a Consumer straight from the segment files,
+4. stops the broker (gracefully) and runs ``shmlog dump --verify`` on a segment.
 """
 
 from __future__ import annotations
@@ -14,37 +16,45 @@ import sys
 
 import numpy as np
 
-from shmlog import LogManager, decode_records, encode_batch
+from shmlog import Admin, Broker, Consumer, Producer
 
 
 def main(data_dir: str) -> int:
     shutil.rmtree(data_dir, ignore_errors=True)
-    with LogManager(data_dir) as logs:
-        logs.create_topic("demo", partitions=3, config={"segment.bytes": 1 << 20})
-        partition = logs.partition_log("demo", 0)
-        first = partition.append(encode_batch(
-            [b"hello", b"world", None],
-            keys=[b"user-1", b"user-2", b"user-1"],
-            headers=[[("source", b"demo")], [], [("deleted", None)]]))
-        readings = np.arange(2000, dtype="<f8").reshape(1000, 2)      # 16-byte records
-        second = partition.append(encode_batch(readings, compression="zstd"))
-        print(f"appended offsets {first.base_offset}..{first.last_offset} (plain) and "
-              f"{second.base_offset}..{second.last_offset} (zstd) to {partition.directory}")
-        records = decode_records(partition.read(0).data)
-        print(f"read back {len(records)} records from offset 0; the first three:")
-        for record in records[:3]:
-            print(f"  offset={record.offset} key={record.key!r} value={record.value!r} "
-                  f"headers={record.headers}")
-        segment_path = partition.segments[0].log_path
-    print(f"\n$ shmlog dump --verify --records {os.path.relpath(segment_path)}")
+    data_dir = os.path.abspath(data_dir)
+    print(f"starting a broker on {data_dir}")
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("demo", partitions=3)
+        with Producer(data_dir) as producer:
+            sent = [producer.send("demo", value, key=key, headers=headers)
+                    for value, key, headers in [(b"hello", b"user-1", [("source", b"demo")]),
+                                                (b"world", b"user-2", []),
+                                                (None, b"user-1", [("deleted", None)])]]
+            readings = np.arange(2000, dtype="<f8").reshape(1000, 2)   # 16-byte records
+            batch = producer.send_batch("demo", readings, partition=2).get(timeout=30)
+            for future in sent:
+                meta = future.get(timeout=30)
+                print(f"sent to partition {meta.partition} at offset {meta.offset}")
+            print(f"sent a batch of {batch.record_count} records to partition "
+                  f"{batch.partition} at offsets {batch.base_offset}.."
+                  f"{batch.base_offset + batch.record_count - 1}")
+        with Consumer("demo", bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+            received = []
+            while len(received) < 1003:
+                for records in consumer.poll(timeout_ms=1000).values():
+                    received += records
+        print(f"consumed {len(received)} records; the keyed ones:")
+        for record in received:
+            if record.key is not None:
+                print(f"  partition={record.partition} offset={record.offset} "
+                      f"key={record.key!r} value={record.value!r} headers={record.headers}")
+    segment = os.path.join(data_dir, "topics", "demo", "2", "00000000000000000000.log")
+    print(f"\nbroker stopped; $ shmlog dump --verify {os.path.relpath(segment)}")
     sys.stdout.flush()
-    done = subprocess.run([sys.executable, "-m", "shmlog", "dump", "--verify", "--records",
-                           "--print-data", "--max-bytes", "16", segment_path],
+    done = subprocess.run([sys.executable, "-m", "shmlog", "dump", "--verify", segment],
                           stdout=subprocess.PIPE, text=True)
     lines = done.stdout.splitlines()
-    shown = lines[:8] + ([f"  ... {len(lines) - 10} more lines ..."] + lines[-2:]
-                         if len(lines) > 10 else lines[8:])
-    print("\n".join(shown))
+    print("\n".join(lines[:3] + (["  ..."] if len(lines) > 4 else []) + lines[-1:]))
     return done.returncode
 
 
