@@ -11,6 +11,7 @@ the shared memory they and the test producers made is removed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -178,3 +179,28 @@ def test_the_topics_command(data_dir):
         assert shmlog("describe").returncode == 2
         assert shmlog("delete", "logs").returncode == 0
         assert shmlog("list").stdout.strip() == ""
+
+
+def test_the_produce_and_consume_commands(data_dir):
+    def shmlog(*arguments, stdin=None):
+        return subprocess.run([sys.executable, "-m", "shmlog", *arguments, "--data-dir",
+                               data_dir], input=stdin, capture_output=True, text=True,
+                              timeout=DEADLINE_S)
+
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("lines", 2)
+        produced = shmlog("produce", "lines", "--key-separator", ":",
+                          stdin="a:first\nb:second\nno key here\n")
+        assert produced.returncode == 0, produced.stderr
+        assert "produced 3 records" in produced.stderr
+        consumed = shmlog("consume", "lines", "--from-beginning", "--format", "key-value",
+                          "--timeout-ms", "500")
+        assert consumed.returncode == 0, consumed.stderr
+        assert sorted(consumed.stdout.splitlines()) == \
+            ["a\tfirst", "b\tsecond", "null\tno key here"]
+        one = shmlog("consume", "lines", "--from-beginning", "--max-messages", "1",
+                     "--format", "json")
+        assert len(one.stdout.splitlines()) == 1
+        assert json.loads(one.stdout)["topic"] == "lines"
+        missing = shmlog("consume", "nope", "--timeout-ms", "100")
+        assert missing.returncode == 1 and "nope" in missing.stderr
