@@ -22,6 +22,15 @@ a topic that stamps LogAppendTime or recompresses, a segment that must roll or
 needs space reserved - it hands back to Python (``_SLOW``), which appends that one
 entry through :meth:`PartitionLog.append`, refreshes the partition's arrays and
 calls the loop again. Per-record work never happens in Python.
+
+Idempotent producers: a batch with a producer id carries the per-partition
+sequence number of its first record. The appender remembers, per (partition,
+producer id), the last batch's first sequence and base offset and the next
+sequence expected. A batch whose first sequence equals the last batch's is a
+re-send of it (a broker died after appending it but before acknowledging it, and
+the new broker found it still in the ring): it is acknowledged with the original
+base offset and not appended again. A sequence that is neither is out of order.
+The memory is rebuilt from the active segment when a partition is opened.
 """
 
 from __future__ import annotations
@@ -31,14 +40,15 @@ import logging
 
 import numba
 import numpy as np
-from numba.typed import List
+from numba import types
+from numba.typed import Dict, List
 
 from . import batch_layout as B
 from . import ring_layout as R
 from .atomics import store_release
 from .errors import (CorruptRecordError, CorruptRingError, RecordTooLargeError, StorageError,
                      UnknownTopicOrPartitionError)
-from .jit import kernel, load_u16
+from .jit import kernel, load_i32, load_i64, load_u16, load_u32
 from .log_manager import LogManager
 from .records import _check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Ring, complete_entry, next_entry
@@ -58,6 +68,7 @@ class CompletionCode(enum.IntEnum):
     RECORD_TOO_LARGE = 101
     STORAGE_ERROR = 102
     NOT_ONE_BATCH = 103        # the entry holds bytes beyond its one batch
+    OUT_OF_ORDER_SEQUENCE = 104  # an idempotent producer skipped or reordered a sequence
 
 
 # drain results
@@ -98,10 +109,52 @@ def _finish(words, completions, rings, ring, result, head):
     store_release(words, R.HEAD_WORD, head)
 
 
+_SEQUENCE_NEW = 0             # append, then remember
+_SEQUENCE_DUPLICATE = 1       # acknowledge with the remembered base offset
+_SEQUENCE_OUT_OF_ORDER = 2
+SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
+
+
+@kernel
+def _check_sequence(sequences, tag, producer_id, base_sequence):
+    """(verdict, base offset to acknowledge a duplicate with)."""
+    key = (tag, producer_id)
+    if producer_id < 0 or key not in sequences:
+        return _SEQUENCE_NEW, -1
+    last_sequence, last_base_offset, next_sequence = sequences[key]
+    if base_sequence == last_sequence:
+        return _SEQUENCE_DUPLICATE, last_base_offset
+    if base_sequence != next_sequence:
+        return _SEQUENCE_OUT_OF_ORDER, -1
+    return _SEQUENCE_NEW, -1
+
+
+@kernel
+def _remember_sequence(sequences, tag, producer_id, base_sequence, base_offset, record_count):
+    if producer_id >= 0:
+        sequences[(tag, producer_id)] = (base_sequence, base_offset,
+                                         (base_sequence + record_count) % SEQUENCE_MODULUS)
+
+
+@kernel
+def _rebuild_sequences(log, end, tag, sequences):
+    """Remember the last batch of every producer in a (valid) segment."""
+    position = 0
+    while end - position >= B.HEADER_LENGTH:
+        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
+        if length < B.HEADER_LENGTH or length > end - position:
+            return
+        _remember_sequence(sequences, tag, load_i64(log, position + B.PRODUCER_ID_OFFSET),
+                           np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
+                           load_i64(log, position + B.BASE_OFFSET_OFFSET),
+                           np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)) + 1)
+        position += length
+
+
 @kernel
 def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
-           time_indexes, segment_states, tags, state_rows, appended, cursor, entries_max,
-           report):
+           time_indexes, segment_states, tags, state_rows, appended, sequences, cursor,
+           entries_max, report):
     handled = 0
     ring_count = rings.shape[0]
     while True:
@@ -141,6 +194,17 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                 _finish(words, ring_completions[ring], rings, ring,
                         -CompletionCode.RECORD_TOO_LARGE.value, head)
                 continue
+            producer_id = load_i64(data, start + B.PRODUCER_ID_OFFSET)
+            base_sequence = np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET))
+            verdict, duplicate_offset = _check_sequence(sequences, tag, producer_id,
+                                                        base_sequence)
+            if verdict == _SEQUENCE_DUPLICATE:
+                _finish(words, ring_completions[ring], rings, ring, duplicate_offset, head)
+                continue
+            if verdict == _SEQUENCE_OUT_OF_ORDER:
+                _finish(words, ring_completions[ring], rings, ring,
+                        -CompletionCode.OUT_OF_ORDER_SEQUENCE.value, head)
+                continue
             codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
             state = segment_states[tag]
             base_offset = state[_NEXT_OFFSET]
@@ -154,6 +218,8 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                     continue
                 if appended_status == _APPENDED:
                     appended[tag] += state[_NEXT_OFFSET] - base_offset   # from the log copy
+                    _remember_sequence(sequences, tag, producer_id, base_sequence, base_offset,
+                                       state[_NEXT_OFFSET] - base_offset)
                     _finish(words, ring_completions[ring], rings, ring, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
                     publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
@@ -203,6 +269,9 @@ class Appender:
         self.rings = np.zeros((0, RING_COLUMNS), np.int64)
         self._cursor = np.zeros(1, np.int64)
         self._report = np.zeros(4, np.int64)
+        # (tag, producer id) -> (last batch's first sequence, its base offset, next sequence)
+        self._sequences = Dict.empty(key_type=types.UniTuple(types.int64, 2),
+                                     value_type=types.UniTuple(types.int64, 3))
 
     # -- partitions ------------------------------------------------------------------
     def register_partition(self, topic: str, partition: int) -> int:
@@ -221,6 +290,8 @@ class Appender:
         self._tags[key] = tag
         self.tags[tag, TAG_REGISTERED] = 1
         self.refresh(tag)
+        active = partition_log.active
+        _rebuild_sequences(active.log, active.size, tag, self._sequences)
         return tag
 
     def unregister_partition(self, topic: str, partition: int) -> None:
@@ -231,6 +302,8 @@ class Appender:
             return
         self.tags[tag] = 0
         del self._partitions[tag]
+        for key in [key for key in self._sequences.keys() if key[0] == tag]:
+            del self._sequences[key]
         for arrays in (self._logs, self._offset_indexes, self._time_indexes):
             arrays[tag] = _empty_bytes()
         self._segment_states[tag] = np.zeros(16, np.int64)
@@ -304,7 +377,7 @@ class Appender:
             status = _drain(self._ring_words, self._ring_completions, self._ring_data,
                             self.rings, self._logs, self._offset_indexes, self._time_indexes,
                             self._segment_states, self.tags, self.table.rows, self.appended,
-                            self._cursor, entries_max - handled, self._report)
+                            self._sequences, self._cursor, entries_max - handled, self._report)
             handled += int(self.rings[:, RING_TAKEN].sum()) - taken_before
             self._after_compiled_appends()
             if status == _SLOW:
@@ -329,8 +402,22 @@ class Appender:
         _, _, _, _, head = next_entry(source.words, source.data, source.capacity,
                                       int(self.rings[ring, RING_HEAD]))
         partition_log = self._partitions[tag]
+        header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
+            if batch.size >= B.HEADER_LENGTH else None
+        producer_id = int(header["producer_id"]) if header is not None else -1
+        base_sequence = int(header["base_sequence"]) if header is not None else -1
+        verdict, duplicate_offset = _check_sequence(self._sequences, tag, producer_id,
+                                                    base_sequence)
         try:
-            result = partition_log.append(batch).base_offset
+            if verdict == _SEQUENCE_DUPLICATE:
+                result = int(duplicate_offset)
+            elif verdict == _SEQUENCE_OUT_OF_ORDER:
+                result = -CompletionCode.OUT_OF_ORDER_SEQUENCE
+            else:
+                appended = partition_log.append(batch)
+                result = appended.base_offset
+                _remember_sequence(self._sequences, tag, producer_id, base_sequence, result,
+                                   appended.last_offset - appended.base_offset + 1)
         except CorruptRecordError as error:
             result = -(error.status or CompletionCode.NOT_ONE_BATCH)
         except RecordTooLargeError:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -44,8 +45,9 @@ from . import ring_layout as R
 from . import shared_memory
 from .appender import Appender
 from .control import decode_reply, encode_request, error_reply, handle_frame, require
-from .errors import LocalProtocolError, ShmlogError
+from .errors import LocalProtocolError, ShmlogError, StorageError
 from .log_manager import LogManager
+from .segments import _write_atomically
 from .records import now_ms
 from .ring import Ring
 from .state import PartitionStateTable
@@ -127,6 +129,33 @@ class BrokerConfig:
         return cls(**values)
 
 
+class ProducerIds:
+    """Producer ids, unique across broker restarts: handed out from blocks whose
+    end is written to ``producer-ids.json`` before any id of the block is used."""
+
+    FILE = "producer-ids.json"
+    BLOCK_SIZE = 1000            # ids per write of the file
+
+    def __init__(self, data_dir: str):
+        self.path = os.path.join(data_dir, self.FILE)
+        try:
+            with open(self.path) as source:
+                start = int(json.load(source)["next_block"])
+        except FileNotFoundError:
+            start = 0
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise StorageError(f"{self.path} is unreadable ({error}); producer ids cannot be "
+                               f"handed out safely: restore or remove it") from None
+        self._next = self._end = start
+
+    def allocate(self) -> int:
+        if self._next == self._end:
+            self._end = self._next + self.BLOCK_SIZE
+            _write_atomically(self.path, json.dumps({"next_block": self._end}))
+        self._next += 1
+        return self._next - 1
+
+
 class BrokerCore:
     """The broker's state and request handlers, without the socket."""
 
@@ -143,7 +172,8 @@ class BrokerCore:
         for topic in self.logs.list_topics():
             for partition in range(self.logs.describe_topic(topic).partitions):
                 self.appender.register_partition(topic, partition)
-        self.producers: dict[str, int] = {}            # ring name -> appender ring index
+        self.producers: dict[str, tuple[int, int]] = {}  # ring -> (ring index, producer id)
+        self.producer_ids = ProducerIds(self.data_dir)
         now = now_ms()
         self._next_retention = now + config.retention_check_interval_ms
         self._next_flush_check = now + config.flush_check_interval_ms
@@ -224,19 +254,20 @@ class BrokerCore:
         name = require(ring, str, "ring")
         if not name.startswith(self.prefix + "-"):
             raise LocalProtocolError(f"ring {name!r} must be named under {self.prefix!r}")
-        if name in self.producers:
-            return {"index": self.producers[name]}
-        self.producers[name] = self.appender.add_ring(Ring.attach(name))
-        log.info("producer ring %s registered", name)
-        return {"index": self.producers[name]}
+        if name not in self.producers:
+            self.producers[name] = (self.appender.add_ring(Ring.attach(name)),
+                                    self.producer_ids.allocate())
+            log.info("producer ring %s registered", name)
+        index, producer_id = self.producers[name]
+        return {"index": index, "producer_id": producer_id, "producer_epoch": 0}
 
     def unregister_producer(self, ring) -> dict:
         """Drain what the producer published, then forget its ring."""
         name = require(ring, str, "ring")
-        index = self.producers.pop(name, None)
-        if index is not None:
+        registered = self.producers.pop(name, None)
+        if registered is not None:
             self.appender.drain()
-            self.appender.remove_ring(index)
+            self.appender.remove_ring(registered[0])
         return {}
 
     # -- the schedule ------------------------------------------------------------
@@ -269,7 +300,7 @@ class BrokerCore:
         """A producer that died leaves its published entries (appended here) and at
         most one unpublished, partial entry (never read): drain, then reclaim."""
         rings = self.appender.ring_list
-        for name, index in list(self.producers.items()):
+        for name, (index, _) in list(self.producers.items()):
             pid = int(rings[index].words[R.PRODUCER_PID_WORD]) if rings[index] is not None else 0
             if pid and _alive(pid):
                 continue

@@ -11,7 +11,8 @@
     │   └── OffsetOutOfRangeError
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
-    │   └── CorruptRingError          a ring holds bytes no producer could have written
+    │   ├── CorruptRingError          a ring holds bytes no producer could have written
+    │   └── OutOfOrderSequenceError   an idempotent producer's sequence skipped or went back
     ├── TopicExistsError
     ├── UnknownTopicOrPartitionError
     ├── CorruptSegmentError           data on disk failed its CRC or structure check
@@ -80,6 +81,10 @@ class CorruptRingError(PeerProtocolError):
         super().__init__(message)
         self.name = name
         self.position = position
+
+
+class OutOfOrderSequenceError(PeerProtocolError):
+    """An idempotent producer's batch did not carry the next sequence number."""
 
 
 class RingFullError(ShmlogError):

@@ -27,9 +27,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import batch_layout as B
-from .appender import CompletionCode
+from .appender import SEQUENCE_MODULUS, CompletionCode
 from .broker import default_data_dir, request
-from .errors import (CorruptRecordError, LocalProtocolError, RecordTooLargeError,
+from .errors import (CorruptRecordError, LocalProtocolError, OutOfOrderSequenceError,
+                     RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
 from .records import Compression, encode_batch, now_ms
 from .ring import Ring
@@ -103,6 +104,9 @@ def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
         return RecordTooLargeError(f"the broker refused a batch for {where}: too large")
     if code == CompletionCode.STORAGE_ERROR:
         return StorageError(f"the broker could not write {where} (see its log)")
+    if code == CompletionCode.OUT_OF_ORDER_SEQUENCE:
+        return OutOfOrderSequenceError(f"the broker expected another sequence number for "
+                                       f"{where}: batches were lost or reordered")
     return CorruptRecordError(f"the broker refused a batch for {where}: code {code}",
                               status=int(code))
 
@@ -178,6 +182,9 @@ class Producer:
     linger_ms, batch_size, max_block_ms : int
         As in Kafka: how long a batch may wait for more records, how large it may
         grow (bytes), how long ``send`` may block on a full ring.
+    enable_idempotence : bool
+        Batches carry a broker-given producer id and per-partition sequence numbers,
+        so the broker appends a batch once even if it re-reads it after a crash.
 
     Raises
     ------
@@ -187,7 +194,8 @@ class Producer:
 
     def __init__(self, bootstrap: str | None = None, *, acks: Any = 1, compression=None,
                  linger_ms: int = LINGER_MS_DEFAULT, batch_size: int = BATCH_SIZE_DEFAULT,
-                 max_block_ms: int = MAX_BLOCK_MS_DEFAULT, ring_size: int = RING_SIZE_DEFAULT):
+                 max_block_ms: int = MAX_BLOCK_MS_DEFAULT, ring_size: int = RING_SIZE_DEFAULT,
+                 enable_idempotence: bool = True):
         if acks not in (0, 1, -1, "all"):
             raise LocalProtocolError(f"acks must be 0, 1 or 'all', got {acks!r}")
         self.data_dir = bootstrap or default_data_dir()
@@ -199,10 +207,15 @@ class Producer:
         self.ring = Ring.create(f"{metadata['ring_prefix']}-producer-{os.getpid()}-"
                                 f"{uuid.uuid4().hex[:8]}", ring_size)
         try:
-            request(self.data_dir, "register_producer", ring=self.ring.name)
+            registration = request(self.data_dir, "register_producer", ring=self.ring.name)
         except ShmlogError:
             self.ring.unlink()
             raise
+        # Idempotence: batches carry the broker-given id and per-partition sequences,
+        # so a batch re-read from the ring after a broker crash is appended once.
+        self.producer_id = registration["producer_id"] if enable_idempotence else -1
+        self.producer_epoch = registration["producer_epoch"] if enable_idempotence else -1
+        self._sequences: dict[tuple[str, int], int] = {}
         self._pending: dict[tuple[str, int], _Batch] = {}
         self._in_flight: dict[int, _Batch] = {}
         self._sticky: dict[str, int] = {}
@@ -302,15 +315,16 @@ class Producer:
         with self._lock:
             self._check_open()
             partition, row = self._choose(topic, first_key, partition)
+            count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
             encoded = encode_batch(values, keys, timestamp_ms=timestamp_ms,
-                                   compression=self.compression)
+                                   compression=self.compression,
+                                   **self._identity(topic, partition, count))
             config = self._topic(topic)["config"]
             limit = min(config["max.message.bytes"], config["segment.bytes"])
             if encoded.size > limit:
                 raise RecordTooLargeError(f"a batch of {encoded.size} bytes exceeds {topic}'s "
                                           f"max.message.bytes ({limit}); send fewer records")
             batch = _Batch(topic, partition, row)
-            count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
             batch.timestamps = [int(encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8]
                                     .view("<i8")[0])]
             self._put(batch, encoded, count)
@@ -322,8 +336,18 @@ class Producer:
         if self._sticky.get(batch.topic) == batch.partition:
             del self._sticky[batch.topic]             # the next unkeyed batch moves on
         encoded = encode_batch(batch.values, batch.keys, batch.headers, batch.timestamps,
-                               compression=self.compression)
+                               compression=self.compression,
+                               **self._identity(batch.topic, batch.partition, len(batch.values)))
         self._put(batch, encoded, len(batch.values))
+
+    def _identity(self, topic: str, partition: int, count: int) -> dict:
+        """Producer id, epoch and the batch's first sequence (lock held)."""
+        if self.producer_id < 0:
+            return {}
+        sequence = self._sequences.get((topic, partition), 0)
+        self._sequences[(topic, partition)] = (sequence + count) % SEQUENCE_MODULUS
+        return {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                "base_sequence": sequence}
 
     def _put(self, batch: _Batch, encoded: np.ndarray, count: int) -> None:
         batch.count = count

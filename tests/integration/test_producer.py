@@ -111,3 +111,25 @@ def test_bad_input_fails_at_the_call(data_dir):
             assert producer.send("small", b"fine").get(timeout=30).offset == 0
         with pytest.raises(LocalProtocolError, match="closed"):
             producer.send("small", b"late")
+
+
+def test_batches_carry_the_producer_id_and_following_sequences(data_dir):
+    from shmlog.records import iter_batches
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("t")
+        with Producer(data_dir, batch_size=256) as first, Producer(data_dir) as second:
+            for number in range(40):
+                first.send("t", b"%03d" % number, partition=0)
+            second.send("t", b"other", partition=0)
+            first.flush()
+            assert first.producer_id != second.producer_id
+        with Producer(data_dir, enable_idempotence=False) as plain:
+            plain.send("t", b"plain", partition=0).get(timeout=30)
+    with LogManager(data_dir) as logs:
+        partition_log = logs.partition_log("t", 0)
+        batches = list(iter_batches(partition_log.read(0, max_bytes=1 << 20).data))
+    mine = [b for b in batches if b.producer_id == first.producer_id]
+    assert [b.base_sequence for b in mine] == \
+        [sum(m.record_count for m in mine[:i]) for i in range(len(mine))]
+    assert sum(b.record_count for b in mine) == 40
+    assert batches[-1].producer_id == -1

@@ -164,3 +164,50 @@ def test_draining_resumes_where_a_previous_consumer_stopped(world):
     second.add_ring(Ring.attach(producer.name))
     assert second.drain() == 1
     assert [r.value for r in all_records(logs.partition_log("t", 0))] == [b"one", b"two"]
+
+
+def identified(values, producer_id, sequence):
+    return encode_batch(values, producer_id=producer_id, producer_epoch=0,
+                        base_sequence=sequence)
+
+
+def test_a_batch_re_read_after_a_crash_is_acknowledged_not_appended_again(world, tmp_path):
+    logs, table, appender, ring = world
+    logs.create_topic("t")
+    tag = appender.register_partition("t", 0)
+    producer = ring()
+    producer.put(tag, identified([b"a", b"b"], 7, 0), 1000)
+    producer.put(tag, identified([b"c"], 7, 2), 1000)
+    appender.drain()
+    # The broker died after appending the second batch but before acknowledging it:
+    # its entry is still in the ring when a new broker attaches.
+    entry_size = R.aligned_entry_size(identified([b"c"], 7, 2).size)
+    producer.words[R.HEAD_WORD] -= entry_size
+    producer.words[R.ACKNOWLEDGED_WORD] -= 1
+    logs.close()
+    reopened = LogManager(str(tmp_path / "data"), )
+    try:
+        second = Appender(reopened, table)
+        second.register_partition("t", 0)        # rebuilds the sequences from the log
+        second.add_ring(Ring.attach(producer.name))
+        assert second.drain() == 1
+        assert producer.result(1) == (2, -1), "acknowledged with the original offset"
+        assert [r.value for r in all_records(reopened.partition_log("t", 0))] == \
+            [b"a", b"b", b"c"]
+    finally:
+        reopened.close()
+
+
+def test_sequences_must_follow_on(world):
+    logs, table, appender, ring = world
+    logs.create_topic("t")
+    tag = appender.register_partition("t", 0)
+    producer = ring()
+    entries = [producer.put(tag, identified([b"x"] * 3, 9, 0), 1000),
+               producer.put(tag, identified([b"y"], 9, 5), 1000),          # skips 3..4
+               producer.put(tag, identified([b"z"], 9, 3), 1000),
+               producer.put(tag, identified([b"w"], 10, 42), 1000),        # a new producer
+               producer.put(tag, identified([b"n"], -1, -1), 1000)]        # no identity
+    appender.drain()
+    assert [producer.result(entry)[0] for entry in entries] == \
+        [0, -CompletionCode.OUT_OF_ORDER_SEQUENCE, 3, 4, 5]
