@@ -80,7 +80,7 @@ _POISON = 3                    # report = (ring, position, length): garbage in a
 # columns of the per-ring state array
 RING_CAPACITY = 0
 RING_HEAD = 1                  # private head: never read back from shared memory
-RING_TAKEN = 2                 # entries taken (= completed: one at a time)
+RING_TAKEN = 2                 # entries this appender completed (a count, for drain())
 RING_ACTIVE = 3
 RING_COLUMNS = 4
 
@@ -100,9 +100,9 @@ DRAIN_ENTRIES_MAX = 4096
 
 
 @kernel
-def _finish(words, completions, rings, ring, result, head):
-    """Complete the ring's oldest taken entry and hand its space back."""
-    complete_entry(words, completions, rings[ring, RING_TAKEN], result, -1)
+def _finish(words, completions, rings, ring, entry_number, result, head):
+    """Complete the entry (under its own number) and hand its space back."""
+    complete_entry(words, completions, entry_number, result, -1)
     rings[ring, RING_TAKEN] += 1
     rings[ring, RING_HEAD] = head
     # Release: the entry's bytes were copied (or rejected) before the producer may reuse them.
@@ -164,7 +164,7 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             if not rings[ring, RING_ACTIVE]:
                 continue
             words, data = ring_words[ring], ring_data[ring]
-            status, position, length, tag, head = next_entry(
+            status, position, length, tag, number, head = next_entry(
                 words, data, rings[ring, RING_CAPACITY], rings[ring, RING_HEAD])
             if status == ENTRY_NONE:
                 continue
@@ -176,7 +176,7 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             start = position + R.ENTRY_HEADER_LENGTH
             end = position + length
             if tag >= tags.shape[0] or not tags[tag, TAG_REGISTERED]:
-                _finish(words, ring_completions[ring], rings, ring,
+                _finish(words, ring_completions[ring], rings, ring, number,
                         -CompletionCode.UNKNOWN_PARTITION.value, head)
                 continue
             # The header, bounds and codec only: the CRC and the records are checked
@@ -184,14 +184,14 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             # longer change them.
             status, batch_length = _check_batch(data, start, end, False, False)
             if status != 0:
-                _finish(words, ring_completions[ring], rings, ring, -status, head)
+                _finish(words, ring_completions[ring], rings, ring, number, -status, head)
                 continue
             if batch_length != end - start:
-                _finish(words, ring_completions[ring], rings, ring,
+                _finish(words, ring_completions[ring], rings, ring, number,
                         -CompletionCode.NOT_ONE_BATCH.value, head)
                 continue
             if batch_length > tags[tag, TAG_BATCH_SIZE_MAX]:
-                _finish(words, ring_completions[ring], rings, ring,
+                _finish(words, ring_completions[ring], rings, ring, number,
                         -CompletionCode.RECORD_TOO_LARGE.value, head)
                 continue
             producer_id = load_i64(data, start + B.PRODUCER_ID_OFFSET)
@@ -199,10 +199,10 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             verdict, duplicate_offset = _check_sequence(sequences, tag, producer_id,
                                                         base_sequence)
             if verdict == _SEQUENCE_DUPLICATE:
-                _finish(words, ring_completions[ring], rings, ring, duplicate_offset, head)
+                _finish(words, ring_completions[ring], rings, ring, number, duplicate_offset, head)
                 continue
             if verdict == _SEQUENCE_OUT_OF_ORDER:
-                _finish(words, ring_completions[ring], rings, ring,
+                _finish(words, ring_completions[ring], rings, ring, number,
                         -CompletionCode.OUT_OF_ORDER_SEQUENCE.value, head)
                 continue
             codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
@@ -214,13 +214,13 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                     tags[tag, TAG_SEGMENT_BYTES], tags[tag, TAG_SEGMENT_MS],
                     tags[tag, TAG_INDEX_INTERVAL], _TIMESTAMP_NONE, 0, True)
                 if appended_status == _REJECTED:
-                    _finish(words, ring_completions[ring], rings, ring, -batch_status, head)
+                    _finish(words, ring_completions[ring], rings, ring, number, -batch_status, head)
                     continue
                 if appended_status == _APPENDED:
                     appended[tag] += state[_NEXT_OFFSET] - base_offset   # from the log copy
                     _remember_sequence(sequences, tag, producer_id, base_sequence, base_offset,
                                        state[_NEXT_OFFSET] - base_offset)
-                    _finish(words, ring_completions[ring], rings, ring, base_offset, head)
+                    _finish(words, ring_completions[ring], rings, ring, number, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
                     publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
                                 state[_NEXT_OFFSET], state[_NEXT_OFFSET], state[_BASE_OFFSET],
@@ -274,8 +274,9 @@ class Appender:
                                      value_type=types.UniTuple(types.int64, 3))
 
     # -- partitions ------------------------------------------------------------------
-    def register_partition(self, topic: str, partition: int) -> int:
-        """Host (topic, partition): open its log, claim its table row; its tag."""
+    def register_partition(self, topic: str, partition: int, tag: int | None = None) -> int:
+        """Host (topic, partition): open its log, claim its table row; its tag. A
+        ``tag`` asked for (the row it had before a restart) is used when free."""
         key = (topic, partition)
         if key in self._tags:
             return self._tags[key]
@@ -283,7 +284,7 @@ class Appender:
         free = [tag for tag in range(self.tags.shape[0]) if not self.tags[tag, TAG_REGISTERED]]
         if not free:
             raise StorageError(f"the partition state table is full ({self.tags.shape[0]} rows)")
-        tag = free[0]
+        tag = tag if tag in free else free[0]
         metadata = self.logs.describe_topic(topic)
         self.table.claim(tag, topic_key(metadata.topic_id), partition)
         self._partitions[tag] = partition_log
@@ -352,7 +353,7 @@ class Appender:
         row = np.zeros((1, RING_COLUMNS), np.int64)
         row[0, RING_CAPACITY] = ring.capacity
         row[0, RING_HEAD] = ring._head
-        row[0, RING_TAKEN] = ring._completed
+        row[0, RING_TAKEN] = 0
         row[0, RING_ACTIVE] = 1
         self.rings = np.concatenate([self.rings, row])
         return index
@@ -399,8 +400,8 @@ class Appender:
         source = self._rings[ring]
         # A private copy: the producer cannot change what is validated and appended.
         batch = source.data[position + R.ENTRY_HEADER_LENGTH:position + length].copy()
-        _, _, _, _, head = next_entry(source.words, source.data, source.capacity,
-                                      int(self.rings[ring, RING_HEAD]))
+        _, _, _, _, number, head = next_entry(source.words, source.data, source.capacity,
+                                              int(self.rings[ring, RING_HEAD]))
         partition_log = self._partitions[tag]
         header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
             if batch.size >= B.HEADER_LENGTH else None
@@ -425,7 +426,7 @@ class Appender:
         except StorageError:
             log.exception("append to %s failed", partition_log.directory)
             result = -CompletionCode.STORAGE_ERROR
-        _finish(source.words, source.completions, self.rings, ring, result, head)
+        _finish(source.words, source.completions, self.rings, ring, number, result, head)
         self.refresh(tag)
 
     def _poison(self, ring: int, position: int, length: int) -> None:

@@ -59,6 +59,7 @@ __all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "default_data_dir",
 
 DATA_DIR_ENVIRONMENT = "SHMLOG_DATA_DIR"
 RUN_DIRECTORY = "run"
+ROWS_FILE = "partition-rows.json"
 CONTROL_SOCKET = "control.sock"
 # A Unix socket path must fit sun_path (108 bytes on Linux, with the terminator).
 SOCKET_PATH_LENGTH_MAX = 107
@@ -169,15 +170,39 @@ class BrokerCore:
         shared_memory.unlink(self.table_name)
         self.table = PartitionStateTable.create(self.table_name, config.partitions_max)
         self.appender = Appender(self.logs, self.table)
+        # Producers tag ring entries with rows: a partition keeps its row across
+        # restarts, so entries still in a ring after a crash go where they were meant to.
+        self._rows_path = os.path.join(self.data_dir, ROWS_FILE)
+        rows = self._load_rows()
         for topic in self.logs.list_topics():
             for partition in range(self.logs.describe_topic(topic).partitions):
-                self.appender.register_partition(topic, partition)
+                self.appender.register_partition(topic, partition,
+                                                 rows.get(f"{topic}/{partition}"))
+        self._save_rows()
         self.producers: dict[str, tuple[int, int]] = {}  # ring -> (ring index, producer id)
         self.producer_ids = ProducerIds(self.data_dir)
         now = now_ms()
         self._next_retention = now + config.retention_check_interval_ms
         self._next_flush_check = now + config.flush_check_interval_ms
         self._next_liveness = now + config.liveness_check_interval_ms
+
+    def _load_rows(self) -> dict:
+        try:
+            with open(self._rows_path) as source:
+                rows = json.load(source)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            log.warning("ignoring %s (%s): partitions get new rows", self._rows_path, error)
+            return {}
+        return {key: value for key, value in rows.items() if isinstance(value, int)} \
+            if isinstance(rows, dict) else {}
+
+    def _save_rows(self) -> None:
+        rows = {f"{topic}/{partition}": self.appender.tag_of(topic, partition)
+                for topic in self.logs.list_topics()
+                for partition in range(self.logs.describe_topic(topic).partitions)}
+        _write_atomically(self._rows_path, json.dumps(rows, sort_keys=True))
 
     # -- requests ----------------------------------------------------------------
     def handlers(self) -> dict:
@@ -211,6 +236,7 @@ class BrokerCore:
         self.logs.create_topic(name, partitions, require(config or {}, dict, "config"))
         for partition in range(partitions):
             self.appender.register_partition(name, partition)
+        self._save_rows()
         return self._topic(name)
 
     def delete_topic(self, name) -> dict:
@@ -218,6 +244,7 @@ class BrokerCore:
         for partition in range(metadata.partitions):
             self.appender.unregister_partition(name, partition)
         self.logs.delete_topic(name)
+        self._save_rows()
         return {}
 
     def list_topics(self) -> dict:
@@ -231,6 +258,7 @@ class BrokerCore:
         self.logs.add_partitions(name, total)
         for partition in range(before, total):
             self.appender.register_partition(name, partition)
+        self._save_rows()
         return self._topic(name)
 
     def alter_topic_config(self, name, set: dict | None = None, delete: list | None = None) -> dict:

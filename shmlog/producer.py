@@ -46,6 +46,10 @@ MAX_BLOCK_MS_DEFAULT = 60_000
 RING_SIZE_DEFAULT = 16 << 20
 # How long a future's get() sleeps between looks at the completion slots.
 RESULT_POLL_S = 50e-6
+# After this long without an acknowledgement, ask the broker to take the ring again
+# (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.
+RESUME_AFTER_S = 0.5
+RESUME_REQUEST_MS = 200
 
 
 def murmur2(data: bytes) -> int:
@@ -374,20 +378,39 @@ class Producer:
                 batch.error = _completion_error(-result, batch.topic, batch.partition)
 
     def _settle(self, batch: _Batch, wait_s: float | None) -> bool:
-        """Ship the batch if still gathering, then wait for its completion."""
+        """Ship the batch if still gathering, then wait for its completion. While
+        none comes, the broker is asked now and then to take the ring again: a broker
+        restarted after a crash learns of this producer that way, and drains what
+        the ring still holds (its sequences keep that from appending anything twice)."""
         deadline = None if wait_s is None else time.monotonic() + wait_s
         with self._lock:
             if batch.entry < 0 and self._pending.get((batch.topic, batch.partition)) is batch:
                 self._ship(batch)
+        next_resume = time.monotonic() + RESUME_AFTER_S
         while True:
             with self._lock:
                 if not batch.done:
                     self._harvest()
                 if batch.done:
                     return True
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return False
+            if now >= next_resume:
+                self._resume()
+                next_resume = now + RESUME_AFTER_S
             time.sleep(RESULT_POLL_S)
+
+    def _resume(self) -> None:
+        """Register the ring again (a no-op with the broker that has it)."""
+        try:
+            registration = request(self.data_dir, "register_producer", ring=self.ring.name,
+                                   timeout_ms=RESUME_REQUEST_MS)
+        except ShmlogError:
+            return                      # no broker yet: keep waiting
+        with self._lock:
+            if self.producer_id >= 0:
+                self.producer_id = registration["producer_id"]
 
     def flush(self, timeout: float | None = None) -> None:
         """Ship every gathered batch and wait until the broker has appended all

@@ -39,7 +39,7 @@ from . import ring_layout as R
 from . import shared_memory
 from .atomics import load_acquire, load_relaxed, store_relaxed, store_release
 from .errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
-from .jit import copy_bytes, kernel, load_u32, store_u32
+from .jit import copy_bytes, kernel, load_i64, load_u32, store_i64, store_u32
 
 __all__ = ["Ring", "put_entry", "next_entry", "complete_entry", "harvest_completions",
            "PUT_OK", "PUT_FULL",
@@ -85,12 +85,14 @@ def put_entry(words, data, capacity, tag, payload, start, length):
     if padding:
         store_u32(data, position, R.PADDING_MARKER)
         position = 0
+    published = load_relaxed(words, R.PUBLISHED_WORD)             # only this producer stores it
     store_u32(data, position + R.ENTRY_LENGTH_OFFSET, R.ENTRY_HEADER_LENGTH + length)
     store_u32(data, position + R.ENTRY_TAG_OFFSET, tag)
+    store_i64(data, position + R.ENTRY_NUMBER_OFFSET, published)
     copy_bytes(data, position + R.ENTRY_HEADER_LENGTH, payload, start, length)
     # Publish: every byte written above is visible to whoever acquires this tail.
     store_release(words, R.TAIL_WORD, tail + padding + needed)
-    store_relaxed(words, R.PUBLISHED_WORD, load_relaxed(words, R.PUBLISHED_WORD) + 1)
+    store_relaxed(words, R.PUBLISHED_WORD, published + 1)
     return PUT_OK
 
 
@@ -98,18 +100,18 @@ def put_entry(words, data, capacity, tag, payload, start, length):
 def next_entry(words, data, capacity, head):
     """The entry at the consumer's ``head``.
 
-    Returns (status, position, length, tag, head after it): ENTRY_NONE when the
-    ring is empty, ENTRY_CORRUPT (position = where) when the bytes cannot be an
-    entry. Padding markers are skipped. Nothing here writes shared memory: the
+    Returns (status, position, length, tag, entry number, head after it):
+    ENTRY_NONE when the ring is empty, ENTRY_CORRUPT (position = where) when the
+    bytes cannot be an entry. Padding markers are skipped. Nothing here writes shared memory: the
     consumer publishes its head when it is done with the entries.
     """
     # Acquire: the bytes of every entry below this tail are complete.
     tail = load_acquire(words, R.TAIL_WORD)
     while True:
         if tail == head:
-            return ENTRY_NONE, 0, 0, 0, head
+            return ENTRY_NONE, 0, 0, 0, 0, head
         if tail - head > capacity or tail - head < 0:
-            return ENTRY_CORRUPT, head & (capacity - 1), 0, 0, head
+            return ENTRY_CORRUPT, head & (capacity - 1), 0, 0, 0, head
         position = head & (capacity - 1)
         length = np.int64(load_u32(data, position + R.ENTRY_LENGTH_OFFSET))
         if length == R.PADDING_MARKER:
@@ -117,20 +119,25 @@ def next_entry(words, data, capacity, head):
             continue
         if length < R.ENTRY_HEADER_LENGTH or position + length > capacity \
                 or head + _aligned(length) > tail:
-            return ENTRY_CORRUPT, position, length, 0, head
+            return ENTRY_CORRUPT, position, length, 0, 0, head
         tag = load_u32(data, position + R.ENTRY_TAG_OFFSET)
-        return ENTRY_OK, position, length, tag, head + _aligned(length)
+        number = load_i64(data, position + R.ENTRY_NUMBER_OFFSET)
+        if number < 0:
+            return ENTRY_CORRUPT, position, length, 0, 0, head
+        return ENTRY_OK, position, length, tag, number, head + _aligned(length)
 
 
 @kernel
 def complete_entry(words, completions, entry_number, result, timestamp):
     """Consumer: record entry ``entry_number``'s result, then acknowledge it (release:
     the slot is written before the producer can see the new count). Entries are
-    completed in order."""
+    completed in order; completing one again rewrites its slot."""
     slot = (entry_number % R.COMPLETION_SLOTS) * R.COMPLETION_WORDS
     store_relaxed(completions, slot + R.COMPLETION_RESULT_WORD, result)
     store_relaxed(completions, slot + R.COMPLETION_TIMESTAMP_WORD, timestamp)
-    store_release(words, R.ACKNOWLEDGED_WORD, entry_number + 1)
+    # A re-read entry (a consumer restarted before releasing it) must not lower the count.
+    if entry_number + 1 > load_relaxed(words, R.ACKNOWLEDGED_WORD):
+        store_release(words, R.ACKNOWLEDGED_WORD, entry_number + 1)
 
 
 @kernel
@@ -160,7 +167,7 @@ class Ring:
         self.data = np.frombuffer(memory, np.uint8, offset=R.DATA_OFFSET, count=self.capacity)
         # The consumer's private copies: it never trusts what the producer could overwrite.
         self._head = int(self.words[R.HEAD_WORD])
-        self._taken = self._completed = int(self.words[R.ACKNOWLEDGED_WORD])
+        self._taken_numbers: list[int] = []          # taken, not yet completed
         # The producer's: entries put, and results copied out but not yet claimed.
         self._published = int(self.words[R.PUBLISHED_WORD])
         self._harvested = int(self.words[R.ACKNOWLEDGED_WORD])
@@ -284,8 +291,8 @@ class Ring:
         CorruptRingError
             The ring holds bytes that cannot be an entry.
         """
-        status, position, length, tag, head = next_entry(self.words, self.data,
-                                                         self.capacity, self._head)
+        status, position, length, tag, number, head = next_entry(self.words, self.data,
+                                                                 self.capacity, self._head)
         if status == ENTRY_NONE:
             return None
         if status == ENTRY_CORRUPT:
@@ -293,17 +300,17 @@ class Ring:
                                    f"(length field {length}); the producer wrote garbage",
                                    name=self.name, position=int(position))
         self._head = int(head)
-        self._taken += 1
+        self._taken_numbers.append(int(number))
         start = int(position) + R.ENTRY_HEADER_LENGTH
         return int(tag), self.data[start:int(position) + int(length)]
 
     def complete(self, result: int, timestamp: int = -1) -> None:
         """Finish the oldest taken, unfinished entry with ``result`` (a base offset, or
         a negative error code) and acknowledge it to the producer."""
-        if self._completed >= self._taken:
+        if not self._taken_numbers:
             raise LocalProtocolError("complete() without an entry taken and not completed")
-        complete_entry(self.words, self.completions, self._completed, result, timestamp)
-        self._completed += 1
+        complete_entry(self.words, self.completions, self._taken_numbers.pop(0), result,
+                       timestamp)
 
     def release(self) -> None:
         """Hand the space of every entry taken so far back to the producer."""

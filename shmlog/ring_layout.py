@@ -1,4 +1,4 @@
-"""Shared-memory ring layout, version 1: one producer, one consumer (the appender).
+"""Shared-memory ring layout, version 2: one producer, one consumer (the appender).
 
 The ring is one POSIX shared-memory object: a 4 KiB control page, then the data
 region of ``capacity`` bytes (a power of two). Counters are monotonically
@@ -38,11 +38,15 @@ invalidate the line the consumer polls, and the other way round::
 
 Entry::
 
-  0 | entry_length (u32) | 4 | tag (u32) | 8 | payload (entry_length - 8 bytes) |
+  0 | entry_length (u32) | 4 | tag (u32) | 8 | entry_number (u64) | 16 | payload ... |
 
-* ``entry_length`` counts the 8-byte entry header and the payload, not the padding
+* ``entry_length`` counts the 16-byte entry header and the payload, not the padding
   to the next multiple of 8. The payload is whatever the producer sends (a record
-  batch in the log's format; ``tag`` says where it goes).
+  batch in the log's format; ``tag`` says where it goes). ``entry_number`` is the
+  entry's place in the producer's sequence of puts: the consumer completes an
+  entry under its own number, so a consumer that restarts after a crash and reads
+  an entry again (its space was not yet released) completes the same slot again
+  instead of shifting every later result.
 * An entry never wraps. When it does not fit before the end of the data region,
   the producer writes ``PADDING_MARKER`` as the length at the current position and
   the entry starts at position 0; the consumer skips to the end on a marker.
@@ -55,7 +59,8 @@ Entry::
 * Completion: entries are numbered from 0 in the order they are put. When the
   consumer has finished entry ``k`` (appended it, or rejected it) it writes slot
   ``k % COMPLETION_SLOTS`` (a result: a base offset >= 0 or a negative error code,
-  and a timestamp), then stores ``acknowledged = k + 1`` with release ordering. The
+  and a timestamp), then stores ``acknowledged = k + 1`` with release ordering
+  (never lowering it), and only then releases the entry's space. The
   producer loads ``acknowledged`` with acquire ordering and copies the results out;
   it never has more than ``COMPLETION_SLOTS`` entries whose results it has not yet
   copied, so no slot is overwritten before it is read.
@@ -71,7 +76,7 @@ from __future__ import annotations
 from .errors import LocalProtocolError
 
 MAGIC = 0x474E5253                    # "SRNG" read as little-endian bytes
-VERSION = 1
+VERSION = 2
 CACHE_LINE_SIZE = 64
 WORD_SIZE = 8
 
@@ -121,7 +126,9 @@ ENTRY_LENGTH_OFFSET = 0
 ENTRY_LENGTH_SIZE = 4
 ENTRY_TAG_OFFSET = ENTRY_LENGTH_OFFSET + ENTRY_LENGTH_SIZE
 ENTRY_TAG_SIZE = 4
-ENTRY_HEADER_LENGTH = ENTRY_TAG_OFFSET + ENTRY_TAG_SIZE
+ENTRY_NUMBER_OFFSET = ENTRY_TAG_OFFSET + ENTRY_TAG_SIZE
+ENTRY_NUMBER_SIZE = 8
+ENTRY_HEADER_LENGTH = ENTRY_NUMBER_OFFSET + ENTRY_NUMBER_SIZE
 ENTRY_ALIGNMENT = 8
 PADDING_MARKER = 0xFFFFFFFF
 
