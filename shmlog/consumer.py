@@ -25,7 +25,7 @@ from typing import Iterable, NamedTuple
 from .broker import default_data_dir, request
 from .errors import LocalProtocolError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from .reader import PartitionReader
-from .records import RecordColumns, decode_columns
+from .records import Record, RecordColumns, decode_columns
 from .state import PartitionStateTable
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp"]
@@ -51,15 +51,10 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
-class ConsumerRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    headers: list
+# A Record with the partition it came from in front: topic, partition, offset,
+# timestamp, timestamp_type, key, value, headers.
+ConsumerRecord = NamedTuple("ConsumerRecord", [("topic", str), ("partition", int),
+                                               *Record.__annotations__.items()])
 
 
 class _Assigned:
