@@ -25,6 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python perf/bench_log.py
 	$(BIN)/python perf/bench_appender.py
+	$(BIN)/python perf/bench_data_plane.py
 
 clean:
 	rm -rf $(VENV) .cache demo-data build *.egg-info

@@ -299,8 +299,8 @@ class Producer:
             batch.size += size
             future = FutureRecordMetadata(self, batch, len(batch.values) - 1)
             batch.futures.append(future)
-            if batch.size >= self.batch_size:
-                self._ship(batch)
+            if batch.size >= self.batch_size or self.linger_ms == 0:
+                self._ship(batch)        # linger.ms=0: send as soon as possible, as Kafka
             return future
 
     def send_batch(self, topic: str, values, keys=None, partition: int | None = None,

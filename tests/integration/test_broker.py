@@ -204,3 +204,24 @@ def test_the_produce_and_consume_commands(data_dir):
         assert json.loads(one.stdout)["topic"] == "lines"
         missing = shmlog("consume", "nope", "--timeout-ms", "100")
         assert missing.returncode == 1 and "nope" in missing.stderr
+
+
+def test_the_perf_commands(data_dir):
+    def shmlog(*arguments):
+        return subprocess.run([sys.executable, "-m", "shmlog", "perf", *arguments,
+                               "--data-dir", data_dir, "--json"], capture_output=True,
+                              text=True, timeout=DEADLINE_S)
+
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("bench")
+        produced = shmlog("produce", "bench", "--records", "3000", "--batch-records", "500")
+        assert produced.returncode == 0, produced.stderr
+        assert json.loads(produced.stdout)["records"] == 3000
+        per_record = shmlog("produce", "bench", "--records", "1000")
+        assert json.loads(per_record.stdout)["records_per_s"] > 0
+        consumed = shmlog("consume", "bench", "--records", "4000", "--batch")
+        assert json.loads(consumed.stdout)["records"] == 4000
+        latency = shmlog("e2e", "bench", "--rate", "2000", "--seconds", "0.5")
+        assert latency.returncode == 0, latency.stderr
+        figures = json.loads(latency.stdout)
+        assert figures["records"] == 1000 and 0 < figures["p50_us"] <= figures["p99_us"]

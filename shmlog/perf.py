@@ -1,0 +1,148 @@
+"""Throughput and latency of the same-host path, like Kafka's perf tools.
+
+Used by ``shmlog perf produce|consume|e2e`` and by ``perf/bench_data_plane.py``.
+Nothing here prints: progress goes to an optional callback, results are returned.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Callable
+
+import numpy as np
+
+from .consumer import Consumer, TopicPartition
+from .producer import Producer
+
+__all__ = ["produce", "consume", "end_to_end"]
+
+Progress = Callable[[int, float], None] | None
+PROGRESS_EVERY_S = 1.0
+
+
+def _report(progress: Progress, done: int, started: float, last: list) -> None:
+    now = time.perf_counter()
+    if progress is not None and now - last[0] >= PROGRESS_EVERY_S:
+        last[0] = now
+        progress(done, now - started)
+
+
+def produce(data_dir: str, topic: str, records: int, record_size: int, *,
+            batch_records: int = 0, acks: int = 1, progress: Progress = None) -> dict:
+    """Send ``records`` values of ``record_size`` bytes to partition 0: one ``send``
+    per record, or ``send_batch`` of ``batch_records`` rows at a time; the clock stops
+    when the last one is acknowledged (acks=1) or in the ring (acks=0)."""
+    rows = np.random.default_rng(0).integers(0, 256, (max(batch_records, 1000), record_size),
+                                            np.uint8)
+    values = [row.tobytes() for row in rows[:1000]]
+    last = [time.perf_counter()]
+    with Producer(data_dir, acks=acks) as producer:
+        started = time.perf_counter()
+        futures = []
+        sent = 0
+        while sent < records:
+            if batch_records:
+                count = min(batch_records, records - sent)
+                futures.append(producer.send_batch(topic, rows[:count], partition=0))
+                sent += count
+            else:
+                futures.append(producer.send(topic, values[sent % 1000], partition=0))
+                sent += 1
+            if len(futures) >= 4096:
+                futures[-1].get()                     # keep the futures list short
+                futures = []
+            _report(progress, sent, started, last)
+        producer.flush()
+        for future in futures[-1:]:
+            future.get()
+        seconds = time.perf_counter() - started
+    return {"records": records, "bytes": records * record_size, "seconds": seconds,
+            "records_per_s": records / seconds, "bytes_per_s": records * record_size / seconds}
+
+
+def consume(data_dir: str, topic: str, records: int, *, batch: bool = False,
+            progress: Progress = None) -> dict:
+    """Read ``records`` from the start of partition 0: ``poll`` (record objects) or
+    ``poll_batch`` (columns)."""
+    last = [time.perf_counter()]
+    value_bytes = 0
+    with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        started = time.perf_counter()
+        seen = 0
+        while seen < records:
+            if batch:
+                for columns in consumer.poll_batch(timeout_ms=1000).values():
+                    seen += len(columns)
+                    value_bytes += int(columns.value_lengths.sum())
+            else:
+                for partition_records in consumer.poll(timeout_ms=1000,
+                                                       max_records=10_000).values():
+                    seen += len(partition_records)
+                    value_bytes += sum(len(record.value) for record in partition_records)
+            _report(progress, seen, started, last)
+        seconds = time.perf_counter() - started
+    return {"records": seen, "bytes": value_bytes, "seconds": seconds,
+            "records_per_s": seen / seconds, "bytes_per_s": value_bytes / seconds}
+
+
+_LATENCY_CONSUMER = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    from shmlog.consumer import Consumer, TopicPartition
+    data_dir, topic, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    latencies = np.empty(count, np.int64)
+    seen = 0
+    with Consumer(bootstrap=data_dir) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek(TopicPartition(topic, 0), start)
+        print("ready", flush=True)
+        while seen < count:
+            for columns in consumer.poll_batch(timeout_ms=1000).values():
+                now = time.monotonic_ns()
+                for index in range(len(columns)):
+                    sent = int.from_bytes(columns.value(index)[:8], "little")
+                    if seen < count:
+                        latencies[seen] = now - sent
+                        seen += 1
+    np.save(sys.stdout.buffer, latencies)
+""")
+
+
+def end_to_end(data_dir: str, topic: str, rate: int, seconds: float, record_size: int, *,
+               linger_ms: int = 0) -> dict:
+    """Send ``rate`` records per second for ``seconds`` (each carrying its send
+    time, CLOCK_MONOTONIC, which all processes on a host share); a consumer in
+    another process records send-to-poll latency. Returns percentiles in µs."""
+    count = int(rate * seconds)
+    with Consumer(bootstrap=data_dir) as probe:
+        start = probe.end_offsets([TopicPartition(topic, 0)])[TopicPartition(topic, 0)]
+    reader = subprocess.Popen([sys.executable, "-c", _LATENCY_CONSUMER, data_dir, topic,
+                               str(start), str(count)], stdout=subprocess.PIPE)
+    try:
+        assert reader.stdout.readline().strip() == b"ready"
+        padding = bytes(max(record_size - 8, 0))
+        with Producer(data_dir, linger_ms=linger_ms, acks=1) as producer:
+            interval = 1 / rate
+            began = time.perf_counter()
+            for number in range(count):
+                due = began + number * interval
+                while time.perf_counter() < due:
+                    pass
+                producer.send(topic, time.monotonic_ns().to_bytes(8, "little") + padding,
+                              partition=0)
+            producer.flush()
+        latencies = np.load(io.BytesIO(reader.stdout.read()))
+        reader.wait(timeout=60)
+    finally:
+        reader.kill()
+        reader.wait(timeout=30)
+        reader.stdout.close()
+    micros = latencies / 1000
+    return {"records": count, "rate": rate,
+            "p50_us": float(np.percentile(micros, 50)), "p99_us": float(np.percentile(micros, 99)),
+            "p999_us": float(np.percentile(micros, 99.9)), "max_us": float(micros.max())}
