@@ -285,8 +285,10 @@ class Producer:
         with self._lock:
             self._check_open()
             partition, row = self._choose(topic, key, partition)
+            # A batch never grows past what the topic accepts, whatever batch_size says.
+            batch_limit = min(self.batch_size, limit)
             batch = self._pending.get((topic, partition))
-            if batch is not None and batch.size + size > self.batch_size:
+            if batch is not None and batch.size + size > batch_limit:
                 self._ship(batch)
                 batch = None
             if batch is None:
@@ -299,7 +301,7 @@ class Producer:
             batch.size += size
             future = FutureRecordMetadata(self, batch, len(batch.values) - 1)
             batch.futures.append(future)
-            if batch.size >= self.batch_size or self.linger_ms == 0:
+            if batch.size >= batch_limit or self.linger_ms == 0:
                 self._ship(batch)        # linger.ms=0: send as soon as possible, as Kafka
             return future
 

@@ -10,6 +10,7 @@ directly. Every wait is bounded.
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -126,3 +127,32 @@ def test_clear_errors(broker):
         Consumer("missing", bootstrap=broker)
     with pytest.raises(LocalProtocolError):
         Consumer(bootstrap=broker, auto_offset_reset="sometimes")
+
+
+def test_a_position_deleted_by_retention_is_reset(tmp_path):
+    data_dir = str(tmp_path / "retained")
+    partition = TopicPartition("short", 0)
+    try:
+        with Broker(data_dir, retention_check_interval_ms=50):
+            Admin(data_dir).create_topic("short", config={"segment.bytes": 4096})
+            with Producer(data_dir) as producer:
+                for number in range(300):            # the first half long expired
+                    stamp = 1_000_000_000_000 + number if number < 150 else None
+                    producer.send("short", b"%d" % number, partition=0, timestamp_ms=stamp)
+                producer.flush(timeout=TIMEOUT_S)
+            with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+                consumer.assign([partition])
+                deadline = time.monotonic() + TIMEOUT_S
+                while consumer.beginning_offsets([partition])[partition] <= 5:
+                    assert time.monotonic() < deadline, "retention never ran"
+                    time.sleep(0.05)
+                start = consumer.beginning_offsets([partition])[partition]
+                assert 5 < start <= 150
+                consumer.seek(partition, 5)                  # below the log start now
+                records = consumer.poll(timeout_ms=5000)[partition]
+                assert records[0].offset == start, "reset to the earliest offset left"
+                assert records[0].value == b"%d" % start
+    finally:
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(shared_memory_prefix(data_dir)):
+                shared_memory.unlink(name)

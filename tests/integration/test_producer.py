@@ -133,3 +133,12 @@ def test_batches_carry_the_producer_id_and_following_sequences(data_dir):
         [sum(m.record_count for m in mine[:i]) for i in range(len(mine))]
     assert sum(b.record_count for b in mine) == 40
     assert batches[-1].producer_id == -1
+
+
+def test_batches_stay_under_the_topics_size_limit(data_dir):
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("small", config={"segment.bytes": 4096})
+        with Producer(data_dir, batch_size=1 << 20) as producer:
+            futures = [producer.send("small", b"%04d" % number, partition=0)
+                       for number in range(2000)]
+            assert [future.get(timeout=30).offset for future in futures] == list(range(2000))
