@@ -101,7 +101,8 @@ class Consumer:
         self._table = PartitionStateTable.attach(metadata["state_table"])
         self._topics = {topic["name"]: topic for topic in metadata["topics"]}
         self._assigned: dict[TopicPartition, _Assigned] = {}
-        self._buffered: list[ConsumerRecord] = []
+        # Records fetched and not yet returned, per partition (in offset order).
+        self._buffered: dict[TopicPartition, list[ConsumerRecord]] = {}
         if topics:
             self.subscribe(topics)
 
@@ -135,7 +136,8 @@ class Consumer:
                 entry = self._partition_metadata(*partition)
                 self._assigned[partition] = _Assigned(
                     PartitionReader(entry["directory"], self._table, entry["row"]))
-        self._buffered = [r for r in self._buffered if (r.topic, r.partition) in self._assigned]
+        self._buffered = {partition: records for partition, records in self._buffered.items()
+                          if partition in self._assigned}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
@@ -170,8 +172,7 @@ class Consumer:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise LocalProtocolError(f"offset must be a non-negative integer, got {offset!r}")
         self._state(partition).position = offset
-        self._buffered = [r for r in self._buffered
-                          if (r.topic, r.partition) != tuple(partition)]
+        self._buffered.pop(TopicPartition(*partition), None)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         for partition, offset in self.beginning_offsets(partitions or self._assigned).items():
@@ -186,8 +187,8 @@ class Consumer:
         state = self._state(partition)
         if state.position is None:
             self._reset(TopicPartition(*partition), state)
-        pending = [r.offset for r in self._buffered if (r.topic, r.partition) == tuple(partition)]
-        return min(pending) if pending else state.position
+        pending = self._buffered.get(TopicPartition(*partition))
+        return pending[0].offset if pending else state.position
 
     def offsets_for_times(self, timestamps: dict) -> dict:
         """For each partition, the first offset whose timestamp is >= the one given
@@ -250,13 +251,19 @@ class Consumer:
         if not self._buffered:
             for partition, columns in self._wait(
                     lambda: self._poll_columns(self.fetch_max_bytes), timeout_ms).items():
-                self._buffered += [ConsumerRecord(partition.topic, partition.partition,
-                                                  *columns.record(index))
-                                   for index in range(len(columns))]
-        taken, self._buffered = self._buffered[:limit], self._buffered[limit:]
+                self._buffered[partition] = columns.records(ConsumerRecord, partition.topic,
+                                                            partition.partition)
         grouped: dict[TopicPartition, list[ConsumerRecord]] = {}
-        for record in taken:
-            grouped.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+        for partition in list(self._buffered):
+            if limit <= 0:
+                break
+            records = self._buffered[partition]
+            grouped[partition], rest = records[:limit], records[limit:]
+            limit -= len(grouped[partition])
+            if rest:
+                self._buffered[partition] = rest
+            else:
+                del self._buffered[partition]
         return grouped
 
     def _wait(self, attempt, timeout_ms: int):
