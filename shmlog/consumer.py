@@ -13,6 +13,8 @@ hands the columns over as they are; :meth:`Consumer.poll` builds record objects.
 When nothing is new, a poll waits by backing off: it spins briefly, then yields
 the CPU, then sleeps for growing intervals up to ``IDLE_SLEEP_LONGEST_S``, so an
 idle consumer costs almost nothing and a busy one reacts within microseconds.
+While sleeping it checks now and then that the broker is alive; a restarted broker
+publishes a new state table, which the consumer maps, keeping its positions.
 Consumer groups come later; without one, ``subscribe`` assigns every partition.
 """
 
@@ -23,9 +25,11 @@ import time
 from typing import Iterable, NamedTuple
 
 from .broker import default_data_dir, request
-from .errors import LocalProtocolError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from .errors import (LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
+                     UnknownTopicOrPartitionError)
 from .reader import PartitionReader
 from .records import Record, RecordColumns, decode_columns
+from . import state_layout as S
 from .state import PartitionStateTable
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp"]
@@ -36,6 +40,9 @@ IDLE_SPIN_COUNT = 200
 IDLE_YIELD_COUNT = 50
 IDLE_SLEEP_FIRST_S = 20e-6
 IDLE_SLEEP_LONGEST_S = 1e-3
+# How often an idle consumer checks that the broker it reads from is alive (and,
+# when it is not, looks for a new one).
+BROKER_CHECK_INTERVAL_S = 0.5
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1 << 20
@@ -97,14 +104,47 @@ class Consumer:
         self.max_poll_records = max_poll_records
         self.fetch_max_bytes = fetch_max_bytes
         self.consumer_timeout_ms = consumer_timeout_ms
-        metadata = request(self.data_dir, "metadata")
-        self._table = PartitionStateTable.attach(metadata["state_table"])
-        self._topics = {topic["name"]: topic for topic in metadata["topics"]}
         self._assigned: dict[TopicPartition, _Assigned] = {}
+        self._attach()
         # Records fetched and not yet returned, per partition (in offset order).
         self._buffered: dict[TopicPartition, list[ConsumerRecord]] = {}
         if topics:
             self.subscribe(topics)
+
+    def _attach(self) -> None:
+        """Map the broker's state table (again, after a broker restart: a new broker
+        makes a new table) and reopen the readers, keeping every position."""
+        metadata = request(self.data_dir, "metadata")
+        table = PartitionStateTable.attach(metadata["state_table"])
+        old, self._table = getattr(self, "_table", None), table
+        self._broker_pid = int(table.control[S.BROKER_PID_WORD])
+        self._next_liveness_check = time.monotonic() + BROKER_CHECK_INTERVAL_S
+        self._topics = {topic["name"]: topic for topic in metadata["topics"]}
+        for partition, state in self._assigned.items():
+            entry = self._partition_metadata(*partition)
+            state.reader.close()
+            state.reader = PartitionReader(entry["directory"], table, entry["row"])
+        if old is not None:
+            old.close()
+
+    def _check_broker(self) -> None:
+        """While idle, now and then: is the broker whose table we read still alive?
+        (A system call, so never on a poll that finds records.)"""
+        now = time.monotonic()
+        if now < self._next_liveness_check:
+            return
+        self._next_liveness_check = now + BROKER_CHECK_INTERVAL_S
+        try:
+            os.kill(self._broker_pid, 0)
+            return
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            return
+        try:
+            self._attach()
+        except ShmlogError:
+            pass                        # no broker yet: look again later
 
     # -- assignment --------------------------------------------------------------------
     def _partition_metadata(self, topic: str, partition: int) -> dict:
@@ -280,6 +320,7 @@ class Consumer:
             if tries <= IDLE_SPIN_COUNT + IDLE_YIELD_COUNT:
                 os.sched_yield()
             else:
+                self._check_broker()
                 time.sleep(min(sleep, max(0.0, deadline - time.monotonic())))
                 sleep = min(sleep * 2, IDLE_SLEEP_LONGEST_S)
 

@@ -90,3 +90,27 @@ def test_a_killed_broker_loses_nothing_acknowledged_and_duplicates_nothing(data_
             producer.kill()
             producer.wait(timeout=30)
             producer.stdout.close()
+
+
+def test_a_running_consumer_follows_a_restarted_broker(data_dir):
+    from shmlog.consumer import TopicPartition
+    from shmlog.producer import Producer
+    partition = TopicPartition("events", 0)
+    first = Broker(data_dir).start()
+    try:
+        Admin(data_dir).create_topic("events")
+        with Producer(data_dir) as producer:
+            producer.send("events", b"before", partition=0).get(timeout=30)
+        with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+            consumer.assign([partition])
+            assert [r.value for r in consumer.poll(timeout_ms=5000)[partition]] == [b"before"]
+            first.process.send_signal(signal.SIGKILL)
+            first.process.wait(timeout=DEADLINE_S)
+            with Broker(data_dir):
+                with Producer(data_dir) as producer:
+                    producer.send("events", b"after", partition=0).get(timeout=30)
+                records = consumer.poll(timeout_ms=10_000)
+                assert [r.value for r in records[partition]] == [b"after"]
+                assert records[partition][0].offset == 1
+    finally:
+        first.stop()
