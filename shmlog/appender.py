@@ -45,7 +45,7 @@ from numba.typed import Dict, List
 
 from . import batch_layout as B
 from . import ring_layout as R
-from .atomics import store_release
+from .atomics import py_store_release, store_release
 from .errors import (CorruptRecordError, CorruptRingError, RecordTooLargeError, StorageError,
                      UnknownTopicOrPartitionError)
 from .jit import kernel, load_i32, load_i64, load_u16, load_u32
@@ -435,10 +435,6 @@ class Appender:
                                  f"(length field {length}); it is no longer read",
                                  name=source.name, position=position)
         log.warning("%s", error)
-        store_release_error(source.words, R.CONSUMER_ERROR_WORD, int(CompletionCode.NOT_ONE_BATCH))
+        py_store_release(source.words, R.CONSUMER_ERROR_WORD, int(CompletionCode.NOT_ONE_BATCH))
         self.remove_ring(ring)
 
-
-@kernel
-def store_release_error(words, index, value):
-    store_release(words, index, value)

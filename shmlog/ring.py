@@ -37,7 +37,7 @@ import numpy as np
 
 from . import ring_layout as R
 from . import shared_memory
-from .atomics import load_acquire, load_relaxed, store_relaxed, store_release
+from .atomics import load_acquire, load_relaxed, py_store_release, store_relaxed, store_release
 from .errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
 from .jit import copy_bytes, kernel, load_i64, load_u32, store_i64, store_u32
 
@@ -314,7 +314,7 @@ class Ring:
 
     def release(self) -> None:
         """Hand the space of every entry taken so far back to the producer."""
-        store_release_word(self.words, R.HEAD_WORD, self._head)
+        py_store_release(self.words, R.HEAD_WORD, self._head)
 
     @property
     def used(self) -> int:
@@ -340,7 +340,3 @@ class Ring:
     def __exit__(self, *exc_info):
         self.close()
 
-
-@kernel
-def store_release_word(words, index, value):
-    store_release(words, index, value)
