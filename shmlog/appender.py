@@ -76,13 +76,14 @@ _IDLE = 0                      # every ring is empty
 _BUDGET = 1                    # entries_max entries handled; call again
 _SLOW = 2                      # report = (ring, position, length, tag): Python's turn
 _POISON = 3                    # report = (ring, position, length): garbage in a ring
+_REPORT_FINISHED = 4           # report[4]: entries the call finished (appended or refused)
+_REPORT_LENGTH = 5
 
 # columns of the per-ring state array
 RING_CAPACITY = 0
 RING_HEAD = 1                  # private head: never read back from shared memory
-RING_TAKEN = 2                 # entries this appender completed (a count, for drain())
-RING_ACTIVE = 3
-RING_COLUMNS = 4
+RING_ACTIVE = 2
+RING_COLUMNS = 3
 
 # columns of the per-partition settings array (row = the partition's tag)
 TAG_REGISTERED = 0
@@ -103,7 +104,6 @@ DRAIN_ENTRIES_MAX = 4096
 def _finish(words, completions, rings, ring, entry_number, result, head):
     """Complete the entry (under its own number) and hand its space back."""
     complete_entry(words, completions, entry_number, result, -1)
-    rings[ring, RING_TAKEN] += 1
     rings[ring, RING_HEAD] = head
     # Release: the entry's bytes were copied (or rejected) before the producer may reuse them.
     store_release(words, R.HEAD_WORD, head)
@@ -153,8 +153,9 @@ def _rebuild_sequences(log, end, tag, sequences):
 
 @kernel
 def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
-           time_indexes, segment_states, tags, state_rows, appended, sequences, cursor,
-           entries_max, report):
+           time_indexes, segment_states, tags, state_rows, appended, touched, sequences,
+           cursor, entries_max, report):
+    report[_REPORT_FINISHED] = 0
     handled = 0
     ring_count = rings.shape[0]
     while True:
@@ -170,6 +171,7 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                 continue
             if status == ENTRY_CORRUPT:
                 report[0], report[1], report[2] = ring, position, length
+                report[_REPORT_FINISHED] = handled
                 return _POISON
             progress = True
             handled += 1
@@ -217,6 +219,9 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                     _finish(words, ring_completions[ring], rings, ring, number, -batch_status, head)
                     continue
                 if appended_status == _APPENDED:
+                    if appended[tag] == 0:
+                        touched[0] += 1
+                        touched[touched[0]] = tag
                     appended[tag] += state[_NEXT_OFFSET] - base_offset   # from the log copy
                     _remember_sequence(sequences, tag, producer_id, base_sequence, base_offset,
                                        state[_NEXT_OFFSET] - base_offset)
@@ -227,8 +232,10 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                                 state[_POSITION], tags[tag, TAG_GENERATION])
                     continue
             report[0], report[1], report[2], report[3] = ring, position, length, tag
+            report[_REPORT_FINISHED] = handled - 1     # this one is Python's to finish
             cursor[0] = ring
             return _SLOW
+        report[_REPORT_FINISHED] = handled
         if not progress:
             return _IDLE
         if handled >= entries_max:
@@ -268,7 +275,9 @@ class Appender:
         self._ring_data = List.empty_list(_BYTES_TYPE)
         self.rings = np.zeros((0, RING_COLUMNS), np.int64)
         self._cursor = np.zeros(1, np.int64)
-        self._report = np.zeros(4, np.int64)
+        self._report = np.zeros(_REPORT_LENGTH, np.int64)
+        # Partitions the compiled loop appended to: a count, then their tags.
+        self._touched = np.zeros(capacity + 1, np.int64)
         # (tag, producer id) -> (last batch's first sequence, its base offset, next sequence)
         self._sequences = Dict.empty(key_type=types.UniTuple(types.int64, 2),
                                      value_type=types.UniTuple(types.int64, 3))
@@ -353,7 +362,6 @@ class Appender:
         row = np.zeros((1, RING_COLUMNS), np.int64)
         row[0, RING_CAPACITY] = ring.capacity
         row[0, RING_HEAD] = ring._head
-        row[0, RING_TAKEN] = 0
         row[0, RING_ACTIVE] = 1
         self.rings = np.concatenate([self.rings, row])
         return index
@@ -374,15 +382,16 @@ class Appender:
         handled; returns how many were."""
         handled = 0
         while handled < entries_max:
-            taken_before = int(self.rings[:, RING_TAKEN].sum())
             status = _drain(self._ring_words, self._ring_completions, self._ring_data,
                             self.rings, self._logs, self._offset_indexes, self._time_indexes,
                             self._segment_states, self.tags, self.table.rows, self.appended,
-                            self._sequences, self._cursor, entries_max - handled, self._report)
-            handled += int(self.rings[:, RING_TAKEN].sum()) - taken_before
-            self._after_compiled_appends()
+                            self._touched, self._sequences, self._cursor,
+                            entries_max - handled, self._report)
+            handled += int(self._report[_REPORT_FINISHED])
+            if self._touched[0]:
+                self._after_compiled_appends()
             if status == _SLOW:
-                self._append_slowly(*map(int, self._report))
+                self._append_slowly(*map(int, self._report[:4]))
                 handled += 1
             elif status == _POISON:
                 self._poison(*map(int, self._report[:3]))
@@ -391,9 +400,10 @@ class Appender:
         return handled
 
     def _after_compiled_appends(self) -> None:
-        for tag in np.flatnonzero(self.appended):
-            self._partitions[int(tag)].appended_by_kernel(int(self.appended[tag]))
+        for tag in self._touched[1:1 + self._touched[0]].tolist():
+            self._partitions[tag].appended_by_kernel(int(self.appended[tag]))
             self.appended[tag] = 0
+        self._touched[0] = 0
 
     def _append_slowly(self, ring: int, position: int, length: int, tag: int) -> None:
         """One entry the compiled loop handed over: append it through the log."""

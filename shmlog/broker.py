@@ -16,11 +16,18 @@ Theory of operation
 :class:`BrokerCore` holds the state (the :class:`LogManager`, the partition state
 table, the :class:`Appender`, the registered producers) and answers requests; it
 does no I/O of its own beyond the logs, so tests drive it in-process.
-:func:`serve` is the thin loop around it: drain the rings, answer what waits on
-the ZeroMQ REP socket (``ipc://<data dir>/run/control.sock``), and every so often
-check retention, flush policy and whether producers are still alive. While rings
-keep it busy it polls the socket without waiting; when idle it waits up to
-``IDLE_POLL_MS`` for a request. :class:`Broker` runs a broker in a child process
+:func:`serve` is the thin loop around it: drain the rings, answer control
+requests, and every so often check retention, flush policy and whether producers
+are still alive. A thread of its own waits on the ZeroMQ REP socket
+(``ipc://<data dir>/run/control.sock``) and hands each request to the loop, which
+answers it between drains, so all state changes on one thread.
+
+Producers ring the state table's appender doorbell after every entry they put, so
+the loop drains only when something was put (or a request or timer asks). When
+nothing was put for a while (``wakeup.pause``) it sleeps on that doorbell (a futex) until a
+producer or a control request rings it, or the next timer is due: an idle broker
+costs no CPU and wakes in microseconds. After every drain that appended records
+it rings the consumers' doorbell. :class:`Broker` runs a broker in a child process
 for scripts, notebooks and tests.
 """
 
@@ -31,9 +38,11 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from typing import Any
@@ -43,7 +52,8 @@ import zmq
 from . import limits
 from . import ring_layout as R
 from . import shared_memory
-from .appender import Appender
+from . import wakeup
+from .appender import DRAIN_ENTRIES_MAX, Appender
 from .control import decode_reply, encode_request, error_reply, handle_frame, require
 from .errors import LocalProtocolError, ShmlogError, StorageError
 from .log_manager import LogManager
@@ -63,9 +73,10 @@ ROWS_FILE = "partition-rows.json"
 CONTROL_SOCKET = "control.sock"
 # A Unix socket path must fit sun_path (108 bytes on Linux, with the terminator).
 SOCKET_PATH_LENGTH_MAX = 107
-# Waiting for a request when the rings are idle: short enough that a producer's
-# first batch after a pause is picked up within this bound.
-IDLE_POLL_MS = 1
+# The longest sleep: bounds how late a timer fires (they are due every second).
+IDLE_SLEEP_LONGEST_S = 0.1
+# How often the control thread looks up from the socket to see the broker stopping.
+CONTROL_POLL_MS = 100
 
 
 def default_data_dir() -> str:
@@ -181,6 +192,8 @@ class BrokerCore:
         self._save_rows()
         self.producers: dict[str, tuple[int, int]] = {}  # ring -> (ring index, producer id)
         self.producer_ids = ProducerIds(self.data_dir)
+        self._drained = self.table.appender_doorbell.sequence
+        self._drain_due = True          # rings left by a crash are drained on registration
         now = now_ms()
         self._next_retention = now + config.retention_check_interval_ms
         self._next_flush_check = now + config.flush_check_interval_ms
@@ -286,6 +299,7 @@ class BrokerCore:
             self.producers[name] = (self.appender.add_ring(Ring.attach(name)),
                                     self.producer_ids.allocate())
             log.info("producer ring %s registered", name)
+        self._drain_due = True
         index, producer_id = self.producers[name]
         return {"index": index, "producer_id": producer_id, "producer_epoch": 0}
 
@@ -299,10 +313,33 @@ class BrokerCore:
         return {}
 
     # -- the schedule ------------------------------------------------------------
-    def run_once(self) -> int:
-        """Drain the rings once; run whatever periodic work is due. Returns how many
-        entries were handled."""
+    def work_pending(self) -> bool:
+        """Has anything been put into a ring (or asked of us) since the last drain
+        that left every ring empty?"""
+        return self._drain_due or self.table.appender_doorbell.sequence != self._drained
+
+    def drain(self) -> int:
+        """Drain the rings if anything was put; tell waiting consumers of what was
+        appended. Returns how many entries were handled."""
+        if not self.work_pending():
+            return 0
+        sequence = self.table.appender_doorbell.sequence
+        self._drain_due = False
         handled = self.appender.drain()
+        if handled:
+            self.table.consumer_doorbell.ring()
+        if handled < DRAIN_ENTRIES_MAX:
+            self._drained = sequence          # every ring was empty after this sequence
+        return handled
+
+    def seconds_to_next_timer(self) -> float:
+        return max(0.0, (min(self._next_flush_check, self._next_retention,
+                             self._next_liveness) - now_ms()) / 1000)
+
+    def run_once(self) -> int:
+        """Drain the rings if needed; run whatever periodic work is due. Returns how
+        many entries were handled."""
+        handled = self.drain()
         now = now_ms()
         if now >= self._next_flush_check:
             self._next_flush_check = now + self.config.flush_check_interval_ms
@@ -314,6 +351,7 @@ class BrokerCore:
             self.apply_retention(now)
         if now >= self._next_liveness:
             self._next_liveness = now + self.config.liveness_check_interval_ms
+            self._drain_due = True            # a safety net under the doorbell
             self.reap_dead_producers()
         return handled
 
@@ -361,32 +399,85 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
                 for number in (signal.SIGTERM, signal.SIGINT)}
     core = BrokerCore(config)
     context = zmq.Context()
-    socket = context.socket(zmq.REP)
+    control = None
     try:
         address = control_address(core.data_dir)
         os.makedirs(os.path.join(core.data_dir, RUN_DIRECTORY), exist_ok=True)
-        socket.bind(address)
+        control = _ControlThread(context, address, core.table.appender_doorbell)
         handlers = core.handlers()
         log.info("broker %d serving %s on %s", os.getpid(), core.data_dir, address)
         if ready is not None:
             ready()
+        idle_since = None
         while not stopping:
             handled = core.run_once()
-            if socket.poll(0 if handled else IDLE_POLL_MS, zmq.POLLIN):
-                frame = socket.recv()
-                try:
-                    reply = handle_frame(frame, handlers)
-                except Exception as error:         # noqa: BLE001 - a bug must not end the broker
-                    log.exception("control request failed")
-                    reply = error_reply(ShmlogError(f"internal error: {error}"))
-                socket.send(reply)
+            if control.answer(handlers) or handled:
+                idle_since = None
+                continue
+            now = time.monotonic()
+            if idle_since is None:
+                idle_since = now
+            wakeup.pause(now - idle_since, core.table.appender_doorbell,
+                         lambda: core.work_pending() or control.waiting,
+                         min(core.seconds_to_next_timer(), IDLE_SLEEP_LONGEST_S))
         log.info("broker %d stopping (signal %s)", os.getpid(), stopping[0])
     finally:
-        socket.close(linger=0)
+        if control is not None:
+            control.stop()
         context.term()
         core.close()
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+class _ControlThread(threading.Thread):
+    """Owns the REP socket: receives a request, hands it to the broker's loop (and
+    rings the doorbell it may sleep on), sends the loop's reply."""
+
+    def __init__(self, context: zmq.Context, address: str, doorbell):
+        super().__init__(name="shmlog-control", daemon=True)
+        self.socket = context.socket(zmq.REP)
+        self.socket.bind(address)
+        self.doorbell = doorbell
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self.start()
+
+    @property
+    def waiting(self) -> bool:
+        """Is a request waiting for the loop?"""
+        return not self._requests.empty()
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            if not self.socket.poll(CONTROL_POLL_MS, zmq.POLLIN):
+                continue
+            self._requests.put(self.socket.recv())
+            self.doorbell.ring()
+            self.socket.send(self._replies.get())
+
+    def answer(self, handlers: dict) -> bool:
+        """Answer the waiting request, if any (on the loop's thread)."""
+        try:
+            frame = self._requests.get_nowait()
+        except queue.Empty:
+            return False
+        try:
+            reply = handle_frame(frame, handlers)
+        except Exception as error:         # noqa: BLE001 - a bug must not end the broker
+            log.exception("control request failed")
+            reply = error_reply(ShmlogError(f"internal error: {error}"))
+        self._replies.put(reply)
+        return True
+
+    def stop(self) -> None:
+        """Stop taking requests; a request taken and not answered gets an error."""
+        self._stopping.set()
+        if not self._requests.empty() or self.is_alive():
+            self._replies.put(error_reply(ShmlogError("the broker is stopping")))
+        self.join(timeout=10)
+        self.socket.close(linger=0)
 
 
 class Broker:

@@ -10,11 +10,13 @@ views of the read-only mappings, and decodes them in compiled code: no syscall
 and no copy of the record data on the hot path. :meth:`Consumer.poll_batch`
 hands the columns over as they are; :meth:`Consumer.poll` builds record objects.
 
-When nothing is new, a poll waits by backing off: it spins briefly, then yields
-the CPU, then sleeps for growing intervals up to ``IDLE_SLEEP_LONGEST_S``, so an
-idle consumer costs almost nothing and a busy one reacts within microseconds.
-While sleeping it checks now and then that the broker is alive; a restarted broker
-publishes a new state table, which the consumer maps, keeping its positions.
+When nothing is new, a poll waits with the idle strategy of ``wakeup.pause``: it
+keeps looking, then yields the CPU, and once nothing has come for a millisecond
+it sleeps on the state table's consumer doorbell (a futex the broker rings after
+every drain that appended records) until the broker rings it or the poll's
+timeout passes. An idle consumer costs no CPU; a busy one never sleeps. Between sleeps it checks now and then that the broker
+is alive; a restarted broker publishes a new state table, which the consumer
+maps, keeping its positions.
 Consumer groups come later; without one, ``subscribe`` assigns every partition.
 """
 
@@ -30,16 +32,11 @@ from .errors import (LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
 from .reader import PartitionReader
 from .records import Record, RecordColumns, decode_columns
 from . import state_layout as S
+from . import wakeup
 from .state import PartitionStateTable
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp"]
 
-# Idle back-off (see the module docstring): spins, then yields, then sleeps from the
-# first interval doubling to the longest (1 ms bounds the added latency once idle).
-IDLE_SPIN_COUNT = 200
-IDLE_YIELD_COUNT = 50
-IDLE_SLEEP_FIRST_S = 20e-6
-IDLE_SLEEP_LONGEST_S = 1e-3
 # How often an idle consumer checks that the broker it reads from is alive (and,
 # when it is not, looks for a new one).
 BROKER_CHECK_INTERVAL_S = 0.5
@@ -105,6 +102,7 @@ class Consumer:
         self.fetch_max_bytes = fetch_max_bytes
         self.consumer_timeout_ms = consumer_timeout_ms
         self._assigned: dict[TopicPartition, _Assigned] = {}
+        self._last_found = 0.0             # when a poll last found records (monotonic)
         self._attach()
         # Records fetched and not yet returned, per partition (in offset order).
         self._buffered: dict[TopicPartition, list[ConsumerRecord]] = {}
@@ -308,21 +306,19 @@ class Consumer:
 
     def _wait(self, attempt, timeout_ms: int):
         deadline = time.monotonic() + timeout_ms / 1000
-        tries = 0
-        sleep = IDLE_SLEEP_FIRST_S
         while True:
             found = attempt()
-            if found or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if found:
+                self._last_found = now
+            if found or now >= deadline:
                 return found
-            tries += 1
-            if tries <= IDLE_SPIN_COUNT:
-                continue
-            if tries <= IDLE_SPIN_COUNT + IDLE_YIELD_COUNT:
-                os.sched_yield()
-            else:
+            if now - self._last_found >= wakeup.YIELD_S:
                 self._check_broker()
-                time.sleep(min(sleep, max(0.0, deadline - time.monotonic())))
-                sleep = min(sleep * 2, IDLE_SLEEP_LONGEST_S)
+            found = wakeup.pause(now - self._last_found, self._table.consumer_doorbell,
+                                 attempt, min(deadline - now, BROKER_CHECK_INTERVAL_S))
+            if found:
+                return found
 
     def __iter__(self):
         return self

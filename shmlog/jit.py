@@ -50,7 +50,8 @@ def kernel(function=None, **overrides):
 
 
 def _is_byte_buffer(buffer) -> bool:
-    return (isinstance(buffer, types.Array) and buffer.ndim == 1
+    """A contiguous 1-D uint8 array, or ``bytes`` (a read-only buffer of the same model)."""
+    return (isinstance(buffer, (types.Array, types.Bytes)) and buffer.ndim == 1
             and buffer.layout == "C" and buffer.dtype == types.uint8)
 
 

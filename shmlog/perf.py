@@ -95,8 +95,9 @@ _LATENCY_CONSUMER = textwrap.dedent("""
     import numpy as np
     from shmlog.consumer import Consumer, TopicPartition
     data_dir, topic, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    warmup = int(sys.argv[5])
     latencies = np.empty(count, np.int64)
-    seen = 0
+    seen = -warmup
     with Consumer(bootstrap=data_dir) as consumer:
         consumer.assign([TopicPartition(topic, 0)])
         consumer.seek(TopicPartition(topic, 0), start)
@@ -106,33 +107,36 @@ _LATENCY_CONSUMER = textwrap.dedent("""
                 now = time.monotonic_ns()
                 for index in range(len(columns)):
                     sent = int.from_bytes(columns.value(index)[:8], "little")
-                    if seen < count:
+                    if 0 <= seen < count:
                         latencies[seen] = now - sent
-                        seen += 1
+                    seen += 1
     np.save(sys.stdout.buffer, latencies)
 """)
 
 
 def end_to_end(data_dir: str, topic: str, rate: int, seconds: float, record_size: int, *,
-               linger_ms: int = 0) -> dict:
-    """Send ``rate`` records per second for ``seconds`` (each carrying its send
-    time, CLOCK_MONOTONIC, which all processes on a host share); a consumer in
-    another process records send-to-poll latency. Returns percentiles in µs."""
+               linger_ms: int = 0, warmup_s: float = 1.0) -> dict:
+    """Send ``rate`` records per second for ``warmup_s + seconds`` (each carrying its
+    send time, CLOCK_MONOTONIC, which all processes on a host share); a consumer in
+    another process records send-to-poll latency of those after the warm-up (which
+    loads the compiled code and settles the processes). Returns percentiles in µs."""
     count = int(rate * seconds)
+    warmup = int(rate * warmup_s)
     with Consumer(bootstrap=data_dir) as probe:
         start = probe.end_offsets([TopicPartition(topic, 0)])[TopicPartition(topic, 0)]
     reader = subprocess.Popen([sys.executable, "-c", _LATENCY_CONSUMER, data_dir, topic,
-                               str(start), str(count)], stdout=subprocess.PIPE)
+                               str(start), str(count), str(warmup)],
+                              stdout=subprocess.PIPE)
     try:
         assert reader.stdout.readline().strip() == b"ready"
         padding = bytes(max(record_size - 8, 0))
         with Producer(data_dir, linger_ms=linger_ms, acks=1) as producer:
             interval = 1 / rate
             began = time.perf_counter()
-            for number in range(count):
-                due = began + number * interval
-                while time.perf_counter() < due:
-                    pass
+            for number in range(warmup + count):
+                delay = began + number * interval - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)             # a paced producer leaves the CPU to others
                 producer.send(topic, time.monotonic_ns().to_bytes(8, "little") + padding,
                               partition=0)
             producer.flush()

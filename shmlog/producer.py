@@ -2,13 +2,15 @@
 
 Theory of operation
 -------------------
-Records are gathered per partition into batches (Kafka's record accumulator). A
-batch ships - is encoded in one compiled pass and put into this producer's ring -
-when it reaches ``batch_size`` bytes, when its oldest record has waited
-``linger_ms`` (a background thread watches), or on :meth:`Producer.flush` /
-:meth:`Producer.close`. The broker's appender completes each ring entry with the
-batch's base offset (or an error code), which the producer reads from the ring's
-completion slots: no round trip, no syscall. A future's ``get()`` harvests them.
+Records are gathered per partition into batches (Kafka's record accumulator):
+``send`` encodes each record straight into its partition's batch buffer, in
+compiled code. A batch ships - its header and CRC are sealed and it is put into
+this producer's ring, and the broker's doorbell is rung - when it reaches
+``batch_size`` bytes, when its oldest record has waited ``linger_ms`` (a
+background thread watches), or on :meth:`Producer.flush` / :meth:`Producer.close`.
+The broker's appender completes each ring entry with the batch's base offset (or
+an error code), which the producer reads from the ring's completion slots: no
+round trip, no syscall. A future's ``get()`` harvests them.
 
 Keyed records go to ``murmur2(key) % partitions``, Kafka's default, so a key lands
 on the same partition number as with Kafka; unkeyed records stick to one partition
@@ -27,13 +29,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import batch_layout as B
+from . import limits
 from .appender import SEQUENCE_MODULUS, CompletionCode
 from .broker import default_data_dir, request
 from .errors import (CorruptRecordError, LocalProtocolError, OutOfOrderSequenceError,
                      RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
-from .records import Compression, encode_batch, now_ms
+from .records import Compression, append_record, encode_batch, encode_headers, now_ms, seal_batch
+from .jit import kernel
 from .ring import Ring
+from .state import PartitionStateTable
 
 __all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata", "murmur2"]
 
@@ -52,31 +57,38 @@ RESUME_AFTER_S = 0.5
 RESUME_REQUEST_MS = 200
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (signed 32-bit result), so keys map to the same
-    partitions as in Kafka."""
+@kernel
+def _murmur2(data):
     mask = 0xFFFFFFFF
     multiplier = 0x5BD1E995
     length = len(data)
     hash_value = (0x9747B28C ^ length) & mask
-    for index in range(0, length - length % 4, 4):
-        word = int.from_bytes(data[index:index + 4], "little")
+    tail = length - length % 4
+    for index in range(0, tail, 4):
+        word = (np.int64(data[index]) | (np.int64(data[index + 1]) << 8)
+                | (np.int64(data[index + 2]) << 16) | (np.int64(data[index + 3]) << 24))
         word = (word * multiplier) & mask
         word ^= word >> 24
         word = (word * multiplier) & mask
         hash_value = ((hash_value * multiplier) & mask) ^ word
-    tail = length - length % 4
     extra = length % 4
     if extra >= 3:
-        hash_value ^= data[tail + 2] << 16
+        hash_value ^= np.int64(data[tail + 2]) << 16
     if extra >= 2:
-        hash_value ^= data[tail + 1] << 8
+        hash_value ^= np.int64(data[tail + 1]) << 8
     if extra >= 1:
-        hash_value ^= data[tail]
+        hash_value ^= np.int64(data[tail])
         hash_value = (hash_value * multiplier) & mask
     hash_value ^= hash_value >> 13
     hash_value = (hash_value * multiplier) & mask
     hash_value ^= hash_value >> 15
+    return hash_value
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (signed 32-bit result), so keys map to the same
+    partitions as in Kafka."""
+    hash_value = int(_murmur2(data if type(data) is bytes else memoryview(data).tobytes()))
     return hash_value - (1 << 32) if hash_value & 0x80000000 else hash_value
 
 
@@ -116,29 +128,69 @@ def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
 
 
 class _Batch:
-    """Records gathered for one partition, and their futures."""
+    """One partition's batch: records are encoded into ``buffer`` as they are sent
+    (compiled, one call per record), so shipping only seals the header."""
 
-    def __init__(self, topic: str, partition: int, row: int):
+    __slots__ = ("topic", "partition", "row", "buffer", "position", "count",
+                 "first_timestamp", "max_timestamp", "started", "entry", "result", "error")
+
+    def __init__(self, topic: str, partition: int, row: int, capacity: int = 0):
         self.topic, self.partition, self.row = topic, partition, row
-        self.values: list = []
-        self.keys: list = []
-        self.headers: list = []
-        self.timestamps: list = []
-        self.size = B.HEADER_LENGTH
+        self.buffer = np.empty(capacity, np.uint8) if capacity else None
+        self.position = B.HEADER_LENGTH
+        self.count = 0
+        self.first_timestamp = self.max_timestamp = B.NO_TIMESTAMP
         self.started = time.monotonic()
-        self.futures: list[FutureRecordMetadata] = []
         self.entry = -1
         self.result: BatchMetadata | None = None
         self.error: ShmlogError | None = None
+
+    def fits(self, size: int) -> bool:
+        return (self.position + size <= self.buffer.size
+                and self.count < limits.BATCH_RECORD_COUNT_MAX)
+
+    def add(self, key, key_length: int, value, value_length: int, header_count: int,
+            headers: bytes, timestamp: int) -> int:
+        """Encode one record (the caller checked it fits); its index in the batch."""
+        if self.count == 0:
+            self.first_timestamp = self.max_timestamp = timestamp
+        elif timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        self.position = append_record(self.buffer, self.position, self.count,
+                                      timestamp - self.first_timestamp, key, key_length,
+                                      value, value_length, header_count, headers)
+        self.count += 1
+        return self.count - 1
 
     @property
     def done(self) -> bool:
         return self.result is not None or self.error is not None
 
 
+class _Route(NamedTuple):
+    """What ``send`` needs of a topic: its partitions' rows and the largest batch."""
+    rows: list
+    limit: int                 # min(max.message.bytes, segment.bytes)
+
+
+def _field(field, what: str) -> tuple[bytes, int]:
+    """A key or value as (bytes, length), length -1 for None."""
+    if type(field) is bytes:
+        return field, len(field)
+    if field is None:
+        return b"", B.NULL_LENGTH
+    if isinstance(field, (bytearray, memoryview)):
+        data = memoryview(field).tobytes()
+        return data, len(data)
+    raise LocalProtocolError(f"{what} must be bytes (or None), got {type(field).__name__}; "
+                             f"encode it first")
+
+
 class FutureRecordMetadata:
     """What ``send`` returns: ``get()`` gives the record's :class:`RecordMetadata`
     once the broker has appended it, or raises the error it reported."""
+
+    __slots__ = ("_producer", "_batch", "_index")
 
     def __init__(self, producer: "Producer", batch: _Batch, index: int):
         self._producer, self._batch, self._index = producer, batch, index
@@ -166,6 +218,8 @@ class FutureRecordMetadata:
 
 class FutureBatchMetadata(FutureRecordMetadata):
     """What ``send_batch`` returns: ``get()`` gives the :class:`BatchMetadata`."""
+
+    __slots__ = ()
 
     def get(self, timeout: float | None = None) -> BatchMetadata:
         super().get(timeout)
@@ -208,12 +262,16 @@ class Producer:
         self.linger_ms, self.batch_size, self.max_block_ms = linger_ms, batch_size, max_block_ms
         metadata = request(self.data_dir, "metadata")
         self._topics = {topic["name"]: topic for topic in metadata["topics"]}
+        self._routes: dict[str, _Route] = {}
+        # Rung after every put: the broker may be asleep on it.
+        self._table = PartitionStateTable.attach(metadata["state_table"])
         self.ring = Ring.create(f"{metadata['ring_prefix']}-producer-{os.getpid()}-"
                                 f"{uuid.uuid4().hex[:8]}", ring_size)
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name)
         except ShmlogError:
             self.ring.unlink()
+            self._table.close()
             raise
         # Idempotence: batches carry the broker-given id and per-partition sequences,
         # so a batch re-read from the ring after a broker crash is appended once.
@@ -235,28 +293,37 @@ class Producer:
         if topic not in self._topics:
             reply = request(self.data_dir, "metadata")
             self._topics = {entry["name"]: entry for entry in reply["topics"]}
+            self._routes = {}
         if topic not in self._topics:
             raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}; create it first "
                                                f"(shmlog topics create {topic})")
         return self._topics[topic]
 
+    def _route(self, topic: str) -> _Route:
+        route = self._routes.get(topic)
+        if route is None:
+            metadata = self._topic(topic)
+            route = self._routes[topic] = _Route(
+                [entry["row"] for entry in metadata["partitions"]],
+                min(metadata["config"]["max.message.bytes"], metadata["config"]["segment.bytes"]))
+        return route
+
     def partitions_for(self, topic: str) -> list[int]:
         return [entry["partition"] for entry in self._topic(topic)["partitions"]]
 
-    def _choose(self, topic: str, key, partition) -> tuple[int, int]:
-        partitions = self._topic(topic)["partitions"]
+    def _choose(self, topic: str, partitions: int, key, partition) -> int:
         if partition is not None:
             if isinstance(partition, bool) or not isinstance(partition, int) or \
-                    not 0 <= partition < len(partitions):
+                    not 0 <= partition < partitions:
                 raise UnknownTopicOrPartitionError(
-                    f"topic {topic!r} has partitions 0..{len(partitions) - 1}, not {partition!r}")
-        elif key is not None:
-            partition = partition_for_key(bytes(key), len(partitions))
-        else:
-            partition = self._sticky.get(topic)
-            if partition is None or partition >= len(partitions):
-                partition = self._sticky[topic] = random.randrange(len(partitions))
-        return partition, partitions[partition]["row"]
+                    f"topic {topic!r} has partitions 0..{partitions - 1}, not {partition!r}")
+            return partition
+        if key is not None:
+            return partition_for_key(key, partitions)
+        partition = self._sticky.get(topic)
+        if partition is None or partition >= partitions:
+            partition = self._sticky[topic] = random.randrange(partitions)
+        return partition
 
     # -- sending -----------------------------------------------------------------
     def send(self, topic: str, value, key=None, headers=None, partition: int | None = None,
@@ -271,37 +338,42 @@ class Producer:
             The record alone exceeds the topic's max.message.bytes.
         UnknownTopicOrPartitionError
         """
-        for what, field in (("value", value), ("key", key)):
-            if field is not None and not isinstance(field, (bytes, bytearray, memoryview)):
-                raise LocalProtocolError(f"{what} must be bytes (or None), got "
-                                         f"{type(field).__name__}; encode it first")
-        size = 28 + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-        size += sum(8 + len(name.encode()) + len(data or b"") for name, data in headers or [])
-        limit = min(self._topic(topic)["config"]["max.message.bytes"],
-                    self._topic(topic)["config"]["segment.bytes"])
-        if size + B.HEADER_LENGTH > limit:
+        route = self._routes.get(topic) or self._route(topic)
+        value, value_length = _field(value, "value")
+        key, key_length = _field(key, "key")
+        header_count, header_bytes = encode_headers(headers) if headers else (0, b"")
+        size = (B.RECORD_HEADER_LENGTH + max(value_length, 0) + max(key_length, 0)
+                + len(header_bytes))
+        if size + B.HEADER_LENGTH > route.limit:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s "
-                                      f"max.message.bytes ({limit})")
+                                      f"max.message.bytes ({route.limit})")
+        if timestamp_ms is None:
+            timestamp = now_ms()
+        elif isinstance(timestamp_ms, (int, np.integer)) and timestamp_ms >= B.NO_TIMESTAMP:
+            timestamp = int(timestamp_ms)
+        else:
+            raise LocalProtocolError(f"timestamp_ms must be an integer >= {B.NO_TIMESTAMP}, "
+                                     f"got {timestamp_ms!r}")
         with self._lock:
-            self._check_open()
-            partition, row = self._choose(topic, key, partition)
-            # A batch never grows past what the topic accepts, whatever batch_size says.
-            batch_limit = min(self.batch_size, limit)
+            if self._closed:
+                raise LocalProtocolError("the producer is closed")
+            partition = self._choose(topic, len(route.rows), key if key_length >= 0 else None,
+                                     partition)
             batch = self._pending.get((topic, partition))
-            if batch is not None and batch.size + size > batch_limit:
+            if batch is not None and not batch.fits(size):
                 self._ship(batch)
                 batch = None
             if batch is None:
-                batch = self._pending[(topic, partition)] = _Batch(topic, partition, row)
-                self._wake.notify()
-            batch.values.append(value)
-            batch.keys.append(key)
-            batch.headers.append(list(headers or []))
-            batch.timestamps.append(now_ms() if timestamp_ms is None else int(timestamp_ms))
-            batch.size += size
-            future = FutureRecordMetadata(self, batch, len(batch.values) - 1)
-            batch.futures.append(future)
-            if batch.size >= batch_limit or self.linger_ms == 0:
+                # A batch never grows past what the topic accepts, whatever batch_size
+                # says; a record larger than batch_size gets a batch of its own.
+                capacity = max(min(self.batch_size, route.limit), B.HEADER_LENGTH + size)
+                batch = self._pending[(topic, partition)] = _Batch(
+                    topic, partition, route.rows[partition], capacity)
+                if self.linger_ms and len(self._pending) == 1:
+                    self._wake.notify()                # the linger thread waits for one
+            future = FutureRecordMetadata(self, batch, batch.add(
+                key, key_length, value, value_length, header_count, header_bytes, timestamp))
+            if self.linger_ms == 0 or batch.position + B.RECORD_HEADER_LENGTH > batch.buffer.size:
                 self._ship(batch)        # linger.ms=0: send as soon as possible, as Kafka
             return future
 
@@ -320,19 +392,19 @@ class Producer:
             first_key = bytes(keys[0]) if not isinstance(keys, np.ndarray) else keys[0].tobytes()
         with self._lock:
             self._check_open()
-            partition, row = self._choose(topic, first_key, partition)
+            route = self._route(topic)
+            partition = self._choose(topic, len(route.rows), first_key, partition)
             count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
             encoded = encode_batch(values, keys, timestamp_ms=timestamp_ms,
                                    compression=self.compression,
                                    **self._identity(topic, partition, count))
-            config = self._topic(topic)["config"]
-            limit = min(config["max.message.bytes"], config["segment.bytes"])
-            if encoded.size > limit:
+            if encoded.size > route.limit:
                 raise RecordTooLargeError(f"a batch of {encoded.size} bytes exceeds {topic}'s "
-                                          f"max.message.bytes ({limit}); send fewer records")
-            batch = _Batch(topic, partition, row)
-            batch.timestamps = [int(encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8]
-                                    .view("<i8")[0])]
+                                          f"max.message.bytes ({route.limit}); send fewer "
+                                          f"records")
+            batch = _Batch(topic, partition, route.rows[partition])
+            batch.first_timestamp = int(
+                encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8].view("<i8")[0])
             self._put(batch, encoded, count)
             return FutureBatchMetadata(self, batch, 0)
 
@@ -341,10 +413,11 @@ class Producer:
         del self._pending[(batch.topic, batch.partition)]
         if self._sticky.get(batch.topic) == batch.partition:
             del self._sticky[batch.topic]             # the next unkeyed batch moves on
-        encoded = encode_batch(batch.values, batch.keys, batch.headers, batch.timestamps,
-                               compression=self.compression,
-                               **self._identity(batch.topic, batch.partition, len(batch.values)))
-        self._put(batch, encoded, len(batch.values))
+        encoded = seal_batch(batch.buffer[:batch.position], batch.count, batch.first_timestamp,
+                             batch.max_timestamp, compression=self.compression,
+                             **self._identity(batch.topic, batch.partition, batch.count))
+        batch.buffer = None
+        self._put(batch, encoded, batch.count)
 
     def _identity(self, topic: str, partition: int, count: int) -> dict:
         """Producer id, epoch and the batch's first sequence (lock held)."""
@@ -358,9 +431,10 @@ class Producer:
     def _put(self, batch: _Batch, encoded: np.ndarray, count: int) -> None:
         batch.count = count
         batch.entry = self.ring.put(batch.row, encoded, timeout_ms=self.max_block_ms)
+        self._table.appender_doorbell.ring()
         if self.acks == 0:
             batch.result = BatchMetadata(batch.topic, batch.partition, -1, count,
-                                         batch.timestamps[0])
+                                         batch.first_timestamp)
         else:
             self._in_flight[batch.entry] = batch
 
@@ -375,7 +449,7 @@ class Producer:
             result, _ = outcome
             if result >= 0:
                 batch.result = BatchMetadata(batch.topic, batch.partition, result, batch.count,
-                                             batch.timestamps[0])
+                                             batch.first_timestamp)
             else:
                 batch.error = _completion_error(-result, batch.topic, batch.partition)
 
@@ -408,11 +482,16 @@ class Producer:
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name,
                                    timeout_ms=RESUME_REQUEST_MS)
+            table = PartitionStateTable.attach(
+                request(self.data_dir, "metadata", topics=[],
+                        timeout_ms=RESUME_REQUEST_MS)["state_table"])
         except ShmlogError:
             return                      # no broker yet: keep waiting
         with self._lock:
             if self.producer_id >= 0:
                 self.producer_id = registration["producer_id"]
+            self._table, old = table, self._table     # a new broker has a new table
+        old.close()
 
     def flush(self, timeout: float | None = None) -> None:
         """Ship every gathered batch and wait until the broker has appended all
@@ -473,6 +552,7 @@ class Producer:
                 pass                    # the broker is gone; it reclaims nothing then
             self.ring.unlink()
             self.ring.close()
+            self._table.close()
 
     def __enter__(self) -> "Producer":
         return self

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
+import struct
 import time
 from typing import Iterator, NamedTuple, Sequence
 
@@ -35,8 +36,8 @@ from . import batch_layout as L
 from . import limits
 from .crc32c import crc32c_kernel
 from .errors import CorruptRecordError, LocalProtocolError, RecordTooLargeError
-from .jit import (kernel, load_i32, load_i64, load_u16, load_u32, store_i16, store_i32,
-                  store_i64, store_u16, store_u32)
+from .jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i16,
+                  store_i32, store_i64, store_u16, store_u32)
 
 __all__ = [
     "BatchStatus", "BatchInfo", "Record", "RecordColumns", "Compression",
@@ -300,6 +301,90 @@ def _write_header(out, length, attributes, record_count, first_timestamp, max_ti
     store_u32(out, L.CRC_OFFSET, crc32c_kernel(out, L.CRC_COVERED_OFFSET, length))
 
 
+@kernel
+def append_record(out, position, offset_delta, timestamp_delta, key, key_length, value,
+                  value_length, header_count, headers):
+    """Write one record at ``position`` of a batch being built; return its end.
+    ``key``/``value`` are bytes (length -1: null); ``headers`` the record's header
+    entries already encoded (:func:`encode_headers`). The caller checks the room."""
+    store_u32(out, position + L.OFFSET_DELTA_OFFSET, offset_delta)
+    store_i64(out, position + L.TIMESTAMP_DELTA_OFFSET, timestamp_delta)
+    store_i32(out, position + L.KEY_LENGTH_OFFSET, key_length)
+    store_i32(out, position + L.VALUE_LENGTH_OFFSET, value_length)
+    store_u32(out, position + L.HEADER_COUNT_OFFSET, header_count)
+    end = position + L.RECORD_HEADER_LENGTH
+    if key_length > 0:
+        copy_bytes(out, end, key, 0, key_length)
+        end += key_length
+    if value_length > 0:
+        copy_bytes(out, end, value, 0, value_length)
+        end += value_length
+    if len(headers) > 0:
+        copy_bytes(out, end, headers, 0, len(headers))
+        end += len(headers)
+    store_u32(out, position + L.RECORD_LENGTH_OFFSET, end - position)
+    return end
+
+
+def encode_headers(headers) -> tuple[int, bytes]:
+    """A record's headers as (count, encoded entries), for :func:`append_record`.
+
+    Raises
+    ------
+    LocalProtocolError
+        A header is not a (str, bytes-like | None) pair.
+    RecordTooLargeError
+        More than ``limits.RECORD_HEADER_COUNT_MAX`` headers.
+    """
+    if not headers:
+        return 0, b""
+    if len(headers) > limits.RECORD_HEADER_COUNT_MAX:
+        raise RecordTooLargeError(f"a record has {len(headers)} headers; at most "
+                                  f"{limits.RECORD_HEADER_COUNT_MAX} are allowed")
+    parts = []
+    for entry in headers:
+        try:
+            name, value = entry
+        except (TypeError, ValueError):
+            raise LocalProtocolError(
+                f"a header must be a (str, bytes | None) pair, got {entry!r}") from None
+        if not isinstance(name, str):
+            raise LocalProtocolError(f"a header key must be str, got {name!r}")
+        name = name.encode()
+        if value is None:
+            parts += [_HEADER_ENTRY.pack(len(name), L.NULL_LENGTH), name]
+        else:
+            if not _is_bytes_like(value):
+                raise LocalProtocolError(f"a header value must be bytes-like or None, got "
+                                         f"{type(value).__name__}")
+            value = memoryview(value).tobytes()
+            parts += [_HEADER_ENTRY.pack(len(name), len(value)), name, value]
+    return len(headers), b"".join(parts)
+
+
+_HEADER_ENTRY = struct.Struct("<Ii")
+assert _HEADER_ENTRY.size == L.HEADER_ENTRY_LENGTH
+
+
+def seal_batch(out: np.ndarray, record_count: int, first_timestamp: int, max_timestamp: int,
+               *, compression=None, producer_id: int = L.NO_PRODUCER_ID,
+               producer_epoch: int = L.NO_PRODUCER_EPOCH, base_sequence: int = L.NO_SEQUENCE,
+               control: bool = False) -> np.ndarray:
+    """Finish a batch whose records fill ``out[RECORDS_OFFSET:]``: compress them if
+    asked, then write the header and its CRC. Returns the batch (``out`` itself
+    when uncompressed)."""
+    codec = Compression.parse(compression)
+    attributes = codec.value | (L.CONTROL_BIT if control else 0)
+    if codec is Compression.ZSTD:
+        frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(out[L.RECORDS_OFFSET:])
+        compressed = np.empty(L.HEADER_LENGTH + len(frame), np.uint8)
+        compressed[L.RECORDS_OFFSET:] = np.frombuffer(frame, np.uint8)
+        out = compressed
+    _write_header(out, out.size, attributes, record_count, first_timestamp, max_timestamp,
+                  producer_id, producer_epoch, base_sequence)
+    return out
+
+
 @dataclasses.dataclass
 class _Column:
     """One field of every record, gathered as (bytes, positions, lengths)."""
@@ -520,16 +605,9 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
                           header_keys.positions, header_keys.lengths,
                           header_values.positions, header_values.lengths)
     assert end == out.size, "record sizes were computed differently from the encoder"
-
-    attributes = codec.value | (L.CONTROL_BIT if control else 0)
-    if codec is Compression.ZSTD:
-        frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(out[L.RECORDS_OFFSET:])
-        compressed = np.empty(L.HEADER_LENGTH + len(frame), np.uint8)
-        compressed[L.RECORDS_OFFSET:] = np.frombuffer(frame, np.uint8)
-        out = compressed
-    _write_header(out, out.size, attributes, count, first, maximum,
-                  producer_id, producer_epoch, base_sequence)
-    return out
+    return seal_batch(out, count, first, maximum, compression=codec, producer_id=producer_id,
+                      producer_epoch=producer_epoch, base_sequence=base_sequence,
+                      control=control)
 
 
 # --- reading --------------------------------------------------------------------------

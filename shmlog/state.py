@@ -22,6 +22,7 @@ from . import state_layout as S
 from .atomics import load_acquire, load_relaxed, store_relaxed, store_release
 from .errors import LocalProtocolError, PeerProtocolError
 from .jit import kernel
+from .wakeup import Doorbell
 
 __all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row",
            "load_high_watermark"]
@@ -86,6 +87,12 @@ class PartitionStateTable:
         self.row_capacity = (len(mapped) - S.ROWS_OFFSET) // S.ROW_SIZE
         self.rows = np.frombuffer(mapped, np.int64, offset=S.ROWS_OFFSET,
                                   count=self.row_capacity * S.ROW_WORDS)
+        # Producers ring the first after publishing a ring entry; the broker rings the
+        # second after publishing records.
+        self.appender_doorbell = Doorbell(self.control, S.APPENDER_SEQUENCE_WORD,
+                                          S.APPENDER_SLEEPERS_WORD)
+        self.consumer_doorbell = Doorbell(self.control, S.CONSUMER_SEQUENCE_WORD,
+                                          S.CONSUMER_SLEEPERS_WORD)
 
     @classmethod
     def create(cls, name: str, row_capacity: int) -> "PartitionStateTable":
@@ -172,7 +179,7 @@ class PartitionStateTable:
         shared_memory.unlink(self.name)
 
     def close(self) -> None:
-        self.control = self.rows = None
+        self.control = self.rows = self.appender_doorbell = self.consumer_doorbell = None
         try:
             self._mapped.close()
         except BufferError:

@@ -1,4 +1,4 @@
-"""Partition state table layout, version 1: what the broker publishes about every
+"""Partition state table layout, version 2: what the broker publishes about every
 partition it hosts, for consumers on the same host to read without a syscall.
 
 One POSIX shared-memory object: a 4 KiB control page, then one 64-byte row (one
@@ -20,6 +20,11 @@ partition slot. All fields are little-endian int64 words::
     +---------------------------------------------------------------+
  32 |                   (padding to the cache line)                 |
     +===============================================================+
+ 64 |           appender_sequence (i64): producers' doorbell        |  one line each
+128 |           appender_sleepers (i64)                             |
+192 |           consumer_sequence (i64): the broker's doorbell      |
+256 |           consumer_sleepers (i64)                             |
+    +===============================================================+
 4096| row 0: one cache line, see below                              |
     +---------------------------------------------------------------+
     | row 1 ...                                                     |
@@ -39,6 +44,10 @@ Row::
   never looks past it (what lies beyond may be a batch still being copied).
 * ``segment_generation`` changes whenever the set of segment files changes (roll,
   retention, truncation); a reader rescans the partition directory only then.
+* Two doorbells (``wakeup.Doorbell``) let idle processes sleep: producers ring
+  the appender's after every ring entry they publish, so an idle broker sleeps until
+  one does; the broker rings the consumers' after every drain that published
+  records. A sequence counts rings, a sleepers word counts who sleeps on it.
 * ``topic_key`` and ``partition`` name the row's owner (``topic_key`` is derived
   from the topic id), so a reader can check it holds the row it asked for;
   ``topic_key`` 0 marks a free row.
@@ -47,7 +56,7 @@ Row::
 from __future__ import annotations
 
 MAGIC = 0x54534C53                    # "SLST" read as little-endian bytes
-VERSION = 1
+VERSION = 2
 CACHE_LINE_SIZE = 64
 WORD_SIZE = 8
 
@@ -64,6 +73,10 @@ BROKER_PID_SIZE = 8
 BROKER_EPOCH_OFFSET = BROKER_PID_OFFSET + BROKER_PID_SIZE
 BROKER_EPOCH_SIZE = 8
 HEADER_END = BROKER_EPOCH_OFFSET + BROKER_EPOCH_SIZE
+APPENDER_SEQUENCE_OFFSET = CACHE_LINE_SIZE               # padding row: one line each
+APPENDER_SLEEPERS_OFFSET = APPENDER_SEQUENCE_OFFSET + CACHE_LINE_SIZE
+CONSUMER_SEQUENCE_OFFSET = APPENDER_SLEEPERS_OFFSET + CACHE_LINE_SIZE
+CONSUMER_SLEEPERS_OFFSET = CONSUMER_SEQUENCE_OFFSET + CACHE_LINE_SIZE
 CONTROL_SIZE = 4096
 ROWS_OFFSET = CONTROL_SIZE
 
@@ -82,6 +95,10 @@ ROW_SIZE = CACHE_LINE_SIZE                                # padding row: one lin
 ROW_CAPACITY_WORD = ROW_CAPACITY_OFFSET // WORD_SIZE
 BROKER_PID_WORD = BROKER_PID_OFFSET // WORD_SIZE
 BROKER_EPOCH_WORD = BROKER_EPOCH_OFFSET // WORD_SIZE
+APPENDER_SEQUENCE_WORD = APPENDER_SEQUENCE_OFFSET // WORD_SIZE
+APPENDER_SLEEPERS_WORD = APPENDER_SLEEPERS_OFFSET // WORD_SIZE
+CONSUMER_SEQUENCE_WORD = CONSUMER_SEQUENCE_OFFSET // WORD_SIZE
+CONSUMER_SLEEPERS_WORD = CONSUMER_SLEEPERS_OFFSET // WORD_SIZE
 ROW_WORDS = ROW_SIZE // WORD_SIZE
 LOG_START_OFFSET_WORD = LOG_START_OFFSET_OFFSET // WORD_SIZE
 LOG_END_OFFSET_WORD = LOG_END_OFFSET_OFFSET // WORD_SIZE
@@ -96,6 +113,7 @@ FREE_TOPIC_KEY = 0
 
 assert HEADER_END <= CACHE_LINE_SIZE
 assert ROW_FIELDS_END <= ROW_SIZE
+assert CONSUMER_SLEEPERS_OFFSET + CACHE_LINE_SIZE <= CONTROL_SIZE
 assert ROWS_OFFSET % CACHE_LINE_SIZE == 0
 assert ROW_CAPACITY_OFFSET % WORD_SIZE == 0 and BROKER_PID_OFFSET % WORD_SIZE == 0
 

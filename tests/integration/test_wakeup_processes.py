@@ -1,0 +1,89 @@
+"""Doorbells across processes: a sleeper is woken by every ring, none is lost.
+
+Method: two processes play ping-pong through a shared mapping. Each publishes the
+next number in its own word, rings the other side's doorbell and sleeps on its
+own until the answer comes. A lost wakeup (a ring that came between a sleeper's
+look and its futex wait, and was missed) shows as a wait that runs to its timeout
+of LOST_AFTER_S, which is ten thousand times longer than a wake-up takes; the
+child counts those. Every wait is bounded; the child is always reaped.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import numpy as np
+import pytest
+
+from shmlog import shared_memory
+from shmlog.wakeup import Doorbell
+
+ROUNDS = 3000
+LOST_AFTER_S = 5.0
+# Words of the shared page (one cache line apart): the two counters, then the
+# sequence and sleepers words of the doorbell each side sleeps on.
+PING, PONG = 0, 8
+PARENT_BELL, CHILD_BELL = (16, 24), (32, 40)
+
+PLAYER = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    from shmlog import shared_memory
+    from shmlog.wakeup import Doorbell
+    name, rounds, lost_after = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    words = np.frombuffer(shared_memory.attach(name, 4096, "test page"), np.int64)
+    mine, theirs = Doorbell(words, 32, 40), Doorbell(words, 16, 24)
+    lost = 0
+    for number in range(1, rounds + 1):
+        while words[0] < number:                     # wait for ping `number`
+            started = time.monotonic()
+            mine.wait(lambda: words[0] >= number, lost_after)
+            lost += words[0] < number and time.monotonic() - started >= lost_after
+        words[8] = number                           # pong
+        theirs.ring()
+    print(lost, flush=True)
+""")
+
+
+@pytest.fixture
+def page():
+    name = f"shmlog-test-bell-{uuid.uuid4().hex[:8]}"
+    mapped = shared_memory.create(name, 4096, "test page")
+    yield name, np.frombuffer(mapped, np.int64)
+    shared_memory.unlink(name)
+
+
+def test_no_ring_is_lost_between_two_processes(page):
+    name, words = page
+    mine, theirs = Doorbell(words, *PARENT_BELL), Doorbell(words, *CHILD_BELL)
+    child = subprocess.Popen([sys.executable, "-c", PLAYER, name, str(ROUNDS), str(LOST_AFTER_S)],
+                             stdout=subprocess.PIPE)
+    try:
+        for number in range(1, ROUNDS + 1):
+            words[PING] = number
+            theirs.ring()
+            for _ in range(1000):
+                if words[PONG] >= number:
+                    break
+                mine.wait(lambda: words[PONG] >= number, LOST_AFTER_S)
+            assert words[PONG] == number, f"no pong for ping {number}"
+        lost = int(child.communicate(timeout=60)[0])
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert lost == 0, f"{lost} wakeups were lost"
+    assert words[PARENT_BELL[0]] == words[CHILD_BELL[0]] == ROUNDS, "every ring is counted"
+    assert words[PARENT_BELL[1]] == words[CHILD_BELL[1]] == 0, "every sleeper got up"
+
+
+def test_a_wait_returns_what_the_attempt_found_without_sleeping(page):
+    _, words = page
+    bell = Doorbell(words, *PARENT_BELL)
+    bell.ring()
+    assert bell.wait(lambda: "work", 60.0) == "work"
+    assert bell.wait(lambda: None, 0.0) is None
+    assert words[PARENT_BELL[1]] == 0
+    assert bell.sequence == 1
