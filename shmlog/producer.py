@@ -128,7 +128,7 @@ def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
 
 
 class _Batch:
-    """One partition's batch: records are encoded into ``buffer`` as they are sent
+    """One partition's batch: ``send`` encodes records into ``buffer`` as they come
     (compiled, one call per record), so shipping only seals the header."""
 
     __slots__ = ("topic", "partition", "row", "buffer", "position", "count",
@@ -144,23 +144,6 @@ class _Batch:
         self.entry = -1
         self.result: BatchMetadata | None = None
         self.error: ShmlogError | None = None
-
-    def fits(self, size: int) -> bool:
-        return (self.position + size <= self.buffer.size
-                and self.count < limits.BATCH_RECORD_COUNT_MAX)
-
-    def add(self, key, key_length: int, value, value_length: int, header_count: int,
-            headers: bytes, timestamp: int) -> int:
-        """Encode one record (the caller checked it fits); its index in the batch."""
-        if self.count == 0:
-            self.first_timestamp = self.max_timestamp = timestamp
-        elif timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
-        self.position = append_record(self.buffer, self.position, self.count,
-                                      timestamp - self.first_timestamp, key, key_length,
-                                      value, value_length, header_count, headers)
-        self.count += 1
-        return self.count - 1
 
     @property
     def done(self) -> bool:
@@ -338,17 +321,23 @@ class Producer:
             The record alone exceeds the topic's max.message.bytes.
         UnknownTopicOrPartitionError
         """
+        # The common cases first: this runs once per record.
         route = self._routes.get(topic) or self._route(topic)
-        value, value_length = _field(value, "value")
-        key, key_length = _field(key, "key")
+        if type(value) is bytes:
+            value_length = len(value)
+        else:
+            value, value_length = _field(value, "value")
+        if key is None:
+            key, key_length = b"", B.NULL_LENGTH
+        else:
+            key, key_length = _field(key, "key")
         header_count, header_bytes = encode_headers(headers) if headers else (0, b"")
-        size = (B.RECORD_HEADER_LENGTH + max(value_length, 0) + max(key_length, 0)
-                + len(header_bytes))
+        size = B.RECORD_HEADER_LENGTH + len(value) + len(key) + len(header_bytes)
         if size + B.HEADER_LENGTH > route.limit:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s "
                                       f"max.message.bytes ({route.limit})")
         if timestamp_ms is None:
-            timestamp = now_ms()
+            timestamp = time.time_ns() // 1_000_000
         elif isinstance(timestamp_ms, (int, np.integer)) and timestamp_ms >= B.NO_TIMESTAMP:
             timestamp = int(timestamp_ms)
         else:
@@ -357,10 +346,12 @@ class Producer:
         with self._lock:
             if self._closed:
                 raise LocalProtocolError("the producer is closed")
-            partition = self._choose(topic, len(route.rows), key if key_length >= 0 else None,
-                                     partition)
+            if type(partition) is not int or not 0 <= partition < len(route.rows):
+                partition = self._choose(topic, len(route.rows),
+                                         key if key_length >= 0 else None, partition)
             batch = self._pending.get((topic, partition))
-            if batch is not None and not batch.fits(size):
+            if batch is not None and (batch.position + size > len(batch.buffer)
+                                      or batch.count == limits.BATCH_RECORD_COUNT_MAX):
                 self._ship(batch)
                 batch = None
             if batch is None:
@@ -371,9 +362,15 @@ class Producer:
                     topic, partition, route.rows[partition], capacity)
                 if self.linger_ms and len(self._pending) == 1:
                     self._wake.notify()                # the linger thread waits for one
-            future = FutureRecordMetadata(self, batch, batch.add(
-                key, key_length, value, value_length, header_count, header_bytes, timestamp))
-            if self.linger_ms == 0 or batch.position + B.RECORD_HEADER_LENGTH > batch.buffer.size:
+                batch.first_timestamp = batch.max_timestamp = timestamp
+            elif timestamp > batch.max_timestamp:
+                batch.max_timestamp = timestamp
+            batch.position = append_record(batch.buffer, batch.position, batch.count,
+                                           timestamp - batch.first_timestamp, key, key_length,
+                                           value, value_length, header_count, header_bytes)
+            future = FutureRecordMetadata(self, batch, batch.count)
+            batch.count += 1
+            if self.linger_ms == 0 or batch.position + B.RECORD_HEADER_LENGTH > len(batch.buffer):
                 self._ship(batch)        # linger.ms=0: send as soon as possible, as Kafka
             return future
 
