@@ -7,12 +7,22 @@ and ``poll_batch`` catch-up consumption, and end-to-end latency p50/p99/p99.9 at
 10 000 records/s with the default idle strategy. A real broker runs as a child
 process; producers and the latency consumer run in processes of their own.
 
-Expected on the 2-vCPU development VM (November 2026): per-record send ~0.13 M/s,
-batch send ~3.5 M/s (bounded by this VM's fresh page-cache pages, see
-bench_log.py), per-record poll ~0.2 M/s, poll_batch ~25 M/s; e2e latency
-p50 ~0.8 ms, p99 ~20 ms. The per-record paths are bounded by Python work per
-record in the clients, and the latency by idle back-off to 1 ms sleeps and three
-busy processes on two cores; the closing note of the session says what to do.
+Expected on the 2-vCPU development VM (November 2026, memcpy ~17 GB/s): per-record
+send ~0.24 M/s, batch send ~3 M/s, per-record poll ~0.45 M/s, poll_batch ~40 M/s;
+e2e latency p50 ~75 us, p99 ~3 ms. What bounds them:
+
+* per-record ``send``: CPython. One call costs ~1.1 us of bytecode (checks, the
+  partition's batch, a future) plus ~0.6 us to dispatch the compiled encoder (numba
+  unboxes each argument), ~1.7 us with nothing else running; ~3 us while the
+  broker shares the machine.
+* ``send_batch``: three CPU consumers on two cores - the producer encoding, the
+  appender copying, the kernel zeroing the segment's fresh page-cache pages, which
+  this VM does at 0.45-0.67 GB/s (see bench_log.py).
+* per-record ``poll``: one Python object per record; a 9-field named tuple alone
+  costs ~0.4 us here. ``poll_batch`` is the path for throughput.
+* latency: producer, broker and consumer share two vCPUs, so one of them is always
+  waiting for a CPU, and waking a process whose vCPU went idle takes 15-90 us on
+  this VM (a bare futex ping-pong measures the same).
 """
 
 from __future__ import annotations
