@@ -343,14 +343,7 @@ def encode_headers(headers) -> tuple[int, bytes]:
                                   f"{limits.RECORD_HEADER_COUNT_MAX} are allowed")
     parts = []
     for entry in headers:
-        try:
-            name, value = entry
-        except (TypeError, ValueError):
-            raise LocalProtocolError(
-                f"a header must be a (str, bytes | None) pair, got {entry!r}") from None
-        if not isinstance(name, str):
-            raise LocalProtocolError(f"a header key must be str, got {name!r}")
-        name = name.encode()
+        name, value = _header_pair(entry)
         if value is None:
             parts += [_HEADER_ENTRY.pack(len(name), L.NULL_LENGTH), name]
         else:
@@ -360,6 +353,18 @@ def encode_headers(headers) -> tuple[int, bytes]:
             value = memoryview(value).tobytes()
             parts += [_HEADER_ENTRY.pack(len(name), len(value)), name, value]
     return len(headers), b"".join(parts)
+
+
+def _header_pair(entry) -> tuple[bytes, object]:
+    """A header as (encoded name, value), checking it is a (str, value) pair."""
+    try:
+        name, value = entry
+    except (TypeError, ValueError):
+        raise LocalProtocolError(
+            f"a header must be a (str, bytes | None) pair, got {entry!r}") from None
+    if not isinstance(name, str):
+        raise LocalProtocolError(f"a header key must be str, got {name!r}")
+    return name.encode(), value
 
 
 _HEADER_ENTRY = struct.Struct("<Ii")
@@ -464,14 +469,8 @@ def _gather_headers(headers, count: int):
                     f"record {index} has {counts[index]} headers; at most "
                     f"{limits.RECORD_HEADER_COUNT_MAX} are allowed")
             for entry in record_headers:
-                try:
-                    name, value = entry
-                except (TypeError, ValueError):
-                    raise LocalProtocolError(
-                        f"a header must be a (str, bytes | None) pair, got {entry!r}") from None
-                if not isinstance(name, str):
-                    raise LocalProtocolError(f"a header key must be str, got {name!r}")
-                keys.append(name.encode())
+                name, value = _header_pair(entry)
+                keys.append(name)
                 values.append(value)
     total = len(keys)
     return counts, _Column.from_values(keys, total, "header keys"), \

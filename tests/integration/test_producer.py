@@ -57,6 +57,27 @@ def test_keyed_records_land_on_kafkas_partitions_with_their_offsets(data_dir):
             assert values == sorted(values)
 
 
+def test_every_field_of_a_sent_record_arrives(data_dir):
+    sent = [(b"k", b"v", [("trace", b"abc"), ("empty", b""), ("null", None)], 1_700_000_000_000),
+            (None, bytearray(b"from a bytearray"), [], 1_600_000_000_000),
+            (memoryview(b"mv-key"), None, None, 1_700_000_000_005),
+            (b"", b"", [], -1)]
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("fields")
+        with Producer(data_dir) as producer:
+            futures = [producer.send("fields", value, key=key, headers=headers, partition=0,
+                                     timestamp_ms=timestamp)
+                       for key, value, headers, timestamp in sent]
+            offsets = [future.get(timeout=30).offset for future in futures]
+    records = logged(data_dir, "fields", 1)[0]
+    assert offsets == [0, 1, 2, 3]
+    for record, (key, value, headers, timestamp) in zip(records, sent, strict=True):
+        assert record.key == (None if key is None else bytes(key))
+        assert record.value == (None if value is None else bytes(value))
+        assert record.headers == list(headers or [])
+        assert record.timestamp == timestamp
+
+
 def test_send_batch_sends_one_numpy_batch(data_dir):
     rows = np.arange(1000 * 16, dtype=np.uint8).reshape(1000, 16)
     with Broker(data_dir):

@@ -39,9 +39,11 @@ from reference import (build_batch, encode_record, reference_crc32c,  # noqa: E4
                        reference_decode, reference_encode, with_crc)
 
 from shmlog import limits  # noqa: E402
-from shmlog.errors import CorruptRecordError, LocalProtocolError  # noqa: E402
-from shmlog.records import (BatchStatus, Compression, decode_columns,  # noqa: E402
-                            decode_records, encode_batch, iter_batches, validate_batches)
+from shmlog.errors import (CorruptRecordError, LocalProtocolError,  # noqa: E402
+                           RecordTooLargeError)
+from shmlog.records import (BatchStatus, Compression, append_record,  # noqa: E402
+                            decode_columns, decode_records, encode_batch, encode_headers,
+                            iter_batches, seal_batch, validate_batches)
 
 # Byte positions, restated from the diagram (the reference's own copy of the layout).
 BATCH_LENGTH_POSITION = 0
@@ -805,3 +807,40 @@ def test_non_sequence_values_are_a_local_protocol_error(values):
 def test_decode_columns_of_verified_input_stops_at_zero_padding():
     padded = np.concatenate([encode_batch([b"a"], timestamp_ms=0), np.zeros(64, np.uint8)])
     assert [r.value for r in decode_columns(padded, verified=True).records()] == [b"a"]
+
+
+def test_a_batch_built_record_by_record_equals_encode_batch():
+    """The producer's path (append_record per record, then seal_batch) writes the
+    same bytes as encode_batch for the same records: nulls, empties, headers with
+    null values, timestamps out of order, zstd."""
+    records = [(b"k0", b"v0", [("h", b"1")], 1_000),
+               (None, b"", [], 990),
+               (b"", None, [("a", None), ("b", b"")], 1_005),
+               (b"key", b"x" * 300, [], 1_001)]
+    for compression in (None, "zstd"):
+        buffer = np.empty(4096, np.uint8)
+        position = 64
+        first = records[0][3]
+        for index, (key, value, headers, timestamp) in enumerate(records):
+            count, entries = encode_headers(headers)
+            position = append_record(buffer, position, index, timestamp - first,
+                                     key or b"", -1 if key is None else len(key),
+                                     value or b"", -1 if value is None else len(value),
+                                     count, entries)
+        built = seal_batch(buffer[:position], len(records), first, 1_005,
+                           compression=compression, producer_id=7, producer_epoch=0,
+                           base_sequence=3)
+        expected = encode_batch([r[1] for r in records], [r[0] for r in records],
+                                [r[2] for r in records], [r[3] for r in records],
+                                compression=compression, producer_id=7, producer_epoch=0,
+                                base_sequence=3)
+        assert built.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("headers, error", [
+    ([("h",)], LocalProtocolError), ([(1, b"x")], LocalProtocolError),
+    ([("h", 5)], LocalProtocolError),
+    ([("h", b"")] * (limits.RECORD_HEADER_COUNT_MAX + 1), RecordTooLargeError)])
+def test_encode_headers_refuses_malformed_headers(headers, error):
+    with pytest.raises(error):
+        encode_headers(headers)
