@@ -13,7 +13,7 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	touch $@
 
 demo: $(STAMP)

@@ -173,10 +173,11 @@ class FutureRecordMetadata:
     """What ``send`` returns: ``get()`` gives the record's :class:`RecordMetadata`
     once the broker has appended it, or raises the error it reported."""
 
-    __slots__ = ("_producer", "_batch", "_index")
+    __slots__ = ("_producer", "_batch", "_index", "_timestamp")
 
-    def __init__(self, producer: "Producer", batch: _Batch, index: int):
+    def __init__(self, producer: "Producer", batch: _Batch, index: int, timestamp: int):
         self._producer, self._batch, self._index = producer, batch, index
+        self._timestamp = timestamp            # the record's own (CreateTime)
 
     def done(self) -> bool:
         return self._producer._settle(self._batch, wait_s=0)
@@ -196,7 +197,7 @@ class FutureRecordMetadata:
             raise self._batch.error
         result = self._batch.result
         offset = result.base_offset + self._index if result.base_offset >= 0 else -1
-        return RecordMetadata(result.topic, result.partition, offset, result.timestamp)
+        return RecordMetadata(result.topic, result.partition, offset, self._timestamp)
 
 
 class FutureBatchMetadata(FutureRecordMetadata):
@@ -368,7 +369,7 @@ class Producer:
             batch.position = append_record(batch.buffer, batch.position, batch.count,
                                            timestamp - batch.first_timestamp, key, key_length,
                                            value, value_length, header_count, header_bytes)
-            future = FutureRecordMetadata(self, batch, batch.count)
+            future = FutureRecordMetadata(self, batch, batch.count, timestamp)
             batch.count += 1
             if self.linger_ms == 0 or batch.position + B.RECORD_HEADER_LENGTH > len(batch.buffer):
                 self._ship(batch)        # linger.ms=0: send as soon as possible, as Kafka
@@ -403,7 +404,7 @@ class Producer:
             batch.first_timestamp = int(
                 encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8].view("<i8")[0])
             self._put(batch, encoded, count)
-            return FutureBatchMetadata(self, batch, 0)
+            return FutureBatchMetadata(self, batch, 0, batch.first_timestamp)
 
     def _ship(self, batch: _Batch) -> None:
         """Encode a gathered batch and put it into the ring (lock held)."""

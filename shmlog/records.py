@@ -609,6 +609,22 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
                       control=control)
 
 
+@kernel
+def gather_fields(data, positions, lengths, out_offsets, out):
+    """Copy the fields ``data[positions[i]:+lengths[i]]`` back to back into ``out``
+    (a null, length -1, takes no bytes) and write the ``len + 1`` start offsets
+    (Arrow's variable-size binary layout). Returns the bytes written."""
+    end = 0
+    for index in range(lengths.size):
+        out_offsets[index] = end
+        length = lengths[index]
+        if length > 0:
+            copy_bytes(out, end, data, positions[index], length)
+            end += length
+    out_offsets[lengths.size] = end
+    return end
+
+
 # --- reading --------------------------------------------------------------------------
 
 class BatchInfo(NamedTuple):
@@ -931,6 +947,14 @@ class RecordColumns:
             return self
         return dataclasses.replace(
             self, **{name: getattr(self, name)[first:] for name in _PER_RECORD_COLUMNS})
+
+    def before_offset(self, offset: int) -> "RecordColumns":
+        """The records below ``offset``."""
+        end = int(np.searchsorted(self.offsets, offset))
+        if end == len(self):
+            return self
+        return dataclasses.replace(
+            self, **{name: getattr(self, name)[:end] for name in _PER_RECORD_COLUMNS})
 
 
 # Columns with one entry per record (the header_* entry arrays are shared, indexed
