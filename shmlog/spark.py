@@ -421,7 +421,7 @@ class _StreamReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit) -> dict:
-        """The high watermarks, limited to ``maxRows`` more records in all (shared in
+        """The high watermarks, limited to ``max_rows`` more records in all (shared in
         proportion to each partition's backlog, as Kafka does). Partitions that
         appeared since ``start`` are read from their beginning."""
         begun = _from_json(start)
@@ -434,9 +434,9 @@ class _StreamReader(DataSourceStreamReader):
         if isinstance(limit, ReadMaxRows):
             backlog = {p: end[p] - begun[p] for p in partitions}
             total = sum(backlog.values())
-            if total > limit.maxRows:
-                shares = {p: backlog[p] * limit.maxRows // total for p in partitions}
-                left = limit.maxRows - sum(shares.values())
+            if total > limit.max_rows:
+                shares = {p: backlog[p] * limit.max_rows // total for p in partitions}
+                left = limit.max_rows - sum(shares.values())
                 for p in sorted(partitions, key=lambda p: -backlog[p])[:left]:
                     shares[p] += 1
                 end = {p: begun[p] + min(shares[p], backlog[p]) for p in partitions}
