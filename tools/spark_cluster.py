@@ -1,0 +1,143 @@
+"""A small Spark standalone cluster on this host: a master and N workers on loopback.
+
+    python tools/spark_cluster.py run [--workers 2] -- COMMAND...   # start, run, stop
+    python tools/spark_cluster.py start [--workers 2]                # leave it running
+    python tools/spark_cluster.py stop
+
+The pip package of PySpark has no start-master.sh, so the daemons are started with
+``spark-class`` (org.apache.spark.deploy.master.Master / worker.Worker). The master
+listens on 127.0.0.1:7077; worker ``i`` binds 127.0.0.(i + 2), so every worker is a
+separate executor host as far as Spark is concerned while all of them share this
+machine - and its shmlog broker, which is what reading segments in place needs:
+executors must run where the broker is. The workers' Python is this interpreter
+(PYSPARK_PYTHON), with the same compiled-kernel cache. ``run`` exports
+SPARK_MASTER_URL to the command and always stops the cluster afterwards.
+State (pid files, logs, work directories) lives under ``--state`` (default
+.cache/spark-cluster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MASTER_HOST, MASTER_PORT = "127.0.0.1", 7077
+MASTER_URL = f"spark://{MASTER_HOST}:{MASTER_PORT}"
+START_TIMEOUT_S = 120
+
+
+def spark_class() -> str:
+    import pyspark
+    return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
+
+
+def environment(state: str) -> dict:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
+    env["SPARK_LOG_DIR"] = os.path.join(state, "logs")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPOSITORY, env.get("PYTHONPATH")]))
+    return env
+
+
+def daemon(state: str, name: str, arguments: list[str]) -> None:
+    """Start one daemon in the background, its output in logs/<name>.log."""
+    os.makedirs(os.path.join(state, "logs"), exist_ok=True)
+    with open(os.path.join(state, "logs", f"{name}.log"), "ab") as log:
+        process = subprocess.Popen([spark_class(), *arguments], stdout=log,
+                                   stderr=subprocess.STDOUT, env=environment(state),
+                                   start_new_session=True)
+    with open(os.path.join(state, f"{name}.pid"), "w") as target:
+        target.write(str(process.pid))
+
+
+def wait_for_port(host: str, port: int, what: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{what} did not listen on {host}:{port} within "
+                                 f"{START_TIMEOUT_S} s (see its log)")
+            time.sleep(0.5)
+
+
+def start(state: str, workers: int, cores: int, memory: str) -> None:
+    daemon(state, "master", ["org.apache.spark.deploy.master.Master", "--host", MASTER_HOST,
+                             "--port", str(MASTER_PORT), "--webui-port", "8080"])
+    wait_for_port(MASTER_HOST, MASTER_PORT, "the master")
+    for index in range(workers):
+        host = f"127.0.0.{index + 2}"
+        daemon(state, f"worker-{index}", [
+            "org.apache.spark.deploy.worker.Worker", MASTER_URL, "--host", host,
+            "--port", str(7100 + index), "--webui-port", str(8081 + index),
+            "--cores", str(cores), "--memory", memory,
+            "--work-dir", os.path.join(state, f"work-{index}")])
+        wait_for_port(host, 7100 + index, f"worker {index}")
+    print(f"spark standalone cluster: {MASTER_URL}, {workers} workers", flush=True)
+
+
+def stop(state: str) -> None:
+    if not os.path.isdir(state):
+        return
+    for name in sorted(os.listdir(state)):
+        if not name.endswith(".pid"):
+            continue
+        path = os.path.join(state, name)
+        with open(path) as source:
+            pid = int(source.read())
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+        os.unlink(path)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["start", "stop", "run"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=1, help="per worker")
+    parser.add_argument("--memory", default="1g", help="per worker")
+    parser.add_argument("--state", default=os.path.join(REPOSITORY, ".cache", "spark-cluster"))
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="with run: the command to run against the cluster (after --)")
+    args = parser.parse_args(argv)
+    state = os.path.abspath(args.state)
+    if args.action == "stop":
+        stop(state)
+        return 0
+    stop(state)                               # leftovers of an earlier start
+    start(state, args.workers, args.cores, args.memory)
+    if args.action == "start":
+        return 0
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        stop(state)
+        raise SystemExit("run needs a command after --")
+    try:
+        return subprocess.call(command, env={**environment(state),
+                                             "SPARK_MASTER_URL": MASTER_URL})
+    finally:
+        stop(state)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
