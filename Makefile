@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python perf/bench_log.py
 	$(BIN)/python perf/bench_appender.py
 	$(BIN)/python perf/bench_data_plane.py
+	$(BIN)/python perf/bench_spark.py
 
 clean:
 	rm -rf $(VENV) .cache demo-data build *.egg-info

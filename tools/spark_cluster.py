@@ -111,15 +111,16 @@ def stop(state: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     usage="%(prog)s {start,stop,run} [options] [-- COMMAND...]")
     parser.add_argument("action", choices=["start", "stop", "run"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cores", type=int, default=1, help="per worker")
     parser.add_argument("--memory", default="1g", help="per worker")
     parser.add_argument("--state", default=os.path.join(REPOSITORY, ".cache", "spark-cluster"))
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="with run: the command to run against the cluster (after --)")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     state = os.path.abspath(args.state)
     if args.action == "stop":
         stop(state)
@@ -128,7 +129,6 @@ def main(argv=None) -> int:
     start(state, args.workers, args.cores, args.memory)
     if args.action == "start":
         return 0
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         stop(state)
         raise SystemExit("run needs a command after --")
