@@ -72,7 +72,8 @@ from .errors import LocalProtocolError, OffsetOutOfRangeError, ShmlogError
 from .producer import Producer
 from .records import RecordColumns, gather_fields
 
-__all__ = ["ShmlogDataSource", "register", "session", "SCHEMA", "SCHEMA_WITH_HEADERS"]
+__all__ = ["ShmlogDataSource", "register", "session", "bulk_read", "SCHEMA",
+           "SCHEMA_WITH_HEADERS"]
 
 SCHEMA = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()),
@@ -370,22 +371,27 @@ class ShmlogDataSource(DataSource):
         return _StreamWriter(self.options, schema)
 
 
+def plan_batch(options: _Options) -> list[OffsetRange]:
+    """The offset ranges of a batch read (from startingOffsets to endingOffsets)."""
+    with Consumer(bootstrap=options.bootstrap) as consumer:
+        partitions = options.partitions(consumer)
+        starts = options.resolve(consumer, partitions, "starting", "earliest")
+        ends = options.resolve(consumer, partitions, "ending", "latest")
+        latest = consumer.end_offsets(partitions)
+    for partition in partitions:
+        if ends[partition] > latest[partition]:
+            raise LocalProtocolError(f"endingOffsets for {partition.topic}-"
+                                     f"{partition.partition} is {ends[partition]}, past "
+                                     f"its high watermark {latest[partition]}")
+    return plan(starts, ends, options)
+
+
 class _BatchReader(DataSourceReader):
     def __init__(self, options: _Options):
         self.options = options
 
     def partitions(self) -> list[OffsetRange]:
-        with Consumer(bootstrap=self.options.bootstrap) as consumer:
-            partitions = self.options.partitions(consumer)
-            starts = self.options.resolve(consumer, partitions, "starting", "earliest")
-            ends = self.options.resolve(consumer, partitions, "ending", "latest")
-            latest = consumer.end_offsets(partitions)
-        for partition in partitions:
-            if ends[partition] > latest[partition]:
-                raise LocalProtocolError(f"endingOffsets for {partition.topic}-"
-                                         f"{partition.partition} is {ends[partition]}, past "
-                                         f"its high watermark {latest[partition]}")
-        return plan(starts, ends, self.options)
+        return plan_batch(self.options)
 
     def read(self, partition: OffsetRange):
         return read_range(partition, self.options)
@@ -522,6 +528,81 @@ class _StreamWriter(_Producing, DataSourceStreamArrowWriter):
         """Records a failed task produced stay (at-least-once, as Kafka's sink)."""
 
 
+# --- the host-pinned bulk reader ----------------------------------------------------------------
+
+_BULK_SOURCE = "io.shmlog.spark.BulkSource"
+_JVM_SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm")
+
+
+def bulk_jar() -> str | None:
+    """The bulk reader's jar, compiled against this PySpark's jars on first use and
+    cached (by source hash) under ``$SHMLOG_CACHE_DIR`` (default ~/.cache/shmlog);
+    None when there is no ``javac`` (a JRE without a JDK)."""
+    import hashlib
+    import pyspark
+    javac = (os.path.join(os.environ["JAVA_HOME"], "bin", "javac")
+             if os.environ.get("JAVA_HOME") else shutil.which("javac"))
+    if javac is None or not os.path.exists(javac):
+        return None
+    sources = sorted(os.path.join(root, name) for root, _, names in os.walk(_JVM_SOURCES)
+                     for name in names if name.endswith(".java"))
+    digest = hashlib.sha256(pyspark.__version__.encode())
+    for path in sources:
+        with open(path, "rb") as source:
+            digest.update(source.read())
+    cache = os.environ.get("SHMLOG_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "shmlog")
+    jar = os.path.join(cache, f"shmlog-bulk-{digest.hexdigest()[:16]}.jar")
+    if os.path.exists(jar):
+        return jar
+    import subprocess
+    import tempfile
+    import zipfile
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as classes:
+        classpath = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
+        compiled = subprocess.run([javac, "-nowarn", "-d", classes, "-cp", classpath, *sources],
+                                  capture_output=True, text=True)
+        if compiled.returncode != 0:
+            raise ShmlogError(f"compiling the bulk reader failed:\n{compiled.stderr}")
+        partial = jar + f".{os.getpid()}.tmp"
+        with zipfile.ZipFile(partial, "w") as archive:
+            for root, _, names in os.walk(classes):
+                for name in names:
+                    path = os.path.join(root, name)
+                    archive.write(path, os.path.relpath(path, classes))
+        os.replace(partial, jar)
+    return jar
+
+
+def bulk_read(spark, **options):
+    """A batch read like ``spark.read.format("shmlog")`` (same options, same schema
+    without headers) through the bulk reader: a JVM data source that reads the
+    segments straight into Spark's columnar batches, only the columns the query
+    uses, each task preferring - and checking - the host that stores its range.
+    Needs a session from :func:`session` (which ships the reader's jar).
+
+    Raises
+    ------
+    ShmlogError
+        The session has no bulk reader (no JDK), or headers were asked for.
+    """
+    parsed = _Options.parse(options)
+    if parsed.include_headers:
+        raise ShmlogError("the bulk reader has no headers column; use format('shmlog')")
+    if _BULK_SOURCE not in spark.conf.get("spark.shmlog.bulkSource", ""):
+        raise ShmlogError("this Spark session has no shmlog bulk reader: create it with "
+                          "shmlog.spark.session() on a machine with a JDK (javac)")
+    directories = {(entry["name"], part["partition"]): part["directory"]
+                   for entry in request(parsed.bootstrap, "metadata")["topics"]
+                   for part in entry["partitions"]}
+    host = socket.gethostname()
+    ranges = [{"topic": piece.topic, "partition": piece.partition, "start": piece.start,
+               "end": piece.end, "directory": directories[(piece.topic, piece.partition)],
+               "host": host} for piece in plan_batch(parsed)]
+    return spark.read.format(_BULK_SOURCE).option("plan", json.dumps(ranges)).load()
+
+
 # --- sessions --------------------------------------------------------------------------------
 
 def register(spark) -> None:
@@ -549,6 +630,10 @@ def session(master: str = "local[2]", app_name: str = "shmlog", **conf):
                 "spark.sql.shuffle.partitions": "4"}
     if os.environ.get("NUMBA_CACHE_DIR"):
         settings["spark.executorEnv.NUMBA_CACHE_DIR"] = os.environ["NUMBA_CACHE_DIR"]
+    jar = bulk_jar()
+    if jar is not None:
+        settings["spark.jars"] = ",".join(filter(None, [conf.pop("spark.jars", None), jar]))
+        settings["spark.shmlog.bulkSource"] = _BULK_SOURCE
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -1,0 +1,316 @@
+package io.shmlog.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+import java.io.File;
+import java.io.IOException;
+import java.io.RandomAccessFile;
+import java.io.UncheckedIOException;
+import java.net.InetAddress;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.zip.CRC32C;
+
+import com.github.luben.zstd.Zstd;
+
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * The host-pinned bulk reader behind shmlog.spark.bulk_read: a Spark DataSource V2
+ * that reads shmlog segment files straight into columnar batches in the executor's
+ * JVM, only the columns a query needs. Python plans the offset ranges (below the
+ * high watermarks, so every byte read is published) and hands them over as the
+ * "plan" option; each range names the host its partition lives on, which Spark
+ * prefers, and a task on another host fails instead of reading anything else.
+ *
+ * The segment format is shmlog/batch_layout.py's: 64-byte batch headers, CRC32C
+ * over everything after the CRC field, zstd-compressed records regions, records
+ * with a 28-byte header. Every batch read is checked against its CRC.
+ */
+public final class BulkSource implements TableProvider {
+    static final StructType SCHEMA = new StructType(new StructField[] {
+        DataTypes.createStructField("key", DataTypes.BinaryType, true),
+        DataTypes.createStructField("value", DataTypes.BinaryType, true),
+        DataTypes.createStructField("topic", DataTypes.StringType, true),
+        DataTypes.createStructField("partition", DataTypes.IntegerType, true),
+        DataTypes.createStructField("offset", DataTypes.LongType, true),
+        DataTypes.createStructField("timestamp", DataTypes.TimestampType, true),
+        DataTypes.createStructField("timestampType", DataTypes.IntegerType, true)});
+
+    @Override public StructType inferSchema(CaseInsensitiveStringMap options) { return SCHEMA; }
+
+    @Override
+    public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+        return new BulkTable(properties.get("plan"));
+    }
+
+    static final class BulkTable implements SupportsRead {
+        private final String plan;
+        BulkTable(String plan) { this.plan = plan; }
+        @Override public String name() { return "shmlog-bulk"; }
+        @Override public StructType schema() { return SCHEMA; }
+        @Override public Set<TableCapability> capabilities() { return Set.of(TableCapability.BATCH_READ); }
+        @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+            return new BulkScan(plan == null ? options.get("plan") : plan);
+        }
+    }
+
+    /** The scan: its builder (column pruning), itself, and its batch. */
+    static final class BulkScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
+        private final String plan;
+        private StructType required = SCHEMA;
+
+        BulkScan(String plan) {
+            if (plan == null) throw new IllegalArgumentException("shmlog-bulk needs the plan option (use shmlog.spark.bulk_read)");
+            this.plan = plan;
+        }
+        @Override public void pruneColumns(StructType requiredSchema) { required = requiredSchema; }
+        @Override public Scan build() { return this; }
+        @Override public StructType readSchema() { return required; }
+        @Override public Batch toBatch() { return this; }
+
+        @Override
+        public InputPartition[] planInputPartitions() {
+            try {
+                ArrayList<Range> ranges = new ArrayList<>();
+                for (JsonNode node : new ObjectMapper().readTree(plan)) {
+                    ranges.add(new Range(node.get("topic").asText(), node.get("partition").asInt(),
+                        node.get("directory").asText(), node.get("start").asLong(),
+                        node.get("end").asLong(), node.get("host").asText()));
+                }
+                return ranges.toArray(new InputPartition[0]);
+            } catch (IOException error) {
+                throw new UncheckedIOException("shmlog-bulk: the plan is not valid JSON", error);
+            }
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            String[] columns = required.fieldNames();
+            return new ReaderFactory(columns);
+        }
+    }
+
+    /** Offsets [start, end) of one log partition, stored in directory on host. */
+    static final class Range implements InputPartition {
+        final String topic, directory, host;
+        final int partition;
+        final long start, end;
+
+        Range(String topic, int partition, String directory, long start, long end, String host) {
+            this.topic = topic; this.partition = partition; this.directory = directory;
+            this.start = start; this.end = end; this.host = host;
+        }
+        @Override public String[] preferredLocations() { return new String[] {host}; }
+    }
+
+    static final class ReaderFactory implements PartitionReaderFactory {
+        private final String[] columns;
+        ReaderFactory(String[] columns) { this.columns = columns; }
+        @Override public boolean supportColumnarReads(InputPartition partition) { return true; }
+        @Override public PartitionReader<InternalRow> createReader(InputPartition partition) {
+            throw new UnsupportedOperationException("shmlog-bulk reads columnar batches only");
+        }
+        @Override public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+            return new RangeReader((Range) partition, columns);
+        }
+    }
+
+    /** Reads one range, batch by batch of the log, into columnar batches of the required columns. */
+    static final class RangeReader implements PartitionReader<ColumnarBatch> {
+        // batch header (batch_layout.py)
+        static final int BATCH_LENGTH = 0, MAGIC = 4, VERSION = 6, BASE_OFFSET = 8, CRC = 20,
+            ATTRIBUTES = 24, RECORD_COUNT = 28, FIRST_TIMESTAMP = 48, HEADER_LENGTH = 64,
+            CRC_COVERED = 24;
+        static final int MAGIC_VALUE = 0x4C53, VERSION_VALUE = 1, CODEC_MASK = 0x07, CODEC_ZSTD = 4,
+            TIMESTAMP_TYPE_BIT = 0x08;
+        // record header
+        static final int RECORD_LENGTH = 0, OFFSET_DELTA = 4, TIMESTAMP_DELTA = 8, KEY_LENGTH = 16,
+            VALUE_LENGTH = 20, HEADER_COUNT = 24, RECORD_HEADER_LENGTH = 28, HEADER_ENTRY_LENGTH = 8;
+        static final int ROWS_PER_BATCH = 8192;
+
+        static final String[] COLUMNS = {"key", "value", "topic", "partition", "offset", "timestamp", "timestampType"};
+        static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6;
+
+        private final Range range;
+        private final int[] columns;       // the required columns, as indexes into COLUMNS
+        private final OnHeapColumnVector[] vectors;
+        private final ColumnarBatch batch;
+        private final byte[] topic;
+        private final TreeMap<Long, File> segments = new TreeMap<>();
+        private final CRC32C crc = new CRC32C();
+        private MappedByteBuffer mapped;
+        private long segmentBase = -1;
+        private int position;              // in the mapped segment
+        private long next;                 // the next offset to return
+        private byte[] records = new byte[0];
+        private int recordsEnd, recordAt;  // the current batch's records, decoded
+        private long baseOffset, firstTimestamp;
+        private int timestampType;
+
+        RangeReader(Range range, String[] columns) {
+            this.range = range;
+            this.columns = new int[columns.length];
+            for (int index = 0; index < columns.length; index++) {
+                this.columns[index] = Arrays.asList(COLUMNS).indexOf(columns[index]);
+                if (this.columns[index] < 0) throw new IllegalArgumentException("unknown column " + columns[index]);
+            }
+            this.topic = range.topic.getBytes(StandardCharsets.UTF_8);
+            checkHost(range);
+            File[] files = new File(range.directory).listFiles((dir, name) -> name.matches("\\d{20}\\.log"));
+            if (files == null) throw new IllegalStateException(where() + ": no partition directory " + range.directory + " on this host");
+            for (File file : files) segments.put(Long.parseLong(file.getName().substring(0, 20)), file);
+            vectors = new OnHeapColumnVector[columns.length];
+            for (int index = 0; index < columns.length; index++) {
+                vectors[index] = new OnHeapColumnVector(ROWS_PER_BATCH, SCHEMA.apply(columns[index]).dataType());
+            }
+            batch = new ColumnarBatch(vectors);
+            next = range.start;
+        }
+
+        private static void checkHost(Range range) {
+            try {
+                String here = InetAddress.getLocalHost().getHostName();
+                if (!here.equals(range.host)) {
+                    throw new IllegalStateException("shmlog " + range.topic + "-" + range.partition + " is stored on "
+                        + range.host + " but this task runs on " + here + ": run the executors on the broker hosts");
+                }
+            } catch (java.net.UnknownHostException error) {
+                throw new UncheckedIOException(error);
+            }
+        }
+
+        private String where() { return "shmlog " + range.topic + "-" + range.partition; }
+
+        private void openSegmentFor(long offset) throws IOException {
+            Map.Entry<Long, File> entry = segments.floorEntry(offset);
+            if (entry == null) throw new IllegalStateException(where() + ": offset " + offset + " was deleted (retention)");
+            try (RandomAccessFile file = new RandomAccessFile(entry.getValue(), "r"); FileChannel channel = file.getChannel()) {
+                mapped = channel.map(FileChannel.MapMode.READ_ONLY, 0, channel.size());
+            }
+            mapped.order(ByteOrder.LITTLE_ENDIAN);
+            segmentBase = entry.getKey();
+            position = 0;
+        }
+
+        /** Decode the next batch holding offsets >= next into records; false at the end of the segment. */
+        private boolean loadBatch() throws IOException {
+            while (true) {
+                if (position + HEADER_LENGTH > mapped.capacity() || mapped.getInt(position + BATCH_LENGTH) == 0) {
+                    Long following = segments.higherKey(segmentBase);
+                    if (following == null) throw new IllegalStateException(where() + ": the log ends before offset " + next);
+                    openSegmentFor(following);
+                    continue;
+                }
+                int length = mapped.getInt(position + BATCH_LENGTH);
+                if (length < HEADER_LENGTH || position + (long) length > mapped.capacity()
+                        || (mapped.getShort(position + MAGIC) & 0xFFFF) != MAGIC_VALUE || mapped.get(position + VERSION) != VERSION_VALUE) {
+                    throw new IllegalStateException(where() + ": no valid batch at byte " + position + " of segment " + segmentBase);
+                }
+                int count = mapped.getInt(position + RECORD_COUNT);
+                long base = mapped.getLong(position + BASE_OFFSET);
+                long lastOffset = base + mapped.getInt(position + RECORD_COUNT + 4);
+                int start = position;
+                position += length;
+                if (lastOffset < next) continue;
+                byte[] bytes = new byte[length];
+                mapped.get(start, bytes, 0, length);
+                crc.reset();
+                crc.update(bytes, CRC_COVERED, length - CRC_COVERED);
+                ByteBuffer header = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN);
+                if ((int) crc.getValue() != header.getInt(CRC)) {
+                    throw new IllegalStateException(where() + ": CRC mismatch in the batch at byte " + start + " of segment " + segmentBase);
+                }
+                int attributes = header.getShort(ATTRIBUTES) & 0xFFFF;
+                if ((attributes & CODEC_MASK) == CODEC_ZSTD) {
+                    records = Zstd.decompress(Arrays.copyOfRange(bytes, HEADER_LENGTH, length),
+                        (int) Zstd.getFrameContentSize(bytes, HEADER_LENGTH, length - HEADER_LENGTH));
+                    recordAt = 0;
+                    recordsEnd = records.length;
+                } else {
+                    records = bytes;
+                    recordAt = HEADER_LENGTH;
+                    recordsEnd = length;
+                }
+                baseOffset = base;
+                firstTimestamp = header.getLong(FIRST_TIMESTAMP);
+                timestampType = (attributes & TIMESTAMP_TYPE_BIT) != 0 ? 1 : 0;
+                if (count == 0) continue;
+                return true;
+            }
+        }
+
+        @Override
+        public boolean next() throws IOException {
+            if (next >= range.end) return false;
+            for (OnHeapColumnVector vector : vectors) vector.reset();
+            if (mapped == null) openSegmentFor(next);
+            int rows = 0;
+            while (rows < ROWS_PER_BATCH && next < range.end) {
+                if (recordAt >= recordsEnd && !loadBatch()) break;
+                ByteBuffer view = ByteBuffer.wrap(records).order(ByteOrder.LITTLE_ENDIAN);
+                while (recordAt < recordsEnd && rows < ROWS_PER_BATCH && next < range.end) {
+                    int at = recordAt;
+                    recordAt += view.getInt(at + RECORD_LENGTH);
+                    long offset = baseOffset + (view.getInt(at + OFFSET_DELTA) & 0xFFFFFFFFL);
+                    if (offset < next) continue;
+                    int keyLength = view.getInt(at + KEY_LENGTH), valueLength = view.getInt(at + VALUE_LENGTH);
+                    int keyAt = at + RECORD_HEADER_LENGTH, valueAt = keyAt + Math.max(keyLength, 0);
+                    for (int column = 0; column < columns.length; column++) {
+                        OnHeapColumnVector vector = vectors[column];
+                        switch (columns[column]) {
+                            case KEY: putBinary(vector, rows, keyAt, keyLength); break;
+                            case VALUE: putBinary(vector, rows, valueAt, valueLength); break;
+                            case TOPIC: vector.putByteArray(rows, topic); break;
+                            case PARTITION: vector.putInt(rows, range.partition); break;
+                            case OFFSET: vector.putLong(rows, offset); break;
+                            case TIMESTAMP: vector.putLong(rows, (firstTimestamp + view.getLong(at + TIMESTAMP_DELTA)) * 1000); break;
+                            default: vector.putInt(rows, timestampType); break;
+                        }
+                    }
+                    rows++;
+                    next = offset + 1;
+                }
+            }
+            batch.setNumRows(rows);
+            if (rows == 0 && next < range.end) throw new IllegalStateException(where() + ": nothing at offset " + next);
+            return rows > 0;
+        }
+
+        private void putBinary(OnHeapColumnVector vector, int row, int at, int length) {
+            if (length < 0) vector.putNull(row);
+            else vector.putByteArray(row, records, at, length);
+        }
+
+        @Override public ColumnarBatch get() { return batch; }
+        @Override public void close() { batch.close(); mapped = null; }
+    }
+}
