@@ -172,6 +172,7 @@ public final class BulkSource implements TableProvider {
         private int position;              // in the mapped segment
         private long next;                 // the next offset to return
         private byte[] records = new byte[0];
+        private byte[] scratch = new byte[1 << 16];
         private int recordsEnd, recordAt;  // the current batch's records, decoded
         private long baseOffset, firstTimestamp;
         private int timestampType;
@@ -241,11 +242,12 @@ public final class BulkSource implements TableProvider {
                 int start = position;
                 position += length;
                 if (lastOffset < next) continue;
-                byte[] bytes = new byte[length];
+                if (scratch.length < length) scratch = new byte[Math.max(length, 2 * scratch.length)];
+                byte[] bytes = scratch;             // reused: the previous batch is fully read
                 mapped.get(start, bytes, 0, length);
                 crc.reset();
                 crc.update(bytes, CRC_COVERED, length - CRC_COVERED);
-                ByteBuffer header = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN);
+                ByteBuffer header = ByteBuffer.wrap(bytes, 0, length).order(ByteOrder.LITTLE_ENDIAN);
                 if ((int) crc.getValue() != header.getInt(CRC)) {
                     throw new IllegalStateException(where() + ": CRC mismatch in the batch at byte " + start + " of segment " + segmentBase);
                 }
