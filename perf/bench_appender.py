@@ -50,6 +50,7 @@ from shmlog.appender import Appender  # noqa: E402
 from shmlog.records import encode_batch  # noqa: E402
 from shmlog.ring import Ring  # noqa: E402
 from shmlog.state import PartitionStateTable  # noqa: E402
+from bounds import memcpy_rate  # noqa: E402
 
 MIB = 1 << 20
 RING_SIZE = 16 * MIB
@@ -67,14 +68,6 @@ PRODUCER = textwrap.dedent("""
     for _ in range(batches_total):
         ring.put(0, batch, timeout_ms=60_000)
 """)
-
-
-def memcpy_rate() -> float:
-    source = np.ones(256 * MIB, np.uint8)
-    target = np.empty_like(source)
-    np.copyto(target, source)
-    best = min(_timed(lambda: np.copyto(target, source)) for _ in range(5))
-    return source.size / best
 
 
 def _timed(function) -> float:

@@ -34,29 +34,15 @@ import platform
 import shutil
 import sys
 import tempfile
-import time
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
 sys.path.insert(0, REPOSITORY)
 
-import numpy as np  # noqa: E402
-
+from bounds import memcpy_rate  # noqa: E402
 from shmlog import Admin, Broker, perf  # noqa: E402
 
 TARGETS = {"send": 2e6, "send_batch": 15e6, "poll": 3e6, "poll_batch": 50e6}
-
-
-def memcpy_rate() -> float:
-    source = np.ones(256 << 20, np.uint8)
-    target = np.empty_like(source)
-    np.copyto(target, source)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        np.copyto(target, source)
-        best = min(best, time.perf_counter() - start)
-    return source.size / best
 
 
 def main(argv=None) -> int:

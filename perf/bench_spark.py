@@ -35,20 +35,9 @@ import numpy as np  # noqa: E402
 
 from shmlog import Admin, Broker, Producer  # noqa: E402
 from shmlog.spark import bulk_read, session  # noqa: E402
+from bounds import memcpy_rate  # noqa: E402
 
 PARTITIONS = 4
-
-
-def memcpy_rate() -> float:
-    source = np.ones(256 << 20, np.uint8)
-    target = np.empty_like(source)
-    np.copyto(target, source)
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
-        np.copyto(target, source)
-        best = min(best, time.perf_counter() - started)
-    return source.size / best
 
 
 def fill(data_dir: str, records: int, size: int) -> None:

@@ -43,10 +43,7 @@ def produce(data_dir, topic, count, *, start=0, timestamp_ms=None, partition=Non
 
 
 def read(spark, data_dir, **options):
-    reader = spark.read.format("shmlog").option("bootstrap", data_dir)
-    for name, value in options.items():
-        reader = reader.option(name, value)
-    return reader.load()
+    return spark.read.format("shmlog").options(bootstrap=data_dir, **options).load()
 
 
 def by_position(rows):

@@ -31,10 +31,7 @@ def produce(data_dir, topic, numbers, *, pause_s=0.0):
 
 
 def stream(spark, data_dir, **options):
-    reader = spark.readStream.format("shmlog").option("bootstrap", data_dir)
-    for name, value in options.items():
-        reader = reader.option(name, value)
-    return reader.load()
+    return spark.readStream.format("shmlog").options(bootstrap=data_dir, **options).load()
 
 
 def run_to_files(spark, data_dir, output, checkpoint, producing=None):
