@@ -208,7 +208,7 @@ class _Options:
                    max_offsets_per_trigger=_number(raw, "maxOffsetsPerTrigger", None),
                    raw=raw)
 
-    def partitions(self, consumer: Consumer) -> list[TopicPartition]:
+    def partitions(self) -> list[TopicPartition]:
         """The topic partitions the options name, as the broker has them now."""
         topics = {entry["name"]: len(entry["partitions"])
                   for entry in request(self.bootstrap, "metadata")["topics"]}
@@ -374,7 +374,7 @@ class ShmlogDataSource(DataSource):
 def plan_batch(options: _Options) -> list[OffsetRange]:
     """The offset ranges of a batch read (from startingOffsets to endingOffsets)."""
     with Consumer(bootstrap=options.bootstrap) as consumer:
-        partitions = options.partitions(consumer)
+        partitions = options.partitions()
         starts = options.resolve(consumer, partitions, "starting", "earliest")
         ends = options.resolve(consumer, partitions, "ending", "latest")
         latest = consumer.end_offsets(partitions)
@@ -418,7 +418,7 @@ class _StreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict:
         with self._consumer() as consumer:
-            partitions = self.options.partitions(consumer)
+            partitions = self.options.partitions()
             return _to_json(self.options.resolve(consumer, partitions, "starting", "latest"))
 
     def getDefaultReadLimit(self):
@@ -432,7 +432,7 @@ class _StreamReader(DataSourceStreamReader):
         appeared since ``start`` are read from their beginning."""
         begun = _from_json(start)
         with self._consumer() as consumer:
-            partitions = self.options.partitions(consumer)
+            partitions = self.options.partitions()
             latest = consumer.end_offsets(partitions)
             new = [p for p in partitions if p not in begun]
             begun.update(consumer.beginning_offsets(new) if new else {})
