@@ -1,6 +1,6 @@
 """Spark scans of shmlog against Parquet, and streaming throughput, in one run.
 
-Workload: 10 M records of 100-byte values in 4 partitions (written with
+Workload: 10 M records of distinct 100-byte values in 4 partitions (written with
 ``send_batch`` through a real broker). The same records are written once to
 Parquet (all of Kafka's columns, snappy, as Spark writes by default). Each scan
 runs ``groupBy(partition).agg(sum(length(value)), max(timestamp), count)`` - every
@@ -41,9 +41,13 @@ PARTITIONS = 4
 
 
 def fill(data_dir: str, records: int, size: int) -> None:
+    """Random values, each made distinct by its record number in the first 8 bytes
+    (repeated values would let Parquet dictionary-encode them: a different test)."""
     rows = np.random.default_rng(0).integers(0, 256, (1000, size), np.uint8)
+    numbers = rows[:, :8].view(np.int64)
     with Producer(data_dir) as producer:
         for number in range(records // 1000):
+            numbers[:, 0] = np.arange(number * 1000, (number + 1) * 1000)
             producer.send_batch("bench", rows, partition=number % PARTITIONS)
         producer.flush()
 
