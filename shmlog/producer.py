@@ -395,7 +395,7 @@ class Producer:
             count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
             encoded = encode_batch(values, keys, timestamp_ms=timestamp_ms,
                                    compression=self.compression,
-                                   **self._identity(topic, partition, count))
+                                   **self._identity(topic, partition))
             if encoded.size > route.limit:
                 raise RecordTooLargeError(f"a batch of {encoded.size} bytes exceeds {topic}'s "
                                           f"max.message.bytes ({route.limit}); send fewer "
@@ -413,23 +413,29 @@ class Producer:
             del self._sticky[batch.topic]             # the next unkeyed batch moves on
         encoded = seal_batch(batch.buffer[:batch.position], batch.count, batch.first_timestamp,
                              batch.max_timestamp, compression=self.compression,
-                             **self._identity(batch.topic, batch.partition, batch.count))
+                             **self._identity(batch.topic, batch.partition))
         batch.buffer = None
-        self._put(batch, encoded, batch.count)
+        try:
+            self._put(batch, encoded, batch.count)
+        except ShmlogError as error:                  # the ring stayed full: its futures fail
+            batch.error = error
+            raise
 
-    def _identity(self, topic: str, partition: int, count: int) -> dict:
-        """Producer id, epoch and the batch's first sequence (lock held)."""
+    def _identity(self, topic: str, partition: int) -> dict:
+        """Producer id, epoch and the next batch's first sequence (lock held). The
+        sequence moves on only once the batch is in the ring (``_put``): a batch
+        refused before that leaves no gap the broker would take for a lost one."""
         if self.producer_id < 0:
             return {}
-        sequence = self._sequences.get((topic, partition), 0)
-        self._sequences[(topic, partition)] = (sequence + count) % SEQUENCE_MODULUS
         return {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
-                "base_sequence": sequence}
+                "base_sequence": self._sequences.get((topic, partition), 0)}
 
     def _put(self, batch: _Batch, encoded: np.ndarray, count: int) -> None:
         batch.count = count
         batch.entry = self.ring.put(batch.row, encoded, timeout_ms=self.max_block_ms)
         self._table.appender_doorbell.ring()
+        key = (batch.topic, batch.partition)
+        self._sequences[key] = (self._sequences.get(key, 0) + count) % SEQUENCE_MODULUS
         if self.acks == 0:
             batch.result = BatchMetadata(batch.topic, batch.partition, -1, count,
                                          batch.first_timestamp)

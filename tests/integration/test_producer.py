@@ -78,6 +78,20 @@ def test_every_field_of_a_sent_record_arrives(data_dir):
         assert record.timestamp == timestamp
 
 
+def test_a_refused_batch_leaves_no_gap_in_the_sequence(data_dir):
+    """A batch refused at the call (too large) must not use up sequence numbers, or
+    the broker would take the next batch for one sent after a lost one."""
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("seq", 1, {"max.message.bytes": 4096})
+        with Producer(data_dir) as producer:
+            producer.send_batch("seq", [b"a" * 100] * 3, partition=0).get(timeout=30)
+            with pytest.raises(RecordTooLargeError):
+                producer.send_batch("seq", [b"b" * 100] * 100, partition=0)
+            meta = producer.send_batch("seq", [b"c" * 100] * 3, partition=0).get(timeout=30)
+    assert (meta.base_offset, meta.record_count) == (3, 3)
+    assert [r.value[:1] for r in logged(data_dir, "seq", 1)[0]] == [b"a"] * 3 + [b"c"] * 3
+
+
 def test_send_batch_sends_one_numpy_batch(data_dir):
     rows = np.arange(1000 * 16, dtype=np.uint8).reshape(1000, 16)
     with Broker(data_dir):
