@@ -375,25 +375,34 @@ class Producer:
                 self._ship(batch)        # linger.ms=0: send as soon as possible, as Kafka
             return future
 
+    def batch_bytes_max(self, topic: str) -> int:
+        """The largest batch the topic takes (its max.message.bytes, and no more than
+        a segment): what one ``send_batch`` may encode to."""
+        return self._route(topic).limit
+
     def send_batch(self, topic: str, values, keys=None, partition: int | None = None,
-                   timestamp_ms: int | None = None) -> FutureBatchMetadata:
+                   timestamp_ms: int | None = None, headers=None) -> FutureBatchMetadata:
         """Send many records as one batch, encoded in one compiled pass: a list of
-        bytes, or a numpy array of fixed-width records (one per row). Without
-        ``partition``, the first key (or the sticky partitioner) chooses it.
+        bytes, or a numpy array of fixed-width records (one per row); ``headers``, a
+        list of (str, bytes | None) lists, one per record. Without ``partition``, the
+        first key chooses it, or the sticky partitioner, which moves on afterwards.
 
         Raises
         ------
         LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError
         """
         first_key = None
-        if keys is not None and len(keys):
-            first_key = bytes(keys[0]) if not isinstance(keys, np.ndarray) else keys[0].tobytes()
+        if isinstance(keys, np.ndarray) and len(keys):
+            first_key = keys[0].tobytes()
+        elif keys is not None and len(keys) and keys[0] is not None:
+            first_key = bytes(keys[0])
         with self._lock:
             self._check_open()
             route = self._route(topic)
+            sticky = partition is None and first_key is None
             partition = self._choose(topic, len(route.rows), first_key, partition)
             count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
-            encoded = encode_batch(values, keys, timestamp_ms=timestamp_ms,
+            encoded = encode_batch(values, keys, headers, timestamp_ms=timestamp_ms,
                                    compression=self.compression,
                                    **self._identity(topic, partition))
             if encoded.size > route.limit:
@@ -404,6 +413,8 @@ class Producer:
             batch.first_timestamp = int(
                 encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8].view("<i8")[0])
             self._put(batch, encoded, count)
+            if sticky:
+                self._sticky.pop(topic, None)        # the next unkeyed batch moves on
             return FutureBatchMetadata(self, batch, 0, batch.first_timestamp)
 
     def _ship(self, batch: _Batch) -> None:

@@ -69,7 +69,8 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 from .broker import default_data_dir, request
 from .consumer import Consumer, TopicPartition
 from .errors import LocalProtocolError, OffsetOutOfRangeError, ShmlogError
-from .producer import Producer
+from . import batch_layout as B
+from .producer import Producer, partition_for_key
 from .records import RecordColumns, gather_fields
 
 __all__ = ["ShmlogDataSource", "register", "session", "bulk_read", "SCHEMA",
@@ -469,17 +470,27 @@ class WrittenRecords(WriterCommitMessage):
     records: int
 
 
-def _column(batch: pa.RecordBatch, name: str):
+def _column(batch: pa.RecordBatch, name: str, convert=None) -> list | None:
     index = batch.schema.get_field_index(name)
-    return None if index < 0 else batch.column(index).to_pylist()
+    if index < 0:
+        return None
+    values = batch.column(index).to_pylist()
+    return values if convert is None else [convert(value) for value in values]
 
 
 def _as_bytes(value):
     return value.encode() if isinstance(value, str) else value
 
 
+def _as_headers(entries) -> list:
+    return [(entry["key"], entry["value"]) for entry in entries or []]
+
+
 def write_batches(batches, options, schema: StructType) -> WrittenRecords:
-    """Produce every row of the Arrow batches; flush; how many were written."""
+    """Produce every row of the Arrow batches, flush, and count them. Rows are
+    grouped by topic and partition (their own, their key's as Kafka's partitioner
+    gives it, or the sticky partitioner's for neither) and sent as whole batches
+    of at most the topic's max.message.bytes."""
     if "value" not in schema.fieldNames():
         raise LocalProtocolError("writing to shmlog needs a value column (binary or string)")
     topic_option = _option(options, "topic")
@@ -488,21 +499,48 @@ def write_batches(batches, options, schema: StructType) -> WrittenRecords:
     written = 0
     with Producer(_option(options, "bootstrap") or default_data_dir(), acks=1) as producer:
         for batch in batches:
-            values = _column(batch, "value")
-            keys = _column(batch, "key") or [None] * len(values)
-            topics = [topic_option] * len(values) if topic_option else _column(batch, "topic")
-            partitions = _column(batch, "partition") or [None] * len(values)
-            headers = _column(batch, "headers") or [None] * len(values)
-            for value, key, topic, partition, record_headers in zip(values, keys, topics,
-                                                                  partitions, headers):
+            count = batch.num_rows
+            values = _column(batch, "value", _as_bytes)
+            keys = _column(batch, "key", _as_bytes) or [None] * count
+            topics = [topic_option] * count if topic_option else _column(batch, "topic")
+            partitions = _column(batch, "partition") or [None] * count
+            headers = _column(batch, "headers", _as_headers) or [[]] * count
+            groups: dict[tuple, list[int]] = {}
+            widths: dict[str, int] = {}               # partitions per topic
+            for row in range(count):
+                topic, partition, key = topics[row], partitions[row], keys[row]
                 if topic is None:
                     raise LocalProtocolError("a row has a null topic and no topic option")
-                producer.send(topic, _as_bytes(value), key=_as_bytes(key),
-                              partition=partition,
-                              headers=[(h["key"], h["value"]) for h in record_headers or []])
-            written += len(values)
+                if partition is None and key is not None:
+                    if topic not in widths:
+                        widths[topic] = len(producer.partitions_for(topic))
+                    partition = partition_for_key(key, widths[topic])
+                groups.setdefault((topic, partition), []).append(row)
+            for (topic, partition), rows in groups.items():
+                for chunk in _chunks(rows, values, keys, headers,
+                                     producer.batch_bytes_max(topic) - B.HEADER_LENGTH):
+                    producer.send_batch(topic, [values[row] for row in chunk],
+                                        [keys[row] for row in chunk], partition=partition,
+                                        headers=[headers[row] for row in chunk])
+            written += count
         producer.flush()
     return WrittenRecords(written)
+
+
+def _chunks(rows: list[int], values, keys, headers, limit: int):
+    """``rows`` cut into runs whose records fit ``limit`` bytes (a record alone that
+    does not fit goes on its own, for send_batch to refuse with a clear error)."""
+    start, size = 0, 0
+    for index, row in enumerate(rows):
+        record = B.RECORD_HEADER_LENGTH + len(values[row] or b"") + len(keys[row] or b"")
+        if headers[row]:
+            record += sum(B.HEADER_ENTRY_LENGTH + len(name.encode()) + len(value or b"")
+                          for name, value in headers[row])
+        if size + record > limit and index > start:
+            yield rows[start:index]
+            start, size = index, 0
+        size += record
+    yield rows[start:]
 
 
 class _Producing:

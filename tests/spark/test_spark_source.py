@@ -18,6 +18,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from shmlog import Admin, Producer
+from shmlog.producer import partition_for_key
 from shmlog.spark import SCHEMA, SCHEMA_WITH_HEADERS
 
 TIMEOUT_S = 60
@@ -157,3 +158,17 @@ def test_a_batch_write_round_trips(spark, broker):
     with pytest.raises(PySparkException, match="topic"):
         spark.createDataFrame([("v",)], "value string").write.format("shmlog") \
             .mode("append").option("bootstrap", broker).save()
+
+
+def test_written_rows_go_where_kafka_would_put_them_in_batches_the_topic_takes(spark, broker):
+    Admin(broker).create_topic("keyed", 3, {"max.message.bytes": 16384})
+    rows = [(f"key-{n % 17}" if n % 4 else None, "x" * 1000 + str(n)) for n in range(2000)]
+    spark.createDataFrame(rows, "key string, value string").write.format("shmlog") \
+        .mode("append").option("bootstrap", broker).option("topic", "keyed").save()
+    written = read(spark, broker, subscribe="keyed").collect()
+    assert sorted(row.value for row in written) == sorted(value.encode() for _, value in rows)
+    for row in written:
+        if row.key is not None:
+            assert row.partition == partition_for_key(row.key, 3), "Kafka's key partitioner"
+    assert len({row.partition for row in written if row.key is None}) > 1, \
+        "unkeyed rows move on between batches"
