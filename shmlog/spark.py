@@ -41,10 +41,16 @@ default, as in Kafka) and are skipped otherwise.
 
 Writing: ``df.write.format("shmlog").mode("append")`` (Spark refuses its default
 save mode, ErrorIfExists, for every Python data source; append is what Kafka's
-sink does anyway). Rows with ``value`` (binary or string) and optionally ``key``, ``topic``
-(or the ``topic`` option, which wins), ``partition`` and ``headers`` become
-records, produced with ``acks=1`` and flushed before a task reports success. A
-retried task produces its rows again: the sink is at-least-once, as Kafka's is.
+sink does anyway). Rows with ``value`` (binary or string) and optionally ``key``,
+``topic`` (or the ``topic`` option, which wins), ``partition`` and ``headers``
+become records: grouped by partition (Kafka's key partitioner where a row names
+none) and sent as whole batches with ``acks=1``, flushed before a task reports
+success. A retried task produces its rows again: the sink is at-least-once, as
+Kafka's is.
+
+For batch jobs, :func:`bulk_read` reads through a JVM data source instead (see
+there), several times faster: every row of ``format("shmlog")`` crosses from a
+Python worker to the JVM.
 """
 
 from __future__ import annotations
