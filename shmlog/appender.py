@@ -103,7 +103,13 @@ DRAIN_ENTRIES_MAX = 4096
 @kernel
 def _finish(words, completions, rings, ring, entry_number, result, head):
     """Complete the entry (under its own number) and hand its space back."""
-    complete_entry(words, completions, entry_number, result, -1)
+    _finish_at(words, completions, rings, ring, entry_number, result, head, -1)
+
+
+@kernel
+def _finish_at(words, completions, rings, ring, entry_number, result, head, timestamp):
+    """``_finish`` with the broker's append time (LogAppendTime topics; else -1)."""
+    complete_entry(words, completions, entry_number, result, timestamp)
     rings[ring, RING_HEAD] = head
     # Release: the entry's bytes were copied (or rejected) before the producer may reuse them.
     store_release(words, R.HEAD_WORD, head)
@@ -419,6 +425,7 @@ class Appender:
         base_sequence = int(header["base_sequence"]) if header is not None else -1
         verdict, duplicate_offset = _check_sequence(self._sequences, tag, producer_id,
                                                     base_sequence)
+        append_time = -1
         try:
             if verdict == _SEQUENCE_DUPLICATE:
                 result = int(duplicate_offset)
@@ -426,7 +433,7 @@ class Appender:
                 result = -CompletionCode.OUT_OF_ORDER_SEQUENCE
             else:
                 appended = partition_log.append(batch)
-                result = appended.base_offset
+                result, append_time = appended.base_offset, appended.log_append_time
                 _remember_sequence(self._sequences, tag, producer_id, base_sequence, result,
                                    appended.last_offset - appended.base_offset + 1)
         except CorruptRecordError as error:
@@ -436,7 +443,8 @@ class Appender:
         except StorageError:
             log.exception("append to %s failed", partition_log.directory)
             result = -CompletionCode.STORAGE_ERROR
-        _finish(source.words, source.completions, self.rings, ring, number, result, head)
+        _finish_at(source.words, source.completions, self.rings, ring, number, result, head,
+                   append_time)
         self.refresh(tag)
 
     def _poison(self, ring: int, position: int, length: int) -> None:

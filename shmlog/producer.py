@@ -132,7 +132,8 @@ class _Batch:
     (compiled, one call per record), so shipping only seals the header."""
 
     __slots__ = ("topic", "partition", "row", "buffer", "position", "count",
-                 "first_timestamp", "max_timestamp", "started", "entry", "result", "error")
+                 "first_timestamp", "max_timestamp", "started", "entry", "result", "error",
+                 "log_append_time")
 
     def __init__(self, topic: str, partition: int, row: int, capacity: int = 0):
         self.topic, self.partition, self.row = topic, partition, row
@@ -142,6 +143,7 @@ class _Batch:
         self.first_timestamp = self.max_timestamp = B.NO_TIMESTAMP
         self.started = time.monotonic()
         self.entry = -1
+        self.log_append_time = -1             # the broker's, for LogAppendTime topics
         self.result: BatchMetadata | None = None
         self.error: ShmlogError | None = None
 
@@ -197,7 +199,9 @@ class FutureRecordMetadata:
             raise self._batch.error
         result = self._batch.result
         offset = result.base_offset + self._index if result.base_offset >= 0 else -1
-        return RecordMetadata(result.topic, result.partition, offset, self._timestamp)
+        timestamp = self._batch.log_append_time
+        return RecordMetadata(result.topic, result.partition, offset,
+                              timestamp if timestamp >= 0 else self._timestamp)
 
 
 class FutureBatchMetadata(FutureRecordMetadata):
@@ -461,10 +465,11 @@ class Producer:
             if outcome is None:
                 continue
             batch = self._in_flight.pop(entry)
-            result, _ = outcome
+            result, batch.log_append_time = outcome
             if result >= 0:
-                batch.result = BatchMetadata(batch.topic, batch.partition, result, batch.count,
-                                             batch.first_timestamp)
+                batch.result = BatchMetadata(
+                    batch.topic, batch.partition, result, batch.count,
+                    batch.log_append_time if batch.log_append_time >= 0 else batch.first_timestamp)
             else:
                 batch.error = _completion_error(-result, batch.topic, batch.partition)
 

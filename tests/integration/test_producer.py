@@ -92,6 +92,22 @@ def test_a_refused_batch_leaves_no_gap_in_the_sequence(data_dir):
     assert [r.value[:1] for r in logged(data_dir, "seq", 1)[0]] == [b"a"] * 3 + [b"c"] * 3
 
 
+def test_record_metadata_carries_the_brokers_time_on_a_log_append_time_topic(data_dir):
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("appended", 1, {"message.timestamp.type": "LogAppendTime"})
+        Admin(data_dir).create_topic("created", 1)
+        with Producer(data_dir) as producer:
+            before = int(time.time() * 1000)
+            stamped = producer.send("appended", b"x", timestamp_ms=1000).get(timeout=30)
+            batch = producer.send_batch("appended", [b"y"], timestamp_ms=1000).get(timeout=30)
+            created = producer.send("created", b"z", timestamp_ms=1000).get(timeout=30)
+            after = int(time.time() * 1000)
+    assert before <= stamped.timestamp <= after and before <= batch.timestamp <= after
+    assert created.timestamp == 1000
+    assert [r.timestamp for r in logged(data_dir, "appended", 1)[0]] == \
+        [stamped.timestamp, batch.timestamp]
+
+
 def test_send_batch_sends_one_numpy_batch(data_dir):
     rows = np.arange(1000 * 16, dtype=np.uint8).reshape(1000, 16)
     with Broker(data_dir):
