@@ -239,6 +239,26 @@ def _walk_batches(buffer, start, end, check_crc, check_records, positions):
 # --- encoding -------------------------------------------------------------------------
 
 @kernel
+def _write_record_start(out, position, offset_delta, timestamp_delta, keys, key_position,
+                        key_length, values, value_position, value_length, header_count):
+    """Write a record's header, key and value at ``position`` (its header entries
+    follow; the caller stores its length last). Returns where the entries go."""
+    store_u32(out, position + L.OFFSET_DELTA_OFFSET, offset_delta)
+    store_i64(out, position + L.TIMESTAMP_DELTA_OFFSET, timestamp_delta)
+    store_i32(out, position + L.KEY_LENGTH_OFFSET, key_length)
+    store_i32(out, position + L.VALUE_LENGTH_OFFSET, value_length)
+    store_u32(out, position + L.HEADER_COUNT_OFFSET, header_count)
+    end = position + L.RECORD_HEADER_LENGTH
+    if key_length > 0:
+        copy_bytes(out, end, keys, key_position, key_length)
+        end += key_length
+    if value_length > 0:
+        copy_bytes(out, end, values, value_position, value_length)
+        end += value_length
+    return end
+
+
+@kernel
 def _encode_records(out, position, data, key_positions, key_lengths, value_positions,
                     value_lengths, timestamp_deltas, header_counts, header_key_positions,
                     header_key_lengths, header_value_positions, header_value_lengths):
@@ -246,22 +266,10 @@ def _encode_records(out, position, data, key_positions, key_lengths, value_posit
     header = 0
     for index in range(key_lengths.size):
         record_start = position
-        key_length = key_lengths[index]
-        value_length = value_lengths[index]
-        store_u32(out, position + L.OFFSET_DELTA_OFFSET, index)
-        store_i64(out, position + L.TIMESTAMP_DELTA_OFFSET, timestamp_deltas[index])
-        store_i32(out, position + L.KEY_LENGTH_OFFSET, key_length)
-        store_i32(out, position + L.VALUE_LENGTH_OFFSET, value_length)
-        store_u32(out, position + L.HEADER_COUNT_OFFSET, header_counts[index])
-        position += L.RECORD_HEADER_LENGTH
-        if key_length > 0:
-            source = key_positions[index]
-            out[position:position + key_length] = data[source:source + key_length]
-            position += key_length
-        if value_length > 0:
-            source = value_positions[index]
-            out[position:position + value_length] = data[source:source + value_length]
-            position += value_length
+        position = _write_record_start(out, position, index, timestamp_deltas[index], data,
+                                       key_positions[index], key_lengths[index], data,
+                                       value_positions[index], value_lengths[index],
+                                       header_counts[index])
         for _ in range(header_counts[index]):
             header_key_length = header_key_lengths[header]
             header_value_length = header_value_lengths[header]
@@ -307,18 +315,8 @@ def append_record(out, position, offset_delta, timestamp_delta, key, key_length,
     """Write one record at ``position`` of a batch being built; return its end.
     ``key``/``value`` are bytes (length -1: null); ``headers`` the record's header
     entries already encoded (:func:`encode_headers`). The caller checks the room."""
-    store_u32(out, position + L.OFFSET_DELTA_OFFSET, offset_delta)
-    store_i64(out, position + L.TIMESTAMP_DELTA_OFFSET, timestamp_delta)
-    store_i32(out, position + L.KEY_LENGTH_OFFSET, key_length)
-    store_i32(out, position + L.VALUE_LENGTH_OFFSET, value_length)
-    store_u32(out, position + L.HEADER_COUNT_OFFSET, header_count)
-    end = position + L.RECORD_HEADER_LENGTH
-    if key_length > 0:
-        copy_bytes(out, end, key, 0, key_length)
-        end += key_length
-    if value_length > 0:
-        copy_bytes(out, end, value, 0, value_length)
-        end += value_length
+    end = _write_record_start(out, position, offset_delta, timestamp_delta, key, 0, key_length,
+                              value, 0, value_length, header_count)
     if len(headers) > 0:
         copy_bytes(out, end, headers, 0, len(headers))
         end += len(headers)
