@@ -24,10 +24,10 @@ answers it between drains, so all state changes on one thread.
 
 Producers ring the state table's appender doorbell after every entry they put, so
 the loop drains only when something was put (or a request or timer asks). When
-nothing was put for a while (``wakeup.pause``) it sleeps on that doorbell (a futex) until a
-producer or a control request rings it, or the next timer is due: an idle broker
-costs no CPU and wakes in microseconds. After every drain that appended records
-it rings the consumers' doorbell. :class:`Broker` runs a broker in a child process
+nothing was put for a while (``wakeup.pause``) it sleeps on that doorbell (a
+futex) until a producer or a control request rings it, or the next timer is due:
+an idle broker costs no CPU and wakes in microseconds. After every drain that
+appended records it rings the consumers' doorbell. :class:`Broker` runs a broker in a child process
 for scripts, notebooks and tests.
 """
 
@@ -313,17 +313,19 @@ class BrokerCore:
         return {}
 
     # -- the schedule ------------------------------------------------------------
-    def work_pending(self) -> bool:
+    def work_pending(self, sequence: int | None = None) -> bool:
         """Has anything been put into a ring (or asked of us) since the last drain
-        that left every ring empty?"""
-        return self._drain_due or self.table.appender_doorbell.sequence != self._drained
+        that left every ring empty? (``sequence``: the doorbell's, if just read.)"""
+        if sequence is None:
+            sequence = self.table.appender_doorbell.sequence
+        return self._drain_due or sequence != self._drained
 
     def drain(self) -> int:
         """Drain the rings if anything was put; tell waiting consumers of what was
         appended. Returns how many entries were handled."""
-        if not self.work_pending():
-            return 0
         sequence = self.table.appender_doorbell.sequence
+        if not self.work_pending(sequence):
+            return 0
         self._drain_due = False
         handled = self.appender.drain()
         if handled:
@@ -474,8 +476,7 @@ class _ControlThread(threading.Thread):
     def stop(self) -> None:
         """Stop taking requests; a request taken and not answered gets an error."""
         self._stopping.set()
-        if not self._requests.empty() or self.is_alive():
-            self._replies.put(error_reply(ShmlogError("the broker is stopping")))
+        self._replies.put(error_reply(ShmlogError("the broker is stopping")))
         self.join(timeout=10)
         self.socket.close(linger=0)
 
