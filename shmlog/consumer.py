@@ -14,9 +14,9 @@ When nothing is new, a poll waits with the idle strategy of ``wakeup.pause``: it
 keeps looking, then yields the CPU, and once nothing has come for a millisecond
 it sleeps on the state table's consumer doorbell (a futex the broker rings after
 every drain that appended records) until the broker rings it or the poll's
-timeout passes. An idle consumer costs no CPU; a busy one never sleeps. Between sleeps it checks now and then that the broker
-is alive; a restarted broker publishes a new state table, which the consumer
-maps, keeping its positions.
+timeout passes. An idle consumer costs no CPU; a busy one never sleeps. Between
+sleeps it checks now and then that the broker is alive; a restarted broker
+publishes a new state table, which the consumer maps, keeping its positions.
 Consumer groups come later; without one, ``subscribe`` assigns every partition.
 """
 

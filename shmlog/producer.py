@@ -35,8 +35,8 @@ from .broker import default_data_dir, request
 from .errors import (CorruptRecordError, LocalProtocolError, OutOfOrderSequenceError,
                      RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
-from .records import Compression, append_record, encode_batch, encode_headers, now_ms, seal_batch
 from .jit import kernel
+from .records import Compression, append_record, encode_batch, encode_headers, seal_batch
 from .ring import Ring
 from .state import PartitionStateTable
 
@@ -349,8 +349,7 @@ class Producer:
             raise LocalProtocolError(f"timestamp_ms must be an integer >= {B.NO_TIMESTAMP}, "
                                      f"got {timestamp_ms!r}")
         with self._lock:
-            if self._closed:
-                raise LocalProtocolError("the producer is closed")
+            self._check_open()
             if type(partition) is not int or not 0 <= partition < len(route.rows):
                 partition = self._choose(topic, len(route.rows),
                                          key if key_length >= 0 else None, partition)

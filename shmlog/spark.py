@@ -55,16 +55,22 @@ Python worker to the JVM.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import socket
+import subprocess
 import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyspark
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
                                     DataSourceStreamArrowWriter, DataSourceStreamReader,
                                     InputPartition, WriterCommitMessage)
@@ -582,8 +588,6 @@ def bulk_jar() -> str | None:
     """The bulk reader's jar, compiled against this PySpark's jars on first use and
     cached (by source hash) under ``$SHMLOG_CACHE_DIR`` (default ~/.cache/shmlog);
     None when there is no ``javac`` (a JRE without a JDK)."""
-    import hashlib
-    import pyspark
     javac = (os.path.join(os.environ["JAVA_HOME"], "bin", "javac")
              if os.environ.get("JAVA_HOME") else shutil.which("javac"))
     if javac is None or not os.path.exists(javac):
@@ -599,9 +603,6 @@ def bulk_jar() -> str | None:
     jar = os.path.join(cache, f"shmlog-bulk-{digest.hexdigest()[:16]}.jar")
     if os.path.exists(jar):
         return jar
-    import subprocess
-    import tempfile
-    import zipfile
     os.makedirs(cache, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as classes:
         classpath = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
@@ -666,7 +667,6 @@ def session(master: str = "local[2]", app_name: str = "shmlog", **conf):
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise ShmlogError("Spark needs a Java runtime (17 or later): install one (e.g. apt "
                           "install openjdk-17-jre-headless) or set JAVA_HOME")
-    from pyspark.sql import SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
