@@ -19,7 +19,7 @@ LONG_MAX = 2**63 - 1
 @dataclasses.dataclass(frozen=True)
 class ConfigKey:
     name: str                               # Kafka's name, e.g. "segment.bytes"
-    kind: type                              # int or str
+    kind: type                              # int, float or str
     default: Any
     check: Callable[[Any], str | None]      # returns a complaint, or None when valid
     doc: str
@@ -39,6 +39,26 @@ def _one_of(*choices: str):
             return f"must be one of {', '.join(choices)}"
         return None
     return check
+
+
+def _between(minimum: float, maximum: float):
+    def check(value):
+        if not minimum <= value <= maximum:
+            return f"must be in [{minimum}, {maximum}]"
+        return None
+    return check
+
+
+CLEANUP_POLICIES = ("delete", "compact")
+
+
+def _cleanup_policy(value):
+    """Kafka's list form: 'delete', 'compact', or both, comma-separated."""
+    policies = [policy.strip() for policy in value.split(",")]
+    if not policies or any(policy not in CLEANUP_POLICIES for policy in policies) or \
+            len(set(policies)) != len(policies):
+        return "must be 'delete', 'compact' or 'compact,delete'"
+    return None
 
 
 _KEYS = [
@@ -68,8 +88,17 @@ _KEYS = [
     ConfigKey("message.timestamp.type", str, "CreateTime",
               _one_of("CreateTime", "LogAppendTime"),
               "keep the producer's timestamps, or stamp batches with the append time"),
-    ConfigKey("cleanup.policy", str, "delete", _one_of("delete"),
-              "what happens to old segments: 'delete' (compaction is not built yet)"),
+    ConfigKey("cleanup.policy", str, "delete", _cleanup_policy,
+              "what happens to old segments: 'delete' (retention), 'compact' (keep the "
+              "latest record per key), or both ('compact,delete')"),
+    ConfigKey("min.compaction.lag.ms", int, 0, _at_least(0),
+              "a record stays uncompacted at least this long after its timestamp"),
+    ConfigKey("max.compaction.lag.ms", int, LONG_MAX, _at_least(1),
+              "a segment older than this is cleaned whatever its dirty ratio"),
+    ConfigKey("delete.retention.ms", int, 24 * 3600 * 1000, _at_least(0),
+              "how long a tombstone (null value) is kept in a compacted topic"),
+    ConfigKey("min.cleanable.dirty.ratio", float, 0.5, _between(0.0, 1.0),
+              "clean a compacted partition once this share of its closed bytes is dirty"),
 ]
 KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
@@ -90,6 +119,13 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
         if not isinstance(value, int):
             raise InvalidConfigError(f"{key.name}: expected an integer, got {value!r}")
         return value
+    if key.kind is float:
+        if isinstance(value, bool):
+            raise InvalidConfigError(f"{key.name}: expected a number, got {value!r}")
+        try:
+            return float(value.strip() if isinstance(value, str) else value)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"{key.name}: expected a number, got {value!r}") from None
     if not isinstance(value, str):
         raise InvalidConfigError(f"{key.name}: expected a string, got {value!r}")
     return value.strip()
@@ -112,6 +148,10 @@ class TopicConfig:
     compression_type: str = KEYS["compression.type"].default
     message_timestamp_type: str = KEYS["message.timestamp.type"].default
     cleanup_policy: str = KEYS["cleanup.policy"].default
+    min_compaction_lag_ms: int = KEYS["min.compaction.lag.ms"].default
+    max_compaction_lag_ms: int = KEYS["max.compaction.lag.ms"].default
+    delete_retention_ms: int = KEYS["delete.retention.ms"].default
+    min_cleanable_dirty_ratio: float = KEYS["min.cleanable.dirty.ratio"].default
 
     def __post_init__(self):
         for key in _KEYS:
@@ -119,6 +159,18 @@ class TopicConfig:
             complaint = key.check(value)
             if complaint:
                 raise InvalidConfigError(f"{key.name}={value!r}: {complaint}")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self._policies()
+
+    @property
+    def delete(self) -> bool:
+        """Do retention.ms and retention.bytes delete old segments?"""
+        return "delete" in self._policies()
+
+    def _policies(self) -> list[str]:
+        return [policy.strip() for policy in self.cleanup_policy.split(",")]
 
     @property
     def batch_size_max(self) -> int:

@@ -79,6 +79,7 @@ class MappedFile:
         self.map = None
         self.bytes = np.zeros(0, np.uint8)
         self.size = 0                # the file's size when it was opened
+        self.inode = -1
         flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
         try:
             self.fd = os.open(path, flags, 0o644)
@@ -87,7 +88,9 @@ class MappedFile:
         except OSError as error:
             raise StorageError(f"cannot open {path}: {error}") from error
         try:
-            self.size = os.fstat(self.fd).st_size
+            status = os.fstat(self.fd)
+            self.size = status.st_size
+            self.inode = status.st_ino      # tells a file replaced under the same name
             if self.writable and self.size < capacity:
                 os.ftruncate(self.fd, capacity)
             # A file larger than the capacity asked for (its config shrank since)

@@ -29,6 +29,7 @@ import os
 
 import numpy as np
 
+from . import batch_layout as B
 from . import index_layout as I
 from . import limits
 from .errors import OffsetOutOfRangeError
@@ -49,6 +50,7 @@ class _MappedSegment:
         self._index = MappedFile(
             os.path.join(directory, I.segment_file_name(base_offset, I.OFFSET_INDEX_SUFFIX)), None)
         self.size = self._log.size
+        self.inode = self._log.inode
         self.verified_end = 0
 
     @property
@@ -69,12 +71,26 @@ class _MappedSegment:
                             * I.OFFSET_ENTRY_LENGTH].view(I.OFFSET_INDEX_DTYPE)
             slot = int(np.searchsorted(entries["relative_offset"], offset - self.base_offset,
                                        side="right")) - 1
-            start = int(entries["position"][slot]) if slot >= 0 else 0
+            if slot >= 0:
+                start = int(entries["position"][slot])
+                # Compaction renames a cleaned log and its index in separately: an
+                # entry is trusted only when the log has the batch it names there.
+                if not _batch_starts_at(self.log, start, end,
+                                        self.base_offset + int(entries["relative_offset"][slot])):
+                    start = 0
         return int(_find_batch(self.log, min(start, end), end, offset))
 
     def close(self) -> None:
         self._log.close()
         self._index.close()
+
+
+def _batch_starts_at(log: np.ndarray, position: int, end: int, base_offset: int) -> bool:
+    """Does a batch with this base offset start at ``position``?"""
+    if position < 0 or position + B.HEADER_LENGTH > end:
+        return False
+    header = log[position:position + B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0]
+    return header["magic"] == B.MAGIC and header["base_offset"] == base_offset
 
 
 class PartitionReader:
@@ -109,13 +125,19 @@ class PartitionReader:
         for name in names:
             base = int(name[:-len(I.LOG_SUFFIX)])
             old = kept.pop(base, None)
-            size = os.stat(os.path.join(self.directory, name)).st_size
-            if old is not None and old.size == size:
+            try:
+                status = os.stat(os.path.join(self.directory, name))
+            except FileNotFoundError:
+                continue                       # deleted since the listing
+            if old is not None and (old.size, old.inode) == (status.st_size, status.st_ino):
                 segments.append(old)
                 continue
             fresh = _MappedSegment(self.directory, base)
-            if old is not None:                # same bytes, now trimmed or grown
-                fresh.verified_end = min(old.verified_end, fresh.size)
+            if old is not None:
+                if old.inode == fresh.inode:   # same bytes, now trimmed or grown
+                    fresh.verified_end = min(old.verified_end, fresh.size)
+                elif self._cursor[1] == base:  # a cleaned copy: its byte positions differ
+                    self._cursor = (-1, -1, 0)
                 old.close()
             segments.append(fresh)
         for gone in kept.values():

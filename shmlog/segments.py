@@ -46,6 +46,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import threading
 from typing import NamedTuple
 
@@ -71,6 +72,10 @@ __all__ = ["PartitionLog", "Segment", "AppendResult", "ReadResult", "RecoveryRep
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_VERSION = 1
+# Compaction writes cleaned segments here, then renames them into place; the
+# manifest lists a swap in progress, so recovery can finish it (see replace_segments).
+CLEANING_DIRECTORY = ".cleaning"
+SWAP_MANIFEST_FILE = "cleaning-swap.json"
 _TIMESTAMP_NONE = np.iinfo(np.int64).min
 
 assert limits.SEGMENT_PREALLOCATE_STEP_SIZE % PAGE_SIZE == 0
@@ -801,6 +806,9 @@ class PartitionLog:
         checkpoint = self._read_checkpoint()
         self.recovery_point = checkpoint.get("recovery_point", 0)
         self.log_start_offset = checkpoint.get("log_start_offset", 0)
+        # Where the last compaction stopped: records below it are clean.
+        self.clean_offset = checkpoint.get("clean_offset", 0)
+        self._finish_swap()
         self.recovery_report = self._open()
 
     # -- properties ------------------------------------------------------------------
@@ -946,6 +954,7 @@ class PartitionLog:
             log.warning("ignoring %s: not a version-%d checkpoint", path, CHECKPOINT_VERSION)
             return {}
         values = {key: checkpoint.get(key) for key in ("recovery_point", "log_start_offset")}
+        values["clean_offset"] = checkpoint.get("clean_offset", 0)
         if not all(isinstance(value, int) and not isinstance(value, bool)
                    and 0 <= value <= limits.OFFSET_MAX for value in values.values()):
             log.warning("ignoring %s: offsets out of range (%s)", path, values)
@@ -955,7 +964,8 @@ class PartitionLog:
     def _write_checkpoint(self) -> None:
         path = os.path.join(self.directory, CHECKPOINT_FILE)
         body = json.dumps({"version": CHECKPOINT_VERSION, "recovery_point": self.recovery_point,
-                           "log_start_offset": self.log_start_offset})
+                           "log_start_offset": self.log_start_offset,
+                           "clean_offset": self.clean_offset})
         _write_atomically(path, body)
 
     # -- appending --------------------------------------------------------------------
@@ -1214,12 +1224,14 @@ class PartitionLog:
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         deleted = []
         total = self.size
+        by_retention = self.config.delete       # a compact-only topic keeps every key
         while self._segments:
             segment = self._segments[0]
-            if segment.size == 0 or segment.next_offset > high_watermark:
+            if segment.size == 0 and segment is self.active or segment.next_offset > high_watermark:
                 break
-            expired_by_time = retention_ms >= 0 and segment.age_timestamp() < now - retention_ms
-            over_size = (retention_bytes >= 0 and segment is not self.active
+            expired_by_time = by_retention and retention_ms >= 0 and \
+                segment.age_timestamp() < now - retention_ms
+            over_size = (by_retention and retention_bytes >= 0 and segment is not self.active
                          and total - segment.size >= retention_bytes)
             below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
             if not (expired_by_time or over_size or below_start):
@@ -1236,6 +1248,82 @@ class PartitionLog:
             self.generation += 1
             self._write_checkpoint()
         return deleted
+
+    # -- compaction ----------------------------------------------------------------------
+    def replace_segments(self, cleaning) -> bool:
+        """Swap in the cleaned segments of a :class:`cleaner.Cleaning`; False (and
+        nothing changed) when the segments it cleaned changed since it was planned.
+
+        Each cleaned segment is renamed over the first segment of its group, then
+        the group's other segments are deleted. A reader that maps the directory in
+        between sees a cleaned segment and old ones holding the same offsets: both
+        are valid copies of the records. A manifest written before the first rename
+        lets recovery finish a swap a crash interrupted (:meth:`_finish_swap`).
+        """
+        current = {segment.base_offset: segment for segment in self._segments[:-1]}
+        for planned in cleaning.plan.segments:
+            segment = current.get(planned.base_offset)
+            if planned.next_offset > cleaning.end_offset:
+                break
+            if segment is None or segment.size != planned.size:
+                shutil.rmtree(os.path.join(self.directory, CLEANING_DIRECTORY), ignore_errors=True)
+                return False
+        manifest = [{"base_offset": group.base_offset, "replaces": list(group.replaces)}
+                    for group in cleaning.groups]
+        _write_atomically(os.path.join(self.directory, SWAP_MANIFEST_FILE),
+                          json.dumps({"version": CHECKPOINT_VERSION, "groups": manifest}))
+        replaced = {base for group in cleaning.groups for base in group.replaces}
+        for base in replaced:
+            current[base].close()                # the broker's own mappings of the old files
+        self._finish_swap()
+        cleaned = {group.base_offset for group in cleaning.groups}
+        segments = []
+        for segment in self._segments:
+            if segment.base_offset in cleaned:
+                segment = Segment(self.directory, segment.base_offset, self.config, active=False)
+                if not segment.load_closed():
+                    segment.rebuild()
+            elif segment.base_offset in replaced:
+                continue
+            segments.append(segment)
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self.clean_offset = cleaning.end_offset
+        self.generation += 1
+        self._write_checkpoint()
+        return True
+
+    def _finish_swap(self) -> None:
+        """Complete a swap of cleaned segments that the manifest says was begun, or
+        throw away cleaned files that never got that far."""
+        manifest_path = os.path.join(self.directory, SWAP_MANIFEST_FILE)
+        cleaning = os.path.join(self.directory, CLEANING_DIRECTORY)
+        try:
+            with open(manifest_path) as source:
+                groups = json.load(source)["groups"]
+        except FileNotFoundError:
+            groups = []
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            # The manifest is written atomically after the cleaned files are on disk:
+            # unreadable, it was never committed, and the old segments are intact.
+            log.warning("%s: ignoring unreadable %s (%s)", self.directory, manifest_path, error)
+            groups = []
+        for group in groups:
+            base = int(group["base_offset"])
+            for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.LOG_SUFFIX):
+                name = I.segment_file_name(base, suffix)
+                if os.path.exists(os.path.join(cleaning, name)):
+                    os.replace(os.path.join(cleaning, name), os.path.join(self.directory, name))
+            for replaced in group["replaces"]:
+                if int(replaced) != base:
+                    Segment(self.directory, int(replaced), self.config, active=False).delete()
+        if groups:
+            _fsync_directory(self.directory)
+        shutil.rmtree(cleaning, ignore_errors=True)
+        try:
+            os.unlink(manifest_path)
+        except FileNotFoundError:
+            pass
 
     def advance_log_start_offset(self, offset: int) -> None:
         """Kafka's DeleteRecords: records below ``offset`` become unreadable."""

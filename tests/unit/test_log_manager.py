@@ -52,7 +52,10 @@ def test_invalid_partition_counts_are_rejected(manager, count):
     ({"retention.ms": -2}, "retention.ms"),
     ({"no.such.config": 1}, "unknown topic config"),
     ({"compression.type": "gzip"}, "compression.type"),
-    ({"cleanup.policy": "compact"}, "cleanup.policy"),
+    ({"cleanup.policy": "compacted"}, "cleanup.policy"),
+    ({"cleanup.policy": "compact,compact"}, "cleanup.policy"),
+    ({"min.cleanable.dirty.ratio": 1.5}, "min.cleanable.dirty.ratio"),
+    ({"min.cleanable.dirty.ratio": "half"}, "expected a number"),
     ({"segment.bytes": "lots"}, "expected an integer"),
 ])
 def test_invalid_configs_are_rejected(manager, overrides, message):
@@ -66,6 +69,16 @@ def test_configs_accept_strings_and_keep_only_overrides():
     assert config.segment_bytes == 4096 and config.retention_ms == -1
     assert config.overrides() == {"segment.bytes": 4096, "retention.ms": -1}
     assert TopicConfig().as_dict()["max.message.bytes"] == 1048588
+
+
+@pytest.mark.parametrize("policy, compact, delete", [
+    ("delete", False, True), ("compact", True, False), ("compact,delete", True, True),
+    ("delete, compact", True, True)])
+def test_cleanup_policies(policy, compact, delete):
+    config = TopicConfig.from_overrides({"cleanup.policy": policy,
+                                         "min.cleanable.dirty.ratio": "0.25"})
+    assert (config.compact, config.delete) == (compact, delete)
+    assert config.min_cleanable_dirty_ratio == 0.25
 
 
 def test_topic_lifecycle_survives_a_restart(tmp_path):

@@ -1,0 +1,454 @@
+"""Log compaction: keep the latest record per key in the closed segments of a
+``cleanup.policy=compact`` partition.
+
+Rules
+-----
+* Offsets never change and order is kept: a cleaned batch keeps its base offset,
+  its ``last_offset_delta`` and its timestamps; only records go, so offsets get
+  gaps (the batch format allows them, see ``batch_layout``).
+* The active segment is never cleaned, nor any segment holding a record younger
+  than ``min.compaction.lag.ms``.
+* A record is removed only when a later record with the same key exists in the
+  cleaned range. Records without a key are kept. A tombstone (a null value) is
+  itself removed once its segment's newest timestamp is older than
+  ``delete.retention.ms``: every earlier value of its key is gone by then.
+* Nothing a reader maps is modified: cleaned segments are new files, swapped in by
+  :meth:`PartitionLog.replace_segments` with a rename, so a reader holding the old
+  mapping keeps reading the old (uncleaned, equally valid) bytes.
+
+Theory of operation
+-------------------
+A partition is cleaned when the dirty part of its cleanable log (closed segments
+from the *clean offset*, where the last cleaning stopped, up to the first segment
+too young or active) is at least ``min.cleanable.dirty.ratio`` of the whole
+cleanable log, or when its first dirty segment is older than
+``max.compaction.lag.ms``. Cleaning is Kafka's two passes:
+
+1. **Map**: compiled code walks the dirty segments and collects, for every keyed
+   record, a 128-bit hash of its key (two independent 64-bit hashes) and its
+   offset; numpy sorts them and keeps the last offset per key. The map has a
+   bounded size (the broker's ``cleaner_dedupe_buffer_size``); when the dirty part
+   does not fit, the range ends at the last whole segment that did.
+2. **Copy**: every segment from the log start to the end of the range is copied,
+   in groups that together fit one segment, into new files, keeping a record when
+   the map has no later offset for its key. Uncompressed batches are filtered and
+   re-checksummed entirely in compiled code; a zstd batch is inflated, filtered by
+   the same kernel and compressed again.
+
+:func:`clean` does both passes and touches only files it creates, through its own
+read-only mappings, so the broker runs it on a thread of its own; the swap that
+follows (quick) happens on the broker's loop, which checks that the segments it
+replaces are still those that were cleaned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from typing import NamedTuple
+
+import numpy as np
+import zstandard
+
+from . import batch_layout as L
+from . import index_layout as I
+from .config import TopicConfig
+from .crc32c import crc32c_kernel
+from .jit import copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i32, store_u32
+from .mapped_file import MappedFile
+from .records import ZSTD_LEVEL, _inflate, batch_info
+from .segments import CLEANING_DIRECTORY, PartitionLog, Segment
+
+__all__ = ["CleanerPlan", "CleanedGroup", "Cleaning", "plan", "clean", "ENTRY_SIZE"]
+
+# Bytes of one offset-map entry: two 64-bit key hashes and an offset (Kafka's map
+# holds a 16-byte MD5 and an offset: the same 24 bytes).
+ENTRY_SIZE = 24
+# Walk statuses of the compiled passes.
+_DONE = 0
+_INFLATE = 1              # a zstd batch at the returned position: Python inflates it
+_FULL = 2                 # the output arrays have no room for the next batch
+# The offset index stores offsets relative to the segment's base as u32.
+_GROUP_OFFSET_SPAN_MAX = 2**31 - 1
+_FNV_OFFSET_BASIS = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+# --- kernels ----------------------------------------------------------------------------
+
+@kernel
+def _key_hash(buffer, position, length):
+    """Two independent 64-bit hashes of ``buffer[position:position + length]``:
+    FNV-1a, and a rotate-multiply hash seeded with the length. Together they make
+    a collision (which would drop a record of another key) as unlikely as MD5's."""
+    first = _FNV_OFFSET_BASIS
+    second = _GOLDEN ^ np.uint64(length)
+    for index in range(position, position + length):
+        byte = np.uint64(buffer[index])
+        first = (first ^ byte) * _FNV_PRIME
+        second = second ^ byte
+        second = ((second << np.uint64(23)) | (second >> np.uint64(41))) * _GOLDEN
+    return first, second
+
+
+@kernel
+def _map_records(buffer, start, end, base_offset, first_hashes, second_hashes, offsets, count):
+    """Add every keyed record of the records region ``[start, end)`` to the map's
+    entry arrays from ``count``; returns the new count (the caller made room)."""
+    record = start
+    while record < end:
+        key_length = load_i32(buffer, record + L.KEY_LENGTH_OFFSET)
+        if key_length >= 0:
+            first, second = _key_hash(buffer, record + L.RECORD_HEADER_LENGTH, key_length)
+            first_hashes[count] = first
+            second_hashes[count] = second
+            offsets[count] = base_offset + load_u32(buffer, record + L.OFFSET_DELTA_OFFSET)
+            count += 1
+        record += np.int64(load_u32(buffer, record + L.RECORD_LENGTH_OFFSET))
+    return count
+
+
+@kernel
+def _map_batches(log, position, end, first_hashes, second_hashes, offsets, count):
+    """Map the uncompressed batches from ``position``; returns (status, position,
+    count), stopping at a zstd batch (``_INFLATE``) or when the next batch might not
+    fit the arrays (``_FULL``)."""
+    while position < end:
+        length = np.int64(load_u32(log, position + L.BATCH_LENGTH_OFFSET))
+        if length < L.HEADER_LENGTH:
+            break                              # zeros: the end of the data
+        attributes = load_u16(log, position + L.ATTRIBUTES_OFFSET)
+        if attributes & L.CONTROL_BIT == 0:
+            if attributes & L.CODEC_MASK != L.CODEC_NONE:
+                return _INFLATE, position, count
+            if count + load_i32(log, position + L.RECORD_COUNT_OFFSET) > offsets.size:
+                return _FULL, position, count
+            count = _map_records(log, position + L.RECORDS_OFFSET, position + length,
+                                 load_i64(log, position + L.BASE_OFFSET_OFFSET),
+                                 first_hashes, second_hashes, offsets, count)
+        position += length
+    return _DONE, position, count
+
+
+@kernel
+def _latest_offset(first_hashes, second_hashes, offsets, first, second):
+    """The map's offset for a key hash, or -1 (binary search: the map is sorted)."""
+    low = 0
+    high = offsets.size
+    while low < high:
+        middle = (low + high) // 2
+        if first_hashes[middle] < first or (first_hashes[middle] == first
+                                            and second_hashes[middle] < second):
+            low = middle + 1
+        else:
+            high = middle
+    if low < offsets.size and first_hashes[low] == first and second_hashes[low] == second:
+        return offsets[low]
+    return -1
+
+
+@kernel
+def _filter_records(source, start, end, base_offset, first_hashes, second_hashes, offsets,
+                    drop_tombstones, out, out_position):
+    """Copy the records of ``source[start:end]`` that survive cleaning to ``out`` at
+    ``out_position``; returns (end of what was written, records kept)."""
+    kept = 0
+    record = start
+    while record < end:
+        record_length = np.int64(load_u32(source, record + L.RECORD_LENGTH_OFFSET))
+        key_length = load_i32(source, record + L.KEY_LENGTH_OFFSET)
+        keep = True
+        if key_length >= 0:
+            offset = base_offset + load_u32(source, record + L.OFFSET_DELTA_OFFSET)
+            first, second = _key_hash(source, record + L.RECORD_HEADER_LENGTH, key_length)
+            if _latest_offset(first_hashes, second_hashes, offsets, first, second) > offset:
+                keep = False                   # a later record has this key
+            elif drop_tombstones and load_i32(source, record + L.VALUE_LENGTH_OFFSET) < 0:
+                keep = False                   # an expired tombstone
+        if keep:
+            copy_bytes(out, out_position, source, record, record_length)
+            out_position += record_length
+            kept += 1
+        record += record_length
+    return out_position, kept
+
+
+@kernel
+def _seal_cleaned(out, batch_position, batch_end, kept):
+    """Fix the header copied to ``out[batch_position:]`` for its kept records:
+    length, record count, CRC (base offset, last offset delta and timestamps stay)."""
+    store_u32(out, batch_position + L.BATCH_LENGTH_OFFSET, batch_end - batch_position)
+    store_i32(out, batch_position + L.RECORD_COUNT_OFFSET, kept)
+    store_u32(out, batch_position + L.CRC_OFFSET,
+              crc32c_kernel(out, batch_position + L.CRC_COVERED_OFFSET, batch_end))
+
+
+@kernel
+def _clean_batches(log, position, end, first_hashes, second_hashes, offsets, drop_tombstones,
+                   out, out_position):
+    """Copy what survives of the batches from ``position`` into ``out``; returns
+    (status, position, out_position), stopping at a zstd batch (``_INFLATE``).
+    A batch left with no records is dropped; a control batch is kept whole."""
+    while position < end:
+        length = np.int64(load_u32(log, position + L.BATCH_LENGTH_OFFSET))
+        if length < L.HEADER_LENGTH:
+            break
+        attributes = load_u16(log, position + L.ATTRIBUTES_OFFSET)
+        if attributes & L.CONTROL_BIT != 0:
+            copy_bytes(out, out_position, log, position, length)
+            out_position += length
+        elif attributes & L.CODEC_MASK != L.CODEC_NONE:
+            return _INFLATE, position, out_position
+        else:
+            batch_end, kept = _filter_records(
+                log, position + L.RECORDS_OFFSET, position + length,
+                load_i64(log, position + L.BASE_OFFSET_OFFSET), first_hashes, second_hashes,
+                offsets, drop_tombstones, out, out_position + L.RECORDS_OFFSET)
+            if kept > 0:
+                copy_bytes(out, out_position, log, position, L.HEADER_LENGTH)
+                _seal_cleaned(out, out_position, batch_end, kept)
+                out_position = batch_end
+        position += length
+    return _DONE, position, out_position
+
+
+# --- the offset map ---------------------------------------------------------------------
+
+class OffsetMap(NamedTuple):
+    """The last offset of every key seen, sorted by key hash."""
+    first_hashes: np.ndarray
+    second_hashes: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def build(cls, first_hashes, second_hashes, offsets) -> "OffsetMap":
+        order = np.lexsort((offsets, second_hashes, first_hashes))
+        first_hashes, second_hashes, offsets = (first_hashes[order], second_hashes[order],
+                                                offsets[order])
+        last = np.ones(offsets.size, bool)     # the last entry of each key: its largest offset
+        last[:-1] = (first_hashes[1:] != first_hashes[:-1]) | \
+            (second_hashes[1:] != second_hashes[:-1])
+        return cls(first_hashes[last], second_hashes[last], offsets[last])
+
+
+class _Entries:
+    """Growing arrays of (hash, hash, offset) entries."""
+
+    def __init__(self, capacity: int):
+        self.arrays = (np.empty(capacity, np.uint64), np.empty(capacity, np.uint64),
+                       np.empty(capacity, np.int64))
+        self.count = 0
+
+    def grow(self, at_least: int) -> None:
+        capacity = max(2 * self.arrays[2].size, at_least)
+        self.arrays = tuple(np.concatenate([array[:self.count],
+                                            np.empty(capacity - self.count, array.dtype)])
+                            for array in self.arrays)
+
+    def add_segment(self, log: np.ndarray) -> None:
+        position = 0
+        while True:
+            status, position, self.count = _map_batches(log, position, log.size, *self.arrays,
+                                                        self.count)
+            if status == _DONE:
+                return
+            info = batch_info(log, position)
+            if status == _FULL:
+                self.grow(self.count + info.record_count)
+                continue
+            records = _inflate(log, info)
+            if self.count + info.record_count > self.arrays[2].size:
+                self.grow(self.count + info.record_count)
+            self.count = _map_records(records, 0, records.size, info.base_offset, *self.arrays,
+                                      self.count)
+            position += info.batch_length
+
+
+# --- planning ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SegmentFile:
+    """What the cleaner needs of a segment: it never touches the Segment object,
+    which belongs to the broker's loop."""
+    base_offset: int
+    log_path: str
+    size: int
+    next_offset: int
+    max_timestamp: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanerPlan:
+    """One cleaning of one partition: the segments to rewrite (from the log start),
+    which of them are dirty, and where the cleaned range ends."""
+    directory: str
+    config: TopicConfig
+    segments: tuple[SegmentFile, ...]
+    first_dirty: int                   # index into segments
+    end_offset: int                    # the first offset not cleaned
+    dirty_ratio: float
+
+
+def _segment_file(segment: Segment) -> SegmentFile:
+    return SegmentFile(segment.base_offset, segment.log_path, segment.size, segment.next_offset,
+                       segment.age_timestamp())
+
+
+def plan(partition_log: PartitionLog, now: int) -> CleanerPlan | None:
+    """What to clean now, or None (not compacted, nothing cleanable, or not dirty
+    enough). Called on the thread that owns ``partition_log``."""
+    config = partition_log.config
+    if not config.compact:
+        return None
+    cleanable = []
+    for segment in partition_log.segments[:-1]:         # never the active segment
+        if segment.age_timestamp() > now - config.min_compaction_lag_ms:
+            break
+        cleanable.append(_segment_file(segment))
+    if not cleanable:
+        return None
+    clean_offset = partition_log.clean_offset
+    first_dirty = next((index for index, segment in enumerate(cleanable)
+                        if segment.next_offset > clean_offset), None)
+    if first_dirty is None:
+        return None
+    clean_bytes = sum(segment.size for segment in cleanable[:first_dirty])
+    dirty_bytes = sum(segment.size for segment in cleanable[first_dirty:])
+    ratio = dirty_bytes / max(1, clean_bytes + dirty_bytes)
+    overdue = cleanable[first_dirty].max_timestamp < now - config.max_compaction_lag_ms
+    if dirty_bytes == 0 or (ratio < config.min_cleanable_dirty_ratio and not overdue):
+        return None
+    return CleanerPlan(partition_log.directory, config, tuple(cleanable), first_dirty,
+                       cleanable[-1].next_offset, ratio)
+
+
+# --- cleaning ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class CleanedGroup:
+    """A cleaned segment, written under the partition's cleaning directory, that
+    replaces ``replaces`` (base offsets; the first is its own)."""
+    base_offset: int
+    replaces: tuple[int, ...]
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Cleaning:
+    """The outcome of :func:`clean`, ready for :meth:`PartitionLog.replace_segments`."""
+    plan: CleanerPlan
+    groups: tuple[CleanedGroup, ...]
+    end_offset: int
+    bytes_before: int
+    bytes_after: int
+
+
+def _groups(segments: tuple[SegmentFile, ...], segment_bytes: int) -> list[list[SegmentFile]]:
+    """Consecutive segments that fit one segment together (Kafka's grouping)."""
+    groups: list[list[SegmentFile]] = []
+    for segment in segments:
+        if groups:
+            group = groups[-1]
+            if sum(member.size for member in group) + segment.size <= segment_bytes and \
+                    segment.next_offset - group[0].base_offset <= _GROUP_OFFSET_SPAN_MAX:
+                group.append(segment)
+                continue
+        groups.append([segment])
+    return groups
+
+
+def _clean_segment(log: np.ndarray, offset_map: OffsetMap, drop_tombstones: bool,
+                   out: np.ndarray, out_position: int) -> int:
+    position = 0
+    while True:
+        status, position, out_position = _clean_batches(
+            log, position, log.size, *offset_map, drop_tombstones, out, out_position)
+        if status == _DONE:
+            return out_position
+        info = batch_info(log, position)
+        records = _inflate(log, info)
+        scratch = np.empty(L.HEADER_LENGTH + records.size, np.uint8)
+        scratch_end, kept = _filter_records(records, 0, records.size, info.base_offset,
+                                            *offset_map, drop_tombstones, scratch,
+                                            L.HEADER_LENGTH)
+        if kept:
+            frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(
+                scratch[L.HEADER_LENGTH:scratch_end])
+            batch_end = out_position + L.HEADER_LENGTH + len(frame)
+            out[out_position:out_position + L.HEADER_LENGTH] = \
+                log[position:position + L.HEADER_LENGTH]
+            out[out_position + L.HEADER_LENGTH:batch_end] = np.frombuffer(frame, np.uint8)
+            _seal_cleaned(out, out_position, batch_end, kept)
+            out_position = batch_end
+        position += info.batch_length
+
+
+def clean(cleaning_plan: CleanerPlan, now: int, entries_max: int) -> Cleaning:
+    """Build the offset map of the plan's dirty segments and write the cleaned
+    segments under ``<partition>/.cleaning/``. Reads segment files through mappings
+    of its own and writes only there, so it may run on any thread.
+
+    ``entries_max`` bounds the map; the dirty range is cut at a segment boundary to
+    fit (at least one dirty segment is always taken).
+    """
+    config = cleaning_plan.config
+    entries = _Entries(min(entries_max, 1 << 16))
+    dirty = cleaning_plan.segments[cleaning_plan.first_dirty:]
+    taken = 0
+    for segment in dirty:
+        mapped = MappedFile(segment.log_path, None)
+        try:
+            before = entries.count
+            entries.add_segment(mapped.bytes)
+        finally:
+            mapped.close()
+        if entries.count > entries_max and taken:
+            entries.count = before
+            break
+        taken += 1
+    offset_map = OffsetMap.build(*(array[:entries.count] for array in entries.arrays))
+    segments = cleaning_plan.segments[:cleaning_plan.first_dirty + taken]
+    end_offset = segments[-1].next_offset
+
+    target = os.path.join(cleaning_plan.directory, CLEANING_DIRECTORY)
+    shutil.rmtree(target, ignore_errors=True)
+    os.makedirs(target)
+    groups = []
+    for group in _groups(segments, config.segment_bytes):
+        out = np.empty(sum(segment.size for segment in group), np.uint8)
+        out_position = 0
+        for segment in group:
+            mapped = MappedFile(segment.log_path, None)
+            try:
+                drop_tombstones = segment.max_timestamp < now - config.delete_retention_ms
+                out_position = _clean_segment(mapped.bytes, offset_map, drop_tombstones, out,
+                                              out_position)
+            finally:
+                mapped.close()
+        groups.append(_write_group(target, config, group, out[:out_position]))
+    return Cleaning(cleaning_plan, tuple(groups), end_offset,
+                    sum(segment.size for segment in segments),
+                    sum(group.size for group in groups))
+
+
+def _write_group(target: str, config: TopicConfig, group: list[SegmentFile],
+                 data: np.ndarray) -> CleanedGroup:
+    """The cleaned log of a group, with indexes rebuilt from it, durably on disk."""
+    base_offset = group[0].base_offset
+    log_path = os.path.join(target, I.segment_file_name(base_offset, I.LOG_SUFFIX))
+    with open(log_path, "wb") as output:
+        output.write(data)
+    segment = Segment(target, base_offset, config, active=False)
+    status, end = segment.rebuild()
+    assert status == 0 and end == data.size, "cleaning wrote whole, checked batches"
+    segment.close()
+    for path in (segment.log_path, segment.offset_index_path, segment.time_index_path):
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+    return CleanedGroup(base_offset, tuple(segment.base_offset for segment in group),
+                        int(data.size))
