@@ -54,6 +54,8 @@ from . import ring_layout as R
 from . import shared_memory
 from . import wakeup
 from .appender import DRAIN_ENTRIES_MAX, Appender
+from .cleaner import ENTRY_SIZE, CleanerThread
+from .cleaner import plan as cleaner_plan
 from .control import decode_reply, encode_request, error_reply, handle_frame, require
 from .errors import LocalProtocolError, ShmlogError, StorageError
 from .log_manager import LogManager
@@ -114,6 +116,10 @@ class BrokerConfig:
     flush_check_interval_ms: int = 1_000
     # How often registered producers are checked for being alive.
     liveness_check_interval_ms: int = 1_000
+    # Kafka's log.cleaner.backoff.ms: how often compacted partitions are looked at.
+    cleaner_backoff_ms: int = 15_000
+    # Kafka's log.cleaner.dedupe.buffer.size: the memory of the cleaner's key map.
+    cleaner_dedupe_buffer_size: int = 128 << 20
 
     @classmethod
     def load(cls, path: str | None = None, **overrides: Any) -> "BrokerConfig":
@@ -198,6 +204,8 @@ class BrokerCore:
         self._next_retention = now + config.retention_check_interval_ms
         self._next_flush_check = now + config.flush_check_interval_ms
         self._next_liveness = now + config.liveness_check_interval_ms
+        self._next_cleaning = now + config.cleaner_backoff_ms
+        self.cleaner = CleanerThread(max(1, config.cleaner_dedupe_buffer_size // ENTRY_SIZE))
 
     def _load_rows(self) -> dict:
         try:
@@ -336,7 +344,7 @@ class BrokerCore:
 
     def seconds_to_next_timer(self) -> float:
         return max(0.0, (min(self._next_flush_check, self._next_retention,
-                             self._next_liveness) - now_ms()) / 1000)
+                             self._next_liveness, self._next_cleaning) - now_ms()) / 1000)
 
     def run_once(self) -> int:
         """Drain the rings if needed; run whatever periodic work is due. Returns how
@@ -355,6 +363,11 @@ class BrokerCore:
             self._next_liveness = now + self.config.liveness_check_interval_ms
             self._drain_due = True            # a safety net under the doorbell
             self.reap_dead_producers()
+        if self.cleaner.busy:
+            self.swap_cleaned()
+        if now >= self._next_cleaning:
+            self._next_cleaning = now + self.config.cleaner_backoff_ms
+            self.start_cleaning(now)
         return handled
 
     def apply_retention(self, now: int | None = None) -> None:
@@ -363,6 +376,47 @@ class BrokerCore:
                 partition_log = self.logs.partition_log(topic, partition)
                 if partition_log.delete_old_segments(now):
                     self.appender.refresh(self.appender.tag_of(topic, partition))
+
+    def start_cleaning(self, now: int | None = None) -> bool:
+        """Hand the dirtiest compacted partition to the cleaner (when it is free);
+        False when none is dirty enough."""
+        if self.cleaner.busy:
+            return False
+        now = now_ms() if now is None else now
+        plans = []
+        for topic in self.logs.list_topics():
+            if not self.logs.describe_topic(topic).config.compact:
+                continue
+            for partition in range(self.logs.describe_topic(topic).partitions):
+                planned = cleaner_plan(self.logs.partition_log(topic, partition), now)
+                if planned is not None:
+                    plans.append((planned.dirty_ratio, topic, partition, planned))
+        if not plans:
+            return False
+        _, topic, partition, planned = max(plans, key=lambda entry: entry[0])
+        self.cleaner.submit((topic, partition), planned, now)
+        return True
+
+    def swap_cleaned(self) -> bool:
+        """Swap in what the cleaner finished, if it has; True when a partition changed."""
+        finished = self.cleaner.collect()
+        if finished is None:
+            return False
+        (topic, partition), result = finished
+        if isinstance(result, Exception):
+            log.error("cleaning %s-%d failed: %s", topic, partition, result)
+            return False
+        try:
+            partition_log = self.logs.partition_log(topic, partition)
+        except ShmlogError:
+            return False                       # deleted while it was being cleaned
+        if partition_log.directory != result.plan.directory or \
+                not partition_log.replace_segments(result):
+            return False
+        self.appender.refresh(self.appender.tag_of(topic, partition))
+        log.info("cleaned %s-%d up to offset %d: %d -> %d bytes", topic, partition,
+                 result.end_offset, result.bytes_before, result.bytes_after)
+        return True
 
     def reap_dead_producers(self) -> None:
         """A producer that died leaves its published entries (appended here) and at
@@ -379,6 +433,7 @@ class BrokerCore:
     def close(self) -> None:
         """Drain every ring, flush and close the logs, remove the shared memory."""
         self.appender.drain(entries_max=limits.BATCH_RECORD_COUNT_MAX)
+        self.cleaner.stop()
         self.logs.close()
         self.table.close()
         shared_memory.unlink(self.table_name)

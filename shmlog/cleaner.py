@@ -44,9 +44,12 @@ replaces are still those that were cleaned.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import queue
 import shutil
-from typing import NamedTuple
+import threading
+from typing import Any, NamedTuple
 
 import numpy as np
 import zstandard
@@ -60,7 +63,10 @@ from .mapped_file import MappedFile
 from .records import ZSTD_LEVEL, _inflate, batch_info
 from .segments import CLEANING_DIRECTORY, PartitionLog, Segment
 
-__all__ = ["CleanerPlan", "CleanedGroup", "Cleaning", "plan", "clean", "ENTRY_SIZE"]
+log = logging.getLogger(__name__)
+
+__all__ = ["CleanerPlan", "CleanedGroup", "Cleaning", "CleanerThread", "plan", "clean",
+           "ENTRY_SIZE"]
 
 # Bytes of one offset-map entry: two 64-bit key hashes and an offset (Kafka's map
 # holds a 16-byte MD5 and an offset: the same 24 bytes).
@@ -414,7 +420,7 @@ def clean(cleaning_plan: CleanerPlan, now: int, entries_max: int) -> Cleaning:
 
     target = os.path.join(cleaning_plan.directory, CLEANING_DIRECTORY)
     shutil.rmtree(target, ignore_errors=True)
-    os.makedirs(target)
+    os.mkdir(target)          # not makedirs: a partition deleted meanwhile stays deleted
     groups = []
     for group in _groups(segments, config.segment_bytes):
         out = np.empty(sum(segment.size for segment in group), np.uint8)
@@ -452,3 +458,47 @@ def _write_group(target: str, config: TopicConfig, group: list[SegmentFile],
             os.close(descriptor)
     return CleanedGroup(base_offset, tuple(segment.base_offset for segment in group),
                         int(data.size))
+
+
+class CleanerThread:
+    """Runs :func:`clean` off the broker's loop, one partition at a time (Kafka's
+    default of one cleaner thread); the loop collects what it finished and swaps it
+    in. The kernels release the GIL, so cleaning runs beside the appender."""
+
+    def __init__(self, entries_max: int):
+        self.entries_max = entries_max
+        self.busy = False                 # a job was submitted and not collected
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._finished: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="shmlog-cleaner", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: Any, cleaning_plan: CleanerPlan, now: int) -> None:
+        assert not self.busy, "one cleaning at a time"
+        self.busy = True
+        self._jobs.put((key, cleaning_plan, now))
+
+    def collect(self) -> tuple[Any, Cleaning | Exception] | None:
+        """The finished job, if any: (key, its Cleaning, or the error it failed with)."""
+        if not self.busy or self._finished.empty():
+            return None
+        self.busy = False
+        return self._finished.get()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            key, cleaning_plan, now = job
+            try:
+                result: Cleaning | Exception = clean(cleaning_plan, now, self.entries_max)
+            except Exception as error:      # noqa: BLE001 - reported to the loop, which logs it
+                result = error
+            self._finished.put((key, result))
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop after the current job (a cleaning cut short leaves only files the
+        next open removes)."""
+        self._jobs.put(None)
+        self._thread.join(timeout=timeout_s)

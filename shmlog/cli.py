@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 a problem was found (corruption, a failed request), 2 usage 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -103,9 +104,8 @@ def _dump(arguments) -> int:
 def _broker(arguments) -> int:
     """Run a broker in the foreground until SIGTERM or SIGINT."""
     from .broker import BrokerConfig, serve
-    settings = {name: getattr(arguments, name) for name in
-                ("data_dir", "partitions_max", "retention_check_interval_ms",
-                 "flush_check_interval_ms", "liveness_check_interval_ms")}
+    settings = {field.name: getattr(arguments, field.name)
+                for field in dataclasses.fields(BrokerConfig)}
     serve(BrokerConfig.load(arguments.config, **settings))
     return EXIT_OK
 
@@ -294,10 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
                                  "Ctrl-C stops it gracefully.")
     broker.add_argument("--config", help="a TOML file of broker settings")
     broker.add_argument("--data-dir", help="default: $SHMLOG_DATA_DIR or ~/.local/share/shmlog")
-    broker.add_argument("--partitions-max", type=int)
-    broker.add_argument("--retention-check-interval-ms", type=int)
-    broker.add_argument("--flush-check-interval-ms", type=int)
-    broker.add_argument("--liveness-check-interval-ms", type=int)
+    from .broker import BrokerConfig
+    for field in dataclasses.fields(BrokerConfig):
+        if field.name != "data_dir":
+            broker.add_argument(f"--{field.name.replace('_', '-')}", type=int,
+                                help=f"default {field.default}")
     broker.set_defaults(run=_broker)
 
     topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
