@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
+import itertools
 import json
 import logging
 import os
@@ -56,11 +58,14 @@ from . import wakeup
 from .appender import DRAIN_ENTRIES_MAX, Appender
 from .cleaner import ENTRY_SIZE, CleanerThread
 from .cleaner import plan as cleaner_plan
-from .control import decode_reply, encode_request, error_reply, handle_frame, require
+from .control import (decode_reply, encode_request, encode_result, error_reply, handle_frame,
+                      require)
+from .groups import (OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig, GroupCoordinator,
+                     offsets_partition)
 from .errors import LocalProtocolError, ShmlogError, StorageError
 from .log_manager import LogManager
 from .segments import _write_atomically
-from .records import now_ms
+from .records import decode_records, encode_batch, now_ms
 from .ring import Ring
 from .state import PartitionStateTable
 
@@ -120,6 +125,13 @@ class BrokerConfig:
     cleaner_backoff_ms: int = 15_000
     # Kafka's log.cleaner.dedupe.buffer.size: the memory of the cleaner's key map.
     cleaner_dedupe_buffer_size: int = 128 << 20
+    # Kafka's group settings, same names and defaults.
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_topic_num_partitions: int = 50
+
+    _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
 
     @classmethod
     def load(cls, path: str | None = None, **overrides: Any) -> "BrokerConfig":
@@ -140,9 +152,11 @@ class BrokerConfig:
                 raise LocalProtocolError(f"unknown broker setting {key!r}; known: "
                                          f"{', '.join(sorted(known))}")
             expected = str if key == "data_dir" else int
+            least = 0 if key in cls._MAY_BE_ZERO else 1
             if isinstance(value, bool) or not isinstance(value, expected) or \
-                    (expected is int and value < 1):
-                raise LocalProtocolError(f"broker setting {key} must be a positive "
+                    (expected is int and value < least):
+                raise LocalProtocolError(f"broker setting {key} must be "
+                                         f"{'a non-negative' if least == 0 else 'a positive'} "
                                          f"{expected.__name__}, got {value!r}")
         return cls(**values)
 
@@ -206,6 +220,15 @@ class BrokerCore:
         self._next_liveness = now + config.liveness_check_interval_ms
         self._next_cleaning = now + config.cleaner_backoff_ms
         self.cleaner = CleanerThread(max(1, config.cleaner_dedupe_buffer_size // ENTRY_SIZE))
+        self.groups = GroupCoordinator(
+            CoordinatorConfig(config.group_initial_rebalance_delay_ms,
+                              config.group_min_session_timeout_ms,
+                              config.group_max_session_timeout_ms),
+            topics=self._partition_counts, append_offsets=self._append_offsets,
+            end_offset=self._log_end_offset)
+        self.groups.load(self._offset_records())
+        self._ticket = None                 # who sent the request being handled
+        self._handlers = self.handlers()
 
     def _load_rows(self) -> dict:
         try:
@@ -233,7 +256,74 @@ class BrokerCore:
                 "alter_topic_config": self.alter_topic_config,
                 "register_producer": self.register_producer,
                 "unregister_producer": self.unregister_producer,
-                "offset_for_timestamp": self.offset_for_timestamp}
+                "offset_for_timestamp": self.offset_for_timestamp,
+                **{name: self._group_handler(getattr(self.groups, name)) for name in (
+                    "join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets",
+                    "fetch_offsets", "list_groups", "describe_group", "delete_group")}}
+
+    def handle(self, ticket, frame: bytes) -> bytes | None:
+        """The reply to one request frame, or None when it comes later (a join waits
+        for its rebalance: see :meth:`take_replies`)."""
+        self._ticket = ticket
+        try:
+            return handle_frame(frame, self._handlers)
+        finally:
+            self._ticket = None
+
+    def take_replies(self) -> list[tuple[Any, bytes]]:
+        """Replies that were held back and are due now: (ticket, reply frame)."""
+        return [(ticket, encode_result(result)) for ticket, result in self.groups.take_replies()]
+
+    def _group_handler(self, method):
+        """A coordinator request method as a control handler: the request's fields,
+        plus who asked and the time."""
+        def handler(**fields):
+            return method(**fields, ticket=self._ticket, now=now_ms())
+        signature = inspect.signature(method)
+        handler.__signature__ = signature.replace(parameters=[
+            parameter for parameter in signature.parameters.values()
+            if parameter.name not in ("ticket", "now")])
+        return handler
+
+    # -- consumer groups' storage --------------------------------------------------------
+    def _partition_counts(self) -> dict[str, int]:
+        return {topic: self.logs.describe_topic(topic).partitions
+                for topic in self.logs.list_topics()}
+
+    def _log_end_offset(self, topic: str, partition: int) -> int | None:
+        try:
+            return self.logs.partition_log(topic, partition).log_end_offset
+        except ShmlogError:
+            return None
+
+    def _append_offsets(self, group_id: str, records: list) -> None:
+        """Append commit records to the group's partition of __consumer_offsets (made
+        on first use, as Kafka does) and publish them."""
+        if not records:
+            return
+        if OFFSETS_TOPIC not in self.logs.list_topics():
+            self.create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
+                              OFFSETS_TOPIC_CONFIG)
+        partition = offsets_partition(group_id, self.logs.describe_topic(OFFSETS_TOPIC).partitions)
+        self.logs.partition_log(OFFSETS_TOPIC, partition).append(
+            encode_batch([value for _, value in records], keys=[key for key, _ in records]))
+        self.appender.refresh(self.appender.tag_of(OFFSETS_TOPIC, partition))
+        self.table.consumer_doorbell.ring()
+
+    def _offset_records(self):
+        """Every record of __consumer_offsets, partition by partition, oldest first."""
+        if OFFSETS_TOPIC not in self.logs.list_topics():
+            return
+        for partition in range(self.logs.describe_topic(OFFSETS_TOPIC).partitions):
+            partition_log = self.logs.partition_log(OFFSETS_TOPIC, partition)
+            offset = partition_log.log_start_offset
+            while offset < partition_log.log_end_offset:
+                result = partition_log.read(offset, max_bytes=limits.READ_SIZE_DEFAULT)
+                if not result.data.size:
+                    break
+                for record in decode_records(result.data, start_offset=offset):
+                    yield record.key, record.value
+                offset = result.next_offset
 
     def ping(self) -> dict:
         return {"pid": os.getpid(), "data_dir": self.data_dir}
@@ -258,6 +348,7 @@ class BrokerCore:
         for partition in range(partitions):
             self.appender.register_partition(name, partition)
         self._save_rows()
+        self.groups.topics_changed(now_ms())
         return self._topic(name)
 
     def delete_topic(self, name) -> dict:
@@ -266,6 +357,7 @@ class BrokerCore:
             self.appender.unregister_partition(name, partition)
         self.logs.delete_topic(name)
         self._save_rows()
+        self.groups.topics_changed(now_ms())
         return {}
 
     def list_topics(self) -> dict:
@@ -280,6 +372,7 @@ class BrokerCore:
         for partition in range(before, total):
             self.appender.register_partition(name, partition)
         self._save_rows()
+        self.groups.topics_changed(now_ms())
         return self._topic(name)
 
     def alter_topic_config(self, name, set: dict | None = None, delete: list | None = None) -> dict:
@@ -343,8 +436,11 @@ class BrokerCore:
         return handled
 
     def seconds_to_next_timer(self) -> float:
+        group_deadline = self.groups.next_deadline()
         return max(0.0, (min(self._next_flush_check, self._next_retention,
-                             self._next_liveness, self._next_cleaning) - now_ms()) / 1000)
+                             self._next_liveness, self._next_cleaning,
+                             group_deadline if group_deadline is not None else self._next_liveness)
+                         - now_ms()) / 1000)
 
     def run_once(self) -> int:
         """Drain the rings if needed; run whatever periodic work is due. Returns how
@@ -363,6 +459,9 @@ class BrokerCore:
             self._next_liveness = now + self.config.liveness_check_interval_ms
             self._drain_due = True            # a safety net under the doorbell
             self.reap_dead_producers()
+        group_deadline = self.groups.next_deadline()
+        if group_deadline is not None and now >= group_deadline:
+            self.groups.tick(now)
         if self.cleaner.busy:
             self.swap_cleaned()
         if now >= self._next_cleaning:
@@ -461,14 +560,16 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         address = control_address(core.data_dir)
         os.makedirs(os.path.join(core.data_dir, RUN_DIRECTORY), exist_ok=True)
         control = _ControlThread(context, address, core.table.appender_doorbell)
-        handlers = core.handlers()
         log.info("broker %d serving %s on %s", os.getpid(), core.data_dir, address)
         if ready is not None:
             ready()
         idle_since = None
         while not stopping:
             handled = core.run_once()
-            if control.answer(handlers) or handled:
+            answered = control.answer(core.handle)
+            for ticket, reply in core.take_replies():
+                control.send(ticket, reply)
+            if answered or handled:
                 idle_since = None
                 continue
             now = time.monotonic()
@@ -480,6 +581,8 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         log.info("broker %d stopping (signal %s)", os.getpid(), stopping[0])
     finally:
         if control is not None:
+            for ticket in core.groups.pending_tickets():
+                control.send(ticket, error_reply(ShmlogError("the broker is stopping")))
             control.stop()
         context.term()
         core.close()
@@ -488,16 +591,25 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
 
 
 class _ControlThread(threading.Thread):
-    """Owns the REP socket: receives a request, hands it to the broker's loop (and
-    rings the doorbell it may sleep on), sends the loop's reply."""
+    """Owns the ROUTER socket: receives requests and hands them to the broker's loop
+    (ringing the doorbell it may sleep on); sends the replies the loop passes back
+    through an in-process pair of sockets. Replies may come in any order and later
+    than their request (a join waits for its rebalance): a ROUTER socket routes each
+    to its client by identity."""
+
+    _instances = itertools.count()
 
     def __init__(self, context: zmq.Context, address: str, doorbell):
         super().__init__(name="shmlog-control", daemon=True)
-        self.socket = context.socket(zmq.REP)
+        self.socket = context.socket(zmq.ROUTER)
         self.socket.bind(address)
+        outbox = f"inproc://shmlog-control-replies-{next(self._instances)}"
+        self._outbox_receiver = context.socket(zmq.PAIR)      # this thread's
+        self._outbox_receiver.bind(outbox)
+        self._outbox = context.socket(zmq.PAIR)               # the loop's
+        self._outbox.connect(outbox)
         self.doorbell = doorbell
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._replies: queue.SimpleQueue = queue.SimpleQueue()
         self._stopping = threading.Event()
         self.start()
 
@@ -507,33 +619,57 @@ class _ControlThread(threading.Thread):
         return not self._requests.empty()
 
     def run(self) -> None:
-        while not self._stopping.is_set():
-            if not self.socket.poll(CONTROL_POLL_MS, zmq.POLLIN):
-                continue
-            self._requests.put(self.socket.recv())
-            self.doorbell.ring()
-            self.socket.send(self._replies.get())
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        poller.register(self._outbox_receiver, zmq.POLLIN)
+        while True:
+            ready = dict(poller.poll(CONTROL_POLL_MS))
+            if self._outbox_receiver in ready:
+                identity, reply = self._outbox_receiver.recv_multipart()
+                self.socket.send_multipart([identity, b"", reply])
+                continue              # replies first: the loop may have sent several
+            if self._stopping.is_set():
+                return
+            if self.socket in ready:
+                frames = self.socket.recv_multipart()
+                # A REQ client sends [identity, empty delimiter, body].
+                if len(frames) == 3 and frames[1] == b"":
+                    self._requests.put((frames[0], frames[2]))
+                    self.doorbell.ring()
 
-    def answer(self, handlers: dict) -> bool:
-        """Answer the waiting request, if any (on the loop's thread)."""
+    def answer(self, handle) -> bool:
+        """Answer the waiting request, if any (on the loop's thread):
+        ``handle(identity, frame)`` returns the reply, or None for one sent later."""
         try:
-            frame = self._requests.get_nowait()
+            identity, frame = self._requests.get_nowait()
         except queue.Empty:
             return False
         try:
-            reply = handle_frame(frame, handlers)
+            reply = handle(identity, frame)
         except Exception as error:         # noqa: BLE001 - a bug must not end the broker
             log.exception("control request failed")
             reply = error_reply(ShmlogError(f"internal error: {error}"))
-        self._replies.put(reply)
+        if reply is not None:
+            self.send(identity, reply)
         return True
 
+    def send(self, identity: bytes, reply: bytes) -> None:
+        """Pass a reply to the socket's thread (from the loop's thread only)."""
+        self._outbox.send_multipart([identity, reply])
+
     def stop(self) -> None:
-        """Stop taking requests; a request taken and not answered gets an error."""
+        """Send the replies passed so far, refuse requests not yet answered, stop."""
+        while True:
+            try:
+                identity, _ = self._requests.get_nowait()
+            except queue.Empty:
+                break
+            self.send(identity, error_reply(ShmlogError("the broker is stopping")))
         self._stopping.set()
-        self._replies.put(error_reply(ShmlogError("the broker is stopping")))
         self.join(timeout=10)
-        self.socket.close(linger=0)
+        for socket in (self._outbox, self._outbox_receiver):
+            socket.close(linger=0)
+        self.socket.close(linger=CONTROL_POLL_MS)
 
 
 class Broker:

@@ -17,25 +17,38 @@ every drain that appended records) until the broker rings it or the poll's
 timeout passes. An idle consumer costs no CPU; a busy one never sleeps. Between
 sleeps it checks now and then that the broker is alive; a restarted broker
 publishes a new state table, which the consumer maps, keeping its positions.
-Consumer groups come later; without one, ``subscribe`` assigns every partition.
+
+With a ``group_id``, ``subscribe`` makes the consumer a member of a consumer group
+(``groups.py``): each poll first acts on what its heartbeat thread noticed (a
+rebalance, being fenced), joins the group when it must, calls the rebalance
+listener, starts newly assigned partitions at their committed offsets, and commits
+its positions every ``auto_commit_interval_ms`` when ``enable_auto_commit`` is set.
+Without a group, ``subscribe`` assigns every partition of the topics.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+import re
 import time
-from typing import Iterable, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 from .broker import default_data_dir, request
-from .errors import (LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
+from .errors import (CommitFailedError, LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
                      UnknownTopicOrPartitionError)
+from .groups import GroupMember, MemberConfig
 from .reader import PartitionReader
 from .records import Record, RecordColumns, decode_columns
 from . import state_layout as S
 from . import wakeup
 from .state import PartitionStateTable
 
-__all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp",
+           "OffsetAndMetadata", "ConsumerRebalanceListener"]
 
 # How often an idle consumer checks that the broker it reads from is alive (and,
 # when it is not, looks for a new one).
@@ -53,6 +66,29 @@ class TopicPartition(NamedTuple):
 class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    offset: int
+    metadata: str = ""
+
+
+class ConsumerRebalanceListener:
+    """Called from ``poll`` when the group's assignment of this consumer changes
+    (Kafka's interface). Override what you need."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Before partitions go to another member: commit what was processed. With
+        an eager assignor, every partition is revoked before each rebalance."""
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """After the rebalance: the partitions added to this consumer."""
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """This consumer was fenced (missed its session, or was not polled within
+        max_poll_interval_ms): the partitions may belong to others already, so
+        committing is pointless. Kafka's default: treat them as revoked."""
+        self.on_partitions_revoked(lost)
 
 
 # A Record with the partition it came from in front: topic, partition, offset,
@@ -74,25 +110,36 @@ class Consumer:
     Parameters
     ----------
     *topics : str
-        Subscribe to these (every partition: there are no groups yet).
+        Subscribe to these.
     bootstrap : str, optional
         The broker's data directory (default: ``$SHMLOG_DATA_DIR`` or the default).
+    group_id : str, optional
+        Join this consumer group when subscribing, and commit offsets to it.
     auto_offset_reset : "latest", "earliest" or "none"
-        Where to start without a position, or after the position fell out of the log.
+        Where to start without a committed offset or position, or after the position
+        fell out of the log.
     max_poll_records, fetch_max_bytes : int
         Per poll, and per partition per poll.
     consumer_timeout_ms : int, optional
         Iteration stops after this long without a record (default: never).
+    enable_auto_commit, auto_commit_interval_ms
+        Commit the positions of what poll returned, from poll, this often (and on
+        close): at-least-once for records processed before the next poll.
+    session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
+    partition_assignment_strategy, client_id
+        Kafka's group settings (see :class:`groups.MemberConfig`).
     """
 
     def __init__(self, *topics: str, bootstrap: str | None = None, group_id: str | None = None,
                  auto_offset_reset: str = "latest",
                  max_poll_records: int = MAX_POLL_RECORDS_DEFAULT,
                  fetch_max_bytes: int = FETCH_BYTES_DEFAULT,
-                 consumer_timeout_ms: int | None = None):
-        if group_id is not None:
-            raise LocalProtocolError("consumer groups are not available yet: leave group_id "
-                                     "unset and assign or subscribe")
+                 consumer_timeout_ms: int | None = None,
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
+                 session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 3_000,
+                 max_poll_interval_ms: int = 300_000,
+                 partition_assignment_strategy: Iterable[str] = ("range", "cooperative-sticky"),
+                 client_id: str | None = None):
         if auto_offset_reset not in ("latest", "earliest", "none"):
             raise LocalProtocolError(f"auto_offset_reset must be 'latest', 'earliest' or "
                                      f"'none', got {auto_offset_reset!r}")
@@ -103,7 +150,19 @@ class Consumer:
         self.consumer_timeout_ms = consumer_timeout_ms
         self._assigned: dict[TopicPartition, _Assigned] = {}
         self._last_found = 0.0             # when a poll last found records (monotonic)
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
+        self._subscription: tuple[tuple[str, ...], str | None] | None = None
+        self._listener = ConsumerRebalanceListener()
+        self._group = None
         self._attach()
+        if group_id is not None:
+            self._group = GroupMember(
+                functools.partial(request, self.data_dir), group_id,
+                client_id or f"shmlog-{os.getpid()}",
+                MemberConfig(session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
+                             tuple(partition_assignment_strategy)))
         # Records fetched and not yet returned, per partition (in offset order).
         self._buffered: dict[TopicPartition, list[ConsumerRecord]] = {}
         if topics:
@@ -154,17 +213,59 @@ class Consumer:
             raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition} on the broker")
         return entries[partition]
 
-    def subscribe(self, topics: Iterable[str]) -> None:
-        """Consume every partition of these topics (replaces the assignment)."""
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
+        """Consume these topics, and those whose whole name matches ``pattern`` (a
+        regular expression; internal topics never match).
+
+        With a ``group_id``, the group shares their partitions among its members:
+        the consumer joins at its next poll, and ``listener`` hears of every change.
+        Without one, the consumer takes every partition of the topics there are now.
+        """
+        topics = (topics,) if isinstance(topics, str) else tuple(topics)
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise LocalProtocolError(f"pattern {pattern!r}: {error}") from None
+        if self._group is not None:
+            self._subscription = (tuple(sorted(set(topics))), pattern)
+            self._listener = listener or ConsumerRebalanceListener()
+            self._group.rejoin_needed = True
+            return
+        if pattern is not None:
+            self._topics = {entry["name"]: entry for entry in request(self.data_dir,
+                                                                      "metadata")["topics"]}
+            topics += tuple(sorted(name for name in self._topics if not name.startswith("__")
+                                   and re.fullmatch(pattern, name)))
         partitions = []
         for topic in topics:
             self._partition_metadata(topic, 0)
             partitions += [TopicPartition(topic, entry["partition"])
                            for entry in self._topics[topic]["partitions"]]
-        self.assign(partitions)
+        self._assign(partitions)
+
+    def unsubscribe(self) -> None:
+        """Stop consuming (and leave the group, committing first when auto commit is on)."""
+        if self._group is not None and self._subscription is not None:
+            self._commit_on_revoke(set(self._assigned))
+            self._listener.on_partitions_revoked(set(self._assigned))
+            self._group.leave()
+        self._subscription = None
+        self._assign([])
+
+    def subscription(self) -> set[str]:
+        return set(self._subscription[0]) if self._subscription else set()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these partitions (replaces the assignment)."""
+        """Consume exactly these partitions (replaces the assignment; no group
+        membership, though offsets may still be committed to ``group_id``)."""
+        if self._subscription is not None:
+            raise LocalProtocolError("this consumer subscribed through its group; "
+                                     "unsubscribe before assigning partitions by hand")
+        self._assign(partitions)
+
+    def _assign(self, partitions: Iterable[TopicPartition]) -> None:
         wanted = [TopicPartition(*partition) for partition in partitions]
         for partition in list(self._assigned):
             if partition not in wanted:
@@ -270,6 +371,7 @@ class Consumer:
         """New records as columns, per partition: numpy arrays of offsets,
         timestamps and key/value positions into the mapped bytes (zero copy for
         uncompressed batches). Waits up to ``timeout_ms`` for something new."""
+        self._poll_group()
         return self._wait(lambda: self._poll_columns(max_bytes or self.fetch_max_bytes),
                           timeout_ms)
 
@@ -286,6 +388,7 @@ class Consumer:
         """New records per partition, as :class:`ConsumerRecord` lists (at most
         ``max_records`` in all). Waits up to ``timeout_ms`` for something new."""
         limit = max_records or self.max_poll_records
+        self._poll_group()
         if not self._buffered:
             for partition, columns in self._wait(
                     lambda: self._poll_columns(self.fetch_max_bytes), timeout_ms).items():
@@ -333,7 +436,136 @@ class Consumer:
             if deadline is not None and time.monotonic() >= deadline:
                 raise StopIteration
 
-    def close(self) -> None:
+    # -- the group ---------------------------------------------------------------------
+    def _poll_group(self) -> None:
+        """Kafka's poll-time group work: act on being fenced, rejoin when the group
+        rebalances, commit when auto commit is due."""
+        member = self._group
+        if member is None:
+            return
+        member.last_poll = time.monotonic()
+        if self._subscription is None:
+            return
+        if member.lost or member.poll_timed_out:
+            lost = set(self._assigned)
+            self._assign([])
+            if lost:
+                self._listener.on_partitions_lost(lost)
+        if member.rejoin_needed:
+            self._rejoin()
+        if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._auto_commit()
+
+    def _rejoin(self) -> None:
+        member = self._group
+        if not member.cooperative and self._assigned:
+            # Eager: give up everything before joining (commit it first).
+            revoked = set(self._assigned)
+            self._commit_on_revoke(revoked)
+            self._listener.on_partitions_revoked(revoked)
+            self._assign([])
+        while True:
+            topics, pattern = self._subscription
+            assignment = {TopicPartition(*partition)
+                          for partition in member.join(topics, pattern, self._assigned)}
+            if pattern is not None or any(topic not in self._topics for topic, _ in assignment):
+                self._topics = {entry["name"]: entry for entry in request(
+                    self.data_dir, "metadata")["topics"]}
+            revoked = set(self._assigned) - assignment
+            added = assignment - set(self._assigned)
+            if revoked:
+                self._commit_on_revoke(revoked)
+                self._listener.on_partitions_revoked(revoked)
+            self._assign(sorted(assignment))
+            committed = member.committed(added) if added else {}
+            for partition in added:
+                if partition in committed:
+                    self._assigned[partition].position = committed[partition][0]
+            self._listener.on_partitions_assigned(added)
+            if not (revoked and member.cooperative):
+                return
+            # Cooperative: what this member gave up waits for a second rebalance to
+            # reach its new owner; join again at once so that happens now.
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict:
+        """Positions known for these partitions (no reset is forced)."""
+        positions = {}
+        for partition in partitions:
+            state = self._assigned.get(partition)
+            pending = self._buffered.get(partition)
+            if pending:
+                positions[partition] = pending[0].offset
+            elif state is not None and state.position is not None:
+                positions[partition] = state.position
+        return positions
+
+    def _commit_on_revoke(self, partitions: set[TopicPartition]) -> None:
+        if not (self.enable_auto_commit and partitions and self._group is not None):
+            return
+        if self._group.lost or self._group.poll_timed_out:
+            return                              # fenced: nothing may be committed
+        try:
+            self._commit_offsets({partition: OffsetAndMetadata(offset) for partition, offset
+                                  in self._positions(partitions).items()})
+        except CommitFailedError as error:
+            log.warning("%s", error)
+
+    def _auto_commit(self) -> None:
+        self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
+        try:
+            self._commit_offsets({partition: OffsetAndMetadata(offset) for partition, offset
+                                  in self._positions(self._assigned).items()})
+        except CommitFailedError as error:
+            log.warning("auto commit: %s", error)
+
+    def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+               ) -> None:
+        """Commit offsets to the group: ``offsets`` (the offset of the next record to
+        read, per partition), or by default the positions of every assigned
+        partition, that is, everything poll has returned.
+
+        Raises
+        ------
+        CommitFailedError
+            The group rebalanced and this consumer's generation is over.
+        LocalProtocolError
+            The consumer has no group_id.
+        """
+        if self._group is None:
+            raise LocalProtocolError("commit needs a consumer with a group_id")
+        if offsets is None:
+            offsets = self._positions(self._assigned)
+        self._commit_offsets({TopicPartition(*partition): (
+            value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value))
+            for partition, value in offsets.items()})
+
+    def _commit_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        for partition, value in offsets.items():
+            if isinstance(value.offset, bool) or not isinstance(value.offset, int) or \
+                    value.offset < 0:
+                raise LocalProtocolError(f"offset for {partition} must be a non-negative "
+                                         f"integer, got {value.offset!r}")
+        if offsets:
+            self._group.commit({partition: (value.offset, value.metadata)
+                                for partition, value in offsets.items()},
+                               as_member=self._subscription is not None)
+
+    def committed(self, partition: TopicPartition, metadata: bool = False):
+        """The group's committed offset for a partition (None when there is none);
+        with ``metadata``, an :class:`OffsetAndMetadata`."""
+        if self._group is None:
+            raise LocalProtocolError("committed needs a consumer with a group_id")
+        found = self._group.committed([TopicPartition(*partition)]).get(tuple(partition))
+        if found is None:
+            return None
+        return OffsetAndMetadata(*found) if metadata else found[0]
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (when auto commit is on), leave the group, release the mappings."""
+        if self._group is not None:
+            if autocommit and self._subscription is not None:
+                self._commit_on_revoke(set(self._assigned))
+            self._group.close()
         for state in self._assigned.values():
             state.reader.close()
         self._assigned.clear()

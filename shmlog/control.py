@@ -24,7 +24,7 @@ from . import errors
 from .errors import LocalProtocolError, PeerProtocolError, ShmlogError
 
 __all__ = ["PROTOCOL_VERSION", "encode_request", "decode_reply", "handle_frame",
-           "REQUEST_SIZE_MAX"]
+           "encode_result", "REQUEST_SIZE_MAX"]
 
 PROTOCOL_VERSION = 1
 # A control request names topics and configs, never records: 1 MiB is generous, and
@@ -91,9 +91,10 @@ def _parse(frame: bytes) -> dict:
     return body
 
 
-def handle_frame(frame: bytes, handlers: dict[str, Callable[..., dict]]) -> bytes:
+def handle_frame(frame: bytes, handlers: dict[str, Callable[..., dict | None]]) -> bytes | None:
     """Parse one request frame, run its handler, and encode the reply. Never raises
-    for anything a client sent: every problem becomes an error reply."""
+    for anything a client sent: every problem becomes an error reply. A handler that
+    returns None answers later (see :func:`encode_result`): so does this."""
     try:
         body = _parse(frame)
         handler = handlers.get(body["type"])
@@ -105,9 +106,17 @@ def handle_frame(frame: bytes, handlers: dict[str, Callable[..., dict]]) -> byte
             inspect.signature(handler).bind(**fields)
         except TypeError as error:     # missing or unexpected fields
             raise LocalProtocolError(f"bad fields for {body['type']!r}: {error}") from None
-        return _encode_reply({"ok": True, **handler(**fields)})
+        result = handler(**fields)
+        return None if result is None else _encode_reply({"ok": True, **result})
     except ShmlogError as error:
         return error_reply(error)
+
+
+def encode_result(result: dict | ShmlogError) -> bytes:
+    """The reply frame for a result that was held back (a handler returned None)."""
+    if isinstance(result, ShmlogError):
+        return error_reply(result)
+    return _encode_reply({"ok": True, **result})
 
 
 def require(value: Any, kind: type | tuple, name: str) -> Any:

@@ -18,7 +18,15 @@
     ├── CorruptSegmentError           data on disk failed its CRC or structure check
     ├── OffsetOverflowError
     ├── RingFullError                 a ring stayed full for the whole wait
-    └── StorageError                  the log directory failed (disk full, I/O error)
+    ├── StorageError                  the log directory failed (disk full, I/O error)
+    └── GroupError                    a consumer group refused a request
+        ├── UnknownMemberIdError      the member was removed from its group: join again
+        ├── IllegalGenerationError    the member's generation is over (fenced): join again
+        ├── RebalanceInProgressError  the group is rebalancing: join again
+        ├── CommitFailedError         a commit was fenced by a rebalance
+        ├── GroupIdNotFoundError
+        ├── NonEmptyGroupError        the group has active members
+        └── InconsistentGroupProtocolError   the members share no assignor
 
 Messages name the path, offset, and expected and actual values, and say what to do.
 """
@@ -115,3 +123,38 @@ class OffsetOverflowError(ShmlogError):
 
 class StorageError(ShmlogError):
     """The log directory failed: disk full, permission denied, I/O error."""
+
+
+class GroupError(ShmlogError):
+    """A consumer group's coordinator refused a request."""
+
+
+class UnknownMemberIdError(GroupError):
+    """The group has no such member (it left, or missed its session timeout): the
+    member must join again with a new id; its partitions are gone."""
+
+
+class IllegalGenerationError(GroupError):
+    """The member speaks for a generation of its group that is over: it was fenced
+    and must join again."""
+
+
+class RebalanceInProgressError(GroupError):
+    """The group is rebalancing: the member must join again to stay in it."""
+
+
+class CommitFailedError(GroupError):
+    """An offset commit was refused because the group rebalanced and the partitions
+    may belong to another member now (kafka-python's name)."""
+
+
+class GroupIdNotFoundError(GroupError):
+    """No group by that id (nothing committed, no members)."""
+
+
+class NonEmptyGroupError(GroupError):
+    """The request needs a group without active members (delete, reset offsets)."""
+
+
+class InconsistentGroupProtocolError(GroupError):
+    """A member offers no assignor that every other member of the group supports."""

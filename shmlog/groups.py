@@ -1,0 +1,727 @@
+"""Consumer groups: the coordinator's state machine (in the broker) and the
+member's side of the protocol (in the consumer).
+
+Rules
+-----
+* A partition of a subscribed topic belongs to at most one member of a generation.
+  Eager assignors (``range``, ``roundrobin``) get there by every member giving up all
+  of its partitions before it joins again; ``cooperative-sticky`` by keeping a
+  partition from its new owner until the old one has given it up (one more round).
+* Every request from a member carries its member id and generation; a request of a
+  generation that is over is refused (:class:`IllegalGenerationError`): a member that
+  was fenced cannot commit offsets for partitions that moved on.
+* Committed offsets are records of the compacted topic ``__consumer_offsets`` (key:
+  group, topic, partition; value: offset, metadata, commit time), appended before the
+  commit is answered, and read back when the broker starts.
+* The coordinator does no I/O: requests and the clock come in, replies come out
+  (some later: a join is answered when its rebalance completes). The broker moves
+  the frames (``broker.py``) and appends the offset records.
+
+Theory of operation
+-------------------
+**The coordinator computes assignments** (as Kafka's KIP-848 protocol does), rather
+than a leader member: one place holds the partition counts and every member's
+subscription, there is no round trip through a leader, and a pattern subscription is
+resolved where topics are created, so a new matching topic rebalances at once.
+
+A group moves through the states of :class:`GroupState` along :data:`TRANSITIONS`:
+
+* ``EMPTY``: no members (perhaps committed offsets). A join starts a rebalance,
+  delayed by ``group_initial_rebalance_delay_ms`` so that members starting together
+  join one generation.
+* ``PREPARING_REBALANCE``: every member must join again (heartbeats answer
+  :class:`RebalanceInProgressError`). The joins wait, unanswered. When all known
+  members have joined, or the rebalance timeout (the members' largest
+  ``max.poll.interval.ms``) has passed, members that did not join are dropped, the
+  generation advances, the assignor runs, and every join is answered.
+* ``STABLE``: members sync (fetch their assignment of the generation) and heartbeat.
+  A join, a leave, a missed ``session.timeout.ms``, or a change in the partitions of
+  a subscribed topic starts a rebalance.
+* ``DEAD``: deleted.
+
+The member side (:class:`GroupMember`) joins and syncs when the consumer polls,
+heartbeats on a thread of its own, and leaves when the consumer is not polled for
+``max.poll.interval.ms`` (Kafka's rule: its partitions then go to members that are
+making progress).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+import zlib
+from typing import Any, Callable, Iterable, Mapping
+
+from .assignors import ASSIGNORS, Subscription, assign
+from .control import require
+from .errors import (CommitFailedError, GroupIdNotFoundError, IllegalGenerationError,
+                     InconsistentGroupProtocolError, LocalProtocolError, NonEmptyGroupError,
+                     RebalanceInProgressError, ShmlogError, UnknownMemberIdError)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GroupState", "TRANSITIONS", "GroupCoordinator", "CoordinatorConfig", "PENDING",
+           "OFFSETS_TOPIC", "offsets_partition", "offset_record", "GroupMember",
+           "MemberConfig"]
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# What Kafka gives its offsets topic: compacted, 100 MiB segments.
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 << 20}
+# The reply to a request answered later (see GroupCoordinator.take_replies).
+PENDING = None
+# A member's client id goes into its member id; keep ids short.
+CLIENT_ID_LENGTH_MAX = 255
+# Refusals a join recovers from by joining again (a superseded join, a generation
+# that moved on, a coordinator that forgot us) before it gives up.
+_JOIN_ATTEMPTS_MAX = 20
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE, GroupState.DEAD}),
+    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.EMPTY}),
+    GroupState.STABLE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.DEAD: frozenset(),
+}
+
+
+def offsets_partition(group_id: str, partitions: int) -> int:
+    """The partition of ``__consumer_offsets`` that holds a group's commits."""
+    return zlib.crc32(group_id.encode()) % partitions
+
+
+def offset_record(group_id: str, topic: str, partition: int,
+                  committed: "CommittedOffset | None") -> tuple[bytes, bytes | None]:
+    """The key and value of a commit in ``__consumer_offsets`` (None: a tombstone).
+    The key is canonical JSON, so compaction keeps one record per partition."""
+    key = json.dumps(["offset", group_id, topic, partition], separators=(",", ":")).encode()
+    if committed is None:
+        return key, None
+    return key, json.dumps({"offset": committed.offset, "metadata": committed.metadata,
+                            "timestamp": committed.timestamp}, separators=(",", ":")).encode()
+
+
+def parse_offset_record(key: bytes | None, value: bytes | None):
+    """(group, topic, partition, CommittedOffset or None), or None for a record that
+    is not a commit (or is unreadable: logged, skipped)."""
+    try:
+        kind, group_id, topic, partition = json.loads(key)
+        if kind != "offset":
+            return None
+        if value is None:
+            return group_id, topic, int(partition), None
+        body = json.loads(value)
+        return group_id, topic, int(partition), CommittedOffset(
+            int(body["offset"]), str(body.get("metadata", "")), int(body.get("timestamp", -1)))
+    except (TypeError, ValueError, KeyError) as error:
+        log.warning("skipping an unreadable %s record (%s)", OFFSETS_TOPIC, error)
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    metadata: str = ""
+    timestamp: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class CoordinatorConfig:
+    """Kafka's group settings (broker side), same names with underscores."""
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+
+
+@dataclasses.dataclass
+class _Member:
+    member_id: str
+    client_id: str
+    topics: tuple[str, ...]
+    pattern: str | None
+    assignors: tuple[str, ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    owned: tuple[tuple[str, int], ...]
+    heard_ms: int                          # last join, sync or heartbeat
+    owned_generation: int = -1
+    join_ticket: Any = None                # a join waiting for the rebalance
+    joined: bool = False                   # joined the rebalance in progress
+    assignment: tuple[tuple[str, int], ...] = ()
+
+
+@dataclasses.dataclass
+class _Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, _Member] = dataclasses.field(default_factory=dict)
+    rebalance_deadline_ms: int = 0         # joins are answered by then at the latest
+    start_not_before_ms: int = 0           # the initial rebalance delay
+    offsets: dict[tuple[str, int], CommittedOffset] = dataclasses.field(default_factory=dict)
+    partition_counts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def transition(self, state: GroupState) -> None:
+        assert state in TRANSITIONS[self.state], f"{self.state} -> {state}"
+        self.state = state
+
+
+class GroupCoordinator:
+    """Every group of one broker. Request methods return a reply dict, or
+    :data:`PENDING` when the reply comes later from :meth:`take_replies`; they raise
+    a :class:`ShmlogError` to refuse.
+
+    Parameters
+    ----------
+    topics : callable
+        Returns {topic: partition count} for every topic now.
+    append_offsets : callable
+        ``append_offsets(group_id, [(key, value), ...])`` stores commit records
+        durably before the commit is answered (raises to refuse it).
+    end_offset : callable
+        ``end_offset(topic, partition)``: the high watermark (for lag), or None.
+    """
+
+    def __init__(self, config: CoordinatorConfig, *, topics: Callable[[], Mapping[str, int]],
+                 append_offsets: Callable[[str, list], None],
+                 end_offset: Callable[[str, int], int | None]):
+        self.config = config
+        self._topics = topics
+        self._append_offsets = append_offsets
+        self._end_offset = end_offset
+        self.groups: dict[str, _Group] = {}
+        self._replies: list[tuple[Any, dict | ShmlogError]] = []
+
+    # -- recovery -------------------------------------------------------------------------
+    def load(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+        """Replay ``__consumer_offsets`` records, oldest first."""
+        for key, value in records:
+            parsed = parse_offset_record(key, value)
+            if parsed is None:
+                continue
+            group_id, topic, partition, committed = parsed
+            group = self.groups.setdefault(group_id, _Group(group_id))
+            if committed is None:
+                group.offsets.pop((topic, partition), None)
+            else:
+                group.offsets[(topic, partition)] = committed
+
+    # -- the protocol ------------------------------------------------------------------
+    def join_group(self, group_id, member_id="", client_id="", topics=(), pattern=None,
+                   assignors=("range",), session_timeout_ms=45_000,
+                   rebalance_timeout_ms=300_000, owned=(), generation=-1, *, ticket, now):
+        """Join (or rejoin) a group; answered when the rebalance completes with
+        {member_id, generation, leader, protocol}. ``owned`` lists the partitions the
+        member still holds (cooperative), from its ``generation``."""
+        group_id = _group_id(group_id)
+        member_id = require(member_id, str, "member_id")
+        client_id = require(client_id, str, "client_id")[:CLIENT_ID_LENGTH_MAX]
+        topics = tuple(sorted(set(require(topic, str, "topics[]")
+                                  for topic in require(list(topics), list, "topics"))))
+        if pattern is not None:
+            try:
+                re.compile(require(pattern, str, "pattern"))
+            except re.error as error:
+                raise LocalProtocolError(f"pattern {pattern!r} is not a regular "
+                                         f"expression: {error}") from None
+        offered = tuple(require(name, str, "assignors[]")
+                        for name in require(list(assignors), list, "assignors"))
+        if not offered or any(name not in ASSIGNORS for name in offered):
+            raise LocalProtocolError(f"assignors must be some of {', '.join(ASSIGNORS)}, "
+                                     f"got {offered}")
+        session = require(session_timeout_ms, int, "session_timeout_ms")
+        if not (self.config.group_min_session_timeout_ms <= session
+                <= self.config.group_max_session_timeout_ms):
+            raise LocalProtocolError(
+                f"session_timeout_ms {session} is outside the broker's "
+                f"[{self.config.group_min_session_timeout_ms}, "
+                f"{self.config.group_max_session_timeout_ms}] (group_min/max_session_timeout_ms)")
+        rebalance_timeout = max(require(rebalance_timeout_ms, int, "rebalance_timeout_ms"), 1)
+        owned = tuple(_partition(entry) for entry in require(list(owned), list, "owned"))
+
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            group = self.groups[group_id] = _Group(group_id)
+        others = [member for member in group.members.values() if member.member_id != member_id]
+        if others and not set(offered) & set.intersection(*(set(other.assignors)
+                                                              for other in others)):
+            raise InconsistentGroupProtocolError(
+                f"group {group_id!r} uses assignors {sorted(set(others[0].assignors))}; "
+                f"this member offers {list(offered)}")
+        if member_id:
+            member = group.members.get(member_id)
+            if member is None:
+                raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; "
+                                           f"join with no member id")
+            if member.join_ticket is not None:     # a join it gave up on (timed out)
+                self._reply(member.join_ticket, RebalanceInProgressError(
+                    "superseded by a newer join of the same member"))
+        else:
+            member_id = f"{client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
+            member = group.members[member_id] = _Member(
+                member_id, client_id, (), None, offered, session, rebalance_timeout, (), now)
+        member.client_id, member.topics, member.pattern = client_id, topics, pattern
+        member.assignors, member.session_timeout_ms = offered, session
+        member.rebalance_timeout_ms, member.owned, member.heard_ms = rebalance_timeout, owned, now
+        member.owned_generation = require(generation, int, "generation")
+        member.join_ticket, member.joined = ticket, True
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now)
+        self._maybe_complete(group, now)
+        return PENDING
+
+    def sync_group(self, group_id, member_id, generation, *, ticket, now):
+        """The member's assignment in ``generation`` (which must be the group's)."""
+        group, member = self._member(group_id, member_id, generation, now)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {group.group_id!r} is rebalancing; join again")
+        return {"assignment": [list(entry) for entry in member.assignment],
+                "protocol": group.protocol}
+
+    def heartbeat(self, group_id, member_id, generation, *, ticket, now):
+        group, _ = self._member(group_id, member_id, generation, now)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {group.group_id!r} is rebalancing; join again")
+        return {}
+
+    def leave_group(self, group_id, member_id, *, ticket, now):
+        group = self._group(group_id)
+        member = group.members.get(require(member_id, str, "member_id"))
+        if member is None:
+            raise UnknownMemberIdError(f"group {group.group_id!r} has no member {member_id!r}")
+        self._remove(group, member, "left the group", now)
+        return {}
+
+    def commit_offsets(self, group_id, offsets, member_id="", generation=-1, *, ticket, now):
+        """Store offsets: ``offsets`` is [[topic, partition, offset, metadata], ...].
+        With no member id and generation -1 (a consumer without a subscription, a
+        tool), only while the group has no members."""
+        group_id = _group_id(group_id)
+        entries = []
+        for entry in require(offsets, list, "offsets"):
+            topic, partition, offset, metadata = (list(require(entry, list, "offsets[]"))
+                                                  + [""])[:4]
+            entries.append(((require(topic, str, "topic"), require(partition, int, "partition")),
+                            CommittedOffset(require(offset, int, "offset"),
+                                            require(metadata, str, "metadata"), now)))
+        group = self.groups.get(group_id)
+        if member_id == "" and generation == -1:
+            if group is not None and group.members:
+                raise NonEmptyGroupError(
+                    f"group {group_id!r} has active members: only they commit its offsets")
+        else:
+            group, _ = self._member(group_id, member_id, generation, now)
+        if group is None or group.state is GroupState.DEAD:
+            group = self.groups[group_id] = _Group(group_id)
+        self._append_offsets(group_id, [offset_record(group_id, *partition, committed)
+                                        for partition, committed in entries])
+        group.offsets.update(entries)
+        return {}
+
+    def fetch_offsets(self, group_id, partitions=None, *, ticket, now):
+        """[[topic, partition, offset, metadata], ...] of the partitions asked (all
+        by default); partitions without a commit are left out."""
+        group = self.groups.get(_group_id(group_id))
+        offsets = group.offsets if group is not None else {}
+        wanted = offsets.keys() if partitions is None else \
+            [_partition(entry) for entry in require(partitions, list, "partitions")]
+        return {"offsets": [[topic, partition, offsets[(topic, partition)].offset,
+                             offsets[(topic, partition)].metadata]
+                            for topic, partition in sorted(wanted) if (topic, partition) in offsets]}
+
+    def list_groups(self, *, ticket, now):
+        return {"groups": [{"group_id": group.group_id, "state": group.state.value,
+                            "protocol": group.protocol, "members": len(group.members)}
+                           for group in sorted(self.groups.values(), key=lambda g: g.group_id)
+                           if group.state is not GroupState.DEAD]}
+
+    def describe_group(self, group_id, *, ticket, now):
+        """State, members with their assignments, and per partition the committed
+        offset, the log end offset and the lag (end - committed)."""
+        group = self._group(group_id)
+        owners = {partition: member.member_id for member in group.members.values()
+                  for partition in member.assignment}
+        partitions = []
+        for topic, partition in sorted(set(group.offsets) | set(owners)):
+            committed = group.offsets.get((topic, partition))
+            end = self._end_offset(topic, partition)
+            partitions.append({
+                "topic": topic, "partition": partition,
+                "committed": committed.offset if committed else None,
+                "metadata": committed.metadata if committed else None,
+                "log_end_offset": end,
+                "lag": end - committed.offset if committed is not None and end is not None
+                else None,
+                "member_id": owners.get((topic, partition))})
+        return {"group_id": group.group_id, "state": group.state.value,
+                "generation": group.generation, "protocol": group.protocol,
+                "leader": group.leader,
+                "members": [{"member_id": member.member_id, "client_id": member.client_id,
+                             "topics": list(member.topics), "pattern": member.pattern,
+                             "assignment": [list(entry) for entry in member.assignment]}
+                            for member in group.members.values()],
+                "partitions": partitions}
+
+    def delete_group(self, group_id, *, ticket, now):
+        """Forget a group without members and tombstone its committed offsets."""
+        group = self._group(group_id)
+        if group.members:
+            raise NonEmptyGroupError(f"group {group.group_id!r} has {len(group.members)} "
+                                     f"active members; stop them first")
+        self._append_offsets(group.group_id, [offset_record(group.group_id, *partition, None)
+                                              for partition in sorted(group.offsets)])
+        group.transition(GroupState.DEAD)
+        del self.groups[group.group_id]
+        return {}
+
+    # -- the clock and the topics -----------------------------------------------------------
+    def tick(self, now: int) -> None:
+        """Expire members whose session ran out; complete rebalances that are due."""
+        for group in list(self.groups.values()):
+            for member in list(group.members.values()):
+                if member.join_ticket is None and \
+                        now - member.heard_ms > member.session_timeout_ms:
+                    self._remove(group, member, "missed its session timeout", now)
+            self._maybe_complete(group, now)
+
+    def next_deadline(self) -> int | None:
+        """When :meth:`tick` next has something to do (ms), or None."""
+        deadlines = []
+        for group in self.groups.values():
+            if group.state is GroupState.PREPARING_REBALANCE:
+                everyone = all(member.joined for member in group.members.values())
+                deadlines.append(group.start_not_before_ms if everyone else
+                                 max(group.start_not_before_ms, group.rebalance_deadline_ms))
+            deadlines += [member.heard_ms + member.session_timeout_ms + 1
+                          for member in group.members.values() if member.join_ticket is None]
+        return min(deadlines) if deadlines else None
+
+    def topics_changed(self, now: int) -> None:
+        """Topics were created, deleted or grew: rebalance every stable group whose
+        subscribed partitions changed."""
+        topics = self._topics()
+        for group in self.groups.values():
+            if group.state is GroupState.STABLE and \
+                    self._partition_counts(group, topics) != group.partition_counts:
+                self._prepare_rebalance(group, now)
+
+    def take_replies(self) -> list[tuple[Any, dict | ShmlogError]]:
+        """Replies to earlier requests that are due now: (ticket, reply or error)."""
+        replies, self._replies = self._replies, []
+        return replies
+
+    def pending_tickets(self) -> list:
+        return [member.join_ticket for group in self.groups.values()
+                for member in group.members.values() if member.join_ticket is not None]
+
+    # -- rebalancing ----------------------------------------------------------------------
+    def _prepare_rebalance(self, group: _Group, now: int) -> None:
+        if group.state is GroupState.EMPTY:
+            group.start_not_before_ms = now + self.config.group_initial_rebalance_delay_ms
+        else:
+            group.start_not_before_ms = now
+        group.transition(GroupState.PREPARING_REBALANCE)
+        group.rebalance_deadline_ms = now + max(
+            [member.rebalance_timeout_ms for member in group.members.values()] or [0])
+        log.info("group %s: rebalancing (generation %d)", group.group_id, group.generation)
+
+    def _maybe_complete(self, group: _Group, now: int) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE or now < group.start_not_before_ms:
+            return
+        everyone = all(member.joined for member in group.members.values())
+        if not everyone and now < group.rebalance_deadline_ms:
+            return
+        for member in [member for member in group.members.values() if not member.joined]:
+            log.info("group %s: member %s did not join within the rebalance timeout",
+                     group.group_id, member.member_id)
+            del group.members[member.member_id]
+        group.generation += 1
+        if not group.members:
+            group.transition(GroupState.EMPTY)
+            group.protocol = group.leader = None
+            return
+        topics = self._topics()
+        members = sorted(group.members.values(), key=lambda member: member.member_id)
+        if group.leader not in group.members:
+            group.leader = members[0].member_id
+        common = set.intersection(*(set(member.assignors) for member in members))
+        group.protocol = next(name for name in group.members[group.leader].assignors
+                              if name in common)
+        group.partition_counts = self._partition_counts(group, topics)
+        subscriptions = {member.member_id: Subscription(
+            member.member_id, self._subscribed(member, topics), member.owned,
+            member.owned_generation) for member in members}
+        result = assign(group.protocol, group.partition_counts, subscriptions)
+        group.transition(GroupState.STABLE)
+        for member in members:
+            member.assignment = tuple(result.assignment.get(member.member_id, ()))
+            member.joined, member.heard_ms = False, now
+            self._reply(member.join_ticket, {
+                "member_id": member.member_id, "generation": group.generation,
+                "leader": group.leader, "protocol": group.protocol})
+            member.join_ticket = None
+        log.info("group %s: generation %d with %d members (%s)%s", group.group_id,
+                 group.generation, len(members), group.protocol,
+                 "; partitions held back until revoked" if result.revoking else "")
+
+    def _remove(self, group: _Group, member: _Member, why: str, now: int) -> None:
+        log.info("group %s: member %s %s", group.group_id, member.member_id, why)
+        del group.members[member.member_id]
+        if member.join_ticket is not None:
+            self._reply(member.join_ticket, UnknownMemberIdError(f"member {member.member_id} {why}"))
+        if group.state is GroupState.STABLE:
+            self._prepare_rebalance(group, now)
+        self._maybe_complete(group, now)
+
+    def _subscribed(self, member: _Member, topics: Mapping[str, int]) -> tuple[str, ...]:
+        if member.pattern is None:
+            return member.topics
+        pattern = re.compile(member.pattern)
+        # Like Kafka's clients, a pattern never matches internal topics.
+        return tuple(sorted(set(member.topics) | {topic for topic in topics
+                                                  if not topic.startswith("__")
+                                                  and pattern.fullmatch(topic)}))
+
+    def _partition_counts(self, group: _Group, topics: Mapping[str, int]) -> dict[str, int]:
+        subscribed = {topic for member in group.members.values()
+                      for topic in self._subscribed(member, topics)}
+        return {topic: topics[topic] for topic in sorted(subscribed) if topic in topics}
+
+    # -- helpers ------------------------------------------------------------------------
+    def _reply(self, ticket, reply) -> None:
+        self._replies.append((ticket, reply))
+
+    def _group(self, group_id) -> _Group:
+        group = self.groups.get(_group_id(group_id))
+        if group is None or group.state is GroupState.DEAD:
+            raise GroupIdNotFoundError(f"no group {group_id!r}")
+        return group
+
+    def _member(self, group_id, member_id, generation, now) -> tuple[_Group, _Member]:
+        """The group and member a request speaks for, fenced by generation."""
+        group = self.groups.get(_group_id(group_id))
+        member = group.members.get(require(member_id, str, "member_id")) if group else None
+        if member is None:
+            raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; "
+                                       f"join again")
+        if require(generation, int, "generation") != group.generation:
+            raise IllegalGenerationError(
+                f"member {member_id!r} speaks for generation {generation} of group "
+                f"{group_id!r}, which is at generation {group.generation}; join again")
+        member.heard_ms = now
+        return group, member
+
+
+def _group_id(value) -> str:
+    value = require(value, str, "group_id")
+    if not value:
+        raise LocalProtocolError("group_id must be a non-empty string")
+    return value
+
+
+def _partition(entry) -> tuple[str, int]:
+    pair = require(entry, list, "partition")
+    if len(pair) != 2:
+        raise LocalProtocolError(f"a partition is [topic, partition], got {pair!r:.100}")
+    return require(pair[0], str, "topic"), require(pair[1], int, "partition")
+
+
+# --- the member's side ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MemberConfig:
+    """Kafka's consumer settings for groups (same names, underscores)."""
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    # Kafka 3's default list: eager range, with cooperative-sticky on offer to upgrade.
+    partition_assignment_strategy: tuple[str, ...] = ("range", "cooperative-sticky")
+    # Extra time a join request may wait beyond the rebalance timeout (Kafka: 5 s).
+    join_slack_ms: int = 5_000
+
+    def __post_init__(self):
+        if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
+            raise LocalProtocolError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be positive and "
+                f"below session_timeout_ms ({self.session_timeout_ms})")
+        if self.max_poll_interval_ms < 1:
+            raise LocalProtocolError("max_poll_interval_ms must be positive")
+        unknown = [name for name in self.partition_assignment_strategy if name not in ASSIGNORS]
+        if unknown or not self.partition_assignment_strategy:
+            raise LocalProtocolError(f"partition_assignment_strategy must name some of "
+                                     f"{', '.join(ASSIGNORS)}, got "
+                                     f"{self.partition_assignment_strategy!r}")
+
+
+class GroupMember:
+    """One member of a group, seen from the consumer: joins and syncs when asked
+    (on the consumer's thread), heartbeats on a thread of its own, commits and
+    fetches offsets.
+
+    ``send(request_type, timeout_ms=..., **fields)`` is the transport: one request
+    to the coordinator, its reply's fields, or the coordinator's typed error.
+
+    The heartbeat thread only raises flags the consumer acts on at its next poll:
+    ``rejoin_needed`` (the group is rebalancing), ``lost`` (this member was fenced:
+    its partitions may belong to others already) and ``poll_timed_out`` (it left the
+    group because the consumer was not polled within ``max_poll_interval_ms``).
+    """
+
+    def __init__(self, send: Callable[..., dict], group_id: str, client_id: str,
+                 config: MemberConfig):
+        self._send = send
+        self.group_id = _group_id(group_id)
+        self.client_id = client_id
+        self.config = config
+        self.member_id = ""
+        self.generation = -1
+        self.protocol: str | None = None
+        self.rejoin_needed = True
+        self.lost = False
+        self.poll_timed_out = False
+        self.last_poll = time.monotonic()
+        self._joining = False
+        self._lock = threading.Lock()         # member id and generation vs the heartbeats
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._heartbeat_loop, daemon=True,
+                                        name=f"shmlog-heartbeat-{group_id}")
+        self._thread.start()
+
+    @property
+    def cooperative(self) -> bool:
+        """Does the current generation use an incremental (cooperative) assignor?"""
+        return self.protocol == "cooperative-sticky"
+
+    def join(self, topics: Iterable[str], pattern: str | None,
+             owned: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Join the group (again) and sync: the partitions of the new generation.
+        Blocks until the rebalance completes (at most the group's rebalance timeout,
+        and one retry per refusal it can recover from)."""
+        self._joining = True
+        try:
+            for _ in range(_JOIN_ATTEMPTS_MAX):
+                try:
+                    reply = self._send(
+                        "join_group",
+                        timeout_ms=self.config.max_poll_interval_ms + self.config.join_slack_ms,
+                        group_id=self.group_id, member_id=self.member_id,
+                        client_id=self.client_id, topics=sorted(topics), pattern=pattern,
+                        assignors=list(self.config.partition_assignment_strategy),
+                        session_timeout_ms=self.config.session_timeout_ms,
+                        rebalance_timeout_ms=self.config.max_poll_interval_ms,
+                        owned=[list(partition) for partition in sorted(owned)],
+                        generation=self.generation)
+                    with self._lock:
+                        self.member_id, self.generation = reply["member_id"], reply["generation"]
+                        self.protocol = reply["protocol"]
+                    assignment = self._send("sync_group", group_id=self.group_id,
+                                            member_id=self.member_id,
+                                            generation=self.generation)["assignment"]
+                except UnknownMemberIdError:
+                    with self._lock:
+                        self.member_id, self.generation = "", -1
+                    owned = ()
+                    continue
+                except (RebalanceInProgressError, IllegalGenerationError):
+                    continue
+                self.rejoin_needed = self.lost = self.poll_timed_out = False
+                return [(topic, partition) for topic, partition in assignment]
+            raise RebalanceInProgressError(
+                f"group {self.group_id!r} kept rebalancing through {_JOIN_ATTEMPTS_MAX} joins")
+        finally:
+            self._joining = False
+
+    def commit(self, offsets: Mapping[tuple[str, int], tuple[int, str]], *,
+               as_member: bool = True) -> None:
+        """Commit ``{(topic, partition): (offset, metadata)}`` for this generation
+        (``as_member=False``: as a consumer without a subscription).
+
+        Raises
+        ------
+        CommitFailedError
+            This member was fenced: the partitions may belong to another now.
+        """
+        entries = [[topic, partition, offset, metadata]
+                   for (topic, partition), (offset, metadata) in sorted(offsets.items())]
+        with self._lock:
+            member_id, generation = (self.member_id, self.generation) if as_member else ("", -1)
+        try:
+            self._send("commit_offsets", group_id=self.group_id, member_id=member_id,
+                       generation=generation, offsets=entries)
+        except (UnknownMemberIdError, IllegalGenerationError) as error:
+            self._fenced(member_id, generation, error)
+            raise CommitFailedError(
+                f"commit refused: group {self.group_id!r} rebalanced and these partitions may "
+                f"belong to another member now ({error}); poll to rejoin") from None
+
+    def committed(self, partitions: Iterable[tuple[str, int]]) -> dict:
+        """{(topic, partition): (offset, metadata)} of those with a commit."""
+        reply = self._send("fetch_offsets", group_id=self.group_id,
+                           partitions=[list(partition) for partition in partitions])
+        return {(topic, partition): (offset, metadata)
+                for topic, partition, offset, metadata in reply["offsets"]}
+
+    def leave(self) -> None:
+        """Leave the group (best effort: a broker that is gone expires us anyway)."""
+        with self._lock:
+            member_id, self.member_id, self.generation = self.member_id, "", -1
+        if member_id:
+            try:
+                self._send("leave_group", group_id=self.group_id, member_id=member_id)
+            except ShmlogError as error:
+                log.info("group %s: leaving: %s", self.group_id, error)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.leave()
+
+    # -- the heartbeat thread ------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        interval_s = self.config.heartbeat_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            if self._joining or self.rejoin_needed:
+                continue
+            with self._lock:
+                member_id, generation = self.member_id, self.generation
+            if not member_id:
+                continue
+            if time.monotonic() - self.last_poll > self.config.max_poll_interval_ms / 1000:
+                log.warning("group %s: not polled within max_poll_interval_ms (%d ms); leaving "
+                            "the group so its partitions move on", self.group_id,
+                            self.config.max_poll_interval_ms)
+                self.poll_timed_out = self.rejoin_needed = True
+                self.leave()
+                continue
+            try:
+                self._send("heartbeat", timeout_ms=self.config.session_timeout_ms,
+                           group_id=self.group_id, member_id=member_id, generation=generation)
+            except RebalanceInProgressError:
+                self.rejoin_needed = True
+            except (UnknownMemberIdError, IllegalGenerationError) as error:
+                self._fenced(member_id, generation, error)
+            except ShmlogError as error:       # no broker: the session decides
+                log.info("group %s: heartbeat failed: %s", self.group_id, error)
+
+    def _fenced(self, member_id: str, generation: int, error: Exception) -> None:
+        """Act on a fencing error only if it concerns the member as it still is."""
+        with self._lock:
+            if (member_id, generation) != (self.member_id, self.generation):
+                return                          # a join moved on meanwhile
+            if isinstance(error, UnknownMemberIdError):
+                self.member_id, self.generation = "", -1
+            self.lost = self.rejoin_needed = True
