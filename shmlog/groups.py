@@ -231,7 +231,7 @@ class GroupCoordinator:
         member_id = require(member_id, str, "member_id")
         client_id = require(client_id, str, "client_id")[:CLIENT_ID_LENGTH_MAX]
         topics = tuple(sorted(set(require(topic, str, "topics[]")
-                                  for topic in require(list(topics), list, "topics"))))
+                                  for topic in require(topics, (list, tuple), "topics"))))
         if pattern is not None:
             try:
                 re.compile(require(pattern, str, "pattern"))
@@ -239,7 +239,7 @@ class GroupCoordinator:
                 raise LocalProtocolError(f"pattern {pattern!r} is not a regular "
                                          f"expression: {error}") from None
         offered = tuple(require(name, str, "assignors[]")
-                        for name in require(list(assignors), list, "assignors"))
+                        for name in require(assignors, (list, tuple), "assignors"))
         if not offered or any(name not in ASSIGNORS for name in offered):
             raise LocalProtocolError(f"assignors must be some of {', '.join(ASSIGNORS)}, "
                                      f"got {offered}")
@@ -251,7 +251,7 @@ class GroupCoordinator:
                 f"[{self.config.group_min_session_timeout_ms}, "
                 f"{self.config.group_max_session_timeout_ms}] (group_min/max_session_timeout_ms)")
         rebalance_timeout = max(require(rebalance_timeout_ms, int, "rebalance_timeout_ms"), 1)
-        owned = tuple(_partition(entry) for entry in require(list(owned), list, "owned"))
+        owned = tuple(_partition(entry) for entry in require(owned, (list, tuple), "owned"))
 
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:

@@ -1,0 +1,310 @@
+"""The group coordinator's rules, driven in-process with a hand-moved clock: its
+transition table, rebalances on join, leave, session expiry, rebalance timeout and
+topic changes, fencing by generation, committed offsets and their records."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from shmlog.errors import (GroupIdNotFoundError, IllegalGenerationError,
+                           InconsistentGroupProtocolError, LocalProtocolError,
+                           NonEmptyGroupError, RebalanceInProgressError, UnknownMemberIdError)
+from shmlog.groups import (PENDING, TRANSITIONS, CoordinatorConfig, GroupCoordinator, GroupState,
+                           _Group, offset_record, parse_offset_record)
+
+SESSION_MS = 10_000
+REBALANCE_MS = 30_000
+
+
+class Harness:
+    """A coordinator with topics in a dict, offset records in a list, and a clock."""
+
+    def __init__(self, delay_ms: int = 0, **topics: int):
+        self.topics = dict(topics) or {"t": 6}
+        self.records: list = []
+        self.now = 1_000_000
+        self.tickets = itertools.count()
+        self.coordinator = GroupCoordinator(
+            CoordinatorConfig(delay_ms, 1, 3_600_000), topics=lambda: self.topics,
+            append_offsets=lambda group_id, records: self.records.extend(records),
+            end_offset=lambda topic, partition: 100 if topic in self.topics else None)
+
+    def call(self, method: str, **fields):
+        return getattr(self.coordinator, method)(**fields, ticket=next(self.tickets),
+                                                 now=self.now)
+
+    def join(self, member_id="", topics=("t",), **fields) -> int:
+        """Send a join; returns its ticket (the reply comes from replies())."""
+        ticket = next(self.tickets)
+        fields = {"session_timeout_ms": SESSION_MS, "rebalance_timeout_ms": REBALANCE_MS,
+                  **fields}
+        topics = topics if isinstance(topics, str) else list(topics)    # a str: malformed
+        assert self.coordinator.join_group("g", member_id, topics=topics, ticket=ticket,
+                                           now=self.now, **fields) is PENDING
+        return ticket
+
+    def replies(self) -> dict:
+        return dict(self.coordinator.take_replies())
+
+    def advance(self, milliseconds: int) -> None:
+        self.now += milliseconds
+        self.coordinator.tick(self.now)
+
+    def assignment(self, member_id: str, generation: int) -> list:
+        return [tuple(entry) for entry in self.call(
+            "sync_group", group_id="g", member_id=member_id, generation=generation)["assignment"]]
+
+    def state(self) -> GroupState:
+        return self.coordinator.groups["g"].state
+
+
+def join_all(harness: Harness, members: list[str], **fields) -> dict:
+    """Every member joins (again); returns member id -> join reply."""
+    tickets = {harness.join(member, **fields): member for member in members}
+    replies = harness.replies()
+    assert set(replies) == set(tickets), "every join is answered when the last one arrives"
+    return {reply["member_id"]: reply for reply in replies.values()}
+
+
+def test_the_transition_table_is_walked_and_nothing_else_is_allowed():
+    group = _Group("g")
+    walked = set()
+    for path in ([GroupState.PREPARING_REBALANCE, GroupState.STABLE,
+                  GroupState.PREPARING_REBALANCE, GroupState.EMPTY, GroupState.DEAD],
+                 [GroupState.PREPARING_REBALANCE, GroupState.STABLE],):
+        group = _Group("g")
+        for state in path:
+            walked.add((group.state, state))
+            group.transition(state)
+    walked.add((GroupState.EMPTY, GroupState.DEAD))
+    assert walked == {(source, target) for source, targets in TRANSITIONS.items()
+                      for target in targets}
+    for source in GroupState:
+        for target in set(GroupState) - TRANSITIONS[source]:
+            group = _Group("g", state=source)
+            with pytest.raises(AssertionError):
+                group.transition(target)
+
+
+def test_a_join_waits_for_the_initial_delay_then_gets_every_partition():
+    harness = Harness(delay_ms=3_000)
+    ticket = harness.join(client_id="app")
+    assert harness.replies() == {} and harness.state() is GroupState.PREPARING_REBALANCE
+    assert harness.coordinator.next_deadline() == harness.now + 3_000
+    harness.advance(2_999)
+    assert harness.replies() == {}
+    harness.advance(1)
+    reply = harness.replies()[ticket]
+    assert reply["generation"] == 1 and reply["member_id"].startswith("app-")
+    assert reply["leader"] == reply["member_id"] and reply["protocol"] == "range"
+    assert harness.assignment(reply["member_id"], 1) == [("t", p) for p in range(6)]
+    assert harness.state() is GroupState.STABLE
+
+
+def test_a_new_member_rebalances_the_group_and_partitions_never_overlap():
+    harness = Harness()
+    harness.join()
+    first = next(iter(harness.replies().values()))["member_id"]
+    second_ticket = harness.join()
+    assert harness.replies() == {}, "the new member waits for the old one to rejoin"
+    with pytest.raises(RebalanceInProgressError):
+        harness.call("heartbeat", group_id="g", member_id=first, generation=1)
+    with pytest.raises(RebalanceInProgressError):
+        harness.call("sync_group", group_id="g", member_id=first, generation=1)
+    first_ticket = harness.join(first)
+    replies = harness.replies()
+    assert set(replies) == {first_ticket, second_ticket}
+    second = replies[second_ticket]["member_id"]
+    assert {reply["generation"] for reply in replies.values()} == {2}
+    one, two = harness.assignment(first, 2), harness.assignment(second, 2)
+    assert not set(one) & set(two) and len(one) + len(two) == 6 and len(one) == len(two)
+    harness.call("heartbeat", group_id="g", member_id=second, generation=2)
+    with pytest.raises(IllegalGenerationError):
+        harness.call("heartbeat", group_id="g", member_id=first, generation=1)
+
+
+def test_a_silent_member_is_expired_and_its_partitions_move():
+    harness = Harness()
+    harness.join()
+    first = next(iter(harness.replies().values()))["member_id"]
+    harness.join()
+    harness.join(first)
+    members = {reply["member_id"] for reply in harness.replies().values()}
+    second = (members - {first}).pop()
+    for _ in range(4):                    # the first heartbeats, the second is silent
+        harness.advance(SESSION_MS // 4)
+        harness.call("heartbeat", group_id="g", member_id=first, generation=2)
+    harness.advance(1)
+    assert second not in harness.coordinator.groups["g"].members
+    with pytest.raises(RebalanceInProgressError):
+        harness.call("heartbeat", group_id="g", member_id=first, generation=2)
+    ticket = harness.join(first)
+    assert harness.replies()[ticket]["generation"] == 3
+    assert len(harness.assignment(first, 3)) == 6
+    with pytest.raises(UnknownMemberIdError):
+        harness.call("heartbeat", group_id="g", member_id=second, generation=2)
+
+
+def test_a_member_that_does_not_rejoin_in_time_is_dropped():
+    harness = Harness()
+    harness.join()
+    first = next(iter(harness.replies().values()))["member_id"]
+    second_ticket = harness.join()
+    harness.advance(SESSION_MS // 2)
+    assert harness.replies() == {}, "the first member is still expected"
+    harness.now += REBALANCE_MS
+    harness.coordinator.tick(harness.now)
+    reply = harness.replies()[second_ticket]
+    assert reply["generation"] == 2
+    assert list(harness.coordinator.groups["g"].members) == [reply["member_id"]]
+
+
+def test_leaving_rebalances_and_the_last_leave_empties_the_group():
+    harness = Harness()
+    members = list(join_all(harness, [""]))
+    harness.join()
+    harness.join(members[0])
+    members = [reply["member_id"] for reply in harness.replies().values()]
+    harness.call("leave_group", group_id="g", member_id=members[0])
+    ticket = harness.join(members[1])
+    assert harness.replies()[ticket]["generation"] == 3
+    harness.call("leave_group", group_id="g", member_id=members[1])
+    assert harness.state() is GroupState.EMPTY
+    with pytest.raises(UnknownMemberIdError):
+        harness.call("leave_group", group_id="g", member_id=members[1])
+
+
+def test_commits_are_fenced_by_generation_and_stored_as_records():
+    harness = Harness()
+    member = list(join_all(harness, [""]))[0]
+    offsets = [["t", 0, 42, "meta"], ["t", 1, 7, ""]]
+    harness.call("commit_offsets", group_id="g", member_id=member, generation=1, offsets=offsets)
+    with pytest.raises(IllegalGenerationError):
+        harness.call("commit_offsets", group_id="g", member_id=member, generation=0,
+                     offsets=offsets)
+    with pytest.raises(UnknownMemberIdError):
+        harness.call("commit_offsets", group_id="g", member_id="ghost", generation=1,
+                     offsets=offsets)
+    with pytest.raises(NonEmptyGroupError):
+        harness.call("commit_offsets", group_id="g", offsets=offsets)
+    # A member of the current generation commits while the group rebalances (an
+    # eager member commits before it rejoins).
+    harness.join()
+    harness.call("commit_offsets", group_id="g", member_id=member, generation=1,
+                 offsets=[["t", 0, 43, ""]])
+    fetched = harness.call("fetch_offsets", group_id="g")["offsets"]
+    assert fetched == [["t", 0, 43, ""], ["t", 1, 7, ""]]
+    assert harness.call("fetch_offsets", group_id="g", partitions=[["t", 1], ["t", 5]]) == \
+        {"offsets": [["t", 1, 7, ""]]}
+    assert harness.call("fetch_offsets", group_id="nobody")["offsets"] == []
+    # The records replay into a new coordinator (a broker restart).
+    parsed = [parse_offset_record(key, value) for key, value in harness.records]
+    assert [(group, topic, partition, committed.offset)
+            for group, topic, partition, committed in parsed] == \
+        [("g", "t", 0, 42), ("g", "t", 1, 7), ("g", "t", 0, 43)]
+    restarted = Harness()
+    restarted.coordinator.load(harness.records)
+    assert restarted.call("fetch_offsets", group_id="g")["offsets"] == \
+        [["t", 0, 43, ""], ["t", 1, 7, ""]]
+    described = restarted.call("describe_group", group_id="g")
+    assert described["state"] == "Empty"
+    assert [(entry["partition"], entry["committed"], entry["lag"])
+            for entry in described["partitions"]] == [(0, 43, 57), (1, 7, 93)]
+
+
+def test_an_empty_group_takes_simple_commits_and_is_deleted_with_tombstones():
+    harness = Harness()
+    harness.call("commit_offsets", group_id="tool", offsets=[["t", 2, 5, ""]])
+    assert harness.call("list_groups")["groups"] == [
+        {"group_id": "tool", "state": "Empty", "protocol": None, "members": 0}]
+    harness.call("delete_group", group_id="tool")
+    assert harness.records[-1] == offset_record("tool", "t", 2, None)
+    with pytest.raises(GroupIdNotFoundError):
+        harness.call("describe_group", group_id="tool")
+    restarted = Harness()
+    restarted.coordinator.load(harness.records)
+    assert restarted.call("fetch_offsets", group_id="tool")["offsets"] == []
+    member = list(join_all(harness, [""]))[0]
+    with pytest.raises(NonEmptyGroupError):
+        harness.call("delete_group", group_id="g")
+    assert member
+
+
+def test_patterns_and_partition_changes_rebalance():
+    harness = Harness(**{"logs-a": 2, "other": 2, "__internal": 1})
+    member = list(join_all(harness, [""], topics=(), pattern=r"logs-.*|__.*"))[0]
+    assert harness.assignment(member, 1) == [("logs-a", 0), ("logs-a", 1)]
+    harness.topics["logs-b"] = 1
+    harness.coordinator.topics_changed(harness.now)
+    with pytest.raises(RebalanceInProgressError):
+        harness.call("heartbeat", group_id="g", member_id=member, generation=1)
+    join_all(harness, [member], topics=(), pattern=r"logs-.*|__.*")
+    assert harness.assignment(member, 2) == [("logs-a", 0), ("logs-a", 1), ("logs-b", 0)]
+    harness.topics["other"] = 5                          # not subscribed: no rebalance
+    harness.coordinator.topics_changed(harness.now)
+    harness.call("heartbeat", group_id="g", member_id=member, generation=2)
+    harness.topics["logs-a"] = 3
+    harness.coordinator.topics_changed(harness.now)
+    with pytest.raises(RebalanceInProgressError):
+        harness.call("heartbeat", group_id="g", member_id=member, generation=2)
+
+
+def test_members_must_share_an_assignor():
+    harness = Harness()
+    join_all(harness, [""], assignors=["range"])
+    with pytest.raises(InconsistentGroupProtocolError):
+        harness.join(assignors=["roundrobin"])
+    assert harness.state() is GroupState.STABLE
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"assignors": ["magic"]}, "assignors"),
+    ({"assignors": []}, "assignors"),
+    ({"session_timeout_ms": 0}, "session_timeout_ms"),
+    ({"pattern": "("}, "regular expression"),
+    ({"topics": "t"}, "topics"),
+    ({"owned": [["t"]]}, "partition"),
+])
+def test_malformed_joins_are_refused(fields, message):
+    harness = Harness()
+    with pytest.raises(LocalProtocolError, match=message):
+        harness.join(**fields)
+    with pytest.raises(LocalProtocolError, match="group_id"):
+        harness.coordinator.join_group("", ticket=0, now=0)
+    with pytest.raises(UnknownMemberIdError):
+        harness.join("made-up")
+
+
+def test_cooperative_members_keep_partitions_while_others_move():
+    harness = Harness(t=12)
+    cooperative = {"assignors": ["cooperative-sticky"]}
+    first = list(join_all(harness, [""], **cooperative))[0]
+    held = harness.assignment(first, 1)
+    assert len(held) == 12
+
+    def rejoin(members: dict) -> tuple[int, dict]:
+        """Every member joins with what it holds; the generation and assignments."""
+        tickets = {harness.join(member, owned=[list(p) for p in owned], generation=generation,
+                                **cooperative): member for member, (owned, generation)
+                   in members.items()}
+        replies = harness.replies()
+        assert set(replies) == set(tickets)
+        generation = next(iter(replies.values()))["generation"]
+        return generation, {reply["member_id"]: harness.assignment(reply["member_id"],
+                                                                   generation)
+                            for reply in replies.values()}
+
+    # A second member arrives: the first keeps half and gives up the other half,
+    # which nobody gets in this generation.
+    generation, assigned = rejoin({"": ((), -1), first: (held, 1)})
+    second = (set(assigned) - {first}).pop()
+    assert generation == 2 and len(assigned[first]) == 6 and assigned[second] == []
+    assert set(assigned[first]) <= set(held), "sticky: nothing new for the first"
+    # The first revoked some, so it joins again at once (the second with it): the
+    # revoked half reaches the second member now.
+    kept = assigned[first]
+    generation, assigned = rejoin({first: (kept, 2), second: ((), 2)})
+    assert generation == 3 and assigned[first] == kept
+    assert sorted(assigned[second]) == sorted(set(held) - set(kept))
