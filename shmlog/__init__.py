@@ -26,8 +26,11 @@ The storage layer is usable on its own::
 from .admin import Admin
 from .broker import Broker
 from .config import TopicConfig
-from .consumer import Consumer, ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from .errors import (CorruptRecordError, CorruptSegmentError, InvalidConfigError,
+from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, GroupMetadata,
+                       OffsetAndMetadata, OffsetAndTimestamp, TopicPartition)
+from .errors import (CommitFailedError, CorruptRecordError, CorruptSegmentError, GroupError,
+                     IllegalGenerationError, InvalidConfigError, RebalanceInProgressError,
+                     UnknownMemberIdError,
                      InvalidPartitionsError, InvalidTopicError, LocalProtocolError,
                      OffsetOutOfRangeError, OffsetOverflowError, PeerProtocolError,
                      CorruptRingError, RecordTooLargeError, RingFullError, ShmlogError,
@@ -41,7 +44,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Producer", "Consumer", "Admin", "Broker", "RecordMetadata", "BatchMetadata",
-    "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp",
+    "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata",
+    "ConsumerRebalanceListener", "GroupMetadata",
+    "GroupError", "CommitFailedError", "IllegalGenerationError", "RebalanceInProgressError",
+    "UnknownMemberIdError",
     "TopicConfig", "LogManager", "TopicMetadata", "PartitionLog", "AppendResult", "ReadResult",
     "RecoveryReport", "Record", "RecordColumns", "encode_batch", "decode_records",
     "decode_columns",

@@ -48,7 +48,7 @@ from .state import PartitionStateTable
 log = logging.getLogger(__name__)
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp",
-           "OffsetAndMetadata", "ConsumerRebalanceListener"]
+           "OffsetAndMetadata", "ConsumerRebalanceListener", "GroupMetadata"]
 
 # How often an idle consumer checks that the broker it reads from is alive (and,
 # when it is not, looks for a new one).
@@ -71,6 +71,12 @@ class OffsetAndTimestamp(NamedTuple):
 class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""
+
+
+class GroupMetadata(NamedTuple):
+    group_id: str
+    generation_id: int
+    member_id: str
 
 
 class ConsumerRebalanceListener:
@@ -253,6 +259,14 @@ class Consumer:
             self._group.leave()
         self._subscription = None
         self._assign([])
+
+    def group_metadata(self) -> GroupMetadata | None:
+        """The group, generation and member id this consumer has now (Kafka's
+        ``groupMetadata()``), or None without a group."""
+        if self._group is None:
+            return None
+        return GroupMetadata(self._group.group_id, self._group.generation,
+                             self._group.member_id)
 
     def subscription(self) -> set[str]:
         return set(self._subscription[0]) if self._subscription else set()
