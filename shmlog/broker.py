@@ -257,6 +257,7 @@ class BrokerCore:
                 "register_producer": self.register_producer,
                 "unregister_producer": self.unregister_producer,
                 "offset_for_timestamp": self.offset_for_timestamp,
+                "list_offsets": self.list_offsets,
                 **{name: self._group_handler(getattr(self.groups, name)) for name in (
                     "join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets",
                     "fetch_offsets", "list_groups", "describe_group", "delete_group")}}
@@ -390,6 +391,18 @@ class BrokerCore:
         found = partition_log.offset_for_timestamp(require(timestamp, int, "timestamp"))
         return {"offset": found[0] if found else None,
                 "timestamp": found[1] if found else None}
+
+    def list_offsets(self, topic) -> dict:
+        """Kafka's ListOffsets for earliest and latest: each partition's log start
+        and log end offsets."""
+        metadata = self.logs.describe_topic(require(topic, str, "topic"))
+        partitions = []
+        for partition in range(metadata.partitions):
+            partition_log = self.logs.partition_log(metadata.name, partition)
+            partitions.append({"partition": partition,
+                               "log_start_offset": partition_log.log_start_offset,
+                               "log_end_offset": partition_log.log_end_offset})
+        return {"partitions": partitions}
 
     def register_producer(self, ring) -> dict:
         """Start draining the producer's ring (it created it, under our prefix)."""

@@ -28,6 +28,7 @@ Without a group, ``subscribe`` assigns every partition of the topics.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import os
@@ -56,6 +57,10 @@ BROKER_CHECK_INTERVAL_S = 0.5
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1 << 20
+
+
+def _remaining_ms(started: float, timeout_ms: int) -> int:
+    return max(0, int(timeout_ms - (time.monotonic() - started) * 1000))
 
 
 class TopicPartition(NamedTuple):
@@ -162,6 +167,8 @@ class Consumer:
         self._subscription: tuple[tuple[str, ...], str | None] | None = None
         self._listener = ConsumerRebalanceListener()
         self._group = None
+        self._joining: concurrent.futures.Future | None = None     # a join under way
+        self._paused_over_join: set[TopicPartition] = set()
         self._attach()
         if group_id is not None:
             self._group = GroupMember(
@@ -385,9 +392,10 @@ class Consumer:
         """New records as columns, per partition: numpy arrays of offsets,
         timestamps and key/value positions into the mapped bytes (zero copy for
         uncompressed batches). Waits up to ``timeout_ms`` for something new."""
-        self._poll_group()
+        started = time.monotonic()
+        self._poll_group(timeout_ms)
         return self._wait(lambda: self._poll_columns(max_bytes or self.fetch_max_bytes),
-                          timeout_ms)
+                          _remaining_ms(started, timeout_ms))
 
     def _poll_columns(self, max_bytes: int) -> dict[TopicPartition, RecordColumns]:
         found = {}
@@ -402,10 +410,12 @@ class Consumer:
         """New records per partition, as :class:`ConsumerRecord` lists (at most
         ``max_records`` in all). Waits up to ``timeout_ms`` for something new."""
         limit = max_records or self.max_poll_records
-        self._poll_group()
+        started = time.monotonic()
+        self._poll_group(timeout_ms)
         if not self._buffered:
             for partition, columns in self._wait(
-                    lambda: self._poll_columns(self.fetch_max_bytes), timeout_ms).items():
+                    lambda: self._poll_columns(self.fetch_max_bytes),
+                    _remaining_ms(started, timeout_ms)).items():
                 self._buffered[partition] = columns.records(ConsumerRecord, partition.topic,
                                                             partition.partition)
         grouped: dict[TopicPartition, list[ConsumerRecord]] = {}
@@ -451,55 +461,75 @@ class Consumer:
                 raise StopIteration
 
     # -- the group ---------------------------------------------------------------------
-    def _poll_group(self) -> None:
+    def _poll_group(self, timeout_ms: int) -> None:
         """Kafka's poll-time group work: act on being fenced, rejoin when the group
-        rebalances, commit when auto commit is due."""
+        rebalances (waiting at most ``timeout_ms`` for the rebalance; a join not done
+        by then is picked up by a later poll), commit when auto commit is due."""
         member = self._group
         if member is None:
             return
         member.last_poll = time.monotonic()
         if self._subscription is None:
             return
-        if member.lost or member.poll_timed_out:
+        if (member.lost or member.poll_timed_out) and self._joining is None:
             lost = set(self._assigned)
             self._assign([])
             if lost:
                 self._listener.on_partitions_lost(lost)
-        if member.rejoin_needed:
-            self._rejoin()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while member.rejoin_needed or self._joining is not None:
+            if not self._rejoin(max(0.0, deadline - time.monotonic())):
+                break
         if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
             self._auto_commit()
 
-    def _rejoin(self) -> None:
+    def _rejoin(self, timeout_s: float) -> bool:
+        """Start a join, or wait up to ``timeout_s`` for the one under way and apply
+        its assignment; False while it is still under way. (A cooperative member
+        keeps consuming what it holds meanwhile; an eager one holds nothing.)"""
         member = self._group
-        if not member.cooperative and self._assigned:
-            # Eager: give up everything before joining (commit it first).
-            revoked = set(self._assigned)
-            self._commit_on_revoke(revoked)
-            self._listener.on_partitions_revoked(revoked)
-            self._assign([])
-        while True:
-            topics, pattern = self._subscription
-            assignment = {TopicPartition(*partition)
-                          for partition in member.join(topics, pattern, self._assigned)}
-            if pattern is not None or any(topic not in self._topics for topic, _ in assignment):
-                self._topics = {entry["name"]: entry for entry in request(
-                    self.data_dir, "metadata")["topics"]}
-            revoked = set(self._assigned) - assignment
-            added = assignment - set(self._assigned)
-            if revoked:
+        if self._joining is None:
+            # Paused partitions stay paused if they come back (pause is the
+            # application's flow control, not the group's).
+            self._paused_over_join = {partition for partition, state in self._assigned.items()
+                                      if state.paused}
+            if not member.cooperative and self._assigned:
+                # Eager: give up everything before joining (commit it first).
+                revoked = set(self._assigned)
                 self._commit_on_revoke(revoked)
                 self._listener.on_partitions_revoked(revoked)
-            self._assign(sorted(assignment))
-            committed = member.committed(added) if added else {}
-            for partition in added:
-                if partition in committed:
-                    self._assigned[partition].position = committed[partition][0]
-            self._listener.on_partitions_assigned(added)
-            if not (revoked and member.cooperative):
-                return
-            # Cooperative: what this member gave up waits for a second rebalance to
-            # reach its new owner; join again at once so that happens now.
+                self._assign([])
+            topics, pattern = self._subscription
+            self._joining = member.start_join(topics, pattern, set(self._assigned))
+        try:
+            assignment = {TopicPartition(*partition)
+                          for partition in self._joining.result(timeout=timeout_s)}
+        except concurrent.futures.TimeoutError:
+            return False
+        finally:
+            if self._joining.done():
+                self._joining = None
+        if self._subscription[1] is not None or \
+                any(topic not in self._topics for topic, _ in assignment):
+            self._topics = {entry["name"]: entry for entry in request(
+                self.data_dir, "metadata")["topics"]}
+        revoked = set(self._assigned) - assignment
+        added = assignment - set(self._assigned)
+        if revoked:
+            self._commit_on_revoke(revoked)
+            self._listener.on_partitions_revoked(revoked)
+        self._assign(sorted(assignment))
+        committed = member.committed(added) if added else {}
+        for partition in added:
+            if partition in committed:
+                self._assigned[partition].position = committed[partition][0]
+            self._assigned[partition].paused = partition in self._paused_over_join
+        self._listener.on_partitions_assigned(added)
+        if revoked and member.cooperative:
+            # What this member gave up reaches its new owner in the next generation:
+            # join again at once so that happens now.
+            member.rejoin_needed = True
+        return True
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict:
         """Positions known for these partitions (no reset is forced)."""

@@ -47,6 +47,7 @@ making progress).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import enum
 import json
@@ -600,11 +601,21 @@ class GroupMember:
         self._thread = threading.Thread(target=self._heartbeat_loop, daemon=True,
                                         name=f"shmlog-heartbeat-{group_id}")
         self._thread.start()
+        # Joins run here, so a poll waits for one only as long as its timeout.
+        self._joiner = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"shmlog-join-{group_id}")
 
     @property
     def cooperative(self) -> bool:
         """Does the current generation use an incremental (cooperative) assignor?"""
         return self.protocol == "cooperative-sticky"
+
+    def start_join(self, topics: Iterable[str], pattern: str | None,
+                   owned: Iterable[tuple[str, int]]) -> concurrent.futures.Future:
+        """:meth:`join` on the member's join thread; the future's result is the
+        assignment."""
+        self._joining = True
+        return self._joiner.submit(self.join, tuple(topics), pattern, tuple(owned))
 
     def join(self, topics: Iterable[str], pattern: str | None,
              owned: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -659,6 +670,9 @@ class GroupMember:
                    for (topic, partition), (offset, metadata) in sorted(offsets.items())]
         with self._lock:
             member_id, generation = (self.member_id, self.generation) if as_member else ("", -1)
+        if as_member and not member_id:
+            raise CommitFailedError(f"not a member of group {self.group_id!r} now (it left or "
+                                    f"was removed); poll to rejoin, then commit")
         try:
             self._send("commit_offsets", group_id=self.group_id, member_id=member_id,
                        generation=generation, offsets=entries)
@@ -688,14 +702,15 @@ class GroupMember:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        self._joiner.shutdown(wait=False, cancel_futures=True)
         self.leave()
 
     # -- the heartbeat thread ------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         interval_s = self.config.heartbeat_interval_ms / 1000
         while not self._stop.wait(interval_s):
-            if self._joining or self.rejoin_needed:
-                continue
+            if self._joining:
+                continue                        # a waiting join keeps the session alive
             with self._lock:
                 member_id, generation = self.member_id, self.generation
             if not member_id:

@@ -121,8 +121,10 @@ def test_iteration_stops_after_consumer_timeout(broker):
 
 
 def test_clear_errors(broker):
-    with pytest.raises(LocalProtocolError, match="groups"):
-        Consumer(bootstrap=broker, group_id="g")
+    with pytest.raises(LocalProtocolError, match="group_id"):
+        Consumer(bootstrap=broker, group_id="")
+    with pytest.raises(LocalProtocolError, match="partition_assignment_strategy"):
+        Consumer(bootstrap=broker, group_id="g", partition_assignment_strategy=["sticky"])
     with pytest.raises(UnknownTopicOrPartitionError):
         Consumer("missing", bootstrap=broker)
     with pytest.raises(LocalProtocolError):
