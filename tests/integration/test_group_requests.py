@@ -1,6 +1,7 @@
 """Consumer groups against a real broker: the ``shmlog groups`` tool, bad group
 requests, and rebalances caused by a member that stops polling and by a topic
-that grows. (Multi-process membership and failover: test_group_processes.py.)"""
+that grows. (Multi-process membership and failover: test_group_processes.py; the
+coordinator's rules alone: unit/test_groups.py.)"""
 
 from __future__ import annotations
 
