@@ -383,6 +383,7 @@ class Consumer:
             self._reset(partition, state)            # retention passed us: Kafka resets
             result = state.reader.read(state.position, max_bytes)
         if not result.data.size:
+            state.position = max(state.position, result.next_offset)   # past a compacted gap
             return None
         columns = decode_columns(result.data, start_offset=state.position, verified=True)
         state.position = result.next_offset

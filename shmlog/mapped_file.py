@@ -67,6 +67,10 @@ def prefault_in_background(job) -> bool:
     return True
 
 
+# Attempts to map a file that shrinks under us (a roll trims it) before giving up.
+_SHRINK_RETRIES = 3
+
+
 class MappedFile:
     """A file mapped whole: read-write at a fixed capacity (the file is extended,
     sparse, to it; a larger file keeps its size) or read-only at its current size. A missing file maps as empty
@@ -97,7 +101,17 @@ class MappedFile:
             # is mapped whole: nothing may ever read past the end of a mapping.
             length = max(capacity, self.size) if self.writable else self.size
             access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            self.map = mmap.mmap(self.fd, length, access=access) if length else None
+            for _ in range(_SHRINK_RETRIES):
+                try:
+                    self.map = mmap.mmap(self.fd, length, access=access) if length else None
+                    break
+                except ValueError:
+                    # The owner trimmed the file (a roll) between fstat and mmap: take
+                    # its new size. Only read-only mappings of another's file get here.
+                    status = os.fstat(self.fd)
+                    self.size = length = status.st_size
+            else:
+                raise StorageError(f"cannot map {path}: it keeps changing size")
         except OSError as error:
             raise StorageError(f"cannot map {path}: {error}") from error
         if self.map is not None:

@@ -44,6 +44,8 @@ class _MappedSegment:
     """A segment's log and offset index, mapped read-only at their current sizes."""
 
     def __init__(self, directory: str, base_offset: int):
+        # The log before the index: a roll trims the index first (Segment._seal), so
+        # a log mapped at its sealed size comes with an index mapped at its own.
         self.base_offset = base_offset
         self.log_path = os.path.join(directory, I.segment_file_name(base_offset, I.LOG_SUFFIX))
         self._log = MappedFile(self.log_path, None)
@@ -51,6 +53,8 @@ class _MappedSegment:
             os.path.join(directory, I.segment_file_name(base_offset, I.OFFSET_INDEX_SUFFIX)), None)
         self.size = self._log.size
         self.inode = self._log.inode
+        self.index_path = self._index.path
+        self.index_identity = (self._index.size, self._index.inode)
         self.verified_end = 0
 
     @property
@@ -83,6 +87,15 @@ class _MappedSegment:
     def close(self) -> None:
         self._log.close()
         self._index.close()
+
+
+def _identity(path: str) -> tuple[int, int]:
+    """(size, inode) of a file; (0, -1) when it is missing (as MappedFile maps it)."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return 0, -1
+    return status.st_size, status.st_ino
 
 
 def _batch_starts_at(log: np.ndarray, position: int, end: int, base_offset: int) -> bool:
@@ -129,7 +142,10 @@ class PartitionReader:
                 status = os.stat(os.path.join(self.directory, name))
             except FileNotFoundError:
                 continue                       # deleted since the listing
-            if old is not None and (old.size, old.inode) == (status.st_size, status.st_ino):
+            # A roll trims the index even when the log was full to the byte: both
+            # files must be as mapped for a mapping to be kept.
+            if old is not None and (old.size, old.inode) == (status.st_size, status.st_ino) \
+                    and old.index_identity == _identity(old.index_path):
                 segments.append(old)
                 continue
             fresh = _MappedSegment(self.directory, base)
@@ -186,7 +202,9 @@ class PartitionReader:
                 break
             index += 1            # the offset lies in a gap after this segment's last batch
         else:
-            return empty
+            # Nothing at or after the offset below the high watermark: compaction
+            # removed the rest, so the next record will be at the watermark or later.
+            return ReadResult(empty.data, high_watermark, row.active_segment_base_offset)
         stop, next_offset, segment.verified_end = collect_batches(
             segment.log, segment.log_path, position, end, max_bytes, high_watermark,
             segment.verified_end, offset)

@@ -611,9 +611,13 @@ class Segment:
         if state[_POSITION] and state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP] \
                 and state[_TIME_ENTRIES] < state[_TIME_CAPACITY]:
             _append_time_entry(self._time_index.bytes, state, state[_NEXT_OFFSET] - 1)
-        self._log.trim(int(state[_POSITION]))
+        # Indexes first: a reader maps the log, then the index, and takes a log at
+        # its sealed size for a sealed segment, whose index it then reads. Trimmed
+        # after the log, the index could still be mapped at its full size by then,
+        # and reading that mapping past the trimmed end faults (SIGBUS).
         self._offset_index.trim(int(state[_OFFSET_ENTRIES]) * I.OFFSET_ENTRY_LENGTH)
         self._time_index.trim(int(state[_TIME_ENTRIES]) * I.TIME_ENTRY_LENGTH)
+        self._log.trim(int(state[_POSITION]))
         for mapped in (self._log, self._offset_index, self._time_index):
             mapped.release_descriptor()        # sealed files never change size again
         state[_CAPACITY] = state[_POSITION]

@@ -347,13 +347,16 @@ def read_range(piece: OffsetRange, options: _Options):
                 consumer.seek(partition, start)
                 position = start
                 continue
+            if columns is None and consumer.position(partition) >= piece.end:
+                break                   # the rest of the range was compacted away
             if columns is None:
                 raise ShmlogError(f"{piece.topic}-{piece.partition}: nothing at offset "
                                   f"{position} within {STALL_TIMEOUT_MS} ms, below the "
                                   f"planned end {piece.end}")
             columns = columns.before_offset(piece.end)
             if len(columns):
-                position = int(columns.offsets[-1]) + 1
+                # Past the last record, and past any compacted gap after it.
+                position = max(int(columns.offsets[-1]) + 1, consumer.position(partition))
                 yield to_arrow(columns, piece.topic, piece.partition, options.include_headers)
             else:
                 position = piece.end

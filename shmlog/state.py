@@ -32,13 +32,20 @@ __all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row",
 def publish_row(rows, row, log_start_offset, log_end_offset, high_watermark,
                 active_segment_base_offset, active_segment_size, segment_generation):
     """Store a row's fields, the high watermark last (release: it covers the rest
-    and every byte appended below it)."""
+    and every byte appended below it).
+
+    The active segment's base offset is stored (release) after the generation and
+    the size: a reader that loads it (acquire) and sees a new active segment also
+    sees the generation of that roll, so it maps the files again before it reads
+    the sealed segment, whose files the roll trimmed. (Seeing a new base with an
+    old generation, it would read a trimmed index through an old, longer mapping:
+    SIGBUS.)"""
     base = row * S.ROW_WORDS
     store_relaxed(rows, base + S.ACTIVE_SEGMENT_SIZE_WORD, active_segment_size)
     store_relaxed(rows, base + S.LOG_START_OFFSET_WORD, log_start_offset)
     store_relaxed(rows, base + S.LOG_END_OFFSET_WORD, log_end_offset)
-    store_relaxed(rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, active_segment_base_offset)
     store_relaxed(rows, base + S.SEGMENT_GENERATION_WORD, segment_generation)
+    store_release(rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, active_segment_base_offset)
     store_release(rows, base + S.HIGH_WATERMARK_WORD, high_watermark)
 
 
@@ -52,8 +59,10 @@ def load_high_watermark(rows, row):
 def _snapshot(rows, row, out):
     base = row * S.ROW_WORDS
     out[S.HIGH_WATERMARK_WORD] = load_acquire(rows, base + S.HIGH_WATERMARK_WORD)
-    for field in (S.LOG_START_OFFSET_WORD, S.LOG_END_OFFSET_WORD,
-                  S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, S.SEGMENT_GENERATION_WORD,
+    # Before the generation and size: see publish_row.
+    out[S.ACTIVE_SEGMENT_BASE_OFFSET_WORD] = load_acquire(
+        rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD)
+    for field in (S.LOG_START_OFFSET_WORD, S.LOG_END_OFFSET_WORD, S.SEGMENT_GENERATION_WORD,
                   S.TOPIC_KEY_WORD, S.PARTITION_WORD, S.ACTIVE_SEGMENT_SIZE_WORD):
         out[field] = load_relaxed(rows, base + field)
 

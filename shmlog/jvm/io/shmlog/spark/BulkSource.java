@@ -227,7 +227,12 @@ public final class BulkSource implements TableProvider {
             while (true) {
                 if (position + HEADER_LENGTH > mapped.capacity() || mapped.getInt(position + BATCH_LENGTH) == 0) {
                     Long following = segments.higherKey(segmentBase);
-                    if (following == null) throw new IllegalStateException(where() + ": the log ends before offset " + next);
+                    if (following == null) {
+                        // Below the planned end (a high watermark) there is no record left:
+                        // compaction removed the rest of the range.
+                        next = range.end;
+                        return false;
+                    }
                     openSegmentFor(following);
                     continue;
                 }
@@ -284,6 +289,10 @@ public final class BulkSource implements TableProvider {
                     recordAt += view.getInt(at + RECORD_LENGTH);
                     long offset = baseOffset + (view.getInt(at + OFFSET_DELTA) & 0xFFFFFFFFL);
                     if (offset < next) continue;
+                    if (offset >= range.end) {      // compaction left a gap up to the end
+                        next = range.end;
+                        break;
+                    }
                     int keyLength = view.getInt(at + KEY_LENGTH), valueLength = view.getInt(at + VALUE_LENGTH);
                     int keyAt = at + RECORD_HEADER_LENGTH, valueAt = keyAt + Math.max(keyLength, 0);
                     for (int column = 0; column < columns.length; column++) {
