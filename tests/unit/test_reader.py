@@ -95,3 +95,26 @@ def test_a_flipped_byte_is_a_corrupt_segment_for_the_reader(setup):
     flip_bits(logs.partition_log("t", 0).active.log_path, B.HEADER_LENGTH + 2, 0x04)
     with pytest.raises(CorruptSegmentError, match="BAD_CRC"):
         reader.read(0)
+
+
+def test_a_segment_full_to_the_byte_is_mapped_again_after_its_roll(setup):
+    """The roll trims the index but not the log (already at its full size): the
+    reader must still map the index again before reading it as a sealed segment's
+    (an old mapping at the active size would fault past the trimmed end)."""
+    logs, appender, tag, reader, _ = setup
+    value_size = 4096 // 32 - B.HEADER_LENGTH - B.RECORD_HEADER_LENGTH
+    batch = encode_batch([b"x" * value_size], timestamps=[10**12])
+    assert 4096 % batch.size == 0
+    partition_log = logs.partition_log("t", 0)
+    for _ in range(4096 // batch.size):
+        partition_log.append(batch)
+    appender.refresh(tag)
+    assert partition_log.active.size == 4096
+    assert len(decode_columns(reader.read(0, 1 << 20).data, verified=True)) == 32
+    partition_log.append(batch)                    # rolls: the first segment is sealed
+    appender.refresh(tag)
+    assert len(partition_log.segments) == 2
+    assert os.path.getsize(partition_log.segments[0].log_path) == 4096
+    records = decode_columns(reader.read(0, 1 << 20).data, verified=True)
+    assert [record.offset for record in records.records()] == list(range(32))
+    assert reader.read(32).next_offset == 33
