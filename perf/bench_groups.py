@@ -57,18 +57,25 @@ MEMBER = r"""
 import json, os, sys, time
 from shmlog.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
 
-data_dir, group, strategy, events_path, stop_path, session_ms = sys.argv[1:7]
+data_dir, group, strategy, events_path, stop_path, session_ms, go_path = sys.argv[1:8]
 events = open(events_path, "a", buffering=1)
 
 def report(**fields):
     events.write(json.dumps({"t": time.time(), **fields}) + "\n")
 
+going = os.path.exists(go_path)
+
 class Listener(ConsumerRebalanceListener):
     def on_partitions_assigned(self, assigned):
+        # Until the go file appears, a member takes part in the group but reads
+        # nothing (paused), so a throughput run starts with the group settled.
+        if not going:
+            consumer.pause(*assigned)
         report(event="assigned", generation=consumer.group_metadata().generation_id,
                partitions=len(consumer.assignment()))
 
 if group == "-":
+    going = True
     from shmlog import Admin
     consumer = Consumer(bootstrap=data_dir, auto_offset_reset="earliest")
     partitions = len(Admin(data_dir).describe_topic("bench")["partitions"])
@@ -81,6 +88,9 @@ else:
 report(event="started", pid=os.getpid())
 count, first, last, reported = 0, None, None, 0.0
 while not os.path.exists(stop_path):
+    if not going and os.path.exists(go_path):
+        going = True
+        consumer.resume(*consumer.assignment())
     polled = consumer.poll_batch(timeout_ms=50)
     found = sum(len(columns) for columns in polled.values())
     if found:
@@ -101,13 +111,16 @@ class Members:
     def __init__(self, data_dir: str, work: str, group: str, strategy: str):
         self.data_dir, self.work, self.group, self.strategy = data_dir, work, group, strategy
         self.stop_path = os.path.join(work, f"stop-{group}")
+        self.go_path = os.path.join(work, f"go-{group}")
+        if group.startswith("rebalance"):
+            open(self.go_path, "w").close()
         self.processes: list[subprocess.Popen] = []
 
     def start(self) -> subprocess.Popen:
         path = os.path.join(self.work, f"{self.group}-{len(self.processes)}.jsonl")
         process = subprocess.Popen([sys.executable, "-c", MEMBER, self.data_dir, self.group,
                                     self.strategy, path, self.stop_path,
-                                    str(SESSION_TIMEOUT_MS)])
+                                    str(SESSION_TIMEOUT_MS), self.go_path])
         process.events_path = path
         self.processes.append(process)
         return process
@@ -209,6 +222,8 @@ def consume(data_dir: str, work: str, group: str, count: int, total: int) -> dic
             members.start()
         if group != "-":
             wait_for(lambda: settled(data_dir, group, count), f"the group of {count}")
+            time.sleep(0.5)                     # every member has heard its assignment
+        open(members.go_path, "w").close()
 
         def progress():
             latest = []

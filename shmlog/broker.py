@@ -1,5 +1,6 @@
 """The broker process: owns a data directory, drains every producer's ring into the
-partition logs, serves the control endpoint, and runs retention and flushing.
+partition logs, serves the control endpoint and the consumer-group coordinator,
+and runs retention, compaction and flushing.
 
 Rules
 -----
@@ -17,10 +18,13 @@ Theory of operation
 table, the :class:`Appender`, the registered producers) and answers requests; it
 does no I/O of its own beyond the logs, so tests drive it in-process.
 :func:`serve` is the thin loop around it: drain the rings, answer control
-requests, and every so often check retention, flush policy and whether producers
-are still alive. A thread of its own waits on the ZeroMQ REP socket
-(``ipc://<data dir>/run/control.sock``) and hands each request to the loop, which
-answers it between drains, so all state changes on one thread.
+requests, and every so often check retention, flush policy, group deadlines and
+whether producers are still alive. A thread of its own waits on the ZeroMQ ROUTER
+socket (``ipc://<data dir>/run/control.sock``) and hands each request to the loop,
+which answers it between drains, so all state changes on one thread. Most replies
+go back at once; a group join is answered when its rebalance completes
+(:class:`groups.GroupCoordinator` says when). The cleaner thread compacts one
+partition at a time beside the loop, which swaps the result in.
 
 Producers ring the state table's appender doorbell after every entry they put, so
 the loop drains only when something was put (or a request or timer asks). When
@@ -62,7 +66,7 @@ from .control import (decode_reply, encode_request, encode_result, error_reply, 
                       require)
 from .groups import (OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig, GroupCoordinator,
                      offsets_partition)
-from .errors import LocalProtocolError, ShmlogError, StorageError
+from .errors import BrokerNotAvailableError, LocalProtocolError, ShmlogError, StorageError
 from .log_manager import LogManager
 from .segments import _write_atomically
 from .records import decode_records, encode_batch, now_ms
@@ -760,7 +764,7 @@ def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fie
         socket.connect(control_address(data_dir))
         socket.send(encode_request(request_type, **fields))
         if not socket.poll(timeout_ms, zmq.POLLIN):
-            raise ShmlogError(f"no broker answered at {control_address(data_dir)} within "
+            raise BrokerNotAvailableError(f"no broker answered at {control_address(data_dir)} within "
                               f"{timeout_ms} ms; start one with: shmlog broker --data-dir "
                               f"{data_dir}")
         return decode_reply(socket.recv())

@@ -18,6 +18,7 @@
     ├── CorruptSegmentError           data on disk failed its CRC or structure check
     ├── OffsetOverflowError
     ├── RingFullError                 a ring stayed full for the whole wait
+    ├── BrokerNotAvailableError       no broker answered in time
     ├── StorageError                  the log directory failed (disk full, I/O error)
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
@@ -98,6 +99,10 @@ class OutOfOrderSequenceError(PeerProtocolError):
 class RingFullError(ShmlogError):
     """The ring stayed full for the whole wait (Kafka's ``max.block.ms``): the
     consumer is not keeping up, or is gone."""
+
+
+class BrokerNotAvailableError(ShmlogError):
+    """No broker answered the request in time (none runs, or it is restarting)."""
 
 
 class TopicExistsError(ShmlogError):

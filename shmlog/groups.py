@@ -61,9 +61,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .assignors import ASSIGNORS, Subscription, assign
 from .control import require
-from .errors import (CommitFailedError, GroupIdNotFoundError, IllegalGenerationError,
-                     InconsistentGroupProtocolError, LocalProtocolError, NonEmptyGroupError,
-                     RebalanceInProgressError, ShmlogError, UnknownMemberIdError)
+from .errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
+                     IllegalGenerationError, InconsistentGroupProtocolError, LocalProtocolError,
+                     NonEmptyGroupError, RebalanceInProgressError, ShmlogError,
+                     UnknownMemberIdError)
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,11 @@ PENDING = None
 # A member's client id goes into its member id; keep ids short.
 CLIENT_ID_LENGTH_MAX = 255
 # Refusals a join recovers from by joining again (a superseded join, a generation
-# that moved on, a coordinator that forgot us) before it gives up.
-_JOIN_ATTEMPTS_MAX = 20
+# that moved on, a coordinator that forgot us, no answer) before it gives up.
+_JOIN_ATTEMPTS_MAX = 30
+# How long one join request waits before it is sent again (Kafka's clients wait the
+# rebalance timeout; asking again every 10 s also finds a restarted broker).
+_JOIN_REQUEST_TIMEOUT_MS = 10_000
 
 
 class GroupState(enum.Enum):
@@ -625,10 +629,16 @@ class GroupMember:
         self._joining = True
         try:
             for _ in range(_JOIN_ATTEMPTS_MAX):
+                if self._stop.is_set():
+                    raise ShmlogError(f"the consumer of group {self.group_id!r} is closed")
                 try:
+                    # A join waits for its rebalance; asked again now and then, it
+                    # finds a broker that restarted meanwhile (the coordinator keeps
+                    # only the newest join of a member).
                     reply = self._send(
                         "join_group",
-                        timeout_ms=self.config.max_poll_interval_ms + self.config.join_slack_ms,
+                        timeout_ms=min(self.config.max_poll_interval_ms
+                                       + self.config.join_slack_ms, _JOIN_REQUEST_TIMEOUT_MS),
                         group_id=self.group_id, member_id=self.member_id,
                         client_id=self.client_id, topics=sorted(topics), pattern=pattern,
                         assignors=list(self.config.partition_assignment_strategy),
@@ -647,7 +657,8 @@ class GroupMember:
                         self.member_id, self.generation = "", -1
                     owned = ()
                     continue
-                except (RebalanceInProgressError, IllegalGenerationError):
+                except (RebalanceInProgressError, IllegalGenerationError,
+                        BrokerNotAvailableError):
                     continue
                 self.rejoin_needed = self.lost = self.poll_timed_out = False
                 return [(topic, partition) for topic, partition in assignment]
