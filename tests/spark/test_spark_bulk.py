@@ -1,6 +1,7 @@
 """The host-pinned bulk reader (``shmlog.spark.bulk_read``, a JVM data source)
 returns what ``format("shmlog")`` returns, reads only the columns a query uses,
-refuses a range stored on another host, and fails on a corrupt batch.
+refuses a range stored on another host, fails on a corrupt batch, and steps over
+the offsets compaction removed.
 
 Method: the same records (plain and zstd batches, null keys and values) are read
 both ways and compared; the other host and the corruption are made by hand.
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
-from shmlog import Admin, Consumer, Producer, TopicPartition
+from shmlog import Admin, Broker, Consumer, Producer, TopicPartition, shared_memory
+from shmlog.broker import shared_memory_prefix
 from shmlog.spark import bulk_read
 
 TIMEOUT_S = 60
@@ -83,3 +86,46 @@ def test_a_corrupt_batch_fails_the_read(spark, broker):
         target.write(bytes([byte ^ 0x40]))
     with pytest.raises((PySparkException, Py4JJavaError), match="CRC mismatch"):
         bulk_read(spark, bootstrap=broker, assign='{"bulk": [1]}').collect()
+
+
+def test_both_readers_step_over_what_compaction_removed(spark, tmp_path):
+    """Ranges planned over a compacted topic start, end and run over offsets whose
+    records are gone; both readers return exactly the records that are left."""
+    data_dir = str(tmp_path / "compacted")
+    try:
+        with Broker(data_dir, cleaner_backoff_ms=100):
+            Admin(data_dir).create_topic("table", 1, config={
+                "cleanup.policy": "compact", "segment.bytes": 4096,
+                "min.cleanable.dirty.ratio": 0.01})
+            for compression, numbers in ((None, range(0, 2000)), ("zstd", range(2000, 3000))):
+                with Producer(data_dir, compression=compression, batch_size=512) as producer:
+                    for n in numbers:
+                        producer.send("table", b"value-%d" % n, key=b"key-%d" % (n % 20),
+                                      partition=0)
+                    producer.flush(timeout=TIMEOUT_S)
+            partition = TopicPartition("table", 0)
+            with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+                consumer.assign([partition])
+                deadline = time.monotonic() + TIMEOUT_S
+                while True:
+                    consumer.seek_to_beginning(partition)
+                    left = []
+                    while consumer.position(partition) < 3000:
+                        left += consumer.poll(timeout_ms=1000).get(partition, [])
+                    if len(left) < 1000 or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.2)
+            assert len(left) < 1000, "the cleaner ran"
+            options = {"bootstrap": data_dir, "subscribe": "table",
+                       "maxRecordsPerPartition": "250"}
+            python = in_order(spark.read.format("shmlog").options(**options).load())
+            bulk = in_order(bulk_read(spark, **options))
+            assert bulk == python
+            assert [(row.offset, row.value) for row in python] == \
+                [(record.offset, record.value) for record in left]
+            assert {row.key: row.value for row in python} == \
+                {b"key-%d" % k: b"value-%d" % (2980 + k) for k in range(20)}
+    finally:
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(shared_memory_prefix(data_dir)):
+                shared_memory.unlink(name)
