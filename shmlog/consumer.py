@@ -413,14 +413,19 @@ class Consumer:
         limit = max_records or self.max_poll_records
         started = time.monotonic()
         self._poll_group(timeout_ms)
-        if not self._buffered:
+        # Records of a paused partition stay buffered until it is resumed (Kafka's
+        # rule); only partitions with nothing buffered are fetched.
+        ready = [partition for partition in self._buffered
+                 if not self._assigned[partition].paused]
+        if not ready:
             for partition, columns in self._wait(
                     lambda: self._poll_columns(self.fetch_max_bytes),
                     _remaining_ms(started, timeout_ms)).items():
                 self._buffered[partition] = columns.records(ConsumerRecord, partition.topic,
                                                             partition.partition)
+                ready.append(partition)
         grouped: dict[TopicPartition, list[ConsumerRecord]] = {}
-        for partition in list(self._buffered):
+        for partition in ready:
             if limit <= 0:
                 break
             records = self._buffered[partition]

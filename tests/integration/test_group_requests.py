@@ -209,3 +209,26 @@ def test_growing_a_subscribed_topic_rebalances_and_pause_holds_across_it(data_di
     with pytest.raises(LocalProtocolError):
         Consumer(bootstrap=data_dir, group_id="g", session_timeout_ms=100,
                  heartbeat_interval_ms=200)
+
+
+def test_auto_commit_commits_what_poll_returned(data_dir):
+    with Consumer(bootstrap=data_dir, group_id="auto", auto_commit_interval_ms=200,
+                  max_poll_records=7, **GROUP_SETTINGS) as consumer:
+        consumer.subscribe(["events"])
+        returned = consume_all(consumer, 20)
+        time.sleep(0.25)
+        positions = {partition: consumer.position(partition)
+                     for partition in consumer.assignment()}
+        consumer.pause(*consumer.assignment())
+        consumer.poll(timeout_ms=0)                     # auto commit happens in poll
+        committed = {partition: consumer.committed(partition)
+                     for partition in consumer.assignment()}
+        assert committed == positions, "the positions after what poll returned"
+        assert sum(committed.values()) == len(returned)
+        consumer.resume(*consumer.assignment())
+        returned += consume_all(consumer, 40 - len(returned))
+        final = {partition: consumer.position(partition) for partition in consumer.assignment()}
+    offsets = Admin(data_dir).list_consumer_group_offsets("auto")
+    assert {TopicPartition(*partition): offset for partition, (offset, _) in offsets.items()} \
+        == final, "close commits the positions"
+    assert sum(final.values()) == len(returned) == 40
