@@ -60,7 +60,7 @@ from . import ring_layout as R
 from . import shared_memory
 from . import wakeup
 from .appender import DRAIN_ENTRIES_MAX, Appender
-from .cleaner import ENTRY_SIZE, CleanerThread
+from .cleaner import CleanerThread, keys_max as cleaner_keys_max
 from .cleaner import plan as cleaner_plan
 from .control import (decode_reply, encode_request, encode_result, error_reply, handle_frame,
                       require)
@@ -223,7 +223,7 @@ class BrokerCore:
         self._next_flush_check = now + config.flush_check_interval_ms
         self._next_liveness = now + config.liveness_check_interval_ms
         self._next_cleaning = now + config.cleaner_backoff_ms
-        self.cleaner = CleanerThread(max(1, config.cleaner_dedupe_buffer_size // ENTRY_SIZE))
+        self.cleaner = CleanerThread(cleaner_keys_max(config.cleaner_dedupe_buffer_size))
         self.groups = GroupCoordinator(
             CoordinatorConfig(config.group_initial_rebalance_delay_ms,
                               config.group_min_session_timeout_ms,

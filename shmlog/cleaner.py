@@ -24,11 +24,14 @@ too young or active) is at least ``min.cleanable.dirty.ratio`` of the whole
 cleanable log, or when its first dirty segment is older than
 ``max.compaction.lag.ms``. Cleaning is Kafka's two passes:
 
-1. **Map**: compiled code walks the dirty segments and collects, for every keyed
-   record, a 128-bit hash of its key (two independent 64-bit hashes) and its
-   offset; numpy sorts them and keeps the last offset per key. The map has a
-   bounded size (the broker's ``cleaner_dedupe_buffer_size``); when the dirty part
-   does not fit, the range ends at the last whole segment that did.
+1. **Map**: compiled code walks the dirty segments and puts every keyed record
+   into an open-addressing hash table (Kafka's SkimpyOffsetMap): a 128-bit hash of
+   the key (two independent 64-bit hashes) and the record's offset, the later
+   offset winning. The table has a bounded size (the broker's
+   ``cleaner_dedupe_buffer_size``) and is filled to at most 90 %; when the dirty
+   part has more keys, the range ends before the segment that did not fit (what it
+   put in the map already is harmless: those records are later than anything
+   cleaned, and stay).
 2. **Copy**: every segment from the log start to the end of the range is copied,
    in groups that together fit one segment, into new files, keeping a record when
    the map has no later offset for its key. Uncompressed batches are filtered and
@@ -49,7 +52,7 @@ import os
 import queue
 import shutil
 import threading
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import zstandard
@@ -65,16 +68,21 @@ from .segments import CLEANING_DIRECTORY, PartitionLog, Segment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CleanerPlan", "CleanedGroup", "Cleaning", "CleanerThread", "plan", "clean",
-           "ENTRY_SIZE"]
+__all__ = ["CleanerPlan", "CleanedGroup", "Cleaning", "CleanerThread", "OffsetMap", "plan",
+           "clean", "keys_max", "ENTRY_SIZE", "MAP_LOAD_FACTOR"]
 
-# Bytes of one offset-map entry: two 64-bit key hashes and an offset (Kafka's map
+# Bytes of one offset-map slot: two 64-bit key hashes and an offset (Kafka's map
 # holds a 16-byte MD5 and an offset: the same 24 bytes).
 ENTRY_SIZE = 24
+# The most of its slots the map fills (Kafka's log.cleaner.io.buffer.load.factor):
+# a probe for a missing key ends at an empty slot, soon enough below this.
+MAP_LOAD_FACTOR = 0.9
+# The map's first size: 64 Ki slots (1.5 MiB), doubled as keys come.
+_SLOTS_MIN = 1 << 16
 # Walk statuses of the compiled passes.
 _DONE = 0
 _INFLATE = 1              # a zstd batch at the returned position: Python inflates it
-_FULL = 2                 # the output arrays have no room for the next batch
+_FULL = 2                 # the map might not hold the next batch's keys
 # The offset index stores offsets relative to the segment's base as u32.
 _GROUP_OFFSET_SPAN_MAX = 2**31 - 1
 _FNV_OFFSET_BASIS = np.uint64(0xCBF29CE484222325)
@@ -100,59 +108,76 @@ def _key_hash(buffer, position, length):
 
 
 @kernel
-def _map_records(buffer, start, end, base_offset, first_hashes, second_hashes, offsets, count):
-    """Add every keyed record of the records region ``[start, end)`` to the map's
-    entry arrays from ``count``; returns the new count (the caller made room)."""
+def _slot(first, mask):
+    """Where a key's probe starts: FNV's low bits mixed with its high ones."""
+    return np.int64((first ^ (first >> np.uint64(29))) & np.uint64(mask))
+
+
+@kernel
+def _map_put(first_hashes, second_hashes, offsets, first, second, offset):
+    """Record ``offset`` for the key; returns 1 when the key is new. (The caller
+    keeps the table below full, so an empty slot always ends the probe.)"""
+    mask = offsets.size - 1
+    slot = _slot(first, mask)
+    while True:
+        if offsets[slot] < 0:
+            first_hashes[slot] = first
+            second_hashes[slot] = second
+            offsets[slot] = offset
+            return 1
+        if first_hashes[slot] == first and second_hashes[slot] == second:
+            offsets[slot] = max(offsets[slot], offset)
+            return 0
+        slot = (slot + 1) & mask
+
+
+@kernel
+def _latest_offset(first_hashes, second_hashes, offsets, first, second):
+    """The map's offset for a key, or -1."""
+    mask = offsets.size - 1
+    slot = _slot(first, mask)
+    while offsets[slot] >= 0:
+        if first_hashes[slot] == first and second_hashes[slot] == second:
+            return offsets[slot]
+        slot = (slot + 1) & mask
+    return -1
+
+
+@kernel
+def _map_records(buffer, start, end, base_offset, first_hashes, second_hashes, offsets, keys):
+    """Put every keyed record of the records region ``[start, end)`` into the map;
+    returns how many keys it holds now."""
     record = start
     while record < end:
         key_length = load_i32(buffer, record + L.KEY_LENGTH_OFFSET)
         if key_length >= 0:
             first, second = _key_hash(buffer, record + L.RECORD_HEADER_LENGTH, key_length)
-            first_hashes[count] = first
-            second_hashes[count] = second
-            offsets[count] = base_offset + load_u32(buffer, record + L.OFFSET_DELTA_OFFSET)
-            count += 1
+            keys += _map_put(first_hashes, second_hashes, offsets, first, second,
+                             base_offset + load_u32(buffer, record + L.OFFSET_DELTA_OFFSET))
         record += np.int64(load_u32(buffer, record + L.RECORD_LENGTH_OFFSET))
-    return count
+    return keys
 
 
 @kernel
-def _map_batches(log, position, end, first_hashes, second_hashes, offsets, count):
+def _map_batches(log, position, end, first_hashes, second_hashes, offsets, keys, keys_max):
     """Map the uncompressed batches from ``position``; returns (status, position,
-    count), stopping at a zstd batch (``_INFLATE``) or when the next batch might not
-    fit the arrays (``_FULL``)."""
+    keys), stopping at a zstd batch (``_INFLATE``) or before a batch that could take
+    the map past ``keys_max`` (``_FULL``)."""
     while position < end:
         length = np.int64(load_u32(log, position + L.BATCH_LENGTH_OFFSET))
         if length < L.HEADER_LENGTH:
             break                              # zeros: the end of the data
         attributes = load_u16(log, position + L.ATTRIBUTES_OFFSET)
         if attributes & L.CONTROL_BIT == 0:
+            if keys + load_i32(log, position + L.RECORD_COUNT_OFFSET) > keys_max:
+                return _FULL, position, keys
             if attributes & L.CODEC_MASK != L.CODEC_NONE:
-                return _INFLATE, position, count
-            if count + load_i32(log, position + L.RECORD_COUNT_OFFSET) > offsets.size:
-                return _FULL, position, count
-            count = _map_records(log, position + L.RECORDS_OFFSET, position + length,
-                                 load_i64(log, position + L.BASE_OFFSET_OFFSET),
-                                 first_hashes, second_hashes, offsets, count)
+                return _INFLATE, position, keys
+            keys = _map_records(log, position + L.RECORDS_OFFSET, position + length,
+                                load_i64(log, position + L.BASE_OFFSET_OFFSET),
+                                first_hashes, second_hashes, offsets, keys)
         position += length
-    return _DONE, position, count
-
-
-@kernel
-def _latest_offset(first_hashes, second_hashes, offsets, first, second):
-    """The map's offset for a key hash, or -1 (binary search: the map is sorted)."""
-    low = 0
-    high = offsets.size
-    while low < high:
-        middle = (low + high) // 2
-        if first_hashes[middle] < first or (first_hashes[middle] == first
-                                            and second_hashes[middle] < second):
-            low = middle + 1
-        else:
-            high = middle
-    if low < offsets.size and first_hashes[low] == first and second_hashes[low] == second:
-        return offsets[low]
-    return -1
+    return _DONE, position, keys
 
 
 @kernel
@@ -222,54 +247,69 @@ def _clean_batches(log, position, end, first_hashes, second_hashes, offsets, dro
 
 # --- the offset map ---------------------------------------------------------------------
 
-class OffsetMap(NamedTuple):
-    """The last offset of every key seen, sorted by key hash."""
-    first_hashes: np.ndarray
-    second_hashes: np.ndarray
-    offsets: np.ndarray
-
-    @classmethod
-    def build(cls, first_hashes, second_hashes, offsets) -> "OffsetMap":
-        order = np.lexsort((offsets, second_hashes, first_hashes))
-        first_hashes, second_hashes, offsets = (first_hashes[order], second_hashes[order],
-                                                offsets[order])
-        last = np.ones(offsets.size, bool)     # the last entry of each key: its largest offset
-        last[:-1] = (first_hashes[1:] != first_hashes[:-1]) | \
-            (second_hashes[1:] != second_hashes[:-1])
-        return cls(first_hashes[last], second_hashes[last], offsets[last])
+def keys_max(buffer_size: int) -> int:
+    """How many keys a map of at most ``buffer_size`` bytes holds (a power of two
+    of slots, filled to the load factor)."""
+    slots = 1 << max(4, (buffer_size // ENTRY_SIZE).bit_length() - 1)
+    return int(slots * MAP_LOAD_FACTOR)
 
 
-class _Entries:
-    """Growing arrays of (hash, hash, offset) entries."""
+class OffsetMap:
+    """The last offset of every key seen: an open-addressing table of
+    (hash, hash, offset) slots, a power of two of them, at most
+    :data:`MAP_LOAD_FACTOR` full. It starts small and doubles (rehashing) as keys
+    come, up to room for ``keys_max``: its size follows the distinct keys, so a log
+    of few keys probes a table that fits the cache."""
 
-    def __init__(self, capacity: int):
-        self.arrays = (np.empty(capacity, np.uint64), np.empty(capacity, np.uint64),
-                       np.empty(capacity, np.int64))
-        self.count = 0
+    def __init__(self, keys_max: int):
+        self.keys_max = keys_max
+        self.table = _empty_table(_SLOTS_MIN)
+        self.keys = 0
 
-    def grow(self, at_least: int) -> None:
-        capacity = max(2 * self.arrays[2].size, at_least)
-        self.arrays = tuple(np.concatenate([array[:self.count],
-                                            np.empty(capacity - self.count, array.dtype)])
-                            for array in self.arrays)
+    @property
+    def _limit(self) -> int:
+        return int(self.table[2].size * MAP_LOAD_FACTOR)
 
-    def add_segment(self, log: np.ndarray) -> None:
+    def _grow(self) -> bool:
+        """Double the table, if that stays within ``keys_max``; False when it cannot."""
+        if self._limit >= self.keys_max:
+            return False
+        table = _empty_table(2 * self.table[2].size)
+        _rehash(*self.table, *table)
+        self.table = table
+        return True
+
+    def add_segment(self, log: np.ndarray) -> bool:
+        """Put the segment's keys in; False when the map filled up first (the keys
+        put so far stay: they only ever name later records)."""
         position = 0
         while True:
-            status, position, self.count = _map_batches(log, position, log.size, *self.arrays,
-                                                        self.count)
+            limit = min(self._limit, self.keys_max)
+            status, position, self.keys = _map_batches(log, position, log.size, *self.table,
+                                                       self.keys, limit)
             if status == _DONE:
-                return
+                return True
             info = batch_info(log, position)
             if status == _FULL:
-                self.grow(self.count + info.record_count)
+                if self.keys + info.record_count > self.keys_max or not self._grow():
+                    return False
                 continue
             records = _inflate(log, info)
-            if self.count + info.record_count > self.arrays[2].size:
-                self.grow(self.count + info.record_count)
-            self.count = _map_records(records, 0, records.size, info.base_offset, *self.arrays,
-                                      self.count)
+            self.keys = _map_records(records, 0, records.size, info.base_offset, *self.table,
+                                     self.keys)
             position += info.batch_length
+
+
+def _empty_table(slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros(slots, np.uint64), np.zeros(slots, np.uint64), np.full(slots, -1, np.int64)
+
+
+@kernel
+def _rehash(first_hashes, second_hashes, offsets, new_first, new_second, new_offsets):
+    for slot in range(offsets.size):
+        if offsets[slot] >= 0:
+            _map_put(new_first, new_second, new_offsets, first_hashes[slot], second_hashes[slot],
+                     offsets[slot])
 
 
 # --- planning ----------------------------------------------------------------------------
@@ -370,14 +410,14 @@ def _clean_segment(log: np.ndarray, offset_map: OffsetMap, drop_tombstones: bool
     position = 0
     while True:
         status, position, out_position = _clean_batches(
-            log, position, log.size, *offset_map, drop_tombstones, out, out_position)
+            log, position, log.size, *offset_map.table, drop_tombstones, out, out_position)
         if status == _DONE:
             return out_position
         info = batch_info(log, position)
         records = _inflate(log, info)
         scratch = np.empty(L.HEADER_LENGTH + records.size, np.uint8)
         scratch_end, kept = _filter_records(records, 0, records.size, info.base_offset,
-                                            *offset_map, drop_tombstones, scratch,
+                                            *offset_map.table, drop_tombstones, scratch,
                                             L.HEADER_LENGTH)
         if kept:
             frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(
@@ -391,30 +431,37 @@ def _clean_segment(log: np.ndarray, offset_map: OffsetMap, drop_tombstones: bool
         position += info.batch_length
 
 
-def clean(cleaning_plan: CleanerPlan, now: int, entries_max: int) -> Cleaning:
+def clean(cleaning_plan: CleanerPlan, now: int, keys_max: int) -> Cleaning:
     """Build the offset map of the plan's dirty segments and write the cleaned
     segments under ``<partition>/.cleaning/``. Reads segment files through mappings
     of its own and writes only there, so it may run on any thread.
 
-    ``entries_max`` bounds the map; the dirty range is cut at a segment boundary to
-    fit (at least one dirty segment is always taken).
+    ``keys_max`` bounds the map; the dirty range ends before the first segment
+    whose keys did not fit. When not even the first dirty segment fits, the map
+    grows for it (progress before the memory bound).
     """
     config = cleaning_plan.config
-    entries = _Entries(min(entries_max, 1 << 16))
     dirty = cleaning_plan.segments[cleaning_plan.first_dirty:]
-    taken = 0
-    for segment in dirty:
-        mapped = MappedFile(segment.log_path, None)
-        try:
-            before = entries.count
-            entries.add_segment(mapped.bytes)
-        finally:
-            mapped.close()
-        if entries.count > entries_max and taken:
-            entries.count = before
+    # No more slots than the dirty bytes could hold records for.
+    records_max = sum(segment.size for segment in dirty) // L.RECORD_HEADER_LENGTH + 1
+    keys_max = min(keys_max, records_max)
+    while True:
+        offset_map = OffsetMap(keys_max)
+        taken = 0
+        for segment in dirty:
+            mapped = MappedFile(segment.log_path, None)
+            try:
+                fitted = offset_map.add_segment(mapped.bytes)
+            finally:
+                mapped.close()
+            if not fitted:
+                break
+            taken += 1
+        if taken:
             break
-        taken += 1
-    offset_map = OffsetMap.build(*(array[:entries.count] for array in entries.arrays))
+        log.warning("%s: one segment has more keys than the cleaner's map holds (%d); "
+                    "growing it for this cleaning", cleaning_plan.directory, keys_max)
+        keys_max *= 2
     segments = cleaning_plan.segments[:cleaning_plan.first_dirty + taken]
     end_offset = segments[-1].next_offset
 
@@ -465,8 +512,8 @@ class CleanerThread:
     default of one cleaner thread); the loop collects what it finished and swaps it
     in. The kernels release the GIL, so cleaning runs beside the appender."""
 
-    def __init__(self, entries_max: int):
-        self.entries_max = entries_max
+    def __init__(self, keys_max: int):
+        self.keys_max = keys_max
         self.busy = False                 # a job was submitted and not collected
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._finished: queue.SimpleQueue = queue.SimpleQueue()
@@ -492,7 +539,7 @@ class CleanerThread:
                 return
             key, cleaning_plan, now = job
             try:
-                result: Cleaning | Exception = clean(cleaning_plan, now, self.entries_max)
+                result: Cleaning | Exception = clean(cleaning_plan, now, self.keys_max)
             except Exception as error:      # noqa: BLE001 - reported to the loop, which logs it
                 result = error
             self._finished.put((key, result))

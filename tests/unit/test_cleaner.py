@@ -42,11 +42,11 @@ def produce(partition_log, rng, batches: int, keys: int, timestamp: int, written
             written[result.base_offset + index] = (keyed[index], values[index], stamps[index])
 
 
-def run_cleaning(partition_log, now: int, entries_max: int = 1 << 20) -> bool:
+def run_cleaning(partition_log, now: int, keys_max: int = 1 << 20) -> bool:
     planned = cleaner.plan(partition_log, now)
     if planned is None:
         return False
-    return partition_log.replace_segments(cleaner.clean(planned, now, entries_max))
+    return partition_log.replace_segments(cleaner.clean(planned, now, keys_max))
 
 
 def check_against_model(partition_log, written: dict, tombstones_expired: bool) -> None:
@@ -111,7 +111,7 @@ def test_a_small_map_cleans_in_several_passes(tmp_path):
         produce(partition_log, rng, 200, keys=500, timestamp=NOW, written=written)
         partition_log.roll()
         passes = 0
-        while run_cleaning(partition_log, NOW + 1000, entries_max=100):
+        while run_cleaning(partition_log, NOW + 1000, keys_max=100):
             passes += 1
             check_against_model(partition_log, written, tombstones_expired=False)
         assert passes > 1
