@@ -234,7 +234,38 @@ class GroupCoordinator:
         member still holds (cooperative), from its ``generation``."""
         group_id = _group_id(group_id)
         member_id = require(member_id, str, "member_id")
-        client_id = require(client_id, str, "client_id")[:CLIENT_ID_LENGTH_MAX]
+        wanted = self._subscription(client_id, topics, pattern, assignors, session_timeout_ms,
+                                    rebalance_timeout_ms, owned, generation, now)
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            group = self.groups[group_id] = _Group(group_id)
+        others = [member for member in group.members.values() if member.member_id != member_id]
+        if others and not set(wanted.assignors) & set.intersection(*(set(other.assignors)
+                                                                     for other in others)):
+            raise InconsistentGroupProtocolError(
+                f"group {group_id!r} uses assignors {sorted(set(others[0].assignors))}; "
+                f"this member offers {list(wanted.assignors)}")
+        if member_id:
+            member = group.members.get(member_id)
+            if member is None:
+                raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; "
+                                           f"join with no member id")
+            if member.join_ticket is not None:     # a join it gave up on (timed out)
+                self._reply(member.join_ticket, RebalanceInProgressError(
+                    "superseded by a newer join of the same member"))
+            wanted.member_id, wanted.assignment = member_id, member.assignment
+        else:
+            wanted.member_id = f"{wanted.client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
+        member = group.members[wanted.member_id] = wanted
+        member.join_ticket, member.joined = ticket, True
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now)
+        self._maybe_complete(group, now)
+        return PENDING
+
+    def _subscription(self, client_id, topics, pattern, assignors, session_timeout_ms,
+                      rebalance_timeout_ms, owned, generation, now) -> _Member:
+        """A join's fields, checked, as a member without an id yet."""
         topics = tuple(sorted(set(require(topic, str, "topics[]")
                                   for topic in require(topics, (list, tuple), "topics"))))
         if pattern is not None:
@@ -255,39 +286,11 @@ class GroupCoordinator:
                 f"session_timeout_ms {session} is outside the broker's "
                 f"[{self.config.group_min_session_timeout_ms}, "
                 f"{self.config.group_max_session_timeout_ms}] (group_min/max_session_timeout_ms)")
-        rebalance_timeout = max(require(rebalance_timeout_ms, int, "rebalance_timeout_ms"), 1)
-        owned = tuple(_partition(entry) for entry in require(owned, (list, tuple), "owned"))
-
-        group = self.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            group = self.groups[group_id] = _Group(group_id)
-        others = [member for member in group.members.values() if member.member_id != member_id]
-        if others and not set(offered) & set.intersection(*(set(other.assignors)
-                                                              for other in others)):
-            raise InconsistentGroupProtocolError(
-                f"group {group_id!r} uses assignors {sorted(set(others[0].assignors))}; "
-                f"this member offers {list(offered)}")
-        if member_id:
-            member = group.members.get(member_id)
-            if member is None:
-                raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; "
-                                           f"join with no member id")
-            if member.join_ticket is not None:     # a join it gave up on (timed out)
-                self._reply(member.join_ticket, RebalanceInProgressError(
-                    "superseded by a newer join of the same member"))
-        else:
-            member_id = f"{client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
-            member = group.members[member_id] = _Member(
-                member_id, client_id, (), None, offered, session, rebalance_timeout, (), now)
-        member.client_id, member.topics, member.pattern = client_id, topics, pattern
-        member.assignors, member.session_timeout_ms = offered, session
-        member.rebalance_timeout_ms, member.owned, member.heard_ms = rebalance_timeout, owned, now
-        member.owned_generation = require(generation, int, "generation")
-        member.join_ticket, member.joined = ticket, True
-        if group.state is not GroupState.PREPARING_REBALANCE:
-            self._prepare_rebalance(group, now)
-        self._maybe_complete(group, now)
-        return PENDING
+        return _Member(
+            "", require(client_id, str, "client_id")[:CLIENT_ID_LENGTH_MAX], topics, pattern,
+            offered, session, max(require(rebalance_timeout_ms, int, "rebalance_timeout_ms"), 1),
+            tuple(_partition(entry) for entry in require(owned, (list, tuple), "owned")),
+            heard_ms=now, owned_generation=require(generation, int, "generation"))
 
     def sync_group(self, group_id, member_id, generation, *, ticket, now):
         """The member's assignment in ``generation`` (which must be the group's)."""
