@@ -88,6 +88,21 @@ def test_a_corrupt_batch_fails_the_read(spark, broker):
         bulk_read(spark, bootstrap=broker, assign='{"bulk": [1]}').collect()
 
 
+def test_log_append_time_topics_read_the_same_both_ways(spark, broker):
+    """A LogAppendTime batch gives every record the broker's append time, whatever
+    the producer stamped (Kafka's rule), in both readers."""
+    Admin(broker).create_topic("stamped", 1, config={"message.timestamp.type": "LogAppendTime"})
+    with Producer(broker, batch_size=4096, linger_ms=50) as producer:
+        for n in range(200):
+            producer.send("stamped", b"value-%d" % n, partition=0, timestamp_ms=1_000 + n)
+        producer.flush(timeout=TIMEOUT_S)
+    options = {"bootstrap": broker, "subscribe": "stamped"}
+    python = in_order(spark.read.format("shmlog").options(**options).load())
+    bulk = in_order(bulk_read(spark, **options))
+    assert bulk == python and len(python) == 200
+    assert all(row.timestampType == 1 and row.timestamp.year >= 2025 for row in python)
+
+
 def test_both_readers_step_over_what_compaction_removed(spark, tmp_path):
     """Ranges planned over a compacted topic start, end and run over offsets whose
     records are gone; both readers return exactly the records that are left."""

@@ -148,7 +148,7 @@ public final class BulkSource implements TableProvider {
     static final class RangeReader implements PartitionReader<ColumnarBatch> {
         // batch header (batch_layout.py)
         static final int BATCH_LENGTH = 0, MAGIC = 4, VERSION = 6, BASE_OFFSET = 8, CRC = 20,
-            ATTRIBUTES = 24, RECORD_COUNT = 28, FIRST_TIMESTAMP = 48, HEADER_LENGTH = 64,
+            ATTRIBUTES = 24, RECORD_COUNT = 28, FIRST_TIMESTAMP = 48, MAX_TIMESTAMP = 56, HEADER_LENGTH = 64,
             CRC_COVERED = 24;
         static final int MAGIC_VALUE = 0x4C53, VERSION_VALUE = 1, CODEC_MASK = 0x07, CODEC_ZSTD = 4,
             TIMESTAMP_TYPE_BIT = 0x08;
@@ -174,7 +174,7 @@ public final class BulkSource implements TableProvider {
         private byte[] records = new byte[0];
         private byte[] scratch = new byte[1 << 16];
         private int recordsEnd, recordAt;  // the current batch's records, decoded
-        private long baseOffset, firstTimestamp;
+        private long baseOffset, firstTimestamp, maxTimestamp;
         private int timestampType;
 
         RangeReader(Range range, String[] columns) {
@@ -269,6 +269,7 @@ public final class BulkSource implements TableProvider {
                 }
                 baseOffset = base;
                 firstTimestamp = header.getLong(FIRST_TIMESTAMP);
+                maxTimestamp = header.getLong(MAX_TIMESTAMP);
                 timestampType = (attributes & TIMESTAMP_TYPE_BIT) != 0 ? 1 : 0;
                 if (count == 0) continue;
                 return true;
@@ -303,7 +304,9 @@ public final class BulkSource implements TableProvider {
                             case TOPIC: vector.putByteArray(rows, topic); break;
                             case PARTITION: vector.putInt(rows, range.partition); break;
                             case OFFSET: vector.putLong(rows, offset); break;
-                            case TIMESTAMP: vector.putLong(rows, (firstTimestamp + view.getLong(at + TIMESTAMP_DELTA)) * 1000); break;
+                            // LogAppendTime: every record has the batch's append time.
+                            case TIMESTAMP: vector.putLong(rows, (timestampType == 1 ? maxTimestamp
+                                : firstTimestamp + view.getLong(at + TIMESTAMP_DELTA)) * 1000); break;
                             default: vector.putInt(rows, timestampType); break;
                         }
                     }
