@@ -599,7 +599,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     finally:
         if control is not None:
             for ticket in core.groups.pending_tickets():
-                control.send(ticket, error_reply(ShmlogError("the broker is stopping")))
+                control.send(ticket, error_reply(BrokerNotAvailableError("the broker is stopping")))
             control.stop()
         context.term()
         core.close()
@@ -681,7 +681,7 @@ class _ControlThread(threading.Thread):
                 identity, _ = self._requests.get_nowait()
             except queue.Empty:
                 break
-            self.send(identity, error_reply(ShmlogError("the broker is stopping")))
+            self.send(identity, error_reply(BrokerNotAvailableError("the broker is stopping")))
         self._stopping.set()
         self.join(timeout=10)
         for socket in (self._outbox, self._outbox_receiver):

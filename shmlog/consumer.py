@@ -515,8 +515,8 @@ class Consumer:
         finally:
             if self._joining.done():
                 self._joining = None
-        if self._subscription[1] is not None or \
-                any(topic not in self._topics for topic, _ in assignment):
+        # Metadata again: the rebalance may be for new topics or new partitions.
+        if assignment:
             self._topics = {entry["name"]: entry for entry in request(
                 self.data_dir, "metadata")["topics"]}
         revoked = set(self._assigned) - assignment

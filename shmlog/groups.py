@@ -390,6 +390,8 @@ class GroupCoordinator:
         if group.members:
             raise NonEmptyGroupError(f"group {group.group_id!r} has {len(group.members)} "
                                      f"active members; stop them first")
+        if group.state is GroupState.PREPARING_REBALANCE:
+            group.transition(GroupState.EMPTY)    # its last member left during the delay
         self._append_offsets(group.group_id, [offset_record(group.group_id, *partition, None)
                                               for partition in sorted(group.offsets)])
         group.transition(GroupState.DEAD)

@@ -1140,8 +1140,6 @@ class PartitionLog:
         self._write_checkpoint()
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
-        # Changes whenever the set of segment files changes (readers rescan then).
-        self.generation = 0
         self._kernel_target_verified = False
 
     # -- reading ----------------------------------------------------------------------
