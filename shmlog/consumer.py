@@ -515,6 +515,17 @@ class Consumer:
         finally:
             if self._joining.done():
                 self._joining = None
+        if member.lost or member.poll_timed_out:
+            # Fenced after this join finished (it left, or missed its session): the
+            # assignment is stale and the partitions may be another's. Lose them
+            # all and join again.
+            lost = set(self._assigned)
+            self._assign([])
+            if lost:
+                self._listener.on_partitions_lost(lost)
+            member.rejoin_needed = True
+            member.lost = member.poll_timed_out = False
+            return True
         # Metadata again: the rebalance may be for new topics or new partitions.
         if assignment:
             self._topics = {entry["name"]: entry for entry in request(
