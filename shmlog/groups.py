@@ -624,7 +624,17 @@ class GroupMember:
         """:meth:`join` on the member's join thread; the future's result is the
         assignment."""
         self._joining = True
-        return self._joiner.submit(self.join, tuple(topics), pattern, tuple(owned))
+        # Cleared now, not when the join succeeds: a subscribe() or a rebalance
+        # noticed while it runs must lead to another join.
+        self.rejoin_needed = False
+        return self._joiner.submit(self._join_or_flag, tuple(topics), pattern, tuple(owned))
+
+    def _join_or_flag(self, topics, pattern, owned) -> list[tuple[str, int]]:
+        try:
+            return self.join(topics, pattern, owned)
+        except BaseException:
+            self.rejoin_needed = True          # the next poll tries again
+            raise
 
     def join(self, topics: Iterable[str], pattern: str | None,
              owned: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -665,7 +675,7 @@ class GroupMember:
                 except (RebalanceInProgressError, IllegalGenerationError,
                         BrokerNotAvailableError):
                     continue
-                self.rejoin_needed = self.lost = self.poll_timed_out = False
+                self.lost = self.poll_timed_out = False
                 return [(topic, partition) for topic, partition in assignment]
             raise RebalanceInProgressError(
                 f"group {self.group_id!r} kept rebalancing through {_JOIN_ATTEMPTS_MAX} joins")
