@@ -1270,10 +1270,7 @@ class PartitionLog:
             if segment is None or segment.size != planned.size:
                 shutil.rmtree(os.path.join(self.directory, CLEANING_DIRECTORY), ignore_errors=True)
                 return False
-        manifest = [{"base_offset": group.base_offset, "replaces": list(group.replaces)}
-                    for group in cleaning.groups]
-        _write_atomically(os.path.join(self.directory, SWAP_MANIFEST_FILE),
-                          json.dumps({"version": CHECKPOINT_VERSION, "groups": manifest}))
+        write_swap_manifest(self.directory, cleaning.groups)
         replaced = {base for group in cleaning.groups for base in group.replaces}
         for base in replaced:
             current[base].close()                # the broker's own mappings of the old files
@@ -1391,6 +1388,15 @@ class PartitionLog:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def write_swap_manifest(directory: str, groups) -> None:
+    """Commit a swap of cleaned segments (``cleaner.CleanedGroup``s): from here on,
+    :meth:`PartitionLog._finish_swap` completes it, even after a crash."""
+    manifest = [{"base_offset": group.base_offset, "replaces": list(group.replaces)}
+                for group in groups]
+    _write_atomically(os.path.join(directory, SWAP_MANIFEST_FILE),
+                      json.dumps({"version": CHECKPOINT_VERSION, "groups": manifest}))
 
 
 def _write_atomically(path: str, body: str) -> None:

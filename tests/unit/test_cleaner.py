@@ -3,7 +3,6 @@ codecs; cleaned repeatedly while the log grows; reopened; a swap cut short."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 
@@ -12,7 +11,8 @@ import pytest
 from shmlog import cleaner
 from shmlog.config import TopicConfig
 from shmlog.records import encode_batch
-from shmlog.segments import CLEANING_DIRECTORY, SWAP_MANIFEST_FILE, PartitionLog
+from shmlog.segments import (CLEANING_DIRECTORY, SWAP_MANIFEST_FILE, PartitionLog,
+                             write_swap_manifest)
 
 from tests.helpers import abandon, all_records
 
@@ -178,10 +178,7 @@ def test_a_swap_cut_short_is_finished_on_open(tmp_path):
     assert any(len(group.replaces) > 1 for group in cleaning.groups)
     # The manifest is committed and the first cleaned log renamed in; then the
     # process dies (the later segments of its group are still there).
-    manifest = [{"base_offset": group.base_offset, "replaces": list(group.replaces)}
-                for group in cleaning.groups]
-    with open(os.path.join(directory, SWAP_MANIFEST_FILE), "w") as target:
-        json.dump({"version": 1, "groups": manifest}, target)
+    write_swap_manifest(directory, cleaning.groups)
     first = cleaning.groups[0].base_offset
     name = f"{first:020d}.log"
     os.replace(os.path.join(directory, CLEANING_DIRECTORY, name), os.path.join(directory, name))
