@@ -263,7 +263,10 @@ class Consumer:
         if self._group is not None and self._subscription is not None:
             self._commit_on_revoke(set(self._assigned))
             self._listener.on_partitions_revoked(set(self._assigned))
+            # Also cancels a join under way: it ends in JoinCancelledError, which
+            # nobody waits for, having left whatever it joined.
             self._group.leave()
+            self._joining = None
         self._subscription = None
         self._assign([])
 
@@ -393,10 +396,8 @@ class Consumer:
         """New records as columns, per partition: numpy arrays of offsets,
         timestamps and key/value positions into the mapped bytes (zero copy for
         uncompressed batches). Waits up to ``timeout_ms`` for something new."""
-        started = time.monotonic()
-        self._poll_group(timeout_ms)
         return self._wait(lambda: self._poll_columns(max_bytes or self.fetch_max_bytes),
-                          _remaining_ms(started, timeout_ms))
+                          time.monotonic(), timeout_ms)
 
     def _poll_columns(self, max_bytes: int) -> dict[TopicPartition, RecordColumns]:
         found = {}
@@ -412,7 +413,7 @@ class Consumer:
         ``max_records`` in all). Waits up to ``timeout_ms`` for something new."""
         limit = max_records or self.max_poll_records
         started = time.monotonic()
-        self._poll_group(timeout_ms)
+        self._poll_group(0)          # first: a rebalance may take buffered partitions away
         # Records of a paused partition stay buffered until it is resumed (Kafka's
         # rule); only partitions with nothing buffered are fetched.
         ready = [partition for partition in self._buffered
@@ -420,7 +421,7 @@ class Consumer:
         if not ready:
             for partition, columns in self._wait(
                     lambda: self._poll_columns(self.fetch_max_bytes),
-                    _remaining_ms(started, timeout_ms)).items():
+                    started, timeout_ms).items():
                 self._buffered[partition] = columns.records(ConsumerRecord, partition.topic,
                                                             partition.partition)
                 ready.append(partition)
@@ -437,8 +438,13 @@ class Consumer:
                 del self._buffered[partition]
         return grouped
 
-    def _wait(self, attempt, timeout_ms: int):
-        deadline = time.monotonic() + timeout_ms / 1000
+    def _wait(self, attempt, started: float, timeout_ms: int):
+        """Do the group's poll-time work, then ``attempt()`` until it finds something
+        or ``timeout_ms`` from ``started`` has passed, idling in between. Group work
+        that comes up meanwhile (a rebalance, a join that finished) is done at once,
+        and a long wait counts as polling for ``max_poll_interval_ms``."""
+        deadline = started + timeout_ms / 1000
+        self._group_step(started, timeout_ms)
         while True:
             found = attempt()
             now = time.monotonic()
@@ -446,6 +452,9 @@ class Consumer:
                 self._last_found = now
             if found or now >= deadline:
                 return found
+            if self._group_work_due(now):
+                self._group_step(started, timeout_ms)
+                continue
             if now - self._last_found >= wakeup.YIELD_S:
                 self._check_broker()
             found = wakeup.pause(now - self._last_found, self._table.consumer_doorbell,
@@ -467,6 +476,25 @@ class Consumer:
                 raise StopIteration
 
     # -- the group ---------------------------------------------------------------------
+    def _group_step(self, started: float, timeout_ms: int) -> None:
+        """The group's work within a poll: a member with partitions keeps consuming
+        them while a join is under way; one with none waits for the join (up to the
+        poll's timeout), as there is nothing else to do."""
+        self._poll_group(0)
+        if self._joining is not None and not self._assigned:
+            self._poll_group(_remaining_ms(started, timeout_ms))
+
+    def _group_work_due(self, now: float) -> bool:
+        """While a poll waits (not on its hot path): is there group work it should
+        stop waiting for? Also counts the wait as polling (Kafka's poll timer)."""
+        member = self._group
+        if member is None or self._subscription is None:
+            return False
+        member.last_poll = now
+        if self._joining is not None:
+            return self._joining.done()
+        return member.rejoin_needed or member.lost or member.poll_timed_out
+
     def _poll_group(self, timeout_ms: int) -> None:
         """Kafka's poll-time group work: act on being fenced, rejoin when the group
         rebalances (waiting at most ``timeout_ms`` for the rebalance; a join not done
@@ -526,26 +554,39 @@ class Consumer:
             member.rejoin_needed = True
             member.lost = member.poll_timed_out = False
             return True
-        # Metadata again: the rebalance may be for new topics or new partitions.
-        if assignment:
-            self._topics = {entry["name"]: entry for entry in request(
-                self.data_dir, "metadata")["topics"]}
         revoked = set(self._assigned) - assignment
         added = assignment - set(self._assigned)
         if revoked:
+            # Given up first: dropping partitions is always safe. What this member
+            # gave up reaches its new owner in the next generation, so join again
+            # at once. (An eager member revoked everything before it joined; it
+            # gets here only when the group moved from a cooperative assignor.)
             self._commit_on_revoke(revoked)
             self._listener.on_partitions_revoked(revoked)
+            self._assign(sorted(set(self._assigned) - revoked))
+            member.rejoin_needed = True
+        try:
+            # Everything the new partitions need, before any of them is taken on, so
+            # a failure leaves the assignment as it was, not half applied. Metadata
+            # again: the rebalance may be for new topics or new partitions.
+            committed = {}
+            if added:
+                self._topics = {entry["name"]: entry for entry in request(
+                    self.data_dir, "metadata")["topics"]}
+                for partition in added:
+                    self._partition_metadata(*partition)
+                committed = member.committed(added)
+        except ShmlogError as error:
+            log.warning("group %s: taking on %d partitions of generation %d failed (%s); "
+                        "joining again", member.group_id, len(added), member.generation, error)
+            member.rejoin_needed = True
+            return True
         self._assign(sorted(assignment))
-        committed = member.committed(added) if added else {}
         for partition in added:
             if partition in committed:
                 self._assigned[partition].position = committed[partition][0]
             self._assigned[partition].paused = partition in self._paused_over_join
         self._listener.on_partitions_assigned(added)
-        if revoked and member.cooperative:
-            # What this member gave up reaches its new owner in the next generation:
-            # join again at once so that happens now.
-            member.rejoin_needed = True
         return True
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict:

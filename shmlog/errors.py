@@ -25,6 +25,8 @@
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
         ├── RebalanceInProgressError  the group is rebalancing: join again
         ├── CommitFailedError         a commit was fenced by a rebalance
+        │   └── PartitionNotAssignedError   the partition is another member's now
+        ├── JoinCancelledError        the consumer left during its join
         ├── GroupIdNotFoundError
         ├── NonEmptyGroupError        the group has active members
         └── InconsistentGroupProtocolError   the members share no assignor
@@ -151,6 +153,16 @@ class RebalanceInProgressError(GroupError):
 class CommitFailedError(GroupError):
     """An offset commit was refused because the group rebalanced and the partitions
     may belong to another member now (kafka-python's name)."""
+
+
+class PartitionNotAssignedError(CommitFailedError):
+    """A member committed an offset for a partition that its group's current
+    generation assigns to another member: only the owner commits a partition."""
+
+
+class JoinCancelledError(GroupError):
+    """A join ended because the consumer left its group (unsubscribe, close) while
+    the join waited for its rebalance."""
 
 
 class GroupIdNotFoundError(GroupError):

@@ -62,9 +62,10 @@ from typing import Any, Callable, Iterable, Mapping
 from .assignors import ASSIGNORS, Subscription, assign
 from .control import require
 from .errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
-                     IllegalGenerationError, InconsistentGroupProtocolError, LocalProtocolError,
-                     NonEmptyGroupError, RebalanceInProgressError, ShmlogError,
-                     UnknownMemberIdError)
+                     IllegalGenerationError, InconsistentGroupProtocolError,
+                     JoinCancelledError, LocalProtocolError,
+                     NonEmptyGroupError, PartitionNotAssignedError, RebalanceInProgressError,
+                     ShmlogError, UnknownMemberIdError)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 << 20}
 PENDING = None
 # A member's client id goes into its member id; keep ids short.
 CLIENT_ID_LENGTH_MAX = 255
+# A member id: a client id, a dash and 32 hex digits (new_member_id).
+MEMBER_ID_LENGTH_MAX = CLIENT_ID_LENGTH_MAX + 33
 # Refusals a join recovers from by joining again (a superseded join, a generation
 # that moved on, a coordinator that forgot us, no answer) before it gives up.
 _JOIN_ATTEMPTS_MAX = 30
@@ -100,6 +103,11 @@ TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
     GroupState.STABLE: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.DEAD: frozenset(),
 }
+
+
+def new_member_id(client_id: str) -> str:
+    """A member id no other member has: the client id and a random UUID."""
+    return f"{client_id[:CLIENT_ID_LENGTH_MAX] or 'consumer'}-{uuid.uuid4().hex}"
 
 
 def offsets_partition(group_id: str, partitions: int) -> int:
@@ -245,17 +253,23 @@ class GroupCoordinator:
             raise InconsistentGroupProtocolError(
                 f"group {group_id!r} uses assignors {sorted(set(others[0].assignors))}; "
                 f"this member offers {list(wanted.assignors)}")
-        if member_id:
-            member = group.members.get(member_id)
-            if member is None:
-                raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; "
-                                           f"join with no member id")
+        member = group.members.get(member_id) if member_id else None
+        if member is not None:
             if member.join_ticket is not None:     # a join it gave up on (timed out)
                 self._reply(member.join_ticket, RebalanceInProgressError(
                     "superseded by a newer join of the same member"))
             wanted.member_id, wanted.assignment = member_id, member.assignment
+        elif member_id:
+            # A new member names itself (KIP-848's rule), so a first join that it
+            # sends again after a timeout is the same member, not one more that
+            # would hold partitions until its session ran out. An id of a
+            # generation, though, is a member this group removed: it starts over.
+            if wanted.owned_generation != -1 or len(member_id) > MEMBER_ID_LENGTH_MAX:
+                raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; "
+                                           f"join as a new member (generation -1)")
+            wanted.member_id = member_id
         else:
-            wanted.member_id = f"{wanted.client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
+            wanted.member_id = new_member_id(wanted.client_id)
         member = group.members[wanted.member_id] = wanted
         member.join_ticket, member.joined = ticket, True
         if group.state is not GroupState.PREPARING_REBALANCE:
@@ -332,7 +346,21 @@ class GroupCoordinator:
                 raise NonEmptyGroupError(
                     f"group {group_id!r} has active members: only they commit its offsets")
         else:
-            group, _ = self._member(group_id, member_id, generation, now)
+            group, member = self._member(group_id, member_id, generation, now)
+            # The generation alone does not fence a commit of a partition that this
+            # generation gave to another member (a stale position, an application
+            # committing what it never held): only the owner commits it. A partition
+            # nobody holds (one being revoked, cooperatively) stays committable.
+            owners = {partition: other.member_id for other in group.members.values()
+                      if other is not member for partition in other.assignment}
+            taken = [(partition, owners[partition]) for partition, _ in entries
+                     if partition in owners]
+            if taken:
+                (topic, partition), owner = taken[0]
+                raise PartitionNotAssignedError(
+                    f"member {member_id!r} of group {group_id!r} committed {topic}-{partition}, "
+                    f"which generation {group.generation} assigns to {owner!r} "
+                    f"({len(taken)} such partitions); commit only what this member owns")
         if group is None or group.state is GroupState.DEAD:
             group = self.groups[group_id] = _Group(group_id)
         self._append_offsets(group_id, [offset_record(group_id, *partition, committed)
@@ -476,9 +504,21 @@ class GroupCoordinator:
             member.member_id, self._subscribed(member, topics), member.owned,
             member.owned_generation) for member in members}
         result = assign(group.protocol, group.partition_counts, subscriptions)
+        # Whatever the assignor: a partition a member still holds (it says so, and
+        # this coordinator gave it to it) goes to no other member until it is given
+        # up. An eager assignor chosen while cooperative members keep partitions
+        # would otherwise hand them on within the generation. The holder revokes
+        # it and joins again; then it moves.
+        held = {partition: member.member_id for member in members
+                for partition in set(member.owned) & set(member.assignment)}
+        held_back = False
         group.transition(GroupState.STABLE)
         for member in members:
-            member.assignment = tuple(result.assignment.get(member.member_id, ()))
+            offered = result.assignment.get(member.member_id, ())
+            member.assignment = tuple(partition for partition in offered
+                                      if held.get(partition, member.member_id)
+                                      == member.member_id)
+            held_back |= len(member.assignment) != len(offered)
             member.joined, member.heard_ms = False, now
             self._reply(member.join_ticket, {
                 "member_id": member.member_id, "generation": group.generation,
@@ -486,7 +526,8 @@ class GroupCoordinator:
             member.join_ticket = None
         log.info("group %s: generation %d with %d members (%s)%s", group.group_id,
                  group.generation, len(members), group.protocol,
-                 "; partitions held back until revoked" if result.revoking else "")
+                 "; partitions held back until revoked" if result.revoking or held_back
+                 else "")
 
     def _remove(self, group: _Group, member: _Member, why: str, now: int) -> None:
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
@@ -605,6 +646,11 @@ class GroupMember:
         self.poll_timed_out = False
         self.last_poll = time.monotonic()
         self._joining = False
+        # The id a join as a new member sends: chosen once, kept until that join
+        # succeeds, so sending it again after a timeout is no second member.
+        self._new_member_id = new_member_id(client_id)
+        # Bumped by leave(): a join started before it must not make this a member again.
+        self._membership = 0
         self._lock = threading.Lock()         # member id and generation vs the heartbeats
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._heartbeat_loop, daemon=True,
@@ -627,25 +673,41 @@ class GroupMember:
         # Cleared now, not when the join succeeds: a subscribe() or a rebalance
         # noticed while it runs must lead to another join.
         self.rejoin_needed = False
-        return self._joiner.submit(self._join_or_flag, tuple(topics), pattern, tuple(owned))
+        return self._joiner.submit(self._join_or_flag, tuple(topics), pattern, tuple(owned),
+                                   self._membership)
 
-    def _join_or_flag(self, topics, pattern, owned) -> list[tuple[str, int]]:
+    def _join_or_flag(self, topics, pattern, owned, membership) -> list[tuple[str, int]]:
         try:
-            return self.join(topics, pattern, owned)
+            return self.join(topics, pattern, owned, membership)
+        except JoinCancelledError:
+            raise                              # left on purpose: nothing to retry
         except BaseException:
             self.rejoin_needed = True          # the next poll tries again
             raise
 
     def join(self, topics: Iterable[str], pattern: str | None,
-             owned: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+             owned: Iterable[tuple[str, int]], membership: int | None = None
+             ) -> list[tuple[str, int]]:
         """Join the group (again) and sync: the partitions of the new generation.
         Blocks until the rebalance completes (at most the group's rebalance timeout,
-        and one retry per refusal it can recover from)."""
+        and one retry per refusal it can recover from).
+
+        Raises
+        ------
+        JoinCancelledError
+            :meth:`leave` or :meth:`close` was called since ``membership`` (the
+            value of ``_membership`` when the join was asked for): the group heard
+            the leave, and this join made the consumer no member again.
+        """
+        membership = self._membership if membership is None else membership
         self._joining = True
+        member_id = None                       # the id of the last join sent
         try:
             for _ in range(_JOIN_ATTEMPTS_MAX):
-                if self._stop.is_set():
-                    raise ShmlogError(f"the consumer of group {self.group_id!r} is closed")
+                self._check_not_cancelled(membership, member_id)
+                with self._lock:
+                    member_id = self.member_id or self._new_member_id
+                    generation = self.generation
                 try:
                     # A join waits for its rebalance; asked again now and then, it
                     # finds a broker that restarted meanwhile (the coordinator keeps
@@ -654,33 +716,55 @@ class GroupMember:
                         "join_group",
                         timeout_ms=min(self.config.max_poll_interval_ms
                                        + self.config.join_slack_ms, _JOIN_REQUEST_TIMEOUT_MS),
-                        group_id=self.group_id, member_id=self.member_id,
+                        group_id=self.group_id, member_id=member_id,
                         client_id=self.client_id, topics=sorted(topics), pattern=pattern,
                         assignors=list(self.config.partition_assignment_strategy),
                         session_timeout_ms=self.config.session_timeout_ms,
                         rebalance_timeout_ms=self.config.max_poll_interval_ms,
                         owned=[list(partition) for partition in sorted(owned)],
-                        generation=self.generation)
+                        generation=generation)
                     with self._lock:
-                        self.member_id, self.generation = reply["member_id"], reply["generation"]
-                        self.protocol = reply["protocol"]
+                        if membership != self._membership:
+                            cancelled = reply["member_id"]
+                        else:
+                            cancelled = None
+                            self.member_id, self.generation = (reply["member_id"],
+                                                               reply["generation"])
+                            self.protocol = reply["protocol"]
+                            self._new_member_id = new_member_id(self.client_id)
+                    if cancelled is not None:
+                        # leave() ran while the join waited: what it joined, leave too.
+                        self._check_not_cancelled(membership, cancelled)
                     assignment = self._send("sync_group", group_id=self.group_id,
-                                            member_id=self.member_id,
-                                            generation=self.generation)["assignment"]
+                                            member_id=reply["member_id"],
+                                            generation=reply["generation"])["assignment"]
                 except UnknownMemberIdError:
                     with self._lock:
-                        self.member_id, self.generation = "", -1
+                        if membership == self._membership:
+                            self.member_id, self.generation = "", -1
                     owned = ()
                     continue
                 except (RebalanceInProgressError, IllegalGenerationError,
                         BrokerNotAvailableError):
                     continue
+                self._check_not_cancelled(membership, member_id)
                 self.lost = self.poll_timed_out = False
                 return [(topic, partition) for topic, partition in assignment]
             raise RebalanceInProgressError(
                 f"group {self.group_id!r} kept rebalancing through {_JOIN_ATTEMPTS_MAX} joins")
         finally:
             self._joining = False
+
+    def _check_not_cancelled(self, membership: int, joined_as: str | None) -> None:
+        """Raise JoinCancelledError when the consumer closed or left since the join
+        began, after leaving as ``joined_as`` (an id the join may have made a member
+        of the group after leave() had run)."""
+        if membership == self._membership and not self._stop.is_set():
+            return
+        if joined_as:
+            self._leave(joined_as)
+        raise JoinCancelledError(f"the consumer of group {self.group_id!r} left it (closed "
+                                 f"or unsubscribed) during a join")
 
     def commit(self, offsets: Mapping[tuple[str, int], tuple[int, str]], *,
                as_member: bool = True) -> None:
@@ -716,14 +800,26 @@ class GroupMember:
                 for topic, partition, offset, metadata in reply["offsets"]}
 
     def leave(self) -> None:
-        """Leave the group (best effort: a broker that is gone expires us anyway)."""
+        """Leave the group (best effort: a broker that is gone expires us anyway),
+        and cancel a join under way: it ends in :class:`JoinCancelledError` and
+        leaves whatever it joined."""
         with self._lock:
+            self._membership += 1
             member_id, self.member_id, self.generation = self.member_id, "", -1
+            # A first join under way is waiting as this id: leave as it too.
+            pending, self._new_member_id = self._new_member_id, new_member_id(self.client_id)
         if member_id:
-            try:
-                self._send("leave_group", group_id=self.group_id, member_id=member_id)
-            except ShmlogError as error:
-                log.info("group %s: leaving: %s", self.group_id, error)
+            self._leave(member_id)
+        elif self._joining:
+            self._leave(pending)
+
+    def _leave(self, member_id: str) -> None:
+        try:
+            self._send("leave_group", group_id=self.group_id, member_id=member_id)
+        except UnknownMemberIdError:
+            pass                                # gone already
+        except ShmlogError as error:
+            log.info("group %s: leaving: %s", self.group_id, error)
 
     def close(self) -> None:
         self._stop.set()
@@ -752,7 +848,13 @@ class GroupMember:
                 self._send("heartbeat", timeout_ms=self.config.session_timeout_ms,
                            group_id=self.group_id, member_id=member_id, generation=generation)
             except RebalanceInProgressError:
-                self.rejoin_needed = True
+                with self._lock:
+                    # Only news for the member as it still is: a join that began
+                    # meanwhile takes part in this very rebalance, and one more join
+                    # after it would start another.
+                    if not self._joining and (member_id, generation) == (self.member_id,
+                                                                         self.generation):
+                        self.rejoin_needed = True
             except (UnknownMemberIdError, IllegalGenerationError) as error:
                 self._fenced(member_id, generation, error)
             except ShmlogError as error:       # no broker: the session decides

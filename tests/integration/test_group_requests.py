@@ -1,6 +1,7 @@
 """Consumer groups against a real broker: the ``shmlog groups`` tool, bad group
-requests, and rebalances caused by a member that stops polling and by a topic
-that grows. (Multi-process membership and failover: test_group_processes.py; the
+requests, rebalances caused by a member that stops polling and by a topic that
+grows, and joins that time out, are cancelled, or fail half way (faults injected
+into the member's transport). (Multi-process membership and failover: test_group_processes.py; the
 coordinator's rules alone: unit/test_groups.py.)"""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -19,11 +21,15 @@ from shmlog.admin import Admin
 from shmlog.broker import Broker, control_address, request, shared_memory_prefix
 from shmlog.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
 from shmlog.control import encode_request
-from shmlog.errors import (CommitFailedError, GroupIdNotFoundError, IllegalGenerationError,
-                           LocalProtocolError, NonEmptyGroupError, UnknownMemberIdError)
+from shmlog.errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
+                           IllegalGenerationError, LocalProtocolError, NonEmptyGroupError,
+                           PartitionNotAssignedError, UnknownMemberIdError)
+from shmlog.groups import GroupMember, MemberConfig
 from shmlog.producer import Producer
 
-GROUP_SETTINGS = {"session_timeout_ms": 1_000, "heartbeat_interval_ms": 100,
+# A session of 3 s: long enough that a loaded 2-core machine never expires a live
+# member (the tests here do not wait for expiry).
+GROUP_SETTINGS = {"session_timeout_ms": 3_000, "heartbeat_interval_ms": 100,
                   "auto_offset_reset": "earliest"}
 WAIT_S = 30
 
@@ -232,3 +238,121 @@ def test_auto_commit_commits_what_poll_returned(data_dir):
     assert {TopicPartition(*partition): offset for partition, (offset, _) in offsets.items()} \
         == final, "close commits the positions"
     assert sum(final.values()) == len(returned) == 40
+
+
+@pytest.fixture
+def slow_group_dir(tmp_path):
+    """A broker whose groups wait 1.5 s for members before their first generation,
+    so a test can act while a join waits."""
+    path = str(tmp_path / "data")
+    with Broker(path, group_initial_rebalance_delay_ms=1_500, group_min_session_timeout_ms=500):
+        Admin(path).create_topic("events", partitions=4)
+        yield path
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(shared_memory_prefix(path)):
+            shared_memory.unlink(name)
+
+
+def members_of(data_dir: str, group_id: str) -> list[str]:
+    try:
+        return [member["member_id"] for member in
+                request(data_dir, "describe_group", group_id=group_id)["members"]]
+    except GroupIdNotFoundError:
+        return []
+
+
+def test_a_first_join_that_times_out_and_is_sent_again_makes_one_member(slow_group_dir):
+    """The join requests time out (200 ms) long before the group's first generation
+    (1.5 s): every retry is the same member, not one more."""
+    sent = []
+
+    def impatient(request_type, timeout_ms=10_000, **fields):
+        if request_type == "join_group":
+            sent.append(fields["member_id"])
+            timeout_ms = 200
+        return request(slow_group_dir, request_type, timeout_ms=timeout_ms, **fields)
+
+    member = GroupMember(impatient, "g", "app", MemberConfig(1_000, 100, 10_000))
+    try:
+        assignment = member.join(["events"], None, ())
+        assert len(sent) > 3, "the join was sent again after timeouts"
+        assert len(set(sent)) == 1 and sent[0].startswith("app-")
+        assert members_of(slow_group_dir, "g") == [member.member_id] == [sent[0]]
+        assert sorted(assignment) == [("events", partition) for partition in range(4)]
+    finally:
+        member.close()
+    assert members_of(slow_group_dir, "g") == []
+
+
+def test_unsubscribe_during_a_join_leaves_no_member_behind(slow_group_dir):
+    with Consumer(bootstrap=slow_group_dir, group_id="g", **GROUP_SETTINGS) as consumer:
+        consumer.subscribe(["events"])
+        assert consumer.poll(timeout_ms=200) == {}, "the join waits for the group's delay"
+        assert len(members_of(slow_group_dir, "g")) == 1
+        consumer.unsubscribe()
+        # Well past the group's delay: had the join gone on, its member would be
+        # heartbeating and holding every partition.
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            assert members_of(slow_group_dir, "g") == [], "no member after unsubscribe"
+            assert consumer.poll(timeout_ms=100) == {}
+        assert consumer.group_metadata().member_id == "" and consumer.assignment() == set()
+        consumer.subscribe(["events"])                  # and it can join again
+        poll_until([consumer], lambda: len(consumer.assignment()) == 4, "a join after it")
+        assert len(members_of(slow_group_dir, "g")) == 1
+
+
+def test_a_failure_taking_on_partitions_leaves_no_half_applied_assignment(data_dir):
+    """The committed offsets of new partitions cannot be read once (the broker does
+    not answer): the consumer takes none of them on, joins again, and then starts
+    each at its committed offset, never at auto_offset_reset."""
+    request(data_dir, "commit_offsets", group_id="g",
+            offsets=[["events", partition, 6, ""] for partition in range(4)])
+    with Consumer(bootstrap=data_dir, group_id="g", enable_auto_commit=False,
+                  **{**GROUP_SETTINGS, "auto_offset_reset": "latest"}) as consumer:
+        send, failed = consumer._group._send, []
+
+        def unanswered_once(request_type, **fields):
+            if request_type == "fetch_offsets" and not failed:
+                failed.append(request_type)
+                raise BrokerNotAvailableError("injected: no answer to fetch_offsets")
+            return send(request_type, **fields)
+
+        consumer._group._send = unanswered_once
+        consumer.subscribe(["events"])
+        records = consume_all(consumer, 16)
+        assert failed, "the fault was injected"
+        assert sorted((record.partition, record.offset) for record in records) == \
+            [(partition, offset) for partition in range(4) for offset in range(6, 10)]
+
+
+def test_a_long_poll_counts_as_polling_and_a_rebalance_cuts_into_it(data_dir):
+    """A member waiting in poll(20 s) for records that do not come neither leaves
+    the group after max_poll_interval_ms nor holds up a rebalance until its poll
+    returns: a second member gets its partitions while the long poll still waits."""
+    waiting = Consumer(bootstrap=data_dir, group_id="g", max_poll_interval_ms=1_500,
+                       **GROUP_SETTINGS)
+    other = Consumer(bootstrap=data_dir, group_id="g", **GROUP_SETTINGS)
+    listener = Recorder()
+    try:
+        waiting.subscribe(["events"], listener=listener)
+        assert len(consume_all(waiting, 40)) == 40
+        member_id = waiting.group_metadata().member_id
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(waiting.poll(timeout_ms=20_000)))
+        thread.start()
+        time.sleep(2.5)                                  # past max_poll_interval_ms
+        assert members_of(data_dir, "g") == [member_id], "still a member while polling"
+        other.subscribe(["events"])
+        poll_until([other], lambda: len(other.assignment()) == 2, "the second member's share")
+        assert thread.is_alive(), "the rebalance did not wait for the long poll to return"
+        with pytest.raises(PartitionNotAssignedError):
+            other.commit({partition: 1 for partition in
+                          {TopicPartition("events", p) for p in range(4)} - other.assignment()})
+        thread.join(timeout=WAIT_S)
+        assert not thread.is_alive() and result == {}
+        assert len(waiting.assignment()) == 2, listener.calls
+        assert waiting.group_metadata().member_id == member_id
+    finally:
+        waiting.close()
+        other.close()

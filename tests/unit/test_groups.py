@@ -10,9 +10,11 @@ import pytest
 
 from shmlog.errors import (GroupIdNotFoundError, IllegalGenerationError,
                            InconsistentGroupProtocolError, LocalProtocolError,
-                           NonEmptyGroupError, RebalanceInProgressError, UnknownMemberIdError)
-from shmlog.groups import (PENDING, TRANSITIONS, CoordinatorConfig, GroupCoordinator, GroupState,
-                           _Group, offset_record, parse_offset_record)
+                           NonEmptyGroupError, PartitionNotAssignedError,
+                           RebalanceInProgressError, UnknownMemberIdError)
+from shmlog.groups import (MEMBER_ID_LENGTH_MAX, PENDING, TRANSITIONS, CoordinatorConfig,
+                           GroupCoordinator, GroupState, _Group, offset_record,
+                           parse_offset_record)
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000
@@ -273,8 +275,69 @@ def test_malformed_joins_are_refused(fields, message):
         harness.join(**fields)
     with pytest.raises(LocalProtocolError, match="group_id"):
         harness.coordinator.join_group("", ticket=0, now=0)
+    with pytest.raises(UnknownMemberIdError, match="generation -1"):
+        harness.join("removed-member", generation=4)
     with pytest.raises(UnknownMemberIdError):
-        harness.join("made-up")
+        harness.join("x" * (MEMBER_ID_LENGTH_MAX + 1))
+
+
+def test_a_first_join_sent_again_is_one_member_not_two():
+    """A new member names itself; the same first join sent again after a timeout
+    supersedes the first one instead of adding a member that would hold partitions
+    until its session ran out."""
+    harness = Harness(delay_ms=1_000)
+    first_try = harness.join("app-1", client_id="app")
+    second_try = harness.join("app-1", client_id="app")
+    replies = harness.replies()
+    assert isinstance(replies[first_try], RebalanceInProgressError)
+    assert list(harness.coordinator.groups["g"].members) == ["app-1"]
+    harness.advance(1_000)
+    reply = harness.replies()[second_try]
+    assert reply["member_id"] == "app-1" and reply["generation"] == 1
+    assert harness.assignment("app-1", 1) == [("t", p) for p in range(6)]
+
+
+def test_only_the_owner_commits_a_partition():
+    harness = Harness(delay_ms=1_000)
+    harness.join("a-1")
+    harness.join("b-1")
+    harness.advance(1_000)
+    assert len(harness.replies()) == 2
+    owned = {member: harness.assignment(member, 1) for member in ("a-1", "b-1")}
+    assert owned == {"a-1": [("t", 0), ("t", 1), ("t", 2)],
+                     "b-1": [("t", 3), ("t", 4), ("t", 5)]}
+    with pytest.raises(PartitionNotAssignedError, match="t-3.*'b-1'"):
+        harness.call("commit_offsets", group_id="g", member_id="a-1", generation=1,
+                     offsets=[["t", 0, 5, ""], ["t", 3, 9, ""]])
+    assert harness.records == [], "a refused commit stores nothing, not even its good half"
+    harness.call("commit_offsets", group_id="g", member_id="a-1", generation=1,
+                 offsets=[["t", 0, 5, ""], ["other", 0, 1, ""]])
+    assert harness.call("fetch_offsets", group_id="g")["offsets"] == \
+        [["other", 0, 1, ""], ["t", 0, 5, ""]]
+
+
+def test_partitions_still_held_go_to_nobody_when_the_group_turns_eager():
+    """A member offering only an eager assignor makes the group eager while
+    cooperative members still hold their partitions: those stay out of the new
+    generation until their holder has given them up."""
+    harness = Harness()
+    both = ["cooperative-sticky", "range"]
+    join_all(harness, ["a-1"], assignors=both)
+    held = harness.assignment("a-1", 1)
+    assert len(held) == 6 and harness.coordinator.groups["g"].protocol == "cooperative-sticky"
+    harness.join("b-1", assignors=["range"])
+    harness.join("a-1", assignors=both, owned=[list(partition) for partition in held],
+                 generation=1)
+    generation = {reply["generation"] for reply in harness.replies().values()}.pop()
+    assert harness.coordinator.groups["g"].protocol == "range"
+    kept, taken = harness.assignment("a-1", generation), harness.assignment("b-1", generation)
+    assert taken == [], "b's range share is still a's"
+    assert kept == [("t", 0), ("t", 1), ("t", 2)]
+    # a revokes what range moves away and joins again (now eager: owning nothing);
+    # b gets its share in the next generation.
+    harness.join("a-1", assignors=both, generation=generation)
+    harness.join("b-1", assignors=["range"], generation=generation)
+    assert harness.assignment("b-1", generation + 1) == [("t", 3), ("t", 4), ("t", 5)]
 
 
 def test_cooperative_members_keep_partitions_while_others_move():
