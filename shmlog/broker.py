@@ -134,6 +134,7 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     offsets_topic_num_partitions: int = 50
+    offsets_retention_minutes: int = 10_080
 
     _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
 
@@ -227,7 +228,8 @@ class BrokerCore:
         self.groups = GroupCoordinator(
             CoordinatorConfig(config.group_initial_rebalance_delay_ms,
                               config.group_min_session_timeout_ms,
-                              config.group_max_session_timeout_ms),
+                              config.group_max_session_timeout_ms,
+                              config.offsets_retention_minutes * 60_000),
             topics=self._partition_counts, append_offsets=self._append_offsets,
             end_offset=self._log_end_offset)
         self.groups.load(self._offset_records())

@@ -13,6 +13,10 @@ Rules
 * Committed offsets are records of the compacted topic ``__consumer_offsets`` (key:
   group, topic, partition; value: offset, metadata, commit time), appended before the
   commit is answered, and read back when the broker starts.
+* The committed offsets of a group without members expire ``offsets_retention_ms``
+  (Kafka's ``offsets.retention.minutes``, 7 days) after its last member left, or
+  after the commit if that came later; a group with nothing left is forgotten.
+  A group with members keeps its offsets.
 * The coordinator does no I/O: requests and the clock come in, replies come out
   (some later: a join is answered when its rebalance completes). The broker moves
   the frames (``broker.py``) and appends the offset records.
@@ -85,6 +89,9 @@ MEMBER_ID_LENGTH_MAX = CLIENT_ID_LENGTH_MAX + 33
 # Refusals a join recovers from by joining again (a superseded join, a generation
 # that moved on, a coordinator that forgot us, no answer) before it gives up.
 _JOIN_ATTEMPTS_MAX = 30
+# How long expiring committed offsets waits after a failed append before it tries
+# again (a full disk is not fixed in a moment; Kafka checks every 10 minutes).
+OFFSETS_EXPIRY_RETRY_MS = 60_000
 # How long one join request waits before it is sent again (Kafka's clients wait the
 # rebalance timeout; asking again every 10 s also finds a restarted broker).
 _JOIN_REQUEST_TIMEOUT_MS = 10_000
@@ -156,6 +163,9 @@ class CoordinatorConfig:
     group_initial_rebalance_delay_ms: int = 3_000
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
+    # Kafka's offsets.retention.minutes (7 days), in ms: how long the committed
+    # offsets of a group without members outlive its last member or last commit.
+    offsets_retention_ms: int = 7 * 24 * 3_600_000
 
 
 @dataclasses.dataclass
@@ -187,6 +197,7 @@ class _Group:
     start_not_before_ms: int = 0           # the initial rebalance delay
     offsets: dict[tuple[str, int], CommittedOffset] = dataclasses.field(default_factory=dict)
     partition_counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    empty_since_ms: int = 0                # when its last member went (offsets expiry)
 
     def transition(self, state: GroupState) -> None:
         assert state in TRANSITIONS[self.state], f"{self.state} -> {state}"
@@ -218,6 +229,7 @@ class GroupCoordinator:
         self._end_offset = end_offset
         self.groups: dict[str, _Group] = {}
         self._replies: list[tuple[Any, dict | ShmlogError]] = []
+        self._expiry_not_before_ms = 0         # after a failed expiry, when to try again
 
     # -- recovery -------------------------------------------------------------------------
     def load(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
@@ -232,6 +244,9 @@ class GroupCoordinator:
                 group.offsets.pop((topic, partition), None)
             else:
                 group.offsets[(topic, partition)] = committed
+        for group_id, group in list(self.groups.items()):
+            if not group.offsets:
+                del self.groups[group_id]       # every commit was tombstoned
 
     # -- the protocol ------------------------------------------------------------------
     def join_group(self, group_id, member_id="", client_id="", topics=(), pattern=None,
@@ -428,13 +443,48 @@ class GroupCoordinator:
 
     # -- the clock and the topics -----------------------------------------------------------
     def tick(self, now: int) -> None:
-        """Expire members whose session ran out; complete rebalances that are due."""
+        """Expire members whose session ran out; complete rebalances that are due;
+        expire the offsets of groups without members past their retention."""
         for group in list(self.groups.values()):
             for member in list(group.members.values()):
                 if member.join_ticket is None and \
                         now - member.heard_ms > member.session_timeout_ms:
                     self._remove(group, member, "missed its session timeout", now)
             self._maybe_complete(group, now)
+        if now >= self._expiry_not_before_ms:
+            self._expire_offsets(now)
+
+    def _offset_expiry_ms(self, group: _Group, committed: CommittedOffset) -> int:
+        """When a committed offset of an empty group expires (Kafka's KIP-211):
+        the retention after the group lost its last member, or after the commit
+        when that came later (a consumer without a subscription commits so)."""
+        return max(group.empty_since_ms, committed.timestamp) + self.config.offsets_retention_ms
+
+    def _expire_offsets(self, now: int) -> None:
+        for group in list(self.groups.values()):
+            if group.state is not GroupState.EMPTY or not group.offsets:
+                continue
+            expired = sorted(partition for partition, committed in group.offsets.items()
+                             if self._offset_expiry_ms(group, committed) <= now)
+            if not expired:
+                continue
+            try:
+                self._append_offsets(group.group_id, [offset_record(group.group_id, *partition,
+                                                                    None)
+                                                      for partition in expired])
+            except ShmlogError as error:
+                log.warning("group %s: expiring %d committed offsets failed (%s); trying again "
+                            "in %d ms", group.group_id, len(expired), error,
+                            OFFSETS_EXPIRY_RETRY_MS)
+                self._expiry_not_before_ms = now + OFFSETS_EXPIRY_RETRY_MS
+                return
+            log.info("group %s: %d committed offsets expired (offsets_retention_ms %d)",
+                     group.group_id, len(expired), self.config.offsets_retention_ms)
+            for partition in expired:
+                del group.offsets[partition]
+            if not group.offsets:
+                group.transition(GroupState.DEAD)   # nothing left of it: forgotten
+                del self.groups[group.group_id]
 
     def next_deadline(self) -> int | None:
         """When :meth:`tick` next has something to do (ms), or None."""
@@ -446,6 +496,10 @@ class GroupCoordinator:
                                  max(group.start_not_before_ms, group.rebalance_deadline_ms))
             deadlines += [member.heard_ms + member.session_timeout_ms + 1
                           for member in group.members.values() if member.join_ticket is None]
+            if group.state is GroupState.EMPTY:
+                deadlines += [max(self._offset_expiry_ms(group, committed),
+                                  self._expiry_not_before_ms)
+                              for committed in group.offsets.values()]
         return min(deadlines) if deadlines else None
 
     def topics_changed(self, now: int) -> None:
@@ -491,6 +545,7 @@ class GroupCoordinator:
         if not group.members:
             group.transition(GroupState.EMPTY)
             group.protocol = group.leader = None
+            group.empty_since_ms = now
             return
         topics = self._topics()
         members = sorted(group.members.values(), key=lambda member: member.member_id)

@@ -1,6 +1,7 @@
 """The group coordinator's rules, driven in-process with a hand-moved clock: its
 transition table, rebalances on join, leave, session expiry, rebalance timeout and
-topic changes, fencing by generation, committed offsets and their records."""
+topic changes, fencing by generation and ownership, committed offsets, their records
+and their expiry."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from shmlog.errors import (GroupIdNotFoundError, IllegalGenerationError,
                            InconsistentGroupProtocolError, LocalProtocolError,
                            NonEmptyGroupError, PartitionNotAssignedError,
-                           RebalanceInProgressError, UnknownMemberIdError)
-from shmlog.groups import (MEMBER_ID_LENGTH_MAX, PENDING, TRANSITIONS, CoordinatorConfig,
+                           RebalanceInProgressError, StorageError, UnknownMemberIdError)
+from shmlog.groups import (MEMBER_ID_LENGTH_MAX, OFFSETS_EXPIRY_RETRY_MS, PENDING, TRANSITIONS, CoordinatorConfig,
                            GroupCoordinator, GroupState, _Group, offset_record,
                            parse_offset_record)
 
@@ -371,3 +372,62 @@ def test_cooperative_members_keep_partitions_while_others_move():
     generation, assigned = rejoin({first: (kept, 2), second: ((), 2)})
     assert generation == 3 and assigned[first] == kept
     assert sorted(assigned[second]) == sorted(set(held) - set(kept))
+
+
+RETENTION_MS = 60_000
+
+
+def test_offsets_of_a_group_without_members_expire_after_the_retention():
+    """Kafka's offsets.retention (KIP-211): a group with members keeps its offsets
+    however old; once empty, they last the retention from when it emptied (or
+    from a later commit), then are tombstoned and the group is forgotten."""
+    harness = Harness()
+    harness.coordinator.config = CoordinatorConfig(0, 1, 3_600_000, RETENTION_MS)
+    join_all(harness, ["a-1"])
+    harness.call("commit_offsets", group_id="g", member_id="a-1", generation=1,
+                 offsets=[["t", 0, 5, ""], ["t", 1, 6, ""]])
+    for _ in range(3 * RETENTION_MS // (SESSION_MS // 2)):   # a live member: nothing expires
+        harness.advance(SESSION_MS // 2)
+        harness.call("heartbeat", group_id="g", member_id="a-1", generation=1)
+    assert len(harness.call("fetch_offsets", group_id="g")["offsets"]) == 2
+    harness.call("leave_group", group_id="g", member_id="a-1")
+    assert harness.state() is GroupState.EMPTY
+    assert harness.coordinator.next_deadline() == harness.now + RETENTION_MS
+    harness.advance(RETENTION_MS - 1)
+    assert len(harness.call("fetch_offsets", group_id="g")["offsets"]) == 2
+    harness.advance(1)
+    assert harness.call("fetch_offsets", group_id="g")["offsets"] == []
+    assert "g" not in harness.coordinator.groups
+    assert harness.records[-2:] == [offset_record("g", "t", 0, None),
+                                    offset_record("g", "t", 1, None)]
+    assert harness.coordinator.next_deadline() is None
+
+
+def test_offsets_committed_without_members_expire_per_commit_and_after_a_restart():
+    harness = Harness()
+    harness.coordinator.config = CoordinatorConfig(0, 1, 3_600_000, RETENTION_MS)
+    harness.call("commit_offsets", group_id="tool", offsets=[["t", 0, 1, ""]])
+    harness.advance(RETENTION_MS // 2)
+    harness.call("commit_offsets", group_id="tool", offsets=[["t", 1, 2, ""]])
+    harness.advance(RETENTION_MS // 2)
+    assert harness.call("fetch_offsets", group_id="tool")["offsets"] == [["t", 1, 2, ""]]
+    # A broker restarted long after: the replayed commit is past its retention.
+    restarted = Harness()
+    restarted.coordinator.config = CoordinatorConfig(0, 1, 3_600_000, RETENTION_MS)
+    restarted.now = harness.now + RETENTION_MS
+    restarted.coordinator.load(harness.records)
+    assert restarted.coordinator.next_deadline() <= restarted.now
+    restarted.advance(0)
+    assert restarted.call("fetch_offsets", group_id="tool")["offsets"] == []
+    assert restarted.records == [offset_record("tool", "t", 1, None)]
+    # A failed append keeps the offsets and tries again a minute later.
+    failing = Harness()
+    failing.coordinator.config = CoordinatorConfig(0, 1, 3_600_000, RETENTION_MS)
+    failing.call("commit_offsets", group_id="tool", offsets=[["t", 0, 1, ""]])
+
+    def disk_full(group_id, records):
+        raise StorageError("disk full")
+    failing.coordinator._append_offsets = disk_full
+    failing.advance(RETENTION_MS)
+    assert failing.call("fetch_offsets", group_id="tool")["offsets"] == [["t", 0, 1, ""]]
+    assert failing.coordinator.next_deadline() == failing.now + OFFSETS_EXPIRY_RETRY_MS
