@@ -37,18 +37,29 @@ scanned batch by batch (CRC32C and structure); the log is truncated at the first
 invalid batch, later segments are deleted, the indexes of scanned segments are
 rebuilt, and a :class:`RecoveryReport` says what was cut. Indexes of older segments
 get a sanity check and are rebuilt when they fail it.
+
+The segment generation tells readers in other processes when to list the directory
+again. It works as a seqlock: even while the set of files is stable, odd from before
+the first file a change removes or replaces until after the last (retention,
+truncation, a compaction swap). The odd value is published (``publish_generation``,
+set by whoever publishes the partition) before the first file operation, so a reader
+whose listing overlapped the change sees the generation move and lists again (see
+``reader``). A roll only adds files, at offsets no reader may read yet, and seals the
+previous segment, which readers already handle through the published active
+segment; it moves the generation by two, once it is done.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import shutil
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -796,6 +807,9 @@ class PartitionLog:
     def __init__(self, directory: str, config: TopicConfig | None = None):
         self.directory = directory
         self.config = config or TopicConfig()
+        # Publishes the partition's row now (the appender sets it): called when the
+        # generation turns odd and when it turns even again, see _segments_changing.
+        self.publish_generation: Callable[[], None] | None = None
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as error:
@@ -804,7 +818,8 @@ class PartitionLog:
         self._bases: list[int] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
-        # Changes whenever the set of segment files changes (readers rescan then).
+        # Moves whenever the set of segment files changes (readers rescan then): even
+        # while the set is stable, odd during a change that removes or replaces files.
         self.generation = 0
         self._kernel_target_verified = False
         checkpoint = self._read_checkpoint()
@@ -1127,7 +1142,8 @@ class PartitionLog:
             return self.active
         base = self.log_end_offset
         self.active.close_for_append()
-        self.generation += 1
+        # By two: a roll keeps the parity (odd when it happens inside a change).
+        self.generation += 2
         return self._add_segment(base, prefault=True)
 
     def flush(self) -> None:
@@ -1227,29 +1243,52 @@ class PartitionLog:
         deleted = []
         total = self.size
         by_retention = self.config.delete       # a compact-only topic keeps every key
-        while self._segments:
-            segment = self._segments[0]
-            if segment.size == 0 and segment is self.active or segment.next_offset > high_watermark:
-                break
-            expired_by_time = by_retention and retention_ms >= 0 and \
-                segment.age_timestamp() < now - retention_ms
-            over_size = (by_retention and retention_bytes >= 0 and segment is not self.active
-                         and total - segment.size >= retention_bytes)
-            below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
-            if not (expired_by_time or over_size or below_start):
-                break
-            if segment is self.active:
-                self.roll()       # an expired active segment is sealed, then deleted
-            total -= segment.size
-            deleted.append(segment.base_offset)
-            self._segments.pop(0)
-            self._bases.pop(0)
-            segment.delete()
-        if deleted:
-            self.log_start_offset = max(self.log_start_offset, self._bases[0])
-            self.generation += 1
-            self._write_checkpoint()
+        with contextlib.ExitStack() as changing:
+            while self._segments:
+                segment = self._segments[0]
+                if segment.size == 0 and segment is self.active or \
+                        segment.next_offset > high_watermark:
+                    break
+                expired_by_time = by_retention and retention_ms >= 0 and \
+                    segment.age_timestamp() < now - retention_ms
+                over_size = (by_retention and retention_bytes >= 0 and segment is not self.active
+                             and total - segment.size >= retention_bytes)
+                below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
+                if not (expired_by_time or over_size or below_start):
+                    break
+                if not deleted:
+                    # Odd before the first file goes; a check that deletes nothing
+                    # leaves the generation (and every reader's mappings) alone.
+                    changing.enter_context(self._segments_changing())
+                if segment is self.active:
+                    self.roll()       # an expired active segment is sealed, then deleted
+                total -= segment.size
+                deleted.append(segment.base_offset)
+                self._segments.pop(0)
+                self._bases.pop(0)
+                segment.delete()
+            if deleted:
+                self.log_start_offset = max(self.log_start_offset, self._bases[0])
+                self._write_checkpoint()
         return deleted
+
+    @contextlib.contextmanager
+    def _segments_changing(self):
+        """Bracket a change that removes or replaces segment files: the generation is
+        odd (and published) from before its first file operation until after its last,
+        then even (and published) again, even when the change fails half-way."""
+        assert self.generation % 2 == 0, "changes of the segment set do not nest"
+        self.generation += 1
+        self._publish_generation()
+        try:
+            yield
+        finally:
+            self.generation += 1
+            self._publish_generation()
+
+    def _publish_generation(self) -> None:
+        if self.publish_generation is not None:
+            self.publish_generation()
 
     # -- compaction ----------------------------------------------------------------------
     def replace_segments(self, cleaning) -> bool:
@@ -1261,6 +1300,11 @@ class PartitionLog:
         between sees a cleaned segment and old ones holding the same offsets: both
         are valid copies of the records. A manifest written before the first rename
         lets recovery finish a swap a crash interrupted (:meth:`_finish_swap`).
+
+        The generation is odd for the whole swap (see :meth:`_segments_changing`): a
+        reader listing the directory meanwhile could find the old first segment of
+        a group but not the others (already deleted), and step over offsets that
+        only the cleaned copy holds; the odd generation tells it to list again later.
         """
         current = {segment.base_offset: segment for segment in self._segments[:-1]}
         for planned in cleaning.plan.segments:
@@ -1270,26 +1314,27 @@ class PartitionLog:
             if segment is None or segment.size != planned.size:
                 shutil.rmtree(os.path.join(self.directory, CLEANING_DIRECTORY), ignore_errors=True)
                 return False
-        write_swap_manifest(self.directory, cleaning.groups)
-        replaced = {base for group in cleaning.groups for base in group.replaces}
-        for base in replaced:
-            current[base].close()                # the broker's own mappings of the old files
-        self._finish_swap()
-        cleaned = {group.base_offset for group in cleaning.groups}
-        segments = []
-        for segment in self._segments:
-            if segment.base_offset in cleaned:
-                segment = Segment(self.directory, segment.base_offset, self.config, active=False)
-                if not segment.load_closed():
-                    segment.rebuild()
-            elif segment.base_offset in replaced:
-                continue
-            segments.append(segment)
-        self._segments = segments
-        self._bases = [segment.base_offset for segment in segments]
-        self.clean_offset = cleaning.end_offset
-        self.generation += 1
-        self._write_checkpoint()
+        with self._segments_changing():
+            write_swap_manifest(self.directory, cleaning.groups)
+            replaced = {base for group in cleaning.groups for base in group.replaces}
+            for base in replaced:
+                current[base].close()            # the broker's own mappings of the old files
+            self._finish_swap()
+            cleaned = {group.base_offset for group in cleaning.groups}
+            segments = []
+            for segment in self._segments:
+                if segment.base_offset in cleaned:
+                    segment = Segment(self.directory, segment.base_offset, self.config,
+                                      active=False)
+                    if not segment.load_closed():
+                        segment.rebuild()
+                elif segment.base_offset in replaced:
+                    continue
+                segments.append(segment)
+            self._segments = segments
+            self._bases = [segment.base_offset for segment in segments]
+            self.clean_offset = cleaning.end_offset
+            self._write_checkpoint()
         return True
 
     def _finish_swap(self) -> None:
@@ -1342,33 +1387,33 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return offset
-        while len(self._segments) > 1 and self._bases[-1] >= offset:
-            self._segments.pop().delete()
-            self._bases.pop()
-            self._reactivate_last()
-        segment = self.active
-        position = segment.position_of(offset)
-        if position < segment.size:
-            first_dropped = batch_info(segment.log, position).base_offset
-            segment.truncate(position)
-            # A gap left by compaction before the dropped batch stays part of the log.
-            segment.state[_NEXT_OFFSET] = max(segment.next_offset, min(offset, first_dropped))
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.generation += 1
-        self._write_checkpoint()
+        with self._segments_changing():
+            while len(self._segments) > 1 and self._bases[-1] >= offset:
+                self._segments.pop().delete()
+                self._bases.pop()
+                self._reactivate_last()
+            segment = self.active
+            position = segment.position_of(offset)
+            if position < segment.size:
+                first_dropped = batch_info(segment.log, position).base_offset
+                segment.truncate(position)
+                # A gap left by compaction before the dropped batch stays part of the log.
+                segment.state[_NEXT_OFFSET] = max(segment.next_offset, min(offset, first_dropped))
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self._write_checkpoint()
         return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``offset``."""
-        for segment in self._segments:
-            segment.delete()
-        self._segments.clear()
-        self._bases.clear()
-        self._add_segment(offset)
-        self.log_start_offset = offset
-        self.recovery_point = offset
-        self.generation += 1
-        self._write_checkpoint()
+        with self._segments_changing():
+            for segment in self._segments:
+                segment.delete()
+            self._segments.clear()
+            self._bases.clear()
+            self._add_segment(offset)
+            self.log_start_offset = offset
+            self.recovery_point = offset
+            self._write_checkpoint()
 
     def close(self) -> None:
         """Seal the active segment (trimmed files, closing time-index entry), flush,
