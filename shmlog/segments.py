@@ -1295,11 +1295,12 @@ class PartitionLog:
         """Swap in the cleaned segments of a :class:`cleaner.Cleaning`; False (and
         nothing changed) when the segments it cleaned changed since it was planned.
 
-        Each cleaned segment is renamed over the first segment of its group, then
-        the group's other segments are deleted. A reader that maps the directory in
-        between sees a cleaned segment and old ones holding the same offsets: both
-        are valid copies of the records. A manifest written before the first rename
-        lets recovery finish a swap a crash interrupted (:meth:`_finish_swap`).
+        Each cleaned segment is renamed over the first segment of its group; once
+        every group's are in place, the groups' other segments are deleted. A
+        reader that maps the directory in between sees a cleaned segment and old
+        ones holding the same offsets: both are valid copies of the records. A
+        manifest made durable before the first rename lets recovery finish a swap
+        a crash interrupted (:meth:`_finish_swap`).
 
         The generation is odd for the whole swap (see :meth:`_segments_changing`): a
         reader listing the directory meanwhile could find the old first segment of
@@ -1339,35 +1340,51 @@ class PartitionLog:
 
     def _finish_swap(self) -> None:
         """Complete a swap of cleaned segments that the manifest says was begun, or
-        throw away cleaned files that never got that far."""
+        throw away cleaned files that never got that far.
+
+        Every step is durable before the next one starts, and each can run again
+        after a crash: the cleaned files of every group are renamed into place and
+        the directory fsynced before the first replaced segment is deleted (until
+        then the old segments hold every record); the deletions are fsynced before
+        the manifest, which would redo them, goes; and its removal is fsynced, so a
+        manifest never comes back to replay an old swap over a later cleaning.
+        """
         manifest_path = os.path.join(self.directory, SWAP_MANIFEST_FILE)
         cleaning = os.path.join(self.directory, CLEANING_DIRECTORY)
+        committed = True
         try:
             with open(manifest_path) as source:
                 groups = json.load(source)["groups"]
         except FileNotFoundError:
-            groups = []
+            groups, committed = [], False
         except (OSError, ValueError, KeyError, TypeError) as error:
             # The manifest is written atomically after the cleaned files are on disk:
             # unreadable, it was never committed, and the old segments are intact.
             log.warning("%s: ignoring unreadable %s (%s)", self.directory, manifest_path, error)
             groups = []
-        for group in groups:
-            base = int(group["base_offset"])
-            for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.LOG_SUFFIX):
-                name = I.segment_file_name(base, suffix)
-                if os.path.exists(os.path.join(cleaning, name)):
-                    os.replace(os.path.join(cleaning, name), os.path.join(self.directory, name))
-            for replaced in group["replaces"]:
-                if int(replaced) != base:
-                    Segment(self.directory, int(replaced), self.config, active=False).delete()
         if groups:
+            for group in groups:
+                base = int(group["base_offset"])
+                # The indexes first: a reader checks an index entry against the log
+                # it has (reader._MappedSegment.position_of), the log is what counts.
+                for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.LOG_SUFFIX):
+                    name = I.segment_file_name(base, suffix)
+                    if os.path.exists(os.path.join(cleaning, name)):
+                        os.replace(os.path.join(cleaning, name), os.path.join(self.directory, name))
+            _fsync_directory(self.directory)
+            for group in groups:
+                base = int(group["base_offset"])
+                for replaced in group["replaces"]:
+                    if int(replaced) != base:
+                        Segment(self.directory, int(replaced), self.config, active=False).delete()
             _fsync_directory(self.directory)
         shutil.rmtree(cleaning, ignore_errors=True)
-        try:
-            os.unlink(manifest_path)
-        except FileNotFoundError:
-            pass
+        if committed:
+            try:
+                os.unlink(manifest_path)
+            except FileNotFoundError:
+                pass
+            _fsync_directory(self.directory)
 
     def advance_log_start_offset(self, offset: int) -> None:
         """Kafka's DeleteRecords: records below ``offset`` become unreadable."""
@@ -1437,11 +1454,21 @@ class PartitionLog:
 
 def write_swap_manifest(directory: str, groups) -> None:
     """Commit a swap of cleaned segments (``cleaner.CleanedGroup``s): from here on,
-    :meth:`PartitionLog._finish_swap` completes it, even after a crash."""
+    :meth:`PartitionLog._finish_swap` completes it, even after a crash.
+
+    The cleaner fsynced the cleaned files' data; their names are made durable first
+    (the cleaning directory, then the partition directory that holds it), because a
+    manifest that survives a crash without them would have recovery delete replaced
+    segments with nothing renamed in their place. The partition directory is fsynced
+    again after the manifest, so it is on disk before the first rename.
+    """
+    _fsync_directory(os.path.join(directory, CLEANING_DIRECTORY))
+    _fsync_directory(directory)
     manifest = [{"base_offset": group.base_offset, "replaces": list(group.replaces)}
                 for group in groups]
     _write_atomically(os.path.join(directory, SWAP_MANIFEST_FILE),
                       json.dumps({"version": CHECKPOINT_VERSION, "groups": manifest}))
+    _fsync_directory(directory)
 
 
 def _write_atomically(path: str, body: str) -> None:
@@ -1457,8 +1484,12 @@ def _write_atomically(path: str, body: str) -> None:
 
 
 def _fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    """Make the directory's entries (creations, renames, unlinks) durable."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise StorageError(f"cannot fsync directory {directory}: {error}") from error
