@@ -802,11 +802,17 @@ class PartitionLog:
         The partition's directory (created if missing).
     config : TopicConfig
         The topic's effective configuration.
+    topic_id : str, optional
+        The id of the topic the partition belongs to (``LogManager`` gives it): a
+        topic deleted and created again under the same name has the same directory
+        but another id, and a cleaning planned against the old one is refused.
     """
 
-    def __init__(self, directory: str, config: TopicConfig | None = None):
+    def __init__(self, directory: str, config: TopicConfig | None = None, *,
+                 topic_id: str | None = None):
         self.directory = directory
         self.config = config or TopicConfig()
+        self.topic_id = topic_id
         # Publishes the partition's row now (the appender sets it): called when the
         # generation turns odd and when it turns even again, see _segments_changing.
         self.publish_generation: Callable[[], None] | None = None
@@ -1293,7 +1299,9 @@ class PartitionLog:
     # -- compaction ----------------------------------------------------------------------
     def replace_segments(self, cleaning) -> bool:
         """Swap in the cleaned segments of a :class:`cleaner.Cleaning`; False (and
-        nothing changed) when the segments it cleaned changed since it was planned.
+        nothing changed but its cleaned files thrown away) when it was planned for
+        another topic of the same name (deleted and created again meanwhile) or the
+        segments it cleaned changed since it was planned.
 
         Each cleaned segment is renamed over the first segment of its group; once
         every group's are in place, the groups' other segments are deleted. A
@@ -1307,13 +1315,21 @@ class PartitionLog:
         a group but not the others (already deleted), and step over offsets that
         only the cleaned copy holds; the odd generation tells it to list again later.
         """
+        discard = os.path.join(self.directory, CLEANING_DIRECTORY)
+        if cleaning.topic_id != self.topic_id:
+            # Same directory, same layout maybe, but the records of another topic:
+            # the cleaner's offset map (or the files it read) were the old topic's.
+            log.warning("%s: refusing a cleaning planned for topic id %s (the topic is now "
+                        "%s)", self.directory, cleaning.topic_id, self.topic_id)
+            shutil.rmtree(discard, ignore_errors=True)
+            return False
         current = {segment.base_offset: segment for segment in self._segments[:-1]}
         for planned in cleaning.plan.segments:
             segment = current.get(planned.base_offset)
             if planned.next_offset > cleaning.end_offset:
                 break
             if segment is None or segment.size != planned.size:
-                shutil.rmtree(os.path.join(self.directory, CLEANING_DIRECTORY), ignore_errors=True)
+                shutil.rmtree(discard, ignore_errors=True)
                 return False
         with self._segments_changing():
             write_swap_manifest(self.directory, cleaning.groups)

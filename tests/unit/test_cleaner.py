@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 
 import pytest
 
-from shmlog import cleaner, segments
+from shmlog import LogManager, cleaner, segments
 from shmlog.config import TopicConfig
 from shmlog.records import encode_batch
 from shmlog.segments import (CLEANING_DIRECTORY, SWAP_MANIFEST_FILE, PartitionLog,
@@ -328,3 +329,45 @@ def test_a_swap_is_refused_when_the_log_changed(tmp_path):
         assert partition_log.delete_old_segments(NOW + DAY_MS)      # retention meanwhile
         assert not partition_log.replace_segments(cleaning)
         assert not os.path.exists(os.path.join(partition_log.directory, CLEANING_DIRECTORY))
+
+
+def test_a_swap_is_refused_for_a_topic_recreated_meanwhile(tmp_path):
+    """A topic deleted and created again under the same name while its partition was
+    being cleaned: the new partition has the same directory, and here the same
+    segment layout (records of equal sizes, other values), and the cleaner left its
+    files there. The swap compares topic ids, refuses, and throws the files away."""
+    config = {"cleanup.policy": "compact", "segment.bytes": 8192,
+              "min.cleanable.dirty.ratio": 0.01}
+
+    def produce_named(partition_log, prefix: bytes) -> dict:
+        written = {}
+        for batch in range(40):
+            first = partition_log.log_end_offset
+            keys = [b"key-%d" % ((first + index) % 7) for index in range(5)]
+            values = [prefix + b"-%05d" % (first + index) for index in range(5)]
+            partition_log.append(encode_batch(values, keys=keys, timestamps=[NOW] * 5))
+            written.update({first + index: (keys[index], values[index]) for index in range(5)})
+            if batch % 10 == 9:
+                partition_log.roll()
+        return written
+
+    with LogManager(str(tmp_path / "data")) as logs:
+        logs.create_topic("t", config=config)
+        old_log = logs.partition_log("t", 0)
+        produce_named(old_log, b"old")
+        cleaning = cleaner.clean(cleaner.plan(old_log, NOW + 1000), NOW + 1000, 1 << 20)
+        stale = str(tmp_path / "stale-cleaning")
+        shutil.copytree(os.path.join(old_log.directory, CLEANING_DIRECTORY), stale)
+        old_layout = [(segment.base_offset, segment.size) for segment in old_log.segments]
+        logs.delete_topic("t")
+        logs.create_topic("t", config=config)
+        new_log = logs.partition_log("t", 0)
+        written = produce_named(new_log, b"new")
+        assert new_log.directory == cleaning.plan.directory
+        assert [(segment.base_offset, segment.size) for segment in new_log.segments] == old_layout
+        # What the cleaner thread wrote after the topic came back.
+        shutil.copytree(stale, os.path.join(new_log.directory, CLEANING_DIRECTORY))
+        assert not new_log.replace_segments(cleaning)
+        assert not os.path.exists(os.path.join(new_log.directory, CLEANING_DIRECTORY))
+        assert [(record.offset, record.key, record.value) for record in all_records(new_log)] == \
+            [(offset, key, value) for offset, (key, value) in sorted(written.items())]
