@@ -144,11 +144,14 @@ class PartitionReader:
         self._generation = None
         self._cursor = (-1, -1, 0)            # (next offset, segment base, byte position)
 
-    def _map_generation(self, generation: int) -> bool:
-        """Make the mappings a consistent set for the published ``generation``
-        (listing the directory again as often as it moves, within limits). False
-        when there is none to read through now: a change of the files is under way.
+    def _map_generation(self) -> bool:
+        """Make the mappings a consistent set for the published generation (listing
+        the directory again as often as it moves, within limits). False when there
+        is none to read through now: a change of the files is under way.
         """
+        # Acquire: the listing that follows sees every rename and unlink made
+        # before this generation was published.
+        generation = self.table.segment_generation(self.row)
         for _ in range(limits.READER_RESCAN_ATTEMPTS_MAX):
             if generation == self._generation:
                 return True
@@ -233,12 +236,11 @@ class PartitionReader:
         empty = ReadResult(np.zeros(0, np.uint8), offset, row.active_segment_base_offset)
         if offset == high_watermark:
             return empty
-        # Mappings may end up newer than ``row`` (the generation moved again while
-        # listing): that is safe, as they were all made at the files' current sizes,
+        # Mappings may end up newer than ``row`` (the generation moved since it was
+        # loaded): that is safe, as they were all made at the files' current sizes,
         # and a segment newer than the row's active one holds only offsets at or
         # above its high watermark, which this read never reaches.
-        if row.segment_generation != self._generation and \
-                not self._map_generation(row.segment_generation):
+        if row.segment_generation != self._generation and not self._map_generation():
             return empty          # files are changing: no records now, the position stays
         index = bisect.bisect_right(self._bases, offset) - 1
         while 0 <= index < len(self._segments):

@@ -1331,8 +1331,8 @@ class PartitionLog:
             if segment is None or segment.size != planned.size:
                 shutil.rmtree(discard, ignore_errors=True)
                 return False
+        write_swap_manifest(self.directory, cleaning.groups)     # changes no segment file
         with self._segments_changing():
-            write_swap_manifest(self.directory, cleaning.groups)
             replaced = {base for group in cleaning.groups for base in group.replaces}
             for base in replaced:
                 current[base].close()            # the broker's own mappings of the old files
@@ -1381,8 +1381,8 @@ class PartitionLog:
         if groups:
             for group in groups:
                 base = int(group["base_offset"])
-                # The indexes first: a reader checks an index entry against the log
-                # it has (reader._MappedSegment.position_of), the log is what counts.
+                # The log last: whoever maps the cleaned log finds its indexes in
+                # place (a reader still checks an index entry against its log).
                 for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.LOG_SUFFIX):
                     name = I.segment_file_name(base, suffix)
                     if os.path.exists(os.path.join(cleaning, name)):
