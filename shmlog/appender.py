@@ -45,7 +45,7 @@ from numba.typed import Dict, List
 
 from . import batch_layout as B
 from . import ring_layout as R
-from .atomics import py_store_release, store_release
+from .atomics import py_fence, py_store_release, store_release
 from .errors import (CorruptRecordError, CorruptRingError, RecordTooLargeError, StorageError,
                      UnknownTopicOrPartitionError)
 from .jit import kernel, load_i32, load_i64, load_u16, load_u32
@@ -305,6 +305,7 @@ class Appender:
         self._partitions[tag] = partition_log
         self._tags[key] = tag
         self.tags[tag, TAG_REGISTERED] = 1
+        partition_log.publish_generation = lambda: self._publish_segment_change(tag)
         self.refresh(tag)
         active = partition_log.active
         _rebuild_sequences(active.log, active.size, tag, self._sequences)
@@ -317,7 +318,7 @@ class Appender:
         if tag is None:
             return
         self.tags[tag] = 0
-        del self._partitions[tag]
+        self._partitions.pop(tag).publish_generation = None
         for key in [key for key in self._sequences.keys() if key[0] == tag]:
             del self._sequences[key]
         for arrays in (self._logs, self._offset_indexes, self._time_indexes):
@@ -356,6 +357,18 @@ class Appender:
         self.table.publish(tag, partition_log.log_start_offset, end, end,
                            partition_log.active.base_offset, partition_log.active.size,
                            partition_log.generation)
+
+    def _publish_segment_change(self, tag: int) -> None:
+        """Publish the partition's row in the middle of a change to its segment files
+        (``PartitionLog._segments_changing``: an odd generation before the first file
+        operation, an even one after the last)."""
+        self.refresh(tag)
+        # The generation store is a release (publish_row), which orders what came
+        # before it, not what follows. The full fence makes the odd generation
+        # visible to every core before the first rename or unlink starts, so a
+        # reader whose listing sees any of them loads (after its own fence, see
+        # state.load_segment_generation) this generation or a later one.
+        py_fence()
 
     # -- rings -----------------------------------------------------------------------
     def add_ring(self, ring: Ring) -> int:

@@ -30,7 +30,8 @@ from .jit import kernel
 
 __all__ = ["load_acquire", "load_relaxed", "store_release", "store_relaxed",
            "compare_and_swap", "fetch_add", "fence",
-           "py_load_acquire", "py_store_release", "py_compare_and_swap", "py_fetch_add"]
+           "py_load_acquire", "py_store_release", "py_compare_and_swap", "py_fetch_add",
+           "py_fence"]
 
 _ALIGN = 8
 
@@ -149,3 +150,8 @@ def py_compare_and_swap(array, index, expected, new):
 @kernel
 def py_fetch_add(array, index, increment):
     return fetch_add(array, index, increment)
+
+
+@kernel
+def py_fence():
+    fence()

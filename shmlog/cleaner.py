@@ -335,6 +335,9 @@ class CleanerPlan:
     first_dirty: int                   # index into segments
     end_offset: int                    # the first offset not cleaned
     dirty_ratio: float
+    # The topic the partition belonged to when planned: the swap is refused if the
+    # topic was deleted and created again (same name, same directory) meanwhile.
+    topic_id: str | None = None
 
 
 def _segment_file(segment: Segment) -> SegmentFile:
@@ -367,7 +370,7 @@ def plan(partition_log: PartitionLog, now: int) -> CleanerPlan | None:
     if dirty_bytes == 0 or (ratio < config.min_cleanable_dirty_ratio and not overdue):
         return None
     return CleanerPlan(partition_log.directory, config, tuple(cleanable), first_dirty,
-                       cleanable[-1].next_offset, ratio)
+                       cleanable[-1].next_offset, ratio, partition_log.topic_id)
 
 
 # --- cleaning ------------------------------------------------------------------------------
@@ -389,6 +392,11 @@ class Cleaning:
     end_offset: int
     bytes_before: int
     bytes_after: int
+
+    @property
+    def topic_id(self) -> str | None:
+        """The id of the topic it was planned against."""
+        return self.plan.topic_id
 
 
 def _groups(segments: tuple[SegmentFile, ...], segment_bytes: int) -> list[list[SegmentFile]]:

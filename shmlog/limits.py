@@ -55,3 +55,9 @@ INDEX_SIZE_MIN = 4 * index_layout.TIME_ENTRY_LENGTH
 # --- reading --------------------------------------------------------------------------
 # Default byte budget of one read (Kafka's max.partition.fetch.bytes default).
 READ_SIZE_DEFAULT = 1 << 20
+# Listings of a partition directory one read makes while the segment generation keeps
+# moving under it. A listing takes well under a millisecond and the generation moves
+# a few times a second at most (rolls, retention, compaction swaps), so a third
+# torn listing in a row means the broker is in the middle of a change: the read
+# returns nothing and the caller's next poll lists again.
+READER_RESCAN_ATTEMPTS_MAX = 3

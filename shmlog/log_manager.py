@@ -248,7 +248,8 @@ class LogManager:
         key = (name, partition)
         if key not in self._logs:
             self._logs[key] = PartitionLog(
-                os.path.join(self._topic_dir(name), str(partition)), metadata.config)
+                os.path.join(self._topic_dir(name), str(partition)), metadata.config,
+                topic_id=metadata.topic_id)
         return self._logs[key]
 
     def flush(self) -> None:

@@ -10,6 +10,10 @@ Rules
 * The hot path makes no system call: the high watermark is an acquire load from
   shared memory and the segments are already mapped. The directory is listed again
   only when the published segment generation changes (a roll, a deletion).
+* A listing is trusted only when the generation is the same even value before and
+  after it (a seqlock, see ``segments``): a listing torn by a compaction swap or a
+  deletion could hold the first segment of a group but not the others, and a read
+  would then step over records that only the cleaned copy holds.
 
 Theory of operation
 -------------------
@@ -20,6 +24,18 @@ maps any new segment files when the generation moved, finds the byte position of
 the requested offset - walking batch headers on from where the previous read ended,
 or through the sparse offset index of a sealed segment - and returns whole
 batches from there, as views of the mapping.
+
+When the generation moved, the reader lists the directory, maps what it found,
+and loads the generation again; when it moved meanwhile, the listing may be torn
+and it lists again (at most ``READER_RESCAN_ATTEMPTS_MAX`` times). An odd
+generation means a change is under way: a reader whose mappings are of the
+generation just before it reads on through them (a renamed-over or unlinked file
+stays valid while mapped, and the old segments hold every record); any other
+reader neither lists nor reads through older mappings (they may miss a roll's
+files), and the read returns no records with the position unchanged, so the
+caller's poll comes back later. Returning nothing rather than raising keeps a
+change of a few renames and fsyncs invisible to consumers, which already poll
+again when a read finds nothing, and it never steps over a record.
 """
 
 from __future__ import annotations
@@ -128,9 +144,37 @@ class PartitionReader:
         self._generation = None
         self._cursor = (-1, -1, 0)            # (next offset, segment base, byte position)
 
-    def _rescan(self, generation: int) -> None:
+    def _map_generation(self) -> bool:
+        """Make the mappings a consistent set for the published generation (listing
+        the directory again as often as it moves, within limits). False when there
+        is none to read through now: a change of the files is under way.
+        """
+        # Acquire: the listing that follows sees every rename and unlink made
+        # before this generation was published.
+        generation = self.table.segment_generation(self.row)
+        for _ in range(limits.READER_RESCAN_ATTEMPTS_MAX):
+            if generation == self._generation:
+                return True
+            if generation % 2:
+                # Odd: files are being renamed or deleted. The set of the generation
+                # just before is complete and stays valid while mapped.
+                return self._generation == generation - 1
+            self._rescan()
+            # The seqlock's second read, after a fence: a listing that overlapped a
+            # change finds the generation moved (odd or later), and lists again.
+            listed = generation
+            generation = self.table.segment_generation(self.row)
+            if generation == listed:
+                self._generation = generation
+                return True
+        return False
+
+    def _rescan(self) -> None:
         """Map the segment files that are there now (a system call, but only when
-        the published generation says the set changed)."""
+        the published generation says the set changed). The result is not trusted
+        (``_generation`` stays unknown) until the caller has checked the generation
+        did not move during the listing."""
+        self._generation = None
         names = sorted(name for name in os.listdir(self.directory)
                        if name.endswith(I.LOG_SUFFIX) and name[:-len(I.LOG_SUFFIX)].isdigit())
         kept = {segment.base_offset: segment for segment in self._segments}
@@ -141,6 +185,8 @@ class PartitionReader:
             try:
                 status = os.stat(os.path.join(self.directory, name))
             except FileNotFoundError:
+                if old is not None:
+                    old.close()
                 continue                       # deleted since the listing
             # A roll trims the index even when the log was full to the byte: both
             # files must be as mapped for a mapping to be kept.
@@ -149,6 +195,11 @@ class PartitionReader:
                 segments.append(old)
                 continue
             fresh = _MappedSegment(self.directory, base)
+            if fresh.inode < 0:                # deleted between the stat and the mapping
+                fresh.close()
+                if old is not None:
+                    old.close()
+                continue
             if old is not None:
                 if old.inode == fresh.inode:   # same bytes, now trimmed or grown
                     fresh.verified_end = min(old.verified_end, fresh.size)
@@ -160,7 +211,6 @@ class PartitionReader:
             gone.close()
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
-        self._generation = generation
 
     def high_watermark(self) -> int:
         return self.table.high_watermark(self.row)
@@ -186,8 +236,12 @@ class PartitionReader:
         empty = ReadResult(np.zeros(0, np.uint8), offset, row.active_segment_base_offset)
         if offset == high_watermark:
             return empty
-        if row.segment_generation != self._generation:
-            self._rescan(row.segment_generation)
+        # Mappings may end up newer than ``row`` (the generation moved since it was
+        # loaded): that is safe, as they were all made at the files' current sizes,
+        # and a segment newer than the row's active one holds only offsets at or
+        # above its high watermark, which this read never reaches.
+        if row.segment_generation != self._generation and not self._map_generation():
+            return empty          # files are changing: no records now, the position stays
         index = bisect.bisect_right(self._bases, offset) - 1
         while 0 <= index < len(self._segments):
             segment = self._segments[index]

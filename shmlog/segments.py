@@ -37,18 +37,29 @@ scanned batch by batch (CRC32C and structure); the log is truncated at the first
 invalid batch, later segments are deleted, the indexes of scanned segments are
 rebuilt, and a :class:`RecoveryReport` says what was cut. Indexes of older segments
 get a sanity check and are rebuilt when they fail it.
+
+The segment generation tells readers in other processes when to list the directory
+again. It works as a seqlock: even while the set of files is stable, odd from before
+the first file a change removes or replaces until after the last (retention,
+truncation, a compaction swap). The odd value is published (``publish_generation``,
+set by whoever publishes the partition) before the first file operation, so a reader
+whose listing overlapped the change sees the generation move and lists again (see
+``reader``). A roll only adds files, at offsets no reader may read yet, and seals the
+previous segment, which readers already handle through the published active
+segment; it moves the generation by two, once it is done.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import shutil
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -791,11 +802,20 @@ class PartitionLog:
         The partition's directory (created if missing).
     config : TopicConfig
         The topic's effective configuration.
+    topic_id : str, optional
+        The id of the topic the partition belongs to (``LogManager`` gives it): a
+        topic deleted and created again under the same name has the same directory
+        but another id, and a cleaning planned against the old one is refused.
     """
 
-    def __init__(self, directory: str, config: TopicConfig | None = None):
+    def __init__(self, directory: str, config: TopicConfig | None = None, *,
+                 topic_id: str | None = None):
         self.directory = directory
         self.config = config or TopicConfig()
+        self.topic_id = topic_id
+        # Publishes the partition's row now (the appender sets it): called when the
+        # generation turns odd and when it turns even again, see _segments_changing.
+        self.publish_generation: Callable[[], None] | None = None
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as error:
@@ -804,7 +824,8 @@ class PartitionLog:
         self._bases: list[int] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
-        # Changes whenever the set of segment files changes (readers rescan then).
+        # Moves whenever the set of segment files changes (readers rescan then): even
+        # while the set is stable, odd during a change that removes or replaces files.
         self.generation = 0
         self._kernel_target_verified = False
         checkpoint = self._read_checkpoint()
@@ -1127,7 +1148,8 @@ class PartitionLog:
             return self.active
         base = self.log_end_offset
         self.active.close_for_append()
-        self.generation += 1
+        # By two: a roll keeps the parity (odd when it happens inside a change).
+        self.generation += 2
         return self._add_segment(base, prefault=True)
 
     def flush(self) -> None:
@@ -1227,102 +1249,158 @@ class PartitionLog:
         deleted = []
         total = self.size
         by_retention = self.config.delete       # a compact-only topic keeps every key
-        while self._segments:
-            segment = self._segments[0]
-            if segment.size == 0 and segment is self.active or segment.next_offset > high_watermark:
-                break
-            expired_by_time = by_retention and retention_ms >= 0 and \
-                segment.age_timestamp() < now - retention_ms
-            over_size = (by_retention and retention_bytes >= 0 and segment is not self.active
-                         and total - segment.size >= retention_bytes)
-            below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
-            if not (expired_by_time or over_size or below_start):
-                break
-            if segment is self.active:
-                self.roll()       # an expired active segment is sealed, then deleted
-            total -= segment.size
-            deleted.append(segment.base_offset)
-            self._segments.pop(0)
-            self._bases.pop(0)
-            segment.delete()
-        if deleted:
-            self.log_start_offset = max(self.log_start_offset, self._bases[0])
-            self.generation += 1
-            self._write_checkpoint()
+        with contextlib.ExitStack() as changing:
+            while self._segments:
+                segment = self._segments[0]
+                if segment.size == 0 and segment is self.active or \
+                        segment.next_offset > high_watermark:
+                    break
+                expired_by_time = by_retention and retention_ms >= 0 and \
+                    segment.age_timestamp() < now - retention_ms
+                over_size = (by_retention and retention_bytes >= 0 and segment is not self.active
+                             and total - segment.size >= retention_bytes)
+                below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
+                if not (expired_by_time or over_size or below_start):
+                    break
+                if not deleted:
+                    # Odd before the first file goes; a check that deletes nothing
+                    # leaves the generation (and every reader's mappings) alone.
+                    changing.enter_context(self._segments_changing())
+                if segment is self.active:
+                    self.roll()       # an expired active segment is sealed, then deleted
+                total -= segment.size
+                deleted.append(segment.base_offset)
+                self._segments.pop(0)
+                self._bases.pop(0)
+                segment.delete()
+            if deleted:
+                self.log_start_offset = max(self.log_start_offset, self._bases[0])
+                self._write_checkpoint()
         return deleted
+
+    @contextlib.contextmanager
+    def _segments_changing(self):
+        """Bracket a change that removes or replaces segment files: the generation is
+        odd (and published) from before its first file operation until after its last,
+        then even (and published) again, even when the change fails half-way."""
+        assert self.generation % 2 == 0, "changes of the segment set do not nest"
+        self.generation += 1
+        self._publish_generation()
+        try:
+            yield
+        finally:
+            self.generation += 1
+            self._publish_generation()
+
+    def _publish_generation(self) -> None:
+        if self.publish_generation is not None:
+            self.publish_generation()
 
     # -- compaction ----------------------------------------------------------------------
     def replace_segments(self, cleaning) -> bool:
         """Swap in the cleaned segments of a :class:`cleaner.Cleaning`; False (and
-        nothing changed) when the segments it cleaned changed since it was planned.
+        nothing changed but its cleaned files thrown away) when it was planned for
+        another topic of the same name (deleted and created again meanwhile) or the
+        segments it cleaned changed since it was planned.
 
-        Each cleaned segment is renamed over the first segment of its group, then
-        the group's other segments are deleted. A reader that maps the directory in
-        between sees a cleaned segment and old ones holding the same offsets: both
-        are valid copies of the records. A manifest written before the first rename
-        lets recovery finish a swap a crash interrupted (:meth:`_finish_swap`).
+        Each cleaned segment is renamed over the first segment of its group; once
+        every group's are in place, the groups' other segments are deleted. A
+        reader that maps the directory in between sees a cleaned segment and old
+        ones holding the same offsets: both are valid copies of the records. A
+        manifest made durable before the first rename lets recovery finish a swap
+        a crash interrupted (:meth:`_finish_swap`).
+
+        The generation is odd for the whole swap (see :meth:`_segments_changing`): a
+        reader listing the directory meanwhile could find the old first segment of
+        a group but not the others (already deleted), and step over offsets that
+        only the cleaned copy holds; the odd generation tells it to list again later.
         """
+        discard = os.path.join(self.directory, CLEANING_DIRECTORY)
+        if cleaning.topic_id != self.topic_id:
+            # Same directory, same layout maybe, but the records of another topic:
+            # the cleaner's offset map (or the files it read) were the old topic's.
+            log.warning("%s: refusing a cleaning planned for topic id %s (the topic is now "
+                        "%s)", self.directory, cleaning.topic_id, self.topic_id)
+            shutil.rmtree(discard, ignore_errors=True)
+            return False
         current = {segment.base_offset: segment for segment in self._segments[:-1]}
         for planned in cleaning.plan.segments:
             segment = current.get(planned.base_offset)
             if planned.next_offset > cleaning.end_offset:
                 break
             if segment is None or segment.size != planned.size:
-                shutil.rmtree(os.path.join(self.directory, CLEANING_DIRECTORY), ignore_errors=True)
+                shutil.rmtree(discard, ignore_errors=True)
                 return False
-        write_swap_manifest(self.directory, cleaning.groups)
-        replaced = {base for group in cleaning.groups for base in group.replaces}
-        for base in replaced:
-            current[base].close()                # the broker's own mappings of the old files
-        self._finish_swap()
-        cleaned = {group.base_offset for group in cleaning.groups}
-        segments = []
-        for segment in self._segments:
-            if segment.base_offset in cleaned:
-                segment = Segment(self.directory, segment.base_offset, self.config, active=False)
-                if not segment.load_closed():
-                    segment.rebuild()
-            elif segment.base_offset in replaced:
-                continue
-            segments.append(segment)
-        self._segments = segments
-        self._bases = [segment.base_offset for segment in segments]
-        self.clean_offset = cleaning.end_offset
-        self.generation += 1
-        self._write_checkpoint()
+        write_swap_manifest(self.directory, cleaning.groups)     # changes no segment file
+        with self._segments_changing():
+            replaced = {base for group in cleaning.groups for base in group.replaces}
+            for base in replaced:
+                current[base].close()            # the broker's own mappings of the old files
+            self._finish_swap()
+            cleaned = {group.base_offset for group in cleaning.groups}
+            segments = []
+            for segment in self._segments:
+                if segment.base_offset in cleaned:
+                    segment = Segment(self.directory, segment.base_offset, self.config,
+                                      active=False)
+                    if not segment.load_closed():
+                        segment.rebuild()
+                elif segment.base_offset in replaced:
+                    continue
+                segments.append(segment)
+            self._segments = segments
+            self._bases = [segment.base_offset for segment in segments]
+            self.clean_offset = cleaning.end_offset
+            self._write_checkpoint()
         return True
 
     def _finish_swap(self) -> None:
         """Complete a swap of cleaned segments that the manifest says was begun, or
-        throw away cleaned files that never got that far."""
+        throw away cleaned files that never got that far.
+
+        Every step is durable before the next one starts, and each can run again
+        after a crash: the cleaned files of every group are renamed into place and
+        the directory fsynced before the first replaced segment is deleted (until
+        then the old segments hold every record); the deletions are fsynced before
+        the manifest, which would redo them, goes; and its removal is fsynced, so a
+        manifest never comes back to replay an old swap over a later cleaning.
+        """
         manifest_path = os.path.join(self.directory, SWAP_MANIFEST_FILE)
         cleaning = os.path.join(self.directory, CLEANING_DIRECTORY)
+        committed = True
         try:
             with open(manifest_path) as source:
                 groups = json.load(source)["groups"]
         except FileNotFoundError:
-            groups = []
+            groups, committed = [], False
         except (OSError, ValueError, KeyError, TypeError) as error:
             # The manifest is written atomically after the cleaned files are on disk:
             # unreadable, it was never committed, and the old segments are intact.
             log.warning("%s: ignoring unreadable %s (%s)", self.directory, manifest_path, error)
             groups = []
-        for group in groups:
-            base = int(group["base_offset"])
-            for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.LOG_SUFFIX):
-                name = I.segment_file_name(base, suffix)
-                if os.path.exists(os.path.join(cleaning, name)):
-                    os.replace(os.path.join(cleaning, name), os.path.join(self.directory, name))
-            for replaced in group["replaces"]:
-                if int(replaced) != base:
-                    Segment(self.directory, int(replaced), self.config, active=False).delete()
         if groups:
+            for group in groups:
+                base = int(group["base_offset"])
+                # The log last: whoever maps the cleaned log finds its indexes in
+                # place (a reader still checks an index entry against its log).
+                for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.LOG_SUFFIX):
+                    name = I.segment_file_name(base, suffix)
+                    if os.path.exists(os.path.join(cleaning, name)):
+                        os.replace(os.path.join(cleaning, name), os.path.join(self.directory, name))
+            _fsync_directory(self.directory)
+            for group in groups:
+                base = int(group["base_offset"])
+                for replaced in group["replaces"]:
+                    if int(replaced) != base:
+                        Segment(self.directory, int(replaced), self.config, active=False).delete()
             _fsync_directory(self.directory)
         shutil.rmtree(cleaning, ignore_errors=True)
-        try:
-            os.unlink(manifest_path)
-        except FileNotFoundError:
-            pass
+        if committed:
+            try:
+                os.unlink(manifest_path)
+            except FileNotFoundError:
+                pass
+            _fsync_directory(self.directory)
 
     def advance_log_start_offset(self, offset: int) -> None:
         """Kafka's DeleteRecords: records below ``offset`` become unreadable."""
@@ -1342,33 +1420,33 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return offset
-        while len(self._segments) > 1 and self._bases[-1] >= offset:
-            self._segments.pop().delete()
-            self._bases.pop()
-            self._reactivate_last()
-        segment = self.active
-        position = segment.position_of(offset)
-        if position < segment.size:
-            first_dropped = batch_info(segment.log, position).base_offset
-            segment.truncate(position)
-            # A gap left by compaction before the dropped batch stays part of the log.
-            segment.state[_NEXT_OFFSET] = max(segment.next_offset, min(offset, first_dropped))
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.generation += 1
-        self._write_checkpoint()
+        with self._segments_changing():
+            while len(self._segments) > 1 and self._bases[-1] >= offset:
+                self._segments.pop().delete()
+                self._bases.pop()
+                self._reactivate_last()
+            segment = self.active
+            position = segment.position_of(offset)
+            if position < segment.size:
+                first_dropped = batch_info(segment.log, position).base_offset
+                segment.truncate(position)
+                # A gap left by compaction before the dropped batch stays part of the log.
+                segment.state[_NEXT_OFFSET] = max(segment.next_offset, min(offset, first_dropped))
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self._write_checkpoint()
         return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``offset``."""
-        for segment in self._segments:
-            segment.delete()
-        self._segments.clear()
-        self._bases.clear()
-        self._add_segment(offset)
-        self.log_start_offset = offset
-        self.recovery_point = offset
-        self.generation += 1
-        self._write_checkpoint()
+        with self._segments_changing():
+            for segment in self._segments:
+                segment.delete()
+            self._segments.clear()
+            self._bases.clear()
+            self._add_segment(offset)
+            self.log_start_offset = offset
+            self.recovery_point = offset
+            self._write_checkpoint()
 
     def close(self) -> None:
         """Seal the active segment (trimmed files, closing time-index entry), flush,
@@ -1392,11 +1470,21 @@ class PartitionLog:
 
 def write_swap_manifest(directory: str, groups) -> None:
     """Commit a swap of cleaned segments (``cleaner.CleanedGroup``s): from here on,
-    :meth:`PartitionLog._finish_swap` completes it, even after a crash."""
+    :meth:`PartitionLog._finish_swap` completes it, even after a crash.
+
+    The cleaner fsynced the cleaned files' data; their names are made durable first
+    (the cleaning directory, then the partition directory that holds it), because a
+    manifest that survives a crash without them would have recovery delete replaced
+    segments with nothing renamed in their place. The partition directory is fsynced
+    again after the manifest, so it is on disk before the first rename.
+    """
+    _fsync_directory(os.path.join(directory, CLEANING_DIRECTORY))
+    _fsync_directory(directory)
     manifest = [{"base_offset": group.base_offset, "replaces": list(group.replaces)}
                 for group in groups]
     _write_atomically(os.path.join(directory, SWAP_MANIFEST_FILE),
                       json.dumps({"version": CHECKPOINT_VERSION, "groups": manifest}))
+    _fsync_directory(directory)
 
 
 def _write_atomically(path: str, body: str) -> None:
@@ -1412,8 +1500,12 @@ def _write_atomically(path: str, body: str) -> None:
 
 
 def _fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    """Make the directory's entries (creations, renames, unlinks) durable."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise StorageError(f"cannot fsync directory {directory}: {error}") from error

@@ -7,6 +7,11 @@ Rules
 * Publishing a row writes every other field, then the high watermark with a release
   store. Reading loads the high watermark with an acquire load first, so all bytes
   below it in the segment files are visible (see ``state_layout``).
+* The segment generation is a seqlock over the partition's set of files: odd while
+  the broker removes or replaces files, even once they are stable. A reader that
+  lists the directory loads it (:meth:`PartitionStateTable.segment_generation`)
+  after the listing, and trusts the listing only when it is the even value it
+  listed for.
 """
 
 from __future__ import annotations
@@ -19,13 +24,13 @@ import numpy as np
 
 from . import shared_memory
 from . import state_layout as S
-from .atomics import load_acquire, load_relaxed, store_relaxed, store_release
+from .atomics import fence, load_acquire, load_relaxed, store_relaxed, store_release
 from .errors import LocalProtocolError, PeerProtocolError
 from .jit import kernel
 from .wakeup import Doorbell
 
 __all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row",
-           "load_high_watermark"]
+           "load_high_watermark", "load_segment_generation"]
 
 
 @kernel
@@ -39,12 +44,17 @@ def publish_row(rows, row, log_start_offset, log_end_offset, high_watermark,
     sees the generation of that roll, so it maps the files again before it reads
     the sealed segment, whose files the roll trimmed. (Seeing a new base with an
     old generation, it would read a trimmed index through an old, longer mapping:
-    SIGBUS.)"""
+    SIGBUS.)
+
+    The generation itself is stored with release too: every rename and unlink of a
+    change to the segment files comes before the even generation that ends it, so a
+    reader that loads that generation with acquire (load_segment_generation) and
+    then lists the directory sees all of them."""
     base = row * S.ROW_WORDS
     store_relaxed(rows, base + S.ACTIVE_SEGMENT_SIZE_WORD, active_segment_size)
     store_relaxed(rows, base + S.LOG_START_OFFSET_WORD, log_start_offset)
     store_relaxed(rows, base + S.LOG_END_OFFSET_WORD, log_end_offset)
-    store_relaxed(rows, base + S.SEGMENT_GENERATION_WORD, segment_generation)
+    store_release(rows, base + S.SEGMENT_GENERATION_WORD, segment_generation)
     store_release(rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, active_segment_base_offset)
     store_release(rows, base + S.HIGH_WATERMARK_WORD, high_watermark)
 
@@ -53,6 +63,17 @@ def publish_row(rows, row, log_start_offset, log_end_offset, high_watermark,
 def load_high_watermark(rows, row):
     """The published high watermark (acquire: records below it may be read)."""
     return load_acquire(rows, row * S.ROW_WORDS + S.HIGH_WATERMARK_WORD)
+
+
+@kernel
+def load_segment_generation(rows, row):
+    """The published segment generation, loaded after a full fence (the seqlock's
+    second read): the directory listing just made cannot be reordered after this
+    load, so a listing that saw any file operation of a change loads that change's
+    odd generation, or a later one. Acquire: the listing that follows a load of an
+    even generation sees every file operation published before it."""
+    fence()
+    return load_acquire(rows, row * S.ROW_WORDS + S.SEGMENT_GENERATION_WORD)
 
 
 @kernel
@@ -173,6 +194,11 @@ class PartitionStateTable:
     # -- reader side ---------------------------------------------------------------
     def high_watermark(self, row: int) -> int:
         return int(load_high_watermark(self.rows, self._check_row(row)))
+
+    def segment_generation(self, row: int) -> int:
+        """The row's segment generation, loaded after a fence (see
+        :func:`load_segment_generation`): what a reader checks after listing."""
+        return int(load_segment_generation(self.rows, self._check_row(row)))
 
     def snapshot(self, row: int) -> RowSnapshot:
         out = np.empty(S.ROW_WORDS, np.int64)

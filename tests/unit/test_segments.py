@@ -350,6 +350,44 @@ def test_truncate_to_drops_everything_at_and_above_the_offset(open_log, target):
     assert [r.offset for r in all_records(reopened)] == list(range(end + 3))
 
 
+def test_the_segment_generation_is_even_when_stable_and_odd_while_files_go(open_log):
+    """The generation is a seqlock for readers: every change moves it, stays even
+    when done, and a change that deletes files publishes an odd value before the
+    first deletion (the hook sees which files are still there) and an even one after
+    the last. A retention check that deletes nothing publishes nothing."""
+    partition_log = open_log(**SMALL, **{"retention.ms": 10_000})
+    published = []
+
+    def publish():
+        files = set(os.listdir(partition_log.directory))
+        published.append((partition_log.generation, files))
+
+    partition_log.publish_generation = publish
+    for seed in range(40):
+        partition_log.append(values_batch(40, seed, timestamps=[1_000 * seed] * 40))
+    assert len(partition_log.segments) > 3 and partition_log.generation % 2 == 0
+    assert not published, "rolls publish nothing themselves (the appender refreshes after)"
+    before = partition_log.generation
+    partition_log.roll()
+    assert partition_log.generation == before + 2
+
+    assert partition_log.delete_old_segments(now=0) == [] and not published
+    first = partition_log.segments[0]
+    deleted = partition_log.delete_old_segments(now=30_000 + 10_000 + 1)
+    assert deleted and [generation % 2 for generation, _ in published] == [1, 0]
+    assert os.path.basename(first.log_path) in published[0][1]
+    assert os.path.basename(first.log_path) not in published[1][1]
+    assert published[1][0] == partition_log.generation
+
+    for change in (lambda: partition_log.truncate_to(partition_log.log_end_offset - 50),
+                   lambda: partition_log.truncate_fully_and_start_at(1000)):
+        published.clear()
+        before = partition_log.generation
+        change()
+        assert [generation for generation, _ in published] == [before + 1, before + 2]
+        assert partition_log.generation == before + 2
+
+
 # --- bad input -------------------------------------------------------------------------
 
 def test_oversized_batch_is_rejected_and_nothing_is_appended(open_log):
