@@ -1,7 +1,7 @@
 """The host-pinned bulk reader (``shmlog.spark.bulk_read``, a JVM data source)
 returns what ``format("shmlog")`` returns, reads only the columns a query uses,
-refuses a range stored on another host, fails on a corrupt batch, and steps over
-the offsets compaction removed.
+refuses a range stored on another host, fails on a corrupt batch, steps over the
+offsets compaction removed, and waits out a compaction swap.
 
 Method: the same records (plain and zstd batches, null keys and values) are read
 both ways and compared; the other host and the corruption are made by hand.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -19,6 +20,7 @@ from pyspark.errors import PySparkException
 
 from shmlog import Admin, Broker, Consumer, Producer, TopicPartition, shared_memory
 from shmlog.broker import shared_memory_prefix
+from shmlog.segments import SWAP_MANIFEST_FILE
 from shmlog.spark import bulk_read
 
 TIMEOUT_S = 60
@@ -144,3 +146,30 @@ def test_both_readers_step_over_what_compaction_removed(spark, tmp_path):
         for name in os.listdir("/dev/shm"):
             if name.startswith(shared_memory_prefix(data_dir)):
                 shared_memory.unlink(name)
+
+
+def test_the_bulk_reader_waits_out_a_compaction_swap(spark, broker):
+    """While a swap manifest says segments are being replaced, a task does not trust
+    its listing (it could hold a group's old first segment without the rest): it
+    waits until the swap is over, then reads everything."""
+    fill(broker)
+    directories = [os.path.join(broker, "topics", "bulk", str(partition)) for partition in range(3)]
+    for directory in directories:
+        with open(os.path.join(directory, SWAP_MANIFEST_FILE), "w") as manifest:
+            manifest.write('{"version": 1, "groups": []}')
+    ended = threading.Event()
+
+    def end_the_swap():
+        time.sleep(3)
+        ended.set()
+        for directory in directories:
+            os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
+
+    swap = threading.Thread(target=end_the_swap)
+    swap.start()
+    try:
+        count = bulk_read(spark, bootstrap=broker, subscribe="bulk").select("offset").count()
+        assert ended.is_set(), "the read finished while the swap was still going on"
+        assert count == 2500
+    finally:
+        swap.join(timeout=TIMEOUT_S)

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
 import java.io.File;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.RandomAccessFile;
 import java.io.UncheckedIOException;
@@ -13,6 +14,9 @@ import java.nio.ByteOrder;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Map;
@@ -146,6 +150,12 @@ public final class BulkSource implements TableProvider {
 
     /** Reads one range, batch by batch of the log, into columnar batches of the required columns. */
     static final class RangeReader implements PartitionReader<ColumnarBatch> {
+        // segments.py's SWAP_MANIFEST_FILE: present while a compaction swap replaces files.
+        static final String SWAP_MANIFEST_FILE = "cleaning-swap.json";
+        // How long a listing waits for a swap to end (a swap is renames and unlinks: milliseconds;
+        // a minute covers a loaded disk) and how often it looks again meanwhile.
+        static final long LISTING_WAIT_NANOS_MAX = 60_000_000_000L;
+        static final long LISTING_RETRY_MILLIS = 5;
         // batch header (batch_layout.py)
         static final int BATCH_LENGTH = 0, MAGIC = 4, VERSION = 6, BASE_OFFSET = 8, CRC = 20,
             ATTRIBUTES = 24, RECORD_COUNT = 28, FIRST_TIMESTAMP = 48, MAX_TIMESTAMP = 56, HEADER_LENGTH = 64,
@@ -186,15 +196,70 @@ public final class BulkSource implements TableProvider {
             }
             this.topic = range.topic.getBytes(StandardCharsets.UTF_8);
             checkHost(range);
-            File[] files = new File(range.directory).listFiles((dir, name) -> name.matches("\\d{20}\\.log"));
-            if (files == null) throw new IllegalStateException(where() + ": no partition directory " + range.directory + " on this host");
-            for (File file : files) segments.put(Long.parseLong(file.getName().substring(0, 20)), file);
+            try {
+                listSegments();
+            } catch (IOException error) {
+                throw new UncheckedIOException(error);
+            }
             vectors = new OnHeapColumnVector[columns.length];
             for (int index = 0; index < columns.length; index++) {
                 vectors[index] = new OnHeapColumnVector(ROWS_PER_BATCH, SCHEMA.apply(columns[index]).dataType());
             }
             batch = new ColumnarBatch(vectors);
             next = range.start;
+        }
+
+        /**
+         * The partition's segment files, as one consistent set. A compaction swap renames cleaned
+         * segments over old ones and deletes the rest of each group while its manifest
+         * (segments.py's SWAP_MANIFEST_FILE) exists; a listing taken meanwhile may hold the old
+         * first segment of a group without its later ones and step over their records. So a
+         * listing counts only when no manifest is there before it or after it and a second
+         * listing finds the same files (names and inodes: a rename over a file changes its inode).
+         */
+        private void listSegments() throws IOException {
+            File directory = new File(range.directory);
+            File manifest = new File(directory, SWAP_MANIFEST_FILE);
+            long deadline = System.nanoTime() + LISTING_WAIT_NANOS_MAX;
+            while (true) {
+                boolean swapping = manifest.exists();
+                TreeMap<Long, Object> first = identities(directory);
+                swapping |= manifest.exists();
+                TreeMap<Long, Object> second = identities(directory);
+                if (!swapping && first.equals(second)) {
+                    segments.clear();
+                    for (Long base : first.keySet()) {
+                        segments.put(base, new File(directory, String.format("%020d.log", base)));
+                    }
+                    return;
+                }
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException(where() + ": the segments of " + range.directory
+                        + " kept changing (a compaction swap) for " + LISTING_WAIT_NANOS_MAX / 1_000_000 + " ms");
+                }
+                try {
+                    Thread.sleep(LISTING_RETRY_MILLIS);
+                } catch (InterruptedException error) {
+                    Thread.currentThread().interrupt();
+                    throw new IOException(where() + ": interrupted while listing segments", error);
+                }
+            }
+        }
+
+        /** Base offset -> file key (inode) of every segment log there now. */
+        private TreeMap<Long, Object> identities(File directory) throws IOException {
+            File[] files = directory.listFiles((dir, name) -> name.matches("\\d{20}\\.log"));
+            if (files == null) throw new IllegalStateException(where() + ": no partition directory " + range.directory + " on this host");
+            TreeMap<Long, Object> found = new TreeMap<>();
+            for (File file : files) {
+                try {
+                    found.put(Long.parseLong(file.getName().substring(0, 20)),
+                        Files.readAttributes(file.toPath(), BasicFileAttributes.class).fileKey());
+                } catch (NoSuchFileException gone) {
+                    found.put(Long.parseLong(file.getName().substring(0, 20)), gone.getMessage());
+                }
+            }
+            return found;
         }
 
         private static void checkHost(Range range) {
@@ -216,6 +281,16 @@ public final class BulkSource implements TableProvider {
             if (entry == null) throw new IllegalStateException(where() + ": offset " + offset + " was deleted (retention)");
             try (RandomAccessFile file = new RandomAccessFile(entry.getValue(), "r"); FileChannel channel = file.getChannel()) {
                 mapped = channel.map(FileChannel.MapMode.READ_ONLY, 0, channel.size());
+            } catch (FileNotFoundException gone) {
+                // Compaction replaced the segments since they were listed: the cleaned copy that
+                // holds this offset now starts at or below it. (Retention is refused above.)
+                listSegments();
+                Map.Entry<Long, File> fresh = segments.floorEntry(offset);
+                if (fresh == null) {
+                    throw new IllegalStateException(where() + ": offset " + offset + " was deleted (retention)");
+                }
+                openSegmentFor(offset);
+                return;
             }
             mapped.order(ByteOrder.LITTLE_ENDIAN);
             segmentBase = entry.getKey();
