@@ -54,6 +54,10 @@ __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp",
 # How often an idle consumer checks that the broker it reads from is alive (and,
 # when it is not, looks for a new one).
 BROKER_CHECK_INTERVAL_S = 0.5
+# How often a waiting poll looks whether a join under way (on the member's join
+# thread) has finished, so its assignment is taken on at once: a rebalance is paced
+# by heartbeats (hundreds of ms), and an idle check costs a few microseconds.
+JOIN_CHECK_INTERVAL_S = 0.005
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1 << 20
@@ -457,8 +461,11 @@ class Consumer:
                 continue
             if now - self._last_found >= wakeup.YIELD_S:
                 self._check_broker()
+            # A join under way ends with no doorbell: look at it often meanwhile.
+            slice_s = JOIN_CHECK_INTERVAL_S if self._joining is not None else \
+                BROKER_CHECK_INTERVAL_S
             found = wakeup.pause(now - self._last_found, self._table.consumer_doorbell,
-                                 attempt, min(deadline - now, BROKER_CHECK_INTERVAL_S))
+                                 attempt, min(deadline - now, slice_s))
             if found:
                 return found
 
