@@ -779,17 +779,15 @@ class GroupMember:
                         owned=[list(partition) for partition in sorted(owned)],
                         generation=generation)
                     with self._lock:
-                        if membership != self._membership:
-                            cancelled = reply["member_id"]
-                        else:
-                            cancelled = None
+                        current = membership == self._membership
+                        if current:
                             self.member_id, self.generation = (reply["member_id"],
                                                                reply["generation"])
                             self.protocol = reply["protocol"]
                             self._new_member_id = new_member_id(self.client_id)
-                    if cancelled is not None:
+                    if not current:
                         # leave() ran while the join waited: what it joined, leave too.
-                        self._check_not_cancelled(membership, cancelled)
+                        self._check_not_cancelled(membership, reply["member_id"])
                     assignment = self._send("sync_group", group_id=self.group_id,
                                             member_id=reply["member_id"],
                                             generation=reply["generation"])["assignment"]
