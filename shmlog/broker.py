@@ -9,8 +9,9 @@ Rules
 * SIGTERM and SIGINT stop it gracefully: it stops taking requests, drains every
   ring, flushes and closes the logs, and removes its shared memory; nothing a
   producer was told is appended is lost.
-* A malformed or unknown control request gets an error reply; nothing a client
-  sends ends the broker.
+* A malformed or unknown control request gets an error reply (a multipart one
+  too); a frame larger than ``limits.CONTROL_FRAME_SIZE_MAX`` disconnects its
+  sender before it is received. Nothing a client sends ends the broker.
 
 Theory of operation
 -------------------
@@ -621,6 +622,9 @@ class _ControlThread(threading.Thread):
     def __init__(self, context: zmq.Context, address: str, doorbell):
         super().__init__(name="shmlog-control", daemon=True)
         self.socket = context.socket(zmq.ROUTER)
+        # ZeroMQ checks each frame's length prefix against this and disconnects the
+        # peer, so an oversized request is never buffered whole.
+        self.socket.setsockopt(zmq.MAXMSGSIZE, limits.CONTROL_FRAME_SIZE_MAX)
         self.socket.bind(address)
         outbox = f"inproc://shmlog-control-replies-{next(self._instances)}"
         self._outbox_receiver = context.socket(zmq.PAIR)      # this thread's
@@ -650,11 +654,21 @@ class _ControlThread(threading.Thread):
             if self._stopping.is_set():
                 return
             if self.socket in ready:
-                frames = self.socket.recv_multipart()
-                # A REQ client sends [identity, empty delimiter, body].
-                if len(frames) == 3 and frames[1] == b"":
-                    self._requests.put((frames[0], frames[2]))
-                    self.doorbell.ring()
+                self._receive(self.socket.recv_multipart())
+
+    def _receive(self, frames: list) -> None:
+        """Queue a request for the loop; refuse a malformed envelope at once, so its
+        client is not left waiting for a reply that never comes."""
+        # A REQ client sends [identity, empty delimiter, body].
+        if len(frames) == 3 and frames[1] == b"":
+            self._requests.put((frames[0], frames[2]))
+            self.doorbell.ring()
+            return
+        refusal = LocalProtocolError(
+            f"a request is one frame after the empty delimiter a REQ socket sends; got "
+            f"{len(frames) - 1} frames ({', '.join(str(len(frame)) for frame in frames[1:8])} "
+            f"bytes): send the JSON request as a single-part message")
+        self.socket.send_multipart([frames[0], b"", error_reply(refusal)])
 
     def answer(self, handle) -> bool:
         """Answer the waiting request, if any (on the loop's thread):

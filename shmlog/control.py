@@ -2,7 +2,7 @@
 
 One request frame in, one reply frame out (ZeroMQ REQ/REP over ``ipc://`` under the
 data directory). A frame is a UTF-8 JSON object of at most ``REQUEST_SIZE_MAX``
-bytes::
+bytes, nested at most ``limits.CONTROL_NESTING_DEPTH_MAX`` deep::
 
     request: {"version": 1, "type": "<request type>", ...fields}
     reply:   {"version": 1, "ok": true, ...result}
@@ -20,16 +20,14 @@ import inspect
 import json
 from typing import Any, Callable
 
-from . import errors
+from . import errors, limits
 from .errors import LocalProtocolError, PeerProtocolError, ShmlogError
 
 __all__ = ["PROTOCOL_VERSION", "encode_request", "decode_reply", "handle_frame",
            "encode_result", "REQUEST_SIZE_MAX"]
 
 PROTOCOL_VERSION = 1
-# A control request names topics and configs, never records: 1 MiB is generous, and
-# bounds what a broken client can make the broker parse.
-REQUEST_SIZE_MAX = 1 << 20
+REQUEST_SIZE_MAX = limits.CONTROL_FRAME_SIZE_MAX
 
 _ERROR_CLASSES = {name: value for name, value in vars(errors).items()
                   if isinstance(value, type) and issubclass(value, ShmlogError)}
@@ -81,6 +79,13 @@ def _parse(frame: bytes) -> dict:
         body = json.loads(frame)
     except (UnicodeDecodeError, ValueError) as error:
         raise LocalProtocolError(f"request is not UTF-8 JSON ({error})") from None
+    except RecursionError:             # nested past the interpreter's limit
+        too_deep = True
+    else:
+        too_deep = _depth_exceeds(body, limits.CONTROL_NESTING_DEPTH_MAX)
+    if too_deep:
+        raise LocalProtocolError(f"request nests deeper than "
+                                 f"{limits.CONTROL_NESTING_DEPTH_MAX} levels")
     if not isinstance(body, dict):
         raise LocalProtocolError("request must be a JSON object")
     if body.get("version") != PROTOCOL_VERSION:
@@ -89,6 +94,22 @@ def _parse(frame: bytes) -> dict:
     if not isinstance(body.get("type"), str):
         raise LocalProtocolError("request has no 'type'")
     return body
+
+
+def _depth_exceeds(value: Any, depth_max: int) -> bool:
+    """Does ``value`` nest lists and objects deeper than ``depth_max``? Iterative, so a
+    deep value cannot exhaust the stack here either."""
+    pending = [(value, 1)]
+    while pending:
+        value, depth = pending.pop()
+        children = value.values() if isinstance(value, dict) else \
+            value if isinstance(value, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > depth_max:
+                    return True
+                pending.append((child, depth + 1))
+    return False
 
 
 def handle_frame(frame: bytes, handlers: dict[str, Callable[..., dict | None]]) -> bytes | None:

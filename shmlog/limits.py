@@ -12,6 +12,18 @@ from . import batch_layout, index_layout
 # for "-<partition>" and a deletion suffix inside a 255-byte file name.
 TOPIC_NAME_LENGTH_MAX = 249
 
+# --- control requests -------------------------------------------------------------------
+# A control request names topics and configs, never records: 1 MiB is generous, and
+# bounds what a broken or hostile client makes the broker receive and parse. It is
+# also ZeroMQ's ZMQ_MAXMSGSIZE on the control socket, so a larger frame is refused
+# from its length prefix (the peer is disconnected) before any of it is buffered.
+CONTROL_FRAME_SIZE_MAX = 1 << 20
+# The deepest request (a commit: {"offsets": [[topic, partition, offset, metadata]]})
+# nests three levels; 32 leaves room for configs while keeping a frame of nested
+# brackets from exhausting the parser's recursion (it would reach Python's limit at
+# ~1000 and raise RecursionError).
+CONTROL_NESTING_DEPTH_MAX = 32
+
 # --- partitions -----------------------------------------------------------------------
 # Each partition holds three open mmaps per segment and a row of the shared partition
 # state table; 10 000 per topic is far beyond what one host serves well (Kafka's

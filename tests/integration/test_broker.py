@@ -26,6 +26,7 @@ from helpers import all_records
 from shmlog import LogManager, shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, control_address, shared_memory_prefix
+from shmlog.control import decode_reply, encode_request
 from shmlog.errors import (InvalidConfigError, InvalidTopicError, LocalProtocolError,
                            ShmlogError, TopicExistsError, UnknownTopicOrPartitionError)
 
@@ -76,6 +77,44 @@ def test_bad_frames_are_answered_and_the_broker_keeps_serving(data_dir):
             assert b'"ok": false' in socket.recv()
             socket.close()
         assert Admin(data_dir).list_topics() == []
+
+
+def _peak_resident_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def test_a_multipart_request_gets_an_error_reply(data_dir):
+    with Broker(data_dir):
+        socket = zmq.Context.instance().socket(zmq.REQ)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.connect(control_address(data_dir))
+        socket.send_multipart([encode_request("list_topics"), b"a second part"])
+        assert socket.poll(10_000, zmq.POLLIN), "no reply to a multipart request"
+        with pytest.raises(LocalProtocolError, match="one frame"):
+            decode_reply(socket.recv())
+        socket.close()
+        assert Admin(data_dir).list_topics() == []
+
+
+def test_an_oversized_frame_is_refused_unread_and_the_broker_serves_others(data_dir):
+    size = 256 << 20
+    with Broker(data_dir) as broker:
+        Admin(data_dir).list_topics()
+        peak_before = _peak_resident_bytes(broker.process.pid)
+        socket = zmq.Context.instance().socket(zmq.REQ)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.connect(control_address(data_dir))
+        socket.send(b" " * size)
+        # The sender is disconnected: no reply ever comes to it.
+        assert not socket.poll(2_000, zmq.POLLIN)
+        socket.close()
+        assert Admin(data_dir).list_topics() == []
+        # Receiving the frame whole would have taken its size in memory at least.
+        assert _peak_resident_bytes(broker.process.pid) - peak_before < size // 4
 
 
 def test_a_second_broker_on_the_same_directory_is_refused(data_dir):

@@ -66,3 +66,20 @@ def test_an_unknown_error_class_arrives_as_the_root_error():
     frame = json.dumps({"version": 1, "ok": False, "error": "KeyError", "message": "x"}).encode()
     with pytest.raises(ShmlogError, match="x"):
         decode_reply(frame)
+
+
+@pytest.mark.parametrize("frame", [
+    b"[" * 100_000 + b"]" * 100_000,                        # past the interpreter's limit
+    b'{"version": 1, "type": "echo", "name": ' + b"[" * 500 + b"]" * 500 + b"}",
+    b'{"version": 1, "type": "echo", "name": ' + b'{"a": ' * 40 + b"1" + b"}" * 41,
+])
+def test_deeply_nested_json_is_a_local_protocol_error(frame):
+    assert len(frame) <= REQUEST_SIZE_MAX
+    with pytest.raises(LocalProtocolError, match="nests deeper than"):
+        decode_reply(handle_frame(frame, HANDLERS))
+
+
+def test_nesting_within_the_limit_reaches_the_handler():
+    # A commit's offsets nest this deep: the handler, not the parser, judges the field.
+    with pytest.raises(LocalProtocolError, match="must be str"):
+        decode_reply(handle_frame(encode_request("echo", name=[[["t", 0, 5, "m"]]]), HANDLERS))
