@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from . import limits, settings
 from .broker import default_data_dir, request
 from .errors import LocalProtocolError
 
@@ -24,12 +25,13 @@ class Admin:
 
     Every method raises the broker's typed error (``InvalidTopicError``,
     ``TopicExistsError``, ``UnknownTopicOrPartitionError``, ...), or
-    ``ShmlogError`` naming the command to start a broker when none answers.
+    ``ShmlogError`` naming the command to start a broker when none answers; the
+    constructor raises ``InvalidConfigError`` for a bad setting.
     """
 
     def __init__(self, bootstrap: str | None = None, *, timeout_ms: int = 10_000):
-        self.data_dir = bootstrap or default_data_dir()
-        self.timeout_ms = timeout_ms
+        self.data_dir = settings.data_directory(bootstrap) or default_data_dir()
+        self.timeout_ms = settings.integer("timeout_ms", timeout_ms, 0, limits.CLIENT_WAIT_MS_MAX)
 
     def _request(self, request_type: str, **fields: Any) -> dict:
         return request(self.data_dir, request_type, timeout_ms=self.timeout_ms, **fields)

@@ -139,6 +139,10 @@ class BrokerConfig:
 
     _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
 
+    def __post_init__(self):
+        # Refused here, before a broker creates its directory or shared memory.
+        control_address(self.data_dir)
+
     @classmethod
     def load(cls, path: str | None = None, **overrides: Any) -> "BrokerConfig":
         """Defaults, then the TOML file's ``[broker]`` table (or top level), then

@@ -36,8 +36,9 @@ import re
 import time
 from typing import Iterable, Mapping, NamedTuple
 
+from . import limits, settings
 from .broker import default_data_dir, request
-from .errors import (CommitFailedError, LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
+from .errors import (ClientClosedError, CommitFailedError, LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
                      UnknownTopicOrPartitionError)
 from .groups import GroupMember, MemberConfig
 from .reader import PartitionReader
@@ -143,6 +144,12 @@ class Consumer:
     session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
     partition_assignment_strategy, client_id
         Kafka's group settings (see :class:`groups.MemberConfig`).
+
+    Raises
+    ------
+    InvalidConfigError
+        A setting has the wrong type or is out of range (checked before the broker
+        is asked anything).
     """
 
     def __init__(self, *topics: str, bootstrap: str | None = None, group_id: str | None = None,
@@ -155,14 +162,27 @@ class Consumer:
                  max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: Iterable[str] = ("range", "cooperative-sticky"),
                  client_id: str | None = None):
-        if auto_offset_reset not in ("latest", "earliest", "none"):
-            raise LocalProtocolError(f"auto_offset_reset must be 'latest', 'earliest' or "
-                                     f"'none', got {auto_offset_reset!r}")
-        self.data_dir = bootstrap or default_data_dir()
-        self.auto_offset_reset = auto_offset_reset
-        self.max_poll_records = max_poll_records
-        self.fetch_max_bytes = fetch_max_bytes
-        self.consumer_timeout_ms = consumer_timeout_ms
+        # Every setting is checked before the broker is asked anything (settings.py);
+        # the group's are checked by MemberConfig.
+        self.data_dir = settings.data_directory(bootstrap) or default_data_dir()
+        self.auto_offset_reset = settings.choice("auto_offset_reset", auto_offset_reset,
+                                                 ("latest", "earliest", "none"))
+        self.max_poll_records = settings.integer("max_poll_records", max_poll_records, 1,
+                                                 limits.POLL_RECORDS_MAX)
+        self.fetch_max_bytes = settings.integer("fetch_max_bytes", fetch_max_bytes, 1,
+                                                limits.FETCH_SIZE_MAX)
+        self.consumer_timeout_ms = settings.optional_integer(
+            "consumer_timeout_ms", consumer_timeout_ms, 0, limits.CLIENT_WAIT_MS_MAX)
+        settings.flag("enable_auto_commit", enable_auto_commit)
+        settings.integer("auto_commit_interval_ms", auto_commit_interval_ms, 0,
+                         limits.CLIENT_WAIT_MS_MAX)
+        for name, value in (("session_timeout_ms", session_timeout_ms),
+                            ("heartbeat_interval_ms", heartbeat_interval_ms),
+                            ("max_poll_interval_ms", max_poll_interval_ms)):
+            settings.integer(name, value, 1, limits.CLIENT_WAIT_MS_MAX)
+        settings.optional_text("group_id", group_id)
+        settings.optional_text("client_id", client_id)
+        self._closed = False
         self._assigned: dict[TopicPartition, _Assigned] = {}
         self._last_found = 0.0             # when a poll last found records (monotonic)
         self.enable_auto_commit = enable_auto_commit
@@ -173,13 +193,13 @@ class Consumer:
         self._group = None
         self._joining: concurrent.futures.Future | None = None     # a join under way
         self._paused_over_join: set[TopicPartition] = set()
+        member_config = MemberConfig(session_timeout_ms, heartbeat_interval_ms,
+                                     max_poll_interval_ms, tuple(partition_assignment_strategy))
         self._attach()
         if group_id is not None:
             self._group = GroupMember(
                 functools.partial(request, self.data_dir), group_id,
-                client_id or f"shmlog-{os.getpid()}",
-                MemberConfig(session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
-                             tuple(partition_assignment_strategy)))
+                client_id or f"shmlog-{os.getpid()}", member_config)
         # Records fetched and not yet returned, per partition (in offset order).
         self._buffered: dict[TopicPartition, list[ConsumerRecord]] = {}
         if topics:
@@ -400,6 +420,7 @@ class Consumer:
         """New records as columns, per partition: numpy arrays of offsets,
         timestamps and key/value positions into the mapped bytes (zero copy for
         uncompressed batches). Waits up to ``timeout_ms`` for something new."""
+        self._check_open()
         return self._wait(lambda: self._poll_columns(max_bytes or self.fetch_max_bytes),
                           time.monotonic(), timeout_ms)
 
@@ -415,6 +436,7 @@ class Consumer:
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
         """New records per partition, as :class:`ConsumerRecord` lists (at most
         ``max_records`` in all). Waits up to ``timeout_ms`` for something new."""
+        self._check_open()
         limit = max_records or self.max_poll_records
         started = time.monotonic()
         self._poll_group(0)          # first: a rebalance may take buffered partitions away
@@ -669,8 +691,16 @@ class Consumer:
             return None
         return OffsetAndMetadata(*found) if metadata else found[0]
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed; create a new one")
+
     def close(self, autocommit: bool = True) -> None:
-        """Commit (when auto commit is on), leave the group, release the mappings."""
+        """Commit (when auto commit is on), leave the group, release the mappings.
+        Closing again does nothing; a poll after close raises :class:`ClientClosedError`."""
+        if self._closed:
+            return
+        self._closed = True
         if self._group is not None:
             if autocommit and self._subscription is not None:
                 self._commit_on_revoke(set(self._assigned))

@@ -8,7 +8,8 @@
     │   ├── InvalidPartitionsError
     │   ├── InvalidConfigError
     │   ├── RecordTooLargeError
-    │   └── OffsetOutOfRangeError
+    │   ├── OffsetOutOfRangeError
+    │   └── ClientClosedError         a closed producer or consumer was used
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
     │   ├── CorruptRingError          a ring holds bytes no producer could have written
@@ -73,6 +74,11 @@ class OffsetOutOfRangeError(LocalProtocolError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class ClientClosedError(LocalProtocolError):
+    """A producer or consumer was used after ``close()`` (Kafka's IllegalStateError):
+    create a new one."""
 
 
 class CorruptRecordError(PeerProtocolError):

@@ -37,6 +37,10 @@ OFFSET_MAX = 2**63 - 1
 # --- batches and records --------------------------------------------------------------
 # batch_length is a u32 but max.message.bytes (a Kafka int) bounds it far lower.
 BATCH_SIZE_MAX = 2**31 - 1
+# The smallest batch: one record without key, value or headers. A topic whose
+# max.message.bytes is below it could take no record at all (Kafka accepts 0 and
+# then refuses every produce; we refuse the setting instead).
+BATCH_SIZE_MIN = batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH
 # record_count is an i32 and relative offsets inside a segment are u32.
 BATCH_RECORD_COUNT_MAX = 2**31 - 1
 # A record's header count is a u32; a million headers is already absurd, and the
@@ -51,7 +55,7 @@ DECOMPRESSED_RECORDS_SIZE_MAX = 64 << 20
 # Positions in the offset index are u32 (see index_layout), as in Kafka.
 SEGMENT_SIZE_MAX = index_layout.POSITION_MAX
 # A segment must at least hold one header-only batch.
-SEGMENT_SIZE_MIN = batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH
+SEGMENT_SIZE_MIN = BATCH_SIZE_MIN
 # Disk blocks are reserved (fallocate) and pages populated in steps of this size, so
 # the appender never takes a page fault per 4 KiB page nor a SIGBUS on a full disk;
 # 8 MiB takes ~1.5 ms to populate (~5 GB/s here), short enough for an inline stall.
@@ -63,6 +67,20 @@ SEGMENT_PREALLOCATE_STEP_SIZE = 8 << 20
 SEGMENT_PREFAULT_AHEAD_SIZE = 32 << 20
 # An index must hold at least a few entries or every append would roll the segment.
 INDEX_SIZE_MIN = 4 * index_layout.TIME_ENTRY_LENGTH
+
+# --- client settings --------------------------------------------------------------------
+# Kafka types its clients' millisecond settings that bound a wait (request.timeout.ms,
+# session.timeout.ms, max.poll.interval.ms, auto.commit.interval.ms) as a 32-bit int:
+# ~24.8 days is the longest wait a setting may ask for. It also keeps every wait in
+# range of ZeroMQ's poll (an int of ms) and of threading's timeouts.
+CLIENT_WAIT_MS_MAX = 2**31 - 1
+# Kafka's max.poll.records and fetch.max.bytes are ints too.
+POLL_RECORDS_MAX = 2**31 - 1
+FETCH_SIZE_MAX = 2**31 - 1
+# Timestamps are signed 64-bit milliseconds, stored in a batch as the first one plus
+# a signed 64-bit delta per record: with the smallest timestamp -1 ("none"), the
+# largest whose delta still fits is 2**63 - 2.
+TIMESTAMP_MS_MAX = 2**63 - 2
 
 # --- reading --------------------------------------------------------------------------
 # Default byte budget of one read (Kafka's max.partition.fetch.bytes default).

@@ -29,15 +29,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import batch_layout as B
-from . import limits
+from . import limits, settings
 from .appender import SEQUENCE_MODULUS, CompletionCode
 from .broker import default_data_dir, request
-from .errors import (CorruptRecordError, LocalProtocolError, OutOfOrderSequenceError,
+from .errors import (ClientClosedError, CorruptRecordError, LocalProtocolError, OutOfOrderSequenceError,
                      RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
 from .jit import kernel
 from .records import Compression, append_record, encode_batch, encode_headers, seal_batch
 from .ring import Ring
+from .ring_layout import check_capacity
 from .state import PartitionStateTable
 
 __all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata", "murmur2"]
@@ -234,6 +235,8 @@ class Producer:
 
     Raises
     ------
+    InvalidConfigError
+        A setting has the wrong type or is out of range.
     ShmlogError
         No broker answers (the message names the command that starts one).
     """
@@ -242,12 +245,16 @@ class Producer:
                  linger_ms: int = LINGER_MS_DEFAULT, batch_size: int = BATCH_SIZE_DEFAULT,
                  max_block_ms: int = MAX_BLOCK_MS_DEFAULT, ring_size: int = RING_SIZE_DEFAULT,
                  enable_idempotence: bool = True):
-        if acks not in (0, 1, -1, "all"):
-            raise LocalProtocolError(f"acks must be 0, 1 or 'all', got {acks!r}")
-        self.data_dir = bootstrap or default_data_dir()
-        self.acks = 0 if acks == 0 else 1
+        # Every setting is checked before the broker is asked anything (settings.py).
+        self.data_dir = settings.data_directory(bootstrap) or default_data_dir()
+        self.acks = 0 if settings.choice("acks", acks, (0, 1, -1, "all")) == 0 else 1
         self.compression = Compression.parse(compression)
-        self.linger_ms, self.batch_size, self.max_block_ms = linger_ms, batch_size, max_block_ms
+        self.linger_ms = settings.integer("linger_ms", linger_ms, 0, limits.CLIENT_WAIT_MS_MAX)
+        self.batch_size = settings.integer("batch_size", batch_size, 0, limits.BATCH_SIZE_MAX)
+        self.max_block_ms = settings.integer("max_block_ms", max_block_ms, 0,
+                                             limits.CLIENT_WAIT_MS_MAX)
+        check_capacity(ring_size)
+        settings.flag("enable_idempotence", enable_idempotence)
         metadata = request(self.data_dir, "metadata")
         self._topics = {topic["name"]: topic for topic in metadata["topics"]}
         self._routes: dict[str, _Route] = {}
@@ -343,11 +350,13 @@ class Producer:
                                       f"max.message.bytes ({route.limit})")
         if timestamp_ms is None:
             timestamp = time.time_ns() // 1_000_000
-        elif isinstance(timestamp_ms, (int, np.integer)) and timestamp_ms >= B.NO_TIMESTAMP:
+        elif isinstance(timestamp_ms, (int, np.integer)) and not isinstance(timestamp_ms, bool) \
+                and B.NO_TIMESTAMP <= timestamp_ms <= limits.TIMESTAMP_MS_MAX:
             timestamp = int(timestamp_ms)
         else:
-            raise LocalProtocolError(f"timestamp_ms must be an integer >= {B.NO_TIMESTAMP}, "
-                                     f"got {timestamp_ms!r}")
+            raise LocalProtocolError(f"timestamp_ms must be an integer in [{B.NO_TIMESTAMP}, "
+                                     f"{limits.TIMESTAMP_MS_MAX}] (milliseconds since the "
+                                     f"epoch), got {timestamp_ms!r:.100}")
         with self._lock:
             self._check_open()
             if type(partition) is not int or not 0 <= partition < len(route.rows):
@@ -552,7 +561,7 @@ class Producer:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LocalProtocolError("the producer is closed")
+            raise ClientClosedError("the producer is closed; create a new one")
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then leave the broker and remove the ring."""

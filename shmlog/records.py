@@ -520,6 +520,16 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _timestamp(value) -> int:
+    """A record timestamp given by the caller: an integer in the range a batch stores."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+            not L.NO_TIMESTAMP <= value <= limits.TIMESTAMP_MS_MAX:
+        raise LocalProtocolError(f"timestamp_ms must be an integer in [{L.NO_TIMESTAMP}, "
+                                 f"{limits.TIMESTAMP_MS_MAX}] (milliseconds since the epoch), "
+                                 f"got {value!r:.100}")
+    return int(value)
+
+
 def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_ms=None,
                  compression=None, producer_id: int = L.NO_PRODUCER_ID,
                  producer_epoch: int = L.NO_PRODUCER_EPOCH,
@@ -565,18 +575,21 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
     data = _join([value_column, key_column, header_keys, header_values])
 
     if timestamps is None:
-        first = now_ms() if timestamp_ms is None else int(timestamp_ms)
-        if first < L.NO_TIMESTAMP:
-            raise LocalProtocolError(f"timestamp_ms must be >= {L.NO_TIMESTAMP}, got {first}")
+        first = now_ms() if timestamp_ms is None else _timestamp(timestamp_ms)
         deltas = np.zeros(count, np.int64)
         maximum = first
     else:
-        stamps = np.asarray(timestamps, dtype=np.int64)
+        try:
+            stamps = np.asarray(timestamps, dtype=np.int64)
+        except (OverflowError, TypeError, ValueError) as error:
+            raise LocalProtocolError(f"timestamps must be integers in [{L.NO_TIMESTAMP}, "
+                                     f"{limits.TIMESTAMP_MS_MAX}] ({error})") from None
         if stamps.shape != (count,):
             raise LocalProtocolError(f"timestamps: shape {stamps.shape} for {count} records")
-        if stamps.min() < L.NO_TIMESTAMP:
-            raise LocalProtocolError(f"timestamps must be >= {L.NO_TIMESTAMP} (milliseconds "
-                                     f"since the epoch), got {int(stamps.min())}")
+        if count and (stamps.min() < L.NO_TIMESTAMP or stamps.max() > limits.TIMESTAMP_MS_MAX):
+            raise LocalProtocolError(f"timestamps must be in [{L.NO_TIMESTAMP}, "
+                                     f"{limits.TIMESTAMP_MS_MAX}] (milliseconds since the "
+                                     f"epoch), got {int(stamps.min())}..{int(stamps.max())}")
         first = int(stamps[0])
         deltas = stamps - first
         maximum = int(stamps.max())

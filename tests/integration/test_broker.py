@@ -117,6 +117,13 @@ def test_an_oversized_frame_is_refused_unread_and_the_broker_serves_others(data_
         assert _peak_resident_bytes(broker.process.pid) - peak_before < size // 4
 
 
+def test_a_data_directory_too_long_for_the_control_socket_is_refused_at_once(tmp_path):
+    data_dir = tmp_path / "parent" / ("d" * 107)
+    with pytest.raises(LocalProtocolError, match="choose a shorter data directory"):
+        Broker(str(data_dir))
+    assert not (tmp_path / "parent").exists()
+
+
 def test_a_second_broker_on_the_same_directory_is_refused(data_dir):
     with Broker(data_dir):
         second = subprocess.run([sys.executable, "-m", "shmlog", "broker", "--data-dir",

@@ -19,7 +19,7 @@ from shmlog import shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, shared_memory_prefix
 from shmlog.consumer import Consumer, OffsetAndTimestamp, TopicPartition
-from shmlog.errors import LocalProtocolError, UnknownTopicOrPartitionError
+from shmlog.errors import ClientClosedError, LocalProtocolError, UnknownTopicOrPartitionError
 from shmlog.producer import Producer
 
 TIMEOUT_S = 30
@@ -129,6 +129,22 @@ def test_clear_errors(broker):
         Consumer("missing", bootstrap=broker)
     with pytest.raises(LocalProtocolError):
         Consumer(bootstrap=broker, auto_offset_reset="sometimes")
+
+
+def test_polling_a_closed_consumer_says_it_is_closed(broker):
+    Admin(broker).create_topic("t")
+    produce(broker, "t", 3, partition=0)
+    # Edge values of the settings are valid.
+    consumer = Consumer("t", bootstrap=broker, auto_offset_reset="earliest",
+                        max_poll_records=np.int64(1), fetch_max_bytes=1, consumer_timeout_ms=0)
+    assert [r.offset for r in drain(consumer, 1)] == [0]
+    consumer.close()
+    consumer.close()                       # closing again does nothing
+    for poll in (consumer.poll, consumer.poll_batch):
+        with pytest.raises(ClientClosedError, match="consumer is closed"):
+            poll(timeout_ms=0)
+    with pytest.raises(ClientClosedError):
+        next(consumer)
 
 
 def test_a_position_deleted_by_retention_is_reset(tmp_path):

@@ -18,7 +18,8 @@ from helpers import all_records
 from shmlog import LogManager, shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, shared_memory_prefix
-from shmlog.errors import LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError
+from shmlog.errors import (ClientClosedError, LocalProtocolError, RecordTooLargeError,
+                           UnknownTopicOrPartitionError)
 from shmlog.producer import Producer, partition_for_key
 
 
@@ -160,8 +161,26 @@ def test_bad_input_fails_at_the_call(data_dir):
             with pytest.raises(RecordTooLargeError):
                 producer.send_batch("small", [b"x" * 600, b"y" * 600])
             assert producer.send("small", b"fine").get(timeout=30).offset == 0
-        with pytest.raises(LocalProtocolError, match="closed"):
+        with pytest.raises(ClientClosedError, match="producer is closed"):
             producer.send("small", b"late")
+
+
+def test_timestamps_beyond_what_a_batch_stores_are_refused_at_the_call(data_dir):
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("t")
+        # Edge values of the settings are valid.
+        with Producer(data_dir, linger_ms=0, batch_size=np.int64(0), max_block_ms=0,
+                      acks="all", compression="zstd") as producer:
+            for timestamp in (2**70, 2**63 - 1, -2, 1.5, True):
+                with pytest.raises(LocalProtocolError, match="timestamp_ms must be an integer"):
+                    producer.send("t", b"x", timestamp_ms=timestamp)
+                with pytest.raises(LocalProtocolError, match="timestamp"):
+                    producer.send_batch("t", [b"x"], timestamp_ms=timestamp)
+            # The largest storable timestamp, after the smallest: their delta fits.
+            producer.send("t", b"first", timestamp_ms=-1)
+            assert producer.send("t", b"last", timestamp_ms=2**63 - 2).get(timeout=30).offset == 1
+    assert [(r.value, r.timestamp) for r in logged(data_dir, "t", 1)[0]] == \
+        [(b"first", -1), (b"last", 2**63 - 2)]
 
 
 def test_batches_carry_the_producer_id_and_following_sequences(data_dir):

@@ -1,5 +1,6 @@
 """The ``shmlog`` command: dump prints segments and indexes, --verify finds damage,
-exit codes follow the convention (0 ok, 1 problem found, 2 usage).
+exit codes follow the convention (0 ok, 1 problem found, 2 usage), and a broker
+refuses a data directory too long for its control socket before creating anything.
 
 Method: write a real partition with the library, run ``python -m shmlog`` as a
 subprocess on its files, and check output and exit codes, before and after flipping
@@ -17,6 +18,7 @@ import pytest
 
 from helpers import flip_bits, values_batch
 from shmlog import batch_layout as B
+from shmlog.broker import SOCKET_PATH_LENGTH_MAX, shared_memory_prefix
 
 
 def shmlog(*arguments):
@@ -89,3 +91,13 @@ def test_a_file_that_is_not_a_segment_is_a_clear_error(tmp_path):
     done = shmlog("dump", str(stray))
     assert done.returncode == 1
     assert "not a segment file name" in done.stderr
+
+
+def test_a_data_directory_too_long_for_the_control_socket_is_refused_before_anything(tmp_path):
+    data_dir = tmp_path / "parent" / ("d" * SOCKET_PATH_LENGTH_MAX)
+    done = shmlog("broker", "--data-dir", str(data_dir))
+    assert done.returncode == 1
+    assert "choose a shorter data directory" in done.stderr
+    assert not (tmp_path / "parent").exists()
+    prefix = shared_memory_prefix(str(data_dir))
+    assert [name for name in os.listdir("/dev/shm") if name.startswith(prefix)] == []

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from helpers import all_records, values_batch
-from shmlog import LogManager
+from shmlog import LogManager, limits
 from shmlog.config import TopicConfig
 from shmlog.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError,
                            TopicExistsError, UnknownTopicOrPartitionError)
@@ -57,6 +57,8 @@ def test_invalid_partition_counts_are_rejected(manager, count):
     ({"min.cleanable.dirty.ratio": 1.5}, "min.cleanable.dirty.ratio"),
     ({"min.cleanable.dirty.ratio": "half"}, "expected a number"),
     ({"segment.bytes": "lots"}, "expected an integer"),
+    ({"max.message.bytes": 0}, "max.message.bytes"),
+    ({"max.message.bytes": limits.BATCH_SIZE_MIN - 1}, "max.message.bytes"),
 ])
 def test_invalid_configs_are_rejected(manager, overrides, message):
     with pytest.raises(InvalidConfigError, match=message):

@@ -226,6 +226,24 @@ def test_timestamps_as_numpy_array_and_default_timestamp():
     assert [record.timestamp for record in decode_records(batch)] == [123, 123]
 
 
+@pytest.mark.parametrize("timing", [{"timestamp_ms": 2**70}, {"timestamp_ms": 2**63 - 1},
+                                    {"timestamp_ms": -2}, {"timestamp_ms": 1.5},
+                                    {"timestamps": [0, 2**70]}, {"timestamps": [0, 2**63 - 1]},
+                                    {"timestamps": [0, -2]}, {"timestamps": ["x", 1]}])
+def test_timestamps_a_batch_cannot_store_are_refused(timing):
+    with pytest.raises(LocalProtocolError, match="timestamp"):
+        encode_batch([b"a", b"b"], **timing)
+
+
+def test_the_widest_storable_timestamps_round_trip():
+    stamps = [limits.TIMESTAMP_MS_MAX, -1, limits.TIMESTAMP_MS_MAX]
+    assert [record.timestamp for record in decode_records(
+        encode_batch([b"a", b"b", b"c"], timestamps=stamps))] == stamps
+    stamps = [-1, limits.TIMESTAMP_MS_MAX]
+    assert [record.timestamp for record in decode_records(
+        encode_batch([b"a", b"b"], timestamps=stamps))] == stamps
+
+
 def test_producer_fields_and_control_bit_reach_the_header():
     batch = encode_batch([b"a", b"b", b"c"], timestamp_ms=9, producer_id=2**40 + 3,
                          producer_epoch=17, base_sequence=12345, control=True)
