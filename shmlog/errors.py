@@ -21,6 +21,7 @@
     ├── RingFullError                 a ring stayed full for the whole wait
     ├── BrokerNotAvailableError       no broker answered in time
     ├── StorageError                  the log directory failed (disk full, I/O error)
+    ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -136,6 +137,11 @@ class OffsetOverflowError(ShmlogError):
 
 class StorageError(ShmlogError):
     """The log directory failed: disk full, permission denied, I/O error."""
+
+
+class BulkReaderUnavailableError(ShmlogError):
+    """The JVM bulk reader of ``shmlog.spark.bulk_read`` is not available (no JDK,
+    or its sources did not compile): read with ``format("shmlog")`` instead."""
 
 
 class GroupError(ShmlogError):

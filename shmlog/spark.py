@@ -50,13 +50,18 @@ Kafka's is.
 
 For batch jobs, :func:`bulk_read` reads through a JVM data source instead (see
 there), several times faster: every row of ``format("shmlog")`` crosses from a
-Python worker to the JVM.
+Python worker to the JVM. Its Java sources ship in the package (``shmlog/jvm``);
+:func:`session` compiles them once per PySpark version and caches the jar. Where
+that cannot be done (no JDK, a compile error), :func:`session` still works with
+``format("shmlog")``: it logs why once, and :func:`bulk_read` raises
+:class:`~shmlog.errors.BulkReaderUnavailableError` with that reason.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -80,10 +85,13 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 
 from .broker import default_data_dir, request
 from .consumer import Consumer, TopicPartition
-from .errors import LocalProtocolError, OffsetOutOfRangeError, ShmlogError
+from .errors import (BulkReaderUnavailableError, LocalProtocolError, OffsetOutOfRangeError,
+                     ShmlogError)
 from . import batch_layout as B
 from .producer import Producer, partition_for_key
 from .records import RecordColumns, gather_fields
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ShmlogDataSource", "register", "session", "bulk_read", "SCHEMA",
            "SCHEMA_WITH_HEADERS"]
@@ -584,19 +592,33 @@ class _StreamWriter(_Producing, DataSourceStreamArrowWriter):
 # --- the host-pinned bulk reader ----------------------------------------------------------------
 
 _BULK_SOURCE = "io.shmlog.spark.BulkSource"
+# Session settings: the bulk reader's class when the session has it, else why not.
+_BULK_SOURCE_SETTING = "spark.shmlog.bulkSource"
+_BULK_UNAVAILABLE_SETTING = "spark.shmlog.bulkUnavailable"
 _JVM_SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm")
 
 
-def bulk_jar() -> str | None:
-    """The bulk reader's jar, compiled against this PySpark's jars on first use and
-    cached (by source hash) under ``$SHMLOG_CACHE_DIR`` (default ~/.cache/shmlog);
-    None when there is no ``javac`` (a JRE without a JDK)."""
+def bulk_jar() -> str:
+    """The bulk reader's jar, compiled from the Java sources shipped in the package
+    against this PySpark's jars on first use, and cached (by source hash) under
+    ``$SHMLOG_CACHE_DIR`` (default ~/.cache/shmlog).
+
+    Raises
+    ------
+    BulkReaderUnavailableError
+        There is no ``javac`` (a JRE without a JDK), the sources are missing, or they
+        do not compile against this PySpark; the message says which.
+    """
     javac = (os.path.join(os.environ["JAVA_HOME"], "bin", "javac")
              if os.environ.get("JAVA_HOME") else shutil.which("javac"))
     if javac is None or not os.path.exists(javac):
-        return None
+        raise BulkReaderUnavailableError(
+            f"no javac at {javac}" if javac else "no javac on PATH (a JRE without a JDK)")
     sources = sorted(os.path.join(root, name) for root, _, names in os.walk(_JVM_SOURCES)
                      for name in names if name.endswith(".java"))
+    if not sources:
+        raise BulkReaderUnavailableError(f"no Java sources under {_JVM_SOURCES}: this "
+                                         f"installation of shmlog is incomplete")
     digest = hashlib.sha256(pyspark.__version__.encode())
     for path in sources:
         with open(path, "rb") as source:
@@ -609,10 +631,14 @@ def bulk_jar() -> str | None:
     os.makedirs(cache, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as classes:
         classpath = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
-        compiled = subprocess.run([javac, "-nowarn", "-d", classes, "-cp", classpath, *sources],
-                                  capture_output=True, text=True)
+        try:
+            compiled = subprocess.run([javac, "-nowarn", "-d", classes, "-cp", classpath,
+                                       *sources], capture_output=True, text=True)
+        except OSError as error:
+            raise BulkReaderUnavailableError(f"cannot run {javac}: {error}") from None
         if compiled.returncode != 0:
-            raise ShmlogError(f"compiling the bulk reader failed:\n{compiled.stderr}")
+            raise BulkReaderUnavailableError(
+                f"{javac} failed with status {compiled.returncode}:\n{compiled.stderr.strip()}")
         partial = jar + f".{os.getpid()}.tmp"
         with zipfile.ZipFile(partial, "w") as archive:
             for root, _, names in os.walk(classes):
@@ -632,15 +658,21 @@ def bulk_read(spark, **options):
 
     Raises
     ------
+    BulkReaderUnavailableError
+        The session has no bulk reader (the message says why).
     ShmlogError
-        The session has no bulk reader (no JDK), or headers were asked for.
+        Headers were asked for.
     """
     parsed = _Options.parse(options)
     if parsed.include_headers:
         raise ShmlogError("the bulk reader has no headers column; use format('shmlog')")
-    if _BULK_SOURCE not in spark.conf.get("spark.shmlog.bulkSource", ""):
-        raise ShmlogError("this Spark session has no shmlog bulk reader: create it with "
-                          "shmlog.spark.session() on a machine with a JDK (javac)")
+    if _BULK_SOURCE not in spark.conf.get(_BULK_SOURCE_SETTING, ""):
+        reason = spark.conf.get(_BULK_UNAVAILABLE_SETTING, "") or \
+            "the session was not made by shmlog.spark.session()"
+        raise BulkReaderUnavailableError(
+            f"this Spark session has no shmlog bulk reader ({reason}); read with "
+            f"spark.read.format('shmlog') instead, or create the session with "
+            f"shmlog.spark.session() on a machine with a JDK (javac)")
     directories = {(entry["name"], part["partition"]): part["directory"]
                    for entry in request(parsed.bootstrap, "metadata")["topics"]
                    for part in entry["partitions"]}
@@ -658,9 +690,27 @@ def register(spark) -> None:
     spark.dataSource.register(ShmlogDataSource)
 
 
+_bulk_jar_failure: list[BulkReaderUnavailableError] = []
+
+
+def _bulk_jar_once() -> str:
+    """:func:`bulk_jar`, but a failure is logged and remembered: it is tried (and
+    explained) once per process, not on every session."""
+    if _bulk_jar_failure:
+        raise _bulk_jar_failure[0]
+    try:
+        return bulk_jar()
+    except BulkReaderUnavailableError as error:
+        log.warning("the shmlog bulk reader is unavailable, so bulk_read() will fail; "
+                    "format('shmlog') works: %s", error)
+        _bulk_jar_failure.append(error)
+        raise
+
+
 def session(master: str = "local[2]", app_name: str = "shmlog", **conf):
     """A Spark session with ``format("shmlog")`` registered, whose Python workers run
-    this interpreter (and find the same compiled-kernel cache).
+    this interpreter (and find the same compiled-kernel cache), and with the bulk
+    reader of :func:`bulk_read` when it can be compiled (a warning says why not).
 
     Raises
     ------
@@ -677,10 +727,13 @@ def session(master: str = "local[2]", app_name: str = "shmlog", **conf):
                 "spark.sql.shuffle.partitions": "4"}
     if os.environ.get("NUMBA_CACHE_DIR"):
         settings["spark.executorEnv.NUMBA_CACHE_DIR"] = os.environ["NUMBA_CACHE_DIR"]
-    jar = bulk_jar()
-    if jar is not None:
+    try:
+        jar = _bulk_jar_once()
+    except BulkReaderUnavailableError as error:
+        settings[_BULK_UNAVAILABLE_SETTING] = str(error).splitlines()[0]
+    else:
         settings["spark.jars"] = ",".join(filter(None, [conf.pop("spark.jars", None), jar]))
-        settings["spark.shmlog.bulkSource"] = _BULK_SOURCE
+        settings[_BULK_SOURCE_SETTING] = _BULK_SOURCE
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -1,16 +1,24 @@
 """The host-pinned bulk reader (``shmlog.spark.bulk_read``, a JVM data source)
 returns what ``format("shmlog")`` returns, reads only the columns a query uses,
 refuses a range stored on another host, fails on a corrupt batch, steps over the
-offsets compaction removed, and waits out a compaction swap.
+offsets compaction removed, and waits out a compaction swap. Where the reader cannot
+be compiled, a session still reads with ``format("shmlog")``, says why once, and
+``bulk_read`` raises ``BulkReaderUnavailableError`` with the reason.
 
 Method: the same records (plain and zstd batches, null keys and values) are read
-both ways and compared; the other host and the corruption are made by hand.
+both ways and compared; the other host and the corruption are made by hand. A JDK
+whose javac fails is a directory of our own (its java links to the real one), given
+to a fresh Spark in a subprocess as JAVA_HOME, with an empty jar cache.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -21,7 +29,8 @@ from pyspark.errors import PySparkException
 from shmlog import Admin, Broker, Consumer, Producer, TopicPartition, shared_memory
 from shmlog.broker import shared_memory_prefix
 from shmlog.segments import SWAP_MANIFEST_FILE
-from shmlog.spark import bulk_read
+from shmlog.errors import BulkReaderUnavailableError
+from shmlog.spark import bulk_jar, bulk_read
 
 TIMEOUT_S = 60
 
@@ -173,3 +182,50 @@ def test_the_bulk_reader_waits_out_a_compaction_swap(spark, broker):
         assert count == 2500
     finally:
         swap.join(timeout=TIMEOUT_S)
+
+
+def test_without_javac_the_bulk_reader_is_unavailable_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jre-only"))
+    with pytest.raises(BulkReaderUnavailableError, match="no javac at .*jre-only"):
+        bulk_jar()
+
+
+WITHOUT_BULK_READER = textwrap.dedent("""
+    import json, logging, sys
+    from shmlog.errors import BulkReaderUnavailableError
+    from shmlog.spark import bulk_read, session
+    logging.basicConfig(level=logging.WARNING)
+    spark = session("local[1]", "shmlog-no-bulk-reader")
+    again = session("local[1]", "shmlog-no-bulk-reader")
+    try:
+        options = {"bootstrap": sys.argv[1], "subscribe": "bulk", "startingOffsets": "earliest"}
+        count = spark.read.format("shmlog").options(**options).load().count()
+        try:
+            bulk_read(again, **options)
+            refusal = None
+        except BulkReaderUnavailableError as error:
+            refusal = str(error)
+    finally:
+        spark.stop()
+    print(json.dumps({"count": count, "refusal": refusal}))
+""")
+
+
+def test_a_session_without_the_bulk_reader_reads_and_says_why_once(broker, tmp_path):
+    fill(broker)
+    jdk = tmp_path / "broken-jdk" / "bin"
+    jdk.mkdir(parents=True)
+    (jdk / "java").symlink_to(os.path.realpath(shutil.which("java")))
+    (jdk / "javac").write_text("#!/bin/sh\necho 'error: this javac is broken' >&2\nexit 2\n")
+    (jdk / "javac").chmod(0o755)
+    variables = {**os.environ, "JAVA_HOME": str(jdk.parent),
+                 "SHMLOG_CACHE_DIR": str(tmp_path / "jars")}
+    done = subprocess.run([sys.executable, "-c", WITHOUT_BULK_READER, broker], env=variables,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["count"] == 2500
+    assert "failed with status 2" in result["refusal"]
+    assert "format('shmlog')" in result["refusal"]
+    assert done.stderr.count("the shmlog bulk reader is unavailable") == 1
+    assert "this javac is broken" in done.stderr
