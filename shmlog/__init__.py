@@ -35,6 +35,7 @@ from .errors import (CommitFailedError, CorruptRecordError, CorruptSegmentError,
                      OffsetOutOfRangeError, OffsetOverflowError, PeerProtocolError,
                      CorruptRingError, RecordTooLargeError, RingFullError, ShmlogError,
                      StorageError, TopicExistsError, UnknownTopicOrPartitionError)
+from .errors import BulkReaderUnavailableError, ClientClosedError
 from .log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
 from .producer import BatchMetadata, Producer, RecordMetadata
 from .records import Record, RecordColumns, decode_columns, decode_records, encode_batch
@@ -56,4 +57,5 @@ __all__ = [
     "OffsetOutOfRangeError", "CorruptRecordError", "TopicExistsError",
     "UnknownTopicOrPartitionError", "CorruptSegmentError", "OffsetOverflowError",
     "StorageError", "DataDirectoryInUseError", "CorruptRingError", "RingFullError",
+    "ClientClosedError", "BulkReaderUnavailableError",
 ]

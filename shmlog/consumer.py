@@ -38,8 +38,8 @@ from typing import Iterable, Mapping, NamedTuple
 
 from . import limits, settings
 from .broker import default_data_dir, request
-from .errors import (ClientClosedError, CommitFailedError, LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
-                     UnknownTopicOrPartitionError)
+from .errors import (ClientClosedError, CommitFailedError, LocalProtocolError,
+                     OffsetOutOfRangeError, ShmlogError, UnknownTopicOrPartitionError)
 from .groups import GroupMember, MemberConfig
 from .reader import PartitionReader
 from .records import Record, RecordColumns, decode_columns

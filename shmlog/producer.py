@@ -32,11 +32,12 @@ from . import batch_layout as B
 from . import limits, settings
 from .appender import SEQUENCE_MODULUS, CompletionCode
 from .broker import default_data_dir, request
-from .errors import (ClientClosedError, CorruptRecordError, LocalProtocolError, OutOfOrderSequenceError,
-                     RecordTooLargeError,
+from .errors import (ClientClosedError, CorruptRecordError, LocalProtocolError,
+                     OutOfOrderSequenceError, RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
 from .jit import kernel
-from .records import Compression, append_record, encode_batch, encode_headers, seal_batch
+from .records import (Compression, append_record, check_timestamp, encode_batch,
+                      encode_headers, seal_batch)
 from .ring import Ring
 from .ring_layout import check_capacity
 from .state import PartitionStateTable
@@ -350,13 +351,8 @@ class Producer:
                                       f"max.message.bytes ({route.limit})")
         if timestamp_ms is None:
             timestamp = time.time_ns() // 1_000_000
-        elif isinstance(timestamp_ms, (int, np.integer)) and not isinstance(timestamp_ms, bool) \
-                and B.NO_TIMESTAMP <= timestamp_ms <= limits.TIMESTAMP_MS_MAX:
-            timestamp = int(timestamp_ms)
         else:
-            raise LocalProtocolError(f"timestamp_ms must be an integer in [{B.NO_TIMESTAMP}, "
-                                     f"{limits.TIMESTAMP_MS_MAX}] (milliseconds since the "
-                                     f"epoch), got {timestamp_ms!r:.100}")
+            timestamp = check_timestamp(timestamp_ms)
         with self._lock:
             self._check_open()
             if type(partition) is not int or not 0 <= partition < len(route.rows):

@@ -41,7 +41,8 @@ from .jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, st
 
 __all__ = [
     "BatchStatus", "BatchInfo", "Record", "RecordColumns", "Compression",
-    "encode_batch", "validate_batches", "iter_batches", "decode_columns", "decode_records",
+    "encode_batch", "check_timestamp", "validate_batches", "iter_batches", "decode_columns",
+    "decode_records",
 ]
 
 
@@ -520,8 +521,14 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _timestamp(value) -> int:
-    """A record timestamp given by the caller: an integer in the range a batch stores."""
+def check_timestamp(value) -> int:
+    """A record timestamp given by the caller: an integer in the range a batch stores.
+
+    Raises
+    ------
+    LocalProtocolError
+        Not an integer, or outside ``[NO_TIMESTAMP, limits.TIMESTAMP_MS_MAX]``.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
             not L.NO_TIMESTAMP <= value <= limits.TIMESTAMP_MS_MAX:
         raise LocalProtocolError(f"timestamp_ms must be an integer in [{L.NO_TIMESTAMP}, "
@@ -575,7 +582,7 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
     data = _join([value_column, key_column, header_keys, header_values])
 
     if timestamps is None:
-        first = now_ms() if timestamp_ms is None else _timestamp(timestamp_ms)
+        first = now_ms() if timestamp_ms is None else check_timestamp(timestamp_ms)
         deltas = np.zeros(count, np.int64)
         maximum = first
     else:
