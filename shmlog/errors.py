@@ -50,7 +50,8 @@ class PeerProtocolError(ShmlogError):
 
 
 class InvalidTopicError(LocalProtocolError):
-    """A topic name breaks Kafka's naming rules."""
+    """A topic name breaks Kafka's naming rules, or names an internal topic where a
+    producer may not write (Kafka's InvalidTopicException)."""
 
 
 class InvalidPartitionsError(LocalProtocolError):

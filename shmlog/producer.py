@@ -15,6 +15,15 @@ round trip, no syscall. A future's ``get()`` harvests them.
 Keyed records go to ``murmur2(key) % partitions``, Kafka's default, so a key lands
 on the same partition number as with Kafka; unkeyed records stick to one partition
 until its batch ships, then move on (Kafka's sticky partitioner).
+
+Routes: every batch is put into the ring addressed to its partition's row in the
+broker's state table and to the partition's identity (topic key and number), both
+from the broker's metadata, cached per topic. The broker appends a batch only to
+the partition its identity names; a batch for a topic that was deleted (or deleted
+and created again: a new topic id) comes back ``UNKNOWN_PARTITION``, which fails
+its futures with :class:`UnknownTopicOrPartitionError` and drops the topic's cached
+metadata, so the next send reads it again. Internal topics (``__consumer_offsets``)
+are the broker's own: sending to one is refused here, as Kafka's broker does.
 """
 
 from __future__ import annotations
@@ -32,13 +41,14 @@ from . import batch_layout as B
 from . import limits
 from .appender import SEQUENCE_MODULUS, CompletionCode
 from .broker import default_data_dir, request
-from .errors import (CorruptRecordError, LocalProtocolError, OutOfOrderSequenceError,
-                     RecordTooLargeError,
+from .errors import (CorruptRecordError, InvalidTopicError, LocalProtocolError,
+                     OutOfOrderSequenceError, RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
+from .groups import OFFSETS_TOPIC
 from .jit import kernel
 from .records import Compression, append_record, encode_batch, encode_headers, seal_batch
-from .ring import Ring
-from .state import PartitionStateTable
+from .ring import Destination, Ring
+from .state import PartitionStateTable, topic_key
 
 __all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata", "murmur2"]
 
@@ -120,6 +130,8 @@ def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
         return RecordTooLargeError(f"the broker refused a batch for {where}: too large")
     if code == CompletionCode.STORAGE_ERROR:
         return StorageError(f"the broker could not write {where} (see its log)")
+    if code == CompletionCode.INTERNAL_TOPIC:
+        return InvalidTopicError(f"cannot append to internal topic {topic!r}")
     if code == CompletionCode.OUT_OF_ORDER_SEQUENCE:
         return OutOfOrderSequenceError(f"the broker expected another sequence number for "
                                        f"{where}: batches were lost or reordered")
@@ -131,12 +143,13 @@ class _Batch:
     """One partition's batch: ``send`` encodes records into ``buffer`` as they come
     (compiled, one call per record), so shipping only seals the header."""
 
-    __slots__ = ("topic", "partition", "row", "buffer", "position", "count",
+    __slots__ = ("topic", "partition", "destination", "buffer", "position", "count",
                  "first_timestamp", "max_timestamp", "started", "entry", "result", "error",
                  "log_append_time")
 
-    def __init__(self, topic: str, partition: int, row: int, capacity: int = 0):
-        self.topic, self.partition, self.row = topic, partition, row
+    def __init__(self, topic: str, partition: int, destination: Destination,
+                 capacity: int = 0):
+        self.topic, self.partition, self.destination = topic, partition, destination
         self.buffer = np.empty(capacity, np.uint8) if capacity else None
         self.position = B.HEADER_LENGTH
         self.count = 0
@@ -153,8 +166,9 @@ class _Batch:
 
 
 class _Route(NamedTuple):
-    """What ``send`` needs of a topic: its partitions' rows and the largest batch."""
-    rows: list
+    """What ``send`` needs of a topic: where each partition's batches go (by
+    partition number) and the largest batch."""
+    destinations: list
     limit: int                 # min(max.message.bytes, segment.bytes)
 
 
@@ -249,6 +263,7 @@ class Producer:
         self.compression = Compression.parse(compression)
         self.linger_ms, self.batch_size, self.max_block_ms = linger_ms, batch_size, max_block_ms
         metadata = request(self.data_dir, "metadata")
+        self._broker_epoch = metadata["broker_epoch"]
         self._topics = {topic["name"]: topic for topic in metadata["topics"]}
         self._routes: dict[str, _Route] = {}
         # Rung after every put: the broker may be asleep on it.
@@ -290,11 +305,30 @@ class Producer:
     def _route(self, topic: str) -> _Route:
         route = self._routes.get(topic)
         if route is None:
+            if topic == OFFSETS_TOPIC:
+                raise InvalidTopicError(f"cannot append to internal topic {topic!r}: only the "
+                                        f"broker writes it (commit offsets through a Consumer)")
             metadata = self._topic(topic)
+            key = topic_key(metadata["topic_id"])
             route = self._routes[topic] = _Route(
-                [entry["row"] for entry in metadata["partitions"]],
+                [Destination(entry["row"], key, entry["partition"])
+                 for entry in metadata["partitions"]],
                 min(metadata["config"]["max.message.bytes"], metadata["config"]["segment.bytes"]))
         return route
+
+    def _forget_topic(self, topic: str) -> None:
+        """The broker hosts the topic no more (lock held): drop what we knew of it,
+        so the next send reads its metadata again, and fail the batches still
+        gathering for it; a topic created again under the name starts afresh."""
+        self._topics.pop(topic, None)
+        self._routes.pop(topic, None)
+        self._sticky.pop(topic, None)
+        for key in [key for key in self._sequences if key[0] == topic]:
+            del self._sequences[key]
+        for key, batch in [item for item in self._pending.items() if item[0][0] == topic]:
+            del self._pending[key]
+            batch.buffer = None
+            batch.error = _completion_error(CompletionCode.UNKNOWN_PARTITION, *key)
 
     def partitions_for(self, topic: str) -> list[int]:
         return [entry["partition"] for entry in self._topic(topic)["partitions"]]
@@ -325,6 +359,8 @@ class Producer:
         RecordTooLargeError
             The record alone exceeds the topic's max.message.bytes.
         UnknownTopicOrPartitionError
+        InvalidTopicError
+            ``topic`` is internal (``__consumer_offsets``).
         """
         # The common cases first: this runs once per record.
         route = self._routes.get(topic) or self._route(topic)
@@ -350,8 +386,8 @@ class Producer:
                                      f"got {timestamp_ms!r}")
         with self._lock:
             self._check_open()
-            if type(partition) is not int or not 0 <= partition < len(route.rows):
-                partition = self._choose(topic, len(route.rows),
+            if type(partition) is not int or not 0 <= partition < len(route.destinations):
+                partition = self._choose(topic, len(route.destinations),
                                          key if key_length >= 0 else None, partition)
             batch = self._pending.get((topic, partition))
             if batch is not None and (batch.position + size > len(batch.buffer)
@@ -363,7 +399,7 @@ class Producer:
                 # says; a record larger than batch_size gets a batch of its own.
                 capacity = max(min(self.batch_size, route.limit), B.HEADER_LENGTH + size)
                 batch = self._pending[(topic, partition)] = _Batch(
-                    topic, partition, route.rows[partition], capacity)
+                    topic, partition, route.destinations[partition], capacity)
                 if self.linger_ms and len(self._pending) == 1:
                     self._wake.notify()                # the linger thread waits for one
                 batch.first_timestamp = batch.max_timestamp = timestamp
@@ -392,7 +428,7 @@ class Producer:
 
         Raises
         ------
-        LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError
+        LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError, InvalidTopicError
         """
         first_key = None
         if isinstance(keys, np.ndarray) and len(keys):
@@ -403,7 +439,7 @@ class Producer:
             self._check_open()
             route = self._route(topic)
             sticky = partition is None and first_key is None
-            partition = self._choose(topic, len(route.rows), first_key, partition)
+            partition = self._choose(topic, len(route.destinations), first_key, partition)
             count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
             encoded = encode_batch(values, keys, headers, timestamp_ms=timestamp_ms,
                                    compression=self.compression,
@@ -412,7 +448,7 @@ class Producer:
                 raise RecordTooLargeError(f"a batch of {encoded.size} bytes exceeds {topic}'s "
                                           f"max.message.bytes ({route.limit}); send fewer "
                                           f"records")
-            batch = _Batch(topic, partition, route.rows[partition])
+            batch = _Batch(topic, partition, route.destinations[partition])
             batch.first_timestamp = int(
                 encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8].view("<i8")[0])
             self._put(batch, encoded, count)
@@ -446,7 +482,7 @@ class Producer:
 
     def _put(self, batch: _Batch, encoded: np.ndarray, count: int) -> None:
         batch.count = count
-        batch.entry = self.ring.put(batch.row, encoded, timeout_ms=self.max_block_ms)
+        batch.entry = self.ring.put(batch.destination, encoded, timeout_ms=self.max_block_ms)
         self._table.appender_doorbell.ring()
         key = (batch.topic, batch.partition)
         self._sequences[key] = (self._sequences.get(key, 0) + count) % SEQUENCE_MODULUS
@@ -471,6 +507,8 @@ class Producer:
                     batch.log_append_time if batch.log_append_time >= 0 else batch.first_timestamp)
             else:
                 batch.error = _completion_error(-result, batch.topic, batch.partition)
+                if -result == CompletionCode.UNKNOWN_PARTITION:
+                    self._forget_topic(batch.topic)
 
     def _settle(self, batch: _Batch, wait_s: float | None) -> bool:
         """Ship the batch if still gathering, then wait for its completion. While
@@ -501,15 +539,20 @@ class Producer:
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name,
                                    timeout_ms=RESUME_REQUEST_MS)
-            table = PartitionStateTable.attach(
-                request(self.data_dir, "metadata", topics=[],
-                        timeout_ms=RESUME_REQUEST_MS)["state_table"])
+            metadata = request(self.data_dir, "metadata", topics=[],
+                               timeout_ms=RESUME_REQUEST_MS)
+            table = PartitionStateTable.attach(metadata["state_table"])
         except ShmlogError:
             return                      # no broker yet: keep waiting
         with self._lock:
             if self.producer_id >= 0:
                 self.producer_id = registration["producer_id"]
             self._table, old = table, self._table     # a new broker has a new table
+            if metadata["broker_epoch"] != self._broker_epoch:
+                # A new broker may have handed out other rows: batches addressed to
+                # the old ones still land right (by identity), but slowly.
+                self._broker_epoch = metadata["broker_epoch"]
+                self._topics, self._routes = {}, {}
         old.close()
 
     def flush(self, timeout: float | None = None) -> None:

@@ -1,6 +1,8 @@
 """The Producer against a real broker: futures resolve to the offsets the records
 got, keys land on Kafka's partitions, batches go through in one piece, a lone record
-ships after linger.ms without a flush, and bad input fails at the call.
+ships after linger.ms without a flush, bad input fails at the call, and a record
+lands only in the topic it was sent to, even after that topic was deleted and its
+row in the broker's state table was given to another.
 
 Method: ``Broker`` runs the real broker as a child process on a temporary data
 directory; the records are checked in the logs after the broker stopped.
@@ -18,7 +20,8 @@ from helpers import all_records
 from shmlog import LogManager, shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, shared_memory_prefix
-from shmlog.errors import LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError
+from shmlog.errors import (InvalidTopicError, LocalProtocolError, RecordTooLargeError,
+                           UnknownTopicOrPartitionError)
 from shmlog.producer import Producer, partition_for_key
 
 
@@ -193,3 +196,56 @@ def test_batches_stay_under_the_topics_size_limit(data_dir):
             futures = [producer.send("small", b"%04d" % number, partition=0)
                        for number in range(2000)]
             assert [future.get(timeout=30).offset for future in futures] == list(range(2000))
+
+
+def test_a_send_to_a_deleted_topic_fails_and_never_lands_in_the_next_topic(data_dir):
+    """The issue's scenario: b takes the row a had; the producer's route to a is stale."""
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("a")
+        with Producer(data_dir) as producer:
+            assert producer.send("a", b"to a").get(timeout=30).offset == 0
+            row = admin.describe_topic("a")["partitions"][0]["row"]
+            admin.delete_topic("a")
+            admin.create_topic("b")
+            assert admin.describe_topic("b")["partitions"][0]["row"] == row, "b took a's row"
+            with pytest.raises(UnknownTopicOrPartitionError):
+                producer.send("a", b"sent after a was deleted").get(timeout=30)
+            with pytest.raises(UnknownTopicOrPartitionError, match="unknown topic 'a'"):
+                producer.send("a", b"the route was read again")
+            assert producer.send("b", b"to b").get(timeout=30).offset == 0
+    assert [r.value for r in logged(data_dir, "b", 1)[0]] == [b"to b"]
+
+
+def test_a_send_to_a_recreated_topic_goes_to_the_new_one(data_dir):
+    from shmlog.records import iter_batches
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("a")
+        with Producer(data_dir) as producer:
+            for number in range(3):
+                producer.send("a", b"old %d" % number, partition=0).get(timeout=30)
+            admin.delete_topic("a")
+            admin.create_topic("a", 2)
+            with pytest.raises(UnknownTopicOrPartitionError):
+                producer.send("a", b"to the deleted a", partition=0).get(timeout=30)
+            assert producer.partitions_for("a") == [0, 1]
+            metadata = [producer.send("a", b"new %d" % number, partition=0).get(timeout=30)
+                        for number in range(2)]
+    assert [(m.topic, m.partition, m.offset) for m in metadata] == [("a", 0, 0), ("a", 0, 1)]
+    assert [r.value for r in logged(data_dir, "a", 2)[0]] == [b"new 0", b"new 1"]
+    with LogManager(data_dir) as logs:
+        batches = list(iter_batches(logs.partition_log("a", 0).read(0, max_bytes=1 << 20).data))
+    assert [b.base_sequence for b in batches] == [0, 1], "fresh sequences for the new topic"
+
+
+def test_producing_to_the_offsets_topic_is_refused(data_dir):
+    """Kafka: "Cannot append to internal topic"; only the broker writes commits."""
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("t")
+        with Producer(data_dir) as producer:
+            with pytest.raises(InvalidTopicError, match="internal topic"):
+                producer.send("__consumer_offsets", b"forged", key=b"group")
+            with pytest.raises(InvalidTopicError, match="internal topic"):
+                producer.send_batch("__consumer_offsets", [b"forged"])
+            assert producer.send("t", b"fine").get(timeout=30).offset == 0
