@@ -33,13 +33,18 @@ that one entry through :meth:`PartitionLog.append` (or refuses it), refreshes th
 partition's arrays and calls the loop again. Per-record work never happens in Python.
 
 Idempotent producers: a batch with a producer id carries the per-partition
-sequence number of its first record. The appender remembers, per (partition,
-producer id), the last batch's first sequence and base offset and the next
-sequence expected. A batch whose first sequence equals the last batch's is a
-re-send of it (a broker died after appending it but before acknowledging it, and
-the new broker found it still in the ring): it is acknowledged with the original
-base offset and not appended again. A sequence that is neither is out of order.
-The memory is rebuilt from the active segment when a partition is opened.
+sequence number of its first record, and the producer's epoch. The appender
+remembers, per (partition, producer id), the last appended batch's epoch, first
+sequence and base offset and the next sequence expected. Under the same epoch, a
+batch whose first sequence equals the last batch's is a re-send of it (a broker
+died after appending it but before acknowledging it, and the new broker found it
+still in the ring): it is acknowledged with the original base offset and not
+appended again; a sequence that is neither is out of order. A higher epoch must
+start again at sequence 0 (KIP-360: a producer whose batch was refused bumps its
+epoch and resets the partition's sequence once nothing of it is in flight, since
+the refused batch left a gap); a lower epoch is fenced (``INVALID_PRODUCER_EPOCH``).
+A refused batch changes nothing remembered. The memory is rebuilt from the active
+segment when a partition is opened.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from . import ring_layout as R
 from .atomics import py_fence, py_store_release, store_release
 from .errors import (CorruptRecordError, CorruptRingError, RecordTooLargeError, StorageError,
                      UnknownTopicOrPartitionError)
-from .jit import kernel, load_i32, load_i64, load_u16, load_u32
+from .jit import kernel, load_i16, load_i32, load_i64, load_u16, load_u32
 from .log_manager import LogManager
 from .records import _check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Destination, Ring, complete_entry, next_entry
@@ -80,6 +85,7 @@ class CompletionCode(enum.IntEnum):
     NOT_ONE_BATCH = 103        # the entry holds bytes beyond its one batch
     OUT_OF_ORDER_SEQUENCE = 104  # an idempotent producer skipped or reordered a sequence
     INTERNAL_TOPIC = 105       # producers may not append to an internal topic (as in Kafka)
+    INVALID_PRODUCER_EPOCH = 106  # older than an epoch the producer id already appended with
 
 
 # drain results
@@ -132,16 +138,21 @@ def _finish_at(words, completions, rings, ring, entry_number, result, head, time
 _SEQUENCE_NEW = 0             # append, then remember
 _SEQUENCE_DUPLICATE = 1       # acknowledge with the remembered base offset
 _SEQUENCE_OUT_OF_ORDER = 2
+_SEQUENCE_FENCED = 3          # an epoch older than the remembered one
 SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
 
 
 @kernel
-def _check_sequence(sequences, tag, producer_id, base_sequence):
+def _check_sequence(sequences, tag, producer_id, producer_epoch, base_sequence):
     """(verdict, base offset to acknowledge a duplicate with)."""
     key = (tag, producer_id)
     if producer_id < 0 or key not in sequences:
         return _SEQUENCE_NEW, -1
-    last_sequence, last_base_offset, next_sequence = sequences[key]
+    epoch, last_sequence, last_base_offset, next_sequence = sequences[key]
+    if producer_epoch < epoch:
+        return _SEQUENCE_FENCED, -1
+    if producer_epoch > epoch:
+        return (_SEQUENCE_NEW if base_sequence == 0 else _SEQUENCE_OUT_OF_ORDER), -1
     if base_sequence == last_sequence:
         return _SEQUENCE_DUPLICATE, last_base_offset
     if base_sequence != next_sequence:
@@ -150,10 +161,21 @@ def _check_sequence(sequences, tag, producer_id, base_sequence):
 
 
 @kernel
-def _remember_sequence(sequences, tag, producer_id, base_sequence, base_offset, record_count):
+def _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence, base_offset,
+                       record_count):
     if producer_id >= 0:
-        sequences[(tag, producer_id)] = (base_sequence, base_offset,
+        sequences[(tag, producer_id)] = (producer_epoch, base_sequence, base_offset,
                                          (base_sequence + record_count) % SEQUENCE_MODULUS)
+
+
+@kernel
+def _sequence_refusal(verdict):
+    """The completion result of a batch its sequence keeps out (0: none)."""
+    if verdict == _SEQUENCE_OUT_OF_ORDER:
+        return -CompletionCode.OUT_OF_ORDER_SEQUENCE.value
+    if verdict == _SEQUENCE_FENCED:
+        return -CompletionCode.INVALID_PRODUCER_EPOCH.value
+    return 0
 
 
 @kernel
@@ -165,6 +187,7 @@ def _rebuild_sequences(log, end, tag, sequences):
         if length < B.HEADER_LENGTH or length > end - position:
             return
         _remember_sequence(sequences, tag, load_i64(log, position + B.PRODUCER_ID_OFFSET),
+                           np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET)),
                            np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
                            load_i64(log, position + B.BASE_OFFSET_OFFSET),
                            np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)) + 1)
@@ -222,15 +245,16 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                         -CompletionCode.RECORD_TOO_LARGE.value, head)
                 continue
             producer_id = load_i64(data, start + B.PRODUCER_ID_OFFSET)
+            producer_epoch = np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET))
             base_sequence = np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET))
             verdict, duplicate_offset = _check_sequence(sequences, tag, producer_id,
-                                                        base_sequence)
+                                                        producer_epoch, base_sequence)
             if verdict == _SEQUENCE_DUPLICATE:
                 _finish(words, ring_completions[ring], rings, ring, number, duplicate_offset, head)
                 continue
-            if verdict == _SEQUENCE_OUT_OF_ORDER:
+            if verdict != _SEQUENCE_NEW:
                 _finish(words, ring_completions[ring], rings, ring, number,
-                        -CompletionCode.OUT_OF_ORDER_SEQUENCE.value, head)
+                        _sequence_refusal(verdict), head)
                 continue
             codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
             state = segment_states[tag]
@@ -248,8 +272,8 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                         touched[0] += 1
                         touched[touched[0]] = tag
                     appended[tag] += state[_NEXT_OFFSET] - base_offset   # from the log copy
-                    _remember_sequence(sequences, tag, producer_id, base_sequence, base_offset,
-                                       state[_NEXT_OFFSET] - base_offset)
+                    _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence,
+                                       base_offset, state[_NEXT_OFFSET] - base_offset)
                     _finish(words, ring_completions[ring], rings, ring, number, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
                     publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
@@ -304,9 +328,10 @@ class Appender:
         self._report = np.zeros(_REPORT_LENGTH, np.int64)
         # Partitions the compiled loop appended to: a count, then their tags.
         self._touched = np.zeros(capacity + 1, np.int64)
-        # (tag, producer id) -> (last batch's first sequence, its base offset, next sequence)
+        # (tag, producer id) -> (last batch's epoch, its first sequence, its base offset,
+        # next sequence)
         self._sequences = Dict.empty(key_type=types.UniTuple(types.int64, 2),
-                                     value_type=types.UniTuple(types.int64, 3))
+                                     value_type=types.UniTuple(types.int64, 4))
 
     # -- partitions ------------------------------------------------------------------
     def register_partition(self, topic: str, partition: int, tag: int | None = None) -> int:
@@ -479,13 +504,14 @@ class Appender:
         header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
             if batch.size >= B.HEADER_LENGTH else None
         producer_id = int(header["producer_id"]) if header is not None else -1
+        producer_epoch = int(header["producer_epoch"]) if header is not None else -1
         base_sequence = int(header["base_sequence"]) if header is not None else -1
         verdict, duplicate_offset = _check_sequence(self._sequences, tag, producer_id,
-                                                    base_sequence)
+                                                    producer_epoch, base_sequence)
         if verdict == _SEQUENCE_DUPLICATE:
             return int(duplicate_offset), -1
-        if verdict == _SEQUENCE_OUT_OF_ORDER:
-            return -CompletionCode.OUT_OF_ORDER_SEQUENCE, -1
+        if verdict != _SEQUENCE_NEW:
+            return int(_sequence_refusal(verdict)), -1
         try:
             appended = partition_log.append(batch)
         except CorruptRecordError as error:
@@ -495,7 +521,7 @@ class Appender:
         except StorageError:
             log.exception("append to %s failed", partition_log.directory)
             return -CompletionCode.STORAGE_ERROR, -1
-        _remember_sequence(self._sequences, tag, producer_id, base_sequence,
+        _remember_sequence(self._sequences, tag, producer_id, producer_epoch, base_sequence,
                            appended.base_offset, appended.last_offset - appended.base_offset + 1)
         return appended.base_offset, appended.log_append_time
 

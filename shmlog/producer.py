@@ -24,10 +24,23 @@ and created again: a new topic id) comes back ``UNKNOWN_PARTITION``, which fails
 its futures with :class:`UnknownTopicOrPartitionError` and drops the topic's cached
 metadata, so the next send reads it again. Internal topics (``__consumer_offsets``)
 are the broker's own: sending to one is refused here, as Kafka's broker does.
+
+Idempotence and refusals (KIP-360): batches carry the producer id, the producer's
+epoch and the partition's next sequence. A batch the broker refuses (too large,
+storage error, corrupt) uses up no sequence there, so every batch of that partition
+already in flight behind it comes back out of order, never appended. The refused
+batch fails with the broker's error; the batches it kept out wait, with their
+bytes, until nothing of that partition is in flight, then the producer bumps its
+epoch (a new producer id once the epochs are used up), starts the partition again
+at sequence 0 and sends them again, in order. Other partitions move to the new
+epoch, from sequence 0, the next time they have nothing in flight. The broker
+takes a higher epoch only at sequence 0 and fences a lower one, so nothing is
+appended twice.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import threading
@@ -41,12 +54,14 @@ from . import batch_layout as B
 from . import limits
 from .appender import SEQUENCE_MODULUS, CompletionCode
 from .broker import default_data_dir, request
-from .errors import (CorruptRecordError, InvalidTopicError, LocalProtocolError,
+from .errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTopicError,
+                     LocalProtocolError,
                      OutOfOrderSequenceError, RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
 from .groups import OFFSETS_TOPIC
 from .jit import kernel
-from .records import Compression, append_record, encode_batch, encode_headers, seal_batch
+from .records import (Compression, append_record, encode_batch, encode_headers, restamp_batch,
+                      seal_batch)
 from .ring import Destination, Ring
 from .state import PartitionStateTable, topic_key
 
@@ -132,6 +147,9 @@ def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
         return StorageError(f"the broker could not write {where} (see its log)")
     if code == CompletionCode.INTERNAL_TOPIC:
         return InvalidTopicError(f"cannot append to internal topic {topic!r}")
+    if code == CompletionCode.INVALID_PRODUCER_EPOCH:
+        return InvalidProducerEpochError(f"the broker fenced a batch for {where}: it has "
+                                         f"appended a later epoch of this producer id")
     if code == CompletionCode.OUT_OF_ORDER_SEQUENCE:
         return OutOfOrderSequenceError(f"the broker expected another sequence number for "
                                        f"{where}: batches were lost or reordered")
@@ -145,7 +163,7 @@ class _Batch:
 
     __slots__ = ("topic", "partition", "destination", "buffer", "position", "count",
                  "first_timestamp", "max_timestamp", "started", "entry", "result", "error",
-                 "log_append_time")
+                 "log_append_time", "encoded")
 
     def __init__(self, topic: str, partition: int, destination: Destination,
                  capacity: int = 0):
@@ -157,6 +175,7 @@ class _Batch:
         self.started = time.monotonic()
         self.entry = -1
         self.log_append_time = -1             # the broker's, for LogAppendTime topics
+        self.encoded: np.ndarray | None = None  # while in flight, to send it again
         self.result: BatchMetadata | None = None
         self.error: ShmlogError | None = None
 
@@ -245,6 +264,7 @@ class Producer:
     enable_idempotence : bool
         Batches carry a broker-given producer id and per-partition sequence numbers,
         so the broker appends a batch once even if it re-reads it after a crash.
+        Off with acks=0, as in Kafka (idempotence needs the broker's answers).
 
     Raises
     ------
@@ -278,11 +298,19 @@ class Producer:
             raise
         # Idempotence: batches carry the broker-given id and per-partition sequences,
         # so a batch re-read from the ring after a broker crash is appended once.
-        self.producer_id = registration["producer_id"] if enable_idempotence else -1
-        self.producer_epoch = registration["producer_epoch"] if enable_idempotence else -1
+        idempotent = enable_idempotence and self.acks != 0
+        self.producer_id = registration["producer_id"] if idempotent else -1
+        self.producer_epoch = registration["producer_epoch"] if idempotent else -1
         self._sequences: dict[tuple[str, int], int] = {}
+        self._epochs: dict[tuple[str, int], int] = {}     # the epoch the sequences run under
         self._pending: dict[tuple[str, int], _Batch] = {}
-        self._in_flight: dict[int, _Batch] = {}
+        # By entry number, oldest first (entries complete in order).
+        self._in_flight: collections.OrderedDict[int, _Batch] = collections.OrderedDict()
+        self._in_flight_counts: dict[tuple[str, int], int] = {}   # idempotent batches
+        self._retained_bytes = 0          # the bytes of in-flight idempotent batches
+        # Partitions whose sequence a refused batch broke: the batches it kept out,
+        # to send again under a new epoch once nothing of the partition is in flight.
+        self._resend: dict[tuple[str, int], list[_Batch]] = {}
         self._sticky: dict[str, int] = {}
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
@@ -323,12 +351,18 @@ class Producer:
         self._topics.pop(topic, None)
         self._routes.pop(topic, None)
         self._sticky.pop(topic, None)
-        for key in [key for key in self._sequences if key[0] == topic]:
-            del self._sequences[key]
+        for known in (self._sequences, self._epochs):
+            for key in [key for key in known if key[0] == topic]:
+                del known[key]
+        failed = [batch for key in [key for key in self._resend if key[0] == topic]
+                  for batch in self._resend.pop(key)]
         for key, batch in [item for item in self._pending.items() if item[0][0] == topic]:
             del self._pending[key]
-            batch.buffer = None
-            batch.error = _completion_error(CompletionCode.UNKNOWN_PARTITION, *key)
+            failed.append(batch)
+        for batch in failed:
+            batch.buffer = batch.encoded = None
+            batch.error = _completion_error(CompletionCode.UNKNOWN_PARTITION, batch.topic,
+                                            batch.partition)
 
     def partitions_for(self, topic: str) -> list[int]:
         return [entry["partition"] for entry in self._topic(topic)["partitions"]]
@@ -454,6 +488,8 @@ class Producer:
             self._put(batch, encoded, count)
             if sticky:
                 self._sticky.pop(topic, None)        # the next unkeyed batch moves on
+            if self._retained_bytes > self.ring.capacity:
+                self._harvest()                      # results unread keep batches' bytes
             return FutureBatchMetadata(self, batch, 0, batch.first_timestamp)
 
     def _ship(self, batch: _Batch) -> None:
@@ -470,6 +506,8 @@ class Producer:
         except ShmlogError as error:                  # the ring stayed full: its futures fail
             batch.error = error
             raise
+        if self._retained_bytes > self.ring.capacity:
+            self._harvest()                           # results unread keep batches' bytes
 
     def _identity(self, topic: str, partition: int) -> dict:
         """Producer id, epoch and the next batch's first sequence (lock held). The
@@ -477,8 +515,15 @@ class Producer:
         refused before that leaves no gap the broker would take for a lost one."""
         if self.producer_id < 0:
             return {}
-        return {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
-                "base_sequence": self._sequences.get((topic, partition), 0)}
+        key = (topic, partition)
+        epoch = self._epochs.setdefault(key, self.producer_epoch)
+        if epoch != self.producer_epoch and not self._in_flight_counts.get(key):
+            # The epoch was bumped (for another partition): this one follows once
+            # nothing of it is in flight, from sequence 0 as the broker requires.
+            epoch = self._epochs[key] = self.producer_epoch
+            self._sequences[key] = 0
+        return {"producer_id": self.producer_id, "producer_epoch": epoch,
+                "base_sequence": self._sequences.get(key, 0)}
 
     def _put(self, batch: _Batch, encoded: np.ndarray, count: int) -> None:
         batch.count = count
@@ -489,26 +534,90 @@ class Producer:
         if self.acks == 0:
             batch.result = BatchMetadata(batch.topic, batch.partition, -1, count,
                                          batch.first_timestamp)
-        else:
-            self._in_flight[batch.entry] = batch
+            return
+        self._in_flight[batch.entry] = batch
+        if self.producer_id >= 0:
+            # Kept until the batch's result: a refused batch before it sends it back.
+            batch.encoded = encoded
+            self._in_flight_counts[key] = self._in_flight_counts.get(key, 0) + 1
+            self._retained_bytes += encoded.size
 
     # -- completions -----------------------------------------------------------------
     def _harvest(self) -> None:
         """Resolve every in-flight batch the broker has finished (lock held)."""
-        for entry in list(self._in_flight):
+        while self._in_flight:
+            entry = next(iter(self._in_flight))
             outcome = self.ring.result(entry)
             if outcome is None:
-                continue
+                break                   # entries complete in order: no later one either
             batch = self._in_flight.pop(entry)
             result, batch.log_append_time = outcome
+            if batch.encoded is not None:
+                self._in_flight_counts[(batch.topic, batch.partition)] -= 1
+                self._retained_bytes -= batch.encoded.size
             if result >= 0:
+                batch.encoded = None
                 batch.result = BatchMetadata(
                     batch.topic, batch.partition, result, batch.count,
                     batch.log_append_time if batch.log_append_time >= 0 else batch.first_timestamp)
             else:
-                batch.error = _completion_error(-result, batch.topic, batch.partition)
-                if -result == CompletionCode.UNKNOWN_PARTITION:
-                    self._forget_topic(batch.topic)
+                self._refused(batch, -result)
+        if self._resend:
+            self._recover()
+
+    def _refused(self, batch: _Batch, code: int) -> None:
+        """A batch the broker did not append (lock held)."""
+        key = (batch.topic, batch.partition)
+        if code == CompletionCode.OUT_OF_ORDER_SEQUENCE and key in self._resend:
+            self._resend[key].append(batch)      # kept out by a refused batch before it
+            return
+        batch.encoded = None
+        batch.error = _completion_error(code, batch.topic, batch.partition)
+        if code == CompletionCode.UNKNOWN_PARTITION:
+            route = self._routes.get(batch.topic)
+            # Only a route to the topic that is gone: one read since then is good.
+            if route is None or route.destinations[0].topic_key == batch.destination.topic_key:
+                self._forget_topic(batch.topic)
+        elif self.producer_id >= 0:
+            # The broker took none of its sequences: every batch of the partition in
+            # flight behind it comes back out of order (see _recover).
+            self._resend.setdefault(key, [])
+
+    def _recover(self) -> None:
+        """Start each partition whose sequence a refused batch broke, once nothing of
+        it is in flight, again under a new epoch from sequence 0, and send the
+        batches the refusal kept out again, in order (lock held)."""
+        for key in [key for key in self._resend if not self._in_flight_counts.get(key)]:
+            if self._epochs.get(key, self.producer_epoch) == self.producer_epoch \
+                    and not self._bump_epoch():
+                return                  # no broker to give a new id: at the next harvest
+            queued = self._resend.pop(key)
+            self._epochs[key] = self.producer_epoch
+            self._sequences[key] = 0
+            for index, batch in enumerate(queued):
+                restamp_batch(batch.encoded, **self._identity(*key))
+                try:
+                    self._put(batch, batch.encoded, batch.count)
+                except ShmlogError as error:         # the ring stayed full past max.block.ms
+                    for unsent in queued[index:]:
+                        unsent.encoded, unsent.error = None, error
+                    break
+
+    def _bump_epoch(self) -> bool:
+        """The next epoch, or a new producer id once this one's are used up (Kafka's
+        InitProducerId), under which every partition starts again (lock held).
+        False when no broker answered."""
+        if self.producer_epoch < B.PRODUCER_EPOCH_MAX:
+            self.producer_epoch += 1
+            return True
+        try:
+            reply = request(self.data_dir, "init_producer_id", ring=self.ring.name)
+        except ShmlogError:
+            return False
+        self.producer_id, self.producer_epoch = reply["producer_id"], reply["producer_epoch"]
+        self._epochs = dict.fromkeys(self._epochs, self.producer_epoch)
+        self._sequences = {}
+        return True
 
     def _settle(self, batch: _Batch, wait_s: float | None) -> bool:
         """Ship the batch if still gathering, then wait for its completion. While
@@ -567,7 +676,9 @@ class Producer:
         with self._lock:
             for batch in list(self._pending.values()):
                 self._ship(batch)
-            waiting = list(self._in_flight.values())
+            # Batches waiting to be sent again go back in flight before they are done.
+            waiting = list(self._in_flight.values()) + [
+                batch for queued in self._resend.values() for batch in queued]
         deadline = None if timeout is None else time.monotonic() + timeout
         for batch in waiting:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

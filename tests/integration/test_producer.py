@@ -2,7 +2,8 @@
 got, keys land on Kafka's partitions, batches go through in one piece, a lone record
 ships after linger.ms without a flush, bad input fails at the call, and a record
 lands only in the topic it was sent to, even after that topic was deleted and its
-row in the broker's state table was given to another.
+row in the broker's state table was given to another, and a producer goes on after
+the broker refused one of its batches (KIP-360).
 
 Method: ``Broker`` runs the real broker as a child process on a temporary data
 directory; the records are checked in the logs after the broker stopped.
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from helpers import all_records
-from shmlog import LogManager, shared_memory
+from shmlog import LogManager, batch_layout as B, shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, shared_memory_prefix
 from shmlog.errors import (InvalidTopicError, LocalProtocolError, RecordTooLargeError,
@@ -142,6 +143,7 @@ def test_acks_0_returns_without_offsets_and_still_delivers(data_dir):
     with Broker(data_dir):
         Admin(data_dir).create_topic("t")
         with Producer(data_dir, acks=0) as producer:
+            assert producer.producer_id == -1, "idempotence needs acks, as in Kafka"
             futures = [producer.send("t", b"%d" % n, partition=0) for n in range(50)]
             producer.flush()
             assert {future.get(timeout=30).offset for future in futures} == {-1}
@@ -249,3 +251,61 @@ def test_producing_to_the_offsets_topic_is_refused(data_dir):
             with pytest.raises(InvalidTopicError, match="internal topic"):
                 producer.send_batch("__consumer_offsets", [b"forged"])
             assert producer.send("t", b"fine").get(timeout=30).offset == 0
+
+
+def refuse_one_batch(admin, producer, acknowledged: list) -> None:
+    """Lower max.message.bytes under the producer (its cached limit is the old one),
+    so the broker refuses a large batch while small ones are in flight behind it;
+    then raise it again. The refused batch fails with the broker's error, the ones
+    behind it are sent again and acknowledged."""
+    admin.alter_topic_config("t", set={"max.message.bytes": 4096})
+    refused = producer.send_batch("t", [b"x" * 1000] * 8, partition=0)
+    behind = [producer.send_batch("t", [b"behind-%d" % n, b"more"], partition=0)
+              for n in range(3)]
+    with pytest.raises(RecordTooLargeError):
+        refused.get(timeout=30)
+    for number, future in enumerate(behind):
+        assert future.get(timeout=30).record_count == 2
+        acknowledged += [b"behind-%d" % number, b"more"]
+    admin.alter_topic_config("t", set={"max.message.bytes": 1 << 20})
+
+
+def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir):
+    from shmlog.records import iter_batches
+    acknowledged = []
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("t")
+        with Producer(data_dir) as producer:
+            producer.send_batch("t", [b"first"], partition=0).get(timeout=30)
+            acknowledged.append(b"first")
+            refuse_one_batch(admin, producer, acknowledged)
+            assert producer.send_batch("t", [b"y" * 1000] * 8, partition=0).get(timeout=30)
+            acknowledged += [b"y" * 1000] * 8
+            futures = [producer.send("t", b"after-%d" % number, partition=0)
+                       for number in range(200)]
+            for future in futures:
+                future.get(timeout=30)
+            acknowledged += [b"after-%d" % number for number in range(200)]
+    assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged
+    with LogManager(data_dir) as logs:
+        batches = list(iter_batches(logs.partition_log("t", 0).read(0, max_bytes=1 << 20).data))
+    assert [(b.producer_epoch, b.base_sequence) for b in batches[:5]] == \
+        [(0, 0), (1, 0), (1, 2), (1, 4), (1, 6)], "the kept-out batches, again under epoch 1"
+
+
+def test_a_producer_takes_a_new_id_once_its_epochs_are_used_up(data_dir):
+    acknowledged = []
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("t")
+        with Producer(data_dir) as producer:
+            producer.producer_epoch = B.PRODUCER_EPOCH_MAX      # as after 32767 refusals
+            used_up = producer.producer_id
+            producer.send_batch("t", [b"first"], partition=0).get(timeout=30)
+            acknowledged.append(b"first")
+            refuse_one_batch(admin, producer, acknowledged)
+            assert (producer.producer_id != used_up, producer.producer_epoch) == (True, 0)
+            producer.send("t", b"last", partition=0).get(timeout=30)
+            acknowledged.append(b"last")
+    assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged

@@ -176,9 +176,9 @@ def test_draining_resumes_where_a_previous_consumer_stopped(world):
     assert [r.value for r in all_records(logs.partition_log("t", 0))] == [b"one", b"two"]
 
 
-def identified(values, producer_id, sequence):
-    return encode_batch(values, producer_id=producer_id, producer_epoch=0,
-                        base_sequence=sequence)
+def identified(values, producer_id, sequence, epoch=0, compression=None):
+    return encode_batch(values, producer_id=producer_id, producer_epoch=epoch,
+                        base_sequence=sequence, compression=compression)
 
 
 def test_a_batch_re_read_after_a_crash_is_acknowledged_not_appended_again(world, tmp_path):
@@ -279,3 +279,42 @@ def test_entries_for_an_internal_topic_are_refused(world):
         [-CompletionCode.INTERNAL_TOPIC] * 2
     assert all(logs.partition_log("__consumer_offsets", partition).log_end_offset == 0
                for partition in (0, 1))
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])      # compiled path, slow path
+def test_a_higher_epoch_starts_again_at_sequence_0_and_a_lower_one_is_fenced(world, tmp_path,
+                                                                             compression):
+    """KIP-360 on the broker's side: a producer whose batch was refused sends the
+    batches kept out again under its next epoch, from sequence 0; its older epoch
+    is fenced from then on, also after a restart (rebuilt from the log)."""
+    logs, table, appender, ring = world
+    logs.create_topic("t", config={"max.message.bytes": 2000})
+    appender.register_partition("t", 0)
+    to = appender.destination("t", 0)
+    producer = ring()
+    cases = [(identified([b"a"], 7, 0, 0, compression), 0),
+             (identified([b"x" * 3000], 7, 1, 0), -CompletionCode.RECORD_TOO_LARGE),
+             (identified([b"b"], 7, 2, 0, compression), -CompletionCode.OUT_OF_ORDER_SEQUENCE),
+             (identified([b"b"], 7, 1, 1, compression), -CompletionCode.OUT_OF_ORDER_SEQUENCE),
+             (identified([b"b"], 7, 0, 1, compression), 1),       # the new epoch, from 0
+             (identified([b"b"], 7, 0, 1, compression), 1),       # a duplicate in it
+             (identified([b"late"], 7, 2, 0, compression), -CompletionCode.INVALID_PRODUCER_EPOCH),
+             (identified([b"c"], 7, 1, 1, compression), 2)]
+    entries = [producer.put(to, batch, 1000) for batch, _ in cases]
+    assert appender.drain() == len(cases)
+    assert [producer.result(entry)[0] for entry in entries] == [int(c[1]) for c in cases]
+    logs.close()
+    reopened = LogManager(str(tmp_path / "data"))
+    try:
+        restarted = Appender(reopened, table)
+        restarted.register_partition("t", 0)        # rebuilds the epochs from the log
+        restarted.add_ring(Ring.attach(producer.name))
+        entries = [producer.put(to, identified([b"old"], 7, 2, 0, compression), 1000),
+                   producer.put(to, identified([b"d"], 7, 2, 1, compression), 1000)]
+        assert restarted.drain() == 2
+        assert [producer.result(entry)[0] for entry in entries] == \
+            [-CompletionCode.INVALID_PRODUCER_EPOCH, 3]
+        assert [r.value for r in all_records(reopened.partition_log("t", 0))] == \
+            [b"a", b"b", b"c", b"d"]
+    finally:
+        reopened.close()
