@@ -20,7 +20,7 @@ import pytest
 from helpers import all_records
 from shmlog import LogManager, batch_layout as B, shared_memory
 from shmlog.admin import Admin
-from shmlog.broker import Broker, shared_memory_prefix
+from shmlog.broker import Broker, request, shared_memory_prefix
 from shmlog.errors import (InvalidTopicError, LocalProtocolError, RecordTooLargeError,
                            UnknownTopicOrPartitionError)
 from shmlog.producer import Producer, partition_for_key
@@ -308,4 +308,6 @@ def test_a_producer_takes_a_new_id_once_its_epochs_are_used_up(data_dir):
             assert (producer.producer_id != used_up, producer.producer_epoch) == (True, 0)
             producer.send("t", b"last", partition=0).get(timeout=30)
             acknowledged.append(b"last")
+        with pytest.raises(LocalProtocolError, match="not registered"):
+            request(data_dir, "init_producer_id", ring=producer.ring.name + "-other")
     assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged

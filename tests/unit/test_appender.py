@@ -1,5 +1,8 @@
 """The appender drains rings into partition logs: offsets, completions, published
-high watermarks, the slow path (zstd, LogAppendTime, rolls), and bad input.
+high watermarks, the slow path (zstd, LogAppendTime, rolls), bad input, entries
+that land by the partition they name whatever row they carry (a lost row map, a
+reused row), internal topics refused, and idempotent producers' sequences and
+epochs (duplicates, gaps, KIP-360 epoch bumps, fencing).
 
 Method: real rings in /dev/shm, a real state table and real partition logs on
 disk, all in this process; what the producer side of each ring sees (entry results)

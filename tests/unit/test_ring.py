@@ -1,5 +1,7 @@
-"""Shared-memory rings in one process: round trips, wrap-around with padding, a
-full ring, garbage written by a misbehaving producer, and the header checks.
+"""Shared-memory rings in one process: round trips (each entry's destination -
+row, topic key, partition - comes out as it went in), entry bytes against the
+layout written out again in tests/reference.py, wrap-around with padding, a full
+ring, garbage written by a misbehaving producer, and the header checks.
 
 Method: real POSIX shared memory (unlinked at teardown, and /dev/shm checked for
 leftovers); a random sequence of puts and takes is compared with a deque model.
