@@ -22,7 +22,9 @@ from the broker's metadata, cached per topic. The broker appends a batch only to
 the partition its identity names; a batch for a topic that was deleted (or deleted
 and created again: a new topic id) comes back ``UNKNOWN_PARTITION``, which fails
 its futures with :class:`UnknownTopicOrPartitionError` and drops the topic's cached
-metadata, so the next send reads it again. Internal topics (``__consumer_offsets``)
+metadata, so the next send reads it again (as does ``RECORD_TOO_LARGE``: the
+topic's max.message.bytes was lowered; and, as in Kafka, metadata older than
+``METADATA_MAX_AGE_S``). Internal topics (``__consumer_offsets``)
 are the broker's own: sending to one is refused here, as Kafka's broker does.
 
 Idempotence and refusals (KIP-360): batches carry the producer id, the producer's
@@ -80,6 +82,9 @@ RESULT_POLL_S = 50e-6
 # (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.
 RESUME_AFTER_S = 0.5
 RESUME_REQUEST_MS = 200
+# Kafka's metadata.max.age.ms default: a topic's cached metadata (its rows, its
+# max.message.bytes) is read again at the first batch after this long.
+METADATA_MAX_AGE_S = 300.0
 
 
 @kernel
@@ -189,6 +194,7 @@ class _Route(NamedTuple):
     partition number) and the largest batch."""
     destinations: list
     limit: int                 # min(max.message.bytes, segment.bytes)
+    read_at: float             # time.monotonic() when the metadata was read
 
 
 def _field(field, what: str) -> tuple[bytes, int]:
@@ -332,6 +338,9 @@ class Producer:
 
     def _route(self, topic: str) -> _Route:
         route = self._routes.get(topic)
+        if route is not None and time.monotonic() - route.read_at > METADATA_MAX_AGE_S:
+            route = None
+            self._topics.pop(topic, None)
         if route is None:
             if topic == OFFSETS_TOPIC:
                 raise InvalidTopicError(f"cannot append to internal topic {topic!r}: only the "
@@ -341,7 +350,8 @@ class Producer:
             route = self._routes[topic] = _Route(
                 [Destination(entry["row"], key, entry["partition"])
                  for entry in metadata["partitions"]],
-                min(metadata["config"]["max.message.bytes"], metadata["config"]["segment.bytes"]))
+                min(metadata["config"]["max.message.bytes"], metadata["config"]["segment.bytes"]),
+                time.monotonic())
         return route
 
     def _forget_topic(self, topic: str) -> None:
@@ -497,6 +507,10 @@ class Producer:
         del self._pending[(batch.topic, batch.partition)]
         if self._sticky.get(batch.topic) == batch.partition:
             del self._sticky[batch.topic]             # the next unkeyed batch moves on
+        route = self._routes.get(batch.topic)
+        if route is not None and time.monotonic() - route.read_at > METADATA_MAX_AGE_S:
+            del self._routes[batch.topic]             # read again by the next send
+            self._topics.pop(batch.topic, None)
         encoded = seal_batch(batch.buffer[:batch.position], batch.count, batch.first_timestamp,
                              batch.max_timestamp, compression=self.compression,
                              **self._identity(batch.topic, batch.partition))
@@ -578,7 +592,12 @@ class Producer:
             # Only a route to the topic that is gone: one read since then is good.
             if route is None or route.destinations[0].topic_key == batch.destination.topic_key:
                 self._forget_topic(batch.topic)
-        elif self.producer_id >= 0:
+            return
+        if code == CompletionCode.RECORD_TOO_LARGE:
+            # max.message.bytes was lowered: later batches are sized to the new one.
+            self._topics.pop(batch.topic, None)
+            self._routes.pop(batch.topic, None)
+        if self.producer_id >= 0:
             # The broker took none of its sequences: every batch of the partition in
             # flight behind it comes back out of order (see _recover).
             self._resend.setdefault(key, [])

@@ -257,7 +257,8 @@ def refuse_one_batch(admin, producer, acknowledged: list) -> None:
     """Lower max.message.bytes under the producer (its cached limit is the old one),
     so the broker refuses a large batch while small ones are in flight behind it;
     then raise it again. The refused batch fails with the broker's error, the ones
-    behind it are sent again and acknowledged."""
+    behind it are sent again and acknowledged, and the producer has read the new
+    limit (it refuses the next large batch at the call)."""
     admin.alter_topic_config("t", set={"max.message.bytes": 4096})
     refused = producer.send_batch("t", [b"x" * 1000] * 8, partition=0)
     behind = [producer.send_batch("t", [b"behind-%d" % n, b"more"], partition=0)
@@ -267,10 +268,13 @@ def refuse_one_batch(admin, producer, acknowledged: list) -> None:
     for number, future in enumerate(behind):
         assert future.get(timeout=30).record_count == 2
         acknowledged += [b"behind-%d" % number, b"more"]
+    with pytest.raises(RecordTooLargeError, match=r"max.message.bytes \(4096\)"):
+        producer.send_batch("t", [b"x" * 1000] * 8, partition=0)      # the new limit, known
     admin.alter_topic_config("t", set={"max.message.bytes": 1 << 20})
 
 
-def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir):
+def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir, monkeypatch):
+    import shmlog.producer
     from shmlog.records import iter_batches
     acknowledged = []
     with Broker(data_dir):
@@ -280,13 +284,15 @@ def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir):
             producer.send_batch("t", [b"first"], partition=0).get(timeout=30)
             acknowledged.append(b"first")
             refuse_one_batch(admin, producer, acknowledged)
-            assert producer.send_batch("t", [b"y" * 1000] * 8, partition=0).get(timeout=30)
-            acknowledged += [b"y" * 1000] * 8
             futures = [producer.send("t", b"after-%d" % number, partition=0)
                        for number in range(200)]
             for future in futures:
                 future.get(timeout=30)
             acknowledged += [b"after-%d" % number for number in range(200)]
+            # Once its metadata is old (metadata.max.age.ms), the raised limit is read.
+            monkeypatch.setattr(shmlog.producer, "METADATA_MAX_AGE_S", 0.0)
+            producer.send_batch("t", [b"y" * 1000] * 8, partition=0).get(timeout=30)
+            acknowledged += [b"y" * 1000] * 8
     assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged
     with LogManager(data_dir) as logs:
         batches = list(iter_batches(logs.partition_log("t", 0).read(0, max_bytes=1 << 20).data))
