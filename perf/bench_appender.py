@@ -62,11 +62,12 @@ PRODUCER = textwrap.dedent("""
     from shmlog.ring import Ring
     ring = Ring.attach(sys.argv[1])
     batches_total, records, size = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    destination = tuple(map(int, sys.argv[5].split(":")))
     batch = encode_batch(np.random.default_rng(1).integers(0, 256, (records, size), np.uint8))
     print("ready", flush=True)
     sys.stdin.readline()
     for _ in range(batches_total):
-        ring.put(0, batch, timeout_ms=60_000)
+        ring.put(destination, batch, timeout_ms=60_000)
 """)
 
 
@@ -94,7 +95,8 @@ def run(records_total: int, batch_records: int, record_size: int, pages_ready: b
         ring = Ring.create(prefix + "-ring", RING_SIZE)
         appender.add_ring(Ring.attach(ring.name))
         producer = subprocess.Popen([sys.executable, "-c", PRODUCER, ring.name, str(batches_total),
-                                     str(batch_records), str(record_size)],
+                                     str(batch_records), str(record_size),
+                                     ":".join(map(str, appender.destination("bench", 0)))],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert producer.stdout.readline().strip() == "ready"
         appender.drain()                                   # compiled code is loaded

@@ -9,28 +9,42 @@ Rules
   stand, nothing after it is read, and ``consumer_error`` tells the producer.
 * Offsets come from the log; the partition's row in the state table is published
   (high watermark last, release) after each batch, so consumers see it at once.
+* An entry is appended only to the partition it names: its topic key and
+  partition number, not its row, decide. An entry whose row is not that
+  partition's (the topic was deleted and the row reused, or the rows were handed
+  out anew after a crash that lost ``partition-rows.json``) goes to the partition
+  of that identity if this appender hosts it, else it is refused with
+  ``UNKNOWN_PARTITION``. Entries for an internal topic (``__consumer_offsets``,
+  which only the broker writes) are refused with ``INTERNAL_TOPIC``.
 
 Theory of operation
 -------------------
 :func:`_drain` is the compiled loop. It visits the rings round-robin, one entry per
 ring per round, and for each uncompressed batch bound for a CreateTime partition it
-validates, appends through ``segments._append`` into the active segment's mapped
-arrays, completes the entry (its base offset, acknowledged with a release store),
-hands the ring space back and publishes the partition's offsets. Anything it cannot
+checks that the entry's identity is its row's, validates, appends through
+``segments._append`` into the active segment's mapped arrays, completes the entry
+(its base offset, acknowledged with a release store), hands the ring space back
+and publishes the partition's offsets. Anything it cannot
 finish in compiled code - a zstd batch (its records are checked after inflating),
 a topic that stamps LogAppendTime or recompresses, a segment that must roll or
-needs space reserved - it hands back to Python (``_SLOW``), which appends that one
-entry through :meth:`PartitionLog.append`, refreshes the partition's arrays and
-calls the loop again. Per-record work never happens in Python.
+needs space reserved, an entry whose identity is not its row's - it hands back to
+Python (``_SLOW``), which looks the partition up by the entry's identity, appends
+that one entry through :meth:`PartitionLog.append` (or refuses it), refreshes the
+partition's arrays and calls the loop again. Per-record work never happens in Python.
 
 Idempotent producers: a batch with a producer id carries the per-partition
-sequence number of its first record. The appender remembers, per (partition,
-producer id), the last batch's first sequence and base offset and the next
-sequence expected. A batch whose first sequence equals the last batch's is a
-re-send of it (a broker died after appending it but before acknowledging it, and
-the new broker found it still in the ring): it is acknowledged with the original
-base offset and not appended again. A sequence that is neither is out of order.
-The memory is rebuilt from the active segment when a partition is opened.
+sequence number of its first record, and the producer's epoch. The appender
+remembers, per (partition, producer id), the last appended batch's epoch, first
+sequence and base offset and the next sequence expected. Under the same epoch, a
+batch whose first sequence equals the last batch's is a re-send of it (a broker
+died after appending it but before acknowledging it, and the new broker found it
+still in the ring): it is acknowledged with the original base offset and not
+appended again; a sequence that is neither is out of order. A higher epoch must
+start again at sequence 0 (KIP-360: a producer whose batch was refused bumps its
+epoch and resets the partition's sequence once nothing of it is in flight, since
+the refused batch left a gap); a lower epoch is fenced (``INVALID_PRODUCER_EPOCH``).
+A refused batch changes nothing remembered. The memory is rebuilt from the active
+segment when a partition is opened.
 """
 
 from __future__ import annotations
@@ -48,12 +62,13 @@ from . import ring_layout as R
 from .atomics import py_fence, py_store_release, store_release
 from .errors import (CorruptRecordError, CorruptRingError, RecordTooLargeError, StorageError,
                      UnknownTopicOrPartitionError)
-from .jit import kernel, load_i32, load_i64, load_u16, load_u32
+from .jit import kernel, load_i16, load_i32, load_i64, load_u16, load_u32
 from .log_manager import LogManager
 from .records import _check_batch
-from .ring import ENTRY_CORRUPT, ENTRY_NONE, Ring, complete_entry, next_entry
+from .ring import ENTRY_CORRUPT, ENTRY_NONE, Destination, Ring, complete_entry, next_entry
 from .segments import (_APPENDED, _BASE_OFFSET, _NEXT_OFFSET, _POSITION, _REJECTED,
                        _TIMESTAMP_NONE, _append)
+from .groups import OFFSETS_TOPIC
 from .state import PartitionStateTable, publish_row, topic_key
 
 log = logging.getLogger(__name__)
@@ -69,12 +84,14 @@ class CompletionCode(enum.IntEnum):
     STORAGE_ERROR = 102
     NOT_ONE_BATCH = 103        # the entry holds bytes beyond its one batch
     OUT_OF_ORDER_SEQUENCE = 104  # an idempotent producer skipped or reordered a sequence
+    INTERNAL_TOPIC = 105       # producers may not append to an internal topic (as in Kafka)
+    INVALID_PRODUCER_EPOCH = 106  # older than an epoch the producer id already appended with
 
 
 # drain results
 _IDLE = 0                      # every ring is empty
 _BUDGET = 1                    # entries_max entries handled; call again
-_SLOW = 2                      # report = (ring, position, length, tag): Python's turn
+_SLOW = 2                      # report = (ring, position, length): Python's turn
 _POISON = 3                    # report = (ring, position, length): garbage in a ring
 _REPORT_FINISHED = 4           # report[4]: entries the call finished (appended or refused)
 _REPORT_LENGTH = 5
@@ -94,7 +111,10 @@ TAG_INDEX_INTERVAL = 4
 TAG_BATCH_SIZE_MAX = 5
 TAG_LOG_START_OFFSET = 6
 TAG_GENERATION = 7
-TAG_COLUMNS = 8
+TAG_TOPIC_KEY = 8              # the identity entries for this row must carry
+TAG_PARTITION = 9
+TAG_INTERNAL = 10              # producers' entries are refused (the broker appends itself)
+TAG_COLUMNS = 11
 
 # Entries handled per call before Python looks up again (signals, shutdown, timers).
 DRAIN_ENTRIES_MAX = 4096
@@ -118,16 +138,21 @@ def _finish_at(words, completions, rings, ring, entry_number, result, head, time
 _SEQUENCE_NEW = 0             # append, then remember
 _SEQUENCE_DUPLICATE = 1       # acknowledge with the remembered base offset
 _SEQUENCE_OUT_OF_ORDER = 2
+_SEQUENCE_FENCED = 3          # an epoch older than the remembered one
 SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
 
 
 @kernel
-def _check_sequence(sequences, tag, producer_id, base_sequence):
+def _check_sequence(sequences, tag, producer_id, producer_epoch, base_sequence):
     """(verdict, base offset to acknowledge a duplicate with)."""
     key = (tag, producer_id)
     if producer_id < 0 or key not in sequences:
         return _SEQUENCE_NEW, -1
-    last_sequence, last_base_offset, next_sequence = sequences[key]
+    epoch, last_sequence, last_base_offset, next_sequence = sequences[key]
+    if producer_epoch < epoch:
+        return _SEQUENCE_FENCED, -1
+    if producer_epoch > epoch:
+        return (_SEQUENCE_NEW if base_sequence == 0 else _SEQUENCE_OUT_OF_ORDER), -1
     if base_sequence == last_sequence:
         return _SEQUENCE_DUPLICATE, last_base_offset
     if base_sequence != next_sequence:
@@ -136,10 +161,21 @@ def _check_sequence(sequences, tag, producer_id, base_sequence):
 
 
 @kernel
-def _remember_sequence(sequences, tag, producer_id, base_sequence, base_offset, record_count):
+def _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence, base_offset,
+                       record_count):
     if producer_id >= 0:
-        sequences[(tag, producer_id)] = (base_sequence, base_offset,
+        sequences[(tag, producer_id)] = (producer_epoch, base_sequence, base_offset,
                                          (base_sequence + record_count) % SEQUENCE_MODULUS)
+
+
+@kernel
+def _sequence_refusal(verdict):
+    """The completion result of a batch its sequence keeps out (0: none)."""
+    if verdict == _SEQUENCE_OUT_OF_ORDER:
+        return -CompletionCode.OUT_OF_ORDER_SEQUENCE.value
+    if verdict == _SEQUENCE_FENCED:
+        return -CompletionCode.INVALID_PRODUCER_EPOCH.value
+    return 0
 
 
 @kernel
@@ -151,6 +187,7 @@ def _rebuild_sequences(log, end, tag, sequences):
         if length < B.HEADER_LENGTH or length > end - position:
             return
         _remember_sequence(sequences, tag, load_i64(log, position + B.PRODUCER_ID_OFFSET),
+                           np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET)),
                            np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
                            load_i64(log, position + B.BASE_OFFSET_OFFSET),
                            np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)) + 1)
@@ -171,8 +208,8 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             if not rings[ring, RING_ACTIVE]:
                 continue
             words, data = ring_words[ring], ring_data[ring]
-            status, position, length, tag, number, head = next_entry(
-                words, data, rings[ring, RING_CAPACITY], rings[ring, RING_HEAD])
+            status, position, length, tag, entry_topic_key, entry_partition, number, head = \
+                next_entry(words, data, rings[ring, RING_CAPACITY], rings[ring, RING_HEAD])
             if status == ENTRY_NONE:
                 continue
             if status == ENTRY_CORRUPT:
@@ -183,10 +220,15 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             handled += 1
             start = position + R.ENTRY_HEADER_LENGTH
             end = position + length
-            if tag >= tags.shape[0] or not tags[tag, TAG_REGISTERED]:
-                _finish(words, ring_completions[ring], rings, ring, number,
-                        -CompletionCode.UNKNOWN_PARTITION.value, head)
-                continue
+            if tag >= tags.shape[0] or not tags[tag, TAG_REGISTERED] \
+                    or tags[tag, TAG_TOPIC_KEY] != entry_topic_key \
+                    or tags[tag, TAG_PARTITION] != entry_partition or tags[tag, TAG_INTERNAL]:
+                # Not the partition registered at this row, or one producers may not
+                # write: Python finds the partition by the entry's identity or refuses.
+                report[0], report[1], report[2] = ring, position, length
+                report[_REPORT_FINISHED] = handled - 1
+                cursor[0] = ring
+                return _SLOW
             # The header, bounds and codec only: the CRC and the records are checked
             # on the copy in the log (or by the slow path), where the producer can no
             # longer change them.
@@ -203,15 +245,16 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                         -CompletionCode.RECORD_TOO_LARGE.value, head)
                 continue
             producer_id = load_i64(data, start + B.PRODUCER_ID_OFFSET)
+            producer_epoch = np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET))
             base_sequence = np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET))
             verdict, duplicate_offset = _check_sequence(sequences, tag, producer_id,
-                                                        base_sequence)
+                                                        producer_epoch, base_sequence)
             if verdict == _SEQUENCE_DUPLICATE:
                 _finish(words, ring_completions[ring], rings, ring, number, duplicate_offset, head)
                 continue
-            if verdict == _SEQUENCE_OUT_OF_ORDER:
+            if verdict != _SEQUENCE_NEW:
                 _finish(words, ring_completions[ring], rings, ring, number,
-                        -CompletionCode.OUT_OF_ORDER_SEQUENCE.value, head)
+                        _sequence_refusal(verdict), head)
                 continue
             codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
             state = segment_states[tag]
@@ -229,15 +272,15 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                         touched[0] += 1
                         touched[touched[0]] = tag
                     appended[tag] += state[_NEXT_OFFSET] - base_offset   # from the log copy
-                    _remember_sequence(sequences, tag, producer_id, base_sequence, base_offset,
-                                       state[_NEXT_OFFSET] - base_offset)
+                    _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence,
+                                       base_offset, state[_NEXT_OFFSET] - base_offset)
                     _finish(words, ring_completions[ring], rings, ring, number, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
                     publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
                                 state[_NEXT_OFFSET], state[_NEXT_OFFSET], state[_BASE_OFFSET],
                                 state[_POSITION], tags[tag, TAG_GENERATION])
                     continue
-            report[0], report[1], report[2], report[3] = ring, position, length, tag
+            report[0], report[1], report[2] = ring, position, length
             report[_REPORT_FINISHED] = handled - 1     # this one is Python's to finish
             cursor[0] = ring
             return _SLOW
@@ -259,8 +302,8 @@ def _empty_bytes() -> np.ndarray:
 
 class Appender:
     """Drains rings into the partition logs of a :class:`LogManager`, publishing
-    offsets in a :class:`PartitionStateTable`. A partition's tag (the ``tag`` its
-    producers put on ring entries) is its row in the table.
+    offsets in a :class:`PartitionStateTable`. A partition's tag (the row its
+    producers put on ring entries, beside its identity) is its row in the table.
     """
 
     def __init__(self, logs: LogManager, table: PartitionStateTable):
@@ -269,6 +312,7 @@ class Appender:
         capacity = table.row_capacity
         self._partitions: dict[int, object] = {}               # tag -> PartitionLog
         self._tags: dict[tuple[str, int], int] = {}
+        self._tags_by_identity: dict[tuple[int, int], int] = {}   # (topic key, partition)
         self.tags = np.zeros((capacity, TAG_COLUMNS), np.int64)
         self.appended = np.zeros(capacity, np.int64)
         self._logs = List([_empty_bytes() for _ in range(capacity)])
@@ -284,9 +328,10 @@ class Appender:
         self._report = np.zeros(_REPORT_LENGTH, np.int64)
         # Partitions the compiled loop appended to: a count, then their tags.
         self._touched = np.zeros(capacity + 1, np.int64)
-        # (tag, producer id) -> (last batch's first sequence, its base offset, next sequence)
+        # (tag, producer id) -> (last batch's epoch, its first sequence, its base offset,
+        # next sequence)
         self._sequences = Dict.empty(key_type=types.UniTuple(types.int64, 2),
-                                     value_type=types.UniTuple(types.int64, 3))
+                                     value_type=types.UniTuple(types.int64, 4))
 
     # -- partitions ------------------------------------------------------------------
     def register_partition(self, topic: str, partition: int, tag: int | None = None) -> int:
@@ -300,11 +345,14 @@ class Appender:
         if not free:
             raise StorageError(f"the partition state table is full ({self.tags.shape[0]} rows)")
         tag = tag if tag in free else free[0]
-        metadata = self.logs.describe_topic(topic)
-        self.table.claim(tag, topic_key(metadata.topic_id), partition)
+        identity = (topic_key(self.logs.describe_topic(topic).topic_id), partition)
+        self.table.claim(tag, *identity)
         self._partitions[tag] = partition_log
         self._tags[key] = tag
+        self._tags_by_identity[identity] = tag
         self.tags[tag, TAG_REGISTERED] = 1
+        self.tags[tag, TAG_TOPIC_KEY], self.tags[tag, TAG_PARTITION] = identity
+        self.tags[tag, TAG_INTERNAL] = int(topic == OFFSETS_TOPIC)
         partition_log.publish_generation = lambda: self._publish_segment_change(tag)
         self.refresh(tag)
         active = partition_log.active
@@ -317,6 +365,7 @@ class Appender:
         tag = self._tags.pop((topic, partition), None)
         if tag is None:
             return
+        del self._tags_by_identity[(int(self.tags[tag, TAG_TOPIC_KEY]), partition)]
         self.tags[tag] = 0
         self._partitions.pop(tag).publish_generation = None
         for key in [key for key in self._sequences.keys() if key[0] == tag]:
@@ -332,6 +381,11 @@ class Appender:
         except KeyError:
             raise UnknownTopicOrPartitionError(
                 f"{topic}-{partition} is not hosted by this appender") from None
+
+    def destination(self, topic: str, partition: int) -> Destination:
+        """What a producer puts on its ring entries for (topic, partition)."""
+        tag = self.tag_of(topic, partition)
+        return Destination(tag, int(self.tags[tag, TAG_TOPIC_KEY]), partition)
 
     def refresh(self, tag: int) -> None:
         """Point the compiled loop at the partition's current active segment and
@@ -410,7 +464,7 @@ class Appender:
             if self._touched[0]:
                 self._after_compiled_appends()
             if status == _SLOW:
-                self._append_slowly(*map(int, self._report[:4]))
+                self._append_slowly(*map(int, self._report[:3]))
                 handled += 1
             elif status == _POISON:
                 self._poison(*map(int, self._report[:3]))
@@ -424,41 +478,52 @@ class Appender:
             self.appended[tag] = 0
         self._touched[0] = 0
 
-    def _append_slowly(self, ring: int, position: int, length: int, tag: int) -> None:
-        """One entry the compiled loop handed over: append it through the log."""
+    def _append_slowly(self, ring: int, position: int, length: int) -> None:
+        """One entry the compiled loop handed over: append it through the log of the
+        partition its identity names (whatever its row says), or refuse it."""
         source = self._rings[ring]
         # A private copy: the producer cannot change what is validated and appended.
         batch = source.data[position + R.ENTRY_HEADER_LENGTH:position + length].copy()
-        _, _, _, _, number, head = next_entry(source.words, source.data, source.capacity,
-                                              int(self.rings[ring, RING_HEAD]))
+        _, _, _, _, entry_topic_key, entry_partition, number, head = next_entry(
+            source.words, source.data, source.capacity, int(self.rings[ring, RING_HEAD]))
+        tag = self._tags_by_identity.get((int(entry_topic_key), int(entry_partition)))
+        if tag is None or self.tags[tag, TAG_INTERNAL]:
+            refusal = CompletionCode.UNKNOWN_PARTITION if tag is None \
+                else CompletionCode.INTERNAL_TOPIC
+            _finish(source.words, source.completions, self.rings, ring, number, -refusal, head)
+            return
+        result, append_time = self._append_batch(tag, batch)
+        _finish_at(source.words, source.completions, self.rings, ring, number, result, head,
+                   append_time)
+        self.refresh(tag)
+
+    def _append_batch(self, tag: int, batch: np.ndarray) -> tuple[int, int]:
+        """Append one batch through the partition's log, unless its sequence says it
+        is a duplicate or out of order: (completion result, broker append time)."""
         partition_log = self._partitions[tag]
         header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
             if batch.size >= B.HEADER_LENGTH else None
         producer_id = int(header["producer_id"]) if header is not None else -1
+        producer_epoch = int(header["producer_epoch"]) if header is not None else -1
         base_sequence = int(header["base_sequence"]) if header is not None else -1
         verdict, duplicate_offset = _check_sequence(self._sequences, tag, producer_id,
-                                                    base_sequence)
-        append_time = -1
+                                                    producer_epoch, base_sequence)
+        if verdict == _SEQUENCE_DUPLICATE:
+            return int(duplicate_offset), -1
+        if verdict != _SEQUENCE_NEW:
+            return int(_sequence_refusal(verdict)), -1
         try:
-            if verdict == _SEQUENCE_DUPLICATE:
-                result = int(duplicate_offset)
-            elif verdict == _SEQUENCE_OUT_OF_ORDER:
-                result = -CompletionCode.OUT_OF_ORDER_SEQUENCE
-            else:
-                appended = partition_log.append(batch)
-                result, append_time = appended.base_offset, appended.log_append_time
-                _remember_sequence(self._sequences, tag, producer_id, base_sequence, result,
-                                   appended.last_offset - appended.base_offset + 1)
+            appended = partition_log.append(batch)
         except CorruptRecordError as error:
-            result = -(error.status or CompletionCode.NOT_ONE_BATCH)
+            return -(error.status or CompletionCode.NOT_ONE_BATCH), -1
         except RecordTooLargeError:
-            result = -CompletionCode.RECORD_TOO_LARGE
+            return -CompletionCode.RECORD_TOO_LARGE, -1
         except StorageError:
             log.exception("append to %s failed", partition_log.directory)
-            result = -CompletionCode.STORAGE_ERROR
-        _finish_at(source.words, source.completions, self.rings, ring, number, result, head,
-                   append_time)
-        self.refresh(tag)
+            return -CompletionCode.STORAGE_ERROR, -1
+        _remember_sequence(self._sequences, tag, producer_id, producer_epoch, base_sequence,
+                           appended.base_offset, appended.last_offset - appended.base_offset + 1)
+        return appended.base_offset, appended.log_append_time
 
     def _poison(self, ring: int, position: int, length: int) -> None:
         source = self._rings[ring]

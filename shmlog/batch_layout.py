@@ -145,6 +145,7 @@ TIMESTAMP_LOG_APPEND_TIME = 1
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
+PRODUCER_EPOCH_MAX = (1 << 15) - 1      # the field is an i16; then a new producer id
 NO_SEQUENCE = -1
 NO_TIMESTAMP = -1                     # Kafka's "no timestamp"; smaller values are invalid
 

@@ -267,6 +267,7 @@ class BrokerCore:
                 "alter_topic_config": self.alter_topic_config,
                 "register_producer": self.register_producer,
                 "unregister_producer": self.unregister_producer,
+                "init_producer_id": self.init_producer_id,
                 "offset_for_timestamp": self.offset_for_timestamp,
                 "list_offsets": self.list_offsets,
                 **{name: self._group_handler(getattr(self.groups, name)) for name in (
@@ -427,6 +428,16 @@ class BrokerCore:
         self._drain_due = True
         index, producer_id = self.producers[name]
         return {"index": index, "producer_id": producer_id, "producer_epoch": 0}
+
+    def init_producer_id(self, ring) -> dict:
+        """A new producer id for a registered ring (Kafka's InitProducerId): its
+        producer has used up every epoch of the one it had (KIP-360)."""
+        name = require(ring, str, "ring")
+        if name not in self.producers:
+            raise LocalProtocolError(f"ring {name!r} is not registered: register_producer first")
+        index, _ = self.producers[name]
+        self.producers[name] = (index, self.producer_ids.allocate())
+        return {"producer_id": self.producers[name][1], "producer_epoch": 0}
 
     def unregister_producer(self, ring) -> dict:
         """Drain what the producer published, then forget its ring."""

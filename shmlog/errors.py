@@ -13,7 +13,8 @@
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
     │   ├── CorruptRingError          a ring holds bytes no producer could have written
-    │   └── OutOfOrderSequenceError   an idempotent producer's sequence skipped or went back
+    │   ├── OutOfOrderSequenceError   an idempotent producer's sequence skipped or went back
+    │   └── InvalidProducerEpochError an idempotent producer's epoch is older than one appended
     ├── TopicExistsError
     ├── UnknownTopicOrPartitionError
     ├── CorruptSegmentError           data on disk failed its CRC or structure check
@@ -52,7 +53,8 @@ class PeerProtocolError(ShmlogError):
 
 
 class InvalidTopicError(LocalProtocolError):
-    """A topic name breaks Kafka's naming rules."""
+    """A topic name breaks Kafka's naming rules, or names an internal topic where a
+    producer may not write (Kafka's InvalidTopicException)."""
 
 
 class InvalidPartitionsError(LocalProtocolError):
@@ -103,6 +105,12 @@ class CorruptRingError(PeerProtocolError):
 
 class OutOfOrderSequenceError(PeerProtocolError):
     """An idempotent producer's batch did not carry the next sequence number."""
+
+
+class InvalidProducerEpochError(PeerProtocolError):
+    """An idempotent producer's batch carried an older epoch than one the broker has
+    already appended from that producer id (Kafka's InvalidProducerEpochException):
+    it is fenced."""
 
 
 class RingFullError(ShmlogError):

@@ -15,10 +15,34 @@ round trip, no syscall. A future's ``get()`` harvests them.
 Keyed records go to ``murmur2(key) % partitions``, Kafka's default, so a key lands
 on the same partition number as with Kafka; unkeyed records stick to one partition
 until its batch ships, then move on (Kafka's sticky partitioner).
+
+Routes: every batch is put into the ring addressed to its partition's row in the
+broker's state table and to the partition's identity (topic key and number), both
+from the broker's metadata, cached per topic. The broker appends a batch only to
+the partition its identity names; a batch for a topic that was deleted (or deleted
+and created again: a new topic id) comes back ``UNKNOWN_PARTITION``, which fails
+its futures with :class:`UnknownTopicOrPartitionError` and drops the topic's cached
+metadata, so the next send reads it again (as does ``RECORD_TOO_LARGE``: the
+topic's max.message.bytes was lowered; and, as in Kafka, metadata older than
+``METADATA_MAX_AGE_S``). Internal topics (``__consumer_offsets``)
+are the broker's own: sending to one is refused here, as Kafka's broker does.
+
+Idempotence and refusals (KIP-360): batches carry the producer id, the producer's
+epoch and the partition's next sequence. A batch the broker refuses (too large,
+storage error, corrupt) uses up no sequence there, so every batch of that partition
+already in flight behind it comes back out of order, never appended. The refused
+batch fails with the broker's error; the batches it kept out wait, with their
+bytes, until nothing of that partition is in flight, then the producer bumps its
+epoch (a new producer id once the epochs are used up), starts the partition again
+at sequence 0 and sends them again, in order. Other partitions move to the new
+epoch, from sequence 0, the next time they have nothing in flight. The broker
+takes a higher epoch only at sequence 0 and fences a lower one, so nothing is
+appended twice.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import threading
@@ -32,15 +56,17 @@ from . import batch_layout as B
 from . import limits, settings
 from .appender import SEQUENCE_MODULUS, CompletionCode
 from .broker import default_data_dir, request
-from .errors import (ClientClosedError, CorruptRecordError, LocalProtocolError,
+from .errors import (ClientClosedError, CorruptRecordError, InvalidProducerEpochError,
+                     InvalidTopicError, LocalProtocolError,
                      OutOfOrderSequenceError, RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
+from .groups import OFFSETS_TOPIC
 from .jit import kernel
 from .records import (Compression, append_record, check_timestamp, encode_batch,
-                      encode_headers, seal_batch)
-from .ring import Ring
+                      encode_headers, restamp_batch, seal_batch)
+from .ring import Destination, Ring
 from .ring_layout import check_capacity
-from .state import PartitionStateTable
+from .state import PartitionStateTable, topic_key
 
 __all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata", "murmur2"]
 
@@ -57,6 +83,9 @@ RESULT_POLL_S = 50e-6
 # (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.
 RESUME_AFTER_S = 0.5
 RESUME_REQUEST_MS = 200
+# Kafka's metadata.max.age.ms default: a topic's cached metadata (its rows, its
+# max.message.bytes) is read again at the first batch after this long.
+METADATA_MAX_AGE_S = 300.0
 
 
 @kernel
@@ -122,6 +151,11 @@ def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
         return RecordTooLargeError(f"the broker refused a batch for {where}: too large")
     if code == CompletionCode.STORAGE_ERROR:
         return StorageError(f"the broker could not write {where} (see its log)")
+    if code == CompletionCode.INTERNAL_TOPIC:
+        return InvalidTopicError(f"cannot append to internal topic {topic!r}")
+    if code == CompletionCode.INVALID_PRODUCER_EPOCH:
+        return InvalidProducerEpochError(f"the broker fenced a batch for {where}: it has "
+                                         f"appended a later epoch of this producer id")
     if code == CompletionCode.OUT_OF_ORDER_SEQUENCE:
         return OutOfOrderSequenceError(f"the broker expected another sequence number for "
                                        f"{where}: batches were lost or reordered")
@@ -133,12 +167,13 @@ class _Batch:
     """One partition's batch: ``send`` encodes records into ``buffer`` as they come
     (compiled, one call per record), so shipping only seals the header."""
 
-    __slots__ = ("topic", "partition", "row", "buffer", "position", "count",
+    __slots__ = ("topic", "partition", "destination", "buffer", "position", "count",
                  "first_timestamp", "max_timestamp", "started", "entry", "result", "error",
-                 "log_append_time")
+                 "log_append_time", "encoded")
 
-    def __init__(self, topic: str, partition: int, row: int, capacity: int = 0):
-        self.topic, self.partition, self.row = topic, partition, row
+    def __init__(self, topic: str, partition: int, destination: Destination,
+                 capacity: int = 0):
+        self.topic, self.partition, self.destination = topic, partition, destination
         self.buffer = np.empty(capacity, np.uint8) if capacity else None
         self.position = B.HEADER_LENGTH
         self.count = 0
@@ -146,6 +181,7 @@ class _Batch:
         self.started = time.monotonic()
         self.entry = -1
         self.log_append_time = -1             # the broker's, for LogAppendTime topics
+        self.encoded: np.ndarray | None = None  # while in flight, to send it again
         self.result: BatchMetadata | None = None
         self.error: ShmlogError | None = None
 
@@ -155,9 +191,11 @@ class _Batch:
 
 
 class _Route(NamedTuple):
-    """What ``send`` needs of a topic: its partitions' rows and the largest batch."""
-    rows: list
+    """What ``send`` needs of a topic: where each partition's batches go (by
+    partition number) and the largest batch."""
+    destinations: list
     limit: int                 # min(max.message.bytes, segment.bytes)
+    read_at: float             # time.monotonic() when the metadata was read
 
 
 def _field(field, what: str) -> tuple[bytes, int]:
@@ -233,6 +271,7 @@ class Producer:
     enable_idempotence : bool
         Batches carry a broker-given producer id and per-partition sequence numbers,
         so the broker appends a batch once even if it re-reads it after a crash.
+        Off with acks=0, as in Kafka (idempotence needs the broker's answers).
 
     Raises
     ------
@@ -257,6 +296,7 @@ class Producer:
         check_capacity(ring_size)
         settings.flag("enable_idempotence", enable_idempotence)
         metadata = request(self.data_dir, "metadata")
+        self._broker_epoch = metadata["broker_epoch"]
         self._topics = {topic["name"]: topic for topic in metadata["topics"]}
         self._routes: dict[str, _Route] = {}
         # Rung after every put: the broker may be asleep on it.
@@ -271,11 +311,19 @@ class Producer:
             raise
         # Idempotence: batches carry the broker-given id and per-partition sequences,
         # so a batch re-read from the ring after a broker crash is appended once.
-        self.producer_id = registration["producer_id"] if enable_idempotence else -1
-        self.producer_epoch = registration["producer_epoch"] if enable_idempotence else -1
+        idempotent = enable_idempotence and self.acks != 0
+        self.producer_id = registration["producer_id"] if idempotent else -1
+        self.producer_epoch = registration["producer_epoch"] if idempotent else -1
         self._sequences: dict[tuple[str, int], int] = {}
+        self._epochs: dict[tuple[str, int], int] = {}     # the epoch the sequences run under
         self._pending: dict[tuple[str, int], _Batch] = {}
-        self._in_flight: dict[int, _Batch] = {}
+        # By entry number, oldest first (entries complete in order).
+        self._in_flight: collections.OrderedDict[int, _Batch] = collections.OrderedDict()
+        self._in_flight_counts: dict[tuple[str, int], int] = {}   # idempotent batches
+        self._retained_bytes = 0          # the bytes of in-flight idempotent batches
+        # Partitions whose sequence a refused batch broke: the batches it kept out,
+        # to send again under a new epoch once nothing of the partition is in flight.
+        self._resend: dict[tuple[str, int], list[_Batch]] = {}
         self._sticky: dict[str, int] = {}
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
@@ -297,12 +345,41 @@ class Producer:
 
     def _route(self, topic: str) -> _Route:
         route = self._routes.get(topic)
+        if route is not None and time.monotonic() - route.read_at > METADATA_MAX_AGE_S:
+            route = None
+            self._topics.pop(topic, None)
         if route is None:
+            if topic == OFFSETS_TOPIC:
+                raise InvalidTopicError(f"cannot append to internal topic {topic!r}: only the "
+                                        f"broker writes it (commit offsets through a Consumer)")
             metadata = self._topic(topic)
+            key = topic_key(metadata["topic_id"])
             route = self._routes[topic] = _Route(
-                [entry["row"] for entry in metadata["partitions"]],
-                min(metadata["config"]["max.message.bytes"], metadata["config"]["segment.bytes"]))
+                [Destination(entry["row"], key, entry["partition"])
+                 for entry in metadata["partitions"]],
+                min(metadata["config"]["max.message.bytes"], metadata["config"]["segment.bytes"]),
+                time.monotonic())
         return route
+
+    def _forget_topic(self, topic: str) -> None:
+        """The broker hosts the topic no more (lock held): drop what we knew of it,
+        so the next send reads its metadata again, and fail the batches still
+        gathering for it; a topic created again under the name starts afresh."""
+        self._topics.pop(topic, None)
+        self._routes.pop(topic, None)
+        self._sticky.pop(topic, None)
+        for known in (self._sequences, self._epochs):
+            for key in [key for key in known if key[0] == topic]:
+                del known[key]
+        failed = [batch for key in [key for key in self._resend if key[0] == topic]
+                  for batch in self._resend.pop(key)]
+        for key, batch in [item for item in self._pending.items() if item[0][0] == topic]:
+            del self._pending[key]
+            failed.append(batch)
+        for batch in failed:
+            batch.buffer = batch.encoded = None
+            batch.error = _completion_error(CompletionCode.UNKNOWN_PARTITION, batch.topic,
+                                            batch.partition)
 
     def partitions_for(self, topic: str) -> list[int]:
         return [entry["partition"] for entry in self._topic(topic)["partitions"]]
@@ -333,6 +410,8 @@ class Producer:
         RecordTooLargeError
             The record alone exceeds the topic's max.message.bytes.
         UnknownTopicOrPartitionError
+        InvalidTopicError
+            ``topic`` is internal (``__consumer_offsets``).
         """
         # The common cases first: this runs once per record.
         route = self._routes.get(topic) or self._route(topic)
@@ -355,8 +434,8 @@ class Producer:
             timestamp = check_timestamp(timestamp_ms)
         with self._lock:
             self._check_open()
-            if type(partition) is not int or not 0 <= partition < len(route.rows):
-                partition = self._choose(topic, len(route.rows),
+            if type(partition) is not int or not 0 <= partition < len(route.destinations):
+                partition = self._choose(topic, len(route.destinations),
                                          key if key_length >= 0 else None, partition)
             batch = self._pending.get((topic, partition))
             if batch is not None and (batch.position + size > len(batch.buffer)
@@ -368,7 +447,7 @@ class Producer:
                 # says; a record larger than batch_size gets a batch of its own.
                 capacity = max(min(self.batch_size, route.limit), B.HEADER_LENGTH + size)
                 batch = self._pending[(topic, partition)] = _Batch(
-                    topic, partition, route.rows[partition], capacity)
+                    topic, partition, route.destinations[partition], capacity)
                 if self.linger_ms and len(self._pending) == 1:
                     self._wake.notify()                # the linger thread waits for one
                 batch.first_timestamp = batch.max_timestamp = timestamp
@@ -397,7 +476,7 @@ class Producer:
 
         Raises
         ------
-        LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError
+        LocalProtocolError, RecordTooLargeError, UnknownTopicOrPartitionError, InvalidTopicError
         """
         first_key = None
         if isinstance(keys, np.ndarray) and len(keys):
@@ -408,7 +487,7 @@ class Producer:
             self._check_open()
             route = self._route(topic)
             sticky = partition is None and first_key is None
-            partition = self._choose(topic, len(route.rows), first_key, partition)
+            partition = self._choose(topic, len(route.destinations), first_key, partition)
             count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
             encoded = encode_batch(values, keys, headers, timestamp_ms=timestamp_ms,
                                    compression=self.compression,
@@ -417,12 +496,14 @@ class Producer:
                 raise RecordTooLargeError(f"a batch of {encoded.size} bytes exceeds {topic}'s "
                                           f"max.message.bytes ({route.limit}); send fewer "
                                           f"records")
-            batch = _Batch(topic, partition, route.rows[partition])
+            batch = _Batch(topic, partition, route.destinations[partition])
             batch.first_timestamp = int(
                 encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8].view("<i8")[0])
             self._put(batch, encoded, count)
             if sticky:
                 self._sticky.pop(topic, None)        # the next unkeyed batch moves on
+            if self._retained_bytes > self.ring.capacity:
+                self._harvest()                      # results unread keep batches' bytes
             return FutureBatchMetadata(self, batch, 0, batch.first_timestamp)
 
     def _ship(self, batch: _Batch) -> None:
@@ -430,6 +511,10 @@ class Producer:
         del self._pending[(batch.topic, batch.partition)]
         if self._sticky.get(batch.topic) == batch.partition:
             del self._sticky[batch.topic]             # the next unkeyed batch moves on
+        route = self._routes.get(batch.topic)
+        if route is not None and time.monotonic() - route.read_at > METADATA_MAX_AGE_S:
+            del self._routes[batch.topic]             # read again by the next send
+            self._topics.pop(batch.topic, None)
         encoded = seal_batch(batch.buffer[:batch.position], batch.count, batch.first_timestamp,
                              batch.max_timestamp, compression=self.compression,
                              **self._identity(batch.topic, batch.partition))
@@ -439,6 +524,8 @@ class Producer:
         except ShmlogError as error:                  # the ring stayed full: its futures fail
             batch.error = error
             raise
+        if self._retained_bytes > self.ring.capacity:
+            self._harvest()                           # results unread keep batches' bytes
 
     def _identity(self, topic: str, partition: int) -> dict:
         """Producer id, epoch and the next batch's first sequence (lock held). The
@@ -446,36 +533,114 @@ class Producer:
         refused before that leaves no gap the broker would take for a lost one."""
         if self.producer_id < 0:
             return {}
-        return {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
-                "base_sequence": self._sequences.get((topic, partition), 0)}
+        key = (topic, partition)
+        epoch = self._epochs.setdefault(key, self.producer_epoch)
+        if epoch != self.producer_epoch and not self._in_flight_counts.get(key):
+            # The epoch was bumped (for another partition): this one follows once
+            # nothing of it is in flight, from sequence 0 as the broker requires.
+            epoch = self._epochs[key] = self.producer_epoch
+            self._sequences[key] = 0
+        return {"producer_id": self.producer_id, "producer_epoch": epoch,
+                "base_sequence": self._sequences.get(key, 0)}
 
     def _put(self, batch: _Batch, encoded: np.ndarray, count: int) -> None:
         batch.count = count
-        batch.entry = self.ring.put(batch.row, encoded, timeout_ms=self.max_block_ms)
+        batch.entry = self.ring.put(batch.destination, encoded, timeout_ms=self.max_block_ms)
         self._table.appender_doorbell.ring()
         key = (batch.topic, batch.partition)
         self._sequences[key] = (self._sequences.get(key, 0) + count) % SEQUENCE_MODULUS
         if self.acks == 0:
             batch.result = BatchMetadata(batch.topic, batch.partition, -1, count,
                                          batch.first_timestamp)
-        else:
-            self._in_flight[batch.entry] = batch
+            return
+        self._in_flight[batch.entry] = batch
+        if self.producer_id >= 0:
+            # Kept until the batch's result: a refused batch before it sends it back.
+            batch.encoded = encoded
+            self._in_flight_counts[key] = self._in_flight_counts.get(key, 0) + 1
+            self._retained_bytes += encoded.size
 
     # -- completions -----------------------------------------------------------------
     def _harvest(self) -> None:
         """Resolve every in-flight batch the broker has finished (lock held)."""
-        for entry in list(self._in_flight):
+        while self._in_flight:
+            entry = next(iter(self._in_flight))
             outcome = self.ring.result(entry)
             if outcome is None:
-                continue
+                break                   # entries complete in order: no later one either
             batch = self._in_flight.pop(entry)
             result, batch.log_append_time = outcome
+            if batch.encoded is not None:
+                self._in_flight_counts[(batch.topic, batch.partition)] -= 1
+                self._retained_bytes -= batch.encoded.size
             if result >= 0:
+                batch.encoded = None
                 batch.result = BatchMetadata(
                     batch.topic, batch.partition, result, batch.count,
                     batch.log_append_time if batch.log_append_time >= 0 else batch.first_timestamp)
             else:
-                batch.error = _completion_error(-result, batch.topic, batch.partition)
+                self._refused(batch, -result)
+        if self._resend:
+            self._recover()
+
+    def _refused(self, batch: _Batch, code: int) -> None:
+        """A batch the broker did not append (lock held)."""
+        key = (batch.topic, batch.partition)
+        if code == CompletionCode.OUT_OF_ORDER_SEQUENCE and key in self._resend:
+            self._resend[key].append(batch)      # kept out by a refused batch before it
+            return
+        batch.encoded = None
+        batch.error = _completion_error(code, batch.topic, batch.partition)
+        if code == CompletionCode.UNKNOWN_PARTITION:
+            route = self._routes.get(batch.topic)
+            # Only a route to the topic that is gone: one read since then is good.
+            if route is None or route.destinations[0].topic_key == batch.destination.topic_key:
+                self._forget_topic(batch.topic)
+            return
+        if code == CompletionCode.RECORD_TOO_LARGE:
+            # max.message.bytes was lowered: later batches are sized to the new one.
+            self._topics.pop(batch.topic, None)
+            self._routes.pop(batch.topic, None)
+        if self.producer_id >= 0:
+            # The broker took none of its sequences: every batch of the partition in
+            # flight behind it comes back out of order (see _recover).
+            self._resend.setdefault(key, [])
+
+    def _recover(self) -> None:
+        """Start each partition whose sequence a refused batch broke, once nothing of
+        it is in flight, again under a new epoch from sequence 0, and send the
+        batches the refusal kept out again, in order (lock held)."""
+        for key in [key for key in self._resend if not self._in_flight_counts.get(key)]:
+            if self._epochs.get(key, self.producer_epoch) == self.producer_epoch \
+                    and not self._bump_epoch():
+                return                  # no broker to give a new id: at the next harvest
+            queued = self._resend.pop(key)
+            self._epochs[key] = self.producer_epoch
+            self._sequences[key] = 0
+            for index, batch in enumerate(queued):
+                restamp_batch(batch.encoded, **self._identity(*key))
+                try:
+                    self._put(batch, batch.encoded, batch.count)
+                except ShmlogError as error:         # the ring stayed full past max.block.ms
+                    for unsent in queued[index:]:
+                        unsent.encoded, unsent.error = None, error
+                    break
+
+    def _bump_epoch(self) -> bool:
+        """The next epoch, or a new producer id once this one's are used up (Kafka's
+        InitProducerId), under which every partition starts again (lock held).
+        False when no broker answered."""
+        if self.producer_epoch < B.PRODUCER_EPOCH_MAX:
+            self.producer_epoch += 1
+            return True
+        try:
+            reply = request(self.data_dir, "init_producer_id", ring=self.ring.name)
+        except ShmlogError:
+            return False
+        self.producer_id, self.producer_epoch = reply["producer_id"], reply["producer_epoch"]
+        self._epochs = dict.fromkeys(self._epochs, self.producer_epoch)
+        self._sequences = {}
+        return True
 
     def _settle(self, batch: _Batch, wait_s: float | None) -> bool:
         """Ship the batch if still gathering, then wait for its completion. While
@@ -506,15 +671,20 @@ class Producer:
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name,
                                    timeout_ms=RESUME_REQUEST_MS)
-            table = PartitionStateTable.attach(
-                request(self.data_dir, "metadata", topics=[],
-                        timeout_ms=RESUME_REQUEST_MS)["state_table"])
+            metadata = request(self.data_dir, "metadata", topics=[],
+                               timeout_ms=RESUME_REQUEST_MS)
+            table = PartitionStateTable.attach(metadata["state_table"])
         except ShmlogError:
             return                      # no broker yet: keep waiting
         with self._lock:
             if self.producer_id >= 0:
                 self.producer_id = registration["producer_id"]
             self._table, old = table, self._table     # a new broker has a new table
+            if metadata["broker_epoch"] != self._broker_epoch:
+                # A new broker may have handed out other rows: batches addressed to
+                # the old ones still land right (by identity), but slowly.
+                self._broker_epoch = metadata["broker_epoch"]
+                self._topics, self._routes = {}, {}
         old.close()
 
     def flush(self, timeout: float | None = None) -> None:
@@ -529,7 +699,9 @@ class Producer:
         with self._lock:
             for batch in list(self._pending.values()):
                 self._ship(batch)
-            waiting = list(self._in_flight.values())
+            # Batches waiting to be sent again go back in flight before they are done.
+            waiting = list(self._in_flight.values()) + [
+                batch for queued in self._resend.values() for batch in queued]
         deadline = None if timeout is None else time.monotonic() + timeout
         for batch in waiting:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

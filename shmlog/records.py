@@ -506,6 +506,18 @@ def _record_count(values) -> int:
     return count
 
 
+def restamp_batch(batch: np.ndarray, producer_id: int, producer_epoch: int,
+                  base_sequence: int) -> None:
+    """Give a sealed batch another producer id, epoch and first sequence, and its CRC
+    again (in place): an idempotent producer sending it again after an epoch bump."""
+    _check_producer_fields(producer_id, producer_epoch, base_sequence)
+    header = batch[:L.HEADER_LENGTH].view(L.BATCH_HEADER_DTYPE)
+    header["producer_id"] = producer_id
+    header["producer_epoch"] = producer_epoch
+    header["base_sequence"] = base_sequence
+    header["crc"] = crc32c_kernel(batch, L.CRC_COVERED_OFFSET, batch.size)
+
+
 def _check_producer_fields(producer_id: int, producer_epoch: int, base_sequence: int) -> None:
     for name, value, bits in (("producer_id", producer_id, 64),
                               ("producer_epoch", producer_epoch, 16),

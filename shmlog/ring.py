@@ -32,6 +32,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,8 +42,8 @@ from .atomics import load_acquire, load_relaxed, py_store_release, store_relaxed
 from .errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
 from .jit import copy_bytes, kernel, load_i64, load_u32, store_i64, store_u32
 
-__all__ = ["Ring", "put_entry", "next_entry", "complete_entry", "harvest_completions",
-           "PUT_OK", "PUT_FULL",
+__all__ = ["Ring", "Destination", "put_entry", "next_entry", "complete_entry",
+           "harvest_completions", "PUT_OK", "PUT_FULL",
            "ENTRY_OK", "ENTRY_NONE", "ENTRY_CORRUPT"]
 
 PUT_OK = 0
@@ -61,14 +62,23 @@ PUT_SLEEP_FIRST_S = 20e-6
 PUT_SLEEP_LONGEST_S = 1e-3
 
 
+class Destination(NamedTuple):
+    """Where an entry goes (see ``ring_layout``): the partition's row in the state
+    table, and the partition it must be: its topic's key and its number."""
+    row: int
+    topic_key: int
+    partition: int
+
+
 @kernel
 def _aligned(size):
     return (size + R.ENTRY_ALIGNMENT - 1) & ~np.int64(R.ENTRY_ALIGNMENT - 1)
 
 
 @kernel
-def put_entry(words, data, capacity, tag, payload, start, length):
-    """Write one entry (``payload[start:start + length]``, tagged) and publish it.
+def put_entry(words, data, capacity, row, topic_key, partition, payload, start, length):
+    """Write one entry (``payload[start:start + length]``, addressed to ``row``,
+    ``topic_key`` and ``partition``) and publish it.
 
     Returns PUT_OK, or PUT_FULL when it does not fit now. The caller guarantees
     ``aligned_entry_size(length) <= capacity`` and the payload bounds.
@@ -87,8 +97,11 @@ def put_entry(words, data, capacity, tag, payload, start, length):
         position = 0
     published = load_relaxed(words, R.PUBLISHED_WORD)             # only this producer stores it
     store_u32(data, position + R.ENTRY_LENGTH_OFFSET, R.ENTRY_HEADER_LENGTH + length)
-    store_u32(data, position + R.ENTRY_TAG_OFFSET, tag)
+    store_u32(data, position + R.ENTRY_ROW_OFFSET, row)
     store_i64(data, position + R.ENTRY_NUMBER_OFFSET, published)
+    store_i64(data, position + R.ENTRY_TOPIC_KEY_OFFSET, topic_key)
+    store_u32(data, position + R.ENTRY_PARTITION_OFFSET, partition)
+    store_u32(data, position + R.ENTRY_RESERVED_OFFSET, 0)
     copy_bytes(data, position + R.ENTRY_HEADER_LENGTH, payload, start, length)
     # Publish: every byte written above is visible to whoever acquires this tail.
     store_release(words, R.TAIL_WORD, tail + padding + needed)
@@ -100,7 +113,8 @@ def put_entry(words, data, capacity, tag, payload, start, length):
 def next_entry(words, data, capacity, head):
     """The entry at the consumer's ``head``.
 
-    Returns (status, position, length, tag, entry number, head after it):
+    Returns (status, position, length, row, topic key, partition, entry number, head
+    after it):
     ENTRY_NONE when the ring is empty, ENTRY_CORRUPT (position = where) when the
     bytes cannot be an entry. Padding markers are skipped. Nothing here writes shared memory: the
     consumer publishes its head when it is done with the entries.
@@ -109,9 +123,9 @@ def next_entry(words, data, capacity, head):
     tail = load_acquire(words, R.TAIL_WORD)
     while True:
         if tail == head:
-            return ENTRY_NONE, 0, 0, 0, 0, head
+            return ENTRY_NONE, 0, 0, 0, 0, 0, 0, head
         if tail - head > capacity or tail - head < 0:
-            return ENTRY_CORRUPT, head & (capacity - 1), 0, 0, 0, head
+            return ENTRY_CORRUPT, head & (capacity - 1), 0, 0, 0, 0, 0, head
         position = head & (capacity - 1)
         length = np.int64(load_u32(data, position + R.ENTRY_LENGTH_OFFSET))
         if length == R.PADDING_MARKER:
@@ -119,12 +133,15 @@ def next_entry(words, data, capacity, head):
             continue
         if length < R.ENTRY_HEADER_LENGTH or position + length > capacity \
                 or head + _aligned(length) > tail:
-            return ENTRY_CORRUPT, position, length, 0, 0, head
-        tag = load_u32(data, position + R.ENTRY_TAG_OFFSET)
+            return ENTRY_CORRUPT, position, length, 0, 0, 0, 0, head
+        row = np.int64(load_u32(data, position + R.ENTRY_ROW_OFFSET))
         number = load_i64(data, position + R.ENTRY_NUMBER_OFFSET)
+        topic_key = load_i64(data, position + R.ENTRY_TOPIC_KEY_OFFSET)
+        partition = np.int64(load_u32(data, position + R.ENTRY_PARTITION_OFFSET))
         if number < 0:
-            return ENTRY_CORRUPT, position, length, 0, 0, head
-        return ENTRY_OK, position, length, tag, number, head + _aligned(length)
+            return ENTRY_CORRUPT, position, length, 0, 0, 0, 0, head
+        return (ENTRY_OK, position, length, row, topic_key, partition, number,
+                head + _aligned(length))
 
 
 @kernel
@@ -216,24 +233,26 @@ class Ring:
                                       f"{self.name!r} of {self.capacity} bytes")
         return buffer
 
-    def _try_put(self, tag: int, buffer: np.ndarray) -> int:
+    def _try_put(self, destination: Destination, buffer: np.ndarray) -> int:
         if self._published - self._harvested >= R.COMPLETION_SLOTS:
             self._harvest()
             if self._published - self._harvested >= R.COMPLETION_SLOTS:
                 return -1               # every completion slot still holds an unread result
-        if put_entry(self.words, self.data, self.capacity, tag, buffer, 0,
+        row, topic_key, partition = destination
+        if put_entry(self.words, self.data, self.capacity, row, topic_key, partition, buffer, 0,
                      buffer.size) != PUT_OK:
             return -1
         self._published += 1
         return self._published - 1
 
-    def try_put(self, tag: int, payload) -> int:
-        """Put one entry if it fits now: its entry number, or -1 when the ring (or its
-        completion slots) is full."""
-        return self._try_put(tag, self._payload(payload))
+    def try_put(self, destination: Destination, payload) -> int:
+        """Put one entry for ``destination`` if it fits now: its entry number, or -1
+        when the ring (or its completion slots) is full."""
+        return self._try_put(destination, self._payload(payload))
 
-    def put(self, tag: int, payload, timeout_ms: int) -> int:
-        """Put one entry, waiting up to ``timeout_ms`` for space; its entry number.
+    def put(self, destination: Destination, payload, timeout_ms: int) -> int:
+        """Put one entry for ``destination`` (a :class:`Destination` or a tuple of
+        the same fields), waiting up to ``timeout_ms`` for space; its entry number.
 
         Raises
         ------
@@ -244,7 +263,7 @@ class Ring:
         deadline = time.monotonic() + timeout_ms / 1000
         attempt = 0
         sleep = PUT_SLEEP_FIRST_S
-        while (entry := self._try_put(tag, buffer)) < 0:
+        while (entry := self._try_put(destination, buffer)) < 0:
             attempt += 1
             if attempt <= PUT_SPIN_COUNT:
                 continue
@@ -283,7 +302,8 @@ class Ring:
 
     # -- consumer ------------------------------------------------------------------
     def next(self):
-        """The next entry as ``(tag, payload view)``, or None when the ring is empty.
+        """The next entry as ``(Destination, payload view)``, or None when the ring is
+        empty.
         The view stays valid until :meth:`release` hands its space back.
 
         Raises
@@ -291,8 +311,8 @@ class Ring:
         CorruptRingError
             The ring holds bytes that cannot be an entry.
         """
-        status, position, length, tag, number, head = next_entry(self.words, self.data,
-                                                                 self.capacity, self._head)
+        status, position, length, row, topic_key, partition, number, head = next_entry(
+            self.words, self.data, self.capacity, self._head)
         if status == ENTRY_NONE:
             return None
         if status == ENTRY_CORRUPT:
@@ -302,7 +322,8 @@ class Ring:
         self._head = int(head)
         self._taken_numbers.append(int(number))
         start = int(position) + R.ENTRY_HEADER_LENGTH
-        return int(tag), self.data[start:int(position) + int(length)]
+        return (Destination(int(row), int(topic_key), int(partition)),
+                self.data[start:int(position) + int(length)])
 
     def complete(self, result: int, timestamp: int = -1) -> None:
         """Finish the oldest taken, unfinished entry with ``result`` (a base offset, or

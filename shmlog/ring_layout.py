@@ -1,4 +1,4 @@
-"""Shared-memory ring layout, version 2: one producer, one consumer (the appender).
+"""Shared-memory ring layout, version 3: one producer, one consumer (the appender).
 
 The ring is one POSIX shared-memory object: a 4 KiB control page, then the data
 region of ``capacity`` bytes (a power of two). Counters are monotonically
@@ -36,17 +36,42 @@ invalidate the line the consumer polls, and the other way round::
 8192| data: entries back to back, each 8-byte aligned               |
     +---------------------------------------------------------------+
 
-Entry::
+Entry (8-byte aligned in the data region)::
 
-  0 | entry_length (u32) | 4 | tag (u32) | 8 | entry_number (u64) | 16 | payload ... |
+     0                   1                   2                   3
+     0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+    +---------------------------------------------------------------+
+  0 |                     entry_length (u32)                        |
+    +---------------------------------------------------------------+
+  4 |                          row (u32)                            |
+    +---------------------------------------------------------------+
+  8 |                     entry_number (u64)                        |
+    +                                                               +
+    +---------------------------------------------------------------+
+ 16 |                       topic_key (i64)                         |
+    +                                                               +
+    +---------------------------------------------------------------+
+ 24 |                       partition (u32)                         |
+    +---------------------------------------------------------------+
+ 28 |                        reserved (u32)                         |
+    +===============================================================+
+ 32 | payload ...                                                   |
+    +---------------------------------------------------------------+
 
-* ``entry_length`` counts the 16-byte entry header and the payload, not the padding
+* ``entry_length`` counts the 32-byte entry header and the payload, not the padding
   to the next multiple of 8. The payload is whatever the producer sends (a record
-  batch in the log's format; ``tag`` says where it goes). ``entry_number`` is the
-  entry's place in the producer's sequence of puts: the consumer completes an
-  entry under its own number, so a consumer that restarts after a crash and reads
-  an entry again (its space was not yet released) completes the same slot again
-  instead of shifting every later result.
+  batch in the log's format). ``entry_number`` is the entry's place in the
+  producer's sequence of puts: the consumer completes an entry under its own
+  number, so a consumer that restarts after a crash and reads an entry again (its
+  space was not yet released) completes the same slot again instead of shifting
+  every later result.
+* Where the payload goes: ``row`` is the partition's row in the broker's state
+  table (where the appender finds it at once), ``topic_key`` (the topic id as the
+  state table keeps it) and ``partition`` name the partition itself. Rows are
+  reused once a topic is deleted, and a broker that lost its row map after a crash
+  hands out new ones, so a row alone could name another partition than the
+  producer meant: the consumer appends an entry only to the partition its
+  ``topic_key`` and ``partition`` name, and refuses it when none of them is hosted.
 * An entry never wraps. When it does not fit before the end of the data region,
   the producer writes ``PADDING_MARKER`` as the length at the current position and
   the entry starts at position 0; the consumer skips to the end on a marker.
@@ -76,7 +101,7 @@ from __future__ import annotations
 from .errors import LocalProtocolError
 
 MAGIC = 0x474E5253                    # "SRNG" read as little-endian bytes
-VERSION = 2
+VERSION = 3
 CACHE_LINE_SIZE = 64
 WORD_SIZE = 8
 
@@ -124,11 +149,17 @@ COMPLETION_TIMESTAMP_WORD = COMPLETION_TIMESTAMP_OFFSET // WORD_SIZE
 
 ENTRY_LENGTH_OFFSET = 0
 ENTRY_LENGTH_SIZE = 4
-ENTRY_TAG_OFFSET = ENTRY_LENGTH_OFFSET + ENTRY_LENGTH_SIZE
-ENTRY_TAG_SIZE = 4
-ENTRY_NUMBER_OFFSET = ENTRY_TAG_OFFSET + ENTRY_TAG_SIZE
+ENTRY_ROW_OFFSET = ENTRY_LENGTH_OFFSET + ENTRY_LENGTH_SIZE
+ENTRY_ROW_SIZE = 4
+ENTRY_NUMBER_OFFSET = ENTRY_ROW_OFFSET + ENTRY_ROW_SIZE
 ENTRY_NUMBER_SIZE = 8
-ENTRY_HEADER_LENGTH = ENTRY_NUMBER_OFFSET + ENTRY_NUMBER_SIZE
+ENTRY_TOPIC_KEY_OFFSET = ENTRY_NUMBER_OFFSET + ENTRY_NUMBER_SIZE
+ENTRY_TOPIC_KEY_SIZE = 8
+ENTRY_PARTITION_OFFSET = ENTRY_TOPIC_KEY_OFFSET + ENTRY_TOPIC_KEY_SIZE
+ENTRY_PARTITION_SIZE = 4
+ENTRY_RESERVED_OFFSET = ENTRY_PARTITION_OFFSET + ENTRY_PARTITION_SIZE
+ENTRY_RESERVED_SIZE = 4
+ENTRY_HEADER_LENGTH = ENTRY_RESERVED_OFFSET + ENTRY_RESERVED_SIZE
 ENTRY_ALIGNMENT = 8
 PADDING_MARKER = 0xFFFFFFFF
 
@@ -142,6 +173,7 @@ assert PRODUCER_CLOSED_OFFSET < HEAD_OFFSET and CONSUMER_ERROR_OFFSET < HEAD_OFF
 assert DATA_OFFSET % 4096 == 0
 assert CAPACITY_OFFSET % WORD_SIZE == 0 and PRODUCER_PID_OFFSET % WORD_SIZE == 0
 assert ENTRY_HEADER_LENGTH % ENTRY_ALIGNMENT == 0
+assert ENTRY_NUMBER_OFFSET % WORD_SIZE == 0 and ENTRY_TOPIC_KEY_OFFSET % WORD_SIZE == 0
 assert CAPACITY_MAX < PADDING_MARKER
 
 

@@ -2,8 +2,9 @@
 
 Rules
 -----
-* Nothing here imports shmlog. The record batch layout is written out again from the
-  diagram in ``shmlog/batch_layout.py`` as ``struct`` formats, so a wrong offset in
+* Nothing here imports shmlog. The record batch layout and the ring entry header are
+  written out again from the diagrams in ``shmlog/batch_layout.py`` and
+  ``shmlog/ring_layout.py`` as ``struct`` formats, so a wrong offset in
   the layout module or the kernels shows up as a mismatch instead of being shared.
 * Speed does not matter; each function does the plainest thing that is right:
   a bit-at-a-time CRC, ``struct.pack`` per field, ``bytes`` concatenation.
@@ -72,6 +73,22 @@ assert CRC_COVERED_POSITION == 24
 assert RECORD_HEADER.size == 28
 assert HEADER_ENTRY.size == 8
 assert struct.pack("<H", BATCH_MAGIC) == b"SL"
+
+# --- ring entries (shmlog/ring_layout.py) ----------------------------------------------
+
+# entry_length u32, row u32, entry_number u64, topic_key i64, partition u32, reserved u32
+RING_ENTRY_HEADER = struct.Struct("<IIQqII")
+RING_ENTRY_ALIGNMENT = 8
+
+assert RING_ENTRY_HEADER.size == 32
+
+
+def reference_ring_entry(row: int, entry_number: int, topic_key: int, partition: int,
+                         payload: bytes) -> bytes:
+    """One ring entry as it sits in the data region, padded to the next multiple of 8."""
+    entry = RING_ENTRY_HEADER.pack(RING_ENTRY_HEADER.size + len(payload), row, entry_number,
+                                   topic_key, partition, 0) + payload
+    return entry + bytes(-len(entry) % RING_ENTRY_ALIGNMENT)
 
 
 def _length(field: bytes | None) -> int:

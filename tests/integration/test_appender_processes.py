@@ -34,10 +34,12 @@ PRODUCER = textwrap.dedent("""
     from shmlog.records import encode_batch
     from shmlog.ring import Ring
     ring = Ring.attach(sys.argv[1])
-    name, tags, batches = sys.argv[2], [int(t) for t in sys.argv[3].split(",")], int(sys.argv[4])
+    name, batches = sys.argv[2], int(sys.argv[4])
+    destinations = [tuple(map(int, d.split(":"))) for d in sys.argv[3].split(",")]
     for number in range(batches):
         values = [b"%s:%d:%d" % (name.encode(), number, i) for i in range(1 + number % 9)]
-        ring.put(tags[number % len(tags)], encode_batch(values), timeout_ms=60_000)
+        ring.put(destinations[number % len(destinations)], encode_batch(values),
+                 timeout_ms=60_000)
         print(number, flush=True)
     while ring.unacknowledged:
         pass
@@ -64,13 +66,14 @@ def world(tmp_path):
         shared_memory.unlink(name)
 
 
-def start_producer(appender, prefix, names, children, producer_name, tags, batches):
+def start_producer(appender, prefix, names, children, producer_name, destinations, batches):
     name = f"{prefix}-{producer_name}"
     names.append(name)
     ring = Ring.create(name, 1 << 16)           # small: the producers block and resume
     appender.add_ring(Ring.attach(name))
     child = subprocess.Popen([sys.executable, "-c", PRODUCER, name, producer_name,
-                              ",".join(map(str, tags)), str(batches)],
+                              ",".join(":".join(map(str, destination))
+                                       for destination in destinations), str(batches)],
                              stdout=subprocess.PIPE, text=True)
     children.append(child)
     return child, ring
@@ -89,8 +92,9 @@ def test_three_producers_two_partitions_exactly_once_in_order(world):
     logs.create_topic("events", partitions=2, config={"segment.bytes": 256 << 10})
     tags = [appender.register_partition("events", partition) for partition in (0, 1)]
     batches = 400
-    producers = [start_producer(appender, prefix, names, children, f"p{number}", tags, batches)[0]
-                 for number in range(3)]
+    destinations = [appender.destination("events", partition) for partition in (0, 1)]
+    producers = [start_producer(appender, prefix, names, children, f"p{number}", destinations,
+                                batches)[0] for number in range(3)]
     finished = set()
 
     def all_done():
@@ -115,7 +119,8 @@ def test_a_producer_killed_mid_stream_leaves_nothing_partial(world):
     logs, table, appender, prefix, names, children = world
     logs.create_topic("events")
     tag = appender.register_partition("events", 0)
-    child, ring = start_producer(appender, prefix, names, children, "victim", [tag], 10**9)
+    child, ring = start_producer(appender, prefix, names, children, "victim",
+                                 [appender.destination("events", 0)], 10**9)
     # The producer counts its published entries in the ring itself.
     drain_until(appender, lambda: py_load_acquire(ring.words, R.PUBLISHED_WORD) >= 300)
     child.send_signal(signal.SIGKILL)

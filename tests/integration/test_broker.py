@@ -144,12 +144,14 @@ PRODUCER = textwrap.dedent("""
     from shmlog.broker import request
     from shmlog.records import encode_batch
     from shmlog.ring import Ring
+    from shmlog.state import topic_key
     data_dir, ring_name, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     ring = Ring.create(ring_name, 1 << 16)
     request(data_dir, "register_producer", ring=ring_name)
-    row = Admin(data_dir).describe_topic("t")["partitions"][0]["row"]
+    topic = Admin(data_dir).describe_topic("t")
+    destination = (topic["partitions"][0]["row"], topic_key(topic["topic_id"]), 0)
     for number in range(batches):
-        entry = ring.put(row, encode_batch([b"%d" % number]), timeout_ms=30_000)
+        entry = ring.put(destination, encode_batch([b"%d" % number]), timeout_ms=30_000)
     while ring.unacknowledged:
         pass
     assert ring.result(entry)[0] == batches - 1

@@ -1,6 +1,9 @@
 """The Producer against a real broker: futures resolve to the offsets the records
 got, keys land on Kafka's partitions, batches go through in one piece, a lone record
-ships after linger.ms without a flush, and bad input fails at the call.
+ships after linger.ms without a flush, bad input fails at the call, and a record
+lands only in the topic it was sent to, even after that topic was deleted and its
+row in the broker's state table was given to another, and a producer goes on after
+the broker refused one of its batches (KIP-360).
 
 Method: ``Broker`` runs the real broker as a child process on a temporary data
 directory; the records are checked in the logs after the broker stopped.
@@ -15,11 +18,11 @@ import numpy as np
 import pytest
 
 from helpers import all_records
-from shmlog import LogManager, shared_memory
+from shmlog import LogManager, batch_layout as B, shared_memory
 from shmlog.admin import Admin
-from shmlog.broker import Broker, shared_memory_prefix
-from shmlog.errors import (ClientClosedError, LocalProtocolError, RecordTooLargeError,
-                           UnknownTopicOrPartitionError)
+from shmlog.broker import Broker, request, shared_memory_prefix
+from shmlog.errors import (ClientClosedError, InvalidTopicError, LocalProtocolError,
+                           RecordTooLargeError, UnknownTopicOrPartitionError)
 from shmlog.producer import Producer, partition_for_key
 
 
@@ -140,6 +143,7 @@ def test_acks_0_returns_without_offsets_and_still_delivers(data_dir):
     with Broker(data_dir):
         Admin(data_dir).create_topic("t")
         with Producer(data_dir, acks=0) as producer:
+            assert producer.producer_id == -1, "idempotence needs acks, as in Kafka"
             futures = [producer.send("t", b"%d" % n, partition=0) for n in range(50)]
             producer.flush()
             assert {future.get(timeout=30).offset for future in futures} == {-1}
@@ -212,3 +216,122 @@ def test_batches_stay_under_the_topics_size_limit(data_dir):
             futures = [producer.send("small", b"%04d" % number, partition=0)
                        for number in range(2000)]
             assert [future.get(timeout=30).offset for future in futures] == list(range(2000))
+
+
+def test_a_send_to_a_deleted_topic_fails_and_never_lands_in_the_next_topic(data_dir):
+    """The issue's scenario: b takes the row a had; the producer's route to a is stale."""
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("a")
+        with Producer(data_dir) as producer:
+            assert producer.send("a", b"to a").get(timeout=30).offset == 0
+            row = admin.describe_topic("a")["partitions"][0]["row"]
+            admin.delete_topic("a")
+            admin.create_topic("b")
+            assert admin.describe_topic("b")["partitions"][0]["row"] == row, "b took a's row"
+            with pytest.raises(UnknownTopicOrPartitionError):
+                producer.send("a", b"sent after a was deleted").get(timeout=30)
+            with pytest.raises(UnknownTopicOrPartitionError, match="unknown topic 'a'"):
+                producer.send("a", b"the route was read again")
+            assert producer.send("b", b"to b").get(timeout=30).offset == 0
+    assert [r.value for r in logged(data_dir, "b", 1)[0]] == [b"to b"]
+
+
+def test_a_send_to_a_recreated_topic_goes_to_the_new_one(data_dir):
+    from shmlog.records import iter_batches
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("a")
+        with Producer(data_dir) as producer:
+            for number in range(3):
+                producer.send("a", b"old %d" % number, partition=0).get(timeout=30)
+            admin.delete_topic("a")
+            admin.create_topic("a", 2)
+            with pytest.raises(UnknownTopicOrPartitionError):
+                producer.send("a", b"to the deleted a", partition=0).get(timeout=30)
+            assert producer.partitions_for("a") == [0, 1]
+            metadata = [producer.send("a", b"new %d" % number, partition=0).get(timeout=30)
+                        for number in range(2)]
+    assert [(m.topic, m.partition, m.offset) for m in metadata] == [("a", 0, 0), ("a", 0, 1)]
+    assert [r.value for r in logged(data_dir, "a", 2)[0]] == [b"new 0", b"new 1"]
+    with LogManager(data_dir) as logs:
+        batches = list(iter_batches(logs.partition_log("a", 0).read(0, max_bytes=1 << 20).data))
+    assert [b.base_sequence for b in batches] == [0, 1], "fresh sequences for the new topic"
+
+
+def test_producing_to_the_offsets_topic_is_refused(data_dir):
+    """Kafka: "Cannot append to internal topic"; only the broker writes commits."""
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("t")
+        with Producer(data_dir) as producer:
+            with pytest.raises(InvalidTopicError, match="internal topic"):
+                producer.send("__consumer_offsets", b"forged", key=b"group")
+            with pytest.raises(InvalidTopicError, match="internal topic"):
+                producer.send_batch("__consumer_offsets", [b"forged"])
+            assert producer.send("t", b"fine").get(timeout=30).offset == 0
+
+
+def refuse_one_batch(admin, producer, acknowledged: list) -> None:
+    """Lower max.message.bytes under the producer (its cached limit is the old one),
+    so the broker refuses a large batch while small ones are in flight behind it;
+    then raise it again. The refused batch fails with the broker's error, the ones
+    behind it are sent again and acknowledged, and the producer has read the new
+    limit (it refuses the next large batch at the call)."""
+    admin.alter_topic_config("t", set={"max.message.bytes": 4096})
+    refused = producer.send_batch("t", [b"x" * 1000] * 8, partition=0)
+    behind = [producer.send_batch("t", [b"behind-%d" % n, b"more"], partition=0)
+              for n in range(3)]
+    with pytest.raises(RecordTooLargeError):
+        refused.get(timeout=30)
+    for number, future in enumerate(behind):
+        assert future.get(timeout=30).record_count == 2
+        acknowledged += [b"behind-%d" % number, b"more"]
+    with pytest.raises(RecordTooLargeError, match=r"max.message.bytes \(4096\)"):
+        producer.send_batch("t", [b"x" * 1000] * 8, partition=0)      # the new limit, known
+    admin.alter_topic_config("t", set={"max.message.bytes": 1 << 20})
+
+
+def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir, monkeypatch):
+    import shmlog.producer
+    from shmlog.records import iter_batches
+    acknowledged = []
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("t")
+        with Producer(data_dir) as producer:
+            producer.send_batch("t", [b"first"], partition=0).get(timeout=30)
+            acknowledged.append(b"first")
+            refuse_one_batch(admin, producer, acknowledged)
+            futures = [producer.send("t", b"after-%d" % number, partition=0)
+                       for number in range(200)]
+            for future in futures:
+                future.get(timeout=30)
+            acknowledged += [b"after-%d" % number for number in range(200)]
+            # Once its metadata is old (metadata.max.age.ms), the raised limit is read.
+            monkeypatch.setattr(shmlog.producer, "METADATA_MAX_AGE_S", 0.0)
+            producer.send_batch("t", [b"y" * 1000] * 8, partition=0).get(timeout=30)
+            acknowledged += [b"y" * 1000] * 8
+    assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged
+    with LogManager(data_dir) as logs:
+        batches = list(iter_batches(logs.partition_log("t", 0).read(0, max_bytes=1 << 20).data))
+    assert [(b.producer_epoch, b.base_sequence) for b in batches[:5]] == \
+        [(0, 0), (1, 0), (1, 2), (1, 4), (1, 6)], "the kept-out batches, again under epoch 1"
+
+
+def test_a_producer_takes_a_new_id_once_its_epochs_are_used_up(data_dir):
+    acknowledged = []
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("t")
+        with Producer(data_dir) as producer:
+            producer.producer_epoch = B.PRODUCER_EPOCH_MAX      # as after 32767 refusals
+            used_up = producer.producer_id
+            producer.send_batch("t", [b"first"], partition=0).get(timeout=30)
+            acknowledged.append(b"first")
+            refuse_one_batch(admin, producer, acknowledged)
+            assert (producer.producer_id != used_up, producer.producer_epoch) == (True, 0)
+            producer.send("t", b"last", partition=0).get(timeout=30)
+            acknowledged.append(b"last")
+        with pytest.raises(LocalProtocolError, match="not registered"):
+            request(data_dir, "init_producer_id", ring=producer.ring.name + "-other")
+    assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged

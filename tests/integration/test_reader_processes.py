@@ -48,7 +48,8 @@ WRITER = textwrap.dedent("""
     sent = 0
     while sent < records:
         count = min(1 + sent % 37, records - sent)
-        ring.put(tag, encode_batch([b"value-%d" % (sent + i) for i in range(count)]), 10_000)
+        ring.put(appender.destination("t", 0),
+                 encode_batch([b"value-%d" % (sent + i) for i in range(count)]), 10_000)
         sent += count
         appender.drain()
     print(tag, flush=True)

@@ -36,7 +36,7 @@ PRODUCER = textwrap.dedent("""
     for number in range(entries):
         size = (number * 7919) % 1500
         data = np.frombuffer(np.random.default_rng(number).bytes(size), np.uint8)
-        assert ring.put(number, data, timeout_ms=60_000) == number
+        assert ring.put((number, number << 20, number % 5), data, timeout_ms=60_000) == number
     while ring.unacknowledged:
         pass
     # Every result the consumer wrote came back, to the entry it belongs to.
@@ -74,8 +74,8 @@ def test_a_producer_process_streams_through_a_small_ring(ring_name):
                 consumer.release()
                 time.sleep(0)
                 continue
-            tag, view = entry
-            assert tag == number
+            destination, view = entry
+            assert destination == (number, number << 20, number % 5)
             assert view.tobytes() == expected(number)
             consumer.complete(3 * number, number)
             number += 1

@@ -1,5 +1,8 @@
 """The appender drains rings into partition logs: offsets, completions, published
-high watermarks, the slow path (zstd, LogAppendTime, rolls), and bad input.
+high watermarks, the slow path (zstd, LogAppendTime, rolls), bad input, entries
+that land by the partition they name whatever row they carry (a lost row map, a
+reused row), internal topics refused, and idempotent producers' sequences and
+epochs (duplicates, gaps, KIP-360 epoch bumps, fencing).
 
 Method: real rings in /dev/shm, a real state table and real partition logs on
 disk, all in this process; what the producer side of each ring sees (entry results)
@@ -18,7 +21,7 @@ from helpers import all_records
 from shmlog import LogManager, batch_layout as B, ring_layout as R, shared_memory
 from shmlog.appender import Appender, CompletionCode
 from shmlog.records import BatchStatus, decode_records, encode_batch
-from shmlog.ring import Ring
+from shmlog.ring import Destination, Ring
 from shmlog.state import PartitionStateTable
 
 
@@ -54,6 +57,8 @@ def test_batches_from_several_rings_land_in_order_with_their_offsets(world):
     logs, table, appender, ring = world
     logs.create_topic("events", partitions=2)
     tags = [appender.register_partition("events", partition) for partition in (0, 1)]
+    destinations = {tag: appender.destination("events", partition)
+                    for partition, tag in zip((0, 1), tags)}
     producers = [ring() for _ in range(3)]
     sent = {tag: [] for tag in tags}
     entries = []
@@ -61,7 +66,8 @@ def test_batches_from_several_rings_land_in_order_with_their_offsets(world):
         for number, producer in enumerate(producers):
             tag = tags[(round_number + number) % 2]
             batch_values = values(f"p{number}r{round_number}", 1 + round_number % 4)
-            entries.append((producer, producer.put(tag, encode_batch(batch_values), 1000),
+            entries.append((producer, producer.put(destinations[tag], encode_batch(batch_values),
+                                                   1000),
                             tag, batch_values))
     assert appender.drain() == len(entries)
     in_log_order = {tag: [] for tag in tags}
@@ -89,18 +95,22 @@ def test_bad_entries_are_completed_with_errors_and_never_appended(world):
     logs, table, appender, ring = world
     logs.create_topic("t", config={"max.message.bytes": 2000})
     tag = appender.register_partition("t", 0)
+    to = appender.destination("t", 0)
     producer = ring()
     corrupt = encode_batch([b"flipped"]).copy()
     corrupt[B.HEADER_LENGTH + 3] ^= 0x01
     two_batches = np.concatenate([encode_batch([b"a"]), encode_batch([b"b"])])
     cases = [
-        (tag, encode_batch([b"good-1"]), 0),
-        (tag, corrupt, -BatchStatus.BAD_CRC),
-        (63, encode_batch([b"nobody"]), -CompletionCode.UNKNOWN_PARTITION),
-        (tag, two_batches, -CompletionCode.NOT_ONE_BATCH),
-        (tag, encode_batch([b"x" * 3000]), -CompletionCode.RECORD_TOO_LARGE),
-        (tag, np.frombuffer(b"garbage!" * 10, np.uint8), -BatchStatus.BAD_MAGIC),
-        (tag, encode_batch([b"good-2"]), 1),
+        (to, encode_batch([b"good-1"]), 0),
+        (to, corrupt, -BatchStatus.BAD_CRC),
+        (to._replace(topic_key=to.topic_key + 1), encode_batch([b"nobody"]),
+         -CompletionCode.UNKNOWN_PARTITION),
+        (to._replace(row=63, partition=1), encode_batch([b"nobody"]),
+         -CompletionCode.UNKNOWN_PARTITION),
+        (to, two_batches, -CompletionCode.NOT_ONE_BATCH),
+        (to, encode_batch([b"x" * 3000]), -CompletionCode.RECORD_TOO_LARGE),
+        (to, np.frombuffer(b"garbage!" * 10, np.uint8), -BatchStatus.BAD_MAGIC),
+        (to, encode_batch([b"good-2"]), 1),
     ]
     entries = [producer.put(case_tag, payload, 1000) for case_tag, payload, _ in cases]
     assert appender.drain() == len(cases)
@@ -119,9 +129,10 @@ def test_the_slow_path_handles_zstd_log_append_time_and_rolls(world):
     for number in range(40):
         batch_values = values(f"z{number}", 10)
         expected += batch_values
-        producer.put(zipped, encode_batch(batch_values, compression="zstd" if number % 2 else None),
-                     1000)
-    entry = producer.put(stamped, encode_batch([b"s"], timestamps=[5]), 1000)
+        producer.put(appender.destination("zipped", 0),
+                     encode_batch(batch_values, compression="zstd" if number % 2 else None), 1000)
+    entry = producer.put(appender.destination("stamped", 0), encode_batch([b"s"], timestamps=[5]),
+                         1000)
     assert appender.drain() == 41
     zipped_log = logs.partition_log("zipped", 0)
     assert len(zipped_log.segments) > 2, "small segments rolled during the drain"
@@ -137,15 +148,16 @@ def test_garbage_in_a_ring_poisons_only_that_ring(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
     tag = appender.register_partition("t", 0)
+    to = appender.destination("t", 0)
     good, bad = ring(), ring()
-    bad.put(tag, encode_batch([b"before"]), 1000)
-    bad.put(tag, encode_batch([b"never"]), 1000)
+    bad.put(to, encode_batch([b"before"]), 1000)
+    bad.put(to, encode_batch([b"never"]), 1000)
     second = R.aligned_entry_size(encode_batch([b"before"]).size)
     bad.data[second:second + 4].view(np.uint32)[0] = 5          # not an entry length
-    good.put(tag, encode_batch([b"good"]), 1000)
+    good.put(to, encode_batch([b"good"]), 1000)
     appender.drain()
     assert bad.words[R.CONSUMER_ERROR_WORD] != 0
-    good.put(tag, encode_batch([b"still served"]), 1000)
+    good.put(to, encode_batch([b"still served"]), 1000)
     appender.drain()
     assert sorted(r.value for r in all_records(logs.partition_log("t", 0))) == \
         [b"before", b"good", b"still served"]
@@ -155,10 +167,11 @@ def test_draining_resumes_where_a_previous_consumer_stopped(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
     tag = appender.register_partition("t", 0)
+    to = appender.destination("t", 0)
     producer = ring()
-    producer.put(tag, encode_batch([b"one"]), 1000)
+    producer.put(to, encode_batch([b"one"]), 1000)
     appender.drain()
-    producer.put(tag, encode_batch([b"two"]), 1000)
+    producer.put(to, encode_batch([b"two"]), 1000)
     second = Appender(logs, table)                 # a restarted appender re-attaches
     second.register_partition("t", 0)
     second.add_ring(Ring.attach(producer.name))
@@ -166,18 +179,19 @@ def test_draining_resumes_where_a_previous_consumer_stopped(world):
     assert [r.value for r in all_records(logs.partition_log("t", 0))] == [b"one", b"two"]
 
 
-def identified(values, producer_id, sequence):
-    return encode_batch(values, producer_id=producer_id, producer_epoch=0,
-                        base_sequence=sequence)
+def identified(values, producer_id, sequence, epoch=0, compression=None):
+    return encode_batch(values, producer_id=producer_id, producer_epoch=epoch,
+                        base_sequence=sequence, compression=compression)
 
 
 def test_a_batch_re_read_after_a_crash_is_acknowledged_not_appended_again(world, tmp_path):
     logs, table, appender, ring = world
     logs.create_topic("t")
     tag = appender.register_partition("t", 0)
+    to = appender.destination("t", 0)
     producer = ring()
-    producer.put(tag, identified([b"a", b"b"], 7, 0), 1000)
-    producer.put(tag, identified([b"c"], 7, 2), 1000)
+    producer.put(to, identified([b"a", b"b"], 7, 0), 1000)
+    producer.put(to, identified([b"c"], 7, 2), 1000)
     appender.drain()
     # The broker died after appending the second batch but before releasing its ring
     # space (acknowledged or not): the entry is still there when a new broker attaches.
@@ -201,12 +215,109 @@ def test_sequences_must_follow_on(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
     tag = appender.register_partition("t", 0)
+    to = appender.destination("t", 0)
     producer = ring()
-    entries = [producer.put(tag, identified([b"x"] * 3, 9, 0), 1000),
-               producer.put(tag, identified([b"y"], 9, 5), 1000),          # skips 3..4
-               producer.put(tag, identified([b"z"], 9, 3), 1000),
-               producer.put(tag, identified([b"w"], 10, 42), 1000),        # a new producer
-               producer.put(tag, identified([b"n"], -1, -1), 1000)]        # no identity
+    entries = [producer.put(to, identified([b"x"] * 3, 9, 0), 1000),
+               producer.put(to, identified([b"y"], 9, 5), 1000),          # skips 3..4
+               producer.put(to, identified([b"z"], 9, 3), 1000),
+               producer.put(to, identified([b"w"], 10, 42), 1000),        # a new producer
+               producer.put(to, identified([b"n"], -1, -1), 1000)]        # no identity
     appender.drain()
     assert [producer.result(entry)[0] for entry in entries] == \
         [0, -CompletionCode.OUT_OF_ORDER_SEQUENCE, 3, 4, 5]
+
+
+def test_entries_land_in_the_partition_they_name_whatever_row_they_carry(world):
+    """A broker that lost its row map in a crash hands out other rows, and a deleted
+    topic's row goes to a new topic: the entries left in the ring still land in
+    their own partitions (one re-read after the crash is not appended twice), and
+    the entry for the deleted topic is refused, never appended to the row's new
+    owner."""
+    logs, table, appender, ring = world
+    names = [("a", 0), ("a", 1), ("b", 0), ("gone", 0)]
+    logs.create_topic("a", partitions=2)
+    logs.create_topic("b")
+    logs.create_topic("gone")
+    for topic, partition in names:
+        appender.register_partition(topic, partition)
+    to = {name: appender.destination(*name) for name in names}
+    producer = ring()
+    producer.put(to["a", 0], identified([b"a0-first"], 5, 0), 1000)
+    appender.drain()
+    producer.words[R.HEAD_WORD] = 0               # acknowledged, not yet released
+    entries = [producer.put(to["a", 1], encode_batch([b"a1"]), 1000),
+               producer.put(to["b", 0], encode_batch([b"b0"]), 1000),
+               producer.put(to["a", 0], identified([b"a0-second"], 5, 1), 1000),
+               producer.put(to["gone", 0], encode_batch([b"gone"]), 1000)]
+    appender.unregister_partition("gone", 0)
+    logs.delete_topic("gone")
+    logs.create_topic("new")
+    restarted = Appender(logs, table)             # the rows are handed out anew
+    for (topic, partition), row in [(("b", 0), to["a", 0].row), (("a", 0), to["a", 1].row),
+                                    (("a", 1), to["b", 0].row), (("new", 0), to["gone", 0].row)]:
+        assert restarted.register_partition(topic, partition, row) == row
+    restarted.add_ring(Ring.attach(producer.name))
+    assert restarted.drain() == 5
+    assert producer.result(0) == (0, -1), "the re-read batch is acknowledged, not appended"
+    assert [producer.result(entry)[0] for entry in entries] == \
+        [0, 0, 1, -CompletionCode.UNKNOWN_PARTITION]
+    held = {name: [r.value for r in all_records(logs.partition_log(*name))]
+            for name in [("a", 0), ("a", 1), ("b", 0), ("new", 0)]}
+    assert held == {("a", 0): [b"a0-first", b"a0-second"], ("a", 1): [b"a1"], ("b", 0): [b"b0"],
+                    ("new", 0): []}
+    assert [table.high_watermark(row) for row in (to["a", 1].row, to["a", 0].row)] == [2, 1]
+
+
+def test_entries_for_an_internal_topic_are_refused(world):
+    """Only the broker writes __consumer_offsets (Kafka refuses producers too)."""
+    logs, table, appender, ring = world
+    logs.create_topic("__consumer_offsets", partitions=2)
+    for partition in (0, 1):
+        appender.register_partition("__consumer_offsets", partition)
+    producer = ring()
+    entries = [producer.put(appender.destination("__consumer_offsets", partition),
+                            encode_batch([b"forged commit"]), 1000) for partition in (0, 1)]
+    assert appender.drain() == 2
+    assert [producer.result(entry)[0] for entry in entries] == \
+        [-CompletionCode.INTERNAL_TOPIC] * 2
+    assert all(logs.partition_log("__consumer_offsets", partition).log_end_offset == 0
+               for partition in (0, 1))
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])      # compiled path, slow path
+def test_a_higher_epoch_starts_again_at_sequence_0_and_a_lower_one_is_fenced(world, tmp_path,
+                                                                             compression):
+    """KIP-360 on the broker's side: a producer whose batch was refused sends the
+    batches kept out again under its next epoch, from sequence 0; its older epoch
+    is fenced from then on, also after a restart (rebuilt from the log)."""
+    logs, table, appender, ring = world
+    logs.create_topic("t", config={"max.message.bytes": 2000})
+    appender.register_partition("t", 0)
+    to = appender.destination("t", 0)
+    producer = ring()
+    cases = [(identified([b"a"], 7, 0, 0, compression), 0),
+             (identified([b"x" * 3000], 7, 1, 0), -CompletionCode.RECORD_TOO_LARGE),
+             (identified([b"b"], 7, 2, 0, compression), -CompletionCode.OUT_OF_ORDER_SEQUENCE),
+             (identified([b"b"], 7, 1, 1, compression), -CompletionCode.OUT_OF_ORDER_SEQUENCE),
+             (identified([b"b"], 7, 0, 1, compression), 1),       # the new epoch, from 0
+             (identified([b"b"], 7, 0, 1, compression), 1),       # a duplicate in it
+             (identified([b"late"], 7, 2, 0, compression), -CompletionCode.INVALID_PRODUCER_EPOCH),
+             (identified([b"c"], 7, 1, 1, compression), 2)]
+    entries = [producer.put(to, batch, 1000) for batch, _ in cases]
+    assert appender.drain() == len(cases)
+    assert [producer.result(entry)[0] for entry in entries] == [int(c[1]) for c in cases]
+    logs.close()
+    reopened = LogManager(str(tmp_path / "data"))
+    try:
+        restarted = Appender(reopened, table)
+        restarted.register_partition("t", 0)        # rebuilds the epochs from the log
+        restarted.add_ring(Ring.attach(producer.name))
+        entries = [producer.put(to, identified([b"old"], 7, 2, 0, compression), 1000),
+                   producer.put(to, identified([b"d"], 7, 2, 1, compression), 1000)]
+        assert restarted.drain() == 2
+        assert [producer.result(entry)[0] for entry in entries] == \
+            [-CompletionCode.INVALID_PRODUCER_EPOCH, 3]
+        assert [r.value for r in all_records(reopened.partition_log("t", 0))] == \
+            [b"a", b"b", b"c", b"d"]
+    finally:
+        reopened.close()

@@ -40,8 +40,9 @@ def setup(tmp_path):
     reader = PartitionReader(str(tmp_path / "data" / "topics" / "t" / "0"), table, tag)
 
     def send(first: int, count: int, timestamp: int = 10**12):
-        producer.put(tag, encode_batch([b"v%d" % (first + i) for i in range(count)],
-                                       timestamps=[timestamp] * count), 1000)
+        producer.put(appender.destination("t", 0),
+                     encode_batch([b"v%d" % (first + i) for i in range(count)],
+                                  timestamps=[timestamp] * count), 1000)
         appender.drain()
 
     yield logs, appender, tag, reader, send

@@ -43,7 +43,7 @@ from shmlog.errors import (CorruptRecordError, LocalProtocolError,  # noqa: E402
                            RecordTooLargeError)
 from shmlog.records import (BatchStatus, Compression, append_record,  # noqa: E402
                             decode_columns, decode_records, encode_batch, encode_headers,
-                            iter_batches, seal_batch, validate_batches)
+                            iter_batches, restamp_batch, seal_batch, validate_batches)
 
 # Byte positions, restated from the diagram (the reference's own copy of the layout).
 BATCH_LENGTH_POSITION = 0
@@ -259,6 +259,21 @@ def test_producer_fields_and_control_bit_reach_the_header():
     (info,) = validate_batches(encode_batch([b"a"], timestamp_ms=9))
     assert (info.producer_id, info.producer_epoch, info.base_sequence) == (-1, -1, -1)
     assert not info.is_control
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_restamped_batch_carries_its_new_identity_under_a_valid_crc(compression):
+    """What a producer does to a batch it sends again after an epoch bump."""
+    batch = encode_batch([b"a", None, b"c"], keys=[b"k", b"l", None], timestamp_ms=9,
+                         producer_id=5, producer_epoch=0, base_sequence=40,
+                         compression=compression)
+    records = decode_records(batch)
+    restamp_batch(batch, 6, 32767, 0)
+    (info,) = validate_batches(batch)
+    assert (info.producer_id, info.producer_epoch, info.base_sequence) == (6, 32767, 0)
+    assert decode_records(batch) == records
+    with pytest.raises(LocalProtocolError, match="producer_epoch"):
+        restamp_batch(batch, 6, 32768, 0)
 
 
 def test_log_append_time_gives_every_record_the_batch_max_timestamp():

@@ -1,5 +1,7 @@
-"""Shared-memory rings in one process: round trips, wrap-around with padding, a
-full ring, garbage written by a misbehaving producer, and the header checks.
+"""Shared-memory rings in one process: round trips (each entry's destination -
+row, topic key, partition - comes out as it went in), entry bytes against the
+layout written out again in tests/reference.py, wrap-around with padding, a full
+ring, garbage written by a misbehaving producer, and the header checks.
 
 Method: real POSIX shared memory (unlinked at teardown, and /dev/shm checked for
 leftovers); a random sequence of puts and takes is compared with a deque model.
@@ -18,7 +20,8 @@ import pytest
 from shmlog import ring_layout as R, shared_memory
 from shmlog.errors import (CorruptRingError, LocalProtocolError, RecordTooLargeError,
                            RingFullError, ShmlogError)
-from shmlog.ring import Ring
+from reference import reference_ring_entry
+from shmlog.ring import Destination, Ring
 
 
 @pytest.fixture
@@ -33,15 +36,20 @@ def payload(number: int, size: int) -> np.ndarray:
     return np.frombuffer(np.random.default_rng(number).bytes(size), np.uint8)
 
 
+def to(number: int) -> Destination:
+    """A destination of its own for each number (row, topic key and partition differ)."""
+    return Destination(number, (number + 1) << 40, number % 7)
+
+
 def test_round_trip_and_release(ring_name):
     with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
         assert consumer.next() is None
-        assert producer.try_put(7, b"hello") == 0          # entry numbers
-        assert producer.try_put(8, b"") == 1
-        tag, view = consumer.next()
-        assert (tag, view.tobytes()) == (7, b"hello")
-        tag, view = consumer.next()
-        assert (tag, view.tobytes()) == (8, b"")
+        assert producer.try_put(to(7), b"hello") == 0          # entry numbers
+        assert producer.try_put(Destination(8, 2**63 - 1, 2**32 - 1), b"") == 1
+        destination, view = consumer.next()
+        assert (destination, view.tobytes()) == (to(7), b"hello")
+        destination, view = consumer.next()
+        assert (destination, view.tobytes()) == (Destination(8, 2**63 - 1, 2**32 - 1), b"")
         assert consumer.next() is None
         assert producer.used == R.aligned_entry_size(5) + R.aligned_entry_size(0)  # unreleased
         consumer.release()
@@ -53,6 +61,21 @@ def test_round_trip_and_release(ring_name):
         assert producer.result(0) == (1234, 99)
         assert producer.result(0) is None, "a result is claimed once"
         assert producer.unacknowledged == 0
+        producer.unlink()
+
+
+def test_entries_match_the_reference_layout(ring_name):
+    """The bytes of entries in the data region, header and padding, are what the
+    layout's diagram says (written out again in tests/reference.py)."""
+    with Ring.create(ring_name, 4096) as producer:
+        entries = [(to(3), b"abc"), (Destination(2**32 - 2, 2**63 - 1, 2**32 - 1), b""),
+                   (Destination(0, 1, 0), bytes(range(16)))]
+        for destination, data in entries:
+            producer.try_put(destination, data)
+        expected = b"".join(reference_ring_entry(destination.row, number, destination.topic_key,
+                                                 destination.partition, data)
+                            for number, (destination, data) in enumerate(entries))
+        assert producer.data[:len(expected)].tobytes() == expected
         producer.unlink()
 
 
@@ -73,7 +96,7 @@ def test_a_random_workload_matches_a_model_of_positions(ring_name):
                 padding = capacity - tail % capacity if tail % capacity + needed > capacity else 0
                 fits = (tail + padding + needed - released <= capacity
                         and published - completed < R.COMPLETION_SLOTS)
-                assert (producer.try_put(number, data) >= 0) == fits
+                assert (producer.try_put(to(number), data) >= 0) == fits
                 if fits:
                     queue.append((number, data.tobytes(), padding, needed))
                     tail += padding + needed
@@ -85,7 +108,7 @@ def test_a_random_workload_matches_a_model_of_positions(ring_name):
                     continue
                 number, data, padding, needed = queue.popleft()
                 taken += padding + needed
-                assert (entry[0], entry[1].tobytes()) == (number, data)
+                assert (entry[0], entry[1].tobytes()) == (to(number), data)
                 consumer.complete(number)
                 completed += 1
             else:
@@ -97,38 +120,38 @@ def test_a_random_workload_matches_a_model_of_positions(ring_name):
 
 def test_entries_never_wrap_a_padding_marker_skips_the_end(ring_name):
     with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
-        assert producer.try_put(1, payload(1, 3000)) == 0
+        assert producer.try_put(to(1), payload(1, 3000)) == 0
         consumer.next()
         consumer.release()
-        assert producer.try_put(2, payload(2, 2000)) == 1   # does not fit before the end
+        assert producer.try_put(to(2), payload(2, 2000)) == 1   # does not fit before the end
         marker = R.aligned_entry_size(3000)
         assert consumer.data[marker:marker + 4].view(np.uint32)[0] == R.PADDING_MARKER
-        tag, view = consumer.next()
-        assert tag == 2 and view.tobytes() == payload(2, 2000).tobytes()
+        destination, view = consumer.next()
+        assert destination == to(2) and view.tobytes() == payload(2, 2000).tobytes()
         assert view.ctypes.data == consumer.data.ctypes.data + R.ENTRY_HEADER_LENGTH
         producer.unlink()
 
 
 def test_a_full_ring_refuses_and_a_blocking_put_times_out(ring_name):
     with Ring.create(ring_name, 4096) as producer:
-        while producer.try_put(0, payload(0, 500)) >= 0:
+        while producer.try_put(to(0), payload(0, 500)) >= 0:
             pass
         with pytest.raises(RingFullError, match="stayed full for 30 ms"):
-            producer.put(0, payload(0, 500), timeout_ms=30)
+            producer.put(to(0), payload(0, 500), timeout_ms=30)
         with pytest.raises(RecordTooLargeError):
-            producer.try_put(0, np.zeros(4096, np.uint8))
+            producer.try_put(to(0), np.zeros(4096, np.uint8))
         producer.unlink()
 
 
 def test_unread_results_bound_the_entries_in_flight(ring_name):
     with Ring.create(ring_name, 1 << 20) as producer, Ring.attach(ring_name) as consumer:
         for number in range(R.COMPLETION_SLOTS):
-            assert producer.try_put(number, b"x") == number
-        assert producer.try_put(0, b"x") == -1, "every completion slot is spoken for"
+            assert producer.try_put(to(number), b"x") == number
+        assert producer.try_put(to(0), b"x") == -1, "every completion slot is spoken for"
         for number in range(3):
             consumer.next()
             consumer.complete(number * 10)
-        assert producer.try_put(0, b"x") == R.COMPLETION_SLOTS   # harvested, so room
+        assert producer.try_put(to(0), b"x") == R.COMPLETION_SLOTS   # harvested, so room
         assert [producer.result(number) for number in range(3)] == [(0, -1), (10, -1), (20, -1)]
         with pytest.raises(LocalProtocolError):
             Ring.attach(ring_name).complete(0)                     # nothing taken there
@@ -139,10 +162,10 @@ def test_unread_results_bound_the_entries_in_flight(ring_name):
                                     "tail beyond capacity", "tail behind head"])
 def test_garbage_from_the_producer_is_a_corrupt_ring_error(ring_name, damage):
     with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
-        producer.try_put(1, b"good")
-        producer.try_put(2, b"also good")
-        tag, _ = consumer.next()
-        assert tag == 1
+        producer.try_put(to(1), b"good")
+        producer.try_put(to(2), b"also good")
+        destination, _ = consumer.next()
+        assert destination == to(1)
         second = R.aligned_entry_size(4)
         length = producer.data[second:second + 4].view(np.uint32)
         if damage == "short length":
