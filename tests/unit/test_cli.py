@@ -1,9 +1,10 @@
 """The ``shmlog`` command: dump prints segments and indexes, --verify finds damage,
-exit codes follow the convention (0 ok, 1 problem found, 2 usage).
+exit codes follow the convention (0 ok, 1 problem found, 2 usage); ``--log-level``
+is taken before or after the subcommand, and defaults to INFO for the broker only.
 
 Method: write a real partition with the library, run ``python -m shmlog`` as a
 subprocess on its files, and check output and exit codes, before and after flipping
-a byte.
+a byte. Option parsing is checked in-process on ``cli.build_parser()``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 from helpers import flip_bits, values_batch
 from shmlog import batch_layout as B
+from shmlog import cli
 
 
 def shmlog(*arguments):
@@ -89,3 +91,17 @@ def test_a_file_that_is_not_a_segment_is_a_clear_error(tmp_path):
     done = shmlog("dump", str(stray))
     assert done.returncode == 1
     assert "not a segment file name" in done.stderr
+
+
+@pytest.mark.parametrize("arguments", [["--log-level", "DEBUG", "topics", "list"],
+                                       ["topics", "list", "--log-level", "DEBUG"],
+                                       ["topics", "--log-level", "DEBUG", "list"]])
+def test_log_level_is_taken_before_or_after_the_subcommand(arguments):
+    assert cli.log_level(cli.build_parser().parse_args(arguments)) == "DEBUG"
+
+
+def test_the_broker_logs_at_info_by_default_and_the_other_commands_at_warning():
+    parser = cli.build_parser()
+    assert cli.log_level(parser.parse_args(["broker"])) == "INFO"
+    assert cli.log_level(parser.parse_args(["topics", "list"])) == "WARNING"
+    assert cli.log_level(parser.parse_args(["--log-level", "ERROR", "broker"])) == "ERROR"
