@@ -14,8 +14,9 @@ that the block it skips is exactly that one.
 Method, so that the test does what a person pasting the blocks in order does:
 
 * The working directory is a fresh temporary directory, with ``.venv`` linked to the
-  virtual environment running the test (``sys.prefix``), as in a clone after
-  ``make``: the README's ``. .venv/bin/activate`` works as written.
+  virtual environment running the test (``sys.prefix``) and ``.cache`` to the
+  repository's (where ``make`` keeps compiled kernels), as in a clone after ``make``:
+  the README's set-up lines after ``make`` work as written.
 * Every ``sh`` block goes, in order, to one bash session (``set -e -o pipefail``), as
   into one terminal: a broker started there in the background (``shmlog broker ... &``)
   serves the later blocks until a later block stops it (``kill %1``). A block runs with
@@ -47,7 +48,8 @@ import pytest
 from shmlog import shared_memory
 from shmlog.broker import shared_memory_prefix
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPOSITORY = Path(__file__).resolve().parents[2]
+README = REPOSITORY / "README.md"
 RUNNABLE = ("sh", "python")
 # A cold run compiles the kernels (a minute or two on two cores) and starts a JVM.
 BLOCK_TIMEOUT_S = 600
@@ -171,6 +173,8 @@ def test_every_readme_block_runs_in_order(tmp_path):
     work.mkdir()
     scripts.mkdir()
     (work / ".venv").symlink_to(sys.prefix)
+    (REPOSITORY / ".cache").mkdir(exist_ok=True)
+    (work / ".cache").symlink_to(REPOSITORY / ".cache")
     env = {**os.environ, "PATH": f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     groups: list[int] = []
     shell = None
