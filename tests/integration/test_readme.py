@@ -1,5 +1,6 @@
 """README.md runs as written: every command and snippet it shows works, in order, from
-a fresh directory, so a README that drifts from the code fails the suite.
+a fresh directory, so a README that drifts from the code fails the suite; and the
+documentation points only at files of the repository.
 
 Which blocks run (README.md states the same convention to its readers): a fenced
 block tagged ``sh`` is shell commands, one tagged ``python`` is a Python snippet;
@@ -199,3 +200,25 @@ def test_every_readme_block_runs_in_order(tmp_path):
 def test_blocks_are_found_and_the_setup_block_is_recognised():
     blocks = runnable_blocks()
     assert {tag for tag, _ in blocks} == set(RUNNABLE)
+
+
+def test_the_docs_point_only_inside_the_repository():
+    """The project stands alone: every relative link of README.md and docs/ names a
+    file of the repository, and no file refers to the team's notes outside it."""
+    documents = [README, *sorted((REPOSITORY / "docs").glob("*.md"))]
+    assert len(documents) > 1, "docs/ARCHITECTURE.md is missing"
+    for document in documents:
+        for target in re.findall(r"\]\(([^)#\s]+)", document.read_text()):
+            if "://" in target:
+                continue
+            path = (document.parent / target).resolve()
+            assert path.is_relative_to(REPOSITORY) and path.exists(), \
+                f"{document.name} links to {target}, which is not a file of the repository"
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPOSITORY, capture_output=True,
+                             text=True, timeout=60)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout: no list of the project's files")
+    notes = b"../" + b"shared"            # spelt in two so this file does not name it
+    outside = [name for name in tracked.stdout.splitlines()
+               if (REPOSITORY / name).is_file() and notes in (REPOSITORY / name).read_bytes()]
+    assert not outside, f"these files refer to {notes.decode()}, outside the repository: {outside}"
