@@ -1,5 +1,5 @@
 # Two entry points, each doing all set-up itself (idempotent, quick once done):
-#   make demo   write a topic to disk with the library, then read it back with the CLI
+#   make demo   start a broker, produce, consume, then verify a segment with shmlog dump
 #   make test   run the test suite
 # The virtual environment lives in .venv; compiled numba kernels are cached in .cache.
 

@@ -5,8 +5,11 @@ Goal
 Say how close the storage layer (``PartitionLog.append`` / ``read`` and
 ``decode_columns``) comes to the machine's memory bandwidth, the bound for a log
 whose appends are one copy into a mapped file and whose reads are zero-copy views.
-Targets for this layer: append >= 30 % and read >= 50 % of the same run's
-``np.copyto`` bandwidth. A benchmark prints PASS / MISS; it never asserts.
+The goals for this layer: append >= 30 % and read >= 50 % of the same run's
+``np.copyto`` bandwidth, because an append is one copy into a mapped file and a
+read is a zero-copy view, so anything much slower is overhead of our own, not of
+the machine. Each figure with a goal is marked "met" or "below"; a benchmark never
+asserts.
 
 Method
 ------
@@ -49,20 +52,20 @@ batches) on a 2-vCPU Firecracker VM (AMD EPYC family 26, Linux 6.18, ext4 on vir
 November 2026:
 
 ==========================================  =========  =========  =========  ======
-figure                                      records/s  GB/s       of memcpy  target
+figure                                      records/s  GB/s       of memcpy  goal
 ==========================================  =========  =========  =========  ======
 memcpy (np.copyto, 256 MiB, best of 7)      -          15-17      100 %
 new file pages (fallocate + POPULATE_WRITE) -          0.45-0.65  3-4 %
 encode_batch                                13.5 M     1.7        10 %
-append, 1 batch per call                    2.8 M      0.36       2 %        MISS
-append, 16 batches per call                 3.0 M      0.39       2 %        MISS
-append, 16 per call, pages ready            73 M       9.3        55 %       PASS
-read 1 MiB, first pass (CRC)                67 M       8.5        50 %       PASS
-read 4 MiB, first pass                      70 M       8.9        52 %       PASS
-read, second pass (header walk only)        0.9-3 G    120-440    >> 100 %   PASS
-read + decode_columns 1 MiB, first pass     35-40 M    4.4-5.1    26-30 %    MISS
-read + decode_columns 1 MiB, second pass    52 M       6.7        40 %       MISS
-read + decode_columns 4 MiB, either pass    23-29 M    3.0-3.7    18-22 %    MISS
+append, 1 batch per call                    2.8 M      0.36       2 %        below
+append, 16 batches per call                 3.0 M      0.39       2 %        below
+append, 16 per call, pages ready            73 M       9.3        55 %       met
+read 1 MiB, first pass (CRC)                67 M       8.5        50 %       met
+read 4 MiB, first pass                      70 M       8.9        52 %       met
+read, second pass (header walk only)        0.9-3 G    120-440    >> 100 %   met
+read + decode_columns 1 MiB, first pass     35-40 M    4.4-5.1    26-30 %    below
+read + decode_columns 1 MiB, second pass    52 M       6.7        40 %       below
+read + decode_columns 4 MiB, either pass    23-29 M    3.0-3.7    18-22 %    below
 ==========================================  =========  =========  =========  ======
 
 What bounds them (the notes under the table give the per-call medians):
@@ -125,8 +128,9 @@ READ_SIZES = (1 * MIB, 4 * MIB)
 # The appender's reservation step (16 MiB when this was written).
 POPULATE_STEP_SIZE = getattr(shmlog.limits, "SEGMENT_PREALLOCATE_STEP_SIZE", 16 * MIB)
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)     # Linux >= 5.14
-APPEND_TARGET = 0.30                # of memcpy bandwidth
-READ_TARGET = 0.50
+# Goals, as shares of memcpy bandwidth: an append is one copy, a read a zero-copy view.
+APPEND_GOAL = 0.30
+READ_GOAL = 0.50
 SEED = 20260521
 OTHER_CORES_WARNING = 0.2           # report measurements taken while others ran
 SLOW_CALL_FACTOR = 4                # calls this many times the median count as stalls
@@ -511,17 +515,17 @@ def measure_reads(directory: str, segment_bytes: int, record_size: int) -> list[
 
 # --- report -------------------------------------------------------------------------
 
-def _figure(name: str, measured: dict, memcpy_rate: float, target: float | None) -> dict:
+def _figure(name: str, measured: dict, memcpy_rate: float, goal: float | None) -> dict:
     seconds = measured["seconds"]
     rate = measured["bytes"] / seconds
     figure = {"name": name, "records": measured["records"], "bytes": measured["bytes"],
               "seconds": seconds, "records_per_s": measured["records"] / seconds,
               "bytes_per_s": rate, "ratio_to_memcpy": rate / memcpy_rate,
-              "target_ratio": target,
+              "goal_ratio": goal,
               "cpu_per_wall": measured.get("cpu_seconds", float("nan")) / seconds,
               "other_cores": measured.get("other_cores")}
-    if target is not None:
-        figure["verdict"] = "PASS" if rate / memcpy_rate >= target else "MISS"
+    if goal is not None:
+        figure["verdict"] = "met" if rate / memcpy_rate >= goal else "below"
     return figure
 
 
@@ -554,14 +558,14 @@ def print_table(report: dict) -> None:
           f"segment.bytes {args['segment_bytes']:,}")
     print()
     header = (f"{'figure':<44} {'records/s':>10} {'GB/s':>7} {'of memcpy':>9} "
-              f"{'target':>6} {'verdict':>7}  {'cpu/wall':>8} {'others':>6}")
+              f"{'goal':>6} {'verdict':>7}  {'cpu/wall':>8} {'others':>6}")
     print(header)
     print("-" * len(header))
     for figure in report["figures"]:
         records = _si(figure["records_per_s"]) if figure["records"] else "-"
-        target = f">={figure['target_ratio']:.0%}" if figure["target_ratio"] is not None else ""
+        goal = f">={figure['goal_ratio']:.0%}" if figure["goal_ratio"] is not None else ""
         print(f"{figure['name']:<44} {records:>10} {figure['bytes_per_s'] / GB:>7.2f} "
-              f"{figure['ratio_to_memcpy']:>9.1%} {target:>6} {figure.get('verdict', ''):>7}  "
+              f"{figure['ratio_to_memcpy']:>9.1%} {goal:>6} {figure.get('verdict', ''):>7}  "
               f"{figure['cpu_per_wall']:>8.2f} {_cores(figure['other_cores']):>6}")
     print()
     for line in report["notes"]:
@@ -594,7 +598,7 @@ def build_report(args, env, memcpy, populate, encode, appends, reads, batch_byte
         name = f"append, {per_call} batch{'es' if per_call > 1 else ''} per call"
         if append["prepopulated"]:
             name += ", pages ready"
-        figures.append(_figure(name, append, memcpy_rate, APPEND_TARGET))
+        figures.append(_figure(name, append, memcpy_rate, APPEND_GOAL))
         latency = append["latency"]
         notes.append(f"{name}: {append['calls']:,} calls, p50 {latency['p50_us']:.0f} us "
                      f"(the median call: {append['steady_bytes_per_s'] / GB:.2f} GB/s, "
@@ -611,7 +615,7 @@ def build_report(args, env, memcpy, populate, encode, appends, reads, batch_byte
         for number, (label, measured) in enumerate(zip(("first pass", "second pass"),
                                                        read["passes"])):
             name = f"{kind}, {read['max_bytes'] // MIB} MiB, {label}"
-            figures.append(_figure(name, measured, memcpy_rate, READ_TARGET))
+            figures.append(_figure(name, measured, memcpy_rate, READ_GOAL))
             latency = measured["latency"]
             extra = (f"; {read['unverified_bytes_at_open'] / measured['bytes']:.0%} of the "
                      f"bytes unverified at open; open {read['open_seconds'] * 1e3:.0f} ms"
@@ -623,8 +627,9 @@ def build_report(args, env, memcpy, populate, encode, appends, reads, batch_byte
                          f"{latency['p99_us']:.0f} us; {measured['minor_page_faults']:,} minor "
                          f"faults, {measured['system_seconds']:.2f} s in the kernel{extra}")
     notes.append("GB/s counts batch bytes (headers included) per second; 'of memcpy' is "
-                 "that rate over the same run's np.copyto rate. Targets: append >= "
-                 f"{APPEND_TARGET:.0%}, read >= {READ_TARGET:.0%}.")
+                 "that rate over the same run's np.copyto rate. Goals (an append is one copy, a "
+                 f"read a zero-copy view): append >= {APPEND_GOAL:.0%}, read >= "
+                 f"{READ_GOAL:.0%} of memcpy; 'met' or 'below' says how this run did.")
     notes.append("A second read pass only walks batch headers (batches verified, views "
                  "returned), so it is not bounded by memory bandwidth.")
     notes.append("cpu/wall: this process's CPU time over wall time (below 1: it waited or "

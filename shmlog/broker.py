@@ -586,7 +586,7 @@ def _alive(pid: int) -> bool:
 def serve(config: BrokerConfig, *, ready=None) -> None:
     """Run a broker until SIGTERM or SIGINT."""
     stopping = []
-    previous = {number: signal.signal(number, lambda *_: stopping.append(number))
+    previous = {number: signal.signal(number, lambda received, _: stopping.append(received))
                 for number in (signal.SIGTERM, signal.SIGINT)}
     core = BrokerCore(config)
     context = zmq.Context()
@@ -613,7 +613,8 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             wakeup.pause(now - idle_since, core.table.appender_doorbell,
                          lambda: core.work_pending() or control.waiting,
                          min(core.seconds_to_next_timer(), IDLE_SLEEP_LONGEST_S))
-        log.info("broker %d stopping (signal %s)", os.getpid(), stopping[0])
+        log.info("broker %d stopping on %s: draining rings, flushing and closing the logs",
+                 os.getpid(), signal.Signals(stopping[0]).name)
     finally:
         if control is not None:
             for ticket in core.groups.pending_tickets():

@@ -313,7 +313,8 @@ def _perf(arguments) -> int:
                               acks=arguments.acks, progress=progress)
     elif arguments.mode == "consume":
         result = perf.consume(arguments.data_dir, arguments.topic, arguments.records,
-                              batch=arguments.batch, progress=progress)
+                              batch=arguments.batch, timeout_ms=arguments.timeout_ms,
+                              progress=progress)
     else:
         result = perf.end_to_end(arguments.data_dir, arguments.topic, arguments.rate,
                                  arguments.seconds, arguments.record_size)
@@ -339,13 +340,38 @@ def _key_values(pairs: list[str] | None) -> dict:
     return values
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shmlog", description=__doc__.splitlines()[0])
-    parser.add_argument("--log-level", default="WARNING",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+# A broker says when it serves and when it stops, as Kafka's does at INFO; the
+# client commands print only their results.
+LOG_LEVEL_BROKER = "INFO"
+LOG_LEVEL_CLIENT = "WARNING"
 
-    dump = commands.add_parser("dump", help="print and verify a segment (.log) or index file",
+
+def _common_options(default) -> argparse.ArgumentParser:
+    """The options every subcommand takes, before or after its name. The subcommands'
+    copy has no default (SUPPRESS), so it never overwrites a value given before."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", choices=LOG_LEVELS, default=default,
+                        help=f"default {LOG_LEVEL_BROKER} for the broker, "
+                             f"{LOG_LEVEL_CLIENT} for the other commands")
+    return common
+
+
+def log_level(arguments: argparse.Namespace) -> str:
+    """The level asked for, or the command's default."""
+    if arguments.log_level:
+        return arguments.log_level
+    return LOG_LEVEL_BROKER if arguments.command == "broker" else LOG_LEVEL_CLIENT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shmlog", description=__doc__.splitlines()[0],
+                                     parents=[_common_options(None)])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = [_common_options(argparse.SUPPRESS)]
+
+    dump = commands.add_parser("dump", parents=common,
+                               help="print and verify a segment (.log) or index file",
                                description="Print the batches of a segment file, or the "
                                "entries of an .index/.timeindex file.")
     dump.add_argument("path", help="a <base offset>.log, .index or .timeindex file")
@@ -359,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--json", action="store_true", help="machine-readable output")
     dump.set_defaults(run=_dump)
 
-    broker = commands.add_parser("broker", help="run a broker (no config file needed)",
+    broker = commands.add_parser("broker", parents=common,
+                                 help="run a broker (no config file needed)",
                                  description="Run a broker in the foreground; SIGTERM or "
                                  "Ctrl-C stops it gracefully.")
     broker.add_argument("--config", help="a TOML file of broker settings")
@@ -371,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 help=f"default {field.default}")
     broker.set_defaults(run=_broker)
 
-    topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
+    topics = commands.add_parser("topics", parents=common,
+                                 help="create, list, describe, alter, delete topics")
     topics.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
     topics.add_argument("topic", nargs="?", help="the topic (all actions but list)")
     topics.add_argument("--data-dir", help="the broker's data directory")
@@ -384,7 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--json", action="store_true", help="machine-readable output")
     topics.set_defaults(run=_topics)
 
-    groups = commands.add_parser("groups", help="list, describe, reset offsets of, delete "
+    groups = commands.add_parser("groups", parents=common,
+                                 help="list, describe, reset offsets of, delete "
                                  "consumer groups")
     groups.add_argument("action", choices=["list", "describe", "reset-offsets", "delete"])
     groups.add_argument("group", nargs="?", help="the group (all actions but list)")
@@ -404,7 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_argument("--json", action="store_true", help="machine-readable output")
     groups.set_defaults(run=_groups)
 
-    produce = commands.add_parser("produce", help="send lines from stdin or files as records")
+    produce = commands.add_parser("produce", parents=common,
+                                  help="send lines from stdin or files as records")
     produce.add_argument("topic")
     produce.add_argument("files", nargs="*", help="read these instead of stdin")
     produce.add_argument("--data-dir", help="the broker's data directory")
@@ -415,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--quiet", action="store_true", help="no summary on stderr")
     produce.set_defaults(run=_produce)
 
-    consume = commands.add_parser("consume", help="print records of a topic")
+    consume = commands.add_parser("consume", parents=common, help="print records of a topic")
     consume.add_argument("topic")
     consume.add_argument("--data-dir", help="the broker's data directory")
     consume.add_argument("--partition", type=int, help="only this partition")
@@ -430,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--format", choices=["value", "key-value", "json"], default="value")
     consume.set_defaults(run=_consume)
 
-    perf = commands.add_parser("perf", help="throughput and latency tools (need a broker)")
+    perf = commands.add_parser("perf", parents=common,
+                               help="throughput and latency tools (need a broker)")
     perf.add_argument("mode", choices=["produce", "consume", "e2e"])
     perf.add_argument("topic", help="partition 0 of this topic is used")
     perf.add_argument("--data-dir", help="the broker's data directory")
@@ -440,6 +471,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="produce with send_batch of this many rows (0: one send each)")
     perf.add_argument("--acks", type=int, choices=[0, 1], default=1)
     perf.add_argument("--batch", action="store_true", help="consume with poll_batch")
+    from .perf import IDLE_TIMEOUT_MS_DEFAULT
+    perf.add_argument("--timeout-ms", type=int, default=IDLE_TIMEOUT_MS_DEFAULT,
+                      help="consume: stop after this long without a record (default "
+                           f"{IDLE_TIMEOUT_MS_DEFAULT}, as Kafka's consumer perf test)")
     perf.add_argument("--rate", type=int, default=10_000, help="e2e: records per second")
     perf.add_argument("--seconds", type=float, default=5.0, help="e2e: how long")
     perf.add_argument("--json", action="store_true")
@@ -457,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.command == "topics" and arguments.action == "create" \
             and arguments.partitions is None:
         arguments.partitions = 1
-    logging.basicConfig(level=arguments.log_level, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level(arguments),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return arguments.run(arguments)
     except ShmlogError as error:

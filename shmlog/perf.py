@@ -2,6 +2,8 @@
 
 Used by ``shmlog perf produce|consume|e2e`` and by ``perf/bench_data_plane.py``.
 Nothing here prints: progress goes to an optional callback, results are returned.
+Every tool uses partition 0 of its topic; ``data_dir`` None means the default data
+directory, as for the clients.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from .broker import default_data_dir
 from .consumer import Consumer, TopicPartition
 from .producer import Producer
 
@@ -22,6 +25,11 @@ __all__ = ["produce", "consume", "end_to_end"]
 
 Progress = Callable[[int, float], None] | None
 PROGRESS_EVERY_S = 1.0
+# Kafka's kafka-consumer-perf-test --timeout: the longest wait between records before
+# the consumer decides the topic has no more.
+IDLE_TIMEOUT_MS_DEFAULT = 10_000
+# One poll's wait: short, so the idle timeout is checked often.
+POLL_TIMEOUT_MS = 100
 
 
 def _report(progress: Progress, done: int, started: float, last: list) -> None:
@@ -31,7 +39,7 @@ def _report(progress: Progress, done: int, started: float, last: list) -> None:
         progress(done, now - started)
 
 
-def produce(data_dir: str, topic: str, records: int, record_size: int, *,
+def produce(data_dir: str | None, topic: str, records: int, record_size: int, *,
             batch_records: int = 0, acks: int = 1, progress: Progress = None) -> dict:
     """Send ``records`` values of ``record_size`` bytes to partition 0: one ``send``
     per record, or ``send_batch`` of ``batch_records`` rows at a time; the clock stops
@@ -64,28 +72,31 @@ def produce(data_dir: str, topic: str, records: int, record_size: int, *,
             "records_per_s": records / seconds, "bytes_per_s": records * record_size / seconds}
 
 
-def consume(data_dir: str, topic: str, records: int, *, batch: bool = False,
-            progress: Progress = None) -> dict:
+def consume(data_dir: str | None, topic: str, records: int, *, batch: bool = False,
+            timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT, progress: Progress = None) -> dict:
     """Read ``records`` from the start of partition 0: ``poll`` (record objects) or
-    ``poll_batch`` (columns)."""
+    ``poll_batch`` (columns). Stops early when nothing arrives for ``timeout_ms`` (a
+    topic shorter than ``records``); the clock stops at the last record read."""
     last = [time.perf_counter()]
     value_bytes = 0
     with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, 0)])
-        started = time.perf_counter()
+        started = finished = time.perf_counter()
         seen = 0
-        while seen < records:
+        while seen < records and time.perf_counter() - finished < timeout_ms / 1000:
             if batch:
-                for columns in consumer.poll_batch(timeout_ms=1000).values():
+                for columns in consumer.poll_batch(timeout_ms=POLL_TIMEOUT_MS).values():
                     seen += len(columns)
                     value_bytes += int(columns.value_lengths.sum())
+                    finished = time.perf_counter()
             else:
-                for partition_records in consumer.poll(timeout_ms=1000,
+                for partition_records in consumer.poll(timeout_ms=POLL_TIMEOUT_MS,
                                                        max_records=10_000).values():
                     seen += len(partition_records)
                     value_bytes += sum(len(record.value) for record in partition_records)
+                    finished = time.perf_counter()
             _report(progress, seen, started, last)
-        seconds = time.perf_counter() - started
+        seconds = max(finished - started, 1e-9)
     return {"records": seen, "bytes": value_bytes, "seconds": seconds,
             "records_per_s": seen / seconds, "bytes_per_s": value_bytes / seconds}
 
@@ -114,14 +125,15 @@ _LATENCY_CONSUMER = textwrap.dedent("""
 """)
 
 
-def end_to_end(data_dir: str, topic: str, rate: int, seconds: float, record_size: int, *,
-               linger_ms: int = 0, warmup_s: float = 1.0) -> dict:
+def end_to_end(data_dir: str | None, topic: str, rate: int, seconds: float, record_size: int,
+               *, linger_ms: int = 0, warmup_s: float = 1.0) -> dict:
     """Send ``rate`` records per second for ``warmup_s + seconds`` (each carrying its
     send time, CLOCK_MONOTONIC, which all processes on a host share); a consumer in
     another process records send-to-poll latency of those after the warm-up (which
     loads the compiled code and settles the processes). Returns percentiles in µs."""
     count = int(rate * seconds)
     warmup = int(rate * warmup_s)
+    data_dir = data_dir or default_data_dir()       # the reader's argument list needs a path
     with Consumer(bootstrap=data_dir) as probe:
         start = probe.end_offsets([TopicPartition(topic, 0)])[TopicPartition(topic, 0)]
     reader = subprocess.Popen([sys.executable, "-c", _LATENCY_CONSUMER, data_dir, topic,

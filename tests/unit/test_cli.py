@@ -1,10 +1,12 @@
 """The ``shmlog`` command: dump prints segments and indexes, --verify finds damage,
-exit codes follow the convention (0 ok, 1 problem found, 2 usage), and a broker
-refuses a data directory too long for its control socket before creating anything.
+exit codes follow the convention (0 ok, 1 problem found, 2 usage); ``--log-level``
+is taken before or after the subcommand, and defaults to INFO for the broker only;
+a broker refuses a data directory too long for its control socket before creating
+anything.
 
 Method: write a real partition with the library, run ``python -m shmlog`` as a
 subprocess on its files, and check output and exit codes, before and after flipping
-a byte.
+a byte. Option parsing is checked in-process on ``cli.build_parser()``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 from helpers import flip_bits, values_batch
 from shmlog import batch_layout as B
+from shmlog import cli
 from shmlog.broker import SOCKET_PATH_LENGTH_MAX, shared_memory_prefix
 
 
@@ -101,3 +104,17 @@ def test_a_data_directory_too_long_for_the_control_socket_is_refused_before_anyt
     assert not (tmp_path / "parent").exists()
     prefix = shared_memory_prefix(str(data_dir))
     assert [name for name in os.listdir("/dev/shm") if name.startswith(prefix)] == []
+
+
+@pytest.mark.parametrize("arguments", [["--log-level", "DEBUG", "topics", "list"],
+                                       ["topics", "list", "--log-level", "DEBUG"],
+                                       ["topics", "--log-level", "DEBUG", "list"]])
+def test_log_level_is_taken_before_or_after_the_subcommand(arguments):
+    assert cli.log_level(cli.build_parser().parse_args(arguments)) == "DEBUG"
+
+
+def test_the_broker_logs_at_info_by_default_and_the_other_commands_at_warning():
+    parser = cli.build_parser()
+    assert cli.log_level(parser.parse_args(["broker"])) == "INFO"
+    assert cli.log_level(parser.parse_args(["topics", "list"])) == "WARNING"
+    assert cli.log_level(parser.parse_args(["--log-level", "ERROR", "broker"])) == "ERROR"

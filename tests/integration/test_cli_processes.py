@@ -1,0 +1,91 @@
+"""The ``shmlog`` command against a real broker: ``shmlog broker`` says when it
+serves and when it stops (naming the signal), ``shmlog perf e2e`` works with the
+default data directory, and ``shmlog perf consume`` ends on a topic shorter than
+``--records``.
+
+Method: run ``python -m shmlog`` as child processes, as a user would from a shell,
+on a temporary data directory; every wait is bounded and the brokers' shared
+memory is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from shmlog import Admin, Broker, Producer, shared_memory
+from shmlog.broker import shared_memory_prefix
+
+DEADLINE_S = 120
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    path = str(tmp_path / "data")
+    yield path
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(shared_memory_prefix(path)):
+            shared_memory.unlink(name)
+
+
+def shmlog(*arguments, **environment):
+    return subprocess.run([sys.executable, "-m", "shmlog", *arguments], capture_output=True,
+                          text=True, timeout=DEADLINE_S, env={**os.environ, **environment})
+
+
+def test_the_broker_says_when_it_serves_and_when_it_stops(data_dir):
+    broker = subprocess.Popen([sys.executable, "-m", "shmlog", "broker", "--data-dir", data_dir],
+                              stderr=subprocess.PIPE, text=True)
+    lines: queue.SimpleQueue = queue.SimpleQueue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in broker.stderr],
+                              daemon=True)
+    reader.start()
+    try:
+        first = lines.get(timeout=DEADLINE_S)
+        assert "serving" in first and data_dir in first, first
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(timeout=DEADLINE_S) == 0
+        reader.join(timeout=DEADLINE_S)
+    finally:
+        broker.kill()
+        broker.wait(timeout=DEADLINE_S)
+    rest = "".join(_drain(lines))
+    assert "stopping on SIGTERM" in rest, rest
+
+
+def _drain(lines: queue.SimpleQueue) -> list[str]:
+    drained = []
+    while not lines.empty():
+        drained.append(lines.get_nowait())
+    return drained
+
+
+@pytest.fixture
+def short_topic(data_dir):
+    """A broker serving ``events``, one partition holding 10 records."""
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("events", 1)
+        with Producer(data_dir) as producer:
+            for number in range(10):
+                producer.send("events", b"%d" % number, partition=0)
+        yield data_dir
+
+
+def test_perf_consume_stops_at_the_end_of_a_short_topic(short_topic):
+    consumed = shmlog("perf", "consume", "events", "--data-dir", short_topic,
+                      "--records", "1000", "--timeout-ms", "500")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.startswith("10 records in"), consumed.stdout
+
+
+def test_perf_e2e_uses_the_default_data_directory(short_topic):
+    latency = shmlog("perf", "e2e", "events", "--rate", "1000", "--seconds", "0.5",
+                     SHMLOG_DATA_DIR=short_topic)
+    assert latency.returncode == 0, latency.stderr
+    assert latency.stdout.startswith("500 records at 1,000/s: latency p50"), latency.stdout
