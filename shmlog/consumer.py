@@ -24,6 +24,9 @@ rebalance, being fenced), joins the group when it must, calls the rebalance
 listener, starts newly assigned partitions at their committed offsets, and commits
 its positions every ``auto_commit_interval_ms`` when ``enable_auto_commit`` is set.
 Without a group, ``subscribe`` assigns every partition of the topics.
+
+A consumer loads every kernel of its read path when it is made
+(``reader.warm_kernels``), before it joins a group: a poll never compiles.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .broker import default_data_dir, request
 from .errors import (CommitFailedError, LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
                      UnknownTopicOrPartitionError)
 from .groups import GroupMember, MemberConfig
-from .reader import PartitionReader
+from .reader import PartitionReader, warm_kernels
 from .records import Record, RecordColumns, decode_columns
 from . import state_layout as S
 from . import wakeup
@@ -173,6 +176,9 @@ class Consumer:
         self._group = None
         self._joining: concurrent.futures.Future | None = None     # a join under way
         self._paused_over_join: set[TopicPartition] = set()
+        # Before joining a group: a first poll that compiled kernels (the GIL held
+        # for seconds on a cold cache) would starve the heartbeat thread.
+        warm_kernels()
         self._attach()
         if group_id is not None:
             self._group = GroupMember(

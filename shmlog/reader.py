@@ -36,11 +36,18 @@ files), and the read returns no records with the position unchanged, so the
 caller's poll comes back later. Returning nothing rather than raising keeps a
 change of a few renames and fsyncs invisible to consumers, which already poll
 again when a read finds nothing, and it never steps over a record.
+
+Kernels are loaded before the first read: numba compiles (or loads from its disk
+cache) a kernel at its first call, with the GIL held, for seconds on a cold cache.
+Inside a poll that would starve the consumer's heartbeat thread and cost it its
+group session, so :func:`warm_kernels` runs every kernel of the read path once, on
+empty inputs of the types a read passes, and a consumer calls it when it is made.
 """
 
 from __future__ import annotations
 
 import bisect
+import mmap
 import os
 
 import numpy as np
@@ -48,12 +55,34 @@ import numpy as np
 from . import batch_layout as B
 from . import index_layout as I
 from . import limits
+from . import state_layout as S
 from .errors import OffsetOutOfRangeError
 from .mapped_file import MappedFile
+from .records import decode_columns
 from .segments import ReadResult, _find_batch, collect_batches
 from .state import PartitionStateTable
 
-__all__ = ["PartitionReader"]
+__all__ = ["PartitionReader", "warm_kernels"]
+
+
+def warm_kernels() -> None:
+    """Compile, or load from numba's disk cache, every kernel that reading and
+    decoding a partition and waiting for records run, for the argument types they
+    run with (a segment is a read-only mapping; an inflated batch is a writable
+    array), so that no poll compiles. Idempotent; a few ms once they are loaded."""
+    mapped = mmap.mmap(-1, S.ROWS_OFFSET + S.ROW_SIZE)
+    table = PartitionStateTable("warm-up", mapped, owner=False)
+    table.snapshot(0)
+    table.high_watermark(0)
+    table.segment_generation(0)
+    table.consumer_doorbell.wait(lambda: True, 0)      # found at once: never sleeps
+    inflated, log = np.zeros(0, np.uint8), np.zeros(0, np.uint8)
+    log.flags.writeable = False
+    for data in (inflated, log):
+        decode_columns(data, start_offset=0, verified=True)
+    collect_batches(log, "warm-up", 0, 0, limits.READ_SIZE_DEFAULT, 0, 0, 0)
+    _find_batch(log, 0, 0, 0)
+    table.close()
 
 
 class _MappedSegment:

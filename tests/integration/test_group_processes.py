@@ -12,8 +12,10 @@ What is shown:
 
 Method: a real broker process and four member processes (``MEMBER`` below). A
 member's "processing" is appending a line per record (generation, partition,
-offset) to its own file before it commits; the file outlives a kill. Every wait is
-bounded; every process is stopped (or killed) and /dev/shm is cleaned up.
+offset) to its own file before it commits; the file outlives a kill. A member whose
+commit is fenced goes on polling, as a Kafka application must (its records are
+processed again by their new owner). Every wait is bounded; every process is
+stopped (or killed) and /dev/shm is cleaned up.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ WAIT_S = 60
 MEMBER = r"""
 import json, os, sys, time
 from shmlog.consumer import Consumer, ConsumerRebalanceListener
+from shmlog.errors import CommitFailedError
 
 data_dir, group, out_path, stop_path, strategy = sys.argv[1:6]
 out = open(out_path, "a", buffering=1)
@@ -65,7 +68,13 @@ while not os.path.exists(stop_path):
                                   "generation": generation, "partition": partition.partition,
                                   "offset": record.offset}) + "\n")
     if polled:
-        consumer.commit()            # after processing: at least once
+        try:
+            consumer.commit()        # after processing: at least once
+        except CommitFailedError:
+            # Fenced (a rebalance went on without us): what was processed since the
+            # last commit goes to the partitions' new owners and is processed again.
+            # The next poll rejoins, as a Kafka application does.
+            pass
 consumer.close()
 """
 
