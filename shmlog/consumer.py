@@ -8,7 +8,10 @@ row in the partition state table), attaches the table, and opens one
 watermark from shared memory (an acquire load), takes the batches below it as
 views of the read-only mappings, and decodes them in compiled code: no syscall
 and no copy of the record data on the hot path. :meth:`Consumer.poll_batch`
-hands the columns over as they are; :meth:`Consumer.poll` builds record objects.
+hands the columns over as they are; :meth:`Consumer.poll` builds record objects
+and buffers those beyond ``max_records`` for its next call. Both go on from one
+position per partition: ``poll_batch`` first moves the position back over what
+``poll`` buffered, so the two may be mixed and every record comes once, in order.
 
 When nothing is new, a poll waits with the idle strategy of ``wakeup.pause``: it
 keeps looking, then yields the CPU, and once nothing has come for a millisecond
@@ -186,7 +189,8 @@ class Consumer:
                 client_id or f"shmlog-{os.getpid()}",
                 MemberConfig(session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
                              tuple(partition_assignment_strategy)))
-        # Records fetched and not yet returned, per partition (in offset order).
+        # Records poll fetched and has not returned yet, per partition (in offset
+        # order): the position of such a partition is the first of them.
         self._buffered: dict[TopicPartition, list[ConsumerRecord]] = {}
         if topics:
             self.subscribe(topics)
@@ -405,9 +409,21 @@ class Consumer:
     def poll_batch(self, timeout_ms: int = 0, max_bytes: int | None = None) -> dict:
         """New records as columns, per partition: numpy arrays of offsets,
         timestamps and key/value positions into the mapped bytes (zero copy for
-        uncompressed batches). Waits up to ``timeout_ms`` for something new."""
+        uncompressed batches). Waits up to ``timeout_ms`` for something new.
+
+        It goes on from the same position as :meth:`poll`: records that ``poll``
+        fetched and has not returned yet come first."""
+        self._rewind_buffered()
         return self._wait(lambda: self._poll_columns(max_bytes or self.fetch_max_bytes),
                           time.monotonic(), timeout_ms)
+
+    def _rewind_buffered(self) -> None:
+        """Move each position back to the first record that poll fetched but has not
+        returned, and drop those records: a fetch from there reads them again (a view
+        of the mapped segment, no copy), so both polls draw from one position."""
+        for partition, records in self._buffered.items():
+            self._assigned[partition].position = records[0].offset
+        self._buffered.clear()
 
     def _poll_columns(self, max_bytes: int) -> dict[TopicPartition, RecordColumns]:
         found = {}

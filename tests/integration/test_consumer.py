@@ -200,3 +200,26 @@ def test_the_first_poll_compiles_nothing(broker):
     assert result["records"] == 20
     assert result["compiled"] == [], "kernels compiled by a poll, not by the constructor"
 
+
+def test_poll_and_poll_batch_share_one_position(broker):
+    """Mixing poll(max_records=...) and poll_batch returns every offset once, in
+    order: poll_batch goes on from what poll buffered, not past it."""
+    Admin(broker).create_topic("t")
+    produce(broker, "t", 3000, partition=0)
+    partition = TopicPartition("t", 0)
+    offsets = []
+    # A fetch takes one batch of ~2 KiB (about 200 records): poll buffers most of
+    # it while later batches wait in the log.
+    with Consumer("t", bootstrap=broker, auto_offset_reset="earliest",
+                  fetch_max_bytes=1024) as consumer:
+        for turn in range(10_000):
+            if turn % 2:
+                found = consumer.poll_batch(timeout_ms=50, max_bytes=1024).get(partition)
+                offsets += found.offsets.tolist() if found is not None else []
+            else:
+                offsets += [record.offset for record in
+                            consumer.poll(timeout_ms=50, max_records=7).get(partition, [])]
+            if len(offsets) >= 3000:
+                break
+        assert consumer.position(partition) == 3000
+    assert offsets == list(range(3000))
