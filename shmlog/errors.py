@@ -8,7 +8,8 @@
     │   ├── InvalidPartitionsError
     │   ├── InvalidConfigError
     │   ├── RecordTooLargeError
-    │   └── OffsetOutOfRangeError
+    │   ├── OffsetOutOfRangeError
+    │   └── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
     │   ├── CorruptRingError          a ring holds bytes no producer could have written
@@ -66,13 +67,20 @@ class RecordTooLargeError(LocalProtocolError):
 
 
 class OffsetOutOfRangeError(LocalProtocolError):
-    """An offset lies outside ``[log_start_offset, log_end_offset]``."""
+    """An offset lies outside ``[log_start_offset, log_end_offset]`` (fields -1 where
+    unknown: an error that came from the broker carries only its message)."""
 
-    def __init__(self, message: str, *, offset: int, log_start_offset: int, log_end_offset: int):
+    def __init__(self, message: str, *, offset: int = -1, log_start_offset: int = -1,
+                 log_end_offset: int = -1):
         super().__init__(message)
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class OffsetMetadataTooLargeError(LocalProtocolError):
+    """A committed offset's metadata is longer than ``offset.metadata.max.bytes``
+    (Kafka's OFFSET_METADATA_TOO_LARGE)."""
 
 
 class CorruptRecordError(PeerProtocolError):
