@@ -28,6 +28,11 @@ listener, starts newly assigned partitions at their committed offsets, and commi
 its positions every ``auto_commit_interval_ms`` when ``enable_auto_commit`` is set.
 Without a group, ``subscribe`` assigns every partition of the topics.
 
+A deleted partition is :class:`UnknownTopicOrPartitionError` for a consumer that
+assigned it by hand (its reader sees its state table row freed or given to another
+partition); under a group subscription it just yields nothing until the rebalance
+the deletion starts takes it away, and commits leave it out (Kafka's behaviour).
+
 A consumer loads every kernel of its read path when it is made
 (``reader.warm_kernels``), before it joins a group: a poll never compiles.
 """
@@ -50,7 +55,7 @@ from .reader import PartitionReader, warm_kernels
 from .records import Record, RecordColumns, decode_columns
 from . import state_layout as S
 from . import wakeup
-from .state import PartitionStateTable
+from .state import PartitionStateTable, topic_key
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,10 @@ JOIN_CHECK_INTERVAL_S = 0.005
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1 << 20
+# What a commit the consumer makes by itself (auto commit, before a revocation) may
+# be refused for and go on: fenced by a rebalance, or a partition deleted (or its
+# log truncated) since its position was taken. Kafka logs these too.
+_COMMIT_REFUSALS = (CommitFailedError, UnknownTopicOrPartitionError, OffsetOutOfRangeError)
 
 
 def _remaining_ms(started: float, timeout_ms: int) -> int:
@@ -205,9 +214,9 @@ class Consumer:
         self._next_liveness_check = time.monotonic() + BROKER_CHECK_INTERVAL_S
         self._topics = {topic["name"]: topic for topic in metadata["topics"]}
         for partition, state in self._assigned.items():
-            entry = self._partition_metadata(*partition)
+            reader = self._open_reader(partition)
             state.reader.close()
-            state.reader = PartitionReader(entry["directory"], table, entry["row"])
+            state.reader = reader
         if old is not None:
             old.close()
 
@@ -239,6 +248,12 @@ class Consumer:
         if not 0 <= partition < len(entries):
             raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition} on the broker")
         return entries[partition]
+
+    def _open_reader(self, partition: TopicPartition) -> PartitionReader:
+        entry = self._partition_metadata(*partition)
+        return PartitionReader(entry["directory"], self._table, entry["row"],
+                               topic_key=topic_key(self._topics[partition.topic]["topic_id"]),
+                               partition=partition.partition)
 
     def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None,
                   listener: ConsumerRebalanceListener | None = None) -> None:
@@ -310,9 +325,7 @@ class Consumer:
                 self._assigned.pop(partition).reader.close()
         for partition in wanted:
             if partition not in self._assigned:
-                entry = self._partition_metadata(*partition)
-                self._assigned[partition] = _Assigned(
-                    PartitionReader(entry["directory"], self._table, entry["row"]))
+                self._assigned[partition] = _Assigned(self._open_reader(partition))
         self._buffered = {partition: records for partition, records in self._buffered.items()
                           if partition in self._assigned}
 
@@ -385,7 +398,7 @@ class Consumer:
                 f"{partition.topic}-{partition.partition} has no valid position and "
                 f"auto_offset_reset is 'none'; seek first", offset=-1,
                 log_start_offset=-1, log_end_offset=-1)
-        row = self._table.snapshot(state.reader.row)
+        row = state.reader.snapshot()
         state.position = (row.log_start_offset if self.auto_offset_reset == "earliest"
                           else row.high_watermark)
 
@@ -427,11 +440,27 @@ class Consumer:
 
     def _poll_columns(self, max_bytes: int) -> dict[TopicPartition, RecordColumns]:
         found = {}
+        deleted = None
         for partition, state in self._assigned.items():
-            if not state.paused:
+            if state.paused:
+                continue
+            try:
                 columns = self._fetch(partition, state, max_bytes)
-                if columns is not None:
-                    found[partition] = columns
+            except UnknownTopicOrPartitionError as error:
+                deleted = error
+                continue
+            if columns is not None:
+                found[partition] = columns
+        if deleted is not None and self._subscription is None:
+            # Assigned by hand: the application must hear of it (Kafka's consumer
+            # raises too). What this poll fetched from the other partitions is put
+            # back, so the error loses no record.
+            for partition, columns in found.items():
+                self._assigned[partition].position = int(columns.offsets[0])
+            raise deleted
+        # A group's subscription: the broker rebalances the group when a topic is
+        # deleted, and the partition goes with the next assignment; until then it
+        # has nothing to read (Kafka's behaviour, no error for the application).
         return found
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
@@ -619,10 +648,13 @@ class Consumer:
         return True
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict:
-        """Positions known for these partitions (no reset is forced)."""
+        """Positions known for these partitions (no reset is forced), leaving out
+        deleted ones: the coordinator refuses a commit that names one."""
         positions = {}
         for partition in partitions:
             state = self._assigned.get(partition)
+            if state is not None and state.reader.deleted():
+                continue
             pending = self._buffered.get(partition)
             if pending:
                 positions[partition] = pending[0].offset
@@ -638,7 +670,7 @@ class Consumer:
         try:
             self._commit_offsets({partition: OffsetAndMetadata(offset) for partition, offset
                                   in self._positions(partitions).items()})
-        except CommitFailedError as error:
+        except _COMMIT_REFUSALS as error:
             log.warning("%s", error)
 
     def _auto_commit(self) -> None:
@@ -646,7 +678,7 @@ class Consumer:
         try:
             self._commit_offsets({partition: OffsetAndMetadata(offset) for partition, offset
                                   in self._positions(self._assigned).items()})
-        except CommitFailedError as error:
+        except _COMMIT_REFUSALS as error:
             log.warning("auto commit: %s", error)
 
     def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None

@@ -10,6 +10,11 @@ Rules
 * The hot path makes no system call: the high watermark is an acquire load from
   shared memory and the segments are already mapped. The directory is listed again
   only when the published segment generation changes (a roll, a deletion).
+* A reader holds the identity of its partition (topic key and partition number)
+  and checks it against the row on every read: a deleted partition's row is freed
+  and may be given to another partition, so a row that no longer names it, or a
+  directory that is gone, is :class:`UnknownTopicOrPartitionError`, never a read
+  of another partition's offsets nor a damaged-data error.
 * A listing is trusted only when the generation is the same even value before and
   after it (a seqlock, see ``segments``): a listing torn by a compaction swap or a
   deletion could hold the first segment of a group but not the others, and a read
@@ -56,11 +61,11 @@ from . import batch_layout as B
 from . import index_layout as I
 from . import limits
 from . import state_layout as S
-from .errors import OffsetOutOfRangeError
+from .errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from .mapped_file import MappedFile
 from .records import decode_columns
 from .segments import ReadResult, _find_batch, collect_batches
-from .state import PartitionStateTable
+from .state import PartitionStateTable, RowSnapshot
 
 __all__ = ["PartitionReader", "warm_kernels"]
 
@@ -162,12 +167,18 @@ class PartitionReader:
         The broker's table, attached.
     row : int
         The partition's row in it.
+    topic_key, partition : int
+        Who the row must belong to: the topic's key (``state.topic_key`` of its id)
+        and the partition number, as the broker's metadata gave them.
     """
 
-    def __init__(self, directory: str, table: PartitionStateTable, row: int):
+    def __init__(self, directory: str, table: PartitionStateTable, row: int, *,
+                 topic_key: int, partition: int):
         self.directory = directory
         self.table = table
         self.row = row
+        self.topic_key = topic_key
+        self.partition = partition
         self._segments: list[_MappedSegment] = []
         self._bases: list[int] = []
         self._generation = None
@@ -204,7 +215,11 @@ class PartitionReader:
         (``_generation`` stays unknown) until the caller has checked the generation
         did not move during the listing."""
         self._generation = None
-        names = sorted(name for name in os.listdir(self.directory)
+        try:
+            listed = os.listdir(self.directory)
+        except FileNotFoundError:
+            raise self._deleted("its directory is gone") from None
+        names = sorted(name for name in listed
                        if name.endswith(I.LOG_SUFFIX) and name[:-len(I.LOG_SUFFIX)].isdigit())
         kept = {segment.base_offset: segment for segment in self._segments}
         segments = []
@@ -241,6 +256,36 @@ class PartitionReader:
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
 
+    def snapshot(self) -> RowSnapshot:
+        """The partition's published row.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            The partition was deleted: its row is free or another partition's now.
+        """
+        row = self.table.snapshot(self.row)
+        # A row being freed publishes -1 offsets before it drops its topic key; a
+        # hosted partition's row is published before its metadata is handed out.
+        if row.topic_key != self.topic_key or row.partition != self.partition:
+            raise self._deleted(f"its state table row {self.row} names another partition now")
+        if row.high_watermark < 0:
+            raise self._deleted(f"its state table row {self.row} is being freed")
+        return row
+
+    def deleted(self) -> bool:
+        """Was the partition deleted (its row freed or given to another)?"""
+        try:
+            self.snapshot()
+        except UnknownTopicOrPartitionError:
+            return True
+        return False
+
+    def _deleted(self, why: str) -> UnknownTopicOrPartitionError:
+        return UnknownTopicOrPartitionError(
+            f"{self.directory}: the partition was deleted ({why}); consume an existing "
+            f"topic, or create it again and assign its partitions anew")
+
     def high_watermark(self) -> int:
         return self.table.high_watermark(self.row)
 
@@ -252,10 +297,12 @@ class PartitionReader:
         ------
         OffsetOutOfRangeError
             ``offset`` is below the log start or above the high watermark.
+        UnknownTopicOrPartitionError
+            The partition was deleted.
         CorruptSegmentError
             A batch fails its CRC.
         """
-        row = self.table.snapshot(self.row)
+        row = self.snapshot()
         high_watermark = row.high_watermark
         if not row.log_start_offset <= offset <= high_watermark:
             raise OffsetOutOfRangeError(

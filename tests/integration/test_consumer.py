@@ -223,3 +223,29 @@ def test_poll_and_poll_batch_share_one_position(broker):
                 break
         assert consumer.position(partition) == 3000
     assert offsets == list(range(3000))
+
+
+def test_a_topic_deleted_under_a_consumer_assigned_by_hand_is_unknown(broker):
+    """The deleted topic's row goes to a new topic: the reader sees its row name
+    another partition and poll raises UnknownTopicOrPartitionError (not a corrupt
+    segment, never the new topic's records), losing nothing of the other partition."""
+    admin = Admin(broker)
+    admin.create_topic("a")
+    admin.create_topic("c")
+    produce(broker, "a", 10, partition=0)
+    produce(broker, "c", 10, partition=0)
+    a_0, c_0 = TopicPartition("a", 0), TopicPartition("c", 0)
+    with Consumer(bootstrap=broker, auto_offset_reset="earliest") as consumer:
+        consumer.assign([a_0, c_0])
+        assert sorted((r.topic, r.offset) for r in drain(consumer, 20)) == \
+            sorted([("a", n) for n in range(10)] + [("c", n) for n in range(10)])
+        row = admin.describe_topic("a")["partitions"][0]["row"]
+        admin.delete_topic("a")
+        assert admin.create_topic("b")["partitions"][0]["row"] == row, "the row is reused"
+        produce(broker, "b", 5, partition=0)
+        produce(broker, "c", 10, partition=0)
+        for _ in range(3):
+            with pytest.raises(UnknownTopicOrPartitionError, match="partition was deleted"):
+                consumer.poll(timeout_ms=100)
+        consumer.assign([c_0])
+        assert [record.offset for record in drain(consumer, 10)] == list(range(10, 20))

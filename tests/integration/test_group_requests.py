@@ -394,3 +394,44 @@ def test_internal_topics_and_bad_commits_are_refused(data_dir):
     assert "internal topic" in deleted.stderr
     assert OFFSETS_TOPIC in admin.list_topics()
     assert Admin(data_dir).list_consumer_group_offsets("tool") == {("events", 0): (10, "x" * 4096)}
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_topic_deleted_under_a_group_leaves_the_assignment_quietly(data_dir, strategy):
+    """Kafka's behaviour for a subscription: the broker rebalances the group when a
+    subscribed topic is deleted, its partitions go with the next assignment, and
+    the application sees no error; it goes on consuming and committing the rest.
+    (A cooperative member goes on reading what it holds during the rebalance, so
+    it reads the deleted partitions after their rows went to a new topic.)"""
+    admin = Admin(data_dir)
+    admin.create_topic("doomed", partitions=2)
+    with Producer(data_dir) as producer:
+        for index in range(10):
+            producer.send("doomed", b"d%d" % index, partition=index % 2)
+        producer.flush(timeout=30)
+    # A long session: the broker's first topic deletion may stall it for seconds on
+    # a loaded machine, and this test is about the rebalance, not about expiry.
+    with Consumer(bootstrap=data_dir, group_id="survivor", auto_commit_interval_ms=100,
+                  partition_assignment_strategy=[strategy],
+                  **{**GROUP_SETTINGS, "session_timeout_ms": 60_000}) as consumer:
+        consumer.subscribe(["events", "doomed"])
+        assert len(consume_all(consumer, 50)) == 50
+        admin.delete_topic("doomed")
+        admin.create_topic("newcomer", partitions=2)        # takes the freed rows
+        with Producer(data_dir) as producer:
+            for index in range(8):
+                producer.send("events", b"late%d" % index, partition=index % 4)
+                producer.send("newcomer", b"n%d" % index, partition=index % 2)
+            producer.flush(timeout=30)
+        events = {TopicPartition("events", partition) for partition in range(4)}
+        later = []
+        deadline = time.monotonic() + WAIT_S
+        while consumer.assignment() != events or len(later) < 8:
+            assert time.monotonic() < deadline, "the deleted topic's partitions stayed"
+            later += [record for batch in consumer.poll(timeout_ms=50).values()
+                      for record in batch]
+        assert sorted(record.value for record in later) == sorted(b"late%d" % n for n in range(8))
+        consumer.commit()
+        assert {partition: consumer.committed(partition)
+                for partition in consumer.assignment()} == \
+            {TopicPartition("events", p): 12 for p in range(4)}
