@@ -55,7 +55,7 @@ from .reader import PartitionReader, warm_kernels
 from .records import Record, RecordColumns, decode_columns
 from . import state_layout as S
 from . import wakeup
-from .state import PartitionStateTable, topic_key
+from .state import PartitionStateTable, RowSnapshot, topic_key
 
 log = logging.getLogger(__name__)
 
@@ -348,15 +348,24 @@ class Consumer:
 
     # -- positions ---------------------------------------------------------------------
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict:
-        return {TopicPartition(*p): self._table.snapshot(self._row(p)).log_start_offset
-                for p in partitions}
+        return {TopicPartition(*p): self._snapshot(p).log_start_offset for p in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict:
         """The high watermarks: the offset the next appended record will get."""
-        return {TopicPartition(*p): self._table.high_watermark(self._row(p)) for p in partitions}
+        return {TopicPartition(*p): self._snapshot(p).high_watermark for p in partitions}
 
-    def _row(self, partition: TopicPartition) -> int:
-        return self._partition_metadata(*partition)["row"]
+    def _snapshot(self, partition: TopicPartition) -> RowSnapshot:
+        """The partition's row, checked to still be the partition's (a reader maps
+        nothing before its first read, so an unassigned one costs no system call)."""
+        partition = TopicPartition(*partition)
+        state = self._assigned.get(partition)
+        if state is not None:
+            return state.reader.snapshot()
+        reader = self._open_reader(partition)
+        try:
+            return reader.snapshot()
+        finally:
+            reader.close()
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:

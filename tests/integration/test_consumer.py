@@ -247,5 +247,7 @@ def test_a_topic_deleted_under_a_consumer_assigned_by_hand_is_unknown(broker):
         for _ in range(3):
             with pytest.raises(UnknownTopicOrPartitionError, match="partition was deleted"):
                 consumer.poll(timeout_ms=100)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            consumer.end_offsets([a_0])             # not b-0's high watermark
         consumer.assign([c_0])
         assert [record.offset for record in drain(consumer, 10)] == list(range(10, 20))
