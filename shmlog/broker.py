@@ -11,6 +11,9 @@ Rules
   producer was told is appended is lost.
 * A malformed or unknown control request gets an error reply; nothing a client
   sends ends the broker.
+* Internal topics (``groups.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
+  broker's: it creates them on first use; a client cannot create, delete or grow
+  them (Kafka's rule).
 
 Theory of operation
 -------------------
