@@ -6,14 +6,14 @@ Rules
 -----
 * One broker per data directory (the directory lock says so); a second one is
   refused with :class:`DataDirectoryInUseError`.
+* Internal topics (``groups.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
+  broker's: it creates them on first use; a client cannot create, delete or grow
+  them (Kafka's rule).
 * SIGTERM and SIGINT stop it gracefully: it stops taking requests, drains every
   ring, flushes and closes the logs, and removes its shared memory; nothing a
   producer was told is appended is lost.
 * A malformed or unknown control request gets an error reply; nothing a client
   sends ends the broker.
-* Internal topics (``groups.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
-  broker's: it creates them on first use; a client cannot create, delete or grow
-  them (Kafka's rule).
 
 Theory of operation
 -------------------

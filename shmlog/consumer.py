@@ -188,18 +188,17 @@ class Consumer:
         self._group = None
         self._joining: concurrent.futures.Future | None = None     # a join under way
         self._paused_over_join: set[TopicPartition] = set()
+        self._attach()
         # Before joining a group: a first poll that compiled kernels (the GIL held
         # for seconds on a cold cache) would starve the heartbeat thread.
         warm_kernels()
-        self._attach()
         if group_id is not None:
             self._group = GroupMember(
                 functools.partial(request, self.data_dir), group_id,
                 client_id or f"shmlog-{os.getpid()}",
                 MemberConfig(session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
                              tuple(partition_assignment_strategy)))
-        # Records poll fetched and has not returned yet, per partition (in offset
-        # order): the position of such a partition is the first of them.
+        # Records fetched and not yet returned, per partition (in offset order).
         self._buffered: dict[TopicPartition, list[ConsumerRecord]] = {}
         if topics:
             self.subscribe(topics)

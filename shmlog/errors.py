@@ -7,9 +7,9 @@
     │   ├── InvalidTopicError
     │   ├── InvalidPartitionsError
     │   ├── InvalidConfigError
+    │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
-    │   ├── OffsetOutOfRangeError
-    │   └── OffsetMetadataTooLargeError   a commit's metadata is over the limit
+    │   └── OffsetOutOfRangeError
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
     │   ├── CorruptRingError          a ring holds bytes no producer could have written
@@ -62,6 +62,11 @@ class InvalidConfigError(LocalProtocolError):
     """A configuration name is unknown or its value is out of range."""
 
 
+class OffsetMetadataTooLargeError(LocalProtocolError):
+    """A committed offset's metadata is longer than ``offset.metadata.max.bytes``
+    (Kafka's OFFSET_METADATA_TOO_LARGE)."""
+
+
 class RecordTooLargeError(LocalProtocolError):
     """A record batch exceeds ``max.message.bytes`` (or a fixed format limit)."""
 
@@ -76,11 +81,6 @@ class OffsetOutOfRangeError(LocalProtocolError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
-
-
-class OffsetMetadataTooLargeError(LocalProtocolError):
-    """A committed offset's metadata is longer than ``offset.metadata.max.bytes``
-    (Kafka's OFFSET_METADATA_TOO_LARGE)."""
 
 
 class CorruptRecordError(PeerProtocolError):
