@@ -6,6 +6,9 @@ Rules
 -----
 * One broker per data directory (the directory lock says so); a second one is
   refused with :class:`DataDirectoryInUseError`.
+* Internal topics (``groups.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
+  broker's: it creates them on first use; a client cannot create, delete or grow
+  them (Kafka's rule).
 * SIGTERM and SIGINT stop it gracefully: it stops taking requests, drains every
   ring, flushes and closes the logs, and removes its shared memory; nothing a
   producer was told is appended is lost.
@@ -65,9 +68,10 @@ from .cleaner import CleanerThread, keys_max as cleaner_keys_max
 from .cleaner import plan as cleaner_plan
 from .control import (decode_reply, encode_request, encode_result, error_reply, handle_frame,
                       require)
-from .groups import (OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig, GroupCoordinator,
-                     offsets_partition)
-from .errors import BrokerNotAvailableError, LocalProtocolError, ShmlogError, StorageError
+from .groups import (INTERNAL_TOPICS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig,
+                     GroupCoordinator, offsets_partition)
+from .errors import (BrokerNotAvailableError, InvalidTopicError, LocalProtocolError, ShmlogError,
+                     StorageError)
 from .log_manager import LogManager
 from .segments import _write_atomically
 from .records import decode_records, encode_batch, now_ms
@@ -315,8 +319,8 @@ class BrokerCore:
         if not records:
             return
         if OFFSETS_TOPIC not in self.logs.list_topics():
-            self.create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
-                              OFFSETS_TOPIC_CONFIG)
+            self._create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
+                               OFFSETS_TOPIC_CONFIG)
         partition = offsets_partition(group_id, self.logs.describe_topic(OFFSETS_TOPIC).partitions)
         self.logs.partition_log(OFFSETS_TOPIC, partition).append(
             encode_batch([value for _, value in records], keys=[key for key, _ in records]))
@@ -357,6 +361,11 @@ class BrokerCore:
                 "ring_prefix": self.prefix, "topics": [self._topic(name) for name in names]}
 
     def create_topic(self, name, partitions: int = 1, config: dict | None = None) -> dict:
+        _refuse_internal(name, "created")
+        return self._create_topic(name, partitions, config)
+
+    def _create_topic(self, name, partitions: int, config: dict | None) -> dict:
+        """Create a topic, internal ones too (the broker makes those on first use)."""
         self.logs.create_topic(name, partitions, require(config or {}, dict, "config"))
         for partition in range(partitions):
             self.appender.register_partition(name, partition)
@@ -365,6 +374,7 @@ class BrokerCore:
         return self._topic(name)
 
     def delete_topic(self, name) -> dict:
+        _refuse_internal(name, "deleted")
         metadata = self.logs.describe_topic(require(name, str, "name"))
         for partition in range(metadata.partitions):
             self.appender.unregister_partition(name, partition)
@@ -380,6 +390,7 @@ class BrokerCore:
         return self._topic(name)
 
     def add_partitions(self, name, total) -> dict:
+        _refuse_internal(name, "given partitions")
         before = self.logs.describe_topic(require(name, str, "name")).partitions
         self.logs.add_partitions(name, total)
         for partition in range(before, total):
@@ -571,6 +582,16 @@ class BrokerCore:
         self.logs.close()
         self.table.close()
         shared_memory.unlink(self.table_name)
+
+
+def _refuse_internal(name, done: str) -> None:
+    """Clients never create, delete or grow an internal topic (Kafka refuses it too):
+    the broker owns it, and a group's commits are found by hashing the group id over
+    its partition count, so another count or a new empty topic loses every commit."""
+    if name in INTERNAL_TOPICS:
+        raise InvalidTopicError(f"{name} is an internal topic (the consumer groups' committed "
+                                f"offsets); the broker manages it, it cannot be {done} by a "
+                                f"client")
 
 
 def _alive(pid: int) -> bool:

@@ -8,7 +8,10 @@ row in the partition state table), attaches the table, and opens one
 watermark from shared memory (an acquire load), takes the batches below it as
 views of the read-only mappings, and decodes them in compiled code: no syscall
 and no copy of the record data on the hot path. :meth:`Consumer.poll_batch`
-hands the columns over as they are; :meth:`Consumer.poll` builds record objects.
+hands the columns over as they are; :meth:`Consumer.poll` builds record objects
+and buffers those beyond ``max_records`` for its next call. Both go on from one
+position per partition: ``poll_batch`` first moves the position back over what
+``poll`` buffered, so the two may be mixed and every record comes once, in order.
 
 When nothing is new, a poll waits with the idle strategy of ``wakeup.pause``: it
 keeps looking, then yields the CPU, and once nothing has come for a millisecond
@@ -24,6 +27,14 @@ rebalance, being fenced), joins the group when it must, calls the rebalance
 listener, starts newly assigned partitions at their committed offsets, and commits
 its positions every ``auto_commit_interval_ms`` when ``enable_auto_commit`` is set.
 Without a group, ``subscribe`` assigns every partition of the topics.
+
+A deleted partition is :class:`UnknownTopicOrPartitionError` for a consumer that
+assigned it by hand (its reader sees its state table row freed or given to another
+partition); under a group subscription it just yields nothing until the rebalance
+the deletion starts takes it away, and commits leave it out (Kafka's behaviour).
+
+A consumer loads every kernel of its read path when it is made
+(``reader.warm_kernels``), before it joins a group: a poll never compiles.
 """
 
 from __future__ import annotations
@@ -41,11 +52,11 @@ from .broker import default_data_dir, request
 from .errors import (ClientClosedError, CommitFailedError, LocalProtocolError,
                      OffsetOutOfRangeError, ShmlogError, UnknownTopicOrPartitionError)
 from .groups import GroupMember, MemberConfig
-from .reader import PartitionReader
+from .reader import PartitionReader, warm_kernels
 from .records import Record, RecordColumns, decode_columns
 from . import state_layout as S
 from . import wakeup
-from .state import PartitionStateTable
+from .state import PartitionStateTable, RowSnapshot, topic_key
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +73,10 @@ JOIN_CHECK_INTERVAL_S = 0.005
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1 << 20
+# What a commit the consumer makes by itself (auto commit, before a revocation) may
+# be refused for and go on: fenced by a rebalance, or a partition deleted (or its
+# log truncated) since its position was taken. Kafka logs these too.
+_COMMIT_REFUSALS = (CommitFailedError, UnknownTopicOrPartitionError, OffsetOutOfRangeError)
 
 
 def _remaining_ms(started: float, timeout_ms: int) -> int:
@@ -196,6 +211,9 @@ class Consumer:
         member_config = MemberConfig(session_timeout_ms, heartbeat_interval_ms,
                                      max_poll_interval_ms, tuple(partition_assignment_strategy))
         self._attach()
+        # Before joining a group: a first poll that compiled kernels (the GIL held
+        # for seconds on a cold cache) would starve the heartbeat thread.
+        warm_kernels()
         if group_id is not None:
             self._group = GroupMember(
                 functools.partial(request, self.data_dir), group_id,
@@ -215,9 +233,9 @@ class Consumer:
         self._next_liveness_check = time.monotonic() + BROKER_CHECK_INTERVAL_S
         self._topics = {topic["name"]: topic for topic in metadata["topics"]}
         for partition, state in self._assigned.items():
-            entry = self._partition_metadata(*partition)
+            reader = self._open_reader(partition)
             state.reader.close()
-            state.reader = PartitionReader(entry["directory"], table, entry["row"])
+            state.reader = reader
         if old is not None:
             old.close()
 
@@ -249,6 +267,12 @@ class Consumer:
         if not 0 <= partition < len(entries):
             raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition} on the broker")
         return entries[partition]
+
+    def _open_reader(self, partition: TopicPartition) -> PartitionReader:
+        entry = self._partition_metadata(*partition)
+        return PartitionReader(entry["directory"], self._table, entry["row"],
+                               topic_key=topic_key(self._topics[partition.topic]["topic_id"]),
+                               partition=partition.partition)
 
     def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None,
                   listener: ConsumerRebalanceListener | None = None) -> None:
@@ -320,9 +344,7 @@ class Consumer:
                 self._assigned.pop(partition).reader.close()
         for partition in wanted:
             if partition not in self._assigned:
-                entry = self._partition_metadata(*partition)
-                self._assigned[partition] = _Assigned(
-                    PartitionReader(entry["directory"], self._table, entry["row"]))
+                self._assigned[partition] = _Assigned(self._open_reader(partition))
         self._buffered = {partition: records for partition, records in self._buffered.items()
                           if partition in self._assigned}
 
@@ -345,15 +367,24 @@ class Consumer:
 
     # -- positions ---------------------------------------------------------------------
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict:
-        return {TopicPartition(*p): self._table.snapshot(self._row(p)).log_start_offset
-                for p in partitions}
+        return {TopicPartition(*p): self._snapshot(p).log_start_offset for p in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict:
         """The high watermarks: the offset the next appended record will get."""
-        return {TopicPartition(*p): self._table.high_watermark(self._row(p)) for p in partitions}
+        return {TopicPartition(*p): self._snapshot(p).high_watermark for p in partitions}
 
-    def _row(self, partition: TopicPartition) -> int:
-        return self._partition_metadata(*partition)["row"]
+    def _snapshot(self, partition: TopicPartition) -> RowSnapshot:
+        """The partition's row, checked to still be the partition's (a reader maps
+        nothing before its first read, so an unassigned one costs no system call)."""
+        partition = TopicPartition(*partition)
+        state = self._assigned.get(partition)
+        if state is not None:
+            return state.reader.snapshot()
+        reader = self._open_reader(partition)
+        try:
+            return reader.snapshot()
+        finally:
+            reader.close()
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
@@ -395,7 +426,7 @@ class Consumer:
                 f"{partition.topic}-{partition.partition} has no valid position and "
                 f"auto_offset_reset is 'none'; seek first", offset=-1,
                 log_start_offset=-1, log_end_offset=-1)
-        row = self._table.snapshot(state.reader.row)
+        row = state.reader.snapshot()
         state.position = (row.log_start_offset if self.auto_offset_reset == "earliest"
                           else row.high_watermark)
 
@@ -419,18 +450,46 @@ class Consumer:
     def poll_batch(self, timeout_ms: int = 0, max_bytes: int | None = None) -> dict:
         """New records as columns, per partition: numpy arrays of offsets,
         timestamps and key/value positions into the mapped bytes (zero copy for
-        uncompressed batches). Waits up to ``timeout_ms`` for something new."""
+        uncompressed batches). Waits up to ``timeout_ms`` for something new.
+
+        It goes on from the same position as :meth:`poll`: records that ``poll``
+        fetched and has not returned yet come first."""
         self._check_open()
+        self._rewind_buffered()
         return self._wait(lambda: self._poll_columns(max_bytes or self.fetch_max_bytes),
                           time.monotonic(), timeout_ms)
 
+    def _rewind_buffered(self) -> None:
+        """Move each position back to the first record that poll fetched but has not
+        returned, and drop those records: a fetch from there reads them again (a view
+        of the mapped segment, no copy), so both polls draw from one position."""
+        for partition, records in self._buffered.items():
+            self._assigned[partition].position = records[0].offset
+        self._buffered.clear()
+
     def _poll_columns(self, max_bytes: int) -> dict[TopicPartition, RecordColumns]:
         found = {}
+        deleted = None
         for partition, state in self._assigned.items():
-            if not state.paused:
+            if state.paused:
+                continue
+            try:
                 columns = self._fetch(partition, state, max_bytes)
-                if columns is not None:
-                    found[partition] = columns
+            except UnknownTopicOrPartitionError as error:
+                deleted = error
+                continue
+            if columns is not None:
+                found[partition] = columns
+        if deleted is not None and self._subscription is None:
+            # Assigned by hand: the application must hear of it (Kafka's consumer
+            # raises too). What this poll fetched from the other partitions is put
+            # back, so the error loses no record.
+            for partition, columns in found.items():
+                self._assigned[partition].position = int(columns.offsets[0])
+            raise deleted
+        # A group's subscription: the broker rebalances the group when a topic is
+        # deleted, and the partition goes with the next assignment; until then it
+        # has nothing to read (Kafka's behaviour, no error for the application).
         return found
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
@@ -619,10 +678,13 @@ class Consumer:
         return True
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict:
-        """Positions known for these partitions (no reset is forced)."""
+        """Positions known for these partitions (no reset is forced), leaving out
+        deleted ones: the coordinator refuses a commit that names one."""
         positions = {}
         for partition in partitions:
             state = self._assigned.get(partition)
+            if state is not None and state.reader.deleted():
+                continue
             pending = self._buffered.get(partition)
             if pending:
                 positions[partition] = pending[0].offset
@@ -638,7 +700,7 @@ class Consumer:
         try:
             self._commit_offsets({partition: OffsetAndMetadata(offset) for partition, offset
                                   in self._positions(partitions).items()})
-        except CommitFailedError as error:
+        except _COMMIT_REFUSALS as error:
             log.warning("%s", error)
 
     def _auto_commit(self) -> None:
@@ -646,7 +708,7 @@ class Consumer:
         try:
             self._commit_offsets({partition: OffsetAndMetadata(offset) for partition, offset
                                   in self._positions(self._assigned).items()})
-        except CommitFailedError as error:
+        except _COMMIT_REFUSALS as error:
             log.warning("auto commit: %s", error)
 
     def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None

@@ -7,6 +7,7 @@
     │   ├── InvalidTopicError
     │   ├── InvalidPartitionsError
     │   ├── InvalidConfigError
+    │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
     │   ├── OffsetOutOfRangeError
     │   └── ClientClosedError         a closed producer or consumer was used
@@ -65,14 +66,21 @@ class InvalidConfigError(LocalProtocolError):
     """A configuration name is unknown or its value is out of range."""
 
 
+class OffsetMetadataTooLargeError(LocalProtocolError):
+    """A committed offset's metadata is longer than ``offset.metadata.max.bytes``
+    (Kafka's OFFSET_METADATA_TOO_LARGE)."""
+
+
 class RecordTooLargeError(LocalProtocolError):
     """A record batch exceeds ``max.message.bytes`` (or a fixed format limit)."""
 
 
 class OffsetOutOfRangeError(LocalProtocolError):
-    """An offset lies outside ``[log_start_offset, log_end_offset]``."""
+    """An offset lies outside ``[log_start_offset, log_end_offset]`` (fields -1 where
+    unknown: an error that came from the broker carries only its message)."""
 
-    def __init__(self, message: str, *, offset: int, log_start_offset: int, log_end_offset: int):
+    def __init__(self, message: str, *, offset: int = -1, log_start_offset: int = -1,
+                 log_end_offset: int = -1):
         super().__init__(message)
         self.offset = offset
         self.log_start_offset = log_start_offset

@@ -10,6 +10,9 @@ Rules
 * Every request from a member carries its member id and generation; a request of a
   generation that is over is refused (:class:`IllegalGenerationError`): a member that
   was fenced cannot commit offsets for partitions that moved on.
+* A commit is stored whole or refused whole: every partition it names must exist,
+  every offset lie in [0, log end offset], every metadata string fit
+  ``limits.OFFSET_METADATA_SIZE_MAX``.
 * Committed offsets are records of the compacted topic ``__consumer_offsets`` (key:
   group, topic, partition; value: offset, metadata, commit time), appended before the
   commit is answered, and read back when the broker starts.
@@ -65,19 +68,23 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .assignors import ASSIGNORS, Subscription, assign
 from .control import require
+from . import limits
 from .errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
                      IllegalGenerationError, InconsistentGroupProtocolError,
                      JoinCancelledError, LocalProtocolError,
-                     NonEmptyGroupError, PartitionNotAssignedError, RebalanceInProgressError,
-                     ShmlogError, UnknownMemberIdError)
+                     NonEmptyGroupError, OffsetMetadataTooLargeError, OffsetOutOfRangeError,
+                     PartitionNotAssignedError, RebalanceInProgressError,
+                     ShmlogError, UnknownMemberIdError, UnknownTopicOrPartitionError)
 
 log = logging.getLogger(__name__)
 
 __all__ = ["GroupState", "TRANSITIONS", "GroupCoordinator", "CoordinatorConfig", "PENDING",
-           "OFFSETS_TOPIC", "offsets_partition", "offset_record", "GroupMember",
+           "OFFSETS_TOPIC", "INTERNAL_TOPICS", "offsets_partition", "offset_record", "GroupMember",
            "MemberConfig"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# Topics only the broker creates, deletes or grows (Kafka's internal topics).
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # What Kafka gives its offsets topic: compacted, 100 MiB segments.
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 << 20}
 # The reply to a request answered later (see GroupCoordinator.take_replies).
@@ -376,12 +383,38 @@ class GroupCoordinator:
                     f"member {member_id!r} of group {group_id!r} committed {topic}-{partition}, "
                     f"which generation {group.generation} assigns to {owner!r} "
                     f"({len(taken)} such partitions); commit only what this member owns")
+        self._check_commit(group_id, entries)
         if group is None or group.state is GroupState.DEAD:
             group = self.groups[group_id] = _Group(group_id)
         self._append_offsets(group_id, [offset_record(group_id, *partition, committed)
                                         for partition, committed in entries])
         group.offsets.update(entries)
         return {}
+
+    def _check_commit(self, group_id: str, entries: list) -> None:
+        """Refuse a whole commit (nothing of it is stored) that names a partition the
+        broker does not host, an offset outside [0, log end offset] (no consumer can
+        have read past the end; a later fetch from there would fail), or metadata
+        longer than Kafka's ``offset.metadata.max.bytes``."""
+        counts = self._topics()
+        for (topic, partition), committed in entries:
+            where = f"group {group_id!r} committed {topic}-{partition}"
+            end = self._end_offset(topic, partition) \
+                if 0 <= partition < counts.get(topic, 0) else None
+            if end is None:
+                raise UnknownTopicOrPartitionError(
+                    f"{where}, which the broker does not host (deleted, or never created); "
+                    f"commit only partitions of existing topics")
+            if not 0 <= committed.offset <= end:
+                raise OffsetOutOfRangeError(
+                    f"{where} at offset {committed.offset}, outside [0, {end}] (its log end "
+                    f"offset); commit the offset of the next record to read",
+                    offset=committed.offset, log_start_offset=0, log_end_offset=end)
+            size = len(committed.metadata.encode(errors="surrogatepass"))
+            if size > limits.OFFSET_METADATA_SIZE_MAX:
+                raise OffsetMetadataTooLargeError(
+                    f"{where} with {size} bytes of metadata; at most "
+                    f"{limits.OFFSET_METADATA_SIZE_MAX} are kept (offset.metadata.max.bytes)")
 
     def fetch_offsets(self, group_id, partitions=None, *, ticket, now):
         """[[topic, partition, offset, metadata], ...] of the partitions asked (all

@@ -91,3 +91,9 @@ READ_SIZE_DEFAULT = 1 << 20
 # torn listing in a row means the broker is in the middle of a change: the read
 # returns nothing and the caller's next poll lists again.
 READER_RESCAN_ATTEMPTS_MAX = 3
+
+# --- consumer groups ------------------------------------------------------------------
+# Bytes of metadata (UTF-8) a committed offset may carry: Kafka's
+# offset.metadata.max.bytes default. The coordinator keeps every commit in memory
+# and in __consumer_offsets, so an application cannot grow either without bound.
+OFFSET_METADATA_SIZE_MAX = 4096

@@ -10,6 +10,11 @@ Rules
 * The hot path makes no system call: the high watermark is an acquire load from
   shared memory and the segments are already mapped. The directory is listed again
   only when the published segment generation changes (a roll, a deletion).
+* A reader holds the identity of its partition (topic key and partition number)
+  and checks it against the row on every read: a deleted partition's row is freed
+  and may be given to another partition, so a row that no longer names it, or a
+  directory that is gone, is :class:`UnknownTopicOrPartitionError`, never a read
+  of another partition's offsets nor a damaged-data error.
 * A listing is trusted only when the generation is the same even value before and
   after it (a seqlock, see ``segments``): a listing torn by a compaction swap or a
   deletion could hold the first segment of a group but not the others, and a read
@@ -36,11 +41,18 @@ files), and the read returns no records with the position unchanged, so the
 caller's poll comes back later. Returning nothing rather than raising keeps a
 change of a few renames and fsyncs invisible to consumers, which already poll
 again when a read finds nothing, and it never steps over a record.
+
+Kernels are loaded before the first read: numba compiles (or loads from its disk
+cache) a kernel at its first call, with the GIL held, for seconds on a cold cache.
+Inside a poll that would starve the consumer's heartbeat thread and cost it its
+group session, so :func:`warm_kernels` runs every kernel of the read path once, on
+empty inputs of the types a read passes, and a consumer calls it when it is made.
 """
 
 from __future__ import annotations
 
 import bisect
+import mmap
 import os
 
 import numpy as np
@@ -48,12 +60,34 @@ import numpy as np
 from . import batch_layout as B
 from . import index_layout as I
 from . import limits
-from .errors import OffsetOutOfRangeError
+from . import state_layout as S
+from .errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from .mapped_file import MappedFile
+from .records import decode_columns
 from .segments import ReadResult, _find_batch, collect_batches
-from .state import PartitionStateTable
+from .state import PartitionStateTable, RowSnapshot
 
-__all__ = ["PartitionReader"]
+__all__ = ["PartitionReader", "warm_kernels"]
+
+
+def warm_kernels() -> None:
+    """Compile, or load from numba's disk cache, every kernel that reading and
+    decoding a partition and waiting for records run, for the argument types they
+    run with (a segment is a read-only mapping; an inflated batch is a writable
+    array), so that no poll compiles. Idempotent; a few ms once they are loaded."""
+    mapped = mmap.mmap(-1, S.ROWS_OFFSET + S.ROW_SIZE)
+    table = PartitionStateTable("warm-up", mapped, owner=False)
+    table.snapshot(0)
+    table.high_watermark(0)
+    table.segment_generation(0)
+    table.consumer_doorbell.wait(lambda: True, 0)      # found at once: never sleeps
+    inflated, log = np.zeros(0, np.uint8), np.zeros(0, np.uint8)
+    log.flags.writeable = False
+    for data in (inflated, log):
+        decode_columns(data, start_offset=0, verified=True)
+    collect_batches(log, "warm-up", 0, 0, limits.READ_SIZE_DEFAULT, 0, 0, 0)
+    _find_batch(log, 0, 0, 0)
+    table.close()
 
 
 class _MappedSegment:
@@ -133,12 +167,18 @@ class PartitionReader:
         The broker's table, attached.
     row : int
         The partition's row in it.
+    topic_key, partition : int
+        Who the row must belong to: the topic's key (``state.topic_key`` of its id)
+        and the partition number, as the broker's metadata gave them.
     """
 
-    def __init__(self, directory: str, table: PartitionStateTable, row: int):
+    def __init__(self, directory: str, table: PartitionStateTable, row: int, *,
+                 topic_key: int, partition: int):
         self.directory = directory
         self.table = table
         self.row = row
+        self.topic_key = topic_key
+        self.partition = partition
         self._segments: list[_MappedSegment] = []
         self._bases: list[int] = []
         self._generation = None
@@ -175,7 +215,11 @@ class PartitionReader:
         (``_generation`` stays unknown) until the caller has checked the generation
         did not move during the listing."""
         self._generation = None
-        names = sorted(name for name in os.listdir(self.directory)
+        try:
+            listed = os.listdir(self.directory)
+        except FileNotFoundError:
+            raise self._deleted("its directory is gone") from None
+        names = sorted(name for name in listed
                        if name.endswith(I.LOG_SUFFIX) and name[:-len(I.LOG_SUFFIX)].isdigit())
         kept = {segment.base_offset: segment for segment in self._segments}
         segments = []
@@ -212,6 +256,36 @@ class PartitionReader:
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
 
+    def snapshot(self) -> RowSnapshot:
+        """The partition's published row.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            The partition was deleted: its row is free or another partition's now.
+        """
+        row = self.table.snapshot(self.row)
+        # A row being freed publishes -1 offsets before it drops its topic key; a
+        # hosted partition's row is published before its metadata is handed out.
+        if row.topic_key != self.topic_key or row.partition != self.partition:
+            raise self._deleted(f"its state table row {self.row} names another partition now")
+        if row.high_watermark < 0:
+            raise self._deleted(f"its state table row {self.row} is being freed")
+        return row
+
+    def deleted(self) -> bool:
+        """Was the partition deleted (its row freed or given to another)?"""
+        try:
+            self.snapshot()
+        except UnknownTopicOrPartitionError:
+            return True
+        return False
+
+    def _deleted(self, why: str) -> UnknownTopicOrPartitionError:
+        return UnknownTopicOrPartitionError(
+            f"{self.directory}: the partition was deleted ({why}); consume an existing "
+            f"topic, or create it again and assign its partitions anew")
+
     def high_watermark(self) -> int:
         return self.table.high_watermark(self.row)
 
@@ -223,10 +297,12 @@ class PartitionReader:
         ------
         OffsetOutOfRangeError
             ``offset`` is below the log start or above the high watermark.
+        UnknownTopicOrPartitionError
+            The partition was deleted.
         CorruptSegmentError
             A batch fails its CRC.
         """
-        row = self.table.snapshot(self.row)
+        row = self.snapshot()
         high_watermark = row.high_watermark
         if not row.log_start_offset <= offset <= high_watermark:
             raise OffsetOutOfRangeError(

@@ -9,7 +9,10 @@ directly. Every wait is bounded.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -174,3 +177,93 @@ def test_a_position_deleted_by_retention_is_reset(tmp_path):
         for name in os.listdir("/dev/shm"):
             if name.startswith(shared_memory_prefix(data_dir)):
                 shared_memory.unlink(name)
+
+
+# Run in a fresh process (kernels compiled by earlier tests in this one would hide
+# a compile): the signatures of every numba dispatcher of shmlog right after the
+# Consumer is made, and the ones its polls added.
+FIRST_POLL = r"""
+import json, sys
+import numba
+from shmlog.consumer import Consumer
+
+def signatures():
+    return {f"{name}.{attribute}": len(value.signatures)
+            for name, module in list(sys.modules.items()) if name.startswith("shmlog")
+            for attribute, value in list(vars(module).items())
+            if isinstance(value, numba.core.dispatcher.Dispatcher)}
+
+consumer = Consumer("t", bootstrap=sys.argv[1], auto_offset_reset="earliest")
+before = signatures()
+records = consumer.poll(timeout_ms=10_000)
+columns = consumer.poll_batch(timeout_ms=20)
+after = signatures()
+consumer.close()
+print(json.dumps({"records": sum(map(len, records.values())) + sum(map(len, columns.values())),
+                  "compiled": sorted(name for name, count in after.items()
+                                     if count > before.get(name, 0))}))
+"""
+
+
+def test_the_first_poll_compiles_nothing(broker):
+    """A Consumer loads its read path's kernels when it is made (before it joins a
+    group), so a poll never holds the GIL compiling and starves the heartbeat."""
+    Admin(broker).create_topic("t")
+    produce(broker, "t", 20, partition=0)
+    found = subprocess.run([sys.executable, "-c", FIRST_POLL, broker], capture_output=True,
+                           text=True, timeout=120, check=True)
+    result = json.loads(found.stdout.strip().splitlines()[-1])
+    assert result["records"] == 20
+    assert result["compiled"] == [], "kernels compiled by a poll, not by the constructor"
+
+
+def test_poll_and_poll_batch_share_one_position(broker):
+    """Mixing poll(max_records=...) and poll_batch returns every offset once, in
+    order: poll_batch goes on from what poll buffered, not past it."""
+    Admin(broker).create_topic("t")
+    produce(broker, "t", 3000, partition=0)
+    partition = TopicPartition("t", 0)
+    offsets = []
+    # A fetch takes one batch of ~2 KiB (about 200 records): poll buffers most of
+    # it while later batches wait in the log.
+    with Consumer("t", bootstrap=broker, auto_offset_reset="earliest",
+                  fetch_max_bytes=1024) as consumer:
+        for turn in range(10_000):
+            if turn % 2:
+                found = consumer.poll_batch(timeout_ms=50, max_bytes=1024).get(partition)
+                offsets += found.offsets.tolist() if found is not None else []
+            else:
+                offsets += [record.offset for record in
+                            consumer.poll(timeout_ms=50, max_records=7).get(partition, [])]
+            if len(offsets) >= 3000:
+                break
+        assert consumer.position(partition) == 3000
+    assert offsets == list(range(3000))
+
+
+def test_a_topic_deleted_under_a_consumer_assigned_by_hand_is_unknown(broker):
+    """The deleted topic's row goes to a new topic: the reader sees its row name
+    another partition and poll raises UnknownTopicOrPartitionError (not a corrupt
+    segment, never the new topic's records), losing nothing of the other partition."""
+    admin = Admin(broker)
+    admin.create_topic("a")
+    admin.create_topic("c")
+    produce(broker, "a", 10, partition=0)
+    produce(broker, "c", 10, partition=0)
+    a_0, c_0 = TopicPartition("a", 0), TopicPartition("c", 0)
+    with Consumer(bootstrap=broker, auto_offset_reset="earliest") as consumer:
+        consumer.assign([a_0, c_0])
+        assert sorted((r.topic, r.offset) for r in drain(consumer, 20)) == \
+            sorted([("a", n) for n in range(10)] + [("c", n) for n in range(10)])
+        row = admin.describe_topic("a")["partitions"][0]["row"]
+        admin.delete_topic("a")
+        assert admin.create_topic("b")["partitions"][0]["row"] == row, "the row is reused"
+        produce(broker, "b", 5, partition=0)
+        produce(broker, "c", 10, partition=0)
+        for _ in range(3):
+            with pytest.raises(UnknownTopicOrPartitionError, match="partition was deleted"):
+                consumer.poll(timeout_ms=100)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            consumer.end_offsets([a_0])             # not b-0's high watermark
+        consumer.assign([c_0])
+        assert [record.offset for record in drain(consumer, 10)] == list(range(10, 20))

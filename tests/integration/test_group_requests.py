@@ -19,12 +19,15 @@ import zmq
 from shmlog import shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, control_address, request, shared_memory_prefix
-from shmlog.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
+from shmlog.consumer import (Consumer, ConsumerRebalanceListener, OffsetAndMetadata,
+                             TopicPartition)
 from shmlog.control import encode_request
 from shmlog.errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
-                           IllegalGenerationError, LocalProtocolError, NonEmptyGroupError,
-                           PartitionNotAssignedError, UnknownMemberIdError)
-from shmlog.groups import GroupMember, MemberConfig
+                           IllegalGenerationError, InvalidTopicError, LocalProtocolError,
+                           NonEmptyGroupError, OffsetMetadataTooLargeError,
+                           OffsetOutOfRangeError, PartitionNotAssignedError,
+                           UnknownMemberIdError, UnknownTopicOrPartitionError)
+from shmlog.groups import OFFSETS_TOPIC, GroupMember, MemberConfig
 from shmlog.producer import Producer
 
 # A session of 3 s: long enough that a loaded 2-core machine never expires a live
@@ -356,3 +359,79 @@ def test_a_long_poll_counts_as_polling_and_a_rebalance_cuts_into_it(data_dir):
     finally:
         waiting.close()
         other.close()
+
+
+def test_internal_topics_and_bad_commits_are_refused(data_dir):
+    """Clients cannot create, delete or grow __consumer_offsets (the broker makes it
+    on the first commit), and a commit naming a missing partition, an offset past
+    the log end or over-long metadata is refused whole, with a typed error that
+    travels back to Consumer.commit."""
+    admin = Admin(data_dir)
+    with pytest.raises(InvalidTopicError, match="__consumer_offsets is an internal topic"):
+        admin.create_topic(OFFSETS_TOPIC, partitions=3)
+    assert OFFSETS_TOPIC not in admin.list_topics()
+    events_0 = TopicPartition("events", 0)              # 10 records
+    with Consumer(bootstrap=data_dir, group_id="tool", **GROUP_SETTINGS) as consumer:
+        consumer.assign([events_0])
+        with pytest.raises(OffsetOutOfRangeError, match=r"offset 11, outside \[0, 10\]"):
+            consumer.commit({events_0: 11})
+        with pytest.raises(UnknownTopicOrPartitionError, match="events-9"):
+            consumer.commit({events_0: 5, TopicPartition("events", 9): 0})
+        with pytest.raises(OffsetMetadataTooLargeError, match="offset.metadata.max.bytes"):
+            consumer.commit({events_0: OffsetAndMetadata(5, "x" * 4097)})
+        assert consumer.committed(events_0) is None, "a refused commit stores nothing"
+        consumer.commit({events_0: OffsetAndMetadata(10, "x" * 4096)})
+        assert consumer.committed(events_0) == 10
+    assert OFFSETS_TOPIC in admin.list_topics(), "the broker made it for the first commit"
+    with pytest.raises(InvalidTopicError, match="cannot be deleted"):
+        admin.delete_topic(OFFSETS_TOPIC)
+    with pytest.raises(InvalidTopicError, match="cannot be given partitions"):
+        admin.add_partitions(OFFSETS_TOPIC, 60)
+    deleted = subprocess.run([sys.executable, "-m", "shmlog", "topics", "delete", OFFSETS_TOPIC,
+                              "--data-dir", data_dir], capture_output=True, text=True,
+                             timeout=120)
+    assert deleted.returncode == 1
+    assert "internal topic" in deleted.stderr
+    assert OFFSETS_TOPIC in admin.list_topics()
+    assert Admin(data_dir).list_consumer_group_offsets("tool") == {("events", 0): (10, "x" * 4096)}
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_topic_deleted_under_a_group_leaves_the_assignment_quietly(data_dir, strategy):
+    """Kafka's behaviour for a subscription: the broker rebalances the group when a
+    subscribed topic is deleted, its partitions go with the next assignment, and
+    the application sees no error; it goes on consuming and committing the rest.
+    (A cooperative member goes on reading what it holds during the rebalance, so
+    it reads the deleted partitions after their rows went to a new topic.)"""
+    admin = Admin(data_dir)
+    admin.create_topic("doomed", partitions=2)
+    with Producer(data_dir) as producer:
+        for index in range(10):
+            producer.send("doomed", b"d%d" % index, partition=index % 2)
+        producer.flush(timeout=30)
+    # A long session: the broker's first topic deletion may stall it for seconds on
+    # a loaded machine, and this test is about the rebalance, not about expiry.
+    with Consumer(bootstrap=data_dir, group_id="survivor", auto_commit_interval_ms=100,
+                  partition_assignment_strategy=[strategy],
+                  **{**GROUP_SETTINGS, "session_timeout_ms": 60_000}) as consumer:
+        consumer.subscribe(["events", "doomed"])
+        assert len(consume_all(consumer, 50)) == 50
+        admin.delete_topic("doomed")
+        admin.create_topic("newcomer", partitions=2)        # takes the freed rows
+        with Producer(data_dir) as producer:
+            for index in range(8):
+                producer.send("events", b"late%d" % index, partition=index % 4)
+                producer.send("newcomer", b"n%d" % index, partition=index % 2)
+            producer.flush(timeout=30)
+        events = {TopicPartition("events", partition) for partition in range(4)}
+        later = []
+        deadline = time.monotonic() + WAIT_S
+        while consumer.assignment() != events or len(later) < 8:
+            assert time.monotonic() < deadline, "the deleted topic's partitions stayed"
+            later += [record for batch in consumer.poll(timeout_ms=50).values()
+                      for record in batch]
+        assert sorted(record.value for record in later) == sorted(b"late%d" % n for n in range(8))
+        consumer.commit()
+        assert {partition: consumer.committed(partition)
+                for partition in consumer.assignment()} == \
+            {TopicPartition("events", p): 12 for p in range(4)}

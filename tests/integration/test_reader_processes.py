@@ -74,7 +74,8 @@ def test_a_reader_follows_a_live_writer_across_rolls(tmp_path, names):
     try:
         assert writer.stdout.readline().strip() == "ready"
         table = PartitionStateTable.attach(names[0])
-        reader = PartitionReader(os.path.join(data, "topics", "t", "0"), table, 0)
+        reader = PartitionReader(os.path.join(data, "topics", "t", "0"), table, 0,
+                                 topic_key=table.snapshot(0).topic_key, partition=0)
         deadline = time.monotonic() + DEADLINE_S
         offset = 0
         while offset < RECORDS:

@@ -9,10 +9,13 @@ import itertools
 
 import pytest
 
+from shmlog import limits
 from shmlog.errors import (GroupIdNotFoundError, IllegalGenerationError,
                            InconsistentGroupProtocolError, LocalProtocolError,
-                           NonEmptyGroupError, PartitionNotAssignedError,
-                           RebalanceInProgressError, StorageError, UnknownMemberIdError)
+                           NonEmptyGroupError, OffsetMetadataTooLargeError,
+                           OffsetOutOfRangeError, PartitionNotAssignedError,
+                           RebalanceInProgressError, StorageError, UnknownMemberIdError,
+                           UnknownTopicOrPartitionError)
 from shmlog.groups import (MEMBER_ID_LENGTH_MAX, OFFSETS_EXPIRY_RETRY_MS, PENDING, TRANSITIONS, CoordinatorConfig,
                            GroupCoordinator, GroupState, _Group, offset_record,
                            parse_offset_record)
@@ -235,6 +238,33 @@ def test_an_empty_group_takes_simple_commits_and_is_deleted_with_tombstones():
     assert member
 
 
+@pytest.mark.parametrize("entry, error, message", [
+    (["gone", 0, 1, ""], UnknownTopicOrPartitionError, "gone-0, which the broker does not host"),
+    (["t", 6, 1, ""], UnknownTopicOrPartitionError, "t-6, which the broker does not host"),
+    (["t", -1, 1, ""], UnknownTopicOrPartitionError, "t--1"),
+    (["t", 1, -1, ""], OffsetOutOfRangeError, r"offset -1, outside \[0, 100\]"),
+    (["t", 1, 101, ""], OffsetOutOfRangeError, r"offset 101, outside \[0, 100\]"),
+    (["t", 1, 5, "x" * (limits.OFFSET_METADATA_SIZE_MAX + 1)], OffsetMetadataTooLargeError,
+     "4097 bytes of metadata; at most 4096"),
+    (["t", 1, 5, "\u00e9" * (limits.OFFSET_METADATA_SIZE_MAX // 2 + 1)],
+     OffsetMetadataTooLargeError, "4098 bytes"),
+])
+@pytest.mark.parametrize("as_member", [True, False])
+def test_a_commit_of_a_missing_partition_a_bad_offset_or_long_metadata_is_refused_whole(
+        entry, error, message, as_member):
+    harness = Harness()                       # topic t: 6 partitions, log end offset 100
+    member = {"member_id": list(join_all(harness, [""]))[0], "generation": 1} if as_member \
+        else {}
+    group_id = "g" if as_member else "tool"
+    good = ["t", 0, 100, "m" * limits.OFFSET_METADATA_SIZE_MAX]     # at every limit
+    with pytest.raises(error, match=message):
+        harness.call("commit_offsets", group_id=group_id, offsets=[good, entry], **member)
+    assert harness.records == [], "a refused commit stores nothing, not even its good half"
+    assert harness.call("fetch_offsets", group_id=group_id)["offsets"] == []
+    harness.call("commit_offsets", group_id=group_id, offsets=[good], **member)
+    assert harness.call("fetch_offsets", group_id=group_id)["offsets"] == [good]
+
+
 def test_patterns_and_partition_changes_rebalance():
     harness = Harness(**{"logs-a": 2, "other": 2, "__internal": 1})
     member = list(join_all(harness, [""], topics=(), pattern=r"logs-.*|__.*"))[0]
@@ -299,7 +329,7 @@ def test_a_first_join_sent_again_is_one_member_not_two():
 
 
 def test_only_the_owner_commits_a_partition():
-    harness = Harness(delay_ms=1_000)
+    harness = Harness(delay_ms=1_000, t=6, other=1)
     harness.join("a-1")
     harness.join("b-1")
     harness.advance(1_000)

@@ -19,11 +19,11 @@ import pytest
 from helpers import all_records, flip_bits
 from shmlog import LogManager, batch_layout as B, cleaner, shared_memory
 from shmlog.appender import Appender
-from shmlog.errors import CorruptSegmentError, OffsetOutOfRangeError
+from shmlog.errors import CorruptSegmentError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from shmlog.reader import PartitionReader
 from shmlog.records import decode_columns, encode_batch
 from shmlog.ring import Ring
-from shmlog.state import PartitionStateTable
+from shmlog.state import PartitionStateTable, topic_key
 
 
 @pytest.fixture
@@ -37,7 +37,8 @@ def setup(tmp_path):
     tag = appender.register_partition("t", 0)
     producer = Ring.create(prefix + "-ring", 1 << 16)
     appender.add_ring(Ring.attach(prefix + "-ring"))
-    reader = PartitionReader(str(tmp_path / "data" / "topics" / "t" / "0"), table, tag)
+    reader = PartitionReader(str(tmp_path / "data" / "topics" / "t" / "0"), table, tag,
+                             topic_key=topic_key(logs.describe_topic("t").topic_id), partition=0)
 
     def send(first: int, count: int, timestamp: int = 10**12):
         producer.put(appender.destination("t", 0),
@@ -50,6 +51,26 @@ def setup(tmp_path):
     logs.close()
     for name in (prefix + "-state", prefix + "-ring"):
         shared_memory.unlink(name)
+
+
+def test_a_deleted_partition_is_unknown_never_corrupt_nor_another_partition(setup, tmp_path):
+    logs, appender, tag, reader, send = setup
+    send(0, 5)
+    assert reader.read(0).next_offset == 5 and not reader.deleted()
+    gone = PartitionReader(str(tmp_path / "data" / "topics" / "t" / "9"), reader.table, tag,
+                           topic_key=reader.topic_key, partition=0)
+    with pytest.raises(UnknownTopicOrPartitionError, match="its directory is gone"):
+        gone.read(0)
+    appender.unregister_partition("t", 0)
+    assert reader.deleted()
+    with pytest.raises(UnknownTopicOrPartitionError, match="partition was deleted"):
+        reader.read(0)
+    logs.create_topic("u")
+    assert appender.register_partition("u", 0) == tag, "the freed row goes to another topic"
+    with pytest.raises(UnknownTopicOrPartitionError, match="names another partition now"):
+        reader.read(0)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        reader.snapshot()
 
 
 def test_reads_stop_at_the_high_watermark_and_resume(setup):
@@ -163,7 +184,8 @@ def compacted(tmp_path):
     readers = []
 
     def open_reader():
-        readers.append(PartitionReader(partition_log.directory, table, tag))
+        readers.append(PartitionReader(partition_log.directory, table, tag,
+                                       topic_key=table.snapshot(tag).topic_key, partition=0))
         return readers[-1]
 
     yield partition_log, appender, tag, open_reader, written
