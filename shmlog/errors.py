@@ -19,6 +19,8 @@
     ├── OffsetOverflowError
     ├── RingFullError                 a ring stayed full for the whole wait
     ├── BrokerNotAvailableError       no broker answered in time
+    │   └── BrokerAccessDeniedError   this user may not connect to the broker
+    ├── NotOwnedError                 what shmlog must own is another user's (or a symlink)
     ├── StorageError                  the log directory failed (disk full, I/O error)
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
@@ -105,6 +107,16 @@ class RingFullError(ShmlogError):
 
 class BrokerNotAvailableError(ShmlogError):
     """No broker answered the request in time (none runs, or it is restarting)."""
+
+
+class BrokerAccessDeniedError(BrokerNotAvailableError):
+    """The broker's control socket exists, but this user may not connect to it (the
+    broker keeps its data private, or shares it with a group this user is not in)."""
+
+
+class NotOwnedError(ShmlogError):
+    """Something shmlog must own belongs to another user (or is a symbolic link): a
+    data directory, its lock, or a shared-memory object under the broker's name."""
 
 
 class TopicExistsError(ShmlogError):
