@@ -7,10 +7,20 @@ Rules
 * One broker per data directory (the directory lock says so); a second one is
   refused with :class:`DataDirectoryInUseError`.
 * SIGTERM and SIGINT stop it gracefully: it stops taking requests, drains every
-  ring, flushes and closes the logs, and removes its shared memory; nothing a
-  producer was told is appended is lost.
+  ring, flushes and closes the logs, and removes its shared memory and its control
+  socket; nothing a producer was told is appended is lost.
 * A malformed or unknown control request gets an error reply; nothing a client
   sends ends the broker.
+* Its data, control socket and shared memory are private to its user, or shared
+  with one ``data_group`` (see ``access``).
+* Nothing outlives its use: the ring of a producer that leaves (or dies) is
+  unmapped and removed, and its slot in the appender's ring table reused; rings
+  under the broker's prefix that nobody registered are registered at start (their
+  entries are drained) and reaped once their maker is gone; while running, an
+  unregistered ring whose maker is gone is reclaimed by the liveness check.
+* A client fails at once when there is no control socket (no broker runs) or it
+  may not connect to it; a socket left by a killed broker is waited on, since a
+  new broker may be starting.
 
 Theory of operation
 -------------------
