@@ -89,6 +89,9 @@ MEMBER_ID_LENGTH_MAX = CLIENT_ID_LENGTH_MAX + 33
 # Refusals a join recovers from by joining again (a superseded join, a generation
 # that moved on, a coordinator that forgot us, no answer) before it gives up.
 _JOIN_ATTEMPTS_MAX = 30
+# The pause before a join tries again when no broker runs: 30 attempts then span a
+# minute, time enough for a broker to restart (it compiles its kernels from a cache).
+_BROKER_RETRY_BACKOFF_S = 2.0
 # How long expiring committed offsets waits after a failed append before it tries
 # again (a full disk is not fixed in a moment; Kafka checks every 10 minutes).
 OFFSETS_EXPIRY_RETRY_MS = 60_000
@@ -797,8 +800,12 @@ class GroupMember:
                             self.member_id, self.generation = "", -1
                     owned = ()
                     continue
-                except (RebalanceInProgressError, IllegalGenerationError,
-                        BrokerNotAvailableError):
+                except (RebalanceInProgressError, IllegalGenerationError):
+                    continue
+                except BrokerNotAvailableError:
+                    # No broker now fails at once (no control socket while it restarts):
+                    # pause, as Kafka's retry.backoff, or the attempts run out at once.
+                    self._stop.wait(_BROKER_RETRY_BACKOFF_S)
                     continue
                 self._check_not_cancelled(membership, member_id)
                 self.lost = self.poll_timed_out = False

@@ -2,7 +2,8 @@
 shared with one configured group), it never writes through a planted symbolic link
 nor into a directory another user owns, it cannot be kept from starting by another
 user's shared-memory object, and a client refused by the control socket's
-permissions is told so at once.
+permissions is told so at once (as is one that finds no control socket, while a
+group join still waits out a broker restart).
 
 Method: real brokers (``shmlog.Broker`` child processes, or ``python -m shmlog
 broker`` where the start must fail) on data directories under a fresh directory in
@@ -16,6 +17,7 @@ stopped and the shared memory and directories removed.
 
 from __future__ import annotations
 
+import functools
 import grp
 import os
 import pickle
@@ -26,6 +28,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 
 import posix_ipc
 import pytest
@@ -33,6 +36,7 @@ import pytest
 from shmlog import shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, request, shared_memory_prefix
+from shmlog.groups import GroupMember, MemberConfig
 from shmlog.errors import (BrokerAccessDeniedError, BrokerNotAvailableError, NotOwnedError,
                            ShmlogError)
 from shmlog.log_manager import LogManager
@@ -293,3 +297,31 @@ def test_a_lock_file_of_another_user_is_refused(data_dir):
 def test_an_unknown_data_group_is_refused():
     with pytest.raises(ShmlogError, match="data_group names no group"):
         Broker("/tmp/unused", data_group="no-such-group-here")
+
+
+def test_a_group_join_waits_out_a_broker_restart(data_dir):
+    """A missing control socket fails at once: a join that finds no broker must pause
+    between its attempts, or it gives up before a restarting broker is back."""
+    with Broker(data_dir) as broker:
+        Admin(data_dir).create_topic("t")
+        assert broker.stop() == 0                # cleanly: no control socket is left
+    member = GroupMember(functools.partial(request, data_dir), "g", "c", MemberConfig())
+    outcome = {}
+
+    def join():
+        try:
+            outcome["assignment"] = member.join(["t"], None, ())
+        except ShmlogError as error:
+            outcome["error"] = error
+
+    joining = threading.Thread(target=join, daemon=True)
+    joining.start()
+    try:
+        with Broker(data_dir, group_initial_rebalance_delay_ms=0) as broker:
+            joining.join(timeout=DEADLINE_S)
+            assert not joining.is_alive(), "the join never ended"
+            assert outcome == {"assignment": [("t", 0)]}
+            member.close()
+            assert broker.stop() == 0
+    finally:
+        member.close()
