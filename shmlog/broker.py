@@ -76,8 +76,8 @@ from .control import (decode_reply, encode_request, encode_result, error_reply, 
                       require)
 from .groups import (OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig, GroupCoordinator,
                      offsets_partition)
-from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, LocalProtocolError,
-                     ShmlogError, StorageError)
+from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
+                     LocalProtocolError, ShmlogError, StorageError)
 from .log_manager import LogManager
 from .segments import _write_atomically
 from .records import decode_records, encode_batch, now_ms
@@ -869,8 +869,8 @@ def _check_control_socket(data_dir: str) -> None:
     try:
         os.stat(path)
     except FileNotFoundError:
-        raise BrokerNotAvailableError(f"no broker runs on {data_dir} (there is no control "
-                                      f"socket {path}); {start}") from None
+        raise BrokerNotRunningError(f"no broker runs on {data_dir} (there is no control "
+                                    f"socket {path}); {start}") from None
     except PermissionError:
         raise BrokerAccessDeniedError(_denied(path)) from None
     except OSError as error:
@@ -894,9 +894,11 @@ def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fie
     ------
     BrokerAccessDeniedError
         This user may not connect to the broker's control socket (at once).
+    BrokerNotRunningError
+        No broker runs: there is no control socket (at once).
     BrokerNotAvailableError
-        No broker runs (no control socket: at once), or none answered within
-        ``timeout_ms``; the message names the command that starts one.
+        No broker answered within ``timeout_ms``; the message names the command
+        that starts one.
     ShmlogError
         The broker refused the request (its typed error).
     """

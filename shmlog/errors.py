@@ -19,6 +19,7 @@
     ├── OffsetOverflowError
     ├── RingFullError                 a ring stayed full for the whole wait
     ├── BrokerNotAvailableError       no broker answered in time
+    │   ├── BrokerNotRunningError     no broker runs (no control socket): nothing was sent
     │   └── BrokerAccessDeniedError   this user may not connect to the broker
     ├── NotOwnedError                 what shmlog must own is another user's (or a symlink)
     ├── StorageError                  the log directory failed (disk full, I/O error)
@@ -107,6 +108,12 @@ class RingFullError(ShmlogError):
 
 class BrokerNotAvailableError(ShmlogError):
     """No broker answered the request in time (none runs, or it is restarting)."""
+
+
+class BrokerNotRunningError(BrokerNotAvailableError):
+    """No broker runs on the data directory (it has no control socket): the request
+    was not sent. Raised at once, where a broker that does not answer takes the
+    request's whole timeout."""
 
 
 class BrokerAccessDeniedError(BrokerNotAvailableError):

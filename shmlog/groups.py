@@ -65,7 +65,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .assignors import ASSIGNORS, Subscription, assign
 from .control import require
-from .errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
+from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
+                     CommitFailedError, GroupIdNotFoundError,
                      IllegalGenerationError, InconsistentGroupProtocolError,
                      JoinCancelledError, LocalProtocolError,
                      NonEmptyGroupError, PartitionNotAssignedError, RebalanceInProgressError,
@@ -800,12 +801,15 @@ class GroupMember:
                             self.member_id, self.generation = "", -1
                     owned = ()
                     continue
-                except (RebalanceInProgressError, IllegalGenerationError):
-                    continue
-                except BrokerNotAvailableError:
-                    # No broker now fails at once (no control socket while it restarts):
-                    # pause, as Kafka's retry.backoff, or the attempts run out at once.
+                except BrokerAccessDeniedError:
+                    raise                      # no retry gives this user permission
+                except BrokerNotRunningError:
+                    # Fails at once (no control socket while a broker restarts): pause,
+                    # as Kafka's retry.backoff, or the attempts run out in a moment.
                     self._stop.wait(_BROKER_RETRY_BACKOFF_S)
+                    continue
+                except (RebalanceInProgressError, IllegalGenerationError,
+                        BrokerNotAvailableError):
                     continue
                 self._check_not_cancelled(membership, member_id)
                 self.lost = self.poll_timed_out = False

@@ -37,7 +37,7 @@ from shmlog import shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, request, shared_memory_prefix
 from shmlog.groups import GroupMember, MemberConfig
-from shmlog.errors import (BrokerAccessDeniedError, BrokerNotAvailableError, NotOwnedError,
+from shmlog.errors import (BrokerAccessDeniedError, BrokerNotRunningError, NotOwnedError,
                            ShmlogError)
 from shmlog.log_manager import LogManager
 from shmlog.producer import Producer
@@ -223,7 +223,7 @@ def test_a_client_without_permission_is_told_at_once(data_dir):
 
 
 def test_no_control_socket_fails_at_once_naming_the_command(data_dir):
-    with pytest.raises(BrokerNotAvailableError) as refused:
+    with pytest.raises(BrokerNotRunningError) as refused:
         request(data_dir, "ping", timeout_ms=30_000)
     assert "there is no control socket" in str(refused.value)
     assert f"start one with: shmlog broker --data-dir {data_dir}" in str(refused.value)
