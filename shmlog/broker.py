@@ -614,11 +614,16 @@ class BrokerCore:
                 continue
             try:
                 pid = maker_pid(name)
-                age_s = shared_memory.owner_and_age_s(name)[1]
+                owner, group, age_s = shared_memory.owner_and_age_s(name)
             except FileNotFoundError:
                 continue
             except OSError as error:
                 self._ignore_ring(name, f"it cannot be read ({error})")
+                continue
+            if owner != os.geteuid() and group != access.current().group_id:
+                # Not a producer's we serve: nobody else may make us map and read it.
+                self._ignore_ring(name, f"it belongs to {access.owner_name(owner)}, gid "
+                                        f"{group}, who may not produce here")
                 continue
             if pid == MAKER_UNKNOWN:
                 self._ignore_ring(name, "it is not a ring of this version")

@@ -167,8 +167,9 @@ def peek(name: str, size: int) -> bytes:
         os.close(descriptor)
 
 
-def owner_and_age_s(name: str) -> tuple[int, float]:
-    """The owner's uid and the seconds since the object's metadata last changed.
+def owner_and_age_s(name: str) -> tuple[int, int, float]:
+    """The owner's uid and gid, and the seconds since the object's metadata last
+    changed.
 
     Raises
     ------
@@ -176,7 +177,7 @@ def owner_and_age_s(name: str) -> tuple[int, float]:
         It is gone.
     """
     status = os.stat(os.path.join(DIRECTORY, name))
-    return status.st_uid, max(0.0, time.time() - status.st_ctime)
+    return status.st_uid, status.st_gid, max(0.0, time.time() - status.st_ctime)
 
 
 def write_magic_and_version(mapped: mmap.mmap, magic: int, version: int) -> None:

@@ -166,3 +166,17 @@ def test_a_clean_stop_removes_the_control_socket(data_dir):
         assert os.path.exists(os.path.join(run_directory, "control.sock"))
         assert broker.stop() == 0
     assert not os.path.exists(run_directory)
+
+
+def test_a_ring_of_another_user_under_our_prefix_is_not_adopted(data_dir):
+    """Only the broker's user (or its data_group) produces here: another user's object
+    under the broker's prefix is neither mapped nor trusted, whatever pid it claims."""
+    if os.geteuid() != 0:
+        pytest.skip("making an object as another user (nobody) needs root")
+    name = f"{shared_memory_prefix(data_dir)}-planted"
+    with Ring.create(name, RING_SIZE) as planted:
+        planted.words[R.PRODUCER_PID_WORD] = 1            # a pid that is always alive
+    os.chown(f"{SHM}/{name}", 65534, 65534)
+    with Broker(data_dir) as broker:
+        assert _mapped_rings(broker) == set()
+        assert broker.stop() == 0
