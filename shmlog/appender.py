@@ -300,6 +300,12 @@ def _empty_bytes() -> np.ndarray:
     return np.zeros(0, np.uint8)
 
 
+# What a free ring slot's entries in the compiled loop's lists hold: never read (the
+# slot is inactive), they only let go of the removed ring's views.
+_EMPTY_WORDS = np.zeros(0, np.int64)
+_EMPTY_BYTES = _empty_bytes()
+
+
 class Appender:
     """Drains rings into the partition logs of a :class:`LogManager`, publishing
     offsets in a :class:`PartitionStateTable`. A partition's tag (the row its
@@ -426,27 +432,51 @@ class Appender:
 
     # -- rings -----------------------------------------------------------------------
     def add_ring(self, ring: Ring) -> int:
-        """Start draining ``ring`` (from where its consumer left off)."""
-        index = len(self._rings)
-        self._rings.append(ring)
-        self._ring_words.append(ring.words)
-        self._ring_completions.append(ring.completions)
-        self._ring_data.append(ring.data)
-        row = np.zeros((1, RING_COLUMNS), np.int64)
-        row[0, RING_CAPACITY] = ring.capacity
-        row[0, RING_HEAD] = ring._head
-        row[0, RING_ACTIVE] = 1
-        self.rings = np.concatenate([self.rings, row])
+        """Start draining ``ring`` (from where its consumer left off); its index. A
+        slot freed by :meth:`remove_ring` is reused, so the table is as long as the
+        most rings ever drained at once."""
+        if None in self._rings:
+            index = self._rings.index(None)
+            self._rings[index] = ring
+            self._ring_words[index] = ring.words
+            self._ring_completions[index] = ring.completions
+            self._ring_data[index] = ring.data
+        else:
+            index = len(self._rings)
+            self._rings.append(ring)
+            self._ring_words.append(ring.words)
+            self._ring_completions.append(ring.completions)
+            self._ring_data.append(ring.data)
+            self.rings = np.concatenate([self.rings, np.zeros((1, RING_COLUMNS), np.int64)])
+        self.rings[index, RING_CAPACITY] = ring.capacity
+        self.rings[index, RING_HEAD] = ring._head
+        self.rings[index, RING_ACTIVE] = 1
         return index
 
     def remove_ring(self, index: int) -> None:
-        """Stop draining a ring (its slot stays, inactive, so indexes stay put)."""
+        """Stop draining a ring and unmap it: the compiled loop's lists drop their
+        views of it first (a view keeps a mapping alive). Its slot is free for the
+        next ring. Removing a removed ring does nothing."""
+        ring = self._rings[index]
+        if ring is None:
+            return
         self.rings[index, RING_ACTIVE] = 0
         self._rings[index] = None
+        self._ring_words[index] = _EMPTY_WORDS
+        self._ring_completions[index] = _EMPTY_WORDS
+        self._ring_data[index] = _EMPTY_BYTES
+        ring.close()
+
+    def index_of(self, ring: Ring) -> int | None:
+        """The index of a ring being drained, or None (removed, or never added)."""
+        for index, candidate in enumerate(self._rings):
+            if candidate is ring:
+                return index
+        return None
 
     @property
     def ring_list(self) -> list:
-        """The rings by index (None where one was removed)."""
+        """The rings by index (None where a slot is free)."""
         return list(self._rings)
 
     # -- draining ----------------------------------------------------------------------

@@ -10,11 +10,21 @@ Rules
   broker's: it creates them on first use; a client cannot create, delete or grow
   them (Kafka's rule).
 * SIGTERM and SIGINT stop it gracefully: it stops taking requests, drains every
-  ring, flushes and closes the logs, and removes its shared memory; nothing a
-  producer was told is appended is lost.
+  ring, flushes and closes the logs, and removes its shared memory and its control
+  socket; nothing a producer was told is appended is lost.
 * A malformed or unknown control request gets an error reply (a multipart one
   too); a frame larger than ``limits.CONTROL_FRAME_SIZE_MAX`` disconnects its
   sender before it is received. Nothing a client sends ends the broker.
+* Its data, control socket and shared memory are private to its user, or shared
+  with one ``data_group`` (see ``access``).
+* Nothing outlives its use: the ring of a producer that leaves (or dies) is
+  unmapped and removed, and its slot in the appender's ring table reused; rings
+  under the broker's prefix that nobody registered are registered at start (their
+  entries are drained) and reaped once their maker is gone; while running, an
+  unregistered ring whose maker is gone is reclaimed by the liveness check.
+* A client fails at once when there is no control socket (no broker runs) or it
+  may not connect to it; a socket left by a killed broker is waited on, since a
+  new broker may be starting.
 
 Theory of operation
 -------------------
@@ -59,7 +69,7 @@ from typing import Any
 
 import zmq
 
-from . import limits
+from . import access, limits
 from . import ring_layout as R
 from . import shared_memory
 from . import wakeup
@@ -70,12 +80,12 @@ from .control import (decode_reply, encode_request, encode_result, error_reply, 
                       require)
 from .groups import (INTERNAL_TOPICS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig,
                      GroupCoordinator, offsets_partition)
-from .errors import (BrokerNotAvailableError, InvalidTopicError, LocalProtocolError, ShmlogError,
-                     StorageError)
+from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
+                     InvalidTopicError, LocalProtocolError, ShmlogError, StorageError)
 from .log_manager import LogManager
 from .segments import _write_atomically
 from .records import decode_records, encode_batch, now_ms
-from .ring import Ring
+from .ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
 from .state import PartitionStateTable
 
 log = logging.getLogger(__name__)
@@ -93,6 +103,14 @@ SOCKET_PATH_LENGTH_MAX = 107
 IDLE_SLEEP_LONGEST_S = 0.1
 # How often the control thread looks up from the socket to see the broker stopping.
 CONTROL_POLL_MS = 100
+# A ring under our prefix whose header has no producer pid yet is being made (Ring.create
+# writes it microseconds after creating the object); one left so for this long lost its
+# maker in between and is reclaimed.
+RING_CREATION_GRACE_S = 60.0
+# Broker.start: how long one ping waits, and the pause between pings (a ping fails at
+# once until the socket exists; a starting broker compiles for seconds).
+STARTUP_PING_MS = 200
+STARTUP_POLL_S = 0.02
 
 
 def default_data_dir() -> str:
@@ -104,12 +122,17 @@ def default_data_dir() -> str:
     return os.path.join(base, "shmlog")
 
 
-def control_address(data_dir: str) -> str:
+def control_path(data_dir: str) -> str:
+    """The broker's control socket (a Unix socket file)."""
     path = os.path.join(os.path.abspath(data_dir), RUN_DIRECTORY, CONTROL_SOCKET)
     if len(path) > SOCKET_PATH_LENGTH_MAX:
         raise LocalProtocolError(f"the control socket path {path!r} is longer than "
                                  f"{SOCKET_PATH_LENGTH_MAX} bytes; choose a shorter data directory")
-    return "ipc://" + path
+    return path
+
+
+def control_address(data_dir: str) -> str:
+    return "ipc://" + control_path(data_dir)
 
 
 def shared_memory_prefix(data_dir: str) -> str:
@@ -140,8 +163,12 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10_080
+    # Share the data with this group (directories 0750, files 0640, the control socket
+    # and shared memory 0660: see ``access``); None keeps it private to the broker's user.
+    data_group: str | None = None
 
     _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
+    TEXT_SETTINGS = ("data_dir", "data_group")
 
     def __post_init__(self):
         # Refused here, before a broker creates its directory or shared memory.
@@ -165,14 +192,26 @@ class BrokerConfig:
             if key not in known:
                 raise LocalProtocolError(f"unknown broker setting {key!r}; known: "
                                          f"{', '.join(sorted(known))}")
-            expected = str if key == "data_dir" else int
+            expected = str if key in cls.TEXT_SETTINGS else int
             least = 0 if key in cls._MAY_BE_ZERO else 1
             if isinstance(value, bool) or not isinstance(value, expected) or \
                     (expected is int and value < least):
                 raise LocalProtocolError(f"broker setting {key} must be "
                                          f"{'a non-negative' if least == 0 else 'a positive'} "
                                          f"{expected.__name__}, got {value!r}")
+        if values.get("data_group") is not None:
+            try:
+                access.group_id_of(values["data_group"])
+            except KeyError:
+                raise LocalProtocolError(f"broker setting data_group names no group of this "
+                                         f"host: {values['data_group']!r}") from None
         return cls(**values)
+
+    @property
+    def data_access(self) -> access.Access:
+        """Who may read the data (see ``access``)."""
+        return access.Access(None if self.data_group is None
+                             else access.group_id_of(self.data_group))
 
 
 class ProducerIds:
@@ -208,11 +247,11 @@ class BrokerCore:
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.data_dir = os.path.abspath(config.data_dir)
+        access.adopt(config.data_access)               # before anything is made
         self.logs = LogManager(self.data_dir)          # the lock: one broker per directory
         self.prefix = shared_memory_prefix(self.data_dir)
         self.table_name = self.prefix + "-state"
-        # A table left by a broker that died is stale: we hold the lock, nobody uses it.
-        shared_memory.unlink(self.table_name)
+        # A table of ours left by a broker that died is replaced: we hold the lock.
         self.table = PartitionStateTable.create(self.table_name, config.partitions_max)
         self.appender = Appender(self.logs, self.table)
         # Producers tag ring entries with rows: a partition keeps its row across
@@ -224,7 +263,8 @@ class BrokerCore:
                 self.appender.register_partition(topic, partition,
                                                  rows.get(f"{topic}/{partition}"))
         self._save_rows()
-        self.producers: dict[str, tuple[int, int]] = {}  # ring -> (ring index, producer id)
+        self.producers: dict[str, tuple[Ring, int]] = {}  # ring name -> (ring, producer id)
+        self._ignored_rings: set[str] = set()          # under our prefix, not ours to reclaim
         self.producer_ids = ProducerIds(self.data_dir)
         self._drained = self.table.appender_doorbell.sequence
         self._drain_due = True          # rings left by a crash are drained on registration
@@ -244,6 +284,8 @@ class BrokerCore:
         self.groups.load(self._offset_records())
         self._ticket = None                 # who sent the request being handled
         self._handlers = self.handlers()
+        self._adopt_left_rings(include_alive=True)
+        self.reap_dead_producers()
 
     def _load_rows(self) -> dict:
         try:
@@ -358,7 +400,8 @@ class BrokerCore:
     def metadata(self, topics: list | None = None) -> dict:
         names = self.logs.list_topics() if topics is None else require(topics, list, "topics")
         return {"state_table": self.table_name, "broker_epoch": self.table.broker_epoch,
-                "ring_prefix": self.prefix, "topics": [self._topic(name) for name in names]}
+                "ring_prefix": self.prefix, "ring_group_id": access.current().group_id,
+                "topics": [self._topic(name) for name in names]}
 
     def create_topic(self, name, partitions: int = 1, config: dict | None = None) -> dict:
         _refuse_internal(name, "created")
@@ -433,12 +476,15 @@ class BrokerCore:
         if not name.startswith(self.prefix + "-"):
             raise LocalProtocolError(f"ring {name!r} must be named under {self.prefix!r}")
         if name not in self.producers:
-            self.producers[name] = (self.appender.add_ring(Ring.attach(name)),
-                                    self.producer_ids.allocate())
+            attached = Ring.attach(name)
+            self.producers[name] = (attached, self.producer_ids.allocate())
+            self.appender.add_ring(attached)
             log.info("producer ring %s registered", name)
         self._drain_due = True
-        index, producer_id = self.producers[name]
-        return {"index": index, "producer_id": producer_id, "producer_epoch": 0}
+        attached, producer_id = self.producers[name]
+        index = self.appender.index_of(attached)
+        return {"index": -1 if index is None else index, "producer_id": producer_id,
+                "producer_epoch": 0}
 
     def init_producer_id(self, ring) -> dict:
         """A new producer id for a registered ring (Kafka's InitProducerId): its
@@ -446,17 +492,19 @@ class BrokerCore:
         name = require(ring, str, "ring")
         if name not in self.producers:
             raise LocalProtocolError(f"ring {name!r} is not registered: register_producer first")
-        index, _ = self.producers[name]
-        self.producers[name] = (index, self.producer_ids.allocate())
+        attached, _ = self.producers[name]
+        self.producers[name] = (attached, self.producer_ids.allocate())
         return {"producer_id": self.producers[name][1], "producer_epoch": 0}
 
     def unregister_producer(self, ring) -> dict:
-        """Drain what the producer published, then forget its ring."""
+        """Drain what the producer published, then forget its ring and unmap it."""
         name = require(ring, str, "ring")
         registered = self.producers.pop(name, None)
         if registered is not None:
             self.appender.drain()
-            self.appender.remove_ring(registered[0])
+            index = self.appender.index_of(registered[0])
+            if index is not None:              # else poisoned: removed already
+                self.appender.remove_ring(index)
         return {}
 
     # -- the schedule ------------------------------------------------------------
@@ -504,6 +552,7 @@ class BrokerCore:
         if now >= self._next_liveness:
             self._next_liveness = now + self.config.liveness_check_interval_ms
             self._drain_due = True            # a safety net under the doorbell
+            self._adopt_left_rings(include_alive=False)
             self.reap_dead_producers()
         group_deadline = self.groups.next_deadline()
         if group_deadline is not None and now >= group_deadline:
@@ -566,14 +615,57 @@ class BrokerCore:
     def reap_dead_producers(self) -> None:
         """A producer that died leaves its published entries (appended here) and at
         most one unpublished, partial entry (never read): drain, then reclaim."""
-        rings = self.appender.ring_list
-        for name, (index, _) in list(self.producers.items()):
-            pid = int(rings[index].words[R.PRODUCER_PID_WORD]) if rings[index] is not None else 0
+        for name, (ring, _) in list(self.producers.items()):
+            # A poisoned ring was unmapped when the appender stopped reading it.
+            pid = int(ring.words[R.PRODUCER_PID_WORD]) \
+                if self.appender.index_of(ring) is not None else 0
             if pid and _alive(pid):
                 continue
             log.warning("producer ring %s: process %d is gone; reclaiming the ring", name, pid)
             self.unregister_producer(name)
             shared_memory.unlink(name)
+
+    def _adopt_left_rings(self, *, include_alive: bool) -> None:
+        """Register the rings under our prefix that no producer registered with us,
+        so that the entries in them are drained and :meth:`reap_dead_producers`
+        reclaims those whose producer is gone: at start, all of them (left by a
+        broker that stopped or died; a live producer registers again anyway); later,
+        those whose maker is gone (it died before it registered, or between
+        unregistering and removing its ring). A ring still being made (no pid in its
+        header yet) is given RING_CREATION_GRACE_S."""
+        names = shared_memory.names(self.prefix + "-")
+        self._ignored_rings &= set(names)
+        for name in names:
+            if name == self.table_name or name in self.producers or name in self._ignored_rings:
+                continue
+            try:
+                pid = maker_pid(name)
+                owner, group, age_s = shared_memory.owner_and_age_s(name)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                self._ignore_ring(name, f"it cannot be read ({error})")
+                continue
+            if owner != os.geteuid() and group != access.current().group_id:
+                # Not a producer's we serve: nobody else may make us map and read it.
+                self._ignore_ring(name, f"it belongs to {access.owner_name(owner)}, gid "
+                                        f"{group}, who may not produce here")
+                continue
+            if pid == MAKER_UNKNOWN:
+                self._ignore_ring(name, "it is not a ring of this version")
+                continue
+            if pid == MAKER_PENDING and age_s < RING_CREATION_GRACE_S:
+                continue
+            if pid != MAKER_PENDING and not include_alive and _alive(pid):
+                continue
+            try:
+                self.register_producer(name)
+            except ShmlogError as error:
+                self._ignore_ring(name, str(error))
+
+    def _ignore_ring(self, name: str, reason: str) -> None:
+        log.warning("leaving %s in %s alone: %s", name, shared_memory.DIRECTORY, reason)
+        self._ignored_rings.add(name)
 
     def close(self) -> None:
         """Drain every ring, flush and close the logs, remove the shared memory."""
@@ -614,7 +706,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     control = None
     try:
         address = control_address(core.data_dir)
-        os.makedirs(os.path.join(core.data_dir, RUN_DIRECTORY), exist_ok=True)
+        access.make_directories(os.path.join(core.data_dir, RUN_DIRECTORY))
         control = _ControlThread(context, address, core.table.appender_doorbell)
         log.info("broker %d serving %s on %s", os.getpid(), core.data_dir, address)
         if ready is not None:
@@ -641,10 +733,21 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             for ticket in core.groups.pending_tickets():
                 control.send(ticket, error_reply(BrokerNotAvailableError("the broker is stopping")))
             control.stop()
+            _remove_control_socket(core.data_dir)
         context.term()
         core.close()
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def _remove_control_socket(data_dir: str) -> None:
+    """After a clean stop, no socket file is left (a client then fails at once)."""
+    path = control_path(data_dir)
+    for remove in (lambda: os.unlink(path), lambda: os.rmdir(os.path.dirname(path))):
+        try:
+            remove()
+        except OSError:
+            pass                     # gone, or run/ holds something else: keep it
 
 
 class _ControlThread(threading.Thread):
@@ -663,6 +766,13 @@ class _ControlThread(threading.Thread):
         # peer, so an oversized request is never buffered whole.
         self.socket.setsockopt(zmq.MAXMSGSIZE, limits.CONTROL_FRAME_SIZE_MAX)
         self.socket.bind(address)
+        # Made under the broker's umask (never wider); the group, if one shares the
+        # data, must write it to connect.
+        policy = access.current()
+        path = address[len("ipc://"):]
+        if policy.group_id is not None:
+            os.chown(path, -1, policy.group_id)
+        os.chmod(path, policy.writable_mode)
         outbox = f"inproc://shmlog-control-replies-{next(self._instances)}"
         self._outbox_receiver = context.socket(zmq.PAIR)      # this thread's
         self._outbox_receiver.bind(outbox)
@@ -763,7 +873,7 @@ class Broker:
     def start(self) -> "Broker":
         arguments = [sys.executable, "-m", "shmlog", "broker", "--data-dir", self.data_dir]
         for field in dataclasses.fields(BrokerConfig):
-            if field.name != "data_dir":
+            if field.name != "data_dir" and getattr(self.config, field.name) is not None:
                 arguments += [f"--{field.name.replace('_', '-')}",
                               str(getattr(self.config, field.name))]
         self.process = subprocess.Popen(arguments)
@@ -773,13 +883,17 @@ class Broker:
                 raise ShmlogError(f"the broker exited with status {self.process.returncode} "
                                   f"while starting (see its output above)")
             try:
-                request(self.data_dir, "ping", timeout_ms=200)
+                request(self.data_dir, "ping", timeout_ms=STARTUP_PING_MS)
                 return self
+            except BrokerAccessDeniedError:
+                self.stop()
+                raise
             except ShmlogError:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise ShmlogError(f"the broker did not answer within "
                                       f"{self.startup_timeout_s} s") from None
+                time.sleep(STARTUP_POLL_S)     # no socket yet fails at once: don't spin
 
     def stop(self, timeout_s: float = 60.0) -> int:
         """SIGTERM, then wait (SIGKILL after ``timeout_s``); the exit status."""
@@ -801,15 +915,49 @@ class Broker:
         self.stop()
 
 
+def _check_control_socket(data_dir: str) -> None:
+    """Fail at once when no broker can answer: its socket is missing (none runs, or
+    it stopped cleanly), or this user may not connect to it. A socket left by a
+    broker that was killed is tried as usual: a new one may be starting."""
+    path = control_path(data_dir)
+    start = f"start one with: shmlog broker --data-dir {data_dir}"
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        raise BrokerNotRunningError(f"no broker runs on {data_dir} (there is no control "
+                                    f"socket {path}); {start}") from None
+    except PermissionError:
+        raise BrokerAccessDeniedError(_denied(path)) from None
+    except OSError as error:
+        raise BrokerNotAvailableError(f"cannot reach the control socket {path}: {error}; "
+                                      f"{start}") from None
+    # connect(2) to a Unix socket needs write permission on it.
+    if not os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise BrokerAccessDeniedError(_denied(path))
+
+
+def _denied(path: str) -> str:
+    return (f"permission denied: {access.owner_name(os.geteuid())} may not connect to the "
+            f"broker's control socket {path}; the broker keeps its data private to its "
+            f"user unless its data_group setting shares it with a group of yours")
+
+
 def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fields) -> dict:
     """One control request to the broker of ``data_dir``; its reply's fields.
 
     Raises
     ------
+    BrokerAccessDeniedError
+        This user may not connect to the broker's control socket (at once).
+    BrokerNotRunningError
+        No broker runs: there is no control socket (at once).
+    BrokerNotAvailableError
+        No broker answered within ``timeout_ms``; the message names the command
+        that starts one.
     ShmlogError
-        No broker answered within ``timeout_ms`` (the message names the command that
-        starts one), or the broker refused the request (its typed error).
+        The broker refused the request (its typed error).
     """
+    _check_control_socket(data_dir)
     context = zmq.Context.instance()
     socket = context.socket(zmq.REQ)
     socket.setsockopt(zmq.LINGER, 0)

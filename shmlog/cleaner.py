@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from . import access
 from . import batch_layout as L
 from . import index_layout as I
 from .config import TopicConfig
@@ -475,7 +476,8 @@ def clean(cleaning_plan: CleanerPlan, now: int, keys_max: int) -> Cleaning:
 
     target = os.path.join(cleaning_plan.directory, CLEANING_DIRECTORY)
     shutil.rmtree(target, ignore_errors=True)
-    os.mkdir(target)          # not makedirs: a partition deleted meanwhile stays deleted
+    # not makedirs: a partition deleted meanwhile stays deleted
+    os.mkdir(target, access.current().directory_mode & 0o777)
     groups = []
     for group in _groups(segments, config.segment_bytes):
         out = np.empty(sum(segment.size for segment in group), np.uint8)
@@ -499,7 +501,8 @@ def _write_group(target: str, config: TopicConfig, group: list[SegmentFile],
     """The cleaned log of a group, with indexes rebuilt from it, durably on disk."""
     base_offset = group[0].base_offset
     log_path = os.path.join(target, I.segment_file_name(base_offset, I.LOG_SUFFIX))
-    with open(log_path, "wb") as output:
+    with os.fdopen(access.open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                   "wb") as output:
         output.write(data)
     segment = Segment(target, base_offset, config, active=False)
     status, end = segment.rebuild()

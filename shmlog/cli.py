@@ -394,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .broker import BrokerConfig
     for field in dataclasses.fields(BrokerConfig):
         if field.name != "data_dir":
-            broker.add_argument(f"--{field.name.replace('_', '-')}", type=int,
+            broker.add_argument(f"--{field.name.replace('_', '-')}",
+                                type=str if field.name in BrokerConfig.TEXT_SETTINGS else int,
                                 help=f"default {field.default}")
     broker.set_defaults(run=_broker)
 

@@ -22,6 +22,9 @@
     ├── OffsetOverflowError
     ├── RingFullError                 a ring stayed full for the whole wait
     ├── BrokerNotAvailableError       no broker answered in time
+    │   ├── BrokerNotRunningError     no broker runs (no control socket): nothing was sent
+    │   └── BrokerAccessDeniedError   this user may not connect to the broker
+    ├── NotOwnedError                 what shmlog must own is another user's (or a symlink)
     ├── StorageError                  the log directory failed (disk full, I/O error)
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
     └── GroupError                    a consumer group refused a request
@@ -128,6 +131,22 @@ class RingFullError(ShmlogError):
 
 class BrokerNotAvailableError(ShmlogError):
     """No broker answered the request in time (none runs, or it is restarting)."""
+
+
+class BrokerNotRunningError(BrokerNotAvailableError):
+    """No broker runs on the data directory (it has no control socket): the request
+    was not sent. Raised at once, where a broker that does not answer takes the
+    request's whole timeout."""
+
+
+class BrokerAccessDeniedError(BrokerNotAvailableError):
+    """The broker's control socket exists, but this user may not connect to it (the
+    broker keeps its data private, or shares it with a group this user is not in)."""
+
+
+class NotOwnedError(ShmlogError):
+    """Something shmlog must own belongs to another user (or is a symbolic link): a
+    data directory, its lock, or a shared-memory object under the broker's name."""
 
 
 class TopicExistsError(ShmlogError):

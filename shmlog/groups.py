@@ -69,7 +69,8 @@ from typing import Any, Callable, Iterable, Mapping
 from .assignors import ASSIGNORS, Subscription, assign
 from .control import require
 from . import limits
-from .errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
+from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
+                     CommitFailedError, GroupIdNotFoundError,
                      IllegalGenerationError, InconsistentGroupProtocolError,
                      JoinCancelledError, LocalProtocolError,
                      NonEmptyGroupError, OffsetMetadataTooLargeError, OffsetOutOfRangeError,
@@ -96,6 +97,9 @@ MEMBER_ID_LENGTH_MAX = CLIENT_ID_LENGTH_MAX + 33
 # Refusals a join recovers from by joining again (a superseded join, a generation
 # that moved on, a coordinator that forgot us, no answer) before it gives up.
 _JOIN_ATTEMPTS_MAX = 30
+# The pause before a join tries again when no broker runs: 30 attempts then span a
+# minute, time enough for a broker to restart (it compiles its kernels from a cache).
+_BROKER_RETRY_BACKOFF_S = 2.0
 # How long expiring committed offsets waits after a failed append before it tries
 # again (a full disk is not fixed in a moment; Kafka checks every 10 minutes).
 OFFSETS_EXPIRY_RETRY_MS = 60_000
@@ -829,6 +833,13 @@ class GroupMember:
                         if membership == self._membership:
                             self.member_id, self.generation = "", -1
                     owned = ()
+                    continue
+                except BrokerAccessDeniedError:
+                    raise                      # no retry gives this user permission
+                except BrokerNotRunningError:
+                    # Fails at once (no control socket while a broker restarts): pause,
+                    # as Kafka's retry.backoff, or the attempts run out in a moment.
+                    self._stop.wait(_BROKER_RETRY_BACKOFF_S)
                     continue
                 except (RebalanceInProgressError, IllegalGenerationError,
                         BrokerNotAvailableError):

@@ -10,13 +10,16 @@ Layout::
           0/  1/  ...              one PartitionLog directory per partition
         <topic>~<id>.deleted/      a deletion in progress (never a valid topic name)
 
-Rules: one process owns a data directory at a time (the lock says who); topic
-names follow Kafka's rules; metadata files are replaced atomically.
+Rules: one process owns a data directory at a time (the lock says who); the
+directory belongs to that process's user, and what it makes there has the modes of
+``access`` (0700/0600 unless shared with a group); topic names follow Kafka's
+rules; metadata files are replaced atomically.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import json
 import logging
@@ -26,10 +29,10 @@ import shutil
 import uuid
 from typing import Any, Mapping
 
-from . import limits
+from . import access, limits
 from .config import TopicConfig
-from .errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError, StorageError,
-                     TopicExistsError, UnknownTopicOrPartitionError)
+from .errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError, NotOwnedError,
+                     StorageError, TopicExistsError, UnknownTopicOrPartitionError)
 from .segments import PartitionLog, _write_atomically
 
 log = logging.getLogger(__name__)
@@ -115,16 +118,20 @@ class LogManager:
     ------
     DataDirectoryInUseError
         Another process holds the directory.
+    NotOwnedError
+        Another user owns the directory or its lock, or the lock is a symbolic link.
     """
 
     def __init__(self, data_dir: str):
         self.data_dir = os.path.abspath(data_dir)
         self.topics_dir = os.path.join(self.data_dir, TOPICS_DIRECTORY)
-        try:
-            os.makedirs(self.topics_dir, exist_ok=True)
-        except OSError as error:
-            raise StorageError(f"cannot create data directory {self.data_dir}: {error}") from error
+        access.prepare_data_dir(self.data_dir)
         self._lock_fd = self._lock()
+        access.protect_data_dir(self.data_dir)
+        try:
+            access.make_directories(self.topics_dir)
+        except OSError as error:
+            raise StorageError(f"cannot create {self.topics_dir}: {error}") from error
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._topics: dict[str, TopicMetadata] = {}
         self._finish_deletions()
@@ -136,15 +143,30 @@ class LogManager:
                 self._topics[metadata.name] = metadata
 
     def _lock(self) -> int:
+        """Lock the directory; a lock file that is a symbolic link or another user's
+        is refused before anything is written to it (its target would be truncated)."""
         path = os.path.join(self.data_dir, LOCK_FILE)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
+            fd = access.open_file(path, os.O_RDWR | os.O_CREAT)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise NotOwnedError(f"{path} is a symbolic link; shmlog never writes through "
+                                    f"one: remove it") from None
+            raise StorageError(f"cannot open {path}: {error}") from error
+        try:
+            owner = os.fstat(fd).st_uid
+            if owner != os.geteuid():
+                raise NotOwnedError(f"{path} belongs to {access.owner_name(owner)}, not to "
+                                    f"{access.owner_name(os.geteuid())}: remove it")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise DataDirectoryInUseError(
                 f"{self.data_dir} is in use by another shmlog process (it holds {path}); "
                 f"stop it first or choose another data directory") from None
+        except NotOwnedError:
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
@@ -177,9 +199,9 @@ class LogManager:
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         metadata = TopicMetadata(name, uuid.uuid4().hex, partitions, topic_config)
-        os.makedirs(self._topic_dir(name), exist_ok=True)
+        access.make_directories(self._topic_dir(name))
         for partition in range(partitions):
-            os.makedirs(os.path.join(self._topic_dir(name), str(partition)), exist_ok=True)
+            access.make_directories(os.path.join(self._topic_dir(name), str(partition)))
         self._save(metadata)
         log.info("created topic %s with %d partitions", name, partitions)
         return metadata
@@ -214,7 +236,7 @@ class LogManager:
                 f"topic {name!r} has {metadata.partitions} partitions; the new count must be "
                 f"larger, got {total}")
         for partition in range(metadata.partitions, total):
-            os.makedirs(os.path.join(self._topic_dir(name), str(partition)), exist_ok=True)
+            access.make_directories(os.path.join(self._topic_dir(name), str(partition)))
         updated = dataclasses.replace(metadata, partitions=total)
         self._save(updated)
         return updated

@@ -30,6 +30,7 @@ import os
 
 import numpy as np
 
+from .access import open_file
 from .errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -84,9 +85,10 @@ class MappedFile:
         self.bytes = np.zeros(0, np.uint8)
         self.size = 0                # the file's size when it was opened
         self.inode = -1
-        flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
         try:
-            self.fd = os.open(path, flags, 0o644)
+            # A file the broker writes: the data directory's mode, never a symlink.
+            self.fd = open_file(path, os.O_RDWR | os.O_CREAT) if self.writable \
+                else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return
         except OSError as error:

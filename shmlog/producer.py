@@ -302,7 +302,8 @@ class Producer:
         # Rung after every put: the broker may be asleep on it.
         self._table = PartitionStateTable.attach(metadata["state_table"])
         self.ring = Ring.create(f"{metadata['ring_prefix']}-producer-{os.getpid()}-"
-                                f"{uuid.uuid4().hex[:8]}", ring_size)
+                                f"{uuid.uuid4().hex[:8]}", ring_size,
+                                group_id=metadata.get("ring_group_id"))
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name)
         except ShmlogError:

@@ -38,12 +38,14 @@ import numpy as np
 
 from . import ring_layout as R
 from . import shared_memory
+from .access import Access
 from .atomics import load_acquire, load_relaxed, py_store_release, store_relaxed, store_release
 from .errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
 from .jit import copy_bytes, kernel, load_i64, load_u32, store_i64, store_u32
 
 __all__ = ["Ring", "Destination", "put_entry", "next_entry", "complete_entry",
-           "harvest_completions", "PUT_OK", "PUT_FULL",
+           "harvest_completions", "maker_pid", "MAKER_UNKNOWN", "MAKER_PENDING", "PUT_OK",
+           "PUT_FULL",
            "ENTRY_OK", "ENTRY_NONE", "ENTRY_CORRUPT"]
 
 PUT_OK = 0
@@ -169,6 +171,33 @@ def harvest_completions(words, completions, first, results, timestamps):
     return acknowledged
 
 
+MAKER_UNKNOWN = -1       # maker_pid: not a ring of this version
+MAKER_PENDING = 0        # maker_pid: its header is still being written
+
+
+def maker_pid(name: str) -> int:
+    """The pid of the process that made ring ``name``, read without mapping it:
+    MAKER_PENDING while its header is being written, MAKER_UNKNOWN when the object
+    is not a ring of this version.
+
+    Raises
+    ------
+    OSError
+        It is gone, or this user may not read it.
+    """
+    header = shared_memory.peek(name, R.HEADER_END)
+    if len(header) < R.HEADER_END:
+        return MAKER_PENDING                       # its size is set after it is made
+    magic = int.from_bytes(header[R.MAGIC_OFFSET:R.MAGIC_OFFSET + R.MAGIC_SIZE], "little")
+    version = int.from_bytes(header[R.VERSION_OFFSET:R.VERSION_OFFSET + R.VERSION_SIZE],
+                             "little")
+    if magic == 0:
+        return MAKER_PENDING
+    if magic != R.MAGIC or version != R.VERSION:
+        return MAKER_UNKNOWN
+    return int.from_bytes(header[R.PRODUCER_PID_OFFSET:R.HEADER_END], "little", signed=True)
+
+
 class Ring:
     """A ring mapped into this process; ``create`` it as the producer or ``attach``
     to it as the consumer (or as a producer reopening its own ring)."""
@@ -191,10 +220,13 @@ class Ring:
         self._results: dict[int, tuple[int, int]] = {}
 
     @classmethod
-    def create(cls, name: str, capacity: int) -> "Ring":
-        """Create a new ring in /dev/shm (fails if one of that name exists)."""
+    def create(cls, name: str, capacity: int, *, group_id: int | None = None) -> "Ring":
+        """Create a new ring in /dev/shm (fails if one of that name exists): 0600, or
+        0660 owned by ``group_id`` for a broker that shares its data with that group
+        (see ``access``: the broker must write the ring's head and completions)."""
         R.check_capacity(capacity)
-        mapped = shared_memory.create(name, R.DATA_OFFSET + capacity, "ring")
+        mapped = shared_memory.create(name, R.DATA_OFFSET + capacity, "ring",
+                                      mode=Access(group_id).writable_mode, group_id=group_id)
         shared_memory.write_magic_and_version(mapped, R.MAGIC, R.VERSION)
         ring = cls(name, mapped, owner=True)
         ring.words[R.CAPACITY_WORD] = capacity

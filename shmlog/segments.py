@@ -65,7 +65,7 @@ import numpy as np
 
 from . import batch_layout as B
 from . import index_layout as I
-from . import limits
+from . import access, limits
 from .config import TopicConfig
 from .errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
                      OffsetOverflowError, RecordTooLargeError, StorageError)
@@ -817,7 +817,7 @@ class PartitionLog:
         # generation turns odd and when it turns even again, see _segments_changing.
         self.publish_generation: Callable[[], None] | None = None
         try:
-            os.makedirs(directory, exist_ok=True)
+            access.make_directories(directory)
         except OSError as error:
             raise StorageError(f"cannot create {directory}: {error}") from error
         self._segments: list[Segment] = []
@@ -1490,7 +1490,8 @@ def write_swap_manifest(directory: str, groups) -> None:
 def _write_atomically(path: str, body: str) -> None:
     temporary = path + ".tmp"
     try:
-        with open(temporary, "w") as target:
+        with os.fdopen(access.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                       "w") as target:
             target.write(body)
             target.flush()
             os.fsync(target.fileno())

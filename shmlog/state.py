@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from . import shared_memory
+from . import access, shared_memory
 from . import state_layout as S
 from .atomics import fence, load_acquire, load_relaxed, store_relaxed, store_release
 from .errors import LocalProtocolError, PeerProtocolError
@@ -126,10 +126,22 @@ class PartitionStateTable:
 
     @classmethod
     def create(cls, name: str, row_capacity: int) -> "PartitionStateTable":
+        """Make the table (its mode and group from ``access.current()``), replacing
+        one of ours of that name: only the owner of the data directory calls this.
+
+        Raises
+        ------
+        NotOwnedError
+            Another user's object has the name.
+        """
         if not isinstance(row_capacity, int) or row_capacity < 1:
             raise LocalProtocolError(f"row capacity must be a positive integer, got {row_capacity!r}")
+        # A table of ours left under this name is a dead broker's: the caller holds the
+        # data directory's lock, so nobody uses it.
+        policy = access.current()
         mapped = shared_memory.create(name, S.ROWS_OFFSET + row_capacity * S.ROW_SIZE,
-                                      "partition state table")
+                                      "partition state table", mode=policy.writable_mode,
+                                      group_id=policy.group_id, replace_stale=True)
         shared_memory.write_magic_and_version(mapped, S.MAGIC, S.VERSION)
         table = cls(name, mapped, owner=True)
         table.control[S.ROW_CAPACITY_WORD] = row_capacity
