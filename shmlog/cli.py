@@ -14,7 +14,7 @@ import sys
 import time
 
 from . import index_layout as I
-from .dump import read_index, read_segment
+from .dump import read_index, read_segment, used_entries
 from .errors import LocalProtocolError, ShmlogError
 
 EXIT_OK = 0
@@ -77,12 +77,16 @@ def _dump_log(arguments) -> int:
 
 def _dump_index(arguments) -> int:
     entries = read_index(arguments.path)
+    preallocated = entries.size - used_entries(entries)
+    entries = entries[:entries.size - preallocated]
     if arguments.json:
         print(json.dumps([{name: int(entry[name]) for name in entries.dtype.names}
                           for entry in entries], indent=2))
     else:
         for entry in entries:
             print(" ".join(f"{name}: {int(entry[name])}" for name in entries.dtype.names))
+        if preallocated:
+            print(f"({preallocated} zero entries follow: preallocated space)")
     if arguments.verify:
         report = read_segment(arguments.path.rsplit(".", 1)[0] + I.LOG_SUFFIX, verify=True)
         for problem in report.problems:

@@ -67,6 +67,11 @@ SEGMENT_PREALLOCATE_STEP_SIZE = 8 << 20
 SEGMENT_PREFAULT_AHEAD_SIZE = 32 << 20
 # An index must hold at least a few entries or every append would roll the segment.
 INDEX_SIZE_MIN = 4 * index_layout.TIME_ENTRY_LENGTH
+# A flush that failed (a full disk cannot take the checkpoint) is tried again no
+# sooner than this: once a second per partition keeps a full disk from costing a
+# failed file write (and a log line) per append, and the recovery point is back
+# within a second of the disk having room.
+FLUSH_RETRY_INTERVAL_MS = 1000
 
 # --- client settings --------------------------------------------------------------------
 # Kafka types its clients' millisecond settings that bound a wait (request.timeout.ms,

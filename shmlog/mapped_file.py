@@ -13,6 +13,13 @@ the range in one call. Both calls release the GIL, so :func:`prefault_in_backgro
 runs them on a single worker thread that keeps reservations ahead of the writers
 while the writers' compiled kernels (which release the GIL too) keep copying.
 
+The rule that keeps ``SIGBUS`` away: a writable mapping is stored into only below
+what its owner reserved. The file is extended sparse, which takes no blocks, so
+mapping it is safe; a new file can have its first blocks reserved before it is
+mapped at all (``reserved``), so that a full disk leaves nothing behind to undo
+but the empty file. On tmpfs ``posix_fallocate`` allocates the pages themselves,
+so the rule holds there too.
+
 Readers map files read-only at their current size. A mapping is never unmapped
 while a numpy view of it is alive: :meth:`MappedFile.close` leaves that mapping to
 the garbage collector, so a reader's zero-copy view stays valid even after the file
@@ -74,10 +81,26 @@ _SHRINK_RETRIES = 3
 
 class MappedFile:
     """A file mapped whole: read-write at a fixed capacity (the file is extended,
-    sparse, to it; a larger file keeps its size) or read-only at its current size. A missing file maps as empty
-    when read-only (derived files such as indexes are then rebuilt)."""
+    sparse, to it; a larger file keeps its size) or read-only at its current size.
+    A missing file maps as empty when read-only (derived files such as indexes are
+    then rebuilt).
 
-    def __init__(self, path: str, capacity: int | None):
+    Parameters
+    ----------
+    path : str
+    capacity : int or None
+        The size to map read-write; None maps the file read-only.
+    reserved : int
+        Bytes from the start whose blocks are reserved before the file is mapped
+        (read-write only); a full disk raises before anything is mapped.
+
+    Raises
+    ------
+    StorageError
+        The file cannot be opened, reserved or mapped (nothing stays open then).
+    """
+
+    def __init__(self, path: str, capacity: int | None, *, reserved: int = 0):
         self.path = path
         self.writable = capacity is not None
         self.fd = -1
@@ -94,11 +117,28 @@ class MappedFile:
         except OSError as error:
             raise StorageError(f"cannot open {path}: {error}") from error
         try:
+            self._map(capacity, reserved)
+            if self.map is not None:
+                self.bytes = np.frombuffer(self.map, np.uint8)
+                if reserved:
+                    self._populate(0, reserved)
+        except BaseException:
+            self.close()
+            raise
+        if not self.writable:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _map(self, capacity: int | None, reserved: int) -> None:
+        try:
             status = os.fstat(self.fd)
             self.size = status.st_size
             self.inode = status.st_ino      # tells a file replaced under the same name
             if self.writable and self.size < capacity:
                 os.ftruncate(self.fd, capacity)
+            if reserved:
+                assert self.writable, "only a writable file is reserved"
+                self._allocate(0, reserved)
             # A file larger than the capacity asked for (its config shrank since)
             # is mapped whole: nothing may ever read past the end of a mapping.
             length = max(capacity, self.size) if self.writable else self.size
@@ -113,14 +153,9 @@ class MappedFile:
                     status = os.fstat(self.fd)
                     self.size = length = status.st_size
             else:
-                raise StorageError(f"cannot map {path}: it keeps changing size")
+                raise StorageError(f"cannot map {self.path}: it keeps changing size")
         except OSError as error:
-            raise StorageError(f"cannot map {path}: {error}") from error
-        if self.map is not None:
-            self.bytes = np.frombuffer(self.map, np.uint8)
-        if not self.writable:
-            os.close(self.fd)
-            self.fd = -1
+            raise StorageError(f"cannot map {self.path}: {error}") from error
 
     def reserve(self, start: int, end: int) -> None:
         """Allocate disk blocks for ``[start, end)`` and populate its pages.
@@ -130,7 +165,10 @@ class MappedFile:
         StorageError
             The disk is full or the file system refused.
         """
-        global _populate_advice
+        self._allocate(start, end)
+        self._populate(start, end)
+
+    def _allocate(self, start: int, end: int) -> None:
         try:
             os.posix_fallocate(self.fd, start, end - start)
         except OSError as error:
@@ -138,6 +176,9 @@ class MappedFile:
                 raise StorageError(f"disk full: cannot reserve {end - start} bytes for "
                                    f"{self.path}; free space or lower retention") from error
             raise StorageError(f"cannot reserve space in {self.path}: {error}") from error
+
+    def _populate(self, start: int, end: int) -> None:
+        global _populate_advice
         address = self.bytes.ctypes.data + start
         if _libc.madvise(address, end - start, _populate_advice) != 0:
             if ctypes.get_errno() == errno.EINVAL and _populate_advice == MADV_POPULATE_WRITE:
@@ -163,7 +204,10 @@ class MappedFile:
         start -= start % PAGE_SIZE
         end = len(self.map) if end is None else end
         if end > start:
-            self.map.flush(start, end - start)
+            try:
+                self.map.flush(start, end - start)
+            except OSError as error:
+                raise StorageError(f"cannot sync {self.path}: {error}") from error
 
     def release_descriptor(self) -> None:
         """Close the file descriptor, keeping the mapping (a sealed file needs none)."""

@@ -25,6 +25,19 @@ neither page-fault on every 4 KiB page nor die of ``SIGBUS`` on a full disk: a f
 disk fails the reservation, which raises :class:`StorageError` before any byte moves.
 Space never written reads as zeros, and a zero batch length marks the end of the data.
 
+No store ever lands past a reservation, in any of the three files. The segment's
+state says how many bytes of the log and of each index are reserved; the append
+kernel copies a batch only when the log bytes it takes, the index entries it may
+add and the slot of the closing time-index entry (which sealing writes) are all
+reserved, and otherwise asks Python for room (``_NEED_SPACE``). Each reservation
+of the log reserves index slots in proportion (an entry per
+``index.interval.bytes`` of log at most), so the kernel seldom asks for the
+indexes alone. A rescan reserves, before it starts, the slots its log can need at
+most. A roll reserves the new segment's first step before mapping its files and
+before sealing the old segment: a full disk fails the roll with nothing changed,
+and the next append tries again. When the background reservation fails, it stops
+until an append's own reservation succeeds (the disk has room again).
+
 The compiled kernel :func:`_append` copies validated batches into the mapping,
 stamps base offset and leader epoch, adds sparse index entries every
 ``index.interval.bytes``, and returns early when the segment must roll or more space
@@ -106,7 +119,9 @@ _TIME_CAPACITY = 9
 _MAX_TIMESTAMP = 10           # running maximum, _TIMESTAMP_NONE while empty
 _INDEXED_TIMESTAMP = 11       # timestamp of the last time-index entry
 _ROLL_TIMESTAMP = 12          # max timestamp of the first batch (segment.ms)
-_STATE_LENGTH = 13
+_OFFSET_RESERVED = 13         # bytes of the offset index reserved on disk from byte 0
+_TIME_RESERVED = 14           # bytes of the time index reserved on disk from byte 0
+_STATE_LENGTH = 15
 
 # kernel results
 _APPENDED = 0
@@ -122,9 +137,31 @@ _DAMAGED = 3
 # --- kernels ---------------------------------------------------------------------------
 
 @kernel
+def _will_index(state, index_interval):
+    """Whether the next batch gets index entries: ``index.interval.bytes`` of log
+    since the last entry, and room in both indexes (one slot of each stays free for
+    the closing time-index entry)."""
+    return (state[_SINCE_INDEX] >= index_interval
+            and state[_OFFSET_ENTRIES] < state[_OFFSET_CAPACITY] - 1
+            and state[_TIME_ENTRIES] < state[_TIME_CAPACITY] - 1)
+
+
+@kernel
+def _index_slots_reserved(state, indexing):
+    """Whether every index slot the next batch may store into is reserved on disk:
+    an entry of each index when ``indexing``, and the time index's closing entry
+    (which sealing writes, unless the index is full)."""
+    extra = 1 if indexing else 0
+    offset_end = (state[_OFFSET_ENTRIES] + extra) * I.OFFSET_ENTRY_LENGTH
+    time_end = min(state[_TIME_ENTRIES] + 1 + extra, state[_TIME_CAPACITY]) * I.TIME_ENTRY_LENGTH
+    return offset_end <= state[_OFFSET_RESERVED] and time_end <= state[_TIME_RESERVED]
+
+
+@kernel
 def _index_batch(log, log_position, length, offset_index, time_index, state, index_interval):
     """Account for the batch just written at ``log_position``: sparse index entries
     and the running maximum timestamp."""
+    indexing = _will_index(state, index_interval)
     base_offset = load_i64(log, log_position + B.BASE_OFFSET_OFFSET)
     last_offset = base_offset + load_i32(log, log_position + B.LAST_OFFSET_DELTA_OFFSET)
     max_timestamp = load_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET)
@@ -132,10 +169,7 @@ def _index_batch(log, log_position, length, offset_index, time_index, state, ind
         state[_MAX_TIMESTAMP] = max_timestamp
     if state[_ROLL_TIMESTAMP] == _TIMESTAMP_NONE:
         state[_ROLL_TIMESTAMP] = max_timestamp
-    # One slot of each index stays free for the closing time-index entry.
-    room = (state[_OFFSET_ENTRIES] < state[_OFFSET_CAPACITY] - 1
-            and state[_TIME_ENTRIES] < state[_TIME_CAPACITY] - 1)
-    if state[_SINCE_INDEX] >= index_interval and room:
+    if indexing:
         entry = state[_OFFSET_ENTRIES] * I.OFFSET_ENTRY_LENGTH
         store_u32(offset_index, entry + I.OFFSET_ENTRY_RELATIVE_OFFSET_OFFSET,
                   base_offset - state[_BASE_OFFSET])
@@ -171,8 +205,9 @@ def _append(source, start, end, log, offset_index, time_index, state, segment_by
 
     Returns (status, source position reached, batch status): _APPENDED when all are
     in; _NEED_ROLL / _NEED_SPACE when Python must roll or reserve before the batch at
-    that position; _REJECTED when that batch failed validation (its status says why,
-    and nothing of it is in the log).
+    that position (space: log bytes or index slots, see ``_index_slots_reserved``);
+    _REJECTED when that batch failed validation (its status says why, and nothing of
+    it is in the log).
     """
     position = start
     while position < end:
@@ -199,7 +234,8 @@ def _append(source, start, end, log, offset_index, time_index, state, segment_by
                     state[_OFFSET_ENTRIES] >= state[_OFFSET_CAPACITY] - 1
                     or state[_TIME_ENTRIES] >= state[_TIME_CAPACITY] - 1):
                 return _NEED_ROLL, position, 0
-        if log_position + length > state[_RESERVED]:
+        if log_position + length > state[_RESERVED] or \
+                not _index_slots_reserved(state, _will_index(state, index_interval)):
             return _NEED_SPACE, position, 0
         copy_bytes(log, log_position, source, position, length)
         if verify_copy:
@@ -437,21 +473,64 @@ class Segment:
         # truncating or closing: fallocate on a trimmed file would grow it again.
         self._reserve_lock = threading.Lock()
         self._prefault_pending = False
+        # The background reservation failed (a full disk): it waits until an
+        # append's own reservation succeeds, instead of failing after every append.
+        self._prefault_refused = False
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, config: TopicConfig,
+               log_reserved: int = 0) -> "Segment":
+        """A new, empty active segment; blocks for its first ``log_reserved`` bytes
+        (rounded up to a whole step) and the index slots they can need are reserved
+        before its files are mapped.
+
+        Raises
+        ------
+        StorageError
+            The disk is full or failed; no file of the segment is left.
+        """
+        segment = cls(directory, base_offset, config, active=True)
+        try:
+            segment.map(log_reserved)
+        except StorageError:
+            segment.delete()
+            raise
+        return segment
 
     # -- mapping -----------------------------------------------------------------
-    def map(self) -> None:
-        """Map the three files (read-write at full capacity when active)."""
+    def map(self, log_reserved: int = 0) -> None:
+        """Map the three files (read-write at full capacity when active, with blocks
+        for the first ``log_reserved`` bytes of the log, and the index slots they
+        can need, reserved before the files are mapped)."""
         if self._log is not None:
             return
-        log_capacity = self.config.segment_bytes if self.active else None
-        index_capacity = self.config.segment_index_bytes if self.active else None
-        self._log = MappedFile(self.log_path, log_capacity)
-        self._offset_index = MappedFile(self.offset_index_path, index_capacity)
-        self._time_index = MappedFile(self.time_index_path, index_capacity)
+        paths = (self.log_path, self.offset_index_path, self.time_index_path)
+        reservations = (0, 0, 0)
+        capacities = (None, None, None)
+        if self.active:
+            config = self.config
+            capacities = (config.segment_bytes, config.segment_index_bytes,
+                          config.segment_index_bytes)
+            log_reserved = _whole_steps(log_reserved, config.segment_bytes)
+            entries = _index_entries_for(log_reserved, config.index_interval_bytes) \
+                if log_reserved else 0
+            reservations = (log_reserved,
+                            _whole_pages(entries * I.OFFSET_ENTRY_LENGTH, capacities[1]),
+                            _whole_pages(entries * I.TIME_ENTRY_LENGTH, capacities[2]))
+        opened = []
+        try:
+            for path, capacity, reserved in zip(paths, capacities, reservations):
+                opened.append(MappedFile(path, capacity, reserved=reserved))
+        except StorageError:
+            for mapped in opened:
+                mapped.close()
+            raise
+        self._log, self._offset_index, self._time_index = opened
         state = self.state
         state[_CAPACITY] = self._log.bytes.size
         state[_OFFSET_CAPACITY] = self._offset_index.bytes.size // I.OFFSET_ENTRY_LENGTH
         state[_TIME_CAPACITY] = self._time_index.bytes.size // I.TIME_ENTRY_LENGTH
+        state[_RESERVED], state[_OFFSET_RESERVED], state[_TIME_RESERVED] = reservations
 
     @property
     def log(self) -> np.ndarray:
@@ -550,14 +629,17 @@ class Segment:
             self.map()
         else:
             self._map_for_rebuild()
+        # The kernel trusts ``end``: never let it past the mapping.
+        end = self._log.bytes.size if end is None else min(end, self._log.bytes.size)
+        entries = _index_entries_for(end, self.config.index_interval_bytes)
+        with self._reserve_lock:
+            self._reserve_indexes(entries, entries)      # the most the rescan can write
         state = self.state
         for slot, value in ((_POSITION, 0), (_NEXT_OFFSET, self.base_offset), (_SINCE_INDEX, 0),
                             (_OFFSET_ENTRIES, 0), (_TIME_ENTRIES, 0),
                             (_MAX_TIMESTAMP, _TIMESTAMP_NONE), (_INDEXED_TIMESTAMP, _TIMESTAMP_NONE),
                             (_ROLL_TIMESTAMP, _TIMESTAMP_NONE)):
             state[slot] = value
-        # The kernel trusts ``end``: never let it past the mapping.
-        end = self._log.bytes.size if end is None else min(end, self._log.bytes.size)
         status, position = _recover(self._log.bytes, end, self._offset_index.bytes,
                                     self._time_index.bytes, state, self.config.index_interval_bytes)
         self.verified_end = int(position)
@@ -567,37 +649,87 @@ class Segment:
         return int(status), int(position)
 
     def _map_for_rebuild(self) -> None:
-        """Map a sealed segment read-write: the log at its size, the indexes with room
-        for every entry the log could need."""
+        """Map a sealed segment for rebuilding its indexes: the log read-only (a
+        rescan only reads it), the indexes read-write with room for every entry the
+        log could need (their blocks are reserved by :meth:`rebuild`)."""
         self.close()
         size = os.stat(self.log_path).st_size
-        entries_max = size // max(self.config.index_interval_bytes, B.HEADER_LENGTH) + 2
-        capacity = max(self.config.segment_index_bytes, entries_max * I.TIME_ENTRY_LENGTH)
-        self._log = MappedFile(self.log_path, size)
+        capacity = max(self.config.segment_index_bytes,
+                       _index_entries_for(size, self.config.index_interval_bytes)
+                       * I.TIME_ENTRY_LENGTH)
+        self._log = MappedFile(self.log_path, None)
         self._offset_index = MappedFile(self.offset_index_path, capacity)
         self._time_index = MappedFile(self.time_index_path, capacity)
-        self.state[_CAPACITY] = size
-        self.state[_OFFSET_CAPACITY] = capacity // I.OFFSET_ENTRY_LENGTH
-        self.state[_TIME_CAPACITY] = capacity // I.TIME_ENTRY_LENGTH
+        state = self.state
+        state[_CAPACITY] = self._log.bytes.size
+        state[_OFFSET_CAPACITY] = capacity // I.OFFSET_ENTRY_LENGTH
+        state[_TIME_CAPACITY] = capacity // I.TIME_ENTRY_LENGTH
+        state[_OFFSET_RESERVED] = state[_TIME_RESERVED] = 0
 
     def reserve(self, end: int) -> None:
         """Make ``[0, end)`` of the active log writable without faults (whole steps,
-        up to the capacity). Serialised with the prefaulter and with sealing."""
-        step = limits.SEGMENT_PREALLOCATE_STEP_SIZE
+        up to the capacity), with the index slots that much log can need.
+        Serialised with the prefaulter and with sealing.
+
+        Raises
+        ------
+        StorageError
+            The disk is full or failed; what was reserved before stays.
+        """
         with self._reserve_lock:
-            if not self.active:
-                return
-            reserved = int(self.state[_RESERVED])
-            target = min(-(-end // step) * step, int(self.state[_CAPACITY]))
+            if self.active:
+                self._reserve(end)
+
+    def _reserve(self, end: int) -> None:
+        state = self.state
+        reserved = int(state[_RESERVED])
+        target = _whole_steps(end, int(state[_CAPACITY]))
+        if target > reserved:
+            entries = _index_entries_for(target, self.config.index_interval_bytes)
+            self._reserve_indexes(entries, entries)
+            self._log.reserve(reserved, target)
+            state[_RESERVED] = target
+
+    def _reserve_indexes(self, offset_entries: int, time_entries: int) -> None:
+        """Reserve blocks for the first ``offset_entries`` / ``time_entries`` slots of
+        the indexes (whole pages, within their capacities). The lock is held."""
+        for index, wanted, slot in ((self._offset_index, offset_entries * I.OFFSET_ENTRY_LENGTH,
+                                     _OFFSET_RESERVED),
+                                    (self._time_index, time_entries * I.TIME_ENTRY_LENGTH,
+                                     _TIME_RESERVED)):
+            reserved = int(self.state[slot])
+            target = _whole_pages(wanted, index.bytes.size)
             if target > reserved:
-                self._log.reserve(reserved, target)
-                self.state[_RESERVED] = target
+                index.reserve(reserved - reserved % PAGE_SIZE, target)
+                self.state[slot] = target
+
+    def make_room(self, length: int, index_interval: int) -> None:
+        """Reserve what appending a batch of ``length`` bytes needs: the log bytes,
+        an entry of each index, and the time index's closing entry.
+
+        Raises
+        ------
+        StorageError
+            The disk is full or failed; nothing of the segment changed.
+        """
+        state = self.state
+        with self._reserve_lock:
+            assert self.active, "only the active segment is appended to"
+            self._reserve(self.size + length)
+            self._reserve_indexes(int(state[_OFFSET_ENTRIES]) + 1, int(state[_TIME_ENTRIES]) + 2)
+            self._prefault_refused = False        # there is room again
+        # What the kernel checks: it must find the room now, or it would ask again.
+        if state[_RESERVED] < self.size + length or \
+                not _index_slots_reserved(state, _will_index(state, index_interval)):
+            raise StorageError(f"{self.log_path}: no room for a batch of {length} bytes at "
+                               f"byte {self.size} (capacity {int(state[_CAPACITY])})")
 
     def prefault_ahead(self) -> None:
         """Keep ``segment.prefault.ahead`` bytes reserved past the write position, on
         the prefaulter thread, so appends find their pages ready."""
         state = self.state
-        if self._prefault_pending or not self.active or state[_RESERVED] >= state[_CAPACITY] or \
+        if self._prefault_pending or self._prefault_refused or not self.active or \
+                state[_RESERVED] >= state[_CAPACITY] or \
                 state[_RESERVED] - state[_POSITION] >= limits.SEGMENT_PREFAULT_AHEAD_SIZE:
             return
         self._prefault_pending = True
@@ -605,6 +737,9 @@ class Segment:
         def job():
             try:
                 self.reserve(int(self.state[_POSITION]) + limits.SEGMENT_PREFAULT_AHEAD_SIZE)
+            except StorageError as error:
+                self._prefault_refused = True
+                log.warning("%s; appends reserve for themselves until there is room", error)
             finally:
                 self._prefault_pending = False
         if not prefault_in_background(job):
@@ -621,6 +756,8 @@ class Segment:
         # sealed before (and reopened): it then has its closing entry already.
         if state[_POSITION] and state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP] \
                 and state[_TIME_ENTRIES] < state[_TIME_CAPACITY]:
+            # Appends keep this slot reserved: this reserves only after a reopen.
+            self._reserve_indexes(0, int(state[_TIME_ENTRIES]) + 1)
             _append_time_entry(self._time_index.bytes, state, state[_NEXT_OFFSET] - 1)
         # Indexes first: a reader maps the log, then the index, and takes a log at
         # its sealed size for a sealed segment, whose index it then reads. Trimmed
@@ -628,11 +765,13 @@ class Segment:
         # and reading that mapping past the trimmed end faults (SIGBUS).
         self._offset_index.trim(int(state[_OFFSET_ENTRIES]) * I.OFFSET_ENTRY_LENGTH)
         self._time_index.trim(int(state[_TIME_ENTRIES]) * I.TIME_ENTRY_LENGTH)
-        self._log.trim(int(state[_POSITION]))
+        if self._log.writable:                 # a rebuilt sealed segment's log is read-only
+            self._log.trim(int(state[_POSITION]))
         for mapped in (self._log, self._offset_index, self._time_index):
             mapped.release_descriptor()        # sealed files never change size again
         state[_CAPACITY] = state[_POSITION]
         state[_RESERVED] = state[_POSITION]
+        state[_OFFSET_RESERVED] = state[_TIME_RESERVED] = 0      # trimmed: nothing to store
         self.active = False
 
     def reopen_for_append(self) -> None:
@@ -658,6 +797,15 @@ class Segment:
         self._log.zero_tail(position, int(self.state[_CAPACITY]))
         self.state[_RESERVED] = position - position % PAGE_SIZE
 
+    def _clear_indexes(self) -> None:
+        """Zero both indexes, keeping the blocks reserved for them (a rebuild stores
+        there next); the lock is held."""
+        for index, slot in ((self._offset_index, _OFFSET_RESERVED),
+                            (self._time_index, _TIME_RESERVED)):
+            kept = int(self.state[slot])
+            index.zero_tail(kept, index.bytes.size)       # the mapping's size, not the config's
+            index.bytes[:kept] = 0
+
     def truncate(self, position: int) -> None:
         """Cut the active segment's log at batch boundary ``position``; rebuild indexes.
 
@@ -672,9 +820,12 @@ class Segment:
                 f"{self.log_path}: {BatchStatus(status).name if status else 'NOT_A_BOUNDARY'} "
                 f"at byte {end} before the truncation point {position}; nothing was truncated",
                 path=self.log_path, position=int(end))
-        self.truncate_tail(position)
-        for index in (self._offset_index, self._time_index):
-            index.zero_tail(0, index.bytes.size)      # the mapping's size, not the config's
+        entries = _index_entries_for(position, self.config.index_interval_bytes)
+        with self._reserve_lock:
+            # Reserved first: a full disk fails the truncation with nothing changed.
+            self._reserve_indexes(entries, entries)
+            self._zero_tail(position)
+            self._clear_indexes()
         self.flushed_end = min(self.flushed_end, position)
         status, end = self.rebuild(position)
         assert status == 0 and end == position, "the prefix was verified above"
@@ -767,6 +918,24 @@ def collect_batches(log: np.ndarray, path: str, position: int, end: int, max_byt
     return int(stop), int(next_offset), verified_end
 
 
+def _index_entries_for(log_size: int, index_interval: int) -> int:
+    """The most entries either index of a segment holding ``log_size`` bytes of log
+    can need: an entry marks a batch at least ``index.interval.bytes`` (and a batch
+    header) after the previous one, and the time index adds its closing entry."""
+    return log_size // max(index_interval, B.HEADER_LENGTH) + 2
+
+
+def _whole_steps(end: int, capacity: int) -> int:
+    """``end`` rounded up to a whole reservation step of the log, within ``capacity``."""
+    step = limits.SEGMENT_PREALLOCATE_STEP_SIZE
+    return min(-(-end // step) * step, capacity)
+
+
+def _whole_pages(size: int, capacity: int) -> int:
+    """``size`` rounded up to whole pages, within ``capacity``."""
+    return min(-(-size // PAGE_SIZE) * PAGE_SIZE, capacity)
+
+
 def _nonzero_extent(log_bytes: np.ndarray, start: int, end: int) -> int:
     """Bytes from ``start`` to the end of the last non-zero chunk before a zero
     chunk: how much a torn tail really held (a crashed active segment is a sparse
@@ -824,6 +993,7 @@ class PartitionLog:
         self._bases: list[int] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
+        self._flush_retry_ms = 0           # no flush before this (the last one failed)
         # Moves whenever the set of segment files changes (readers rescan then): even
         # while the set is stable, odd during a change that removes or replaces files.
         self.generation = 0
@@ -953,13 +1123,10 @@ class PartitionLog:
         files gave. (A full index makes the next append roll it.)"""
         self.active.reopen_for_append()
 
-    def _add_segment(self, base_offset: int, *, prefault: bool = False) -> Segment:
-        """A new, empty active segment; ``prefault`` when appends are under way (a
-        roll), so an idle partition holds no populated pages."""
-        segment = Segment(self.directory, base_offset, self.config, active=True)
-        segment.map()
-        if prefault:
-            segment.prefault_ahead()
+    def _add_segment(self, base_offset: int) -> Segment:
+        """A new, empty active segment holding no blocks (an idle partition holds
+        none; the first append reserves)."""
+        segment = Segment.create(self.directory, base_offset, self.config)
         self._segments.append(segment)
         self._bases.append(base_offset)
         return segment
@@ -1060,14 +1227,12 @@ class PartitionLog:
                 segment.verified_end = segment.size
             if status == _APPENDED:
                 break
+            length = int(source[position + B.BATCH_LENGTH_OFFSET:][:B.BATCH_LENGTH_SIZE]
+                         .view("<u4")[0])
             if status == _NEED_ROLL:
-                self.roll()
+                self.roll(length)
             else:
-                needed = segment.size + int(source[position:position + 4].view("<u4")[0])
-                segment.reserve(needed)
-                if segment.state[_RESERVED] < needed:
-                    raise StorageError(f"{segment.log_path}: could not reserve {needed} bytes "
-                                       f"(capacity {int(segment.state[_CAPACITY])})")
+                segment.make_room(length, self.config.index_interval_bytes)
         self.active.prefault_ahead()
         last_offset = self.log_end_offset - 1
         self._after_append(last_offset - base_offset + 1)
@@ -1132,34 +1297,76 @@ class PartitionLog:
 
     def maybe_flush(self, now: int | None = None) -> bool:
         """Flush when ``flush.messages`` or ``flush.ms`` says so (the broker's
-        scheduler calls this too, so an idle log still meets ``flush.ms``)."""
+        scheduler calls this too, so an idle log still meets ``flush.ms``).
+
+        A flush that fails (a full disk cannot take the checkpoint) is logged and
+        tried again ``FLUSH_RETRY_INTERVAL_MS`` later: the appended data stays in
+        the page cache and the recovery point where it was, so the next open scans
+        a little more. Appends go on meanwhile.
+        """
         if not self._unflushed_messages:
             return False
         now = now_ms() if now is None else now
+        if now < self._flush_retry_ms:
+            return False
         if self._unflushed_messages >= self.config.flush_messages or \
                 now - self._last_flush_ms >= self.config.flush_ms:
-            self.flush()
+            try:
+                self.flush()
+            except StorageError as error:
+                self._flush_retry_ms = now + limits.FLUSH_RETRY_INTERVAL_MS
+                log.warning("%s: flush failed (%s); trying again in %d ms", self.directory,
+                            error, limits.FLUSH_RETRY_INTERVAL_MS)
+                return False
             return True
         return False
 
-    def roll(self) -> Segment:
-        """Seal the active segment and start a new one at the log end offset."""
+    def roll(self, log_reserved: int = 0) -> Segment:
+        """Seal the active segment and start a new one at the log end offset, with
+        blocks for its first ``log_reserved`` bytes reserved (a whole step; an
+        append that needs a roll asks for its batch) before anything changes.
+
+        Raises
+        ------
+        StorageError
+            The disk is full or failed: the active segment is still the active one,
+            unchanged, and the next roll tries again.
+        """
         if self.active.size == 0:
             return self.active
         base = self.log_end_offset
-        self.active.close_for_append()
+        segment = Segment.create(self.directory, base, self.config, log_reserved)
+        try:
+            self.active.close_for_append()
+        except StorageError:
+            segment.delete()
+            raise
+        self._segments.append(segment)
+        self._bases.append(base)
         # By two: a roll keeps the parity (odd when it happens inside a change).
         self.generation += 2
-        return self._add_segment(base, prefault=True)
+        if log_reserved:
+            segment.prefault_ahead()       # appends are under way: keep ahead of them
+        return segment
 
     def flush(self) -> None:
-        """msync every unflushed segment, then advance the recovery point."""
+        """msync every unflushed segment, then advance the recovery point.
+
+        Raises
+        ------
+        StorageError
+            The sync or the checkpoint failed; the recovery point did not move.
+        """
         for segment in self._segments:
             if segment.flushed_end < segment.size:
                 segment.sync()
         _fsync_directory(self.directory)
-        self.recovery_point = self.log_end_offset
-        self._write_checkpoint()
+        previous, self.recovery_point = self.recovery_point, self.log_end_offset
+        try:
+            self._write_checkpoint()
+        except StorageError:
+            self.recovery_point = previous
+            raise
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self._kernel_target_verified = False
@@ -1275,7 +1482,12 @@ class PartitionLog:
                 segment.delete()
             if deleted:
                 self.log_start_offset = max(self.log_start_offset, self._bases[0])
-                self._write_checkpoint()
+                try:
+                    self._write_checkpoint()
+                except StorageError as error:
+                    # Harmless: an open takes the log start from the first segment.
+                    log.warning("%s: retention's checkpoint not written (%s)", self.directory,
+                                error)
         return deleted
 
     @contextlib.contextmanager
@@ -1454,8 +1666,15 @@ class PartitionLog:
         nothing."""
         if not self._segments:
             return
-        self.active.close_for_append()
-        self.flush()
+        # A full disk or a failing one: what can be done is done, the mappings are
+        # released all the same, and the next open recovers what was left (as after
+        # a crash).
+        for finish in (self.active.close_for_append, self.flush):
+            try:
+                finish()
+            except StorageError as error:
+                log.warning("%s: not closed cleanly (%s); the next open recovers it",
+                            self.directory, error)
         for segment in self._segments:
             segment.close()
         self._segments.clear()

@@ -1,4 +1,4 @@
-"""Shared fixtures: small partition logs in temporary directories."""
+"""Shared fixtures (small partition logs in temporary directories) and options."""
 
 from __future__ import annotations
 
@@ -25,3 +25,9 @@ def open_log(tmp_path):
     for partition_log in opened:
         if partition_log._segments:
             partition_log.close()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fault-runs", type=int, default=16, metavar="N",
+                     help="how many times tests/fault/test_full_disk.py fills a disk "
+                          "(16 by default; more for a soak run)")

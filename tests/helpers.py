@@ -1,8 +1,14 @@
-"""Helpers shared by the tests: batches with recognisable records, reading a log whole."""
+"""Helpers shared by the tests: batches with recognisable records, reading a log
+whole, a small disk to fill."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+
 import numpy as np
+import pytest
 
 from shmlog.records import decode_records, encode_batch
 
@@ -43,3 +49,32 @@ def flip_bits(path, position: int, mask: int) -> None:
         byte = target.read(1)[0]
         target.seek(position)
         target.write(bytes([byte ^ mask]))
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount_point, size: int):
+    """A tmpfs of ``size`` bytes mounted at the (existing, empty) ``mount_point``,
+    unmounted on exit; the test is skipped when mounting is not permitted (it needs
+    root or CAP_SYS_ADMIN)."""
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(mount_point)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill (needs root or CAP_SYS_ADMIN): "
+                    f"{mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        if subprocess.run(["umount", str(mount_point)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def fill_disk(disk, slack: int) -> str:
+    """Write a ballast file on ``disk`` that leaves ``slack`` bytes free; its path."""
+    path = os.path.join(disk, "ballast")
+    status = os.statvfs(disk)
+    size = max(status.f_bavail * status.f_frsize - slack, 0)
+    with open(path, "wb") as ballast:
+        chunk = bytes(1 << 20)
+        while size > 0:
+            size -= ballast.write(chunk[:min(size, len(chunk))])
+    return path

@@ -6,13 +6,17 @@ anything.
 
 Method: write a real partition with the library, run ``python -m shmlog`` as a
 subprocess on its files, and check output and exit codes, before and after flipping
-a byte. Option parsing is checked in-process on ``cli.build_parser()``.
+a byte. Option parsing is checked in-process on ``cli.build_parser()``. A live
+broker's active segment (preallocated log and indexes, the time index not a whole
+number of entries) is verified as it is, and copies of it are damaged to show
+that preallocated space hides no damage.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -21,7 +25,12 @@ import pytest
 from helpers import flip_bits, values_batch
 from shmlog import batch_layout as B
 from shmlog import cli
-from shmlog.broker import SOCKET_PATH_LENGTH_MAX, shared_memory_prefix
+from shmlog import index_layout as I
+from shmlog import shared_memory
+from shmlog.admin import Admin
+from shmlog.broker import SOCKET_PATH_LENGTH_MAX, Broker, shared_memory_prefix
+from shmlog.dump import read_segment
+from shmlog.producer import Producer
 
 
 def shmlog(*arguments):
@@ -118,3 +127,99 @@ def test_the_broker_logs_at_info_by_default_and_the_other_commands_at_warning():
     assert cli.log_level(parser.parse_args(["broker"])) == "INFO"
     assert cli.log_level(parser.parse_args(["topics", "list"])) == "WARNING"
     assert cli.log_level(parser.parse_args(["--log-level", "ERROR", "broker"])) == "ERROR"
+
+
+# --- a live broker's active segment --------------------------------------------------
+
+# Index sizes that are whole numbers of neither entry size (8 and 12 bytes), as
+# Kafka's default segment.index.bytes (10 MiB) is not of the time index's.
+SMALL_ACTIVE = {"segment.bytes": 1 << 20, "segment.index.bytes": 100_004,
+                "index.interval.bytes": 0}
+
+
+@pytest.fixture(scope="module")
+def live_broker(tmp_path_factory):
+    """A broker serving two topics whose active segments hold 20 batches: "live"
+    with the default sizes and "small" with SMALL_ACTIVE; their directories."""
+    data_dir = str(tmp_path_factory.mktemp("live") / "data")
+    with Broker(data_dir):
+        admin = Admin(data_dir)
+        admin.create_topic("live", 1, {"index.interval.bytes": 0})
+        admin.create_topic("small", 1, SMALL_ACTIVE)
+        with Producer(data_dir) as producer:
+            for number in range(20):
+                for topic in ("live", "small"):
+                    producer.send_batch(topic, [b"v%d-%d" % (number, index)
+                                                for index in range(10)],
+                                        partition=0).get(timeout=60)
+        yield {topic: os.path.join(data_dir, "topics", topic, "0") for topic in ("live", "small")}
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(shared_memory_prefix(data_dir)):
+            shared_memory.unlink(name)
+
+
+def active_files(directory) -> dict:
+    stem = os.path.join(directory, I.segment_file_name(0, ""))
+    return {suffix: stem + suffix
+            for suffix in (I.LOG_SUFFIX, I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX)}
+
+
+@pytest.mark.parametrize("topic", ["live", "small"])
+def test_verify_passes_on_a_live_brokers_active_segment(live_broker, topic):
+    files = active_files(live_broker[topic])
+    assert os.path.getsize(files[I.TIME_INDEX_SUFFIX]) % I.TIME_ENTRY_LENGTH, \
+        "preallocated to a size that is not a whole number of entries"
+    done = shmlog("dump", "--verify", files[I.LOG_SUFFIX])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("Verified 20 batches") and last.endswith(": OK"), last
+    for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX):
+        done = shmlog("dump", "--verify", files[suffix])
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+        assert "zero entries follow: preallocated space" in done.stdout.splitlines()[-1]
+
+
+def entry_position(suffix: str, number: int, field: str) -> int:
+    """Where a field of an index entry is in the file."""
+    dtype = I.TIME_INDEX_DTYPE if suffix == I.TIME_INDEX_SUFFIX else I.OFFSET_INDEX_DTYPE
+    return number * dtype.itemsize + dtype.fields[field][1]
+
+
+DAMAGE = {
+    # (file, position of the byte to change (a function of the copied files), mask,
+    #  what verify must say)
+    "a byte of a batch's records": (
+        I.LOG_SUFFIX,
+        lambda files: read_segment(files[I.LOG_SUFFIX], verify=False).batches[5].position
+        + B.RECORDS_OFFSET + 2, 0x10, "BAD_CRC"),
+    "a byte of the log's preallocated space": (I.LOG_SUFFIX, lambda files: (1 << 20) - 1, 0x01,
+                                               "followed by non-zero bytes"),
+    "an offset index entry's position": (
+        I.OFFSET_INDEX_SUFFIX,
+        lambda files: entry_position(I.OFFSET_INDEX_SUFFIX, 7, "position"), 0x02,
+        "does not point at that batch"),
+    "a time index entry's offset": (
+        I.TIME_INDEX_SUFFIX,
+        lambda files: entry_position(I.TIME_INDEX_SUFFIX, 0, "relative_offset"), 0x01,
+        "not the end of a batch"),
+    "a byte of the offset index's preallocated entries": (
+        I.OFFSET_INDEX_SUFFIX, lambda files: 8 * 1000 + 5, 0x01, "increasing offset order"),
+    "the time index's partial last entry": (
+        I.TIME_INDEX_SUFFIX, lambda files: os.path.getsize(files[I.TIME_INDEX_SUFFIX]) - 1, 0x01,
+        "not preallocated zeros"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_verify_still_finds_damage_in_preallocated_segment_files(live_broker, tmp_path,
+                                                                  damage):
+    files = {}
+    for suffix, path in active_files(live_broker["small"]).items():
+        files[suffix] = str(tmp_path / os.path.basename(path))
+        shutil.copyfile(path, files[suffix])
+    assert shmlog("dump", "--verify", files[I.LOG_SUFFIX]).returncode == 0, "the copy is sound"
+    suffix, position, mask, said = DAMAGE[damage]
+    flip_bits(files[suffix], position(files), mask)
+    done = shmlog("dump", "--verify", files[I.LOG_SUFFIX])
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert said in done.stdout

@@ -5,21 +5,27 @@ Method: real files in a temporary directory, small segment and index sizes so th
 rolls and index entries happen often; lookups are checked against brute-force scans
 of everything that was written; crashes are simulated by abandoning a log without
 closing it (what the page cache holds after kill -9) and by cutting or flipping
-bytes of its files before reopening.
+bytes of its files before reopening. A full disk is a small tmpfs filled by a
+ballast file (the tests skip where mounting one is not permitted).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from helpers import abandon, all_records, flip_bits, values_batch
+from helpers import abandon, all_records, fill_disk, flip_bits, small_tmpfs, values_batch
 from shmlog import batch_layout as B
+from shmlog import limits, mapped_file
 from shmlog.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
-                           RecordTooLargeError)
+                           RecordTooLargeError, StorageError)
 from shmlog.records import decode_records, encode_batch, iter_batches
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
@@ -504,3 +510,117 @@ def test_compression_type_decides_the_stored_codec(open_log, topic_codec, produc
     data = partition_log.read(0, max_bytes=1 << 20).data
     assert {info.compression.name for info in iter_batches(data)} == {stored}
     assert [r.value for r in all_records(partition_log)] == expected
+
+
+# --- a full disk -------------------------------------------------------------------
+# Each test mounts a small tmpfs (skipped, saying why, where that is not permitted):
+# there posix_fallocate really allocates pages, and a store into a page nobody
+# allocated on a full tmpfs is a SIGBUS. Scenarios that would die of one if a store
+# went past a reservation run in a child process (full_disk_child.py).
+
+FULL_DISK_SEGMENT = {"segment.bytes": 256 << 10}
+FULL_DISK_BATCH = 40                # records per batch of full_disk_child.py
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    with small_tmpfs(mount_point, 16 << 20):
+        yield mount_point
+
+
+def on_full_disk(scenario: str, disk, slack: int = 0, **overrides) -> dict:
+    """Run a scenario of full_disk_child.py on ``disk``: what it printed."""
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = subprocess.run(
+        [sys.executable, os.path.join(tests, "unit", "full_disk_child.py"), scenario,
+         str(disk), str(slack), json.dumps({**FULL_DISK_SEGMENT, **overrides})],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ,
+             "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])})
+    assert child.returncode == 0, \
+        f"the child died (status {child.returncode}): {child.stderr[-3000:]}"
+    return json.loads(child.stdout)
+
+
+def full_disk_values(batches: int, records: int = FULL_DISK_BATCH) -> list[bytes]:
+    """The values the first ``batches`` batches of full_disk_child.py hold."""
+    size = 100 if records == FULL_DISK_BATCH else 20
+    return [r.value for seed in range(batches)
+            for r in decode_records(values_batch(records, seed, size=size))]
+
+
+@pytest.mark.parametrize("slack", [0, 5000, (256 << 10) + 100, (256 << 10) + 4096 + 100,
+                                   600_000, 1_000_000])
+def test_a_full_disk_refuses_the_append_before_any_store_past_a_reservation(small_disk,
+                                                                             open_log, slack):
+    outcome = on_full_disk("fill_until_refused", small_disk, slack)
+    assert "disk full" in outcome["refusal"]
+    for name, (stored, reserved, allocated) in outcome["files"].items():
+        assert stored <= reserved <= allocated, name
+    partition_log = open_log(small_disk / "partition", **FULL_DISK_SEGMENT)
+    assert [r.value for r in all_records(partition_log)] == full_disk_values(outcome["batches"])
+    assert partition_log.append(values_batch(1, 0)).base_offset == \
+        outcome["batches"] * FULL_DISK_BATCH
+
+
+def test_a_flush_that_finds_the_disk_full_does_not_fail_the_append(small_disk):
+    outcome = on_full_disk("flush_on_full_disk", small_disk, **{"flush.messages": 1})
+    assert outcome["offset"] == FULL_DISK_BATCH, "the append was acknowledged"
+    assert outcome["recovery_point_full"] == FULL_DISK_BATCH, "the recovery point stayed"
+    assert outcome["flushed"] and outcome["recovery_point"] == 2 * FULL_DISK_BATCH
+
+
+def test_sealing_on_a_full_disk_writes_its_closing_entry_into_reserved_space(small_disk,
+                                                                             open_log):
+    outcome = on_full_disk("close_on_full_disk", small_disk)
+    assert outcome["released"]
+    partition_log = open_log(small_disk / "partition", **FULL_DISK_SEGMENT)
+    assert partition_log.recovery_report.clean, "it was closed cleanly"
+    assert [r.value for r in all_records(partition_log)] == \
+        full_disk_values(outcome["batches"], records=1)
+
+
+def test_closing_when_the_checkpoint_cannot_be_written_releases_the_log(open_log, tmp_path):
+    partition_log = open_log()
+    expected = fill(partition_log, 5)
+    (tmp_path / "partition" / "checkpoint.json.tmp").mkdir()     # the write fails
+    partition_log.close()
+    assert not partition_log.segments, "the mappings are released all the same"
+    (tmp_path / "partition" / "checkpoint.json.tmp").rmdir()
+    assert triples(all_records(open_log())) == expected
+
+
+def test_a_roll_on_a_full_disk_changes_nothing_and_the_next_append_rolls(small_disk,
+                                                                         open_log):
+    partition_log = open_log(small_disk / "partition", **FULL_DISK_SEGMENT)
+    batch = values_batch(40, 0, size=100)
+    while partition_log.active.size + batch.size <= FULL_DISK_SEGMENT["segment.bytes"]:
+        partition_log.append(batch)
+    before = (partition_log.log_end_offset, sorted(os.listdir(small_disk / "partition")))
+    ballast = fill_disk(small_disk, 0)
+    with pytest.raises(StorageError, match="disk full"):
+        partition_log.append(batch)             # must roll: the new segment cannot be had
+    assert len(partition_log.segments) == 1 and partition_log.active.active, \
+        "the active segment stays the active one"
+    assert (partition_log.log_end_offset, sorted(os.listdir(small_disk / "partition"))) == \
+        before, "a refused roll leaves no file and no record"
+    os.unlink(ballast)
+    assert partition_log.append(batch).base_offset == before[0]
+    assert len(partition_log.segments) == 2
+    assert len(all_records(partition_log)) == before[0] + 40
+
+
+def test_a_failing_background_reservation_is_reported_once_not_per_append(small_disk,
+                                                                          open_log, caplog):
+    # The first append reserves a step; the prefaulter then wants more than the
+    # whole disk, after every append.
+    config = {"segment.bytes": limits.SEGMENT_PREFAULT_AHEAD_SIZE * 2}
+    partition_log = open_log(small_disk / "partition", **config)
+    for seed in range(30):
+        partition_log.append(values_batch(1, seed))   # in the reserved step: accepted
+        mapped_file._prefaulter.submit(lambda: None).result(timeout=60)   # its job is done
+    complaints = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(complaints) == 1 and "disk full" in complaints[0], complaints
+    assert partition_log.log_end_offset == 30
