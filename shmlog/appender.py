@@ -179,6 +179,16 @@ def _sequence_refusal(verdict):
 
 
 @kernel
+def _forget_sequences(sequences, tag):
+    """Forget every producer's sequence for the partition at ``tag``. Compiled (and
+    so cached on disk): a typed dict walked from Python compiles its iterator in
+    every process, which stalled a broker's first topic deletion for seconds."""
+    stale = [key for key in sequences.keys() if key[0] == tag]
+    for key in stale:
+        del sequences[key]
+
+
+@kernel
 def _rebuild_sequences(log, end, tag, sequences):
     """Remember the last batch of every producer in a (valid) segment."""
     position = 0
@@ -374,8 +384,7 @@ class Appender:
         del self._tags_by_identity[(int(self.tags[tag, TAG_TOPIC_KEY]), partition)]
         self.tags[tag] = 0
         self._partitions.pop(tag).publish_generation = None
-        for key in [key for key in self._sequences.keys() if key[0] == tag]:
-            del self._sequences[key]
+        _forget_sequences(self._sequences, tag)
         for arrays in (self._logs, self._offset_indexes, self._time_indexes):
             arrays[tag] = _empty_bytes()
         self._segment_states[tag] = np.zeros(16, np.int64)
