@@ -1,9 +1,11 @@
-"""Shared fixtures (small partition logs in temporary directories) and options."""
+"""Shared fixtures (small partition logs in temporary directories, a broker's data
+directory whose shared memory is removed afterwards) and options."""
 
 from __future__ import annotations
 
 import pytest
 
+from helpers import unlink_shared_memory
 from shmlog.config import TopicConfig
 from shmlog.segments import PartitionLog
 
@@ -25,6 +27,15 @@ def open_log(tmp_path):
     for partition_log in opened:
         if partition_log._segments:
             partition_log.close()
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    """A data directory for a test's brokers; the /dev/shm objects named under its
+    prefix are removed at teardown (a broker killed by the test leaves them)."""
+    path = str(tmp_path / "data")
+    yield path
+    unlink_shared_memory(path)
 
 
 def pytest_addoption(parser):

@@ -1,5 +1,5 @@
 """Helpers shared by the tests: batches with recognisable records, reading a log
-whole, a small disk to fill."""
+whole, a small disk to fill, the shared memory a broker's test leaves behind."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import subprocess
 import numpy as np
 import pytest
 
+from shmlog import shared_memory
+from shmlog.broker import shared_memory_prefix
 from shmlog.records import decode_records, encode_batch
+
+SHARED_MEMORY_DIRECTORY = "/dev/shm"
 
 
 def values_batch(count: int, seed: int, *, size: int = 20, timestamps=None, **options) -> np.ndarray:
@@ -78,3 +82,13 @@ def fill_disk(disk, slack: int) -> str:
         while size > 0:
             size -= ballast.write(chunk[:min(size, len(chunk))])
     return path
+
+
+def unlink_shared_memory(data_dir) -> list[str]:
+    """Remove every /dev/shm object named under the broker prefix of ``data_dir`` (a
+    test's clean-up after its brokers and producers); the names it found."""
+    prefix = shared_memory_prefix(str(data_dir))
+    found = [name for name in os.listdir(SHARED_MEMORY_DIRECTORY) if name.startswith(prefix)]
+    for name in found:
+        shared_memory.unlink(name)
+    return found

@@ -13,17 +13,13 @@ is bounded; every process is reaped and /dev/shm cleaned.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 
-import pytest
-
-from shmlog import shared_memory
 from shmlog.admin import Admin
-from shmlog.broker import Broker, shared_memory_prefix
+from shmlog.broker import Broker
 from shmlog.consumer import Consumer
 
 DEADLINE_S = 120
@@ -46,15 +42,6 @@ PRODUCER = textwrap.dedent("""
             future.get(timeout=120)
     print(json.dumps({"acknowledged": count}), flush=True)
 """)
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    yield path
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(shared_memory_prefix(path)):
-            shared_memory.unlink(name)
 
 
 def test_a_killed_broker_loses_nothing_acknowledged_and_duplicates_nothing(data_dir):

@@ -23,7 +23,7 @@ import pytest
 import zmq
 
 from helpers import all_records
-from shmlog import LogManager, shared_memory
+from shmlog import LogManager
 from shmlog.admin import Admin
 from shmlog.broker import Broker, control_address, shared_memory_prefix
 from shmlog.control import decode_reply, encode_request
@@ -31,16 +31,6 @@ from shmlog.errors import (InvalidConfigError, InvalidTopicError, LocalProtocolE
                            ShmlogError, TopicExistsError, UnknownTopicOrPartitionError)
 
 DEADLINE_S = 60
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    yield path
-    prefix = shared_memory_prefix(path)
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(prefix):
-            shared_memory.unlink(name)
 
 
 def test_topic_administration(data_dir):

@@ -19,19 +19,9 @@ import threading
 
 import pytest
 
-from shmlog import Admin, Broker, Producer, shared_memory
-from shmlog.broker import shared_memory_prefix
+from shmlog import Admin, Broker, Producer
 
 DEADLINE_S = 120
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    yield path
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(shared_memory_prefix(path)):
-            shared_memory.unlink(name)
 
 
 def shmlog(*arguments, **environment):

@@ -9,16 +9,15 @@ value carries. Every wait is bounded."""
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
 
 import pytest
 
-from shmlog import shared_memory
+from helpers import unlink_shared_memory
 from shmlog.admin import Admin
-from shmlog.broker import Broker, shared_memory_prefix
+from shmlog.broker import Broker
 from shmlog.consumer import Consumer, TopicPartition
 from shmlog.producer import Producer
 
@@ -36,9 +35,7 @@ def data_dir(tmp_path):
             "cleanup.policy": "compact", "segment.bytes": 32768,
             "min.cleanable.dirty.ratio": 0.1})
         yield path
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(shared_memory_prefix(path)):
-            shared_memory.unlink(name)
+    unlink_shared_memory(path)
 
 
 def read_all(consumer: Consumer, end: int) -> list:

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from shmlog import shared_memory
+from helpers import unlink_shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, shared_memory_prefix
 
@@ -78,9 +78,7 @@ def data_dir(tmp_path):
         for stream in (child.stdout, child.stdin):
             if stream:
                 stream.close()
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(shared_memory_prefix(path)):
-            shared_memory.unlink(name)
+    unlink_shared_memory(path)
 
 
 def spawn(children, script, *arguments):

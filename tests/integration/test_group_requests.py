@@ -7,7 +7,6 @@ coordinator's rules alone: unit/test_groups.py.)"""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -16,9 +15,9 @@ import time
 import pytest
 import zmq
 
-from shmlog import shared_memory
+from helpers import unlink_shared_memory
 from shmlog.admin import Admin
-from shmlog.broker import Broker, control_address, request, shared_memory_prefix
+from shmlog.broker import Broker, control_address, request
 from shmlog.consumer import (Consumer, ConsumerRebalanceListener, OffsetAndMetadata,
                              TopicPartition)
 from shmlog.control import encode_request
@@ -47,9 +46,7 @@ def data_dir(tmp_path):
                 producer.send("events", b"v%d" % index, partition=index % 4)
             producer.flush(timeout=30)
         yield path
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(shared_memory_prefix(path)):
-            shared_memory.unlink(name)
+    unlink_shared_memory(path)
 
 
 def shmlog(data_dir: str, *arguments: str) -> subprocess.CompletedProcess:
@@ -251,9 +248,7 @@ def slow_group_dir(tmp_path):
     with Broker(path, group_initial_rebalance_delay_ms=1_500, group_min_session_timeout_ms=500):
         Admin(path).create_topic("events", partitions=4)
         yield path
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(shared_memory_prefix(path)):
-            shared_memory.unlink(name)
+    unlink_shared_memory(path)
 
 
 def members_of(data_dir: str, group_id: str) -> list[str]:

@@ -23,7 +23,6 @@ import time
 import pytest
 
 from shmlog import ring_layout as R
-from shmlog import shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, request, shared_memory_prefix
 from shmlog.producer import Producer
@@ -32,15 +31,6 @@ from shmlog.ring import Ring
 DEADLINE_S = 60
 SHM = "/dev/shm"
 RING_SIZE = 1 << 16
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    yield path
-    for name in os.listdir(SHM):
-        if name.startswith(shared_memory_prefix(path)):
-            shared_memory.unlink(name)
 
 
 def _mapped_rings(broker: Broker) -> set[str]:

@@ -11,16 +11,15 @@ directory; the records are checked in the logs after the broker stopped.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import pytest
 
-from helpers import all_records
-from shmlog import LogManager, batch_layout as B, shared_memory
+from helpers import all_records, unlink_shared_memory
+from shmlog import LogManager, batch_layout as B
 from shmlog.admin import Admin
-from shmlog.broker import Broker, request, shared_memory_prefix
+from shmlog.broker import Broker, request
 from shmlog.errors import (ClientClosedError, InvalidTopicError, LocalProtocolError,
                            RecordTooLargeError, UnknownTopicOrPartitionError)
 from shmlog.producer import Producer, partition_for_key
@@ -30,10 +29,7 @@ from shmlog.producer import Producer, partition_for_key
 def data_dir(tmp_path):
     path = str(tmp_path / "data")
     yield path
-    prefix = shared_memory_prefix(path)
-    leftovers = [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
-    for name in leftovers:
-        shared_memory.unlink(name)
+    leftovers = unlink_shared_memory(path)
     assert not leftovers, f"left in /dev/shm: {leftovers}"
 
 

@@ -33,6 +33,7 @@ import threading
 import posix_ipc
 import pytest
 
+from helpers import unlink_shared_memory
 from shmlog import shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, request, shared_memory_prefix
@@ -57,9 +58,7 @@ def data_dir():
     os.chmod(base, 0o711)               # others may traverse to the data directory
     path = os.path.join(base, "data")
     yield path
-    for name in os.listdir(SHM):
-        if name.startswith(shared_memory_prefix(path)):
-            shared_memory.unlink(name)
+    unlink_shared_memory(path)
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -165,6 +164,16 @@ def test_the_data_is_private_by_default(data_dir):
     assert files > 10            # segments, indexes, checkpoints, topic.json, the lock, ...
 
 
+def _assert_shared_with(data_dir, group_id) -> None:
+    """Every directory below ``data_dir`` is 2750 and every file 0640, the group's."""
+    for path, status in _tree(data_dir):
+        if path == control_path(data_dir):
+            continue
+        assert status.st_gid == group_id, path
+        expected = 0o2750 if stat.S_ISDIR(status.st_mode) else 0o640
+        assert stat.S_IMODE(status.st_mode) == expected, path
+
+
 def test_a_data_group_shares_the_data_with_that_group_only(data_dir):
     group_id = _group_id()
     with Broker(data_dir, data_group=GROUP) as broker:
@@ -174,12 +183,7 @@ def test_a_data_group_shares_the_data_with_that_group_only(data_dir):
         assert (stat.S_IMODE(table_status.st_mode), table_status.st_gid) == (0o660, group_id)
         socket_status = os.stat(control_path(data_dir))
         assert (stat.S_IMODE(socket_status.st_mode), socket_status.st_gid) == (0o660, group_id)
-        for path, status in _tree(data_dir):
-            if path == control_path(data_dir):
-                continue
-            assert status.st_gid == group_id, path
-            expected = 0o2750 if stat.S_ISDIR(status.st_mode) else 0o640
-            assert stat.S_IMODE(status.st_mode) == expected, path
+        _assert_shared_with(data_dir, group_id)
         segment = os.path.join(data_dir, "topics", "t", "0", "00000000000000000000.log")
 
         def member():
@@ -203,12 +207,7 @@ def test_data_written_while_private_is_shared_once_a_group_is_configured(data_di
         _produce(data_dir, 0o600)
         assert broker.stop() == 0
     with Broker(data_dir, data_group=GROUP) as broker:
-        for path, status in _tree(data_dir):
-            if path == control_path(data_dir):
-                continue
-            assert status.st_gid == group_id, path
-            expected = 0o2750 if stat.S_ISDIR(status.st_mode) else 0o640
-            assert stat.S_IMODE(status.st_mode) == expected, path
+        _assert_shared_with(data_dir, group_id)
         assert broker.stop() == 0
     with Broker(data_dir) as broker:         # and private again
         assert broker.stop() == 0
