@@ -536,9 +536,14 @@ class BrokerCore:
                              group_deadline if group_deadline is not None else self._next_liveness)
                          - now_ms()) / 1000)
 
-    def run_once(self) -> int:
+    def run_once(self, requests_waiting: bool = False) -> int:
         """Drain the rings if needed; run whatever periodic work is due. Returns how
-        many entries were handled."""
+        many entries were handled.
+
+        ``requests_waiting``: control requests were received and not yet answered.
+        Group sessions are then not expired: the heartbeats among them were sent in
+        time, and a loop that was busy (a first commit creating the offsets topic,
+        say) must hear them before it judges a member silent."""
         handled = self.drain()
         now = now_ms()
         if now >= self._next_flush_check:
@@ -555,7 +560,7 @@ class BrokerCore:
             self._adopt_left_rings(include_alive=False)
             self.reap_dead_producers()
         group_deadline = self.groups.next_deadline()
-        if group_deadline is not None and now >= group_deadline:
+        if group_deadline is not None and now >= group_deadline and not requests_waiting:
             self.groups.tick(now)
         if self.cleaner.busy:
             self.swap_cleaned()
@@ -713,7 +718,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             ready()
         idle_since = None
         while not stopping:
-            handled = core.run_once()
+            handled = core.run_once(requests_waiting=control.waiting)
             answered = control.answer(core.handle)
             for ticket, reply in core.take_replies():
                 control.send(ticket, reply)

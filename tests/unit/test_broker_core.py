@@ -1,0 +1,70 @@
+"""The broker's loop in-process (``BrokerCore``, no socket): a busy loop does not
+expire group members whose heartbeats are waiting to be answered.
+
+Method: a ``BrokerCore`` on a temporary data directory, driven as ``serve`` drives
+it (``handle`` a request frame, ``run_once`` for the drain and the timers,
+``take_replies`` for the join that waits for its rebalance). A sleep past the
+session timeout stands in for a loop held up by a long request; the test asserts
+on group membership, never on time. The core is closed and its shared memory
+removed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from shmlog.broker import BrokerConfig, BrokerCore
+from shmlog.control import decode_reply, encode_request
+
+SESSION_TIMEOUT_MS = 200
+
+
+@pytest.fixture
+def core(data_dir):
+    core = BrokerCore(BrokerConfig(data_dir=data_dir, group_initial_rebalance_delay_ms=0,
+                                   group_min_session_timeout_ms=SESSION_TIMEOUT_MS))
+    try:
+        core.create_topic("events", 2)
+        yield core
+    finally:
+        core.close()
+
+
+def ask(core, request_type: str, **fields) -> dict:
+    reply = core.handle("test", encode_request(request_type, **fields))
+    assert reply is not None, f"{request_type} was not answered at once"
+    return decode_reply(reply)
+
+
+def join(core) -> tuple[str, int]:
+    """A member of group "g": its id and generation."""
+    assert core.handle("joiner", encode_request(
+        "join_group", group_id="g", member_id="member-1", client_id="test",
+        topics=["events"], session_timeout_ms=SESSION_TIMEOUT_MS)) is None
+    core.run_once()                                     # the rebalance completes
+    replies = dict(core.take_replies())
+    joined = decode_reply(replies["joiner"])
+    return joined["member_id"], joined["generation"]
+
+
+def members(core) -> list[str]:
+    return [member["member_id"] for member in ask(core, "describe_group", group_id="g")["members"]]
+
+
+def test_a_heartbeat_waiting_to_be_answered_keeps_its_member_in_the_group(core):
+    member_id, generation = join(core)
+    time.sleep(2 * SESSION_TIMEOUT_MS / 1000)           # the loop was busy elsewhere
+    core.run_once(requests_waiting=True)                # the heartbeat came meanwhile
+    assert members(core) == [member_id]
+    ask(core, "heartbeat", group_id="g", member_id=member_id, generation=generation)
+    core.run_once()
+    assert members(core) == [member_id]
+
+
+def test_a_member_that_sent_nothing_is_expired(core):
+    join(core)
+    time.sleep(2 * SESSION_TIMEOUT_MS / 1000)
+    core.run_once()
+    assert members(core) == []
