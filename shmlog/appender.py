@@ -68,7 +68,7 @@ from .records import _check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Destination, Ring, complete_entry, next_entry
 from .segments import (_APPENDED, _BASE_OFFSET, _NEXT_OFFSET, _POSITION, _REJECTED,
                        _TIMESTAMP_NONE, _append)
-from .groups import OFFSETS_TOPIC
+from .groups import INTERNAL_TOPICS
 from .state import PartitionStateTable, publish_row, topic_key
 
 log = logging.getLogger(__name__)
@@ -368,7 +368,7 @@ class Appender:
         self._tags_by_identity[identity] = tag
         self.tags[tag, TAG_REGISTERED] = 1
         self.tags[tag, TAG_TOPIC_KEY], self.tags[tag, TAG_PARTITION] = identity
-        self.tags[tag, TAG_INTERNAL] = int(topic == OFFSETS_TOPIC)
+        self.tags[tag, TAG_INTERNAL] = int(topic in INTERNAL_TOPICS)
         partition_log.publish_generation = lambda: self._publish_segment_change(tag)
         self.refresh(tag)
         active = partition_log.active

@@ -60,7 +60,7 @@ from .errors import (ClientClosedError, CorruptRecordError, InvalidProducerEpoch
                      InvalidTopicError, LocalProtocolError,
                      OutOfOrderSequenceError, RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
-from .groups import OFFSETS_TOPIC
+from .groups import INTERNAL_TOPICS
 from .jit import kernel
 from .records import (Compression, append_record, check_timestamp, encode_batch,
                       encode_headers, restamp_batch, seal_batch)
@@ -344,13 +344,19 @@ class Producer:
                                                f"(shmlog topics create {topic})")
         return self._topics[topic]
 
-    def _route(self, topic: str) -> _Route:
+    def _expire_route(self, topic: str) -> None:
+        """Drop the topic's cached metadata once it is older than METADATA_MAX_AGE_S,
+        so the next send reads it again."""
         route = self._routes.get(topic)
         if route is not None and time.monotonic() - route.read_at > METADATA_MAX_AGE_S:
-            route = None
+            del self._routes[topic]
             self._topics.pop(topic, None)
+
+    def _route(self, topic: str) -> _Route:
+        self._expire_route(topic)
+        route = self._routes.get(topic)
         if route is None:
-            if topic == OFFSETS_TOPIC:
+            if topic in INTERNAL_TOPICS:
                 raise InvalidTopicError(f"cannot append to internal topic {topic!r}: only the "
                                         f"broker writes it (commit offsets through a Consumer)")
             metadata = self._topic(topic)
@@ -512,10 +518,7 @@ class Producer:
         del self._pending[(batch.topic, batch.partition)]
         if self._sticky.get(batch.topic) == batch.partition:
             del self._sticky[batch.topic]             # the next unkeyed batch moves on
-        route = self._routes.get(batch.topic)
-        if route is not None and time.monotonic() - route.read_at > METADATA_MAX_AGE_S:
-            del self._routes[batch.topic]             # read again by the next send
-            self._topics.pop(batch.topic, None)
+        self._expire_route(batch.topic)               # once per batch, not per send
         encoded = seal_batch(batch.buffer[:batch.position], batch.count, batch.first_timestamp,
                              batch.max_timestamp, compression=self.compression,
                              **self._identity(batch.topic, batch.partition))
