@@ -949,26 +949,57 @@ class RecordColumns:
                       int(self.timestamp_types[index]), self.key(index), self.value(index),
                       self.headers(index))
 
-    def records(self, factory=Record, *prefix) -> list:
-        """Every record as ``factory(*prefix, offset, timestamp, timestamp_type, key,
-        value, headers)`` (a :class:`Record` by default). Built column by column:
-        one copy of the bytes, then C-level slicing, not Python work per field."""
-        count = len(self)
-        if not count:
+    def records(self, factory=Record, *prefix, start: int = 0, stop: int | None = None) -> list:
+        """Records ``start`` to ``stop`` as ``factory`` tuples of ``(*prefix, offset,
+        timestamp, timestamp_type, key, value, headers)`` (a :class:`Record` by
+        default; ``factory`` is a tuple subclass such as a named tuple with those
+        fields). Built column by column with C-level operations only: one copy of
+        the records' bytes, slices of it, ``tolist``, and ``tuple.__new__`` mapped
+        over a ``zip`` of the columns; no Python bytecode runs per record."""
+        stop = len(self) if stop is None else min(stop, len(self))
+        if stop <= start:
             return []
-        data = self.data.tobytes()
-        keys = [None if length < 0 else data[position:position + length]
-                for position, length in zip(self.key_positions.tolist(),
-                                            self.key_lengths.tolist())]
-        values = [None if length < 0 else data[position:position + length]
-                  for position, length in zip(self.value_positions.tolist(),
-                                              self.value_lengths.tolist())]
-        headers = [self.headers(index) if header_count else []
-                   for index, header_count in enumerate(self.header_counts.tolist())]
-        columns = [self.offsets.tolist(), self.timestamps.tolist(),
-                   self.timestamp_types.tolist(), keys, values, headers]
-        constants = [itertools.repeat(value, count) for value in prefix]
-        return list(map(factory, *constants, *columns))
+        low, high = self._span(start, stop)
+        data = self.data[low:high].tobytes()
+        keys = _fields(data, self.key_positions[start:stop] - low, self.key_lengths[start:stop])
+        values = _fields(data, self.value_positions[start:stop] - low,
+                         self.value_lengths[start:stop])
+        columns = zip(*map(itertools.repeat, prefix), self.offsets[start:stop].tolist(),
+                      self.timestamps[start:stop].tolist(),
+                      self.timestamp_types[start:stop].tolist(), keys, values,
+                      self._header_lists(data, low, start, stop))
+        return list(map(tuple.__new__, itertools.repeat(factory), columns))
+
+    def _span(self, start: int, stop: int) -> tuple[int, int]:
+        """The bytes records ``start`` to ``stop`` occupy in ``data``: from the first
+        one's key to the last one's last field (records lie in offset order)."""
+        last = stop - 1
+        high = int(self.value_positions[last]) + max(int(self.value_lengths[last]), 0)
+        if self.header_counts[last]:
+            entry = int(self.header_starts[last] + self.header_counts[last]) - 1
+            high = int(self.header_value_positions[entry]) + \
+                max(int(self.header_value_lengths[entry]), 0)
+        low = int(self.key_positions[start])
+        assert low <= high
+        return low, high
+
+    def _header_lists(self, data: bytes, low: int, start: int, stop: int) -> list:
+        """Each record's headers as a fresh list of (name, value) pairs (kafka-python's
+        shape, so a record's list is its own): the pairs are made for all records at
+        once, and ``islice`` cuts them into each record's list."""
+        counts = self.header_counts[start:stop]
+        total = int(counts.sum())
+        if not total:
+            return list(map(list, itertools.repeat((), stop - start)))
+        first = int(self.header_starts[start])
+        entries = slice(first, first + total)
+        names = _fields(data, self.header_key_positions[entries] - low,
+                        self.header_key_lengths[entries])
+        names = map(bytes.decode, names, itertools.repeat("utf-8"), itertools.repeat("replace"))
+        values = _fields(data, self.header_value_positions[entries] - low,
+                         self.header_value_lengths[entries])
+        pairs = zip(names, values)
+        return list(map(list, map(itertools.islice, itertools.repeat(pairs), counts.tolist())))
 
     def from_offset(self, offset: int) -> "RecordColumns":
         """The records at or after ``offset`` (offsets are increasing)."""
@@ -985,6 +1016,22 @@ class RecordColumns:
             return self
         return dataclasses.replace(
             self, **{name: getattr(self, name)[:end] for name in _PER_RECORD_COLUMNS})
+
+
+def _fields(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
+    """``data[position:position + length]`` per field, None where the length is
+    null (-1), without Python bytecode per field: slices mapped over the columns,
+    and nulls (when some are and some are not) put in place through an object array."""
+    nulls = lengths < 0
+    if not nulls.any():
+        return list(map(data.__getitem__, map(slice, positions.tolist(),
+                                                (positions + lengths).tolist())))
+    if nulls.all():
+        return [None] * lengths.size
+    present = ~nulls
+    column = np.empty(lengths.size, object)                 # None everywhere
+    column[present] = _fields(data, positions[present], lengths[present])
+    return column.tolist()
 
 
 # Columns with one entry per record (the header_* entry arrays are shared, indexed

@@ -748,6 +748,31 @@ def test_start_offset_drops_earlier_records(compression):
                 for r in decode_records(buffer, start_offset=start)] == keep
 
 
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_records_of_any_range_are_the_reference_records(compression):
+    """``records(start=, stop=)`` (what a poll of ``max_records`` materialises) copies
+    only the range's bytes, so every range must still find every field: keys and
+    values null, empty or set, headers with null values, over batch boundaries."""
+    buffer, wanted = _three_batches(compression)
+    columns = decode_columns(buffer, start_offset=2)
+    keep = [row for row in wanted if row[0] >= 2]
+    for start in range(len(keep) + 1):
+        for stop in range(start, len(keep) + 2):
+            records = columns.records(start=start, stop=stop)
+            assert [(r.offset, r.timestamp, r.key, r.value, r.headers)
+                    for r in records] == keep[start:stop]
+            assert all(type(r).__name__ == "Record" for r in records)
+
+
+def test_every_record_gets_its_own_header_list():
+    # kafka-python's shape: an application may append to one record's headers.
+    buffer, _ = _three_batches()
+    records = decode_columns(buffer).records()
+    assert len({id(record.headers) for record in records}) == len(records)
+    records[-1].headers.append(("mine", b""))
+    assert records[-2].headers == []
+
+
 def _field_view(columns, positions, lengths, index):
     length = int(lengths[index])
     if length < 0:
