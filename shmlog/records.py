@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import gc
 import itertools
 import struct
 import time
@@ -959,6 +960,18 @@ class RecordColumns:
         stop = len(self) if stop is None else min(stop, len(self))
         if stop <= start:
             return []
+        # Two tracked objects per record (the tuple, its headers list) would start a
+        # collection every few hundred records, each walking the generation; one
+        # collection after the whole range does the same work once.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._records(factory, prefix, start, stop)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _records(self, factory, prefix: tuple, start: int, stop: int) -> list:
         low, high = self._span(start, stop)
         data = self.data[low:high].tobytes()
         keys = _fields(data, self.key_positions[start:stop] - low, self.key_lengths[start:stop])
