@@ -43,7 +43,7 @@ from .jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, st
 __all__ = [
     "BatchStatus", "BatchInfo", "Record", "RecordColumns", "Compression",
     "encode_batch", "check_timestamp", "validate_batches", "iter_batches", "decode_columns",
-    "decode_records",
+    "decode_records", "warm_decoding",
 ]
 
 
@@ -1121,6 +1121,19 @@ def decode_columns(buffer, *, start_offset: int | None = None,
     if start_offset is not None:
         columns = columns.from_offset(start_offset)
     return columns
+
+
+def warm_decoding() -> None:
+    """Load every kernel :func:`decode_columns` runs, for the argument types a
+    consumer's read passes: a read-only mapping, a writable array (inflated
+    batches), and a zstd batch's inflated records (read-only, checked record by
+    record). Runs them on empty inputs; a few ms once numba's disk cache holds them."""
+    inflated, log = np.zeros(0, np.uint8), np.zeros(0, np.uint8)
+    log.flags.writeable = False
+    for data in (inflated, log):
+        decode_columns(data, start_offset=0, verified=True)
+    frame = np.frombuffer(zstandard.ZstdCompressor().compress(b""), np.uint8)  # as _inflate's
+    _check_records(frame[:0], 0, 0, 0, 0, 0, 0, True)
 
 
 def decode_records(buffer, *, start_offset: int | None = None) -> list[Record]:
