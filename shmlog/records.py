@@ -1033,18 +1033,42 @@ class RecordColumns:
 
 def _fields(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
     """``data[position:position + length]`` per field, None where the length is
-    null (-1), without Python bytecode per field: slices mapped over the columns,
-    and nulls (when some are and some are not) put in place through an object array."""
+    null (-1), without Python bytecode per field; nulls (when some are and some
+    are not) are put in place through an object array."""
     nulls = lengths < 0
     if not nulls.any():
-        return list(map(data.__getitem__, map(slice, positions.tolist(),
-                                                (positions + lengths).tolist())))
+        return _slices(data, positions, lengths)
     if nulls.all():
         return [None] * lengths.size
     present = ~nulls
     column = np.empty(lengths.size, object)                 # None everywhere
-    column[present] = _fields(data, positions[present], lengths[present])
+    column[present] = _slices(data, positions[present], lengths[present])
     return column.tolist()
+
+
+def _slices(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
+    """``data[position:position + length]`` per field (none null; positions
+    ascending, fields apart). Fields in runs of equal gap and length (fixed-size
+    records between batch headers) are unpacked by one ``struct`` format of
+    ``"<gap>x<length>s"`` per run, far cheaper than a slice object and a slice per
+    field; fields of many different sizes are sliced."""
+    count = lengths.size
+    ends = positions + lengths
+    gaps = positions - np.concatenate(([0], ends[:-1]))
+    runs = np.flatnonzero((gaps[1:] != gaps[:-1]) | (lengths[1:] != lengths[:-1])) + 1
+    if count and runs.size * FIELD_RUN_RECORDS_MIN <= count and gaps.min() >= 0:
+        starts = np.concatenate(([0], runs))
+        sizes = np.diff(np.concatenate((starts, [count])))
+        layout = "".join([f"{gap}x{length}s" * size for gap, length, size in zip(
+            gaps[starts].tolist(), lengths[starts].tolist(), sizes.tolist())])
+        return list(struct.unpack_from("<" + layout, data))
+    return list(map(data.__getitem__, map(slice, positions.tolist(), ends.tolist())))
+
+
+# Fields per run of equal layout, on average, for one struct format to pay off: a
+# run costs a piece of format string and of its compilation (timeit here: slower
+# than slicing at 1-2 fields a run, ahead from 4, ~6x cheaper for long runs).
+FIELD_RUN_RECORDS_MIN = 8
 
 
 # Columns with one entry per record (the header_* entry arrays are shared, indexed
