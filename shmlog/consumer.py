@@ -8,10 +8,25 @@ row in the partition state table), attaches the table, and opens one
 watermark from shared memory (an acquire load), takes the batches below it as
 views of the read-only mappings, and decodes them in compiled code: no syscall
 and no copy of the record data on the hot path. :meth:`Consumer.poll_batch`
-hands the columns over as they are; :meth:`Consumer.poll` builds record objects
-and buffers those beyond ``max_records`` for its next call. Both go on from one
-position per partition: ``poll_batch`` first moves the position back over what
-``poll`` buffered, so the two may be mixed and every record comes once, in order.
+hands the columns over as they are. :meth:`Consumer.poll` keeps what it fetched
+as those columns and a cursor per partition, and makes record objects only for
+the ``max_records`` it returns (``RecordColumns.records``: one copy of their bytes,
+then C-level slicing, ``tolist`` and ``tuple.__new__`` over a ``zip``, no Python
+bytecode per record); the rest stay columns for the next call. Both go on from
+one position per partition: ``poll_batch`` first moves the position back over
+what ``poll`` buffered, so the two may be mixed and every record comes once, in
+order.
+
+Iteration (``for record in consumer``) is a generator: a full poll (the group's
+work below, a fetch when nothing is buffered) makes up to ``max_poll_records``
+records, and the generator hands them out through a list iterator, with no
+Python call, clock read or group step per record. Group work is therefore done at
+least once per ``max_poll_records`` records (Kafka's poll loop, with the same
+``max_poll_interval_ms`` contract), and at once whenever nothing is buffered.
+Positions, and so commits, count only the records handed out: every other call
+on the consumer (poll, poll_batch, commit, position, seek, pause, assign, close)
+first puts what iteration made but has not handed out back in front of the
+buffer (``_settle_iteration``), and the iteration goes on from there.
 
 When nothing is new, a poll waits with the idle strategy of ``wakeup.pause``: it
 keeps looking, then yields the CPU, and once nothing has come for a millisecond
@@ -34,7 +49,10 @@ partition); under a group subscription it just yields nothing until the rebalanc
 the deletion starts takes it away, and commits leave it out (Kafka's behaviour).
 
 A consumer loads every kernel of its read path when it is made
-(``reader.warm_kernels``), before it joins a group: a poll never compiles.
+(``reader.warm_kernels``: decoding, zstd batches, segments mapped or still
+empty, the state table, the doorbell), before it joins a group: a poll, an
+iteration, a ``poll_batch`` or a commit never compiles (the group's own work,
+joins, heartbeats and commits, runs no kernel in this process).
 """
 
 from __future__ import annotations

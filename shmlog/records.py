@@ -18,6 +18,14 @@ byte position where it starts. Decoding trusts only validated bytes.
 numpy arrays of offsets, timestamps and key/value positions that point into the
 batch bytes themselves, so reading a mapped segment copies no record data (zstd
 batches are inflated first; that copy is unavoidable).
+
+:meth:`RecordColumns.records` makes Python records from a range of columns with
+C-level operations only: one ``bytes`` copy of the range, keys and values cut
+from it (one ``struct`` format per run of equally sized and spaced fields, else a
+slice each), columns by ``tolist``, and records by ``tuple.__new__`` mapped over
+a ``zip``. The garbage collector is held off while it runs: two tracked objects
+per record (the tuple, its headers list) would otherwise start a collection every
+few hundred records.
 """
 
 from __future__ import annotations
