@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import gc
 import itertools
 import struct
@@ -1069,9 +1070,11 @@ def _slices(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
         sizes = np.diff(np.concatenate((starts, [count])))
         layout = "".join([f"{gap}x{length}s" * size for gap, length, size in zip(
             gaps[starts].tolist(), lengths[starts].tolist(), sizes.tolist())])
-        return list(struct.unpack_from("<" + layout, data))
+        return list(_field_format("<" + layout).unpack_from(data))
     return list(map(data.__getitem__, map(slice, positions.tolist(), ends.tolist())))
 
+
+_field_format = functools.lru_cache(maxsize=limits.FIELD_FORMATS_CACHED_MAX)(struct.Struct)
 
 # Fields per run of equal layout, on average, for one struct format to pay off: a
 # run costs a piece of format string and of its compilation (timeit here: slower
