@@ -1044,12 +1044,11 @@ def _fields(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
     """``data[position:position + length]`` per field, None where the length is
     null (-1), without Python bytecode per field; nulls (when some are and some
     are not) are put in place through an object array."""
-    nulls = lengths < 0
-    if not nulls.any():
+    if not lengths.size or lengths.min() >= 0:
         return _slices(data, positions, lengths)
-    if nulls.all():
+    if lengths.max() < 0:
         return [None] * lengths.size
-    present = ~nulls
+    present = lengths >= 0
     column = np.empty(lengths.size, object)                 # None everywhere
     column[present] = _slices(data, positions[present], lengths[present])
     return column.tolist()
@@ -1057,15 +1056,18 @@ def _fields(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
 
 def _slices(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
     """``data[position:position + length]`` per field (none null; positions
-    ascending, fields apart). Fields in runs of equal gap and length (fixed-size
+    ascending and fields apart, as decoding lays them out). Fields in runs of equal gap and length (fixed-size
     records between batch headers) are unpacked by one ``struct`` format of
     ``"<gap>x<length>s"`` per run, far cheaper than a slice object and a slice per
     field; fields of many different sizes are sliced."""
     count = lengths.size
     ends = positions + lengths
     gaps = positions - np.concatenate(([0], ends[:-1]))
-    runs = np.flatnonzero((gaps[1:] != gaps[:-1]) | (lengths[1:] != lengths[:-1])) + 1
-    if count and runs.size * FIELD_RUN_RECORDS_MIN <= count and gaps.min() >= 0:
+    # One number per field for its (gap, length): both are below 2**31 (a gap lies
+    # within one batch, and batches are at most max.message.bytes, an int32).
+    layouts = (gaps << 32) | lengths
+    runs = np.flatnonzero(layouts[1:] != layouts[:-1]) + 1
+    if count and runs.size * FIELD_RUN_RECORDS_MIN <= count:
         starts = np.concatenate(([0], runs))
         sizes = np.diff(np.concatenate((starts, [count])))
         layout = "".join([f"{gap}x{length}s" * size for gap, length, size in zip(
