@@ -964,14 +964,15 @@ class RecordColumns:
         timestamp, timestamp_type, key, value, headers)`` (a :class:`Record` by
         default; ``factory`` is a tuple subclass such as a named tuple with those
         fields). Built column by column with C-level operations only: one copy of
-        the records' bytes, slices of it, ``tolist``, and ``tuple.__new__`` mapped
-        over a ``zip`` of the columns; no Python bytecode runs per record."""
+        the records' bytes, fields cut from it (``_fields``), ``tolist``, and
+        ``tuple.__new__`` mapped over a ``zip`` of the columns; no Python bytecode
+        runs per record."""
         stop = len(self) if stop is None else min(stop, len(self))
         if stop <= start:
             return []
         # Two tracked objects per record (the tuple, its headers list) would start a
-        # collection every few hundred records, each walking the generation; one
-        # collection after the whole range does the same work once.
+        # collection every few hundred records, each walking the young objects and
+        # ageing the records made so far; held off, one collection follows the range.
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -1056,10 +1057,10 @@ def _fields(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
 
 def _slices(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
     """``data[position:position + length]`` per field (none null; positions
-    ascending and fields apart, as decoding lays them out). Fields in runs of equal gap and length (fixed-size
-    records between batch headers) are unpacked by one ``struct`` format of
-    ``"<gap>x<length>s"`` per run, far cheaper than a slice object and a slice per
-    field; fields of many different sizes are sliced."""
+    ascending and fields apart, as decoding lays them out). Fields in runs of equal
+    gap and length (fixed-size records between batch headers) are unpacked by one
+    ``struct`` format of ``"<gap>x<length>s"`` per run, far cheaper than a slice
+    object and a slice per field; fields of many different sizes are sliced."""
     count = lengths.size
     ends = positions + lengths
     gaps = positions - np.concatenate(([0], ends[:-1]))

@@ -146,7 +146,7 @@ def test_the_shapes_are_all_there(broker):
     """The fixture's logs hold what the other tests claim to cover."""
     _, expected = broker
     plain = expected["plain"]
-    assert {row[2] is None for row in plain} == {True, False}
+    assert {row[2] is None for row in plain} == {row[3] is None for row in plain} == {True, False}
     assert b"" in {row[2] for row in plain} and b"" in {row[3] for row in plain}
     assert any(value is None for row in plain for _, value in row[4])
     offsets = [row[0] for row in expected["compacted"]]
@@ -357,8 +357,8 @@ if group_id:
     consumer.commit()
 after = signatures()
 consumer.close()
-print(json.dumps({"records": count, "kernels": len(before),
-                  "compiled": sorted(name for name, n in after.items() if n > before.get(name, 0))}))
+compiled = sorted(name for name, n in after.items() if n > before.get(name, 0))
+print(json.dumps({"records": count, "kernels": len(before), "compiled": compiled}))
 """
 
 
