@@ -38,6 +38,7 @@ WAIT_S = 60
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 SHAPES = ["plain", "zstd", "appended", "compacted"]
 BATCH_LENGTH = struct.Struct("<I")
+BULK_RECORDS = 5000
 ATTRIBUTES_POSITION = 24     # restated from the diagram in batch_layout.py
 CODEC_MASK = 0x07
 
@@ -116,6 +117,7 @@ def broker(tmp_path_factory):
             "cleanup.policy": "compact", "segment.bytes": 16384,
             "min.cleanable.dirty.ratio": 0.1})
         admin.create_topic("spread", 3)
+        admin.create_topic("bulk")
         produce_shapes(path, "plain")
         produce_shapes(path, "zstd", compression="zstd")
         produce_shapes(path, "appended")
@@ -124,6 +126,9 @@ def broker(tmp_path_factory):
             for partition in range(3):
                 producer.send_batch("spread", [b"s%d" % n for n in range(10)],
                                     partition=partition)
+            for seed in range(BULK_RECORDS // 1000):
+                producer.send_batch("bulk", [b"%099d" % (seed * 1000 + n) for n in range(1000)],
+                                    partition=0)
         expected = {topic: log_records(path, topic) for topic in ("plain", "zstd", "appended")}
         expected["compacted"] = wait_for_compaction(path)
         yield path, expected
@@ -218,6 +223,38 @@ def test_poll_makes_records_only_for_what_it_returns(broker):
 def live_consumer_records() -> int:
     gc.collect()
     return sum(1 for thing in gc.get_objects() if type(thing) is ConsumerRecord)
+
+
+def test_iteration_starts_no_garbage_collection(broker):
+    """Iteration makes few enough records at a time that, with the previous ones
+    freed, the collector's youngest generation stays below its threshold: looping
+    over thousands of records starts no collection (each would walk the live
+    records and age them toward full collections of the whole heap)."""
+    path, _ = broker
+    collections = []
+
+    def count(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    with Consumer(bootstrap=path, auto_offset_reset="earliest",
+                  consumer_timeout_ms=1000) as consumer:
+        consumer.assign([TopicPartition("bulk", 0)])
+        consumer.poll_batch(timeout_ms=5000, max_bytes=1)        # the first fetch's setup
+        consumer.seek(TopicPartition("bulk", 0), 0)
+        seen = size = 0
+        gc.collect()
+        gc.callbacks.append(count)
+        try:
+            for record in consumer:
+                seen += 1
+                size += len(record.value)
+                if seen == BULK_RECORDS:
+                    break
+        finally:
+            gc.callbacks.remove(count)
+    assert (seen, size) == (BULK_RECORDS, 99 * BULK_RECORDS)
+    assert collections == []
 
 
 def test_max_records_spans_partitions(broker):
