@@ -35,6 +35,7 @@ import enum
 import functools
 import gc
 import itertools
+import operator
 import struct
 import time
 from typing import Iterator, NamedTuple, Sequence
@@ -1062,19 +1063,22 @@ def _slices(data: bytes, positions: np.ndarray, lengths: np.ndarray) -> list:
     ``struct`` format of ``"<gap>x<length>s"`` per run, far cheaper than a slice
     object and a slice per field; fields of many different sizes are sliced."""
     count = lengths.size
+    if not count:
+        return []
     ends = positions + lengths
-    gaps = positions - np.concatenate(([0], ends[:-1]))
+    gaps = positions.copy()
+    gaps[1:] -= ends[:-1]
     # One number per field for its (gap, length): both are below 2**31 (a gap lies
     # within one batch, and batches are at most max.message.bytes, an int32).
     layouts = (gaps << 32) | lengths
-    runs = np.flatnonzero(layouts[1:] != layouts[:-1]) + 1
-    if count and runs.size * FIELD_RUN_RECORDS_MIN <= count:
-        starts = np.concatenate(([0], runs))
-        sizes = np.diff(np.concatenate((starts, [count])))
-        layout = "".join([f"{gap}x{length}s" * size for gap, length, size in zip(
-            gaps[starts].tolist(), lengths[starts].tolist(), sizes.tolist())])
-        return list(_field_format("<" + layout).unpack_from(data))
-    return list(map(data.__getitem__, map(slice, positions.tolist(), ends.tolist())))
+    runs = np.flatnonzero(layouts[1:] != layouts[:-1])
+    if runs.size * FIELD_RUN_RECORDS_MIN > count:
+        return list(map(data.__getitem__, map(slice, positions.tolist(), ends.tolist())))
+    firsts = [0, *(runs + 1).tolist()]
+    layout = "".join([f"{gap}x{length}s" * size for gap, length, size in zip(
+        gaps.take(firsts).tolist(), lengths.take(firsts).tolist(),
+        map(operator.sub, [*firsts[1:], count], firsts))])
+    return list(_field_format("<" + layout).unpack_from(data))
 
 
 _field_format = functools.lru_cache(maxsize=limits.FIELD_FORMATS_CACHED_MAX)(struct.Struct)
