@@ -8,7 +8,7 @@ and ``poll_batch`` catch-up consumption, and end-to-end latency p50/p99/p99.9 at
 process; producers and the latency consumer run in processes of their own.
 
 Expected on the 2-vCPU development VM (November 2026, memcpy ~17 GB/s): per-record
-send ~0.24 M/s, batch send ~3 M/s, per-record poll ~0.45 M/s, poll_batch ~40 M/s;
+send ~0.24 M/s, batch send ~3 M/s, per-record poll ~1.2 M/s, poll_batch ~40 M/s;
 e2e latency p50 ~75 us, p99 ~3 ms. The goals (``GOALS``; latency p50 <= 20 us, p99
 <= 100 us) are what the design aims for on a many-core host, where producer, broker
 and consumer each have a core of their own; on two cores they share, so a figure
@@ -21,8 +21,15 @@ and consumer each have a core of their own; on two cores they share, so a figure
 * ``send_batch``: three CPU consumers on two cores - the producer encoding, the
   appender copying, the kernel zeroing the segment's fresh page-cache pages, which
   this VM does at 0.45-0.67 GB/s (see bench_log.py).
-* per-record ``poll``: one Python object per record; a 9-field named tuple alone
-  costs ~0.4 us here. ``poll_batch`` is the path for throughput.
+* per-record ``poll``: CPython object churn. A poll makes records only for what it
+  returns, with C-level operations (records.py): per record ~0.16 us for the
+  named tuple, ~0.06 us for its own headers list, ~0.03 us for the value (a struct
+  unpack), then the garbage collector's pass over those two tracked objects and
+  freeing them; ~0.7 us a record with the caller's loop over ``len(value)``, of it
+  ~0.15 us garbage collection (~2.5 us before, same loop, half of it GC), ~1.1 us
+  under load. Iteration ~1.05 us (~12-15 us before: a whole poll per record): no
+  GC, but a poll's fixed cost per 250 records. ``poll_batch`` is the path for
+  throughput.
 * latency: producer, broker and consumer share two vCPUs, so one of them is always
   waiting for a CPU, and waking a process whose vCPU went idle takes 15-90 us on
   this VM (a bare futex ping-pong measures the same).

@@ -8,10 +8,28 @@ row in the partition state table), attaches the table, and opens one
 watermark from shared memory (an acquire load), takes the batches below it as
 views of the read-only mappings, and decodes them in compiled code: no syscall
 and no copy of the record data on the hot path. :meth:`Consumer.poll_batch`
-hands the columns over as they are; :meth:`Consumer.poll` builds record objects
-and buffers those beyond ``max_records`` for its next call. Both go on from one
-position per partition: ``poll_batch`` first moves the position back over what
-``poll`` buffered, so the two may be mixed and every record comes once, in order.
+hands the columns over as they are. :meth:`Consumer.poll` keeps what it fetched
+as those columns and a cursor per partition, and makes record objects only for
+the ``max_records`` it returns (``RecordColumns.records``: one copy of their bytes,
+then C-level slicing, ``tolist`` and ``tuple.__new__`` over a ``zip``, no Python
+bytecode per record); the rest stay columns for the next call. Both go on from
+one position per partition: ``poll_batch`` first moves the position back over
+what ``poll`` buffered, so the two may be mixed and every record comes once, in
+order.
+
+Iteration (``for record in consumer``) is a generator: a full poll (the group's
+work below, a fetch when nothing is buffered) makes up to ``max_poll_records``
+records, and the generator hands them out through a list iterator, with no
+Python call, clock read or group step per record. Group work is therefore done at
+least once per ``max_poll_records`` records (Kafka's poll loop, with the same
+``max_poll_interval_ms`` contract), and at once whenever nothing is buffered. It
+makes fewer at a time when that keeps the garbage collector's youngest generation
+below its threshold (250 records with Python's default of 700): the records made
+then balance those freed, and iteration starts no collection at all.
+Positions, and so commits, count only the records handed out: every other call
+on the consumer (poll, poll_batch, commit, position, seek, pause, assign, close)
+first puts what iteration made but has not handed out back in front of the
+buffer (``_settle_iteration``), and the iteration goes on from there.
 
 When nothing is new, a poll waits with the idle strategy of ``wakeup.pause``: it
 keeps looking, then yields the CPU, and once nothing has come for a millisecond
@@ -34,18 +52,23 @@ partition); under a group subscription it just yields nothing until the rebalanc
 the deletion starts takes it away, and commits leave it out (Kafka's behaviour).
 
 A consumer loads every kernel of its read path when it is made
-(``reader.warm_kernels``), before it joins a group: a poll never compiles.
+(``reader.warm_kernels``: decoding, zstd batches, segments mapped or still
+empty, the state table, the doorbell), before it joins a group: a poll, an
+iteration, a ``poll_batch`` or a commit never compiles (the group's own work,
+joins, heartbeats and commits, runs no kernel in this process).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import functools
+import gc
 import logging
+import operator
 import os
 import re
 import time
-from typing import Iterable, Mapping, NamedTuple
+from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from . import limits, settings
 from .broker import default_data_dir, request
@@ -73,6 +96,12 @@ JOIN_CHECK_INTERVAL_S = 0.005
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1 << 20
+# A ConsumerRecord and its headers list: the objects the garbage collector tracks
+# per record made; and a margin for the others a chunk of iteration makes (its list
+# and iterator, a poll's dictionaries, a fetch's columns: ~80 measured, when the
+# collector's count settles 616 of 700 with the default threshold).
+TRACKED_OBJECTS_PER_RECORD = 2
+ITERATION_OTHER_OBJECTS = 200
 # What a commit the consumer makes by itself (auto commit, before a revocation) may
 # be refused for and go on: fenced by a rebalance, or a partition deleted (or its
 # log truncated) since its position was taken. Kafka logs these too.
@@ -133,6 +162,31 @@ class _Assigned:
         self.reader = reader
         self.position: int | None = None
         self.paused = False
+
+
+class _Fetched:
+    """One partition's records fetched and not yet returned: the fetch's columns and
+    a cursor, the index of the first record not returned. Records are made only for
+    what a poll returns."""
+
+    __slots__ = ("partition", "columns", "cursor")
+
+    def __init__(self, partition: TopicPartition, columns: RecordColumns):
+        self.partition = partition
+        self.columns = columns
+        self.cursor = 0
+
+    def remaining(self) -> int:
+        return len(self.columns) - self.cursor
+
+    def next_offset(self) -> int:
+        return int(self.columns.offsets[self.cursor])
+
+    def take(self, limit: int) -> list:
+        """Up to ``limit`` records from the cursor on, as ConsumerRecords."""
+        start, self.cursor = self.cursor, min(self.cursor + limit, len(self.columns))
+        return self.columns.records(ConsumerRecord, *self.partition, start=start,
+                                    stop=self.cursor)
 
 
 class Consumer:
@@ -218,8 +272,12 @@ class Consumer:
             self._group = GroupMember(
                 functools.partial(request, self.data_dir), group_id,
                 client_id or f"shmlog-{os.getpid()}", member_config)
-        # Records fetched and not yet returned, per partition (in offset order).
-        self._buffered: dict[TopicPartition, list[ConsumerRecord]] = {}
+        # Records fetched and not yet returned, per partition; none is left empty.
+        self._buffered: dict[TopicPartition, _Fetched] = {}
+        # Iteration's records being handed out: (where they came from, the records,
+        # the iterator over them), and the generator ``for record in consumer`` runs.
+        self._iterating: tuple[_Fetched, list, Iterator] | None = None
+        self._iteration: Iterator[ConsumerRecord] | None = None
         if topics:
             self.subscribe(topics)
 
@@ -338,6 +396,7 @@ class Consumer:
         self._assign(partitions)
 
     def _assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._settle_iteration()
         wanted = [TopicPartition(*partition) for partition in partitions]
         for partition in list(self._assigned):
             if partition not in wanted:
@@ -345,13 +404,14 @@ class Consumer:
         for partition in wanted:
             if partition not in self._assigned:
                 self._assigned[partition] = _Assigned(self._open_reader(partition))
-        self._buffered = {partition: records for partition, records in self._buffered.items()
+        self._buffered = {partition: fetched for partition, fetched in self._buffered.items()
                           if partition in self._assigned}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
 
     def pause(self, *partitions: TopicPartition) -> None:
+        self._settle_iteration()             # iteration returns no more of them
         for partition in partitions:
             self._state(partition).paused = True
 
@@ -389,6 +449,7 @@ class Consumer:
     def seek(self, partition: TopicPartition, offset: int) -> None:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise LocalProtocolError(f"offset must be a non-negative integer, got {offset!r}")
+        self._settle_iteration()
         self._state(partition).position = offset
         self._buffered.pop(TopicPartition(*partition), None)
 
@@ -405,8 +466,9 @@ class Consumer:
         state = self._state(partition)
         if state.position is None:
             self._reset(TopicPartition(*partition), state)
-        pending = self._buffered.get(TopicPartition(*partition))
-        return pending[0].offset if pending else state.position
+        self._settle_iteration()
+        fetched = self._buffered.get(TopicPartition(*partition))
+        return fetched.next_offset() if fetched is not None else state.position
 
     def offsets_for_times(self, timestamps: dict) -> dict:
         """For each partition, the first offset whose timestamp is >= the one given
@@ -463,8 +525,9 @@ class Consumer:
         """Move each position back to the first record that poll fetched but has not
         returned, and drop those records: a fetch from there reads them again (a view
         of the mapped segment, no copy), so both polls draw from one position."""
-        for partition, records in self._buffered.items():
-            self._assigned[partition].position = records[0].offset
+        self._settle_iteration()
+        for partition, fetched in self._buffered.items():
+            self._assigned[partition].position = fetched.next_offset()
         self._buffered.clear()
 
     def _poll_columns(self, max_bytes: int) -> dict[TopicPartition, RecordColumns]:
@@ -496,32 +559,33 @@ class Consumer:
         """New records per partition, as :class:`ConsumerRecord` lists (at most
         ``max_records`` in all). Waits up to ``timeout_ms`` for something new."""
         self._check_open()
+        self._settle_iteration()
         limit = max_records or self.max_poll_records
+        grouped: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for fetched in self._ready(timeout_ms):
+            if limit <= 0:
+                break
+            grouped[fetched.partition] = records = fetched.take(limit)
+            limit -= len(records)
+            if not fetched.remaining():
+                del self._buffered[fetched.partition]
+        return grouped
+
+    def _ready(self, timeout_ms: int) -> list[_Fetched]:
+        """The group's poll-time work, then the fetched records to return from: those
+        buffered for partitions not paused (they stay buffered while paused, Kafka's
+        rule), or, when there are none, what a fetch finds within ``timeout_ms``."""
         started = time.monotonic()
         self._poll_group(0)          # first: a rebalance may take buffered partitions away
-        # Records of a paused partition stay buffered until it is resumed (Kafka's
-        # rule); only partitions with nothing buffered are fetched.
-        ready = [partition for partition in self._buffered
+        ready = [fetched for partition, fetched in self._buffered.items()
                  if not self._assigned[partition].paused]
         if not ready:
             for partition, columns in self._wait(
                     lambda: self._poll_columns(self.fetch_max_bytes),
                     started, timeout_ms).items():
-                self._buffered[partition] = columns.records(ConsumerRecord, partition.topic,
-                                                            partition.partition)
-                ready.append(partition)
-        grouped: dict[TopicPartition, list[ConsumerRecord]] = {}
-        for partition in ready:
-            if limit <= 0:
-                break
-            records = self._buffered[partition]
-            grouped[partition], rest = records[:limit], records[limit:]
-            limit -= len(grouped[partition])
-            if rest:
-                self._buffered[partition] = rest
-            else:
-                del self._buffered[partition]
-        return grouped
+                self._buffered[partition] = fetched = _Fetched(partition, columns)
+                ready.append(fetched)
+        return ready
 
     def _wait(self, attempt, started: float, timeout_ms: int):
         """Do the group's poll-time work, then ``attempt()`` until it finds something
@@ -550,18 +614,84 @@ class Consumer:
             if found:
                 return found
 
-    def __iter__(self):
-        return self
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """The records, one at a time; stops after ``consumer_timeout_ms`` without one.
+
+        A full poll (the group's work, a fetch when nothing is buffered) makes up to
+        ``max_poll_records`` records at a time (:meth:`_iteration_records`), which
+        are then handed out by a generator delegating to a list iterator, with no
+        Python call, clock read or group step per record: Kafka's poll loop, with
+        the same ``max_poll_interval_ms`` contract. What the application has not
+        been handed yet stays uncommitted, and any other call on the consumer (poll,
+        commit, seek, pause, ...) first puts it back among the buffered records
+        (:meth:`_settle_iteration`)."""
+        if self._iteration is None:
+            self._iteration = self._iterate()
+        return self._iteration
 
     def __next__(self) -> ConsumerRecord:
+        return next(iter(self))
+
+    def _iterate(self) -> Iterator[ConsumerRecord]:
+        while True:
+            try:
+                records = self._next_records()
+            except BaseException:
+                self._iteration = None          # a failed generator is over: start anew
+                raise
+            if records is None:
+                self._iteration = None
+                return
+            yield from records
+
+    def _next_records(self) -> Iterator[ConsumerRecord] | None:
+        """Iteration's next records (an iterator over one partition's), after a full
+        poll; None after ``consumer_timeout_ms`` without a record."""
+        self._check_open()
         timeout = self.consumer_timeout_ms
         deadline = None if timeout is None else time.monotonic() + timeout / 1000
         while True:
+            self._settle_iteration()
             wait_ms = 100 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-            for records in self.poll(timeout_ms=wait_ms, max_records=1).values():
-                return records[0]
+            for fetched in self._ready(wait_ms):
+                records = fetched.take(self._iteration_records())
+                if not fetched.remaining():
+                    del self._buffered[fetched.partition]
+                iterator = iter(records)
+                self._iterating = (fetched, records, iterator)
+                return iterator
             if deadline is not None and time.monotonic() >= deadline:
-                raise StopIteration
+                return None
+
+    def _iteration_records(self) -> int:
+        """How many records iteration makes at a time: ``max_poll_records``, or fewer
+        so that making them (two tracked objects each: the tuple, its headers list)
+        while the previous ones are freed keeps the garbage collector's youngest
+        generation below its threshold. Iteration then starts no collection at all,
+        where 500 at a time start one per chunk, each ageing the live records toward
+        full collections of the whole heap (measured here: ~0.5 us a record)."""
+        threshold = gc.get_threshold()[0]
+        if threshold <= 0:
+            return self.max_poll_records            # collection is off
+        fitting = (threshold - ITERATION_OTHER_OBJECTS) // TRACKED_OBJECTS_PER_RECORD
+        return max(1, min(self.max_poll_records, fitting))
+
+    def _settle_iteration(self) -> None:
+        """Put what iteration took but has not handed out back among the buffered
+        records, and end its run over them: the consumer's positions are then those
+        of the records the application has. (The application only ever holds
+        records the iterator has passed, so its remaining length says how many.)"""
+        if self._iterating is None:
+            return
+        fetched, records, iterator = self._iterating
+        self._iterating = None
+        unreturned = operator.length_hint(iterator)
+        records.clear()                # the generator's ``yield from`` ends there
+        if unreturned:
+            fetched.cursor -= unreturned
+            if fetched.partition not in self._buffered:
+                # First again: these records come before any fetched since.
+                self._buffered = {fetched.partition: fetched, **self._buffered}
 
     # -- the group ---------------------------------------------------------------------
     def _group_step(self, started: float, timeout_ms: int) -> None:
@@ -680,14 +810,15 @@ class Consumer:
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict:
         """Positions known for these partitions (no reset is forced), leaving out
         deleted ones: the coordinator refuses a commit that names one."""
+        self._settle_iteration()
         positions = {}
         for partition in partitions:
             state = self._assigned.get(partition)
             if state is not None and state.reader.deleted():
                 continue
-            pending = self._buffered.get(partition)
-            if pending:
-                positions[partition] = pending[0].offset
+            fetched = self._buffered.get(partition)
+            if fetched is not None:
+                positions[partition] = fetched.next_offset()
             elif state is not None and state.position is not None:
                 positions[partition] = state.position
         return positions
@@ -763,6 +894,8 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        self._settle_iteration()
+        self._iteration = None
         if self._group is not None:
             if autocommit and self._subscription is not None:
                 self._commit_on_revoke(set(self._assigned))

@@ -748,6 +748,55 @@ def test_start_offset_drops_earlier_records(compression):
                 for r in decode_records(buffer, start_offset=start)] == keep
 
 
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_records_of_any_range_are_the_reference_records(compression):
+    """``records(start=, stop=)`` (what a poll of ``max_records`` materialises) copies
+    only the range's bytes, so every range must still find every field: keys and
+    values null, empty or set, headers with null values, over batch boundaries."""
+    buffer, wanted = _three_batches(compression)
+    columns = decode_columns(buffer, start_offset=2)
+    keep = [row for row in wanted if row[0] >= 2]
+    for start in range(len(keep) + 1):
+        for stop in range(start, len(keep) + 2):
+            records = columns.records(start=start, stop=stop)
+            assert [(r.offset, r.timestamp, r.key, r.value, r.headers)
+                    for r in records] == keep[start:stop]
+            assert all(type(r).__name__ == "Record" for r in records)
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_fixed_size_records_unpack_to_the_reference_records(compression):
+    """Runs of fields of one size and spacing are unpacked by one struct format each:
+    the runs break at batch headers, at a null (left out of the format), at an empty
+    field and at a header, and every range must still be exact."""
+    groups = []
+    for batch in range(3):
+        records = []
+        for index in range(40):
+            key = None if batch == 1 else b"K%03d" % index
+            value = (None if index in (5, 6, 30) else b"" if index == 17
+                     else bytes([batch, index]) * 50)
+            headers = [("n", b"%02d" % index), ("z", None)] if index in (9, 33) else []
+            records.append((1000 + index, key, value, headers))
+        groups.append((40 * batch, records))
+    buffer = b"".join(reference_encode(records, base_offset=base, compression=compression)
+                      for base, records in groups)
+    wanted = [row for base, records in groups for row in expected(records, base)]
+    columns = decode_columns(buffer)
+    for start, stop in [(0, 120), (0, 1), (3, 77), (39, 41), (41, 120), (119, 120)]:
+        assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in
+                columns.records(start=start, stop=stop)] == wanted[start:stop]
+
+
+def test_every_record_gets_its_own_header_list():
+    # kafka-python's shape: an application may append to one record's headers.
+    buffer, _ = _three_batches()
+    records = decode_columns(buffer).records()
+    assert len({id(record.headers) for record in records}) == len(records)
+    records[-1].headers.append(("mine", b""))
+    assert records[-2].headers == []
+
+
 def _field_view(columns, positions, lengths, index):
     length = int(lengths[index])
     if length < 0:
