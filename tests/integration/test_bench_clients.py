@@ -1,7 +1,8 @@
 """``perf/bench_clients.py --quick`` runs to the end and reports every figure: each
-per-record and batch rate beside memcpy and its goal, the e2e latency percentiles for
-the whole run, its first second and after it, the same figures in its JSON file, and
-nothing left behind (no data directory, no /dev/shm object of its broker).
+per-record and batch rate beside memcpy, its goal and the load of other processes,
+the e2e latency percentiles for the whole run, its first second and after it, the
+same figures in its JSON file, and nothing left behind (no data directory, no
+/dev/shm object of its broker).
 
 Method: run the benchmark as a user would, a child process in a session of its own
 (so a timeout kills the broker and clients it started too), with tiny record counts.
@@ -69,12 +70,15 @@ def test_a_quick_run_prints_every_figure_and_leaves_nothing_behind(tmp_path):
     for label in RATE_LINES:
         row = [line for line in lines if line.startswith(label)]
         assert len(row) == 1, (label, finished.stdout)
-        assert re.search(r"[\d.]+%\s+(>=|>) \S+ .*: (met|below)", row[0]), row[0]
+        # memcpy share, the other processes' cores, the goal and its verdict
+        assert re.search(r"[\d.]+%\s+[\d.]+\s+(>=|>) \S+ .*: (met|below)", row[0]), row[0]
     assert re.search(r"goal p50 <= 50 us", finished.stdout)
     for label in LATENCY_LINES:
         row = [line for line in lines if line.startswith(label)]
         assert len(row) == 1, (label, finished.stdout)
         assert len(re.findall(r"\d+\.\d", row[0])) == 4 and row[0].endswith(("met", "below"))
+
+    assert any(line.startswith("others: cores other processes kept busy") for line in lines)
 
     document = json.loads(json_path.read_text())
     assert document["memcpy_bytes_per_s"] > 0
@@ -84,6 +88,8 @@ def test_a_quick_run_prints_every_figure_and_leaves_nothing_behind(tmp_path):
         assert results[name]["bytes"] == QUICK_RECORDS * 100, name
     for name in BATCH:
         assert results[name]["records"] == QUICK_BATCH_RECORDS, name
+    for name in (*PER_RECORD, *BATCH, "e2e"):
+        assert results[name]["other_cores"] >= 0, name
     e2e = results["e2e"]
     assert e2e["sent"] == e2e["received"] == e2e["whole"]["count"] == QUICK_LATENCY_RECORDS
     assert e2e["first_second"]["count"] > 0 and e2e["after_first_second"]["count"] > 0
