@@ -205,11 +205,11 @@ def poll_records(data_dir: str, topic: str, records: int) -> dict:
         started = finished = time.perf_counter()
         deadline = started + LOOP_DEADLINE_S
         while seen < records and time.perf_counter() < deadline:
-            for recs in consumer.poll(timeout_ms=POLL_TIMEOUT_MS,
-                                      max_records=POLL_RECORDS_MAX).values():
-                for r in recs:
-                    value_bytes += len(r.value)
-                seen += len(recs)
+            for partition_records in consumer.poll(timeout_ms=POLL_TIMEOUT_MS,
+                                                   max_records=POLL_RECORDS_MAX).values():
+                for record in partition_records:
+                    value_bytes += len(record.value)
+                seen += len(partition_records)
                 finished = time.perf_counter()
     return _rate(seen, value_bytes, finished - started, started - constructing)
 
@@ -228,7 +228,8 @@ def iterate_records(data_dir: str, topic: str, records: int) -> dict:
             seen += 1
             if seen >= records:
                 break
-        finished = time.perf_counter() if seen else started
+        # Iteration that ran dry ended with an idle wait the rate must not count.
+        finished = time.perf_counter() - (ITERATION_IDLE_MS / 1000 if seen < records else 0)
     return _rate(seen, value_bytes, finished - started, started - constructing)
 
 
@@ -249,11 +250,11 @@ def latency_consumer(data_dir: str, topic: str, records: int, wait_s: float) -> 
         print("ready", flush=True)
         deadline = time.monotonic() + wait_s
         while seen < records and time.monotonic() < deadline:
-            for recs in consumer.poll(timeout_ms=POLL_TIMEOUT_MS,
-                                      max_records=POLL_RECORDS_MAX).values():
+            for partition_records in consumer.poll(timeout_ms=POLL_TIMEOUT_MS,
+                                                   max_records=POLL_RECORDS_MAX).values():
                 now = time.monotonic_ns()
-                for r in recs[:records - seen]:
-                    sent[seen] = int.from_bytes(r.value[:STAMP_SIZE], "little")
+                for record in partition_records[:records - seen]:
+                    sent[seen] = int.from_bytes(record.value[:STAMP_SIZE], "little")
                     received[seen] = now
                     seen += 1
     sent, received = sent[:seen], received[:seen]
@@ -418,6 +419,7 @@ def measure(data_dir: str, broker_pid: int, records: int, rate: int, seconds: fl
         others = OtherLoad(broker_pid)
         results[name] = run(role, data_dir=data_dir, **arguments)
         results[name]["other_cores"] = others.cores()
+        results[name]["records_planned"] = arguments["records"]
     others = OtherLoad(broker_pid)
     results["e2e"] = end_to_end(data_dir, rate, seconds)
     results["e2e"]["other_cores"] = others.cores()
@@ -476,6 +478,12 @@ def report(document: dict) -> None:
         print(f"{label:<24} {figures['count']:>8,} {figures['p50_us']:9.1f} "
               f"{figures['p99_us']:9.1f} {figures['p999_us']:9.1f} {figures['max_us']:10.1f}   "
               f"{verdict(figures['p50_us'] <= P50_GOAL_US)}")
+    counts = [(name, results[name]["records"], results[name]["records_planned"])
+              for name in LABELS] + [("e2e", e2e["received"], e2e["sent"])]
+    for name, moved, planned in counts:
+        if moved < planned:
+            print(f"WARNING: {name} moved only {moved:,} of {planned:,} records: its figures "
+                  f"cover those")
     busy = max(result["other_cores"] for result in results.values())
     print()
     print("others: cores other processes kept busy meanwhile (on average)"
