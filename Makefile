@@ -25,7 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python perf/bench_log.py
 	$(BIN)/python perf/bench_appender.py
-	$(BIN)/python perf/bench_data_plane.py
+	$(BIN)/python perf/bench_clients.py
 	$(BIN)/python perf/bench_spark.py
 
 clean:

@@ -235,7 +235,7 @@ def environment(directory: str) -> dict:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _system_busy_seconds() -> float:
+def system_busy_seconds() -> float:
     """CPU time all processes have used (every non-idle field of /proc/stat's cpu line,
     steal included: time the host gave our vCPUs to someone else)."""
     try:
@@ -254,13 +254,13 @@ class _Meter:
 
     def __init__(self):
         self._usage = resource.getrusage(resource.RUSAGE_SELF)
-        self._busy = _system_busy_seconds()
+        self._busy = system_busy_seconds()
         self._start = time.perf_counter()
 
     def stop(self) -> dict:
         wall = time.perf_counter() - self._start
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        busy = _system_busy_seconds() - self._busy
+        busy = system_busy_seconds() - self._busy
         own = (usage.ru_utime - self._usage.ru_utime) + (usage.ru_stime - self._usage.ru_stime)
         return {"seconds": wall, "cpu_seconds": own,
                 "system_seconds": usage.ru_stime - self._usage.ru_stime,

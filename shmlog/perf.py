@@ -1,6 +1,6 @@
 """Throughput and latency of the same-host path, like Kafka's perf tools.
 
-Used by ``shmlog perf produce|consume|e2e`` and by ``perf/bench_data_plane.py``.
+Used by ``shmlog perf produce|consume|e2e`` and by ``perf/bench_clients.py``.
 Nothing here prints: progress goes to an optional callback, results are returned.
 Every tool uses partition 0 of its topic; ``data_dir`` None means the default data
 directory, as for the clients.
