@@ -243,7 +243,6 @@ def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
                               status=int(code))
 
 
-
 class _Batch:
     """One partition's batch. While it gathers, ``send`` appends each record's fields
     to its columns; shipping encodes them in one call and keeps the records'

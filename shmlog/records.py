@@ -2,12 +2,14 @@
 
 Theory of operation
 -------------------
-Producers hand us records as Python objects or as numpy arrays. The wrapper
-:func:`encode_batch` gathers the key and value bytes into one buffer with a
-position and a length per field (a cheap, vectorised step), and the compiled
-kernel :func:`_encode_records` writes every record header and copies every field.
-zstd, when asked for, compresses the records region as one frame; the header and
-the CRC32C are written last.
+Producers hand us records as Python objects or as numpy arrays: a batch at once
+(:func:`encode_batch`), or the records ``Producer.send`` gathered one at a time,
+their fields already checked (:func:`encode_gathered`). Either way each field
+becomes a column - its bytes back to back and a byte length per record (-1: null),
+built at C speed (``b"".join``, ``map(len, ...)``) - and one compiled kernel,
+:func:`_encode_batch`, writes every record header, copies every field, and writes
+the batch header and its CRC32C. zstd, when asked for, compresses the records
+region as one frame and the header is written again around it.
 
 :func:`validate_batches` checks bytes that came from anywhere (a producer, a ring,
 a disk): structure, CRC, attributes and, record by record, that every length stays
@@ -40,8 +42,8 @@ from .jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, st
 
 __all__ = [
     "BatchStatus", "BatchInfo", "Record", "RecordColumns", "Compression",
-    "encode_batch", "check_timestamp", "validate_batches", "iter_batches", "decode_columns",
-    "decode_records",
+    "encode_batch", "encode_gathered", "check_headers", "check_timestamp", "validate_batches",
+    "iter_batches", "decode_columns", "decode_records",
 ]
 
 
