@@ -607,7 +607,7 @@ class Producer:
             room = size                 # linger.ms=0: send as soon as possible, as Kafka
         batch = route.batches[partition] = _Batch(self, topic, partition,
                                                   route.destinations[partition], room)
-        if self._linger_idle:
+        if self._linger_idle and self.linger_ms:
             self._linger_idle = False
             self._wake.notify()         # the linger thread waits for a batch
         self._pending[batch] = None
