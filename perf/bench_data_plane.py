@@ -8,16 +8,21 @@ and ``poll_batch`` catch-up consumption, and end-to-end latency p50/p99/p99.9 at
 process; producers and the latency consumer run in processes of their own.
 
 Expected on the 2-vCPU development VM (November 2026, memcpy ~17 GB/s): per-record
-send ~0.24 M/s, batch send ~3 M/s, per-record poll ~0.45 M/s, poll_batch ~40 M/s;
-e2e latency p50 ~75 us, p99 ~3 ms. The goals (``GOALS``; latency p50 <= 20 us, p99
-<= 100 us) are what the design aims for on a many-core host, where producer, broker
-and consumer each have a core of their own; on two cores they share, so a figure
-"below" its goal here is expected. What bounds them:
+send ~0.3-0.4 M/s (measured while other work shared the VM; the earlier send, a
+compiled call per record, measured 0.11-0.12 M/s then), batch send ~3 M/s,
+per-record poll ~0.45 M/s, poll_batch ~40 M/s; e2e latency p50 ~75 us, p99 ~3 ms.
+The goals (``GOALS``; latency p50 <= 20 us, p99 <= 100 us) are what the design aims
+for on a many-core host, where producer, broker and consumer each have a core of
+their own; on two cores they share, so a figure "below" its goal here is expected.
+What bounds them:
 
-* per-record ``send``: CPython. One call costs ~1.1 us of bytecode (checks, the
-  partition's batch, a future) plus ~0.6 us to dispatch the compiled encoder (numba
-  unboxes each argument), ~1.7 us with nothing else running; ~3 us while the
-  broker shares the machine.
+* per-record ``send``: CPython. There is no compiled call per record: a call costs
+  ~1 us of bytecode (of which, measured by taking each out: ~0.16 us the producer's
+  lock, ~0.16 us the future, ~0.08 us the type checks, ~0.06 us the clock), and
+  shipping a 16 KiB batch ~30 us, ~0.25 us per 100-byte record (lengths and
+  timestamps taken out of Python lists, one encoding call, the ring put): ~1.4 us
+  per record in a bare loop. ``perf.produce``'s loop (progress, a list of futures)
+  costs about as much again.
 * ``send_batch``: three CPU consumers on two cores - the producer encoding, the
   appender copying, the kernel zeroing the segment's fresh page-cache pages, which
   this VM does at 0.45-0.67 GB/s (see bench_log.py).
