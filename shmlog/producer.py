@@ -121,6 +121,7 @@ assert limits.BATCH_SIZE_MAX // B.RECORD_HEADER_LENGTH <= limits.BATCH_RECORD_CO
 _time_ns = time.time_ns
 _new = object.__new__
 _RECORD_HEADER_LENGTH = B.RECORD_HEADER_LENGTH
+_CACHED_KEY_SIZE_MAX = limits.PARTITIONER_CACHE_KEY_SIZE_MAX
 
 
 @kernel
@@ -166,7 +167,7 @@ def _cached_positive_hash(key: bytes) -> int:
 def partition_for_key(key: bytes, partitions: int) -> int:
     """Kafka's default: ``toPositive(murmur2(key)) % partitions``. A short key's hash
     is cached (a compiled call costs more than the hash); a long one's is computed."""
-    if type(key) is bytes and len(key) <= limits.PARTITIONER_CACHE_KEY_SIZE_MAX:
+    if type(key) is bytes and len(key) <= _CACHED_KEY_SIZE_MAX:
         return _cached_positive_hash(key) % partitions
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
@@ -562,6 +563,8 @@ class Producer:
             if type(partition) is not int or not 0 <= partition < route.partitions:
                 if partition is None and key is None and route.sticky >= 0:
                     partition = route.sticky
+                elif partition is None and key is not None and len(key) <= _CACHED_KEY_SIZE_MAX:
+                    partition = _cached_positive_hash(key) % route.partitions   # Kafka's rule
                 else:
                     partition = self._choose(route, topic, key, partition)
             batch = route.batches[partition]
