@@ -86,6 +86,13 @@ FETCH_SIZE_MAX = 2**31 - 1
 # a signed 64-bit delta per record: with the smallest timestamp -1 ("none"), the
 # largest whose delta still fits is 2**63 - 2.
 TIMESTAMP_MS_MAX = 2**63 - 2
+# A producer keeps the murmur2 hashes of recently sent keys, as a compiled hash costs
+# ~0.5 us per call to dispatch while a cached one ~0.1 us: applications send many
+# records per key (a user, a device). Only keys up to 64 bytes (ids, UUIDs as text) are
+# kept, and at most 4096 of them (least recently used go first): well under 1 MiB,
+# and a workload of ever-new keys costs one miss per send, no more memory.
+PARTITIONER_CACHE_KEYS_MAX = 4096
+PARTITIONER_CACHE_KEY_SIZE_MAX = 64
 
 # --- reading --------------------------------------------------------------------------
 # Default byte budget of one read (Kafka's max.partition.fetch.bytes default).

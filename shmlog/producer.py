@@ -2,30 +2,51 @@
 
 Theory of operation
 -------------------
-Records are gathered per partition into batches (Kafka's record accumulator):
-``send`` encodes each record straight into its partition's batch buffer, in
-compiled code. A batch ships - its header and CRC are sealed and it is put into
-this producer's ring, and the broker's doorbell is rung - when it reaches
-``batch_size`` bytes, when its oldest record has waited ``linger_ms`` (a
-background thread watches), or on :meth:`Producer.flush` / :meth:`Producer.close`.
-The broker's appender completes each ring entry with the batch's base offset (or
-an error code), which the producer reads from the ring's completion slots: no
-round trip, no syscall. A future's ``get()`` harvests them.
+Records are gathered per partition into batches (Kafka's record accumulator).
+``send`` runs once per record, so it is a handful of CPython operations and no
+compiled call: it checks the value's and key's types (``bytes`` as they are,
+other bytes-likes copied, None a null), checks headers when there are any, adds
+up the record's size (for max.message.bytes and ``batch_size``), reads the clock,
+and, under the producer's lock, appends the fields to the partition's gathering
+batch (a list of values and one of clock readings; keys and headers by record
+index, only for the records that have them) and returns a future that is the
+batch and the record's index in it. Per-record limits need no per-record check:
+``BATCH_RECORD_COUNT_MAX`` cannot be reached within ``BATCH_SIZE_MAX`` bytes.
+
+A batch ships - it is encoded in one compiled call from its columns (the values
+joined, their lengths taken in C), gets its header and CRC, is put into this
+producer's ring, and the broker's doorbell is rung - when the next record would
+take it past ``batch_size`` bytes, when its oldest record has waited ``linger_ms``
+(a background thread watches the gathering batches, oldest first), on
+:meth:`Producer.flush` / :meth:`Producer.close`, or when a future of it is asked
+for its result. The broker's appender completes each ring entry with the batch's
+base offset (or an error code), which the producer reads from the ring's
+completion slots: no round trip, no syscall. A future's ``get()`` harvests them.
+
+One lock (a plain ``threading.Lock``: nothing takes it twice) guards the gathering
+batches, the ring's producer side and the bookkeeping below, so ``send`` may be
+called from many threads; the linger thread takes it too.
+
+Every kernel this module runs is loaded (from numba's disk cache, or compiled) when
+a Producer is made, for the argument types a send, flush and get pass
+(:func:`warm_kernels`), so no record waits for a compiler.
 
 Keyed records go to ``murmur2(key) % partitions``, Kafka's default, so a key lands
-on the same partition number as with Kafka; unkeyed records stick to one partition
-until its batch ships, then move on (Kafka's sticky partitioner).
+on the same partition number as with Kafka (recent short keys' hashes are kept, in
+a cache bounded by ``limits.PARTITIONER_CACHE_KEYS_MAX``); unkeyed records stick
+to one partition until its batch ships, then move on (Kafka's sticky partitioner).
 
 Routes: every batch is put into the ring addressed to its partition's row in the
 broker's state table and to the partition's identity (topic key and number), both
 from the broker's metadata, cached per topic. The broker appends a batch only to
 the partition its identity names; a batch for a topic that was deleted (or deleted
 and created again: a new topic id) comes back ``UNKNOWN_PARTITION``, which fails
-its futures with :class:`UnknownTopicOrPartitionError` and drops the topic's cached
-metadata, so the next send reads it again (as does ``RECORD_TOO_LARGE``: the
-topic's max.message.bytes was lowered; and, as in Kafka, metadata older than
-``METADATA_MAX_AGE_S``). Internal topics (``__consumer_offsets``)
-are the broker's own: sending to one is refused here, as Kafka's broker does.
+its futures with :class:`UnknownTopicOrPartitionError`, fails the batches still
+gathering for the topic, and drops the topic's cached metadata, so the next send
+reads it again (as does ``RECORD_TOO_LARGE``: the topic's max.message.bytes was
+lowered; and, as in Kafka, metadata older than ``METADATA_MAX_AGE_S``). Internal
+topics (``__consumer_offsets``) are the broker's own: sending to one is refused
+here, as Kafka's broker does.
 
 Idempotence and refusals (KIP-360): batches carry the producer id, the producer's
 epoch and the partition's next sequence. A batch the broker refuses (too large,
@@ -43,6 +64,8 @@ appended twice.
 from __future__ import annotations
 
 import collections
+import functools
+import mmap
 import os
 import random
 import threading
@@ -54,6 +77,7 @@ import numpy as np
 
 from . import batch_layout as B
 from . import limits, settings
+from . import state_layout as S
 from .appender import SEQUENCE_MODULUS, CompletionCode
 from .broker import default_data_dir, request
 from .errors import (ClientClosedError, CorruptRecordError, InvalidProducerEpochError,
@@ -62,13 +86,14 @@ from .errors import (ClientClosedError, CorruptRecordError, InvalidProducerEpoch
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
 from .groups import INTERNAL_TOPICS
 from .jit import kernel
-from .records import (Compression, append_record, check_timestamp, encode_batch,
-                      encode_headers, restamp_batch, seal_batch)
+from .records import (Compression, check_headers, check_timestamp, encode_batch,
+                      encode_gathered, restamp_batch)
 from .ring import Destination, Ring
-from .ring_layout import check_capacity
+from .ring_layout import CAPACITY_MIN, DATA_OFFSET, check_capacity
 from .state import PartitionStateTable, topic_key
 
-__all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata", "murmur2"]
+__all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata", "murmur2",
+           "warm_kernels"]
 
 # Kafka's defaults: batch.size 16 KiB, linger.ms 5 (since Kafka 4.0), max.block.ms 60 s.
 BATCH_SIZE_DEFAULT = 16384
@@ -86,6 +111,17 @@ RESUME_REQUEST_MS = 200
 # Kafka's metadata.max.age.ms default: a topic's cached metadata (its rows, its
 # max.message.bytes) is read again at the first batch after this long.
 METADATA_MAX_AGE_S = 300.0
+
+# A batch never grows past BATCH_SIZE_MAX bytes and a record takes at least its
+# header, so no batch can hold more records than a batch may count: send needs no
+# per-record count check.
+assert limits.BATCH_SIZE_MAX // B.RECORD_HEADER_LENGTH <= limits.BATCH_RECORD_COUNT_MAX
+
+# Looked up once: send runs per record, and a global name is cheaper than an attribute.
+_time_ns = time.time_ns
+_new = object.__new__
+_RECORD_HEADER_LENGTH = B.RECORD_HEADER_LENGTH
+_CACHED_KEY_SIZE_MAX = limits.PARTITIONER_CACHE_KEY_SIZE_MAX
 
 
 @kernel
@@ -123,9 +159,54 @@ def murmur2(data: bytes) -> int:
     return hash_value - (1 << 32) if hash_value & 0x80000000 else hash_value
 
 
+@functools.lru_cache(maxsize=limits.PARTITIONER_CACHE_KEYS_MAX)
+def _cached_positive_hash(key: bytes) -> int:
+    return int(_murmur2(key)) & 0x7FFFFFFF
+
+
 def partition_for_key(key: bytes, partitions: int) -> int:
-    """Kafka's default: ``toPositive(murmur2(key)) % partitions``."""
+    """Kafka's default: ``toPositive(murmur2(key)) % partitions``. A short key's hash
+    is cached (a compiled call costs more than the hash); a long one's is computed."""
+    if type(key) is bytes and len(key) <= _CACHED_KEY_SIZE_MAX:
+        return _cached_positive_hash(key) % partitions
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@kernel
+def _stamps_to_ms(stamps):
+    """In place, each send's clock reading as its timestamp in milliseconds: a
+    ``time.time_ns()`` (>= 0), or ``-2 - timestamp_ms`` (<= -1) for a timestamp the
+    caller gave (``[-1, TIMESTAMP_MS_MAX]`` maps onto the negative int64s). Dividing
+    here, once per batch, saves a Python division per send."""
+    for index in range(stamps.size):
+        stamp = stamps[index]
+        stamps[index] = stamp // 1_000_000 if stamp >= 0 else -2 - stamp
+
+
+def warm_kernels() -> None:
+    """Compile, or load from numba's disk cache, every kernel that ``send``,
+    ``send_batch``, ``flush`` and a future's ``get`` run, for the argument types they
+    run with (batches are encoded from read-only byte buffers into fresh arrays; the
+    ring and the state table are mappings), so that no send compiles. Idempotent; a
+    few ms once they are loaded."""
+    stamps = np.array([0, -2 - 1_000], np.int64)
+    _stamps_to_ms(stamps)
+    murmur2(b"")
+    _cached_positive_hash(b"")
+    identity = {"producer_id": 0, "producer_epoch": 0, "base_sequence": 0}
+    for compression in Compression:
+        encoded = encode_gathered([b"v", None], {0: b"k"}, {1: ((b"h", None),)}, stamps,
+                                  compression=compression, **identity)
+        restamp_batch(encoded, **identity)
+    encode_batch([b"v"], **identity)
+    memory = mmap.mmap(-1, DATA_OFFSET + CAPACITY_MIN)
+    ring = Ring("warm-up", memory, owner=True)
+    ring.result(ring.put(Destination(0, 1, 0), encoded, timeout_ms=0))
+    ring.close()
+    table = PartitionStateTable("warm-up", mmap.mmap(-1, S.ROWS_OFFSET + S.ROW_SIZE),
+                                owner=False)
+    table.appender_doorbell.ring()               # no sleepers: no syscall
+    table.close()
 
 
 class RecordMetadata(NamedTuple):
@@ -164,24 +245,30 @@ def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
 
 
 class _Batch:
-    """One partition's batch: ``send`` encodes records into ``buffer`` as they come
-    (compiled, one call per record), so shipping only seals the header."""
+    """One partition's batch. While it gathers, ``send`` appends each record's fields
+    to its columns; shipping encodes them in one call and keeps the records'
+    timestamps (milliseconds) in ``timestamps`` for their futures."""
 
-    __slots__ = ("topic", "partition", "destination", "buffer", "position", "count",
-                 "first_timestamp", "max_timestamp", "started", "entry", "result", "error",
-                 "log_append_time", "encoded")
+    __slots__ = ("producer", "topic", "partition", "destination", "values", "keys",
+                 "headers", "stamps", "room", "started", "count", "timestamps",
+                 "first_timestamp", "entry", "encoded", "log_append_time", "result", "error")
 
-    def __init__(self, topic: str, partition: int, destination: Destination,
-                 capacity: int = 0):
+    def __init__(self, producer: "Producer", topic: str, partition: int,
+                 destination: Destination, room: int = 0):
+        self.producer = producer
         self.topic, self.partition, self.destination = topic, partition, destination
-        self.buffer = np.empty(capacity, np.uint8) if capacity else None
-        self.position = B.HEADER_LENGTH
-        self.count = 0
-        self.first_timestamp = self.max_timestamp = B.NO_TIMESTAMP
+        self.values: list | None = []          # bytes or None, one per record
+        self.keys: dict | None = {}            # record index -> key, for keyed records
+        self.headers: dict | None = {}         # record index -> checked headers
+        self.stamps: list | None = []          # one clock reading per record (_stamps_to_ms)
+        self.room = room                       # bytes the records may still take
         self.started = time.monotonic()
+        self.count = 0
+        self.timestamps: np.ndarray | None = None
+        self.first_timestamp = B.NO_TIMESTAMP
         self.entry = -1
-        self.log_append_time = -1             # the broker's, for LogAppendTime topics
         self.encoded: np.ndarray | None = None  # while in flight, to send it again
+        self.log_append_time = -1             # the broker's, for LogAppendTime topics
         self.result: BatchMetadata | None = None
         self.error: ShmlogError | None = None
 
@@ -189,40 +276,59 @@ class _Batch:
     def done(self) -> bool:
         return self.result is not None or self.error is not None
 
+    def drop_columns(self) -> None:
+        self.values = self.keys = self.headers = self.stamps = None
 
-class _Route(NamedTuple):
+
+class _Route:
     """What ``send`` needs of a topic: where each partition's batches go (by
-    partition number) and the largest batch."""
-    destinations: list
-    limit: int                 # min(max.message.bytes, segment.bytes)
-    read_at: float             # time.monotonic() when the metadata was read
+    partition number), the largest batch and record, the batches gathering for it
+    (a list by partition, None where none is, shared by every route to the topic) and
+    the sticky partition (-1: choose one)."""
+
+    __slots__ = ("destinations", "partitions", "limit", "record_size_max", "read_at",
+                 "batches", "sticky")
+
+    def __init__(self, destinations: list, limit: int, batches: list):
+        self.destinations = destinations
+        self.partitions = len(destinations)
+        self.limit = limit                     # min(max.message.bytes, segment.bytes)
+        self.record_size_max = limit - B.HEADER_LENGTH
+        self.read_at = time.monotonic()        # when the metadata was read
+        self.batches = batches
+        self.sticky = -1
 
 
-def _field(field, what: str) -> tuple[bytes, int]:
-    """A key or value as (bytes, length), length -1 for None."""
-    if type(field) is bytes:
-        return field, len(field)
-    if field is None:
-        return b"", B.NULL_LENGTH
-    if isinstance(field, (bytearray, memoryview)):
-        data = memoryview(field).tobytes()
-        return data, len(data)
+def _as_bytes(field, what: str) -> bytes:
+    """A key or value given as another bytes-like object, copied (the caller may reuse
+    its buffer before the batch ships)."""
+    if isinstance(field, (bytes, bytearray, memoryview)):
+        return memoryview(field).tobytes()
     raise LocalProtocolError(f"{what} must be bytes (or None), got {type(field).__name__}; "
                              f"encode it first")
 
 
 class FutureRecordMetadata:
     """What ``send`` returns: ``get()`` gives the record's :class:`RecordMetadata`
-    once the broker has appended it, or raises the error it reported."""
+    once the broker has appended it, or raises the error it reported. It is only its
+    batch and its index there (``send`` makes one per record)."""
 
-    __slots__ = ("_producer", "_batch", "_index", "_timestamp")
-
-    def __init__(self, producer: "Producer", batch: _Batch, index: int, timestamp: int):
-        self._producer, self._batch, self._index = producer, batch, index
-        self._timestamp = timestamp            # the record's own (CreateTime)
+    __slots__ = ("_batch", "_index")
 
     def done(self) -> bool:
-        return self._producer._settle(self._batch, wait_s=0)
+        """Whether the result is known (a gathering batch is shipped, as ``get`` does)."""
+        batch = self._batch
+        return batch.done or batch.producer._settle(batch, wait_s=0)
+
+    def _wait(self, timeout: float | None) -> _Batch:
+        batch = self._batch
+        if batch.result is None:
+            if not batch.producer._settle(batch, wait_s=timeout):
+                raise ShmlogError(f"no acknowledgement for {batch.topic}-{batch.partition} "
+                                  f"within {timeout} s")
+            if batch.error is not None:
+                raise batch.error
+        return batch
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait up to ``timeout`` seconds (forever when None).
@@ -232,16 +338,13 @@ class FutureRecordMetadata:
         ShmlogError
             The timeout passed (the batch is still in flight), or the broker refused it.
         """
-        if not self._producer._settle(self._batch, wait_s=timeout):
-            raise ShmlogError(f"no acknowledgement for {self._batch.topic}-"
-                              f"{self._batch.partition} within {timeout} s")
-        if self._batch.error is not None:
-            raise self._batch.error
-        result = self._batch.result
+        batch = self._wait(timeout)
+        result = batch.result
         offset = result.base_offset + self._index if result.base_offset >= 0 else -1
-        timestamp = self._batch.log_append_time
-        return RecordMetadata(result.topic, result.partition, offset,
-                              timestamp if timestamp >= 0 else self._timestamp)
+        timestamp = batch.log_append_time
+        if timestamp < 0:
+            timestamp = int(batch.timestamps[self._index])    # the record's own (CreateTime)
+        return RecordMetadata(result.topic, result.partition, offset, timestamp)
 
 
 class FutureBatchMetadata(FutureRecordMetadata):
@@ -249,9 +352,11 @@ class FutureBatchMetadata(FutureRecordMetadata):
 
     __slots__ = ()
 
+    def __init__(self, batch: _Batch):
+        self._batch, self._index = batch, 0
+
     def get(self, timeout: float | None = None) -> BatchMetadata:
-        super().get(timeout)
-        return self._batch.result
+        return self._wait(timeout).result
 
 
 class Producer:
@@ -317,7 +422,10 @@ class Producer:
         self.producer_epoch = registration["producer_epoch"] if idempotent else -1
         self._sequences: dict[tuple[str, int], int] = {}
         self._epochs: dict[tuple[str, int], int] = {}     # the epoch the sequences run under
-        self._pending: dict[tuple[str, int], _Batch] = {}
+        # Gathering batches: by topic, a list by partition (what send looks up), and
+        # all of them oldest first (what the linger thread and flush walk).
+        self._gathering: dict[str, list[_Batch | None]] = {}
+        self._pending: dict[_Batch, None] = {}
         # By entry number, oldest first (entries complete in order).
         self._in_flight: collections.OrderedDict[int, _Batch] = collections.OrderedDict()
         self._in_flight_counts: dict[tuple[str, int], int] = {}   # idempotent batches
@@ -325,10 +433,11 @@ class Producer:
         # Partitions whose sequence a refused batch broke: the batches it kept out,
         # to send again under a new epoch once nothing of the partition is in flight.
         self._resend: dict[tuple[str, int], list[_Batch]] = {}
-        self._sticky: dict[str, int] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._closed = False
+        self._linger_idle = False         # the linger thread waits for a first batch
+        warm_kernels()
         self._linger = threading.Thread(target=self._linger_loop, name="shmlog-linger",
                                         daemon=True)
         self._linger.start()
@@ -353,6 +462,10 @@ class Producer:
             self._topics.pop(topic, None)
 
     def _route(self, topic: str) -> _Route:
+        """The topic's route, read from the broker's metadata when not cached (lock
+        held). The only way into ``_routes``: once closed, nothing is sent."""
+        if self._closed:
+            raise ClientClosedError("the producer is closed; create a new one")
         self._expire_route(topic)
         route = self._routes.get(topic)
         if route is None:
@@ -361,11 +474,16 @@ class Producer:
                                         f"broker writes it (commit offsets through a Consumer)")
             metadata = self._topic(topic)
             key = topic_key(metadata["topic_id"])
-            route = self._routes[topic] = _Route(
-                [Destination(entry["row"], key, entry["partition"])
-                 for entry in metadata["partitions"]],
-                min(metadata["config"]["max.message.bytes"], metadata["config"]["segment.bytes"]),
-                time.monotonic())
+            destinations = [Destination(entry["row"], key, entry["partition"])
+                            for entry in metadata["partitions"]]
+            batches = self._gathering.setdefault(topic, [])
+            batches += [None] * (len(destinations) - len(batches))
+            limit = min(metadata["config"]["max.message.bytes"],
+                        metadata["config"]["segment.bytes"])
+            for batch in batches:
+                if batch is not None:   # started under an older, maybe larger, limit
+                    batch.room = min(batch.room, limit - B.HEADER_LENGTH)
+            route = self._routes[topic] = _Route(destinations, limit, batches)
         return route
 
     def _forget_topic(self, topic: str) -> None:
@@ -374,36 +492,37 @@ class Producer:
         gathering for it; a topic created again under the name starts afresh."""
         self._topics.pop(topic, None)
         self._routes.pop(topic, None)
-        self._sticky.pop(topic, None)
         for known in (self._sequences, self._epochs):
             for key in [key for key in known if key[0] == topic]:
                 del known[key]
         failed = [batch for key in [key for key in self._resend if key[0] == topic]
                   for batch in self._resend.pop(key)]
-        for key, batch in [item for item in self._pending.items() if item[0][0] == topic]:
-            del self._pending[key]
-            failed.append(batch)
+        for batch in self._gathering.pop(topic, []):
+            if batch is not None:
+                del self._pending[batch]
+                failed.append(batch)
         for batch in failed:
-            batch.buffer = batch.encoded = None
+            batch.drop_columns()
+            batch.encoded = None
             batch.error = _completion_error(CompletionCode.UNKNOWN_PARTITION, batch.topic,
                                             batch.partition)
 
     def partitions_for(self, topic: str) -> list[int]:
         return [entry["partition"] for entry in self._topic(topic)["partitions"]]
 
-    def _choose(self, topic: str, partitions: int, key, partition) -> int:
+    def _choose(self, route: _Route, topic: str, key, partition) -> int:
         if partition is not None:
             if isinstance(partition, bool) or not isinstance(partition, int) or \
-                    not 0 <= partition < partitions:
+                    not 0 <= partition < route.partitions:
                 raise UnknownTopicOrPartitionError(
-                    f"topic {topic!r} has partitions 0..{partitions - 1}, not {partition!r}")
-            return partition
+                    f"topic {topic!r} has partitions 0..{route.partitions - 1}, "
+                    f"not {partition!r}")
+            return int(partition)
         if key is not None:
-            return partition_for_key(key, partitions)
-        partition = self._sticky.get(topic)
-        if partition is None or partition >= partitions:
-            partition = self._sticky[topic] = random.randrange(partitions)
-        return partition
+            return partition_for_key(key, route.partitions)
+        if route.sticky < 0:
+            route.sticky = random.randrange(route.partitions)
+        return route.sticky
 
     # -- sending -----------------------------------------------------------------
     def send(self, topic: str, value, key=None, headers=None, partition: int | None = None,
@@ -419,60 +538,89 @@ class Producer:
         UnknownTopicOrPartitionError
         InvalidTopicError
             ``topic`` is internal (``__consumer_offsets``).
+        ClientClosedError
         """
-        # The common cases first: this runs once per record.
-        route = self._routes.get(topic) or self._route(topic)
+        # Once per record: the common cases first, nothing compiled (see the module's
+        # theory of operation); the record is encoded with its batch in _ship.
         if type(value) is bytes:
-            value_length = len(value)
+            size = _RECORD_HEADER_LENGTH + len(value)
+        elif value is None:
+            size = _RECORD_HEADER_LENGTH
         else:
-            value, value_length = _field(value, "value")
-        if key is None:
-            key, key_length = b"", B.NULL_LENGTH
-        else:
-            key, key_length = _field(key, "key")
-        header_count, header_bytes = encode_headers(headers) if headers else (0, b"")
-        size = B.RECORD_HEADER_LENGTH + len(value) + len(key) + len(header_bytes)
-        if size + B.HEADER_LENGTH > route.limit:
+            value = _as_bytes(value, "value")
+            size = _RECORD_HEADER_LENGTH + len(value)
+        if key is not None:
+            if type(key) is not bytes:
+                key = _as_bytes(key, "key")
+            size += len(key)
+        if headers:
+            headers, headers_size = check_headers(headers)
+            size += headers_size
+        stamp = _time_ns() if timestamp_ms is None else -2 - check_timestamp(timestamp_ms)
+        self._lock.acquire()
+        try:
+            route = self._routes.get(topic) or self._route(topic)
+            if type(partition) is not int or not 0 <= partition < route.partitions:
+                if partition is None and key is None and route.sticky >= 0:
+                    partition = route.sticky
+                elif partition is None and key is not None and len(key) <= _CACHED_KEY_SIZE_MAX:
+                    partition = _cached_positive_hash(key) % route.partitions   # Kafka's rule
+                else:
+                    partition = self._choose(route, topic, key, partition)
+            batch = route.batches[partition]
+            if batch is None or batch.room < size:     # a batch's room is within the limit
+                batch = self._start_batch(route, topic, partition, size)
+            batch.room -= size
+            index = len(batch.values)
+            batch.values.append(value)
+            batch.stamps.append(stamp)
+            if key is not None:
+                batch.keys[index] = key
+            if headers:
+                batch.headers[index] = headers
+            future = _new(FutureRecordMetadata)
+            future._batch = batch
+            future._index = index
+            if batch.room < _RECORD_HEADER_LENGTH:
+                self._ship(batch)                 # no record fits any more
+            return future
+        finally:
+            self._lock.release()
+
+    def _start_batch(self, route: _Route, topic: str, partition: int, size: int) -> _Batch:
+        """A new gathering batch for a record of ``size`` bytes, after shipping the
+        partition's one it does not fit (lock held).
+
+        Raises
+        ------
+        RecordTooLargeError
+            The record alone exceeds the topic's max.message.bytes.
+        """
+        if size > route.record_size_max:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s "
                                       f"max.message.bytes ({route.limit})")
-        if timestamp_ms is None:
-            timestamp = time.time_ns() // 1_000_000
+        full = route.batches[partition]
+        if full is not None:
+            self._ship(full)
+        if self.linger_ms:
+            # A batch never grows past what the topic accepts, whatever batch_size says;
+            # a record larger than batch_size gets a batch of its own.
+            room = max(min(self.batch_size, route.limit) - B.HEADER_LENGTH, size)
         else:
-            timestamp = check_timestamp(timestamp_ms)
-        with self._lock:
-            self._check_open()
-            if type(partition) is not int or not 0 <= partition < len(route.destinations):
-                partition = self._choose(topic, len(route.destinations),
-                                         key if key_length >= 0 else None, partition)
-            batch = self._pending.get((topic, partition))
-            if batch is not None and (batch.position + size > len(batch.buffer)
-                                      or batch.count == limits.BATCH_RECORD_COUNT_MAX):
-                self._ship(batch)
-                batch = None
-            if batch is None:
-                # A batch never grows past what the topic accepts, whatever batch_size
-                # says; a record larger than batch_size gets a batch of its own.
-                capacity = max(min(self.batch_size, route.limit), B.HEADER_LENGTH + size)
-                batch = self._pending[(topic, partition)] = _Batch(
-                    topic, partition, route.destinations[partition], capacity)
-                if self.linger_ms and len(self._pending) == 1:
-                    self._wake.notify()                # the linger thread waits for one
-                batch.first_timestamp = batch.max_timestamp = timestamp
-            elif timestamp > batch.max_timestamp:
-                batch.max_timestamp = timestamp
-            batch.position = append_record(batch.buffer, batch.position, batch.count,
-                                           timestamp - batch.first_timestamp, key, key_length,
-                                           value, value_length, header_count, header_bytes)
-            future = FutureRecordMetadata(self, batch, batch.count, timestamp)
-            batch.count += 1
-            if self.linger_ms == 0 or batch.position + B.RECORD_HEADER_LENGTH > len(batch.buffer):
-                self._ship(batch)        # linger.ms=0: send as soon as possible, as Kafka
-            return future
+            room = size                 # linger.ms=0: send as soon as possible, as Kafka
+        batch = route.batches[partition] = _Batch(self, topic, partition,
+                                                  route.destinations[partition], room)
+        if self._linger_idle and self.linger_ms:
+            self._linger_idle = False
+            self._wake.notify()         # the linger thread waits for a batch
+        self._pending[batch] = None
+        return batch
 
     def batch_bytes_max(self, topic: str) -> int:
         """The largest batch the topic takes (its max.message.bytes, and no more than
         a segment): what one ``send_batch`` may encode to."""
-        return self._route(topic).limit
+        with self._lock:
+            return self._route(topic).limit
 
     def send_batch(self, topic: str, values, keys=None, partition: int | None = None,
                    timestamp_ms: int | None = None, headers=None) -> FutureBatchMetadata:
@@ -491,10 +639,9 @@ class Producer:
         elif keys is not None and len(keys) and keys[0] is not None:
             first_key = bytes(keys[0])
         with self._lock:
-            self._check_open()
             route = self._route(topic)
             sticky = partition is None and first_key is None
-            partition = self._choose(topic, len(route.destinations), first_key, partition)
+            partition = self._choose(route, topic, first_key, partition)
             count = values.shape[0] if isinstance(values, np.ndarray) else len(values)
             encoded = encode_batch(values, keys, headers, timestamp_ms=timestamp_ms,
                                    compression=self.compression,
@@ -503,27 +650,29 @@ class Producer:
                 raise RecordTooLargeError(f"a batch of {encoded.size} bytes exceeds {topic}'s "
                                           f"max.message.bytes ({route.limit}); send fewer "
                                           f"records")
-            batch = _Batch(topic, partition, route.destinations[partition])
+            batch = _Batch(self, topic, partition, route.destinations[partition])
+            batch.drop_columns()
             batch.first_timestamp = int(
                 encoded[B.FIRST_TIMESTAMP_OFFSET:B.FIRST_TIMESTAMP_OFFSET + 8].view("<i8")[0])
             self._put(batch, encoded, count)
             if sticky:
-                self._sticky.pop(topic, None)        # the next unkeyed batch moves on
+                route.sticky = -1                    # the next unkeyed batch moves on
             if self._retained_bytes > self.ring.capacity:
                 self._harvest()                      # results unread keep batches' bytes
-            return FutureBatchMetadata(self, batch, 0, batch.first_timestamp)
+            return FutureBatchMetadata(batch)
 
     def _ship(self, batch: _Batch) -> None:
-        """Encode a gathered batch and put it into the ring (lock held)."""
-        del self._pending[(batch.topic, batch.partition)]
-        if self._sticky.get(batch.topic) == batch.partition:
-            del self._sticky[batch.topic]             # the next unkeyed batch moves on
+        """Encode a gathering batch and put it into the ring (lock held)."""
+        del self._pending[batch]
+        gathering = self._gathering[batch.topic]
+        if gathering[batch.partition] is batch:
+            gathering[batch.partition] = None
+        route = self._routes.get(batch.topic)
+        if route is not None and route.sticky == batch.partition:
+            route.sticky = -1                         # the next unkeyed batch moves on
         self._expire_route(batch.topic)               # once per batch, not per send
-        encoded = seal_batch(batch.buffer[:batch.position], batch.count, batch.first_timestamp,
-                             batch.max_timestamp, compression=self.compression,
-                             **self._identity(batch.topic, batch.partition))
-        batch.buffer = None
         try:
+            encoded = self._encode(batch)
             self._put(batch, encoded, batch.count)
         except ShmlogError as error:                  # the ring stayed full: its futures fail
             batch.error = error
@@ -531,12 +680,26 @@ class Producer:
         if self._retained_bytes > self.ring.capacity:
             self._harvest()                           # results unread keep batches' bytes
 
+    def _encode(self, batch: _Batch) -> np.ndarray:
+        """The gathered records as one batch, in one compiled call (lock held)."""
+        batch.count = len(batch.values)
+        timestamps = np.fromiter(batch.stamps, np.int64, batch.count)
+        _stamps_to_ms(timestamps)
+        batch.timestamps = timestamps
+        batch.first_timestamp = int(timestamps[0])
+        encoded = encode_gathered(batch.values, batch.keys, batch.headers, timestamps,
+                                  compression=self.compression,
+                                  **self._identity(batch.topic, batch.partition))
+        batch.drop_columns()
+        return encoded
+
     def _identity(self, topic: str, partition: int) -> dict:
         """Producer id, epoch and the next batch's first sequence (lock held). The
         sequence moves on only once the batch is in the ring (``_put``): a batch
         refused before that leaves no gap the broker would take for a lost one."""
         if self.producer_id < 0:
-            return {}
+            return {"producer_id": B.NO_PRODUCER_ID, "producer_epoch": B.NO_PRODUCER_EPOCH,
+                    "base_sequence": B.NO_SEQUENCE}
         key = (topic, partition)
         epoch = self._epochs.setdefault(key, self.producer_epoch)
         if epoch != self.producer_epoch and not self._in_flight_counts.get(key):
@@ -653,7 +816,7 @@ class Producer:
         the ring still holds (its sequences keep that from appending anything twice)."""
         deadline = None if wait_s is None else time.monotonic() + wait_s
         with self._lock:
-            if batch.entry < 0 and self._pending.get((batch.topic, batch.partition)) is batch:
+            if batch in self._pending:
                 self._ship(batch)
         next_resume = time.monotonic() + RESUME_AFTER_S
         while True:
@@ -701,7 +864,7 @@ class Producer:
             ``timeout`` seconds passed with batches still in flight.
         """
         with self._lock:
-            for batch in list(self._pending.values()):
+            for batch in list(self._pending):
                 self._ship(batch)
             # Batches waiting to be sent again go back in flight before they are done.
             waiting = list(self._in_flight.values()) + [
@@ -714,26 +877,28 @@ class Producer:
 
     def _linger_loop(self) -> None:
         """Ship batches whose oldest record has waited linger_ms."""
+        linger_s = self.linger_ms / 1000
         with self._lock:
             while not self._closed:
                 if not self._pending:
+                    # Woken by the next batch. Waiting for a batch's linger instead, it
+                    # is not woken: later batches are younger, it looks again in time.
+                    self._linger_idle = True
                     self._wake.wait()
                     continue
-                oldest = min(batch.started for batch in self._pending.values())
-                wait = oldest + self.linger_ms / 1000 - time.monotonic()
+                # Gathering batches are in the order they started: the first is the oldest.
+                wait = next(iter(self._pending)).started + linger_s - time.monotonic()
                 if wait > 0:
                     self._wake.wait(wait)
                     continue
-                for batch in list(self._pending.values()):
-                    if time.monotonic() - batch.started >= self.linger_ms / 1000:
-                        try:
-                            self._ship(batch)
-                        except ShmlogError as error:      # a full ring past max.block.ms
-                            batch.error = error
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClientClosedError("the producer is closed; create a new one")
+                now = time.monotonic()
+                for batch in list(self._pending):
+                    if now - batch.started < linger_s:
+                        break
+                    try:
+                        self._ship(batch)
+                    except ShmlogError as error:      # a full ring past max.block.ms
+                        batch.error = error
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then leave the broker and remove the ring."""
@@ -744,6 +909,13 @@ class Producer:
         finally:
             with self._lock:
                 self._closed = True
+                self._routes = {}       # send finds no route, and _route refuses
+                for batch in list(self._pending):    # flush timed out, or a send raced it
+                    del self._pending[batch]
+                    batch.drop_columns()
+                    batch.error = ClientClosedError("the producer was closed before this "
+                                                    "record was sent")
+                self._gathering = {}
                 self._wake.notify_all()
             self._linger.join(timeout=5)
             try:

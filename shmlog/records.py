@@ -2,12 +2,14 @@
 
 Theory of operation
 -------------------
-Producers hand us records as Python objects or as numpy arrays. The wrapper
-:func:`encode_batch` gathers the key and value bytes into one buffer with a
-position and a length per field (a cheap, vectorised step), and the compiled
-kernel :func:`_encode_records` writes every record header and copies every field.
-zstd, when asked for, compresses the records region as one frame; the header and
-the CRC32C are written last.
+Producers hand us records as Python objects or as numpy arrays: a batch at once
+(:func:`encode_batch`), or the records ``Producer.send`` gathered one at a time,
+their fields already checked (:func:`encode_gathered`). Either way each field
+becomes a column - its bytes back to back and a byte length per record (-1: null),
+built at C speed (``b"".join``, ``map(len, ...)``) - and one compiled kernel,
+:func:`_encode_batch`, writes every record header, copies every field, and writes
+the batch header and its CRC32C. zstd, when asked for, compresses the records
+region as one frame and the header is written again around it.
 
 :func:`validate_batches` checks bytes that came from anywhere (a producer, a ring,
 a disk): structure, CRC, attributes and, record by record, that every length stays
@@ -38,7 +40,7 @@ import itertools
 import operator
 import struct
 import time
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import zstandard
@@ -52,8 +54,8 @@ from .jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, st
 
 __all__ = [
     "BatchStatus", "BatchInfo", "Record", "RecordColumns", "Compression",
-    "encode_batch", "check_timestamp", "validate_batches", "iter_batches", "decode_columns",
-    "decode_records", "warm_decoding",
+    "encode_batch", "encode_gathered", "check_headers", "check_timestamp", "validate_batches",
+    "iter_batches", "decode_columns", "decode_records", "warm_decoding",
 ]
 
 
@@ -251,57 +253,6 @@ def _walk_batches(buffer, start, end, check_crc, check_records, positions):
 # --- encoding -------------------------------------------------------------------------
 
 @kernel
-def _write_record_start(out, position, offset_delta, timestamp_delta, keys, key_position,
-                        key_length, values, value_position, value_length, header_count):
-    """Write a record's header, key and value at ``position`` (its header entries
-    follow; the caller stores its length last). Returns where the entries go."""
-    store_u32(out, position + L.OFFSET_DELTA_OFFSET, offset_delta)
-    store_i64(out, position + L.TIMESTAMP_DELTA_OFFSET, timestamp_delta)
-    store_i32(out, position + L.KEY_LENGTH_OFFSET, key_length)
-    store_i32(out, position + L.VALUE_LENGTH_OFFSET, value_length)
-    store_u32(out, position + L.HEADER_COUNT_OFFSET, header_count)
-    end = position + L.RECORD_HEADER_LENGTH
-    if key_length > 0:
-        copy_bytes(out, end, keys, key_position, key_length)
-        end += key_length
-    if value_length > 0:
-        copy_bytes(out, end, values, value_position, value_length)
-        end += value_length
-    return end
-
-
-@kernel
-def _encode_records(out, position, data, key_positions, key_lengths, value_positions,
-                    value_lengths, timestamp_deltas, header_counts, header_key_positions,
-                    header_key_lengths, header_value_positions, header_value_lengths):
-    """Write records into ``out`` from ``position``; return the end position."""
-    header = 0
-    for index in range(key_lengths.size):
-        record_start = position
-        position = _write_record_start(out, position, index, timestamp_deltas[index], data,
-                                       key_positions[index], key_lengths[index], data,
-                                       value_positions[index], value_lengths[index],
-                                       header_counts[index])
-        for _ in range(header_counts[index]):
-            header_key_length = header_key_lengths[header]
-            header_value_length = header_value_lengths[header]
-            store_u32(out, position + L.HEADER_KEY_LENGTH_OFFSET, header_key_length)
-            store_i32(out, position + L.HEADER_VALUE_LENGTH_OFFSET, header_value_length)
-            position += L.HEADER_ENTRY_LENGTH
-            source = header_key_positions[header]
-            out[position:position + header_key_length] = data[source:source + header_key_length]
-            position += header_key_length
-            if header_value_length > 0:
-                source = header_value_positions[header]
-                out[position:position + header_value_length] = \
-                    data[source:source + header_value_length]
-                position += header_value_length
-            header += 1
-        store_u32(out, record_start + L.RECORD_LENGTH_OFFSET, position - record_start)
-    return position
-
-
-@kernel
 def _write_header(out, length, attributes, record_count, first_timestamp, max_timestamp,
                   producer_id, producer_epoch, base_sequence):
     store_u32(out, L.BATCH_LENGTH_OFFSET, length)
@@ -322,22 +273,95 @@ def _write_header(out, length, attributes, record_count, first_timestamp, max_ti
 
 
 @kernel
-def append_record(out, position, offset_delta, timestamp_delta, key, key_length, value,
-                  value_length, header_count, headers):
-    """Write one record at ``position`` of a batch being built; return its end.
-    ``key``/``value`` are bytes (length -1: null); ``headers`` the record's header
-    entries already encoded (:func:`encode_headers`). The caller checks the room."""
-    end = _write_record_start(out, position, offset_delta, timestamp_delta, key, 0, key_length,
-                              value, 0, value_length, header_count)
-    if len(headers) > 0:
-        copy_bytes(out, end, headers, 0, len(headers))
-        end += len(headers)
-    store_u32(out, position + L.RECORD_LENGTH_OFFSET, end - position)
-    return end
+def _write_headers(out, position, count, headers, header_at, name_lengths, value_lengths,
+                   header):
+    """Write ``count`` header entries at ``position``, from entry ``header`` of the
+    length columns and byte ``header_at`` of ``headers``. Returns (end, the next
+    entry, the next byte), or end -1 when an entry runs past its buffer."""
+    for _ in range(count):
+        if header >= name_lengths.size:
+            return -1, header, header_at
+        name_length = name_lengths[header]
+        value_length = value_lengths[header]
+        size = name_length + max(value_length, 0)
+        if name_length < 0 or header_at + size > headers.size or \
+                position + L.HEADER_ENTRY_LENGTH + size > out.size:
+            return -1, header, header_at
+        store_u32(out, position + L.HEADER_KEY_LENGTH_OFFSET, name_length)
+        store_i32(out, position + L.HEADER_VALUE_LENGTH_OFFSET, value_length)
+        position += L.HEADER_ENTRY_LENGTH
+        copy_bytes(out, position, headers, header_at, size)
+        position += size
+        header_at += size
+        header += 1
+    return position, header, header_at
 
 
-def encode_headers(headers) -> tuple[int, bytes]:
-    """A record's headers as (count, encoded entries), for :func:`append_record`.
+@kernel
+def _encode_batch(out, values, value_lengths, keys, key_lengths, timestamps, header_counts,
+                  headers, header_name_lengths, header_value_lengths, attributes, producer_id,
+                  producer_epoch, base_sequence):
+    """Write a whole batch into ``out``, which is sized for it exactly: the records
+    from ``RECORDS_OFFSET``, then the header and its CRC.
+
+    Record ``i``'s value is the next ``value_lengths[i]`` bytes of ``values`` (-1:
+    null, no bytes); its key likewise from ``keys`` (``key_lengths`` empty: every key
+    null); its timestamp ``timestamps[i]`` (stored relative to the first); its
+    ``header_counts[i]`` headers (``header_counts`` empty: none) the next entries of
+    the header columns, each a name then a value (-1: null) back to back in
+    ``headers``. Returns the batch length, or -1 when a length runs past its buffer
+    or the fields do not fill ``out`` and their buffers exactly.
+    """
+    count = value_lengths.size
+    if count == 0 or timestamps.size != count or \
+            (key_lengths.size != 0 and key_lengths.size != count) or \
+            (header_counts.size != 0 and header_counts.size != count):
+        return -1
+    first_timestamp = timestamps[0]
+    max_timestamp = first_timestamp
+    position = np.int64(L.RECORDS_OFFSET)
+    value_at = key_at = header_at = header = 0
+    for index in range(count):
+        value_length = value_lengths[index]
+        key_length = key_lengths[index] if key_lengths.size else L.NULL_LENGTH
+        value_size = max(value_length, 0)
+        key_size = max(key_length, 0)
+        if value_at + value_size > values.size or key_at + key_size > keys.size or \
+                position + L.RECORD_HEADER_LENGTH + key_size + value_size > out.size:
+            return -1
+        timestamp = timestamps[index]
+        max_timestamp = max(max_timestamp, timestamp)
+        header_count = header_counts[index] if header_counts.size else 0
+        store_u32(out, position + L.OFFSET_DELTA_OFFSET, index)
+        store_i64(out, position + L.TIMESTAMP_DELTA_OFFSET, timestamp - first_timestamp)
+        store_i32(out, position + L.KEY_LENGTH_OFFSET, key_length)
+        store_i32(out, position + L.VALUE_LENGTH_OFFSET, value_length)
+        store_u32(out, position + L.HEADER_COUNT_OFFSET, header_count)
+        end = position + L.RECORD_HEADER_LENGTH
+        copy_bytes(out, end, keys, key_at, key_size)
+        end += key_size
+        key_at += key_size
+        copy_bytes(out, end, values, value_at, value_size)
+        end += value_size
+        value_at += value_size
+        end, header, header_at = _write_headers(out, end, header_count, headers, header_at,
+                                                header_name_lengths, header_value_lengths,
+                                                header)
+        if end < 0:
+            return -1
+        store_u32(out, position + L.RECORD_LENGTH_OFFSET, end - position)
+        position = end
+    if position != out.size or value_at != values.size or key_at != keys.size or \
+            header_at != headers.size or header != header_name_lengths.size:
+        return -1
+    _write_header(out, position, attributes, count, first_timestamp, max_timestamp,
+                  producer_id, producer_epoch, base_sequence)
+    return position
+
+
+def check_headers(headers) -> tuple[tuple, int]:
+    """One record's headers, checked, as ``((name bytes, value bytes | None), ...)``
+    (a copy: the caller may reuse its list), and the bytes their entries take.
 
     Raises
     ------
@@ -346,23 +370,23 @@ def encode_headers(headers) -> tuple[int, bytes]:
     RecordTooLargeError
         More than ``limits.RECORD_HEADER_COUNT_MAX`` headers.
     """
-    if not headers:
-        return 0, b""
     if len(headers) > limits.RECORD_HEADER_COUNT_MAX:
         raise RecordTooLargeError(f"a record has {len(headers)} headers; at most "
                                   f"{limits.RECORD_HEADER_COUNT_MAX} are allowed")
-    parts = []
+    entries = []
+    size = 0
     for entry in headers:
         name, value = _header_pair(entry)
-        if value is None:
-            parts += [_HEADER_ENTRY.pack(len(name), L.NULL_LENGTH), name]
-        else:
-            if not _is_bytes_like(value):
-                raise LocalProtocolError(f"a header value must be bytes-like or None, got "
-                                         f"{type(value).__name__}")
-            value = memoryview(value).tobytes()
-            parts += [_HEADER_ENTRY.pack(len(name), len(value)), name, value]
-    return len(headers), b"".join(parts)
+        if value is not None:
+            if type(value) is not bytes:
+                if not _is_bytes_like(value):
+                    raise LocalProtocolError(f"a header value must be bytes-like or None, "
+                                             f"got {type(value).__name__}")
+                value = memoryview(value).tobytes()
+            size += len(value)
+        size += L.HEADER_ENTRY_LENGTH + len(name)
+        entries.append((name, value))
+    return tuple(entries), size
 
 
 def _header_pair(entry) -> tuple[bytes, object]:
@@ -377,74 +401,68 @@ def _header_pair(entry) -> tuple[bytes, object]:
     return name.encode(), value
 
 
-_HEADER_ENTRY = struct.Struct("<Ii")
-assert _HEADER_ENTRY.size == L.HEADER_ENTRY_LENGTH
+# Empty columns: "no bytes", and "every entry null / no headers" for the optional ones.
+# Byte buffers are read-only and length columns writable int64 everywhere, so the
+# encoding kernel has one signature (see _read_only).
+_NO_BYTES = np.frombuffer(b"", np.uint8)
+_NO_LENGTHS = np.empty(0, np.int64)
 
 
-def seal_batch(out: np.ndarray, record_count: int, first_timestamp: int, max_timestamp: int,
-               *, compression=None, producer_id: int = L.NO_PRODUCER_ID,
-               producer_epoch: int = L.NO_PRODUCER_EPOCH, base_sequence: int = L.NO_SEQUENCE,
-               control: bool = False) -> np.ndarray:
-    """Finish a batch whose records fill ``out[RECORDS_OFFSET:]``: compress them if
-    asked, then write the header and its CRC. Returns the batch (``out`` itself
-    when uncompressed)."""
-    codec = Compression.parse(compression)
-    attributes = codec.value | (L.CONTROL_BIT if control else 0)
-    if codec is Compression.ZSTD:
-        frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(out[L.RECORDS_OFFSET:])
-        compressed = np.empty(L.HEADER_LENGTH + len(frame), np.uint8)
-        compressed[L.RECORDS_OFFSET:] = np.frombuffer(frame, np.uint8)
-        out = compressed
-    _write_header(out, out.size, attributes, record_count, first_timestamp, max_timestamp,
-                  producer_id, producer_epoch, base_sequence)
-    return out
+def _read_only(data: np.ndarray) -> np.ndarray:
+    """``data`` as a read-only array: what ``np.frombuffer(bytes)`` gives, so a caller's
+    writable array does not make numba compile the encoder a second time."""
+    if data.flags.writeable:
+        data = data.view()
+        data.flags.writeable = False
+    return data
 
 
-@dataclasses.dataclass
-class _Column:
-    """One field of every record, gathered as (bytes, positions, lengths)."""
-    data: np.ndarray
-    positions: np.ndarray
-    lengths: np.ndarray
+# len() counts the bytes of these; of other bytes-like objects (an int32 array, a cast
+# memoryview) it counts items, while join() copies bytes.
+_PLAIN_BYTES = frozenset((bytes, bytearray))
 
-    @classmethod
-    def from_values(cls, values, count: int, what: str) -> "_Column":
-        if values is None:
-            return cls(np.empty(0, np.uint8), np.zeros(count, np.int64),
-                       np.full(count, L.NULL_LENGTH, np.int64))
-        if isinstance(values, np.ndarray):
-            if values.dtype == object:
-                values = list(values)
-            elif values.ndim != 2 or values.dtype != np.uint8:
-                values = _as_fixed_width(values, what)
-        if isinstance(values, np.ndarray):
-            if values.shape[0] != count:
-                raise LocalProtocolError(f"{what}: {values.shape[0]} rows for {count} records")
-            width = values.shape[1]
-            return cls(np.ascontiguousarray(values).reshape(-1),
-                       np.arange(count, dtype=np.int64) * width,
-                       np.full(count, width, np.int64))
-        if not isinstance(values, (list, tuple)):
-            raise LocalProtocolError(f"{what} must be a list or tuple (or an array of "
-                                     f"fixed-size rows), got {type(values).__name__}")
-        if len(values) != count:
-            raise LocalProtocolError(f"{what}: {len(values)} entries for {count} records")
+
+def _column(values, count: int, what: str, *, bytes_only: bool = False):
+    """One field of every record as (its bytes back to back, read-only; the byte length
+    of each, -1 for None). ``values`` None: every field null (empty lengths).
+    ``bytes_only``: the caller made every entry ``bytes`` or None, so ``len`` is each
+    one's byte count and the lengths need no check."""
+    if values is None:
+        return _NO_BYTES, _NO_LENGTHS
+    if type(values) is list and len(values) == count and \
+            (bytes_only or _PLAIN_BYTES.issuperset(map(type, values))):
         try:
-            # Byte counts: len() of a bytes-like object of wider items (an int32 array,
-            # a cast memoryview) counts items, while join() copies bytes.
-            lengths = np.fromiter((-1 if v is None else len(v) if type(v) is bytes
-                                   else memoryview(v).nbytes for v in values), np.int64, count)
-            data = b"".join(v for v in values if v is not None)
-        except (TypeError, BufferError, ValueError):
-            bad = next((v for v in values if v is not None and not _is_bytes_like(v)), None)
-            kind = type(bad).__name__ if bad is not None else "a non-contiguous buffer"
-            raise LocalProtocolError(
-                f"{what} must be contiguous bytes-like objects or None, got {kind}; "
-                f"encode text first (e.g. value.encode())") from None
-        sizes = np.maximum(lengths, 0)
-        positions = np.zeros(count, np.int64)
-        np.cumsum(sizes[:-1], out=positions[1:])
-        return cls(np.frombuffer(data, np.uint8), positions, lengths)
+            data = b"".join(values)
+        except TypeError:
+            pass                                       # a None: the general path
+        else:
+            return np.frombuffer(data, np.uint8), np.fromiter(map(len, values), np.int64, count)
+    if isinstance(values, np.ndarray):
+        if values.dtype == object:
+            values = list(values)
+        elif values.ndim != 2 or values.dtype != np.uint8:
+            values = _as_fixed_width(values, what)
+    if isinstance(values, np.ndarray):
+        if values.shape[0] != count:
+            raise LocalProtocolError(f"{what}: {values.shape[0]} rows for {count} records")
+        return (_read_only(np.ascontiguousarray(values).reshape(-1)),
+                np.full(count, values.shape[1], np.int64))
+    if not isinstance(values, (list, tuple)):
+        raise LocalProtocolError(f"{what} must be a list or tuple (or an array of "
+                                 f"fixed-size rows), got {type(values).__name__}")
+    if len(values) != count:
+        raise LocalProtocolError(f"{what}: {len(values)} entries for {count} records")
+    try:
+        lengths = np.fromiter((-1 if v is None else len(v) if type(v) is bytes
+                               else memoryview(v).nbytes for v in values), np.int64, count)
+        data = b"".join(v for v in values if v is not None)
+    except (TypeError, BufferError, ValueError):
+        bad = next((v for v in values if v is not None and not _is_bytes_like(v)), None)
+        kind = type(bad).__name__ if bad is not None else "a non-contiguous buffer"
+        raise LocalProtocolError(
+            f"{what} must be contiguous bytes-like objects or None, got {kind}; "
+            f"encode text first (e.g. value.encode())") from None
+    return np.frombuffer(data, np.uint8), lengths
 
 
 def _is_bytes_like(value) -> bool:
@@ -463,44 +481,37 @@ def _as_fixed_width(values: np.ndarray, what: str) -> np.ndarray:
     return values.view(np.uint8).reshape(values.shape[0], -1)
 
 
-def _gather_headers(headers, count: int):
-    """Flatten per-record header lists into one column each for keys and values."""
+def _header_columns(records_headers, count: int):
+    """The header columns of a batch from ``(record index, checked headers)`` pairs
+    (:func:`check_headers`), for the records that have headers: (per-record counts,
+    names and values back to back, name lengths, value lengths)."""
+    if not records_headers:
+        return _NO_LENGTHS, _NO_BYTES, _NO_LENGTHS, _NO_LENGTHS
     counts = np.zeros(count, np.int64)
-    keys, values = [], []
-    if headers is not None:
-        if len(headers) != count:
-            raise LocalProtocolError(f"headers: {len(headers)} entries for {count} records")
-        for index, record_headers in enumerate(headers):
-            if not record_headers:
-                continue
-            counts[index] = len(record_headers)
-            if counts[index] > limits.RECORD_HEADER_COUNT_MAX:
-                raise RecordTooLargeError(
-                    f"record {index} has {counts[index]} headers; at most "
-                    f"{limits.RECORD_HEADER_COUNT_MAX} are allowed")
-            for entry in record_headers:
-                name, value = _header_pair(entry)
-                keys.append(name)
-                values.append(value)
-    total = len(keys)
-    return counts, _Column.from_values(keys, total, "header keys"), \
-        _Column.from_values(values, total, "header values")
+    parts, name_lengths, value_lengths = [], [], []
+    for index, entries in records_headers:
+        counts[index] = len(entries)
+        for name, value in entries:
+            parts.append(name)
+            name_lengths.append(len(name))
+            if value is None:
+                value_lengths.append(L.NULL_LENGTH)
+            else:
+                parts.append(value)
+                value_lengths.append(len(value))
+    if not name_lengths:
+        return _NO_LENGTHS, _NO_BYTES, _NO_LENGTHS, _NO_LENGTHS
+    return (counts, np.frombuffer(b"".join(parts), np.uint8),
+            np.array(name_lengths, np.int64), np.array(value_lengths, np.int64))
 
 
-def _join(columns: Sequence[_Column]) -> np.ndarray:
-    """One data buffer for all columns; shift each column's positions into it."""
-    non_empty = [column for column in columns if column.data.size]
-    if len(non_empty) == 1:
-        data = non_empty[0].data
-        for column in columns:
-            if column is not non_empty[0]:
-                column.positions = np.zeros_like(column.positions)
-        return data
-    start = 0
-    for column in columns:
-        column.positions = column.positions + start
-        start += column.data.size
-    return np.concatenate([column.data for column in columns]) if columns else np.empty(0, np.uint8)
+def _checked_headers(headers, count: int) -> list:
+    if headers is None:
+        return []
+    if len(headers) != count:
+        raise LocalProtocolError(f"headers: {len(headers)} entries for {count} records")
+    return [(index, check_headers(record_headers)[0])
+            for index, record_headers in enumerate(headers) if record_headers]
 
 
 def _record_count(values) -> int:
@@ -560,6 +571,50 @@ def check_timestamp(value) -> int:
     return int(value)
 
 
+def _timestamps(timestamps, timestamp_ms, count: int) -> np.ndarray:
+    """Every record's timestamp as a fresh int64 array, checked."""
+    if timestamps is None:
+        stamp = now_ms() if timestamp_ms is None else check_timestamp(timestamp_ms)
+        return np.full(count, stamp, np.int64)
+    try:
+        stamps = np.array(timestamps, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError) as error:
+        raise LocalProtocolError(f"timestamps must be integers in [{L.NO_TIMESTAMP}, "
+                                 f"{limits.TIMESTAMP_MS_MAX}] ({error})") from None
+    if stamps.shape != (count,):
+        raise LocalProtocolError(f"timestamps: shape {stamps.shape} for {count} records")
+    if stamps.min() < L.NO_TIMESTAMP or stamps.max() > limits.TIMESTAMP_MS_MAX:
+        raise LocalProtocolError(f"timestamps must be in [{L.NO_TIMESTAMP}, "
+                                 f"{limits.TIMESTAMP_MS_MAX}] (milliseconds since the "
+                                 f"epoch), got {int(stamps.min())}..{int(stamps.max())}")
+    return stamps
+
+
+def _encode(values, keys, headers, timestamps: np.ndarray, codec: "Compression",
+            producer_id: int, producer_epoch: int, base_sequence: int,
+            control: bool) -> np.ndarray:
+    """One batch from its columns (:func:`_column`, :func:`_header_columns`)."""
+    value_bytes, value_lengths = values
+    key_bytes, key_lengths = keys
+    header_counts, header_bytes, header_name_lengths, header_value_lengths = headers
+    count = value_lengths.size
+    records_size = (L.RECORD_HEADER_LENGTH * count + value_bytes.size + key_bytes.size
+                    + L.HEADER_ENTRY_LENGTH * header_name_lengths.size + header_bytes.size)
+    if records_size + L.HEADER_LENGTH > limits.BATCH_SIZE_MAX:
+        raise RecordTooLargeError(
+            f"batch of {count} records is {records_size + L.HEADER_LENGTH} bytes; "
+            f"the format allows {limits.BATCH_SIZE_MAX}")
+    out = np.empty(L.HEADER_LENGTH + records_size, np.uint8)
+    length = _encode_batch(out, value_bytes, value_lengths, key_bytes, key_lengths, timestamps,
+                           header_counts, header_bytes, header_name_lengths,
+                           header_value_lengths, L.CONTROL_BIT if control else 0, producer_id,
+                           producer_epoch, base_sequence)
+    assert length == out.size, "the columns' lengths disagree with their bytes"
+    if codec is Compression.ZSTD:
+        out = recompress_batch(out, batch_info(out, 0), codec)
+    return out
+
+
 def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_ms=None,
                  compression=None, producer_id: int = L.NO_PRODUCER_ID,
                  producer_epoch: int = L.NO_PRODUCER_EPOCH,
@@ -599,55 +654,38 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
     if count > limits.BATCH_RECORD_COUNT_MAX:
         raise RecordTooLargeError(f"{count} records exceed {limits.BATCH_RECORD_COUNT_MAX}")
     codec = Compression.parse(compression)
-    value_column = _Column.from_values(values, count, "values")
-    key_column = _Column.from_values(keys, count, "keys")
-    header_counts, header_keys, header_values = _gather_headers(headers, count)
-    data = _join([value_column, key_column, header_keys, header_values])
+    value_column = _column(values, count, "values")
+    key_column = _column(keys, count, "keys")
+    header_columns = _header_columns(_checked_headers(headers, count), count)
+    return _encode(value_column, key_column, header_columns,
+                   _timestamps(timestamps, timestamp_ms, count), codec, producer_id,
+                   producer_epoch, base_sequence, control)
 
-    if timestamps is None:
-        first = now_ms() if timestamp_ms is None else check_timestamp(timestamp_ms)
-        deltas = np.zeros(count, np.int64)
-        maximum = first
+
+def encode_gathered(values: list, keys: dict, headers: dict, timestamps: np.ndarray, *,
+                    compression: "Compression", producer_id: int, producer_epoch: int,
+                    base_sequence: int) -> np.ndarray:
+    """Encode the records a producer gathered one at a time as one batch.
+
+    The caller checked each field as it came (``Producer.send``), so this does no
+    per-record Python work on the common path: ``values`` is a list of ``bytes`` or
+    None; ``keys`` (bytes) and ``headers`` (as :func:`check_headers` gives them) map
+    a record's index to its field, for the records that have one; ``timestamps`` is
+    an int64 array of milliseconds, one per record, each in the range a batch stores.
+    """
+    count = len(values)
+    if not keys:
+        key_column = _column(None, count, "keys")
+    elif len(keys) == count:
+        key_column = _column(list(keys.values()), count, "keys", bytes_only=True)
     else:
-        try:
-            stamps = np.asarray(timestamps, dtype=np.int64)
-        except (OverflowError, TypeError, ValueError) as error:
-            raise LocalProtocolError(f"timestamps must be integers in [{L.NO_TIMESTAMP}, "
-                                     f"{limits.TIMESTAMP_MS_MAX}] ({error})") from None
-        if stamps.shape != (count,):
-            raise LocalProtocolError(f"timestamps: shape {stamps.shape} for {count} records")
-        if count and (stamps.min() < L.NO_TIMESTAMP or stamps.max() > limits.TIMESTAMP_MS_MAX):
-            raise LocalProtocolError(f"timestamps must be in [{L.NO_TIMESTAMP}, "
-                                     f"{limits.TIMESTAMP_MS_MAX}] (milliseconds since the "
-                                     f"epoch), got {int(stamps.min())}..{int(stamps.max())}")
-        first = int(stamps[0])
-        deltas = stamps - first
-        maximum = int(stamps.max())
-
-    header_sizes = np.zeros(count, np.int64)
-    if header_keys.lengths.size:
-        entry_sizes = (L.HEADER_ENTRY_LENGTH + header_keys.lengths
-                       + np.maximum(header_values.lengths, 0))
-        owners = np.repeat(np.arange(count), header_counts)
-        np.add.at(header_sizes, owners, entry_sizes)
-    record_sizes = (L.RECORD_HEADER_LENGTH + np.maximum(key_column.lengths, 0)
-                    + np.maximum(value_column.lengths, 0) + header_sizes)
-    records_size = int(record_sizes.sum())
-    if records_size + L.HEADER_LENGTH > limits.BATCH_SIZE_MAX:
-        raise RecordTooLargeError(
-            f"batch of {count} records is {records_size + L.HEADER_LENGTH} bytes; "
-            f"the format allows {limits.BATCH_SIZE_MAX}")
-
-    out = np.empty(L.HEADER_LENGTH + records_size, np.uint8)
-    end = _encode_records(out, L.RECORDS_OFFSET, data,
-                          key_column.positions, key_column.lengths,
-                          value_column.positions, value_column.lengths, deltas, header_counts,
-                          header_keys.positions, header_keys.lengths,
-                          header_values.positions, header_values.lengths)
-    assert end == out.size, "record sizes were computed differently from the encoder"
-    return seal_batch(out, count, first, maximum, compression=codec, producer_id=producer_id,
-                      producer_epoch=producer_epoch, base_sequence=base_sequence,
-                      control=control)
+        every_key = [None] * count
+        for index, key in keys.items():
+            every_key[index] = key
+        key_column = _column(every_key, count, "keys", bytes_only=True)
+    return _encode(_column(values, count, "values", bytes_only=True), key_column,
+                   _header_columns(headers.items(), count), timestamps, compression,
+                   producer_id, producer_epoch, base_sequence, False)
 
 
 @kernel

@@ -41,9 +41,9 @@ from reference import (build_batch, encode_record, reference_crc32c,  # noqa: E4
 from shmlog import limits  # noqa: E402
 from shmlog.errors import (CorruptRecordError, LocalProtocolError,  # noqa: E402
                            RecordTooLargeError)
-from shmlog.records import (BatchStatus, Compression, append_record,  # noqa: E402
-                            decode_columns, decode_records, encode_batch, encode_headers,
-                            iter_batches, restamp_batch, seal_batch, validate_batches)
+from shmlog.records import (BatchStatus, Compression, check_headers,  # noqa: E402
+                            decode_columns, decode_records, encode_batch, encode_gathered,
+                            iter_batches, restamp_batch, validate_batches)
 
 # Byte positions, restated from the diagram (the reference's own copy of the layout).
 BATCH_LENGTH_POSITION = 0
@@ -891,38 +891,67 @@ def test_decode_columns_of_verified_input_stops_at_zero_padding():
     assert [r.value for r in decode_columns(padded, verified=True).records()] == [b"a"]
 
 
-def test_a_batch_built_record_by_record_equals_encode_batch():
-    """The producer's path (append_record per record, then seal_batch) writes the
-    same bytes as encode_batch for the same records: nulls, empties, headers with
-    null values, timestamps out of order, zstd."""
-    records = [(b"k0", b"v0", [("h", b"1")], 1_000),
-               (None, b"", [], 990),
-               (b"", None, [("a", None), ("b", b"")], 1_005),
-               (b"key", b"x" * 300, [], 1_001)]
-    for compression in (None, "zstd"):
-        buffer = np.empty(4096, np.uint8)
-        position = 64
-        first = records[0][3]
-        for index, (key, value, headers, timestamp) in enumerate(records):
-            count, entries = encode_headers(headers)
-            position = append_record(buffer, position, index, timestamp - first,
-                                     key or b"", -1 if key is None else len(key),
-                                     value or b"", -1 if value is None else len(value),
-                                     count, entries)
-        built = seal_batch(buffer[:position], len(records), first, 1_005,
-                           compression=compression, producer_id=7, producer_epoch=0,
-                           base_sequence=3)
-        expected = encode_batch([r[1] for r in records], [r[0] for r in records],
-                                [r[2] for r in records], [r[3] for r in records],
-                                compression=compression, producer_id=7, producer_epoch=0,
-                                base_sequence=3)
-        assert built.tobytes() == expected.tobytes()
+def gathered(records, compression=None, **identity) -> bytes:
+    """``encode_gathered`` fed as ``Producer.send`` feeds it: values as a list, keys
+    and checked headers by index for the records that have them."""
+    keys = {index: record[1] for index, record in enumerate(records) if record[1] is not None}
+    headers = {index: check_headers(record[3])[0] for index, record in enumerate(records)
+               if record[3]}
+    return encode_gathered([record[2] for record in records], keys, headers,
+                           np.array([record[0] for record in records], np.int64),
+                           compression=Compression.parse(compression),
+                           **{"producer_id": -1, "producer_epoch": -1, "base_sequence": -1,
+                              **identity}).tobytes()
+
+
+GATHERED_CASES = {
+    "mixed": MIXED,
+    "values only": [(1_000 + n, None, b"v%d" % n, []) for n in range(50)],
+    "every key": [(7, b"k%d" % n, b"v" * n, []) for n in range(20)],
+    "some keys": [(7, b"k" if n % 3 else None, b"v", []) for n in range(20)],
+    "empty keys and values": [(7, b"", b"", []), (8, b"", None, []), (9, None, b"", [])],
+    "tombstones": [(7, b"k", None, []), (7, None, None, [])],
+    "headers on some": [(5, None, b"v", [("a", b"1"), ("n", None)] if n % 2 else [])
+                        for n in range(9)],
+    "headers on the last only": [(5, None, b"v", []), (6, None, b"w", [("", b"")])],
+    "timestamps out of order": [(2_000, None, b"a", []), (-1, None, b"b", []),
+                                (2**63 - 2, None, b"c", [])],
+}
+
+
+@pytest.mark.parametrize("case", GATHERED_CASES)
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_gathered_records_encode_as_the_reference_does(case, compression):
+    """The producer's path (fields checked one by one, encoded once per batch) writes
+    the reference's bytes for null, empty and set keys and values, headers on some
+    records with null values, out-of-order timestamps, producer ids, zstd."""
+    records = GATHERED_CASES[case]
+    identity = {"producer_id": 7, "producer_epoch": 2, "base_sequence": 30}
+    assert gathered(records, compression, **identity) == reference.reference_encode(
+        records, compression=compression, **identity)
+    assert gathered(records, compression) == shmlog_encode(records, compression)
 
 
 @pytest.mark.parametrize("headers, error", [
     ([("h",)], LocalProtocolError), ([(1, b"x")], LocalProtocolError),
     ([("h", 5)], LocalProtocolError),
     ([("h", b"")] * (limits.RECORD_HEADER_COUNT_MAX + 1), RecordTooLargeError)])
-def test_encode_headers_refuses_malformed_headers(headers, error):
+def test_check_headers_refuses_malformed_headers(headers, error):
     with pytest.raises(error):
-        encode_headers(headers)
+        check_headers(headers)
+
+
+def test_check_headers_copies_and_sizes_the_entries():
+    value = bytearray(b"abc")
+    entries, size = check_headers([("h", value), ("ключ", None), ("e", memoryview(b""))])
+    value[0] = ord("z")                          # the caller reuses its buffer
+    assert entries == ((b"h", b"abc"), ("ключ".encode(), None), (b"e", b""))
+    assert size == 3 * 8 + len(b"h" + b"abc" + "ключ".encode() + b"e")
+
+
+def test_values_whose_item_counts_add_up_to_their_bytes_keep_their_bytes():
+    """len() of an empty-rowed array counts rows, of a uint16 array items: the list of
+    both has as many "items" as bytes, which must not pass for a list of bytes."""
+    values = [np.zeros((2, 0), np.uint8), np.array([1, 2], np.uint16)]
+    batch = encode_batch(values, timestamp_ms=0)
+    assert [record.value for record in decode_records(batch)] == [b"", values[1].tobytes()]
