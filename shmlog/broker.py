@@ -45,8 +45,16 @@ the loop drains only when something was put (or a request or timer asks). When
 nothing was put for a while (``wakeup.pause``) it sleeps on that doorbell (a
 futex) until a producer or a control request rings it, or the next timer is due:
 an idle broker costs no CPU and wakes in microseconds. After every drain that
-appended records it rings the consumers' doorbell. :class:`Broker` runs a broker in a child process
-for scripts, notebooks and tests.
+appended records it rings the consumers' doorbell. :class:`Broker` runs a broker in a
+child process for scripts, notebooks and tests.
+
+No request waits for a compile: numba loads a kernel (from its disk cache, or
+compiles it) at its first call with the GIL held, which stalled a new broker's first
+create_topic, produce, commit and delete_topic for tenths of a second (seconds on a
+cold cache). Before it binds its control socket, :func:`serve` has a scratch broker
+(:func:`warm_kernels`: a directory of its own under the data directory, a state
+table and rings in anonymous memory) serve one request of every kind that runs
+kernels, so a broker that answers is warm.
 """
 
 from __future__ import annotations
@@ -57,8 +65,10 @@ import inspect
 import itertools
 import json
 import logging
+import mmap
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,6 +82,7 @@ import zmq
 from . import access, limits
 from . import ring_layout as R
 from . import shared_memory
+from . import state_layout as S
 from . import wakeup
 from .appender import DRAIN_ENTRIES_MAX, Appender
 from .cleaner import CleanerThread, keys_max as cleaner_keys_max
@@ -85,7 +96,7 @@ from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNot
 from .log_manager import LogManager
 from .segments import _write_atomically
 from .records import decode_records, encode_batch, now_ms
-from .ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
+from .ring import MAKER_PENDING, MAKER_UNKNOWN, Destination, Ring, maker_pid
 from .state import PartitionStateTable
 
 log = logging.getLogger(__name__)
@@ -95,6 +106,7 @@ __all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "default_data_dir",
 
 DATA_DIR_ENVIRONMENT = "SHMLOG_DATA_DIR"
 RUN_DIRECTORY = "run"
+WARM_UP_DIRECTORY = "warm-up"           # the warm-up's scratch data directory (warm_kernels)
 ROWS_FILE = "partition-rows.json"
 CONTROL_SOCKET = "control.sock"
 # A Unix socket path must fit sun_path (108 bytes on Linux, with the terminator).
@@ -244,15 +256,17 @@ class ProducerIds:
 class BrokerCore:
     """The broker's state and request handlers, without the socket."""
 
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, *, table: PartitionStateTable | None = None):
         self.config = config
         self.data_dir = os.path.abspath(config.data_dir)
         access.adopt(config.data_access)               # before anything is made
         self.logs = LogManager(self.data_dir)          # the lock: one broker per directory
         self.prefix = shared_memory_prefix(self.data_dir)
-        self.table_name = self.prefix + "-state"
+        self.table_name = self.prefix + "-state" if table is None else table.name
         # A table of ours left by a broker that died is replaced: we hold the lock.
-        self.table = PartitionStateTable.create(self.table_name, config.partitions_max)
+        # (``table``: the warm-up's, in anonymous memory.)
+        self.table = table if table is not None else \
+            PartitionStateTable.create(self.table_name, config.partitions_max)
         self.appender = Appender(self.logs, self.table)
         # Producers tag ring entries with rows: a partition keeps its row across
         # restarts, so entries still in a ring after a crash go where they were meant to.
@@ -677,8 +691,10 @@ class BrokerCore:
         self.appender.drain(entries_max=limits.BATCH_RECORD_COUNT_MAX)
         self.cleaner.stop()
         self.logs.close()
+        owner = self.table.owner
         self.table.close()
-        shared_memory.unlink(self.table_name)
+        if owner:
+            shared_memory.unlink(self.table_name)
 
 
 def _refuse_internal(name, done: str) -> None:
@@ -701,6 +717,123 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# The warm-up's scratch broker: rows of its state table, its ring's capacity, the size of
+# the records it produces (a few of them fill its 4 KiB segments, so they roll), and how
+# long it waits for its cleaning (a few ms; a cold numba cache compiles for seconds).
+WARM_UP_ROWS = 8
+WARM_UP_RING_CAPACITY = 1 << 16
+WARM_UP_SEGMENT_BYTES = 4096
+WARM_UP_VALUE_SIZE = 1000
+WARM_UP_CLEANING_WAIT_S = 120.0
+WARM_UP_POLL_S = 0.001
+_WARM_UP_TOPIC = "warm-up"
+_WARM_UP_APPEND_TIME_TOPIC = "warm-up-append-time"
+
+
+def warm_kernels(config: BrokerConfig) -> None:
+    """Serve one scratch request of each kind that runs kernels, so that numba loads
+    them from its disk cache (or compiles them) now, before the control socket is
+    bound: a kernel is loaded at its first call, with the GIL held, and the loop
+    answers nobody meanwhile (a first create_topic, produce, commit or delete_topic
+    stalled it for 0.3-1.2 s with a warm cache, seconds with a cold one). numba's
+    typed lists compile their methods in every process, never cached: they are
+    compiled here too.
+
+    The scratch broker has a data directory of its own under ``config.data_dir``
+    (removed after, and before, in case a killed broker left it; call this holding
+    the data directory's lock), a state table and rings in anonymous memory: no real
+    topic, row, ring or client is touched. A failure is logged, not raised: a broker
+    whose warm-up failed (a full disk, say) still serves, only its first requests
+    load kernels.
+    """
+    directory = os.path.join(os.path.abspath(config.data_dir), WARM_UP_DIRECTORY)
+    shutil.rmtree(directory, ignore_errors=True)
+    table = PartitionStateTable(WARM_UP_DIRECTORY, mmap.mmap(-1, S.ROWS_OFFSET + WARM_UP_ROWS
+                                                             * S.ROW_SIZE), owner=False)
+    # What the scratch broker logs (its topics, the ring it poisons) is not news.
+    quiet = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        core = BrokerCore(dataclasses.replace(config, data_dir=directory,
+                                              offsets_topic_num_partitions=1), table=table)
+        try:
+            _serve_scratch_requests(core)
+        finally:
+            core.close()
+    except (ShmlogError, OSError) as error:
+        logging.disable(quiet)
+        log.warning("the broker's kernels were not all loaded ahead (%s); its first "
+                    "requests may wait for them", error)
+    finally:
+        logging.disable(quiet)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _serve_scratch_requests(core: BrokerCore) -> None:
+    """The warm-up's requests: every path of the drain (appended in compiled code;
+    handed to Python for zstd, LogAppendTime, a roll or an identity not its row's; a
+    re-sent batch; a sequence out of order; a poisoned ring), the loop's doorbells,
+    a time lookup, a cleaning and its swap, retention, group offsets stored, read and
+    tombstoned, and the topics deleted."""
+    def ask(request_type: str, **fields) -> dict:
+        return decode_reply(core.handle(None, encode_request(request_type, **fields)))
+
+    ask("create_topic", name=_WARM_UP_TOPIC, config={
+        "segment.bytes": WARM_UP_SEGMENT_BYTES, "index.interval.bytes": 0,
+        "cleanup.policy": "compact,delete", "retention.bytes": 0})
+    ask("create_topic", name=_WARM_UP_APPEND_TIME_TOPIC,
+        config={"message.timestamp.type": "LogAppendTime"})
+    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + WARM_UP_RING_CAPACITY),
+                owner=True)
+    core.appender.add_ring(ring)
+    compacted = core.appender.destination(_WARM_UP_TOPIC, 0)
+    stranger = Destination(compacted.row, compacted.topic_key + 1, compacted.partition)
+    value = [bytes(WARM_UP_VALUE_SIZE)]
+
+    def batch(sequence: int, compression=None):
+        return compacted, encode_batch(value, keys=[b"key"], producer_id=0, producer_epoch=0,
+                                       base_sequence=sequence, compression=compression)
+
+    # Sequences 0-8 in order, each other kind of entry in between; the zstd batch ends
+    # up in a closed segment, so the cleaner inflates it.
+    entries = [batch(0), batch(1), batch(2), batch(3, "zstd"), batch(3, "zstd"),
+               batch(9, "zstd"), batch(4), batch(4), batch(9),
+               *(batch(sequence) for sequence in range(5, 9)),
+               (core.appender.destination(_WARM_UP_APPEND_TIME_TOPIC, 0), encode_batch(value)),
+               (stranger, encode_batch(value))]
+    for destination, payload in entries:
+        ring.put(destination, payload, timeout_ms=0)
+        core.table.appender_doorbell.ring()
+    core.drain()
+    core.table.appender_doorbell.wait(lambda: True, 0)       # found at once: never sleeps
+    poisoned = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + R.CAPACITY_MIN), owner=True)
+    poisoned.words[R.TAIL_WORD] = 2 * R.CAPACITY_MIN        # more than it can hold: garbage
+    core.appender.add_ring(poisoned)
+    core.drain()
+    ask("offset_for_timestamp", topic=_WARM_UP_TOPIC, partition=0, timestamp=0)
+    _clean_scratch_topic(core)
+    core.apply_retention()                # retention.bytes 0: every closed segment goes
+    offsets = [[_WARM_UP_TOPIC, 0, 1, ""]]
+    ask("commit_offsets", group_id=_WARM_UP_TOPIC, offsets=offsets)
+    ask("fetch_offsets", group_id=_WARM_UP_TOPIC)
+    ask("delete_group", group_id=_WARM_UP_TOPIC)
+    for topic in (_WARM_UP_TOPIC, _WARM_UP_APPEND_TIME_TOPIC):
+        ask("delete_topic", name=topic)
+    core.appender.remove_ring(core.appender.index_of(ring))
+
+
+def _clean_scratch_topic(core: BrokerCore) -> None:
+    """Plan, clean (on the cleaner's thread, as the loop does) and swap in the
+    warm-up topic's closed segments."""
+    if not core.start_cleaning(now_ms()):
+        raise ShmlogError("the warm-up's compacted topic had nothing to clean")
+    deadline = time.monotonic() + WARM_UP_CLEANING_WAIT_S
+    while core.cleaner.busy:
+        if core.swap_cleaned() or time.monotonic() > deadline:
+            break
+        time.sleep(WARM_UP_POLL_S)
+
+
 def serve(config: BrokerConfig, *, ready=None) -> None:
     """Run a broker until SIGTERM or SIGINT."""
     stopping = []
@@ -710,6 +843,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     context = zmq.Context()
     control = None
     try:
+        warm_kernels(config)             # before the socket: a client never waits for it
         address = control_address(core.data_dir)
         access.make_directories(os.path.join(core.data_dir, RUN_DIRECTORY))
         control = _ControlThread(context, address, core.table.appender_doorbell)
