@@ -24,7 +24,11 @@ Rules
   unregistered ring whose maker is gone is reclaimed by the liveness check.
 * A client fails at once when there is no control socket (no broker runs) or it
   may not connect to it; a socket left by a killed broker is waited on, since a
-  new broker may be starting.
+  new broker may be starting (``control_client``, the clients' side; the paths are
+  in ``paths`` and the settings in ``broker_config``, light modules that clients
+  and the ``shmlog`` command import without numba).
+* A broker that answers has loaded every kernel its requests run
+  (:func:`warm_kernels`).
 
 Theory of operation
 -------------------
@@ -60,7 +64,6 @@ kernels, so a broker that answers is warm.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import itertools
 import json
@@ -74,7 +77,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from typing import Any
 
 import zmq
@@ -91,9 +93,17 @@ from .control import (decode_reply, encode_request, encode_result, error_reply, 
                       require)
 from .groups import (INTERNAL_TOPICS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig,
                      GroupCoordinator, offsets_partition)
-from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
-                     InvalidTopicError, LocalProtocolError, ShmlogError, StorageError)
+from .broker_config import BrokerConfig
+from .control_client import request
+from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, InvalidTopicError,
+                     LocalProtocolError, ShmlogError, StorageError)
 from .log_manager import LogManager
+# The client's request, the paths and the config live in light modules (clients and
+# the shmlog command import them without numba); they are imported back under their
+# old names, which stay valid.
+from .paths import (RUN_DIRECTORY, control_address, control_path, default_data_dir,
+                    shared_memory_prefix)
+from .paths import SOCKET_PATH_LENGTH_MAX  # noqa: F401 - the old name
 from .segments import _write_atomically
 from .records import decode_records, encode_batch, now_ms
 from .ring import MAKER_PENDING, MAKER_UNKNOWN, Destination, Ring, maker_pid
@@ -104,13 +114,8 @@ log = logging.getLogger(__name__)
 __all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "default_data_dir",
            "control_address"]
 
-DATA_DIR_ENVIRONMENT = "SHMLOG_DATA_DIR"
-RUN_DIRECTORY = "run"
 WARM_UP_DIRECTORY = "warm-up"           # the warm-up's scratch data directory (warm_kernels)
 ROWS_FILE = "partition-rows.json"
-CONTROL_SOCKET = "control.sock"
-# A Unix socket path must fit sun_path (108 bytes on Linux, with the terminator).
-SOCKET_PATH_LENGTH_MAX = 107
 # The longest sleep: bounds how late a timer fires (they are due every second).
 IDLE_SLEEP_LONGEST_S = 0.1
 # How often the control thread looks up from the socket to see the broker stopping.
@@ -123,107 +128,6 @@ RING_CREATION_GRACE_S = 60.0
 # once until the socket exists; a starting broker compiles for seconds).
 STARTUP_PING_MS = 200
 STARTUP_POLL_S = 0.02
-
-
-def default_data_dir() -> str:
-    """``$SHMLOG_DATA_DIR``, else ``$XDG_DATA_HOME/shmlog`` (``~/.local/share/shmlog``)."""
-    if os.environ.get(DATA_DIR_ENVIRONMENT):
-        return os.path.abspath(os.environ[DATA_DIR_ENVIRONMENT])
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
-                                                           "share")
-    return os.path.join(base, "shmlog")
-
-
-def control_path(data_dir: str) -> str:
-    """The broker's control socket (a Unix socket file)."""
-    path = os.path.join(os.path.abspath(data_dir), RUN_DIRECTORY, CONTROL_SOCKET)
-    if len(path) > SOCKET_PATH_LENGTH_MAX:
-        raise LocalProtocolError(f"the control socket path {path!r} is longer than "
-                                 f"{SOCKET_PATH_LENGTH_MAX} bytes; choose a shorter data directory")
-    return path
-
-
-def control_address(data_dir: str) -> str:
-    return "ipc://" + control_path(data_dir)
-
-
-def shared_memory_prefix(data_dir: str) -> str:
-    """Names in /dev/shm for this data directory's broker (a hash: paths have '/')."""
-    return "shmlog-" + hashlib.sha1(os.path.abspath(data_dir).encode()).hexdigest()[:12]
-
-
-@dataclasses.dataclass(frozen=True)
-class BrokerConfig:
-    """Broker settings; a TOML file and flags override the defaults."""
-    data_dir: str = dataclasses.field(default_factory=default_data_dir)
-    # Rows of the partition state table: the most partitions one broker hosts.
-    partitions_max: int = 4096
-    # Kafka's log.retention.check.interval.ms default.
-    retention_check_interval_ms: int = 300_000
-    # How often flush.ms is checked for idle partitions (Kafka checks per its
-    # log.flush.scheduler.interval.ms; a second keeps flush.ms honest).
-    flush_check_interval_ms: int = 1_000
-    # How often registered producers are checked for being alive.
-    liveness_check_interval_ms: int = 1_000
-    # Kafka's log.cleaner.backoff.ms: how often compacted partitions are looked at.
-    cleaner_backoff_ms: int = 15_000
-    # Kafka's log.cleaner.dedupe.buffer.size: the memory of the cleaner's key map.
-    cleaner_dedupe_buffer_size: int = 128 << 20
-    # Kafka's group settings, same names and defaults.
-    group_initial_rebalance_delay_ms: int = 3_000
-    group_min_session_timeout_ms: int = 6_000
-    group_max_session_timeout_ms: int = 1_800_000
-    offsets_topic_num_partitions: int = 50
-    offsets_retention_minutes: int = 10_080
-    # Share the data with this group (directories 0750, files 0640, the control socket
-    # and shared memory 0660: see ``access``); None keeps it private to the broker's user.
-    data_group: str | None = None
-
-    _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
-    TEXT_SETTINGS = ("data_dir", "data_group")
-
-    def __post_init__(self):
-        # Refused here, before a broker creates its directory or shared memory.
-        control_address(self.data_dir)
-
-    @classmethod
-    def load(cls, path: str | None = None, **overrides: Any) -> "BrokerConfig":
-        """Defaults, then the TOML file's ``[broker]`` table (or top level), then
-        ``overrides`` (None values ignored)."""
-        values: dict[str, Any] = {}
-        if path:
-            try:
-                with open(path, "rb") as source:
-                    document = tomllib.load(source)
-            except (OSError, tomllib.TOMLDecodeError) as error:
-                raise LocalProtocolError(f"cannot read broker config {path}: {error}") from None
-            values.update(document.get("broker", document))
-        values.update({key: value for key, value in overrides.items() if value is not None})
-        known = {field.name: field for field in dataclasses.fields(cls)}
-        for key, value in values.items():
-            if key not in known:
-                raise LocalProtocolError(f"unknown broker setting {key!r}; known: "
-                                         f"{', '.join(sorted(known))}")
-            expected = str if key in cls.TEXT_SETTINGS else int
-            least = 0 if key in cls._MAY_BE_ZERO else 1
-            if isinstance(value, bool) or not isinstance(value, expected) or \
-                    (expected is int and value < least):
-                raise LocalProtocolError(f"broker setting {key} must be "
-                                         f"{'a non-negative' if least == 0 else 'a positive'} "
-                                         f"{expected.__name__}, got {value!r}")
-        if values.get("data_group") is not None:
-            try:
-                access.group_id_of(values["data_group"])
-            except KeyError:
-                raise LocalProtocolError(f"broker setting data_group names no group of this "
-                                         f"host: {values['data_group']!r}") from None
-        return cls(**values)
-
-    @property
-    def data_access(self) -> access.Access:
-        """Who may read the data (see ``access``)."""
-        return access.Access(None if self.data_group is None
-                             else access.group_id_of(self.data_group))
 
 
 class ProducerIds:
@@ -1052,61 +956,3 @@ class Broker:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
-
-
-def _check_control_socket(data_dir: str) -> None:
-    """Fail at once when no broker can answer: its socket is missing (none runs, or
-    it stopped cleanly), or this user may not connect to it. A socket left by a
-    broker that was killed is tried as usual: a new one may be starting."""
-    path = control_path(data_dir)
-    start = f"start one with: shmlog broker --data-dir {data_dir}"
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        raise BrokerNotRunningError(f"no broker runs on {data_dir} (there is no control "
-                                    f"socket {path}); {start}") from None
-    except PermissionError:
-        raise BrokerAccessDeniedError(_denied(path)) from None
-    except OSError as error:
-        raise BrokerNotAvailableError(f"cannot reach the control socket {path}: {error}; "
-                                      f"{start}") from None
-    # connect(2) to a Unix socket needs write permission on it.
-    if not os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
-        raise BrokerAccessDeniedError(_denied(path))
-
-
-def _denied(path: str) -> str:
-    return (f"permission denied: {access.owner_name(os.geteuid())} may not connect to the "
-            f"broker's control socket {path}; the broker keeps its data private to its "
-            f"user unless its data_group setting shares it with a group of yours")
-
-
-def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fields) -> dict:
-    """One control request to the broker of ``data_dir``; its reply's fields.
-
-    Raises
-    ------
-    BrokerAccessDeniedError
-        This user may not connect to the broker's control socket (at once).
-    BrokerNotRunningError
-        No broker runs: there is no control socket (at once).
-    BrokerNotAvailableError
-        No broker answered within ``timeout_ms``; the message names the command
-        that starts one.
-    ShmlogError
-        The broker refused the request (its typed error).
-    """
-    _check_control_socket(data_dir)
-    context = zmq.Context.instance()
-    socket = context.socket(zmq.REQ)
-    socket.setsockopt(zmq.LINGER, 0)
-    try:
-        socket.connect(control_address(data_dir))
-        socket.send(encode_request(request_type, **fields))
-        if not socket.poll(timeout_ms, zmq.POLLIN):
-            raise BrokerNotAvailableError(f"no broker answered at {control_address(data_dir)} within "
-                              f"{timeout_ms} ms; start one with: shmlog broker --data-dir "
-                              f"{data_dir}")
-        return decode_reply(socket.recv())
-    finally:
-        socket.close()
