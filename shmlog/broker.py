@@ -652,12 +652,12 @@ def warm_kernels(config: BrokerConfig) -> None:
     """
     directory = os.path.join(os.path.abspath(config.data_dir), WARM_UP_DIRECTORY)
     shutil.rmtree(directory, ignore_errors=True)
-    table = PartitionStateTable(WARM_UP_DIRECTORY, mmap.mmap(-1, S.ROWS_OFFSET + WARM_UP_ROWS
-                                                             * S.ROW_SIZE), owner=False)
     # What the scratch broker logs (its topics, the ring it poisons) is not news.
     quiet = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
+        table = PartitionStateTable(WARM_UP_DIRECTORY, mmap.mmap(
+            -1, S.ROWS_OFFSET + WARM_UP_ROWS * S.ROW_SIZE), owner=False)
         core = BrokerCore(dataclasses.replace(config, data_dir=directory,
                                               offsets_topic_num_partitions=1), table=table)
         try:
