@@ -111,7 +111,7 @@ from .state import PartitionStateTable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "default_data_dir",
+__all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "warm_kernels", "default_data_dir",
            "control_address"]
 
 WARM_UP_DIRECTORY = "warm-up"           # the warm-up's scratch data directory (warm_kernels)
