@@ -21,25 +21,37 @@ The storage layer is usable on its own::
         partition.append(encode_batch([b"hello", b"world"], keys=[b"k1", None]))
         for record in decode_records(partition.read(0).data):
             print(record.offset, record.key, record.value)
+
+Names are imported on first use (PEP 562), so ``import shmlog``, and the
+``shmlog`` command's verbs that only ask the broker something (``topics``,
+``groups``), load neither numba nor numpy; the error classes (a module that imports
+nothing) are imported at once.
 """
 
-from .admin import Admin
-from .broker import Broker
-from .config import TopicConfig
-from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, GroupMetadata,
-                       OffsetAndMetadata, OffsetAndTimestamp, TopicPartition)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from .errors import (CommitFailedError, CorruptRecordError, CorruptSegmentError, GroupError,
                      IllegalGenerationError, InvalidConfigError, RebalanceInProgressError,
-                     UnknownMemberIdError, PartitionNotAssignedError,
-                     InvalidPartitionsError, InvalidTopicError, LocalProtocolError,
-                     OffsetOutOfRangeError, OffsetOverflowError, PeerProtocolError,
-                     CorruptRingError, RecordTooLargeError, RingFullError, ShmlogError,
-                     StorageError, TopicExistsError, UnknownTopicOrPartitionError)
-from .errors import BulkReaderUnavailableError, ClientClosedError
-from .log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
-from .producer import BatchMetadata, Producer, RecordMetadata
-from .records import Record, RecordColumns, decode_columns, decode_records, encode_batch
-from .segments import AppendResult, PartitionLog, ReadResult, RecoveryReport
+                     UnknownMemberIdError, PartitionNotAssignedError, InvalidPartitionsError,
+                     InvalidTopicError, LocalProtocolError, OffsetOutOfRangeError,
+                     OffsetOverflowError, PeerProtocolError, CorruptRingError,
+                     RecordTooLargeError, RingFullError, ShmlogError, StorageError,
+                     TopicExistsError, UnknownTopicOrPartitionError,
+                     BulkReaderUnavailableError, ClientClosedError)
+
+if TYPE_CHECKING:                    # what static analysers and IDEs see
+    from .admin import Admin
+    from .broker import Broker
+    from .config import TopicConfig
+    from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, GroupMetadata,
+                           OffsetAndMetadata, OffsetAndTimestamp, TopicPartition)
+    from .log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
+    from .producer import BatchMetadata, Producer, RecordMetadata
+    from .records import (Record, RecordColumns, decode_columns, decode_records, encode_batch)
+    from .segments import AppendResult, PartitionLog, ReadResult, RecoveryReport
 
 __version__ = "0.1.0"
 
@@ -59,3 +71,46 @@ __all__ = [
     "StorageError", "DataDirectoryInUseError", "CorruptRingError", "RingFullError",
     "ClientClosedError", "BulkReaderUnavailableError",
 ]
+
+# Where each lazily imported name lives.
+_LAZY = {
+    "Admin": "admin",
+    "Broker": "broker",
+    "TopicConfig": "config",
+    "Consumer": "consumer",
+    "ConsumerRebalanceListener": "consumer",
+    "ConsumerRecord": "consumer",
+    "GroupMetadata": "consumer",
+    "OffsetAndMetadata": "consumer",
+    "OffsetAndTimestamp": "consumer",
+    "TopicPartition": "consumer",
+    "DataDirectoryInUseError": "log_manager",
+    "LogManager": "log_manager",
+    "TopicMetadata": "log_manager",
+    "BatchMetadata": "producer",
+    "Producer": "producer",
+    "RecordMetadata": "producer",
+    "Record": "records",
+    "RecordColumns": "records",
+    "decode_columns": "records",
+    "decode_records": "records",
+    "encode_batch": "records",
+    "AppendResult": "segments",
+    "PartitionLog": "segments",
+    "ReadResult": "segments",
+    "RecoveryReport": "segments",
+}
+
+
+def __getattr__(name: str):
+    """Import ``name`` from its module on first use (later uses find it in globals)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from . import limits, settings
-from .broker import default_data_dir, request
+from .control_client import request
+from .paths import default_data_dir
 from .errors import LocalProtocolError
 
 __all__ = ["Admin"]

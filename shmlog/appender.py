@@ -357,10 +357,13 @@ class Appender:
         if key in self._tags:
             return self._tags[key]
         partition_log = self.logs.partition_log(topic, partition)
-        free = [tag for tag in range(self.tags.shape[0]) if not self.tags[tag, TAG_REGISTERED]]
-        if not free:
+        # One vectorised look: a loop over the rows cost a millisecond per partition,
+        # which a topic of many partitions (__consumer_offsets: 50) held the broker for.
+        free = np.flatnonzero(self.tags[:, TAG_REGISTERED] == 0)
+        if not free.size:
             raise StorageError(f"the partition state table is full ({self.tags.shape[0]} rows)")
-        tag = tag if tag in free else free[0]
+        if tag is None or not 0 <= tag < self.tags.shape[0] or self.tags[tag, TAG_REGISTERED]:
+            tag = int(free[0])
         identity = (topic_key(self.logs.describe_topic(topic).topic_id), partition)
         self.table.claim(tag, *identity)
         self._partitions[tag] = partition_log

@@ -24,7 +24,11 @@ Rules
   unregistered ring whose maker is gone is reclaimed by the liveness check.
 * A client fails at once when there is no control socket (no broker runs) or it
   may not connect to it; a socket left by a killed broker is waited on, since a
-  new broker may be starting.
+  new broker may be starting (``control_client``, the clients' side; the paths are
+  in ``paths`` and the settings in ``broker_config``, light modules that clients
+  and the ``shmlog`` command import without numba).
+* A broker that answers has loaded every kernel its requests run
+  (:func:`warm_kernels`).
 
 Theory of operation
 -------------------
@@ -45,26 +49,34 @@ the loop drains only when something was put (or a request or timer asks). When
 nothing was put for a while (``wakeup.pause``) it sleeps on that doorbell (a
 futex) until a producer or a control request rings it, or the next timer is due:
 an idle broker costs no CPU and wakes in microseconds. After every drain that
-appended records it rings the consumers' doorbell. :class:`Broker` runs a broker in a child process
-for scripts, notebooks and tests.
+appended records it rings the consumers' doorbell. :class:`Broker` runs a broker in a
+child process for scripts, notebooks and tests.
+
+No request waits for a compile: numba loads a kernel (from its disk cache, or
+compiles it) at its first call with the GIL held, which stalled a new broker's first
+create_topic, produce, commit and delete_topic for tenths of a second (seconds on a
+cold cache). Before it binds its control socket, :func:`serve` has a scratch broker
+(:func:`warm_kernels`: a directory of its own under the data directory, a state
+table and rings in anonymous memory) serve one request of every kind that runs
+kernels, so a broker that answers is warm.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import itertools
 import json
 import logging
+import mmap
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import tomllib
 from typing import Any
 
 import zmq
@@ -72,6 +84,7 @@ import zmq
 from . import access, limits
 from . import ring_layout as R
 from . import shared_memory
+from . import state_layout as S
 from . import wakeup
 from .appender import DRAIN_ENTRIES_MAX, Appender
 from .cleaner import CleanerThread, keys_max as cleaner_keys_max
@@ -80,25 +93,29 @@ from .control import (decode_reply, encode_request, encode_result, error_reply, 
                       require)
 from .groups import (INTERNAL_TOPICS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig,
                      GroupCoordinator, offsets_partition)
-from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
-                     InvalidTopicError, LocalProtocolError, ShmlogError, StorageError)
+from .broker_config import BrokerConfig
+from .control_client import request
+from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, InvalidTopicError,
+                     LocalProtocolError, ShmlogError, StorageError)
 from .log_manager import LogManager
+# The client's request, the paths and the config live in light modules (clients and
+# the shmlog command import them without numba); they are imported back under their
+# old names, which stay valid.
+from .paths import (RUN_DIRECTORY, control_address, control_path, default_data_dir,
+                    shared_memory_prefix)
+from .paths import SOCKET_PATH_LENGTH_MAX  # noqa: F401 - the old name
 from .segments import _write_atomically
 from .records import decode_records, encode_batch, now_ms
-from .ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
+from .ring import MAKER_PENDING, MAKER_UNKNOWN, Destination, Ring, maker_pid
 from .state import PartitionStateTable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "default_data_dir",
+__all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "warm_kernels", "default_data_dir",
            "control_address"]
 
-DATA_DIR_ENVIRONMENT = "SHMLOG_DATA_DIR"
-RUN_DIRECTORY = "run"
+WARM_UP_DIRECTORY = "warm-up"           # the warm-up's scratch data directory (warm_kernels)
 ROWS_FILE = "partition-rows.json"
-CONTROL_SOCKET = "control.sock"
-# A Unix socket path must fit sun_path (108 bytes on Linux, with the terminator).
-SOCKET_PATH_LENGTH_MAX = 107
 # The longest sleep: bounds how late a timer fires (they are due every second).
 IDLE_SLEEP_LONGEST_S = 0.1
 # How often the control thread looks up from the socket to see the broker stopping.
@@ -111,107 +128,6 @@ RING_CREATION_GRACE_S = 60.0
 # once until the socket exists; a starting broker compiles for seconds).
 STARTUP_PING_MS = 200
 STARTUP_POLL_S = 0.02
-
-
-def default_data_dir() -> str:
-    """``$SHMLOG_DATA_DIR``, else ``$XDG_DATA_HOME/shmlog`` (``~/.local/share/shmlog``)."""
-    if os.environ.get(DATA_DIR_ENVIRONMENT):
-        return os.path.abspath(os.environ[DATA_DIR_ENVIRONMENT])
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
-                                                           "share")
-    return os.path.join(base, "shmlog")
-
-
-def control_path(data_dir: str) -> str:
-    """The broker's control socket (a Unix socket file)."""
-    path = os.path.join(os.path.abspath(data_dir), RUN_DIRECTORY, CONTROL_SOCKET)
-    if len(path) > SOCKET_PATH_LENGTH_MAX:
-        raise LocalProtocolError(f"the control socket path {path!r} is longer than "
-                                 f"{SOCKET_PATH_LENGTH_MAX} bytes; choose a shorter data directory")
-    return path
-
-
-def control_address(data_dir: str) -> str:
-    return "ipc://" + control_path(data_dir)
-
-
-def shared_memory_prefix(data_dir: str) -> str:
-    """Names in /dev/shm for this data directory's broker (a hash: paths have '/')."""
-    return "shmlog-" + hashlib.sha1(os.path.abspath(data_dir).encode()).hexdigest()[:12]
-
-
-@dataclasses.dataclass(frozen=True)
-class BrokerConfig:
-    """Broker settings; a TOML file and flags override the defaults."""
-    data_dir: str = dataclasses.field(default_factory=default_data_dir)
-    # Rows of the partition state table: the most partitions one broker hosts.
-    partitions_max: int = 4096
-    # Kafka's log.retention.check.interval.ms default.
-    retention_check_interval_ms: int = 300_000
-    # How often flush.ms is checked for idle partitions (Kafka checks per its
-    # log.flush.scheduler.interval.ms; a second keeps flush.ms honest).
-    flush_check_interval_ms: int = 1_000
-    # How often registered producers are checked for being alive.
-    liveness_check_interval_ms: int = 1_000
-    # Kafka's log.cleaner.backoff.ms: how often compacted partitions are looked at.
-    cleaner_backoff_ms: int = 15_000
-    # Kafka's log.cleaner.dedupe.buffer.size: the memory of the cleaner's key map.
-    cleaner_dedupe_buffer_size: int = 128 << 20
-    # Kafka's group settings, same names and defaults.
-    group_initial_rebalance_delay_ms: int = 3_000
-    group_min_session_timeout_ms: int = 6_000
-    group_max_session_timeout_ms: int = 1_800_000
-    offsets_topic_num_partitions: int = 50
-    offsets_retention_minutes: int = 10_080
-    # Share the data with this group (directories 0750, files 0640, the control socket
-    # and shared memory 0660: see ``access``); None keeps it private to the broker's user.
-    data_group: str | None = None
-
-    _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
-    TEXT_SETTINGS = ("data_dir", "data_group")
-
-    def __post_init__(self):
-        # Refused here, before a broker creates its directory or shared memory.
-        control_address(self.data_dir)
-
-    @classmethod
-    def load(cls, path: str | None = None, **overrides: Any) -> "BrokerConfig":
-        """Defaults, then the TOML file's ``[broker]`` table (or top level), then
-        ``overrides`` (None values ignored)."""
-        values: dict[str, Any] = {}
-        if path:
-            try:
-                with open(path, "rb") as source:
-                    document = tomllib.load(source)
-            except (OSError, tomllib.TOMLDecodeError) as error:
-                raise LocalProtocolError(f"cannot read broker config {path}: {error}") from None
-            values.update(document.get("broker", document))
-        values.update({key: value for key, value in overrides.items() if value is not None})
-        known = {field.name: field for field in dataclasses.fields(cls)}
-        for key, value in values.items():
-            if key not in known:
-                raise LocalProtocolError(f"unknown broker setting {key!r}; known: "
-                                         f"{', '.join(sorted(known))}")
-            expected = str if key in cls.TEXT_SETTINGS else int
-            least = 0 if key in cls._MAY_BE_ZERO else 1
-            if isinstance(value, bool) or not isinstance(value, expected) or \
-                    (expected is int and value < least):
-                raise LocalProtocolError(f"broker setting {key} must be "
-                                         f"{'a non-negative' if least == 0 else 'a positive'} "
-                                         f"{expected.__name__}, got {value!r}")
-        if values.get("data_group") is not None:
-            try:
-                access.group_id_of(values["data_group"])
-            except KeyError:
-                raise LocalProtocolError(f"broker setting data_group names no group of this "
-                                         f"host: {values['data_group']!r}") from None
-        return cls(**values)
-
-    @property
-    def data_access(self) -> access.Access:
-        """Who may read the data (see ``access``)."""
-        return access.Access(None if self.data_group is None
-                             else access.group_id_of(self.data_group))
 
 
 class ProducerIds:
@@ -244,15 +160,17 @@ class ProducerIds:
 class BrokerCore:
     """The broker's state and request handlers, without the socket."""
 
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, *, table: PartitionStateTable | None = None):
         self.config = config
         self.data_dir = os.path.abspath(config.data_dir)
         access.adopt(config.data_access)               # before anything is made
         self.logs = LogManager(self.data_dir)          # the lock: one broker per directory
         self.prefix = shared_memory_prefix(self.data_dir)
-        self.table_name = self.prefix + "-state"
+        self.table_name = self.prefix + "-state" if table is None else table.name
         # A table of ours left by a broker that died is replaced: we hold the lock.
-        self.table = PartitionStateTable.create(self.table_name, config.partitions_max)
+        # (``table``: the warm-up's, in anonymous memory.)
+        self.table = table if table is not None else \
+            PartitionStateTable.create(self.table_name, config.partitions_max)
         self.appender = Appender(self.logs, self.table)
         # Producers tag ring entries with rows: a partition keeps its row across
         # restarts, so entries still in a ring after a crash go where they were meant to.
@@ -677,8 +595,10 @@ class BrokerCore:
         self.appender.drain(entries_max=limits.BATCH_RECORD_COUNT_MAX)
         self.cleaner.stop()
         self.logs.close()
+        owner = self.table.owner
         self.table.close()
-        shared_memory.unlink(self.table_name)
+        if owner:
+            shared_memory.unlink(self.table_name)
 
 
 def _refuse_internal(name, done: str) -> None:
@@ -701,6 +621,123 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# The warm-up's scratch broker: rows of its state table, its ring's capacity, the size of
+# the records it produces (a few of them fill its 4 KiB segments, so they roll), and how
+# long it waits for its cleaning (a few ms; a cold numba cache compiles for seconds).
+WARM_UP_ROWS = 8
+WARM_UP_RING_CAPACITY = 1 << 16
+WARM_UP_SEGMENT_BYTES = 4096
+WARM_UP_VALUE_SIZE = 1000
+WARM_UP_CLEANING_WAIT_S = 120.0
+WARM_UP_POLL_S = 0.001
+_WARM_UP_TOPIC = "warm-up"
+_WARM_UP_APPEND_TIME_TOPIC = "warm-up-append-time"
+
+
+def warm_kernels(config: BrokerConfig) -> None:
+    """Serve one scratch request of each kind that runs kernels, so that numba loads
+    them from its disk cache (or compiles them) now, before the control socket is
+    bound: a kernel is loaded at its first call, with the GIL held, and the loop
+    answers nobody meanwhile (a first create_topic, produce, commit or delete_topic
+    stalled it for 0.3-1.2 s with a warm cache, seconds with a cold one). numba's
+    typed lists compile their methods in every process, never cached: they are
+    compiled here too.
+
+    The scratch broker has a data directory of its own under ``config.data_dir``
+    (removed after, and before, in case a killed broker left it; call this holding
+    the data directory's lock), a state table and rings in anonymous memory: no real
+    topic, row, ring or client is touched. A failure is logged, not raised: a broker
+    whose warm-up failed (a full disk, say) still serves, only its first requests
+    load kernels.
+    """
+    directory = os.path.join(os.path.abspath(config.data_dir), WARM_UP_DIRECTORY)
+    shutil.rmtree(directory, ignore_errors=True)
+    # What the scratch broker logs (its topics, the ring it poisons) is not news.
+    quiet = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        table = PartitionStateTable(WARM_UP_DIRECTORY, mmap.mmap(
+            -1, S.ROWS_OFFSET + WARM_UP_ROWS * S.ROW_SIZE), owner=False)
+        core = BrokerCore(dataclasses.replace(config, data_dir=directory,
+                                              offsets_topic_num_partitions=1), table=table)
+        try:
+            _serve_scratch_requests(core)
+        finally:
+            core.close()
+    except (ShmlogError, OSError) as error:
+        logging.disable(quiet)
+        log.warning("the broker's kernels were not all loaded ahead (%s); its first "
+                    "requests may wait for them", error)
+    finally:
+        logging.disable(quiet)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _serve_scratch_requests(core: BrokerCore) -> None:
+    """The warm-up's requests: every path of the drain (appended in compiled code;
+    handed to Python for zstd, LogAppendTime, a roll or an identity not its row's; a
+    re-sent batch; a sequence out of order; a poisoned ring), the loop's doorbells,
+    a time lookup, a cleaning and its swap, retention, group offsets stored, read and
+    tombstoned, and the topics deleted."""
+    def ask(request_type: str, **fields) -> dict:
+        return decode_reply(core.handle(None, encode_request(request_type, **fields)))
+
+    ask("create_topic", name=_WARM_UP_TOPIC, config={
+        "segment.bytes": WARM_UP_SEGMENT_BYTES, "index.interval.bytes": 0,
+        "cleanup.policy": "compact,delete", "retention.bytes": 0})
+    ask("create_topic", name=_WARM_UP_APPEND_TIME_TOPIC,
+        config={"message.timestamp.type": "LogAppendTime"})
+    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + WARM_UP_RING_CAPACITY),
+                owner=True)
+    core.appender.add_ring(ring)
+    compacted = core.appender.destination(_WARM_UP_TOPIC, 0)
+    stranger = Destination(compacted.row, compacted.topic_key + 1, compacted.partition)
+    value = [bytes(WARM_UP_VALUE_SIZE)]
+
+    def batch(sequence: int, compression=None):
+        return compacted, encode_batch(value, keys=[b"key"], producer_id=0, producer_epoch=0,
+                                       base_sequence=sequence, compression=compression)
+
+    # Sequences 0-8 in order, each other kind of entry in between; the zstd batch ends
+    # up in a closed segment, so the cleaner inflates it.
+    entries = [batch(0), batch(1), batch(2), batch(3, "zstd"), batch(3, "zstd"),
+               batch(9, "zstd"), batch(4), batch(4), batch(9),
+               *(batch(sequence) for sequence in range(5, 9)),
+               (core.appender.destination(_WARM_UP_APPEND_TIME_TOPIC, 0), encode_batch(value)),
+               (stranger, encode_batch(value))]
+    for destination, payload in entries:
+        ring.put(destination, payload, timeout_ms=0)
+        core.table.appender_doorbell.ring()
+    core.drain()
+    core.table.appender_doorbell.wait(lambda: True, 0)       # found at once: never sleeps
+    poisoned = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + R.CAPACITY_MIN), owner=True)
+    poisoned.words[R.TAIL_WORD] = 2 * R.CAPACITY_MIN        # more than it can hold: garbage
+    core.appender.add_ring(poisoned)
+    core.drain()
+    ask("offset_for_timestamp", topic=_WARM_UP_TOPIC, partition=0, timestamp=0)
+    _clean_scratch_topic(core)
+    core.apply_retention()                # retention.bytes 0: every closed segment goes
+    offsets = [[_WARM_UP_TOPIC, 0, 1, ""]]
+    ask("commit_offsets", group_id=_WARM_UP_TOPIC, offsets=offsets)
+    ask("fetch_offsets", group_id=_WARM_UP_TOPIC)
+    ask("delete_group", group_id=_WARM_UP_TOPIC)
+    for topic in (_WARM_UP_TOPIC, _WARM_UP_APPEND_TIME_TOPIC):
+        ask("delete_topic", name=topic)
+    core.appender.remove_ring(core.appender.index_of(ring))
+
+
+def _clean_scratch_topic(core: BrokerCore) -> None:
+    """Plan, clean (on the cleaner's thread, as the loop does) and swap in the
+    warm-up topic's closed segments."""
+    if not core.start_cleaning(now_ms()):
+        raise ShmlogError("the warm-up's compacted topic had nothing to clean")
+    deadline = time.monotonic() + WARM_UP_CLEANING_WAIT_S
+    while core.cleaner.busy:
+        if core.swap_cleaned() or time.monotonic() > deadline:
+            break
+        time.sleep(WARM_UP_POLL_S)
+
+
 def serve(config: BrokerConfig, *, ready=None) -> None:
     """Run a broker until SIGTERM or SIGINT."""
     stopping = []
@@ -710,6 +747,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     context = zmq.Context()
     control = None
     try:
+        warm_kernels(config)             # before the socket: a client never waits for it
         address = control_address(core.data_dir)
         access.make_directories(os.path.join(core.data_dir, RUN_DIRECTORY))
         control = _ControlThread(context, address, core.table.appender_doorbell)
@@ -918,61 +956,3 @@ class Broker:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
-
-
-def _check_control_socket(data_dir: str) -> None:
-    """Fail at once when no broker can answer: its socket is missing (none runs, or
-    it stopped cleanly), or this user may not connect to it. A socket left by a
-    broker that was killed is tried as usual: a new one may be starting."""
-    path = control_path(data_dir)
-    start = f"start one with: shmlog broker --data-dir {data_dir}"
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        raise BrokerNotRunningError(f"no broker runs on {data_dir} (there is no control "
-                                    f"socket {path}); {start}") from None
-    except PermissionError:
-        raise BrokerAccessDeniedError(_denied(path)) from None
-    except OSError as error:
-        raise BrokerNotAvailableError(f"cannot reach the control socket {path}: {error}; "
-                                      f"{start}") from None
-    # connect(2) to a Unix socket needs write permission on it.
-    if not os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
-        raise BrokerAccessDeniedError(_denied(path))
-
-
-def _denied(path: str) -> str:
-    return (f"permission denied: {access.owner_name(os.geteuid())} may not connect to the "
-            f"broker's control socket {path}; the broker keeps its data private to its "
-            f"user unless its data_group setting shares it with a group of yours")
-
-
-def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fields) -> dict:
-    """One control request to the broker of ``data_dir``; its reply's fields.
-
-    Raises
-    ------
-    BrokerAccessDeniedError
-        This user may not connect to the broker's control socket (at once).
-    BrokerNotRunningError
-        No broker runs: there is no control socket (at once).
-    BrokerNotAvailableError
-        No broker answered within ``timeout_ms``; the message names the command
-        that starts one.
-    ShmlogError
-        The broker refused the request (its typed error).
-    """
-    _check_control_socket(data_dir)
-    context = zmq.Context.instance()
-    socket = context.socket(zmq.REQ)
-    socket.setsockopt(zmq.LINGER, 0)
-    try:
-        socket.connect(control_address(data_dir))
-        socket.send(encode_request(request_type, **fields))
-        if not socket.poll(timeout_ms, zmq.POLLIN):
-            raise BrokerNotAvailableError(f"no broker answered at {control_address(data_dir)} within "
-                              f"{timeout_ms} ms; start one with: shmlog broker --data-dir "
-                              f"{data_dir}")
-        return decode_reply(socket.recv())
-    finally:
-        socket.close()

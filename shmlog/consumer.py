@@ -71,7 +71,8 @@ import time
 from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from . import limits, settings
-from .broker import default_data_dir, request
+from .control_client import request
+from .paths import default_data_dir
 from .errors import (ClientClosedError, CommitFailedError, LocalProtocolError,
                      OffsetOutOfRangeError, ShmlogError, UnknownTopicOrPartitionError)
 from .groups import GroupMember, MemberConfig

@@ -5,7 +5,10 @@ Every queue, batch, buffer, retry and wait in shmlog takes its bound from here.
 
 from __future__ import annotations
 
-from . import batch_layout, index_layout
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from . import batch_layout, index_layout
 
 # --- names --------------------------------------------------------------------------
 # Kafka's rule: a topic name is 1..249 characters of [a-zA-Z0-9._-]; 249 leaves room
@@ -37,10 +40,6 @@ OFFSET_MAX = 2**63 - 1
 # --- batches and records --------------------------------------------------------------
 # batch_length is a u32 but max.message.bytes (a Kafka int) bounds it far lower.
 BATCH_SIZE_MAX = 2**31 - 1
-# The smallest batch: one record without key, value or headers. A topic whose
-# max.message.bytes is below it could take no record at all (Kafka accepts 0 and
-# then refuses every produce; we refuse the setting instead).
-BATCH_SIZE_MIN = batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH
 # record_count is an i32 and relative offsets inside a segment are u32.
 BATCH_RECORD_COUNT_MAX = 2**31 - 1
 # A record's header count is a u32; a million headers is already absurd, and the
@@ -52,10 +51,7 @@ RECORD_HEADER_COUNT_MAX = 1 << 20
 DECOMPRESSED_RECORDS_SIZE_MAX = 64 << 20
 
 # --- segments -------------------------------------------------------------------------
-# Positions in the offset index are u32 (see index_layout), as in Kafka.
-SEGMENT_SIZE_MAX = index_layout.POSITION_MAX
-# A segment must at least hold one header-only batch.
-SEGMENT_SIZE_MIN = BATCH_SIZE_MIN
+# (The limits that follow from the layouts are at the end of the module.)
 # Disk blocks are reserved (fallocate) and pages populated in steps of this size, so
 # the appender never takes a page fault per 4 KiB page nor a SIGBUS on a full disk;
 # 8 MiB takes ~1.5 ms to populate (~5 GB/s here), short enough for an inline stall.
@@ -65,8 +61,6 @@ SEGMENT_PREALLOCATE_STEP_SIZE = 8 << 20
 # memory speed, so a writer finds its pages ready; it is also the most page cache
 # and disk a partition holds beyond its data.
 SEGMENT_PREFAULT_AHEAD_SIZE = 32 << 20
-# An index must hold at least a few entries or every append would roll the segment.
-INDEX_SIZE_MIN = 4 * index_layout.TIME_ENTRY_LENGTH
 # A flush that failed (a full disk cannot take the checkpoint) is tried again no
 # sooner than this: once a second per partition keeps a full disk from costing a
 # failed file write (and a log line) per append, and the recovery point is back
@@ -94,6 +88,11 @@ TIMESTAMP_MS_MAX = 2**63 - 2
 PARTITIONER_CACHE_KEYS_MAX = 4096
 PARTITIONER_CACHE_KEY_SIZE_MAX = 64
 
+# --- tools ----------------------------------------------------------------------------
+# Kafka's kafka-consumer-perf-test --timeout: the longest wait between records before
+# ``shmlog perf consume`` decides the topic has no more.
+PERF_IDLE_TIMEOUT_MS = 10_000
+
 # --- reading --------------------------------------------------------------------------
 # Default byte budget of one read (Kafka's max.partition.fetch.bytes default).
 READ_SIZE_DEFAULT = 1 << 20
@@ -114,3 +113,40 @@ FIELD_FORMATS_CACHED_MAX = 4
 # offset.metadata.max.bytes default. The coordinator keeps every commit in memory
 # and in __consumer_offsets, so an application cannot grow either without bound.
 OFFSET_METADATA_SIZE_MAX = 4096
+
+
+# --- limits that follow from a binary layout -------------------------------------------
+# The layout modules import numpy (their header dtypes), which the commands that only
+# ask the broker something (shmlog topics, groups) would pay 0.2 s of start-up for:
+# these limits are computed from the layouts on first use (a module __getattr__,
+# PEP 562), and are read as ``limits.NAME`` or imported by name like the others.
+if TYPE_CHECKING:
+    BATCH_SIZE_MIN: int
+    SEGMENT_SIZE_MAX: int
+    SEGMENT_SIZE_MIN: int
+    INDEX_SIZE_MIN: int
+
+
+def _from_layouts() -> dict[str, int]:
+    from . import batch_layout, index_layout     # noqa: F811 - the deferred import
+    # The smallest batch: one record without key, value or headers. A topic whose
+    # max.message.bytes is below it could take no record at all (Kafka accepts 0 and
+    # then refuses every produce; we refuse the setting instead).
+    batch_size_min = batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH
+    return {
+        "BATCH_SIZE_MIN": batch_size_min,
+        # Positions in the offset index are u32 (see index_layout), as in Kafka.
+        "SEGMENT_SIZE_MAX": index_layout.POSITION_MAX,
+        # A segment must at least hold one header-only batch.
+        "SEGMENT_SIZE_MIN": batch_size_min,
+        # An index must hold at least a few entries or every append would roll the segment.
+        "INDEX_SIZE_MIN": 4 * index_layout.TIME_ENTRY_LENGTH,
+    }
+
+
+def __getattr__(name: str) -> int:
+    derived = _from_layouts()
+    if name not in derived:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals().update(derived)                        # later reads are plain globals
+    return derived[name]

@@ -17,7 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from .broker import default_data_dir
+from . import limits
+from .paths import default_data_dir
 from .consumer import Consumer, TopicPartition
 from .producer import Producer
 
@@ -25,9 +26,7 @@ __all__ = ["produce", "consume", "end_to_end"]
 
 Progress = Callable[[int, float], None] | None
 PROGRESS_EVERY_S = 1.0
-# Kafka's kafka-consumer-perf-test --timeout: the longest wait between records before
-# the consumer decides the topic has no more.
-IDLE_TIMEOUT_MS_DEFAULT = 10_000
+IDLE_TIMEOUT_MS_DEFAULT = limits.PERF_IDLE_TIMEOUT_MS
 # One poll's wait: short, so the idle timeout is checked often.
 POLL_TIMEOUT_MS = 100
 

@@ -79,7 +79,8 @@ from . import batch_layout as B
 from . import limits, settings
 from . import state_layout as S
 from .appender import SEQUENCE_MODULUS, CompletionCode
-from .broker import default_data_dir, request
+from .control_client import request
+from .paths import default_data_dir
 from .errors import (ClientClosedError, CorruptRecordError, InvalidProducerEpochError,
                      InvalidTopicError, LocalProtocolError,
                      OutOfOrderSequenceError, RecordTooLargeError,

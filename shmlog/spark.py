@@ -83,7 +83,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
-from .broker import default_data_dir, request
+from .control_client import request
+from .paths import default_data_dir
 from .consumer import Consumer, TopicPartition
 from .errors import (BulkReaderUnavailableError, LocalProtocolError, OffsetOutOfRangeError,
                      ShmlogError)

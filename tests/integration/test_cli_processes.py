@@ -1,7 +1,9 @@
 """The ``shmlog`` command against a real broker: ``shmlog broker`` says when it
 serves and when it stops (naming the signal), ``shmlog perf e2e`` works with the
-default data directory, and ``shmlog perf consume`` ends on a topic shorter than
-``--records``.
+default data directory, ``shmlog perf consume`` ends on a topic shorter than
+``--records``, and the verbs that only ask the broker something (``topics``,
+``groups``) run without loading numba or numpy (they cost most of a second of start-up;
+what a process imported is checked, not how long it took).
 
 Method: run ``python -m shmlog`` as child processes, as a user would from a shell,
 on a temporary data directory; every wait is bounded and the brokers' shared
@@ -10,6 +12,7 @@ memory is removed afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -79,3 +82,35 @@ def test_perf_e2e_uses_the_default_data_directory(short_topic):
                      SHMLOG_DATA_DIR=short_topic)
     assert latency.returncode == 0, latency.stderr
     assert latency.stdout.startswith("500 records at 1,000/s: latency p50"), latency.stdout
+
+
+# Every topics and groups verb, as the command line gives them (DATA is the data dir).
+ADMINISTRATION_VERBS = [
+    ["topics", "create", "events", "--partitions", "2", "--config", "retention.ms=60000"],
+    ["topics", "list"], ["topics", "describe", "events"],
+    ["topics", "alter", "events", "--config", "retention.ms=120000", "--partitions", "3"],
+    ["groups", "list"], ["groups", "describe", "readers"],
+    ["groups", "reset-offsets", "readers", "--topic", "events", "--to-earliest", "--execute"],
+    ["groups", "delete", "readers"], ["topics", "delete", "events"],
+]
+HEAVY_MODULES = ("numba", "numpy", "llvmlite")
+COMMAND_LINE_RUNNER = """
+import json, sys
+from shmlog.cli import main
+for arguments in json.loads(sys.argv[1]):
+    if main([*arguments, "--data-dir", sys.argv[2]]) != 0:
+        sys.exit(f"shmlog {' '.join(arguments)} failed")
+print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in sys.argv[3:])))
+"""
+
+
+def test_the_topics_and_groups_verbs_load_neither_numba_nor_numpy(data_dir):
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("committed")
+        Admin(data_dir).alter_consumer_group_offsets("readers", {("committed", 0): 0})
+        done = subprocess.run([sys.executable, "-c", COMMAND_LINE_RUNNER,
+                               json.dumps(ADMINISTRATION_VERBS), data_dir, *HEAVY_MODULES],
+                              capture_output=True, text=True, timeout=DEADLINE_S)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+

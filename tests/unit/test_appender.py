@@ -321,3 +321,15 @@ def test_a_higher_epoch_starts_again_at_sequence_0_and_a_lower_one_is_fenced(wor
             [b"a", b"b", b"c", b"d"]
     finally:
         reopened.close()
+
+
+def test_a_partition_gets_the_row_it_asks_for_when_that_row_is_free(world):
+    # A broker gives a partition its row of before a restart (partition-rows.json);
+    # a row taken, or outside the table, gives the first free one instead.
+    logs, table, appender, _ = world
+    logs.create_topic("rows", 4)
+    assert appender.register_partition("rows", 0, 5) == 5
+    assert appender.register_partition("rows", 1, 5) == 0          # taken: the first free
+    assert appender.register_partition("rows", 2, table.row_capacity) == 1   # outside
+    assert appender.register_partition("rows", 3, None) == 2
+    assert appender.register_partition("rows", 3, 7) == 2          # registered: its row

@@ -1,5 +1,6 @@
 """The broker's loop in-process (``BrokerCore``, no socket): a busy loop does not
-expire group members whose heartbeats are waiting to be answered.
+expire group members whose heartbeats are waiting to be answered; the warm-up
+(``warm_kernels``) leaves nothing behind, and one that fails is logged, not raised.
 
 Method: a ``BrokerCore`` on a temporary data directory, driven as ``serve`` drives
 it (``handle`` a request frame, ``run_once`` for the drain and the timers,
@@ -11,11 +12,15 @@ removed.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 
 import pytest
 
-from shmlog.broker import BrokerConfig, BrokerCore
+from shmlog import shared_memory
+from shmlog.broker import WARM_UP_DIRECTORY, BrokerConfig, BrokerCore, warm_kernels
+from shmlog.paths import shared_memory_prefix
 from shmlog.control import decode_reply, encode_request
 
 SESSION_TIMEOUT_MS = 200
@@ -68,3 +73,21 @@ def test_a_member_that_sent_nothing_is_expired(core):
     time.sleep(2 * SESSION_TIMEOUT_MS / 1000)
     core.run_once()
     assert members(core) == []
+
+
+def test_the_warm_up_leaves_nothing_behind(data_dir):
+    scratch = os.path.join(data_dir, WARM_UP_DIRECTORY)
+    os.makedirs(os.path.join(scratch, "topics", "left-by-a-killed-broker"))
+    warm_kernels(BrokerConfig(data_dir=data_dir))
+    assert os.listdir(data_dir) == []
+    assert shared_memory.names(shared_memory_prefix(scratch)) == []
+
+
+def test_a_warm_up_that_fails_is_logged_and_not_raised(data_dir, caplog):
+    os.makedirs(data_dir)
+    # A file where the scratch directory goes: its broker cannot be made (as on a full disk).
+    open(os.path.join(data_dir, WARM_UP_DIRECTORY), "w").close()
+    with caplog.at_level(logging.WARNING, logger="shmlog.broker"):
+        warm_kernels(BrokerConfig(data_dir=data_dir))
+    assert "were not all loaded ahead" in caplog.text
+
