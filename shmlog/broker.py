@@ -88,7 +88,7 @@ from . import state_layout as S
 from . import wakeup
 from .appender import DRAIN_ENTRIES_MAX, Appender
 from .cleaner import CleanerThread, keys_max as cleaner_keys_max
-from .cleaner import plan as cleaner_plan
+from .cleaner import plan as cleaner_plan, warm_kernels as warm_cleaner_kernels
 from .control import (decode_reply, encode_request, encode_result, error_reply, handle_frame,
                       require)
 from .groups import (INTERNAL_TOPICS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig,
@@ -716,6 +716,7 @@ def _serve_scratch_requests(core: BrokerCore) -> None:
     core.drain()
     ask("offset_for_timestamp", topic=_WARM_UP_TOPIC, partition=0, timestamp=0)
     _clean_scratch_topic(core)
+    warm_cleaner_kernels()
     core.apply_retention()                # retention.bytes 0: every closed segment goes
     offsets = [[_WARM_UP_TOPIC, 0, 1, ""]]
     ask("commit_offsets", group_id=_WARM_UP_TOPIC, offsets=offsets)

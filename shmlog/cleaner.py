@@ -70,7 +70,7 @@ from .segments import CLEANING_DIRECTORY, PartitionLog, Segment
 log = logging.getLogger(__name__)
 
 __all__ = ["CleanerPlan", "CleanedGroup", "Cleaning", "CleanerThread", "OffsetMap", "plan",
-           "clean", "keys_max", "ENTRY_SIZE", "MAP_LOAD_FACTOR"]
+           "clean", "keys_max", "warm_kernels", "ENTRY_SIZE", "MAP_LOAD_FACTOR"]
 
 # Bytes of one offset-map slot: two 64-bit key hashes and an offset (Kafka's map
 # holds a 16-byte MD5 and an offset: the same 24 bytes).
@@ -412,6 +412,19 @@ def _groups(segments: tuple[SegmentFile, ...], segment_bytes: int) -> list[list[
                 continue
         groups.append([segment])
     return groups
+
+
+def warm_kernels() -> None:
+    """Load the kernels a cleaning runs over a segment's log for both kinds of log
+    it is given: a segment mapped read-only, and the writable empty array a segment
+    file of no bytes maps to. (A cleaning of real batches, as the broker's warm-up
+    does, loads the rest; which kinds of log it meets depends on where rolls fell.)"""
+    for writable in (True, False):
+        log = np.zeros(0, np.uint8)
+        log.flags.writeable = writable
+        offset_map = OffsetMap(1)
+        offset_map.add_segment(log)
+        _clean_segment(log, offset_map, False, np.zeros(0, np.uint8), 0)
 
 
 def _clean_segment(log: np.ndarray, offset_map: OffsetMap, drop_tombstones: bool,
