@@ -30,6 +30,7 @@ import pytest
 
 from shmlog import LogManager
 from shmlog.admin import Admin
+from shmlog.consumer import Consumer, TopicPartition
 from shmlog.broker import Broker
 from shmlog.errors import ClientClosedError, RecordTooLargeError, RingFullError
 from shmlog.producer import Producer
@@ -213,6 +214,34 @@ def test_records_still_gathering_when_close_gives_up_fail_their_futures(data_dir
             futures[2].get(timeout=DEADLINE_S)
         with pytest.raises(ClientClosedError):
             producer.send("t", b"after close", partition=0)
+
+
+
+def test_linger_zero_ships_at_once_and_gathers_behind_a_batch_in_the_ring(data_dir):
+    """linger.ms=0 as Kafka's sender: a record ships at once when nothing of its
+    partition is waiting in the ring, and the records sent while a batch is waiting
+    (the broker is stopped) ship together, as one batch, once it is appended."""
+    with Broker(data_dir) as broker:
+        Admin(data_dir).create_topic("t")
+        with Producer(data_dir, linger_ms=0) as producer:
+            os.kill(broker.process.pid, signal.SIGSTOP)
+            try:
+                futures = [producer.send("t", b"first", partition=0)]
+                futures += [producer.send("t", b"behind %d" % number, partition=0)
+                            for number in range(9)]
+            finally:
+                os.kill(broker.process.pid, signal.SIGCONT)
+            assert [future.get(timeout=DEADLINE_S).offset for future in futures] == \
+                list(range(10))
+            # Nothing waits in the ring now: the next record goes without a flush.
+            producer.send("t", b"alone", partition=0)
+            with Consumer(bootstrap=data_dir) as consumer:
+                consumer.assign([TopicPartition("t", 0)])
+                deadline = time.monotonic() + DEADLINE_S
+                while consumer.end_offsets([TopicPartition("t", 0)])[TopicPartition("t", 0)] < 11:
+                    assert time.monotonic() < deadline, "the record never shipped"
+                    time.sleep(0.01)
+    assert [info.record_count for info, _ in stored_batches(data_dir, "t", 0)] == [1, 9, 1]
 
 
 CHILD = textwrap.dedent("""
