@@ -57,54 +57,57 @@ are mostly start-up).
 
 Expected figures and what bounds them
 -------------------------------------
-One run of the defaults on the 2-vCPU development VM (AMD EPYC, CPython 3.11
-without optimisations: an empty method call ~110 ns, a slotted object ~250 ns),
-November 2026, shmlog main at 72852a5 (before the per-record rewrite), memcpy
-13.6 GB/s; "others" as printed (other work shared the machine):
+Runs of the defaults on the 2-vCPU development VM (AMD EPYC, CPython 3.11 without
+optimisations: an empty method call ~110 ns, a slotted object ~250 ns), November
+2026, "others" as printed. Before the per-record rewrite (72852a5, memcpy
+13.6 GB/s, other work on the machine) and after it (cfa5ebf, 16.7 GB/s, quiet):
 
-=====================================  ===========  =========  ======  ==================
-figure                                 records/s    of memcpy  others  goal
-=====================================  ===========  =========  ======  ==================
-send, acks=1, linger 0 ms              0.043 M      0.03 %     0.02    >= 2 M/s: below
-send, acks=1, linger 5 ms              0.19 M       0.14 %     0.39    >= 2 M/s: below
-send_batch, 1000 per call              1.6 M        1.2 %      0.98    >= 15 M/s: below
-poll, record objects                   0.33 M       0.24 %     0.97    >= 3 M/s: below
-iteration                              0.053 M      0.04 %     0.56    > 1/4 of poll: below
-poll_batch                             25 M         19 %       0.08    >= 50 M/s: below
-=====================================  ===========  =========  ======  ==================
+=====================================  ===========  ===========  =========  ==================
+figure                                 before       after        of memcpy  goal
+=====================================  ===========  ===========  =========  ==================
+send, acks=1, linger 0 ms              0.043 M/s    0.39 M/s     0.24 %     >= 2 M/s: below
+send, acks=1, linger 5 ms              0.19 M/s     0.55 M/s     0.33 %     >= 2 M/s: below
+send_batch, 1000 per call              1.6 M/s      2.1 M/s      1.3 %      >= 15 M/s: below
+poll, record objects                   0.33 M/s     1.15 M/s     0.68 %     >= 3 M/s: below
+iteration                              0.053 M/s    0.80 M/s     0.48 %     > 1/4 of poll: met
+poll_batch                             25 M/s       21 M/s       13 %       >= 50 M/s: below
+=====================================  ===========  ===========  =========  ==================
 
-e2e latency at 10 000 records/s (others 0.01), p50 / p99 / max: whole run 370 us /
-15.5 ms / 223 ms; first second 561 us / 23.8 ms / 223 ms; after it 340 us / 1.6 ms /
-10.2 ms; none meets the goal p50 <= 50 us.
+e2e latency at 10 000 records/s, p50 / p99 / max, after the rewrite (before): whole
+run 547 us / 3.5 ms / 25 ms (370 us / 15.5 ms / 223 ms); first second 577 us /
+12.9 ms / 25 ms (561 us / 23.8 ms / 223 ms); after it 539 us / 2.0 ms / 11 ms
+(340 us / 1.6 ms / 10 ms). Latency varies by +-30 % from run to run here.
 
-What bounds each figure on two vCPUs (profiled on that code):
+What bounds each figure on two vCPUs (profiled):
 
-* ``send``, linger 0 ms: every record is a batch of its own, as Kafka's linger.ms=0
-  sends at once when nothing holds it back: per record the producer makes a 16 KiB
-  batch buffer, seals it (one compiled call), puts it into the ring and rings the
-  appender's doorbell (a futex wake while the appender sleeps), and the appender
-  validates, appends and completes a one-record batch. The producer is on a CPU only
-  about half the time: the broker's appender takes the other core.
-* ``send``, linger 5 ms: CPython. Each call is bytecode (type checks, the
-  partition's batch, a future, the lock) plus one numba dispatch to append the
-  record to the batch (~0.6 us: numba unboxes every argument), ~5 us in all with the
-  broker on the other core.
+* ``send``: CPython. A call is ~1 us of bytecode and nothing compiled: of it ~0.16 us
+  the producer's lock, ~0.16 us the future, ~0.08 us the type checks, ~0.06 us the
+  clock, the rest the call and the batch's bookkeeping; shipping a 16 KiB batch
+  costs ~30 us (~0.25 us a 100-byte record: lengths and timestamps out of Python
+  lists, one encoding call, the ring put). The broker's appender takes the other
+  core. With linger 0 ms a record ships at once when nothing of its partition waits
+  in the ring, and records sent meanwhile ship together (Kafka's sender), so a busy
+  producer does not pay a batch's fixed cost per record.
 * ``send_batch``: three consumers of CPU on two cores - the producer encoding, the
   appender copying, the kernel zeroing the segment's fresh page-cache pages, which
   this VM does at 0.45-0.67 GB/s (see bench_log.py).
-* ``poll``: one Python object per record (a 9-field named tuple alone ~0.4 us here,
-  plus the per-column lists it is built from).
-* iteration: every record is a whole ``poll(max_records=1)``, which splits the
-  buffered fetch (``records[1:]`` copies the rest of up to 1 MiB of records), so a
-  record costs time in proportion to the fetch.
+* ``poll``: CPython object churn. A poll makes records only for what it returns,
+  with C-level operations (records.py): per record ~0.16 us for the named tuple,
+  ~0.06 us for its own headers list, ~0.03 us for the value, then the garbage
+  collector's pass over those two tracked objects and freeing them.
+* iteration: a poll's fixed cost per chunk of at most 250 records (a chunk that
+  keeps the garbage collector's youngest generation below its threshold) plus
+  ~30 ns a record for the generator.
 * ``poll_batch``: the column decode (a record-structure check, a counting pass and
   a column pass, ~25 ns per record: bench_log.py's read + decode figure) and the
   consumer's per-fetch Python work.
 * latency: producer, broker and consumer share two vCPUs, so one of them is always
   waiting for a CPU, and waking a process whose vCPU went idle takes 15-90 us on
-  this VM (a bare futex ping-pong measures the same). The first second adds each
-  process's start-up: kernels loaded on first use with the GIL held, pages first
-  touched.
+  this VM (a bare futex ping-pong measures the same). In the first second no kernel
+  is loaded any more (every client and the broker load theirs when made); its
+  tail is the new partition's first append, which reserves and populates the
+  segment's first 8 MiB inline (~10-25 ms here) and has the prefaulter populate
+  32 MiB more beside the three processes.
 """
 
 from __future__ import annotations
