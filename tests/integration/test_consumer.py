@@ -9,10 +9,7 @@ directly. Every wait is bounded.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -177,44 +174,6 @@ def test_a_position_deleted_by_retention_is_reset(tmp_path):
         for name in os.listdir("/dev/shm"):
             if name.startswith(shared_memory_prefix(data_dir)):
                 shared_memory.unlink(name)
-
-
-# Run in a fresh process (kernels compiled by earlier tests in this one would hide
-# a compile): the signatures of every numba dispatcher of shmlog right after the
-# Consumer is made, and the ones its polls added.
-FIRST_POLL = r"""
-import json, sys
-import numba
-from shmlog.consumer import Consumer
-
-def signatures():
-    return {f"{name}.{attribute}": len(value.signatures)
-            for name, module in list(sys.modules.items()) if name.startswith("shmlog")
-            for attribute, value in list(vars(module).items())
-            if isinstance(value, numba.core.dispatcher.Dispatcher)}
-
-consumer = Consumer("t", bootstrap=sys.argv[1], auto_offset_reset="earliest")
-before = signatures()
-records = consumer.poll(timeout_ms=10_000)
-columns = consumer.poll_batch(timeout_ms=20)
-after = signatures()
-consumer.close()
-print(json.dumps({"records": sum(map(len, records.values())) + sum(map(len, columns.values())),
-                  "compiled": sorted(name for name, count in after.items()
-                                     if count > before.get(name, 0))}))
-"""
-
-
-def test_the_first_poll_compiles_nothing(broker):
-    """A Consumer loads its read path's kernels when it is made (before it joins a
-    group), so a poll never holds the GIL compiling and starves the heartbeat."""
-    Admin(broker).create_topic("t")
-    produce(broker, "t", 20, partition=0)
-    found = subprocess.run([sys.executable, "-c", FIRST_POLL, broker], capture_output=True,
-                           text=True, timeout=120, check=True)
-    result = json.loads(found.stdout.strip().splitlines()[-1])
-    assert result["records"] == 20
-    assert result["compiled"] == [], "kernels compiled by a poll, not by the constructor"
 
 
 def test_poll_and_poll_batch_share_one_position(broker):
