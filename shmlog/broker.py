@@ -37,9 +37,10 @@ table, the :class:`Appender`, the registered producers) and answers requests; it
 does no I/O of its own beyond the logs, so tests drive it in-process.
 :func:`serve` is the thin loop around it: drain the rings, answer control
 requests, and every so often check retention, flush policy, group deadlines and
-whether producers are still alive. A thread of its own waits on the ZeroMQ ROUTER
-socket (``ipc://<data dir>/run/control.sock``) and hands each request to the loop,
-which answers it between drains, so all state changes on one thread. Most replies
+whether producers are still alive. A thread of its own (``control_server.py``)
+waits on the ZeroMQ ROUTER socket (``ipc://<data dir>/run/control.sock``) and hands
+each request to the loop, which answers it between drains, so all state changes on
+one thread. Most replies
 go back at once; a group join is answered when its rebalance completes
 (:class:`groups.GroupCoordinator` says when). The cleaner thread compacts one
 partition at a time beside the loop, which swaps the result in.
@@ -65,21 +66,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import itertools
 import json
 import logging
 import mmap
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
-import zmq
 
 from . import access, limits
 from . import ring_layout as R
@@ -94,6 +91,7 @@ from .control import (decode_reply, encode_request, encode_result, error_reply, 
 from .groups import (INTERNAL_TOPICS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig,
                      GroupCoordinator, offsets_partition)
 from .broker_config import BrokerConfig
+from .control_server import ControlEndpoint, remove_control_socket
 from .control_client import request
 from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, InvalidTopicError,
                      LocalProtocolError, ShmlogError, StorageError)
@@ -101,7 +99,7 @@ from .log_manager import LogManager
 # The client's request, the paths and the config live in light modules (clients and
 # the shmlog command import them without numba); they are imported back under their
 # old names, which stay valid.
-from .paths import (RUN_DIRECTORY, control_address, control_path, default_data_dir,
+from .paths import (RUN_DIRECTORY, control_address, default_data_dir,
                     shared_memory_prefix)
 from .paths import SOCKET_PATH_LENGTH_MAX  # noqa: F401 - the old name
 from .segments import _write_atomically
@@ -118,8 +116,6 @@ WARM_UP_DIRECTORY = "warm-up"           # the warm-up's scratch data directory (
 ROWS_FILE = "partition-rows.json"
 # The longest sleep: bounds how late a timer fires (they are due every second).
 IDLE_SLEEP_LONGEST_S = 0.1
-# How often the control thread looks up from the socket to see the broker stopping.
-CONTROL_POLL_MS = 100
 # A ring under our prefix whose header has no producer pid yet is being made (Ring.create
 # writes it microseconds after creating the object); one left so for this long lost its
 # maker in between and is reclaimed.
@@ -745,13 +741,12 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     previous = {number: signal.signal(number, lambda received, _: stopping.append(received))
                 for number in (signal.SIGTERM, signal.SIGINT)}
     core = BrokerCore(config)
-    context = zmq.Context()
     control = None
     try:
         warm_kernels(config)             # before the socket: a client never waits for it
         address = control_address(core.data_dir)
         access.make_directories(os.path.join(core.data_dir, RUN_DIRECTORY))
-        control = _ControlThread(context, address, core.table.appender_doorbell)
+        control = ControlEndpoint(address, core.table.appender_doorbell)
         log.info("broker %d serving %s on %s", os.getpid(), core.data_dir, address)
         if ready is not None:
             ready()
@@ -777,123 +772,10 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             for ticket in core.groups.pending_tickets():
                 control.send(ticket, error_reply(BrokerNotAvailableError("the broker is stopping")))
             control.stop()
-            _remove_control_socket(core.data_dir)
-        context.term()
+            remove_control_socket(core.data_dir)
         core.close()
         for number, handler in previous.items():
             signal.signal(number, handler)
-
-
-def _remove_control_socket(data_dir: str) -> None:
-    """After a clean stop, no socket file is left (a client then fails at once)."""
-    path = control_path(data_dir)
-    for remove in (lambda: os.unlink(path), lambda: os.rmdir(os.path.dirname(path))):
-        try:
-            remove()
-        except OSError:
-            pass                     # gone, or run/ holds something else: keep it
-
-
-class _ControlThread(threading.Thread):
-    """Owns the ROUTER socket: receives requests and hands them to the broker's loop
-    (ringing the doorbell it may sleep on); sends the replies the loop passes back
-    through an in-process pair of sockets. Replies may come in any order and later
-    than their request (a join waits for its rebalance): a ROUTER socket routes each
-    to its client by identity."""
-
-    _instances = itertools.count()
-
-    def __init__(self, context: zmq.Context, address: str, doorbell):
-        super().__init__(name="shmlog-control", daemon=True)
-        self.socket = context.socket(zmq.ROUTER)
-        # ZeroMQ checks each frame's length prefix against this and disconnects the
-        # peer, so an oversized request is never buffered whole.
-        self.socket.setsockopt(zmq.MAXMSGSIZE, limits.CONTROL_FRAME_SIZE_MAX)
-        self.socket.bind(address)
-        # Made under the broker's umask (never wider); the group, if one shares the
-        # data, must write it to connect.
-        policy = access.current()
-        path = address[len("ipc://"):]
-        if policy.group_id is not None:
-            os.chown(path, -1, policy.group_id)
-        os.chmod(path, policy.writable_mode)
-        outbox = f"inproc://shmlog-control-replies-{next(self._instances)}"
-        self._outbox_receiver = context.socket(zmq.PAIR)      # this thread's
-        self._outbox_receiver.bind(outbox)
-        self._outbox = context.socket(zmq.PAIR)               # the loop's
-        self._outbox.connect(outbox)
-        self.doorbell = doorbell
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._stopping = threading.Event()
-        self.start()
-
-    @property
-    def waiting(self) -> bool:
-        """Is a request waiting for the loop?"""
-        return not self._requests.empty()
-
-    def run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
-        poller.register(self._outbox_receiver, zmq.POLLIN)
-        while True:
-            ready = dict(poller.poll(CONTROL_POLL_MS))
-            if self._outbox_receiver in ready:
-                identity, reply = self._outbox_receiver.recv_multipart()
-                self.socket.send_multipart([identity, b"", reply])
-                continue              # replies first: the loop may have sent several
-            if self._stopping.is_set():
-                return
-            if self.socket in ready:
-                self._receive(self.socket.recv_multipart())
-
-    def _receive(self, frames: list) -> None:
-        """Queue a request for the loop; refuse a malformed envelope at once, so its
-        client is not left waiting for a reply that never comes."""
-        # A REQ client sends [identity, empty delimiter, body].
-        if len(frames) == 3 and frames[1] == b"":
-            self._requests.put((frames[0], frames[2]))
-            self.doorbell.ring()
-            return
-        refusal = LocalProtocolError(
-            f"a request is one frame after the empty delimiter a REQ socket sends; got "
-            f"{len(frames) - 1} frames ({', '.join(str(len(frame)) for frame in frames[1:8])} "
-            f"bytes): send the JSON request as a single-part message")
-        self.socket.send_multipart([frames[0], b"", error_reply(refusal)])
-
-    def answer(self, handle) -> bool:
-        """Answer the waiting request, if any (on the loop's thread):
-        ``handle(identity, frame)`` returns the reply, or None for one sent later."""
-        try:
-            identity, frame = self._requests.get_nowait()
-        except queue.Empty:
-            return False
-        try:
-            reply = handle(identity, frame)
-        except Exception as error:         # noqa: BLE001 - a bug must not end the broker
-            log.exception("control request failed")
-            reply = error_reply(ShmlogError(f"internal error: {error}"))
-        if reply is not None:
-            self.send(identity, reply)
-        return True
-
-    def send(self, identity: bytes, reply: bytes) -> None:
-        """Pass a reply to the socket's thread (from the loop's thread only)."""
-        self._outbox.send_multipart([identity, reply])
-
-    def stop(self) -> None:
-        """Send the replies passed so far, refuse requests not yet answered, stop."""
-        while True:
-            try:
-                identity, _ = self._requests.get_nowait()
-            except queue.Empty:
-                break
-            self.send(identity, error_reply(BrokerNotAvailableError("the broker is stopping")))
-        self._stopping.set()
-        self.join(timeout=10)
-        for socket in (self._outbox, self._outbox_receiver):
-            socket.close(linger=0)
-        self.socket.close(linger=CONTROL_POLL_MS)
 
 
 class Broker:
