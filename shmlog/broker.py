@@ -102,6 +102,7 @@ from .log_manager import LogManager
 from .paths import (RUN_DIRECTORY, control_address, default_data_dir,
                     shared_memory_prefix)
 from .paths import SOCKET_PATH_LENGTH_MAX  # noqa: F401 - the old name
+from .scheduler import Scheduler
 from .segments import _write_atomically
 from .records import decode_records, encode_batch, now_ms
 from .ring import MAKER_PENDING, MAKER_UNKNOWN, Destination, Ring, maker_pid
@@ -183,10 +184,11 @@ class BrokerCore:
         self._drained = self.table.appender_doorbell.sequence
         self._drain_due = True          # rings left by a crash are drained on registration
         now = now_ms()
-        self._next_retention = now + config.retention_check_interval_ms
-        self._next_flush_check = now + config.flush_check_interval_ms
-        self._next_liveness = now + config.liveness_check_interval_ms
-        self._next_cleaning = now + config.cleaner_backoff_ms
+        self.scheduler = Scheduler()
+        self.scheduler.every(config.flush_check_interval_ms, self._flush_due, now)
+        self.scheduler.every(config.retention_check_interval_ms, self.apply_retention, now)
+        self.scheduler.every(config.liveness_check_interval_ms, self._check_liveness, now)
+        self.scheduler.every(config.cleaner_backoff_ms, self.start_cleaning, now)
         self.cleaner = CleanerThread(cleaner_keys_max(config.cleaner_dedupe_buffer_size))
         self.groups = GroupCoordinator(
             CoordinatorConfig(config.group_initial_rebalance_delay_ms,
@@ -444,11 +446,9 @@ class BrokerCore:
         return handled
 
     def seconds_to_next_timer(self) -> float:
-        group_deadline = self.groups.next_deadline()
-        return max(0.0, (min(self._next_flush_check, self._next_retention,
-                             self._next_liveness, self._next_cleaning,
-                             group_deadline if group_deadline is not None else self._next_liveness)
-                         - now_ms()) / 1000)
+        due = [deadline for deadline in (self.scheduler.next_due(), self.groups.next_deadline())
+               if deadline is not None]
+        return max(0.0, (min(due) - now_ms()) / 1000) if due else IDLE_SLEEP_LONGEST_S
 
     def run_once(self, requests_waiting: bool = False) -> int:
         """Drain the rings if needed; run whatever periodic work is due. Returns how
@@ -460,28 +460,23 @@ class BrokerCore:
         say) must hear them before it judges a member silent."""
         handled = self.drain()
         now = now_ms()
-        if now >= self._next_flush_check:
-            self._next_flush_check = now + self.config.flush_check_interval_ms
-            for topic in self.logs.list_topics():
-                for partition in range(self.logs.describe_topic(topic).partitions):
-                    self.logs.partition_log(topic, partition).maybe_flush(now)
-        if now >= self._next_retention:
-            self._next_retention = now + self.config.retention_check_interval_ms
-            self.apply_retention(now)
-        if now >= self._next_liveness:
-            self._next_liveness = now + self.config.liveness_check_interval_ms
-            self._drain_due = True            # a safety net under the doorbell
-            self._adopt_left_rings(include_alive=False)
-            self.reap_dead_producers()
         group_deadline = self.groups.next_deadline()
         if group_deadline is not None and now >= group_deadline and not requests_waiting:
             self.groups.tick(now)
         if self.cleaner.busy:
-            self.swap_cleaned()
-        if now >= self._next_cleaning:
-            self._next_cleaning = now + self.config.cleaner_backoff_ms
-            self.start_cleaning(now)
+            self.swap_cleaned()       # before a cleaning the scheduler may start
+        self.scheduler.run_due(now)
         return handled
+
+    def _flush_due(self, now: int) -> None:
+        for topic in self.logs.list_topics():
+            for partition in range(self.logs.describe_topic(topic).partitions):
+                self.logs.partition_log(topic, partition).maybe_flush(now)
+
+    def _check_liveness(self, now: int) -> None:
+        self._drain_due = True            # a safety net under the doorbell
+        self._adopt_left_rings(include_alive=False)
+        self.reap_dead_producers()
 
     def apply_retention(self, now: int | None = None) -> None:
         for topic in self.logs.list_topics():
