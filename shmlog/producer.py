@@ -24,9 +24,11 @@ partition is waiting in the ring for the broker; records sent meanwhile gather
 and ship together the moment the batch before them is appended (the linger thread
 watches its completion), as Kafka's sender does with whatever accumulated while
 its previous request was out: an idle producer adds no delay, a busy one does not
-pay a batch's fixed cost (~30 us here) per record. The broker's appender completes each ring entry with the batch's
-base offset (or an error code), which the producer reads from the ring's
-completion slots: no round trip, no syscall. A future's ``get()`` harvests them.
+pay a batch's fixed cost (~30 us here) per record.
+
+The broker's appender completes each ring entry with the batch's base offset (or
+an error code), which the producer reads from the ring's completion slots: no
+round trip, no syscall. A future's ``get()`` harvests them.
 
 One lock (a plain ``threading.Lock``: nothing takes it twice) guards the gathering
 batches, the ring's producer side and the bookkeeping below, so ``send`` may be
