@@ -60,7 +60,8 @@ from numba.typed import Dict, List
 from . import batch_layout as B
 from . import ring_layout as R
 from .atomics import py_fence, py_store_release, store_release
-from .errors import (CorruptRecordError, CorruptRingError, RecordTooLargeError, StorageError,
+from .errors import (CorruptRecordError, CorruptRingError, InvalidProducerEpochError,
+                     OutOfOrderSequenceError, RecordTooLargeError, StorageError,
                      UnknownTopicOrPartitionError)
 from .jit import kernel, load_i16, load_i32, load_i64, load_u16, load_u32
 from .log_manager import LogManager
@@ -87,6 +88,12 @@ class CompletionCode(enum.IntEnum):
     INTERNAL_TOPIC = 105       # producers may not append to an internal topic (as in Kafka)
     INVALID_PRODUCER_EPOCH = 106  # older than an epoch the producer id already appended with
 
+
+# The error a refused internal append (Appender.append) raises, by completion code.
+_REFUSALS = {CompletionCode.STORAGE_ERROR: StorageError,
+             CompletionCode.RECORD_TOO_LARGE: RecordTooLargeError,
+             CompletionCode.OUT_OF_ORDER_SEQUENCE: OutOfOrderSequenceError,
+             CompletionCode.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError}
 
 # drain results
 _IDLE = 0                      # every ring is empty
@@ -400,6 +407,8 @@ class Appender:
             raise UnknownTopicOrPartitionError(
                 f"{topic}-{partition} is not hosted by this appender") from None
 
+    row_of = tag_of             # the partition slot is its row in the state table
+
     def destination(self, topic: str, partition: int) -> Destination:
         """What a producer puts on its ring entries for (topic, partition)."""
         tag = self.tag_of(topic, partition)
@@ -538,6 +547,29 @@ class Appender:
         _finish_at(source.words, source.completions, self.rings, ring, number, result, head,
                    append_time)
         self.refresh(tag)
+
+    def append(self, row: int, batch: np.ndarray) -> int:
+        """Append one batch the broker made itself (an offset commit) to the partition
+        at ``row``, as the slow path appends a producer's, and publish it; its base
+        offset.
+
+        Raises
+        ------
+        StorageError, RecordTooLargeError, OutOfOrderSequenceError,
+        InvalidProducerEpochError, CorruptRecordError
+            The batch was refused (nothing of it was appended).
+        """
+        result, _ = self._append_batch(row, batch)
+        self.refresh(row)
+        if result < 0:
+            code = -result
+            refusal = _REFUSALS.get(code)
+            where = self._partitions[row].directory
+            if refusal is None:
+                raise CorruptRecordError(f"{where}: batch refused (code {code})", status=code)
+            raise refusal(f"{where}: batch refused ({CompletionCode(code).name.lower()}; "
+                          f"see the broker's log)")
+        return result
 
     def _append_batch(self, tag: int, batch: np.ndarray) -> tuple[int, int]:
         """Append one batch through the partition's log, unless its sequence says it
