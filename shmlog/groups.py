@@ -22,7 +22,8 @@ Rules
   A group with members keeps its offsets.
 * The coordinator does no I/O: requests and the clock come in, replies come out
   (some later: a join is answered when its rebalance completes). The broker moves
-  the frames (``broker.py``) and appends the offset records.
+  the frames (``broker.py``); its group service (``group_service.py``) appends the
+  offset records.
 
 Theory of operation
 -------------------

@@ -31,7 +31,7 @@ def core(data_dir):
     core = BrokerCore(BrokerConfig(data_dir=data_dir, group_initial_rebalance_delay_ms=0,
                                    group_min_session_timeout_ms=SESSION_TIMEOUT_MS))
     try:
-        core.create_topic("events", 2)
+        core.topics.create_topic("events", 2)
         yield core
     finally:
         core.close()

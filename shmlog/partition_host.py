@@ -1,0 +1,323 @@
+"""The partition host: every partition this broker serves, and what keeps them
+(Kafka's ReplicaManager): the logs, the partition state table, the appender that
+drains producers' rings into them, and the broker's own appends.
+
+Rules
+-----
+* A partition is hosted from the moment its topic is created (or grows) until it
+  is deleted: its log is open, its row in the state table claimed, the appender
+  takes entries for it. Every partition of every topic in the data directory is
+  hosted (one broker, every partition local).
+* A partition keeps its row across restarts (``partition-rows.json``, ``{"<topic>/
+  <partition>": row}``, rewritten whole after every change): producers put the row
+  on ring entries, so entries still in a ring after a crash go where they were
+  meant to. A rows file that cannot be read is ignored (partitions get new rows,
+  and the appender finds misaddressed entries by their identity).
+* The broker's own records (offset commits) are appended through the appender
+  (:meth:`PartitionHost.append`), as a producer's are: the same checks, the same
+  publication of the partition's row, and the one place where replication will
+  see every append.
+* Whatever changes a partition outside the drain (retention, a config change, a
+  cleaning swapped in) refreshes the appender's view of it and republishes its row.
+* Listeners (:meth:`PartitionHost.when_topics_change`) hear every change of the set
+  of partitions (a topic created, deleted or grown), with the time.
+
+Theory of operation
+-------------------
+:class:`PartitionHost` holds one :class:`HostedPartition` per partition (Kafka's
+``Partition``: its name, its row, its log); requests look partitions up here, and
+the state that cluster mode gives a partition (its leader epoch, its replicas, the
+policy that moves its high watermark) belongs beside them.
+
+The loop calls :meth:`PartitionHost.drain` every turn; it drains only when the
+appender's doorbell rang since the last drain that left every ring empty (or
+:meth:`PartitionHost.drain_soon` asked), and rings the consumers' doorbell after a
+drain that appended. Its periodic work is the flush policy (``flush.messages``,
+``flush.ms``), retention (``retention.ms``, ``retention.bytes``) and compaction:
+:meth:`PartitionHost.start_cleaning` hands the dirtiest compacted partition to the
+cleaner's thread, and :meth:`PartitionHost.swap_cleaned` swaps its result in on the
+loop's thread, if the partition's segments are still those that were cleaned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Callable, Iterator
+
+import numpy as np
+
+from . import limits, shared_memory
+from .appender import DRAIN_ENTRIES_MAX, Appender
+from .cleaner import CleanerThread, keys_max as cleaner_keys_max, plan as cleaner_plan
+from .errors import ShmlogError
+from .log_manager import LogManager, TopicMetadata
+from .paths import shared_memory_prefix
+from .records import now_ms
+from .segments import PartitionLog, _write_atomically
+from .state import PartitionStateTable
+
+# The broker's log: operators read one logger for the broker's work.
+log = logging.getLogger("shmlog.broker")
+
+__all__ = ["PartitionHost", "HostedPartition", "ROWS_FILE"]
+
+ROWS_FILE = "partition-rows.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostedPartition:
+    """One partition this broker hosts.
+
+    Attributes
+    ----------
+    topic, partition : str, int
+        Its name.
+    row : int
+        Its row in the state table (and on its producers' ring entries).
+    log : PartitionLog
+        Its log, open while it is hosted.
+    """
+    topic: str
+    partition: int
+    row: int
+    log: PartitionLog
+
+
+class PartitionHost:
+    """The partitions of one data directory, their state table and their appender.
+
+    Parameters
+    ----------
+    data_dir : str
+        Locked for this object's lifetime (one broker per directory).
+    partitions_max : int
+        Rows of the state table it makes.
+    cleaner_dedupe_buffer_size : int
+        The memory of the cleaner's key map (bytes).
+    table : PartitionStateTable, optional
+        A table to use instead (the warm-up's, in anonymous memory).
+
+    Raises
+    ------
+    DataDirectoryInUseError
+        Another broker holds the directory.
+    """
+
+    def __init__(self, data_dir: str, *, partitions_max: int, cleaner_dedupe_buffer_size: int,
+                 table: PartitionStateTable | None = None):
+        self.data_dir = os.path.abspath(data_dir)
+        self.logs = LogManager(self.data_dir)          # the lock: one broker per directory
+        self.table_name = shared_memory_prefix(self.data_dir) + "-state" if table is None \
+            else table.name
+        # A table of ours left by a broker that died is replaced: we hold the lock.
+        self.table = table if table is not None else \
+            PartitionStateTable.create(self.table_name, partitions_max)
+        self.appender = Appender(self.logs, self.table)
+        self._partitions: dict[tuple[str, int], HostedPartition] = {}
+        self._listeners: list[Callable[[int], None]] = []
+        self._rows_path = os.path.join(self.data_dir, ROWS_FILE)
+        rows = self._load_rows()
+        for topic in self.logs.list_topics():
+            self._host_partitions(topic, rows)
+        self._save_rows()
+        self._drained = self.table.appender_doorbell.sequence
+        self._drain_due = True          # rings left by a crash are drained on registration
+        self.cleaner = CleanerThread(cleaner_keys_max(cleaner_dedupe_buffer_size))
+
+    # -- the rows file ---------------------------------------------------------------
+    def _load_rows(self) -> dict:
+        try:
+            with open(self._rows_path) as source:
+                rows = json.load(source)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            log.warning("ignoring %s (%s): partitions get new rows", self._rows_path, error)
+            return {}
+        return {key: value for key, value in rows.items() if isinstance(value, int)} \
+            if isinstance(rows, dict) else {}
+
+    def _save_rows(self) -> None:
+        rows = {f"{hosted.topic}/{hosted.partition}": self.appender.row_of(hosted.topic,
+                                                                           hosted.partition)
+                for hosted in self.partitions()}
+        _write_atomically(self._rows_path, json.dumps(rows, sort_keys=True))
+
+    # -- hosting -----------------------------------------------------------------------
+    def _host_partitions(self, topic: str, rows: dict) -> None:
+        """Host every partition of ``topic`` not hosted yet (a row asked for in
+        ``rows`` is used when free)."""
+        for partition in range(self.logs.describe_topic(topic).partitions):
+            if (topic, partition) not in self._partitions:
+                row = self.appender.register_partition(topic, partition,
+                                                       rows.get(f"{topic}/{partition}"))
+                self._partitions[(topic, partition)] = HostedPartition(
+                    topic, partition, row, self.logs.partition_log(topic, partition))
+
+    def when_topics_change(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(now)`` after every topic created, deleted or grown."""
+        self._listeners.append(listener)
+
+    def _topics_changed(self) -> None:
+        self._save_rows()
+        now = now_ms()
+        for listener in self._listeners:
+            listener(now)
+
+    def create_topic(self, name: str, partitions: int, config: dict) -> TopicMetadata:
+        """Create a topic (internal ones too: no refusal here) and host its partitions."""
+        metadata = self.logs.create_topic(name, partitions, config)
+        self._host_partitions(name, {})
+        self._topics_changed()
+        return metadata
+
+    def delete_topic(self, name: str) -> None:
+        """Stop hosting a topic's partitions (their rows are freed) and delete it."""
+        for partition in range(self.logs.describe_topic(name).partitions):
+            self.appender.unregister_partition(name, partition)
+            del self._partitions[(name, partition)]
+        self.logs.delete_topic(name)
+        self._topics_changed()
+
+    def add_partitions(self, name: str, total: int) -> TopicMetadata:
+        """Grow a topic to ``total`` partitions and host the new ones."""
+        metadata = self.logs.add_partitions(name, total)
+        self._host_partitions(name, {})
+        self._topics_changed()
+        return metadata
+
+    def alter_topic_config(self, name: str, set_overrides: dict,
+                           delete: tuple[str, ...]) -> TopicMetadata:
+        """Change a topic's config; its partitions take it at once."""
+        metadata = self.logs.alter_topic_config(name, set_overrides, delete)
+        for partition in range(metadata.partitions):
+            self.appender.refresh(self._partitions[(name, partition)].row)
+        return metadata
+
+    # -- looking partitions up ------------------------------------------------------------
+    def partition(self, topic: str, partition: int) -> HostedPartition:
+        """A hosted partition.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No such topic, or no such partition of it.
+        """
+        self.logs.partition_log(topic, partition)    # its checks and its error messages
+        return self._partitions[(topic, partition)]
+
+    def partitions(self) -> Iterator[HostedPartition]:
+        """Every hosted partition, by topic name, then partition number."""
+        for topic in self.logs.list_topics():
+            for partition in range(self.logs.describe_topic(topic).partitions):
+                yield self._partitions[(topic, partition)]
+
+    def partition_counts(self) -> dict[str, int]:
+        """{topic: partition count} for every topic."""
+        return {topic: self.logs.describe_topic(topic).partitions
+                for topic in self.logs.list_topics()}
+
+    # -- appending -----------------------------------------------------------------------
+    def append(self, topic: str, partition: int, batch: np.ndarray) -> int:
+        """Append a batch the broker made (an offset commit) through the appender,
+        publish it and tell waiting consumers; its base offset.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError, StorageError, RecordTooLargeError, CorruptRecordError
+        """
+        base_offset = self.appender.append(self.partition(topic, partition).row, batch)
+        self.table.consumer_doorbell.ring()
+        return base_offset
+
+    def drain_soon(self) -> None:
+        """Drain the rings at the next turn, whether or not the doorbell rang (a ring
+        was registered with entries in it; a safety net under the doorbell)."""
+        self._drain_due = True
+
+    def work_pending(self, sequence: int | None = None) -> bool:
+        """Has anything been put into a ring (or asked of us) since the last drain
+        that left every ring empty? (``sequence``: the doorbell's, if just read.)"""
+        if sequence is None:
+            sequence = self.table.appender_doorbell.sequence
+        return self._drain_due or sequence != self._drained
+
+    def drain(self) -> int:
+        """Drain the rings if anything was put; tell waiting consumers of what was
+        appended. Returns how many entries were handled."""
+        sequence = self.table.appender_doorbell.sequence
+        if not self.work_pending(sequence):
+            return 0
+        self._drain_due = False
+        handled = self.appender.drain()
+        if handled:
+            self.table.consumer_doorbell.ring()
+        if handled < DRAIN_ENTRIES_MAX:
+            self._drained = sequence          # every ring was empty after this sequence
+        return handled
+
+    # -- flushing, retention, cleaning ----------------------------------------------------
+    def flush_due(self, now: int) -> None:
+        """Flush the partitions whose flush policy says so."""
+        for hosted in self.partitions():
+            hosted.log.maybe_flush(now)
+
+    def apply_retention(self, now: int | None = None) -> None:
+        """Delete the segments retention lets go, in every partition."""
+        for hosted in self.partitions():
+            if hosted.log.delete_old_segments(now):
+                self.appender.refresh(hosted.row)
+
+    def start_cleaning(self, now: int | None = None) -> bool:
+        """Hand the dirtiest compacted partition to the cleaner (when it is free);
+        False when none is dirty enough."""
+        if self.cleaner.busy:
+            return False
+        now = now_ms() if now is None else now
+        plans = []
+        for hosted in self.partitions():
+            if not hosted.log.config.compact:
+                continue
+            planned = cleaner_plan(hosted.log, now)
+            if planned is not None:
+                plans.append((planned.dirty_ratio, hosted.topic, hosted.partition, planned))
+        if not plans:
+            return False
+        _, topic, partition, planned = max(plans, key=lambda entry: entry[0])
+        self.cleaner.submit((topic, partition), planned, now)
+        return True
+
+    def swap_cleaned(self) -> bool:
+        """Swap in what the cleaner finished, if it has; True when a partition changed."""
+        finished = self.cleaner.collect()
+        if finished is None:
+            return False
+        (topic, partition), result = finished
+        if isinstance(result, Exception):
+            log.error("cleaning %s-%d failed: %s", topic, partition, result)
+            return False
+        try:
+            hosted = self.partition(topic, partition)
+        except ShmlogError:
+            return False                       # deleted while it was being cleaned
+        if hosted.log.directory != result.plan.directory or \
+                not hosted.log.replace_segments(result):
+            return False
+        self.appender.refresh(hosted.row)
+        log.info("cleaned %s-%d up to offset %d: %d -> %d bytes", topic, partition,
+                 result.end_offset, result.bytes_before, result.bytes_after)
+        return True
+
+    def close(self) -> None:
+        """Drain every ring, stop the cleaner, flush and close the logs, remove the
+        shared memory."""
+        self.appender.drain(entries_max=limits.BATCH_RECORD_COUNT_MAX)
+        self.cleaner.stop()
+        self.logs.close()
+        owner = self.table.owner
+        self.table.close()
+        if owner:
+            shared_memory.unlink(self.table_name)

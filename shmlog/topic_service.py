@@ -1,0 +1,145 @@
+"""The topic requests: metadata, create, delete, list, describe, add partitions,
+alter config, and offsets by position or time (Kafka's Metadata, CreateTopics,
+DeleteTopics, CreatePartitions, IncrementalAlterConfigs and ListOffsets).
+
+Rules
+-----
+* Internal topics (``groups.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
+  broker's: it creates them on first use (``group_service``); a client cannot
+  create, delete or grow them (Kafka's rule).
+* Metadata names, for every partition, its row in the state table and its
+  directory: what a consumer maps, and what a producer puts on its ring entries.
+* Every field a client sends is checked (``control.require``) before anything
+  changes; the partitions themselves change in the partition host.
+
+Theory of operation
+-------------------
+A :class:`~shmlog.service.Service` with no clock and nothing held back: each
+request is answered at once from the :class:`PartitionHost` (which tells its
+listeners, the group coordinator among them, when the topics changed).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import access
+from .control import require
+from .errors import InvalidTopicError
+from .groups import INTERNAL_TOPICS
+from .partition_host import PartitionHost
+
+__all__ = ["TopicService"]
+
+
+def _refuse_internal(name, done: str) -> None:
+    """Clients never create, delete or grow an internal topic (Kafka refuses it too):
+    the broker owns it, and a group's commits are found by hashing the group id over
+    its partition count, so another count or a new empty topic loses every commit."""
+    if name in INTERNAL_TOPICS:
+        raise InvalidTopicError(f"{name} is an internal topic (the consumer groups' committed "
+                                f"offsets); the broker manages it, it cannot be {done} by a "
+                                f"client")
+
+
+class TopicService:
+    """Topic requests over a :class:`PartitionHost`.
+
+    Parameters
+    ----------
+    host : PartitionHost
+    prefix : str
+        The broker's shared-memory prefix (metadata tells producers where their
+        rings go).
+    """
+
+    def __init__(self, host: PartitionHost, prefix: str):
+        self.host = host
+        self.prefix = prefix
+
+    def handlers(self) -> dict:
+        return {"metadata": self.metadata, "create_topic": self.create_topic,
+                "delete_topic": self.delete_topic, "list_topics": self.list_topics,
+                "describe_topic": self.describe_topic, "add_partitions": self.add_partitions,
+                "alter_topic_config": self.alter_topic_config,
+                "offset_for_timestamp": self.offset_for_timestamp,
+                "list_offsets": self.list_offsets}
+
+    def tick(self, now: int) -> None:
+        """Nothing is timed here."""
+
+    def next_deadline(self) -> int | None:
+        return None
+
+    def take_replies(self) -> list[tuple[Any, dict]]:
+        return []
+
+    def pending_tickets(self) -> list:
+        return []
+
+    # -- requests ------------------------------------------------------------------
+    def _topic(self, name: str) -> dict:
+        logs = self.host.logs
+        metadata = logs.describe_topic(require(name, str, "name"))
+        return {"name": metadata.name, "topic_id": metadata.topic_id,
+                "partitions": [{"partition": partition,
+                                "row": self.host.partition(metadata.name, partition).row,
+                                "directory": os.path.join(logs.topics_dir, metadata.name,
+                                                          str(partition))}
+                               for partition in range(metadata.partitions)],
+                "config": metadata.config.as_dict()}
+
+    def metadata(self, topics: list | None = None) -> dict:
+        names = self.host.logs.list_topics() if topics is None else \
+            require(topics, list, "topics")
+        return {"state_table": self.host.table_name,
+                "broker_epoch": self.host.table.broker_epoch,
+                "ring_prefix": self.prefix, "ring_group_id": access.current().group_id,
+                "topics": [self._topic(name) for name in names]}
+
+    def create_topic(self, name, partitions: int = 1, config: dict | None = None) -> dict:
+        _refuse_internal(name, "created")
+        self.host.create_topic(name, partitions, require(config or {}, dict, "config"))
+        return self._topic(name)
+
+    def delete_topic(self, name) -> dict:
+        _refuse_internal(name, "deleted")
+        self.host.delete_topic(require(name, str, "name"))
+        return {}
+
+    def list_topics(self) -> dict:
+        return {"topics": self.host.logs.list_topics()}
+
+    def describe_topic(self, name) -> dict:
+        return self._topic(name)
+
+    def add_partitions(self, name, total) -> dict:
+        _refuse_internal(name, "given partitions")
+        self.host.add_partitions(require(name, str, "name"), total)
+        return self._topic(name)
+
+    def alter_topic_config(self, name, set: dict | None = None, delete: list | None = None) -> dict:
+        self.host.alter_topic_config(require(name, str, "name"), require(set or {}, dict, "set"),
+                                     tuple(require(delete or [], list, "delete")))
+        return self._topic(name)
+
+    def offset_for_timestamp(self, topic, partition, timestamp) -> dict:
+        """Kafka's ListOffsets by time: the first offset whose timestamp is >= it."""
+        hosted = self.host.partition(require(topic, str, "topic"),
+                                     require(partition, int, "partition"))
+        found = hosted.log.offset_for_timestamp(require(timestamp, int, "timestamp"))
+        return {"offset": found[0] if found else None,
+                "timestamp": found[1] if found else None}
+
+    def list_offsets(self, topic) -> dict:
+        """Kafka's ListOffsets for earliest and latest: each partition's log start
+        and log end offsets."""
+        metadata = self.host.logs.describe_topic(require(topic, str, "topic"))
+        partitions = []
+        for partition in range(metadata.partitions):
+            partition_log = self.host.partition(metadata.name, partition).log
+            partitions.append({"partition": partition,
+                               "log_start_offset": partition_log.log_start_offset,
+                               "log_end_offset": partition_log.log_end_offset})
+        return {"partitions": partitions}
