@@ -1,0 +1,197 @@
+"""The seams of the broker: ``BrokerCore`` is a partition host, a producer registry
+and a list of services (``shmlog.service``). A core built so answers every request
+the broker has always answered, each from exactly one service; a service defined
+here, outside the broker, plugs in its requests, its deadline and its held-back
+replies without a change to ``BrokerCore``; offset commits are appended through the
+partition host and its appender (the ``__consumer_offsets`` partition's row in the
+state table moves, and a reader of another mapping of the table reads the commit),
+and a refused internal append is a typed error.
+
+Method: a ``BrokerCore`` on a temporary data directory, driven as ``serve`` drives it
+(``handle`` a request frame, ``run_once`` for the drain and the deadlines,
+``take_replies`` for what was held back), with a real producer ring in /dev/shm and
+a ``PartitionReader`` on a second attachment of the state table. Time is the
+broker's clock; the test waits on a deadline a few milliseconds ahead, with a bound.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from shmlog.broker import BrokerConfig, BrokerCore
+from shmlog.control import decode_reply, encode_request
+from shmlog.errors import LocalProtocolError, RecordTooLargeError
+from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
+from shmlog.partition_host import PartitionHost
+from shmlog.reader import PartitionReader
+from shmlog.records import decode_records, encode_batch, now_ms
+from shmlog.ring import Ring
+from shmlog.service import Service
+from shmlog.state import PartitionStateTable, topic_key
+
+# Every request type the broker answered before it was cut into services.
+BROKER_REQUESTS = {
+    "ping", "metadata", "create_topic", "delete_topic", "list_topics", "describe_topic",
+    "add_partitions", "alter_topic_config", "register_producer", "unregister_producer",
+    "init_producer_id", "offset_for_timestamp", "list_offsets", "join_group", "sync_group",
+    "heartbeat", "leave_group", "commit_offsets", "fetch_offsets", "list_groups",
+    "describe_group", "delete_group"}
+OFFSETS_PARTITIONS = 3
+RING_CAPACITY = 1 << 16
+DEADLINE_AHEAD_MS = 20
+WAIT_S = 10.0
+
+
+@pytest.fixture
+def core(data_dir):
+    core = BrokerCore(BrokerConfig(data_dir=data_dir,
+                                   offsets_topic_num_partitions=OFFSETS_PARTITIONS))
+    try:
+        yield core
+    finally:
+        core.close()
+
+
+def ask(core, request_type: str, **fields) -> dict:
+    reply = core.handle("test", encode_request(request_type, **fields))
+    assert reply is not None, f"{request_type} was not answered at once"
+    return decode_reply(reply)
+
+
+class EndOffsetAt:
+    """A service of the test's own: ``end_offset_at(topic, partition, at_ms)`` is
+    answered at ``at_ms`` (not before) with the partition's log end offset then."""
+
+    def __init__(self, host: PartitionHost, context):
+        self.host = host
+        self.context = context
+        self.waiting: list[tuple[int, object, str, int]] = []
+        self.replies: list = []
+
+    def handlers(self) -> dict:
+        return {"end_offset_at": self.end_offset_at}
+
+    def end_offset_at(self, topic, partition, at_ms):
+        self.host.partition(topic, partition)           # an unknown one is refused now
+        self.waiting.append((at_ms, self.context.ticket, topic, partition))
+        return None
+
+    def tick(self, now: int) -> None:
+        due = [waiting for waiting in self.waiting if waiting[0] <= now]
+        self.waiting = [waiting for waiting in self.waiting if waiting[0] > now]
+        self.replies += [(ticket, {"end_offset": self.host.partition(topic, partition)
+                                   .log.log_end_offset})
+                         for _, ticket, topic, partition in due]
+
+    def next_deadline(self) -> int | None:
+        return min((waiting[0] for waiting in self.waiting), default=None)
+
+    def take_replies(self) -> list:
+        replies, self.replies = self.replies, []
+        return replies
+
+    def pending_tickets(self) -> list:
+        return [ticket for _, ticket, _, _ in self.waiting]
+
+
+def test_the_services_answer_every_request_of_the_broker_each_once(core):
+    assert set(core.handlers()) == BROKER_REQUESTS
+    served = [name for service in core.services for name in service.handlers()]
+    assert sorted(served) == sorted(BROKER_REQUESTS - {"ping"})
+    assert all(isinstance(service, Service) for service in core.services)
+
+
+def test_a_core_made_of_services_serves_topics_producers_and_offsets(core):
+    created = ask(core, "create_topic", name="events", partitions=2)
+    rows = [partition["row"] for partition in created["partitions"]]
+    assert rows == [core.host.partition("events", index).row for index in range(2)]
+    assert ask(core, "list_topics")["topics"] == ["events"]
+    with pytest.raises(LocalProtocolError, match="must be named under"):
+        ask(core, "register_producer", ring="elsewhere")
+    ring = Ring.create(core.prefix + "-test-producer", RING_CAPACITY)
+    try:
+        registered = ask(core, "register_producer", ring=ring.name)
+        assert registered["index"] >= 0 and registered["producer_epoch"] == 0
+        destination = core.host.appender.destination("events", 1)
+        entry = ring.put(destination, encode_batch([b"a", b"b", b"c"]), timeout_ms=0)
+        core.host.table.appender_doorbell.ring()
+        core.run_once()
+        assert ring.result(entry)[0] == 0                       # its base offset
+        ends = [partition["log_end_offset"]
+                for partition in ask(core, "list_offsets", topic="events")["partitions"]]
+        assert ends == [0, 3]
+        renewed = ask(core, "init_producer_id", ring=ring.name)
+        assert renewed["producer_id"] != registered["producer_id"]
+        assert ask(core, "unregister_producer", ring=ring.name) == {}
+        assert ring.name not in core.producers.rings
+    finally:
+        ring.unlink()
+
+
+def test_a_service_from_outside_plugs_in_its_requests_and_its_deadline(core):
+    core.topics.create_topic("events", 1)
+    outside = core.add_service(EndOffsetAt(core.host, core.context))
+    assert "end_offset_at" in core.handlers()
+    at_ms = now_ms() + DEADLINE_AHEAD_MS
+    assert core.handle("later", encode_request("end_offset_at", topic="events", partition=0,
+                                               at_ms=at_ms)) is None
+    assert core.next_deadline() == at_ms                  # the scheduler's tasks come later
+    assert core.pending_tickets() == ["later"]
+    core.host.append("events", 0, encode_batch([b"x"]))
+    deadline = time.monotonic() + WAIT_S
+    while now_ms() <= at_ms and time.monotonic() < deadline:
+        core.run_once()
+        assert core.take_replies() == []                  # not before its time
+    core.run_once(requests_waiting=True)                  # a request waits: no tick
+    assert core.take_replies() == []
+    core.run_once()
+    assert core.take_replies() == [("later", b'{"version": 1, "ok": true, "end_offset": 1}')]
+    assert outside.next_deadline() is None and core.pending_tickets() == []
+
+
+def test_a_service_cannot_take_a_request_type_already_served(core):
+    class Shadow(EndOffsetAt):
+        def handlers(self) -> dict:
+            return {"metadata": self.end_offset_at}
+
+    with pytest.raises(AssertionError, match="metadata"):
+        core.add_service(Shadow(core.host, core.context))
+    assert core.handlers()["metadata"] == core.topics.metadata
+
+
+def test_an_offset_commit_is_appended_through_the_host_and_read_by_a_reader(core):
+    core.topics.create_topic("events", 1)
+    core.host.append("events", 0, encode_batch([b"a", b"b"]))
+    consumers_told = core.host.table.consumer_doorbell.sequence
+    assert ask(core, "commit_offsets", group_id="g", offsets=[["events", 0, 2, "m"]]) == {}
+    hosted = core.host.partition(OFFSETS_TOPIC, offsets_partition("g", OFFSETS_PARTITIONS))
+    row = core.host.table.snapshot(hosted.row)
+    assert (row.log_end_offset, row.high_watermark) == (1, 1)
+    assert core.host.table.consumer_doorbell.sequence != consumers_told
+    table = PartitionStateTable.attach(core.host.table_name)      # as a consumer maps it
+    reader = PartitionReader(hosted.log.directory, table, hosted.row,
+                             topic_key=topic_key(core.host.logs.describe_topic(
+                                 OFFSETS_TOPIC).topic_id), partition=hosted.partition)
+    try:
+        records = decode_records(reader.read(0).data, start_offset=0)
+        group_id, topic, partition, committed = parse_offset_record(records[0].key,
+                                                                    records[0].value)
+    finally:
+        reader.close()
+        table.close()
+    assert (group_id, topic, partition, committed.offset, committed.metadata) == \
+        ("g", "events", 0, 2, "m")
+    assert ask(core, "fetch_offsets", group_id="g")["offsets"] == [["events", 0, 2, "m"]]
+
+
+def test_an_internal_append_the_log_refuses_is_a_typed_error(core):
+    core.topics.create_topic("small", 1, {"max.message.bytes": 1024})
+    hosted = core.host.partition("small", 0)
+    with pytest.raises(RecordTooLargeError):
+        core.host.append("small", 0, encode_batch([np.zeros(4096, np.uint8).tobytes()]))
+    row = core.host.table.snapshot(hosted.row)
+    assert (row.log_end_offset, row.high_watermark) == (0, 0)
+    assert core.host.append("small", 0, encode_batch([b"fits"])) == 0
