@@ -194,16 +194,6 @@ class BrokerCore:
         return [ticket for service in self.services for ticket in service.pending_tickets()]
 
     # -- the loop ------------------------------------------------------------------
-    def work_pending(self, sequence: int | None = None) -> bool:
-        """Has anything been put into a ring (or asked of us) since the last drain
-        that left every ring empty? (``sequence``: the doorbell's, if just read.)"""
-        return self.host.work_pending(sequence)
-
-    def drain(self) -> int:
-        """Drain the rings if anything was put; tell waiting consumers of what was
-        appended. Returns how many entries were handled."""
-        return self.host.drain()
-
     def next_deadline(self) -> int | None:
         """The earliest of the periodic tasks' and the services' deadlines (ms)."""
         due = [deadline for deadline in (self.scheduler.next_due(),
@@ -329,12 +319,12 @@ def _serve_scratch_requests(core: BrokerCore) -> None:
     for destination, payload in entries:
         ring.put(destination, payload, timeout_ms=0)
         core.host.table.appender_doorbell.ring()
-    core.drain()
+    core.host.drain()
     core.host.table.appender_doorbell.wait(lambda: True, 0)   # found at once: never sleeps
     poisoned = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + R.CAPACITY_MIN), owner=True)
     poisoned.words[R.TAIL_WORD] = 2 * R.CAPACITY_MIN        # more than it can hold: garbage
     appender.add_ring(poisoned)
-    core.drain()
+    core.host.drain()
     ask("offset_for_timestamp", topic=_WARM_UP_TOPIC, partition=0, timestamp=0)
     _clean_scratch_topic(core)
     warm_cleaner_kernels()
@@ -388,7 +378,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             if idle_since is None:
                 idle_since = now
             wakeup.pause(now - idle_since, core.host.table.appender_doorbell,
-                         lambda: core.work_pending() or control.waiting,
+                         lambda: core.host.work_pending() or control.waiting,
                          min(core.seconds_to_next_timer(), IDLE_SLEEP_LONGEST_S))
         log.info("broker %d stopping on %s: draining rings, flushing and closing the logs",
                  os.getpid(), signal.Signals(stopping[0]).name)
