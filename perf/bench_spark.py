@@ -107,8 +107,8 @@ def prepared_batch(data_dir: str, path: str) -> int:
     """Write the first Arrow batch a shmlog task would yield to ``path``; its rows."""
     import pyarrow as pa
 
-    from shmlog.spark import OffsetRange, _Options, read_range
-    options = _Options.parse({"subscribe": "bench", "bootstrap": data_dir})
+    from shmlog.spark import OffsetRange, ReadOptions, read_range
+    options = ReadOptions.parse({"subscribe": "bench", "bootstrap": data_dir})
     batch = next(read_range(OffsetRange("bench", 0, 0, 1 << 40), options))
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
         writer.write_batch(batch)

@@ -49,7 +49,6 @@ segment when a partition is opened.
 
 from __future__ import annotations
 
-import enum
 import logging
 
 import numba
@@ -59,6 +58,7 @@ from numba.typed import Dict, List
 
 from . import batch_layout as B
 from . import ring_layout as R
+from .completion import SEQUENCE_MODULUS, CompletionCode
 from .atomics import py_fence, py_store_release, store_release
 from .errors import (CorruptRecordError, CorruptRingError, InvalidProducerEpochError,
                      OutOfOrderSequenceError, RecordTooLargeError, StorageError,
@@ -69,24 +69,12 @@ from .records import _check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Destination, Ring, complete_entry, next_entry
 from .segments import (_APPENDED, _BASE_OFFSET, _NEXT_OFFSET, _POSITION, _REJECTED,
                        _TIMESTAMP_NONE, _append)
-from .groups import INTERNAL_TOPICS
+from .internal_topics import INTERNAL_TOPICS
 from .state import PartitionStateTable, publish_row, topic_key
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Appender", "CompletionCode"]
-
-
-class CompletionCode(enum.IntEnum):
-    """Why an entry was not appended; its completion result is ``-code``. Codes
-    below 100 are the :class:`~shmlog.records.BatchStatus` the batch failed with."""
-    UNKNOWN_PARTITION = 100
-    RECORD_TOO_LARGE = 101
-    STORAGE_ERROR = 102
-    NOT_ONE_BATCH = 103        # the entry holds bytes beyond its one batch
-    OUT_OF_ORDER_SEQUENCE = 104  # an idempotent producer skipped or reordered a sequence
-    INTERNAL_TOPIC = 105       # producers may not append to an internal topic (as in Kafka)
-    INVALID_PRODUCER_EPOCH = 106  # older than an epoch the producer id already appended with
 
 
 # The error a refused internal append (Appender.append) raises, by completion code.
@@ -146,7 +134,6 @@ _SEQUENCE_NEW = 0             # append, then remember
 _SEQUENCE_DUPLICATE = 1       # acknowledge with the remembered base offset
 _SEQUENCE_OUT_OF_ORDER = 2
 _SEQUENCE_FENCED = 3          # an epoch older than the remembered one
-SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
 
 
 @kernel

@@ -55,13 +55,11 @@ from collections import defaultdict
 
 from .errors import InvalidPartitionsError, LocalProtocolError
 
-__all__ = ["TopicPartition", "Subscription", "AssignmentResult", "ASSIGNORS", "assign",
-           "is_cooperative"]
+__all__ = ["TopicPartition", "Subscription", "AssignmentResult", "ASSIGNORS", "assign"]
 
 TopicPartition = tuple[str, int]
 
 ASSIGNORS: tuple[str, ...] = ("range", "roundrobin", "cooperative-sticky")
-_COOPERATIVE = frozenset({"cooperative-sticky"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,18 +84,6 @@ class AssignmentResult:
 
     assignment: dict[str, list[TopicPartition]]
     revoking: bool
-
-
-def is_cooperative(name: str) -> bool:
-    """Whether the assignor ``name`` follows the two-round cooperative protocol.
-
-    Raises
-    ------
-    LocalProtocolError
-        ``name`` is not one of ``ASSIGNORS``.
-    """
-    _check_name(name)
-    return name in _COOPERATIVE
 
 
 def assign(name: str, partitions_per_topic: dict[str, int],

@@ -70,6 +70,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .assignors import ASSIGNORS, Subscription, assign
 from .control import require
 from . import limits
+from .internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
                      CommitFailedError, GroupIdNotFoundError,
                      IllegalGenerationError, InconsistentGroupProtocolError,
@@ -84,9 +85,6 @@ __all__ = ["GroupState", "TRANSITIONS", "GroupCoordinator", "CoordinatorConfig",
            "OFFSETS_TOPIC", "INTERNAL_TOPICS", "offsets_partition", "offset_record", "GroupMember",
            "MemberConfig"]
 
-OFFSETS_TOPIC = "__consumer_offsets"
-# Topics only the broker creates, deletes or grows (Kafka's internal topics).
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # What Kafka gives its offsets topic: compacted, 100 MiB segments.
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 << 20}
 # The reply to a request answered later (see GroupCoordinator.take_replies).

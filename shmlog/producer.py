@@ -85,14 +85,14 @@ import numpy as np
 from . import batch_layout as B
 from . import limits, settings
 from . import state_layout as S
-from .appender import SEQUENCE_MODULUS, CompletionCode
+from .completion import SEQUENCE_MODULUS, CompletionCode
 from .control_client import request
 from .paths import default_data_dir
 from .errors import (ClientClosedError, CorruptRecordError, InvalidProducerEpochError,
                      InvalidTopicError, LocalProtocolError,
                      OutOfOrderSequenceError, RecordTooLargeError,
                      ShmlogError, StorageError, UnknownTopicOrPartitionError)
-from .groups import INTERNAL_TOPICS
+from .internal_topics import INTERNAL_TOPICS
 from .jit import kernel
 from .records import (Compression, check_headers, check_timestamp, encode_batch,
                       encode_gathered, restamp_batch)

@@ -83,7 +83,7 @@ def wheel(tmp_path):
 def test_the_wheel_ships_the_java_sources_the_marker_and_the_license(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = {os.path.relpath(os.path.join(root, name), CHECKOUT)
-               for root, _, files in os.walk(os.path.join(CHECKOUT, "shmlog", "jvm"))
+               for root, _, files in os.walk(os.path.join(CHECKOUT, "shmlog", "spark", "jvm"))
                for name in files if name.endswith(".java")}
     assert shipped and shipped <= set(names)
     assert "shmlog/py.typed" in names

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shmlog.assignors import ASSIGNORS, AssignmentResult, Subscription, assign, is_cooperative
+from shmlog.assignors import ASSIGNORS, AssignmentResult, Subscription, assign
 from shmlog.errors import InvalidPartitionsError, LocalProtocolError
 
 EAGER = ("range", "roundrobin")
@@ -213,9 +213,8 @@ def test_cooperative_sticky_leaves_no_improving_move():
 
 # --- the cooperative protocol ------------------------------------------------------------
 
-def test_is_cooperative():
+def test_the_assignors_are_the_eager_two_and_cooperative_sticky():
     assert ASSIGNORS == ("range", "roundrobin", "cooperative-sticky")
-    assert [is_cooperative(name) for name in ASSIGNORS] == [False, False, True]
 
 
 @pytest.mark.parametrize("members_before, members_after", [(0, 3), (3, 4), (4, 3), (5, 9),
@@ -330,8 +329,6 @@ def test_stale_and_unknown_owned_partitions_are_dropped():
 def test_bad_inputs_raise_local_protocol_errors():
     with pytest.raises(LocalProtocolError, match="sticky"):
         assign("sticky", {"t": 1}, make_subscriptions({"a": ["t"]}))
-    with pytest.raises(LocalProtocolError):
-        is_cooperative("uniform")
     with pytest.raises(InvalidPartitionsError):
         assign("range", {"t": -1}, make_subscriptions({"a": ["t"]}))
     with pytest.raises(LocalProtocolError, match="'b'"):
@@ -345,7 +342,7 @@ def test_a_thousand_members_and_ten_thousand_partitions(name):
     result = assign(name, partitions_per_topic, make_subscriptions(topics_by_member))
     check_complete(result, partitions_per_topic, topics_by_member)
     check_balanced(name, result, partitions_per_topic)
-    if is_cooperative(name):
+    if name not in EAGER:
         # One member joins and one leaves: only their shares move.
         after = {member: topics for member, topics in topics_by_member.items()
                  if member != "member0000"}

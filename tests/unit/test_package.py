@@ -1,10 +1,16 @@
 """The package's public face: ``import shmlog`` loads no numba nor numpy (its names are
 imported on first use), yet every name of ``__all__`` is there, is the defining
 module's object, and is listed by ``dir``; the light modules the clients and the
-command import (paths, control client, broker config, limits) stay light.
+command import (paths, control client, broker config, limits) stay light; and the
+clients load none of the broker's side: importing the producer loads neither the
+broker, the appender, the log (log manager, segments, cleaner) nor the group
+coordinator's module, importing the consumer neither the broker, the appender, the
+log manager nor the cleaner (it reads segments in place and is a group member).
 
 Method: fresh interpreters (this test process has numba loaded already) report which
-heavy modules an import loaded; the names are compared in-process.
+heavy modules, or which of the broker's modules, an import loaded; the names are
+compared in-process, as are the shared constants the broker's side imports back
+from the light modules the clients load.
 """
 
 from __future__ import annotations
@@ -22,6 +28,13 @@ HEAVY_MODULES = ("numba", "numpy", "llvmlite")
 TIMEOUT_S = 120
 REPORT_HEAVY = ("import json, sys; {statement}; print(json.dumps(sorted(name for name in "
                 "sys.modules if name.split('.')[0] in {heavy!r})))")
+REPORT_LOADED = ("import json, sys; {statement}; print(json.dumps(sorted(name for name in "
+                 "sys.modules if name in {modules!r})))")
+# The broker's side of the data path. A consumer reads segments in place (their
+# reading kernels live in segments.py) and is a group member (groups.py holds the
+# member beside the coordinator); a producer needs neither.
+BROKER_SIDE = ("shmlog.broker", "shmlog.appender", "shmlog.log_manager", "shmlog.cleaner")
+READ_SIDE = ("shmlog.segments", "shmlog.groups")
 
 
 def heavy_modules_after(statement: str) -> list[str]:
@@ -39,6 +52,33 @@ def heavy_modules_after(statement: str) -> list[str]:
 ])
 def test_light_imports_load_neither_numba_nor_numpy(statement):
     assert heavy_modules_after(statement) == []
+
+
+def modules_after(statement: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after ``statement``."""
+    done = subprocess.run([sys.executable, "-c", REPORT_LOADED.format(
+        statement=statement, modules=modules)], capture_output=True, text=True,
+        timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("statement", ["import shmlog.producer", "from shmlog import Producer"])
+def test_the_producer_loads_neither_the_broker_the_log_nor_the_coordinator(statement):
+    assert modules_after(statement, BROKER_SIDE + READ_SIDE) == []
+
+
+@pytest.mark.parametrize("statement", ["import shmlog.consumer", "from shmlog import Consumer"])
+def test_the_consumer_loads_neither_the_broker_the_appender_nor_the_log_manager(statement):
+    assert modules_after(statement, BROKER_SIDE) == []
+
+
+def test_the_broker_side_uses_the_codes_and_topics_the_clients_read():
+    from shmlog import appender, completion, groups, internal_topics
+    assert appender.CompletionCode is completion.CompletionCode
+    assert appender.SEQUENCE_MODULUS == completion.SEQUENCE_MODULUS
+    assert groups.INTERNAL_TOPICS is internal_topics.INTERNAL_TOPICS
+    assert groups.OFFSETS_TOPIC == internal_topics.OFFSETS_TOPIC == "__consumer_offsets"
 
 
 def test_the_layout_limits_are_there_when_asked_for():

@@ -1,0 +1,91 @@
+"""The ``shmlog`` command. Each subcommand parses its arguments and calls the library.
+
+Exit codes: 0 ok, 1 a problem was found (corruption, a failed request), 2 usage error
+(``exit_codes.py``).
+
+One module per family of verbs, each holding its verbs' arguments (``add_parser``)
+and their thin bodies: ``broker.py`` (run a broker), ``admin.py`` (``topics``,
+``groups``), ``console.py`` (``produce``, ``consume``), ``dump.py`` (print and verify
+segment and index files), ``perf.py``. This module builds the parser from them and
+runs the verb (:func:`main`, the ``shmlog`` console script and ``python -m shmlog``).
+
+A verb imports what it needs when it runs: the ones that only ask the broker
+something (``topics``, ``groups``) load neither numba nor numpy, and start in a
+tenth of a second instead of a second. So this package imports, at the top of its
+modules, only light modules (``errors``, ``limits``, ``broker_config``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..errors import ShmlogError
+from . import admin, broker, console, dump, perf
+from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+__all__ = ["main", "build_parser", "log_level", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+# A broker says when it serves and when it stops, as Kafka's does at INFO; the
+# client commands print only their results.
+LOG_LEVEL_BROKER = "INFO"
+LOG_LEVEL_CLIENT = "WARNING"
+
+
+def _common_options(default) -> argparse.ArgumentParser:
+    """The options every subcommand takes, before or after its name. The subcommands'
+    copy has no default (SUPPRESS), so it never overwrites a value given before."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", choices=LOG_LEVELS, default=default,
+                        help=f"default {LOG_LEVEL_BROKER} for the broker, "
+                             f"{LOG_LEVEL_CLIENT} for the other commands")
+    return common
+
+
+def log_level(arguments: argparse.Namespace) -> str:
+    """The level asked for, or the command's default."""
+    if arguments.log_level:
+        return arguments.log_level
+    return LOG_LEVEL_BROKER if arguments.command == "broker" else LOG_LEVEL_CLIENT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``shmlog`` parser: every verb, each with ``run`` (and perhaps ``check``) as
+    defaults of its namespace."""
+    parser = argparse.ArgumentParser(prog="shmlog", description=__doc__.splitlines()[0],
+                                     parents=[_common_options(None)])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = [_common_options(argparse.SUPPRESS)]
+
+    dump.add_parser(commands, common)
+    broker.add_parser(commands, common)
+    admin.add_topics_parser(commands, common)
+    admin.add_groups_parser(commands, common)
+    console.add_produce_parser(commands, common)
+    console.add_consume_parser(commands, common)
+    perf.add_parser(commands, common)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the verb ``argv`` (default: the command line) names; its exit code.
+
+    A usage error exits (status 2) through argparse; a :class:`ShmlogError` is
+    printed and returns 1; a closed stdout (``| head``) ends the verb quietly.
+    """
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    check = getattr(arguments, "check", None)
+    if check is not None:               # what a verb's arguments need beyond argparse
+        check(parser, arguments)
+    logging.basicConfig(level=log_level(arguments),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return arguments.run(arguments)
+    except ShmlogError as error:
+        print(f"shmlog {arguments.command}: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        return EXIT_OK

@@ -1,0 +1,122 @@
+"""``shmlog dump``: print, and with ``--verify`` check, a segment or index file
+(Kafka's kafka-dump-log).
+
+The reading is ``shmlog.dump``'s (imported when the verb runs: it loads numba);
+this module only prints what it reports. Exit 1 when ``--verify`` found a problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+__all__ = ["add_parser"]
+
+
+def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
+    """Add the ``dump`` subcommand to ``commands`` (an argparse subparsers action)."""
+    dump = commands.add_parser("dump", parents=parents,
+                               help="print and verify a segment (.log) or index file",
+                               description="Print the batches of a segment file, or the "
+                               "entries of an .index/.timeindex file.")
+    dump.add_argument("path", help="a <base offset>.log, .index or .timeindex file")
+    dump.add_argument("--verify", action="store_true",
+                      help="check every CRC and both indexes; exit 1 on any problem")
+    dump.add_argument("--records", action="store_true", help="list every record")
+    dump.add_argument("--print-data", action="store_true",
+                      help="with each record, print its key and value")
+    dump.add_argument("--max-bytes", type=int, default=80,
+                      help="print at most this many bytes of a key or value (default 80)")
+    dump.add_argument("--json", action="store_true", help="machine-readable output")
+    dump.set_defaults(run=_dump)
+
+
+def _printable(data: bytes | None, limit: int) -> str:
+    if data is None:
+        return "null"
+    text = data[:limit].decode("utf-8", errors="backslashreplace")
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text + ("..." if len(data) > limit else "")
+
+
+def _dump_log(arguments) -> int:
+    from ..dump import read_segment
+    report = read_segment(arguments.path, with_records=arguments.records or arguments.print_data,
+                          verify=arguments.verify)
+    if arguments.json:
+        body = {"path": report.path, "base_offset": report.base_offset,
+                "file_size": report.file_size, "data_end": report.data_end,
+                "batches": [info._asdict() for info in report.batches],
+                "problems": report.problems}
+        if report.records:
+            body["records"] = [[{"offset": record.offset, "timestamp": record.timestamp,
+                                 "key_size": -1 if record.key is None else len(record.key),
+                                 "value_size": -1 if record.value is None else len(record.value),
+                                 "headers": [name for name, _ in record.headers]}
+                                for record in columns.records()] for columns in report.records]
+        print(json.dumps(body, indent=2))
+    else:
+        print(f"Dumping {report.path} (base offset {report.base_offset}, "
+              f"{report.file_size} bytes)")
+        for number, info in enumerate(report.batches):
+            print(f"baseOffset: {info.base_offset} lastOffset: {info.last_offset} "
+                  f"count: {info.record_count} position: {info.position} "
+                  f"size: {info.batch_length} leaderEpoch: {info.leader_epoch} "
+                  f"{'LogAppendTime' if info.timestamp_type else 'CreateTime'}: "
+                  f"{info.max_timestamp} compression: {info.compression.name.lower()} "
+                  f"producerId: {info.producer_id} producerEpoch: {info.producer_epoch} "
+                  f"baseSequence: {info.base_sequence} isControl: {info.is_control} "
+                  f"crc: {info.crc} isValid: true")
+            if report.records:
+                for record in report.records[number].records():
+                    line = (f"| offset: {record.offset} timestamp: {record.timestamp} "
+                            f"keySize: {-1 if record.key is None else len(record.key)} "
+                            f"valueSize: {-1 if record.value is None else len(record.value)} "
+                            f"headers: {[name for name, _ in record.headers]}")
+                    if arguments.print_data:
+                        line += (f" key: {_printable(record.key, arguments.max_bytes)} "
+                                 f"payload: {_printable(record.value, arguments.max_bytes)}")
+                    print(line)
+        for problem in report.problems:
+            print(f"PROBLEM: {problem}")
+        if arguments.verify:
+            verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+            print(f"Verified {len(report.batches)} batches, {report.data_end} bytes: {verdict}")
+    return EXIT_OK if report.ok or not arguments.verify else EXIT_FAILURE
+
+
+def _dump_index(arguments) -> int:
+    from .. import index_layout as I
+    from ..dump import read_index, read_segment, used_entries
+    entries = read_index(arguments.path)
+    preallocated = entries.size - used_entries(entries)
+    entries = entries[:entries.size - preallocated]
+    if arguments.json:
+        print(json.dumps([{name: int(entry[name]) for name in entries.dtype.names}
+                          for entry in entries], indent=2))
+    else:
+        for entry in entries:
+            print(" ".join(f"{name}: {int(entry[name])}" for name in entries.dtype.names))
+        if preallocated:
+            print(f"({preallocated} zero entries follow: preallocated space)")
+    if arguments.verify:
+        report = read_segment(arguments.path.rsplit(".", 1)[0] + I.LOG_SUFFIX, verify=True)
+        for problem in report.problems:
+            print(f"PROBLEM: {problem}", file=sys.stdout if not arguments.json else sys.stderr)
+        return EXIT_OK if report.ok else EXIT_FAILURE
+    return EXIT_OK
+
+
+def _dump(arguments) -> int:
+    """Print (and with --verify check) a segment or index file."""
+    from .. import index_layout as I
+    if not os.path.exists(arguments.path):
+        print(f"shmlog dump: no such file: {arguments.path}", file=sys.stderr)
+        return EXIT_USAGE
+    if arguments.path.endswith((I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX)):
+        return _dump_index(arguments)
+    return _dump_log(arguments)

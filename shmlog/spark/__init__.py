@@ -1,0 +1,82 @@
+"""Spark: read and write shmlog topics with ``format("shmlog")``, batch and streaming.
+
+Usage::
+
+    from shmlog import spark as shmlog_spark
+    session = shmlog_spark.session("local[2]")          # or register(an existing session)
+    df = session.read.format("shmlog").option("subscribe", "events").load()
+
+Code written for Spark's Kafka source ports by changing the format name: the same
+columns (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+``timestampType``, and ``headers`` with ``includeHeaders``) and the same options
+where they apply (``subscribe``, ``subscribePattern``, ``assign``,
+``startingOffsets``/``endingOffsets``, ``startingTimestamp``/``endingTimestamp``,
+``startingOffsetsByTimestampStrategy``, ``maxOffsetsPerTrigger``,
+``maxRecordsPerPartition``, ``minPartitions``, ``failOnDataLoss``,
+``includeHeaders``), plus ``bootstrap``: the broker's data directory.
+
+Theory of operation
+-------------------
+Planning (on the driver) asks the local broker for metadata and reads offsets from
+its partition state table, then cuts every partition's offset range into Spark
+partitions (one per log partition, more when a range is large or
+``minPartitions`` asks). A task maps the partition's segments read-only through a
+:class:`~shmlog.consumer.Consumer` of the broker on its own host, reads only below
+the high watermark, and turns each fetched chunk into one Arrow record batch:
+keys and values are gathered into Arrow's binary layout by a compiled kernel, the
+other columns are numpy arrays handed to Arrow as they are.
+
+Locality. The Python Data Source API cannot pin a task to a host, so a task reads
+through the broker whose data directory is ``bootstrap`` *on the host the task
+runs on*. Run the executors on the broker hosts (Spark standalone workers started
+there, see ``tools/spark_cluster.py``). A task on a host without that broker, or
+whose broker does not hold the partition, fails with a clear error naming its
+host - it never reads anything else.
+
+Offsets in streaming are ``{"topic": {"partition": next offset}}`` (Kafka's JSON,
+partition numbers as strings); Spark checkpoints them, so a restarted query goes on
+from where it stopped, without a gap or a duplicate. Records lost to retention
+between two micro-batches fail the query when ``failOnDataLoss`` is true (the
+default, as in Kafka) and are skipped otherwise.
+
+Writing: ``df.write.format("shmlog").mode("append")`` (Spark refuses its default
+save mode, ErrorIfExists, for every Python data source; append is what Kafka's
+sink does anyway). Rows with ``value`` (binary or string) and optionally ``key``,
+``topic`` (or the ``topic`` option, which wins), ``partition`` and ``headers``
+become records: grouped by partition (Kafka's key partitioner where a row names
+none) and sent as whole batches with ``acks=1``, flushed before a task reports
+success. A retried task produces its rows again: the sink is at-least-once, as
+Kafka's is.
+
+For batch jobs, :func:`bulk_read` reads through a JVM data source instead (see
+there), several times faster: every row of ``format("shmlog")`` crosses from a
+Python worker to the JVM. Its Java sources ship in the package
+(``shmlog/spark/jvm``); :func:`session` compiles them once per PySpark version and
+caches the jar. Where
+that cannot be done (no JDK, a compile error), :func:`session` still works with
+``format("shmlog")``: it logs why once, and :func:`bulk_read` raises
+:class:`~shmlog.errors.BulkReaderUnavailableError` with that reason.
+
+Modules
+-------
+``options.py`` (the options, checked on the driver), ``schema.py`` (the columns:
+Spark's schema and the Arrow batches), ``source.py`` (planning and reading, batch
+and streaming), ``sink.py`` (writing), ``data_source.py`` (``format("shmlog")``
+and :func:`register`), ``bulk.py`` (the JVM bulk reader: its jar and
+:func:`bulk_read`), ``sessions.py`` (:func:`session`). Each module's public names
+are for the others and for tools (``perf/bench_spark.py``); the package uses only
+public names of the rest of shmlog.
+"""
+
+from __future__ import annotations
+
+from .bulk import bulk_jar, bulk_read
+from .data_source import ShmlogDataSource, register
+from .options import EARLIEST, LATEST, MAX_RECORDS_PER_PARTITION_DEFAULT, ReadOptions
+from .schema import HEADERS_TYPE, SCHEMA, SCHEMA_WITH_HEADERS, to_arrow
+from .sessions import session
+from .sink import WrittenRecords, write_batches
+from .source import FETCH_BYTES, STALL_TIMEOUT_MS, OffsetRange, plan, plan_batch, read_range
+
+__all__ = ["ShmlogDataSource", "register", "session", "bulk_read", "SCHEMA",
+           "SCHEMA_WITH_HEADERS"]

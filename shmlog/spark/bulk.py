@@ -1,0 +1,164 @@
+"""The host-pinned bulk reader: batch reads through a JVM data source (``jvm/``),
+several times faster than ``format("shmlog")``, whose every row crosses from a
+Python worker to the JVM.
+
+Rules
+-----
+* The Java sources ship in the package (``shmlog/spark/jvm``); :func:`bulk_jar`
+  compiles them with ``javac`` against this PySpark's jars on first use and caches
+  the jar by a hash of the PySpark version and the sources, under
+  ``$SHMLOG_CACHE_DIR`` (default ~/.cache/shmlog).
+* Where that cannot be done (no JDK, a compile error), a session still works with
+  ``format("shmlog")``: :func:`session_settings` logs why once per process, and
+  :func:`bulk_read` raises :class:`~shmlog.errors.BulkReaderUnavailableError` with
+  that reason.
+* The plan is made in Python (:func:`~shmlog.spark.source.plan_batch`, the same as
+  ``format("shmlog")``'s) and handed to the JVM as JSON: each range names its
+  partition's directory and the host that stores it, which the task checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import zipfile
+
+import pyspark
+
+from ..control_client import request
+from ..errors import BulkReaderUnavailableError, ShmlogError
+from .options import ReadOptions
+from .source import plan_batch
+
+log = logging.getLogger(__name__)
+
+__all__ = ["bulk_jar", "bulk_read", "session_settings", "BULK_SOURCE", "JVM_SOURCES"]
+
+BULK_SOURCE = "io.shmlog.spark.BulkSource"
+# Session settings: the bulk reader's class when the session has it, else why not.
+BULK_SOURCE_SETTING = "spark.shmlog.bulkSource"
+BULK_UNAVAILABLE_SETTING = "spark.shmlog.bulkUnavailable"
+JVM_SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm")
+
+
+def bulk_jar() -> str:
+    """The bulk reader's jar, compiled from the Java sources shipped in the package
+    against this PySpark's jars on first use, and cached (by source hash) under
+    ``$SHMLOG_CACHE_DIR`` (default ~/.cache/shmlog).
+
+    Raises
+    ------
+    BulkReaderUnavailableError
+        There is no ``javac`` (a JRE without a JDK), the sources are missing, or they
+        do not compile against this PySpark; the message says which.
+    """
+    javac = (os.path.join(os.environ["JAVA_HOME"], "bin", "javac")
+             if os.environ.get("JAVA_HOME") else shutil.which("javac"))
+    if javac is None or not os.path.exists(javac):
+        raise BulkReaderUnavailableError(
+            f"no javac at {javac}" if javac else "no javac on PATH (a JRE without a JDK)")
+    sources = sorted(os.path.join(root, name) for root, _, names in os.walk(JVM_SOURCES)
+                     for name in names if name.endswith(".java"))
+    if not sources:
+        raise BulkReaderUnavailableError(f"no Java sources under {JVM_SOURCES}: this "
+                                         f"installation of shmlog is incomplete")
+    digest = hashlib.sha256(pyspark.__version__.encode())
+    for path in sources:
+        with open(path, "rb") as source:
+            digest.update(source.read())
+    cache = os.environ.get("SHMLOG_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "shmlog")
+    jar = os.path.join(cache, f"shmlog-bulk-{digest.hexdigest()[:16]}.jar")
+    if os.path.exists(jar):
+        return jar
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as classes:
+        classpath = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
+        try:
+            compiled = subprocess.run([javac, "-nowarn", "-d", classes, "-cp", classpath,
+                                       *sources], capture_output=True, text=True)
+        except OSError as error:
+            raise BulkReaderUnavailableError(f"cannot run {javac}: {error}") from None
+        if compiled.returncode != 0:
+            raise BulkReaderUnavailableError(
+                f"{javac} failed with status {compiled.returncode}:\n{compiled.stderr.strip()}")
+        partial = jar + f".{os.getpid()}.tmp"
+        with zipfile.ZipFile(partial, "w") as archive:
+            for root, _, names in os.walk(classes):
+                for name in names:
+                    path = os.path.join(root, name)
+                    archive.write(path, os.path.relpath(path, classes))
+        os.replace(partial, jar)
+    return jar
+
+
+def bulk_read(spark, **options):
+    """A batch read like ``spark.read.format("shmlog")`` (same options, same schema
+    without headers) through the bulk reader: a JVM data source that reads the
+    segments straight into Spark's columnar batches, only the columns the query
+    uses, each task preferring - and checking - the host that stores its range.
+    Needs a session from :func:`session` (which ships the reader's jar).
+
+    Raises
+    ------
+    BulkReaderUnavailableError
+        The session has no bulk reader (the message says why).
+    ShmlogError
+        Headers were asked for.
+    """
+    parsed = ReadOptions.parse(options)
+    if parsed.include_headers:
+        raise ShmlogError("the bulk reader has no headers column; use format('shmlog')")
+    if BULK_SOURCE not in spark.conf.get(BULK_SOURCE_SETTING, ""):
+        reason = spark.conf.get(BULK_UNAVAILABLE_SETTING, "") or \
+            "the session was not made by shmlog.spark.session()"
+        raise BulkReaderUnavailableError(
+            f"this Spark session has no shmlog bulk reader ({reason}); read with "
+            f"spark.read.format('shmlog') instead, or create the session with "
+            f"shmlog.spark.session() on a machine with a JDK (javac)")
+    directories = {(entry["name"], part["partition"]): part["directory"]
+                   for entry in request(parsed.bootstrap, "metadata")["topics"]
+                   for part in entry["partitions"]}
+    host = socket.gethostname()
+    ranges = [{"topic": piece.topic, "partition": piece.partition, "start": piece.start,
+               "end": piece.end, "directory": directories[(piece.topic, piece.partition)],
+               "host": host} for piece in plan_batch(parsed)]
+    return spark.read.format(BULK_SOURCE).option("plan", json.dumps(ranges)).load()
+
+
+_jar_failure: list[BulkReaderUnavailableError] = []
+
+
+def _jar_once() -> str:
+    """:func:`bulk_jar`, but a failure is logged and remembered: it is tried (and
+    explained) once per process, not on every session."""
+    if _jar_failure:
+        raise _jar_failure[0]
+    try:
+        return bulk_jar()
+    except BulkReaderUnavailableError as error:
+        log.warning("the shmlog bulk reader is unavailable, so bulk_read() will fail; "
+                    "format('shmlog') works: %s", error)
+        _jar_failure.append(error)
+        raise
+
+
+def session_settings(jars: str | None = None) -> dict[str, str]:
+    """The settings that give a new session the bulk reader: its jar added to
+    ``jars`` (a session's own ``spark.jars``) and its class; or, when the jar cannot
+    be had, why not (logged once per process), for :func:`bulk_read` to say."""
+    try:
+        jar = _jar_once()
+    except BulkReaderUnavailableError as error:
+        settings = {BULK_UNAVAILABLE_SETTING: str(error).splitlines()[0]}
+        if jars is not None:
+            settings["spark.jars"] = jars
+        return settings
+    return {"spark.jars": ",".join(filter(None, [jars, jar])),
+            BULK_SOURCE_SETTING: BULK_SOURCE}

@@ -1,0 +1,212 @@
+"""Reading: ``format("shmlog")`` in batch and streaming queries.
+
+Rules
+-----
+* A task reads only below the high watermark, through a
+  :class:`~shmlog.consumer.Consumer` of the broker whose data directory is
+  ``bootstrap`` *on the host the task runs on* (the Python Data Source API cannot
+  pin a task to a host); a task on a host without that broker, or whose broker does
+  not hold the partition, fails with an error naming its host and never reads
+  anything else.
+* Records lost to retention before a task read them fail the query when
+  ``failOnDataLoss`` is true (the default, as in Kafka) and are skipped otherwise.
+* Streaming offsets are Kafka's JSON (``{"topic": {"partition": next offset}}``);
+  Spark checkpoints them, so a restarted query goes on without a gap or a duplicate.
+
+Theory of operation
+-------------------
+Planning (on the driver) asks the broker for metadata and reads offsets from its
+partition state table, then cuts every partition's offset range into Spark
+partitions (:func:`plan`: one per log partition, more when a range is large or
+``minPartitions`` asks). A task seeks to its range's start and turns each fetched
+chunk into one Arrow record batch (:func:`~shmlog.spark.schema.to_arrow`).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from ..consumer import Consumer, TopicPartition
+from ..errors import LocalProtocolError, OffsetOutOfRangeError, ShmlogError
+from .options import ReadOptions
+from .schema import to_arrow
+
+__all__ = ["OffsetRange", "plan", "plan_batch", "read_range", "BatchReader", "StreamReader",
+           "FETCH_BYTES", "STALL_TIMEOUT_MS"]
+
+# How much one task fetches per Arrow batch, and how long it waits for records its
+# plan says are there (they are below the high watermark, so at once).
+FETCH_BYTES = 4 << 20
+STALL_TIMEOUT_MS = 60_000
+
+
+class OffsetRange(InputPartition):
+    """One Spark partition: offsets [start, end) of one log partition."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int):
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def plan(starts: dict, ends: dict, options: ReadOptions) -> list[OffsetRange]:
+    """Cut every partition's range into Spark partitions: none for an empty range,
+    pieces of at most ``maxRecordsPerPartition`` records, and more pieces (in
+    proportion to size) until there are ``minPartitions``."""
+    ranges = [(partition, starts[partition], ends[partition]) for partition in starts
+              if ends[partition] > starts[partition]]
+    total = sum(end - start for _, start, end in ranges)
+    planned = []
+    for (topic, number), start, end in ranges:
+        pieces = -(-(end - start) // options.max_records_per_partition)
+        if options.min_partitions:
+            pieces = max(pieces, round(options.min_partitions * (end - start) / total))
+        pieces = max(1, min(pieces, end - start))
+        bounds = np.linspace(start, end, pieces + 1).round().astype(np.int64)
+        planned += [OffsetRange(topic, number, int(low), int(high))
+                    for low, high in zip(bounds[:-1], bounds[1:]) if high > low]
+    return planned
+
+
+def read_range(piece: OffsetRange, options: ReadOptions):
+    """Arrow batches of one offset range, read from this host's broker."""
+    if not isinstance(piece, OffsetRange):
+        return                          # Spark's stand-in partition for an empty plan
+    try:
+        consumer = Consumer(bootstrap=options.bootstrap, auto_offset_reset="none",
+                            fetch_max_bytes=FETCH_BYTES)
+    except ShmlogError as error:
+        raise ShmlogError(f"Spark task on host {socket.gethostname()}: no shmlog broker at "
+                          f"{options.bootstrap} here ({error}). Run the executors on the "
+                          f"broker's host.") from None
+    partition = TopicPartition(piece.topic, piece.partition)
+    with consumer:
+        consumer.assign([partition])
+        consumer.seek(partition, piece.start)
+        position = piece.start
+        while position < piece.end:
+            try:
+                columns = consumer.poll_batch(timeout_ms=STALL_TIMEOUT_MS).get(partition)
+            except OffsetOutOfRangeError:
+                start = consumer.beginning_offsets([partition])[partition]
+                if options.fail_on_data_loss or start <= position:
+                    raise ShmlogError(
+                        f"{piece.topic}-{piece.partition}: offsets {position}..{start - 1} "
+                        f"were deleted (retention) before they were read; set "
+                        f"failOnDataLoss to false to skip them") from None
+                consumer.seek(partition, start)
+                position = start
+                continue
+            if columns is None and consumer.position(partition) >= piece.end:
+                break                   # the rest of the range was compacted away
+            if columns is None:
+                raise ShmlogError(f"{piece.topic}-{piece.partition}: nothing at offset "
+                                  f"{position} within {STALL_TIMEOUT_MS} ms, below the "
+                                  f"planned end {piece.end}")
+            columns = columns.before_offset(piece.end)
+            if len(columns):
+                # Past the last record, and past any compacted gap after it.
+                position = max(int(columns.offsets[-1]) + 1, consumer.position(partition))
+                yield to_arrow(columns, piece.topic, piece.partition, options.include_headers)
+            else:
+                position = piece.end
+
+
+def plan_batch(options: ReadOptions) -> list[OffsetRange]:
+    """The offset ranges of a batch read (from startingOffsets to endingOffsets)."""
+    with Consumer(bootstrap=options.bootstrap) as consumer:
+        partitions = options.partitions()
+        starts = options.resolve(consumer, partitions, "starting", "earliest")
+        ends = options.resolve(consumer, partitions, "ending", "latest")
+        latest = consumer.end_offsets(partitions)
+    for partition in partitions:
+        if ends[partition] > latest[partition]:
+            raise LocalProtocolError(f"endingOffsets for {partition.topic}-"
+                                     f"{partition.partition} is {ends[partition]}, past "
+                                     f"its high watermark {latest[partition]}")
+    return plan(starts, ends, options)
+
+
+class BatchReader(DataSourceReader):
+    """A batch read: planned from ``startingOffsets`` to ``endingOffsets`` when the
+    query starts (:func:`plan_batch`), each range read by :func:`read_range`."""
+
+    def __init__(self, options: ReadOptions):
+        self.options = options
+
+    def partitions(self) -> list[OffsetRange]:
+        return plan_batch(self.options)
+
+    def read(self, partition: OffsetRange):
+        return read_range(partition, self.options)
+
+
+def _to_json(offsets: dict[TopicPartition, int]) -> dict:
+    result: dict[str, dict[str, int]] = {}
+    for (topic, number), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(number)] = int(offset)
+    return result
+
+
+def _from_json(offsets: dict) -> dict[TopicPartition, int]:
+    return {TopicPartition(topic, int(number)): int(offset)
+            for topic, numbers in offsets.items() for number, offset in numbers.items()}
+
+
+class StreamReader(DataSourceStreamReader):
+    """A streaming read: each micro-batch reads from the offsets the last one ended
+    at to the high watermarks (at most ``maxOffsetsPerTrigger`` records in all)."""
+
+    def __init__(self, options: ReadOptions):
+        self.options = options
+
+    def _consumer(self) -> Consumer:
+        return Consumer(bootstrap=self.options.bootstrap)
+
+    def initialOffset(self) -> dict:
+        with self._consumer() as consumer:
+            partitions = self.options.partitions()
+            return _to_json(self.options.resolve(consumer, partitions, "starting", "latest"))
+
+    def getDefaultReadLimit(self):
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        """The high watermarks, limited to ``max_rows`` more records in all (shared in
+        proportion to each partition's backlog, as Kafka does). Partitions that
+        appeared since ``start`` are read from their beginning."""
+        begun = _from_json(start)
+        with self._consumer() as consumer:
+            partitions = self.options.partitions()
+            latest = consumer.end_offsets(partitions)
+            new = [p for p in partitions if p not in begun]
+            begun.update(consumer.beginning_offsets(new) if new else {})
+        end = {p: max(latest[p], begun[p]) for p in partitions}
+        if isinstance(limit, ReadMaxRows):
+            backlog = {p: end[p] - begun[p] for p in partitions}
+            total = sum(backlog.values())
+            if total > limit.max_rows:
+                shares = {p: backlog[p] * limit.max_rows // total for p in partitions}
+                left = limit.max_rows - sum(shares.values())
+                for p in sorted(partitions, key=lambda p: -backlog[p])[:left]:
+                    shares[p] += 1
+                end = {p: begun[p] + min(shares[p], backlog[p]) for p in partitions}
+        return _to_json(end)
+
+    def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
+        starts, ends = _from_json(start), _from_json(end)
+        if set(ends) - set(starts):             # a partition new in this micro-batch
+            with self._consumer() as consumer:
+                starts.update(consumer.beginning_offsets(set(ends) - set(starts)))
+        return plan({p: starts[p] for p in ends}, ends, self.options)
+
+    def read(self, partition: OffsetRange):
+        return read_range(partition, self.options)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the log keeps records by retention, not by readers."""
