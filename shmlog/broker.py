@@ -103,7 +103,7 @@ from .paths import (RUN_DIRECTORY, control_address, default_data_dir,
                     shared_memory_prefix)
 from .paths import SOCKET_PATH_LENGTH_MAX  # noqa: F401 - the old name
 from .scheduler import Scheduler
-from .segments import _write_atomically
+from .durable_files import write_atomically as _write_atomically
 from .records import decode_records, encode_batch, now_ms
 from .ring import MAKER_PENDING, MAKER_UNKNOWN, Destination, Ring, maker_pid
 from .state import PartitionStateTable
