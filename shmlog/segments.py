@@ -1291,6 +1291,7 @@ class PartitionLog:
         StorageError
             The disk is full or failed; nothing of the failing batch was appended.
         """
+        config = self._config
         source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
         if source.dtype != np.uint8 or source.ndim != 1 or not source.flags.c_contiguous:
             raise CorruptRecordError("batches must be a contiguous 1-D uint8 buffer")
@@ -1300,16 +1301,16 @@ class PartitionLog:
             raise CorruptRecordError(
                 f"{self.directory}: rejected batch at byte {bad_position} of the append: "
                 f"{reason}; nothing was appended", status=int(status), position=int(bad_position))
-        if largest > self.config.batch_size_max:
+        if largest > config.batch_size_max:
             raise RecordTooLargeError(
                 f"{self.directory}: a batch of {largest} bytes exceeds the limit of "
-                f"{self.config.batch_size_max} (max.message.bytes="
-                f"{self.config.max_message_bytes}, segment.bytes={self.config.segment_bytes}); "
+                f"{config.batch_size_max} (max.message.bytes="
+                f"{config.max_message_bytes}, segment.bytes={config.segment_bytes}); "
                 f"nothing was appended: send smaller batches or raise max.message.bytes")
         if compressed:
             self._check_compressed(source)
         source = self._apply_compression_type(source)
-        append_time = (now_ms() if self.config.message_timestamp_type == "LogAppendTime"
+        append_time = (now_ms() if config.message_timestamp_type == "LogAppendTime"
                        else TIMESTAMP_NONE)
         base_offset = self.log_end_offset
         if base_offset > limits.OFFSET_MAX - count * limits.BATCH_RECORD_COUNT_MAX:
@@ -1321,7 +1322,8 @@ class PartitionLog:
         finally:
             # Even a failing append may have appended batches before the one that
             # failed, or rolled: the listener publishes whatever the log now holds.
-            self._tell(LogChange.APPENDED)
+            if self._listener is not None:          # (inline: once per append)
+                self._listener(LogChange.APPENDED)
         last_offset = self.log_end_offset - 1
         self._after_append(last_offset - base_offset + 1)
         return AppendResult(base_offset, last_offset,
@@ -1330,18 +1332,19 @@ class PartitionLog:
     def _append_validated(self, source: np.ndarray, append_time: int, leader_epoch: int) -> None:
         """Copy validated batches in through :func:`append_batches`, rolling and
         reserving as it asks."""
+        config = self._config
         position = 0
         while True:
-            segment = self.active
+            segment = self._segments[-1]
             # Bytes this process appended were validated on the way in; they extend the
             # verified prefix only where it already reaches the end.
             verified = segment.verified_end >= segment.size
             # A segment mapped before segment.bytes was lowered or raised keeps its size.
-            segment_bytes = min(self.config.segment_bytes, int(segment.state[CAPACITY_WORD]))
+            segment_bytes = min(config.segment_bytes, int(segment.state[CAPACITY_WORD]))
             status, position, _ = append_batches(
-                source, position, source.size, segment.log, segment.offset_index_bytes,
-                segment.time_index_bytes, segment.state, segment_bytes, self.config.segment_ms,
-                self.config.index_interval_bytes, append_time, leader_epoch, False)
+                source, position, source.size, segment.log, segment._offset_index.bytes,
+                segment._time_index.bytes, segment.state, segment_bytes, config.segment_ms,
+                config.index_interval_bytes, append_time, leader_epoch, False)
             assert status != REJECTED, "the source was validated and is private"
             if verified:
                 segment.verified_end = segment.size
@@ -1352,7 +1355,7 @@ class PartitionLog:
             if status == NEED_ROLL:
                 self._roll(length)
             else:
-                segment.make_room(length, self.config.index_interval_bytes)
+                segment.make_room(length, config.index_interval_bytes)
         self.active.prefault_ahead()
 
     def _apply_compression_type(self, source: np.ndarray) -> np.ndarray:
@@ -1400,8 +1403,8 @@ class PartitionLog:
         now = now_ms() if now is None else now
         if now < self._flush_retry_ms:
             return False
-        if self._unflushed_messages >= self.config.flush_messages or \
-                now - self._last_flush_ms >= self.config.flush_ms:
+        if self._unflushed_messages >= self._config.flush_messages or \
+                now - self._last_flush_ms >= self._config.flush_ms:
             try:
                 self.flush()
             except StorageError as error:
