@@ -288,8 +288,9 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                     _finish(words, ring_completions[ring], rings, ring, number, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
                     publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
-                                state[NEXT_OFFSET_WORD], state[NEXT_OFFSET_WORD], state[BASE_OFFSET_WORD],
-                                state[POSITION_WORD], tags[tag, TAG_GENERATION])
+                                state[NEXT_OFFSET_WORD], state[NEXT_OFFSET_WORD],
+                                state[BASE_OFFSET_WORD], state[POSITION_WORD],
+                                tags[tag, TAG_GENERATION])
                     continue
             report[0], report[1], report[2] = ring, position, length
             report[_REPORT_FINISHED] = handled - 1     # this one is Python's to finish

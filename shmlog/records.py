@@ -1258,7 +1258,8 @@ def warm_decoding() -> None:
     log.flags.writeable = False
     for data in (inflated, log):
         decode_columns(data, start_offset=0, verified=True)
-    frame = np.frombuffer(zstandard.ZstdCompressor().compress(b""), np.uint8)  # as inflate_records's
+    # A read-only array from bytes: the type inflate_records returns.
+    frame = np.frombuffer(zstandard.ZstdCompressor().compress(b""), np.uint8)
     _check_records(frame[:0], 0, 0, 0, 0, 0, 0, True)
 
 

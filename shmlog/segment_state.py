@@ -4,7 +4,8 @@ Every :class:`~shmlog.segments.Segment` holds its state in ``STATE_WORDS`` int64
 words (a numpy array, so compiled code reads and writes it in place). The state
 is process-private: it lives in the broker's memory, never in a file or in shared
 memory, so it has no version; readers in other processes learn what they need
-from the partition state table (``state_layout``). It is laid out as::
+from the partition state table (``state_layout``). It is laid out as below (word
+``NAME`` is at index ``NAME_WORD``)::
 
     word  name               what it holds                                written by
     ----  -----------------  -------------------------------------------  ----------
@@ -13,7 +14,8 @@ from the partition state table (``state_layout``). It is laid out as::
       2   BASE_OFFSET        the segment's base offset (fixed)            creation
       3   CAPACITY           bytes of the log mapped                      mapping, seal
                              (segment.bytes while active)
-      4   RESERVED           log bytes reserved on disk from byte 0       reservation
+      4   RESERVED           log bytes reserved on disk from byte 0       reservation, seal,
+                                                                          truncation
       5   SINCE_INDEX        log bytes since the last offset-index entry  append, rescan
       6   OFFSET_ENTRIES     entries in the offset index                  append, rescan
       7   OFFSET_CAPACITY    slots of the offset index mapped             mapping
@@ -24,8 +26,8 @@ from the partition state table (``state_layout``). It is laid out as::
      11   INDEXED_TIMESTAMP  timestamp of the last time-index entry       append, rescan, seal
      12   ROLL_TIMESTAMP     max timestamp of the first batch, what       append, rescan
                              segment.ms measures from
-     13   OFFSET_RESERVED    offset-index bytes reserved from byte 0      reservation
-     14   TIME_RESERVED      time-index bytes reserved from byte 0        reservation
+     13   OFFSET_RESERVED    offset-index bytes reserved from byte 0      reservation, seal
+     14   TIME_RESERVED      time-index bytes reserved from byte 0        reservation, seal
 
 Rules
 -----

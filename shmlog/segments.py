@@ -147,7 +147,8 @@ def _index_slots_reserved(state, indexing):
     (which sealing writes, unless the index is full)."""
     extra = 1 if indexing else 0
     offset_end = (state[OFFSET_ENTRIES_WORD] + extra) * I.OFFSET_ENTRY_LENGTH
-    time_end = min(state[TIME_ENTRIES_WORD] + 1 + extra, state[TIME_CAPACITY_WORD]) * I.TIME_ENTRY_LENGTH
+    time_end = min(state[TIME_ENTRIES_WORD] + 1 + extra,
+                   state[TIME_CAPACITY_WORD]) * I.TIME_ENTRY_LENGTH
     return offset_end <= state[OFFSET_RESERVED_WORD] and time_end <= state[TIME_RESERVED_WORD]
 
 
@@ -306,7 +307,8 @@ def _recover(log, end, offset_index, time_index, state, index_interval):
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
         last_offset_delta = np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
         # base_offset is not under the CRC: it must follow on, and not wrap.
-        if base_offset < state[NEXT_OFFSET_WORD] or base_offset >= limits.OFFSET_MAX - last_offset_delta \
+        if base_offset < state[NEXT_OFFSET_WORD] \
+                or base_offset >= limits.OFFSET_MAX - last_offset_delta \
                 or base_offset + last_offset_delta - state[BASE_OFFSET_WORD] > I.RELATIVE_OFFSET_MAX:
             return _BAD_OFFSET, position
         _index_batch(log, position, length, offset_index, time_index, state, index_interval)
@@ -687,9 +689,10 @@ class Segment:
         with self._reserve_lock:
             self._reserve_indexes(entries, entries)      # the most the rescan can write
         state = self.state
-        for slot, value in ((POSITION_WORD, 0), (NEXT_OFFSET_WORD, self.base_offset), (SINCE_INDEX_WORD, 0),
-                            (OFFSET_ENTRIES_WORD, 0), (TIME_ENTRIES_WORD, 0),
-                            (MAX_TIMESTAMP_WORD, TIMESTAMP_NONE), (INDEXED_TIMESTAMP_WORD, TIMESTAMP_NONE),
+        for slot, value in ((POSITION_WORD, 0), (NEXT_OFFSET_WORD, self.base_offset),
+                            (SINCE_INDEX_WORD, 0), (OFFSET_ENTRIES_WORD, 0), (TIME_ENTRIES_WORD, 0),
+                            (MAX_TIMESTAMP_WORD, TIMESTAMP_NONE),
+                            (INDEXED_TIMESTAMP_WORD, TIMESTAMP_NONE),
                             (ROLL_TIMESTAMP_WORD, TIMESTAMP_NONE)):
             state[slot] = value
         status, position = _recover(self._log.bytes, end, self._offset_index.bytes,
@@ -768,7 +771,8 @@ class Segment:
         with self._reserve_lock:
             assert self.active, "only the active segment is appended to"
             self._reserve(self.size + length)
-            self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]) + 1, int(state[TIME_ENTRIES_WORD]) + 2)
+            self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]) + 1,
+                                  int(state[TIME_ENTRIES_WORD]) + 2)
             self._prefault_refused = False        # there is room again
         # What the kernel checks: it must find the room now, or it would ask again.
         if state[RESERVED_WORD] < self.size + length or \
@@ -823,7 +827,7 @@ class Segment:
             mapped.release_descriptor()        # sealed files never change size again
         state[CAPACITY_WORD] = state[POSITION_WORD]
         state[RESERVED_WORD] = state[POSITION_WORD]
-        state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0      # trimmed: nothing to store
+        state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0   # trimmed: nothing to store
         self.active = False
 
     def reopen_for_append(self) -> None:
@@ -1736,7 +1740,8 @@ class PartitionLog:
                 first_dropped = batch_info(segment.log, position).base_offset
                 segment.truncate(position)
                 # A gap left by compaction before the dropped batch stays part of the log.
-                segment.state[NEXT_OFFSET_WORD] = max(segment.next_offset, min(offset, first_dropped))
+                segment.state[NEXT_OFFSET_WORD] = max(segment.next_offset,
+                                                      min(offset, first_dropped))
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self._write_checkpoint()
         return self.log_end_offset
