@@ -22,7 +22,7 @@ Theory of operation
 :func:`_drain` is the compiled loop. It visits the rings round-robin, one entry per
 ring per round, and for each uncompressed batch bound for a CreateTime partition it
 checks that the entry's identity is its row's, validates, appends through
-``segments._append`` into the active segment's mapped arrays, completes the entry
+``segments.append_batches`` into the active segment's mapped arrays, completes the entry
 (its base offset, acknowledged with a release store), hands the ring space back
 and publishes the partition's offsets. Anything it cannot
 finish in compiled code - a zstd batch (its records are checked after inflating),
@@ -59,16 +59,17 @@ from numba.typed import Dict, List
 from . import batch_layout as B
 from . import ring_layout as R
 from .completion import SEQUENCE_MODULUS, CompletionCode
-from .atomics import py_fence, py_store_release, store_release
+from .atomics import py_store_release, store_release
 from .errors import (CorruptRecordError, CorruptRingError, InvalidProducerEpochError,
                      OutOfOrderSequenceError, RecordTooLargeError, StorageError,
                      UnknownTopicOrPartitionError)
-from .jit import kernel, load_i16, load_i32, load_i64, load_u16, load_u32
+from .jit import kernel, load_i16, load_i32, load_i64, load_u16
 from .log_manager import LogManager
-from .records import _check_batch
+from .records import batch_frame, check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Destination, Ring, complete_entry, next_entry
-from .segments import (_APPENDED, _BASE_OFFSET, _NEXT_OFFSET, _POSITION, _REJECTED,
-                       _TIMESTAMP_NONE, _append)
+from .segment_state import (APPENDED, BASE_OFFSET_WORD, NEXT_OFFSET_WORD, POSITION_WORD, REJECTED,
+                            STATE_WORDS, TIMESTAMP_NONE)
+from .segments import AppendTarget, append_batches
 from .internal_topics import INTERNAL_TOPICS
 from .state import PartitionStateTable, publish_row, topic_key
 
@@ -186,9 +187,9 @@ def _forget_sequences(sequences, tag):
 def _rebuild_sequences(log, end, tag, sequences):
     """Remember the last batch of every producer in a (valid) segment."""
     position = 0
-    while end - position >= B.HEADER_LENGTH:
-        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
-        if length < B.HEADER_LENGTH or length > end - position:
+    while position < end:
+        status, length = batch_frame(log, position, end)
+        if status != 0:
             return
         _remember_sequence(sequences, tag, load_i64(log, position + B.PRODUCER_ID_OFFSET),
                            np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET)),
@@ -236,7 +237,7 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             # The header, bounds and codec only: the CRC and the records are checked
             # on the copy in the log (or by the slow path), where the producer can no
             # longer change them.
-            status, batch_length = _check_batch(data, start, end, False, False)
+            status, batch_length = check_batch(data, start, end, False, False)
             if status != 0:
                 _finish(words, ring_completions[ring], rings, ring, number, -status, head)
                 continue
@@ -262,27 +263,28 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                 continue
             codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
             state = segment_states[tag]
-            base_offset = state[_NEXT_OFFSET]
+            base_offset = state[NEXT_OFFSET_WORD]
             if codec == B.CODEC_NONE and tags[tag, TAG_FAST]:
-                appended_status, _, batch_status = _append(
+                appended_status, _, batch_status = append_batches(
                     data, start, end, logs[tag], offset_indexes[tag], time_indexes[tag], state,
                     tags[tag, TAG_SEGMENT_BYTES], tags[tag, TAG_SEGMENT_MS],
-                    tags[tag, TAG_INDEX_INTERVAL], _TIMESTAMP_NONE, 0, True)
-                if appended_status == _REJECTED:
+                    tags[tag, TAG_INDEX_INTERVAL], TIMESTAMP_NONE, 0, True)
+                if appended_status == REJECTED:
                     _finish(words, ring_completions[ring], rings, ring, number, -batch_status, head)
                     continue
-                if appended_status == _APPENDED:
+                if appended_status == APPENDED:
                     if appended[tag] == 0:
                         touched[0] += 1
                         touched[touched[0]] = tag
-                    appended[tag] += state[_NEXT_OFFSET] - base_offset   # from the log copy
+                    appended[tag] += state[NEXT_OFFSET_WORD] - base_offset   # from the log copy
                     _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence,
-                                       base_offset, state[_NEXT_OFFSET] - base_offset)
+                                       base_offset, state[NEXT_OFFSET_WORD] - base_offset)
                     _finish(words, ring_completions[ring], rings, ring, number, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
                     publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
-                                state[_NEXT_OFFSET], state[_NEXT_OFFSET], state[_BASE_OFFSET],
-                                state[_POSITION], tags[tag, TAG_GENERATION])
+                                state[NEXT_OFFSET_WORD], state[NEXT_OFFSET_WORD],
+                                state[BASE_OFFSET_WORD], state[POSITION_WORD],
+                                tags[tag, TAG_GENERATION])
                     continue
             report[0], report[1], report[2] = ring, position, length
             report[_REPORT_FINISHED] = handled - 1     # this one is Python's to finish
@@ -321,6 +323,7 @@ class Appender:
         self.table = table
         capacity = table.row_capacity
         self._partitions: dict[int, object] = {}               # tag -> PartitionLog
+        self._targets: dict[int, AppendTarget] = {}            # tag -> its log's target
         self._tags: dict[tuple[str, int], int] = {}
         self._tags_by_identity: dict[tuple[int, int], int] = {}   # (topic key, partition)
         self.tags = np.zeros((capacity, TAG_COLUMNS), np.int64)
@@ -328,7 +331,7 @@ class Appender:
         self._logs = List([_empty_bytes() for _ in range(capacity)])
         self._offset_indexes = List([_empty_bytes() for _ in range(capacity)])
         self._time_indexes = List([_empty_bytes() for _ in range(capacity)])
-        self._segment_states = List([np.zeros(16, np.int64) for _ in range(capacity)])
+        self._segment_states = List([np.zeros(STATE_WORDS, np.int64) for _ in range(capacity)])
         self._rings: list[Ring | None] = []
         self._ring_words = List.empty_list(_WORDS_TYPE)
         self._ring_completions = List.empty_list(_WORDS_TYPE)
@@ -366,7 +369,8 @@ class Appender:
         self.tags[tag, TAG_REGISTERED] = 1
         self.tags[tag, TAG_TOPIC_KEY], self.tags[tag, TAG_PARTITION] = identity
         self.tags[tag, TAG_INTERNAL] = int(topic in INTERNAL_TOPICS)
-        partition_log.publish_generation = lambda: self._publish_segment_change(tag)
+        # The log tells of every change that makes its target or the row stale.
+        partition_log.set_listener(lambda change: self.refresh(tag))
         self.refresh(tag)
         active = partition_log.active
         _rebuild_sequences(active.log, active.size, tag, self._sequences)
@@ -380,11 +384,12 @@ class Appender:
             return
         del self._tags_by_identity[(int(self.tags[tag, TAG_TOPIC_KEY]), partition)]
         self.tags[tag] = 0
-        self._partitions.pop(tag).publish_generation = None
+        self._partitions.pop(tag).set_listener(None)
+        del self._targets[tag]
         _forget_sequences(self._sequences, tag)
         for arrays in (self._logs, self._offset_indexes, self._time_indexes):
             arrays[tag] = _empty_bytes()
-        self._segment_states[tag] = np.zeros(16, np.int64)
+        self._segment_states[tag] = np.zeros(STATE_WORDS, np.int64)
         self.table.free(tag)
 
     def tag_of(self, topic: str, partition: int) -> int:
@@ -402,41 +407,31 @@ class Appender:
         return Destination(tag, int(self.tags[tag, TAG_TOPIC_KEY]), partition)
 
     def refresh(self, tag: int) -> None:
-        """Point the compiled loop at the partition's current active segment and
-        settings, and publish its offsets: after a slow-path append, and whenever the
-        broker changed the partition outside the drain (retention, truncation,
-        a config change)."""
+        """Point the compiled loop at the partition's current append target and
+        settings, and publish its offsets. The partition's log calls this itself
+        (its listener) on every change that makes them stale: its appends outside
+        the loop, rolls, retention, truncation, compaction swaps and config changes
+        (``segments.LogChange``); for a change of its segment files, before the
+        first file operation and after the last (the seqlock, ``segment_generation``)."""
         partition_log = self._partitions[tag]
-        log_bytes, offset_index, time_index, state, segment_bytes = partition_log.kernel_target()
-        self._logs[tag] = log_bytes
-        self._offset_indexes[tag] = offset_index
-        self._time_indexes[tag] = time_index
-        self._segment_states[tag] = state
-        config = partition_log.config
+        target = partition_log.append_target()
+        self._targets[tag] = target
+        self._logs[tag] = target.log
+        self._offset_indexes[tag] = target.offset_index
+        self._time_indexes[tag] = target.time_index
+        self._segment_states[tag] = target.state
         row = self.tags[tag]
-        row[TAG_FAST] = int(partition_log.kernel_appendable)
-        row[TAG_SEGMENT_BYTES] = segment_bytes
-        row[TAG_SEGMENT_MS] = config.segment_ms
-        row[TAG_INDEX_INTERVAL] = config.index_interval_bytes
-        row[TAG_BATCH_SIZE_MAX] = config.batch_size_max
+        row[TAG_FAST] = int(target.compiled)
+        row[TAG_SEGMENT_BYTES] = target.segment_bytes
+        row[TAG_SEGMENT_MS] = target.segment_ms
+        row[TAG_INDEX_INTERVAL] = target.index_interval
+        row[TAG_BATCH_SIZE_MAX] = partition_log.config.batch_size_max
         row[TAG_LOG_START_OFFSET] = partition_log.log_start_offset
         row[TAG_GENERATION] = partition_log.generation
         end = partition_log.log_end_offset
         self.table.publish(tag, partition_log.log_start_offset, end, end,
                            partition_log.active.base_offset, partition_log.active.size,
                            partition_log.generation)
-
-    def _publish_segment_change(self, tag: int) -> None:
-        """Publish the partition's row in the middle of a change to its segment files
-        (``PartitionLog._segments_changing``: an odd generation before the first file
-        operation, an even one after the last)."""
-        self.refresh(tag)
-        # The generation store is a release (publish_row), which orders what came
-        # before it, not what follows. The full fence makes the odd generation
-        # visible to every core before the first rename or unlink starts, so a
-        # reader whose listing sees any of them loads (after its own fence, see
-        # state.load_segment_generation) this generation or a later one.
-        py_fence()
 
     # -- rings -----------------------------------------------------------------------
     def add_ring(self, ring: Ring) -> int:
@@ -512,7 +507,7 @@ class Appender:
 
     def _after_compiled_appends(self) -> None:
         for tag in self._touched[1:1 + self._touched[0]].tolist():
-            self._partitions[tag].appended_by_kernel(int(self.appended[tag]))
+            self._partitions[tag].appended_by_kernel(self._targets[tag], int(self.appended[tag]))
             self.appended[tag] = 0
         self._touched[0] = 0
 

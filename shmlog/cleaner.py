@@ -64,7 +64,7 @@ from .config import TopicConfig
 from .crc32c import crc32c_kernel
 from .jit import copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i32, store_u32
 from .mapped_file import MappedFile
-from .records import ZSTD_LEVEL, _inflate, batch_info
+from .records import ZSTD_LEVEL, batch_frame, batch_info, inflate_records
 from .segments import CLEANING_DIRECTORY, PartitionLog, Segment
 
 log = logging.getLogger(__name__)
@@ -165,8 +165,8 @@ def _map_batches(log, position, end, first_hashes, second_hashes, offsets, keys,
     keys), stopping at a zstd batch (``_INFLATE``) or before a batch that could take
     the map past ``keys_max`` (``_FULL``)."""
     while position < end:
-        length = np.int64(load_u32(log, position + L.BATCH_LENGTH_OFFSET))
-        if length < L.HEADER_LENGTH:
+        frame_status, length = batch_frame(log, position, end)
+        if frame_status != 0:
             break                              # zeros: the end of the data
         attributes = load_u16(log, position + L.ATTRIBUTES_OFFSET)
         if attributes & L.CONTROL_BIT == 0:
@@ -224,9 +224,9 @@ def _clean_batches(log, position, end, first_hashes, second_hashes, offsets, dro
     (status, position, out_position), stopping at a zstd batch (``_INFLATE``).
     A batch left with no records is dropped; a control batch is kept whole."""
     while position < end:
-        length = np.int64(load_u32(log, position + L.BATCH_LENGTH_OFFSET))
-        if length < L.HEADER_LENGTH:
-            break
+        frame_status, length = batch_frame(log, position, end)
+        if frame_status != 0:
+            break                              # zeros: the end of the data
         attributes = load_u16(log, position + L.ATTRIBUTES_OFFSET)
         if attributes & L.CONTROL_BIT != 0:
             copy_bytes(out, out_position, log, position, length)
@@ -295,7 +295,7 @@ class OffsetMap:
                 if self.keys + info.record_count > self.keys_max or not self._grow():
                     return False
                 continue
-            records = _inflate(log, info)
+            records = inflate_records(log, info)
             self.keys = _map_records(records, 0, records.size, info.base_offset, *self.table,
                                      self.keys)
             position += info.batch_length
@@ -436,7 +436,7 @@ def _clean_segment(log: np.ndarray, offset_map: OffsetMap, drop_tombstones: bool
         if status == _DONE:
             return out_position
         info = batch_info(log, position)
-        records = _inflate(log, info)
+        records = inflate_records(log, info)
         scratch = np.empty(L.HEADER_LENGTH + records.size, np.uint8)
         scratch_end, kept = _filter_records(records, 0, records.size, info.base_offset,
                                             *offset_map.table, drop_tombstones, scratch,

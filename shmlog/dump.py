@@ -25,8 +25,8 @@ import numpy as np
 from . import batch_layout as B
 from . import index_layout as I
 from .errors import CorruptRecordError, StorageError
-from .records import (BatchInfo, BatchStatus, Compression, RecordColumns, _check_batch,
-                      _check_inflated, batch_info, decode_columns, inflate_batch)
+from .records import (BatchInfo, BatchStatus, Compression, RecordColumns, batch_info, check_batch,
+                      check_inflated, decode_columns, inflate_batch)
 
 __all__ = ["SegmentReport", "read_segment", "read_index", "used_entries"]
 
@@ -93,7 +93,7 @@ def _walk(report: SegmentReport, data: np.ndarray, with_records: bool) -> None:
     position = 0
     next_offset = report.base_offset
     while position < data.size:
-        status, length = _check_batch(data, position, data.size, True, True)
+        status, length = check_batch(data, position, data.size, True, True)
         if status == BatchStatus.END_OF_DATA:
             if np.any(data[position:]):
                 report.problems.append(f"byte {position}: zero batch length followed by "
@@ -110,7 +110,7 @@ def _walk(report: SegmentReport, data: np.ndarray, with_records: bool) -> None:
             return
         try:
             if info.compression is Compression.ZSTD:
-                _check_inflated(data, info)
+                check_inflated(data, info)
             if with_records:
                 report.records.append(decode_columns(inflate_batch(data, info), verified=True))
         except CorruptRecordError as error:

@@ -33,7 +33,8 @@ from . import access, limits
 from .config import TopicConfig
 from .errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError, NotOwnedError,
                      StorageError, TopicExistsError, UnknownTopicOrPartitionError)
-from .segments import PartitionLog, _write_atomically
+from .durable_files import write_atomically
+from .segments import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +182,8 @@ class LogManager:
         return os.path.join(self.topics_dir, name)
 
     def _save(self, metadata: TopicMetadata) -> None:
-        _write_atomically(os.path.join(self._topic_dir(metadata.name), TOPIC_FILE),
-                          metadata.to_json())
+        write_atomically(os.path.join(self._topic_dir(metadata.name), TOPIC_FILE),
+                         metadata.to_json())
         self._topics[metadata.name] = metadata
 
     def create_topic(self, name: str, partitions: int = 1,
@@ -243,7 +244,8 @@ class LogManager:
 
     def alter_topic_config(self, name: str, set_overrides: Mapping[str, Any] | None = None,
                            delete: tuple[str, ...] = ()) -> TopicMetadata:
-        """Set and remove config overrides; open partition logs take the new values."""
+        """Set and remove config overrides; open partition logs take the new values
+        (each tells its writer: ``segments.LogChange.CONFIG_CHANGED``)."""
         metadata = self.describe_topic(name)
         overrides = {**metadata.config.overrides(), **(set_overrides or {})}
         for key in delete:

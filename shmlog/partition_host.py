@@ -18,7 +18,9 @@ Rules
   publication of the partition's row, and the one place where replication will
   see every append.
 * Whatever changes a partition outside the drain (retention, a config change, a
-  cleaning swapped in) refreshes the appender's view of it and republishes its row.
+  cleaning swapped in) refreshes the appender's view of it and republishes its row:
+  the log tells the appender itself (``PartitionLog.set_listener``), so no caller
+  can forget to.
 * Listeners (:meth:`PartitionHost.when_topics_change`) hear every change of the set
   of partitions (a topic created, deleted or grown), with the time.
 
@@ -56,7 +58,8 @@ from .errors import ShmlogError
 from .log_manager import LogManager, TopicMetadata
 from .paths import shared_memory_prefix
 from .records import now_ms
-from .segments import PartitionLog, _write_atomically
+from .durable_files import write_atomically
+from .segments import PartitionLog
 from .state import PartitionStateTable
 
 # The broker's log: operators read one logger for the broker's work.
@@ -144,7 +147,7 @@ class PartitionHost:
         rows = {f"{hosted.topic}/{hosted.partition}": self.appender.row_of(hosted.topic,
                                                                            hosted.partition)
                 for hosted in self.partitions()}
-        _write_atomically(self._rows_path, json.dumps(rows, sort_keys=True))
+        write_atomically(self._rows_path, json.dumps(rows, sort_keys=True))
 
     # -- hosting -----------------------------------------------------------------------
     def _host_partitions(self, topic: str, rows: dict) -> None:
@@ -192,10 +195,7 @@ class PartitionHost:
     def alter_topic_config(self, name: str, set_overrides: dict,
                            delete: tuple[str, ...]) -> TopicMetadata:
         """Change a topic's config; its partitions take it at once."""
-        metadata = self.logs.alter_topic_config(name, set_overrides, delete)
-        for partition in range(metadata.partitions):
-            self.appender.refresh(self._partitions[(name, partition)].row)
-        return metadata
+        return self.logs.alter_topic_config(name, set_overrides, delete)
 
     # -- looking partitions up ------------------------------------------------------------
     def partition(self, topic: str, partition: int) -> HostedPartition:
@@ -268,8 +268,7 @@ class PartitionHost:
     def apply_retention(self, now: int | None = None) -> None:
         """Delete the segments retention lets go, in every partition."""
         for hosted in self.partitions():
-            if hosted.log.delete_old_segments(now):
-                self.appender.refresh(hosted.row)
+            hosted.log.delete_old_segments(now)
 
     def start_cleaning(self, now: int | None = None) -> bool:
         """Hand the dirtiest compacted partition to the cleaner (when it is free);
@@ -306,7 +305,6 @@ class PartitionHost:
         if hosted.log.directory != result.plan.directory or \
                 not hosted.log.replace_segments(result):
             return False
-        self.appender.refresh(hosted.row)
         log.info("cleaned %s-%d up to offset %d: %d -> %d bytes", topic, partition,
                  result.end_offset, result.bytes_before, result.bytes_after)
         return True

@@ -37,7 +37,7 @@ from . import ring_layout as R
 from .errors import LocalProtocolError, ShmlogError, StorageError
 from .partition_host import PartitionHost
 from .ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
-from .segments import _write_atomically
+from .durable_files import write_atomically
 
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")
@@ -73,7 +73,7 @@ class ProducerIds:
         """A producer id never handed out before."""
         if self._next == self._end:
             self._end = self._next + self.BLOCK_SIZE
-            _write_atomically(self.path, json.dumps({"next_block": self._end}))
+            write_atomically(self.path, json.dumps({"next_block": self._end}))
         self._next += 1
         return self._next - 1
 

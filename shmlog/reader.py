@@ -15,10 +15,8 @@ Rules
   and may be given to another partition, so a row that no longer names it, or a
   directory that is gone, is :class:`UnknownTopicOrPartitionError`, never a read
   of another partition's offsets nor a damaged-data error.
-* A listing is trusted only when the generation is the same even value before and
-  after it (a seqlock, see ``segments``): a listing torn by a compaction swap or a
-  deletion could hold the first segment of a group but not the others, and a read
-  would then step over records that only the cleaned copy holds.
+* A listing is trusted only as the segment generation's seqlock says
+  (``segment_generation``: the reader's side, :func:`follow`, is run here).
 
 Theory of operation
 -------------------
@@ -30,14 +28,11 @@ the requested offset - walking batch headers on from where the previous read end
 or through the sparse offset index of a sealed segment - and returns whole
 batches from there, as views of the mapping.
 
-When the generation moved, the reader lists the directory, maps what it found,
-and loads the generation again; when it moved meanwhile, the listing may be torn
-and it lists again (at most ``READER_RESCAN_ATTEMPTS_MAX`` times). An odd
-generation means a change is under way: a reader whose mappings are of the
-generation just before it reads on through them (a renamed-over or unlinked file
-stays valid while mapped, and the old segments hold every record); any other
-reader neither lists nor reads through older mappings (they may miss a roll's
-files), and the read returns no records with the position unchanged, so the
+When the generation moved, the reader follows it as ``segment_generation``
+says (listing again at most ``READER_RESCAN_ATTEMPTS_MAX`` times). When that
+leaves no set of mappings to read through (a change is under way and the
+reader's mappings are older than the generation just before it: they may miss a
+roll's files), the read returns no records with the position unchanged, so the
 caller's poll comes back later. Returning nothing rather than raising keeps a
 change of a few renames and fsyncs invisible to consumers, which already poll
 again when a read finds nothing, and it never steps over a record.
@@ -64,7 +59,8 @@ from . import state_layout as S
 from .errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from .mapped_file import MappedFile
 from .records import warm_decoding
-from .segments import ReadResult, _find_batch, collect_batches
+from .segment_generation import follow
+from .segments import ReadResult, collect_batches, find_batch
 from .state import PartitionStateTable, RowSnapshot
 
 __all__ = ["PartitionReader", "warm_kernels"]
@@ -88,7 +84,7 @@ def warm_kernels() -> None:
     log.flags.writeable = False
     collect_batches(log, "warm-up", 0, 0, limits.READ_SIZE_DEFAULT, 0, 0, 0)
     for data in (log, empty):
-        _find_batch(data, 0, 0, 0)
+        find_batch(data, 0, 0, 0)
     table.close()
 
 
@@ -134,7 +130,7 @@ class _MappedSegment:
                 if not _batch_starts_at(self.log, start, end,
                                         self.base_offset + int(entries["relative_offset"][slot])):
                     start = 0
-        return int(_find_batch(self.log, min(start, end), end, offset))
+        return int(find_batch(self.log, min(start, end), end, offset))
 
     def close(self) -> None:
         self._log.close()
@@ -191,25 +187,12 @@ class PartitionReader:
         the directory again as often as it moves, within limits). False when there
         is none to read through now: a change of the files is under way.
         """
-        # Acquire: the listing that follows sees every rename and unlink made
-        # before this generation was published.
-        generation = self.table.segment_generation(self.row)
-        for _ in range(limits.READER_RESCAN_ATTEMPTS_MAX):
-            if generation == self._generation:
-                return True
-            if generation % 2:
-                # Odd: files are being renamed or deleted. The set of the generation
-                # just before is complete and stays valid while mapped.
-                return self._generation == generation - 1
-            self._rescan()
-            # The seqlock's second read, after a fence: a listing that overlapped a
-            # change finds the generation moved (odd or later), and lists again.
-            listed = generation
-            generation = self.table.segment_generation(self.row)
-            if generation == listed:
-                self._generation = generation
-                return True
-        return False
+        mapped = follow(lambda: self.table.segment_generation(self.row), self._generation,
+                        self._rescan, limits.READER_RESCAN_ATTEMPTS_MAX)
+        if mapped is None:
+            return False
+        self._generation = mapped
+        return True
 
     def _rescan(self) -> None:
         """Map the segment files that are there now (a system call, but only when

@@ -56,6 +56,7 @@ __all__ = [
     "BatchStatus", "BatchInfo", "Record", "RecordColumns", "Compression",
     "encode_batch", "encode_gathered", "check_headers", "check_timestamp", "validate_batches",
     "iter_batches", "decode_columns", "decode_records", "warm_decoding",
+    "batch_frame", "check_batch", "check_produced_batch", "check_inflated", "inflate_records",
 ]
 
 
@@ -165,27 +166,54 @@ def _check_records(buffer, start, end, record_count, last_offset_delta,
 
 
 @kernel
-def _check_batch(buffer, position, end, check_crc, check_records):
-    """Validate the batch at ``position``; return (status, batch_length).
+def batch_frame(buffer, position, end):
+    """The step of every walk over batches: (status, length) of the batch at
+    ``position`` in ``buffer[:end]``, its one bounds check.
 
-    With ``check_records`` the records of an uncompressed batch are walked too;
-    zstd batches need inflating first, which the Python wrapper does.
+    ``OK`` when a whole batch is framed there (``HEADER_LENGTH <= length <= end -
+    position``): the walk may read its header and step to ``position + length``.
+    Otherwise ``END_OF_DATA`` (a zero length: preallocated space never written),
+    ``TRUNCATED`` (fewer than ``HEADER_LENGTH`` bytes left, or a length past
+    ``end``) or ``BAD_LENGTH`` (a length shorter than a header), and the walk
+    stops. The length is returned as read (0 when not even the length field fits).
+    Nothing but the length is checked: :func:`check_batch` builds on this.
     """
-    if end - position < L.BATCH_LENGTH_SIZE:
-        return _TRUNCATED, 0
+    available = end - position
+    if available < L.BATCH_LENGTH_SIZE:
+        return _TRUNCATED, np.int64(0)
     length = np.int64(load_u32(buffer, position + L.BATCH_LENGTH_OFFSET))
     if length == 0:
-        return _END_OF_DATA, 0
-    if end - position < L.HEADER_LENGTH:
+        return _END_OF_DATA, length
+    if available < L.HEADER_LENGTH:
         return _TRUNCATED, length
+    if length < L.HEADER_LENGTH:
+        return _BAD_LENGTH, length
+    if length > available:
+        return _TRUNCATED, length
+    return _OK, length
+
+
+@kernel
+def check_batch(buffer, position, end, check_crc, check_records):
+    """Validate the batch at ``position`` in ``buffer[:end]``: (status, batch_length),
+    status a :class:`BatchStatus` value (0: OK), checked in this order: the frame
+    (:func:`batch_frame`; a zero length is ``END_OF_DATA``), magic and version
+    before a bad length (bytes that are not a batch say so), then with
+    ``check_crc`` the CRC32C, then attributes, record count and timestamps.
+
+    With ``check_records`` the records of an uncompressed batch are walked too;
+    zstd batches need inflating first, which :func:`check_inflated` does.
+    Reads nothing outside ``buffer[position:end]``.
+    """
+    status, length = batch_frame(buffer, position, end)
+    if status == _END_OF_DATA or end - position < L.HEADER_LENGTH:
+        return status, length
     if load_u16(buffer, position + L.MAGIC_OFFSET) != L.MAGIC:
         return _BAD_MAGIC, length
     if buffer[position + L.VERSION_OFFSET] != L.VERSION:
         return _BAD_VERSION, length
-    if length < L.HEADER_LENGTH:
-        return _BAD_LENGTH, length
-    if length > end - position:
-        return _TRUNCATED, length
+    if status != _OK:
+        return status, length
     if check_crc:
         expected = load_u32(buffer, position + L.CRC_OFFSET)
         if crc32c_kernel(buffer, position + L.CRC_COVERED_OFFSET, position + length) != expected:
@@ -215,12 +243,12 @@ def _check_batch(buffer, position, end, check_crc, check_records):
 
 
 @kernel
-def _check_produced_batch(buffer, position, end, check_crc):
-    """:func:`_check_batch` plus what only a producer's batch must be: at least one
+def check_produced_batch(buffer, position, end, check_crc):
+    """:func:`check_batch` (records walked) plus what only a producer's batch must be: at least one
     record and dense offset deltas (``last_offset_delta == record_count - 1``; with
     the records' strictly increasing deltas that makes them exactly 0..n-1).
     Compaction leaves stored batches sparser; recovery and reads accept those."""
-    status, length = _check_batch(buffer, position, end, check_crc, True)
+    status, length = check_batch(buffer, position, end, check_crc, True)
     if status != _OK:
         return status, length
     record_count = np.int64(load_i32(buffer, position + L.RECORD_COUNT_OFFSET))
@@ -240,7 +268,7 @@ def _walk_batches(buffer, start, end, check_crc, check_records, positions):
     position = start
     count = 0
     while position < end:
-        status, length = _check_batch(buffer, position, end, check_crc, check_records)
+        status, length = check_batch(buffer, position, end, check_crc, check_records)
         if status != _OK:
             return status, count, position
         if count < positions.size:
@@ -772,8 +800,17 @@ def batch_info(buffer: np.ndarray, position: int) -> BatchInfo:
                      int(header["max_timestamp"]))
 
 
-def _inflate(buffer: np.ndarray, info: BatchInfo) -> np.ndarray:
-    """The records region of a zstd batch, decompressed."""
+def inflate_records(buffer: np.ndarray, info: BatchInfo) -> np.ndarray:
+    """The records region of the zstd batch ``info`` describes, decompressed (its
+    records not checked: :func:`check_inflated` does both).
+
+    Raises
+    ------
+    CorruptRecordError
+        The frame does not inflate, declares more than
+        ``limits.DECOMPRESSED_RECORDS_SIZE_MAX`` bytes, or bytes follow it
+        (status ``BAD_COMPRESSION``).
+    """
     frame = buffer[info.position + L.RECORDS_OFFSET:info.position + info.batch_length]
     try:
         size = zstandard.frame_content_size(frame)
@@ -799,7 +836,7 @@ def recompress_batch(data: np.ndarray, info: BatchInfo, codec: "Compression") ->
     if info.compression is codec:
         return data[start:end]
     if info.compression is Compression.ZSTD:
-        records = _inflate(data, info)
+        records = inflate_records(data, info)
     else:
         records = data[start + L.RECORDS_OFFSET:end]
     if codec is Compression.ZSTD:
@@ -834,12 +871,21 @@ def validate_batches(buffer, *, check_records: bool = True) -> list[BatchInfo]:
     if check_records:
         for info in infos:
             if info.compression is Compression.ZSTD:
-                _check_inflated(data, info)
+                check_inflated(data, info)
     return infos
 
 
-def _check_inflated(buffer: np.ndarray, info: BatchInfo) -> np.ndarray:
-    records = _inflate(buffer, info)
+def check_inflated(buffer: np.ndarray, info: BatchInfo) -> np.ndarray:
+    """Inflate the zstd batch ``info`` describes and walk its records as
+    :func:`check_batch` walks an uncompressed batch's; the inflated records.
+
+    Raises
+    ------
+    CorruptRecordError
+        The frame does not inflate, or a record fails its check (the status says
+        which; the position is the batch's).
+    """
+    records = inflate_records(buffer, info)
     status, position = _check_records(records, 0, records.size, info.record_count,
                                       info.last_offset_delta, info.first_timestamp,
                                       info.max_timestamp,
@@ -857,7 +903,7 @@ def iter_batches(buffer) -> Iterator[BatchInfo]:
     data = _as_bytes(buffer)
     position = 0
     while position < data.size:
-        status, length = _check_batch(data, position, data.size, True, False)
+        status, length = check_batch(data, position, data.size, True, False)
         if status == _END_OF_DATA:
             return
         if status != _OK:
@@ -877,8 +923,8 @@ def _count_records(buffer, start, end):
     headers = 0
     position = start
     while position < end:
-        length = np.int64(load_u32(buffer, position + L.BATCH_LENGTH_OFFSET))
-        if length < L.HEADER_LENGTH:
+        status, length = batch_frame(buffer, position, end)
+        if status != _OK:
             break              # zero padding: the end of the data
         record = position + L.RECORDS_OFFSET
         while record < position + length:
@@ -899,8 +945,8 @@ def _index_records(buffer, start, end, offsets, timestamps, timestamp_types, key
     header = 0
     position = start
     while position < end:
-        length = np.int64(load_u32(buffer, position + L.BATCH_LENGTH_OFFSET))
-        if length < L.HEADER_LENGTH:
+        status, length = batch_frame(buffer, position, end)
+        if status != _OK:
             break              # zero padding: the end of the data
         base_offset = load_i64(buffer, position + L.BASE_OFFSET_OFFSET)
         attributes = load_u16(buffer, position + L.ATTRIBUTES_OFFSET)
@@ -1140,7 +1186,7 @@ def inflate_batch(data: np.ndarray, info: BatchInfo) -> np.ndarray:
     start, end = info.position, info.position + info.batch_length
     if info.compression is not Compression.ZSTD:
         return data[start:end]
-    records = _check_inflated(data, info)
+    records = check_inflated(data, info)
     header = data[start:start + L.HEADER_LENGTH].copy()
     header_fields = header.view(L.BATCH_HEADER_DTYPE)
     header_fields["batch_length"] = L.HEADER_LENGTH + records.size
@@ -1212,7 +1258,8 @@ def warm_decoding() -> None:
     log.flags.writeable = False
     for data in (inflated, log):
         decode_columns(data, start_offset=0, verified=True)
-    frame = np.frombuffer(zstandard.ZstdCompressor().compress(b""), np.uint8)  # as _inflate's
+    # A read-only array from bytes: the type inflate_records returns.
+    frame = np.frombuffer(zstandard.ZstdCompressor().compress(b""), np.uint8)
     _check_records(frame[:0], 0, 0, 0, 0, 0, 0, True)
 
 

@@ -29,7 +29,7 @@ No store ever lands past a reservation, in any of the three files. The segment's
 state says how many bytes of the log and of each index are reserved; the append
 kernel copies a batch only when the log bytes it takes, the index entries it may
 add and the slot of the closing time-index entry (which sealing writes) are all
-reserved, and otherwise asks Python for room (``_NEED_SPACE``). Each reservation
+reserved, and otherwise asks Python for room (``NEED_SPACE``). Each reservation
 of the log reserves index slots in proportion (an entry per
 ``index.interval.bytes`` of log at most), so the kernel seldom asks for the
 indexes alone. A rescan reserves, before it starts, the slots its log can need at
@@ -38,11 +38,12 @@ before sealing the old segment: a full disk fails the roll with nothing changed,
 and the next append tries again. When the background reservation fails, it stops
 until an append's own reservation succeeds (the disk has room again).
 
-The compiled kernel :func:`_append` copies validated batches into the mapping,
-stamps base offset and leader epoch, adds sparse index entries every
-``index.interval.bytes``, and returns early when the segment must roll or more space
-must be reserved; Python does those and calls it again. Rolling trims the closed
-segment's files to their used length.
+The compiled kernel :func:`append_batches` copies validated batches into the
+mapping, stamps base offset and leader epoch, adds sparse index entries every
+``index.interval.bytes``, and returns early when the segment must roll or more
+space must be reserved; Python does those and calls it again. Rolling trims the
+closed segment's files to their used length. Every kernel that walks batches
+steps with ``records.batch_frame``, the one bounds check of a walk.
 
 Recovery: ``checkpoint.json`` holds the recovery point, the offset below which
 everything was flushed. On open, every segment holding offsets at or above it is
@@ -51,15 +52,23 @@ invalid batch, later segments are deleted, the indexes of scanned segments are
 rebuilt, and a :class:`RecoveryReport` says what was cut. Indexes of older segments
 get a sanity check and are rebuilt when they fail it.
 
-The segment generation tells readers in other processes when to list the directory
-again. It works as a seqlock: even while the set of files is stable, odd from before
-the first file a change removes or replaces until after the last (retention,
-truncation, a compaction swap). The odd value is published (``publish_generation``,
-set by whoever publishes the partition) before the first file operation, so a reader
-whose listing overlapped the change sees the generation move and lists again (see
-``reader``). A roll only adds files, at offsets no reader may read yet, and seals the
-previous segment, which readers already handle through the published active
-segment; it moves the generation by two, once it is done.
+The segment generation tells readers in other processes when to list the
+directory again: a seqlock, whose rules ``segment_generation`` holds (odd around
+retention, truncation and a compaction swap; a roll moves it by two).
+
+The writer's contract
+---------------------
+Whoever appends in compiled code (the broker's appender; a replication follower
+would too) takes an :class:`AppendTarget` (:meth:`PartitionLog.append_target`):
+the active segment's arrays and state (laid out in ``segment_state``) and the
+limits :func:`append_batches` takes. It appends through it, publishes what it
+appended, and gives the target back with the record count
+(:meth:`PartitionLog.appended_by_kernel`) for the verified prefix, prefaulting
+and the flush policy. The log tells that writer, through the one listener set
+with :meth:`PartitionLog.set_listener`, of every change that makes the target or
+the published offsets stale (a :class:`LogChange`: its own appends, a roll,
+retention, truncation, a compaction swap, DeleteRecords, a new configuration),
+at once and from inside the change, so no caller has to remember to.
 """
 
 from __future__ import annotations
@@ -67,6 +76,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import enum
 import json
 import logging
 import os
@@ -86,13 +96,22 @@ from .jit import copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, sto
     store_u32
 from .crc32c import crc32c_kernel
 from .mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
-from .records import (_BAD_LENGTH, _BAD_OFFSET, _TRUNCATED, BatchStatus, Compression, _check_batch, _check_inflated,
-                      _check_produced_batch, batch_info,
-                      decode_columns, inflate_batch, iter_batches, now_ms, recompress_batch)
+from .durable_files import fsync_directory, write_atomically
+from .records import (BatchStatus, Compression, batch_frame, batch_info, check_batch,
+                      check_inflated, check_produced_batch, decode_columns, inflate_batch,
+                      iter_batches, now_ms, recompress_batch)
+from .segment_generation import SegmentGeneration
+from .segment_state import (
+    APPENDED, BASE_OFFSET_WORD, CAPACITY_WORD, INDEXED_TIMESTAMP_WORD, LOOKUP_DAMAGED,
+    LOOKUP_FOUND, LOOKUP_INFLATE, LOOKUP_NOT_FOUND, MAX_TIMESTAMP_WORD, NEED_ROLL, NEED_SPACE,
+    NEXT_OFFSET_WORD, OFFSET_CAPACITY_WORD, OFFSET_ENTRIES_WORD, OFFSET_RESERVED_WORD,
+    POSITION_WORD, REJECTED, RESERVED_WORD, ROLL_TIMESTAMP_WORD, SINCE_INDEX_WORD,
+    TIME_CAPACITY_WORD, TIME_ENTRIES_WORD, TIME_RESERVED_WORD, TIMESTAMP_NONE, new_segment_state)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PartitionLog", "Segment", "AppendResult", "ReadResult", "RecoveryReport"]
+__all__ = ["PartitionLog", "Segment", "AppendResult", "AppendTarget", "LogChange", "ReadResult",
+           "RecoveryReport", "append_batches", "find_batch", "collect_batches"]
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_VERSION = 1
@@ -100,39 +119,14 @@ CHECKPOINT_VERSION = 1
 # manifest lists a swap in progress, so recovery can finish it (see replace_segments).
 CLEANING_DIRECTORY = ".cleaning"
 SWAP_MANIFEST_FILE = "cleaning-swap.json"
-_TIMESTAMP_NONE = np.iinfo(np.int64).min
+
+# Batch statuses the kernels return (ints: what numba compares and returns).
+_TRUNCATED = int(BatchStatus.TRUNCATED)
+_BAD_LENGTH = int(BatchStatus.BAD_LENGTH)
+_BAD_OFFSET = int(BatchStatus.BAD_OFFSET)
 
 assert limits.SEGMENT_PREALLOCATE_STEP_SIZE % PAGE_SIZE == 0
 assert limits.SEGMENT_PREFAULT_AHEAD_SIZE >= limits.SEGMENT_PREALLOCATE_STEP_SIZE
-
-# --- the append state of a segment: one int64 array shared with the kernels ----------
-_POSITION = 0                 # bytes of valid data in the log file
-_NEXT_OFFSET = 1              # offset after the last batch
-_BASE_OFFSET = 2
-_CAPACITY = 3                 # bytes mapped (segment.bytes while active)
-_RESERVED = 4                 # bytes reserved on disk from position 0
-_SINCE_INDEX = 5              # log bytes since the last offset-index entry
-_OFFSET_ENTRIES = 6
-_OFFSET_CAPACITY = 7
-_TIME_ENTRIES = 8
-_TIME_CAPACITY = 9
-_MAX_TIMESTAMP = 10           # running maximum, _TIMESTAMP_NONE while empty
-_INDEXED_TIMESTAMP = 11       # timestamp of the last time-index entry
-_ROLL_TIMESTAMP = 12          # max timestamp of the first batch (segment.ms)
-_OFFSET_RESERVED = 13         # bytes of the offset index reserved on disk from byte 0
-_TIME_RESERVED = 14           # bytes of the time index reserved on disk from byte 0
-_STATE_LENGTH = 15
-
-# kernel results
-_APPENDED = 0
-_NEED_ROLL = 1
-_NEED_SPACE = 2
-_REJECTED = 3
-_FOUND = 0
-_NOT_FOUND = 1
-_INFLATE = 2
-_DAMAGED = 3
-
 
 # --- kernels ---------------------------------------------------------------------------
 
@@ -141,9 +135,9 @@ def _will_index(state, index_interval):
     """Whether the next batch gets index entries: ``index.interval.bytes`` of log
     since the last entry, and room in both indexes (one slot of each stays free for
     the closing time-index entry)."""
-    return (state[_SINCE_INDEX] >= index_interval
-            and state[_OFFSET_ENTRIES] < state[_OFFSET_CAPACITY] - 1
-            and state[_TIME_ENTRIES] < state[_TIME_CAPACITY] - 1)
+    return (state[SINCE_INDEX_WORD] >= index_interval
+            and state[OFFSET_ENTRIES_WORD] < state[OFFSET_CAPACITY_WORD] - 1
+            and state[TIME_ENTRIES_WORD] < state[TIME_CAPACITY_WORD] - 1)
 
 
 @kernel
@@ -152,9 +146,10 @@ def _index_slots_reserved(state, indexing):
     an entry of each index when ``indexing``, and the time index's closing entry
     (which sealing writes, unless the index is full)."""
     extra = 1 if indexing else 0
-    offset_end = (state[_OFFSET_ENTRIES] + extra) * I.OFFSET_ENTRY_LENGTH
-    time_end = min(state[_TIME_ENTRIES] + 1 + extra, state[_TIME_CAPACITY]) * I.TIME_ENTRY_LENGTH
-    return offset_end <= state[_OFFSET_RESERVED] and time_end <= state[_TIME_RESERVED]
+    offset_end = (state[OFFSET_ENTRIES_WORD] + extra) * I.OFFSET_ENTRY_LENGTH
+    time_end = min(state[TIME_ENTRIES_WORD] + 1 + extra,
+                   state[TIME_CAPACITY_WORD]) * I.TIME_ENTRY_LENGTH
+    return offset_end <= state[OFFSET_RESERVED_WORD] and time_end <= state[TIME_RESERVED_WORD]
 
 
 @kernel
@@ -165,87 +160,105 @@ def _index_batch(log, log_position, length, offset_index, time_index, state, ind
     base_offset = load_i64(log, log_position + B.BASE_OFFSET_OFFSET)
     last_offset = base_offset + load_i32(log, log_position + B.LAST_OFFSET_DELTA_OFFSET)
     max_timestamp = load_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET)
-    if state[_MAX_TIMESTAMP] < max_timestamp:
-        state[_MAX_TIMESTAMP] = max_timestamp
-    if state[_ROLL_TIMESTAMP] == _TIMESTAMP_NONE:
-        state[_ROLL_TIMESTAMP] = max_timestamp
+    if state[MAX_TIMESTAMP_WORD] < max_timestamp:
+        state[MAX_TIMESTAMP_WORD] = max_timestamp
+    if state[ROLL_TIMESTAMP_WORD] == TIMESTAMP_NONE:
+        state[ROLL_TIMESTAMP_WORD] = max_timestamp
     if indexing:
-        entry = state[_OFFSET_ENTRIES] * I.OFFSET_ENTRY_LENGTH
+        entry = state[OFFSET_ENTRIES_WORD] * I.OFFSET_ENTRY_LENGTH
         store_u32(offset_index, entry + I.OFFSET_ENTRY_RELATIVE_OFFSET_OFFSET,
-                  base_offset - state[_BASE_OFFSET])
+                  base_offset - state[BASE_OFFSET_WORD])
         store_u32(offset_index, entry + I.OFFSET_ENTRY_POSITION_OFFSET, log_position)
-        state[_OFFSET_ENTRIES] += 1
-        if state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP]:
+        state[OFFSET_ENTRIES_WORD] += 1
+        if state[MAX_TIMESTAMP_WORD] > state[INDEXED_TIMESTAMP_WORD]:
             _append_time_entry(time_index, state, last_offset)
-        state[_SINCE_INDEX] = 0
-    state[_SINCE_INDEX] += length
-    state[_POSITION] = log_position + length
-    state[_NEXT_OFFSET] = last_offset + 1
+        state[SINCE_INDEX_WORD] = 0
+    state[SINCE_INDEX_WORD] += length
+    state[POSITION_WORD] = log_position + length
+    state[NEXT_OFFSET_WORD] = last_offset + 1
 
 
 @kernel
 def _append_time_entry(time_index, state, last_offset):
-    entry = state[_TIME_ENTRIES] * I.TIME_ENTRY_LENGTH
-    store_i64(time_index, entry + I.TIME_ENTRY_TIMESTAMP_OFFSET, state[_MAX_TIMESTAMP])
+    entry = state[TIME_ENTRIES_WORD] * I.TIME_ENTRY_LENGTH
+    store_i64(time_index, entry + I.TIME_ENTRY_TIMESTAMP_OFFSET, state[MAX_TIMESTAMP_WORD])
     store_u32(time_index, entry + I.TIME_ENTRY_RELATIVE_OFFSET_OFFSET,
-              last_offset - state[_BASE_OFFSET])
-    state[_TIME_ENTRIES] += 1
-    state[_INDEXED_TIMESTAMP] = state[_MAX_TIMESTAMP]
+              last_offset - state[BASE_OFFSET_WORD])
+    state[TIME_ENTRIES_WORD] += 1
+    state[INDEXED_TIMESTAMP_WORD] = state[MAX_TIMESTAMP_WORD]
 
 
 @kernel
-def _append(source, start, end, log, offset_index, time_index, state, segment_bytes,
-            segment_ms, index_interval, append_timestamp, leader_epoch, verify_copy):
-    """Copy batches ``source[start:end]`` into the segment.
+def append_batches(source, start, end, log, offset_index, time_index, state, segment_bytes,
+                   segment_ms, index_interval, append_timestamp, leader_epoch, verify_copy):
+    """Copy the batches ``source[start:end]`` into the active segment the arrays
+    and ``state`` describe (an :class:`AppendTarget`'s fields), giving them the next
+    offsets: the append kernel, called by :meth:`PartitionLog.append` and by a
+    compiled writer's own loop.
 
-    With ``verify_copy`` each batch is validated after it is copied, in the log, so
-    the bytes checked are the bytes kept even if the source changes meanwhile (a
-    ring a producer can still write); without it the caller validated the source,
-    which nobody else can change.
+    Contract
+    --------
+    * The caller is the partition's one writer and holds a current target (the
+      log has not told its listener of a change since it was taken).
+    * ``segment_bytes``, ``segment_ms`` and ``index_interval`` are the target's;
+      ``append_timestamp`` is the broker's clock for a LogAppendTime topic, else
+      ``segment_state.TIMESTAMP_NONE`` (the producer's timestamps stay);
+      ``leader_epoch`` is stamped into every batch.
+    * With ``verify_copy`` each batch is validated (``records.check_produced_batch``,
+      CRC included) after it is copied, in the log, so the bytes checked are the
+      bytes kept even if the source changes meanwhile (a ring a producer can still
+      write); without it the caller validated the source, which nobody else can
+      change. A batch must not be compressed unless the caller checked its records
+      (``records.check_inflated``): the kernel cannot inflate.
+    * Nothing is stored past what ``state`` says is reserved, in any file.
+    * After it returns, ``state`` holds the new position and next offset; the
+      caller publishes them and calls :meth:`PartitionLog.appended_by_kernel`.
 
-    Returns (status, source position reached, batch status): _APPENDED when all are
-    in; _NEED_ROLL / _NEED_SPACE when Python must roll or reserve before the batch at
-    that position (space: log bytes or index slots, see ``_index_slots_reserved``);
-    _REJECTED when that batch failed validation (its status says why, and nothing of
-    it is in the log).
+    Returns
+    -------
+    (status, source position reached, batch status)
+        ``APPENDED`` when all are in; ``NEED_ROLL`` / ``NEED_SPACE`` when Python
+        must roll or reserve before the batch at that position (space: log bytes
+        or index slots, see ``_index_slots_reserved``); ``REJECTED`` when that batch
+        failed validation (its :class:`BatchStatus` says why, and nothing of it is
+        in the log). The outcomes are ``segment_state``'s.
     """
     position = start
     while position < end:
-        if end - position < B.HEADER_LENGTH:
-            return _REJECTED, position, _TRUNCATED
-        length = np.int64(load_u32(source, position + B.BATCH_LENGTH_OFFSET))
-        if length < B.HEADER_LENGTH or length > end - position:
-            return _REJECTED, position, _BAD_LENGTH
+        frame_status, length = batch_frame(source, position, end)
+        if frame_status != 0:
+            short = end - position < B.HEADER_LENGTH
+            return REJECTED, position, _TRUNCATED if short else _BAD_LENGTH
         last_offset_delta = np.int64(load_i32(source, position + B.LAST_OFFSET_DELTA_OFFSET))
-        if append_timestamp != _TIMESTAMP_NONE:
+        if append_timestamp != TIMESTAMP_NONE:
             max_timestamp = append_timestamp
         else:
             max_timestamp = load_i64(source, position + B.MAX_TIMESTAMP_OFFSET)
-        log_position = state[_POSITION]
-        base_offset = state[_NEXT_OFFSET]
+        log_position = state[POSITION_WORD]
+        base_offset = state[NEXT_OFFSET_WORD]
         if log_position > 0:
             if log_position + length > segment_bytes:
-                return _NEED_ROLL, position, 0
-            if base_offset + last_offset_delta - state[_BASE_OFFSET] > I.RELATIVE_OFFSET_MAX:
-                return _NEED_ROLL, position, 0
-            if max_timestamp - state[_ROLL_TIMESTAMP] > segment_ms:
-                return _NEED_ROLL, position, 0
-            if state[_SINCE_INDEX] >= index_interval and (
-                    state[_OFFSET_ENTRIES] >= state[_OFFSET_CAPACITY] - 1
-                    or state[_TIME_ENTRIES] >= state[_TIME_CAPACITY] - 1):
-                return _NEED_ROLL, position, 0
-        if log_position + length > state[_RESERVED] or \
+                return NEED_ROLL, position, 0
+            if base_offset + last_offset_delta - state[BASE_OFFSET_WORD] > I.RELATIVE_OFFSET_MAX:
+                return NEED_ROLL, position, 0
+            if max_timestamp - state[ROLL_TIMESTAMP_WORD] > segment_ms:
+                return NEED_ROLL, position, 0
+            if state[SINCE_INDEX_WORD] >= index_interval and (
+                    state[OFFSET_ENTRIES_WORD] >= state[OFFSET_CAPACITY_WORD] - 1
+                    or state[TIME_ENTRIES_WORD] >= state[TIME_CAPACITY_WORD] - 1):
+                return NEED_ROLL, position, 0
+        if log_position + length > state[RESERVED_WORD] or \
                 not _index_slots_reserved(state, _will_index(state, index_interval)):
-            return _NEED_SPACE, position, 0
+            return NEED_SPACE, position, 0
         copy_bytes(log, log_position, source, position, length)
         if verify_copy:
-            batch_status, _ = _check_produced_batch(log, log_position, log_position + length, True)
+            batch_status, _ = check_produced_batch(log, log_position, log_position + length, True)
             if batch_status != 0:
                 store_u32(log, log_position + B.BATCH_LENGTH_OFFSET, 0)   # end of data again
-                return _REJECTED, position, batch_status
+                return REJECTED, position, batch_status
         store_i64(log, log_position + B.BASE_OFFSET_OFFSET, base_offset)
         store_i32(log, log_position + B.LEADER_EPOCH_OFFSET, leader_epoch)
-        if append_timestamp != _TIMESTAMP_NONE:
+        if append_timestamp != TIMESTAMP_NONE:
             # LogAppendTime: the broker's clock replaces the producer's, as in Kafka;
             # the fields are under the CRC, so it is computed again.
             attributes = load_u16(log, log_position + B.ATTRIBUTES_OFFSET)
@@ -256,7 +269,7 @@ def _append(source, start, end, log, offset_index, time_index, state, segment_by
                       crc32c_kernel(log, log_position + B.CRC_COVERED_OFFSET, log_position + length))
         _index_batch(log, log_position, length, offset_index, time_index, state, index_interval)
         position += length
-    return _APPENDED, position, 0
+    return APPENDED, position, 0
 
 
 @kernel
@@ -268,7 +281,7 @@ def _validate(source, start, end):
     compressed = 0
     largest = 0
     while position < end:
-        status, length = _check_produced_batch(source, position, end, True)
+        status, length = check_produced_batch(source, position, end, True)
         if status != 0:
             return status, position, count, compressed, largest
         largest = max(largest, length)
@@ -288,14 +301,15 @@ def _recover(log, end, offset_index, time_index, state, index_interval):
     """
     position = 0
     while position < end:
-        status, length = _check_batch(log, position, end, True, True)
+        status, length = check_batch(log, position, end, True, True)
         if status != 0:
             return status, position
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
         last_offset_delta = np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
         # base_offset is not under the CRC: it must follow on, and not wrap.
-        if base_offset < state[_NEXT_OFFSET] or base_offset >= limits.OFFSET_MAX - last_offset_delta \
-                or base_offset + last_offset_delta - state[_BASE_OFFSET] > I.RELATIVE_OFFSET_MAX:
+        if base_offset < state[NEXT_OFFSET_WORD] \
+                or base_offset >= limits.OFFSET_MAX - last_offset_delta \
+                or base_offset + last_offset_delta - state[BASE_OFFSET_WORD] > I.RELATIVE_OFFSET_MAX:
             return _BAD_OFFSET, position
         _index_batch(log, position, length, offset_index, time_index, state, index_interval)
         position += length
@@ -307,7 +321,7 @@ def _verify_prefix(log, end):
     """Check every batch in ``log[0:end]``: (status, end of the good prefix)."""
     position = 0
     while position < end:
-        status, length = _check_batch(log, position, end, True, True)
+        status, length = check_batch(log, position, end, True, True)
         if status != 0:
             return status, position
         position += length
@@ -315,14 +329,15 @@ def _verify_prefix(log, end):
 
 
 @kernel
-def _find_batch(log, position, end, target_offset):
-    """Position of the first batch from ``position`` whose last offset >= target."""
+def find_batch(log, position, end, target_offset):
+    """Byte position of the first batch of ``log[position:end]`` whose last offset is
+    at least ``target_offset``, walking batch headers from ``position`` (a batch
+    boundary); ``end`` when there is none. Checks only each batch's frame: at one
+    that fails it, that position is returned, for the verifying read to report."""
     while position < end:
-        if end - position < B.HEADER_LENGTH:
+        status, length = batch_frame(log, position, end)
+        if status != 0:
             return position        # not a batch: let the verifying reader report it
-        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
-        if length < B.HEADER_LENGTH or length > end - position:
-            return position
         last_offset = (load_i64(log, position + B.BASE_OFFSET_OFFSET)
                        + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
         if last_offset >= target_offset:
@@ -343,7 +358,7 @@ def _collect(log, position, end, max_bytes, max_offset, verified_end):
     start = position
     next_offset = -1
     while position < end:
-        status, length = _check_batch(log, position, end, position >= verified_end, False)
+        status, length = check_batch(log, position, end, position >= verified_end, False)
         if status != 0:
             return status, position, next_offset, position
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
@@ -360,27 +375,25 @@ def _collect(log, position, end, max_bytes, max_offset, verified_end):
 def _find_timestamp(log, position, end, target_timestamp, start_offset):
     """First record at or after ``start_offset`` with timestamp >= target.
 
-    Returns (status, offset, timestamp, batch position): _FOUND, _NOT_FOUND,
-    _INFLATE when the batch that holds it is compressed (Python inflates it), or
-    _DAMAGED when a batch on the way fails its check (at that position).
+    Returns (status, offset, timestamp, batch position): LOOKUP_FOUND, LOOKUP_NOT_FOUND,
+    LOOKUP_INFLATE when the batch that holds it is compressed (Python inflates it), or
+    LOOKUP_DAMAGED when a batch on the way fails its check (at that position).
     """
     while position < end:
-        if end - position < B.HEADER_LENGTH:
-            return _DAMAGED, 0, 0, position
-        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
-        if length < B.HEADER_LENGTH or length > end - position:
-            return _DAMAGED, 0, 0, position
+        status, length = batch_frame(log, position, end)
+        if status != 0:
+            return LOOKUP_DAMAGED, 0, 0, position
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
         last_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)
         max_timestamp = load_i64(log, position + B.MAX_TIMESTAMP_OFFSET)
         if last_offset >= start_offset and max_timestamp >= target_timestamp:
             # The records are walked: check the whole batch first.
-            status, _ = _check_batch(log, position, end, True, True)
+            status, _ = check_batch(log, position, end, True, True)
             if status != 0:
-                return _DAMAGED, 0, 0, position
+                return LOOKUP_DAMAGED, 0, 0, position
             attributes = load_u16(log, position + B.ATTRIBUTES_OFFSET)
             if attributes & B.CODEC_MASK != B.CODEC_NONE:
-                return _INFLATE, 0, 0, position
+                return LOOKUP_INFLATE, 0, 0, position
             first_timestamp = load_i64(log, position + B.FIRST_TIMESTAMP_OFFSET)
             record = position + B.RECORDS_OFFSET
             while record < position + length:
@@ -390,10 +403,10 @@ def _find_timestamp(log, position, end, target_timestamp, start_offset):
                 else:
                     timestamp = first_timestamp + load_i64(log, record + B.TIMESTAMP_DELTA_OFFSET)
                 if offset >= start_offset and timestamp >= target_timestamp:
-                    return _FOUND, offset, timestamp, position
+                    return LOOKUP_FOUND, offset, timestamp, position
                 record += np.int64(load_u32(log, record + B.RECORD_LENGTH_OFFSET))
         position += length
-    return _NOT_FOUND, 0, 0, end
+    return LOOKUP_NOT_FOUND, 0, 0, end
 
 
 # --- results ---------------------------------------------------------------------------
@@ -415,6 +428,40 @@ class ReadResult(NamedTuple):
     data: np.ndarray
     next_offset: int
     segment_base_offset: int
+
+
+class LogChange(enum.Enum):
+    """What a :class:`PartitionLog` tells its listener changed (see
+    :meth:`PartitionLog.set_listener`). Each one makes the writer's
+    :class:`AppendTarget`, or the offsets it published, stale."""
+    APPENDED = "appended"                  # append() took batches (and may have rolled)
+    ROLLED = "rolled"                      # a new active segment, outside a change of files
+    SEGMENT_FILES_CHANGING = "segment files changing"   # the generation turned odd or even:
+    #   retention, truncation or a compaction swap begins or ends; publish before returning
+    LOG_START_MOVED = "log start moved"    # DeleteRecords
+    CONFIG_CHANGED = "config changed"      # the target's limits and compiled flag may differ
+
+
+class AppendTarget(NamedTuple):
+    """Where a compiled writer appends to a partition: the active segment's mapped
+    arrays and state, and the arguments :func:`append_batches` takes from the
+    topic's configuration (:meth:`PartitionLog.append_target`).
+
+    Valid until the log tells its listener of a change (:class:`LogChange`); the
+    writer then takes a new one. After appending through it, the writer gives it
+    back with :meth:`PartitionLog.appended_by_kernel`.
+    """
+    log: np.ndarray                # the active segment's log, mapped read-write
+    offset_index: np.ndarray
+    time_index: np.ndarray
+    state: np.ndarray              # the segment's state (``segment_state``), shared
+    segment_bytes: int             # segment.bytes, or the mapping's size when smaller
+    segment_ms: int
+    index_interval: int            # index.interval.bytes
+    compiled: bool                 # compiled appends allowed: CreateTime, stored as
+    #                                sent; else every batch goes through append()
+    verified: bool                 # the log needs back: every byte was verified
+    segment: "Segment"             # the log needs back: the segment appended to
 
 
 @dataclasses.dataclass
@@ -456,12 +503,7 @@ class Segment:
             directory, I.segment_file_name(base_offset, I.OFFSET_INDEX_SUFFIX))
         self.time_index_path = os.path.join(
             directory, I.segment_file_name(base_offset, I.TIME_INDEX_SUFFIX))
-        self.state = np.zeros(_STATE_LENGTH, np.int64)
-        self.state[_BASE_OFFSET] = base_offset
-        self.state[_NEXT_OFFSET] = base_offset
-        self.state[_MAX_TIMESTAMP] = _TIMESTAMP_NONE
-        self.state[_INDEXED_TIMESTAMP] = _TIMESTAMP_NONE
-        self.state[_ROLL_TIMESTAMP] = _TIMESTAMP_NONE
+        self.state = new_segment_state(base_offset)
         self.active = active
         self.verified_end = 0          # bytes below this were checked in this process
         self.damaged_at = -1           # where kept-but-failed data starts (a flushed segment)
@@ -527,10 +569,10 @@ class Segment:
             raise
         self._log, self._offset_index, self._time_index = opened
         state = self.state
-        state[_CAPACITY] = self._log.bytes.size
-        state[_OFFSET_CAPACITY] = self._offset_index.bytes.size // I.OFFSET_ENTRY_LENGTH
-        state[_TIME_CAPACITY] = self._time_index.bytes.size // I.TIME_ENTRY_LENGTH
-        state[_RESERVED], state[_OFFSET_RESERVED], state[_TIME_RESERVED] = reservations
+        state[CAPACITY_WORD] = self._log.bytes.size
+        state[OFFSET_CAPACITY_WORD] = self._offset_index.bytes.size // I.OFFSET_ENTRY_LENGTH
+        state[TIME_CAPACITY_WORD] = self._time_index.bytes.size // I.TIME_ENTRY_LENGTH
+        state[RESERVED_WORD], state[OFFSET_RESERVED_WORD], state[TIME_RESERVED_WORD] = reservations
 
     @property
     def log(self) -> np.ndarray:
@@ -538,17 +580,29 @@ class Segment:
         return self._log.bytes
 
     @property
+    def offset_index_bytes(self) -> np.ndarray:
+        """The offset index's mapped bytes (the append kernel stores entries there)."""
+        self.map()
+        return self._offset_index.bytes
+
+    @property
+    def time_index_bytes(self) -> np.ndarray:
+        """The time index's mapped bytes (the append kernel stores entries there)."""
+        self.map()
+        return self._time_index.bytes
+
+    @property
     def size(self) -> int:
-        return int(self.state[_POSITION])
+        return int(self.state[POSITION_WORD])
 
     @property
     def next_offset(self) -> int:
-        return int(self.state[_NEXT_OFFSET])
+        return int(self.state[NEXT_OFFSET_WORD])
 
     @property
     def max_timestamp(self) -> int:
         """Largest timestamp in the segment (numpy's int64 minimum when empty)."""
-        return int(self.state[_MAX_TIMESTAMP])
+        return int(self.state[MAX_TIMESTAMP_WORD])
 
     def age_timestamp(self) -> int:
         """What retention.ms measures: the largest record timestamp, or, when the
@@ -559,12 +613,12 @@ class Segment:
 
     def offset_entries(self) -> np.ndarray:
         self.map()
-        count = int(self.state[_OFFSET_ENTRIES])
+        count = int(self.state[OFFSET_ENTRIES_WORD])
         return self._offset_index.bytes[:count * I.OFFSET_ENTRY_LENGTH].view(I.OFFSET_INDEX_DTYPE)
 
     def time_entries(self) -> np.ndarray:
         self.map()
-        count = int(self.state[_TIME_ENTRIES])
+        count = int(self.state[TIME_ENTRIES_WORD])
         return self._time_index.bytes[:count * I.TIME_ENTRY_LENGTH].view(I.TIME_INDEX_DTYPE)
 
     # -- opening ---------------------------------------------------------------------
@@ -576,9 +630,9 @@ class Segment:
         offsets, times = self._offset_index, self._time_index
         if offsets.size % I.OFFSET_ENTRY_LENGTH or times.size % I.TIME_ENTRY_LENGTH:
             return False
-        self.state[_POSITION] = size
-        self.state[_OFFSET_ENTRIES] = offsets.size // I.OFFSET_ENTRY_LENGTH
-        self.state[_TIME_ENTRIES] = times.size // I.TIME_ENTRY_LENGTH
+        self.state[POSITION_WORD] = size
+        self.state[OFFSET_ENTRIES_WORD] = offsets.size // I.OFFSET_ENTRY_LENGTH
+        self.state[TIME_ENTRIES_WORD] = times.size // I.TIME_ENTRY_LENGTH
         entries, stamps = self.offset_entries(), self.time_entries()
         if entries.size and (np.any(np.diff(entries["relative_offset"].astype(np.int64)) <= 0)
                              or np.any(np.diff(entries["position"].astype(np.int64)) <= 0)
@@ -593,12 +647,12 @@ class Segment:
             last = self._last_batch_header(entries)
             if last is None:
                 return False
-            self.state[_NEXT_OFFSET] = last.next_offset
+            self.state[NEXT_OFFSET_WORD] = last.next_offset
             if int(stamps["relative_offset"][-1]) + self.base_offset > last.last_offset:
                 return False
-            self.state[_MAX_TIMESTAMP] = int(stamps["timestamp"][-1])
-            self.state[_INDEXED_TIMESTAMP] = self.state[_MAX_TIMESTAMP]
-            self.state[_ROLL_TIMESTAMP] = batch_info(self.log, 0).max_timestamp
+            self.state[MAX_TIMESTAMP_WORD] = int(stamps["timestamp"][-1])
+            self.state[INDEXED_TIMESTAMP_WORD] = self.state[MAX_TIMESTAMP_WORD]
+            self.state[ROLL_TIMESTAMP_WORD] = batch_info(self.log, 0).max_timestamp
         return True
 
     def _last_batch_header(self, entries):
@@ -607,15 +661,15 @@ class Segment:
         position = int(entries["position"][-1]) if entries.size else 0
         last = None
         while position < size:
-            if size - position < B.HEADER_LENGTH:
+            status, _ = batch_frame(log_bytes, position, size)
+            if status != 0:
                 return None
             last = batch_info(log_bytes, position)
-            if last.batch_length < B.HEADER_LENGTH or last.base_offset < self.base_offset \
-                    or last.last_offset_delta < 0 \
+            if last.base_offset < self.base_offset or last.last_offset_delta < 0 \
                     or last.base_offset + last.last_offset_delta >= limits.OFFSET_MAX:
                 return None
             position += last.batch_length
-        return last if position == size else None
+        return last
 
     def rebuild(self, end: int | None = None) -> tuple[int, int]:
         """Rescan the log from byte 0 and rebuild both indexes in place.
@@ -635,16 +689,17 @@ class Segment:
         with self._reserve_lock:
             self._reserve_indexes(entries, entries)      # the most the rescan can write
         state = self.state
-        for slot, value in ((_POSITION, 0), (_NEXT_OFFSET, self.base_offset), (_SINCE_INDEX, 0),
-                            (_OFFSET_ENTRIES, 0), (_TIME_ENTRIES, 0),
-                            (_MAX_TIMESTAMP, _TIMESTAMP_NONE), (_INDEXED_TIMESTAMP, _TIMESTAMP_NONE),
-                            (_ROLL_TIMESTAMP, _TIMESTAMP_NONE)):
+        for slot, value in ((POSITION_WORD, 0), (NEXT_OFFSET_WORD, self.base_offset),
+                            (SINCE_INDEX_WORD, 0), (OFFSET_ENTRIES_WORD, 0), (TIME_ENTRIES_WORD, 0),
+                            (MAX_TIMESTAMP_WORD, TIMESTAMP_NONE),
+                            (INDEXED_TIMESTAMP_WORD, TIMESTAMP_NONE),
+                            (ROLL_TIMESTAMP_WORD, TIMESTAMP_NONE)):
             state[slot] = value
         status, position = _recover(self._log.bytes, end, self._offset_index.bytes,
                                     self._time_index.bytes, state, self.config.index_interval_bytes)
         self.verified_end = int(position)
         if not self.active:
-            state[_POSITION] = self._log.bytes.size
+            state[POSITION_WORD] = self._log.bytes.size
             self.close_for_append()
         return int(status), int(position)
 
@@ -661,10 +716,10 @@ class Segment:
         self._offset_index = MappedFile(self.offset_index_path, capacity)
         self._time_index = MappedFile(self.time_index_path, capacity)
         state = self.state
-        state[_CAPACITY] = self._log.bytes.size
-        state[_OFFSET_CAPACITY] = capacity // I.OFFSET_ENTRY_LENGTH
-        state[_TIME_CAPACITY] = capacity // I.TIME_ENTRY_LENGTH
-        state[_OFFSET_RESERVED] = state[_TIME_RESERVED] = 0
+        state[CAPACITY_WORD] = self._log.bytes.size
+        state[OFFSET_CAPACITY_WORD] = capacity // I.OFFSET_ENTRY_LENGTH
+        state[TIME_CAPACITY_WORD] = capacity // I.TIME_ENTRY_LENGTH
+        state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0
 
     def reserve(self, end: int) -> None:
         """Make ``[0, end)`` of the active log writable without faults (whole steps,
@@ -682,21 +737,21 @@ class Segment:
 
     def _reserve(self, end: int) -> None:
         state = self.state
-        reserved = int(state[_RESERVED])
-        target = _whole_steps(end, int(state[_CAPACITY]))
+        reserved = int(state[RESERVED_WORD])
+        target = _whole_steps(end, int(state[CAPACITY_WORD]))
         if target > reserved:
             entries = _index_entries_for(target, self.config.index_interval_bytes)
             self._reserve_indexes(entries, entries)
             self._log.reserve(reserved, target)
-            state[_RESERVED] = target
+            state[RESERVED_WORD] = target
 
     def _reserve_indexes(self, offset_entries: int, time_entries: int) -> None:
         """Reserve blocks for the first ``offset_entries`` / ``time_entries`` slots of
         the indexes (whole pages, within their capacities). The lock is held."""
         for index, wanted, slot in ((self._offset_index, offset_entries * I.OFFSET_ENTRY_LENGTH,
-                                     _OFFSET_RESERVED),
+                                     OFFSET_RESERVED_WORD),
                                     (self._time_index, time_entries * I.TIME_ENTRY_LENGTH,
-                                     _TIME_RESERVED)):
+                                     TIME_RESERVED_WORD)):
             reserved = int(self.state[slot])
             target = _whole_pages(wanted, index.bytes.size)
             if target > reserved:
@@ -716,27 +771,28 @@ class Segment:
         with self._reserve_lock:
             assert self.active, "only the active segment is appended to"
             self._reserve(self.size + length)
-            self._reserve_indexes(int(state[_OFFSET_ENTRIES]) + 1, int(state[_TIME_ENTRIES]) + 2)
+            self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]) + 1,
+                                  int(state[TIME_ENTRIES_WORD]) + 2)
             self._prefault_refused = False        # there is room again
         # What the kernel checks: it must find the room now, or it would ask again.
-        if state[_RESERVED] < self.size + length or \
+        if state[RESERVED_WORD] < self.size + length or \
                 not _index_slots_reserved(state, _will_index(state, index_interval)):
             raise StorageError(f"{self.log_path}: no room for a batch of {length} bytes at "
-                               f"byte {self.size} (capacity {int(state[_CAPACITY])})")
+                               f"byte {self.size} (capacity {int(state[CAPACITY_WORD])})")
 
     def prefault_ahead(self) -> None:
         """Keep ``segment.prefault.ahead`` bytes reserved past the write position, on
         the prefaulter thread, so appends find their pages ready."""
         state = self.state
         if self._prefault_pending or self._prefault_refused or not self.active or \
-                state[_RESERVED] >= state[_CAPACITY] or \
-                state[_RESERVED] - state[_POSITION] >= limits.SEGMENT_PREFAULT_AHEAD_SIZE:
+                state[RESERVED_WORD] >= state[CAPACITY_WORD] or \
+                state[RESERVED_WORD] - state[POSITION_WORD] >= limits.SEGMENT_PREFAULT_AHEAD_SIZE:
             return
         self._prefault_pending = True
 
         def job():
             try:
-                self.reserve(int(self.state[_POSITION]) + limits.SEGMENT_PREFAULT_AHEAD_SIZE)
+                self.reserve(int(self.state[POSITION_WORD]) + limits.SEGMENT_PREFAULT_AHEAD_SIZE)
             except StorageError as error:
                 self._prefault_refused = True
                 log.warning("%s; appends reserve for themselves until there is room", error)
@@ -754,24 +810,24 @@ class Segment:
         state = self.state
         # The slot kept free for the closing entry may be gone in a segment that was
         # sealed before (and reopened): it then has its closing entry already.
-        if state[_POSITION] and state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP] \
-                and state[_TIME_ENTRIES] < state[_TIME_CAPACITY]:
+        if state[POSITION_WORD] and state[MAX_TIMESTAMP_WORD] > state[INDEXED_TIMESTAMP_WORD] \
+                and state[TIME_ENTRIES_WORD] < state[TIME_CAPACITY_WORD]:
             # Appends keep this slot reserved: this reserves only after a reopen.
-            self._reserve_indexes(0, int(state[_TIME_ENTRIES]) + 1)
-            _append_time_entry(self._time_index.bytes, state, state[_NEXT_OFFSET] - 1)
+            self._reserve_indexes(0, int(state[TIME_ENTRIES_WORD]) + 1)
+            _append_time_entry(self._time_index.bytes, state, state[NEXT_OFFSET_WORD] - 1)
         # Indexes first: a reader maps the log, then the index, and takes a log at
         # its sealed size for a sealed segment, whose index it then reads. Trimmed
         # after the log, the index could still be mapped at its full size by then,
         # and reading that mapping past the trimmed end faults (SIGBUS).
-        self._offset_index.trim(int(state[_OFFSET_ENTRIES]) * I.OFFSET_ENTRY_LENGTH)
-        self._time_index.trim(int(state[_TIME_ENTRIES]) * I.TIME_ENTRY_LENGTH)
+        self._offset_index.trim(int(state[OFFSET_ENTRIES_WORD]) * I.OFFSET_ENTRY_LENGTH)
+        self._time_index.trim(int(state[TIME_ENTRIES_WORD]) * I.TIME_ENTRY_LENGTH)
         if self._log.writable:                 # a rebuilt sealed segment's log is read-only
-            self._log.trim(int(state[_POSITION]))
+            self._log.trim(int(state[POSITION_WORD]))
         for mapped in (self._log, self._offset_index, self._time_index):
             mapped.release_descriptor()        # sealed files never change size again
-        state[_CAPACITY] = state[_POSITION]
-        state[_RESERVED] = state[_POSITION]
-        state[_OFFSET_RESERVED] = state[_TIME_RESERVED] = 0      # trimmed: nothing to store
+        state[CAPACITY_WORD] = state[POSITION_WORD]
+        state[RESERVED_WORD] = state[POSITION_WORD]
+        state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0   # trimmed: nothing to store
         self.active = False
 
     def reopen_for_append(self) -> None:
@@ -794,14 +850,14 @@ class Segment:
 
     def _zero_tail(self, position: int) -> None:
         assert self.active
-        self._log.zero_tail(position, int(self.state[_CAPACITY]))
-        self.state[_RESERVED] = position - position % PAGE_SIZE
+        self._log.zero_tail(position, int(self.state[CAPACITY_WORD]))
+        self.state[RESERVED_WORD] = position - position % PAGE_SIZE
 
     def _clear_indexes(self) -> None:
         """Zero both indexes, keeping the blocks reserved for them (a rebuild stores
         there next); the lock is held."""
-        for index, slot in ((self._offset_index, _OFFSET_RESERVED),
-                            (self._time_index, _TIME_RESERVED)):
+        for index, slot in ((self._offset_index, OFFSET_RESERVED_WORD),
+                            (self._time_index, TIME_RESERVED_WORD)):
             kept = int(self.state[slot])
             index.zero_tail(kept, index.bytes.size)       # the mapping's size, not the config's
             index.bytes[:kept] = 0
@@ -837,7 +893,7 @@ class Segment:
         slot = int(np.searchsorted(entries["relative_offset"], offset - self.base_offset,
                                    side="right")) - 1
         start = int(entries["position"][slot]) if slot >= 0 else 0
-        return int(_find_batch(self.log, start, self.size, offset))
+        return int(find_batch(self.log, start, self.size, offset))
 
     def offset_for_timestamp(self, timestamp: int, min_offset: int):
         """(offset, timestamp) of the first record at or after ``min_offset`` whose
@@ -851,11 +907,11 @@ class Segment:
         while True:
             status, offset, found, position = _find_timestamp(self.log, position, self.size,
                                                               timestamp, start_offset)
-            if status == _FOUND:
+            if status == LOOKUP_FOUND:
                 return int(offset), int(found)
-            if status == _NOT_FOUND:
+            if status == LOOKUP_NOT_FOUND:
                 return None
-            if status == _DAMAGED:
+            if status == LOOKUP_DAMAGED:
                 raise CorruptSegmentError(
                     f"{self.log_path}: the batch at byte {position} fails its check (looking "
                     f"up timestamp {timestamp})", path=self.log_path, position=int(position))
@@ -980,11 +1036,12 @@ class PartitionLog:
     def __init__(self, directory: str, config: TopicConfig | None = None, *,
                  topic_id: str | None = None):
         self.directory = directory
-        self.config = config or TopicConfig()
+        self._config = config or TopicConfig()
         self.topic_id = topic_id
-        # Publishes the partition's row now (the appender sets it): called when the
-        # generation turns odd and when it turns even again, see _segments_changing.
-        self.publish_generation: Callable[[], None] | None = None
+        # The partition's writer, told of every change (see set_listener).
+        self._listener: Callable[[LogChange], None] | None = None
+        # Moves whenever the set of segment files changes (readers list it again then).
+        self._generation = SegmentGeneration(directory)
         try:
             access.make_directories(directory)
         except OSError as error:
@@ -994,10 +1051,6 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self._flush_retry_ms = 0           # no flush before this (the last one failed)
-        # Moves whenever the set of segment files changes (readers rescan then): even
-        # while the set is stable, odd during a change that removes or replaces files.
-        self.generation = 0
-        self._kernel_target_verified = False
         checkpoint = self._read_checkpoint()
         self.recovery_point = checkpoint.get("recovery_point", 0)
         self.log_start_offset = checkpoint.get("log_start_offset", 0)
@@ -1007,6 +1060,23 @@ class PartitionLog:
         self.recovery_report = self._open()
 
     # -- properties ------------------------------------------------------------------
+    @property
+    def config(self) -> TopicConfig:
+        """The topic's effective configuration; setting it tells the listener
+        (``LogChange.CONFIG_CHANGED``: the append target's limits moved)."""
+        return self._config
+
+    @config.setter
+    def config(self, config: TopicConfig) -> None:
+        self._config = config
+        self._tell(LogChange.CONFIG_CHANGED)
+
+    @property
+    def generation(self) -> int:
+        """The segment generation (see ``segment_generation``): even while the set of
+        segment files is stable, odd while a change removes or replaces files."""
+        return self._generation.value
+
     @property
     def active(self) -> Segment:
         return self._segments[-1]
@@ -1110,7 +1180,7 @@ class PartitionLog:
             report.deleted_segments.append(doomed.log_path)
             report.truncated_bytes += self._log_file_size(doomed)
             doomed.delete()
-        segment.state[_POSITION] = valid_end       # reopening zeroes what follows
+        segment.state[POSITION_WORD] = valid_end       # reopening zeroes what follows
         self._reactivate_last()
         return False
 
@@ -1130,6 +1200,46 @@ class PartitionLog:
         self._segments.append(segment)
         self._bases.append(base_offset)
         return segment
+
+    # -- the writer's contract --------------------------------------------------------
+    def set_listener(self, listener: Callable[[LogChange], None] | None) -> None:
+        """Tell ``listener`` (the partition's writer; None: nobody) of every change
+        that invalidates its :class:`AppendTarget` or the offsets it published, at
+        once, with what changed (a :class:`LogChange`). The listener takes a new
+        target and publishes the partition again; for
+        ``LogChange.SEGMENT_FILES_CHANGING`` it must publish before it returns (the
+        seqlock, see ``segment_generation``). It must not change the log itself."""
+        self._listener = listener
+
+    def _tell(self, change: "LogChange") -> None:
+        if self._listener is not None:
+            self._listener(change)
+
+    def append_target(self) -> "AppendTarget":
+        """The active segment as a compiled writer appends to it with
+        :func:`append_batches`: valid until the listener hears of a change. Give it
+        back to :meth:`appended_by_kernel` after appending through it."""
+        segment = self.active
+        config = self.config
+        return AppendTarget(
+            segment.log, segment.offset_index_bytes, segment.time_index_bytes, segment.state,
+            min(config.segment_bytes, int(segment.state[CAPACITY_WORD])), config.segment_ms,
+            config.index_interval_bytes,
+            config.message_timestamp_type == "CreateTime"
+            and config.compression_type in ("producer", "uncompressed"),
+            segment.verified_end >= segment.size, segment)
+
+    def appended_by_kernel(self, target: "AppendTarget", message_count: int) -> None:
+        """The bookkeeping :meth:`append` does after its kernel call, for
+        ``message_count`` records a compiled writer appended through ``target``
+        since it last called this: the verified prefix (the kernel validated what it
+        copied), prefaulting ahead, and the flush policy. Tells the listener nothing:
+        the writer published those appends itself."""
+        segment = target.segment
+        if target.verified:
+            segment.verified_end = segment.size
+        segment.prefault_ahead()
+        self._after_append(message_count)
 
     # -- checkpoint --------------------------------------------------------------------
     def _read_checkpoint(self) -> dict:
@@ -1158,7 +1268,7 @@ class PartitionLog:
         body = json.dumps({"version": CHECKPOINT_VERSION, "recovery_point": self.recovery_point,
                            "log_start_offset": self.log_start_offset,
                            "clean_offset": self.clean_offset})
-        _write_atomically(path, body)
+        write_atomically(path, body)
 
     # -- appending --------------------------------------------------------------------
     def append(self, batches, *, leader_epoch: int = 0) -> AppendResult:
@@ -1185,6 +1295,7 @@ class PartitionLog:
         StorageError
             The disk is full or failed; nothing of the failing batch was appended.
         """
+        config = self._config
         source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
         if source.dtype != np.uint8 or source.ndim != 1 or not source.flags.c_contiguous:
             raise CorruptRecordError("batches must be a contiguous 1-D uint8 buffer")
@@ -1194,75 +1305,62 @@ class PartitionLog:
             raise CorruptRecordError(
                 f"{self.directory}: rejected batch at byte {bad_position} of the append: "
                 f"{reason}; nothing was appended", status=int(status), position=int(bad_position))
-        if largest > self.config.batch_size_max:
+        if largest > config.batch_size_max:
             raise RecordTooLargeError(
                 f"{self.directory}: a batch of {largest} bytes exceeds the limit of "
-                f"{self.config.batch_size_max} (max.message.bytes="
-                f"{self.config.max_message_bytes}, segment.bytes={self.config.segment_bytes}); "
+                f"{config.batch_size_max} (max.message.bytes="
+                f"{config.max_message_bytes}, segment.bytes={config.segment_bytes}); "
                 f"nothing was appended: send smaller batches or raise max.message.bytes")
         if compressed:
             self._check_compressed(source)
         source = self._apply_compression_type(source)
-        append_time = (now_ms() if self.config.message_timestamp_type == "LogAppendTime"
-                       else _TIMESTAMP_NONE)
+        append_time = (now_ms() if config.message_timestamp_type == "LogAppendTime"
+                       else TIMESTAMP_NONE)
         base_offset = self.log_end_offset
         if base_offset > limits.OFFSET_MAX - count * limits.BATCH_RECORD_COUNT_MAX:
             raise OffsetOverflowError(
                 f"{self.directory}: {count} more batches could take offsets past "
                 f"{limits.OFFSET_MAX} (the log end is {base_offset})")
+        try:
+            self._append_validated(source, append_time, leader_epoch)
+        finally:
+            # Even a failing append may have appended batches before the one that
+            # failed, or rolled: the listener publishes whatever the log now holds.
+            if self._listener is not None:          # (inline: once per append)
+                self._listener(LogChange.APPENDED)
+        last_offset = self.log_end_offset - 1
+        self._after_append(last_offset - base_offset + 1)
+        return AppendResult(base_offset, last_offset,
+                            append_time if append_time != TIMESTAMP_NONE else -1, count)
+
+    def _append_validated(self, source: np.ndarray, append_time: int, leader_epoch: int) -> None:
+        """Copy validated batches in through :func:`append_batches`, rolling and
+        reserving as it asks."""
+        config = self._config
         position = 0
         while True:
-            segment = self.active
+            segment = self._segments[-1]
             # Bytes this process appended were validated on the way in; they extend the
             # verified prefix only where it already reaches the end.
             verified = segment.verified_end >= segment.size
             # A segment mapped before segment.bytes was lowered or raised keeps its size.
-            segment_bytes = min(self.config.segment_bytes, int(segment.state[_CAPACITY]))
-            status, position, batch_status = _append(
+            segment_bytes = min(config.segment_bytes, int(segment.state[CAPACITY_WORD]))
+            status, position, _ = append_batches(
                 source, position, source.size, segment.log, segment._offset_index.bytes,
-                segment._time_index.bytes, segment.state, segment_bytes, self.config.segment_ms,
-                self.config.index_interval_bytes, append_time, leader_epoch, False)
-            assert status != _REJECTED, "the source was validated and is private"
+                segment._time_index.bytes, segment.state, segment_bytes, config.segment_ms,
+                config.index_interval_bytes, append_time, leader_epoch, False)
+            assert status != REJECTED, "the source was validated and is private"
             if verified:
                 segment.verified_end = segment.size
-            if status == _APPENDED:
+            if status == APPENDED:
                 break
             length = int(source[position + B.BATCH_LENGTH_OFFSET:][:B.BATCH_LENGTH_SIZE]
                          .view("<u4")[0])
-            if status == _NEED_ROLL:
-                self.roll(length)
+            if status == NEED_ROLL:
+                self._roll(length)
             else:
-                segment.make_room(length, self.config.index_interval_bytes)
+                segment.make_room(length, config.index_interval_bytes)
         self.active.prefault_ahead()
-        last_offset = self.log_end_offset - 1
-        self._after_append(last_offset - base_offset + 1)
-        return AppendResult(base_offset, last_offset,
-                            append_time if append_time != _TIMESTAMP_NONE else -1, count)
-
-    @property
-    def kernel_appendable(self) -> bool:
-        """Whether a compiled appender may append an uncompressed batch to this log
-        with ``_append`` directly: no broker-side timestamps or recompression."""
-        return (self.config.message_timestamp_type == "CreateTime"
-                and self.config.compression_type in ("producer", "uncompressed"))
-
-    def kernel_target(self) -> tuple:
-        """The active segment's arrays and its size limit, for a compiled appender
-        that calls ``_append`` itself; valid until the next roll. Call
-        :meth:`appended_by_kernel` after appending through them."""
-        segment = self.active
-        self._kernel_target_verified = segment.verified_end >= segment.size
-        return (segment.log, segment._offset_index.bytes, segment._time_index.bytes,
-                segment.state, min(self.config.segment_bytes, int(segment.state[_CAPACITY])))
-
-    def appended_by_kernel(self, message_count: int) -> None:
-        """The bookkeeping :meth:`append` does after its kernel call: the verified
-        prefix, prefaulting ahead, and the flush policy."""
-        segment = self.active
-        if self._kernel_target_verified:
-            segment.verified_end = segment.size
-        segment.prefault_ahead()
-        self._after_append(message_count)
 
     def _apply_compression_type(self, source: np.ndarray) -> np.ndarray:
         """Recompress batches whose codec differs from ``compression.type`` (unless it
@@ -1286,9 +1384,9 @@ class PartitionLog:
     def _check_compressed(self, source: np.ndarray) -> None:
         position = 0
         while position < source.size:
-            info = batch_info(source, position)
+            info = batch_info(source, position)       # _validate framed every batch
             if info.compression is Compression.ZSTD:
-                _check_inflated(source, info)
+                check_inflated(source, info)
             position += info.batch_length
 
     def _after_append(self, message_count: int) -> None:
@@ -1309,8 +1407,8 @@ class PartitionLog:
         now = now_ms() if now is None else now
         if now < self._flush_retry_ms:
             return False
-        if self._unflushed_messages >= self.config.flush_messages or \
-                now - self._last_flush_ms >= self.config.flush_ms:
+        if self._unflushed_messages >= self._config.flush_messages or \
+                now - self._last_flush_ms >= self._config.flush_ms:
             try:
                 self.flush()
             except StorageError as error:
@@ -1326,6 +1424,9 @@ class PartitionLog:
         blocks for its first ``log_reserved`` bytes reserved (a whole step; an
         append that needs a roll asks for its batch) before anything changes.
 
+        Tells the listener (``LogChange.ROLLED``), unless the roll is part of a
+        change of the segment files, whose end tells it.
+
         Raises
         ------
         StorageError
@@ -1334,6 +1435,13 @@ class PartitionLog:
         """
         if self.active.size == 0:
             return self.active
+        segment = self._roll(log_reserved)
+        if not self._generation.changing_now:
+            self._tell(LogChange.ROLLED)
+        return segment
+
+    def _roll(self, log_reserved: int) -> Segment:
+        """:meth:`roll` of a non-empty active segment, telling nobody."""
         base = self.log_end_offset
         segment = Segment.create(self.directory, base, self.config, log_reserved)
         try:
@@ -1343,8 +1451,7 @@ class PartitionLog:
             raise
         self._segments.append(segment)
         self._bases.append(base)
-        # By two: a roll keeps the parity (odd when it happens inside a change).
-        self.generation += 2
+        self._generation.rolled()
         if log_reserved:
             segment.prefault_ahead()       # appends are under way: keep ahead of them
         return segment
@@ -1360,7 +1467,7 @@ class PartitionLog:
         for segment in self._segments:
             if segment.flushed_end < segment.size:
                 segment.sync()
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         previous, self.recovery_point = self.recovery_point, self.log_end_offset
         try:
             self._write_checkpoint()
@@ -1369,7 +1476,6 @@ class PartitionLog:
             raise
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
-        self._kernel_target_verified = False
 
     # -- reading ----------------------------------------------------------------------
     def _segment_for(self, offset: int) -> int:
@@ -1490,23 +1596,13 @@ class PartitionLog:
                                 error)
         return deleted
 
-    @contextlib.contextmanager
     def _segments_changing(self):
-        """Bracket a change that removes or replaces segment files: the generation is
-        odd (and published) from before its first file operation until after its last,
-        then even (and published) again, even when the change fails half-way."""
-        assert self.generation % 2 == 0, "changes of the segment set do not nest"
-        self.generation += 1
-        self._publish_generation()
-        try:
-            yield
-        finally:
-            self.generation += 1
-            self._publish_generation()
-
-    def _publish_generation(self) -> None:
-        if self.publish_generation is not None:
-            self.publish_generation()
+        """Bracket a change that removes or replaces segment files (the seqlock's
+        writer side, see ``segment_generation``): the listener publishes the odd
+        generation before the first file operation and the even one after the last
+        (``LogChange.SEGMENT_FILES_CHANGING``), when every other field it publishes
+        has its new value."""
+        return self._generation.changing(lambda: self._tell(LogChange.SEGMENT_FILES_CHANGING))
 
     # -- compaction ----------------------------------------------------------------------
     def replace_segments(self, cleaning) -> bool:
@@ -1599,20 +1695,20 @@ class PartitionLog:
                     name = I.segment_file_name(base, suffix)
                     if os.path.exists(os.path.join(cleaning, name)):
                         os.replace(os.path.join(cleaning, name), os.path.join(self.directory, name))
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             for group in groups:
                 base = int(group["base_offset"])
                 for replaced in group["replaces"]:
                     if int(replaced) != base:
                         Segment(self.directory, int(replaced), self.config, active=False).delete()
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
         shutil.rmtree(cleaning, ignore_errors=True)
         if committed:
             try:
                 os.unlink(manifest_path)
             except FileNotFoundError:
                 pass
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
 
     def advance_log_start_offset(self, offset: int) -> None:
         """Kafka's DeleteRecords: records below ``offset`` become unreadable."""
@@ -1620,6 +1716,7 @@ class PartitionLog:
             raise self._out_of_range(offset)
         self.log_start_offset = offset
         self._write_checkpoint()
+        self._tell(LogChange.LOG_START_MOVED)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset`` (replication's
@@ -1643,7 +1740,8 @@ class PartitionLog:
                 first_dropped = batch_info(segment.log, position).base_offset
                 segment.truncate(position)
                 # A gap left by compaction before the dropped batch stays part of the log.
-                segment.state[_NEXT_OFFSET] = max(segment.next_offset, min(offset, first_dropped))
+                segment.state[NEXT_OFFSET_WORD] = max(segment.next_offset,
+                                                      min(offset, first_dropped))
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self._write_checkpoint()
         return self.log_end_offset
@@ -1697,35 +1795,11 @@ def write_swap_manifest(directory: str, groups) -> None:
     segments with nothing renamed in their place. The partition directory is fsynced
     again after the manifest, so it is on disk before the first rename.
     """
-    _fsync_directory(os.path.join(directory, CLEANING_DIRECTORY))
-    _fsync_directory(directory)
+    fsync_directory(os.path.join(directory, CLEANING_DIRECTORY))
+    fsync_directory(directory)
     manifest = [{"base_offset": group.base_offset, "replaces": list(group.replaces)}
                 for group in groups]
-    _write_atomically(os.path.join(directory, SWAP_MANIFEST_FILE),
-                      json.dumps({"version": CHECKPOINT_VERSION, "groups": manifest}))
-    _fsync_directory(directory)
+    write_atomically(os.path.join(directory, SWAP_MANIFEST_FILE),
+                     json.dumps({"version": CHECKPOINT_VERSION, "groups": manifest}))
+    fsync_directory(directory)
 
-
-def _write_atomically(path: str, body: str) -> None:
-    temporary = path + ".tmp"
-    try:
-        with os.fdopen(access.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                       "w") as target:
-            target.write(body)
-            target.flush()
-            os.fsync(target.fileno())
-        os.replace(temporary, path)
-    except OSError as error:
-        raise StorageError(f"cannot write {path}: {error}") from error
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the directory's entries (creations, renames, unlinks) durable."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as error:
-        raise StorageError(f"cannot fsync directory {directory}: {error}") from error

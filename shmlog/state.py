@@ -7,11 +7,9 @@ Rules
 * Publishing a row writes every other field, then the high watermark with a release
   store. Reading loads the high watermark with an acquire load first, so all bytes
   below it in the segment files are visible (see ``state_layout``).
-* The segment generation is a seqlock over the partition's set of files: odd while
-  the broker removes or replaces files, even once they are stable. A reader that
-  lists the directory loads it (:meth:`PartitionStateTable.segment_generation`)
-  after the listing, and trusts the listing only when it is the even value it
-  listed for.
+* The segment generation is a seqlock over the partition's set of files, whose
+  rules ``segment_generation`` holds; this module stores and loads it (release,
+  and a fence then acquire: :func:`load_segment_generation`).
 """
 
 from __future__ import annotations
@@ -68,10 +66,9 @@ def load_high_watermark(rows, row):
 @kernel
 def load_segment_generation(rows, row):
     """The published segment generation, loaded after a full fence (the seqlock's
-    second read): the directory listing just made cannot be reordered after this
-    load, so a listing that saw any file operation of a change loads that change's
-    odd generation, or a later one. Acquire: the listing that follows a load of an
-    even generation sees every file operation published before it."""
+    read, see ``segment_generation``): the directory listing just made cannot be
+    reordered after this load. Acquire: the listing that follows a load of an even
+    generation sees every file operation published before it."""
     fence()
     return load_acquire(rows, row * S.ROW_WORDS + S.SEGMENT_GENERATION_WORD)
 

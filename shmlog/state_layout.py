@@ -43,11 +43,8 @@ Row::
   every byte below it belongs to complete batches with final offsets. A reader
   never looks past it (what lies beyond may be a batch still being copied).
 * ``segment_generation`` changes whenever the set of segment files changes (roll,
-  retention, truncation, a compaction swap); a reader rescans the partition
-  directory only then. It is a seqlock: odd from before the first file a change
-  removes or replaces until after the last, even otherwise (a roll moves it by
-  two). A reader that sees an odd value does not list the directory, and one
-  that listed checks the value again after the listing.
+  retention, truncation, a compaction swap); a reader lists the partition
+  directory only then. It is a seqlock, whose rules ``segment_generation`` holds.
 * Two doorbells (``wakeup.Doorbell``) let idle processes sleep: producers ring
   the appender's after every ring entry they publish, so an idle broker sleeps until
   one does; the broker rings the consumers' after every drain that published

@@ -175,6 +175,25 @@ def with_crc(batch: bytes) -> bytes:
 
 # --- decoding -------------------------------------------------------------------------
 
+def reference_batch_frame(data: bytes, position: int, end: int) -> tuple[str, int]:
+    """The documented framing of the batch at ``position`` in ``data[:end]``:
+    (status name, length as read): a zero length ends the data, a length shorter
+    than a header is bad, a batch (or header) past ``end`` is truncated."""
+    available = end - position
+    if available < 4:
+        return "TRUNCATED", 0
+    (length,) = struct.unpack_from("<I", data, position)
+    if length == 0:
+        return "END_OF_DATA", 0
+    if available < BATCH_HEADER_SIZE:
+        return "TRUNCATED", length
+    if length < BATCH_HEADER_SIZE:
+        return "BAD_LENGTH", length
+    if length > available:
+        return "TRUNCATED", length
+    return "OK", length
+
+
 def _take(data: bytes, position: int, length: int, what: str) -> bytes:
     if length < 0 or position + length > len(data):
         raise ValueError(f"{what}: {length} bytes at {position} run past {len(data)}")

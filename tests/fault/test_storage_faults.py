@@ -21,7 +21,8 @@ from shmlog import batch_layout as B
 from shmlog.errors import (CorruptRecordError, CorruptSegmentError, LocalProtocolError,
                            RecordTooLargeError)
 from shmlog.records import BatchStatus, encode_batch
-from shmlog.segments import _INDEXED_TIMESTAMP, _MAX_TIMESTAMP, _TIME_CAPACITY, _TIME_ENTRIES
+from shmlog.segment_state import (INDEXED_TIMESTAMP_WORD, MAX_TIMESTAMP_WORD, TIME_CAPACITY_WORD,
+                                  TIME_ENTRIES_WORD)
 
 
 def test_reopening_a_segment_with_a_full_time_index_and_rolling_it(open_log):
@@ -31,8 +32,8 @@ def test_reopening_a_segment_with_a_full_time_index_and_rolling_it(open_log):
     partition_log = open_log(**config)
     stamp = 1_000
     state = partition_log.active.state
-    while not (state[_TIME_ENTRIES] == state[_TIME_CAPACITY] - 1
-               and state[_MAX_TIMESTAMP] > state[_INDEXED_TIMESTAMP]):
+    while not (state[TIME_ENTRIES_WORD] == state[TIME_CAPACITY_WORD] - 1
+               and state[MAX_TIMESTAMP_WORD] > state[INDEXED_TIMESTAMP_WORD]):
         stamp += 1
         partition_log.append(encode_batch([b"x"], timestamp_ms=stamp))
     assert len(partition_log.segments) == 1
@@ -40,7 +41,7 @@ def test_reopening_a_segment_with_a_full_time_index_and_rolling_it(open_log):
     partition_log.close()
     reopened = open_log(**config)
     state = reopened.active.state
-    assert state[_TIME_ENTRIES] == state[_TIME_CAPACITY], "the closing entry took the last slot"
+    assert state[TIME_ENTRIES_WORD] == state[TIME_CAPACITY_WORD], "the closing entry took the last slot"
     reopened.append(encode_batch([b"y"], timestamp_ms=stamp + 10))
     reopened.roll()
     assert [r.offset for r in all_records(reopened)] == list(range(count + 1))

@@ -17,8 +17,10 @@ from shmlog import limits
 from shmlog.config import TopicConfig
 from shmlog.errors import StorageError
 from shmlog.records import now_ms
-from shmlog.segments import (_OFFSET_ENTRIES, _OFFSET_RESERVED, _POSITION, _RESERVED,
-                             _TIME_CAPACITY, _TIME_ENTRIES, _TIME_RESERVED, PartitionLog)
+from shmlog.segment_state import (OFFSET_ENTRIES_WORD, OFFSET_RESERVED_WORD, POSITION_WORD,
+                                  RESERVED_WORD, TIME_CAPACITY_WORD, TIME_ENTRIES_WORD,
+                                  TIME_RESERVED_WORD)
+from shmlog.segments import PartitionLog
 
 RECORDS_PER_BATCH = 40
 
@@ -31,10 +33,11 @@ def reservations(segment) -> dict:
     """Per file: bytes stored, bytes the state says are reserved, bytes allocated
     on disk from the start (where the first hole is)."""
     state = segment.state
-    closing = 1 if state[_POSITION] else 0        # sealing writes a closing time entry
-    stored = (int(state[_POSITION]), int(state[_OFFSET_ENTRIES]) * 8,
-              min(int(state[_TIME_ENTRIES]) + closing, int(state[_TIME_CAPACITY])) * 12)
-    reserved = (int(state[_RESERVED]), int(state[_OFFSET_RESERVED]), int(state[_TIME_RESERVED]))
+    closing = 1 if state[POSITION_WORD] else 0        # sealing writes a closing time entry
+    stored = (int(state[POSITION_WORD]), int(state[OFFSET_ENTRIES_WORD]) * 8,
+              min(int(state[TIME_ENTRIES_WORD]) + closing, int(state[TIME_CAPACITY_WORD])) * 12)
+    reserved = (int(state[RESERVED_WORD]), int(state[OFFSET_RESERVED_WORD]),
+                int(state[TIME_RESERVED_WORD]))
     files = {}
     for path, stored_size, reserved_size in zip(
             (segment.log_path, segment.offset_index_path, segment.time_index_path),

@@ -198,7 +198,7 @@ def trace_swap(monkeypatch, directory: str, crash_at=None) -> list:
     cleaning_directory = os.path.join(directory, CLEANING_DIRECTORY)
     events: list = []
     real_replace, real_unlink = os.replace, os.unlink
-    real_fsync_directory = segments._fsync_directory
+    real_fsync_directory = segments.fsync_directory
 
     def record(kind, path):
         if crash_at is not None and crash_at == (kind, sum(event[0] == kind for event in events)):
@@ -229,7 +229,7 @@ def trace_swap(monkeypatch, directory: str, crash_at=None) -> list:
 
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(os, "unlink", unlink)
-    monkeypatch.setattr(segments, "_fsync_directory", fsync_directory)
+    monkeypatch.setattr(segments, "fsync_directory", fsync_directory)
     return events
 
 

@@ -41,7 +41,7 @@ from reference import (build_batch, encode_record, reference_crc32c,  # noqa: E4
 from shmlog import limits  # noqa: E402
 from shmlog.errors import (CorruptRecordError, LocalProtocolError,  # noqa: E402
                            RecordTooLargeError)
-from shmlog.records import (BatchStatus, Compression, check_headers,  # noqa: E402
+from shmlog.records import (BatchStatus, Compression, batch_frame, check_headers,  # noqa: E402
                             decode_columns, decode_records, encode_batch, encode_gathered,
                             iter_batches, restamp_batch, validate_batches)
 
@@ -476,6 +476,26 @@ def test_garbage_is_refused(garbage, prefix):
     assert caught.value.position == len(good)
     with pytest.raises(CorruptRecordError):
         decode_records(good + garbage)
+
+
+def test_batch_frame_is_the_documented_framing_for_every_length_and_bound():
+    """The one step of every walk over batches: the kernel's frame agrees with the
+    reference's for lengths around every bound, at every position and end."""
+    lengths = [0, 1, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 1, 100, 127, 128, 129,
+               2**31, 2**32 - 1]
+    for length in lengths:
+        data = np.zeros(200, np.uint8)
+        for position in (0, 5, 60, 72, 100, 196, 197):
+            data[:] = 0
+            data[position:position + 4] = np.frombuffer(struct.pack("<I", length), np.uint8)[
+                :max(0, min(4, data.size - position))]
+            for end in sorted({position, position + 3, position + 4, position + HEADER_SIZE - 1,
+                               position + HEADER_SIZE, position + length, 200}):
+                if not position <= end <= data.size:
+                    continue
+                status, read = batch_frame(data, position, end)
+                expected = reference.reference_batch_frame(data.tobytes(), position, end)
+                assert (BatchStatus(status).name, int(read)) == expected, (length, position, end)
 
 
 def test_zero_bytes_are_end_of_data_not_a_batch():

@@ -27,6 +27,7 @@ from shmlog import limits, mapped_file
 from shmlog.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
                            RecordTooLargeError, StorageError)
 from shmlog.records import decode_records, encode_batch, iter_batches
+from shmlog.segments import LogChange
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 
@@ -364,11 +365,12 @@ def test_the_segment_generation_is_even_when_stable_and_odd_while_files_go(open_
     partition_log = open_log(**SMALL, **{"retention.ms": 10_000})
     published = []
 
-    def publish():
-        files = set(os.listdir(partition_log.directory))
-        published.append((partition_log.generation, files))
+    def publish(change):
+        if change is LogChange.SEGMENT_FILES_CHANGING:
+            files = set(os.listdir(partition_log.directory))
+            published.append((partition_log.generation, files))
 
-    partition_log.publish_generation = publish
+    partition_log.set_listener(publish)
     for seed in range(40):
         partition_log.append(values_batch(40, seed, timestamps=[1_000 * seed] * 40))
     assert len(partition_log.segments) > 3 and partition_log.generation % 2 == 0
