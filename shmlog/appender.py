@@ -102,19 +102,19 @@ RING_HEAD = 1                  # private head: never read back from shared memor
 RING_ACTIVE = 2
 RING_COLUMNS = 3
 
-# columns of the per-partition settings array (row = the partition's tag)
-TAG_REGISTERED = 0
-TAG_FAST = 1                   # uncompressed batches may be appended in compiled code
-TAG_SEGMENT_BYTES = 2
-TAG_SEGMENT_MS = 3
-TAG_INDEX_INTERVAL = 4
-TAG_BATCH_SIZE_MAX = 5
-TAG_LOG_START_OFFSET = 6
-TAG_GENERATION = 7
-TAG_TOPIC_KEY = 8              # the identity entries for this row must carry
-TAG_PARTITION = 9
-TAG_INTERNAL = 10              # producers' entries are refused (the broker appends itself)
-TAG_COLUMNS = 11
+# columns of the per-row settings array (one row per partition: its row in the state table)
+ROW_REGISTERED = 0
+ROW_FAST = 1                   # uncompressed batches may be appended in compiled code
+ROW_SEGMENT_BYTES = 2
+ROW_SEGMENT_MS = 3
+ROW_INDEX_INTERVAL = 4
+ROW_BATCH_SIZE_MAX = 5
+ROW_LOG_START_OFFSET = 6
+ROW_GENERATION = 7
+ROW_TOPIC_KEY = 8              # the identity entries for this row must carry
+ROW_PARTITION = 9
+ROW_INTERNAL = 10              # producers' entries are refused (the broker appends itself)
+ROW_COLUMNS = 11
 
 # Entries handled per call before Python looks up again (signals, shutdown, timers).
 DRAIN_ENTRIES_MAX = 4096
@@ -143,9 +143,9 @@ SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
 
 
 @kernel
-def _check_sequence(sequences, tag, producer_id, producer_epoch, base_sequence):
+def _check_sequence(sequences, row, producer_id, producer_epoch, base_sequence):
     """(verdict, base offset to acknowledge a duplicate with)."""
-    key = (tag, producer_id)
+    key = (row, producer_id)
     if producer_id < 0 or key not in sequences:
         return _SEQUENCE_NEW, -1
     epoch, last_sequence, last_base_offset, next_sequence = sequences[key]
@@ -161,10 +161,10 @@ def _check_sequence(sequences, tag, producer_id, producer_epoch, base_sequence):
 
 
 @kernel
-def _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence, base_offset,
+def _remember_sequence(sequences, row, producer_id, producer_epoch, base_sequence, base_offset,
                        record_count):
     if producer_id >= 0:
-        sequences[(tag, producer_id)] = (producer_epoch, base_sequence, base_offset,
+        sequences[(row, producer_id)] = (producer_epoch, base_sequence, base_offset,
                                          (base_sequence + record_count) % SEQUENCE_MODULUS)
 
 
@@ -179,24 +179,24 @@ def _sequence_refusal(verdict):
 
 
 @kernel
-def _forget_sequences(sequences, tag):
-    """Forget every producer's sequence for the partition at ``tag``. Compiled (and
+def _forget_sequences(sequences, row):
+    """Forget every producer's sequence for the partition at ``row``. Compiled (and
     so cached on disk): a typed dict walked from Python compiles its iterator in
     every process, which stalled a broker's first topic deletion for seconds."""
-    stale = [key for key in sequences.keys() if key[0] == tag]
+    stale = [key for key in sequences.keys() if key[0] == row]
     for key in stale:
         del sequences[key]
 
 
 @kernel
-def _rebuild_sequences(log, end, tag, sequences):
+def _rebuild_sequences(log, end, row, sequences):
     """Remember the last batch of every producer in a (valid) segment."""
     position = 0
     while end - position >= B.HEADER_LENGTH:
         length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
         if length < B.HEADER_LENGTH or length > end - position:
             return
-        _remember_sequence(sequences, tag, load_i64(log, position + B.PRODUCER_ID_OFFSET),
+        _remember_sequence(sequences, row, load_i64(log, position + B.PRODUCER_ID_OFFSET),
                            np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET)),
                            np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
                            load_i64(log, position + B.BASE_OFFSET_OFFSET),
@@ -206,7 +206,7 @@ def _rebuild_sequences(log, end, tag, sequences):
 
 @kernel
 def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
-           time_indexes, segment_states, tags, state_rows, appended, touched, sequences,
+           time_indexes, segment_states, row_settings, state_rows, appended, touched, sequences,
            cursor, entries_max, report):
     report[_REPORT_FINISHED] = 0
     handled = 0
@@ -218,7 +218,7 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             if not rings[ring, RING_ACTIVE]:
                 continue
             words, data = ring_words[ring], ring_data[ring]
-            status, position, length, tag, entry_topic_key, entry_partition, number, head = \
+            status, position, length, row, entry_topic_key, entry_partition, number, head = \
                 next_entry(words, data, rings[ring, RING_CAPACITY], rings[ring, RING_HEAD])
             if status == ENTRY_NONE:
                 continue
@@ -230,9 +230,10 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
             handled += 1
             start = position + R.ENTRY_HEADER_LENGTH
             end = position + length
-            if tag >= tags.shape[0] or not tags[tag, TAG_REGISTERED] \
-                    or tags[tag, TAG_TOPIC_KEY] != entry_topic_key \
-                    or tags[tag, TAG_PARTITION] != entry_partition or tags[tag, TAG_INTERNAL]:
+            if row >= row_settings.shape[0] or not row_settings[row, ROW_REGISTERED] \
+                    or row_settings[row, ROW_TOPIC_KEY] != entry_topic_key \
+                    or row_settings[row, ROW_PARTITION] != entry_partition \
+                    or row_settings[row, ROW_INTERNAL]:
                 # Not the partition registered at this row, or one producers may not
                 # write: Python finds the partition by the entry's identity or refuses.
                 report[0], report[1], report[2] = ring, position, length
@@ -250,14 +251,14 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                 _finish(words, ring_completions[ring], rings, ring, number,
                         -CompletionCode.NOT_ONE_BATCH.value, head)
                 continue
-            if batch_length > tags[tag, TAG_BATCH_SIZE_MAX]:
+            if batch_length > row_settings[row, ROW_BATCH_SIZE_MAX]:
                 _finish(words, ring_completions[ring], rings, ring, number,
                         -CompletionCode.RECORD_TOO_LARGE.value, head)
                 continue
             producer_id = load_i64(data, start + B.PRODUCER_ID_OFFSET)
             producer_epoch = np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET))
             base_sequence = np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET))
-            verdict, duplicate_offset = _check_sequence(sequences, tag, producer_id,
+            verdict, duplicate_offset = _check_sequence(sequences, row, producer_id,
                                                         producer_epoch, base_sequence)
             if verdict == _SEQUENCE_DUPLICATE:
                 _finish(words, ring_completions[ring], rings, ring, number, duplicate_offset, head)
@@ -267,28 +268,28 @@ def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
                         _sequence_refusal(verdict), head)
                 continue
             codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
-            state = segment_states[tag]
+            state = segment_states[row]
             base_offset = state[_NEXT_OFFSET]
-            if codec == B.CODEC_NONE and tags[tag, TAG_FAST]:
+            if codec == B.CODEC_NONE and row_settings[row, ROW_FAST]:
                 appended_status, _, batch_status = _append(
-                    data, start, end, logs[tag], offset_indexes[tag], time_indexes[tag], state,
-                    tags[tag, TAG_SEGMENT_BYTES], tags[tag, TAG_SEGMENT_MS],
-                    tags[tag, TAG_INDEX_INTERVAL], _TIMESTAMP_NONE, 0, True)
+                    data, start, end, logs[row], offset_indexes[row], time_indexes[row], state,
+                    row_settings[row, ROW_SEGMENT_BYTES], row_settings[row, ROW_SEGMENT_MS],
+                    row_settings[row, ROW_INDEX_INTERVAL], _TIMESTAMP_NONE, 0, True)
                 if appended_status == _REJECTED:
                     _finish(words, ring_completions[ring], rings, ring, number, -batch_status, head)
                     continue
                 if appended_status == _APPENDED:
-                    if appended[tag] == 0:
+                    if appended[row] == 0:
                         touched[0] += 1
-                        touched[touched[0]] = tag
-                    appended[tag] += state[_NEXT_OFFSET] - base_offset   # from the log copy
-                    _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence,
+                        touched[touched[0]] = row
+                    appended[row] += state[_NEXT_OFFSET] - base_offset   # from the log copy
+                    _remember_sequence(sequences, row, producer_id, producer_epoch, base_sequence,
                                        base_offset, state[_NEXT_OFFSET] - base_offset)
                     _finish(words, ring_completions[ring], rings, ring, number, base_offset, head)
                     # The batch is in the segment: publish it (high watermark last).
-                    publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
+                    publish_row(state_rows, row, row_settings[row, ROW_LOG_START_OFFSET],
                                 state[_NEXT_OFFSET], state[_NEXT_OFFSET], state[_BASE_OFFSET],
-                                state[_POSITION], tags[tag, TAG_GENERATION])
+                                state[_POSITION], row_settings[row, ROW_GENERATION])
                     continue
             report[0], report[1], report[2] = ring, position, length
             report[_REPORT_FINISHED] = handled - 1     # this one is Python's to finish
@@ -318,18 +319,19 @@ _EMPTY_BYTES = _empty_bytes()
 
 class Appender:
     """Drains rings into the partition logs of a :class:`LogManager`, publishing
-    offsets in a :class:`PartitionStateTable`. A partition's tag (the row its
-    producers put on ring entries, beside its identity) is its row in the table.
+    offsets in a :class:`PartitionStateTable`. A partition's row (in the table,
+    which its producers put on ring entries beside its identity) is also its index
+    in the appender's arrays.
     """
 
     def __init__(self, logs: LogManager, table: PartitionStateTable):
         self.logs = logs
         self.table = table
         capacity = table.row_capacity
-        self._partitions: dict[int, object] = {}               # tag -> PartitionLog
-        self._tags: dict[tuple[str, int], int] = {}
-        self._tags_by_identity: dict[tuple[int, int], int] = {}   # (topic key, partition)
-        self.tags = np.zeros((capacity, TAG_COLUMNS), np.int64)
+        self._partitions: dict[int, object] = {}               # row -> PartitionLog
+        self._rows: dict[tuple[str, int], int] = {}
+        self._rows_by_identity: dict[tuple[int, int], int] = {}   # (topic key, partition)
+        self.row_settings = np.zeros((capacity, ROW_COLUMNS), np.int64)
         self.appended = np.zeros(capacity, np.int64)
         self._logs = List([_empty_bytes() for _ in range(capacity)])
         self._offset_indexes = List([_empty_bytes() for _ in range(capacity)])
@@ -342,99 +344,101 @@ class Appender:
         self.rings = np.zeros((0, RING_COLUMNS), np.int64)
         self._cursor = np.zeros(1, np.int64)
         self._report = np.zeros(_REPORT_LENGTH, np.int64)
-        # Partitions the compiled loop appended to: a count, then their tags.
+        # Partitions the compiled loop appended to: a count, then their rows.
         self._touched = np.zeros(capacity + 1, np.int64)
-        # (tag, producer id) -> (last batch's epoch, its first sequence, its base offset,
+        # (row, producer id) -> (last batch's epoch, its first sequence, its base offset,
         # next sequence)
         self._sequences = Dict.empty(key_type=types.UniTuple(types.int64, 2),
                                      value_type=types.UniTuple(types.int64, 4))
 
     # -- partitions ------------------------------------------------------------------
-    def register_partition(self, topic: str, partition: int, tag: int | None = None) -> int:
-        """Host (topic, partition): open its log, claim its table row; its tag. A
-        ``tag`` asked for (the row it had before a restart) is used when free."""
+    def register_partition(self, topic: str, partition: int, row: int | None = None) -> int:
+        """Host (topic, partition): open its log, claim its table row; the row. A
+        ``row`` asked for (the row it had before a restart) is used when free."""
         key = (topic, partition)
-        if key in self._tags:
-            return self._tags[key]
+        if key in self._rows:
+            return self._rows[key]
         partition_log = self.logs.partition_log(topic, partition)
         # One vectorised look: a loop over the rows cost a millisecond per partition,
         # which a topic of many partitions (__consumer_offsets: 50) held the broker for.
-        free = np.flatnonzero(self.tags[:, TAG_REGISTERED] == 0)
+        free = np.flatnonzero(self.row_settings[:, ROW_REGISTERED] == 0)
         if not free.size:
-            raise StorageError(f"the partition state table is full ({self.tags.shape[0]} rows)")
-        if tag is None or not 0 <= tag < self.tags.shape[0] or self.tags[tag, TAG_REGISTERED]:
-            tag = int(free[0])
+            raise StorageError(
+                f"the partition state table is full ({self.row_settings.shape[0]} rows)")
+        if row is None or not 0 <= row < self.row_settings.shape[0] \
+                or self.row_settings[row, ROW_REGISTERED]:
+            row = int(free[0])
         identity = (topic_key(self.logs.describe_topic(topic).topic_id), partition)
-        self.table.claim(tag, *identity)
-        self._partitions[tag] = partition_log
-        self._tags[key] = tag
-        self._tags_by_identity[identity] = tag
-        self.tags[tag, TAG_REGISTERED] = 1
-        self.tags[tag, TAG_TOPIC_KEY], self.tags[tag, TAG_PARTITION] = identity
-        self.tags[tag, TAG_INTERNAL] = int(topic in INTERNAL_TOPICS)
-        partition_log.publish_generation = lambda: self._publish_segment_change(tag)
-        self.refresh(tag)
+        self.table.claim(row, *identity)
+        self._partitions[row] = partition_log
+        self._rows[key] = row
+        self._rows_by_identity[identity] = row
+        self.row_settings[row, ROW_REGISTERED] = 1
+        self.row_settings[row, ROW_TOPIC_KEY], self.row_settings[row, ROW_PARTITION] = identity
+        self.row_settings[row, ROW_INTERNAL] = int(topic in INTERNAL_TOPICS)
+        partition_log.publish_generation = lambda: self._publish_segment_change(row)
+        self.refresh(row)
         active = partition_log.active
-        _rebuild_sequences(active.log, active.size, tag, self._sequences)
-        return tag
+        _rebuild_sequences(active.log, active.size, row, self._sequences)
+        return row
 
     def unregister_partition(self, topic: str, partition: int) -> None:
-        """Stop hosting (topic, partition): entries tagged for it are refused from now
+        """Stop hosting (topic, partition): entries addressed to it are refused from now
         on, and its table row is freed."""
-        tag = self._tags.pop((topic, partition), None)
-        if tag is None:
+        row = self._rows.pop((topic, partition), None)
+        if row is None:
             return
-        del self._tags_by_identity[(int(self.tags[tag, TAG_TOPIC_KEY]), partition)]
-        self.tags[tag] = 0
-        self._partitions.pop(tag).publish_generation = None
-        _forget_sequences(self._sequences, tag)
+        del self._rows_by_identity[(int(self.row_settings[row, ROW_TOPIC_KEY]), partition)]
+        self.row_settings[row] = 0
+        self._partitions.pop(row).publish_generation = None
+        _forget_sequences(self._sequences, row)
         for arrays in (self._logs, self._offset_indexes, self._time_indexes):
-            arrays[tag] = _empty_bytes()
-        self._segment_states[tag] = np.zeros(16, np.int64)
-        self.table.free(tag)
+            arrays[row] = _empty_bytes()
+        self._segment_states[row] = np.zeros(16, np.int64)
+        self.table.free(row)
 
-    def tag_of(self, topic: str, partition: int) -> int:
+    def row_of(self, topic: str, partition: int) -> int:
         try:
-            return self._tags[(topic, partition)]
+            return self._rows[(topic, partition)]
         except KeyError:
             raise UnknownTopicOrPartitionError(
                 f"{topic}-{partition} is not hosted by this appender") from None
 
     def destination(self, topic: str, partition: int) -> Destination:
         """What a producer puts on its ring entries for (topic, partition)."""
-        tag = self.tag_of(topic, partition)
-        return Destination(tag, int(self.tags[tag, TAG_TOPIC_KEY]), partition)
+        row = self.row_of(topic, partition)
+        return Destination(row, int(self.row_settings[row, ROW_TOPIC_KEY]), partition)
 
-    def refresh(self, tag: int) -> None:
+    def refresh(self, row: int) -> None:
         """Point the compiled loop at the partition's current active segment and
         settings, and publish its offsets: after a slow-path append, and whenever the
         broker changed the partition outside the drain (retention, truncation,
         a config change)."""
-        partition_log = self._partitions[tag]
+        partition_log = self._partitions[row]
         log_bytes, offset_index, time_index, state, segment_bytes = partition_log.kernel_target()
-        self._logs[tag] = log_bytes
-        self._offset_indexes[tag] = offset_index
-        self._time_indexes[tag] = time_index
-        self._segment_states[tag] = state
+        self._logs[row] = log_bytes
+        self._offset_indexes[row] = offset_index
+        self._time_indexes[row] = time_index
+        self._segment_states[row] = state
         config = partition_log.config
-        row = self.tags[tag]
-        row[TAG_FAST] = int(partition_log.kernel_appendable)
-        row[TAG_SEGMENT_BYTES] = segment_bytes
-        row[TAG_SEGMENT_MS] = config.segment_ms
-        row[TAG_INDEX_INTERVAL] = config.index_interval_bytes
-        row[TAG_BATCH_SIZE_MAX] = config.batch_size_max
-        row[TAG_LOG_START_OFFSET] = partition_log.log_start_offset
-        row[TAG_GENERATION] = partition_log.generation
+        settings = self.row_settings[row]
+        settings[ROW_FAST] = int(partition_log.kernel_appendable)
+        settings[ROW_SEGMENT_BYTES] = segment_bytes
+        settings[ROW_SEGMENT_MS] = config.segment_ms
+        settings[ROW_INDEX_INTERVAL] = config.index_interval_bytes
+        settings[ROW_BATCH_SIZE_MAX] = config.batch_size_max
+        settings[ROW_LOG_START_OFFSET] = partition_log.log_start_offset
+        settings[ROW_GENERATION] = partition_log.generation
         end = partition_log.log_end_offset
-        self.table.publish(tag, partition_log.log_start_offset, end, end,
+        self.table.publish(row, partition_log.log_start_offset, end, end,
                            partition_log.active.base_offset, partition_log.active.size,
                            partition_log.generation)
 
-    def _publish_segment_change(self, tag: int) -> None:
+    def _publish_segment_change(self, row: int) -> None:
         """Publish the partition's row in the middle of a change to its segment files
         (``PartitionLog._segments_changing``: an odd generation before the first file
         operation, an even one after the last)."""
-        self.refresh(tag)
+        self.refresh(row)
         # The generation store is a release (publish_row), which orders what came
         # before it, not what follows. The full fence makes the odd generation
         # visible to every core before the first rename or unlink starts, so a
@@ -461,7 +465,7 @@ class Appender:
             self._ring_data.append(ring.data)
             self.rings = np.concatenate([self.rings, np.zeros((1, RING_COLUMNS), np.int64)])
         self.rings[index, RING_CAPACITY] = ring.capacity
-        self.rings[index, RING_HEAD] = ring._head
+        self.rings[index, RING_HEAD] = ring.consumer_head
         self.rings[index, RING_ACTIVE] = 1
         return index
 
@@ -499,7 +503,7 @@ class Appender:
         while handled < entries_max:
             status = _drain(self._ring_words, self._ring_completions, self._ring_data,
                             self.rings, self._logs, self._offset_indexes, self._time_indexes,
-                            self._segment_states, self.tags, self.table.rows, self.appended,
+                            self._segment_states, self.row_settings, self.table.rows, self.appended,
                             self._touched, self._sequences, self._cursor,
                             entries_max - handled, self._report)
             handled += int(self._report[_REPORT_FINISHED])
@@ -515,9 +519,9 @@ class Appender:
         return handled
 
     def _after_compiled_appends(self) -> None:
-        for tag in self._touched[1:1 + self._touched[0]].tolist():
-            self._partitions[tag].appended_by_kernel(int(self.appended[tag]))
-            self.appended[tag] = 0
+        for row in self._touched[1:1 + self._touched[0]].tolist():
+            self._partitions[row].appended_by_kernel(int(self.appended[row]))
+            self.appended[row] = 0
         self._touched[0] = 0
 
     def _append_slowly(self, ring: int, position: int, length: int) -> None:
@@ -528,27 +532,27 @@ class Appender:
         batch = source.data[position + R.ENTRY_HEADER_LENGTH:position + length].copy()
         _, _, _, _, entry_topic_key, entry_partition, number, head = next_entry(
             source.words, source.data, source.capacity, int(self.rings[ring, RING_HEAD]))
-        tag = self._tags_by_identity.get((int(entry_topic_key), int(entry_partition)))
-        if tag is None or self.tags[tag, TAG_INTERNAL]:
-            refusal = CompletionCode.UNKNOWN_PARTITION if tag is None \
+        row = self._rows_by_identity.get((int(entry_topic_key), int(entry_partition)))
+        if row is None or self.row_settings[row, ROW_INTERNAL]:
+            refusal = CompletionCode.UNKNOWN_PARTITION if row is None \
                 else CompletionCode.INTERNAL_TOPIC
             _finish(source.words, source.completions, self.rings, ring, number, -refusal, head)
             return
-        result, append_time = self._append_batch(tag, batch)
+        result, append_time = self._append_batch(row, batch)
         _finish_at(source.words, source.completions, self.rings, ring, number, result, head,
                    append_time)
-        self.refresh(tag)
+        self.refresh(row)
 
-    def _append_batch(self, tag: int, batch: np.ndarray) -> tuple[int, int]:
+    def _append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int]:
         """Append one batch through the partition's log, unless its sequence says it
         is a duplicate or out of order: (completion result, broker append time)."""
-        partition_log = self._partitions[tag]
+        partition_log = self._partitions[row]
         header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
             if batch.size >= B.HEADER_LENGTH else None
         producer_id = int(header["producer_id"]) if header is not None else -1
         producer_epoch = int(header["producer_epoch"]) if header is not None else -1
         base_sequence = int(header["base_sequence"]) if header is not None else -1
-        verdict, duplicate_offset = _check_sequence(self._sequences, tag, producer_id,
+        verdict, duplicate_offset = _check_sequence(self._sequences, row, producer_id,
                                                     producer_epoch, base_sequence)
         if verdict == _SEQUENCE_DUPLICATE:
             return int(duplicate_offset), -1
@@ -563,7 +567,7 @@ class Appender:
         except StorageError:
             log.exception("append to %s failed", partition_log.directory)
             return -CompletionCode.STORAGE_ERROR, -1
-        _remember_sequence(self._sequences, tag, producer_id, producer_epoch, base_sequence,
+        _remember_sequence(self._sequences, row, producer_id, producer_epoch, base_sequence,
                            appended.base_offset, appended.last_offset - appended.base_offset + 1)
         return appended.base_offset, appended.log_append_time
 

@@ -216,7 +216,7 @@ class BrokerCore:
             if isinstance(rows, dict) else {}
 
     def _save_rows(self) -> None:
-        rows = {f"{topic}/{partition}": self.appender.tag_of(topic, partition)
+        rows = {f"{topic}/{partition}": self.appender.row_of(topic, partition)
                 for topic in self.logs.list_topics()
                 for partition in range(self.logs.describe_topic(topic).partitions)}
         _write_atomically(self._rows_path, json.dumps(rows, sort_keys=True))
@@ -282,7 +282,7 @@ class BrokerCore:
         partition = offsets_partition(group_id, self.logs.describe_topic(OFFSETS_TOPIC).partitions)
         self.logs.partition_log(OFFSETS_TOPIC, partition).append(
             encode_batch([value for _, value in records], keys=[key for key, _ in records]))
-        self.appender.refresh(self.appender.tag_of(OFFSETS_TOPIC, partition))
+        self.appender.refresh(self.appender.row_of(OFFSETS_TOPIC, partition))
         self.table.consumer_doorbell.ring()
 
     def _offset_records(self):
@@ -307,7 +307,7 @@ class BrokerCore:
         metadata = self.logs.describe_topic(require(name, str, "name"))
         return {"name": metadata.name, "topic_id": metadata.topic_id,
                 "partitions": [{"partition": partition,
-                                "row": self.appender.tag_of(metadata.name, partition),
+                                "row": self.appender.row_of(metadata.name, partition),
                                 "directory": os.path.join(self.logs.topics_dir, metadata.name,
                                                           str(partition))}
                                for partition in range(metadata.partitions)],
@@ -363,7 +363,7 @@ class BrokerCore:
             require(name, str, "name"), require(set or {}, dict, "set"),
             tuple(require(delete or [], list, "delete")))
         for partition in range(metadata.partitions):
-            self.appender.refresh(self.appender.tag_of(name, partition))
+            self.appender.refresh(self.appender.row_of(name, partition))
         return self._topic(name)
 
     def offset_for_timestamp(self, topic, partition, timestamp) -> dict:
@@ -483,7 +483,7 @@ class BrokerCore:
             for partition in range(self.logs.describe_topic(topic).partitions):
                 partition_log = self.logs.partition_log(topic, partition)
                 if partition_log.delete_old_segments(now):
-                    self.appender.refresh(self.appender.tag_of(topic, partition))
+                    self.appender.refresh(self.appender.row_of(topic, partition))
 
     def start_cleaning(self, now: int | None = None) -> bool:
         """Hand the dirtiest compacted partition to the cleaner (when it is free);
@@ -521,7 +521,7 @@ class BrokerCore:
         if partition_log.directory != result.plan.directory or \
                 not partition_log.replace_segments(result):
             return False
-        self.appender.refresh(self.appender.tag_of(topic, partition))
+        self.appender.refresh(self.appender.row_of(topic, partition))
         log.info("cleaned %s-%d up to offset %d: %d -> %d bytes", topic, partition,
                  result.end_offset, result.bytes_before, result.bytes_after)
         return True
