@@ -7,8 +7,9 @@ Rules
 * Cross-process ordering uses the acquire/release atomics of ``atomics.py`` only;
   no spin loop reads a counter with a plain load.
 * The consumer trusts nothing the producer wrote: its own head is kept privately
-  (the shared head word is only published), and every entry is bounds-checked
-  before it is handed out (see ``ring_layout``).
+  (``Ring.consumer_head``, which the appender starts from; the shared head word
+  is only published), and every entry is bounds-checked before it is handed out
+  (see ``ring_layout``).
 
 Theory of operation
 -------------------
