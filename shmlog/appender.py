@@ -16,21 +16,52 @@ Rules
   of that identity if this appender hosts it, else it is refused with
   ``UNKNOWN_PARTITION``. Entries for an internal topic (``__consumer_offsets``,
   which only the broker writes) are refused with ``INTERNAL_TOPIC``.
+* Releasing an entry's ring space and completing it are two steps. The space goes
+  back to the producer as soon as the batch is copied into the log (or refused).
+  The completion (its result, then the acknowledged count) is stored at once,
+  unless the ring awaits the high watermark (``add_ring(...,
+  awaits_high_watermark=True)``: a producer with acks=all): then it is *parked*
+  until the partition's high watermark covers the batch's last offset, as Kafka's
+  ReplicaManager holds an acks=all produce in purgatory. Completions are
+  acknowledged in ring order (``ring_layout``: the count covers every entry below
+  it), so a parked completion holds back every later one of its ring, whatever
+  partition they went to. A ring's parked completions are at most
+  ``COMPLETION_SLOTS`` (a producer never has more entries unacknowledged); a ring
+  whose queue is full is not read until it drains, so a producer that ignores
+  that bound cannot grow it.
+* The high watermark (what consumers may read: they never see an offset at or
+  above it) follows a per-row :class:`HighWatermarkPolicy`: ``LOG_END`` (every row
+  today: the log end, a partition without replicas) or ``EXTERNAL`` (replication:
+  the log end is published, the high watermark only moves by
+  :meth:`Appender.advance_high_watermark`, never backwards and never past the log
+  end, as Kafka's ``Partition.maybeIncrementLeaderHW``).
+* Every batch appended to a partition (compiled path, slow path,
+  :meth:`Appender.append`) is stamped with its row's leader epoch
+  (:meth:`Appender.set_leader_epoch`, 0 until replication sets one), as Kafka's
+  leader stamps ``partitionLeaderEpoch``.
 
 Theory of operation
 -------------------
 :func:`_drain` is the compiled loop. It visits the rings round-robin, one entry per
-ring per round, and for each uncompressed batch bound for a CreateTime partition it
-checks that the entry's identity is its row's, validates, appends through
-``segments.append_batches`` into the active segment's mapped arrays, completes the entry
-(its base offset, acknowledged with a release store), hands the ring space back
-and publishes the partition's offsets. Anything it cannot
-finish in compiled code - a zstd batch (its records are checked after inflating),
-a topic that stamps LogAppendTime or recompresses, a segment that must roll or
-needs space reserved, an entry whose identity is not its row's - it hands back to
-Python (``_SLOW``), which looks the partition up by the entry's identity, appends
-that one entry through :meth:`PartitionLog.append` (or refuses it), refreshes the
-partition's arrays and calls the loop again. Per-record work never happens in Python.
+ring per round, and takes each entry through the rules above, one kernel each:
+:func:`_row_takes` (the entry's identity is its row's, and producers may write
+it), :func:`_admit` (the batch's header and size, and its producer's sequence:
+the entry is either finished with a result there, or to be appended), and for an
+uncompressed batch bound for a CreateTime partition :func:`_append_fast` (copy it
+into the active segment through ``segments.append_batches``, check the copy, remember
+its sequence, publish the row). Every entry ends in :func:`_finish`, the one place
+that completes (or parks) an entry and hands its space back. Anything the loop
+cannot finish in compiled code - a zstd batch (its records are checked after
+inflating), a topic that stamps LogAppendTime or recompresses, a segment that must
+roll or needs space reserved, an entry whose identity is not its row's - it hands
+back to Python (``_SLOW``), which looks the partition up by the entry's identity,
+appends that one entry through :meth:`PartitionLog.append` (or refuses it),
+refreshes and publishes the partition, finishes the entry through the same
+:func:`_finish` and calls the loop again. Per-record work never happens in Python.
+
+The partitions a drain appended to are remembered (from the loop's list of
+touched rows: no work per entry) until :meth:`Appender.take_appended` takes them
+with their log ends: replication answers waiting follower fetches from it.
 
 Idempotent producers: a batch with a producer id carries the per-partition
 sequence number of its first record, and the producer's epoch. The appender
@@ -49,6 +80,7 @@ segment when a partition is opened.
 
 from __future__ import annotations
 
+import enum
 import logging
 
 import numba
@@ -60,29 +92,28 @@ from . import batch_layout as B
 from . import ring_layout as R
 from .completion import SEQUENCE_MODULUS, CompletionCode
 from .atomics import py_store_release, store_release
-from .errors import (CorruptRecordError, CorruptRingError, InvalidProducerEpochError,
-                     OutOfOrderSequenceError, RecordTooLargeError, StorageError,
-                     UnknownTopicOrPartitionError)
+from .errors import (CorruptRecordError, CorruptRingError, LocalProtocolError,
+                     RecordTooLargeError, StorageError, UnknownTopicOrPartitionError)
 from .jit import kernel, load_i16, load_i32, load_i64, load_u16
 from .log_manager import LogManager
 from .records import batch_frame, check_batch
 from .ring import ENTRY_CORRUPT, ENTRY_NONE, Destination, Ring, complete_entry, next_entry
+from .internal_topics import INTERNAL_TOPICS
 from .segment_state import (APPENDED, BASE_OFFSET_WORD, NEXT_OFFSET_WORD, POSITION_WORD, REJECTED,
                             STATE_WORDS, TIMESTAMP_NONE)
 from .segments import AppendTarget, append_batches
-from .internal_topics import INTERNAL_TOPICS
 from .state import PartitionStateTable, publish_row, topic_key
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Appender", "CompletionCode"]
+__all__ = ["Appender", "CompletionCode", "HighWatermarkPolicy"]
 
 
-# The error a refused internal append (Appender.append) raises, by completion code.
-_REFUSALS = {CompletionCode.STORAGE_ERROR: StorageError,
-             CompletionCode.RECORD_TOO_LARGE: RecordTooLargeError,
-             CompletionCode.OUT_OF_ORDER_SEQUENCE: OutOfOrderSequenceError,
-             CompletionCode.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError}
+class HighWatermarkPolicy(enum.IntEnum):
+    """Who moves a partition's high watermark."""
+    LOG_END = 0                # it follows the log end (no replicas: every partition today)
+    EXTERNAL = 1               # Appender.advance_high_watermark moves it (replication)
+
 
 # drain results
 _IDLE = 0                      # every ring is empty
@@ -92,44 +123,58 @@ _POISON = 3                    # report = (ring, position, length): garbage in a
 _REPORT_FINISHED = 4           # report[4]: entries the call finished (appended or refused)
 _REPORT_LENGTH = 5
 
+# what an entry's admission (and its compiled append) decides
+_COMPLETE = 0                  # finish it with the result given
+_APPEND = 1                    # append it in compiled code
+_TO_PYTHON = 2                 # the slow path appends or refuses it
+
 # columns of the per-ring state array
 RING_CAPACITY = 0
 RING_HEAD = 1                  # private head: never read back from shared memory
 RING_ACTIVE = 2
-RING_COLUMNS = 3
+RING_AWAITS_HIGH_WATERMARK = 3  # completions wait until the high watermark covers the batch
+RING_PARKED_FIRST = 4          # the ring's queue of parked completions: its oldest ...
+RING_PARKED_COUNT = 5          # ... and how many
+RING_COLUMNS = 6
 
-# columns of the per-partition settings array (row = the partition's tag)
-TAG_REGISTERED = 0
-TAG_FAST = 1                   # uncompressed batches may be appended in compiled code
-TAG_SEGMENT_BYTES = 2
-TAG_SEGMENT_MS = 3
-TAG_INDEX_INTERVAL = 4
-TAG_BATCH_SIZE_MAX = 5
-TAG_LOG_START_OFFSET = 6
-TAG_GENERATION = 7
-TAG_TOPIC_KEY = 8              # the identity entries for this row must carry
-TAG_PARTITION = 9
-TAG_INTERNAL = 10              # producers' entries are refused (the broker appends itself)
-TAG_COLUMNS = 11
+# columns of a parked completion (the per-ring queues: ring x slot x column)
+PARKED_NUMBER = 0              # the entry's number
+PARKED_RESULT = 1
+PARKED_TIMESTAMP = 2
+PARKED_ROW = 3                 # the partition whose high watermark it waits for ...
+PARKED_LAST_OFFSET = 4         # ... to pass this offset (-1: waits only for those before it)
+PARKED_COLUMNS = 5
+# A producer never has more than COMPLETION_SLOTS entries unacknowledged, and a
+# parked entry is unacknowledged (see the rules).
+PARKED_COMPLETIONS_MAX = R.COMPLETION_SLOTS
+
+# columns of the per-row settings array (one row per partition: its row in the table)
+ROW_REGISTERED = 0
+ROW_FAST = 1                   # uncompressed batches may be appended in compiled code
+ROW_SEGMENT_BYTES = 2
+ROW_SEGMENT_MS = 3
+ROW_INDEX_INTERVAL = 4
+ROW_BATCH_SIZE_MAX = 5
+ROW_LOG_START_OFFSET = 6
+ROW_GENERATION = 7
+ROW_TOPIC_KEY = 8              # the identity entries for this row must carry
+ROW_PARTITION = 9
+ROW_INTERNAL = 10              # producers' entries are refused (the broker appends itself)
+ROW_LEADER_EPOCH = 11          # stamped on every batch appended
+ROW_HIGH_WATERMARK_POLICY = 12  # a HighWatermarkPolicy
+ROW_HIGH_WATERMARK = 13        # the high watermark published (LOG_END: the log end)
+ROW_COLUMNS = 14
 
 # Entries handled per call before Python looks up again (signals, shutdown, timers).
 DRAIN_ENTRIES_MAX = 4096
+LEADER_EPOCH_MAX = (1 << 31) - 1   # the batch header's leader_epoch is an i32
 
 
-@kernel
-def _finish(words, completions, rings, ring, entry_number, result, head):
-    """Complete the entry (under its own number) and hand its space back."""
-    _finish_at(words, completions, rings, ring, entry_number, result, head, -1)
-
-
-@kernel
-def _finish_at(words, completions, rings, ring, entry_number, result, head, timestamp):
-    """``_finish`` with the broker's append time (LogAppendTime topics; else -1)."""
-    complete_entry(words, completions, entry_number, result, timestamp)
-    rings[ring, RING_HEAD] = head
-    # Release: the entry's bytes were copied (or rejected) before the producer may reuse them.
-    store_release(words, R.HEAD_WORD, head)
-
+# The kernels every entry passes through are inlined into the loop (numba's IR
+# inlining): called as functions, the arrays they take (up to ten) cost reference
+# counting on every entry, which measured 15-25 % more CPU per entry of one small
+# batch than the loop written out in one piece (inlined: within ~10 %).
+_PER_ENTRY = "always"
 
 _SEQUENCE_NEW = 0             # append, then remember
 _SEQUENCE_DUPLICATE = 1       # acknowledge with the remembered base offset
@@ -138,9 +183,9 @@ _SEQUENCE_FENCED = 3          # an epoch older than the remembered one
 
 
 @kernel
-def _check_sequence(sequences, tag, producer_id, producer_epoch, base_sequence):
+def _check_sequence(sequences, row, producer_id, producer_epoch, base_sequence):
     """(verdict, base offset to acknowledge a duplicate with)."""
-    key = (tag, producer_id)
+    key = (row, producer_id)
     if producer_id < 0 or key not in sequences:
         return _SEQUENCE_NEW, -1
     epoch, last_sequence, last_base_offset, next_sequence = sequences[key]
@@ -156,10 +201,10 @@ def _check_sequence(sequences, tag, producer_id, producer_epoch, base_sequence):
 
 
 @kernel
-def _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence, base_offset,
+def _remember_sequence(sequences, row, producer_id, producer_epoch, base_sequence, base_offset,
                        record_count):
     if producer_id >= 0:
-        sequences[(tag, producer_id)] = (producer_epoch, base_sequence, base_offset,
+        sequences[(row, producer_id)] = (producer_epoch, base_sequence, base_offset,
                                          (base_sequence + record_count) % SEQUENCE_MODULUS)
 
 
@@ -174,24 +219,24 @@ def _sequence_refusal(verdict):
 
 
 @kernel
-def _forget_sequences(sequences, tag):
-    """Forget every producer's sequence for the partition at ``tag``. Compiled (and
+def _forget_sequences(sequences, row):
+    """Forget every producer's sequence for the partition at ``row``. Compiled (and
     so cached on disk): a typed dict walked from Python compiles its iterator in
     every process, which stalled a broker's first topic deletion for seconds."""
-    stale = [key for key in sequences.keys() if key[0] == tag]
+    stale = [key for key in sequences.keys() if key[0] == row]
     for key in stale:
         del sequences[key]
 
 
 @kernel
-def _rebuild_sequences(log, end, tag, sequences):
+def _rebuild_sequences(log, end, row, sequences):
     """Remember the last batch of every producer in a (valid) segment."""
     position = 0
     while position < end:
         status, length = batch_frame(log, position, end)
         if status != 0:
             return
-        _remember_sequence(sequences, tag, load_i64(log, position + B.PRODUCER_ID_OFFSET),
+        _remember_sequence(sequences, row, load_i64(log, position + B.PRODUCER_ID_OFFSET),
                            np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET)),
                            np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
                            load_i64(log, position + B.BASE_OFFSET_OFFSET),
@@ -199,101 +244,225 @@ def _rebuild_sequences(log, end, tag, sequences):
         position += length
 
 
+# --- finishing an entry: completion, parking, release ------------------------------------
+
+@kernel(inline=_PER_ENTRY)
+def _covered(row_settings, row, last_offset):
+    """Whether the row's high watermark covers a batch ending at ``last_offset``
+    (-1: no batch, nothing to wait for)."""
+    return last_offset < 0 or last_offset < row_settings[row, ROW_HIGH_WATERMARK]
+
+
 @kernel
-def _drain(ring_words, ring_completions, ring_data, rings, logs, offset_indexes,
-           time_indexes, segment_states, tags, state_rows, appended, touched, sequences,
+def _park(rings, parked, ring, number, result, timestamp, row, last_offset):
+    """Queue a completion behind the ring's parked ones (the caller checked there is
+    room: a full queue stops the ring being read)."""
+    slot = (rings[ring, RING_PARKED_FIRST] + rings[ring, RING_PARKED_COUNT]) \
+        % PARKED_COMPLETIONS_MAX
+    entry = parked[ring, slot]
+    entry[PARKED_NUMBER] = number
+    entry[PARKED_RESULT] = result
+    entry[PARKED_TIMESTAMP] = timestamp
+    entry[PARKED_ROW] = row
+    entry[PARKED_LAST_OFFSET] = last_offset
+    rings[ring, RING_PARKED_COUNT] += 1
+
+
+@kernel(inline=_PER_ENTRY)
+def _finish(words, completions, rings, parked, row_settings, ring, number, result, timestamp,
+            row, last_offset, head):
+    """The one place an entry is finished: its completion is stored now, or parked
+    (its ring awaits the high watermark, which does not yet cover the batch, or
+    completions parked before it must go first); then its space goes back.
+
+    ``result`` is a base offset or ``-CompletionCode``, ``timestamp`` the broker's
+    append time (-1: none), ``last_offset`` the last offset of the batch the result
+    names (-1: none; ``row`` is then not read)."""
+    if rings[ring, RING_PARKED_COUNT] > 0 or (rings[ring, RING_AWAITS_HIGH_WATERMARK]
+                                             and not _covered(row_settings, row, last_offset)):
+        _park(rings, parked, ring, number, result, timestamp, row, last_offset)
+    else:
+        complete_entry(words, completions, number, result, timestamp)
+    rings[ring, RING_HEAD] = head
+    # Release: the entry's bytes were copied (or refused) before the producer may reuse
+    # them. A parked completion needs none of them: it holds its result.
+    store_release(words, R.HEAD_WORD, head)
+
+
+@kernel
+def _complete_parked(ring_words, ring_completions, rings, parked, row_settings):
+    """Store the parked completions whose batches the high watermark now covers, each
+    ring's in order: its oldest first, up to the first still waiting."""
+    for ring in range(rings.shape[0]):
+        while rings[ring, RING_ACTIVE] and rings[ring, RING_PARKED_COUNT] > 0:
+            first = rings[ring, RING_PARKED_FIRST]
+            entry = parked[ring, first]
+            if not _covered(row_settings, entry[PARKED_ROW], entry[PARKED_LAST_OFFSET]):
+                break
+            complete_entry(ring_words[ring], ring_completions[ring], entry[PARKED_NUMBER],
+                           entry[PARKED_RESULT], entry[PARKED_TIMESTAMP])
+            rings[ring, RING_PARKED_FIRST] = (first + 1) % PARKED_COMPLETIONS_MAX
+            rings[ring, RING_PARKED_COUNT] -= 1
+
+
+@kernel
+def _refuse_parked(rings, parked, row, result):
+    """Parked completions waiting for the partition at ``row``, which is no longer
+    hosted (its high watermark will never cover them): they complete with
+    ``result`` once those before them have."""
+    for ring in range(rings.shape[0]):
+        for index in range(rings[ring, RING_PARKED_COUNT]):
+            entry = parked[ring, (rings[ring, RING_PARKED_FIRST] + index) % PARKED_COMPLETIONS_MAX]
+            if entry[PARKED_LAST_OFFSET] >= 0 and entry[PARKED_ROW] == row:
+                entry[PARKED_RESULT] = result
+                entry[PARKED_TIMESTAMP] = -1
+                entry[PARKED_LAST_OFFSET] = -1
+
+
+# --- the compiled loop ------------------------------------------------------------------
+
+@kernel(inline=_PER_ENTRY)
+def _publish(state_rows, row_settings, row, state):
+    """Publish the row from its active segment's state: the log end, and the high
+    watermark its policy gives (stored last, release: see ``publish_row``)."""
+    if row_settings[row, ROW_HIGH_WATERMARK_POLICY] == HighWatermarkPolicy.LOG_END.value:
+        row_settings[row, ROW_HIGH_WATERMARK] = state[NEXT_OFFSET_WORD]
+    publish_row(state_rows, row, row_settings[row, ROW_LOG_START_OFFSET], state[NEXT_OFFSET_WORD],
+                row_settings[row, ROW_HIGH_WATERMARK], state[BASE_OFFSET_WORD], state[POSITION_WORD],
+                row_settings[row, ROW_GENERATION])
+
+
+@kernel(inline=_PER_ENTRY)
+def _row_takes(row_settings, row, entry_topic_key, entry_partition):
+    """Whether the entry's row is the partition its identity names, and one producers
+    may write (else Python finds the partition by the identity, or refuses)."""
+    return (row < row_settings.shape[0] and row_settings[row, ROW_REGISTERED] != 0
+            and row_settings[row, ROW_TOPIC_KEY] == entry_topic_key
+            and row_settings[row, ROW_PARTITION] == entry_partition
+            and row_settings[row, ROW_INTERNAL] == 0)
+
+
+@kernel(inline=_PER_ENTRY)
+def _admit(data, start, end, row_settings, row, sequences):
+    """What becomes of the batch ``data[start:end]`` bound for ``row``: (action,
+    completion result, last offset it names). _COMPLETE with the result when it is
+    refused (header, size, sequence) or a duplicate; _APPEND when the compiled loop
+    appends it; _TO_PYTHON when it is compressed or its topic needs the slow path.
+
+    The header, bounds and codec only: the CRC and the records are checked on the
+    copy in the log (or by the slow path), where the producer can no longer change
+    them."""
+    status, batch_length = check_batch(data, start, end, False, False)
+    if status != 0:
+        return _COMPLETE, -status, -1
+    if batch_length != end - start:
+        return _COMPLETE, -CompletionCode.NOT_ONE_BATCH.value, -1
+    if batch_length > row_settings[row, ROW_BATCH_SIZE_MAX]:
+        return _COMPLETE, -CompletionCode.RECORD_TOO_LARGE.value, -1
+    verdict, duplicate_offset = _check_sequence(
+        sequences, row, load_i64(data, start + B.PRODUCER_ID_OFFSET),
+        np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET)),
+        np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET)))
+    if verdict == _SEQUENCE_DUPLICATE:
+        # Acknowledged with the original's offsets (so once they are committed).
+        return (_COMPLETE, duplicate_offset,
+                duplicate_offset + np.int64(load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET)))
+    if verdict != _SEQUENCE_NEW:
+        return _COMPLETE, _sequence_refusal(verdict), -1
+    codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
+    if codec != B.CODEC_NONE or not row_settings[row, ROW_FAST]:
+        return _TO_PYTHON, 0, -1
+    return _APPEND, 0, -1
+
+
+@kernel(inline=_PER_ENTRY)
+def _append_fast(data, start, end, log, offset_index, time_index, state, row_settings, row,
+                 state_rows, sequences, appended, touched):
+    """Append an admitted batch to the active segment of ``row``, check the copy,
+    remember its sequence and publish the row: (action, result, last offset).
+    _TO_PYTHON when the segment must roll or needs space reserved first."""
+    base_offset = state[NEXT_OFFSET_WORD]
+    position = state[POSITION_WORD]
+    status, _, batch_status = append_batches(
+        data, start, end, log, offset_index, time_index, state,
+        row_settings[row, ROW_SEGMENT_BYTES], row_settings[row, ROW_SEGMENT_MS],
+        row_settings[row, ROW_INDEX_INTERVAL], TIMESTAMP_NONE,
+        row_settings[row, ROW_LEADER_EPOCH], True)
+    if status == REJECTED:
+        return _COMPLETE, -batch_status, -1
+    if status != APPENDED:
+        return _TO_PYTHON, 0, -1
+    next_offset = state[NEXT_OFFSET_WORD]
+    if appended[row] == 0:
+        touched[0] += 1
+        touched[touched[0]] = row
+    appended[row] += next_offset - base_offset            # from the log copy
+    # The sequence as the log copy holds it: the bytes checked, and those a restart
+    # rebuilds the memory from.
+    _remember_sequence(sequences, row, load_i64(log, position + B.PRODUCER_ID_OFFSET),
+                       np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET)),
+                       np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
+                       base_offset, next_offset - base_offset)
+    _publish(state_rows, row_settings, row, state)     # the batch is in the segment
+    return _COMPLETE, base_offset, next_offset - 1
+
+
+@kernel
+def _stop(report, finished, ring, position, length):
+    """Leave the loop at an entry Python must see: where it is, and what was done."""
+    report[0], report[1], report[2] = ring, position, length
+    report[_REPORT_FINISHED] = finished
+
+
+@kernel
+def _drain(ring_words, ring_completions, ring_data, rings, parked, logs, offset_indexes,
+           time_indexes, segment_states, row_settings, state_rows, appended, touched, sequences,
            cursor, entries_max, report):
+    """The compiled loop (see the module's theory): rings round-robin from
+    ``cursor``, each entry through _row_takes, _admit, _append_fast and _finish,
+    until every ring is empty (_IDLE), about ``entries_max`` entries are finished
+    (_BUDGET), or an entry is Python's (_SLOW) or garbage (_POISON); ``report``
+    says where, and how many entries were finished."""
     report[_REPORT_FINISHED] = 0
-    handled = 0
+    finished = 0
     ring_count = rings.shape[0]
     while True:
         progress = False
         for step in range(ring_count):
             ring = (cursor[0] + step) % ring_count
-            if not rings[ring, RING_ACTIVE]:
+            if not rings[ring, RING_ACTIVE] \
+                    or rings[ring, RING_PARKED_COUNT] == PARKED_COMPLETIONS_MAX:
                 continue
             words, data = ring_words[ring], ring_data[ring]
-            status, position, length, tag, entry_topic_key, entry_partition, number, head = \
+            status, position, length, row, entry_topic_key, entry_partition, number, head = \
                 next_entry(words, data, rings[ring, RING_CAPACITY], rings[ring, RING_HEAD])
             if status == ENTRY_NONE:
                 continue
             if status == ENTRY_CORRUPT:
-                report[0], report[1], report[2] = ring, position, length
-                report[_REPORT_FINISHED] = handled
+                _stop(report, finished, ring, position, length)
                 return _POISON
             progress = True
-            handled += 1
-            start = position + R.ENTRY_HEADER_LENGTH
-            end = position + length
-            if tag >= tags.shape[0] or not tags[tag, TAG_REGISTERED] \
-                    or tags[tag, TAG_TOPIC_KEY] != entry_topic_key \
-                    or tags[tag, TAG_PARTITION] != entry_partition or tags[tag, TAG_INTERNAL]:
-                # Not the partition registered at this row, or one producers may not
-                # write: Python finds the partition by the entry's identity or refuses.
-                report[0], report[1], report[2] = ring, position, length
-                report[_REPORT_FINISHED] = handled - 1
+            start, end = position + R.ENTRY_HEADER_LENGTH, position + length
+            action, result, last_offset = _TO_PYTHON, 0, -1
+            if _row_takes(row_settings, row, entry_topic_key, entry_partition):
+                action, result, last_offset = _admit(data, start, end, row_settings, row,
+                                                     sequences)
+            if action == _APPEND:
+                action, result, last_offset = _append_fast(
+                    data, start, end, logs[row], offset_indexes[row], time_indexes[row],
+                    segment_states[row], row_settings, row, state_rows, sequences, appended,
+                    touched)
+            if action == _TO_PYTHON:
+                _stop(report, finished, ring, position, length)
                 cursor[0] = ring
                 return _SLOW
-            # The header, bounds and codec only: the CRC and the records are checked
-            # on the copy in the log (or by the slow path), where the producer can no
-            # longer change them.
-            status, batch_length = check_batch(data, start, end, False, False)
-            if status != 0:
-                _finish(words, ring_completions[ring], rings, ring, number, -status, head)
-                continue
-            if batch_length != end - start:
-                _finish(words, ring_completions[ring], rings, ring, number,
-                        -CompletionCode.NOT_ONE_BATCH.value, head)
-                continue
-            if batch_length > tags[tag, TAG_BATCH_SIZE_MAX]:
-                _finish(words, ring_completions[ring], rings, ring, number,
-                        -CompletionCode.RECORD_TOO_LARGE.value, head)
-                continue
-            producer_id = load_i64(data, start + B.PRODUCER_ID_OFFSET)
-            producer_epoch = np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET))
-            base_sequence = np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET))
-            verdict, duplicate_offset = _check_sequence(sequences, tag, producer_id,
-                                                        producer_epoch, base_sequence)
-            if verdict == _SEQUENCE_DUPLICATE:
-                _finish(words, ring_completions[ring], rings, ring, number, duplicate_offset, head)
-                continue
-            if verdict != _SEQUENCE_NEW:
-                _finish(words, ring_completions[ring], rings, ring, number,
-                        _sequence_refusal(verdict), head)
-                continue
-            codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
-            state = segment_states[tag]
-            base_offset = state[NEXT_OFFSET_WORD]
-            if codec == B.CODEC_NONE and tags[tag, TAG_FAST]:
-                appended_status, _, batch_status = append_batches(
-                    data, start, end, logs[tag], offset_indexes[tag], time_indexes[tag], state,
-                    tags[tag, TAG_SEGMENT_BYTES], tags[tag, TAG_SEGMENT_MS],
-                    tags[tag, TAG_INDEX_INTERVAL], TIMESTAMP_NONE, 0, True)
-                if appended_status == REJECTED:
-                    _finish(words, ring_completions[ring], rings, ring, number, -batch_status, head)
-                    continue
-                if appended_status == APPENDED:
-                    if appended[tag] == 0:
-                        touched[0] += 1
-                        touched[touched[0]] = tag
-                    appended[tag] += state[NEXT_OFFSET_WORD] - base_offset   # from the log copy
-                    _remember_sequence(sequences, tag, producer_id, producer_epoch, base_sequence,
-                                       base_offset, state[NEXT_OFFSET_WORD] - base_offset)
-                    _finish(words, ring_completions[ring], rings, ring, number, base_offset, head)
-                    # The batch is in the segment: publish it (high watermark last).
-                    publish_row(state_rows, tag, tags[tag, TAG_LOG_START_OFFSET],
-                                state[NEXT_OFFSET_WORD], state[NEXT_OFFSET_WORD],
-                                state[BASE_OFFSET_WORD], state[POSITION_WORD],
-                                tags[tag, TAG_GENERATION])
-                    continue
-            report[0], report[1], report[2] = ring, position, length
-            report[_REPORT_FINISHED] = handled - 1     # this one is Python's to finish
-            cursor[0] = ring
-            return _SLOW
-        report[_REPORT_FINISHED] = handled
+            _finish(words, ring_completions[ring], rings, parked, row_settings, ring, number,
+                    result, -1, row, last_offset, head)
+            finished += 1
+        report[_REPORT_FINISHED] = finished
         if not progress:
             return _IDLE
-        if handled >= entries_max:
+        if finished >= entries_max:
             cursor[0] = (cursor[0] + 1) % ring_count
             return _BUDGET
 
@@ -314,19 +483,20 @@ _EMPTY_BYTES = _empty_bytes()
 
 class Appender:
     """Drains rings into the partition logs of a :class:`LogManager`, publishing
-    offsets in a :class:`PartitionStateTable`. A partition's tag (the row its
-    producers put on ring entries, beside its identity) is its row in the table.
+    offsets in a :class:`PartitionStateTable`. A partition's row (in the table,
+    which its producers put on ring entries beside its identity) is also its index
+    in the appender's arrays.
     """
 
     def __init__(self, logs: LogManager, table: PartitionStateTable):
         self.logs = logs
         self.table = table
         capacity = table.row_capacity
-        self._partitions: dict[int, object] = {}               # tag -> PartitionLog
-        self._targets: dict[int, AppendTarget] = {}            # tag -> its log's target
-        self._tags: dict[tuple[str, int], int] = {}
-        self._tags_by_identity: dict[tuple[int, int], int] = {}   # (topic key, partition)
-        self.tags = np.zeros((capacity, TAG_COLUMNS), np.int64)
+        self._partitions: dict[int, object] = {}               # row -> PartitionLog
+        self._targets: dict[int, AppendTarget] = {}            # row -> its log's target
+        self._rows: dict[tuple[str, int], int] = {}
+        self._rows_by_identity: dict[tuple[int, int], int] = {}   # (topic key, partition)
+        self.row_settings = np.zeros((capacity, ROW_COLUMNS), np.int64)
         self.appended = np.zeros(capacity, np.int64)
         self._logs = List([_empty_bytes() for _ in range(capacity)])
         self._offset_indexes = List([_empty_bytes() for _ in range(capacity)])
@@ -337,107 +507,215 @@ class Appender:
         self._ring_completions = List.empty_list(_WORDS_TYPE)
         self._ring_data = List.empty_list(_BYTES_TYPE)
         self.rings = np.zeros((0, RING_COLUMNS), np.int64)
+        # Parked completions: per ring a circular queue (see RING_PARKED_FIRST).
+        self._parked = np.zeros((0, PARKED_COMPLETIONS_MAX, PARKED_COLUMNS), np.int64)
         self._cursor = np.zeros(1, np.int64)
         self._report = np.zeros(_REPORT_LENGTH, np.int64)
-        # Partitions the compiled loop appended to: a count, then their tags.
+        # Partitions the compiled loop appended to: a count, then their rows.
         self._touched = np.zeros(capacity + 1, np.int64)
-        # (tag, producer id) -> (last batch's epoch, its first sequence, its base offset,
+        # Rows appended to since take_appended last took them (a dict: ordered, unique).
+        self._appended_rows: dict[int, None] = {}
+        # (row, producer id) -> (last batch's epoch, its first sequence, its base offset,
         # next sequence)
         self._sequences = Dict.empty(key_type=types.UniTuple(types.int64, 2),
                                      value_type=types.UniTuple(types.int64, 4))
 
     # -- partitions ------------------------------------------------------------------
-    def register_partition(self, topic: str, partition: int, tag: int | None = None) -> int:
-        """Host (topic, partition): open its log, claim its table row; its tag. A
-        ``tag`` asked for (the row it had before a restart) is used when free."""
+    def register_partition(self, topic: str, partition: int, row: int | None = None) -> int:
+        """Host (topic, partition): open its log, claim its table row; the row. A
+        ``row`` asked for (the row it had before a restart) is used when free."""
         key = (topic, partition)
-        if key in self._tags:
-            return self._tags[key]
+        if key in self._rows:
+            return self._rows[key]
         partition_log = self.logs.partition_log(topic, partition)
         # One vectorised look: a loop over the rows cost a millisecond per partition,
         # which a topic of many partitions (__consumer_offsets: 50) held the broker for.
-        free = np.flatnonzero(self.tags[:, TAG_REGISTERED] == 0)
+        free = np.flatnonzero(self.row_settings[:, ROW_REGISTERED] == 0)
         if not free.size:
-            raise StorageError(f"the partition state table is full ({self.tags.shape[0]} rows)")
-        if tag is None or not 0 <= tag < self.tags.shape[0] or self.tags[tag, TAG_REGISTERED]:
-            tag = int(free[0])
+            raise StorageError(
+                f"the partition state table is full ({self.row_settings.shape[0]} rows)")
+        if row is None or not 0 <= row < self.row_settings.shape[0] \
+                or self.row_settings[row, ROW_REGISTERED]:
+            row = int(free[0])
         identity = (topic_key(self.logs.describe_topic(topic).topic_id), partition)
-        self.table.claim(tag, *identity)
-        self._partitions[tag] = partition_log
-        self._tags[key] = tag
-        self._tags_by_identity[identity] = tag
-        self.tags[tag, TAG_REGISTERED] = 1
-        self.tags[tag, TAG_TOPIC_KEY], self.tags[tag, TAG_PARTITION] = identity
-        self.tags[tag, TAG_INTERNAL] = int(topic in INTERNAL_TOPICS)
+        self.table.claim(row, *identity)
+        self._partitions[row] = partition_log
+        self._rows[key] = row
+        self._rows_by_identity[identity] = row
+        self.row_settings[row, ROW_REGISTERED] = 1
+        self.row_settings[row, ROW_TOPIC_KEY], self.row_settings[row, ROW_PARTITION] = identity
+        self.row_settings[row, ROW_INTERNAL] = int(topic in INTERNAL_TOPICS)
         # The log tells of every change that makes its target or the row stale.
-        partition_log.set_listener(lambda change: self.refresh(tag))
-        self.refresh(tag)
+        partition_log.set_listener(lambda change: self.refresh(row))
+        self.refresh(row)
         active = partition_log.active
-        _rebuild_sequences(active.log, active.size, tag, self._sequences)
-        return tag
+        _rebuild_sequences(active.log, active.size, row, self._sequences)
+        return row
 
     def unregister_partition(self, topic: str, partition: int) -> None:
-        """Stop hosting (topic, partition): entries tagged for it are refused from now
+        """Stop hosting (topic, partition): entries addressed to it are refused from now
         on, and its table row is freed."""
-        tag = self._tags.pop((topic, partition), None)
-        if tag is None:
+        row = self._rows.pop((topic, partition), None)
+        if row is None:
             return
-        del self._tags_by_identity[(int(self.tags[tag, TAG_TOPIC_KEY]), partition)]
-        self.tags[tag] = 0
-        self._partitions.pop(tag).set_listener(None)
-        del self._targets[tag]
-        _forget_sequences(self._sequences, tag)
+        del self._rows_by_identity[(int(self.row_settings[row, ROW_TOPIC_KEY]), partition)]
+        self.row_settings[row] = 0
+        self._partitions.pop(row).set_listener(None)
+        del self._targets[row]
+        self._appended_rows.pop(row, None)
+        # Kafka answers a produce waiting for a partition it stops leading with an error.
+        _refuse_parked(self.rings, self._parked, row, -CompletionCode.UNKNOWN_PARTITION.value)
+        self._complete_parked()
+        _forget_sequences(self._sequences, row)
         for arrays in (self._logs, self._offset_indexes, self._time_indexes):
-            arrays[tag] = _empty_bytes()
-        self._segment_states[tag] = np.zeros(STATE_WORDS, np.int64)
-        self.table.free(tag)
+            arrays[row] = _empty_bytes()
+        self._segment_states[row] = np.zeros(STATE_WORDS, np.int64)
+        self.table.free(row)
 
-    def tag_of(self, topic: str, partition: int) -> int:
+    def row_of(self, topic: str, partition: int) -> int:
+        """The row of a hosted partition (in the state table and this appender's
+        arrays).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            This appender does not host (topic, partition).
+        """
         try:
-            return self._tags[(topic, partition)]
+            return self._rows[(topic, partition)]
         except KeyError:
             raise UnknownTopicOrPartitionError(
                 f"{topic}-{partition} is not hosted by this appender") from None
 
-    row_of = tag_of             # the partition slot is its row in the state table
-
     def destination(self, topic: str, partition: int) -> Destination:
         """What a producer puts on its ring entries for (topic, partition)."""
-        tag = self.tag_of(topic, partition)
-        return Destination(tag, int(self.tags[tag, TAG_TOPIC_KEY]), partition)
+        row = self.row_of(topic, partition)
+        return Destination(row, int(self.row_settings[row, ROW_TOPIC_KEY]), partition)
 
-    def refresh(self, tag: int) -> None:
+    def refresh(self, row: int) -> None:
         """Point the compiled loop at the partition's current append target and
         settings, and publish its offsets. The partition's log calls this itself
         (its listener) on every change that makes them stale: its appends outside
         the loop, rolls, retention, truncation, compaction swaps and config changes
         (``segments.LogChange``); for a change of its segment files, before the
         first file operation and after the last (the seqlock, ``segment_generation``)."""
-        partition_log = self._partitions[tag]
+        partition_log = self._partitions[row]
         target = partition_log.append_target()
-        self._targets[tag] = target
-        self._logs[tag] = target.log
-        self._offset_indexes[tag] = target.offset_index
-        self._time_indexes[tag] = target.time_index
-        self._segment_states[tag] = target.state
-        row = self.tags[tag]
-        row[TAG_FAST] = int(target.compiled)
-        row[TAG_SEGMENT_BYTES] = target.segment_bytes
-        row[TAG_SEGMENT_MS] = target.segment_ms
-        row[TAG_INDEX_INTERVAL] = target.index_interval
-        row[TAG_BATCH_SIZE_MAX] = partition_log.config.batch_size_max
-        row[TAG_LOG_START_OFFSET] = partition_log.log_start_offset
-        row[TAG_GENERATION] = partition_log.generation
+        self._targets[row] = target
+        self._logs[row] = target.log
+        self._offset_indexes[row] = target.offset_index
+        self._time_indexes[row] = target.time_index
+        self._segment_states[row] = target.state
+        settings = self.row_settings[row]
+        settings[ROW_FAST] = int(target.compiled)
+        settings[ROW_SEGMENT_BYTES] = target.segment_bytes
+        settings[ROW_SEGMENT_MS] = target.segment_ms
+        settings[ROW_INDEX_INTERVAL] = target.index_interval
+        settings[ROW_BATCH_SIZE_MAX] = partition_log.config.batch_size_max
+        settings[ROW_LOG_START_OFFSET] = partition_log.log_start_offset
+        settings[ROW_GENERATION] = partition_log.generation
         end = partition_log.log_end_offset
-        self.table.publish(tag, partition_log.log_start_offset, end, end,
+        self.table.publish(row, partition_log.log_start_offset, end,
+                           self._high_watermark_for(row, partition_log.log_start_offset, end),
                            partition_log.active.base_offset, partition_log.active.size,
                            partition_log.generation)
 
+    def _high_watermark_for(self, row: int, log_start_offset: int, log_end_offset: int) -> int:
+        """The high watermark to publish with these offsets, by the row's policy: the
+        log end, or the one set from outside kept within [log start, log end] (a
+        truncation below it lowers it, as Kafka's ``Log.updateHighWatermark``)."""
+        settings = self.row_settings[row]
+        if settings[ROW_HIGH_WATERMARK_POLICY] == HighWatermarkPolicy.LOG_END:
+            high_watermark = log_end_offset
+        else:
+            high_watermark = min(max(int(settings[ROW_HIGH_WATERMARK]), log_start_offset),
+                                 log_end_offset)
+        settings[ROW_HIGH_WATERMARK] = high_watermark
+        return high_watermark
+
+    # -- seams for replication ---------------------------------------------------------
+    def _hosted(self, row: int) -> int:
+        if row not in self._partitions:
+            raise UnknownTopicOrPartitionError(f"row {row!r} hosts no partition of this appender")
+        return row
+
+    def high_watermark(self, row: int) -> int:
+        """The high watermark published for the partition at ``row``."""
+        return int(self.row_settings[self._hosted(row), ROW_HIGH_WATERMARK])
+
+    def set_high_watermark_policy(self, row: int, policy: HighWatermarkPolicy) -> None:
+        """Who moves the partition's high watermark from now on. ``EXTERNAL`` holds it
+        where it is until :meth:`advance_high_watermark` moves it; ``LOG_END`` moves
+        it to the log end at once (completing what waited for it).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        self.row_settings[self._hosted(row), ROW_HIGH_WATERMARK_POLICY] = \
+            HighWatermarkPolicy(policy)
+        self.refresh(row)
+        self._complete_parked()
+
+    def advance_high_watermark(self, row: int, high_watermark: int) -> int:
+        """Move the high watermark of a partition whose policy is ``EXTERNAL`` up to
+        ``high_watermark`` (never backwards, never past the log end), publish its
+        row, and complete the parked entries it now covers; the high watermark
+        published.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        LocalProtocolError
+            The partition's high watermark follows its log end.
+        """
+        settings = self.row_settings[self._hosted(row)]
+        if settings[ROW_HIGH_WATERMARK_POLICY] != HighWatermarkPolicy.EXTERNAL:
+            raise LocalProtocolError(f"row {row}: the high watermark follows the log end; "
+                                     f"set_high_watermark_policy(row, EXTERNAL) first")
+        high_watermark = min(int(high_watermark), self._partitions[row].log_end_offset)
+        if high_watermark > settings[ROW_HIGH_WATERMARK]:
+            settings[ROW_HIGH_WATERMARK] = high_watermark
+            _publish(self.table.rows, self.row_settings, row, self._segment_states[row])
+            self._complete_parked()
+        return int(settings[ROW_HIGH_WATERMARK])
+
+    def set_leader_epoch(self, row: int, leader_epoch: int) -> None:
+        """The leader epoch stamped on every batch appended to the partition from now
+        on (0 until replication sets one).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        LocalProtocolError
+            ``leader_epoch`` is outside [0, LEADER_EPOCH_MAX].
+        """
+        if not isinstance(leader_epoch, (int, np.integer)) \
+                or not 0 <= leader_epoch <= LEADER_EPOCH_MAX:
+            raise LocalProtocolError(f"a leader epoch must be an integer in "
+                                     f"[0, {LEADER_EPOCH_MAX}], got {leader_epoch!r}")
+        self.row_settings[self._hosted(row), ROW_LEADER_EPOCH] = leader_epoch
+
+    def take_appended(self) -> list[tuple[int, int]]:
+        """The partitions appended to since the last call, as (row, log end offset
+        now), in the order first appended to; each once."""
+        rows, self._appended_rows = self._appended_rows, {}
+        return [(row, self._partitions[row].log_end_offset) for row in rows]
+
+    def _complete_parked(self) -> None:
+        _complete_parked(self._ring_words, self._ring_completions, self.rings, self._parked,
+                         self.row_settings)
+
     # -- rings -----------------------------------------------------------------------
-    def add_ring(self, ring: Ring) -> int:
+    def add_ring(self, ring: Ring, *, awaits_high_watermark: bool = False) -> int:
         """Start draining ``ring`` (from where its consumer left off); its index. A
         slot freed by :meth:`remove_ring` is reused, so the table is as long as the
-        most rings ever drained at once."""
+        most rings ever drained at once. With ``awaits_high_watermark`` (a producer
+        with acks=all) an entry completes once the high watermark covers its batch,
+        not when it is appended (see the module's rules)."""
         if None in self._rings:
             index = self._rings.index(None)
             self._rings[index] = ring
@@ -451,19 +729,25 @@ class Appender:
             self._ring_completions.append(ring.completions)
             self._ring_data.append(ring.data)
             self.rings = np.concatenate([self.rings, np.zeros((1, RING_COLUMNS), np.int64)])
+            self._parked = np.concatenate(
+                [self._parked, np.zeros((1,) + self._parked.shape[1:], np.int64)])
         self.rings[index, RING_CAPACITY] = ring.capacity
-        self.rings[index, RING_HEAD] = ring._head
+        self.rings[index, RING_HEAD] = ring.consumer_head
         self.rings[index, RING_ACTIVE] = 1
+        self.rings[index, RING_AWAITS_HIGH_WATERMARK] = int(awaits_high_watermark)
+        self.rings[index, RING_PARKED_FIRST] = self.rings[index, RING_PARKED_COUNT] = 0
         return index
 
     def remove_ring(self, index: int) -> None:
         """Stop draining a ring and unmap it: the compiled loop's lists drop their
         views of it first (a view keeps a mapping alive). Its slot is free for the
-        next ring. Removing a removed ring does nothing."""
+        next ring. Removing a removed ring does nothing. Its parked completions go
+        with it: its producer is gone, or its ring poisoned."""
         ring = self._rings[index]
         if ring is None:
             return
         self.rings[index, RING_ACTIVE] = 0
+        self.rings[index, RING_PARKED_COUNT] = 0
         self._rings[index] = None
         self._ring_words[index] = _EMPTY_WORDS
         self._ring_completions[index] = _EMPTY_WORDS
@@ -489,12 +773,14 @@ class Appender:
         handled = 0
         while handled < entries_max:
             status = _drain(self._ring_words, self._ring_completions, self._ring_data,
-                            self.rings, self._logs, self._offset_indexes, self._time_indexes,
-                            self._segment_states, self.tags, self.table.rows, self.appended,
-                            self._touched, self._sequences, self._cursor,
-                            entries_max - handled, self._report)
+                            self.rings, self._parked, self._logs, self._offset_indexes,
+                            self._time_indexes, self._segment_states, self.row_settings,
+                            self.table.rows, self.appended, self._touched, self._sequences,
+                            self._cursor, entries_max - handled, self._report)
             handled += int(self._report[_REPORT_FINISHED])
             if self._touched[0]:
+                self._appended_rows.update(
+                    dict.fromkeys(self._touched[1:1 + self._touched[0]].tolist()))
                 self._after_compiled_appends()
             if status == _SLOW:
                 self._append_slowly(*map(int, self._report[:3]))
@@ -506,80 +792,83 @@ class Appender:
         return handled
 
     def _after_compiled_appends(self) -> None:
-        for tag in self._touched[1:1 + self._touched[0]].tolist():
-            self._partitions[tag].appended_by_kernel(self._targets[tag], int(self.appended[tag]))
-            self.appended[tag] = 0
+        for row in self._touched[1:1 + self._touched[0]].tolist():
+            self._partitions[row].appended_by_kernel(self._targets[row], int(self.appended[row]))
+            self.appended[row] = 0
         self._touched[0] = 0
 
     def _append_slowly(self, ring: int, position: int, length: int) -> None:
         """One entry the compiled loop handed over: append it through the log of the
-        partition its identity names (whatever its row says), or refuse it."""
+        partition its identity names (whatever its row says), or refuse it; then
+        finish it as the loop does. The row is published before the entry completes,
+        so no producer hears of an offset the table does not show yet."""
         source = self._rings[ring]
         # A private copy: the producer cannot change what is validated and appended.
         batch = source.data[position + R.ENTRY_HEADER_LENGTH:position + length].copy()
         _, _, _, _, entry_topic_key, entry_partition, number, head = next_entry(
             source.words, source.data, source.capacity, int(self.rings[ring, RING_HEAD]))
-        tag = self._tags_by_identity.get((int(entry_topic_key), int(entry_partition)))
-        if tag is None or self.tags[tag, TAG_INTERNAL]:
-            refusal = CompletionCode.UNKNOWN_PARTITION if tag is None \
+        row = self._rows_by_identity.get((int(entry_topic_key), int(entry_partition)))
+        if row is None or self.row_settings[row, ROW_INTERNAL]:
+            refusal = CompletionCode.UNKNOWN_PARTITION if row is None \
                 else CompletionCode.INTERNAL_TOPIC
-            _finish(source.words, source.completions, self.rings, ring, number, -refusal, head)
-            return
-        result, append_time = self._append_batch(tag, batch)
-        _finish_at(source.words, source.completions, self.rings, ring, number, result, head,
-                   append_time)
-        self.refresh(tag)
+            row, result, append_time, last_offset = -1, -refusal, -1, -1
+        else:
+            # The log's listener refreshed the row (and published it) on the append.
+            result, append_time, last_offset = self._append_batch(row, batch)
+        _finish(source.words, source.completions, self.rings, self._parked, self.row_settings,
+                ring, number, result, append_time, row, last_offset, head)
 
-    def append(self, row: int, batch: np.ndarray) -> int:
-        """Append one batch the broker made itself (an offset commit) to the partition
-        at ``row``, as the slow path appends a producer's, and publish it; its base
-        offset.
+    def append(self, row: int, batch) -> tuple[int, int]:
+        """Append one batch the broker writes itself (offset commits) to the partition
+        at ``row`` as the drain appends a producer's: its sequence checked, stamped
+        with the row's leader epoch, its row published by its high-watermark policy.
+
+        Returns
+        -------
+        (int, int)
+            The completion result (the base offset, or ``-CompletionCode``) and the
+            broker's append time (-1 unless the topic stamps LogAppendTime).
 
         Raises
         ------
-        StorageError, RecordTooLargeError, OutOfOrderSequenceError,
-        InvalidProducerEpochError, CorruptRecordError
-            The batch was refused (nothing of it was appended).
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
         """
-        result, _ = self._append_batch(row, batch)
-        self.refresh(row)
-        if result < 0:
-            code = -result
-            refusal = _REFUSALS.get(code)
-            where = self._partitions[row].directory
-            if refusal is None:
-                raise CorruptRecordError(f"{where}: batch refused (code {code})", status=code)
-            raise refusal(f"{where}: batch refused ({CompletionCode(code).name.lower()}; "
-                          f"see the broker's log)")
-        return result
+        source = batch if isinstance(batch, np.ndarray) else np.frombuffer(batch, np.uint8)
+        result, append_time, _ = self._append_batch(self._hosted(row), source)
+        return result, append_time
 
-    def _append_batch(self, tag: int, batch: np.ndarray) -> tuple[int, int]:
+    def _append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
         """Append one batch through the partition's log, unless its sequence says it
-        is a duplicate or out of order: (completion result, broker append time)."""
-        partition_log = self._partitions[tag]
+        is a duplicate or out of order: (completion result, broker append time, last
+        offset of the batch the result names or -1)."""
+        partition_log = self._partitions[row]
         header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
             if batch.size >= B.HEADER_LENGTH else None
         producer_id = int(header["producer_id"]) if header is not None else -1
         producer_epoch = int(header["producer_epoch"]) if header is not None else -1
         base_sequence = int(header["base_sequence"]) if header is not None else -1
-        verdict, duplicate_offset = _check_sequence(self._sequences, tag, producer_id,
+        verdict, duplicate_offset = _check_sequence(self._sequences, row, producer_id,
                                                     producer_epoch, base_sequence)
         if verdict == _SEQUENCE_DUPLICATE:
-            return int(duplicate_offset), -1
+            return (int(duplicate_offset), -1,
+                    int(duplicate_offset) + int(header["last_offset_delta"]))
         if verdict != _SEQUENCE_NEW:
-            return int(_sequence_refusal(verdict)), -1
+            return int(_sequence_refusal(verdict)), -1, -1
         try:
-            appended = partition_log.append(batch)
+            appended = partition_log.append(
+                batch, leader_epoch=int(self.row_settings[row, ROW_LEADER_EPOCH]))
         except CorruptRecordError as error:
-            return -(error.status or CompletionCode.NOT_ONE_BATCH), -1
+            return -(error.status or CompletionCode.NOT_ONE_BATCH), -1, -1
         except RecordTooLargeError:
-            return -CompletionCode.RECORD_TOO_LARGE, -1
+            return -CompletionCode.RECORD_TOO_LARGE, -1, -1
         except StorageError:
             log.exception("append to %s failed", partition_log.directory)
-            return -CompletionCode.STORAGE_ERROR, -1
-        _remember_sequence(self._sequences, tag, producer_id, producer_epoch, base_sequence,
+            return -CompletionCode.STORAGE_ERROR, -1, -1
+        _remember_sequence(self._sequences, row, producer_id, producer_epoch, base_sequence,
                            appended.base_offset, appended.last_offset - appended.base_offset + 1)
-        return appended.base_offset, appended.log_append_time
+        self._appended_rows[row] = None
+        return appended.base_offset, appended.log_append_time, appended.last_offset
 
     def _poison(self, ring: int, position: int, length: int) -> None:
         source = self._rings[ring]

@@ -11,15 +11,19 @@ Rules
 * Both sides count a partition's sequence numbers modulo :data:`SEQUENCE_MODULUS`,
   so they agree where the sequence wraps.
 * The producer imports this module and the appender imports it back, so it
-  imports nothing: a producer loads neither the appender nor the log (the ring's
-  two ends share these numbers, not code).
+  imports nothing but the error tree: a producer loads neither the appender nor
+  the log (the ring's two ends share these numbers, not code).
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["CompletionCode", "SEQUENCE_MODULUS"]
+from .errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTopicError,
+                     OutOfOrderSequenceError, RecordTooLargeError, ShmlogError, StorageError,
+                     UnknownTopicOrPartitionError)
+
+__all__ = ["CompletionCode", "SEQUENCE_MODULUS", "completion_error"]
 
 
 class CompletionCode(enum.IntEnum):
@@ -35,3 +39,26 @@ class CompletionCode(enum.IntEnum):
 
 
 SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
+
+
+def completion_error(code: int, topic: str, partition: int) -> ShmlogError:
+    """The typed error of a refused batch (its completion result was ``-code``) for
+    ``topic``-``partition``: what a producer raises from the batch's futures, and
+    what the broker raises for a batch of its own that the appender refused."""
+    where = f"{topic}-{partition}"
+    if code == CompletionCode.UNKNOWN_PARTITION:
+        return UnknownTopicOrPartitionError(f"{where} is not hosted by the broker any more")
+    if code == CompletionCode.RECORD_TOO_LARGE:
+        return RecordTooLargeError(f"the broker refused a batch for {where}: too large")
+    if code == CompletionCode.STORAGE_ERROR:
+        return StorageError(f"the broker could not write {where} (see its log)")
+    if code == CompletionCode.INTERNAL_TOPIC:
+        return InvalidTopicError(f"cannot append to internal topic {topic!r}")
+    if code == CompletionCode.INVALID_PRODUCER_EPOCH:
+        return InvalidProducerEpochError(f"the broker fenced a batch for {where}: it has "
+                                         f"appended a later epoch of this producer id")
+    if code == CompletionCode.OUT_OF_ORDER_SEQUENCE:
+        return OutOfOrderSequenceError(f"the broker expected another sequence number for "
+                                       f"{where}: batches were lost or reordered")
+    return CorruptRecordError(f"the broker refused a batch for {where}: code {code}",
+                              status=int(code))

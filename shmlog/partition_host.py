@@ -54,6 +54,7 @@ import numpy as np
 from . import limits, shared_memory
 from .appender import DRAIN_ENTRIES_MAX, Appender
 from .cleaner import CleanerThread, keys_max as cleaner_keys_max, plan as cleaner_plan
+from .completion import completion_error
 from .errors import ShmlogError
 from .log_manager import LogManager, TopicMetadata
 from .paths import shared_memory_prefix
@@ -228,10 +229,14 @@ class PartitionHost:
         Raises
         ------
         UnknownTopicOrPartitionError, StorageError, RecordTooLargeError, CorruptRecordError
+            The appender refused the batch (``completion.completion_error``); nothing
+            of it was appended.
         """
-        base_offset = self.appender.append(self.partition(topic, partition).row, batch)
+        result, _ = self.appender.append(self.partition(topic, partition).row, batch)
+        if result < 0:
+            raise completion_error(-result, topic, partition)
         self.table.consumer_doorbell.ring()
-        return base_offset
+        return result
 
     def drain_soon(self) -> None:
         """Drain the rings at the next turn, whether or not the doorbell rang (a ring

@@ -85,13 +85,11 @@ import numpy as np
 from . import batch_layout as B
 from . import limits, settings
 from . import state_layout as S
-from .completion import SEQUENCE_MODULUS, CompletionCode
+from .completion import SEQUENCE_MODULUS, CompletionCode, completion_error
 from .control_client import request
 from .paths import default_data_dir
-from .errors import (ClientClosedError, CorruptRecordError, InvalidProducerEpochError,
-                     InvalidTopicError, LocalProtocolError,
-                     OutOfOrderSequenceError, RecordTooLargeError,
-                     ShmlogError, StorageError, UnknownTopicOrPartitionError)
+from .errors import (ClientClosedError, InvalidTopicError, LocalProtocolError,
+                     RecordTooLargeError, ShmlogError, UnknownTopicOrPartitionError)
 from .internal_topics import INTERNAL_TOPICS
 from .jit import kernel
 from .records import (Compression, check_headers, check_timestamp, encode_batch,
@@ -230,26 +228,6 @@ class BatchMetadata(NamedTuple):
     base_offset: int           # -1 with acks=0
     record_count: int
     timestamp: int
-
-
-def _completion_error(code: int, topic: str, partition: int) -> ShmlogError:
-    where = f"{topic}-{partition}"
-    if code == CompletionCode.UNKNOWN_PARTITION:
-        return UnknownTopicOrPartitionError(f"{where} is not hosted by the broker any more")
-    if code == CompletionCode.RECORD_TOO_LARGE:
-        return RecordTooLargeError(f"the broker refused a batch for {where}: too large")
-    if code == CompletionCode.STORAGE_ERROR:
-        return StorageError(f"the broker could not write {where} (see its log)")
-    if code == CompletionCode.INTERNAL_TOPIC:
-        return InvalidTopicError(f"cannot append to internal topic {topic!r}")
-    if code == CompletionCode.INVALID_PRODUCER_EPOCH:
-        return InvalidProducerEpochError(f"the broker fenced a batch for {where}: it has "
-                                         f"appended a later epoch of this producer id")
-    if code == CompletionCode.OUT_OF_ORDER_SEQUENCE:
-        return OutOfOrderSequenceError(f"the broker expected another sequence number for "
-                                       f"{where}: batches were lost or reordered")
-    return CorruptRecordError(f"the broker refused a batch for {where}: code {code}",
-                              status=int(code))
 
 
 class _Batch:
@@ -520,7 +498,7 @@ class Producer:
         for batch in failed:
             batch.drop_columns()
             batch.encoded = None
-            batch.error = _completion_error(CompletionCode.UNKNOWN_PARTITION, batch.topic,
+            batch.error = completion_error(CompletionCode.UNKNOWN_PARTITION, batch.topic,
                                             batch.partition)
 
     def partitions_for(self, topic: str) -> list[int]:
@@ -784,7 +762,7 @@ class Producer:
             self._resend[key].append(batch)      # kept out by a refused batch before it
             return
         batch.encoded = None
-        batch.error = _completion_error(code, batch.topic, batch.partition)
+        batch.error = completion_error(code, batch.topic, batch.partition)
         if code == CompletionCode.UNKNOWN_PARTITION:
             route = self._routes.get(batch.topic)
             # Only a route to the topic that is gone: one read since then is good.

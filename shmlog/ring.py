@@ -7,8 +7,9 @@ Rules
 * Cross-process ordering uses the acquire/release atomics of ``atomics.py`` only;
   no spin loop reads a counter with a plain load.
 * The consumer trusts nothing the producer wrote: its own head is kept privately
-  (the shared head word is only published), and every entry is bounds-checked
-  before it is handed out (see ``ring_layout``).
+  (``Ring.consumer_head``, which the appender starts from; the shared head word
+  is only published), and every entry is bounds-checked before it is handed out
+  (see ``ring_layout``).
 
 Theory of operation
 -------------------
@@ -212,7 +213,10 @@ class Ring:
         self.capacity = len(memory) - R.DATA_OFFSET
         self.data = np.frombuffer(memory, np.uint8, offset=R.DATA_OFFSET, count=self.capacity)
         # The consumer's private copies: it never trusts what the producer could overwrite.
-        self._head = int(self.words[R.HEAD_WORD])
+        # ``consumer_head``: the byte count up to which this consumer has taken entries
+        # (the shared head word only publishes it); a consumer that attaches starts
+        # where the previous one released, so the appender starts its own head here.
+        self.consumer_head = int(self.words[R.HEAD_WORD])
         self._taken_numbers: list[int] = []          # taken, not yet completed
         # The producer's: entries put, and results copied out but not yet claimed.
         self._published = int(self.words[R.PUBLISHED_WORD])
@@ -344,14 +348,14 @@ class Ring:
             The ring holds bytes that cannot be an entry.
         """
         status, position, length, row, topic_key, partition, number, head = next_entry(
-            self.words, self.data, self.capacity, self._head)
+            self.words, self.data, self.capacity, self.consumer_head)
         if status == ENTRY_NONE:
             return None
         if status == ENTRY_CORRUPT:
             raise CorruptRingError(f"ring {self.name!r}: no valid entry at byte {position} "
                                    f"(length field {length}); the producer wrote garbage",
                                    name=self.name, position=int(position))
-        self._head = int(head)
+        self.consumer_head = int(head)
         self._taken_numbers.append(int(number))
         start = int(position) + R.ENTRY_HEADER_LENGTH
         return (Destination(int(row), int(topic_key), int(partition)),
@@ -367,7 +371,7 @@ class Ring:
 
     def release(self) -> None:
         """Hand the space of every entry taken so far back to the producer."""
-        py_store_release(self.words, R.HEAD_WORD, self._head)
+        py_store_release(self.words, R.HEAD_WORD, self.consumer_head)
 
     @property
     def used(self) -> int:

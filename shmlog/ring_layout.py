@@ -85,10 +85,15 @@ Entry (8-byte aligned in the data region)::
   consumer has finished entry ``k`` (appended it, or rejected it) it writes slot
   ``k % COMPLETION_SLOTS`` (a result: a base offset >= 0 or a negative error code,
   and a timestamp), then stores ``acknowledged = k + 1`` with release ordering
-  (never lowering it), and only then releases the entry's space. The
-  producer loads ``acknowledged`` with acquire ordering and copies the results out;
-  it never has more than ``COMPLETION_SLOTS`` entries whose results it has not yet
-  copied, so no slot is overwritten before it is read.
+  (never lowering it): the count acknowledges every entry below it, so entries
+  are completed in order. An entry's space is released once the consumer is done
+  with its bytes: after its completion, or before it when the completion waits for
+  something else (an acks=all entry waits for its partition's high watermark; the
+  consumer then keeps the result itself). The producer loads ``acknowledged`` with
+  acquire ordering and copies the results out; it never has more than
+  ``COMPLETION_SLOTS`` entries whose results it has not yet copied, so no slot is
+  overwritten before it is read, and a consumer holding results back never holds
+  more than that many.
 * ``producer_closed`` (producer) says no entry will follow; ``consumer_error``
   (consumer, non-zero) says the consumer has stopped reading this ring and why.
 * The consumer trusts nothing in the data region: a length that is too short, runs

@@ -90,7 +90,7 @@ def drain_until(appender, condition):
 def test_three_producers_two_partitions_exactly_once_in_order(world):
     logs, table, appender, prefix, names, children = world
     logs.create_topic("events", partitions=2, config={"segment.bytes": 256 << 10})
-    tags = [appender.register_partition("events", partition) for partition in (0, 1)]
+    rows = [appender.register_partition("events", partition) for partition in (0, 1)]
     batches = 400
     destinations = [appender.destination("events", partition) for partition in (0, 1)]
     producers = [start_producer(appender, prefix, names, children, f"p{number}", destinations,
@@ -105,9 +105,9 @@ def test_three_producers_two_partitions_exactly_once_in_order(world):
 
     drain_until(appender, all_done)
     assert all(child.returncode == 0 for child in producers)
-    for partition, tag in zip((0, 1), tags):
+    for partition, row in zip((0, 1), rows):
         records = all_records(logs.partition_log("events", partition))
-        assert table.high_watermark(tag) == len(records)
+        assert table.high_watermark(row) == len(records)
         for number in range(3):
             mine = [r.value for r in records if r.value.startswith(b"p%d:" % number)]
             expected = [b"p%d:%d:%d" % (number, batch, i)
@@ -118,7 +118,7 @@ def test_three_producers_two_partitions_exactly_once_in_order(world):
 def test_a_producer_killed_mid_stream_leaves_nothing_partial(world):
     logs, table, appender, prefix, names, children = world
     logs.create_topic("events")
-    tag = appender.register_partition("events", 0)
+    row = appender.register_partition("events", 0)
     child, ring = start_producer(appender, prefix, names, children, "victim",
                                  [appender.destination("events", 0)], 10**9)
     # The producer counts its published entries in the ring itself.

@@ -49,52 +49,52 @@ def world(tmp_path):
         assert not os.path.exists(f"/dev/shm/{name}")
 
 
-def values(tag: str, count: int) -> list[bytes]:
-    return [f"{tag}-{index}".encode() for index in range(count)]
+def values(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}-{index}".encode() for index in range(count)]
 
 
 def test_batches_from_several_rings_land_in_order_with_their_offsets(world):
     logs, table, appender, ring = world
     logs.create_topic("events", partitions=2)
-    tags = [appender.register_partition("events", partition) for partition in (0, 1)]
-    destinations = {tag: appender.destination("events", partition)
-                    for partition, tag in zip((0, 1), tags)}
+    rows = [appender.register_partition("events", partition) for partition in (0, 1)]
+    destinations = {row: appender.destination("events", partition)
+                    for partition, row in zip((0, 1), rows)}
     producers = [ring() for _ in range(3)]
-    sent = {tag: [] for tag in tags}
+    sent = {row: [] for row in rows}
     entries = []
     for round_number in range(20):
         for number, producer in enumerate(producers):
-            tag = tags[(round_number + number) % 2]
+            row = rows[(round_number + number) % 2]
             batch_values = values(f"p{number}r{round_number}", 1 + round_number % 4)
-            entries.append((producer, producer.put(destinations[tag], encode_batch(batch_values),
+            entries.append((producer, producer.put(destinations[row], encode_batch(batch_values),
                                                    1000),
-                            tag, batch_values))
+                            row, batch_values))
     assert appender.drain() == len(entries)
-    in_log_order = {tag: [] for tag in tags}
-    for producer, entry, tag, batch_values in entries:
-        sent[tag] += batch_values
-    for partition, tag in zip((0, 1), tags):
+    in_log_order = {row: [] for row in rows}
+    for producer, entry, row, batch_values in entries:
+        sent[row] += batch_values
+    for partition, row in zip((0, 1), rows):
         partition_log = logs.partition_log("events", partition)
         records = all_records(partition_log)
-        assert sorted(r.value for r in records) == sorted(sent[tag])
-        assert [r.offset for r in records] == list(range(len(sent[tag])))
-        assert table.high_watermark(tag) == partition_log.log_end_offset == len(sent[tag])
+        assert sorted(r.value for r in records) == sorted(sent[row])
+        assert [r.offset for r in records] == list(range(len(sent[row])))
+        assert table.high_watermark(row) == partition_log.log_end_offset == len(sent[row])
         for record in records:
-            in_log_order[tag].append(record.value)
-    for producer, entry, tag, batch_values in entries:
+            in_log_order[row].append(record.value)
+    for producer, entry, row, batch_values in entries:
         result, _ = producer.result(entry)
-        assert in_log_order[tag][result:result + len(batch_values)] == batch_values
+        assert in_log_order[row][result:result + len(batch_values)] == batch_values
     for number, producer in enumerate(producers):   # each producer's order is kept
-        for tag in tags:
-            mine = [v for v in in_log_order[tag] if v.startswith(f"p{number}r".encode())]
-            assert mine == [v for _, _, t, batch in entries if t == tag
+        for row in rows:
+            mine = [v for v in in_log_order[row] if v.startswith(f"p{number}r".encode())]
+            assert mine == [v for _, _, t, batch in entries if t == row
                             and batch[0].startswith(f"p{number}r".encode()) for v in batch]
 
 
 def test_bad_entries_are_completed_with_errors_and_never_appended(world):
     logs, table, appender, ring = world
     logs.create_topic("t", config={"max.message.bytes": 2000})
-    tag = appender.register_partition("t", 0)
+    row = appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     producer = ring()
     corrupt = encode_batch([b"flipped"]).copy()
@@ -112,11 +112,11 @@ def test_bad_entries_are_completed_with_errors_and_never_appended(world):
         (to, np.frombuffer(b"garbage!" * 10, np.uint8), -BatchStatus.BAD_MAGIC),
         (to, encode_batch([b"good-2"]), 1),
     ]
-    entries = [producer.put(case_tag, payload, 1000) for case_tag, payload, _ in cases]
+    entries = [producer.put(case_destination, payload, 1000) for case_destination, payload, _ in cases]
     assert appender.drain() == len(cases)
     assert [producer.result(entry)[0] for entry in entries] == [int(c[2]) for c in cases]
     assert [r.value for r in all_records(logs.partition_log("t", 0))] == [b"good-1", b"good-2"]
-    assert table.high_watermark(tag) == 2
+    assert table.high_watermark(row) == 2
 
 
 def test_the_slow_path_handles_zstd_log_append_time_and_rolls(world):
@@ -147,7 +147,7 @@ def test_the_slow_path_handles_zstd_log_append_time_and_rolls(world):
 def test_garbage_in_a_ring_poisons_only_that_ring(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
-    tag = appender.register_partition("t", 0)
+    row = appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     good, bad = ring(), ring()
     bad.put(to, encode_batch([b"before"]), 1000)
@@ -166,7 +166,7 @@ def test_garbage_in_a_ring_poisons_only_that_ring(world):
 def test_draining_resumes_where_a_previous_consumer_stopped(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
-    tag = appender.register_partition("t", 0)
+    row = appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     producer = ring()
     producer.put(to, encode_batch([b"one"]), 1000)
@@ -187,7 +187,7 @@ def identified(values, producer_id, sequence, epoch=0, compression=None):
 def test_a_batch_re_read_after_a_crash_is_acknowledged_not_appended_again(world, tmp_path):
     logs, table, appender, ring = world
     logs.create_topic("t")
-    tag = appender.register_partition("t", 0)
+    row = appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     producer = ring()
     producer.put(to, identified([b"a", b"b"], 7, 0), 1000)
@@ -214,7 +214,7 @@ def test_a_batch_re_read_after_a_crash_is_acknowledged_not_appended_again(world,
 def test_sequences_must_follow_on(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
-    tag = appender.register_partition("t", 0)
+    row = appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     producer = ring()
     entries = [producer.put(to, identified([b"x"] * 3, 9, 0), 1000),

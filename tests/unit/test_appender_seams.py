@@ -1,0 +1,279 @@
+"""The appender's seams for replication: a high watermark set from outside, entries
+whose completion waits for it (acks=all) while their ring space goes back at once,
+completions in ring order, the leader epoch stamped on every batch, the "appended"
+event, and the broker's own appends (Appender.append).
+
+Method: real rings in /dev/shm, a real state table, real partition logs on disk and
+a real PartitionReader (what a consumer reads through), all in this process; what
+the producer side of each ring sees (entry results, the acknowledged count, the
+head) and what the table and the reader show are checked.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from helpers import all_records
+from shmlog import LogManager, ring_layout as R, shared_memory
+from shmlog.appender import Appender, CompletionCode, HighWatermarkPolicy
+from shmlog.errors import LocalProtocolError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from shmlog.reader import PartitionReader
+from shmlog.records import decode_records, encode_batch, iter_batches
+from shmlog.ring import Ring, put_entry
+from shmlog.state import PartitionStateTable
+
+EXTERNAL = HighWatermarkPolicy.EXTERNAL
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A log manager, a state table, an appender, a ring factory and a reader
+    factory; all cleaned up."""
+    prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    names = [prefix + "-state"]
+    logs = LogManager(str(tmp_path / "data"))
+    table = PartitionStateTable.create(names[0], 16)
+    appender = Appender(logs, table)
+    readers = []
+
+    def ring(capacity=1 << 20, awaits_high_watermark=False):
+        name = f"{prefix}-ring{len(names)}"
+        names.append(name)
+        producer = Ring.create(name, capacity)
+        appender.add_ring(Ring.attach(name), awaits_high_watermark=awaits_high_watermark)
+        return producer
+
+    def reader(topic, partition=0):
+        snapshot = table.snapshot(appender.row_of(topic, partition))
+        readers.append(PartitionReader(logs.partition_log(topic, partition).directory, table,
+                                       appender.row_of(topic, partition),
+                                       topic_key=snapshot.topic_key, partition=partition))
+        return readers[-1]
+
+    yield logs, table, appender, ring, reader
+    for opened in readers:
+        opened.close()
+    logs.close()
+    for name in names:
+        shared_memory.unlink(name)
+        assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def batch(*values, **fields):
+    return encode_batch(list(values), **fields)
+
+
+def acknowledged(producer: Ring) -> int:
+    return int(producer.words[R.ACKNOWLEDGED_WORD])
+
+
+def test_a_held_high_watermark_moves_only_forward_and_readers_stop_below_it(world):
+    logs, table, appender, ring, reader = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring()
+    for first in (0, 3):
+        values = [b"v%d" % offset for offset in range(first, first + 3)]
+        producer.put(appender.destination("t", 0), batch(*values), 1000)
+    assert appender.drain() == 2
+    snapshot = table.snapshot(row)
+    assert (snapshot.log_end_offset, snapshot.high_watermark) == (6, 0), \
+        "the log end is published, the high watermark held"
+    assert producer.result(0) == (0, -1), "a ring that does not await the watermark: acks=1"
+    consumer = reader("t")
+    assert consumer.read(0).data.size == 0
+    with pytest.raises(OffsetOutOfRangeError):
+        consumer.read(3)
+    assert appender.advance_high_watermark(row, 3) == 3
+    assert [r.value for r in decode_records(consumer.read(0).data)] == [b"v0", b"v1", b"v2"]
+    assert consumer.read(3).data.size == 0, "nothing at or above the high watermark"
+    assert appender.advance_high_watermark(row, 1) == 3, "never backwards"
+    assert appender.advance_high_watermark(row, 100) == 6, "never past the log end"
+    assert (table.high_watermark(row), appender.high_watermark(row)) == (6, 6)
+    assert [r.offset for r in decode_records(consumer.read(3).data)] == [3, 4, 5]
+
+
+def test_advancing_needs_a_hosted_partition_whose_watermark_is_set_from_outside(world):
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    with pytest.raises(LocalProtocolError):
+        appender.advance_high_watermark(row, 0)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        appender.advance_high_watermark(row + 1, 0)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        appender.set_leader_epoch(row + 1, 1)
+    for epoch in (-1, 2**31, "1"):
+        with pytest.raises(LocalProtocolError):
+            appender.set_leader_epoch(row, epoch)
+
+
+def test_deferred_completions_wait_for_the_watermark_in_ring_order(world):
+    """An acks=all ring: its space goes back as soon as each batch is copied (or
+    refused); its completions wait until the held partition's high watermark
+    covers the batch, and later entries of the same ring (a local partition's, a
+    refusal) wait behind it. Another ring's entry to the held partition completes at
+    once: it does not await the watermark."""
+    logs, table, appender, ring, reader = world
+    logs.create_topic("held", config={"max.message.bytes": 2000})
+    logs.create_topic("local")
+    held, local = (appender.register_partition(topic, 0) for topic in ("held", "local"))
+    appender.set_high_watermark_policy(held, EXTERNAL)
+    eager, patient = ring(), ring(awaits_high_watermark=True)
+    eager.put(appender.destination("held", 0), batch(b"eager"), 1000)
+    assert appender.drain() == 1 and eager.result(0) == (0, -1)
+    entries = [patient.put(appender.destination("held", 0), batch(b"a", b"b", b"c"), 1000),
+               patient.put(appender.destination("local", 0), batch(b"local"), 1000),
+               patient.put(appender.destination("held", 0), batch(b"x" * 3000), 1000),
+               patient.put(appender.destination("local", 0), batch(b"local2"), 1000)]
+    assert appender.drain() == 4
+    assert patient.used == 0, "every entry's space is back"
+    assert acknowledged(patient) == 0 and patient.result(entries[0]) is None
+    assert table.high_watermark(local) == 2, "the local partition's batches are published"
+    assert [r.value for r in decode_records(reader("local").read(0).data)] == \
+        [b"local", b"local2"]
+    assert appender.advance_high_watermark(held, 3) == 3      # the batch ends at offset 3
+    assert acknowledged(patient) == 0
+    eager.put(appender.destination("local", 0), batch(b"meanwhile"), 1000)
+    assert appender.drain() == 1 and eager.result(1) == (2, -1)
+    assert appender.advance_high_watermark(held, 4) == 4
+    assert acknowledged(patient) == 4
+    assert [patient.result(entry)[0] for entry in entries] == \
+        [1, 0, -CompletionCode.RECORD_TOO_LARGE, 1]
+
+
+def test_a_deferring_ring_keeps_being_read_while_nothing_completes(world):
+    """A ring of one page holds a few entries at a time; its producer puts many
+    more, and each drain takes them, as the space goes back when they are copied."""
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring(R.CAPACITY_MIN, awaits_high_watermark=True)
+    payload = batch(b"x" * 200)
+    assert R.aligned_entry_size(payload.size) * 100 > 5 * R.CAPACITY_MIN
+    for number in range(100):
+        assert producer.try_put(appender.destination("t", 0), payload) == number
+        appender.drain()
+    assert logs.partition_log("t", 0).log_end_offset == 100
+    assert acknowledged(producer) == 0 and producer.used == 0
+    appender.advance_high_watermark(row, 100)
+    assert [producer.result(number) for number in range(100)] == [(n, -1) for n in range(100)]
+
+
+def test_parked_completions_are_bounded_by_the_completion_slots(world):
+    """A producer never has more than COMPLETION_SLOTS entries unacknowledged; one
+    that puts more anyway (past Ring's own check) is not read further until its
+    parked completions drain, so they never outgrow their queue."""
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring(awaits_high_watermark=True)
+    to = appender.destination("t", 0)
+    for _ in range(R.COMPLETION_SLOTS):
+        producer.put(to, batch(b"v"), 1000)
+    assert producer.try_put(to, batch(b"v")) == -1, "Ring keeps to the bound itself"
+    extra = batch(b"one too many")
+    assert put_entry(producer.words, producer.data, producer.capacity, *to, extra, 0,
+                     extra.size) == 0
+    assert appender.drain() == R.COMPLETION_SLOTS
+    assert producer.used == R.aligned_entry_size(extra.size), "the extra entry is not read"
+    assert appender.advance_high_watermark(row, R.COMPLETION_SLOTS) == R.COMPLETION_SLOTS
+    assert acknowledged(producer) == R.COMPLETION_SLOTS
+    assert appender.drain() == 1 and producer.used == 0
+    appender.advance_high_watermark(row, R.COMPLETION_SLOTS + 1)
+    assert acknowledged(producer) == R.COMPLETION_SLOTS + 1
+
+
+def test_parked_completions_end_when_the_watermark_follows_the_log_end_or_the_partition_goes(
+        world):
+    logs, table, appender, ring, _ = world
+    logs.create_topic("kept")
+    logs.create_topic("gone")
+    kept, gone = (appender.register_partition(topic, 0) for topic in ("kept", "gone"))
+    for row in (kept, gone):
+        appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring(awaits_high_watermark=True)
+    entries = [producer.put(appender.destination(topic, 0), batch(b"v"), 1000)
+               for topic in ("gone", "kept", "kept")]
+    assert appender.drain() == 3 and acknowledged(producer) == 0
+    appender.unregister_partition("gone", 0)
+    assert producer.result(entries[0]) == (-CompletionCode.UNKNOWN_PARTITION, -1)
+    assert acknowledged(producer) == 1, "the rest still waits for its own partition"
+    appender.set_high_watermark_policy(kept, HighWatermarkPolicy.LOG_END)
+    assert table.high_watermark(kept) == 2
+    assert [producer.result(entry) for entry in entries[1:]] == [(0, -1), (1, -1)]
+
+
+def test_a_duplicate_of_a_deferred_batch_waits_for_the_original(world):
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring(awaits_high_watermark=True)
+    to = appender.destination("t", 0)
+    identified = batch(b"a", b"b", producer_id=3, producer_epoch=0, base_sequence=0)
+    entries = [producer.put(to, identified, 1000), producer.put(to, identified, 1000)]
+    assert appender.drain() == 2
+    assert appender.advance_high_watermark(row, 1) == 1 and acknowledged(producer) == 0
+    appender.advance_high_watermark(row, 2)
+    assert [producer.result(entry) for entry in entries] == [(0, -1), (0, -1)]
+    assert logs.partition_log("t", 0).log_end_offset == 2
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])      # compiled path, slow path
+def test_every_batch_is_stamped_with_the_leader_epoch(world, compression):
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    producer = ring()
+    to = appender.destination("t", 0)
+    producer.put(to, batch(b"epoch 0", compression=compression), 1000)
+    appender.drain()
+    appender.set_leader_epoch(row, 7)
+    producer.put(to, batch(b"epoch 7", compression=compression), 1000)
+    appender.drain()
+    assert appender.append(row, batch(b"by the broker")) == (2, -1)
+    active = logs.partition_log("t", 0).active
+    assert [(info.base_offset, info.leader_epoch)
+            for info in iter_batches(active.log[:active.size])] == [(0, 0), (1, 7), (2, 7)]
+
+
+def test_take_appended_reports_each_partition_appended_to_once_with_its_log_end(world):
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t", partitions=3)
+    rows = [appender.register_partition("t", partition) for partition in range(3)]
+    producer = ring()
+    for partition, value in [(0, b"a"), (1, b"b"), (0, b"c")]:
+        producer.put(appender.destination("t", partition), batch(value), 1000)
+    producer.put(appender.destination("t", 1), batch(b"zipped", compression="zstd"), 1000)
+    producer.put(appender.destination("t", 2), b"not a batch", 1000)     # refused
+    assert appender.drain() == 5
+    assert sorted(appender.take_appended()) == sorted([(rows[0], 2), (rows[1], 2)])
+    assert appender.take_appended() == []
+    appender.append(rows[2], batch(b"commit"))
+    assert appender.take_appended() == [(rows[2], 1)]
+
+
+def test_append_follows_the_watermark_policy_and_the_sequence_rules(world):
+    logs, table, appender, _, reader = world
+    logs.create_topic("__consumer_offsets")
+    row = appender.register_partition("__consumer_offsets", 0)
+    commit = batch(b"k", producer_id=11, producer_epoch=0, base_sequence=0)
+    assert appender.append(row, commit) == (0, -1)
+    assert table.high_watermark(row) == 1
+    assert appender.append(row, commit) == (0, -1), "a duplicate is not appended again"
+    assert appender.append(row, b"garbage")[0] < 0
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    assert appender.append(row, batch(b"held"))[0] == 1
+    snapshot = table.snapshot(row)
+    assert (snapshot.log_end_offset, snapshot.high_watermark) == (2, 1)
+    assert [r.value for r in all_records(logs.partition_log("__consumer_offsets", 0))] == \
+        [b"k", b"held"]
+    with pytest.raises(UnknownTopicOrPartitionError):
+        appender.append(row + 1, commit)
