@@ -16,15 +16,14 @@ the registry's periodic liveness check is one of the broker's scheduled tasks.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .control import require
 from .producer_registry import ProducerRegistry
+from .service import ImmediateService
 
 __all__ = ["ProducerService"]
 
 
-class ProducerService:
+class ProducerService(ImmediateService):
     """Producer registration requests over a :class:`ProducerRegistry`."""
 
     def __init__(self, registry: ProducerRegistry):
@@ -34,18 +33,6 @@ class ProducerService:
         return {"register_producer": self.register_producer,
                 "unregister_producer": self.unregister_producer,
                 "init_producer_id": self.init_producer_id}
-
-    def tick(self, now: int) -> None:
-        """Nothing is timed here."""
-
-    def next_deadline(self) -> int | None:
-        return None
-
-    def take_replies(self) -> list[tuple[Any, dict]]:
-        return []
-
-    def pending_tickets(self) -> list:
-        return []
 
     def register_producer(self, ring) -> dict:
         """Start draining the producer's ring (it created it, under our prefix)."""

@@ -35,7 +35,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from .errors import ShmlogError
 
-__all__ = ["Service", "RequestContext"]
+__all__ = ["Service", "ImmediateService", "RequestContext"]
 
 
 class RequestContext:
@@ -66,3 +66,21 @@ class Service(Protocol):
 
     def pending_tickets(self) -> list[Any]:
         """Tickets of requests held back and not answered yet."""
+
+
+class ImmediateService:
+    """The timing part of :class:`Service` for a service that answers every request
+    at once and keeps no time (the topic and producer services): subclasses give
+    :meth:`handlers`."""
+
+    def tick(self, now: int) -> None:
+        """Nothing is timed here."""
+
+    def next_deadline(self) -> int | None:
+        return None
+
+    def take_replies(self) -> list[tuple[Any, dict | ShmlogError]]:
+        return []
+
+    def pending_tickets(self) -> list[Any]:
+        return []

@@ -4,7 +4,7 @@ DeleteTopics, CreatePartitions, IncrementalAlterConfigs and ListOffsets).
 
 Rules
 -----
-* Internal topics (``groups.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
+* Internal topics (``internal_topics.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
   broker's: it creates them on first use (``group_service``); a client cannot
   create, delete or grow them (Kafka's rule).
 * Metadata names, for every partition, its row in the state table and its
@@ -22,13 +22,12 @@ listeners, the group coordinator among them, when the topics changed).
 from __future__ import annotations
 
 import os
-from typing import Any
-
 from . import access
 from .control import require
 from .errors import InvalidTopicError
-from .groups import INTERNAL_TOPICS
+from .internal_topics import INTERNAL_TOPICS
 from .partition_host import PartitionHost
+from .service import ImmediateService
 
 __all__ = ["TopicService"]
 
@@ -43,7 +42,7 @@ def _refuse_internal(name, done: str) -> None:
                                 f"client")
 
 
-class TopicService:
+class TopicService(ImmediateService):
     """Topic requests over a :class:`PartitionHost`.
 
     Parameters
@@ -65,18 +64,6 @@ class TopicService:
                 "alter_topic_config": self.alter_topic_config,
                 "offset_for_timestamp": self.offset_for_timestamp,
                 "list_offsets": self.list_offsets}
-
-    def tick(self, now: int) -> None:
-        """Nothing is timed here."""
-
-    def next_deadline(self) -> int | None:
-        return None
-
-    def take_replies(self) -> list[tuple[Any, dict]]:
-        return []
-
-    def pending_tickets(self) -> list:
-        return []
 
     # -- requests ------------------------------------------------------------------
     def _topic(self, name: str) -> dict:
