@@ -271,9 +271,10 @@ class PartitionHost:
             hosted.log.maybe_flush(now)
 
     def apply_retention(self, now: int | None = None) -> None:
-        """Delete the segments retention lets go, in every partition."""
+        """Delete the segments retention lets go, in every partition: only below its
+        high watermark (Kafka's rule; the log end while the policy says so)."""
         for hosted in self.partitions():
-            hosted.log.delete_old_segments(now)
+            hosted.log.delete_old_segments(now, self.appender.high_watermark(hosted.row))
 
     def start_cleaning(self, now: int | None = None) -> bool:
         """Hand the dirtiest compacted partition to the cleaner (when it is free);

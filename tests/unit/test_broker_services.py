@@ -7,6 +7,9 @@ partition host and its appender (the ``__consumer_offsets`` partition's row in t
 state table moves, and a reader of another mapping of the table reads the commit),
 and a refused internal append is a typed error.
 
+Retention deletes only below a partition's high watermark (held back through the
+appender's external policy, as replication will).
+
 Method: a ``BrokerCore`` on a temporary data directory, driven as ``serve`` drives it
 (``handle`` a request frame, ``run_once`` for the drain and the deadlines,
 ``take_replies`` for what was held back), with a real producer ring in /dev/shm and
@@ -25,6 +28,7 @@ from shmlog.broker import BrokerConfig, BrokerCore
 from shmlog.control import decode_reply, encode_request
 from shmlog.errors import LocalProtocolError, RecordTooLargeError
 from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
+from shmlog.appender import HighWatermarkPolicy
 from shmlog.partition_host import PartitionHost
 from shmlog.reader import PartitionReader
 from shmlog.records import decode_records, encode_batch, now_ms
@@ -205,3 +209,22 @@ def test_an_internal_append_the_log_refuses_is_a_typed_error(core):
     row = core.host.table.snapshot(hosted.row)
     assert (row.log_end_offset, row.high_watermark) == (0, 0)
     assert core.host.append("small", 0, encode_batch([b"fits"])) == 0
+
+
+def test_retention_deletes_only_segments_below_the_high_watermark(core):
+    """Kafka's rule: a segment holding offsets at or above the high watermark stays,
+    however old, so retention never deletes what followers may not have yet."""
+    core.topics.create_topic("old", 1, {"retention.ms": 1, "segment.bytes": 1024})
+    hosted = core.host.partition("old", 0)
+    core.host.appender.set_high_watermark_policy(hosted.row, HighWatermarkPolicy.EXTERNAL)
+    for index in range(6):                    # a few segments of ~300-byte batches
+        core.host.append("old", 0, encode_batch([bytes([index]) * 300]))
+    segments_before = len(hosted.log.segments)
+    assert segments_before > 2
+    core.host.appender.advance_high_watermark(hosted.row, 2)
+    core.host.apply_retention(now_ms() + 60_000)
+    assert hosted.log.log_start_offset <= 2, "a segment at or above the high watermark went"
+    assert hosted.log.log_start_offset > 0, "segments below the high watermark stay"
+    core.host.appender.advance_high_watermark(hosted.row, hosted.log.log_end_offset)
+    core.host.apply_retention(now_ms() + 60_000)
+    assert len(hosted.log.segments) == 1              # the active one always stays
