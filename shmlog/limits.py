@@ -99,6 +99,10 @@ PERF_IDLE_TIMEOUT_MS = 10_000
 ZOOKEEPER_START_TIMEOUT_S = 60.0
 # How often a starting server's port is tried: a twentieth of its start time.
 ZOOKEEPER_PROBE_INTERVAL_S = 0.05
+# The session timeout the start's probe asks for, which kazoo also waits for the
+# answer to its handshake: a serving ZooKeeper answers in milliseconds, a process
+# that took the port never does, and stopping the probe waits that long.
+ZOOKEEPER_PROBE_SESSION_TIMEOUT_S = 1.0
 # SIGTERM runs the JVM's shutdown hooks (ZooKeeper closes its log and sessions in
 # well under a second); a JVM still there after this is killed.
 ZOOKEEPER_STOP_TIMEOUT_S = 10.0
@@ -106,6 +110,9 @@ ZOOKEEPER_STOP_TIMEOUT_S = 10.0
 # MiB); ZooKeeper's own scripts give 1000 MB, sized for a production ensemble, which
 # a development server on a shared host should not take.
 ZOOKEEPER_HEAP_SIZE_MAX = 256 << 20
+# ZooKeeper's log rolls over at this size, one old file kept: at INFO it writes a few
+# lines per session, so 16 MiB holds days of a development cluster's history.
+ZOOKEEPER_LOG_SIZE_MAX = 16 << 20
 # A free port is picked by binding port 0 and closing it; another process may take
 # it before the JVM binds (the server then exits at once): a new port is tried this
 # many times in all.

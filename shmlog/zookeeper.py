@@ -20,16 +20,17 @@ Rules
 * Bounded: the heap (``ZOOKEEPER_HEAP_SIZE_MAX``), the start (``start_timeout_s``),
   the stop (SIGTERM, ``ZOOKEEPER_STOP_TIMEOUT_S``, then SIGKILL), the disk (old
   snapshots and logs purged hourly, three kept; transaction logs preallocated in
-  4 MiB steps instead of 64 MiB).
+  4 MiB steps instead of 64 MiB; its own log rolled over).
 
 Theory of operation
 -------------------
 :meth:`ZooKeeperServer.start` writes ``zoo.cfg`` and ``log4j2.properties`` in the
 data directory and runs ``java -cp "<pyspark>/jars/*"
-org.apache.zookeeper.server.ZooKeeperServerMain zoo.cfg``; the JVM's output (its
-log, at INFO) goes to ``zookeeper.log`` there. ZooKeeper's own data (snapshots,
-transaction logs) is in its ``data`` subdirectory, so a server started again on
-the same directory keeps its znodes. ZooKeeper cannot bind port 0 (``clientPort=0``
+org.apache.zookeeper.server.ZooKeeperServerMain zoo.cfg`` there. ZooKeeper logs at
+INFO to ``zookeeper.log`` (rolled over at ``ZOOKEEPER_LOG_SIZE_MAX``, one old file
+kept); what the JVM itself prints goes to ``zookeeper.out``. ZooKeeper's data
+(snapshots, transaction logs) is in the ``data`` subdirectory, so a server started
+again on the same directory keeps its znodes. ZooKeeper cannot bind port 0 (``clientPort=0``
 means "no client port"), so port 0 asks this module to pick a free one: it binds
 port 0, notes the port and closes it; a JVM that then finds the port taken exits
 at once, and another port is tried. The server is ready when a kazoo client's
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 import shutil
 import signal
@@ -52,16 +54,19 @@ import subprocess
 import time
 
 from . import limits
-from .errors import InvalidConfigError, ZooKeeperStartError, ZooKeeperUnavailableError
+from .errors import (InvalidConfigError, NotOwnedError, StorageError, ZooKeeperStartError,
+                     ZooKeeperUnavailableError)
 
 __all__ = ["ZooKeeperServer", "classpath", "java_executable", "default_data_dir",
-           "CONFIG_FILE", "LOG_FILE", "DATA_DIRECTORY", "TICK_TIME_MS_DEFAULT",
+           "CONFIG_FILE", "LOG_FILE", "OUTPUT_FILE", "DATA_DIRECTORY", "TICK_TIME_MS_DEFAULT",
            "PORT_DEFAULT", "HOST_DEFAULT"]
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 CONFIG_FILE = "zoo.cfg"
 LOGGING_FILE = "log4j2.properties"
 LOG_FILE = "zookeeper.log"
+# What the JVM itself prints (a JVM that cannot start says why here), one run's worth.
+OUTPUT_FILE = "zookeeper.out"
 DATA_DIRECTORY = "data"
 # ZooKeeper's defaults: a tick of 2 s (sessions last 2 to 20 ticks) and port 2181.
 TICK_TIME_MS_DEFAULT = 2000
@@ -80,15 +85,24 @@ PORT_TAKEN = "Address already in use"
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
                "-XX:-UsePerfData",          # no /tmp/hsperfdata_<user> file
                "-Djava.awt.headless=true")
-LOGGING = """\
-# Written by shmlog: ZooKeeper's log, at INFO, to the JVM's output (zookeeper.log).
+# ZooKeeper's log, at INFO, in a file that rolls over once (one old file kept): the
+# names are relative to the JVM's working directory, the data directory, so no path
+# passes through log4j's ${...} substitution.
+LOGGING = f"""\
+# Written by shmlog (shmlog.zookeeper).
 rootLogger.level = INFO
-rootLogger.appenderRef.output.ref = output
-appender.output.type = Console
-appender.output.name = output
-appender.output.target = SYSTEM_OUT
-appender.output.layout.type = PatternLayout
-appender.output.layout.pattern = %d{ISO8601} %p %c{1}: %m%n
+rootLogger.appenderRef.file.ref = file
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {LOG_FILE}
+appender.file.filePattern = {LOG_FILE}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %p %c{{1}}: %m%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = {limits.ZOOKEEPER_LOG_SIZE_MAX >> 10} KB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 1
 """
 
 
@@ -178,6 +192,7 @@ class ZooKeeperServer:
         self.tick_time_ms = tick_time_ms
         self.start_timeout_s = start_timeout_s
         self.log_path = os.path.join(self.data_dir, LOG_FILE)
+        self.output_path = os.path.join(self.data_dir, OUTPUT_FILE)
         self.process: subprocess.Popen | None = None
         #: Seconds from the JVM's start to the first session (set by :meth:`start`).
         self.start_time_s: float | None = None
@@ -197,6 +212,8 @@ class ZooKeeperServer:
         ZooKeeperStartError
             The server exited, its port is taken, or it did not serve within
             ``start_timeout_s``; no process is left.
+        NotOwnedError, StorageError
+            The data directory is another user's, a symbolic link, or cannot be made.
         """
         assert self.process is None, "this ZooKeeperServer was started already"
         heap = f"-Xmx{limits.ZOOKEEPER_HEAP_SIZE_MAX >> 20}m"
@@ -270,42 +287,40 @@ class ZooKeeperServer:
         self.stop()
 
     def _spawn(self, command: list[str]) -> None:
-        """Run the JVM, its output appended to the log file, with umask 077."""
-        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-                      | os.O_CLOEXEC, 0o600)
+        """Run the JVM in the data directory with umask 077, its output to the output file."""
+        output = os.open(self.output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
         try:
             self.process = subprocess.Popen(command, cwd=self.data_dir, stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=subprocess.STDOUT, umask=0o077)
+                                            stdout=output, stderr=subprocess.STDOUT, umask=0o077)
         finally:
-            os.close(log)
+            os.close(output)
 
     def _wait_until_serving(self, deadline: float) -> None:
         """Wait for the port to accept, then for a kazoo session; bounded by
-        ``deadline``, and ended as soon as the JVM exits."""
+        ``deadline``, and ended as soon as the JVM exits (what accepted may be
+        another process that took the port, which would never answer)."""
+        interval_s = limits.ZOOKEEPER_PROBE_INTERVAL_S
         while not self._accepts():
-            self._check_alive()
-            if time.monotonic() > deadline:
-                self._timed_out()
-            time.sleep(limits.ZOOKEEPER_PROBE_INTERVAL_S)
+            self._check_alive(deadline)
+            time.sleep(interval_s)
         from kazoo.client import KazooClient
-        from kazoo.handlers.threading import KazooTimeoutError
         # A session refused while the database loads is expected here: kazoo's
         # warning about it is noise, so the probe logs through its own logger.
         probe_log = logging.getLogger(f"{__name__}.probe")
         probe_log.setLevel(logging.ERROR)
-        interval_s = limits.ZOOKEEPER_PROBE_INTERVAL_S
         client = KazooClient(hosts=self.connect_string, logger=probe_log,
+                             timeout=limits.ZOOKEEPER_PROBE_SESSION_TIMEOUT_S,
                              connection_retry={"max_tries": -1, "delay": interval_s,
                                                "backoff": 1, "max_jitter": 0.0})
         try:
-            client.start(timeout=max(deadline - time.monotonic(), interval_s))
-        except KazooTimeoutError:
-            self._check_alive()
-            self._timed_out()
+            connected = client.start_async()
+            while not connected.wait(interval_s):
+                self._check_alive(deadline)
         finally:
             client.stop()
             client.close()
-        self._check_alive()
+        self._check_alive()                   # a session, and from our JVM
 
     def _accepts(self) -> bool:
         try:
@@ -315,21 +330,25 @@ class ZooKeeperServer:
         except OSError:
             return False
 
-    def _check_alive(self) -> None:
+    def _check_alive(self, deadline: float = math.inf) -> None:
+        """Raise if the JVM exited, or if ``deadline`` passed."""
         if self.process.poll() is not None:
             raise ZooKeeperStartError(
                 f"ZooKeeper exited with status {self.process.returncode} while starting on "
-                f"{self.connect_string}: see {self.log_path}")
-
-    def _timed_out(self) -> None:
-        raise ZooKeeperStartError(f"ZooKeeper did not serve on {self.connect_string} within "
-                                  f"{self.start_timeout_s} s: see {self.log_path}")
+                f"{self.connect_string}: see {self.log_path} and {self.output_path}")
+        if time.monotonic() > deadline:
+            raise ZooKeeperStartError(
+                f"ZooKeeper did not serve on {self.connect_string} within "
+                f"{self.start_timeout_s} s: see {self.log_path} and {self.output_path}")
 
     def _log_says(self, text: str, since_size: int) -> bool:
         """Whether the log, past its first ``since_size`` bytes, holds ``text``."""
-        with open(self.log_path, "rb") as log:
-            log.seek(since_size)
-            return text.encode() in log.read()
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(since_size)
+                return text.encode() in log.read()
+        except FileNotFoundError:                      # the JVM died before it logged
+            return False
 
 
 def _free_port(host: str) -> int:
@@ -362,16 +381,24 @@ def _size(path: str) -> int:
 
 
 def _make_private_directory(path: str) -> None:
-    """Make ``path`` (0700) or check it: this user's, and given mode 0700."""
+    """Make ``path`` (0700), or check that it is a directory of this user's (not a
+    symbolic link) and give it mode 0700.
+
+    Raises
+    ------
+    StorageError
+        It cannot be made.
+    NotOwnedError
+        It is another user's, or not a directory.
+    """
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         status = os.stat(path, follow_symlinks=False)
     except OSError as error:
-        raise ZooKeeperStartError(f"cannot make ZooKeeper's data directory {path}: "
-                                  f"{error}") from error
+        raise StorageError(f"cannot make ZooKeeper's data directory {path}: {error}") from error
     if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.geteuid():
-        raise ZooKeeperStartError(f"{path} is not a directory of this user's: give ZooKeeper a "
-                                  f"data directory of its own")
+        raise NotOwnedError(f"{path} is not a directory of this user's (uid {os.geteuid()}): "
+                            f"give ZooKeeper a data directory of its own")
     os.chmod(path, 0o700)
 
 

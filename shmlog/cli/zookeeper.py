@@ -59,7 +59,7 @@ def _zookeeper(arguments) -> int:
                   f"{server.start_time_s:.1f} s; data and log in {server.data_dir})", flush=True)
             status = server.process.wait()
         print(f"shmlog zookeeper: ZooKeeper exited with status {status}: see "
-              f"{server.log_path}", file=sys.stderr)
+              f"{server.log_path} and {server.output_path}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print(f"ZooKeeper on {server.connect_string} stopped", flush=True)

@@ -3,8 +3,9 @@ mode will ask of it: kazoo sessions, ephemeral znodes that go with their session
 versioned conditional writes and multi-op transactions with a version check (how a
 deposed controller is fenced); its files are private, it listens on its client port
 on loopback and nowhere else (no AdminServer on :8080), a stop leaves no JVM, a
-restart on the same directory keeps the znodes, and it cannot start where its port
-is taken, java is missing or pyspark is missing.
+restart on the same directory keeps the znodes, a port picked for it but taken
+before the JVM binds it is given up for another, and it refuses to start where its
+port is taken, its data directory is a symbolic link, java or pyspark is missing.
 
 Method: a real ZooKeeper 3.9 JVM from PySpark's jars (the session's ``zookeeper``
 fixture, or one of the test's own where the test stops it) and real kazoo clients.
@@ -20,9 +21,11 @@ import json
 import os
 import select
 import signal
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -31,7 +34,8 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from shmlog import zookeeper as zookeeper_module
 from shmlog.cli import zookeeper as zookeeper_command
-from shmlog.errors import InvalidConfigError, ZooKeeperStartError, ZooKeeperUnavailableError
+from shmlog.errors import (InvalidConfigError, NotOwnedError, ZooKeeperStartError,
+                           ZooKeeperUnavailableError)
 from shmlog.zookeeper import CONFIG_FILE, ZooKeeperServer, java_executable
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -196,6 +200,44 @@ def test_a_port_in_use_is_refused_and_leaves_no_process(zookeeper, tmp_path):
         server.start()
     assert server.process is None
     assert processes_running(os.path.join(server.data_dir, CONFIG_FILE)) == []
+
+
+def test_a_port_taken_before_the_jvm_binds_it_is_given_up_for_another(tmp_path):
+    """Port 0: the port picked is taken (here by the test, once the server wrote it
+    into zoo.cfg: the JVM binds a second later) and the server starts on another."""
+    server = ZooKeeperServer(str(tmp_path / "zookeeper"), tick_time_ms=500)
+    config_path = os.path.join(server.data_dir, CONFIG_FILE)
+    starting = threading.Thread(target=server.start)
+    starting.start()
+    try:
+        wait_until(lambda: "clientPort=" in read_text(config_path), "zoo.cfg")
+        taken_port = int(read_text(config_path).split("clientPort=")[1].split()[0])
+        with socket.create_server(("127.0.0.1", taken_port)):
+            starting.join(TIMEOUT_S)
+            assert not starting.is_alive(), f"no start in {TIMEOUT_S} s"
+        assert server.port != taken_port
+        assert server.process.poll() is None, "the server does not run"
+        assert "Address already in use" in read_text(server.log_path)
+    finally:
+        starting.join(TIMEOUT_S)
+        server.stop()
+    assert processes_running(config_path) == []
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path) as file:
+            return file.read()
+    except FileNotFoundError:
+        return ""
+
+
+def test_a_data_directory_of_another_kind_is_refused(tmp_path):
+    os.mkdir(tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "link")
+    with pytest.raises(NotOwnedError):
+        ZooKeeperServer(str(tmp_path / "link")).start()
+    assert os.listdir(tmp_path / "elsewhere") == []
 
 
 def test_out_of_range_settings_are_refused(tmp_path):
