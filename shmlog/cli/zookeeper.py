@@ -50,9 +50,11 @@ def _zookeeper(arguments) -> int:
         host=arguments.host or zookeeper.HOST_DEFAULT,
         tick_time_ms=zookeeper.TICK_TIME_MS_DEFAULT if arguments.tick_time_ms is None
         else arguments.tick_time_ms)
-    # SIGTERM interrupts like Ctrl-C, so the JVM is stopped on the way out, even
-    # while it starts.
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM and SIGINT interrupt (KeyboardInterrupt), so the JVM is stopped on the
+    # way out, even while it starts; SIGINT's handler is set too, as a shell starts a
+    # background command with SIGINT ignored.
+    previous = {number: signal.signal(number, signal.default_int_handler)
+                for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         with server:
             print(f"ZooKeeper serves {server.connect_string} (started in "
@@ -65,4 +67,5 @@ def _zookeeper(arguments) -> int:
         print(f"ZooKeeper on {server.connect_string} stopped", flush=True)
         return EXIT_OK
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -7,6 +7,9 @@ restart on the same directory keeps the znodes, a port picked for it but taken
 before the JVM binds it is given up for another, and it refuses to start where its
 port is taken, its data directory is a symbolic link, java or pyspark is missing.
 
+The ``shmlog zookeeper`` command serves until SIGTERM or SIGINT (even started with
+SIGINT ignored, as a shell starts a background command), and fails when its JVM dies.
+
 Method: a real ZooKeeper 3.9 JVM from PySpark's jars (the session's ``zookeeper``
 fixture, or one of the test's own where the test stops it) and real kazoo clients.
 What the JVM listens on is read from /proc (its socket inodes against
@@ -274,31 +277,62 @@ def test_the_commands_help_gives_the_modules_defaults():
         "tick_time_ms": zookeeper_module.TICK_TIME_MS_DEFAULT}
 
 
-def test_the_command_serves_until_sigterm(tmp_path):
-    data_dir = str(tmp_path / "zookeeper")
+# Runs ``python -m shmlog ARGUMENTS`` with SIGINT ignored, as a shell starts a
+# background command (the command must still stop on SIGINT).
+IGNORING_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                   "os.execv(sys.executable, [sys.executable, '-m', 'shmlog', *sys.argv[1:]])")
+
+
+def start_command(data_dir: str) -> tuple[subprocess.Popen, str]:
+    """``shmlog zookeeper`` on a free port, started with SIGINT ignored: the process,
+    once it says it serves, and the address it serves."""
     command = subprocess.Popen(
-        [sys.executable, "-m", "shmlog", "zookeeper", "--port", "0", "--data-dir", data_dir,
-         "--tick-time-ms", "500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", IGNORING_SIGINT, "zookeeper", "--port", "0", "--data-dir",
+         data_dir, "--tick-time-ms", "500"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([REPOSITORY,
                                                           os.environ.get("PYTHONPATH", "")])})
+    readable, _, _ = select.select([command.stdout], [], [], TIMEOUT_S)
+    assert readable, f"shmlog zookeeper said nothing in {TIMEOUT_S} s"
+    line = command.stdout.readline()
+    assert line.startswith("ZooKeeper serves 127.0.0.1:"), line + command.stderr.read()
+    return command, line.split()[2]
+
+
+def end_command(command: subprocess.Popen, data_dir: str) -> None:
+    """Kill what is left of a command and its JVM (a failed test's)."""
+    if command.poll() is None:
+        command.kill()
+        command.wait(timeout=TIMEOUT_S)
+    for pid in processes_running(os.path.join(data_dir, CONFIG_FILE)):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_the_command_serves_until_signalled(tmp_path, stop_signal):
+    data_dir = str(tmp_path / "zookeeper")
+    command, connect_string = start_command(data_dir)
     try:
-        readable, _, _ = select.select([command.stdout], [], [], TIMEOUT_S)
-        assert readable, f"shmlog zookeeper said nothing in {TIMEOUT_S} s"
-        line = command.stdout.readline()
-        assert line.startswith("ZooKeeper serves 127.0.0.1:"), line + command.stderr.read()
-        connect_string = line.split()[2]
         kazoo = KazooClient(hosts=connect_string)
         kazoo.start(timeout=TIMEOUT_S)
         kazoo.create("/served", json.dumps({"by": "shmlog zookeeper"}).encode())
         kazoo.stop()
         kazoo.close()
-        command.send_signal(signal.SIGTERM)
+        command.send_signal(stop_signal)
         assert command.wait(timeout=TIMEOUT_S) == 0, command.stderr.read()
         assert "stopped" in command.stdout.read()
         assert processes_running(os.path.join(data_dir, CONFIG_FILE)) == []
     finally:
-        if command.poll() is None:
-            command.kill()
-            command.wait(timeout=TIMEOUT_S)
-        for pid in processes_running(os.path.join(data_dir, CONFIG_FILE)):
-            os.kill(pid, signal.SIGKILL)                 # a JVM the killed command left
+        end_command(command, data_dir)
+
+
+def test_the_command_fails_when_its_server_dies(tmp_path):
+    data_dir = str(tmp_path / "zookeeper")
+    command, _ = start_command(data_dir)
+    try:
+        [jvm] = processes_running(os.path.join(data_dir, CONFIG_FILE))
+        os.kill(jvm, signal.SIGKILL)
+        assert command.wait(timeout=TIMEOUT_S) == 1
+        assert f"exited with status -{int(signal.SIGKILL)}" in command.stderr.read()
+    finally:
+        end_command(command, data_dir)
