@@ -80,7 +80,7 @@ SNAPSHOTS_KEPT = 3
 PURGE_INTERVAL_HOURS = 1
 # Transaction logs grow in steps of this many KiB (ZooKeeper's default is 64 MiB).
 LOG_PREALLOCATE_STEP_KIB = 4096
-# What the JVM prints when its port is taken (java.net.BindException).
+# What ZooKeeper logs when its port is taken (java.net.BindException).
 PORT_TAKEN = "Address already in use"
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
                "-XX:-UsePerfData",          # no /tmp/hsperfdata_<user> file
