@@ -27,6 +27,8 @@
     ├── NotOwnedError                 what shmlog must own is another user's (or a symlink)
     ├── StorageError                  the log directory failed (disk full, I/O error)
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
+    ├── ZooKeeperUnavailableError     a local ZooKeeper cannot run here (no pyspark jars, no java)
+    ├── ZooKeeperStartError           a local ZooKeeper exited or did not serve while starting
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -177,6 +179,16 @@ class StorageError(ShmlogError):
 class BulkReaderUnavailableError(ShmlogError):
     """The JVM bulk reader of ``shmlog.spark.bulk_read`` is not available (no JDK,
     or its sources did not compile): read with ``format("shmlog")`` instead."""
+
+
+class ZooKeeperUnavailableError(ShmlogError):
+    """A local ZooKeeper server cannot be run here: PySpark (whose jars hold
+    ZooKeeper's) or a Java runtime is missing."""
+
+
+class ZooKeeperStartError(ShmlogError):
+    """A local ZooKeeper server exited, or did not serve in time, while starting
+    (a port in use, a data directory it cannot write): its log names the cause."""
 
 
 class GroupError(ShmlogError):

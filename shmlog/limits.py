@@ -93,6 +93,31 @@ PARTITIONER_CACHE_KEY_SIZE_MAX = 64
 # ``shmlog perf consume`` decides the topic has no more.
 PERF_IDLE_TIMEOUT_MS = 10_000
 
+# --- a local ZooKeeper (development and tests; production points at an ensemble) ---
+# Its JVM serves ~1.5-2.5 s after start on this 2-core host (C1 only); a minute covers
+# a machine loaded by a test run, and still ends a start that will never serve.
+ZOOKEEPER_START_TIMEOUT_S = 60.0
+# How often a starting server's port is tried: a twentieth of its start time.
+ZOOKEEPER_PROBE_INTERVAL_S = 0.05
+# The session timeout the start's probe asks for, which kazoo also waits for the
+# answer to its handshake: a serving ZooKeeper answers in milliseconds, a process
+# that took the port never does, and stopping the probe waits that long.
+ZOOKEEPER_PROBE_SESSION_TIMEOUT_S = 1.0
+# SIGTERM runs the JVM's shutdown hooks (ZooKeeper closes its log and sessions in
+# well under a second); a JVM still there after this is killed.
+ZOOKEEPER_STOP_TIMEOUT_S = 10.0
+# The JVM's heap (-Xmx). A cluster's metadata is a few thousand small znodes (a few
+# MiB); ZooKeeper's own scripts give 1000 MB, sized for a production ensemble, which
+# a development server on a shared host should not take.
+ZOOKEEPER_HEAP_SIZE_MAX = 256 << 20
+# ZooKeeper's log rolls over at this size, one old file kept: at INFO it writes a few
+# lines per session, so 16 MiB holds days of a development cluster's history.
+ZOOKEEPER_LOG_SIZE_MAX = 16 << 20
+# A free port is picked by binding port 0 and closing it; another process may take
+# it before the JVM binds (the server then exits at once): a new port is tried this
+# many times in all.
+ZOOKEEPER_PORT_ATTEMPTS_MAX = 3
+
 # --- reading --------------------------------------------------------------------------
 # Default byte budget of one read (Kafka's max.partition.fetch.bytes default).
 READ_SIZE_DEFAULT = 1 << 20
@@ -144,9 +169,17 @@ def _from_layouts() -> dict[str, int]:
     }
 
 
+# Checked before the layouts are imported: the import system asks every module it
+# imports from for ``__path__`` (``from shmlog.limits import X`` does), and that
+# question must not load numpy.
+_DERIVED_NAMES = frozenset({"BATCH_SIZE_MIN", "SEGMENT_SIZE_MAX", "SEGMENT_SIZE_MIN",
+                            "INDEX_SIZE_MIN"})
+
+
 def __getattr__(name: str) -> int:
-    derived = _from_layouts()
-    if name not in derived:
+    if name not in _DERIVED_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    derived = _from_layouts()
+    assert derived.keys() == _DERIVED_NAMES, "_DERIVED_NAMES must name what _from_layouts gives"
     globals().update(derived)                        # later reads are plain globals
     return derived[name]

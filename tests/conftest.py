@@ -1,5 +1,6 @@
 """Shared fixtures (small partition logs in temporary directories, a broker's data
-directory whose shared memory is removed afterwards) and options."""
+directory whose shared memory is removed afterwards, one local ZooKeeper per session)
+and options."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import pytest
 from helpers import unlink_shared_memory
 from shmlog.config import TopicConfig
 from shmlog.segments import PartitionLog
+from shmlog.zookeeper import ZooKeeperServer
+
+# Cluster tests want sessions that expire in seconds, not ZooKeeper's 4 to 40.
+ZOOKEEPER_TICK_TIME_MS = 500
 
 
 @pytest.fixture
@@ -36,6 +41,17 @@ def data_dir(tmp_path):
     path = str(tmp_path / "data")
     yield path
     unlink_shared_memory(path)
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """One local ZooKeeper (:class:`ZooKeeperServer`, tickTime 500 ms, a free port) for
+    the whole session: started by the first test that asks for it (its JVM takes a
+    second or two), stopped when the session ends. Tests share it: each works under
+    znode paths of its own."""
+    with ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")),
+                         tick_time_ms=ZOOKEEPER_TICK_TIME_MS) as server:
+        yield server
 
 
 def pytest_addoption(parser):
