@@ -22,11 +22,10 @@ import os
 
 import numpy as np
 
-from . import batch_layout as B
 from . import index_layout as I
 from .errors import CorruptRecordError, StorageError
-from .records import (BatchInfo, BatchStatus, Compression, RecordColumns, batch_info, check_batch,
-                      check_inflated, decode_columns, inflate_batch)
+from .records import (BatchStatus, Compression, batch_info, check_batch, check_inflated,
+                      decode_columns, inflate_batch)
 
 __all__ = ["SegmentReport", "read_segment", "read_index", "used_entries"]
 
