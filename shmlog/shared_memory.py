@@ -12,10 +12,14 @@ Rules
   process that is gone is replaced when the caller knows it is stale (the broker
   holds its directory's lock); one of another user is refused with
   :class:`NotOwnedError` naming it, since predictable names can be squatted.
+* Every page of an object is allocated when it is created (``posix_fallocate``):
+  a full /dev/shm is a :class:`StorageError` then, never a SIGBUS in whichever
+  process first writes a page tmpfs cannot back.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import time
@@ -24,7 +28,7 @@ import numpy as np
 import posix_ipc
 
 from .access import owner_name
-from .errors import LocalProtocolError, NotOwnedError, ShmlogError
+from .errors import LocalProtocolError, NotOwnedError, ShmlogError, StorageError
 
 __all__ = ["create", "attach", "unlink", "names", "peek", "owner_and_age_s",
            "write_magic_and_version", "read_magic_and_version", "DIRECTORY"]
@@ -84,20 +88,44 @@ def create(name: str, size: int, what: str, *, mode: int = 0o600, group_id: int 
         Our own object has it (and ``replace_stale`` is false).
     ShmlogError
         The mode or group cannot be set (not a member of the group).
+    StorageError
+        /dev/shm has no room for ``size`` bytes (nothing is left behind).
     """
     memory = _open_exclusively(name, size, what, replace_stale)
     try:
-        # Made 0600 whatever the umask; widened to the group only once it is its.
-        if group_id is not None:
-            os.fchown(memory.fd, -1, group_id)
-        os.fchmod(memory.fd, mode)
+        try:
+            # Made 0600 whatever the umask; widened to the group only once it is its.
+            if group_id is not None:
+                os.fchown(memory.fd, -1, group_id)
+            os.fchmod(memory.fd, mode)
+        except OSError as error:
+            raise ShmlogError(f"cannot give {what} {name!r} mode {mode:o} and group "
+                              f"{group_id}: {error}") from None
+        _allocate(memory.fd, name, size, what)
         return mmap.mmap(memory.fd, size)
-    except OSError as error:
+    except BaseException:
         unlink(name)
-        raise ShmlogError(f"cannot give {what} {name!r} mode {mode:o} and group {group_id}: "
-                          f"{error}") from None
+        raise
     finally:
         memory.close_fd()
+
+
+def _allocate(fd: int, name: str, size: int, what: str) -> None:
+    """Give the object every page it will ever use, now. /dev/shm is a tmpfs, which
+    finds a page at its first write, and a write it cannot find one for kills the
+    writer with SIGBUS; allocated here, a full /dev/shm is an error at creation."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.ENOMEM):
+            raise ShmlogError(f"cannot allocate {what} {name!r} ({size} bytes): {error}") \
+                from None
+        status = os.statvfs(DIRECTORY)
+        raise StorageError(
+            f"{DIRECTORY} is full: {what} {name!r} needs {size} bytes and "
+            f"{status.f_bavail * status.f_frsize} are free; free shared memory (remove what "
+            f"stopped processes left in {DIRECTORY}), make {DIRECTORY} larger, or ask for "
+            f"less (a smaller ring_size, fewer partitions_max)") from None
 
 
 def attach(name: str, minimum_size: int, what: str) -> mmap.mmap:
