@@ -399,6 +399,7 @@ class Producer:
         self.ring = Ring.create(f"{metadata['ring_prefix']}-producer-{os.getpid()}-"
                                 f"{uuid.uuid4().hex[:8]}", ring_size,
                                 group_id=metadata.get("ring_group_id"))
+        self.ring.keeps_results = self.acks != 0     # acks=0 never reads a result
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name)
         except ShmlogError:

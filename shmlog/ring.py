@@ -222,6 +222,9 @@ class Ring:
         self._published = int(self.words[R.PUBLISHED_WORD])
         self._harvested = int(self.words[R.ACKNOWLEDGED_WORD])
         self._results: dict[int, tuple[int, int]] = {}
+        # False for a producer that never asks (acks=0): results are then dropped as
+        # they are harvested, or they would pile up, one per entry, for ever.
+        self.keeps_results = True
 
     @classmethod
     def create(cls, name: str, capacity: int, *, group_id: int | None = None) -> "Ring":
@@ -319,9 +322,16 @@ class Ring:
         timestamps = np.empty(pending, np.int64)
         acknowledged = int(harvest_completions(self.words, self.completions, self._harvested,
                                                results, timestamps))
-        for index in range(acknowledged - self._harvested):
-            self._results[self._harvested + index] = (int(results[index]), int(timestamps[index]))
+        if self.keeps_results:
+            for index in range(acknowledged - self._harvested):
+                self._results[self._harvested + index] = (int(results[index]),
+                                                          int(timestamps[index]))
         self._harvested = acknowledged
+
+    @property
+    def results_held(self) -> int:
+        """Results harvested and not yet claimed by :meth:`result`."""
+        return len(self._results)
 
     def result(self, entry: int):
         """``(result, timestamp)`` of an acknowledged entry (claimed once), or None

@@ -23,6 +23,7 @@ from shmlog.broker import Broker, request
 from shmlog.errors import (ClientClosedError, InvalidTopicError, LocalProtocolError,
                            RecordTooLargeError, UnknownTopicOrPartitionError)
 from shmlog.producer import Producer, partition_for_key
+from shmlog.ring_layout import COMPLETION_SLOTS
 
 
 @pytest.fixture
@@ -143,7 +144,14 @@ def test_acks_0_returns_without_offsets_and_still_delivers(data_dir):
             futures = [producer.send("t", b"%d" % n, partition=0) for n in range(50)]
             producer.flush()
             assert {future.get(timeout=30).offset for future in futures} == {-1}
-    assert [r.value for r in logged(data_dir, "t", 1)[0]] == [b"%d" % n for n in range(50)]
+            # More batches than the ring has completion slots: the producer harvests
+            # the completions to reuse them, and keeps none of the results.
+            for n in range(50, 50 + 2 * COMPLETION_SLOTS + 1):
+                producer.send("t", b"%d" % n, partition=0)
+                producer.flush()
+            assert producer.ring.results_held == 0
+    total = 50 + 2 * COMPLETION_SLOTS + 1
+    assert [r.value for r in logged(data_dir, "t", 1)[0]] == [b"%d" % n for n in range(total)]
 
 
 def test_bad_input_fails_at_the_call(data_dir):
