@@ -72,7 +72,7 @@ import time
 from typing import Any
 
 
-from . import access
+from . import access, child_process
 from . import ring_layout as R
 from . import state_layout as S
 from . import wakeup
@@ -440,14 +440,7 @@ class Broker:
         """SIGTERM, then wait (SIGKILL after ``timeout_s``); the exit status."""
         if self.process is None:
             return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=timeout_s)
-        return self.process.returncode
+        return child_process.stop(self.process, timeout_s)
 
     def __enter__(self) -> "Broker":
         return self.start()

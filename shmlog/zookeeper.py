@@ -47,13 +47,12 @@ import logging
 import math
 import os
 import shutil
-import signal
 import socket
 import stat
 import subprocess
 import time
 
-from . import limits
+from . import child_process, limits
 from .errors import (InvalidConfigError, NotOwnedError, StorageError, ZooKeeperStartError,
                      ZooKeeperUnavailableError)
 
@@ -271,14 +270,7 @@ class ZooKeeperServer:
         (143 after a SIGTERM: the JVM's shutdown hooks ran). No process is left."""
         if self.process is None:
             return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return child_process.stop(self.process, timeout_s)
 
     def __enter__(self) -> "ZooKeeperServer":
         return self.start()

@@ -12,6 +12,7 @@ import pytest
 
 from shmlog import shared_memory
 from shmlog.broker import shared_memory_prefix
+from shmlog.control import decode_reply, encode_request
 from shmlog.records import decode_records, encode_batch
 
 SHARED_MEMORY_DIRECTORY = "/dev/shm"
@@ -92,3 +93,11 @@ def unlink_shared_memory(data_dir) -> list[str]:
     for name in found:
         shared_memory.unlink(name)
     return found
+
+
+def ask(core, request_type: str, **fields) -> dict:
+    """The reply to one request a ``BrokerCore`` answers at once (driven in-process,
+    as ``serve`` drives it), decoded."""
+    reply = core.handle("test", encode_request(request_type, **fields))
+    assert reply is not None, f"{request_type} was not answered at once"
+    return decode_reply(reply)

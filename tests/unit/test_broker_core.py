@@ -21,6 +21,7 @@ import pytest
 from shmlog import shared_memory
 from shmlog.broker import WARM_UP_DIRECTORY, BrokerConfig, BrokerCore, warm_kernels
 from shmlog.paths import shared_memory_prefix
+from helpers import ask
 from shmlog.control import decode_reply, encode_request
 
 SESSION_TIMEOUT_MS = 200
@@ -38,12 +39,6 @@ def core(data_dir):
         yield core
     finally:
         core.close()
-
-
-def ask(core, request_type: str, **fields) -> dict:
-    reply = core.handle("test", encode_request(request_type, **fields))
-    assert reply is not None, f"{request_type} was not answered at once"
-    return decode_reply(reply)
 
 
 def join(core) -> tuple[str, int]:

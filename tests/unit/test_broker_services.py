@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from shmlog.broker import BrokerConfig, BrokerCore
-from shmlog.control import decode_reply, encode_request
+from helpers import ask
+from shmlog.control import encode_request
 from shmlog.errors import LocalProtocolError, RecordTooLargeError
 from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
 from shmlog.appender import HighWatermarkPolicy
@@ -64,12 +65,6 @@ def core(data_dir):
         yield core
     finally:
         core.close()
-
-
-def ask(core, request_type: str, **fields) -> dict:
-    reply = core.handle("test", encode_request(request_type, **fields))
-    assert reply is not None, f"{request_type} was not answered at once"
-    return decode_reply(reply)
 
 
 class EndOffsetAt:

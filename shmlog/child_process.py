@@ -1,0 +1,24 @@
+"""Stopping a process this one started (a broker, a ZooKeeper): SIGTERM first, so it
+shuts down gracefully, and SIGKILL only when it does not within the time it is
+given; no process is left either way. Standard library only, so light modules can
+use it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+__all__ = ["stop"]
+
+
+def stop(process: subprocess.Popen, timeout_s: float) -> int:
+    """SIGTERM ``process`` (unless it has exited), wait up to ``timeout_s``, then
+    SIGKILL it and wait again as long; its exit status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=timeout_s)
+    return process.returncode
