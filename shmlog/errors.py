@@ -234,3 +234,48 @@ class NonEmptyGroupError(GroupError):
 
 class InconsistentGroupProtocolError(GroupError):
     """A member offers no assignor that every other member of the group supports."""
+
+
+# --- cluster mode: ZooKeeper client and controller (issue 14, zkc) ---------------------
+
+class ZnodeFormatError(PeerProtocolError):
+    """A znode's body (written by another broker, or by hand) is not what
+    ``zk_paths`` lays out: malformed JSON, a missing field, a value out of range."""
+
+
+class ZooKeeperConnectionError(ZooKeeperUnavailableError):
+    """No ZooKeeper session could be had in time, or the connection was lost during
+    a request: a write's outcome is unknown (read back before retrying)."""
+
+
+class InconsistentClusterIdError(ShmlogError):
+    """The ZooKeeper chroot belongs to another cluster: its ``/cluster/id`` is not this
+    broker's ``cluster.id`` (Kafka's InconsistentClusterIdException). The broker
+    refuses to start rather than join someone else's cluster."""
+
+
+class BrokerIdInUseError(ShmlogError):
+    """Another live broker (another ZooKeeper session) is registered under this
+    broker id, and its registration did not go away within the session timeout."""
+
+
+class ControllerMovedError(ShmlogError):
+    """A controller's write was refused because ``/controller_epoch`` moved on: a
+    newer controller was elected, and this one must resign (Kafka's
+    ControllerMovedException). Nothing of the write was applied."""
+
+
+class ZooKeeperConflictError(ShmlogError):
+    """A conditional ZooKeeper write was refused because a znode is not as the writer
+    believed (it exists, it is missing, or it has another version). Nothing of the
+    write was applied; re-read and decide again. ``path`` names the znode."""
+
+    def __init__(self, message: str, *, path: str = ""):
+        super().__init__(message)
+        self.path = path
+
+
+class StaleStateVersionError(ZooKeeperConflictError):
+    """A versioned write (a partition state's ISR change, a producer-id block) found
+    another zkVersion: someone wrote the znode since it was read. A leader re-reads
+    its partition's state and follows it if the leader epoch moved."""

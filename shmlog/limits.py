@@ -183,3 +183,28 @@ def __getattr__(name: str) -> int:
     assert derived.keys() == _DERIVED_NAMES, "_DERIVED_NAMES must name what _from_layouts gives"
     globals().update(derived)                        # later reads are plain globals
     return derived[name]
+
+
+# --- cluster mode: ZooKeeper client and controller (issue 14, zkc) ---------------------
+# How long a broker waits for its first ZooKeeper session before giving up
+# (kazoo's start() default; Kafka's zookeeper.connection.timeout.ms defaults to the
+# session timeout, 18 s).
+ZOOKEEPER_CONNECT_TIMEOUT_S = 15.0
+# Kafka's zookeeper.session.timeout.ms default. ZooKeeper clamps what a client asks
+# for to 2..20 ticks of its tickTime.
+ZOOKEEPER_SESSION_TIMEOUT_MS_DEFAULT = 18000
+# Reads (idempotent) are retried this many times across a connection loss before
+# ZooKeeperConnectionError: a few reconnects, each bounded by the session timeout.
+ZOOKEEPER_READ_ATTEMPTS_MAX = 5
+# Conditional read-modify-write loops (a producer-id block, a controller's writes
+# racing a leader's ISR changes) retry on a version conflict this many times: each
+# loss means another writer made progress, so running out means a writer storm.
+ZOOKEEPER_CONFLICT_ATTEMPTS_MAX = 20
+# A restarted broker finds its previous session's registration until ZooKeeper
+# expires that session: it waits this many session timeouts for it to go.
+BROKER_REGISTRATION_WAIT_SESSIONS = 1.5
+# The controller's thread wakes at least this often with no event, to notice stop().
+CONTROLLER_IDLE_WAIT_S = 0.5
+# stop() waits this long for the controller's thread (a ZooKeeper call in flight is
+# bounded by the session timeout; the client is closed after the join).
+CONTROLLER_STOP_TIMEOUT_S = 30.0
