@@ -234,3 +234,12 @@ class NonEmptyGroupError(GroupError):
 
 class InconsistentGroupProtocolError(GroupError):
     """A member offers no assignor that every other member of the group supports."""
+
+
+# --- replication (repl) -------------------------------------------------------------
+
+
+class ReplicationProtocolError(PeerProtocolError):
+    """A peer broker sent a replication message that is not one: a wrong magic,
+    version or type, a body that is not the JSON object its type needs, a field of
+    the wrong type or out of range, record frames that do not match the body."""

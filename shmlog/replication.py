@@ -53,7 +53,16 @@ import dataclasses
 import enum
 import heapq
 import itertools
-from typing import Hashable, Iterable, Mapping
+import json
+import operator
+import struct
+from typing import Any, ClassVar, Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import limits, replication_layout
+from .errors import LocalProtocolError, ReplicationProtocolError
+from .replication_layout import MessageType
 
 __all__ = [
     "UNKNOWN_OFFSET", "UNDEFINED_EPOCH", "NO_EPOCH", "NEVER_MS", "ErrorCode",
@@ -62,6 +71,10 @@ __all__ = [
     "validate_fetch", "validate_epoch_end", "follower_high_watermark",
     "TruncationAction", "TruncationStep", "truncation_step", "offset_out_of_range_step",
     "FetchPurgatory",
+    "MessageType", "Message", "Fetch", "FetchPartition", "FetchResponse",
+    "FetchResponsePartition", "EpochEnd", "EpochEndPartition", "EpochEndResponse",
+    "EpochEndResponsePartition", "Produce", "ProducePartition", "ProduceResponse",
+    "ProduceResponsePartition", "Error", "encode", "decode",
 ]
 
 # Kafka's Log.UnknownOffset / UNDEFINED_EPOCH_OFFSET: a log end not yet known.
@@ -591,3 +604,450 @@ class FetchPurgatory:
         for key in fired:
             self.remove(key)
         return fired
+
+
+# --- messages -----------------------------------------------------------------------
+# The bodies of replication_layout's frames. Records are any contiguous byte buffer
+# (bytes, memoryview, a uint8 numpy view of a segment); decode hands them on as uint8
+# numpy views of the received frames, without a copy.
+
+_I32_MAX = 2**31 - 1
+_I64_MIN = -(2**63)
+_I64_MAX = 2**63 - 1
+
+# Field kinds: ("int", lowest, highest), ("bool",), ("error",), ("str", longest).
+_TOPIC_KEY = ("int", _I64_MIN, _I64_MAX)
+_PARTITION = ("int", 0, limits.PARTITIONS_PER_TOPIC_MAX - 1)
+_EPOCH = ("int", UNDEFINED_EPOCH, _I32_MAX)          # -1: none / undefined
+_OFFSET = ("int", 0, limits.OFFSET_MAX)
+_OFFSET_OR_UNKNOWN = ("int", UNKNOWN_OFFSET, limits.OFFSET_MAX)
+_ERROR = ("error",)
+
+
+def _schema(**fields) -> dict:
+    return fields
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchPartition:
+    """One partition of a FETCH (Kafka's FetchRequest partition, trimmed): the
+    follower's log end as ``fetch_offset`` and its log start."""
+    topic_key: int
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    log_start_offset: int
+    partition_max_bytes: int
+    SCHEMA: ClassVar[dict] = _schema(
+        topic_key=_TOPIC_KEY, partition=_PARTITION, current_leader_epoch=_EPOCH,
+        fetch_offset=_OFFSET, log_start_offset=_OFFSET_OR_UNKNOWN,
+        partition_max_bytes=("int", 0, limits.REPLICATION_RECORDS_SIZE_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetch:
+    """FETCH: a follower (or observer) asks the leader for records past its log end,
+    waiting up to ``max_wait_ms`` for some (§3.2). ``replica_id`` must be the
+    sender's broker id."""
+    replica_id: int
+    observer: bool
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partitions: tuple[FetchPartition, ...]
+    SCHEMA: ClassVar[dict] = _schema(
+        replica_id=("int", 0, _I32_MAX), observer=("bool",),
+        max_wait_ms=("int", 0, limits.REPLICATION_FETCH_WAIT_MS_MAX),
+        min_bytes=("int", 0, limits.FETCH_SIZE_MAX), max_bytes=("int", 0, limits.FETCH_SIZE_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchResponsePartition:
+    """One partition of a FETCH_RESPONSE: an error (OFFSET_OUT_OF_RANGE carries the
+    leader's log start and end), the leader's high watermark, and the records read
+    from ``fetch_offset`` (None: none)."""
+    topic_key: int
+    partition: int
+    error: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    records: Any = dataclasses.field(default=None, compare=False, repr=False)
+    SCHEMA: ClassVar[dict] = _schema(
+        topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
+        high_watermark=_OFFSET_OR_UNKNOWN, log_start_offset=_OFFSET_OR_UNKNOWN,
+        log_end_offset=_OFFSET_OR_UNKNOWN)
+    RECORDS_SIZE_MIN: ClassVar[int] = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchResponse:
+    """FETCH_RESPONSE: one entry per partition of the FETCH."""
+    partitions: tuple[FetchResponsePartition, ...]
+    SCHEMA: ClassVar[dict] = _schema()
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochEndPartition:
+    """One partition of an EPOCH_END (Kafka's OffsetForLeaderEpoch): the end offset
+    of ``leader_epoch`` on the leader, asked by a follower at ``current_leader_epoch``."""
+    topic_key: int
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION,
+                                     current_leader_epoch=_EPOCH, leader_epoch=_EPOCH)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochEnd:
+    """EPOCH_END: a truncating follower asks where its epochs end on the leader (§3.3)."""
+    partitions: tuple[EpochEndPartition, ...]
+    SCHEMA: ClassVar[dict] = _schema()
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochEndResponsePartition:
+    """The leader's ``end_offset_for``: ``(leader_epoch, end_offset)``, (-1, -1) when
+    undefined."""
+    topic_key: int
+    partition: int
+    error: ErrorCode
+    leader_epoch: int
+    end_offset: int
+    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
+                                     leader_epoch=_EPOCH, end_offset=_OFFSET_OR_UNKNOWN)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochEndResponse:
+    """EPOCH_END_RESPONSE: one entry per partition of the EPOCH_END."""
+    partitions: tuple[EpochEndResponsePartition, ...]
+    SCHEMA: ClassVar[dict] = _schema()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducePartition:
+    """A batch (or run of batches) forwarded to a partition's leader."""
+    topic_key: int
+    partition: int
+    records: Any = dataclasses.field(compare=False, repr=False)
+    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION)
+    RECORDS_SIZE_MIN: ClassVar[int] = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Produce:
+    """PRODUCE: a broker forwards its local producers' batches to the leader (§5),
+    with the producer's ``acks`` (-1 all, 0, 1) and a timeout."""
+    acks: int
+    timeout_ms: int
+    partitions: tuple[ProducePartition, ...]
+    SCHEMA: ClassVar[dict] = _schema(acks=("int", -1, 1),
+                                     timeout_ms=("int", 0, limits.CLIENT_WAIT_MS_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProduceResponsePartition:
+    """The leader's answer for one forwarded partition: the base offset (-1 on an
+    error), the LogAppendTime stamp (-1 if none) and the log start."""
+    topic_key: int
+    partition: int
+    error: ErrorCode
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    SCHEMA: ClassVar[dict] = _schema(
+        topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR, base_offset=_OFFSET_OR_UNKNOWN,
+        log_append_time_ms=("int", -1, limits.TIMESTAMP_MS_MAX),
+        log_start_offset=_OFFSET_OR_UNKNOWN)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProduceResponse:
+    """PRODUCE_RESPONSE: one entry per partition of the PRODUCE."""
+    partitions: tuple[ProduceResponsePartition, ...]
+    SCHEMA: ClassVar[dict] = _schema()
+
+
+@dataclasses.dataclass(frozen=True)
+class Error:
+    """ERROR: the answer to a message that could not be read (or not served)."""
+    error: ErrorCode
+    message: str
+    SCHEMA: ClassVar[dict] = _schema(
+        error=_ERROR, message=("str", limits.REPLICATION_ERROR_MESSAGE_LENGTH_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """A replication message: the envelope's fields and a body."""
+    sender_broker_id: int
+    sender_broker_epoch: int
+    correlation_id: int
+    body: Fetch | FetchResponse | EpochEnd | EpochEndResponse | Produce | ProduceResponse | Error
+
+    @property
+    def message_type(self) -> MessageType:
+        return _TYPE_OF[type(self.body)]
+
+
+_TYPE_OF = {Fetch: MessageType.FETCH, FetchResponse: MessageType.FETCH_RESPONSE,
+            EpochEnd: MessageType.EPOCH_END, EpochEndResponse: MessageType.EPOCH_END_RESPONSE,
+            Produce: MessageType.PRODUCE, ProduceResponse: MessageType.PRODUCE_RESPONSE,
+            Error: MessageType.ERROR}
+_BODY_OF = {message_type: body for body, message_type in _TYPE_OF.items()}
+_ENTRY_OF = {Fetch: FetchPartition, FetchResponse: FetchResponsePartition,
+             EpochEnd: EpochEndPartition, EpochEndResponse: EpochEndResponsePartition,
+             Produce: ProducePartition, ProduceResponse: ProduceResponsePartition}
+_ENVELOPE = struct.Struct(replication_layout.ENVELOPE_FORMAT)
+
+
+def _refuse(message: str) -> ReplicationProtocolError:
+    return ReplicationProtocolError(message)
+
+
+def _check(value: Any, kind: tuple, where: str) -> Any:
+    """A body field of its kind, or a ReplicationProtocolError naming it."""
+    name = kind[0]
+    if name == "int":
+        if type(value) is not int or not kind[1] <= value <= kind[2]:
+            raise _refuse(f"{where} must be an integer in [{kind[1]}, {kind[2]}], "
+                          f"got {value!r:.80}")
+        return value
+    if name == "bool":
+        if type(value) is not bool:
+            raise _refuse(f"{where} must be true or false, got {value!r:.80}")
+        return value
+    if name == "error":
+        if type(value) is not int or value not in _ERROR_CODES:
+            raise _refuse(f"{where} must be a known error code, got {value!r:.80}")
+        return ErrorCode(value)
+    if name == "list":
+        if type(value) is not list:
+            raise _refuse(f"{where} must be a list, got {type(value).__name__}")
+        return value
+    assert name == "str", kind
+    if type(value) is not str or len(value) > kind[1]:
+        raise _refuse(f"{where} must be a string of at most {kind[1]} characters, "
+                      f"got {type(value).__name__} {value!r:.80}")
+    return value
+
+
+_ERROR_CODES = frozenset(int(code) for code in ErrorCode)
+
+
+def _fields(obj: Any, schema: dict, where: str) -> dict:
+    """The schema's fields of a decoded JSON object (exactly those, each checked)."""
+    if not isinstance(obj, dict):
+        raise _refuse(f"{where} must be a JSON object, got {type(obj).__name__}")
+    expected = set(schema)
+    if obj.keys() != expected:
+        missing, extra = expected - obj.keys(), obj.keys() - expected
+        raise _refuse(f"{where} has fields {sorted(obj)[:20]!r:.300}: "
+                      f"missing {sorted(missing)}, unknown {sorted(extra)[:10]!r:.200}")
+    return {name: _check(obj[name], kind, f"{where}.{name}") for name, kind in schema.items()}
+
+
+def _records_size(records: Any, where: str) -> int:
+    try:
+        view = memoryview(records)
+    except TypeError:
+        raise LocalProtocolError(f"{where}.records must be a bytes-like buffer, "
+                                 f"got {type(records).__name__}") from None
+    if not view.contiguous:
+        raise LocalProtocolError(f"{where}.records must be contiguous")
+    return view.nbytes
+
+
+def _encode_entries(body: Any) -> tuple[list[dict], list]:
+    """The body's partition entries as JSON objects, and their record frames."""
+    entries, frames = [], []
+    for index, entry in enumerate(body.partitions):
+        item = {name: _plain(getattr(entry, name), f"partitions[{index}].{name}")
+                for name in entry.SCHEMA}
+        if hasattr(entry, "RECORDS_SIZE_MIN"):
+            size = 0 if entry.records is None else \
+                _records_size(entry.records, f"partitions[{index}]")
+            item["records_bytes"] = size
+            if size:
+                frames.append(entry.records)
+        entries.append(item)
+    return entries, frames
+
+
+def encode(message: Message) -> list:
+    """The frames of a message (replication_layout): the envelope, the JSON body,
+    then each partition entry's records, as given (no copy).
+
+    Raises
+    ------
+    LocalProtocolError
+        A field is out of range or of the wrong type, or the body is too large:
+        a peer would refuse the message, so it is not sent.
+    """
+    body = message.body
+    message_type = _TYPE_OF.get(type(body))
+    if message_type is None:
+        raise LocalProtocolError(f"not a replication message body: {type(body).__name__}")
+    if message_type is MessageType.ERROR:
+        body = dataclasses.replace(
+            body, message=body.message[:limits.REPLICATION_ERROR_MESSAGE_LENGTH_MAX])
+    fields = {name: _plain(getattr(body, name), name) for name in body.SCHEMA}
+    record_frames: list = []
+    if type(body) in _ENTRY_OF:
+        fields["partitions"], record_frames = _encode_entries(body)
+    frames = [_envelope_bytes(message, message_type), json.dumps(
+        fields, separators=(",", ":"), ensure_ascii=False).encode()] + record_frames
+    try:                        # what the peer will check, checked before it is sent
+        _body_from_object(message_type, fields, record_frames, message.sender_broker_id)
+    except ReplicationProtocolError as error:
+        raise LocalProtocolError(f"cannot send {message_type.name}: {error}") from None
+    return frames
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A field as JSON takes it: bools and strings as they are, integers (enums,
+    numpy integers) as int; anything else is the caller's mistake."""
+    if isinstance(value, (bool, str)):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise LocalProtocolError(f"field {where} must be an integer, "
+                                 f"got {type(value).__name__} {value!r:.80}") from None
+
+
+def _envelope_bytes(message: Message, message_type: MessageType) -> bytes:
+    _check_envelope(message.sender_broker_id, message.sender_broker_epoch,
+                    message.correlation_id, message_type, LocalProtocolError)
+    return _ENVELOPE.pack(replication_layout.MAGIC, replication_layout.VERSION,
+                          message_type, message.sender_broker_id,
+                          message.sender_broker_epoch, message.correlation_id)
+
+
+def _check_envelope(sender_broker_id: Any, sender_broker_epoch: Any, correlation_id: Any,
+                    message_type: MessageType, error_class: type) -> None:
+    for name, value, low in (("sender_broker_id", sender_broker_id, 0),
+                             ("sender_broker_epoch", sender_broker_epoch, 0),
+                             ("correlation_id", correlation_id, 0)):
+        high = _I32_MAX if name == "sender_broker_id" else _I64_MAX
+        if type(value) is not int or not low <= value <= high:
+            raise error_class(f"envelope {name} must be an integer in [{low}, {high}], "
+                              f"got {value!r:.80}")
+    if correlation_id == 0 and message_type is not MessageType.ERROR:
+        raise error_class(f"a {message_type.name} needs a correlation id above 0")
+
+
+def decode(frames: Sequence) -> Message:
+    """The message in ``frames`` (bytes-like objects: bytes, memoryviews, zmq frames'
+    buffers). Records come back as uint8 numpy views of their frames (no copy).
+
+    Raises
+    ------
+    ReplicationProtocolError
+        Anything that is not a well-formed message of this version: every field's
+        type and range, the frame count and each record frame's length are checked.
+    """
+    if len(frames) < replication_layout.FIRST_RECORDS_FRAME:
+        raise _refuse(f"a message has at least 2 frames (envelope, body), got {len(frames)}")
+    envelope = _bytes(frames[replication_layout.ENVELOPE_FRAME], "envelope")
+    if len(envelope) != replication_layout.ENVELOPE_LENGTH:
+        raise _refuse(f"the envelope is {replication_layout.ENVELOPE_LENGTH} bytes, "
+                      f"got {len(envelope)}")
+    magic, version, type_number, sender_id, sender_epoch, correlation_id = \
+        _ENVELOPE.unpack(envelope)
+    if magic != replication_layout.MAGIC:
+        raise _refuse(f"bad magic {magic:#06x} (expected {replication_layout.MAGIC:#06x}): "
+                      f"not a replication message")
+    if version != replication_layout.VERSION:
+        raise _refuse(f"unsupported version {version}; this broker speaks "
+                      f"{replication_layout.VERSION}")
+    if type_number not in _TYPE_NUMBERS:
+        raise _refuse(f"unknown message type {type_number}")
+    message_type = MessageType(type_number)
+    _check_envelope(sender_id, sender_epoch, correlation_id, message_type, ReplicationProtocolError)
+    body = _decode_body(message_type, frames[replication_layout.BODY_FRAME],
+                        frames[replication_layout.FIRST_RECORDS_FRAME:], sender_id)
+    return Message(sender_id, sender_epoch, correlation_id, body)
+
+
+_TYPE_NUMBERS = frozenset(int(message_type) for message_type in MessageType)
+
+
+def _bytes(frame: Any, where: str) -> bytes:
+    try:
+        return memoryview(frame).tobytes()
+    except TypeError:
+        raise _refuse(f"the {where} frame is not a byte buffer ({type(frame).__name__})") from None
+
+
+def _decode_body(message_type: MessageType, body_frame: Any, record_frames: Sequence,
+                 sender_id: int) -> Any:
+    text = _bytes(body_frame, "body")
+    if len(text) > limits.REPLICATION_BODY_SIZE_MAX:
+        raise _refuse(f"a body of {len(text)} bytes exceeds {limits.REPLICATION_BODY_SIZE_MAX}")
+    try:
+        obj = json.loads(text)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise _refuse(f"the body is not UTF-8 JSON ({error})") from None
+    except RecursionError:
+        raise _refuse("the body nests too deep") from None
+    return _body_from_object(message_type, obj, record_frames, sender_id)
+
+
+def _body_from_object(message_type: MessageType, obj: Any, record_frames: Sequence,
+                      sender_id: int) -> Any:
+    body_class = _BODY_OF[message_type]
+    entry_class = _ENTRY_OF.get(body_class)
+    schema = dict(body_class.SCHEMA)
+    if entry_class is not None:
+        schema["partitions"] = ("list",)
+    fields = _fields(obj, schema, message_type.name)
+    if entry_class is None:
+        if record_frames:
+            raise _refuse(f"a {message_type.name} has 2 frames, got {2 + len(record_frames)}")
+        return body_class(**fields)
+    fields["partitions"] = _decode_entries(entry_class, fields["partitions"], record_frames,
+                                           message_type.name)
+    if body_class is Fetch and fields["replica_id"] != sender_id:
+        raise _refuse(f"FETCH replica_id {fields['replica_id']} is not the sender's broker "
+                      f"id {sender_id}")
+    return body_class(**fields)
+
+
+def _decode_entries(entry_class: type, items: list, record_frames: Sequence, where: str) -> tuple:
+    schema = dict(entry_class.SCHEMA)
+    carries_records = hasattr(entry_class, "RECORDS_SIZE_MIN")
+    if carries_records:
+        schema["records_bytes"] = ("int", entry_class.RECORDS_SIZE_MIN,
+                                   limits.REPLICATION_RECORDS_SIZE_MAX)
+    decoded = [_fields(item, schema, f"{where}.partitions[{index}]")
+               for index, item in enumerate(items)]
+    names = {(fields["topic_key"], fields["partition"]) for fields in decoded}
+    if len(names) != len(decoded):
+        raise _refuse(f"{where} names a partition twice")
+    sizes = [fields.pop("records_bytes") for fields in decoded] if carries_records else []
+    expected = sum(1 for size in sizes if size)
+    if expected != len(record_frames):
+        raise _refuse(f"{where} has {expected} record frames in its body and "
+                      f"{len(record_frames)} after it")
+    frames = iter(record_frames)
+    entries = []
+    for index, fields in enumerate(decoded):
+        if carries_records:
+            fields["records"] = _records(next(frames), sizes[index], where, index) \
+                if sizes[index] else None
+        entries.append(entry_class(**fields))
+    return tuple(entries)
+
+
+def _records(frame: Any, size: int, where: str, index: int) -> np.ndarray:
+    try:
+        records = np.frombuffer(frame, dtype=np.uint8)
+    except (TypeError, ValueError):
+        raise _refuse(f"{where}.partitions[{index}] records frame is not a byte buffer") from None
+    if records.nbytes != size:
+        raise _refuse(f"{where}.partitions[{index}] records_bytes is {size}, its frame has "
+                      f"{records.nbytes}")
+    return records
