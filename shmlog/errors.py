@@ -10,6 +10,8 @@
     │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
     │   ├── OffsetOutOfRangeError
+    │   ├── InvalidReplicationFactorError   below 1, or more than the live brokers
+    │   ├── InvalidReplicaAssignmentError   some brokers have a rack and others not
     │   └── ClientClosedError         a closed producer or consumer was used
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
@@ -234,3 +236,14 @@ class NonEmptyGroupError(GroupError):
 
 class InconsistentGroupProtocolError(GroupError):
     """A member offers no assignor that every other member of the group supports."""
+
+
+# --- cluster configuration and replica assignment (cluster_config, cluster_metadata) -----
+class InvalidReplicationFactorError(LocalProtocolError):
+    """A topic's replication factor is below 1 or above the number of live brokers
+    (Kafka's InvalidReplicationFactorException)."""
+
+
+class InvalidReplicaAssignmentError(LocalProtocolError):
+    """Replicas cannot be assigned as asked: some brokers have a rack and others do
+    not (Kafka's AdminOperationException; assign without racks to go on)."""

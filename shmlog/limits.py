@@ -183,3 +183,10 @@ def __getattr__(name: str) -> int:
     assert derived.keys() == _DERIVED_NAMES, "_DERIVED_NAMES must name what _from_layouts gives"
     globals().update(derived)                        # later reads are plain globals
     return derived[name]
+
+
+# --- cluster configuration (cluster_config, cluster_metadata) -------------------------------
+# A cluster id and a rack are names written into ZooKeeper's znodes and shown by
+# describe; Kafka's generated cluster id is a 22-character base64 UUID, and a
+# UUID's text is 36: 255 leaves room for any naming scheme and bounds a typo.
+CLUSTER_ID_LENGTH_MAX = 255
