@@ -252,3 +252,8 @@ REPLICATION_PEER_BACKLOG_MAX = 64
 # sockets, so libzmq's queues (and then TCP) push back on the peers instead of
 # this process buffering without bound.
 REPLICATION_INBOUND_QUEUED_MAX = 1024
+# --- cluster configuration (cluster_config, cluster_metadata) -------------------------------
+# A cluster id and a rack are names written into ZooKeeper's znodes and shown by
+# describe; Kafka's generated cluster id is a 22-character base64 UUID, and a
+# UUID's text is 36: 255 leaves room for any naming scheme and bounds a typo.
+CLUSTER_ID_LENGTH_MAX = 255
