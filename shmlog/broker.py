@@ -151,11 +151,24 @@ class BrokerCore:
         self.context = RequestContext()          # who sent the request being handled
         self.services: list[Service] = []
         self._handlers = {"ping": self.ping}
-        self.topics = self.add_service(TopicService(self.host, self.prefix))
+        self.cluster = None
+        if config.cluster is None:
+            self.topics = self.add_service(TopicService(self.host, self.prefix))
+        else:
+            self.topics = self.add_service(self._join(config))
         self.producer_service = self.add_service(ProducerService(self.producers))
         self.groups = self.add_service(GroupService(config, self.host, self.context))
         self.producers.adopt_left_rings(include_alive=True)
         self.producers.reap_dead_producers()
+
+    def _join(self, config: BrokerConfig) -> Service:
+        """Join the cluster of ``config.cluster``; the topic service of a member."""
+        from .cluster import ClusterNode                # kazoo: only a member loads it
+        from .cluster_topic_service import ClusterTopicService
+        self.cluster = ClusterNode(config.cluster, self.host)
+        self.add_service(self.cluster.replication)
+        return ClusterTopicService(self.host, self.prefix, self.cluster.replication,
+                                   self.context)
 
     def add_service(self, service: Service) -> Service:
         """Answer ``service``'s requests, tick it and collect its replies from now on;
@@ -216,6 +229,8 @@ class BrokerCore:
         topic, say) must hear them before it judges a member silent."""
         handled = self.host.drain()
         now = now_ms()
+        if self.cluster is not None:
+            self.cluster.replication.poll(now)
         if not requests_waiting:
             for service in self.services:
                 deadline = service.next_deadline()
@@ -227,7 +242,11 @@ class BrokerCore:
         return handled
 
     def close(self) -> None:
-        """Drain every ring, flush and close the logs, remove the shared memory."""
+        """Leave the cluster (if a member); drain every ring, flush and close the logs,
+        remove the shared memory."""
+        if self.cluster is not None:
+            self.topics.close()
+            self.cluster.close()
         self.host.close()
 
 
@@ -268,7 +287,7 @@ def warm_kernels(config: BrokerConfig) -> None:
     try:
         table = PartitionStateTable(WARM_UP_DIRECTORY, mmap.mmap(
             -1, S.ROWS_OFFSET + WARM_UP_ROWS * S.ROW_SIZE), owner=False)
-        core = BrokerCore(dataclasses.replace(config, data_dir=directory,
+        core = BrokerCore(dataclasses.replace(config, data_dir=directory, cluster=None,
                                               offsets_topic_num_partitions=1), table=table)
         try:
             _serve_scratch_requests(core)
@@ -400,21 +419,27 @@ class Broker:
     ----------
     data_dir : str, optional
         Defaults to :func:`default_data_dir`.
+    config_file : str, optional
+        A TOML file of settings (with a ``[cluster]`` table: a cluster member).
     startup_timeout_s : float
         How long to wait for the control endpoint to answer.
     """
 
-    def __init__(self, data_dir: str | None = None, *, startup_timeout_s: float = 120.0,
-                 **settings: Any):
-        self.config = BrokerConfig.load(None, data_dir=data_dir, **settings)
+    def __init__(self, data_dir: str | None = None, *, config_file: str | None = None,
+                 startup_timeout_s: float = 120.0, **settings: Any):
+        self.config_file = config_file
+        self.config = BrokerConfig.load(config_file, data_dir=data_dir, **settings)
         self.data_dir = os.path.abspath(self.config.data_dir)
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "Broker":
         arguments = [sys.executable, "-m", "shmlog", "broker", "--data-dir", self.data_dir]
+        if self.config_file is not None:
+            arguments += ["--config", self.config_file]     # its tables ([cluster]) too
         for field in dataclasses.fields(BrokerConfig):
-            if field.name != "data_dir" and getattr(self.config, field.name) is not None:
+            if field.name != "data_dir" and field.name not in BrokerConfig.TABLE_SETTINGS \
+                    and getattr(self.config, field.name) is not None:
                 arguments += [f"--{field.name.replace('_', '-')}",
                               str(getattr(self.config, field.name))]
         self.process = subprocess.Popen(arguments)

@@ -257,3 +257,8 @@ REPLICATION_INBOUND_QUEUED_MAX = 1024
 # describe; Kafka's generated cluster id is a 22-character base64 UUID, and a
 # UUID's text is 36: 255 leaves room for any naming scheme and bounds a typo.
 CLUSTER_ID_LENGTH_MAX = 255
+# --- cluster wiring (replica_service, cluster_topic_service, cluster) ---------------------
+# How long a topic request waits, after its ZooKeeper write, for this broker to see it
+# take effect (the controller elects leaders within milliseconds; a ZooKeeper session
+# timeout is the worst case a healthy cluster shows).
+CLUSTER_TOPIC_WAIT_MS = 30_000

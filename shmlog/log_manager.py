@@ -46,6 +46,7 @@ TOPIC_FILE = "topic.json"
 TOPIC_FILE_VERSION = 1
 DELETED_SUFFIX = ".deleted"
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_TOPIC_ID = re.compile(r"[0-9a-f]{32}")     # uuid4().hex, the form zk_paths writes
 
 
 class DataDirectoryInUseError(StorageError):
@@ -187,8 +188,10 @@ class LogManager:
         self._topics[metadata.name] = metadata
 
     def create_topic(self, name: str, partitions: int = 1,
-                     config: Mapping[str, Any] | None = None) -> TopicMetadata:
-        """Create a topic with ``partitions`` empty partitions.
+                     config: Mapping[str, Any] | None = None,
+                     topic_id: str | None = None) -> TopicMetadata:
+        """Create a topic with ``partitions`` empty partitions; ``topic_id`` (32 hex
+        digits) is the cluster's id for it, a new random one by default.
 
         Raises
         ------
@@ -199,7 +202,9 @@ class LogManager:
         topic_config = TopicConfig.from_overrides(config)
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
-        metadata = TopicMetadata(name, uuid.uuid4().hex, partitions, topic_config)
+        if topic_id is not None and not _TOPIC_ID.fullmatch(str(topic_id)):
+            raise InvalidTopicError(f"a topic id is 32 hex digits, got {topic_id!r}")
+        metadata = TopicMetadata(name, topic_id or uuid.uuid4().hex, partitions, topic_config)
         access.make_directories(self._topic_dir(name))
         for partition in range(partitions):
             access.make_directories(os.path.join(self._topic_dir(name), str(partition)))

@@ -171,9 +171,11 @@ class PartitionHost:
         for listener in self._listeners:
             listener(now)
 
-    def create_topic(self, name: str, partitions: int, config: dict) -> TopicMetadata:
-        """Create a topic (internal ones too: no refusal here) and host its partitions."""
-        metadata = self.logs.create_topic(name, partitions, config)
+    def create_topic(self, name: str, partitions: int, config: dict,
+                     topic_id: str | None = None) -> TopicMetadata:
+        """Create a topic (internal ones too: no refusal here) and host its partitions;
+        ``topic_id``: the cluster's id for it (a new one by default)."""
+        metadata = self.logs.create_topic(name, partitions, config, topic_id)
         self._host_partitions(name, {})
         self._topics_changed()
         return metadata

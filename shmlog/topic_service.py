@@ -29,10 +29,10 @@ from .internal_topics import INTERNAL_TOPICS
 from .partition_host import PartitionHost
 from .service import ImmediateService
 
-__all__ = ["TopicService"]
+__all__ = ["TopicService", "refuse_internal"]
 
 
-def _refuse_internal(name, done: str) -> None:
+def refuse_internal(name, done: str) -> None:
     """Clients never create, delete or grow an internal topic (Kafka refuses it too):
     the broker owns it, and a group's commits are found by hashing the group id over
     its partition count, so another count or a new empty topic loses every commit."""
@@ -86,12 +86,12 @@ class TopicService(ImmediateService):
                 "topics": [self._topic(name) for name in names]}
 
     def create_topic(self, name, partitions: int = 1, config: dict | None = None) -> dict:
-        _refuse_internal(name, "created")
+        refuse_internal(name, "created")
         self.host.create_topic(name, partitions, require(config or {}, dict, "config"))
         return self._topic(name)
 
     def delete_topic(self, name) -> dict:
-        _refuse_internal(name, "deleted")
+        refuse_internal(name, "deleted")
         self.host.delete_topic(require(name, str, "name"))
         return {}
 
@@ -102,7 +102,7 @@ class TopicService(ImmediateService):
         return self._topic(name)
 
     def add_partitions(self, name, total) -> dict:
-        _refuse_internal(name, "given partitions")
+        refuse_internal(name, "given partitions")
         self.host.add_partitions(require(name, str, "name"), total)
         return self._topic(name)
 

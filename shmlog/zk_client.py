@@ -145,6 +145,11 @@ class EventQueue:
         if self._wake is not None:
             self._wake()
 
+    @property
+    def waiting(self) -> bool:
+        """Is an event queued?"""
+        return not self._events.empty()
+
     def get(self, timeout_s: float) -> WatchEvent | None:
         """The next event, waiting at most ``timeout_s``; None if none came."""
         try:
@@ -565,6 +570,22 @@ class ClusterZooKeeper:
             self._write(self._client.create, zk_paths.delete_topic_path(topic))
         except NodeExistsError:
             pass
+
+    def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
+        """Replace ``topic``'s config overrides (``/config/topics/<t>``); every broker
+        takes them from its watch (Kafka's ``AdminZkClient.changeTopicConfig``, whose
+        change notification our watches make unneeded).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No such topic.
+        """
+        try:
+            self._write(self._client.set, zk_paths.topic_config_path(topic),
+                        zk_paths.encode_topic_config(config))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
 
     def update_partition_state(self, topic: str, partition: int, state: PartitionState,
                                version: int) -> int:

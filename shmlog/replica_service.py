@@ -1,0 +1,508 @@
+"""The replica service: a cluster member's replication, on the broker's loop thread
+(Kafka's ReplicaManager with its fetcher threads and fetch purgatory).
+
+Rules
+-----
+* **ZooKeeper is the one truth.** Topics, assignments, configs and partition states
+  come from its watches (``cluster_view``); a topic appears on this broker when its
+  assignment does (with the cluster-wide topic id, so ring entries name it the same
+  everywhere), and goes when it does. Every broker hosts every partition: as
+  leader, follower, or observer (a copy for this host's readers, see
+  ``partition_replica``).
+* **Followers pull.** One request in flight per leader: an EPOCH_END while any of
+  its partitions truncates, else a FETCH of every fetching partition (Kafka's
+  fetcher thread per source broker). The next goes out as soon as the answer is
+  applied, so acks=all costs one round trip plus the follower's append.
+* **Fetches that find nothing wait** (``replication.FetchPurgatory``) until a
+  partition's log end or high watermark moves past what the follower has, its
+  leadership changes, or ``max_wait_ms`` passes.
+* **ISR changes are written by the leader** to its partition's state znode,
+  conditionally on the zkVersion it holds, without blocking the loop (kazoo's async
+  call, its outcome queued back). One change at a time per partition.
+* **A suspended ZooKeeper session fences the leader**: no high watermark moves and
+  acks=all entries are refused (this broker may have been replaced: ZooKeeper
+  expires a session T after its last word, kazoo reports SUSPENDED after 2T/3); a
+  LOST session resigns every leadership and fails the acks=all entries parked.
+* A peer's message never ends the loop: what it names that is unknown is answered
+  with an error code.
+
+Theory of operation
+-------------------
+Three queues feed the service, each filled by a thread of its own that rings the
+appender doorbell: ZooKeeper's watch events, the replication endpoint's messages
+(``zmq_replication``), and the outcomes of ISR writes. :meth:`ReplicaService.poll`
+empties them every loop turn, then looks at the partitions the drain appended to
+(``Appender.take_appended``): a leader's high watermark may move, waiting fetches
+may be answered. :meth:`ReplicaService.tick` runs the timers: expired fetches, the
+ISR shrink check (every ``replica.lag.time.max.ms / 2``), retries of failed requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+from typing import Any, Callable
+
+from .cluster_config import ClusterConfig
+from .cluster_view import (BrokersChanged, ClusterView, PartitionStateChanged, Reregistered,
+                           SessionChanged, TopicChanged, TopicConfigChanged, TopicGone)
+from .errors import ShmlogError
+from .partition_host import PartitionHost
+from .partition_replica import FetchPhase, PartitionReplica, Role
+from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
+                          EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
+                          FetchResponse, FetchResponsePartition, PendingIsrChange, Error)
+from .records import now_ms
+from .state import topic_key
+from .zk_client import ClusterZooKeeper, EventQueue, SessionState
+from .zmq_replication import (ReceivedRequest, ReceivedResponse, ReplicationEndpoint,
+                              RequestFailed)
+
+log = logging.getLogger("shmlog.broker")
+
+__all__ = ["ReplicaService"]
+
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+# After a failed request (a timeout, a peer gone) a fetcher waits this long before
+# the next (Kafka's replica.fetch.backoff.ms is 1000; failover is what we wait for,
+# and the controller elects within milliseconds of a session's end).
+FETCH_BACKOFF_MS = 100
+
+
+@dataclasses.dataclass
+class _Fetcher:
+    """The requests to one leader: at most one in flight."""
+    leader_id: int
+    in_flight: int | None = None          # its correlation id
+    partitions: tuple = ()                # the replicas it asked for
+    retry_at: int = 0
+
+
+@dataclasses.dataclass
+class _WaitingFetch:
+    request: ReceivedRequest
+    deadline: int
+
+
+class ReplicaService:
+    """Replication for every partition this broker hosts (see the module's rules).
+
+    Parameters
+    ----------
+    host : PartitionHost
+    config : ClusterConfig
+    zookeeper : ClusterZooKeeper
+        Started, this broker registered.
+    endpoint : ReplicationEndpoint
+        Bound; ``wake`` rings the appender doorbell.
+    """
+
+    def __init__(self, host: PartitionHost, config: ClusterConfig, zookeeper: ClusterZooKeeper,
+                 endpoint: ReplicationEndpoint):
+        self.host = host
+        self.appender = host.appender
+        self.config = config
+        self.broker_id = config.broker_id
+        self.zookeeper = zookeeper
+        self.endpoint = endpoint
+        self.view = ClusterView()
+        self.events = EventQueue(wake=host.table.appender_doorbell.ring)
+        self._written: queue.SimpleQueue = queue.SimpleQueue()     # ISR write outcomes
+        self.replicas: dict[tuple[str, int], PartitionReplica] = {}
+        self._by_key: dict[tuple[int, int], PartitionReplica] = {}
+        self._by_row: dict[int, PartitionReplica] = {}
+        self._fetchers: dict[int, _Fetcher] = {}
+        self._purgatory = FetchPurgatory()
+        self._waiting: dict[Any, _WaitingFetch] = {}
+        self._high_watermark_sent: dict[tuple[int, tuple[int, int]], int] = {}
+        self.suspended = zookeeper.suspended.is_set()
+        self._next_shrink_check = 0
+        zookeeper.add_events(self.events)
+        self._watch = zookeeper.watch_cluster(self.events)
+
+    # -- the service protocol -------------------------------------------------------------
+    def handlers(self) -> dict[str, Callable[..., dict | None]]:
+        return {}
+
+    def take_replies(self) -> list:
+        return []
+
+    def pending_tickets(self) -> list:
+        return []
+
+    def next_deadline(self) -> int | None:
+        deadlines = [self._next_shrink_check]
+        fetch_deadline = self._purgatory.next_deadline_ms()
+        if fetch_deadline is not None:
+            deadlines.append(fetch_deadline)
+        deadlines.extend(fetcher.retry_at for fetcher in self._fetchers.values()
+                         if fetcher.in_flight is None and fetcher.retry_at)
+        return min(deadlines)
+
+    def tick(self, now: int) -> None:
+        for key in self._purgatory.expire(now):
+            self._answer_waiting(key)
+        if now >= self._next_shrink_check:
+            self._next_shrink_check = now + max(1, self.config.replica_lag_time_max_ms // 2)
+            for replica in self.replicas.values():
+                self._write_isr_change(replica, replica.isr_change(now))
+        self._send_requests(now)
+
+    def work_pending(self) -> bool:
+        """Is anything queued for :meth:`poll`?"""
+        return bool(self.events.waiting or self.endpoint.waiting or not self._written.empty())
+
+    # -- every loop turn ----------------------------------------------------------------------
+    def poll(self, now: int) -> None:
+        """Apply what ZooKeeper, the peers and the drain brought since the last turn."""
+        for change in self.view.apply_all(self.events.drain()):
+            self._on_change(change, now)
+        for event in self.endpoint.take():
+            self._on_message(event, now)
+        while not self._written.empty():
+            replica, change, outcome = self._written.get_nowait()
+            self._isr_written(replica, change, outcome)
+        for row, log_end_offset in self.appender.take_appended():
+            replica = self._by_row.get(row)
+            if replica is not None and replica.role is Role.LEADER:
+                self._leader_appended(replica, log_end_offset, now)
+        self._send_requests(now)
+
+    def close(self) -> None:
+        self._watch.cancel()
+        self.zookeeper.remove_events(self.events)
+
+    # -- ZooKeeper's changes --------------------------------------------------------------------
+    def _on_change(self, change, now: int) -> None:
+        if isinstance(change, PartitionStateChanged):
+            replica = self.replicas.get((change.topic, change.partition))
+            if replica is not None:
+                self._apply_state(replica, change.state, change.version, now)
+        elif isinstance(change, TopicChanged):
+            self._host_topic(change.assignment, now)
+        elif isinstance(change, TopicGone):
+            self._drop_topic(change.topic)
+        elif isinstance(change, TopicConfigChanged):
+            self._configure_topic(change.topic, change.config)
+        elif isinstance(change, BrokersChanged):
+            self.endpoint.set_peers({broker_id: broker.registration.replication_endpoint
+                                     for broker_id, broker in self.view.brokers.items()})
+        elif isinstance(change, SessionChanged):
+            self._session_changed(change.state)
+        elif isinstance(change, Reregistered):
+            log.info("registered again with ZooKeeper: broker epoch %d", change.epoch)
+            self.endpoint.broker_epoch = change.epoch
+
+    def _apply_state(self, replica: PartitionReplica, state, version: int, now: int) -> None:
+        if replica.apply_state(state, version, self.view.replicas(*self._name(replica)), now):
+            replica.update_min_insync(self.suspended)
+            for key in self._purgatory.leadership_changed(replica.key):
+                self._answer_waiting(key)
+        self._maybe_advance(replica, now)
+
+    def _host_topic(self, assignment, now: int) -> None:
+        """Host the topic's partitions as ZooKeeper assigns them (its id is the
+        cluster's: a local topic of the name with another id is another topic)."""
+        name = assignment.topic
+        config = self.view.configs.get(name, {})
+        if self.host.logs.has_topic(name) and \
+                self.host.logs.describe_topic(name).topic_id != assignment.topic_id:
+            self._drop_topic(name)
+        count = len(assignment.partitions)
+        if not self.host.logs.has_topic(name):
+            self.host.create_topic(name, count, config, topic_id=assignment.topic_id)
+        elif self.host.logs.describe_topic(name).partitions < count:
+            self.host.add_partitions(name, count)
+        key = topic_key(assignment.topic_id)
+        for partition in range(count):
+            if (name, partition) in self.replicas:
+                continue
+            replica = PartitionReplica(self.broker_id, self.host.partition(name, partition),
+                                       self.appender, key, self.config.replica_lag_time_max_ms)
+            replica.min_insync_replicas = self._min_insync(config)
+            self.replicas[(name, partition)] = replica
+            self._by_key[replica.key] = replica
+            self._by_row[replica.row] = replica
+            held = self.view.state(name, partition)
+            if held is not None:
+                self._apply_state(replica, held[0], held[1], now)
+
+    def _drop_topic(self, name: str) -> None:
+        for (topic, partition), replica in list(self.replicas.items()):
+            if topic == name:
+                replica.resign()
+                for key in self._purgatory.leadership_changed(replica.key):
+                    self._answer_waiting(key)
+                del self.replicas[(topic, partition)]
+                del self._by_key[replica.key]
+                del self._by_row[replica.row]
+        if self.host.logs.has_topic(name):
+            self.host.delete_topic(name)
+            log.info("deleted topic %s (gone from ZooKeeper)", name)
+
+    def _configure_topic(self, name: str, config: dict) -> None:
+        if not self.host.logs.has_topic(name):
+            return
+        held = self.host.logs.describe_topic(name).config
+        try:
+            self.host.alter_topic_config(name, dict(config),
+                                         tuple(key for key in held if key not in config))
+        except ShmlogError as error:
+            log.warning("topic %s: cannot take its config %s from ZooKeeper: %s", name, config,
+                        error)
+        for (topic, _), replica in self.replicas.items():
+            if topic == name:
+                replica.min_insync_replicas = self._min_insync(config)
+                replica.update_min_insync(self.suspended)
+
+    def _min_insync(self, config: dict) -> int:
+        try:
+            return int(config.get(MIN_INSYNC_REPLICAS, self.config.min_insync_replicas))
+        except ValueError:
+            return self.config.min_insync_replicas
+
+    def _session_changed(self, state: SessionState) -> None:
+        self.suspended = state is SessionState.SUSPENDED
+        if state is SessionState.LOST:
+            log.warning("ZooKeeper session lost: resigning every leadership")
+            for replica in self.replicas.values():
+                if replica.role is Role.LEADER:
+                    replica.resign()
+            return
+        for replica in self.replicas.values():
+            replica.update_min_insync(self.suspended)
+
+    def _name(self, replica: PartitionReplica) -> tuple[str, int]:
+        return replica.hosted.topic, replica.hosted.partition
+
+    # -- the leader's side: requests from peers ----------------------------------------------
+    def _on_message(self, event, now: int) -> None:
+        if isinstance(event, ReceivedRequest):
+            body = event.message.body
+            if isinstance(body, Fetch):
+                self._serve_fetch(event, body, now)
+            elif isinstance(body, EpochEnd):
+                self._serve_epoch_end(event, body)
+            else:
+                self.endpoint.reply(event, Error(ErrorCode.INVALID_REQUEST,
+                                                 f"{type(body).__name__} is not served"))
+        elif isinstance(event, ReceivedResponse):
+            self._on_response(event, now)
+        elif isinstance(event, RequestFailed):
+            self._request_failed(event.peer_id, event.correlation_id, now)
+
+    def _stale_sender(self, event: ReceivedRequest) -> bool:
+        """Is the request from an incarnation of its broker older than the one
+        registered (KIP-380's broker epoch)?"""
+        message = event.message
+        known = self.view.brokers.get(message.sender_broker_id)
+        return known is not None and message.sender_broker_epoch < known.epoch
+
+    def _serve_fetch(self, event: ReceivedRequest, fetch: Fetch, now: int) -> None:
+        if self._stale_sender(event):
+            self.endpoint.reply(event, Error(ErrorCode.STALE_BROKER_EPOCH,
+                                             "a newer incarnation of this broker is registered"))
+            return
+        peer = event.message.sender_broker_id
+        budget = fetch.max_bytes
+        answers, found, waits_for = [], False, {}
+        for request in fetch.partitions:
+            replica = self._by_key.get((request.topic_key, request.partition))
+            if replica is None:
+                answers.append(_unknown_partition(request))
+                found = True
+                continue
+            answer, has_records = replica.serve_fetch(peer, fetch.observer, request, budget, now,
+                                                      self.suspended)
+            if has_records:
+                budget -= answer.records.size
+            sent = self._high_watermark_sent.get((peer, replica.key), -1)
+            found |= has_records or answer.error is not ErrorCode.NONE \
+                or answer.high_watermark > sent
+            waits_for[replica.key] = (request.fetch_offset, sent)
+            answers.append(answer)
+            if answer.error is ErrorCode.NONE:
+                self._write_isr_change(replica, replica.isr_change(now, peer))
+                self._maybe_advance(replica, now)
+        if found or fetch.max_wait_ms == 0:
+            self._reply_fetch(event, answers)
+            return
+        key = (event.route, event.message.correlation_id)
+        self._waiting[key] = _WaitingFetch(event, now + fetch.max_wait_ms)
+        self._purgatory.park(key, now + fetch.max_wait_ms, waits_for)
+
+    def _answer_waiting(self, key) -> None:
+        waiting = self._waiting.pop(key, None)
+        if waiting is None:
+            return
+        fetch, budget, answers = waiting.request.message.body, waiting.request.message.body.max_bytes, []
+        for request in fetch.partitions:
+            replica = self._by_key.get((request.topic_key, request.partition))
+            if replica is None:
+                answers.append(_unknown_partition(request))
+                continue
+            answer = replica.answer_parked_fetch(request, budget)
+            if answer.records is not None:
+                budget -= answer.records.size
+            answers.append(answer)
+        self._reply_fetch(waiting.request, answers)
+
+    def _reply_fetch(self, event: ReceivedRequest, answers: list) -> None:
+        peer = event.message.sender_broker_id
+        for answer in answers:
+            if answer.error is ErrorCode.NONE:
+                self._high_watermark_sent[(peer, (answer.topic_key, answer.partition))] = \
+                    answer.high_watermark
+        self.endpoint.reply(event, FetchResponse(tuple(answers)))
+
+    def _serve_epoch_end(self, event: ReceivedRequest, request: EpochEnd) -> None:
+        answers = []
+        for asked in request.partitions:
+            replica = self._by_key.get((asked.topic_key, asked.partition))
+            if replica is None:
+                answers.append(EpochEndResponsePartition(
+                    asked.topic_key, asked.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+                continue
+            error, epoch, end = replica.end_offset_for(event.message.sender_broker_id,
+                                                       asked.current_leader_epoch,
+                                                       asked.leader_epoch)
+            answers.append(EpochEndResponsePartition(asked.topic_key, asked.partition, error,
+                                                     epoch, end))
+        self.endpoint.reply(event, EpochEndResponse(tuple(answers)))
+
+    # -- the leader's high watermark and ISR ------------------------------------------------------
+    def _leader_appended(self, replica: PartitionReplica, log_end_offset: int, now: int) -> None:
+        self._maybe_advance(replica, now)
+        for key in self._purgatory.log_end_moved(replica.key, log_end_offset):
+            self._answer_waiting(key)
+
+    def _maybe_advance(self, replica: PartitionReplica, now: int) -> None:
+        high_watermark = replica.maybe_advance_high_watermark(now, self.suspended)
+        if high_watermark is not None:
+            self.host.table.consumer_doorbell.ring()
+            for key in self._purgatory.high_watermark_moved(replica.key, high_watermark):
+                self._answer_waiting(key)
+
+    def _write_isr_change(self, replica: PartitionReplica, change: PendingIsrChange | None) -> None:
+        """Write an ISR change to the partition's state znode, without waiting: its
+        outcome comes back through :meth:`poll`."""
+        if change is None:
+            return
+        if self.suspended:
+            replica.isr_change_written(change, None)
+            return
+        topic, partition = self._name(replica)
+        wake = self.host.table.appender_doorbell.ring
+
+        def done(outcome) -> None:                   # on a kazoo thread: queue only
+            self._written.put((replica, change, outcome))
+            wake()
+        self.zookeeper.update_partition_state_async(topic, partition, replica.state_for(change),
+                                                    replica.state_version, done)
+
+    def _isr_written(self, replica: PartitionReplica, change: PendingIsrChange, outcome) -> None:
+        if isinstance(outcome, ShmlogError):
+            log.info("%r: isr change %s refused (%s): a newer state is coming", replica,
+                     sorted(change.proposed_isr), outcome)
+            replica.isr_change_written(change, None)
+            return
+        replica.isr_change_written(change, outcome)
+        replica.update_min_insync(self.suspended)
+
+    # -- the follower's side: requests to leaders ------------------------------------------------
+    def _send_requests(self, now: int) -> None:
+        """Send each leader the next request, when none is in flight: EPOCH_END for
+        the partitions truncating, else FETCH for those fetching."""
+        by_leader: dict[int, list[PartitionReplica]] = {}
+        for replica in self.replicas.values():
+            if replica.role in (Role.FOLLOWER, Role.OBSERVER) and \
+                    replica.phase is not FetchPhase.WAITING:
+                by_leader.setdefault(replica.leader_id, []).append(replica)
+        for leader_id, replicas in by_leader.items():
+            fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
+            if fetcher.in_flight is None and now >= fetcher.retry_at:
+                self._send_next(fetcher, replicas)
+
+    def _send_next(self, fetcher: _Fetcher, replicas: list[PartitionReplica]) -> None:
+        asking = [replica for replica in replicas if replica.phase is FetchPhase.TRUNCATING
+                  and replica.take_step(replica.truncation_start())]
+        if asking:
+            body = EpochEnd(tuple(EpochEndPartition(replica.topic_key, replica.hosted.partition,
+                                                    replica.leader_epoch,
+                                                    replica.log.epochs.latest_epoch)
+                                  for replica in asking))
+            self._send(fetcher, tuple(asking), body, self.config.replica_socket_timeout_ms)
+            return
+        fetching = [replica for replica in replicas if replica.phase is FetchPhase.FETCHING]
+        if not fetching:
+            return
+        max_bytes = self.config.replica_fetch_max_bytes
+        body = Fetch(self.broker_id, any(replica.role is Role.OBSERVER for replica in fetching),
+                     self.config.replica_fetch_wait_max_ms, 1,
+                     self.config.replica_fetch_response_max_bytes,
+                     tuple(replica.fetch_request(max_bytes) for replica in fetching))
+        self._send(fetcher, tuple(fetching), body,
+                   self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
+
+    def _send(self, fetcher: _Fetcher, replicas: tuple, body, timeout_ms: int) -> None:
+        try:
+            fetcher.in_flight = self.endpoint.request(fetcher.leader_id, body, timeout_ms)
+            fetcher.partitions = replicas
+        except ShmlogError as error:
+            log.warning("cannot send to broker %d: %s", fetcher.leader_id, error)
+            fetcher.retry_at = now_ms() + FETCH_BACKOFF_MS
+
+    def _fetcher_for(self, peer_id: int, correlation_id: int) -> _Fetcher | None:
+        fetcher = self._fetchers.get(peer_id)
+        if fetcher is None or fetcher.in_flight != correlation_id:
+            return None                      # late: its fetcher has moved on
+        fetcher.in_flight = None
+        return fetcher
+
+    def _request_failed(self, peer_id: int, correlation_id: int, now: int) -> None:
+        fetcher = self._fetcher_for(peer_id, correlation_id)
+        if fetcher is not None:
+            fetcher.retry_at = now + FETCH_BACKOFF_MS
+
+    def _on_response(self, event: ReceivedResponse, now: int) -> None:
+        fetcher = self._fetcher_for(event.peer_id, event.message.correlation_id)
+        if fetcher is None:
+            return
+        body = event.message.body
+        asked = {replica.key: replica for replica in fetcher.partitions}
+        if isinstance(body, FetchResponse):
+            for answer in body.partitions:
+                replica = asked.get((answer.topic_key, answer.partition))
+                if replica is not None and self._still_fetching(replica, fetcher):
+                    if replica.apply_fetched(answer):
+                        self.host.table.consumer_doorbell.ring()
+        elif isinstance(body, EpochEndResponse):
+            for answer in body.partitions:
+                replica = asked.get((answer.topic_key, answer.partition))
+                if replica is not None and self._still_fetching(replica, fetcher) and \
+                        replica.phase is FetchPhase.TRUNCATING:
+                    self._truncation_answer(replica, answer)
+        else:
+            log.warning("broker %d answered %s: backing off", event.peer_id, body)
+            fetcher.retry_at = now + FETCH_BACKOFF_MS
+            return
+        self._send_requests(now)
+
+    def _still_fetching(self, replica: PartitionReplica, fetcher: _Fetcher) -> bool:
+        """Is the replica still following that leader (a new state may have come
+        while the request was out)?"""
+        return replica.role in (Role.FOLLOWER, Role.OBSERVER) and \
+            replica.leader_id == fetcher.leader_id
+
+    def _truncation_answer(self, replica: PartitionReplica, answer) -> None:
+        if answer.error is not ErrorCode.NONE:
+            if answer.error is not ErrorCode.UNKNOWN_LEADER_EPOCH:
+                replica.phase = FetchPhase.WAITING
+            return
+        replica.take_step(replica.truncation_answer(answer.leader_epoch, answer.end_offset))
+
+
+def _unknown_partition(request) -> FetchResponsePartition:
+    return FetchResponsePartition(request.topic_key, request.partition,
+                                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1)
