@@ -867,6 +867,13 @@ class Appender:
             raise LocalProtocolError(f"ring index {index!r} is not being drained")
         self.rings[index, RING_AWAITS_HIGH_WATERMARK] = int(bool(awaits_high_watermark))
 
+    def awaits_high_watermark(self, index: int) -> bool:
+        """Whether the entries of the ring at ``index`` wait for the high watermark
+        (see :meth:`set_awaits_high_watermark`)."""
+        if not 0 <= index < len(self._rings) or self._rings[index] is None:
+            raise LocalProtocolError(f"ring index {index!r} is not being drained")
+        return bool(self.rings[index, RING_AWAITS_HIGH_WATERMARK])
+
     def remove_ring(self, index: int) -> None:
         """Stop draining a ring and unmap it: the compiled loop's lists drop their
         views of it first (a view keeps a mapping alive). Its slot is free for the
