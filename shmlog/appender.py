@@ -176,7 +176,8 @@ ROW_LEADER_EPOCH = 11          # stamped on every batch appended
 ROW_HIGH_WATERMARK_POLICY = 12  # a HighWatermarkPolicy
 ROW_HIGH_WATERMARK = 13        # the high watermark published (LOG_END: the log end)
 ROW_UNDER_MIN_ISR = 14         # fewer in-sync replicas than min.insync.replicas (acks=all)
-ROW_COLUMNS = 15
+ROW_NOT_LEADER = 15            # another broker leads it: producers' entries go to Python
+ROW_COLUMNS = 16
 
 # Entries handled per call before Python looks up again (signals, shutdown, timers).
 DRAIN_ENTRIES_MAX = 4096
@@ -379,7 +380,7 @@ def _row_takes(row_settings, row, entry_topic_key, entry_partition):
     return (row < row_settings.shape[0] and row_settings[row, ROW_REGISTERED] != 0
             and row_settings[row, ROW_TOPIC_KEY] == entry_topic_key
             and row_settings[row, ROW_PARTITION] == entry_partition
-            and row_settings[row, ROW_INTERNAL] == 0)
+            and row_settings[row, ROW_INTERNAL] == 0 and row_settings[row, ROW_NOT_LEADER] == 0)
 
 
 @kernel(inline=_PER_ENTRY)
@@ -688,10 +689,13 @@ class Appender:
         """The high watermark published for the partition at ``row``."""
         return int(self.row_settings[self._hosted(row), ROW_HIGH_WATERMARK])
 
-    def set_high_watermark_policy(self, row: int, policy: HighWatermarkPolicy) -> None:
+    def set_high_watermark_policy(self, row: int, policy: HighWatermarkPolicy,
+                                  high_watermark: int | None = None) -> None:
         """Who moves the partition's high watermark from now on. ``EXTERNAL`` holds it
-        where it is until :meth:`advance_high_watermark` moves it; ``LOG_END`` moves
-        it to the log end at once (completing what waited for it).
+        where it is (or at ``high_watermark``, kept within the log start and end: a
+        replica hosted again starts from what it knew, Kafka's recovery of the
+        checkpointed HW) until :meth:`advance_high_watermark` moves it; ``LOG_END``
+        moves it to the log end at once (completing what waited for it).
 
         Raises
         ------
@@ -700,6 +704,8 @@ class Appender:
         """
         self.row_settings[self._hosted(row), ROW_HIGH_WATERMARK_POLICY] = \
             HighWatermarkPolicy(policy)
+        if high_watermark is not None and policy == HighWatermarkPolicy.EXTERNAL:
+            self.row_settings[row, ROW_HIGH_WATERMARK] = int(high_watermark)
         self.refresh(row)
         self._complete_parked()
 
@@ -765,6 +771,25 @@ class Appender:
             No partition is hosted at ``row``.
         """
         self.row_settings[self._hosted(row), ROW_UNDER_MIN_ISR] = int(bool(under))
+
+    def set_is_leader(self, row: int, leader: bool) -> None:
+        """Whether this broker leads the partition at ``row`` (a replicated
+        partition's role; True until replication says otherwise). While it does not,
+        producers' entries bound for it, and the broker's own appends, are refused
+        with ``NOT_LEADER_OR_FOLLOWER`` and nothing of them appended (Kafka's
+        ``NotLeaderOrFollowerException``); a follower appends only its leader's
+        batches (:meth:`append_replicated`).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        self.row_settings[self._hosted(row), ROW_NOT_LEADER] = int(not leader)
+
+    def is_leader(self, row: int) -> bool:
+        """What :meth:`set_is_leader` last said of the partition (True at first)."""
+        return not self.row_settings[self._hosted(row), ROW_NOT_LEADER]
 
     def under_min_isr(self, row: int) -> bool:
         """What :meth:`set_under_min_isr` last said of the partition (False at first)."""
@@ -962,6 +987,8 @@ class Appender:
         settings = self.row_settings[row]
         if settings[ROW_INTERNAL]:
             return CompletionCode.INTERNAL_TOPIC
+        if settings[ROW_NOT_LEADER]:
+            return CompletionCode.NOT_LEADER_OR_FOLLOWER
         if self.rings[ring, RING_AWAITS_HIGH_WATERMARK] and settings[ROW_UNDER_MIN_ISR]:
             return CompletionCode.NOT_ENOUGH_REPLICAS
         return None
@@ -983,7 +1010,9 @@ class Appender:
             No partition is hosted at ``row``.
         """
         source = batch if isinstance(batch, np.ndarray) else np.frombuffer(batch, np.uint8)
-        result, append_time, _ = self._append_batch(self._hosted(row), source)
+        if self.row_settings[self._hosted(row), ROW_NOT_LEADER]:
+            return -CompletionCode.NOT_LEADER_OR_FOLLOWER, -1
+        result, append_time, _ = self._append_batch(row, source)
         return result, append_time
 
     def _append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
