@@ -38,9 +38,14 @@ class Admin:
         return request(self.data_dir, request_type, timeout_ms=self.timeout_ms, **fields)
 
     def create_topic(self, name: str, partitions: int = 1,
-                     config: Mapping[str, Any] | None = None) -> dict:
+                     config: Mapping[str, Any] | None = None,
+                     replication_factor: int | None = None) -> dict:
+        """Create a topic; in a cluster, ``replication_factor`` replicas of each
+        partition are spread over the live brokers (the broker's
+        ``default.replication.factor`` when None)."""
+        fields = {} if replication_factor is None else {"replication_factor": replication_factor}
         return self._request("create_topic", name=name, partitions=partitions,
-                             config=dict(config or {}))
+                             config=dict(config or {}), **fields)
 
     def delete_topic(self, name: str) -> None:
         self._request("delete_topic", name=name)

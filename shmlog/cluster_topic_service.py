@@ -148,6 +148,7 @@ class ClusterTopicService(TopicService):
                 "isr": [] if state is None else list(state[0].isr),
                 "role": "none" if replica is None else replica.role.value})
         described["overrides"] = dict(view.configs.get(name, {}))
+        described["live_brokers"] = sorted(view.brokers)
         return described
 
     def metadata(self, topics: list | None = None) -> dict:

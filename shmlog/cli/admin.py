@@ -28,6 +28,9 @@ def add_topics_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
     topics.add_argument("--data-dir", help="the broker's data directory")
     topics.add_argument("--partitions", type=int, default=None,
                         help="partition count (create; alter: the new, larger count)")
+    topics.add_argument("--replication-factor", type=int, default=None,
+                        help="create, in a cluster: replicas of each partition (default: "
+                             "the broker's default.replication.factor)")
     topics.add_argument("--config", action="append", metavar="KEY=VALUE",
                         help="a topic config, Kafka's names (repeatable)")
     topics.add_argument("--delete-config", action="append", default=[], metavar="KEY",
@@ -83,7 +86,7 @@ def _topics(arguments) -> int:
         result: object = admin.list_topics()
     elif action == "create":
         result = admin.create_topic(arguments.topic, arguments.partitions,
-                                    _key_values(arguments.config))
+                                    _key_values(arguments.config), arguments.replication_factor)
     elif action == "describe":
         result = admin.describe_topic(arguments.topic)
     elif action == "alter":
@@ -100,12 +103,23 @@ def _topics(arguments) -> int:
         print("\n".join(result))
     elif action == "delete":
         print(f"deleted topic {arguments.topic}")
+    elif "live_brokers" in result:
+        print("\n".join(_cluster_lines(result)))
     else:
         print(f"Topic: {result['name']}  TopicId: {result['topic_id']}  "
               f"PartitionCount: {len(result['partitions'])}")
         overrides = {key: value for key, value in result["config"].items()}
         print("Configs: " + ", ".join(f"{key}={value}" for key, value in sorted(overrides.items())))
     return EXIT_OK
+
+
+def _cluster_lines(described: dict) -> list[str]:
+    """kafka-topics --describe's lines for a topic of a cluster."""
+    from ..cluster_metadata import describe_lines
+    return describe_lines(described["name"], described["topic_id"],
+                          {entry["partition"]: (entry["leader"], entry["replicas"], entry["isr"])
+                           for entry in described["partitions"]},
+                          described["overrides"], described["live_brokers"])
 
 
 def _groups(arguments) -> int:

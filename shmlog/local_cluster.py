@@ -1,0 +1,163 @@
+"""A cluster on one machine: a ZooKeeper and N brokers, each on a loopback address of
+its own (127.0.0.1, 127.0.0.2, ...), for development, tests and benchmarks.
+
+Rules
+-----
+* Everything lives under one directory: ``zookeeper/``, and per broker
+  ``broker-<id>/`` (its data) and ``broker-<id>.toml`` (its config, the file an
+  operator would write: ``shmlog broker --config broker-<id>.toml``).
+* A broker keeps its replication port across restarts (its peers and ZooKeeper
+  know it by it).
+* :meth:`LocalCluster.stop` stops every broker (SIGTERM, then SIGKILL) and the
+  ZooKeeper it started; a ZooKeeper given to it (``zookeeper_connect``) is left
+  running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import uuid
+
+from . import access
+from .broker import Broker
+from .errors import ShmlogError
+from .zookeeper import ZooKeeperServer
+
+__all__ = ["LocalCluster"]
+
+# A SIGKILLed process is gone within milliseconds; this bounds the wait for it.
+KILLED_WAIT_S = 10.0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+class LocalCluster:
+    """ZooKeeper and ``brokers`` brokers under ``directory``.
+
+    Parameters
+    ----------
+    directory : str
+    brokers : int
+    zookeeper_connect : str, optional
+        A running ZooKeeper's ``host:port``; by default one is started here.
+    chroot : str, optional
+        The cluster's znode root (default: a new ``/shmlog-<hex>``).
+    settings : dict
+        ``[cluster]`` settings every broker gets (Kafka's dotted names or snake_case),
+        e.g. ``{"zookeeper.session.timeout.ms": 2000}``.
+    """
+
+    def __init__(self, directory: str, brokers: int = 3, *, zookeeper_connect: str | None = None,
+                 chroot: str | None = None, settings: dict | None = None,
+                 startup_timeout_s: float = 120.0):
+        self.directory = os.path.abspath(directory)
+        self.count = brokers
+        self.settings = dict(settings or {})
+        self.chroot = chroot or f"/shmlog-{uuid.uuid4().hex[:12]}"
+        self.cluster_id = f"local-{uuid.uuid4().hex[:12]}"
+        self.startup_timeout_s = startup_timeout_s
+        self._given_zookeeper = zookeeper_connect
+        self.zookeeper: ZooKeeperServer | None = None
+        self.brokers: dict[int, Broker] = {}
+        self._ports: dict[int, int] = {}
+
+    # -- naming ----------------------------------------------------------------------------
+    @property
+    def zookeeper_connect(self) -> str:
+        """The brokers' ``zookeeper.connect`` (with the chroot)."""
+        hosts = self._given_zookeeper or self.zookeeper.connect_string
+        return hosts + self.chroot
+
+    def host(self, broker_id: int) -> str:
+        return f"127.0.0.{broker_id}"
+
+    def data_dir(self, broker_id: int) -> str:
+        return os.path.join(self.directory, f"broker-{broker_id}")
+
+    def config_file(self, broker_id: int) -> str:
+        return os.path.join(self.directory, f"broker-{broker_id}.toml")
+
+    def replication_endpoint(self, broker_id: int) -> str:
+        if broker_id not in self._ports:
+            self._ports[broker_id] = _free_port(self.host(broker_id))
+        return f"tcp://{self.host(broker_id)}:{self._ports[broker_id]}"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> "LocalCluster":
+        access.make_directories(self.directory)
+        try:
+            if self._given_zookeeper is None:
+                self.zookeeper = ZooKeeperServer(os.path.join(self.directory, "zookeeper"))
+                self.zookeeper.start()
+            for broker_id in range(1, self.count + 1):
+                self._write_config(broker_id)
+            for broker_id in range(1, self.count + 1):
+                self.start_broker(broker_id)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _write_config(self, broker_id: int) -> None:
+        lines = ["[cluster]",
+                 f'"cluster.id" = "{self.cluster_id}"',
+                 f'"broker.id" = {broker_id}',
+                 f'"zookeeper.connect" = "{self.zookeeper_connect}"',
+                 f'"replication.endpoint" = "{self.replication_endpoint(broker_id)}"']
+        for key, value in self.settings.items():
+            rendered = str(value).lower() if isinstance(value, bool) else \
+                repr(value) if isinstance(value, (int, float)) else f'"{value}"'
+            lines.append(f'"{key}" = {rendered}')
+        with open(self.config_file(broker_id), "w") as config:
+            config.write("\n".join(lines) + "\n")
+
+    def start_broker(self, broker_id: int) -> Broker:
+        """Start (or restart) broker ``broker_id``; returns once it answers."""
+        broker = Broker(self.data_dir(broker_id), config_file=self.config_file(broker_id),
+                        startup_timeout_s=self.startup_timeout_s)
+        self.brokers[broker_id] = broker.start()
+        return broker
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL a broker (no clean leave: its session must expire)."""
+        broker = self.brokers.pop(broker_id)
+        broker.process.send_signal(signal.SIGKILL)
+        broker.process.wait(timeout=KILLED_WAIT_S)
+
+    def stop_broker(self, broker_id: int) -> None:
+        broker = self.brokers.pop(broker_id, None)
+        if broker is not None:
+            broker.stop()
+
+    def stop(self) -> None:
+        for broker_id in list(self.brokers):
+            self.stop_broker(broker_id)
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+            self.zookeeper = None
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def wait_for(self, condition, timeout_s: float, what: str, interval_s: float = 0.02):
+        """Poll ``condition()`` until it returns a true value (returned), or raise
+        after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise ShmlogError(f"timed out after {timeout_s} s waiting for {what}")
+            time.sleep(interval_s)
+

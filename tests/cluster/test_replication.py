@@ -1,0 +1,88 @@
+"""Three real brokers and a real ZooKeeper on loopback addresses: topics made in
+ZooKeeper, leaders elected, records replicated byte for byte, acks=all."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shmlog.admin import Admin
+from shmlog.consumer import Consumer, TopicPartition
+from shmlog.local_cluster import LocalCluster
+from shmlog.producer import Producer
+
+SETTINGS = {"zookeeper.session.timeout.ms": 2000, "replica.lag.time.max.ms": 1500,
+            "replica.fetch.wait.max.ms": 200, "replica.socket.timeout.ms": 1500}
+WAIT_S = 30
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    with LocalCluster(str(tmp_path_factory.mktemp("cluster")), 3,
+                      zookeeper_connect=zookeeper.connect_string, settings=SETTINGS) as running:
+        yield running
+
+
+def partitions_of(cluster, broker_id, topic):
+    return Admin(cluster.data_dir(broker_id)).describe_topic(topic)["partitions"]
+
+
+def read_all(data_dir, topic, partition, end):
+    """Every record of the local replica below ``end``, waiting for it."""
+    tp = TopicPartition(topic, partition)
+    with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        records = []
+        while len(records) < end:
+            batch = consumer.poll(timeout_ms=WAIT_S * 1000).get(tp, [])
+            assert batch, f"{data_dir}: no records past offset {len(records)}"
+            records.extend(batch)
+        return [(record.offset, record.value) for record in records]
+
+
+def segment_bytes(data_dir, topic, partition):
+    directory = os.path.join(data_dir, "topics", topic, str(partition))
+    return b"".join(open(os.path.join(directory, name), "rb").read()
+                    for name in sorted(os.listdir(directory)) if name.endswith(".log"))
+
+
+def test_a_replicated_topic_is_led_and_in_sync_on_every_broker(cluster):
+    created = Admin(cluster.data_dir(1)).create_topic(
+        "replicated", 3, {"min.insync.replicas": "2"}, replication_factor=3)
+    assert [sorted(entry["replicas"]) for entry in created["partitions"]] == [[1, 2, 3]] * 3
+    leaders = {entry["leader"] for entry in created["partitions"]}
+    assert len(leaders) == 3, "the round-robin spreads the leaders"
+
+    def in_sync_everywhere():
+        return all(sorted(entry["isr"]) == [1, 2, 3]
+                   for broker_id in (1, 2, 3)
+                   for entry in partitions_of(cluster, broker_id, "replicated"))
+    cluster.wait_for(in_sync_everywhere, WAIT_S, "every replica in sync on every broker")
+
+
+def test_acks_all_records_are_replicated_byte_for_byte(cluster):
+    Admin(cluster.data_dir(1)).create_topic("copies", 1, {"min.insync.replicas": "2"},
+                                            replication_factor=3)
+    leader = partitions_of(cluster, 1, "copies")[0]["leader"]
+    values = [b"value-%d" % n for n in range(500)]
+    with Producer(cluster.data_dir(leader), acks="all") as producer:
+        futures = [producer.send("copies", value, partition=0) for value in values]
+        offsets = [future.get(timeout=WAIT_S).offset for future in futures]
+    assert offsets == list(range(500))
+    for broker_id in (1, 2, 3):
+        assert read_all(cluster.data_dir(broker_id), "copies", 0, 500) == \
+            list(enumerate(values)), f"broker {broker_id} holds the records at their offsets"
+    copies = {broker_id: segment_bytes(cluster.data_dir(broker_id), "copies", 0)
+              for broker_id in (1, 2, 3)}
+    assert copies[1].rstrip(b"\0") == copies[2].rstrip(b"\0") == copies[3].rstrip(b"\0")
+
+
+def test_a_producer_on_a_follower_is_told_it_is_not_the_leader(cluster):
+    from shmlog.errors import NotLeaderOrFollowerError
+    Admin(cluster.data_dir(1)).create_topic("elsewhere", 1, replication_factor=3)
+    leader = partitions_of(cluster, 1, "elsewhere")[0]["leader"]
+    follower = next(broker_id for broker_id in (1, 2, 3) if broker_id != leader)
+    with Producer(cluster.data_dir(follower), acks=1) as producer:
+        with pytest.raises(NotLeaderOrFollowerError):
+            producer.send("elsewhere", b"x", partition=0).get(timeout=WAIT_S)
