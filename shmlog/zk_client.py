@@ -569,7 +569,9 @@ class ClusterZooKeeper:
     def update_partition_state(self, topic: str, partition: int, state: PartitionState,
                                version: int) -> int:
         """Write a partition's state if its zkVersion is still ``version`` (a
-        leader's ISR change). Blocks: call from a thread that may.
+        leader's ISR change: it keeps the leader, the leader epoch and the
+        ``controller_epoch`` of the state it read). Blocks: call from a thread that
+        may, or use :meth:`update_partition_state_async`.
 
         Returns
         -------
