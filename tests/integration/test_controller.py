@@ -32,8 +32,8 @@ from shmlog.controller import Controller
 from shmlog.errors import (ControllerMovedError, InconsistentClusterIdError,
                            StaleStateVersionError, TopicExistsError,
                            UnknownTopicOrPartitionError, ZooKeeperConnectionError)
-from shmlog.zk_client import (ClusterZooKeeper, EventKind, EventQueue, SessionState,
-                              SetDataOp)
+from shmlog.zk_client import (ClusterZooKeeper, CreateOp, DeleteOp, EventKind, EventQueue,
+                              SessionState, SetDataOp)
 from shmlog.zk_paths import BrokerRegistration, PartitionState, TopicAssignment
 from shmlog.zookeeper import ZooKeeperServer
 
@@ -184,6 +184,27 @@ def test_a_deposed_controllers_write_is_refused_and_changes_nothing(cluster, hos
     now, _ = session_b.read_partition_state("t", 0)
     assert now.leader_epoch < state.leader_epoch + 7
     assert now != bogus
+
+
+def test_a_checked_multi_applies_all_of_its_ops_or_none(cluster):
+    session = cluster.broker(1)
+    epoch, fence = session.read_controller_epoch()
+    new_topic(session, "t", {0: [1]})
+    config_path = zk_paths.topic_config_path("t")
+    scratch = zk_paths.partitions_path("t")
+    with pytest.raises(StaleStateVersionError) as refused:
+        session.checked_multi([CreateOp(scratch), SetDataOp(config_path, b"{}", 5)], fence)
+    assert refused.value.path == config_path
+    assert session.read_partition_states("t") == {}
+    assert session.read_topic_config("t") == {}
+    results = session.checked_multi(
+        [CreateOp(scratch), SetDataOp(config_path, zk_paths.encode_topic_config({"a": "b"}), 0)],
+        fence)
+    assert results[0] == scratch and results[1].version == 1
+    assert session.read_topic_config("t") == {"a": "b"}
+    with pytest.raises(ControllerMovedError):
+        session.checked_multi([DeleteOp(scratch)], fence + 1)
+    assert session.read_controller_epoch() == (epoch, fence)
 
 
 def test_a_stopped_controller_hands_over_at_once(cluster):
