@@ -126,6 +126,7 @@ def test_registration_gives_the_czxid_and_checks_the_cluster_id(cluster, hosts):
     registration, epoch = brokers[1]
     assert epoch == session.broker_epoch > 0
     assert registration.replication_endpoint == "tcp://127.0.0.1:9001"
+    assert registration.pid == os.getpid() and registration.timestamp_ms > 0
     other = cluster.session()
     with pytest.raises(InconsistentClusterIdError):
         other.register_broker(BrokerRegistration(2, "h", "tcp://h:1"), "another-cluster")
