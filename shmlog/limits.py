@@ -228,3 +228,6 @@ REPLICATION_PEER_BACKLOG_MAX = 64
 # sockets, so libzmq's queues (and then TCP) push back on the peers instead of
 # this process buffering without bound.
 REPLICATION_INBOUND_QUEUED_MAX = 1024
+# Warnings about malformed messages from peers are logged at most this often (the
+# next one counts those suppressed): a peer looping on garbage cannot flood the log.
+REPLICATION_WARNING_INTERVAL_S = 1.0
