@@ -841,12 +841,19 @@ def _fields(obj: Any, schema: dict, where: str) -> dict:
     """The schema's fields of a decoded JSON object (exactly those, each checked)."""
     if not isinstance(obj, dict):
         raise _refuse(f"{where} must be a JSON object, got {type(obj).__name__}")
-    expected = set(schema)
-    if obj.keys() != expected:
-        missing, extra = expected - obj.keys(), obj.keys() - expected
+    if obj.keys() != schema.keys():
+        missing, extra = schema.keys() - obj.keys(), obj.keys() - schema.keys()
         raise _refuse(f"{where} has fields {sorted(obj)[:20]!r:.300}: "
                       f"missing {sorted(missing)}, unknown {sorted(extra)[:10]!r:.200}")
-    return {name: _check(obj[name], kind, f"{where}.{name}") for name, kind in schema.items()}
+    fields = {}
+    for name, kind in schema.items():
+        value = obj[name]
+        # The common case inline: an integer in range needs no call and no message.
+        if kind[0] == "int" and type(value) is int and kind[1] <= value <= kind[2]:
+            fields[name] = value
+        else:
+            fields[name] = _check(value, kind, f"{where}.{name}")
+    return fields
 
 
 def _records_size(records: Any, where: str) -> int:
@@ -909,7 +916,7 @@ def encode(message: Message) -> list:
 def _plain(value: Any, where: str) -> Any:
     """A field as JSON takes it: bools and strings as they are, integers (enums,
     numpy integers) as int; anything else is the caller's mistake."""
-    if isinstance(value, (bool, str)):
+    if type(value) is int or isinstance(value, (bool, str)):
         return value
     try:
         return operator.index(value)

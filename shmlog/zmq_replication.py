@@ -260,6 +260,9 @@ class _EndpointThread(threading.Thread):
         self.deadlines: list[tuple[float, int]] = []
         self.queued = 0                                      # events since the last wake
         self.warnings = _Warnings()
+        self.poller = zmq.Poller()
+        self.poller.register(inbox, zmq.POLLIN)
+        self.watched: dict[zmq.Socket, int] = {}            # and how, besides the inbox
 
     def run(self) -> None:
         try:
@@ -274,16 +277,11 @@ class _EndpointThread(threading.Thread):
 
     def _turn(self) -> bool:
         """One poll and what it found; False once the owner asked to stop."""
-        poller = zmq.Poller()
-        poller.register(self.inbox, zmq.POLLIN)
-        reading = self.events.qsize() < limits.REPLICATION_INBOUND_QUEUED_MAX
-        if reading:
-            poller.register(self.router, zmq.POLLIN)
+        reading = zmq.POLLIN if self.events.qsize() < limits.REPLICATION_INBOUND_QUEUED_MAX else 0
+        self._watch(self.router, reading)
         for peer in self.peers.values():
-            flags = (zmq.POLLIN if reading else 0) | (zmq.POLLOUT if peer.backlog else 0)
-            if flags:
-                poller.register(peer.socket, flags)
-        ready = dict(poller.poll(self._poll_timeout_ms()))
+            self._watch(peer.socket, reading | (zmq.POLLOUT if peer.backlog else 0))
+        ready = dict(self.poller.poll(self._poll_timeout_ms()))
         if self.inbox in ready and not self._commands():
             return False
         if ready.get(self.router, 0) & zmq.POLLIN:
@@ -302,6 +300,17 @@ class _EndpointThread(threading.Thread):
             if self.wake is not None:
                 self.wake()
         return True
+
+    def _watch(self, socket: zmq.Socket, flags: int) -> None:
+        """Poll ``socket`` for ``flags`` (0: not at all) from the next poll on."""
+        if self.watched.get(socket, 0) == flags:
+            return
+        if flags:
+            self.poller.register(socket, flags)
+            self.watched[socket] = flags
+        else:
+            self.poller.unregister(socket)
+            del self.watched[socket]
 
     def _poll_timeout_ms(self) -> int:
         while self.deadlines and self.deadlines[0][1] not in self.in_flight:
@@ -398,6 +407,7 @@ class _EndpointThread(threading.Thread):
         requests in flight."""
         del self.peers[peer.peer_id]
         del self.by_socket[peer.socket]
+        self._watch(peer.socket, 0)
         peer.socket.close(linger=0)
         for correlation_id, (peer_id, _) in list(self.in_flight.items()):
             if peer_id == peer.peer_id:

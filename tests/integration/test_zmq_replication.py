@@ -94,6 +94,7 @@ def test_request_and_reply_with_records_byte_exact(nodes):
     assert response.message.sender_broker_id == 1
     partitions = response.message.body.partitions
     assert np.array_equal(partitions[0].records, big)
+    assert not partitions[0].records.flags.owndata          # a view of the received frame
     assert partitions[1].records is None
     assert partitions[2].records.tobytes() == small
 
