@@ -231,3 +231,7 @@ REPLICATION_INBOUND_QUEUED_MAX = 1024
 # Warnings about malformed messages from peers are logged at most this often (the
 # next one counts those suppressed): a peer looping on garbage cannot flood the log.
 REPLICATION_WARNING_INTERVAL_S = 1.0
+# Messages the owner may hand the replication thread before it has moved them to
+# their sockets: it moves each within one poll, so a full queue means the thread is
+# gone or far behind, and the owner's send fails at once instead of blocking the loop.
+REPLICATION_OUTBOUND_QUEUED_MAX = 1024

@@ -39,6 +39,21 @@ Rules (each names its Kafka 2.8 source; each has a table test)
   :class:`FetchPurgatory` until bytes arrive, the high watermark passes the one last
   sent, leadership changes, or its wait ends.
 
+Messages
+--------
+:class:`Message` is a replication message: the envelope's sender broker id and
+epoch and correlation id, and a body (:class:`Fetch`, :class:`FetchResponse`,
+:class:`EpochEnd`, :class:`EpochEndResponse`, :class:`Produce`,
+:class:`ProduceResponse`, :class:`Error`; the design note's §3.1-3.3 bodies, each
+with a ``partitions`` tuple of entries except ERROR). :func:`encode` gives its
+frames (``replication_layout`` draws them): records travel as their own frames,
+as given (a numpy view of a segment is sent without a copy). :func:`decode`
+checks everything a peer sent (each field's type and range, no unknown or
+missing field, no partition named twice, the record frames' count and lengths)
+and raises only ``ReplicationProtocolError``; records come back as uint8 numpy
+views of their frames. :func:`encode` runs the same checks on what it builds, so
+a broker never sends what its peer would refuse (``LocalProtocolError``).
+
 Theory of operation
 -------------------
 The replica service (on the broker's loop thread) owns one
@@ -274,8 +289,15 @@ class LeaderReplicaState:
         self.observers = {}
 
     def resign(self) -> None:
-        """Stop leading: every follower's state is forgotten."""
-        self.__init__(self.local_broker_id, self.replica_lag_time_max_ms)
+        """Stop leading: the epoch, the ISR and every follower's state are forgotten."""
+        self.is_leader = False
+        self.leader_epoch = UNDEFINED_EPOCH
+        self.epoch_start_offset = UNKNOWN_OFFSET
+        self.replicas = ()
+        self.isr = frozenset()
+        self.pending = None
+        self.followers = {}
+        self.observers = {}
 
     @property
     def maximal_isr(self) -> frozenset[int]:
@@ -624,10 +646,6 @@ _OFFSET_OR_UNKNOWN = ("int", UNKNOWN_OFFSET, limits.OFFSET_MAX)
 _ERROR = ("error",)
 
 
-def _schema(**fields) -> dict:
-    return fields
-
-
 @dataclasses.dataclass(frozen=True)
 class FetchPartition:
     """One partition of a FETCH (Kafka's FetchRequest partition, trimmed): the
@@ -638,7 +656,7 @@ class FetchPartition:
     fetch_offset: int
     log_start_offset: int
     partition_max_bytes: int
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         topic_key=_TOPIC_KEY, partition=_PARTITION, current_leader_epoch=_EPOCH,
         fetch_offset=_OFFSET, log_start_offset=_OFFSET_OR_UNKNOWN,
         partition_max_bytes=("int", 0, limits.REPLICATION_RECORDS_SIZE_MAX))
@@ -655,7 +673,7 @@ class Fetch:
     min_bytes: int
     max_bytes: int
     partitions: tuple[FetchPartition, ...]
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         replica_id=("int", 0, _I32_MAX), observer=("bool",),
         max_wait_ms=("int", 0, limits.REPLICATION_FETCH_WAIT_MS_MAX),
         min_bytes=("int", 0, limits.FETCH_SIZE_MAX), max_bytes=("int", 0, limits.FETCH_SIZE_MAX))
@@ -673,7 +691,7 @@ class FetchResponsePartition:
     log_start_offset: int
     log_end_offset: int
     records: Any = dataclasses.field(default=None, compare=False, repr=False)
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
         high_watermark=_OFFSET_OR_UNKNOWN, log_start_offset=_OFFSET_OR_UNKNOWN,
         log_end_offset=_OFFSET_OR_UNKNOWN)
@@ -684,7 +702,7 @@ class FetchResponsePartition:
 class FetchResponse:
     """FETCH_RESPONSE: one entry per partition of the FETCH."""
     partitions: tuple[FetchResponsePartition, ...]
-    SCHEMA: ClassVar[dict] = _schema()
+    SCHEMA: ClassVar[dict] = dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -695,7 +713,7 @@ class EpochEndPartition:
     partition: int
     current_leader_epoch: int
     leader_epoch: int
-    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION,
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION,
                                      current_leader_epoch=_EPOCH, leader_epoch=_EPOCH)
 
 
@@ -703,7 +721,7 @@ class EpochEndPartition:
 class EpochEnd:
     """EPOCH_END: a truncating follower asks where its epochs end on the leader (§3.3)."""
     partitions: tuple[EpochEndPartition, ...]
-    SCHEMA: ClassVar[dict] = _schema()
+    SCHEMA: ClassVar[dict] = dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -715,7 +733,7 @@ class EpochEndResponsePartition:
     error: ErrorCode
     leader_epoch: int
     end_offset: int
-    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
                                      leader_epoch=_EPOCH, end_offset=_OFFSET_OR_UNKNOWN)
 
 
@@ -723,7 +741,7 @@ class EpochEndResponsePartition:
 class EpochEndResponse:
     """EPOCH_END_RESPONSE: one entry per partition of the EPOCH_END."""
     partitions: tuple[EpochEndResponsePartition, ...]
-    SCHEMA: ClassVar[dict] = _schema()
+    SCHEMA: ClassVar[dict] = dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -732,7 +750,7 @@ class ProducePartition:
     topic_key: int
     partition: int
     records: Any = dataclasses.field(compare=False, repr=False)
-    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION)
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION)
     RECORDS_SIZE_MIN: ClassVar[int] = 1
 
 
@@ -743,7 +761,7 @@ class Produce:
     acks: int
     timeout_ms: int
     partitions: tuple[ProducePartition, ...]
-    SCHEMA: ClassVar[dict] = _schema(acks=("int", -1, 1),
+    SCHEMA: ClassVar[dict] = dict(acks=("int", -1, 1),
                                      timeout_ms=("int", 0, limits.CLIENT_WAIT_MS_MAX))
 
 
@@ -757,7 +775,7 @@ class ProduceResponsePartition:
     base_offset: int
     log_append_time_ms: int
     log_start_offset: int
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR, base_offset=_OFFSET_OR_UNKNOWN,
         log_append_time_ms=("int", -1, limits.TIMESTAMP_MS_MAX),
         log_start_offset=_OFFSET_OR_UNKNOWN)
@@ -767,7 +785,7 @@ class ProduceResponsePartition:
 class ProduceResponse:
     """PRODUCE_RESPONSE: one entry per partition of the PRODUCE."""
     partitions: tuple[ProduceResponsePartition, ...]
-    SCHEMA: ClassVar[dict] = _schema()
+    SCHEMA: ClassVar[dict] = dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -775,7 +793,7 @@ class Error:
     """ERROR: the answer to a message that could not be read (or not served)."""
     error: ErrorCode
     message: str
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         error=_ERROR, message=("str", limits.REPLICATION_ERROR_MESSAGE_LENGTH_MAX))
 
 

@@ -68,6 +68,7 @@ _REQUEST = struct.Struct("<cidq")       # b"Q", peer id, deadline (monotonic s),
 _REPLY = b"R"                           # b"R" + the requester's routing id
 _PEERS = b"P"                           # b"P" + JSON {broker id: endpoint}
 _STOP = b"S"
+_I32_MAX = 2**31 - 1
 
 
 class RequestFailure(enum.Enum):
@@ -136,8 +137,10 @@ class ReplicationEndpoint:
         self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
         inbox_address = f"inproc://shmlog-replication-{next(self._instances)}"
         inbox = self._context.socket(zmq.PULL)
+        inbox.setsockopt(zmq.RCVHWM, limits.REPLICATION_OUTBOUND_QUEUED_MAX)
         inbox.bind(inbox_address)
         self._outbox = self._context.socket(zmq.PUSH)           # the owner's
+        self._outbox.setsockopt(zmq.SNDHWM, limits.REPLICATION_OUTBOUND_QUEUED_MAX)
         self._outbox.connect(inbox_address)
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._correlation_ids = itertools.count(1)
@@ -177,11 +180,17 @@ class ReplicationEndpoint:
             The endpoint is closed, or the message is invalid (``encode``).
         """
         self._check_open()
+        for name, value, high in (("peer_id", peer_id, _I32_MAX),
+                                  ("timeout_ms", timeout_ms, limits.CLIENT_WAIT_MS_MAX)):
+            if type(value) is not int or not 0 <= value <= high:
+                raise LocalProtocolError(f"{name} must be an integer in [0, {high}], "
+                                         f"got {value!r:.80}")
         correlation_id = next(self._correlation_ids)
         frames = encode(Message(self.broker_id, self.broker_epoch, correlation_id, body))
         deadline = time.monotonic() + timeout_ms / 1000
-        self._outbox.send_multipart([_REQUEST.pack(b"Q", peer_id, deadline, correlation_id)]
-                                    + frames, copy=False)
+        command = _REQUEST.pack(b"Q", peer_id, deadline, correlation_id)
+        if not self._pass([command] + frames):
+            self._events.put(RequestFailed(peer_id, correlation_id, RequestFailure.BACKLOG_FULL))
         return correlation_id
 
     def reply(self, to: ReceivedRequest, body) -> None:
@@ -189,7 +198,18 @@ class ReplicationEndpoint:
         self._check_open()
         frames = encode(Message(self.broker_id, self.broker_epoch,
                                 to.message.correlation_id, body))
-        self._outbox.send_multipart([_REPLY + to.route] + frames, copy=False)
+        if not self._pass([_REPLY + to.route] + frames):
+            log.warning("reply %d to %r dropped: the replication thread is not keeping up",
+                        to.message.correlation_id, to.route)
+
+    def _pass(self, frames: list) -> bool:
+        """Hand frames to the thread without ever blocking the owner; False if its
+        queue is full (the thread stopped, or is far behind)."""
+        try:
+            self._outbox.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        return True
 
     def set_peers(self, peers: Mapping[int, str]) -> None:
         """The endpoints of the other brokers (``{broker id: "tcp://host:port"}``,
@@ -203,7 +223,8 @@ class ReplicationEndpoint:
                                          f"{peer_id!r}: {endpoint!r}")
             if peer_id != self.broker_id:
                 table[str(peer_id)] = endpoint
-        self._outbox.send_multipart([_PEERS + json.dumps(table).encode()])
+        if not self._pass([_PEERS + json.dumps(table).encode()]):
+            log.error("the peers update was dropped: the replication thread is not keeping up")
 
     def close(self) -> None:
         """Stop the thread (bounded by ``limits.REPLICATION_CLOSE_TIMEOUT_S``) and
@@ -211,7 +232,7 @@ class ReplicationEndpoint:
         if self._closed:
             return
         self._closed = True
-        self._outbox.send(_STOP)
+        self._pass([_STOP])              # a thread that is gone needs no telling
         self._thread.join(timeout=limits.REPLICATION_CLOSE_TIMEOUT_S)
         self._outbox.close(linger=0)
         if self._thread.is_alive():

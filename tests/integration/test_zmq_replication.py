@@ -169,6 +169,10 @@ def test_unknown_and_removed_peers_fail_their_requests(nodes):
     assert (failure.correlation_id, failure.reason) == (pending, RequestFailure.PEER_RESET)
     with pytest.raises(LocalProtocolError):
         follower.endpoint.set_peers({"1": "tcp://x:1"})
+    with pytest.raises(LocalProtocolError, match="peer_id"):
+        follower.endpoint.request(-1, fetch(2), 5000)
+    with pytest.raises(LocalProtocolError, match="timeout_ms"):
+        follower.endpoint.request(1, fetch(2), 2.5)
 
 
 def _envelope(message_type=1, sender=5, correlation=42, magic=0x5352):
