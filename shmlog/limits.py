@@ -235,3 +235,6 @@ REPLICATION_WARNING_INTERVAL_S = 1.0
 # their sockets: it moves each within one poll, so a full queue means the thread is
 # gone or far behind, and the owner's send fails at once instead of blocking the loop.
 REPLICATION_OUTBOUND_QUEUED_MAX = 1024
+# A request's timeout when its caller names none: Kafka's replica.socket.timeout.ms
+# default (a fetch adds its max_wait_ms to it).
+REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT = 30_000

@@ -169,10 +169,13 @@ class ReplicationEndpoint:
                 break
         return events
 
-    def request(self, peer_id: int, body, timeout_ms: int) -> int:
-        """Send a request to broker ``peer_id``; returns its correlation id. Its
-        reply comes back as a :class:`ReceivedResponse`, or a :class:`RequestFailed`
-        after ``timeout_ms`` (from the owner's thread only).
+    def request(self, peer_id: int, body,
+                timeout_ms: int = limits.REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT) -> int:
+        """Send a request (a FETCH, EPOCH_END or PRODUCE body) to broker
+        ``peer_id``; returns its correlation id. Its reply comes back as a
+        :class:`ReceivedResponse`, or a :class:`RequestFailed` after ``timeout_ms``
+        (from the owner's thread only). A fetcher passes its ``max_wait_ms`` plus
+        ``replica.socket.timeout.ms`` (design note §3.1).
 
         Raises
         ------

@@ -245,3 +245,35 @@ def test_close_ends_the_thread_and_refuses_more(nodes):
     node.endpoint.close()                                       # twice is fine
     with pytest.raises(LocalProtocolError, match="closed"):
         node.endpoint.request(2, fetch(1), 1000)
+
+
+def test_duplicated_unasked_and_malformed_replies_are_dropped(nodes):
+    """A raw ROUTER plays a leader that answers twice, answers what was never asked,
+    sends a request down the reply path and sends garbage: the follower sees one
+    response for its one request, and goes on."""
+    context = zmq.Context()
+    leader = context.socket(zmq.ROUTER)
+    leader.setsockopt(zmq.LINGER, 0)
+    leader.setsockopt(zmq.RCVTIMEO, 5000)
+    port = leader.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        follower = nodes(2)
+        follower.endpoint.set_peers({1: f"tcp://127.0.0.1:{port}"})
+        asked = follower.endpoint.request(1, fetch(2), 5000)
+        route, *frames = leader.recv_multipart()
+        assert route == b"2:100" and decode(frames).correlation_id == asked
+        reply = encode(Message(1, 1, asked, FetchResponse(())))
+        for junk in ([b"garbage"], encode(Message(1, 1, asked + 50, FetchResponse(()))),
+                     encode(Message(1, 1, asked, fetch(1))), reply, reply):
+            leader.send_multipart([route] + junk)
+        [response] = follower.wait_for(ReceivedResponse)
+        assert response.message.correlation_id == asked
+        again = follower.endpoint.request(1, fetch(2), 5000)
+        route, *frames = leader.recv_multipart()
+        leader.send_multipart([route] + encode(Message(1, 1, again, FetchResponse(()))))
+        [response] = follower.wait_for(ReceivedResponse)
+        assert response.message.correlation_id == again
+        assert not follower.events and not follower.endpoint.take()
+    finally:
+        leader.close(linger=0)
+        context.term()
