@@ -85,7 +85,7 @@ __all__ = [
     "out_of_sync_replicas", "can_join_isr", "high_watermark", "check_leader_epoch",
     "validate_fetch", "validate_epoch_end", "follower_high_watermark",
     "TruncationAction", "TruncationStep", "truncation_step", "offset_out_of_range_step",
-    "FetchPurgatory",
+    "FetchPurgatory", "partition_ready",
     "MessageType", "Message", "Fetch", "FetchPartition", "FetchResponse",
     "FetchResponsePartition", "EpochEnd", "EpochEndPartition", "EpochEndResponse",
     "EpochEndResponsePartition", "Produce", "ProducePartition", "ProduceResponse",
@@ -144,6 +144,7 @@ class FollowerState:
     last_fetch_time_ms: int = NEVER_MS
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_caught_up_time_ms: int = NEVER_MS
+    last_sent_high_watermark: int = UNKNOWN_OFFSET
 
     def update_fetch_state(self, fetch_offset: int, now_ms: int, leader_log_end_offset: int,
                            *, log_start_offset: int = UNKNOWN_OFFSET) -> None:
@@ -525,6 +526,19 @@ def offset_out_of_range_step(*, follower_log_end_offset: int, leader_log_start_o
 
 # --- the long poll ------------------------------------------------------------------
 
+def partition_ready(*, error: ErrorCode, fetch_offset: int, log_end_offset: int,
+                    high_watermark: int, high_watermark_last_sent: int) -> bool:
+    """Must a fetch be answered at once for this partition (Kafka 2.8's
+    ``ReplicaManager.fetchMessages``: "respond immediately if ... has enough data,
+    some error happens while reading data, any of the requested partitions need HW
+    update", with ``replica.fetch.min.bytes`` 1)? A fetch is answered at once if it
+    asks to wait 0 ms, names no partition, or any partition is ready; otherwise it
+    is parked in :class:`FetchPurgatory`."""
+    return error is not ErrorCode.NONE or log_end_offset > fetch_offset \
+        or high_watermark > high_watermark_last_sent
+
+
+
 @dataclasses.dataclass
 class _ParkedFetch:
     deadline_ms: int
@@ -532,8 +546,9 @@ class _ParkedFetch:
 
 
 class FetchPurgatory:
-    """Fetches that found nothing to return, parked until the first of (Kafka's
-    ``DelayedFetch``, plus the high-watermark rule of the design note §3.2):
+    """Fetches that found nothing to return (no partition :func:`partition_ready`),
+    parked until the first of (Kafka's ``DelayedFetch``, plus the high-watermark rule
+    of the design note §3.2, which Kafka applies only as a fetch arrives):
 
     * :meth:`log_end_moved`: one of its partitions' log end passed its fetch offset
       (a follower's ``min_bytes`` is 1, Kafka's ``replica.fetch.min.bytes`` default:
