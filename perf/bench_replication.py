@@ -17,9 +17,12 @@ array sent zero-copy and received as a view of the frame. Latency: p50/p99 over
 ``--in-flight`` at once. Prints the figures next to this host's memcpy; writes JSON
 with ``--json``.
 
-Expected on the 2-vCPU development VM: round trip ~150-400 us (four thread
-hand-offs and two TCP hops through Python), 1 MiB responses at ~0.5-1.5 GB/s
-(one copy into the kernel and one out on loopback), well under memcpy (~10-17 GB/s).
+Expected on the 2-vCPU development VM: a round trip of a few hundred microseconds
+(four thread hand-offs, two TCP hops and four codec passes in Python; a bare pyzmq
+DEALER/ROUTER round trip between two threads takes ~220 us there under load), and
+1 MiB responses at ~0.7-1 GB/s (one copy into the kernel and one out on loopback),
+well under memcpy. Measured while other work kept the load average at 2-4:
+p50 550-820 us, p99 1.8-4.9 ms, 0.7-1.0 GB/s.
 """
 
 from __future__ import annotations
