@@ -279,3 +279,10 @@ class StaleStateVersionError(ZooKeeperConflictError):
     """A versioned write (a partition state's ISR change, a producer-id block) found
     another zkVersion: someone wrote the znode since it was read. A leader re-reads
     its partition's state and follows it if the leader epoch moved."""
+# --- replication (repl) -------------------------------------------------------------
+
+
+class ReplicationProtocolError(PeerProtocolError):
+    """A peer broker sent a replication message that is not one: a wrong magic,
+    version or type, a body that is not the JSON object its type needs, a field of
+    the wrong type or out of range, record frames that do not match the body."""

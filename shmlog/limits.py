@@ -208,3 +208,57 @@ CONTROLLER_IDLE_WAIT_S = 0.5
 # stop() waits this long for the controller's thread (a ZooKeeper call in flight is
 # bounded by the session timeout; the client is closed after the join).
 CONTROLLER_STOP_TIMEOUT_S = 30.0
+# --- replication (repl: replication.py, zmq_replication.py) ----------------------------
+# A replication message's JSON body names partitions and offsets, never records (those
+# travel in frames of their own): a fetch of ~500 partitions is ~64 KiB. It bounds what
+# a broken or hostile peer makes a broker parse.
+REPLICATION_BODY_SIZE_MAX = 64 << 10
+# The longest run of record batches one partition entry carries (a fetch's
+# partition_max_bytes, or a forwarded batch). Kafka's replica.fetch.response.max.bytes
+# is 10 MiB and a fetch returns at least one whole batch, whose size max.message.bytes
+# bounds: 64 MiB covers both with room. It is also every replication socket's
+# ZMQ_MAXMSGSIZE (checked per frame), so a longer frame is refused from its length
+# prefix (the peer is disconnected) before any of it is buffered.
+REPLICATION_RECORDS_SIZE_MAX = 64 << 20
+# The longest long poll a fetch may ask for: Kafka's replica.fetch.wait.max.ms is 500
+# and must stay below replica.lag.time.max.ms (30 000 by default), or a follower on a
+# quiet partition would drop out of the ISR while it waits.
+REPLICATION_FETCH_WAIT_MS_MAX = 30_000
+# An ERROR's message (characters): a sentence naming the field and its value.
+REPLICATION_ERROR_MESSAGE_LENGTH_MAX = 1024
+# How often the replication thread looks up from its sockets to see a close; it also
+# wakes at once when the owner sends, so this only bounds close().
+REPLICATION_POLL_MS = 100
+# close() waits this long for the thread to end (it ends within one poll).
+REPLICATION_CLOSE_TIMEOUT_S = 5.0
+# ZMTP heartbeats (libzmq >= 4.2): a ping every second, and a peer silent for three is
+# disconnected, so a half-open TCP connection (a peer's host gone, a dropped route) is
+# noticed in seconds, not at the kernel's TCP timeout (minutes).
+REPLICATION_HEARTBEAT_INTERVAL_MS = 1000
+REPLICATION_HEARTBEAT_TIMEOUT_MS = 3000
+# A DEALER reconnects after 100 ms, backing off to 1 s while its peer stays down:
+# failover is about a ZooKeeper session timeout (seconds), so 1 s adds little.
+REPLICATION_RECONNECT_INTERVAL_MS = 100
+REPLICATION_RECONNECT_INTERVAL_MS_MAX = 1000
+# Messages libzmq queues per connection and direction (ZMQ_SNDHWM/RCVHWM). A follower
+# keeps one fetch in flight per leader, so a few suffice; with records frames up to
+# REPLICATION_RECORDS_SIZE_MAX, libzmq's default of 1000 could hold gigabytes.
+REPLICATION_SOCKET_QUEUED_MAX = 64
+# Messages a request may wait in the endpoint for its peer's connection (IMMEDIATE
+# keeps libzmq from queueing to a peer not connected); past it, or past its
+# timeout, the request fails at once.
+REPLICATION_PEER_BACKLOG_MAX = 64
+# Received messages queued for the owner: past it the thread stops reading its
+# sockets, so libzmq's queues (and then TCP) push back on the peers instead of
+# this process buffering without bound.
+REPLICATION_INBOUND_QUEUED_MAX = 1024
+# Warnings about malformed messages from peers are logged at most this often (the
+# next one counts those suppressed): a peer looping on garbage cannot flood the log.
+REPLICATION_WARNING_INTERVAL_S = 1.0
+# Messages the owner may hand the replication thread before it has moved them to
+# their sockets: it moves each within one poll, so a full queue means the thread is
+# gone or far behind, and the owner's send fails at once instead of blocking the loop.
+REPLICATION_OUTBOUND_QUEUED_MAX = 1024
+# A request's timeout when its caller names none: Kafka's replica.socket.timeout.ms
+# default (a fetch adds its max_wait_ms to it).
+REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT = 30_000
