@@ -27,12 +27,13 @@ Theory of operation
 -------------------
 ::
 
-                      namespace <prefix>-hub
-                  ┌───────────── br0 ─────────────┐
-                 v-b1          v-b2     v-b3     v-zk        (veth, hub side)
-                  │             │        │        │
-    <prefix>-b1: eth0     <prefix>-b2: eth0  ...  <prefix>-zk: eth0
-                 10.213.0.1/24         .2     .3      .4
+                 namespace <prefix>-hub: bridge br0
+         ┌──────────────┬──────────────┬──────────────┐
+       v-b1           v-b2           v-b3           v-zk      veth, hub side
+         │              │              │              │
+       eth0           eth0           eth0           eth0      veth, member side
+   <prefix>-b1    <prefix>-b2    <prefix>-b3    <prefix>-zk   member namespaces
+   10.213.0.1     10.213.0.2     10.213.0.3     10.213.0.4    (/24)
 
 The hub namespace holds a bridge; each member namespace is joined to it by a veth
 pair made directly in the two namespaces (``ip -n hub link add v-b1 type veth
