@@ -224,3 +224,70 @@ def test_names_and_addresses():
         netns.Topology(prefix="other")
     with pytest.raises(KeyError):
         topology.address("b9")
+
+
+# A kazoo client that prints each session state it goes through ("<STATE> <session
+# id> <seconds since start>"), until its stdin closes.
+KAZOO_CLIENT = """
+import sys, time
+from kazoo.client import KazooClient
+started = time.monotonic()
+client = KazooClient(hosts=sys.argv[1], timeout=float(sys.argv[2]))
+def report(state):
+    print(state, client.client_id[0] if client.client_id else 0,
+          f"{time.monotonic() - started:.3f}", flush=True)
+client.add_listener(report)
+client.start(timeout=30)              # the listener reports CONNECTED
+sys.stdin.read()
+client.stop()
+"""
+ZOOKEEPER_START_TIMEOUT_S = 120.0
+SESSION_TIMEOUT_S = 4.0
+# Longer than the session timeout: ZooKeeper expires the cut client's session.
+LONG_CUT_S = SESSION_TIMEOUT_S + 2.0
+
+
+def test_kazoo_goes_suspended_when_cut_from_zookeeper_and_learns_of_expiry_on_heal(
+        topology, tmp_path):
+    # Design risk 8: a drop cut must look like a partition to kazoo too. ZooKeeper
+    # runs in zk (tickTime 500 ms: sessions of 1..10 s), the client in b1.
+    connect = f"{topology.address('zk')}:2181"
+    server = topology.run_in("zk", [sys.executable, "-m", "shmlog", "zookeeper", "--data-dir",
+                                    str(tmp_path / "zk"), "--host", topology.address("zk"),
+                                    "--port", "2181", "--tick-time-ms", "500"],
+                             stdout=subprocess.PIPE, text=True)
+    assert readline(server, ZOOKEEPER_START_TIMEOUT_S).startswith("ZooKeeper serves")
+    client = python(topology, "b1", KAZOO_CLIENT, connect, SESSION_TIMEOUT_S,
+                    stdin=subprocess.PIPE)
+
+    def next_state():
+        state, session, at = readline(client).split()
+        return state, session, float(at)
+
+    state, first_session, _ = next_state()
+    assert state == "CONNECTED"
+    # A short cut: SUSPENDED (no read for 2/3 of the session), then back on heal.
+    topology.cut("b1", ["zk"])
+    cut_at = time.monotonic()
+    assert next_state()[0] == "SUSPENDED"
+    print(f"SUSPENDED {time.monotonic() - cut_at:.2f} s after the cut "
+          f"(session timeout {SESSION_TIMEOUT_S} s)")
+    topology.heal("b1")
+    states = [next_state()]
+    if states[-1][0] == "LOST":                     # reconnecting took past the expiry
+        states.append(next_state())
+    assert states[-1][0] == "CONNECTED"
+    print(f"after a short cut: {[state for state, _, _ in states]}, same session: "
+          f"{states[-1][1] == first_session}")
+    # A long cut: the server expires the session meanwhile; the client only learns
+    # it when it reaches the server again (LOST), then starts a new session.
+    session = states[-1][1]
+    topology.cut("b1", ["zk"])
+    assert next_state()[0] == "SUSPENDED"
+    time.sleep(LONG_CUT_S)
+    topology.heal("b1")
+    state, _, _ = next_state()
+    assert state == "LOST"
+    state, new_session, _ = next_state()
+    assert state == "CONNECTED" and new_session != session
+    client.stdin.close()
