@@ -86,11 +86,18 @@ _BRIDGE = "br0"
 _MEMBER_INTERFACE = "eth0"
 
 
+def _tool(name: str) -> str | None:
+    # Root's tools live in sbin, which a non-login shell's PATH may leave out.
+    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    return shutil.which(name, path=search)
+
+
 class NetnsError(RuntimeError):
     """An ``ip`` or ``nft`` command failed (its command line and stderr say why)."""
 
 
 def _run(argv: list[str], *, stdin: str | None = None) -> str:
+    argv = [_tool(argv[0]) or argv[0], *argv[1:]]
     try:
         done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
                               timeout=COMMAND_TIMEOUT_S)
@@ -102,21 +109,29 @@ def _run(argv: list[str], *, stdin: str | None = None) -> str:
     return done.stdout
 
 
+def _nft_in(namespace: str, *arguments: str, stdin: str | None = None) -> str:
+    """Run ``nft arguments`` inside ``namespace``."""
+    return _run(["ip", "netns", "exec", namespace, _tool("nft") or "nft", *arguments],
+                stdin=stdin)
+
+
 def unavailable_reason() -> str | None:
     """Why network-namespace tests cannot run here, or None when they can."""
     if os.geteuid() != 0:
         return "network namespaces need root"
     for tool, package in (("ip", "iproute2"), ("nft", "nftables")):
-        if shutil.which(tool) is None:
+        if _tool(tool) is None:
             return f"{tool} is not installed (apt-get install {package})"
     probe = f"{NAME_PREFIX}-{os.getpid()}-probe"
+    made = False
     try:
         _run(["ip", "netns", "add", probe])
-        _run(["ip", "netns", "exec", probe, "nft", "list", "tables"])
+        made = True
+        _nft_in(probe, "list", "tables")
     except NetnsError as error:
         return f"cannot use a network namespace with nftables here: {error}"
     finally:
-        if probe in list_namespaces():
+        if made:
             _run(["ip", "netns", "delete", probe])
     return None
 
@@ -233,7 +248,8 @@ class Topology:
     def run_in(self, member: str, argv: list[str], **popen_kwargs) -> subprocess.Popen:
         """Start ``argv`` in ``member``'s namespace (``subprocess.Popen`` arguments
         pass through); it is stopped at teardown if still running."""
-        process = subprocess.Popen(["ip", "netns", "exec", self.namespace(member), *argv],
+        process = subprocess.Popen([_tool("ip") or "ip", "netns", "exec", self.namespace(member),
+                                    *argv],
                                    **popen_kwargs)
         self._processes.append(process)
         return process
@@ -255,22 +271,22 @@ class Topology:
             "}",
             f"add element inet {CUT_TABLE} peers {{ {', '.join(addresses)} }}",
         ]) + "\n"
-        _run(["ip", "netns", "exec", self.namespace(member), "nft", "-f", "-"], stdin=script)
+        _nft_in(self.namespace(member), "-f", "-", stdin=script)
 
     def heal(self, member: str) -> None:
         """Remove every cut of ``member`` (nothing happens when it has none)."""
-        name = self.namespace(member)
-        tables = _run(["ip", "netns", "exec", name, "nft", "list", "tables"])
-        if f"table inet {CUT_TABLE}" in tables.splitlines():
-            _run(["ip", "netns", "exec", name, "nft", "delete", "table", "inet", CUT_TABLE])
+        if self._is_cut(member):
+            _nft_in(self.namespace(member), "delete", "table", "inet", CUT_TABLE)
 
     def cut_rules(self, member: str) -> str:
         """``member``'s cut table as nft prints it ('' when not cut)."""
-        name = self.namespace(member)
-        if f"table inet {CUT_TABLE}" not in _run(["ip", "netns", "exec", name, "nft", "list",
-                                                   "tables"]).splitlines():
+        if not self._is_cut(member):
             return ""
-        return _run(["ip", "netns", "exec", name, "nft", "list", "table", "inet", CUT_TABLE])
+        return _nft_in(self.namespace(member), "list", "table", "inet", CUT_TABLE)
+
+    def _is_cut(self, member: str) -> bool:
+        tables = _nft_in(self.namespace(member), "list", "tables")
+        return f"table inet {CUT_TABLE}" in tables.splitlines()
 
     def teardown(self) -> None:
         """Stop the processes started here, then delete every namespace made here."""

@@ -291,3 +291,14 @@ def test_kazoo_goes_suspended_when_cut_from_zookeeper_and_learns_of_expiry_on_he
     state, new_session, _ = next_state()
     assert state == "CONNECTED" and new_session != session
     client.stdin.close()
+
+
+def test_the_reasons_to_skip(monkeypatch):
+    # The machine is what it is: a user without root, and a host without nft, are
+    # stood in for by what the checks read.
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert netns.unavailable_reason() == "network namespaces need root"
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(netns.shutil, "which", lambda name, path=None: None)
+    assert netns.unavailable_reason() == "ip is not installed (apt-get install iproute2)"
