@@ -3,6 +3,11 @@
 Light: the ``shmlog`` command builds the ``broker`` verb's options from
 :class:`BrokerConfig` whatever verb it runs, so this module imports neither numpy
 nor numba (``broker`` imports it back under its old name).
+
+A TOML file holds the broker's settings in a ``[broker]`` table (or at its top
+level) and, for a broker that joins a cluster, a top-level ``[cluster]`` table
+(:class:`~shmlog.cluster_config.ClusterConfig`). Without that table
+:attr:`BrokerConfig.cluster` is None: the single-host broker, with no ZooKeeper.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import tomllib
 from typing import Any
 
 from . import access
-from .errors import LocalProtocolError
+from .cluster_config import ClusterConfig
+from .errors import InvalidConfigError, LocalProtocolError
 from .paths import control_address, default_data_dir
 
 __all__ = ["BrokerConfig"]
@@ -44,9 +50,13 @@ class BrokerConfig:
     # Share the data with this group (directories 0750, files 0640, the control socket
     # and shared memory 0660: see ``access``); None keeps it private to the broker's user.
     data_group: str | None = None
+    # The [cluster] table: None is a single-host broker (no ZooKeeper, no replication).
+    cluster: ClusterConfig | None = None
 
     _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
     TEXT_SETTINGS = ("data_dir", "data_group")
+    # Settings that are whole tables of the file, not flags.
+    TABLE_SETTINGS = ("cluster",)
 
     def __post_init__(self):
         # Refused here, before a broker creates its directory or shared memory.
@@ -54,8 +64,17 @@ class BrokerConfig:
 
     @classmethod
     def load(cls, path: str | None = None, **overrides: Any) -> "BrokerConfig":
-        """Defaults, then the TOML file's ``[broker]`` table (or top level), then
-        ``overrides`` (None values ignored)."""
+        """Defaults, then the TOML file's ``[broker]`` table (or top level) and its
+        ``[cluster]`` table, then ``overrides`` (None values ignored; ``cluster`` may
+        be a :class:`ClusterConfig` or a table).
+
+        Raises
+        ------
+        LocalProtocolError
+            The file cannot be read, or a broker setting is unknown or out of range.
+        InvalidConfigError
+            The ``[cluster]`` table is invalid (a subclass of LocalProtocolError).
+        """
         values: dict[str, Any] = {}
         if path:
             try:
@@ -64,9 +83,18 @@ class BrokerConfig:
             except (OSError, tomllib.TOMLDecodeError) as error:
                 raise LocalProtocolError(f"cannot read broker config {path}: {error}") from None
             values.update(document.get("broker", document))
+            if "broker" in document and "cluster" in values:
+                raise InvalidConfigError(f"{path}: the cluster settings go in a top-level "
+                                         f"[cluster] table, not in [broker]")
+            if "cluster" in document:
+                values["cluster"] = document["cluster"]
         values.update({key: value for key, value in overrides.items() if value is not None})
+        if "cluster" in values and not isinstance(values["cluster"], ClusterConfig):
+            values["cluster"] = ClusterConfig.from_mapping(values["cluster"])
         known = {field.name: field for field in dataclasses.fields(cls)}
         for key, value in values.items():
+            if key in cls.TABLE_SETTINGS:
+                continue
             if key not in known:
                 raise LocalProtocolError(f"unknown broker setting {key!r}; known: "
                                          f"{', '.join(sorted(known))}")

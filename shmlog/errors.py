@@ -10,6 +10,8 @@
     │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
     │   ├── OffsetOutOfRangeError
+    │   ├── InvalidReplicationFactorError   below 1, or more than the live brokers
+    │   ├── InvalidReplicaAssignmentError   some brokers have a rack and others not
     │   └── ClientClosedError         a closed producer or consumer was used
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
@@ -286,3 +288,12 @@ class ReplicationProtocolError(PeerProtocolError):
     """A peer broker sent a replication message that is not one: a wrong magic,
     version or type, a body that is not the JSON object its type needs, a field of
     the wrong type or out of range, record frames that do not match the body."""
+# --- cluster configuration and replica assignment (cluster_config, cluster_metadata) -----
+class InvalidReplicationFactorError(LocalProtocolError):
+    """A topic's replication factor is below 1 or above the number of live brokers
+    (Kafka's InvalidReplicationFactorException)."""
+
+
+class InvalidReplicaAssignmentError(LocalProtocolError):
+    """Replicas cannot be assigned as asked: some brokers have a rack and others do
+    not (Kafka's AdminOperationException; assign without racks to go on)."""

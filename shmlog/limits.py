@@ -262,3 +262,8 @@ REPLICATION_OUTBOUND_QUEUED_MAX = 1024
 # A request's timeout when its caller names none: Kafka's replica.socket.timeout.ms
 # default (a fetch adds its max_wait_ms to it).
 REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT = 30_000
+# --- cluster configuration (cluster_config, cluster_metadata) -------------------------------
+# A cluster id and a rack are names written into ZooKeeper's znodes and shown by
+# describe; Kafka's generated cluster id is a 22-character base64 UUID, and a
+# UUID's text is 36: 255 leaves room for any naming scheme and bounds a typo.
+CLUSTER_ID_LENGTH_MAX = 255

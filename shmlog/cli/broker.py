@@ -1,8 +1,9 @@
 """``shmlog broker``: run a broker in the foreground until SIGTERM or SIGINT.
 
-Every field of :class:`~shmlog.broker_config.BrokerConfig` is a flag (``--name``
-for ``name``), so a broker needs no config file; ``--config`` reads a TOML file,
-and a flag wins over it. The broker itself is imported when the verb runs.
+Every field of :class:`~shmlog.broker_config.BrokerConfig` but its tables is a
+flag (``--name`` for ``name``), so a broker needs no config file; ``--config``
+reads a TOML file, and a flag wins over it. The ``[cluster]`` table is read from
+the file only. The broker itself is imported when the verb runs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
     broker.add_argument("--config", help="a TOML file of broker settings")
     broker.add_argument("--data-dir", help="default: $SHMLOG_DATA_DIR or ~/.local/share/shmlog")
     for field in dataclasses.fields(BrokerConfig):
-        if field.name != "data_dir":
+        if field.name != "data_dir" and field.name not in BrokerConfig.TABLE_SETTINGS:
             broker.add_argument(f"--{field.name.replace('_', '-')}",
                                 type=str if field.name in BrokerConfig.TEXT_SETTINGS else int,
                                 help=f"default {field.default}")
@@ -36,6 +37,7 @@ def _broker(arguments) -> int:
     """Run a broker in the foreground until SIGTERM or SIGINT."""
     from ..broker import serve
     settings = {field.name: getattr(arguments, field.name)
-                for field in dataclasses.fields(BrokerConfig)}
+                for field in dataclasses.fields(BrokerConfig)
+                if field.name not in BrokerConfig.TABLE_SETTINGS}
     serve(BrokerConfig.load(arguments.config, **settings))
     return EXIT_OK

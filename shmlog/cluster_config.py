@@ -1,0 +1,303 @@
+"""A broker's cluster settings: the ``[cluster]`` table of its TOML file.
+
+A broker started with a ``[cluster]`` table joins a cluster: it registers in
+ZooKeeper, replicates partitions with its peers over ZeroMQ and serves acks=all.
+Without the table :attr:`BrokerConfig.cluster <shmlog.broker_config.BrokerConfig>`
+is None and the broker is today's single-host broker, with no ZooKeeper.
+
+Rules
+-----
+* Light: the standard library, ``errors``, ``limits`` and ``settings`` only (no numpy,
+  numba, kazoo or ZeroMQ), so the ``shmlog`` command reads a config file without
+  paying for them.
+* Names: every setting is a field of :class:`ClusterConfig` in snake_case; the table
+  also takes Kafka's dotted names (``"zookeeper.connect"``, ``"broker.rack"``), quoted
+  or bare (TOML reads a bare ``zookeeper.connect`` as nested tables, which are
+  joined back into the dotted name). A name given twice (both forms) or a name that
+  is neither is refused.
+* Defaults are Kafka 2.8's (``KafkaConfig.Defaults``; each field names its Kafka
+  setting). ``cluster_id``, ``broker_id``, ``zookeeper_connect`` and
+  ``replication_endpoint`` have no default: a cluster member must say who it is and
+  where its peers find it.
+* Checked whole, when made: types (an int is never a bool or a float, TOML's types
+  are kept, no strings for numbers), ranges, the two address forms, and Kafka's two
+  cross-checks (``KafkaConfig.validateValues``): ``replica.fetch.wait.max.ms`` is at
+  most ``replica.socket.timeout.ms`` and at most ``replica.lag.time.max.ms``. Every
+  refusal is an :class:`~shmlog.errors.InvalidConfigError` naming the setting, the
+  value and what is accepted.
+
+Theory of operation
+-------------------
+``zookeeper_connect`` is Kafka's (and kazoo's ``hosts``) form: comma-separated
+``host[:port]`` (port 2181 when left out, as ZooKeeper's ``ConnectStringParser``
+does; IPv6 hosts in brackets), then optionally a chroot, the znode path every
+cluster path lives under. kazoo takes the string whole; :attr:`zookeeper_hosts` and
+:attr:`zookeeper_chroot` give its two parts. ``replication_endpoint`` is the ZeroMQ
+address a broker binds its replication socket to *and* publishes in
+``/brokers/ids/<id>`` for its peers to connect to, so a wildcard host (``*``,
+``0.0.0.0``, ``::``) is refused, as Kafka refuses 0.0.0.0 in
+``advertised.listeners``. ``advertised_host`` defaults to that endpoint's host
+(Kafka's advertised listeners default to its listeners).
+
+An example (the unit tests load it)::
+
+    [cluster]
+    "cluster.id" = "shmlog-dev"
+    broker.id = 1
+    zookeeper.connect = "127.0.0.1:2181/shmlog"
+    "replication.endpoint" = "tcp://127.0.0.1:19091"
+    "broker.rack" = "r1"
+    "min.insync.replicas" = 2
+    "default.replication.factor" = 3
+    "replica.lag.time.max.ms" = 1500
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Mapping
+
+from . import limits, settings
+from .errors import InvalidConfigError
+
+__all__ = ["ClusterConfig", "KAFKA_NAMES", "check_zookeeper_connect"]
+
+# Kafka types these settings as int (a few as long); a 32-bit int keeps every
+# millisecond setting in range of ZeroMQ's poll and of threading's timeouts.
+_INT_MAX = 2**31 - 1
+_PORT_MAX = 65535
+# A host name, an IPv4 address, or an IPv6 address in brackets.
+_HOST = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)"
+_ZOOKEEPER_SERVER = re.compile(rf"(?P<host>{_HOST})(?::(?P<port>[0-9]{{1,5}}))?")
+_ENDPOINT = re.compile(rf"tcp://(?P<host>\*|{_HOST}):(?P<port>[0-9]{{1,5}})")
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+# Hosts that are bind wildcards: a peer cannot connect to them.
+_WILDCARD_HOSTS = ("*", "0.0.0.0", "[::]", "[0:0:0:0:0:0:0:0]")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterConfig:
+    """One broker's cluster settings (the ``[cluster]`` table); see the module's
+    docstring for the forms and checks. Make one with :meth:`from_mapping` to accept
+    Kafka's dotted names, or directly with field names."""
+    cluster_id: str                                 # the /cluster/id every member must share
+    broker_id: int                                  # broker.id
+    zookeeper_connect: str                          # zookeeper.connect
+    replication_endpoint: str                       # tcp://host:port, bound and published
+    # The host name clients and Spark see; None: replication_endpoint's host.
+    advertised_host: str | None = None
+    rack: str | None = None                         # broker.rack
+    zookeeper_session_timeout_ms: int = 18_000      # zookeeper.session.timeout.ms
+    # zookeeper.connection.timeout.ms; None: the session timeout, as Kafka does.
+    zookeeper_connection_timeout_ms: int | None = None
+    replica_lag_time_max_ms: int = 30_000           # replica.lag.time.max.ms
+    replica_fetch_wait_max_ms: int = 500            # replica.fetch.wait.max.ms
+    replica_fetch_max_bytes: int = 1 << 20          # replica.fetch.max.bytes
+    replica_fetch_response_max_bytes: int = 10 << 20    # replica.fetch.response.max.bytes
+    replica_socket_timeout_ms: int = 30_000         # replica.socket.timeout.ms
+    # replica.high.watermark.checkpoint.interval.ms
+    replica_high_watermark_checkpoint_interval_ms: int = 5_000
+    default_replication_factor: int = 1             # default.replication.factor
+    min_insync_replicas: int = 1                    # min.insync.replicas (broker default)
+    unclean_leader_election_enable: bool = False    # unclean.leader.election.enable
+
+    def __post_init__(self):
+        _check_names(self)
+        _check_numbers(self)
+        _check_addresses(self)
+        if self.advertised_host is None:
+            object.__setattr__(self, "advertised_host", self.replication_host)
+        if self.zookeeper_connection_timeout_ms is None:
+            object.__setattr__(self, "zookeeper_connection_timeout_ms",
+                               self.zookeeper_session_timeout_ms)
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> "ClusterConfig":
+        """A config from a ``[cluster]`` table: keys are field names or Kafka's dotted
+        names (:data:`KAFKA_NAMES`).
+
+        Raises
+        ------
+        InvalidConfigError
+            An unknown key, a setting given twice, a missing required setting, or a
+            value of the wrong type or range.
+        """
+        if not isinstance(table, Mapping):
+            raise InvalidConfigError(f"the [cluster] section must be a table, got {table!r:.100}")
+        values: dict[str, Any] = {}
+        for key, value in _flattened(table):
+            field = _FIELD_OF.get(key)
+            if field is None:
+                raise InvalidConfigError(f"unknown cluster setting {key!r}; known: "
+                                         f"{', '.join(sorted(KAFKA_NAMES.values()))}")
+            if field in values:
+                raise InvalidConfigError(f"cluster setting {KAFKA_NAMES[field]} is given twice "
+                                         f"(as {field} and as {KAFKA_NAMES[field]})")
+            values[field] = value
+        missing = [KAFKA_NAMES[name] for name in _REQUIRED if name not in values]
+        if missing:
+            raise InvalidConfigError(f"the [cluster] section must set {', '.join(missing)}")
+        return cls(**values)
+
+    def as_mapping(self) -> dict[str, Any]:
+        """Every setting by Kafka's dotted name (None values left out): what
+        :meth:`from_mapping` takes back."""
+        return {KAFKA_NAMES[field.name]: getattr(self, field.name)
+                for field in dataclasses.fields(self) if getattr(self, field.name) is not None}
+
+    def to_toml(self) -> str:
+        """The ``[cluster]`` table as TOML text (every setting, Kafka's names)."""
+        lines = ["[cluster]"]
+        for name, value in self.as_mapping().items():
+            lines.append(f'"{name}" = {_toml_value(value)}')
+        return "\n".join(lines) + "\n"
+
+    @property
+    def zookeeper_hosts(self) -> str:
+        """``zookeeper_connect`` without its chroot: ``"h1:2181,h2:2181"``."""
+        return self.zookeeper_connect.partition("/")[0]
+
+    @property
+    def zookeeper_chroot(self) -> str | None:
+        """The chroot of ``zookeeper_connect`` (``"/shmlog"``), or None."""
+        _, slash, path = self.zookeeper_connect.partition("/")
+        return slash + path if slash and path else None
+
+    @property
+    def replication_host(self) -> str:
+        """The host part of ``replication_endpoint`` (brackets kept for IPv6)."""
+        return _ENDPOINT.fullmatch(self.replication_endpoint).group("host")
+
+    @property
+    def replication_port(self) -> int:
+        """The port of ``replication_endpoint``."""
+        return int(_ENDPOINT.fullmatch(self.replication_endpoint).group("port"))
+
+
+# Each field's Kafka name: Kafka's own where Kafka has the setting, else ours dotted.
+KAFKA_NAMES: dict[str, str] = {
+    field.name: field.name.replace("_", ".") for field in dataclasses.fields(ClusterConfig)}
+KAFKA_NAMES["rack"] = "broker.rack"
+_FIELD_OF: dict[str, str] = {**{name: name for name in KAFKA_NAMES},
+                             **{dotted: name for name, dotted in KAFKA_NAMES.items()}}
+_REQUIRED = tuple(field.name for field in dataclasses.fields(ClusterConfig)
+                  if field.default is dataclasses.MISSING)
+# Field -> the least value it takes (all up to a 32-bit int).
+_INTEGER_LEAST = {
+    "broker_id": 0,                     # KafkaConfig: broker.id >= 0 once generated ids are off
+    "zookeeper_session_timeout_ms": 1,
+    "zookeeper_connection_timeout_ms": 1,
+    "replica_lag_time_max_ms": 1,
+    "replica_fetch_wait_max_ms": 0,
+    # Kafka takes 0 and still returns one batch (KIP-74); a fetch that may return
+    # nothing would make no progress, so at least one byte is asked for.
+    "replica_fetch_max_bytes": 1,
+    "replica_fetch_response_max_bytes": 1,
+    "replica_socket_timeout_ms": 1,
+    "replica_high_watermark_checkpoint_interval_ms": 1,
+    "default_replication_factor": 1,
+    "min_insync_replicas": 1,           # KafkaConfig: atLeast(1)
+}
+
+
+def _flattened(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """The (dotted name, value) pairs of a table whose bare dotted keys TOML nested."""
+    pairs = []
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            pairs += _flattened(value, f"{name}.")
+        else:
+            pairs.append((name, value))
+    return pairs
+
+
+def _check_names(config: ClusterConfig) -> None:
+    if not isinstance(config.cluster_id, str) or not _NAME.fullmatch(config.cluster_id) or \
+            len(config.cluster_id) > limits.CLUSTER_ID_LENGTH_MAX:
+        raise InvalidConfigError(f"cluster.id must be 1..{limits.CLUSTER_ID_LENGTH_MAX} "
+                                 f"characters of [A-Za-z0-9._-], got {config.cluster_id!r:.100}")
+    settings.optional_text("advertised.host", config.advertised_host)
+    # Kafka takes any string; racks are names (us-east-1a), and a name cannot break
+    # the TOML or JSON it is written into.
+    if config.rack is not None and (not isinstance(config.rack, str)
+                                    or not _NAME.fullmatch(config.rack)
+                                    or len(config.rack) > limits.CLUSTER_ID_LENGTH_MAX):
+        raise InvalidConfigError(f"broker.rack must be 1..{limits.CLUSTER_ID_LENGTH_MAX} "
+                                 f"characters of [A-Za-z0-9._-] (or absent), "
+                                 f"got {config.rack!r:.100}")
+    if config.advertised_host is not None and (
+            not re.fullmatch(_HOST, config.advertised_host)
+            or config.advertised_host in _WILDCARD_HOSTS):
+        raise InvalidConfigError(f"advertised.host must be a routable host name or address, "
+                                 f"got {config.advertised_host!r:.100}")
+    settings.flag(KAFKA_NAMES["unclean_leader_election_enable"],
+                  config.unclean_leader_election_enable)
+
+
+def _check_numbers(config: ClusterConfig) -> None:
+    for name, least in _INTEGER_LEAST.items():
+        value = getattr(config, name)
+        if value is not None or name != "zookeeper_connection_timeout_ms":
+            settings.integer(KAFKA_NAMES[name], value, least, _INT_MAX)
+    # KafkaConfig.validateValues: a fetch that waits longer than the socket timeout
+    # times out for nothing, and one that waits longer than the lag time shrinks the
+    # ISR of a follower that is caught up.
+    if config.replica_fetch_wait_max_ms > config.replica_socket_timeout_ms:
+        raise InvalidConfigError(
+            f"replica.socket.timeout.ms ({config.replica_socket_timeout_ms}) must be at least "
+            f"replica.fetch.wait.max.ms ({config.replica_fetch_wait_max_ms})")
+    if config.replica_fetch_wait_max_ms > config.replica_lag_time_max_ms:
+        raise InvalidConfigError(
+            f"replica.fetch.wait.max.ms ({config.replica_fetch_wait_max_ms}) must be at most "
+            f"replica.lag.time.max.ms ({config.replica_lag_time_max_ms})")
+
+
+def _check_addresses(config: ClusterConfig) -> None:
+    check_zookeeper_connect(config.zookeeper_connect)
+    endpoint = config.replication_endpoint
+    match = _ENDPOINT.fullmatch(endpoint) if isinstance(endpoint, str) else None
+    if match is None or not 1 <= int(match.group("port")) <= _PORT_MAX:
+        raise InvalidConfigError(f"replication.endpoint must be tcp://host:port (port "
+                                 f"1..{_PORT_MAX}), got {endpoint!r:.100}")
+    if match.group("host") in _WILDCARD_HOSTS:
+        raise InvalidConfigError(f"replication.endpoint must name a host its peers can reach, "
+                                 f"not the wildcard {match.group('host')!r}: {endpoint!r}")
+
+
+def check_zookeeper_connect(connect: Any) -> str:
+    """``connect`` if it is a valid ``zookeeper.connect``: ``host[:port],...[/chroot]``.
+
+    Raises
+    ------
+    InvalidConfigError
+        Not a string, no server, a server that is not ``host[:port]`` (port
+        1..65535), or a chroot that is not a znode path (``/a/b``: no empty, ``.``
+        or ``..`` part, no trailing slash).
+    """
+    if not isinstance(connect, str):
+        raise InvalidConfigError(f"zookeeper.connect must be a string, got {connect!r:.100}")
+    hosts, slash, path = connect.partition("/")
+    for server in hosts.split(","):
+        match = _ZOOKEEPER_SERVER.fullmatch(server)
+        if match is None or (match.group("port") is not None
+                             and not 1 <= int(match.group("port")) <= _PORT_MAX):
+            raise InvalidConfigError(
+                f"zookeeper.connect must be host[:port],host[:port]...[/chroot] (port "
+                f"1..{_PORT_MAX}); {server!r} in {connect!r:.200} is not host[:port]")
+    if slash and path and any(part in ("", ".", "..") for part in path.split("/")):
+        raise InvalidConfigError(f"the chroot of zookeeper.connect must be a znode path like "
+                                 f"/shmlog (no empty, '.' or '..' part), got {'/' + path!r}")
+    return connect
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    assert isinstance(value, str), f"a cluster setting is a bool, int or str, not {value!r}"
+    # Checked names and addresses hold no quote, backslash or control character.
+    assert re.fullmatch(r"[^\"\\\x00-\x1f\x7f]*", value), f"unquotable {value!r}"
+    return f'"{value}"'
