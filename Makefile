@@ -9,7 +9,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean system-packages
+
+# The network-partition tests (tests/cluster) need ip and nft, and root; without
+# them they skip, saying why. A tool that is missing is installed only when we are
+# root and have apt-get (a fresh machine lacks nft); a failed install is a warning.
+SYSTEM_PACKAGES := ip:iproute2 nft:nftables
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +24,7 @@ $(STAMP): setup.cfg pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py demo-data
 
-test: $(STAMP)
+test: $(STAMP) system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
@@ -27,6 +32,21 @@ bench: $(STAMP)
 	$(BIN)/python perf/bench_appender.py
 	$(BIN)/python perf/bench_clients.py
 	$(BIN)/python perf/bench_spark.py
+
+system-packages:
+	@for pair in $(SYSTEM_PACKAGES); do \
+	  tool=$${pair%%:*}; package=$${pair#*:}; \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$tool >/dev/null 2>&1 && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $$package (for $$tool)"; \
+	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$package >/dev/null || \
+	      { apt-get update -q >/dev/null && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$package >/dev/null; }; } || \
+	      echo "warning: could not install $$package: the network-partition tests will skip"; \
+	  else \
+	    echo "note: $$tool is missing (not root, or no apt-get): the network-partition tests will skip"; \
+	  fi; \
+	done
 
 clean:
 	rm -rf $(VENV) .cache demo-data build *.egg-info

@@ -11,8 +11,10 @@ Rules
   numba, kazoo or ZeroMQ), so the ``shmlog`` command reads a config file without
   paying for them.
 * Names: every setting is a field of :class:`ClusterConfig` in snake_case; the table
-  also takes Kafka's dotted names (``"zookeeper.connect"``, ``"broker.rack"``). A name
-  given twice (both forms) or a name that is neither is refused.
+  also takes Kafka's dotted names (``"zookeeper.connect"``, ``"broker.rack"``), quoted
+  or bare (TOML reads a bare ``zookeeper.connect`` as nested tables, which are
+  joined back into the dotted name). A name given twice (both forms) or a name that
+  is neither is refused.
 * Defaults are Kafka 2.8's (``KafkaConfig.Defaults``; each field names its Kafka
   setting). ``cluster_id``, ``broker_id``, ``zookeeper_connect`` and
   ``replication_endpoint`` have no default: a cluster member must say who it is and
@@ -41,8 +43,8 @@ An example (the unit tests load it)::
 
     [cluster]
     "cluster.id" = "shmlog-dev"
-    "broker.id" = 1
-    "zookeeper.connect" = "127.0.0.1:2181/shmlog"
+    broker.id = 1
+    zookeeper.connect = "127.0.0.1:2181/shmlog"
     "replication.endpoint" = "tcp://127.0.0.1:19091"
     "broker.rack" = "r1"
     "min.insync.replicas" = 2
@@ -59,11 +61,8 @@ from typing import Any, Mapping
 from . import limits, settings
 from .errors import InvalidConfigError
 
-__all__ = ["ClusterConfig", "KAFKA_NAMES", "ZOOKEEPER_PORT_DEFAULT", "check_zookeeper_connect"]
+__all__ = ["ClusterConfig", "KAFKA_NAMES", "check_zookeeper_connect"]
 
-# ZooKeeper's client port when a host of zookeeper.connect names none
-# (ConnectStringParser's DEFAULT_PORT).
-ZOOKEEPER_PORT_DEFAULT = 2181
 # Kafka types these settings as int (a few as long); a 32-bit int keeps every
 # millisecond setting in range of ZeroMQ's poll and of threading's timeouts.
 _INT_MAX = 2**31 - 1
@@ -127,7 +126,7 @@ class ClusterConfig:
         if not isinstance(table, Mapping):
             raise InvalidConfigError(f"the [cluster] section must be a table, got {table!r:.100}")
         values: dict[str, Any] = {}
-        for key, value in table.items():
+        for key, value in _flattened(table):
             field = _FIELD_OF.get(key)
             if field is None:
                 raise InvalidConfigError(f"unknown cluster setting {key!r}; known: "
@@ -200,6 +199,18 @@ _INTEGER_LEAST = {
     "default_replication_factor": 1,
     "min_insync_replicas": 1,           # KafkaConfig: atLeast(1)
 }
+
+
+def _flattened(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """The (dotted name, value) pairs of a table whose bare dotted keys TOML nested."""
+    pairs = []
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            pairs += _flattened(value, f"{name}.")
+        else:
+            pairs.append((name, value))
+    return pairs
 
 
 def _check_names(config: ClusterConfig) -> None:

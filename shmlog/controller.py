@@ -248,7 +248,8 @@ class Controller:
             events = ([] if event is None else [event]) + self._events.drain()
             if self._stopping.is_set():
                 return
-            self._guarded(self._handle, events)
+            if events or self._dirty:                 # a failed step is tried again
+                self._guarded(self._handle, events)
 
     def _guarded(self, function, *args) -> None:
         """Run one step; what ZooKeeper refuses or loses is handled, never fatal."""
@@ -259,9 +260,11 @@ class Controller:
         except ZooKeeperConnectionError as error:
             log.warning("controller %d: %s; tried again when connected", self.broker_id, error)
             self._dirty = True
-        except (ZnodeFormatError, ZooKeeperConflictError) as error:
+        except ZooKeeperConflictError as error:            # conflicts ran out: try again
             log.error("controller %d: %s", self.broker_id, error)
             self._dirty = True
+        except ZnodeFormatError as error:                  # looked at again on the next event
+            log.error("controller %d: %s", self.broker_id, error)
 
     def _handle(self, events: list[WatchEvent]) -> None:
         kinds = {event.kind for event in events}
@@ -274,7 +277,8 @@ class Controller:
         if self._epoch >= 0:
             self._check_deposed(events)
         if self._epoch < 0:
-            if EventKind.CONTROLLER in kinds or EventKind.SESSION in kinds:
+            if self._dirty or EventKind.CONTROLLER in kinds or EventKind.SESSION in kinds:
+                self._dirty = False
                 self._try_elect()
             return
         if self._dirty or kinds & _RECONCILING or EventKind.SESSION in kinds:
@@ -332,9 +336,17 @@ class Controller:
         marked = set(self.zookeeper.read_topics_to_delete())
         for topic in sorted(marked):
             self._delete_topic(topic)
-        for topic, assignment in self.zookeeper.read_assignments().items():
-            if topic not in marked:
-                self._reconcile_topic(assignment, set(live), bounced)
+        for topic in self.zookeeper.read_topics():
+            if topic in marked:
+                continue
+            try:
+                assignment = self.zookeeper.read_assignment(topic)
+                if assignment is not None:
+                    self._reconcile_topic(assignment, set(live), bounced)
+            except ZnodeFormatError as error:
+                # One malformed znode must not stop the others' elections; it is
+                # looked at again on the next event.
+                log.error("controller %d: topic %s skipped: %s", self.broker_id, topic, error)
         self._live = live
         self._dirty = False
 

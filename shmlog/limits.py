@@ -252,6 +252,16 @@ REPLICATION_PEER_BACKLOG_MAX = 64
 # sockets, so libzmq's queues (and then TCP) push back on the peers instead of
 # this process buffering without bound.
 REPLICATION_INBOUND_QUEUED_MAX = 1024
+# Warnings about malformed messages from peers are logged at most this often (the
+# next one counts those suppressed): a peer looping on garbage cannot flood the log.
+REPLICATION_WARNING_INTERVAL_S = 1.0
+# Messages the owner may hand the replication thread before it has moved them to
+# their sockets: it moves each within one poll, so a full queue means the thread is
+# gone or far behind, and the owner's send fails at once instead of blocking the loop.
+REPLICATION_OUTBOUND_QUEUED_MAX = 1024
+# A request's timeout when its caller names none: Kafka's replica.socket.timeout.ms
+# default (a fetch adds its max_wait_ms to it).
+REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 # --- cluster configuration (cluster_config, cluster_metadata) -------------------------------
 # A cluster id and a rack are names written into ZooKeeper's znodes and shown by
 # describe; Kafka's generated cluster id is a 22-character base64 UUID, and a

@@ -39,6 +39,21 @@ Rules (each names its Kafka 2.8 source; each has a table test)
   :class:`FetchPurgatory` until bytes arrive, the high watermark passes the one last
   sent, leadership changes, or its wait ends.
 
+Messages
+--------
+:class:`Message` is a replication message: the envelope's sender broker id and
+epoch and correlation id, and a body (:class:`Fetch`, :class:`FetchResponse`,
+:class:`EpochEnd`, :class:`EpochEndResponse`, :class:`Produce`,
+:class:`ProduceResponse`, :class:`Error`; the design note's §3.1-3.3 bodies, each
+with a ``partitions`` tuple of entries except ERROR). :func:`encode` gives its
+frames (``replication_layout`` draws them): records travel as their own frames,
+as given (a numpy view of a segment is sent without a copy). :func:`decode`
+checks everything a peer sent (each field's type and range, no unknown or
+missing field, no partition named twice, the record frames' count and lengths)
+and raises only ``ReplicationProtocolError``; records come back as uint8 numpy
+views of their frames. :func:`encode` runs the same checks on what it builds, so
+a broker never sends what its peer would refuse (``LocalProtocolError``).
+
 Theory of operation
 -------------------
 The replica service (on the broker's loop thread) owns one
@@ -70,7 +85,7 @@ __all__ = [
     "out_of_sync_replicas", "can_join_isr", "high_watermark", "check_leader_epoch",
     "validate_fetch", "validate_epoch_end", "follower_high_watermark",
     "TruncationAction", "TruncationStep", "truncation_step", "offset_out_of_range_step",
-    "FetchPurgatory",
+    "FetchPurgatory", "partition_ready",
     "MessageType", "Message", "Fetch", "FetchPartition", "FetchResponse",
     "FetchResponsePartition", "EpochEnd", "EpochEndPartition", "EpochEndResponse",
     "EpochEndResponsePartition", "Produce", "ProducePartition", "ProduceResponse",
@@ -129,6 +144,7 @@ class FollowerState:
     last_fetch_time_ms: int = NEVER_MS
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_caught_up_time_ms: int = NEVER_MS
+    last_sent_high_watermark: int = UNKNOWN_OFFSET
 
     def update_fetch_state(self, fetch_offset: int, now_ms: int, leader_log_end_offset: int,
                            *, log_start_offset: int = UNKNOWN_OFFSET) -> None:
@@ -274,8 +290,15 @@ class LeaderReplicaState:
         self.observers = {}
 
     def resign(self) -> None:
-        """Stop leading: every follower's state is forgotten."""
-        self.__init__(self.local_broker_id, self.replica_lag_time_max_ms)
+        """Stop leading: the epoch, the ISR and every follower's state are forgotten."""
+        self.is_leader = False
+        self.leader_epoch = UNDEFINED_EPOCH
+        self.epoch_start_offset = UNKNOWN_OFFSET
+        self.replicas = ()
+        self.isr = frozenset()
+        self.pending = None
+        self.followers = {}
+        self.observers = {}
 
     @property
     def maximal_isr(self) -> frozenset[int]:
@@ -503,6 +526,19 @@ def offset_out_of_range_step(*, follower_log_end_offset: int, leader_log_start_o
 
 # --- the long poll ------------------------------------------------------------------
 
+def partition_ready(*, error: ErrorCode, fetch_offset: int, log_end_offset: int,
+                    high_watermark: int, high_watermark_last_sent: int) -> bool:
+    """Must a fetch be answered at once for this partition (Kafka 2.8's
+    ``ReplicaManager.fetchMessages``: "respond immediately if ... has enough data,
+    some error happens while reading data, any of the requested partitions need HW
+    update", with ``replica.fetch.min.bytes`` 1)? A fetch is answered at once if it
+    asks to wait 0 ms, names no partition, or any partition is ready; otherwise it
+    is parked in :class:`FetchPurgatory`."""
+    return error is not ErrorCode.NONE or log_end_offset > fetch_offset \
+        or high_watermark > high_watermark_last_sent
+
+
+
 @dataclasses.dataclass
 class _ParkedFetch:
     deadline_ms: int
@@ -510,8 +546,9 @@ class _ParkedFetch:
 
 
 class FetchPurgatory:
-    """Fetches that found nothing to return, parked until the first of (Kafka's
-    ``DelayedFetch``, plus the high-watermark rule of the design note §3.2):
+    """Fetches that found nothing to return (no partition :func:`partition_ready`),
+    parked until the first of (Kafka's ``DelayedFetch``, plus the high-watermark rule
+    of the design note §3.2, which Kafka applies only as a fetch arrives):
 
     * :meth:`log_end_moved`: one of its partitions' log end passed its fetch offset
       (a follower's ``min_bytes`` is 1, Kafka's ``replica.fetch.min.bytes`` default:
@@ -624,10 +661,6 @@ _OFFSET_OR_UNKNOWN = ("int", UNKNOWN_OFFSET, limits.OFFSET_MAX)
 _ERROR = ("error",)
 
 
-def _schema(**fields) -> dict:
-    return fields
-
-
 @dataclasses.dataclass(frozen=True)
 class FetchPartition:
     """One partition of a FETCH (Kafka's FetchRequest partition, trimmed): the
@@ -638,7 +671,7 @@ class FetchPartition:
     fetch_offset: int
     log_start_offset: int
     partition_max_bytes: int
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         topic_key=_TOPIC_KEY, partition=_PARTITION, current_leader_epoch=_EPOCH,
         fetch_offset=_OFFSET, log_start_offset=_OFFSET_OR_UNKNOWN,
         partition_max_bytes=("int", 0, limits.REPLICATION_RECORDS_SIZE_MAX))
@@ -655,7 +688,7 @@ class Fetch:
     min_bytes: int
     max_bytes: int
     partitions: tuple[FetchPartition, ...]
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         replica_id=("int", 0, _I32_MAX), observer=("bool",),
         max_wait_ms=("int", 0, limits.REPLICATION_FETCH_WAIT_MS_MAX),
         min_bytes=("int", 0, limits.FETCH_SIZE_MAX), max_bytes=("int", 0, limits.FETCH_SIZE_MAX))
@@ -673,7 +706,7 @@ class FetchResponsePartition:
     log_start_offset: int
     log_end_offset: int
     records: Any = dataclasses.field(default=None, compare=False, repr=False)
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
         high_watermark=_OFFSET_OR_UNKNOWN, log_start_offset=_OFFSET_OR_UNKNOWN,
         log_end_offset=_OFFSET_OR_UNKNOWN)
@@ -684,7 +717,7 @@ class FetchResponsePartition:
 class FetchResponse:
     """FETCH_RESPONSE: one entry per partition of the FETCH."""
     partitions: tuple[FetchResponsePartition, ...]
-    SCHEMA: ClassVar[dict] = _schema()
+    SCHEMA: ClassVar[dict] = dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -695,7 +728,7 @@ class EpochEndPartition:
     partition: int
     current_leader_epoch: int
     leader_epoch: int
-    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION,
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION,
                                      current_leader_epoch=_EPOCH, leader_epoch=_EPOCH)
 
 
@@ -703,7 +736,7 @@ class EpochEndPartition:
 class EpochEnd:
     """EPOCH_END: a truncating follower asks where its epochs end on the leader (§3.3)."""
     partitions: tuple[EpochEndPartition, ...]
-    SCHEMA: ClassVar[dict] = _schema()
+    SCHEMA: ClassVar[dict] = dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -715,7 +748,7 @@ class EpochEndResponsePartition:
     error: ErrorCode
     leader_epoch: int
     end_offset: int
-    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
                                      leader_epoch=_EPOCH, end_offset=_OFFSET_OR_UNKNOWN)
 
 
@@ -723,7 +756,7 @@ class EpochEndResponsePartition:
 class EpochEndResponse:
     """EPOCH_END_RESPONSE: one entry per partition of the EPOCH_END."""
     partitions: tuple[EpochEndResponsePartition, ...]
-    SCHEMA: ClassVar[dict] = _schema()
+    SCHEMA: ClassVar[dict] = dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -732,7 +765,7 @@ class ProducePartition:
     topic_key: int
     partition: int
     records: Any = dataclasses.field(compare=False, repr=False)
-    SCHEMA: ClassVar[dict] = _schema(topic_key=_TOPIC_KEY, partition=_PARTITION)
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION)
     RECORDS_SIZE_MIN: ClassVar[int] = 1
 
 
@@ -743,7 +776,7 @@ class Produce:
     acks: int
     timeout_ms: int
     partitions: tuple[ProducePartition, ...]
-    SCHEMA: ClassVar[dict] = _schema(acks=("int", -1, 1),
+    SCHEMA: ClassVar[dict] = dict(acks=("int", -1, 1),
                                      timeout_ms=("int", 0, limits.CLIENT_WAIT_MS_MAX))
 
 
@@ -757,7 +790,7 @@ class ProduceResponsePartition:
     base_offset: int
     log_append_time_ms: int
     log_start_offset: int
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR, base_offset=_OFFSET_OR_UNKNOWN,
         log_append_time_ms=("int", -1, limits.TIMESTAMP_MS_MAX),
         log_start_offset=_OFFSET_OR_UNKNOWN)
@@ -767,7 +800,7 @@ class ProduceResponsePartition:
 class ProduceResponse:
     """PRODUCE_RESPONSE: one entry per partition of the PRODUCE."""
     partitions: tuple[ProduceResponsePartition, ...]
-    SCHEMA: ClassVar[dict] = _schema()
+    SCHEMA: ClassVar[dict] = dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -775,7 +808,7 @@ class Error:
     """ERROR: the answer to a message that could not be read (or not served)."""
     error: ErrorCode
     message: str
-    SCHEMA: ClassVar[dict] = _schema(
+    SCHEMA: ClassVar[dict] = dict(
         error=_ERROR, message=("str", limits.REPLICATION_ERROR_MESSAGE_LENGTH_MAX))
 
 
@@ -841,12 +874,19 @@ def _fields(obj: Any, schema: dict, where: str) -> dict:
     """The schema's fields of a decoded JSON object (exactly those, each checked)."""
     if not isinstance(obj, dict):
         raise _refuse(f"{where} must be a JSON object, got {type(obj).__name__}")
-    expected = set(schema)
-    if obj.keys() != expected:
-        missing, extra = expected - obj.keys(), obj.keys() - expected
+    if obj.keys() != schema.keys():
+        missing, extra = schema.keys() - obj.keys(), obj.keys() - schema.keys()
         raise _refuse(f"{where} has fields {sorted(obj)[:20]!r:.300}: "
                       f"missing {sorted(missing)}, unknown {sorted(extra)[:10]!r:.200}")
-    return {name: _check(obj[name], kind, f"{where}.{name}") for name, kind in schema.items()}
+    fields = {}
+    for name, kind in schema.items():
+        value = obj[name]
+        # The common case inline: an integer in range needs no call and no message.
+        if kind[0] == "int" and type(value) is int and kind[1] <= value <= kind[2]:
+            fields[name] = value
+        else:
+            fields[name] = _check(value, kind, f"{where}.{name}")
+    return fields
 
 
 def _records_size(records: Any, where: str) -> int:
@@ -909,7 +949,7 @@ def encode(message: Message) -> list:
 def _plain(value: Any, where: str) -> Any:
     """A field as JSON takes it: bools and strings as they are, integers (enums,
     numpy integers) as int; anything else is the caller's mistake."""
-    if isinstance(value, (bool, str)):
+    if type(value) is int or isinstance(value, (bool, str)):
         return value
     try:
         return operator.index(value)

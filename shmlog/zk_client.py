@@ -63,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import os
 import queue
 import threading
 import time
@@ -378,8 +379,9 @@ class ClusterZooKeeper:
 
     def register_broker(self, registration: BrokerRegistration, cluster_id: str) -> int:
         """Join cluster ``cluster_id`` as ``registration``: claim or check
-        ``/cluster/id``, then create the ephemeral ``/brokers/ids/<id>``. After a LOST
-        session it is created again by itself (a ``REGISTERED`` event says so).
+        ``/cluster/id``, then create the ephemeral ``/brokers/ids/<id>`` (stamped with
+        the time, and this process's pid unless the registration names one). After
+        a LOST session it is created again by itself (a ``REGISTERED`` event says so).
 
         Returns
         -------
@@ -413,7 +415,9 @@ class ClusterZooKeeper:
 
     def _register(self, registration: BrokerRegistration) -> int:
         path = zk_paths.broker_path(registration.broker_id)
-        body = zk_paths.encode_broker_registration(registration)
+        # Stamped at each registration, as Kafka's timestamp is.
+        body = zk_paths.encode_broker_registration(dataclasses.replace(
+            registration, timestamp_ms=_now_ms(), pid=registration.pid or os.getpid()))
         deadline = time.monotonic() + self.session_timeout_s * \
             limits.BROKER_REGISTRATION_WAIT_SESSIONS
         while True:
@@ -590,7 +594,9 @@ class ClusterZooKeeper:
     def update_partition_state(self, topic: str, partition: int, state: PartitionState,
                                version: int) -> int:
         """Write a partition's state if its zkVersion is still ``version`` (a
-        leader's ISR change). Blocks: call from a thread that may.
+        leader's ISR change: it keeps the leader, the leader epoch and the
+        ``controller_epoch`` of the state it read). Blocks: call from a thread that
+        may, or use :meth:`update_partition_state_async`.
 
         Returns
         -------

@@ -225,7 +225,9 @@ class History:
         Parameters
         ----------
         final_logs : mapping of partition to its committed records
-            (offset, value) pairs, or a mapping of offset to value.
+            (offset, value) pairs, or a mapping of offset to value: what a consumer
+            reads from the surviving leader below its high watermark. Give every
+            partition sent to: an acknowledged value of a partition left out is lost.
         replica_logs : mapping of partition to {replica name: ReplicaLog}, optional
         """
         sends, reads = self.sends(), self.reads()

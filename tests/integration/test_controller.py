@@ -18,6 +18,7 @@ Every wait is bounded; times (re-election) are printed, never asserted.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import threading
 import time
@@ -31,8 +32,8 @@ from shmlog.controller import Controller
 from shmlog.errors import (ControllerMovedError, InconsistentClusterIdError,
                            StaleStateVersionError, TopicExistsError,
                            UnknownTopicOrPartitionError, ZooKeeperConnectionError)
-from shmlog.zk_client import (ClusterZooKeeper, EventKind, EventQueue, SessionState,
-                              SetDataOp)
+from shmlog.zk_client import (ClusterZooKeeper, CreateOp, DeleteOp, EventKind, EventQueue,
+                              SessionState, SetDataOp)
 from shmlog.zk_paths import BrokerRegistration, PartitionState, TopicAssignment
 from shmlog.zookeeper import ZooKeeperServer
 
@@ -125,6 +126,7 @@ def test_registration_gives_the_czxid_and_checks_the_cluster_id(cluster, hosts):
     registration, epoch = brokers[1]
     assert epoch == session.broker_epoch > 0
     assert registration.replication_endpoint == "tcp://127.0.0.1:9001"
+    assert registration.pid == os.getpid() and registration.timestamp_ms > 0
     other = cluster.session()
     with pytest.raises(InconsistentClusterIdError):
         other.register_broker(BrokerRegistration(2, "h", "tcp://h:1"), "another-cluster")
@@ -185,6 +187,58 @@ def test_a_deposed_controllers_write_is_refused_and_changes_nothing(cluster, hos
     assert now != bogus
 
 
+def test_a_checked_multi_applies_all_of_its_ops_or_none(cluster):
+    session = cluster.broker(1)
+    epoch, fence = session.read_controller_epoch()
+    new_topic(session, "t", {0: [1]})
+    config_path = zk_paths.topic_config_path("t")
+    scratch = zk_paths.partitions_path("t")
+    with pytest.raises(StaleStateVersionError) as refused:
+        session.checked_multi([CreateOp(scratch), SetDataOp(config_path, b"{}", 5)], fence)
+    assert refused.value.path == config_path
+    assert session.read_partition_states("t") == {}
+    assert session.read_topic_config("t") == {}
+    results = session.checked_multi(
+        [CreateOp(scratch), SetDataOp(config_path, zk_paths.encode_topic_config({"a": "b"}), 0)],
+        fence)
+    assert results[0] == scratch and results[1].version == 1
+    assert session.read_topic_config("t") == {"a": "b"}
+    with pytest.raises(ControllerMovedError):
+        session.checked_multi([DeleteOp(scratch)], fence + 1)
+    assert session.read_controller_epoch() == (epoch, fence)
+
+
+def test_a_stopped_controller_hands_over_at_once(cluster):
+    sessions = {broker_id: cluster.broker(broker_id) for broker_id in (1, 2)}
+    first = cluster.controller(sessions[1], 1)
+    wait_until(lambda: first.is_active, "an election")
+    second = cluster.controller(sessions[2], 2)
+    first_epoch = first.epoch
+    stopped_at = time.monotonic()
+    first.stop()
+    wait_until(lambda: second.is_active, "the next election")
+    print(f"\nelection after a clean stop: {second.elected_at - stopped_at:.3f} s")
+    assert not first.is_active
+    assert second.epoch == first_epoch + 1
+    assert sessions[1].read_controller().broker_id == 2
+
+
+def test_a_malformed_topic_does_not_stop_the_others_elections(cluster, hosts):
+    session = cluster.broker(1)
+    raw = KazooClient(hosts=hosts)
+    raw.start(timeout=TIMEOUT_S)
+    try:
+        raw.create(zk_paths.topic_path("bad"), b"{not json")
+    finally:
+        raw.stop()
+        raw.close()
+    controller = cluster.controller(session, 1)
+    wait_until(lambda: controller.is_active, "an election")
+    new_topic(session, "good", {0: [1]})
+    assert wait_until(lambda: state_of(session, "good"), "good's state").leader == 1
+    assert controller.is_active
+
+
 def test_a_zombie_leaders_isr_write_is_refused(cluster):
     sessions = {broker_id: cluster.broker(broker_id) for broker_id in (1, 2)}
     controller = cluster.controller(sessions[2], 2)
@@ -203,6 +257,12 @@ def test_a_zombie_leaders_isr_write_is_refused(cluster):
     current, current_version = sessions[2].read_partition_state("t", 0)
     written = sessions[2].update_partition_state("t", 0, current, current_version)
     assert written == current_version + 1
+    # The same without blocking: the outcome comes back on a kazoo thread.
+    outcomes = queue.SimpleQueue()
+    zombie.update_partition_state_async("t", 0, shrunk, version, outcomes.put)
+    assert isinstance(outcomes.get(timeout=TIMEOUT_S), StaleStateVersionError)
+    sessions[2].update_partition_state_async("t", 0, current, written, outcomes.put)
+    assert outcomes.get(timeout=TIMEOUT_S) == written + 1
 
 
 def test_a_new_topics_states_name_the_first_live_replica(cluster):
@@ -280,12 +340,16 @@ def test_a_bounced_leader_loses_its_leadership_at_a_new_epoch(cluster, hosts):
     wait_until(lambda: controller.is_active, "an election")
     new_topic(sessions[3], "t", {0: [1, 2]})
     wait_until(lambda: state_of(sessions[3], "t"), "t's state")
-    # Broker 1 restarts within the session timeout: a new registration (czxid)
-    # under the same id, the old session's going first.
+    events = EventQueue()
+    sessions[1].add_events(events)
     old_epoch = sessions[1].broker_epoch
+    # Broker 1's session expires; it registers again by itself on its new session,
+    # under the same id with a new czxid: a bounce.
     expire(hosts, sessions[1])
-    restarted = cluster.broker(1)
-    assert restarted.broker_epoch != old_epoch
+    registered = wait_until(lambda: [event for event in events.drain()
+                                     if event.kind is EventKind.REGISTERED], "re-registration")
+    assert registered[0].zk_version == sessions[1].broker_epoch != old_epoch
+    assert sessions[3].read_brokers()[1][1] == sessions[1].broker_epoch
     assert wait_until(lambda: state_of(sessions[3], "t").leader == 2 and
                       state_of(sessions[3], "t"), "the re-election") \
         == PartitionState(2, 1, (2,), controller.epoch)

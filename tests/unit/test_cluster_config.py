@@ -77,6 +77,23 @@ def test_the_docstring_example_loads_and_round_trips(tmp_path):
     assert tomllib.loads(config.to_toml())["cluster"] == config.as_mapping()
 
 
+def test_bare_dotted_names_are_read_as_kafkas_names(tmp_path):
+    # TOML nests bare dotted keys: zookeeper.connect is {"zookeeper": {"connect": ...}}.
+    quoted = '[cluster]\n"cluster.id" = "c"\n"broker.id" = 2\n' \
+             '"zookeeper.connect" = "h:2181"\n"zookeeper.session.timeout.ms" = 6000\n' \
+             '"replication.endpoint" = "tcp://h:9000"\n'
+    bare = '[cluster]\ncluster.id = "c"\nbroker.id = 2\nzookeeper.connect = "h:2181"\n' \
+           'zookeeper.session.timeout.ms = 6000\nreplication.endpoint = "tcp://h:9000"\n'
+    assert tomllib.loads(bare)["cluster"]["zookeeper"]["session"] == {"timeout": {"ms": 6000}}
+    loaded = [BrokerConfig.load(write(tmp_path, text), data_dir=str(tmp_path)).cluster
+              for text in (quoted, bare)]
+    assert loaded[0] == loaded[1]
+    assert loaded[0].zookeeper_session_timeout_ms == 6000
+    with pytest.raises(InvalidConfigError, match=r"unknown cluster setting 'zookeeper.conect'"):
+        BrokerConfig.load(write(tmp_path, bare.replace("connect", "conect")),
+                          data_dir=str(tmp_path))
+
+
 def test_broker_and_cluster_tables_together(tmp_path):
     path = write(tmp_path, '[broker]\npartitions_max = 64\n\n' + example_toml())
     config = BrokerConfig.load(path, data_dir=str(tmp_path))

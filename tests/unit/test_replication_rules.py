@@ -15,7 +15,7 @@ from shmlog.replication import (NEVER_MS, NO_EPOCH, UNDEFINED_EPOCH, UNKNOWN_OFF
                                 FetchPurgatory, FollowerState, IsrChangeKind,
                                 LeaderReplicaState, TruncationAction, TruncationStep,
                                 can_join_isr, check_leader_epoch, follower_high_watermark,
-                                high_watermark, offset_out_of_range_step,
+                                high_watermark, offset_out_of_range_step, partition_ready,
                                 out_of_sync_replicas, truncation_step, validate_epoch_end,
                                 validate_fetch)
 
@@ -419,6 +419,22 @@ def test_offset_out_of_range_step(follower_leo, leader_start, leader_leo, expect
 
 
 # --- DelayedFetch -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, ready", [
+    (dict(), False),                                   # nothing new: park it
+    (dict(log_end_offset=11), True),                   # records to send
+    (dict(high_watermark=9), True),                    # the follower's HW is stale
+    (dict(error=ErrorCode.FENCED_LEADER_EPOCH), True),
+])
+def test_partition_ready(change, ready):
+    """Kafka 2.8 ReplicaManager.fetchMessages: respond immediately on enough data (min
+    bytes 1), an error, or a partition whose follower needs a HW update
+    (followerNeedsHwUpdate: lastSentHighWatermark < HW, KIP-392)."""
+    partition = dict(error=ErrorCode.NONE, fetch_offset=10, log_end_offset=10, high_watermark=8,
+                     high_watermark_last_sent=8)
+    partition.update(change)
+    assert partition_ready(**partition) is ready
+
 
 P0, P1 = (123, 0), (123, 1)
 

@@ -1,0 +1,532 @@
+"""The replication transport: one thread that owns every ZeroMQ socket a broker uses
+to talk to its peers. Sockets and frames only; the rules and the codec live in
+``replication.py``.
+
+Rules
+-----
+* One ROUTER, bound on the broker's replication endpoint, serves requests from
+  every peer (``ROUTER_MANDATORY``: a reply to a peer that is gone fails and is
+  dropped, never queued; ``ROUTER_HANDOVER``: a peer's new connection takes over
+  its routing id from a half-dead old one). One DEALER per remote broker sends
+  this broker's requests (routing id ``b"<broker id>:<broker epoch>"``;
+  ``IMMEDIATE``: nothing is queued for a peer that is not connected).
+* Every socket has ``LINGER`` 0, ZMTP heartbeats, bounded queues and
+  ``MAXMSGSIZE`` (a frame past ``limits.REPLICATION_RECORDS_SIZE_MAX`` is refused
+  from its length prefix and its connection dropped, before it is buffered).
+* A request carries a correlation id (from 1 up) and a timeout. A request not
+  answered in time fails (:class:`RequestFailed`) and its peer's DEALER is closed
+  and opened again: that drops whatever libzmq had queued for a dead peer, and the
+  peer's other requests in flight fail too. A reply whose correlation id is not in
+  flight (late, or never asked) is dropped.
+* Whatever a peer sends never ends the thread: a request that does not decode is
+  answered with an ERROR (its correlation id if the envelope was readable, else
+  0) and logged; a malformed reply, or a request sent as a reply, is logged and
+  dropped. An ERROR is never answered.
+
+Theory of operation
+-------------------
+The owner (the broker's loop) calls :meth:`ReplicationEndpoint.request`,
+:meth:`~ReplicationEndpoint.reply` and :meth:`~ReplicationEndpoint.set_peers` from
+its own thread: each encodes on the caller's thread and passes the frames through an
+in-process PUSH socket, which the endpoint's thread polls with its other sockets
+(zero-copy: a records view travels as it is). What arrives is decoded on the
+endpoint's thread into :class:`ReceivedRequest`, :class:`ReceivedResponse` and
+:class:`RequestFailed` events, queued for the owner, and ``wake()`` (the broker's
+doorbell) is called, as ``control_server.ControlEndpoint`` does. Records arrive as
+uint8 numpy views of the received frames (``copy=False``): no copy between the
+socket and the log's append.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import heapq
+import itertools
+import json
+import logging
+import queue
+import struct
+import threading
+import time
+from typing import Callable, Mapping
+
+import zmq
+
+from . import limits, replication_layout
+from .errors import LocalProtocolError, ReplicationProtocolError
+from .replication import Error, ErrorCode, Message, decode, encode
+from .replication_layout import MessageType
+
+__all__ = ["ReplicationEndpoint", "ReceivedRequest", "ReceivedResponse", "RequestFailed",
+           "RequestFailure"]
+
+log = logging.getLogger("shmlog.replication")
+
+# Commands the owner sends the thread (first frame: a kind byte, then its fields).
+_REQUEST = struct.Struct("<cidq")       # b"Q", peer id, deadline (monotonic s), correlation id
+_REPLY = b"R"                           # b"R" + the requester's routing id
+_PEERS = b"P"                           # b"P" + JSON {broker id: endpoint}
+_STOP = b"S"
+_I32_MAX = 2**31 - 1
+
+
+class RequestFailure(enum.Enum):
+    """Why a request got no reply."""
+    TIMED_OUT = "timed out"                   # no reply within its timeout
+    PEER_RESET = "peer reset"                 # its peer's socket was reopened or removed
+    NO_PEER = "no such peer"                  # set_peers names no endpoint for it
+    BACKLOG_FULL = "backlog full"             # too many requests waiting for a connection
+
+
+@dataclasses.dataclass(frozen=True)
+class ReceivedRequest:
+    """A request from a peer; answer it with :meth:`ReplicationEndpoint.reply`."""
+    route: bytes
+    message: Message
+
+
+@dataclasses.dataclass(frozen=True)
+class ReceivedResponse:
+    """The reply (possibly an ERROR) to one of this broker's requests."""
+    peer_id: int
+    message: Message
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestFailed:
+    """A request of this broker that will get no reply."""
+    peer_id: int
+    correlation_id: int
+    reason: RequestFailure
+
+
+class ReplicationEndpoint:
+    """This broker's replication sockets and the thread that owns them.
+
+    Parameters
+    ----------
+    broker_id, broker_epoch
+        This broker's id and epoch (the envelope's sender fields, and its DEALERs'
+        routing id).
+    address
+        The ROUTER's endpoint (``tcp://host:port``; port ``*`` picks a free one:
+        :attr:`address` then holds the one bound).
+    wake
+        Called (on the endpoint's thread) after events were queued: the broker's
+        doorbell ``ring``.
+    """
+
+    _instances = itertools.count()
+
+    def __init__(self, broker_id: int, broker_epoch: int, address: str,
+                 wake: Callable[[], None] | None = None):
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self._context = zmq.Context()
+        router = self._context.socket(zmq.ROUTER)
+        _configure(router)
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        try:
+            router.bind(address)
+        except zmq.ZMQError:
+            router.close(linger=0)
+            self._context.term()
+            raise
+        self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        inbox_address = f"inproc://shmlog-replication-{next(self._instances)}"
+        inbox = self._context.socket(zmq.PULL)
+        inbox.setsockopt(zmq.RCVHWM, limits.REPLICATION_OUTBOUND_QUEUED_MAX)
+        inbox.bind(inbox_address)
+        self._outbox = self._context.socket(zmq.PUSH)           # the owner's
+        self._outbox.setsockopt(zmq.SNDHWM, limits.REPLICATION_OUTBOUND_QUEUED_MAX)
+        self._outbox.connect(inbox_address)
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._correlation_ids = itertools.count(1)
+        self._closed = False
+        self._thread = _EndpointThread(self, router, inbox, self._events, wake)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """Is the endpoint's thread running (False once closed)?"""
+        return self._thread.is_alive()
+
+    @property
+    def waiting(self) -> bool:
+        """Is an event waiting for the owner?"""
+        return not self._events.empty()
+
+    def take(self, limit: int = limits.REPLICATION_INBOUND_QUEUED_MAX) -> list:
+        """The events received so far (at most ``limit``), oldest first:
+        :class:`ReceivedRequest`, :class:`ReceivedResponse`, :class:`RequestFailed`."""
+        events = []
+        while len(events) < limit:
+            try:
+                events.append(self._events.get_nowait())
+            except queue.Empty:
+                break
+        return events
+
+    def request(self, peer_id: int, body,
+                timeout_ms: int = limits.REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT) -> int:
+        """Send a request (a FETCH, EPOCH_END or PRODUCE body) to broker
+        ``peer_id``; returns its correlation id. Its reply comes back as a
+        :class:`ReceivedResponse`, or a :class:`RequestFailed` after ``timeout_ms``
+        (from the owner's thread only). A fetcher passes its ``max_wait_ms`` plus
+        ``replica.socket.timeout.ms`` (design note §3.1).
+
+        Raises
+        ------
+        LocalProtocolError
+            The endpoint is closed, or the message is invalid (``encode``).
+        """
+        self._check_open()
+        for name, value, high in (("peer_id", peer_id, _I32_MAX),
+                                  ("timeout_ms", timeout_ms, limits.CLIENT_WAIT_MS_MAX)):
+            if type(value) is not int or not 0 <= value <= high:
+                raise LocalProtocolError(f"{name} must be an integer in [0, {high}], "
+                                         f"got {value!r:.80}")
+        correlation_id = next(self._correlation_ids)
+        frames = encode(Message(self.broker_id, self.broker_epoch, correlation_id, body))
+        deadline = time.monotonic() + timeout_ms / 1000
+        command = _REQUEST.pack(b"Q", peer_id, deadline, correlation_id)
+        if not self._pass([command] + frames):
+            self._events.put(RequestFailed(peer_id, correlation_id, RequestFailure.BACKLOG_FULL))
+        return correlation_id
+
+    def reply(self, to: ReceivedRequest, body) -> None:
+        """Answer a request with ``body`` (from the owner's thread only)."""
+        self._check_open()
+        frames = encode(Message(self.broker_id, self.broker_epoch,
+                                to.message.correlation_id, body))
+        if not self._pass([_REPLY + to.route] + frames):
+            log.warning("reply %d to %r dropped: the replication thread is not keeping up",
+                        to.message.correlation_id, to.route)
+
+    def _pass(self, frames: list) -> bool:
+        """Hand frames to the thread without ever blocking the owner; False if its
+        queue is full (the thread stopped, or is far behind)."""
+        try:
+            self._outbox.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        return True
+
+    def set_peers(self, peers: Mapping[int, str]) -> None:
+        """The endpoints of the other brokers (``{broker id: "tcp://host:port"}``,
+        from the cluster metadata; this broker's own id is ignored). A peer removed
+        or moved fails its requests in flight (``PEER_RESET``)."""
+        self._check_open()
+        table = {}
+        for peer_id, endpoint in peers.items():
+            if type(peer_id) is not int or not isinstance(endpoint, str):
+                raise LocalProtocolError(f"peers map broker ids to endpoints, got "
+                                         f"{peer_id!r}: {endpoint!r}")
+            if peer_id != self.broker_id:
+                table[str(peer_id)] = endpoint
+        if not self._pass([_PEERS + json.dumps(table).encode()]):
+            log.error("the peers update was dropped: the replication thread is not keeping up")
+
+    def close(self) -> None:
+        """Stop the thread (bounded by ``limits.REPLICATION_CLOSE_TIMEOUT_S``) and
+        close every socket; unanswered requests are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pass([_STOP])              # a thread that is gone needs no telling
+        self._thread.join(timeout=limits.REPLICATION_CLOSE_TIMEOUT_S)
+        self._outbox.close(linger=0)
+        if self._thread.is_alive():
+            log.error("the replication thread did not stop within %.1f s; its sockets leak",
+                      limits.REPLICATION_CLOSE_TIMEOUT_S)
+            return
+        self._context.term()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LocalProtocolError("the replication endpoint is closed")
+
+
+def _configure(socket: zmq.Socket) -> None:
+    """The options every replication socket shares (see limits)."""
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.MAXMSGSIZE, limits.REPLICATION_RECORDS_SIZE_MAX)
+    socket.setsockopt(zmq.SNDHWM, limits.REPLICATION_SOCKET_QUEUED_MAX)
+    socket.setsockopt(zmq.RCVHWM, limits.REPLICATION_SOCKET_QUEUED_MAX)
+    socket.setsockopt(zmq.HEARTBEAT_IVL, limits.REPLICATION_HEARTBEAT_INTERVAL_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, limits.REPLICATION_HEARTBEAT_TIMEOUT_MS)
+
+
+@dataclasses.dataclass
+class _Peer:
+    peer_id: int
+    endpoint: str
+    socket: zmq.Socket
+    backlog: list                        # frames waiting for the connection
+
+
+class _EndpointThread(threading.Thread):
+    """The thread that owns the sockets (every method runs on it)."""
+
+    def __init__(self, endpoint: ReplicationEndpoint, router: zmq.Socket, inbox: zmq.Socket,
+                 events: queue.SimpleQueue, wake: Callable[[], None] | None):
+        super().__init__(name=f"shmlog-replication-{endpoint.broker_id}", daemon=True)
+        self.endpoint = endpoint
+        self.router = router
+        self.inbox = inbox
+        self.events = events
+        self.wake = wake
+        self.peers: dict[int, _Peer] = {}
+        self.by_socket: dict[zmq.Socket, _Peer] = {}
+        self.in_flight: dict[int, tuple[int, float]] = {}   # correlation id -> (peer, deadline)
+        self.deadlines: list[tuple[float, int]] = []
+        self.queued = 0                                      # events since the last wake
+        self.warnings = _Warnings()
+        self.poller = zmq.Poller()
+        self.poller.register(inbox, zmq.POLLIN)
+        self.watched: dict[zmq.Socket, int] = {}            # and how, besides the inbox
+
+    def run(self) -> None:
+        try:
+            while self._turn():
+                pass
+        except Exception:                 # a bug: say so where the broker's log shows it
+            log.exception("the replication thread failed")
+            raise
+        finally:
+            for socket in [self.router, self.inbox] + [peer.socket for peer in self.peers.values()]:
+                socket.close(linger=0)
+
+    def _turn(self) -> bool:
+        """One poll and what it found; False once the owner asked to stop."""
+        reading = zmq.POLLIN if self.events.qsize() < limits.REPLICATION_INBOUND_QUEUED_MAX else 0
+        self._watch(self.router, reading)
+        for peer in self.peers.values():
+            self._watch(peer.socket, reading | (zmq.POLLOUT if peer.backlog else 0))
+        ready = dict(self.poller.poll(self._poll_timeout_ms()))
+        if self.inbox in ready and not self._commands():
+            return False
+        if ready.get(self.router, 0) & zmq.POLLIN:
+            self._serve(self.router.recv_multipart(copy=False))
+        for socket, flags in ready.items():
+            peer = self.by_socket.get(socket)
+            if peer is None:
+                continue
+            if flags & zmq.POLLOUT:
+                self._flush(peer)
+            if flags & zmq.POLLIN:
+                self._response(peer, socket.recv_multipart(copy=False))
+        self._expire(time.monotonic())
+        if self.queued:
+            self.queued = 0
+            if self.wake is not None:
+                self.wake()
+        return True
+
+    def _watch(self, socket: zmq.Socket, flags: int) -> None:
+        """Poll ``socket`` for ``flags`` (0: not at all) from the next poll on."""
+        if self.watched.get(socket, 0) == flags:
+            return
+        if flags:
+            self.poller.register(socket, flags)
+            self.watched[socket] = flags
+        else:
+            self.poller.unregister(socket)
+            del self.watched[socket]
+
+    def _poll_timeout_ms(self) -> int:
+        while self.deadlines and self.deadlines[0][1] not in self.in_flight:
+            heapq.heappop(self.deadlines)
+        timeout = limits.REPLICATION_POLL_MS
+        if self.deadlines:
+            timeout = min(timeout, max(0, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
+        return timeout
+
+    def _emit(self, event) -> None:
+        self.events.put(event)
+        self.queued += 1
+
+    # --- the owner's commands --------------------------------------------------------
+
+    def _commands(self) -> bool:
+        """Carry out every command waiting; False on stop."""
+        while True:
+            try:
+                frames = self.inbox.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return True
+            command = frames[0].bytes
+            kind = command[:1]
+            if kind == _STOP:
+                return False
+            if kind == b"Q":
+                _, peer_id, deadline, correlation_id = _REQUEST.unpack(command)
+                self._send_request(peer_id, deadline, correlation_id, frames[1:])
+            elif kind == _REPLY:
+                self._send_reply(command[1:], frames[1:])
+            else:
+                assert kind == _PEERS, command[:16]
+                self._set_peers({int(peer_id): endpoint
+                                 for peer_id, endpoint in json.loads(command[1:]).items()})
+
+    def _send_request(self, peer_id: int, deadline: float, correlation_id: int,
+                      frames: list) -> None:
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            self._emit(RequestFailed(peer_id, correlation_id, RequestFailure.NO_PEER))
+            return
+        if len(peer.backlog) >= limits.REPLICATION_PEER_BACKLOG_MAX:
+            self._emit(RequestFailed(peer_id, correlation_id, RequestFailure.BACKLOG_FULL))
+            return
+        self.in_flight[correlation_id] = (peer_id, deadline)
+        heapq.heappush(self.deadlines, (deadline, correlation_id))
+        peer.backlog.append(frames)
+        self._flush(peer)
+
+    def _flush(self, peer: _Peer) -> None:
+        """Send what waits for the peer's connection, oldest first, while it takes."""
+        while peer.backlog:
+            try:
+                peer.socket.send_multipart(peer.backlog[0], zmq.NOBLOCK, copy=False)
+            except zmq.Again:            # not connected yet (IMMEDIATE), or its queue is full
+                return
+            del peer.backlog[0]
+
+    def _send_reply(self, route: bytes, frames: list) -> None:
+        try:
+            self.router.send_multipart([route] + frames, zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError as error:    # gone (EHOSTUNREACH) or not reading (EAGAIN)
+            self.warnings.warn("reply to %r dropped: %s", route, error)
+
+    def _set_peers(self, peers: dict[int, str]) -> None:
+        for peer_id, peer in list(self.peers.items()):
+            if peers.get(peer_id) != peer.endpoint:
+                self._drop_peer(peer)
+        for peer_id, endpoint in peers.items():
+            if peer_id not in self.peers:
+                self._open_peer(peer_id, endpoint)
+
+    def _open_peer(self, peer_id: int, endpoint: str) -> None:
+        socket = self.router.context.socket(zmq.DEALER)
+        _configure(socket)
+        socket.setsockopt(zmq.ROUTING_ID, f"{self.endpoint.broker_id}:"
+                                          f"{self.endpoint.broker_epoch}".encode())
+        socket.setsockopt(zmq.IMMEDIATE, 1)
+        socket.setsockopt(zmq.RECONNECT_IVL, limits.REPLICATION_RECONNECT_INTERVAL_MS)
+        socket.setsockopt(zmq.RECONNECT_IVL_MAX, limits.REPLICATION_RECONNECT_INTERVAL_MS_MAX)
+        try:
+            socket.connect(endpoint)
+        except zmq.ZMQError as error:
+            log.error("cannot connect to broker %d at %r: %s", peer_id, endpoint, error)
+            socket.close(linger=0)
+            return
+        peer = _Peer(peer_id, endpoint, socket, [])
+        self.peers[peer_id] = peer
+        self.by_socket[socket] = peer
+
+    def _drop_peer(self, peer: _Peer, reason: RequestFailure = RequestFailure.PEER_RESET) -> None:
+        """Close a peer's DEALER (dropping what libzmq queued for it) and fail its
+        requests in flight."""
+        del self.peers[peer.peer_id]
+        del self.by_socket[peer.socket]
+        self._watch(peer.socket, 0)
+        peer.socket.close(linger=0)
+        for correlation_id, (peer_id, _) in list(self.in_flight.items()):
+            if peer_id == peer.peer_id:
+                del self.in_flight[correlation_id]
+                self._emit(RequestFailed(peer_id, correlation_id, reason))
+
+    def _expire(self, now: float) -> None:
+        while self.deadlines and self.deadlines[0][0] <= now:
+            _, correlation_id = heapq.heappop(self.deadlines)
+            entry = self.in_flight.pop(correlation_id, None)
+            if entry is None:
+                continue                 # answered meanwhile
+            peer_id = entry[0]
+            self._emit(RequestFailed(peer_id, correlation_id, RequestFailure.TIMED_OUT))
+            peer = self.peers.get(peer_id)
+            if peer is not None:
+                log.info("broker %d did not answer request %d in time: reconnecting",
+                         peer_id, correlation_id)
+                self._drop_peer(peer)
+                self._open_peer(peer_id, peer.endpoint)
+
+    # --- what peers send -------------------------------------------------------------
+
+    def _serve(self, frames: list) -> None:
+        """A message on the ROUTER: a request to queue, or something to refuse."""
+        route, frames = frames[0].bytes, frames[1:]
+        try:
+            message = decode([frame.buffer for frame in frames])
+        except ReplicationProtocolError as error:
+            self.warnings.warn("malformed replication request from %r: %s", route, error)
+            correlation_id, message_type = _readable_envelope(frames)
+            if message_type is not MessageType.ERROR:
+                self._refuse(route, correlation_id, str(error))
+            return
+        if message.message_type in replication_layout.REQUEST_TYPES:
+            self._emit(ReceivedRequest(route, message))
+        elif message.message_type is not MessageType.ERROR:
+            self.warnings.warn("a %s sent as a request by %r", message.message_type.name, route)
+            self._refuse(route, message.correlation_id,
+                         f"a {message.message_type.name} is not a request")
+
+    def _refuse(self, route: bytes, correlation_id: int, reason: str) -> None:
+        body = Error(ErrorCode.INVALID_REQUEST, reason)
+        frames = encode(Message(self.endpoint.broker_id, self.endpoint.broker_epoch,
+                                correlation_id, body))
+        self._send_reply(route, frames)
+
+    def _response(self, peer: _Peer, frames: list) -> None:
+        """A message on a peer's DEALER: the reply to a request in flight, or dropped."""
+        try:
+            message = decode([frame.buffer for frame in frames])
+        except ReplicationProtocolError as error:
+            self.warnings.warn("malformed replication reply from broker %d: %s",
+                               peer.peer_id, error)
+            return
+        entry = self.in_flight.get(message.correlation_id)
+        if message.message_type in replication_layout.REQUEST_TYPES or entry is None \
+                or entry[0] != peer.peer_id:
+            log.debug("dropped a %s from broker %d with correlation id %d (late or unasked)",
+                      message.message_type.name, peer.peer_id, message.correlation_id)
+            return
+        del self.in_flight[message.correlation_id]
+        self._emit(ReceivedResponse(peer.peer_id, message))
+
+
+def _readable_envelope(frames: list) -> tuple[int, MessageType | None]:
+    """The correlation id and type of a message whose envelope is ours, else (0, None)."""
+    if not frames or len(frames[0]) != replication_layout.ENVELOPE_LENGTH:
+        return 0, None
+    magic, version, type_number, _, _, correlation_id = \
+        struct.unpack(replication_layout.ENVELOPE_FORMAT, frames[0].bytes)
+    if magic != replication_layout.MAGIC or correlation_id < 0:
+        return 0, None
+    known = type_number in _TYPE_NUMBERS
+    return correlation_id, MessageType(type_number) if known else None
+
+
+_TYPE_NUMBERS = frozenset(int(message_type) for message_type in MessageType)
+
+
+class _Warnings:
+    """Warnings about what peers send, at most one per
+    ``limits.REPLICATION_WARNING_INTERVAL_S`` (a peer sending garbage in a loop must
+    not flood the log); the next one says how many were suppressed."""
+
+    def __init__(self) -> None:
+        self.last = float("-inf")
+        self.suppressed = 0
+
+    def warn(self, message: str, *args) -> None:
+        now = time.monotonic()
+        if now - self.last < limits.REPLICATION_WARNING_INTERVAL_S:
+            self.suppressed += 1
+            return
+        if self.suppressed:
+            message += f" ({self.suppressed} similar warnings suppressed)"
+        self.last, self.suppressed = now, 0
+        log.warning(message, *args)
