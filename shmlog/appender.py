@@ -548,8 +548,7 @@ class Appender:
         # The log tells of every change that makes its target or the row stale.
         partition_log.set_listener(lambda change: self.refresh(row))
         self.refresh(row)
-        active = partition_log.active
-        _rebuild_sequences(active.log, active.size, row, self._sequences)
+        self._remember_log(row)
         return row
 
     def unregister_partition(self, topic: str, partition: int) -> None:
@@ -793,7 +792,8 @@ class Appender:
 
     def _after_compiled_appends(self) -> None:
         for row in self._touched[1:1 + self._touched[0]].tolist():
-            self._partitions[row].appended_by_kernel(self._targets[row], int(self.appended[row]))
+            self._partitions[row].appended_by_kernel(self._targets[row], int(self.appended[row]),
+                                                     int(self.row_settings[row, ROW_LEADER_EPOCH]))
             self.appended[row] = 0
         self._touched[0] = 0
 
@@ -837,6 +837,65 @@ class Appender:
         source = batch if isinstance(batch, np.ndarray) else np.frombuffer(batch, np.uint8)
         result, append_time, _ = self._append_batch(self._hosted(row), source)
         return result, append_time
+
+    def append_replicated(self, row: int, batches) -> tuple[int, int]:
+        """Append a leader's batches to the follower partition at ``row`` as they are
+        (``PartitionLog.append_as_follower``: offsets, epochs and timestamps kept),
+        through this appender as any append goes: the row is published (its log
+        end; the high watermark stays where :meth:`advance_high_watermark` put it),
+        and the partition is among those :meth:`take_appended` gives. Each
+        producer's last batch is remembered without checking its sequence (Kafka
+        checks sequences only for a client's appends, ``origin == Client``), so a
+        producer's re-send to this replica once it leads is found a duplicate.
+
+        Returns
+        -------
+        (int, int)
+            The first batch's base offset and the last batch's last offset.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        LocalProtocolError
+            The partition's high watermark follows its log end: a follower's must
+            be ``EXTERNAL`` (:meth:`set_high_watermark_policy`), or its consumers
+            would read what is not committed.
+        CorruptRecordError, RecordTooLargeError, StorageError
+            As ``PartitionLog.append_as_follower`` (its subclasses
+            ``UnexpectedAppendOffsetError`` and ``OffsetsOutOfOrderError``
+            included); nothing of a refused append is remembered.
+        """
+        settings = self.row_settings[self._hosted(row)]
+        if settings[ROW_HIGH_WATERMARK_POLICY] != HighWatermarkPolicy.EXTERNAL:
+            raise LocalProtocolError(f"row {row}: a follower's high watermark comes from its "
+                                     f"leader; set_high_watermark_policy(row, EXTERNAL) first")
+        source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
+        # The log's listener refreshes and publishes the row.
+        appended = self._partitions[row].append_as_follower(source)
+        # The bytes were validated whole: every batch of them is in the log now.
+        _rebuild_sequences(source, source.size, row, self._sequences)
+        self._appended_rows[row] = None
+        return appended.base_offset, appended.last_offset
+
+    def rebuild_producer_state(self, row: int) -> None:
+        """Forget what is remembered of the producers of the partition at ``row`` and
+        remember it again from its log (after a truncation removed batches: a
+        forgotten batch's re-send must be appended again, not acknowledged with
+        an offset the log no longer holds).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        _forget_sequences(self._sequences, self._hosted(row))
+        self._remember_log(row)
+
+    def _remember_log(self, row: int) -> None:
+        """Remember the last batch of each producer in the partition's log."""
+        active = self._partitions[row].active
+        _rebuild_sequences(active.log, active.size, row, self._sequences)
 
     def _append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
         """Append one batch through the partition's log, unless its sequence says it

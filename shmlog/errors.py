@@ -234,3 +234,17 @@ class NonEmptyGroupError(GroupError):
 
 class InconsistentGroupProtocolError(GroupError):
     """A member offers no assignor that every other member of the group supports."""
+
+
+# --- replication storage (the follower's append; engineer "log") --------------------------
+
+class UnexpectedAppendOffsetError(CorruptRecordError):
+    """A follower's append began below the log end: the batches are not the ones
+    that follow this log (Kafka's UnexpectedAppendOffsetException). Nothing was
+    appended; the fetcher truncates again (KIP-279) before fetching on."""
+
+
+class OffsetsOutOfOrderError(CorruptRecordError):
+    """A follower's append holds a batch whose base offset is not above the last
+    offset of the batch before it (Kafka's OffsetsOutOfOrderException). Nothing was
+    appended."""

@@ -183,3 +183,13 @@ def __getattr__(name: str) -> int:
     assert derived.keys() == _DERIVED_NAMES, "_DERIVED_NAMES must name what _from_layouts gives"
     globals().update(derived)                        # later reads are plain globals
     return derived[name]
+
+
+# --- replication storage (leader epochs, producer-state snapshots; engineer "log") ----
+# Epoch changes a header walk reports per kernel call before Python takes them and
+# calls again: epochs change once per election, so one call almost always suffices.
+LEADER_EPOCH_SCAN_CHUNK = 64
+# Entries a leader-epoch checkpoint may hold before it is taken as corrupt (and
+# rebuilt from the log): one per election that appended to the partition, so a
+# million is far past any real history, and bounds what a damaged file can make us read.
+LEADER_EPOCH_ENTRIES_MAX = 1_000_000
