@@ -74,8 +74,12 @@ appended again; a sequence that is neither is out of order. A higher epoch must
 start again at sequence 0 (KIP-360: a producer whose batch was refused bumps its
 epoch and resets the partition's sequence once nothing of it is in flight, since
 the refused batch left a gap); a lower epoch is fenced (``INVALID_PRODUCER_EPOCH``).
-A refused batch changes nothing remembered. The memory is rebuilt from the active
-segment when a partition is opened.
+A refused batch changes nothing remembered. The memory is rebuilt from the whole
+log when a partition is opened, and after a truncation
+(:meth:`Appender.rebuild_producer_state`): the producer snapshot below the active
+segment and a walk of that segment (``producer_snapshots``). A follower's appends
+(:meth:`Appender.append_replicated`) are remembered unchecked, so the replica that
+becomes leader knows every producer's last batch.
 """
 
 from __future__ import annotations
@@ -242,6 +246,16 @@ def _rebuild_sequences(log, end, row, sequences):
                            load_i64(log, position + B.BASE_OFFSET_OFFSET),
                            np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)) + 1)
         position += length
+
+
+@kernel
+def _remember_producers(sequences, row, producers):
+    """Remember the producers' last batches a log gives
+    (``PartitionLog.producer_batches``: id, epoch, base sequence, base offset, last
+    offset delta per row) for the partition at ``row``."""
+    for index in range(producers.shape[0]):
+        _remember_sequence(sequences, row, producers[index, 0], producers[index, 1],
+                           producers[index, 2], producers[index, 3], producers[index, 4] + 1)
 
 
 # --- finishing an entry: completion, parking, release ------------------------------------
@@ -893,9 +907,11 @@ class Appender:
         self._remember_log(row)
 
     def _remember_log(self, row: int) -> None:
-        """Remember the last batch of each producer in the partition's log."""
-        active = self._partitions[row].active
-        _rebuild_sequences(active.log, active.size, row, self._sequences)
+        """Remember the last batch of each producer in the partition's log, in every
+        segment (``producer_snapshots``), not the active one alone: a producer whose
+        last batch sits in an older segment would be forgotten, and its re-send
+        appended twice."""
+        _remember_producers(self._sequences, row, self._partitions[row].producer_batches())
 
     def _append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
         """Append one batch through the partition's log, unless its sequence says it

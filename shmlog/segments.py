@@ -106,6 +106,8 @@ from .crc32c import crc32c_kernel
 from .mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
 from .durable_files import fsync_directory, write_atomically
 from .leader_epochs import LeaderEpochCache, epoch_starts
+from .producer_snapshots import (ProducerState, delete_snapshots, read_snapshot, snapshot_offsets,
+                                 write_snapshot)
 from .records import (BatchStatus, Compression, batch_frame, batch_info, check_batch,
                       check_inflated, check_produced_batch, decode_columns, inflate_batch,
                       iter_batches, now_ms, recompress_batch)
@@ -1123,9 +1125,12 @@ class PartitionLog:
         self._finish_swap()
         # The leader epochs (see leader_epochs); this log's own paths keep it right.
         self.epochs = LeaderEpochCache(directory)
+        # The producers' last batches below the active segment (producer_snapshots).
+        self._producers = ProducerState()
         recovery_point = self.recovery_point
         self.recovery_report = self._open()
         self._load_epochs(recovery_point)
+        self._load_producers()
 
     # -- properties ------------------------------------------------------------------
     @property
@@ -1295,6 +1300,48 @@ class PartitionLog:
             if found:
                 latest_epoch = found[-1][0]
         return found
+
+    def _load_producers(self) -> None:
+        """The producer state below the active segment: its snapshot, or the latest
+        one below it and a walk of the segments after that (from the log start if
+        there is none), written as its snapshot for the next open. Snapshots past
+        the active segment (of segments recovery or truncation removed) go."""
+        active_base = self.active.base_offset
+        offsets = snapshot_offsets(self.directory)
+        delete_snapshots(self.directory, [offset for offset in offsets if offset > active_base])
+        rows, start = None, -1
+        for offset in reversed([offset for offset in offsets if offset <= active_base]):
+            rows = read_snapshot(self.directory, offset)
+            if rows is not None:
+                start = offset
+                break
+        self._producers = ProducerState(rows)
+        if start == active_base:
+            return
+        for segment in self._segments[:-1]:
+            if segment.next_offset > start:
+                self._producers.remember(segment.log, 0, segment.size, start)
+        if len(self._producers):
+            self._write_producer_snapshot(active_base)
+
+    def _write_producer_snapshot(self, offset: int) -> None:
+        try:
+            write_snapshot(self.directory, offset, self._producers.rows())
+        except StorageError as error:
+            # Only a shortcut: the next open walks from the snapshot before it.
+            log.warning("%s: producer snapshot at %d not written (%s)", self.directory, offset,
+                        error)
+
+    def producer_batches(self) -> np.ndarray:
+        """The last batch of each idempotent producer in the log (those wholly below
+        the log start forgotten), one int64 row each in ``producer_snapshots``'
+        columns: producer id, epoch, base sequence, base offset, last offset delta.
+        What the appender remembers at open and after a truncation: the snapshot
+        below the active segment and a walk of the active segment."""
+        state = self._producers.copy()
+        active = self.active
+        state.remember(active.log, 0, active.size)
+        return state.rows(self.log_start_offset)
 
     # -- the writer's contract --------------------------------------------------------
     def set_listener(self, listener: Callable[[LogChange], None] | None) -> None:
@@ -1631,9 +1678,13 @@ class PartitionLog:
         except StorageError:
             segment.delete()
             raise
+        sealed = self.active
         self._segments.append(segment)
         self._bases.append(base)
         self._generation.rolled()
+        # Kafka's snapshot at each roll: every producer's last batch below the new base.
+        self._producers.remember(sealed.log, 0, sealed.size)
+        self._write_producer_snapshot(base)
         if log_reserved:
             segment.prefault_ahead()       # appends are under way: keep ahead of them
         return segment
@@ -1774,6 +1825,8 @@ class PartitionLog:
             if deleted:
                 self.log_start_offset = max(self.log_start_offset, self._bases[0])
                 self.epochs.truncate_from_start(self.log_start_offset)
+                delete_snapshots(self.directory, [offset for offset in snapshot_offsets(
+                    self.directory) if offset < self._bases[0]])
                 try:
                     self._write_checkpoint()
                 except StorageError as error:
@@ -1935,6 +1988,7 @@ class PartitionLog:
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self._write_checkpoint()
         self.epochs.truncate_from_end(self.log_end_offset)
+        self._load_producers()            # the active segment may be an older one now
         return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -1951,6 +2005,8 @@ class PartitionLog:
             self.recovery_point = offset
             self._write_checkpoint()
         self.epochs.clear()
+        delete_snapshots(self.directory, snapshot_offsets(self.directory))
+        self._producers = ProducerState()
 
     def close(self) -> None:
         """Seal the active segment (trimmed files, closing time-index entry), flush,
