@@ -885,8 +885,13 @@ class Appender:
             raise LocalProtocolError(f"row {row}: a follower's high watermark comes from its "
                                      f"leader; set_high_watermark_policy(row, EXTERNAL) first")
         source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
-        # The log's listener refreshes and publishes the row.
-        appended = self._partitions[row].append_as_follower(source)
+        try:
+            # The log's listener refreshes and publishes the row.
+            appended = self._partitions[row].append_as_follower(source)
+        except StorageError:
+            # Batches before the one that failed may be in: remember from the log.
+            self.rebuild_producer_state(row)
+            raise
         # The bytes were validated whole: every batch of them is in the log now.
         _rebuild_sequences(source, source.size, row, self._sequences)
         self._appended_rows[row] = None

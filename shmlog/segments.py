@@ -24,6 +24,8 @@ A partition is a directory of segments named by base offset, as in Kafka::
     00000000000000368769.log  .index  .timeindex      <- active segment
     checkpoint.json                                    recovery point, log start offset
     leader-epoch-checkpoint.json                       epoch -> start offset (leader_epochs)
+    00000000000000368769.producers.json                producers' last batches below it,
+                                                       written at the roll (producer_snapshots)
 
 The active segment's files are sparse files of their full configured size, mapped
 read-write once. Disk blocks are reserved with ``fallocate`` and page tables
@@ -109,8 +111,8 @@ from .leader_epochs import LeaderEpochCache, epoch_starts
 from .producer_snapshots import (ProducerState, delete_snapshots, read_snapshot, snapshot_offsets,
                                  write_snapshot)
 from .records import (BatchStatus, Compression, batch_frame, batch_info, check_batch,
-                      check_inflated, check_produced_batch, decode_columns, inflate_batch,
-                      iter_batches, now_ms, recompress_batch)
+                      check_inflated, check_produced_batch, decode_columns, encode_batch,
+                      inflate_batch, iter_batches, now_ms, recompress_batch)
 from .segment_generation import SegmentGeneration
 from .segment_state import (
     APPENDED, BASE_OFFSET_WORD, CAPACITY_WORD, INDEXED_TIMESTAMP_WORD, LOOKUP_DAMAGED,
@@ -122,7 +124,8 @@ from .segment_state import (
 log = logging.getLogger(__name__)
 
 __all__ = ["PartitionLog", "Segment", "AppendResult", "AppendTarget", "LogChange", "ReadResult",
-           "RecoveryReport", "append_batches", "find_batch", "collect_batches"]
+           "RecoveryReport", "append_batches", "find_batch", "collect_batches",
+           "warm_follower_kernels"]
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_VERSION = 1
@@ -1325,8 +1328,14 @@ class PartitionLog:
             self._write_producer_snapshot(active_base)
 
     def _write_producer_snapshot(self, offset: int) -> None:
+        """Write the producer state as the snapshot at ``offset``, forgetting first the
+        producers whose last batch lies below the log start (Kafka's eviction), so
+        neither the state nor its snapshots grow with every producer ever seen."""
+        rows = self._producers.rows(self.log_start_offset)
+        if len(rows) < len(self._producers):
+            self._producers = ProducerState(rows)
         try:
-            write_snapshot(self.directory, offset, self._producers.rows())
+            write_snapshot(self.directory, offset, rows)
         except StorageError as error:
             # Only a shortcut: the next open walks from the snapshot before it.
             log.warning("%s: producer snapshot at %d not written (%s)", self.directory, offset,
@@ -2033,6 +2042,28 @@ class PartitionLog:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def warm_follower_kernels(directory: str) -> None:
+    """Load the kernels a follower's append runs that a leader's never does (the
+    append kernel keeping offsets, the stored batches' validation, the epoch walk;
+    for a writable source and a read-only one, as a frame off the wire is), in a
+    scratch partition at ``directory``, created and removed here: a broker's
+    warm-up calls it, so a follower's first fetch loads no kernel with the GIL held.
+    """
+    config = TopicConfig()
+    batch = encode_batch([b"warm-up"])
+    partition_log = PartitionLog(directory, config)
+    try:
+        for base in (0, 5):                 # a gap between them, and a new epoch
+            header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)
+            header["base_offset"], header["leader_epoch"] = base, base
+            partition_log.append_as_follower(
+                batch if base == 0 else np.frombuffer(batch.tobytes(), np.uint8))
+        partition_log.truncate_to(1)
+    finally:
+        partition_log.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def write_swap_manifest(directory: str, groups) -> None:

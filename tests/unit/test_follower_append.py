@@ -31,7 +31,7 @@ from shmlog.config import TopicConfig
 from shmlog.errors import (CorruptRecordError, LocalProtocolError, OffsetsOutOfOrderError,
                            RecordTooLargeError, UnexpectedAppendOffsetError)
 from shmlog.records import encode_batch, iter_batches, now_ms
-from shmlog.segments import PartitionLog
+from shmlog.segments import PartitionLog, warm_follower_kernels
 from shmlog.state import PartitionStateTable
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
@@ -253,3 +253,14 @@ def test_append_replicated_wants_an_external_high_watermark(replica):
     with pytest.raises(UnexpectedAppendOffsetError):
         appender.append_replicated(row, leader_bytes(producer_batch(4, 1), base=2))
     assert table.snapshot(row).log_end_offset == 4
+
+
+def test_a_read_only_source_and_the_warm_up(tmp_path):
+    follower = PartitionLog(str(tmp_path / "follower"), TopicConfig.from_overrides(SMALL))
+    frame = bytes(leader_bytes(producer_batch(0, 0), base=3))      # as a frame off the wire
+    assert follower.append_as_follower(frame) == (3, 6, -1, 1)
+    assert follower.epochs.entries() == [(3, 3)]
+    follower.close()
+    scratch = tmp_path / "warm-up"
+    warm_follower_kernels(str(scratch))
+    assert not scratch.exists()
