@@ -272,3 +272,11 @@ CLUSTER_ID_LENGTH_MAX = 255
 # take effect (the controller elects leaders within milliseconds; a ZooKeeper session
 # timeout is the worst case a healthy cluster shows).
 CLUSTER_TOPIC_WAIT_MS = 30_000
+# --- replication storage (leader epochs, producer-state snapshots; engineer "log") ----
+# Epoch changes a header walk reports per kernel call before Python takes them and
+# calls again: epochs change once per election, so one call almost always suffices.
+LEADER_EPOCH_SCAN_CHUNK = 64
+# Entries a leader-epoch checkpoint may hold before it is taken as corrupt (and
+# rebuilt from the log): one per election that appended to the partition, so a
+# million is far past any real history, and bounds what a damaged file can make us read.
+LEADER_EPOCH_ENTRIES_MAX = 1_000_000
