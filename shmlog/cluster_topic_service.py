@@ -47,6 +47,9 @@ from .zk_paths import TopicAssignment, new_topic_id
 
 __all__ = ["ClusterTopicService"]
 
+# How often a held reply looks whether what it waits for has happened.
+HELD_REPLY_LOOK_MS = 20
+
 
 @dataclasses.dataclass
 class _Held:
@@ -73,6 +76,7 @@ class ClusterTopicService(TopicService):
         self.replication = replication
         self.context = context
         self._held: dict[Any, _Held] = {}
+        self._next_look = 0
         self._replies: list = []
         self._outcomes: queue.SimpleQueue = queue.SimpleQueue()
         self._work: queue.SimpleQueue = queue.SimpleQueue()
@@ -164,6 +168,7 @@ class ClusterTopicService(TopicService):
     def _hold(self, write: Callable[[], Any], ready: Callable[[], dict | None]) -> None:
         ticket = self.context.ticket
         self._held[ticket] = _Held(ticket, now_ms() + limits.CLUSTER_TOPIC_WAIT_MS, ready)
+        self._next_look = 0
         self._work.put((ticket, write))
         return None
 
@@ -184,12 +189,15 @@ class ClusterTopicService(TopicService):
             self.host.table.appender_doorbell.ring()
 
     def next_deadline(self) -> int | None:
+        """While replies are held: now when a write's outcome is queued, else the next
+        look (what a held reply waits for comes from ZooKeeper's watches, which the
+        replica service applies every turn)."""
         if not self._held:
             return None
-        return now_ms() if not self._outcomes.empty() else \
-            min(min(held.deadline for held in self._held.values()), now_ms() + 50)
+        return 0 if not self._outcomes.empty() else self._next_look
 
     def tick(self, now: int) -> None:
+        self._next_look = now + HELD_REPLY_LOOK_MS
         while not self._outcomes.empty():
             ticket, outcome = self._outcomes.get_nowait()
             held = self._held.get(ticket)

@@ -99,6 +99,12 @@ _KEYS = [
               "how long a tombstone (null value) is kept in a compacted topic"),
     ConfigKey("min.cleanable.dirty.ratio", float, 0.5, _between(0.0, 1.0),
               "clean a compacted partition once this share of its closed bytes is dirty"),
+    ConfigKey("min.insync.replicas", int, 1, _at_least(1),
+              "in a cluster: acks=all batches are refused while fewer replicas are in sync "
+              "(the broker's min.insync.replicas when not set)"),
+    ConfigKey("unclean.leader.election.enable", str, "false", _one_of("true", "false"),
+              "in a cluster: elect a replica that is not in sync when no in-sync one is "
+              "alive (losing what it lacks)"),
 ]
 KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
@@ -152,6 +158,8 @@ class TopicConfig:
     max_compaction_lag_ms: int = KEYS["max.compaction.lag.ms"].default
     delete_retention_ms: int = KEYS["delete.retention.ms"].default
     min_cleanable_dirty_ratio: float = KEYS["min.cleanable.dirty.ratio"].default
+    min_insync_replicas: int = KEYS["min.insync.replicas"].default
+    unclean_leader_election_enable: str = KEYS["unclean.leader.election.enable"].default
 
     def __post_init__(self):
         for key in _KEYS:

@@ -218,6 +218,10 @@ class LogManager:
         except KeyError:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}") from None
 
+    def has_topic(self, name: str) -> bool:
+        """Is there a topic of that name?"""
+        return name in self._topics
+
     def list_topics(self) -> list[str]:
         return sorted(self._topics)
 

@@ -52,7 +52,8 @@ from .partition_host import PartitionHost
 from .partition_replica import FetchPhase, PartitionReplica, Role
 from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
                           EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
-                          FetchResponse, FetchResponsePartition, PendingIsrChange, Error)
+                          FetchResponse, FetchResponsePartition, PendingIsrChange, Error,
+                          partition_ready)
 from .records import now_ms
 from .state import topic_key
 from .zk_client import ClusterZooKeeper, EventQueue, SessionState
@@ -157,9 +158,9 @@ class ReplicaService:
     def poll(self, now: int) -> None:
         """Apply what ZooKeeper, the peers and the drain brought since the last turn."""
         for change in self.view.apply_all(self.events.drain()):
-            self._on_change(change, now)
+            self._guarded(self._on_change, change, now)
         for event in self.endpoint.take():
-            self._on_message(event, now)
+            self._guarded(self._on_message, event, now)
         while not self._written.empty():
             replica, change, outcome = self._written.get_nowait()
             self._isr_written(replica, change, outcome)
@@ -168,6 +169,14 @@ class ReplicaService:
             if replica is not None and replica.role is Role.LEADER:
                 self._leader_appended(replica, log_end_offset, now)
         self._send_requests(now)
+
+    def _guarded(self, handle, item, now: int) -> None:
+        """Handle one change or message; a refusal of our own storage (a full disk, a
+        corrupt segment) is logged, and the loop goes on with the next."""
+        try:
+            handle(item, now)
+        except ShmlogError as error:
+            log.error("replication could not handle %s: %s", type(item).__name__, error)
 
     def close(self) -> None:
         self._watch.cancel()
@@ -244,7 +253,7 @@ class ReplicaService:
     def _configure_topic(self, name: str, config: dict) -> None:
         if not self.host.logs.has_topic(name):
             return
-        held = self.host.logs.describe_topic(name).config
+        held = self.host.logs.describe_topic(name).config.overrides()
         try:
             self.host.alter_topic_config(name, dict(config),
                                          tuple(key for key in held if key not in config))
@@ -318,8 +327,10 @@ class ReplicaService:
             if has_records:
                 budget -= answer.records.size
             sent = self._high_watermark_sent.get((peer, replica.key), -1)
-            found |= has_records or answer.error is not ErrorCode.NONE \
-                or answer.high_watermark > sent
+            found |= partition_ready(error=answer.error, fetch_offset=request.fetch_offset,
+                                     log_end_offset=answer.log_end_offset,
+                                     high_watermark=answer.high_watermark,
+                                     high_watermark_last_sent=sent)
             waits_for[replica.key] = (request.fetch_offset, sent)
             answers.append(answer)
             if answer.error is ErrorCode.NONE:
