@@ -35,6 +35,18 @@ Rules
   the log end is published, the high watermark only moves by
   :meth:`Appender.advance_high_watermark`, never backwards and never past the log
   end, as Kafka's ``Partition.maybeIncrementLeaderHW``).
+* acks=all and ``min.insync.replicas`` (Kafka's ``Partition.appendRecordsToLeader``
+  and ``checkEnoughReplicasReachOffset``): while a partition is marked under min
+  ISR (:meth:`Appender.set_under_min_isr`), an entry of an acks=all ring bound for
+  it is refused with ``NOT_ENOUGH_REPLICAS`` before anything else is looked at
+  (nothing appended, no sequence used); a parked acks=all batch whose partition is
+  under min ISR when the high watermark covers it completes with
+  ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` (it is in the log, its sequence used).
+  Entries of other rings never look at the mark.
+* A parked completion the high watermark will never cover (its partition went, its
+  offsets were truncated away after a leadership change) is refused
+  (:meth:`Appender.refuse_parked`, :meth:`Appender.refuse_parked_from`): it
+  completes with the code given once those before it in its ring have.
 * Every batch appended to a partition (compiled path, slow path,
   :meth:`Appender.append`) is stamped with its row's leader epoch
   (:meth:`Appender.set_leader_epoch`, 0 until replication sets one), as Kafka's
@@ -163,7 +175,8 @@ ROW_INTERNAL = 10              # producers' entries are refused (the broker appe
 ROW_LEADER_EPOCH = 11          # stamped on every batch appended
 ROW_HIGH_WATERMARK_POLICY = 12  # a HighWatermarkPolicy
 ROW_HIGH_WATERMARK = 13        # the high watermark published (LOG_END: the log end)
-ROW_COLUMNS = 14
+ROW_UNDER_MIN_ISR = 14         # fewer in-sync replicas than min.insync.replicas (acks=all)
+ROW_COLUMNS = 15
 
 # Entries handled per call before Python looks up again (signals, shutdown, timers).
 DRAIN_ENTRIES_MAX = 4096
@@ -292,31 +305,58 @@ def _finish(words, completions, rings, parked, row_settings, ring, number, resul
 @kernel
 def _complete_parked(ring_words, ring_completions, rings, parked, row_settings):
     """Store the parked completions whose batches the high watermark now covers, each
-    ring's in order: its oldest first, up to the first still waiting."""
+    ring's in order: its oldest first, up to the first still waiting. A batch of an
+    acks=all ring whose partition is under min.insync.replicas at that moment
+    completes with ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` instead of its offset
+    (Kafka's ``Partition.checkEnoughReplicasReachOffset``)."""
     for ring in range(rings.shape[0]):
         while rings[ring, RING_ACTIVE] and rings[ring, RING_PARKED_COUNT] > 0:
             first = rings[ring, RING_PARKED_FIRST]
             entry = parked[ring, first]
-            if not _covered(row_settings, entry[PARKED_ROW], entry[PARKED_LAST_OFFSET]):
+            row, last_offset = entry[PARKED_ROW], entry[PARKED_LAST_OFFSET]
+            if not _covered(row_settings, row, last_offset):
                 break
+            result = entry[PARKED_RESULT]
+            if last_offset >= 0 and rings[ring, RING_AWAITS_HIGH_WATERMARK] \
+                    and row_settings[row, ROW_UNDER_MIN_ISR]:
+                result = -CompletionCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND.value
             complete_entry(ring_words[ring], ring_completions[ring], entry[PARKED_NUMBER],
-                           entry[PARKED_RESULT], entry[PARKED_TIMESTAMP])
+                           result, entry[PARKED_TIMESTAMP])
             rings[ring, RING_PARKED_FIRST] = (first + 1) % PARKED_COMPLETIONS_MAX
             rings[ring, RING_PARKED_COUNT] -= 1
 
 
 @kernel
-def _refuse_parked(rings, parked, row, result):
-    """Parked completions waiting for the partition at ``row``, which is no longer
-    hosted (its high watermark will never cover them): they complete with
-    ``result`` once those before them have."""
+def _refuse_parked_from(rings, parked, row, first_offset, result):
+    """Parked completions waiting for the high watermark of ``row`` whose batches end
+    at or above ``first_offset`` (0: all of them), which it will never cover (the
+    partition went, or those offsets were truncated away): they complete with
+    ``result`` once those before them in their ring have. Those ending below
+    ``first_offset`` stay parked: after a truncation to ``first_offset`` the new
+    leader's log holds them at the same offsets, so the high watermark will cover
+    them (the design's note on parked completions across a leadership change)."""
+    first_offset = max(first_offset, 0)          # -1 marks "waits for no batch"
     for ring in range(rings.shape[0]):
         for index in range(rings[ring, RING_PARKED_COUNT]):
             entry = parked[ring, (rings[ring, RING_PARKED_FIRST] + index) % PARKED_COMPLETIONS_MAX]
-            if entry[PARKED_LAST_OFFSET] >= 0 and entry[PARKED_ROW] == row:
+            if entry[PARKED_LAST_OFFSET] >= first_offset and entry[PARKED_ROW] == row:
                 entry[PARKED_RESULT] = result
                 entry[PARKED_TIMESTAMP] = -1
                 entry[PARKED_LAST_OFFSET] = -1
+
+
+@kernel
+def _parked_count(rings, parked, row_settings, row):
+    """How many parked completions wait for the high watermark of ``row`` to cover
+    their batches (not those it covers, parked behind another's)."""
+    count = 0
+    for ring in range(rings.shape[0]):
+        for index in range(rings[ring, RING_PARKED_COUNT]):
+            entry = parked[ring, (rings[ring, RING_PARKED_FIRST] + index) % PARKED_COMPLETIONS_MAX]
+            if entry[PARKED_ROW] == row \
+                    and not _covered(row_settings, row, entry[PARKED_LAST_OFFSET]):
+                count += 1
+    return count
 
 
 # --- the compiled loop ------------------------------------------------------------------
@@ -343,15 +383,20 @@ def _row_takes(row_settings, row, entry_topic_key, entry_partition):
 
 
 @kernel(inline=_PER_ENTRY)
-def _admit(data, start, end, row_settings, row, sequences):
+def _admit(data, start, end, row_settings, row, sequences, awaits_high_watermark):
     """What becomes of the batch ``data[start:end]`` bound for ``row``: (action,
     completion result, last offset it names). _COMPLETE with the result when it is
-    refused (header, size, sequence) or a duplicate; _APPEND when the compiled loop
-    appends it; _TO_PYTHON when it is compressed or its topic needs the slow path.
+    refused (too few in-sync replicas for acks=all, header, size, sequence) or a
+    duplicate; _APPEND when the compiled loop appends it; _TO_PYTHON when it is
+    compressed or its topic needs the slow path.
 
     The header, bounds and codec only: the CRC and the records are checked on the
     copy in the log (or by the slow path), where the producer can no longer change
     them."""
+    if awaits_high_watermark and row_settings[row, ROW_UNDER_MIN_ISR]:
+        # Before anything else, a duplicate's dedupe included, as Kafka's
+        # Partition.appendRecordsToLeader: nothing is appended, no sequence used.
+        return _COMPLETE, -CompletionCode.NOT_ENOUGH_REPLICAS.value, -1
     status, batch_length = check_batch(data, start, end, False, False)
     if status != 0:
         return _COMPLETE, -status, -1
@@ -446,7 +491,8 @@ def _drain(ring_words, ring_completions, ring_data, rings, parked, logs, offset_
             action, result, last_offset = _TO_PYTHON, 0, -1
             if _row_takes(row_settings, row, entry_topic_key, entry_partition):
                 action, result, last_offset = _admit(data, start, end, row_settings, row,
-                                                     sequences)
+                                                     sequences,
+                                                     rings[ring, RING_AWAITS_HIGH_WATERMARK])
             if action == _APPEND:
                 action, result, last_offset = _append_fast(
                     data, start, end, logs[row], offset_indexes[row], time_indexes[row],
@@ -564,8 +610,7 @@ class Appender:
         del self._targets[row]
         self._appended_rows.pop(row, None)
         # Kafka answers a produce waiting for a partition it stops leading with an error.
-        _refuse_parked(self.rings, self._parked, row, -CompletionCode.UNKNOWN_PARTITION.value)
-        self._complete_parked()
+        self._refuse_parked_from(row, 0, CompletionCode.UNKNOWN_PARTITION)
         _forget_sequences(self._sequences, row)
         for arrays in (self._logs, self._offset_indexes, self._time_indexes):
             arrays[row] = _empty_bytes()
@@ -705,6 +750,80 @@ class Appender:
         rows, self._appended_rows = self._appended_rows, {}
         return [(row, self._partitions[row].log_end_offset) for row in rows]
 
+    def set_under_min_isr(self, row: int, under: bool) -> None:
+        """Whether the partition has fewer in-sync replicas than its
+        ``min.insync.replicas`` (the replica service says so whenever either
+        changes). While it has, entries of acks=all rings bound for it are refused
+        with ``NOT_ENOUGH_REPLICAS`` and nothing of them appended (Kafka's
+        ``Partition.appendRecordsToLeader``), and an acks=all batch the high
+        watermark covers completes with ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``
+        (``checkEnoughReplicasReachOffset``). acks=0/1 rings are not affected.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        self.row_settings[self._hosted(row), ROW_UNDER_MIN_ISR] = int(bool(under))
+
+    def under_min_isr(self, row: int) -> bool:
+        """What :meth:`set_under_min_isr` last said of the partition (False at first)."""
+        return bool(self.row_settings[self._hosted(row), ROW_UNDER_MIN_ISR])
+
+    def refuse_parked_from(self, row: int, first_offset: int, code: CompletionCode) -> None:
+        """Complete with ``-code`` the parked entries waiting for the high watermark of
+        the partition at ``row`` whose batches end at or above ``first_offset``: a
+        former leader truncated its log to ``first_offset``, so they are not in the
+        new leader's log (``NOT_LEADER_OR_FOLLOWER``). Those ending below it stay
+        parked until the high watermark covers them. Completions keep ring order: a
+        refused entry behind one still parked waits for it.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        LocalProtocolError
+            ``code`` is not a :class:`CompletionCode`, or ``first_offset`` is negative.
+        """
+        if not isinstance(first_offset, (int, np.integer)) or first_offset < 0:
+            raise LocalProtocolError(f"first_offset must be an offset (>= 0), "
+                                     f"got {first_offset!r}")
+        self._refuse_parked_from(self._hosted(row), int(first_offset), code)
+
+    def refuse_parked(self, row: int, code: CompletionCode) -> None:
+        """Complete with ``-code`` every parked entry waiting for the high watermark of
+        the partition at ``row`` (leadership lost with the offset unknown: on a
+        ZooKeeper session LOST, ``NOT_LEADER_OR_FOLLOWER``), in ring order as
+        :meth:`refuse_parked_from`.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        LocalProtocolError
+            ``code`` is not a :class:`CompletionCode`.
+        """
+        self._refuse_parked_from(self._hosted(row), 0, code)
+
+    def parked_count(self, row: int) -> int:
+        """How many parked entries wait for the high watermark of the partition at
+        ``row`` to cover their batches (not those it covers already, parked behind
+        another's in their ring).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        return int(_parked_count(self.rings, self._parked, self.row_settings,
+                                 self._hosted(row)))
+
+    def _refuse_parked_from(self, row: int, first_offset: int, code: CompletionCode) -> None:
+        if not isinstance(code, CompletionCode):
+            raise LocalProtocolError(f"a refusal's code must be a CompletionCode, got {code!r}")
+        _refuse_parked_from(self.rings, self._parked, row, first_offset, -code.value)
+        self._complete_parked()
+
     def _complete_parked(self) -> None:
         _complete_parked(self._ring_words, self._ring_completions, self.rings, self._parked,
                          self.row_settings)
@@ -737,6 +856,23 @@ class Appender:
         self.rings[index, RING_AWAITS_HIGH_WATERMARK] = int(awaits_high_watermark)
         self.rings[index, RING_PARKED_FIRST] = self.rings[index, RING_PARKED_COUNT] = 0
         return index
+
+    def set_awaits_high_watermark(self, index: int, awaits_high_watermark: bool) -> None:
+        """Whether the entries of the ring at ``index`` complete once the high
+        watermark covers their batches (acks=all) or once appended, from its next
+        entry on (a producer registers again, saying its acks, with a broker that
+        adopted its ring not knowing them). Completions stay in ring order: an
+        entry behind a parked one waits for it either way."""
+        if not 0 <= index < len(self._rings) or self._rings[index] is None:
+            raise LocalProtocolError(f"ring index {index!r} is not being drained")
+        self.rings[index, RING_AWAITS_HIGH_WATERMARK] = int(bool(awaits_high_watermark))
+
+    def awaits_high_watermark(self, index: int) -> bool:
+        """Whether the entries of the ring at ``index`` wait for the high watermark
+        (see :meth:`set_awaits_high_watermark`)."""
+        if not 0 <= index < len(self._rings) or self._rings[index] is None:
+            raise LocalProtocolError(f"ring index {index!r} is not being drained")
+        return bool(self.rings[index, RING_AWAITS_HIGH_WATERMARK])
 
     def remove_ring(self, index: int) -> None:
         """Stop draining a ring and unmap it: the compiled loop's lists drop their
@@ -808,15 +944,27 @@ class Appender:
         _, _, _, _, entry_topic_key, entry_partition, number, head = next_entry(
             source.words, source.data, source.capacity, int(self.rings[ring, RING_HEAD]))
         row = self._rows_by_identity.get((int(entry_topic_key), int(entry_partition)))
-        if row is None or self.row_settings[row, ROW_INTERNAL]:
-            refusal = CompletionCode.UNKNOWN_PARTITION if row is None \
-                else CompletionCode.INTERNAL_TOPIC
+        refusal = self._refusal(ring, row)
+        if refusal is not None:
             row, result, append_time, last_offset = -1, -refusal, -1, -1
         else:
             # The log's listener refreshed the row (and published it) on the append.
             result, append_time, last_offset = self._append_batch(row, batch)
         _finish(source.words, source.completions, self.rings, self._parked, self.row_settings,
                 ring, number, result, append_time, row, last_offset, head)
+
+    def _refusal(self, ring: int, row: int | None) -> CompletionCode | None:
+        """Why the slow path refuses an entry of ``ring`` bound for ``row`` (None: the
+        identity names no hosted partition) before looking at its batch, or None;
+        the same checks as the compiled loop's _row_takes and _admit."""
+        if row is None:
+            return CompletionCode.UNKNOWN_PARTITION
+        settings = self.row_settings[row]
+        if settings[ROW_INTERNAL]:
+            return CompletionCode.INTERNAL_TOPIC
+        if self.rings[ring, RING_AWAITS_HIGH_WATERMARK] and settings[ROW_UNDER_MIN_ISR]:
+            return CompletionCode.NOT_ENOUGH_REPLICAS
+        return None
 
     def append(self, row: int, batch) -> tuple[int, int]:
         """Append one batch the broker writes itself (offset commits) to the partition

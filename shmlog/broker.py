@@ -76,7 +76,9 @@ from . import access, child_process
 from . import ring_layout as R
 from . import state_layout as S
 from . import wakeup
+from .appender import HighWatermarkPolicy
 from .cleaner import warm_kernels as warm_cleaner_kernels
+from .completion import CompletionCode
 from .control import decode_reply, encode_request, encode_result, error_reply, handle_frame
 from .broker_config import BrokerConfig
 from .control_server import ControlEndpoint, remove_control_socket
@@ -329,12 +331,43 @@ def _serve_scratch_requests(core: BrokerCore) -> None:
     _clean_scratch_topic(core)
     warm_cleaner_kernels()
     core.host.apply_retention()           # retention.bytes 0: every closed segment goes
+    _serve_scratch_acks_all(core, value)
     offsets = [[_WARM_UP_TOPIC, 0, 1, ""]]
     ask("commit_offsets", group_id=_WARM_UP_TOPIC, offsets=offsets)
     ask("fetch_offsets", group_id=_WARM_UP_TOPIC)
     ask("delete_group", group_id=_WARM_UP_TOPIC)
     for topic in (_WARM_UP_TOPIC, _WARM_UP_APPEND_TIME_TOPIC):
         ask("delete_topic", name=topic)
+    appender.remove_ring(appender.index_of(ring))
+
+
+def _serve_scratch_acks_all(core: BrokerCore, value: list) -> None:
+    """acks=all's paths, as a replica service drives them: entries parked until the
+    high watermark covers them, one completed under min.insync.replicas after its
+    append and one refused before it, parked ones refused from an offset and all,
+    and the count of those parked."""
+    appender = core.host.appender
+    row = appender.row_of(_WARM_UP_TOPIC, 0)
+    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + WARM_UP_RING_CAPACITY),
+                owner=True)
+    appender.add_ring(ring, awaits_high_watermark=True)
+    appender.set_high_watermark_policy(row, HighWatermarkPolicy.EXTERNAL)
+    destination = appender.destination(_WARM_UP_TOPIC, 0)
+    for _ in range(3):
+        ring.put(destination, encode_batch(value, keys=[b"key"]), timeout_ms=0)
+    core.host.drain_soon()
+    core.host.drain()
+    appender.parked_count(row)
+    appender.set_under_min_isr(row, True)
+    appender.advance_high_watermark(row, appender.high_watermark(row) + 1)
+    appender.refuse_parked_from(row, appender.high_watermark(row) + 1,
+                                CompletionCode.NOT_LEADER_OR_FOLLOWER)
+    appender.refuse_parked(row, CompletionCode.NOT_LEADER_OR_FOLLOWER)
+    ring.put(destination, encode_batch(value, keys=[b"key"]), timeout_ms=0)
+    core.host.drain_soon()
+    core.host.drain()                     # refused: under min.insync.replicas
+    appender.set_under_min_isr(row, False)
+    appender.set_high_watermark_policy(row, HighWatermarkPolicy.LOG_END)
     appender.remove_ring(appender.index_of(ring))
 
 

@@ -31,6 +31,10 @@
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
     ├── ZooKeeperUnavailableError     a local ZooKeeper cannot run here (no pyspark jars, no java)
     ├── ZooKeeperStartError           a local ZooKeeper exited or did not serve while starting
+    ├── NotEnoughReplicasError        acks=all: too few in-sync replicas, nothing appended
+    ├── NotEnoughReplicasAfterAppendError   acks=all: appended, but too few replicas have it
+    ├── NotLeaderOrFollowerError      the broker lost the partition's leadership
+    ├── RequestTimedOutError          a forwarded batch was never answered: outcome unknown
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -297,3 +301,32 @@ class InvalidReplicationFactorError(LocalProtocolError):
 class InvalidReplicaAssignmentError(LocalProtocolError):
     """Replicas cannot be assigned as asked: some brokers have a rack and others do
     not (Kafka's AdminOperationException; assign without racks to go on)."""
+# --- acks=all and min.insync.replicas (issue 14) ------------------------------------------
+# Kafka's producer retries all four (they are its RetriableExceptions): the condition
+# may pass. shmlog's tree has no "retriable" notion of its own, so each says so in its
+# docstring; a producer fails the batch's futures with them and sends nothing again.
+
+class NotEnoughReplicasError(ShmlogError):
+    """An acks=all batch was refused before it was appended: its partition has fewer
+    in-sync replicas than ``min.insync.replicas`` (Kafka's NotEnoughReplicasException).
+    Nothing was appended. Retriable: send it again once the replicas caught up."""
+
+
+class NotEnoughReplicasAfterAppendError(ShmlogError):
+    """An acks=all batch was appended, but when the high watermark covered it the
+    partition had fewer in-sync replicas than ``min.insync.replicas`` (Kafka's
+    NotEnoughReplicasAfterAppendException). The records are in the log, so they may
+    be read. Retriable: an idempotent producer's re-send is deduplicated."""
+
+
+class NotLeaderOrFollowerError(ShmlogError):
+    """The broker is no longer the partition's leader (a newer leader epoch, lost
+    contact with ZooKeeper), or the batch was truncated away when it became a
+    follower (Kafka's NotLeaderOrFollowerException). The batch is not in the
+    partition's log. Retriable: the next send goes to the new leader."""
+
+
+class RequestTimedOutError(ShmlogError):
+    """A batch the local broker forwarded to the partition's leader got no answer in
+    time (Kafka's TimeoutException): it may or may not have been appended. Retriable;
+    an idempotent producer's re-send is deduplicated if it was."""

@@ -65,7 +65,11 @@ epoch (a new producer id once the epochs are used up), starts the partition agai
 at sequence 0 and sends them again, in order. Other partitions move to the new
 epoch, from sequence 0, the next time they have nothing in flight. The broker
 takes a higher epoch only at sequence 0 and fences a lower one, so nothing is
-appended twice.
+appended twice. The same path serves acks=all's refusals (``NOT_ENOUGH_REPLICAS``,
+``NOT_LEADER_OR_FOLLOWER``; ``REQUEST_TIMED_OUT``, whose batch may or may not be in
+the log, is safe too: the new epoch starts at 0 either way), except one:
+``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` fails its batch's futures, but the batch is
+in the log and its sequence used, so nothing is sent again and the epoch stays.
 """
 
 from __future__ import annotations
@@ -356,9 +360,13 @@ class Producer:
     ----------
     bootstrap : str, optional
         The broker's data directory (default: ``$SHMLOG_DATA_DIR`` or the default).
-    acks : 0, 1 or "all"
-        0: a send is done once its batch is in the ring; 1 and "all" (the same on a
-        single broker): once the broker appended it.
+    acks : 0, 1, -1 or "all"
+        0: a send is done once its batch is in the ring; 1: once the broker appended
+        it; "all" (-1, kept as -1 in :attr:`acks`): once the partition's in-sync
+        replicas have it (its high watermark covers it: on a single broker, once
+        appended, as 1). With "all", a partition under ``min.insync.replicas``
+        fails sends with :class:`NotEnoughReplicasError` (nothing appended) or
+        :class:`NotEnoughReplicasAfterAppendError` (appended, not committed).
     compression : None or "zstd"
     linger_ms, batch_size, max_block_ms : int
         As in Kafka: how long a batch may wait for more records, how large it may
@@ -382,7 +390,9 @@ class Producer:
                  enable_idempotence: bool = True):
         # Every setting is checked before the broker is asked anything (settings.py).
         self.data_dir = settings.data_directory(bootstrap) or default_data_dir()
-        self.acks = 0 if settings.choice("acks", acks, (0, 1, -1, "all")) == 0 else 1
+        # Kafka's names: "all" is -1, which the broker is told (register_producer).
+        acks = settings.choice("acks", acks, (0, 1, -1, "all"))
+        self.acks = -1 if acks == "all" else acks
         self.compression = Compression.parse(compression)
         self.linger_ms = settings.integer("linger_ms", linger_ms, 0, limits.CLIENT_WAIT_MS_MAX)
         self.batch_size = settings.integer("batch_size", batch_size, 0, limits.BATCH_SIZE_MAX)
@@ -401,7 +411,8 @@ class Producer:
                                 group_id=metadata.get("ring_group_id"))
         self.ring.keeps_results = self.acks != 0     # acks=0 never reads a result
         try:
-            registration = request(self.data_dir, "register_producer", ring=self.ring.name)
+            registration = request(self.data_dir, "register_producer", ring=self.ring.name,
+                                   acks=self.acks)
         except ShmlogError:
             self.ring.unlink()
             self._table.close()
@@ -764,6 +775,8 @@ class Producer:
             return
         batch.encoded = None
         batch.error = completion_error(code, batch.topic, batch.partition)
+        if code == CompletionCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            return      # in the log, its sequence used: the batches behind it follow on
         if code == CompletionCode.UNKNOWN_PARTITION:
             route = self._routes.get(batch.topic)
             # Only a route to the topic that is gone: one read since then is good.
@@ -843,7 +856,7 @@ class Producer:
         """Register the ring again (a no-op with the broker that has it)."""
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name,
-                                   timeout_ms=RESUME_REQUEST_MS)
+                                   acks=self.acks, timeout_ms=RESUME_REQUEST_MS)
             metadata = request(self.data_dir, "metadata", topics=[],
                                timeout_ms=RESUME_REQUEST_MS)
             table = PartitionStateTable.attach(metadata["state_table"])

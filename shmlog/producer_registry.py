@@ -15,6 +15,12 @@ Rules
 * Rings under the prefix that are not ours to reclaim (another user's who may not
   produce here, an unreadable one, one of another version) are left alone, with a
   warning, once.
+* A ring registered with acks=-1 ("all") awaits the high watermark (the appender's
+  ``awaits_high_watermark``); registering again with other acks changes that. A
+  ring adopted (its producer's acks unknown) is taken as acks=all
+  (``ADOPTED_RING_ACKS``): its entries are never acknowledged before the in-sync
+  replicas have them, whatever its producer asked, until the producer registers
+  again (with a single broker the two are the same).
 
 Theory of operation
 -------------------
@@ -42,12 +48,17 @@ from .durable_files import write_atomically
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")
 
-__all__ = ["ProducerRegistry", "ProducerIds", "process_alive", "RING_CREATION_GRACE_S"]
+__all__ = ["ProducerRegistry", "ProducerIds", "process_alive", "RING_CREATION_GRACE_S",
+           "ADOPTED_RING_ACKS"]
 
 # A ring under our prefix whose header has no producer pid yet is being made (Ring.create
 # writes it microseconds after creating the object); one left so for this long lost its
 # maker in between and is reclaimed.
 RING_CREATION_GRACE_S = 60.0
+# An adopted ring's producer said no acks to this broker: the strictest is assumed, so an
+# acks=all producer's entries are never acknowledged early after a broker restart (an
+# acks=0/1 one's wait for the in-sync replicas too, until it registers again).
+ADOPTED_RING_ACKS = -1
 
 
 class ProducerIds:
@@ -107,9 +118,11 @@ class ProducerRegistry:
         self._ignored_rings: set[str] = set()          # under our prefix, not ours to reclaim
         self.producer_ids = ProducerIds(host.data_dir)
 
-    def register(self, name: str) -> tuple[int, int]:
-        """Start draining the ring ``name`` (made under our prefix); (its index in
-        the appender's ring table or -1 when it was poisoned already, its producer id).
+    def register(self, name: str, acks: int = 1) -> tuple[int, int]:
+        """Start draining the ring ``name`` (made under our prefix), its entries
+        completed as ``acks`` asks (-1: once the high watermark covers them); (its
+        index in the appender's ring table or -1 when it was poisoned already, its
+        producer id). A ring registered already keeps its id; its acks change.
 
         Raises
         ------
@@ -119,14 +132,17 @@ class ProducerRegistry:
         if not name.startswith(self.prefix + "-"):
             raise LocalProtocolError(f"ring {name!r} must be named under {self.prefix!r}")
         appender = self.host.appender
+        awaits_high_watermark = acks == -1
         if name not in self.rings:
             attached = Ring.attach(name)
             self.rings[name] = (attached, self.producer_ids.allocate())
-            appender.add_ring(attached)
-            log.info("producer ring %s registered", name)
-        self.host.drain_soon()
+            appender.add_ring(attached, awaits_high_watermark=awaits_high_watermark)
+            log.info("producer ring %s registered (acks %d)", name, acks)
         attached, producer_id = self.rings[name]
         index = appender.index_of(attached)
+        if index is not None:
+            appender.set_awaits_high_watermark(index, awaits_high_watermark)
+        self.host.drain_soon()
         return -1 if index is None else index, producer_id
 
     def new_producer_id(self, name: str) -> int:
@@ -198,7 +214,7 @@ class ProducerRegistry:
             if pid != MAKER_PENDING and not include_alive and process_alive(pid):
                 continue
             try:
-                self.register(name)
+                self.register(name, acks=ADOPTED_RING_ACKS)
             except ShmlogError as error:
                 self._ignore_ring(name, str(error))
 

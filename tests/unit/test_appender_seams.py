@@ -1,7 +1,10 @@
 """The appender's seams for replication: a high watermark set from outside, entries
 whose completion waits for it (acks=all) while their ring space goes back at once,
 completions in ring order, the leader epoch stamped on every batch, the "appended"
-event, and the broker's own appends (Appender.append).
+event, the broker's own appends (Appender.append); and acks=all's rules: entries refused
+before the append (NOT_ENOUGH_REPLICAS) or failed after it (NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+while a partition is under min.insync.replicas, and parked entries refused after a
+truncation (refuse_parked_from: kept below the offset, failed from it, in ring order).
 
 Method: real rings in /dev/shm, a real state table, real partition logs on disk and
 a real PartitionReader (what a consumer reads through), all in this process; what
@@ -277,3 +280,166 @@ def test_append_follows_the_watermark_policy_and_the_sequence_rules(world):
         [b"k", b"held"]
     with pytest.raises(UnknownTopicOrPartitionError):
         appender.append(row + 1, commit)
+
+
+# --- acks=all and min.insync.replicas ---------------------------------------------------
+
+NOT_ENOUGH_REPLICAS = -CompletionCode.NOT_ENOUGH_REPLICAS
+AFTER_APPEND = -CompletionCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+NOT_LEADER = CompletionCode.NOT_LEADER_OR_FOLLOWER
+
+
+def identified(sequence: int, *values: bytes, compression=None):
+    return batch(*(values or (b"s%d" % sequence,)), producer_id=5, producer_epoch=0,
+                 base_sequence=sequence, compression=compression)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])      # compiled path, slow path
+def test_acks_all_under_min_isr_is_refused_before_the_append_and_uses_no_sequence(
+        world, compression):
+    """Kafka's Partition.appendRecordsToLeader: requiredAcks == -1 and an ISR smaller
+    than min.insync.replicas -> NotEnoughReplicasException, nothing appended."""
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring(awaits_high_watermark=True)
+    to = appender.destination("t", 0)
+    appender.set_under_min_isr(row, True)
+    assert appender.under_min_isr(row)
+    refused = producer.put(to, identified(0, compression=compression), 1000)
+    assert appender.drain() == 1
+    assert producer.result(refused) == (NOT_ENOUGH_REPLICAS, -1)
+    assert logs.partition_log("t", 0).log_end_offset == 0, "nothing appended"
+    assert appender.parked_count(row) == 0
+    appender.set_under_min_isr(row, False)
+    again = producer.put(to, identified(0, compression=compression), 1000)
+    assert appender.drain() == 1 and appender.parked_count(row) == 1
+    appender.advance_high_watermark(row, 1)
+    assert producer.result(again) == (0, -1), "sequence 0 is still the next one"
+
+
+def test_acks_all_under_min_isr_when_the_watermark_covers_it_fails_after_the_append(world):
+    """Kafka's Partition.checkEnoughReplicasReachOffset: the high watermark reached
+    the batch with the ISR under min.insync.replicas -> NOT_ENOUGH_REPLICAS_AFTER_APPEND;
+    the record is in the log, and its sequence used (a re-send is a duplicate)."""
+    logs, table, appender, ring, reader = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring(awaits_high_watermark=True)
+    to = appender.destination("t", 0)
+    entries = [producer.put(to, identified(0, b"ok"), 1000)]
+    assert appender.drain() == 1
+    assert appender.advance_high_watermark(row, 1) == 1
+    assert producer.result(entries[0]) == (0, -1), "the ISR is large enough: the offset"
+    entries.append(producer.put(to, identified(1, b"late"), 1000))
+    assert appender.drain() == 1 and acknowledged(producer) == 1
+    appender.set_under_min_isr(row, True)       # the ISR shrank while it was parked
+    assert appender.advance_high_watermark(row, 2) == 2
+    assert producer.result(entries[1]) == (AFTER_APPEND, -1)
+    assert [r.value for r in decode_records(reader("t").read(0).data)] == [b"ok", b"late"]
+    appender.set_under_min_isr(row, False)
+    resent = producer.put(to, identified(1, b"late"), 1000)
+    assert appender.drain() == 1
+    assert producer.result(resent) == (1, -1), "deduplicated to the original offset"
+    assert logs.partition_log("t", 0).log_end_offset == 2
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_rings_that_do_not_await_the_watermark_ignore_min_isr(world, compression):
+    """acks=0/1 are unchanged: Kafka checks min.insync.replicas for acks=-1 only."""
+    logs, table, appender, ring, _ = world
+    logs.create_topic("plain")
+    logs.create_topic("held")
+    plain, held = (appender.register_partition(topic, 0) for topic in ("plain", "held"))
+    appender.set_high_watermark_policy(held, EXTERNAL)
+    for row in (plain, held):
+        appender.set_under_min_isr(row, True)
+    eager = ring()
+    entries = [eager.put(appender.destination(topic, 0), batch(b"v", compression=compression),
+                         1000) for topic in ("plain", "held")]
+    assert appender.drain() == 2
+    assert [eager.result(entry) for entry in entries] == [(0, -1), (0, -1)]
+    assert table.high_watermark(plain) == 1 and table.snapshot(held).log_end_offset == 1
+
+
+def test_refuse_parked_from_keeps_what_lies_below_and_fails_the_rest_in_ring_order(world):
+    """The design's parked completions across a leadership change: after the log is
+    truncated to T, a parked entry whose batch ends below T stays parked until the
+    high watermark covers it; one ending at or above T fails with
+    NOT_LEADER_OR_FOLLOWER, but not before the entries ahead of it in its ring."""
+    logs, table, appender, ring, _ = world
+    logs.create_topic("held")
+    logs.create_topic("local")
+    held, local = (appender.register_partition(topic, 0) for topic in ("held", "local"))
+    appender.set_high_watermark_policy(held, EXTERNAL)
+    first, second = ring(awaits_high_watermark=True), ring(awaits_high_watermark=True)
+    to = appender.destination("held", 0)
+    entries = [first.put(to, batch(b"0", b"1"), 1000),                    # offsets 0-1
+               first.put(to, batch(b"2", b"3"), 1000),                    # 2-3: straddles T
+               first.put(appender.destination("local", 0), batch(b"l"), 1000),
+               first.put(to, batch(b"4"), 1000)]                          # 4
+    assert appender.drain() == 4
+    late = second.put(to, batch(b"5"), 1000)                              # 5
+    assert appender.drain() == 1
+    assert appender.parked_count(held) == 4 and appender.parked_count(local) == 0
+    assert logs.partition_log("held", 0).truncate_to(3) == 2, "the batch 2-3 goes whole"
+    appender.refuse_parked_from(held, 3, NOT_LEADER)
+    assert second.result(late) == (-NOT_LEADER, -1), "nothing ahead of it: at once"
+    assert acknowledged(first) == 0, "the batch 0-1 stays parked, and the rest behind it"
+    assert appender.parked_count(held) == 1
+    assert appender.advance_high_watermark(held, 2) == 2
+    assert [first.result(entry) for entry in entries] == \
+        [(0, -1), (-NOT_LEADER, -1), (0, -1), (-NOT_LEADER, -1)]
+    assert appender.parked_count(held) == 0
+
+
+def test_refuse_parked_fails_every_entry_waiting_for_the_partition(world):
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring(awaits_high_watermark=True)
+    entries = [producer.put(appender.destination("t", 0), batch(b"v"), 1000) for _ in range(3)]
+    assert appender.drain() == 3
+    appender.advance_high_watermark(row, 1)
+    appender.refuse_parked(row, NOT_LEADER)
+    assert [producer.result(entry) for entry in entries] == \
+        [(0, -1), (-NOT_LEADER, -1), (-NOT_LEADER, -1)]
+    assert appender.parked_count(row) == 0
+
+
+def test_the_acks_all_seams_check_their_arguments(world):
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    for call in (lambda: appender.set_under_min_isr(row + 1, True),
+                 lambda: appender.refuse_parked(row + 1, NOT_LEADER),
+                 lambda: appender.refuse_parked_from(row + 1, 0, NOT_LEADER),
+                 lambda: appender.parked_count(row + 1)):
+        with pytest.raises(UnknownTopicOrPartitionError):
+            call()
+    for call in (lambda: appender.refuse_parked(row, 109),
+                 lambda: appender.refuse_parked_from(row, -1, NOT_LEADER),
+                 lambda: appender.set_awaits_high_watermark(7, True)):
+        with pytest.raises(LocalProtocolError):
+            call()
+
+
+def test_a_ring_can_start_awaiting_the_watermark(world):
+    """A broker adopts a ring not knowing its producer's acks; the producer registers
+    again and says: its next entries wait for the high watermark."""
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    producer = ring()
+    to = appender.destination("t", 0)
+    producer.put(to, batch(b"a"), 1000)
+    assert appender.drain() == 1 and acknowledged(producer) == 1
+    appender.set_awaits_high_watermark(0, True)
+    producer.put(to, batch(b"b"), 1000)
+    assert appender.drain() == 1 and acknowledged(producer) == 1
+    appender.advance_high_watermark(row, 2)
+    assert acknowledged(producer) == 2

@@ -10,6 +10,10 @@ and a refused internal append is a typed error.
 Retention deletes only below a partition's high watermark (held back through the
 appender's external policy, as replication will).
 
+A producer's ring registered with acks=-1 ("all") awaits the high watermark, one with
+0 or 1 does not, a registration again says it anew, and a ring adopted without its
+producer's word awaits it (the safe side for acks=all).
+
 Method: a ``BrokerCore`` on a temporary data directory, driven as ``serve`` drives it
 (``handle`` a request frame, ``run_once`` for the drain and the deadlines,
 ``take_replies`` for what was held back), with a real producer ring in /dev/shm and
@@ -223,3 +227,35 @@ def test_retention_deletes_only_segments_below_the_high_watermark(core):
     core.host.appender.advance_high_watermark(hosted.row, hosted.log.log_end_offset)
     core.host.apply_retention(now_ms() + 60_000)
     assert len(hosted.log.segments) == 1              # the active one always stays
+
+
+def test_a_ring_awaits_the_high_watermark_as_its_producer_acks_say(core):
+    ask(core, "create_topic", name="events")
+    appender = core.host.appender
+    row = appender.row_of("events", 0)
+    appender.set_high_watermark_policy(row, HighWatermarkPolicy.EXTERNAL)
+    rings = [Ring.create(core.prefix + f"-test-producer-{number}", RING_CAPACITY)
+             for number in range(3)]
+    try:
+        strict, leader = (ask(core, "register_producer", ring=ring.name, acks=acks)["index"]
+                          for ring, acks in zip(rings, (-1, 1)))
+        assert [appender.awaits_high_watermark(index) for index in (strict, leader)] == \
+            [True, False]
+        entry = rings[0].put(appender.destination("events", 0), encode_batch([b"a"]), 0)
+        core.host.table.appender_doorbell.ring()
+        core.run_once()
+        assert rings[0].result(entry) is None, "parked until the high watermark covers it"
+        appender.advance_high_watermark(row, 1)
+        assert rings[0].result(entry) == (0, -1)
+        assert ask(core, "register_producer", ring=rings[0].name, acks=0)["index"] == strict
+        assert not appender.awaits_high_watermark(strict)
+        with pytest.raises(LocalProtocolError, match="acks"):
+            ask(core, "register_producer", ring=rings[0].name, acks="all")
+        core.producers.adopt_left_rings(include_alive=True)
+        adopted = appender.index_of(core.producers.rings[rings[2].name][0])
+        assert appender.awaits_high_watermark(adopted), "its producer's acks are unknown"
+        ask(core, "register_producer", ring=rings[2].name)       # acks unsaid: 1
+        assert not appender.awaits_high_watermark(adopted)
+    finally:
+        for ring in rings:
+            ring.unlink()
