@@ -1324,7 +1324,7 @@ class PartitionLog:
         for segment in self._segments[:-1]:
             if segment.next_offset > start:
                 self._producers.remember(segment.log, 0, segment.size, start)
-        if len(self._producers):
+        if len(self._segments) > 1:               # walked: the next open need not
             self._write_producer_snapshot(active_base)
 
     def _write_producer_snapshot(self, offset: int) -> None:
