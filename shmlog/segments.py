@@ -1437,7 +1437,9 @@ class PartitionLog:
             One or more encoded batches back to back (see :func:`encode_batch`).
             Their base offsets are ignored and replaced.
         leader_epoch : int
-            Stamped into every batch (replication uses it).
+            Stamped into every batch; one above the epoch cache's latest begins
+            at this append's base offset (``epochs``). A lower one (a stale
+            writer) leaves the cache alone.
 
         Returns
         -------
