@@ -86,8 +86,12 @@ appended again; a sequence that is neither is out of order. A higher epoch must
 start again at sequence 0 (KIP-360: a producer whose batch was refused bumps its
 epoch and resets the partition's sequence once nothing of it is in flight, since
 the refused batch left a gap); a lower epoch is fenced (``INVALID_PRODUCER_EPOCH``).
-A refused batch changes nothing remembered. The memory is rebuilt from the active
-segment when a partition is opened.
+A refused batch changes nothing remembered. The memory is rebuilt from the whole
+log when a partition is opened, and after a truncation
+(:meth:`Appender.rebuild_producer_state`): the producer snapshot below the active
+segment and a walk of that segment (``producer_snapshots``). A follower's appends
+(:meth:`Appender.append_replicated`) are remembered unchecked, so the replica that
+becomes leader knows every producer's last batch.
 """
 
 from __future__ import annotations
@@ -255,6 +259,16 @@ def _rebuild_sequences(log, end, row, sequences):
                            load_i64(log, position + B.BASE_OFFSET_OFFSET),
                            np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)) + 1)
         position += length
+
+
+@kernel
+def _remember_producers(sequences, row, producers):
+    """Remember the producers' last batches a log gives
+    (``PartitionLog.producer_batches``: id, epoch, base sequence, base offset, last
+    offset delta per row) for the partition at ``row``."""
+    for index in range(producers.shape[0]):
+        _remember_sequence(sequences, row, producers[index, 0], producers[index, 1],
+                           producers[index, 2], producers[index, 3], producers[index, 4] + 1)
 
 
 # --- finishing an entry: completion, parking, release ------------------------------------
@@ -594,8 +608,7 @@ class Appender:
         # The log tells of every change that makes its target or the row stale.
         partition_log.set_listener(lambda change: self.refresh(row))
         self.refresh(row)
-        active = partition_log.active
-        _rebuild_sequences(active.log, active.size, row, self._sequences)
+        self._remember_log(row)
         return row
 
     def unregister_partition(self, topic: str, partition: int) -> None:
@@ -929,7 +942,8 @@ class Appender:
 
     def _after_compiled_appends(self) -> None:
         for row in self._touched[1:1 + self._touched[0]].tolist():
-            self._partitions[row].appended_by_kernel(self._targets[row], int(self.appended[row]))
+            self._partitions[row].appended_by_kernel(self._targets[row], int(self.appended[row]),
+                                                     int(self.row_settings[row, ROW_LEADER_EPOCH]))
             self.appended[row] = 0
         self._touched[0] = 0
 
@@ -985,6 +999,72 @@ class Appender:
         source = batch if isinstance(batch, np.ndarray) else np.frombuffer(batch, np.uint8)
         result, append_time, _ = self._append_batch(self._hosted(row), source)
         return result, append_time
+
+    def append_replicated(self, row: int, batches) -> tuple[int, int]:
+        """Append a leader's batches to the follower partition at ``row`` as they are
+        (``PartitionLog.append_as_follower``: offsets, epochs and timestamps kept),
+        through this appender as any append goes: the row is published (its log
+        end; the high watermark stays where :meth:`advance_high_watermark` put it),
+        and the partition is among those :meth:`take_appended` gives. Each
+        producer's last batch is remembered without checking its sequence (Kafka
+        checks sequences only for a client's appends, ``origin == Client``), so a
+        producer's re-send to this replica once it leads is found a duplicate.
+
+        Returns
+        -------
+        (int, int)
+            The first batch's base offset and the last batch's last offset.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        LocalProtocolError
+            The partition's high watermark follows its log end: a follower's must
+            be ``EXTERNAL`` (:meth:`set_high_watermark_policy`), or its consumers
+            would read what is not committed.
+        CorruptRecordError, RecordTooLargeError, StorageError
+            As ``PartitionLog.append_as_follower`` (its subclasses
+            ``UnexpectedAppendOffsetError`` and ``OffsetsOutOfOrderError``
+            included); nothing of a refused append is remembered.
+        """
+        settings = self.row_settings[self._hosted(row)]
+        if settings[ROW_HIGH_WATERMARK_POLICY] != HighWatermarkPolicy.EXTERNAL:
+            raise LocalProtocolError(f"row {row}: a follower's high watermark comes from its "
+                                     f"leader; set_high_watermark_policy(row, EXTERNAL) first")
+        source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
+        try:
+            # The log's listener refreshes and publishes the row.
+            appended = self._partitions[row].append_as_follower(source)
+        except StorageError:
+            # Batches before the one that failed may be in: remember from the log.
+            self.rebuild_producer_state(row)
+            raise
+        # The bytes were validated whole: every batch of them is in the log now.
+        _rebuild_sequences(source, source.size, row, self._sequences)
+        self._appended_rows[row] = None
+        return appended.base_offset, appended.last_offset
+
+    def rebuild_producer_state(self, row: int) -> None:
+        """Forget what is remembered of the producers of the partition at ``row`` and
+        remember it again from its log (after a truncation removed batches: a
+        forgotten batch's re-send must be appended again, not acknowledged with
+        an offset the log no longer holds).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        _forget_sequences(self._sequences, self._hosted(row))
+        self._remember_log(row)
+
+    def _remember_log(self, row: int) -> None:
+        """Remember the last batch of each producer in the partition's log, in every
+        segment (``producer_snapshots``), not the active one alone: a producer whose
+        last batch sits in an older segment would be forgotten, and its re-send
+        appended twice."""
+        _remember_producers(self._sequences, row, self._partitions[row].producer_batches())
 
     def _append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
         """Append one batch through the partition's log, unless its sequence says it

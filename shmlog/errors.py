@@ -330,3 +330,15 @@ class RequestTimedOutError(ShmlogError):
     """A batch the local broker forwarded to the partition's leader got no answer in
     time (Kafka's TimeoutException): it may or may not have been appended. Retriable;
     an idempotent producer's re-send is deduplicated if it was."""
+# --- replication storage (the follower's append; engineer "log") --------------------------
+
+class UnexpectedAppendOffsetError(CorruptRecordError):
+    """A follower's append began below the log end: the batches are not the ones
+    that follow this log (Kafka's UnexpectedAppendOffsetException). Nothing was
+    appended; the fetcher truncates again (KIP-279) before fetching on."""
+
+
+class OffsetsOutOfOrderError(CorruptRecordError):
+    """A follower's append holds a batch whose base offset is not above the last
+    offset of the batch before it (Kafka's OffsetsOutOfOrderException). Nothing was
+    appended."""

@@ -267,3 +267,11 @@ REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 # describe; Kafka's generated cluster id is a 22-character base64 UUID, and a
 # UUID's text is 36: 255 leaves room for any naming scheme and bounds a typo.
 CLUSTER_ID_LENGTH_MAX = 255
+# --- replication storage (leader epochs, producer-state snapshots; engineer "log") ----
+# Epoch changes a header walk reports per kernel call before Python takes them and
+# calls again: epochs change once per election, so one call almost always suffices.
+LEADER_EPOCH_SCAN_CHUNK = 64
+# Entries a leader-epoch checkpoint may hold before it is taken as corrupt (and
+# rebuilt from the log): one per election that appended to the partition, so a
+# million is far past any real history, and bounds what a damaged file can make us read.
+LEADER_EPOCH_ENTRIES_MAX = 1_000_000

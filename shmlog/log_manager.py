@@ -46,6 +46,8 @@ TOPIC_FILE = "topic.json"
 TOPIC_FILE_VERSION = 1
 DELETED_SUFFIX = ".deleted"
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+# A topic id: uuid4().hex, as this module makes them and a cluster's metadata carries them.
+_TOPIC_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class DataDirectoryInUseError(StorageError):
@@ -187,8 +189,13 @@ class LogManager:
         self._topics[metadata.name] = metadata
 
     def create_topic(self, name: str, partitions: int = 1,
-                     config: Mapping[str, Any] | None = None) -> TopicMetadata:
+                     config: Mapping[str, Any] | None = None, *,
+                     topic_id: str | None = None) -> TopicMetadata:
         """Create a topic with ``partitions`` empty partitions.
+
+        ``topic_id`` is the id a cluster's metadata gave the topic (32 lowercase hex
+        digits), so every replica's partitions carry the same identity (ring
+        entries' topic key derives from it); by default a new one is made.
 
         Raises
         ------
@@ -196,10 +203,12 @@ class LogManager:
         """
         validate_topic_name(name)
         _validate_partition_count(partitions)
+        if topic_id is not None and not (isinstance(topic_id, str) and _TOPIC_ID.fullmatch(topic_id)):
+            raise InvalidTopicError(f"a topic id is 32 lowercase hex digits, got {topic_id!r}")
         topic_config = TopicConfig.from_overrides(config)
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
-        metadata = TopicMetadata(name, uuid.uuid4().hex, partitions, topic_config)
+        metadata = TopicMetadata(name, topic_id or uuid.uuid4().hex, partitions, topic_config)
         access.make_directories(self._topic_dir(name))
         for partition in range(partitions):
             access.make_directories(os.path.join(self._topic_dir(name), str(partition)))

@@ -6,9 +6,15 @@ Rules
   :class:`PartitionLog`. Readers in other processes map segments read-only and rely
   on the high watermark published elsewhere; nothing below it ever changes in place
   (truncation only removes what lies above the high watermark).
-* Bytes enter the log only through :meth:`PartitionLog.append`, which validates every
-  batch (structure, CRC32C, records) before any byte is copied.
-* Nothing acknowledged is rewritten: offsets are assigned once, dense and increasing.
+* Bytes enter the log only through :meth:`PartitionLog.append` (or a compiled
+  writer's :func:`append_batches`, whose copy it checks) and
+  :meth:`PartitionLog.append_as_follower`, which validate every batch (structure,
+  CRC32C, records) before any byte is copied.
+* Nothing acknowledged is rewritten: offsets are assigned once, dense and increasing
+  (a follower keeps its leader's, which compaction may have left with gaps).
+* The leader-epoch cache (:attr:`PartitionLog.epochs`, ``leader_epochs``) follows
+  the log: appends teach it their batches' epochs, truncation, a moved log start
+  and a restart empty cut it, and an open makes it agree with what was recovered.
 
 Theory of operation
 -------------------
@@ -17,6 +23,9 @@ A partition is a directory of segments named by base offset, as in Kafka::
     00000000000000000000.log  .index  .timeindex
     00000000000000368769.log  .index  .timeindex      <- active segment
     checkpoint.json                                    recovery point, log start offset
+    leader-epoch-checkpoint.json                       epoch -> start offset (leader_epochs)
+    00000000000000368769.producers.json                producers' last batches below it,
+                                                       written at the roll (producer_snapshots)
 
 The active segment's files are sparse files of their full configured size, mapped
 read-write once. Disk blocks are reserved with ``fallocate`` and page tables
@@ -91,15 +100,19 @@ from . import index_layout as I
 from . import access, limits
 from .config import TopicConfig
 from .errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
-                     OffsetOverflowError, RecordTooLargeError, StorageError)
+                     OffsetOverflowError, OffsetsOutOfOrderError, RecordTooLargeError,
+                     StorageError, UnexpectedAppendOffsetError)
 from .jit import copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i32, store_i64, store_u16, \
     store_u32
 from .crc32c import crc32c_kernel
 from .mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
 from .durable_files import fsync_directory, write_atomically
+from .leader_epochs import LeaderEpochCache, epoch_starts
+from .producer_snapshots import (ProducerState, delete_snapshots, read_snapshot, snapshot_offsets,
+                                 write_snapshot)
 from .records import (BatchStatus, Compression, batch_frame, batch_info, check_batch,
-                      check_inflated, check_produced_batch, decode_columns, inflate_batch,
-                      iter_batches, now_ms, recompress_batch)
+                      check_inflated, check_produced_batch, decode_columns, encode_batch,
+                      inflate_batch, iter_batches, now_ms, recompress_batch)
 from .segment_generation import SegmentGeneration
 from .segment_state import (
     APPENDED, BASE_OFFSET_WORD, CAPACITY_WORD, INDEXED_TIMESTAMP_WORD, LOOKUP_DAMAGED,
@@ -111,7 +124,8 @@ from .segment_state import (
 log = logging.getLogger(__name__)
 
 __all__ = ["PartitionLog", "Segment", "AppendResult", "AppendTarget", "LogChange", "ReadResult",
-           "RecoveryReport", "append_batches", "find_batch", "collect_batches"]
+           "RecoveryReport", "append_batches", "find_batch", "collect_batches",
+           "warm_follower_kernels"]
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_VERSION = 1
@@ -190,7 +204,8 @@ def _append_time_entry(time_index, state, last_offset):
 
 @kernel
 def append_batches(source, start, end, log, offset_index, time_index, state, segment_bytes,
-                   segment_ms, index_interval, append_timestamp, leader_epoch, verify_copy):
+                   segment_ms, index_interval, append_timestamp, leader_epoch, verify_copy,
+                   keep_offsets=False):
     """Copy the batches ``source[start:end]`` into the active segment the arrays
     and ``state`` describe (an :class:`AppendTarget`'s fields), giving them the next
     offsets: the append kernel, called by :meth:`PartitionLog.append` and by a
@@ -204,6 +219,13 @@ def append_batches(source, start, end, log, offset_index, time_index, state, seg
       ``append_timestamp`` is the broker's clock for a LogAppendTime topic, else
       ``segment_state.TIMESTAMP_NONE`` (the producer's timestamps stay);
       ``leader_epoch`` is stamped into every batch.
+    * With ``keep_offsets`` (a follower's append, Kafka's ``appendAsFollower``) each
+      batch keeps the base offset and leader epoch it carries (``leader_epoch`` is
+      not read; ``append_timestamp`` must be ``TIMESTAMP_NONE``): the log end jumps
+      to the batch's base over a gap compaction left in the leader's log. A base
+      below the log end is ``REJECTED`` (``BAD_OFFSET``). The caller rolls to the
+      batch's base when asked to (a new segment there; an empty segment whose
+      base is too far below the batch's asks for that too).
     * With ``verify_copy`` each batch is validated (``records.check_produced_batch``,
       CRC included) after it is copied, in the log, so the bytes checked are the
       bytes kept even if the source changes meanwhile (a ring a producer can still
@@ -236,6 +258,13 @@ def append_batches(source, start, end, log, offset_index, time_index, state, seg
             max_timestamp = load_i64(source, position + B.MAX_TIMESTAMP_OFFSET)
         log_position = state[POSITION_WORD]
         base_offset = state[NEXT_OFFSET_WORD]
+        if keep_offsets:
+            base_offset = load_i64(source, position + B.BASE_OFFSET_OFFSET)
+            if base_offset < state[NEXT_OFFSET_WORD]:
+                return REJECTED, position, _BAD_OFFSET
+            if log_position == 0 and \
+                    base_offset + last_offset_delta - state[BASE_OFFSET_WORD] > I.RELATIVE_OFFSET_MAX:
+                return NEED_ROLL, position, 0
         if log_position > 0:
             if log_position + length > segment_bytes:
                 return NEED_ROLL, position, 0
@@ -256,8 +285,9 @@ def append_batches(source, start, end, log, offset_index, time_index, state, seg
             if batch_status != 0:
                 store_u32(log, log_position + B.BATCH_LENGTH_OFFSET, 0)   # end of data again
                 return REJECTED, position, batch_status
-        store_i64(log, log_position + B.BASE_OFFSET_OFFSET, base_offset)
-        store_i32(log, log_position + B.LEADER_EPOCH_OFFSET, leader_epoch)
+        if not keep_offsets:
+            store_i64(log, log_position + B.BASE_OFFSET_OFFSET, base_offset)
+            store_i32(log, log_position + B.LEADER_EPOCH_OFFSET, leader_epoch)
         if append_timestamp != TIMESTAMP_NONE:
             # LogAppendTime: the broker's clock replaces the producer's, as in Kafka;
             # the fields are under the CRC, so it is computed again.
@@ -290,6 +320,45 @@ def _validate(source, start, end):
         count += 1
         position += length
     return 0, position, count, compressed, largest
+
+
+# _validate_replicated's status for a batch whose base is not past the batch before
+# it (not a BatchStatus: the batch itself may be fine).
+_OUT_OF_ORDER = -1
+
+
+@kernel
+def _validate_replicated(source, start, end):
+    """Validate a follower's batches as stored batches (recovery's rules: compaction
+    leaves sparse offset deltas) whose base offsets each follow the batch before:
+    (status, position of the first bad one, batches, zstd batches, largest batch
+    length, first base offset, the offset after the last batch). ``status`` is a
+    :class:`BatchStatus`, or ``_OUT_OF_ORDER``."""
+    position = start
+    count = 0
+    compressed = 0
+    largest = 0
+    first_base = np.int64(-1)
+    next_offset = np.int64(-1)
+    while position < end:
+        status, length = check_batch(source, position, end, True, True)
+        if status != 0:
+            return status, position, count, compressed, largest, first_base, next_offset
+        base_offset = load_i64(source, position + B.BASE_OFFSET_OFFSET)
+        last_offset_delta = np.int64(load_i32(source, position + B.LAST_OFFSET_DELTA_OFFSET))
+        if base_offset < 0 or base_offset >= limits.OFFSET_MAX - last_offset_delta:
+            return _BAD_OFFSET, position, count, compressed, largest, first_base, next_offset
+        if count and base_offset < next_offset:
+            return _OUT_OF_ORDER, position, count, compressed, largest, first_base, next_offset
+        if count == 0:
+            first_base = base_offset
+        next_offset = base_offset + last_offset_delta + 1
+        largest = max(largest, length)
+        if load_u16(source, position + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK != B.CODEC_NONE:
+            compressed += 1
+        count += 1
+        position += length
+    return 0, position, count, compressed, largest, first_base, next_offset
 
 
 @kernel
@@ -1057,7 +1126,14 @@ class PartitionLog:
         # Where the last compaction stopped: records below it are clean.
         self.clean_offset = checkpoint.get("clean_offset", 0)
         self._finish_swap()
+        # The leader epochs (see leader_epochs); this log's own paths keep it right.
+        self.epochs = LeaderEpochCache(directory)
+        # The producers' last batches below the active segment (producer_snapshots).
+        self._producers = ProducerState()
+        recovery_point = self.recovery_point
         self.recovery_report = self._open()
+        self._load_epochs(recovery_point)
+        self._load_producers()
 
     # -- properties ------------------------------------------------------------------
     @property
@@ -1201,6 +1277,81 @@ class PartitionLog:
         self._bases.append(base_offset)
         return segment
 
+    def _load_epochs(self, recovery_point: int) -> None:
+        """Make the leader-epoch cache agree with the log just opened (Kafka's ``Log``
+        load): rebuilt from every batch header when its file was missing or bad;
+        else taught the epochs of the batches at and above ``recovery_point`` (the
+        unflushed part, whose epochs a crash may have kept out of the file); then
+        cut to the recovered log end and to the log start."""
+        if self.epochs.needs_rebuild:
+            self.epochs.rebuild(self._scan_epochs(self.log_start_offset, -1))
+        else:
+            for epoch, start in self._scan_epochs(recovery_point, self.epochs.latest_epoch):
+                self.epochs.assign(epoch, start)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+
+    def _scan_epochs(self, offset: int, latest_epoch: int) -> list[tuple[int, int]]:
+        """Where the epoch rises above ``latest_epoch`` and every epoch before it, in
+        the batches from the one holding ``offset`` to the log end (batch headers
+        only; a walk stops at damage and goes on in the next segment)."""
+        found: list[tuple[int, int]] = []
+        first = max(self._segment_for(offset), 0)
+        for index, segment in enumerate(self._segments[first:]):
+            position = segment.position_of(offset) if index == 0 else 0
+            found += epoch_starts(segment.log, position, segment.size, latest_epoch)
+            if found:
+                latest_epoch = found[-1][0]
+        return found
+
+    def _load_producers(self) -> None:
+        """The producer state below the active segment: its snapshot, or the latest
+        one below it and a walk of the segments after that (from the log start if
+        there is none), written as its snapshot for the next open. Snapshots past
+        the active segment (of segments recovery or truncation removed) go."""
+        active_base = self.active.base_offset
+        offsets = snapshot_offsets(self.directory)
+        delete_snapshots(self.directory, [offset for offset in offsets if offset > active_base])
+        rows, start = None, -1
+        for offset in reversed([offset for offset in offsets if offset <= active_base]):
+            rows = read_snapshot(self.directory, offset)
+            if rows is not None:
+                start = offset
+                break
+        self._producers = ProducerState(rows)
+        if start == active_base:
+            return
+        for segment in self._segments[:-1]:
+            if segment.next_offset > start:
+                self._producers.remember(segment.log, 0, segment.size, start)
+        if len(self._segments) > 1:               # walked: the next open need not
+            self._write_producer_snapshot(active_base)
+
+    def _write_producer_snapshot(self, offset: int) -> None:
+        """Write the producer state as the snapshot at ``offset``, forgetting first the
+        producers whose last batch lies below the log start (Kafka's eviction), so
+        neither the state nor its snapshots grow with every producer ever seen."""
+        rows = self._producers.rows(self.log_start_offset)
+        if len(rows) < len(self._producers):
+            self._producers = ProducerState(rows)
+        try:
+            write_snapshot(self.directory, offset, rows)
+        except StorageError as error:
+            # Only a shortcut: the next open walks from the snapshot before it.
+            log.warning("%s: producer snapshot at %d not written (%s)", self.directory, offset,
+                        error)
+
+    def producer_batches(self) -> np.ndarray:
+        """The last batch of each idempotent producer in the log (those wholly below
+        the log start forgotten), one int64 row each in ``producer_snapshots``'
+        columns: producer id, epoch, base sequence, base offset, last offset delta.
+        What the appender remembers at open and after a truncation: the snapshot
+        below the active segment and a walk of the active segment."""
+        state = self._producers.copy()
+        active = self.active
+        state.remember(active.log, 0, active.size)
+        return state.rows(self.log_start_offset)
+
     # -- the writer's contract --------------------------------------------------------
     def set_listener(self, listener: Callable[[LogChange], None] | None) -> None:
         """Tell ``listener`` (the partition's writer; None: nobody) of every change
@@ -1229,15 +1380,21 @@ class PartitionLog:
             and config.compression_type in ("producer", "uncompressed"),
             segment.verified_end >= segment.size, segment)
 
-    def appended_by_kernel(self, target: "AppendTarget", message_count: int) -> None:
+    def appended_by_kernel(self, target: "AppendTarget", message_count: int,
+                           leader_epoch: int = -1) -> None:
         """The bookkeeping :meth:`append` does after its kernel call, for
-        ``message_count`` records a compiled writer appended through ``target``
-        since it last called this: the verified prefix (the kernel validated what it
-        copied), prefaulting ahead, and the flush policy. Tells the listener nothing:
-        the writer published those appends itself."""
+        ``message_count`` records (offsets: a compiled writer's are dense) a
+        compiled writer appended through ``target`` since it last called this,
+        stamped with ``leader_epoch`` (-1: the writer does not say): the verified
+        prefix (the kernel validated what it copied), the leader-epoch cache (an
+        epoch above its latest began at the first of those offsets), prefaulting
+        ahead, and the flush policy. Tells the listener nothing: the writer
+        published those appends itself."""
         segment = target.segment
         if target.verified:
             segment.verified_end = segment.size
+        if leader_epoch > self.epochs.latest_epoch and message_count:
+            self.epochs.assign(leader_epoch, segment.next_offset - message_count)
         segment.prefault_ahead()
         self._after_append(message_count)
 
@@ -1280,7 +1437,9 @@ class PartitionLog:
             One or more encoded batches back to back (see :func:`encode_batch`).
             Their base offsets are ignored and replaced.
         leader_epoch : int
-            Stamped into every batch (replication uses it).
+            Stamped into every batch; one above the epoch cache's latest begins
+            at this append's base offset (``epochs``). A lower one (a stale
+            writer) leaves the cache alone.
 
         Returns
         -------
@@ -1296,21 +1455,9 @@ class PartitionLog:
             The disk is full or failed; nothing of the failing batch was appended.
         """
         config = self._config
-        source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
-        if source.dtype != np.uint8 or source.ndim != 1 or not source.flags.c_contiguous:
-            raise CorruptRecordError("batches must be a contiguous 1-D uint8 buffer")
+        source = self._as_source(batches)
         status, bad_position, count, compressed, largest = _validate(source, 0, source.size)
-        if status != 0 or count == 0:
-            reason = BatchStatus(status).name if count or status else "EMPTY"
-            raise CorruptRecordError(
-                f"{self.directory}: rejected batch at byte {bad_position} of the append: "
-                f"{reason}; nothing was appended", status=int(status), position=int(bad_position))
-        if largest > config.batch_size_max:
-            raise RecordTooLargeError(
-                f"{self.directory}: a batch of {largest} bytes exceeds the limit of "
-                f"{config.batch_size_max} (max.message.bytes="
-                f"{config.max_message_bytes}, segment.bytes={config.segment_bytes}); "
-                f"nothing was appended: send smaller batches or raise max.message.bytes")
+        self._check_validated(status, bad_position, count, largest)
         if compressed:
             self._check_compressed(source)
         source = self._apply_compression_type(source)
@@ -1328,14 +1475,103 @@ class PartitionLog:
             # failed, or rolled: the listener publishes whatever the log now holds.
             if self._listener is not None:          # (inline: once per append)
                 self._listener(LogChange.APPENDED)
+            # Kafka's maybeAssignEpochStartOffset, before the flush policy runs.
+            if leader_epoch > self.epochs.latest_epoch and self.log_end_offset > base_offset:
+                self.epochs.assign(leader_epoch, base_offset)
         last_offset = self.log_end_offset - 1
         self._after_append(last_offset - base_offset + 1)
         return AppendResult(base_offset, last_offset,
                             append_time if append_time != TIMESTAMP_NONE else -1, count)
 
-    def _append_validated(self, source: np.ndarray, append_time: int, leader_epoch: int) -> None:
+    def append_as_follower(self, batches) -> AppendResult:
+        """Append a leader's batches as they are (Kafka's ``Log.appendAsFollower``):
+        their base offsets (the log end jumps over a gap compaction left), leader
+        epochs and timestamps are kept, nothing is recompressed or stamped, so the
+        replica's bytes are the leader's. Validated as :meth:`append` validates
+        (structure, CRC32C, records, ``max.message.bytes``, zstd inflation), with
+        stored batches' offset rules. The leader-epoch cache learns each epoch
+        the batches change to (Kafka assigns every appended batch's epoch).
+
+        Parameters
+        ----------
+        batches : bytes-like or numpy.ndarray
+            One or more batches back to back, as the leader's log holds them.
+
+        Returns
+        -------
+        AppendResult
+            The first batch's base offset and the last batch's last offset
+            (``log_append_time`` is -1).
+
+        Raises
+        ------
+        UnexpectedAppendOffsetError
+            The first base offset is below the log end; nothing was appended.
+        OffsetsOutOfOrderError
+            A batch's base offset is not past the batch before it; nothing was
+            appended.
+        CorruptRecordError
+            A batch is malformed; nothing was appended.
+        RecordTooLargeError
+            A batch exceeds ``max.message.bytes``; nothing was appended.
+        StorageError
+            The disk is full or failed; nothing of the failing batch was appended.
+        """
+        source = self._as_source(batches)
+        status, bad_position, count, compressed, largest, first_base, next_offset = \
+            _validate_replicated(source, 0, source.size)
+        self._check_validated(status, bad_position, count, largest)
+        if first_base < self.log_end_offset:
+            raise UnexpectedAppendOffsetError(
+                f"{self.directory}: a follower's append starts at offset {first_base}, below "
+                f"the log end {self.log_end_offset}; nothing was appended",
+                status=int(BatchStatus.BAD_OFFSET), position=0)
+        if compressed:
+            self._check_compressed(source)
+        try:
+            self._append_validated(source, TIMESTAMP_NONE, -1, True)
+        finally:
+            if self._listener is not None:
+                self._listener(LogChange.APPENDED)
+            for epoch, start in epoch_starts(source, 0, source.size, self.epochs.latest_epoch,
+                                             increases_only=False):
+                if start < self.log_end_offset:        # appended (all, unless it failed)
+                    self.epochs.assign(epoch, start)
+        self._after_append(int(next_offset - first_base))
+        return AppendResult(int(first_base), int(next_offset) - 1, -1, int(count))
+
+    def _as_source(self, batches) -> np.ndarray:
+        source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
+        if source.dtype != np.uint8 or source.ndim != 1 or not source.flags.c_contiguous:
+            raise CorruptRecordError("batches must be a contiguous 1-D uint8 buffer")
+        return source
+
+    def _check_validated(self, status: int, bad_position: int, count: int, largest: int) -> None:
+        """Raise what a validating walk found (see :meth:`append`)."""
+        if status == _OUT_OF_ORDER:
+            raise OffsetsOutOfOrderError(
+                f"{self.directory}: the batch at byte {bad_position} of a follower's append "
+                f"does not start past the batch before it; nothing was appended",
+                status=int(BatchStatus.BAD_OFFSET), position=int(bad_position))
+        if status != 0 or count == 0:
+            reason = BatchStatus(status).name if count or status else "EMPTY"
+            raise CorruptRecordError(
+                f"{self.directory}: rejected batch at byte {bad_position} of the append: "
+                f"{reason}; nothing was appended", status=int(status), position=int(bad_position))
+        if largest > self._config.batch_size_max:
+            config = self._config
+            raise RecordTooLargeError(
+                f"{self.directory}: a batch of {largest} bytes exceeds the limit of "
+                f"{config.batch_size_max} (max.message.bytes="
+                f"{config.max_message_bytes}, segment.bytes={config.segment_bytes}); "
+                f"nothing was appended: send smaller batches or raise max.message.bytes")
+
+    def _append_validated(self, source: np.ndarray, append_time: int, leader_epoch: int,
+                          keep_offsets: bool = False) -> None:
         """Copy validated batches in through :func:`append_batches`, rolling and
-        reserving as it asks."""
+        reserving as it asks (with ``keep_offsets``, a roll starts the new segment
+        at the base offset of the batch that asked for it, as Kafka's follower
+        rolls at the batch's first offset)."""
         config = self._config
         position = 0
         while True:
@@ -1348,7 +1584,7 @@ class PartitionLog:
             status, position, _ = append_batches(
                 source, position, source.size, segment.log, segment._offset_index.bytes,
                 segment._time_index.bytes, segment.state, segment_bytes, config.segment_ms,
-                config.index_interval_bytes, append_time, leader_epoch, False)
+                config.index_interval_bytes, append_time, leader_epoch, False, keep_offsets)
             assert status != REJECTED, "the source was validated and is private"
             if verified:
                 segment.verified_end = segment.size
@@ -1357,7 +1593,9 @@ class PartitionLog:
             length = int(source[position + B.BATCH_LENGTH_OFFSET:][:B.BATCH_LENGTH_SIZE]
                          .view("<u4")[0])
             if status == NEED_ROLL:
-                self._roll(length)
+                self._roll(length, int(source[position:position + B.HEADER_LENGTH]
+                                       .view(B.BATCH_HEADER_DTYPE)[0]["base_offset"])
+                           if keep_offsets else None)
             else:
                 segment.make_room(length, config.index_interval_bytes)
         self.active.prefault_ahead()
@@ -1440,18 +1678,24 @@ class PartitionLog:
             self._tell(LogChange.ROLLED)
         return segment
 
-    def _roll(self, log_reserved: int) -> Segment:
-        """:meth:`roll` of a non-empty active segment, telling nobody."""
-        base = self.log_end_offset
+    def _roll(self, log_reserved: int, base_offset: int | None = None) -> Segment:
+        """:meth:`roll` of the active segment, telling nobody; the new segment starts
+        at ``base_offset`` (a follower's batch past a gap), default the log end."""
+        base = self.log_end_offset if base_offset is None else base_offset
+        assert base >= self.log_end_offset, "a segment never starts below the log end"
         segment = Segment.create(self.directory, base, self.config, log_reserved)
         try:
             self.active.close_for_append()
         except StorageError:
             segment.delete()
             raise
+        sealed = self.active
         self._segments.append(segment)
         self._bases.append(base)
         self._generation.rolled()
+        # Kafka's snapshot at each roll: every producer's last batch below the new base.
+        self._producers.remember(sealed.log, 0, sealed.size)
+        self._write_producer_snapshot(base)
         if log_reserved:
             segment.prefault_ahead()       # appends are under way: keep ahead of them
         return segment
@@ -1468,6 +1712,9 @@ class PartitionLog:
             if segment.flushed_end < segment.size:
                 segment.sync()
         fsync_directory(self.directory)
+        # Every epoch of what the recovery point passes is in the epochs' file (a
+        # reopen learns epochs only from above the recovery point).
+        self.epochs.flush()
         previous, self.recovery_point = self.recovery_point, self.log_end_offset
         try:
             self._write_checkpoint()
@@ -1588,6 +1835,9 @@ class PartitionLog:
                 segment.delete()
             if deleted:
                 self.log_start_offset = max(self.log_start_offset, self._bases[0])
+                self.epochs.truncate_from_start(self.log_start_offset)
+                delete_snapshots(self.directory, [offset for offset in snapshot_offsets(
+                    self.directory) if offset < self._bases[0]])
                 try:
                     self._write_checkpoint()
                 except StorageError as error:
@@ -1716,11 +1966,15 @@ class PartitionLog:
             raise self._out_of_range(offset)
         self.log_start_offset = offset
         self._write_checkpoint()
+        self.epochs.truncate_from_start(offset)
         self._tell(LogChange.LOG_START_MOVED)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset`` (replication's
         truncation). Batches are atomic: a batch straddling ``offset`` goes whole.
+        The leader-epoch cache drops the epochs that began at or past the new log
+        end (Kafka's ``truncateFromEnd``); an ``offset`` at or past the log end
+        changes nothing, the cache included (Kafka's ``truncateTo``).
 
         Returns the new log end offset.
         """
@@ -1744,10 +1998,14 @@ class PartitionLog:
                                                       min(offset, first_dropped))
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self._write_checkpoint()
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self._load_producers()            # the active segment may be an older one now
         return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete every segment and restart the log, empty, at ``offset``."""
+        """Delete every segment and restart the log, empty, at ``offset`` (a follower
+        below its leader's log start: Kafka's ``truncateFullyAndStartAt``); the
+        leader-epoch cache is cleared."""
         with self._segments_changing():
             for segment in self._segments:
                 segment.delete()
@@ -1757,6 +2015,9 @@ class PartitionLog:
             self.log_start_offset = offset
             self.recovery_point = offset
             self._write_checkpoint()
+        self.epochs.clear()
+        delete_snapshots(self.directory, snapshot_offsets(self.directory))
+        self._producers = ProducerState()
 
     def close(self) -> None:
         """Seal the active segment (trimmed files, closing time-index entry), flush,
@@ -1783,6 +2044,28 @@ class PartitionLog:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def warm_follower_kernels(directory: str) -> None:
+    """Load the kernels a follower's append runs that a leader's never does (the
+    append kernel keeping offsets, the stored batches' validation, the epoch walk;
+    for a writable source and a read-only one, as a frame off the wire is), in a
+    scratch partition at ``directory``, created and removed here: a broker's
+    warm-up calls it, so a follower's first fetch loads no kernel with the GIL held.
+    """
+    config = TopicConfig()
+    batch = encode_batch([b"warm-up"])
+    partition_log = PartitionLog(directory, config)
+    try:
+        for base in (0, 5):                 # a gap between them, and a new epoch
+            header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)
+            header["base_offset"], header["leader_epoch"] = base, base
+            partition_log.append_as_follower(
+                batch if base == 0 else np.frombuffer(batch.tobytes(), np.uint8))
+        partition_log.truncate_to(1)
+    finally:
+        partition_log.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def write_swap_manifest(directory: str, groups) -> None:

@@ -1,0 +1,202 @@
+"""Idempotent producers' state across rolls, restarts and truncation (design note
+section 4.5, item 1): a producer whose last batch sits in an older segment is
+still known after the partition is opened again or truncated, so its re-send is
+acknowledged with the original offset, not appended twice.
+
+Goal: "roll, reopen, re-send the last batch: deduped", after a clean close and
+after a crash, with the producer snapshots there, missing or damaged; after a
+truncation that keeps or removes the producer's batch; retention forgetting a
+producer whose batches are gone; the header walk against a plain Python model.
+
+Method: a real LogManager, partition logs on disk with small segments and a real
+appender with a state table in /dev/shm; a crash is a log abandoned without
+closing (mappings dropped, nothing flushed or sealed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+
+import numpy as np
+import pytest
+
+from helpers import abandon
+from shmlog import LogManager, batch_layout as B, shared_memory
+from shmlog.appender import Appender
+from shmlog.config import TopicConfig
+from shmlog.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
+from shmlog.records import encode_batch
+from shmlog.segments import PartitionLog
+from shmlog.state import PartitionStateTable
+
+SMALL = {"segment.bytes": 8 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
+
+
+def producer_batch(producer_id: int, sequence: int, count: int = 4, size: int = 60):
+    return encode_batch([b"%d-%d-%d" % (producer_id, sequence, index) + b"." * size
+                         for index in range(count)],
+                        producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
+
+
+class Broker:
+    """A data directory with topic "t" and an appender hosting t-0; opened again
+    by :meth:`restart` (after a clean close or a crash)."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.name = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}-state"
+        self.table = PartitionStateTable.create(self.name, 8)
+        self.logs = LogManager(directory)
+        self.logs.create_topic("t", 1, SMALL)
+        self.other_sequence = 0          # the next sequence of bury()'s producer
+        self._host()
+
+    def _host(self):
+        self.appender = Appender(self.logs, self.table)
+        self.row = self.appender.register_partition("t", 0)
+
+    @property
+    def log(self):
+        return self.logs.partition_log("t", 0)
+
+    def append(self, batch) -> int:
+        return self.appender.append(self.row, batch)[0]
+
+    def restart(self, crash: bool = False) -> None:
+        self.appender.unregister_partition("t", 0)
+        if crash:
+            abandon(self.log)
+        self.logs.close()
+        self.logs = LogManager(self.directory)
+        self._host()
+
+    def close(self):
+        self.logs.close()
+        shared_memory.unlink(self.name)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    opened = Broker(str(tmp_path / "data"))
+    yield opened
+    opened.close()
+
+
+def bury(broker, batches: int = 40, rolls: int = 2) -> None:
+    """Another producer (id 8) appends ``batches`` batches, rolling the segments at
+    least ``rolls`` times."""
+    segments = len(broker.log.segments)
+    for _ in range(batches):
+        assert broker.append(producer_batch(8, broker.other_sequence)) >= 0
+        broker.other_sequence += 4
+    assert len(broker.log.segments) >= segments + rolls
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_resend_after_roll_and_reopen_is_a_duplicate(broker, crash):
+    first = broker.append(producer_batch(7, 0))
+    last = broker.append(producer_batch(7, 4))
+    bury(broker)
+    end = broker.log.log_end_offset
+    broker.restart(crash=crash)
+    assert broker.log.log_end_offset == end
+    assert broker.append(producer_batch(7, 4)) == last                 # deduped
+    assert broker.log.log_end_offset == end
+    assert broker.append(producer_batch(7, 8)) == end                  # and it goes on
+    assert first == 0
+
+
+def test_without_snapshots_the_open_walks_the_whole_log(broker):
+    last = broker.append(producer_batch(7, 0))
+    bury(broker)
+    broker.restart()
+    directory = broker.log.directory
+    for offset in snapshot_offsets(directory):
+        os.unlink(os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}"))
+    # A damaged one is as good as none.
+    with open(os.path.join(directory, f"{broker.log.active.base_offset:020d}{SNAPSHOT_SUFFIX}"),
+              "w") as damaged:
+        damaged.write('{"version": 1, "producers": [[1, 2]]}')
+    end = broker.log.log_end_offset
+    broker.restart()
+    assert broker.append(producer_batch(7, 0)) == last
+    assert broker.log.log_end_offset == end
+    # The walk left the snapshot below the active segment for the next open.
+    assert snapshot_offsets(directory)[-1] == broker.log.active.base_offset
+
+
+def test_a_truncation_keeps_producers_of_older_segments(broker):
+    last = broker.append(producer_batch(7, 0))
+    bury(broker)
+    cut = broker.log.active.base_offset + 2
+    bury(broker, 1, rolls=0)
+    broker.log.truncate_to(cut)
+    broker.appender.rebuild_producer_state(broker.row)
+    end = broker.log.log_end_offset
+    assert broker.append(producer_batch(7, 0)) == last
+    assert broker.log.log_end_offset == end
+
+
+def test_a_truncation_forgets_the_batches_it_removed(broker):
+    bury(broker, 10, rolls=0)
+    cut = broker.log.log_end_offset
+    resent = producer_batch(7, 0)
+    broker.append(resent)
+    bury(broker)                            # the producer's batch is in an older segment now
+    broker.log.truncate_to(cut)
+    assert all(offset <= broker.log.active.base_offset
+               for offset in snapshot_offsets(broker.log.directory))
+    broker.appender.rebuild_producer_state(broker.row)
+    assert broker.append(resent) == cut                                 # appended again
+    assert broker.append(resent) == cut                                 # then a duplicate
+
+
+def test_retention_forgets_producers_whose_batches_are_gone(broker):
+    broker.append(producer_batch(7, 0))
+    bury(broker)
+    broker.log.config = TopicConfig.from_overrides({**SMALL, "retention.bytes": 1})
+    assert broker.log.delete_old_segments()
+    assert all(offset >= broker.log.log_start_offset
+               for offset in snapshot_offsets(broker.log.directory))
+    assert 7 not in broker.log.producer_batches()[:, 0].tolist()
+    assert 8 in broker.log.producer_batches()[:, 0].tolist()
+
+
+def test_the_header_walk_matches_a_plain_model():
+    rng = random.Random(5)
+    producers = list(range(100)) + [-1]             # more than the walk keeps locally
+    batches, model = [], {}
+    for base in range(0, 2000, 4):
+        producer_id = rng.choice(producers)
+        sequence = rng.randrange(1000)
+        batch = encode_batch([b"v"] * 4, producer_id=producer_id, producer_epoch=3,
+                             base_sequence=sequence) if producer_id >= 0 else \
+            encode_batch([b"v"] * 4)
+        batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)["base_offset"] = base
+        batches.append(batch)
+        if producer_id >= 0 and base >= 400:
+            model[producer_id] = [producer_id, 3, sequence, base, 3]
+    state = ProducerState()
+    data = np.concatenate(batches)
+    state.remember(data, 0, data.size, min_offset=400)
+    assert state.rows().tolist() == [model[key] for key in sorted(model)]
+    assert ProducerState(state.rows()).rows().tolist() == state.rows().tolist()
+    assert state.rows(min_last_offset=1000).tolist() == \
+        [model[key] for key in sorted(model) if model[key][3] + 3 >= 1000]
+
+
+def test_a_walk_without_producers_is_not_repeated(tmp_path):
+    directory = str(tmp_path / "partition")
+    partition_log = PartitionLog(directory, TopicConfig.from_overrides(SMALL))
+    for seed in range(40):
+        partition_log.append(encode_batch([b"%d" % seed + b"." * 400] * 4))   # no producer id
+    assert len(partition_log.segments) > 2
+    partition_log.close()
+    for offset in snapshot_offsets(directory):
+        os.unlink(os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}"))
+    reopened = PartitionLog(directory, TopicConfig.from_overrides(SMALL))
+    assert snapshot_offsets(directory) == [reopened.active.base_offset]
+    assert reopened.producer_batches().shape == (0, 5)
+    reopened.close()
