@@ -46,7 +46,8 @@ TOPIC_FILE = "topic.json"
 TOPIC_FILE_VERSION = 1
 DELETED_SUFFIX = ".deleted"
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-_TOPIC_ID = re.compile(r"[0-9a-f]{32}")     # uuid4().hex, the form zk_paths writes
+# A topic id: uuid4().hex, as this module makes them and a cluster's metadata carries them.
+_TOPIC_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class DataDirectoryInUseError(StorageError):
@@ -188,10 +189,13 @@ class LogManager:
         self._topics[metadata.name] = metadata
 
     def create_topic(self, name: str, partitions: int = 1,
-                     config: Mapping[str, Any] | None = None,
+                     config: Mapping[str, Any] | None = None, *,
                      topic_id: str | None = None) -> TopicMetadata:
-        """Create a topic with ``partitions`` empty partitions; ``topic_id`` (32 hex
-        digits) is the cluster's id for it, a new random one by default.
+        """Create a topic with ``partitions`` empty partitions.
+
+        ``topic_id`` is the id a cluster's metadata gave the topic (32 lowercase hex
+        digits), so every replica's partitions carry the same identity (ring
+        entries' topic key derives from it); by default a new one is made.
 
         Raises
         ------
@@ -199,11 +203,11 @@ class LogManager:
         """
         validate_topic_name(name)
         _validate_partition_count(partitions)
+        if topic_id is not None and not (isinstance(topic_id, str) and _TOPIC_ID.fullmatch(topic_id)):
+            raise InvalidTopicError(f"a topic id is 32 lowercase hex digits, got {topic_id!r}")
         topic_config = TopicConfig.from_overrides(config)
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
-        if topic_id is not None and not _TOPIC_ID.fullmatch(str(topic_id)):
-            raise InvalidTopicError(f"a topic id is 32 hex digits, got {topic_id!r}")
         metadata = TopicMetadata(name, topic_id or uuid.uuid4().hex, partitions, topic_config)
         access.make_directories(self._topic_dir(name))
         for partition in range(partitions):

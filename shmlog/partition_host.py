@@ -175,7 +175,7 @@ class PartitionHost:
                      topic_id: str | None = None) -> TopicMetadata:
         """Create a topic (internal ones too: no refusal here) and host its partitions;
         ``topic_id``: the cluster's id for it (a new one by default)."""
-        metadata = self.logs.create_topic(name, partitions, config, topic_id)
+        metadata = self.logs.create_topic(name, partitions, config, topic_id=topic_id)
         self._host_partitions(name, {})
         self._topics_changed()
         return metadata

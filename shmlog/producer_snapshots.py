@@ -15,7 +15,9 @@ Rules
       {"version": 1, "producers": [[producer_id, epoch, base_sequence,
                                     base_offset, last_offset_delta], ...]}
 
-  It is replaced whole (``durable_files.write_atomically``).
+  It is replaced whole (a temporary file renamed over it), but not fsynced: a
+  snapshot a crash lost or left empty is one the next open ignores, so the roll
+  that writes it on the broker's loop waits for no disk.
 * A snapshot is only a shortcut: a missing or unreadable one is recomputed from
   the snapshot before it (or from the log start) by walking batch headers, so a
   failed write, an old log without snapshots, or a crash between a roll and its
@@ -51,8 +53,7 @@ from numba.typed import Dict
 
 from . import batch_layout as B
 from . import index_layout as I
-from . import limits
-from .durable_files import write_atomically
+from . import access, limits
 from .errors import StorageError
 from .jit import kernel, load_i16, load_i32, load_i64
 from .records import batch_frame
@@ -203,15 +204,23 @@ def snapshot_offsets(directory: str) -> list[int]:
 
 
 def write_snapshot(directory: str, offset: int, rows: np.ndarray) -> None:
-    """Write the snapshot at ``offset`` (``rows`` as :meth:`ProducerState.rows`).
+    """Write the snapshot at ``offset`` (``rows`` as :meth:`ProducerState.rows`),
+    replacing it whole, without an fsync (see the rules).
 
     Raises
     ------
     StorageError
         It could not be written (the next open walks further instead).
     """
-    write_atomically(snapshot_path(directory, offset),
-                     json.dumps({"version": SNAPSHOT_VERSION, "producers": rows.tolist()}))
+    path = snapshot_path(directory, offset)
+    temporary = path + ".tmp"              # removed by the next open if left behind
+    try:
+        with os.fdopen(access.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                       "w") as target:
+            target.write(json.dumps({"version": SNAPSHOT_VERSION, "producers": rows.tolist()}))
+        os.replace(temporary, path)
+    except OSError as error:
+        raise StorageError(f"cannot write {path}: {error}") from error
 
 
 def read_snapshot(directory: str, offset: int) -> np.ndarray | None:

@@ -1324,7 +1324,7 @@ class PartitionLog:
         for segment in self._segments[:-1]:
             if segment.next_offset > start:
                 self._producers.remember(segment.log, 0, segment.size, start)
-        if len(self._producers):
+        if len(self._segments) > 1:               # walked: the next open need not
             self._write_producer_snapshot(active_base)
 
     def _write_producer_snapshot(self, offset: int) -> None:
@@ -1437,7 +1437,9 @@ class PartitionLog:
             One or more encoded batches back to back (see :func:`encode_batch`).
             Their base offsets are ignored and replaced.
         leader_epoch : int
-            Stamped into every batch (replication uses it).
+            Stamped into every batch; one above the epoch cache's latest begins
+            at this append's base offset (``epochs``). A lower one (a stale
+            writer) leaves the cache alone.
 
         Returns
         -------

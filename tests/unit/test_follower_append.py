@@ -264,3 +264,36 @@ def test_a_read_only_source_and_the_warm_up(tmp_path):
     scratch = tmp_path / "warm-up"
     warm_follower_kernels(str(scratch))
     assert not scratch.exists()
+
+
+def test_a_deposed_leader_truncates_where_the_epochs_say_and_ends_identical(tmp_path):
+    """KIP-279's exchange on real logs: the new leader answers the deposed one's
+    latest epoch from its cache, the deposed leader truncates there and copies the
+    rest; both logs and both caches end equal."""
+    config = TopicConfig.from_overrides(SMALL)
+    old = PartitionLog(str(tmp_path / "old"), config)       # led epochs 0 and 1
+    new = PartitionLog(str(tmp_path / "new"), config)       # followed epoch 0, leads 2
+    for seed in range(2):
+        new.append_as_follower(old.read(old.append(values_batch(5, seed)).base_offset).data.copy())
+    for seed in range(2, 4):
+        old.append(values_batch(5, seed), leader_epoch=1)   # never replicated
+    new.epochs.assign(2, new.log_end_offset)                # Partition.makeLeader
+    new.append(values_batch(3, 9), leader_epoch=2)
+    epoch, end = new.epochs.end_offset_for(old.epochs.latest_epoch, new.log_end_offset)
+    assert (epoch, end) == (0, 10)
+    assert old.epochs.end_offset_for(epoch, old.log_end_offset) == (0, 10)
+    old.truncate_to(min(end, old.log_end_offset))
+    assert old.epochs.entries() == [(0, 0)]
+    for chunk in fetch_chunks_from(new, old.log_end_offset):
+        old.append_as_follower(chunk)
+    assert log_bytes(old) == log_bytes(new)
+    assert old.epochs.entries() == new.epochs.entries() == [(0, 0), (2, 10)]
+    old.close()
+    new.close()
+
+
+def fetch_chunks_from(partition_log, offset: int):
+    while offset < partition_log.log_end_offset:
+        result = partition_log.read(offset, max_bytes=1 << 12)
+        yield result.data.copy()
+        offset = result.next_offset

@@ -139,3 +139,17 @@ def test_the_lock_is_per_directory_not_per_object(tmp_path):
             pass
         with pytest.raises(DataDirectoryInUseError):
             LogManager(str(tmp_path / "a"))
+
+
+def test_a_topic_takes_the_id_its_cluster_gave_it(tmp_path):
+    data = str(tmp_path / "data")
+    given = "0123456789abcdef0123456789abcdef"
+    with LogManager(data) as logs:
+        assert logs.create_topic("t", 2, topic_id=given).topic_id == given
+        for bad in ("0123", given.upper(), 5, given + "0"):
+            with pytest.raises(InvalidTopicError):
+                logs.create_topic("u", 1, topic_id=bad)
+        assert "u" not in logs.list_topics()
+    with LogManager(data) as logs:
+        assert logs.describe_topic("t").topic_id == given
+        assert logs.partition_log("t", 1).topic_id == given

@@ -28,6 +28,7 @@ from shmlog.appender import Appender
 from shmlog.config import TopicConfig
 from shmlog.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
 from shmlog.records import encode_batch
+from shmlog.segments import PartitionLog
 from shmlog.state import PartitionStateTable
 
 SMALL = {"segment.bytes": 8 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
@@ -184,3 +185,18 @@ def test_the_header_walk_matches_a_plain_model():
     assert ProducerState(state.rows()).rows().tolist() == state.rows().tolist()
     assert state.rows(min_last_offset=1000).tolist() == \
         [model[key] for key in sorted(model) if model[key][3] + 3 >= 1000]
+
+
+def test_a_walk_without_producers_is_not_repeated(tmp_path):
+    directory = str(tmp_path / "partition")
+    partition_log = PartitionLog(directory, TopicConfig.from_overrides(SMALL))
+    for seed in range(40):
+        partition_log.append(encode_batch([b"%d" % seed + b"." * 400] * 4))   # no producer id
+    assert len(partition_log.segments) > 2
+    partition_log.close()
+    for offset in snapshot_offsets(directory):
+        os.unlink(os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}"))
+    reopened = PartitionLog(directory, TopicConfig.from_overrides(SMALL))
+    assert snapshot_offsets(directory) == [reopened.active.base_offset]
+    assert reopened.producer_batches().shape == (0, 5)
+    reopened.close()
