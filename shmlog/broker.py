@@ -78,6 +78,7 @@ from . import state_layout as S
 from . import wakeup
 from .appender import HighWatermarkPolicy
 from .cleaner import warm_kernels as warm_cleaner_kernels
+from .segments import warm_follower_kernels
 from .completion import CompletionCode
 from .control import decode_reply, encode_request, encode_result, error_reply, handle_frame
 from .broker_config import BrokerConfig
@@ -293,6 +294,8 @@ def warm_kernels(config: BrokerConfig) -> None:
                                               offsets_topic_num_partitions=1), table=table)
         try:
             _serve_scratch_requests(core)
+            if config.cluster is not None:
+                warm_follower_kernels(os.path.join(directory, "follower"))
         finally:
             core.close()
     except (ShmlogError, OSError) as error:

@@ -12,7 +12,9 @@ from shmlog.consumer import Consumer, TopicPartition
 from shmlog.local_cluster import LocalCluster
 from shmlog.producer import Producer
 
-SETTINGS = {"zookeeper.session.timeout.ms": 2000, "replica.lag.time.max.ms": 1500,
+# A follower is dropped from the ISR after 4 s without catching up: on a loaded 2-core
+# machine a shorter lag shrinks ISRs these tests expect to stay whole.
+SETTINGS = {"zookeeper.session.timeout.ms": 2000, "replica.lag.time.max.ms": 4000,
             "replica.fetch.wait.max.ms": 200, "replica.socket.timeout.ms": 1500}
 WAIT_S = 30
 
