@@ -15,9 +15,13 @@
     │   └── ClientClosedError         a closed producer or consumer was used
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
+    │   │   ├── UnexpectedAppendOffsetError   a leader's batch starts below the follower's log end
+    │   │   └── OffsetsOutOfOrderError        a leader's batches' offsets do not increase
     │   ├── CorruptRingError          a ring holds bytes no producer could have written
     │   ├── OutOfOrderSequenceError   an idempotent producer's sequence skipped or went back
-    │   └── InvalidProducerEpochError an idempotent producer's epoch is older than one appended
+    │   ├── InvalidProducerEpochError an idempotent producer's epoch is older than one appended
+    │   ├── ZnodeFormatError          a znode's body is not what zk_paths lays out
+    │   └── ReplicationProtocolError  a peer broker's replication message is malformed
     ├── TopicExistsError
     ├── UnknownTopicOrPartitionError
     ├── CorruptSegmentError           data on disk failed its CRC or structure check
@@ -30,11 +34,17 @@
     ├── StorageError                  the log directory failed (disk full, I/O error)
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
     ├── ZooKeeperUnavailableError     a local ZooKeeper cannot run here (no pyspark jars, no java)
+    │   └── ZooKeeperConnectionError  no session in time, or lost during a write (outcome unknown)
     ├── ZooKeeperStartError           a local ZooKeeper exited or did not serve while starting
     ├── NotEnoughReplicasError        acks=all: too few in-sync replicas, nothing appended
     ├── NotEnoughReplicasAfterAppendError   acks=all: appended, but too few replicas have it
     ├── NotLeaderOrFollowerError      the broker lost the partition's leadership
     ├── RequestTimedOutError          a forwarded batch was never answered: outcome unknown
+    ├── InconsistentClusterIdError    the ZooKeeper chroot belongs to another cluster
+    ├── BrokerIdInUseError            another live broker is registered under this id
+    ├── ControllerMovedError          a newer controller was elected: this one resigns
+    ├── ZooKeeperConflictError        a conditional ZooKeeper write found the znode changed
+    │   └── StaleStateVersionError    a partition state (or id block) was written meanwhile
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
