@@ -28,7 +28,8 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
     perf.add_argument("--record-size", type=int, default=100, help="bytes per value")
     perf.add_argument("--batch-records", type=int, default=0,
                       help="produce with send_batch of this many rows (0: one send each)")
-    perf.add_argument("--acks", type=int, choices=[0, 1], default=1)
+    perf.add_argument("--acks", choices=["0", "1", "all", "-1"], default="1",
+                      help="0, 1, or all (-1): acknowledged once every in-sync replica has it")
     perf.add_argument("--batch", action="store_true", help="consume with poll_batch")
     perf.add_argument("--timeout-ms", type=int, default=limits.PERF_IDLE_TIMEOUT_MS,
                       help="consume: stop after this long without a record (default "
@@ -50,7 +51,7 @@ def _perf(arguments) -> int:
     if arguments.mode == "produce":
         result = perf.produce(arguments.data_dir, arguments.topic, arguments.records,
                               arguments.record_size, batch_records=arguments.batch_records,
-                              acks=arguments.acks, progress=progress)
+                              acks=_acks(arguments.acks), progress=progress)
     elif arguments.mode == "consume":
         result = perf.consume(arguments.data_dir, arguments.topic, arguments.records,
                               batch=arguments.batch, timeout_ms=arguments.timeout_ms,
@@ -68,3 +69,8 @@ def _perf(arguments) -> int:
         print(f"{result['records']:,} records in {result['seconds']:.2f} s: "
               f"{result['records_per_s']:,.0f} records/s, {result['bytes_per_s'] / 1e6:,.1f} MB/s")
     return EXIT_OK
+
+
+def _acks(text: str):
+    """The --acks flag as the Producer takes it: 0, 1 or "all"."""
+    return "all" if text in ("all", "-1") else int(text)
