@@ -88,3 +88,17 @@ def test_a_producer_on_a_follower_is_told_it_is_not_the_leader(cluster):
     with Producer(cluster.data_dir(follower), acks=1) as producer:
         with pytest.raises(NotLeaderOrFollowerError):
             producer.send("elsewhere", b"x", partition=0).get(timeout=WAIT_S)
+
+
+def test_a_broker_without_a_replica_keeps_an_observer_copy_for_its_readers(cluster):
+    Admin(cluster.data_dir(1)).create_topic("observed", 1, replication_factor=2)
+    described = partitions_of(cluster, 1, "observed")[0]
+    observer = next(broker_id for broker_id in (1, 2, 3) if broker_id not in described["replicas"])
+    assert partitions_of(cluster, observer, "observed")[0]["role"] == "observer"
+    values = [b"seen-%d" % n for n in range(50)]
+    with Producer(cluster.data_dir(described["leader"]), acks="all") as producer:
+        for future in [producer.send("observed", value, partition=0) for value in values]:
+            future.get(timeout=WAIT_S)
+    assert read_all(cluster.data_dir(observer), "observed", 0, 50) == list(enumerate(values))
+    assert sorted(partitions_of(cluster, 1, "observed")[0]["isr"]) == \
+        sorted(described["replicas"]), "an observer never joins the ISR"
