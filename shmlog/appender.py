@@ -854,7 +854,8 @@ class Appender:
         partition's role; True until replication says otherwise). While it does not,
         producers' entries bound for it, and the broker's own appends, are refused
         with ``NOT_LEADER_OR_FOLLOWER`` and nothing of them appended (Kafka's
-        ``NotLeaderOrFollowerException``); a follower appends only its leader's
+        ``NotLeaderOrFollowerException``), unless a forwarder takes the producers'
+        entries (:meth:`set_forwarder`); a follower appends only its leader's
         batches (:meth:`append_replicated`).
 
         Raises

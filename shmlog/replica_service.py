@@ -25,6 +25,10 @@ Rules
   LOST session resigns every leadership and fails the acks=all entries parked.
 * A peer's message never ends the loop: what it names that is unknown is answered
   with an error code.
+* **Producers whose partition is led elsewhere** are forwarded (``forwarding``): the
+  appender hands their entries to :class:`~shmlog.forwarding.Forwarding`, which
+  sends PRODUCE to the leader and serves the PRODUCEs of peers; this service only
+  dispatches to it and calls its ``poll`` after applying each turn's states.
 
 Theory of operation
 -------------------
