@@ -87,7 +87,7 @@ from .zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpo
 
 log = logging.getLogger("shmlog.broker")
 
-__all__ = ["Forwarding", "ProducePurgatory", "wire_error", "completion_result",
+__all__ = ["Forwarding", "ProducePurgatory", "append_as_leader", "wire_error", "completion_result",
            "RETRIABLE_ERRORS"]
 
 # What a ring's refusal is called on the wire (Kafka's Errors for the same refusal).
