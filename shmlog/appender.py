@@ -47,6 +47,15 @@ Rules
   offsets were truncated away after a leadership change) is refused
   (:meth:`Appender.refuse_parked`, :meth:`Appender.refuse_parked_from`): it
   completes with the code given once those before it in its ring have.
+* An entry bound for a partition another broker leads (:meth:`Appender.set_is_leader`)
+  is refused with ``NOT_LEADER_OR_FOLLOWER``, unless a forwarder is set
+  (:meth:`Appender.set_forwarder`, cluster mode): then the slow path checks its
+  batch as the leader would for its bytes alone, hands a copy to the forwarder,
+  releases its space at once and parks its completion as *external*
+  (``PARKED_EXTERNAL``): no high watermark here covers it; it completes with what
+  :meth:`Appender.resolve_forwarded` says (the leader's answer), in ring order like
+  every parked completion. Entries for partitions this broker leads never take
+  that path: the compiled loop is unchanged for them.
 * Every batch appended to a partition (compiled path, slow path,
   :meth:`Appender.append`) is stamped with its row's leader epoch
   (:meth:`Appender.set_leader_epoch`, 0 until replication sets one), as Kafka's
@@ -96,8 +105,10 @@ becomes leader knows every producer's last batch.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
+from typing import Callable
 
 import numba
 import numpy as np
@@ -122,7 +133,7 @@ from .state import PartitionStateTable, publish_row, topic_key
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Appender", "CompletionCode", "HighWatermarkPolicy"]
+__all__ = ["Appender", "CompletionCode", "ForwardedEntry", "HighWatermarkPolicy"]
 
 
 class HighWatermarkPolicy(enum.IntEnum):
@@ -158,8 +169,14 @@ PARKED_NUMBER = 0              # the entry's number
 PARKED_RESULT = 1
 PARKED_TIMESTAMP = 2
 PARKED_ROW = 3                 # the partition whose high watermark it waits for ...
-PARKED_LAST_OFFSET = 4         # ... to pass this offset (-1: waits only for those before it)
+PARKED_LAST_OFFSET = 4         # ... to pass this offset (or one of the two marks below)
 PARKED_COLUMNS = 5
+# PARKED_LAST_OFFSET marks: the entry waits only for those before it in its ring; or
+# it was forwarded to the partition's leader and waits for resolve_forwarded (its
+# row is then PARKED_NO_ROW: no high watermark of this broker decides it).
+PARKED_NO_BATCH = -1
+PARKED_EXTERNAL = -2
+PARKED_NO_ROW = -1
 # A producer never has more than COMPLETION_SLOTS entries unacknowledged, and a
 # parked entry is unacknowledged (see the rules).
 PARKED_COMPLETIONS_MAX = R.COMPLETION_SLOTS
@@ -277,8 +294,11 @@ def _remember_producers(sequences, row, producers):
 @kernel(inline=_PER_ENTRY)
 def _covered(row_settings, row, last_offset):
     """Whether the row's high watermark covers a batch ending at ``last_offset``
-    (-1: no batch, nothing to wait for)."""
-    return last_offset < 0 or last_offset < row_settings[row, ROW_HIGH_WATERMARK]
+    (PARKED_NO_BATCH: nothing to wait for; PARKED_EXTERNAL: never, until
+    :meth:`Appender.resolve_forwarded` says what became of it)."""
+    if last_offset < 0:
+        return last_offset != PARKED_EXTERNAL
+    return last_offset < row_settings[row, ROW_HIGH_WATERMARK]
 
 
 @kernel
@@ -372,6 +392,32 @@ def _parked_count(rings, parked, row_settings, row):
                     and not _covered(row_settings, row, entry[PARKED_LAST_OFFSET]):
                 count += 1
     return count
+
+
+@kernel
+def _park_forwarded(words, rings, parked, ring, number, head):
+    """Finish an entry handed to the forwarder: its completion parked as external
+    (behind any parked before it, so ring order holds), its space given back at once
+    (the forwarder holds a copy of its batch)."""
+    _park(rings, parked, ring, number, 0, -1, PARKED_NO_ROW, PARKED_EXTERNAL)
+    rings[ring, RING_HEAD] = head
+    # Release: the batch was copied out before the producer may reuse its space.
+    store_release(words, R.HEAD_WORD, head)
+
+
+@kernel
+def _resolve_forwarded(rings, parked, ring, number, result, timestamp):
+    """Give the external completion of entry ``number`` of ``ring`` its result; it
+    completes once those before it in its ring have. False when no such completion
+    waits (its ring was removed, or it was resolved already)."""
+    for index in range(rings[ring, RING_PARKED_COUNT]):
+        entry = parked[ring, (rings[ring, RING_PARKED_FIRST] + index) % PARKED_COMPLETIONS_MAX]
+        if entry[PARKED_NUMBER] == number and entry[PARKED_LAST_OFFSET] == PARKED_EXTERNAL:
+            entry[PARKED_RESULT] = result
+            entry[PARKED_TIMESTAMP] = timestamp
+            entry[PARKED_LAST_OFFSET] = PARKED_NO_BATCH
+            return True
+    return False
 
 
 # --- the compiled loop ------------------------------------------------------------------
@@ -542,6 +588,23 @@ _EMPTY_WORDS = np.zeros(0, np.int64)
 _EMPTY_BYTES = _empty_bytes()
 
 
+@dataclasses.dataclass(frozen=True)
+class ForwardedEntry:
+    """A ring entry bound for a partition another broker leads, handed to the
+    forwarder (:meth:`Appender.set_forwarder`): resolve it with
+    :meth:`Appender.resolve_forwarded` ``(ring, number, ...)`` while
+    :meth:`Appender.ring_at` ``(ring)`` is still ``source`` (a removed ring's slot
+    is reused)."""
+    ring: int                          # the ring's index in the appender
+    source: Ring
+    number: int                        # the entry's number in its ring
+    row: int                           # the partition's row here
+    topic_key: int                     # the partition's name on the wire
+    partition: int
+    batch: np.ndarray = dataclasses.field(repr=False)   # a private copy: one valid batch
+    awaits_high_watermark: bool        # the ring's producer asked for acks=all
+
+
 class Appender:
     """Drains rings into the partition logs of a :class:`LogManager`, publishing
     offsets in a :class:`PartitionStateTable`. A partition's row (in the table,
@@ -580,6 +643,7 @@ class Appender:
         # next sequence)
         self._sequences = Dict.empty(key_type=types.UniTuple(types.int64, 2),
                                      value_type=types.UniTuple(types.int64, 4))
+        self._forward: Callable[[ForwardedEntry], None] | None = None   # see set_forwarder
 
     # -- partitions ------------------------------------------------------------------
     def register_partition(self, topic: str, partition: int, row: int | None = None) -> int:
@@ -790,7 +854,8 @@ class Appender:
         partition's role; True until replication says otherwise). While it does not,
         producers' entries bound for it, and the broker's own appends, are refused
         with ``NOT_LEADER_OR_FOLLOWER`` and nothing of them appended (Kafka's
-        ``NotLeaderOrFollowerException``); a follower appends only its leader's
+        ``NotLeaderOrFollowerException``), unless a forwarder takes the producers'
+        entries (:meth:`set_forwarder`); a follower appends only its leader's
         batches (:meth:`append_replicated`).
 
         Raises
@@ -984,6 +1049,10 @@ class Appender:
             source.words, source.data, source.capacity, int(self.rings[ring, RING_HEAD]))
         row = self._rows_by_identity.get((int(entry_topic_key), int(entry_partition)))
         refusal = self._refusal(ring, row)
+        if refusal is CompletionCode.NOT_LEADER_OR_FOLLOWER and self._forward is not None:
+            refusal = self._forwarded(ring, number, head, row, batch)
+            if refusal is None:
+                return
         if refusal is not None:
             row, result, append_time, last_offset = -1, -refusal, -1, -1
         else:
@@ -991,6 +1060,61 @@ class Appender:
             result, append_time, last_offset = self._append_batch(row, batch)
         _finish(source.words, source.completions, self.rings, self._parked, self.row_settings,
                 ring, number, result, append_time, row, last_offset, head)
+
+    def _forwarded(self, ring: int, number: int, head: int, row: int,
+                   batch: np.ndarray) -> int | None:
+        """Hand an entry bound for a partition another broker leads to the forwarder
+        (its completion parked as external, its space released), or why it is
+        refused here: what the leader would refuse for its bytes alone is refused
+        at once, with the code the compiled loop gives (the leader checks again)."""
+        status, batch_length = check_batch(batch, 0, batch.size, True, True)
+        if status != 0:
+            return int(status)
+        if batch_length != batch.size:
+            return CompletionCode.NOT_ONE_BATCH
+        if batch.size > self.row_settings[row, ROW_BATCH_SIZE_MAX]:
+            return CompletionCode.RECORD_TOO_LARGE
+        source = self._rings[ring]
+        self._forward(ForwardedEntry(
+            ring, source, number, row, int(self.row_settings[row, ROW_TOPIC_KEY]),
+            int(self.row_settings[row, ROW_PARTITION]), batch,
+            bool(self.rings[ring, RING_AWAITS_HIGH_WATERMARK])))
+        _park_forwarded(source.words, self.rings, self._parked, ring, number, head)
+        return None
+
+    def set_forwarder(self, forward: Callable[[ForwardedEntry], None] | None) -> None:
+        """Who takes the entries bound for partitions this broker does not lead
+        (:meth:`set_is_leader`): ``forward`` is called (on the draining thread) with
+        each such entry's :class:`ForwardedEntry` whose batch passed the checks that
+        need no partition state; the entry's space is released at once and its
+        completion waits, in ring order, for :meth:`resolve_forwarded`. None (the
+        default: a single broker) refuses them with ``NOT_LEADER_OR_FOLLOWER``."""
+        self._forward = forward
+
+    def resolve_forwarded(self, ring: int, number: int, result: int, append_time: int) -> bool:
+        """Complete the forwarded entry ``number`` of the ring at ``ring`` with
+        ``result`` (the leader's base offset, or ``-CompletionCode``) and
+        ``append_time`` (the leader's LogAppendTime stamp, -1: none). Completions
+        stay in ring order: it is stored once every entry before it in its ring
+        has been, and the entries parked behind it follow as far as they may.
+
+        Returns
+        -------
+        bool
+            False when no forwarded entry of that number waits in that ring (its
+            ring was removed, or it was resolved already): nothing changes.
+        """
+        if not 0 <= ring < len(self._rings) or self._rings[ring] is None:
+            return False
+        if not _resolve_forwarded(self.rings, self._parked, ring, int(number), int(result),
+                                  int(append_time)):
+            return False
+        self._complete_parked()
+        return True
+
+    def ring_at(self, index: int) -> Ring | None:
+        """The ring drained at ``index``, or None (a free slot, or no such index)."""
+        return self._rings[index] if 0 <= index < len(self._rings) else None
 
     def _refusal(self, ring: int, row: int | None) -> CompletionCode | None:
         """Why the slow path refuses an entry of ``ring`` bound for ``row`` (None: the

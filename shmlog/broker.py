@@ -354,6 +354,7 @@ def _serve_scratch_requests(core: BrokerCore) -> None:
     warm_cleaner_kernels()
     core.host.apply_retention()           # retention.bytes 0: every closed segment goes
     _serve_scratch_acks_all(core, value)
+    _serve_scratch_forwarded(core, value)
     offsets = [[_WARM_UP_TOPIC, 0, 1, ""]]
     ask("commit_offsets", group_id=_WARM_UP_TOPIC, offsets=offsets)
     ask("fetch_offsets", group_id=_WARM_UP_TOPIC)
@@ -391,6 +392,28 @@ def _serve_scratch_acks_all(core: BrokerCore, value: list) -> None:
     appender.set_under_min_isr(row, False)
     appender.set_high_watermark_policy(row, HighWatermarkPolicy.LOG_END)
     appender.remove_ring(appender.index_of(ring))
+
+
+def _serve_scratch_forwarded(core: BrokerCore, value: list) -> None:
+    """Forwarding's appender paths (a cluster member's producers whose partition
+    another broker leads): an entry handed to a forwarder, its completion parked as
+    external, then resolved."""
+    appender = core.host.appender
+    row = appender.row_of(_WARM_UP_TOPIC, 0)
+    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + WARM_UP_RING_CAPACITY),
+                owner=True)
+    index = appender.add_ring(ring)
+    forwarded: list = []
+    appender.set_forwarder(forwarded.append)
+    appender.set_is_leader(row, False)
+    ring.put(appender.destination(_WARM_UP_TOPIC, 0), encode_batch(value), timeout_ms=0)
+    core.host.drain_soon()
+    core.host.drain()
+    for entry in forwarded:
+        appender.resolve_forwarded(entry.ring, entry.number, 0, -1)
+    appender.set_is_leader(row, True)
+    appender.set_forwarder(None)
+    appender.remove_ring(index)
 
 
 def _clean_scratch_topic(core: BrokerCore) -> None:

@@ -101,6 +101,12 @@ class ClusterConfig:
     default_replication_factor: int = 1             # default.replication.factor
     min_insync_replicas: int = 1                    # min.insync.replicas (broker default)
     unclean_leader_election_enable: bool = False    # unclean.leader.election.enable
+    # Forwarding a local producer's batch to its partition's leader (forwarding.py):
+    # Kafka's producer delivery.timeout.ms (the bound on an entry's answer: past it,
+    # REQUEST_TIMED_OUT) and request.timeout.ms (how long one PRODUCE may wait,
+    # never past the delivery bound, so no cross-check is needed).
+    forward_delivery_timeout_ms: int = 120_000      # forward.delivery.timeout.ms
+    forward_request_timeout_ms: int = 30_000        # forward.request.timeout.ms
 
     def __post_init__(self):
         _check_names(self)
@@ -198,6 +204,8 @@ _INTEGER_LEAST = {
     "replica_high_watermark_checkpoint_interval_ms": 1,
     "default_replication_factor": 1,
     "min_insync_replicas": 1,           # KafkaConfig: atLeast(1)
+    "forward_delivery_timeout_ms": 1,
+    "forward_request_timeout_ms": 1,
 }
 
 

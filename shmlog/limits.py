@@ -280,3 +280,8 @@ LEADER_EPOCH_SCAN_CHUNK = 64
 # rebuilt from the log): one per election that appended to the partition, so a
 # million is far past any real history, and bounds what a damaged file can make us read.
 LEADER_EPOCH_ENTRIES_MAX = 1_000_000
+# --- forwarding (forwarding.py: producers whose partition another broker leads) -------
+# After a forwarded batch's request failed or was answered with a retriable error, it
+# is sent again after this long: Kafka's producer retry.backoff.ms default (a new
+# leader is tried at once).
+FORWARD_RETRY_BACKOFF_MS = 100

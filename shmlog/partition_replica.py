@@ -13,8 +13,8 @@ Rules
   (policy EXTERNAL), and the followers' fetch states start over
   (``replication.LeaderReplicaState``).
 * **Becoming follower** (``Partition.makeFollower``): producers' entries are not
-  appended here (the appender refuses them: this broker is not the leader), and the
-  log is truncated before it fetches, by the KIP-279 loop
+  appended here (the appender hands them to ``forwarding``, which sends them to
+  the leader), and the log is truncated before it fetches, by the KIP-279 loop
   (``replication.truncation_step``), never to its high watermark.
 * **Truncating to T**: the log and its epoch cache lose every batch at or above T,
   the producers' state is rebuilt from what is left, and acks=all entries parked on

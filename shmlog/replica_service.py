@@ -25,6 +25,10 @@ Rules
   LOST session resigns every leadership and fails the acks=all entries parked.
 * A peer's message never ends the loop: what it names that is unknown is answered
   with an error code.
+* **Producers whose partition is led elsewhere** are forwarded (``forwarding``): the
+  appender hands their entries to :class:`~shmlog.forwarding.Forwarding`, which
+  sends PRODUCE to the leader and serves the PRODUCEs of peers; this service only
+  dispatches to it and calls its ``poll`` after applying each turn's states.
 
 Theory of operation
 -------------------
@@ -48,12 +52,13 @@ from .cluster_config import ClusterConfig
 from .cluster_view import (BrokersChanged, ClusterView, PartitionStateChanged, Reregistered,
                            SessionChanged, TopicChanged, TopicConfigChanged, TopicGone)
 from .errors import ShmlogError
+from .forwarding import Forwarding
 from .partition_host import PartitionHost
 from .partition_replica import FetchPhase, PartitionReplica, Role
 from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
                           EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
                           FetchResponse, FetchResponsePartition, PendingIsrChange, Error,
-                          partition_ready)
+                          Produce, partition_ready)
 from .records import now_ms
 from .state import topic_key
 from .zk_client import ClusterZooKeeper, EventQueue, SessionState
@@ -121,6 +126,9 @@ class ReplicaService:
         self._next_shrink_check = 0
         zookeeper.add_events(self.events)
         self._watch = zookeeper.watch_cluster(self.events)
+        # Producers' entries for partitions led elsewhere, and PRODUCEs from peers.
+        self.forwarding = Forwarding(self.appender, endpoint, config, self._by_key.get,
+                                     lambda broker_id: broker_id in self.view.brokers)
 
     # -- the service protocol -------------------------------------------------------------
     def handlers(self) -> dict[str, Callable[..., dict | None]]:
@@ -139,6 +147,9 @@ class ReplicaService:
             deadlines.append(fetch_deadline)
         deadlines.extend(fetcher.retry_at for fetcher in self._fetchers.values()
                          if fetcher.in_flight is None and fetcher.retry_at)
+        forwarding_deadline = self.forwarding.next_deadline()
+        if forwarding_deadline is not None:
+            deadlines.append(forwarding_deadline)
         return min(deadlines)
 
     def tick(self, now: int) -> None:
@@ -149,6 +160,7 @@ class ReplicaService:
             for replica in self.replicas.values():
                 self._write_isr_change(replica, replica.isr_change(now))
         self._send_requests(now)
+        self.forwarding.poll(now)
 
     def work_pending(self) -> bool:
         """Is anything queued for :meth:`poll`?"""
@@ -169,6 +181,7 @@ class ReplicaService:
             if replica is not None and replica.role is Role.LEADER:
                 self._leader_appended(replica, log_end_offset, now)
         self._send_requests(now)
+        self.forwarding.poll(now)          # after the states: see forwarding's rules
 
     def _guarded(self, handle, item, now: int) -> None:
         """Handle one change or message; a refusal of our own storage (a full disk, a
@@ -179,6 +192,7 @@ class ReplicaService:
             log.error("replication could not handle %s: %s", type(item).__name__, error)
 
     def close(self) -> None:
+        self.forwarding.close()
         self._watch.cancel()
         self.zookeeper.remove_events(self.events)
 
@@ -293,13 +307,17 @@ class ReplicaService:
                 self._serve_fetch(event, body, now)
             elif isinstance(body, EpochEnd):
                 self._serve_epoch_end(event, body)
+            elif isinstance(body, Produce):
+                self.forwarding.serve(event, now)
             else:
                 self.endpoint.reply(event, Error(ErrorCode.INVALID_REQUEST,
                                                  f"{type(body).__name__} is not served"))
         elif isinstance(event, ReceivedResponse):
-            self._on_response(event, now)
+            if not self.forwarding.answered(event, now):
+                self._on_response(event, now)
         elif isinstance(event, RequestFailed):
-            self._request_failed(event.peer_id, event.correlation_id, now)
+            if not self.forwarding.failed(event, now):
+                self._request_failed(event.peer_id, event.correlation_id, now)
 
     def _stale_sender(self, event: ReceivedRequest) -> bool:
         """Is the request from an incarnation of its broker older than the one

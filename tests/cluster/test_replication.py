@@ -80,16 +80,6 @@ def test_acks_all_records_are_replicated_byte_for_byte(cluster):
     assert copies[1].rstrip(b"\0") == copies[2].rstrip(b"\0") == copies[3].rstrip(b"\0")
 
 
-def test_a_producer_on_a_follower_is_told_it_is_not_the_leader(cluster):
-    from shmlog.errors import NotLeaderOrFollowerError
-    Admin(cluster.data_dir(1)).create_topic("elsewhere", 1, replication_factor=3)
-    leader = partitions_of(cluster, 1, "elsewhere")[0]["leader"]
-    follower = next(broker_id for broker_id in (1, 2, 3) if broker_id != leader)
-    with Producer(cluster.data_dir(follower), acks=1) as producer:
-        with pytest.raises(NotLeaderOrFollowerError):
-            producer.send("elsewhere", b"x", partition=0).get(timeout=WAIT_S)
-
-
 def test_a_broker_without_a_replica_keeps_an_observer_copy_for_its_readers(cluster):
     Admin(cluster.data_dir(1)).create_topic("observed", 1, replication_factor=2)
     described = partitions_of(cluster, 1, "observed")[0]
