@@ -280,3 +280,9 @@ LEADER_EPOCH_SCAN_CHUNK = 64
 # rebuilt from the log): one per election that appended to the partition, so a
 # million is far past any real history, and bounds what a damaged file can make us read.
 LEADER_EPOCH_ENTRIES_MAX = 1_000_000
+# --- cluster operations (HW checkpoint, producer ids; engineer "ops") ---------------------
+# A cluster member draws its next block of producer ids from ZooKeeper (on a thread of
+# its own) once this many ids of its current block are left: half a block
+# (zk_paths.PRODUCER_ID_BLOCK_SIZE = 1000), so ZooKeeper may be unreachable for 500
+# registrations before a producer is refused.
+PRODUCER_ID_PREFETCH_REMAINING = 500
