@@ -25,6 +25,11 @@ Rules
   LOST session resigns every leadership and fails the acks=all entries parked.
 * A peer's message never ends the loop: what it names that is unknown is answered
   with an error code.
+* **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
+  ``replica.high.watermark.checkpoint.interval.ms``, when a topic is hosted, and at
+  :meth:`ReplicaService.close`; a partition the checkpoint names is fenced to its
+  checkpointed high watermark as soon as the service is made (before the loop
+  serves a reader), and every replica starts from it when hosted.
 
 Theory of operation
 -------------------
@@ -47,7 +52,9 @@ from typing import Any, Callable
 from .cluster_config import ClusterConfig
 from .cluster_view import (BrokersChanged, ClusterView, PartitionStateChanged, Reregistered,
                            SessionChanged, TopicChanged, TopicConfigChanged, TopicGone)
+from .appender import HighWatermarkPolicy
 from .errors import ShmlogError
+from .high_watermark_checkpoint import HighWatermarkCheckpoint
 from .partition_host import PartitionHost
 from .partition_replica import FetchPhase, PartitionReplica, Role
 from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
@@ -119,6 +126,9 @@ class ReplicaService:
         self._high_watermark_sent: dict[tuple[int, tuple[int, int]], int] = {}
         self.suspended = zookeeper.suspended.is_set()
         self._next_shrink_check = 0
+        self.checkpoint = HighWatermarkCheckpoint(host.data_dir)
+        self._next_checkpoint = 0
+        self._fence_checkpointed()
         zookeeper.add_events(self.events)
         self._watch = zookeeper.watch_cluster(self.events)
 
@@ -133,7 +143,7 @@ class ReplicaService:
         return []
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._next_shrink_check]
+        deadlines = [self._next_shrink_check, self._next_checkpoint]
         fetch_deadline = self._purgatory.next_deadline_ms()
         if fetch_deadline is not None:
             deadlines.append(fetch_deadline)
@@ -148,6 +158,9 @@ class ReplicaService:
             self._next_shrink_check = now + max(1, self.config.replica_lag_time_max_ms // 2)
             for replica in self.replicas.values():
                 self._write_isr_change(replica, replica.isr_change(now))
+        if now >= self._next_checkpoint:
+            self._next_checkpoint = now + self.config.replica_high_watermark_checkpoint_interval_ms
+            self.checkpoint.write_soon(self.high_watermarks())
         self._send_requests(now)
 
     def work_pending(self) -> bool:
@@ -179,8 +192,35 @@ class ReplicaService:
             log.error("replication could not handle %s: %s", type(item).__name__, error)
 
     def close(self) -> None:
+        """Stop watching; checkpoint the high watermarks (a clean stop)."""
         self._watch.cancel()
         self.zookeeper.remove_events(self.events)
+        self.checkpoint.close(self.high_watermarks())
+
+    # -- the high-watermark checkpoint -------------------------------------------------------
+    def high_watermarks(self) -> dict[tuple[str, int], int]:
+        """The published high watermark of every replicated partition, and of every
+        hosted one the checkpoint named (fenced, its replica not hosted yet: a
+        checkpoint written before must not forget it), {(topic, partition): hw}."""
+        named = self.checkpoint.checkpointed
+        return {(hosted.topic, hosted.partition): self.appender.high_watermark(hosted.row)
+                for hosted in self.host.partitions()
+                if (hosted.topic, hosted.partition) in self.replicas
+                or (hosted.topic, hosted.partition) in named}
+
+    def _fence_checkpointed(self) -> None:
+        """Hold every hosted partition the checkpoint names at its checkpointed high
+        watermark (it was replicated: until its replica is hosted, nothing else may
+        move it, and its log end may hold records never committed)."""
+        for hosted in self.host.partitions():
+            if (hosted.topic, hosted.partition) in self.checkpoint.checkpointed:
+                self.appender.set_high_watermark_policy(
+                    hosted.row, HighWatermarkPolicy.EXTERNAL,
+                    high_watermark=self._start_high_watermark(hosted))
+
+    def _start_high_watermark(self, hosted) -> int:
+        return self.checkpoint.start(hosted.topic, hosted.partition,
+                                     hosted.log.log_start_offset, hosted.log.log_end_offset)
 
     # -- ZooKeeper's changes --------------------------------------------------------------------
     def _on_change(self, change, now: int) -> None:
@@ -227,8 +267,11 @@ class ReplicaService:
         for partition in range(count):
             if (name, partition) in self.replicas:
                 continue
-            replica = PartitionReplica(self.broker_id, self.host.partition(name, partition),
-                                       self.appender, key, self.config.replica_lag_time_max_ms)
+            hosted = self.host.partition(name, partition)
+            replica = PartitionReplica(self.broker_id, hosted, self.appender, key,
+                                       self.config.replica_lag_time_max_ms,
+                                       high_watermark=self._start_high_watermark(hosted))
+            self._next_checkpoint = now        # a crash soon after must find it there
             replica.min_insync_replicas = self._min_insync(config)
             self.replicas[(name, partition)] = replica
             self._by_key[replica.key] = replica
