@@ -202,12 +202,16 @@ class PartitionReplica:
             Role.OFFLINE, FetchPhase.WAITING, None, -1
 
     def update_min_insync(self, suspended: bool = False) -> None:
-        """Tell the appender whether acks=all entries are refused: a leader whose ISR
-        is below min.insync.replicas, or that may have been replaced (suspended)."""
+        """Tell the appender whether acks=all entries are refused: with
+        ``NOT_ENOUGH_REPLICAS`` by a leader whose ISR is below min.insync.replicas,
+        with ``NOT_LEADER_OR_FOLLOWER`` by one that may have been replaced
+        (suspended: the ISR cannot shrink without ZooKeeper, so its size proves
+        nothing)."""
         if self.role is not Role.LEADER:
             return
-        under = suspended or len(self.leader.isr) < self.min_insync_replicas
-        self.appender.set_under_min_isr(self.row, under)
+        self.appender.set_fenced(self.row, suspended)
+        self.appender.set_under_min_isr(self.row,
+                                        len(self.leader.isr) < self.min_insync_replicas)
 
     # -- the leader's side --------------------------------------------------------------------
     def serve_fetch(self, replica_id: int, observer: bool, request: FetchPartition,

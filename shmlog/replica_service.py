@@ -19,10 +19,12 @@ Rules
 * **ISR changes are written by the leader** to its partition's state znode,
   conditionally on the zkVersion it holds, without blocking the loop (kazoo's async
   call, its outcome queued back). One change at a time per partition.
-* **A suspended ZooKeeper session fences the leader**: no high watermark moves and
-  acks=all entries are refused (this broker may have been replaced: ZooKeeper
-  expires a session T after its last word, kazoo reports SUSPENDED after 2T/3); a
-  LOST session resigns every leadership and fails the acks=all entries parked.
+* **A suspended ZooKeeper session fences the leader** (this broker may have been
+  replaced: ZooKeeper expires a session T after its last word, kazoo reports
+  SUSPENDED after 2T/3): no high watermark moves, and new acks=all entries are
+  refused with ``NOT_LEADER_OR_FOLLOWER`` (``Appender.set_fenced``; acks=0/1 are
+  served); a LOST session resigns every leadership and fails the acks=all entries
+  parked.
 * A peer's message never ends the loop: what it names that is unknown is answered
   with an error code.
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
