@@ -26,7 +26,8 @@ def add_produce_parser(commands, parents: list[argparse.ArgumentParser]) -> None
     produce.add_argument("--data-dir", help="the broker's data directory")
     produce.add_argument("--key-separator", help="split each line into key SEP value")
     produce.add_argument("--partition", type=int, help="send every record to this partition")
-    produce.add_argument("--acks", type=int, choices=[0, 1], default=1)
+    produce.add_argument("--acks", choices=["0", "1", "all"], default="1",
+                         help="1 (default); all: once every in-sync replica has the record")
     produce.add_argument("--compression", choices=["zstd"])
     produce.add_argument("--quiet", action="store_true", help="no summary on stderr")
     produce.set_defaults(run=_produce)
@@ -56,7 +57,8 @@ def _produce(arguments) -> int:
     sources = [open(path, "rb") for path in arguments.files] if arguments.files else [sys.stdin.buffer]
     separator = arguments.key_separator.encode() if arguments.key_separator else None
     count = 0
-    with Producer(arguments.data_dir, acks=arguments.acks, compression=arguments.compression) \
+    acks = "all" if arguments.acks == "all" else int(arguments.acks)
+    with Producer(arguments.data_dir, acks=acks, compression=arguments.compression) \
             as producer:
         futures = []
         for source in sources:
