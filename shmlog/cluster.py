@@ -87,6 +87,6 @@ class ClusterNode:
             self.replication.close()
         if self.endpoint is not None:
             self.endpoint.close()
-        if self.producer_ids is not None:
-            self.producer_ids.close()
         self.zookeeper.close()
+        if self.producer_ids is not None:       # after: a draw under way fails at once
+            self.producer_ids.close()

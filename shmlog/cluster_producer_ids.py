@@ -97,5 +97,6 @@ class ClusterProducerIds:
             f"ZooKeeper: retry")
 
     def close(self) -> None:
-        """Stop the drawing thread (a draw under way finishes; its block is unused)."""
-        self._drawer.shutdown(wait=True)
+        """Stop drawing, without waiting for a draw under way (close the ZooKeeper
+        session first: the draw then fails at once); a block drawn is never used."""
+        self._drawer.shutdown(wait=False, cancel_futures=True)

@@ -212,13 +212,16 @@ class ReplicaService:
 
     def _fence_checkpointed(self) -> None:
         """Hold every hosted partition the checkpoint names at its checkpointed high
-        watermark (it was replicated: until its replica is hosted, nothing else may
-        move it, and its log end may hold records never committed)."""
+        watermark, and take no producer's entry for it (it was replicated: until its
+        state is read this broker does not know whether it leads it, as a Kafka
+        broker leads nothing before its LeaderAndIsr, and its log end may hold
+        records never committed)."""
         for hosted in self.host.partitions():
             if (hosted.topic, hosted.partition) in self.checkpoint.checkpointed:
                 self.appender.set_high_watermark_policy(
                     hosted.row, HighWatermarkPolicy.EXTERNAL,
                     high_watermark=self._start_high_watermark(hosted))
+                self.appender.set_is_leader(hosted.row, False)
 
     def _start_high_watermark(self, hosted) -> int:
         return self.checkpoint.start(hosted.topic, hosted.partition,

@@ -37,6 +37,8 @@ TP = TopicPartition(TOPIC, 0)
 # Fetch rounds a follower makes in this long (replica.fetch.wait.max.ms 200 when idle):
 # long enough for a leader that were not fenced to learn their log ends.
 FETCH_ROUNDS_S = 1.0
+# An acks=all record not acknowledged within this long is taken as parked.
+PARKED_WAIT_S = 2.0
 
 
 def high_watermark(cluster, broker_id):
@@ -52,17 +54,26 @@ def leader_of(cluster):
     return Admin(cluster.data_dir(1)).describe_topic(TOPIC)["partitions"][0]["leader"]
 
 
-def send_until_refused(producer):
-    """Send acks=all records until one is refused with NOT_LEADER_OR_FOLLOWER; the
-    offsets acknowledged before that."""
-    acknowledged = []
+def send_until_refused(data_dir, parked):
+    """Send acks=all records, each from a producer of its own, until one is refused
+    with NOT_LEADER_OR_FOLLOWER; how many were acknowledged before. A record appended
+    just before the leader fenced itself stays parked (its HW no longer moves) and
+    holds back its ring: its (producer, future) goes to ``parked``, open."""
+    acknowledged = 0
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
+        producer = Producer(data_dir, acks="all")
+        future = producer.send(TOPIC, b"before", partition=0)
         try:
-            acknowledged.append(producer.send(TOPIC, b"before", partition=0)
-                                .get(timeout=WAIT_S).offset)
+            future.get(timeout=PARKED_WAIT_S)
+            acknowledged += 1
         except NotLeaderOrFollowerError:
+            producer.close()
             return acknowledged
+        except ShmlogError:
+            parked.append((producer, future))
+            continue
+        producer.close()
         time.sleep(0.05)
     raise AssertionError("the leader never refused acks=all while ZooKeeper was stopped")
 
@@ -89,16 +100,17 @@ def test_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all(tmp_path):
                                      ["partitions"][0]["isr"]) == 3, WAIT_S, "the whole ISR")
         leader = leader_of(cluster)
         followers = [broker_id for broker_id in (1, 2, 3) if broker_id != leader]
+        parked = []
         with Producer(cluster.data_dir(leader), acks="all") as strict, \
                 Producer(cluster.data_dir(leader), acks=1) as eager:
             assert strict.send(TOPIC, b"first", partition=0).get(timeout=WAIT_S).offset == 0
             stopped_at = time.monotonic()
             os.kill(server.process.pid, signal.SIGSTOP)
             try:
-                acknowledged = send_until_refused(strict)
+                acknowledged = send_until_refused(cluster.data_dir(leader), parked)
                 print(f"\nacks=all refused {time.monotonic() - stopped_at:.2f} s after "
                       f"ZooKeeper stopped (session timeout {SESSION_TIMEOUT_MS} ms), "
-                      f"{len(acknowledged)} acknowledged meanwhile")
+                      f"{acknowledged} acknowledged and {len(parked)} parked meanwhile")
                 fenced_at = high_watermark(cluster, leader)
                 appended = eager.send(TOPIC, b"while-fenced", partition=0) \
                     .get(timeout=WAIT_S).offset
@@ -111,6 +123,12 @@ def test_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all(tmp_path):
                     "the followers have it, but the fenced leader's HW does not move"
             finally:
                 os.kill(server.process.pid, signal.SIGCONT)
+        for producer, future in parked:         # acknowledged, or refused if it lost the lead
+            try:
+                assert future.get(timeout=WAIT_S).offset < appended
+            except NotLeaderOrFollowerError:
+                pass
+            producer.close()
         after = send_until_acknowledged(cluster, b"after")
         assert after > appended
         for broker_id in (1, 2, 3):
