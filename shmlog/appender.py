@@ -43,6 +43,9 @@ Rules
   under min ISR when the high watermark covers it completes with
   ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` (it is in the log, its sequence used).
   Entries of other rings never look at the mark.
+* A leader that may have been replaced (:meth:`Appender.set_fenced`: its ZooKeeper
+  session is suspended) refuses acks=all entries with ``NOT_LEADER_OR_FOLLOWER``,
+  before the min ISR mark is looked at; acks=0/1 entries are not affected.
 * A parked completion the high watermark will never cover (its partition went, its
   offsets were truncated away after a leadership change) is refused
   (:meth:`Appender.refuse_parked`, :meth:`Appender.refuse_parked_from`): it
@@ -198,7 +201,8 @@ ROW_HIGH_WATERMARK_POLICY = 12  # a HighWatermarkPolicy
 ROW_HIGH_WATERMARK = 13        # the high watermark published (LOG_END: the log end)
 ROW_UNDER_MIN_ISR = 14         # fewer in-sync replicas than min.insync.replicas (acks=all)
 ROW_NOT_LEADER = 15            # another broker leads it: producers' entries go to Python
-ROW_COLUMNS = 16
+ROW_FENCED = 16                # its leadership may be lost (ZooKeeper suspended): acks=all refused
+ROW_COLUMNS = 17
 
 # Entries handled per call before Python looks up again (signals, shutdown, timers).
 DRAIN_ENTRIES_MAX = 4096
@@ -454,10 +458,13 @@ def _admit(data, start, end, row_settings, row, sequences, awaits_high_watermark
     The header, bounds and codec only: the CRC and the records are checked on the
     copy in the log (or by the slow path), where the producer can no longer change
     them."""
-    if awaits_high_watermark and row_settings[row, ROW_UNDER_MIN_ISR]:
+    if awaits_high_watermark:
         # Before anything else, a duplicate's dedupe included, as Kafka's
         # Partition.appendRecordsToLeader: nothing is appended, no sequence used.
-        return _COMPLETE, -CompletionCode.NOT_ENOUGH_REPLICAS.value, -1
+        if row_settings[row, ROW_FENCED]:
+            return _COMPLETE, -CompletionCode.NOT_LEADER_OR_FOLLOWER.value, -1
+        if row_settings[row, ROW_UNDER_MIN_ISR]:
+            return _COMPLETE, -CompletionCode.NOT_ENOUGH_REPLICAS.value, -1
     status, batch_length = check_batch(data, start, end, False, False)
     if status != 0:
         return _COMPLETE, -status, -1
@@ -849,6 +856,26 @@ class Appender:
         """
         self.row_settings[self._hosted(row), ROW_UNDER_MIN_ISR] = int(bool(under))
 
+    def set_fenced(self, row: int, fenced: bool) -> None:
+        """Whether this broker may have lost the partition's leadership without
+        knowing it (its ZooKeeper session is suspended: another leader may be elected
+        a session timeout after ZooKeeper last heard from it). While it is, entries
+        of acks=all rings bound for it are refused with ``NOT_LEADER_OR_FOLLOWER``
+        and nothing of them appended (the ISR cannot shrink without ZooKeeper, so
+        min.insync.replicas cannot be judged); acks=0/1 rings are not affected (Kafka
+        does not fence those by ZooKeeper either).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        self.row_settings[self._hosted(row), ROW_FENCED] = int(bool(fenced))
+
+    def fenced(self, row: int) -> bool:
+        """What :meth:`set_fenced` last said of the partition (False at first)."""
+        return bool(self.row_settings[self._hosted(row), ROW_FENCED])
+
     def set_is_leader(self, row: int, leader: bool) -> None:
         """Whether this broker leads the partition at ``row`` (a replicated
         partition's role; True until replication says otherwise). While it does not,
@@ -1126,6 +1153,8 @@ class Appender:
         if settings[ROW_INTERNAL]:
             return CompletionCode.INTERNAL_TOPIC
         if settings[ROW_NOT_LEADER]:
+            return CompletionCode.NOT_LEADER_OR_FOLLOWER
+        if self.rings[ring, RING_AWAITS_HIGH_WATERMARK] and settings[ROW_FENCED]:
             return CompletionCode.NOT_LEADER_OR_FOLLOWER
         if self.rings[ring, RING_AWAITS_HIGH_WATERMARK] and settings[ROW_UNDER_MIN_ISR]:
             return CompletionCode.NOT_ENOUGH_REPLICAS

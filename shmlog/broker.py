@@ -169,6 +169,7 @@ class BrokerCore:
         from .cluster import ClusterNode                # kazoo: only a member loads it
         from .cluster_topic_service import ClusterTopicService
         self.cluster = ClusterNode(config.cluster, self.host)
+        self.producers.producer_ids = self.cluster.producer_ids    # cluster-wide ids
         self.add_service(self.cluster.replication)
         return ClusterTopicService(self.host, self.prefix, self.cluster.replication,
                                    self.context)

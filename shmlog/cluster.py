@@ -20,6 +20,7 @@ import logging
 import os
 
 from .cluster_config import ClusterConfig
+from .cluster_producer_ids import ClusterProducerIds
 from .controller import Controller
 from .partition_host import PartitionHost
 from .records import now_ms
@@ -42,6 +43,8 @@ class ClusterNode:
     controller : Controller
     endpoint : ReplicationEndpoint
     replication : ReplicaService
+    producer_ids : ClusterProducerIds
+        The producer ids this broker hands out (cluster-wide).
     broker_epoch : int
         This incarnation's epoch (its registration's czxid).
 
@@ -59,7 +62,7 @@ class ClusterNode:
         self.zookeeper = ClusterZooKeeper(
             config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
             connect_timeout_s=config.zookeeper_connection_timeout_ms / 1000).start()
-        self.endpoint = self.controller = self.replication = None
+        self.endpoint = self.controller = self.replication = self.producer_ids = None
         try:
             self.endpoint = ReplicationEndpoint(config.broker_id, 0, config.replication_endpoint,
                                                 wake=host.table.appender_doorbell.ring)
@@ -68,6 +71,7 @@ class ClusterNode:
                 config.rack, now_ms(), os.getpid()), config.cluster_id)
             self.endpoint.broker_epoch = self.broker_epoch
             self.replication = ReplicaService(host, config, self.zookeeper, self.endpoint)
+            self.producer_ids = ClusterProducerIds(self.zookeeper, config.broker_id)
             self.controller = Controller(self.zookeeper, config.broker_id).start()
         except BaseException:
             self.close()
@@ -84,3 +88,5 @@ class ClusterNode:
         if self.endpoint is not None:
             self.endpoint.close()
         self.zookeeper.close()
+        if self.producer_ids is not None:       # after: a draw under way fails at once
+            self.producer_ids.close()

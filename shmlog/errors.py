@@ -352,3 +352,9 @@ class OffsetsOutOfOrderError(CorruptRecordError):
     """A follower's append holds a batch whose base offset is not above the last
     offset of the batch before it (Kafka's OffsetsOutOfOrderException). Nothing was
     appended."""
+# --- cluster operations (producer ids; engineer "ops") -----------------------------------
+
+class ProducerIdsUnavailableError(BrokerNotAvailableError):
+    """A cluster member has handed out every producer id of its block and has not
+    drawn the next from ZooKeeper yet (it is unreachable, or the draw is under way):
+    the producer cannot register now. Retriable."""

@@ -285,3 +285,9 @@ LEADER_EPOCH_ENTRIES_MAX = 1_000_000
 # is sent again after this long: Kafka's producer retry.backoff.ms default (a new
 # leader is tried at once).
 FORWARD_RETRY_BACKOFF_MS = 100
+# --- cluster operations (HW checkpoint, producer ids; engineer "ops") ---------------------
+# A cluster member draws its next block of producer ids from ZooKeeper (on a thread of
+# its own) once this many ids of its current block are left: half a block
+# (zk_paths.PRODUCER_ID_BLOCK_SIZE = 1000), so ZooKeeper may be unreachable for 500
+# registrations before a producer is refused.
+PRODUCER_ID_PREFETCH_REMAINING = 500

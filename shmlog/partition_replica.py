@@ -89,10 +89,15 @@ class PartitionReplica:
     topic_key : int
         The partition's identity on the wire (its topic id's key).
     replica_lag_time_max_ms : int
+    high_watermark : int, optional
+        Where its high watermark starts (``high_watermark_checkpoint.
+        start_high_watermark``: the checkpointed one, else the log start); by default
+        it stays where the row has it.
     """
 
     def __init__(self, broker_id: int, hosted: HostedPartition, appender: Appender,
-                 topic_key: int, replica_lag_time_max_ms: int):
+                 topic_key: int, replica_lag_time_max_ms: int,
+                 high_watermark: int | None = None):
         self.broker_id = broker_id
         self.hosted = hosted
         self.appender = appender
@@ -105,7 +110,8 @@ class PartitionReplica:
         self.leader = LeaderReplicaState(broker_id, replica_lag_time_max_ms)
         self.phase = FetchPhase.WAITING
         self.leader_log_start_offset = -1
-        appender.set_high_watermark_policy(hosted.row, HighWatermarkPolicy.EXTERNAL)
+        appender.set_high_watermark_policy(hosted.row, HighWatermarkPolicy.EXTERNAL,
+                                           high_watermark=high_watermark)
         appender.set_is_leader(hosted.row, False)
 
     # -- naming ------------------------------------------------------------------------------
@@ -196,12 +202,16 @@ class PartitionReplica:
             Role.OFFLINE, FetchPhase.WAITING, None, -1
 
     def update_min_insync(self, suspended: bool = False) -> None:
-        """Tell the appender whether acks=all entries are refused: a leader whose ISR
-        is below min.insync.replicas, or that may have been replaced (suspended)."""
+        """Tell the appender whether acks=all entries are refused: with
+        ``NOT_ENOUGH_REPLICAS`` by a leader whose ISR is below min.insync.replicas,
+        with ``NOT_LEADER_OR_FOLLOWER`` by one that may have been replaced
+        (suspended: the ISR cannot shrink without ZooKeeper, so its size proves
+        nothing)."""
         if self.role is not Role.LEADER:
             return
-        under = suspended or len(self.leader.isr) < self.min_insync_replicas
-        self.appender.set_under_min_isr(self.row, under)
+        self.appender.set_fenced(self.row, suspended)
+        self.appender.set_under_min_isr(self.row,
+                                        len(self.leader.isr) < self.min_insync_replicas)
 
     # -- the leader's side --------------------------------------------------------------------
     def serve_fetch(self, replica_id: int, observer: bool, request: FetchPartition,

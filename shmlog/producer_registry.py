@@ -6,7 +6,9 @@ Rules
 * A producer makes its ring under the broker's shared-memory prefix and registers
   it; the broker drains it from then on and hands out a producer id that no earlier
   run of this broker handed out (``producer-ids.json`` holds the end of the block of
-  ids in use, written before any id of the block is).
+  ids in use, written before any id of the block is); a cluster member hands out ids
+  no broker of its cluster handed out (``cluster_producer_ids``: blocks drawn from
+  ZooKeeper).
 * Nothing outlives its use: the ring of a producer that leaves (or dies) is drained,
   unmapped and removed, and its slot in the appender's ring table reused; rings
   under the broker's prefix that nobody registered are registered at start (their
@@ -116,6 +118,7 @@ class ProducerRegistry:
         self.host = host
         self.rings: dict[str, tuple[Ring, int]] = {}    # ring name -> (ring, producer id)
         self._ignored_rings: set[str] = set()          # under our prefix, not ours to reclaim
+        # Replaced by a cluster member's (cluster_producer_ids): any object with allocate().
         self.producer_ids = ProducerIds(host.data_dir)
 
     def register(self, name: str, acks: int = 1) -> tuple[int, int]:
@@ -134,8 +137,9 @@ class ProducerRegistry:
         appender = self.host.appender
         awaits_high_watermark = acks == -1
         if name not in self.rings:
+            producer_id = self.producer_ids.allocate()   # first: it may refuse (a cluster's)
             attached = Ring.attach(name)
-            self.rings[name] = (attached, self.producer_ids.allocate())
+            self.rings[name] = (attached, producer_id)
             appender.add_ring(attached, awaits_high_watermark=awaits_high_watermark)
             log.info("producer ring %s registered (acks %d)", name, acks)
         attached, producer_id = self.rings[name]

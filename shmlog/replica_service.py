@@ -19,16 +19,23 @@ Rules
 * **ISR changes are written by the leader** to its partition's state znode,
   conditionally on the zkVersion it holds, without blocking the loop (kazoo's async
   call, its outcome queued back). One change at a time per partition.
-* **A suspended ZooKeeper session fences the leader**: no high watermark moves and
-  acks=all entries are refused (this broker may have been replaced: ZooKeeper
-  expires a session T after its last word, kazoo reports SUSPENDED after 2T/3); a
-  LOST session resigns every leadership and fails the acks=all entries parked.
+* **A suspended ZooKeeper session fences the leader** (this broker may have been
+  replaced: ZooKeeper expires a session T after its last word, kazoo reports
+  SUSPENDED after 2T/3): no high watermark moves, and new acks=all entries are
+  refused with ``NOT_LEADER_OR_FOLLOWER`` (``Appender.set_fenced``; acks=0/1 are
+  served); a LOST session resigns every leadership and fails the acks=all entries
+  parked.
 * A peer's message never ends the loop: what it names that is unknown is answered
   with an error code.
 * **Producers whose partition is led elsewhere** are forwarded (``forwarding``): the
   appender hands their entries to :class:`~shmlog.forwarding.Forwarding`, which
   sends PRODUCE to the leader and serves the PRODUCEs of peers; this service only
   dispatches to it and calls its ``poll`` after applying each turn's states.
+* **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
+  ``replica.high.watermark.checkpoint.interval.ms``, when a topic is hosted, and at
+  :meth:`ReplicaService.close`; a partition the checkpoint names is fenced to its
+  checkpointed high watermark as soon as the service is made (before the loop
+  serves a reader), and every replica starts from it when hosted.
 
 Theory of operation
 -------------------
@@ -51,8 +58,10 @@ from typing import Any, Callable
 from .cluster_config import ClusterConfig
 from .cluster_view import (BrokersChanged, ClusterView, PartitionStateChanged, Reregistered,
                            SessionChanged, TopicChanged, TopicConfigChanged, TopicGone)
+from .appender import HighWatermarkPolicy
 from .errors import ShmlogError
 from .forwarding import Forwarding
+from .high_watermark_checkpoint import HighWatermarkCheckpoint
 from .partition_host import PartitionHost
 from .partition_replica import FetchPhase, PartitionReplica, Role
 from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
@@ -124,6 +133,9 @@ class ReplicaService:
         self._high_watermark_sent: dict[tuple[int, tuple[int, int]], int] = {}
         self.suspended = zookeeper.suspended.is_set()
         self._next_shrink_check = 0
+        self.checkpoint = HighWatermarkCheckpoint(host.data_dir)
+        self._next_checkpoint = 0
+        self._fence_checkpointed()
         zookeeper.add_events(self.events)
         self._watch = zookeeper.watch_cluster(self.events)
         # Producers' entries for partitions led elsewhere, and PRODUCEs from peers.
@@ -141,7 +153,7 @@ class ReplicaService:
         return []
 
     def next_deadline(self) -> int | None:
-        deadlines = [self._next_shrink_check]
+        deadlines = [self._next_shrink_check, self._next_checkpoint]
         fetch_deadline = self._purgatory.next_deadline_ms()
         if fetch_deadline is not None:
             deadlines.append(fetch_deadline)
@@ -159,6 +171,9 @@ class ReplicaService:
             self._next_shrink_check = now + max(1, self.config.replica_lag_time_max_ms // 2)
             for replica in self.replicas.values():
                 self._write_isr_change(replica, replica.isr_change(now))
+        if now >= self._next_checkpoint:
+            self._next_checkpoint = now + self.config.replica_high_watermark_checkpoint_interval_ms
+            self.checkpoint.write_soon(self.high_watermarks())
         self._send_requests(now)
         self.forwarding.poll(now)
 
@@ -192,9 +207,39 @@ class ReplicaService:
             log.error("replication could not handle %s: %s", type(item).__name__, error)
 
     def close(self) -> None:
+        """Stop forwarding and watching; checkpoint the high watermarks (a clean stop)."""
         self.forwarding.close()
         self._watch.cancel()
         self.zookeeper.remove_events(self.events)
+        self.checkpoint.close(self.high_watermarks())
+
+    # -- the high-watermark checkpoint -------------------------------------------------------
+    def high_watermarks(self) -> dict[tuple[str, int], int]:
+        """The published high watermark of every replicated partition, and of every
+        hosted one the checkpoint named (fenced, its replica not hosted yet: a
+        checkpoint written before must not forget it), {(topic, partition): hw}."""
+        named = self.checkpoint.checkpointed
+        return {(hosted.topic, hosted.partition): self.appender.high_watermark(hosted.row)
+                for hosted in self.host.partitions()
+                if (hosted.topic, hosted.partition) in self.replicas
+                or (hosted.topic, hosted.partition) in named}
+
+    def _fence_checkpointed(self) -> None:
+        """Hold every hosted partition the checkpoint names at its checkpointed high
+        watermark, and take no producer's entry for it (it was replicated: until its
+        state is read this broker does not know whether it leads it, as a Kafka
+        broker leads nothing before its LeaderAndIsr, and its log end may hold
+        records never committed)."""
+        for hosted in self.host.partitions():
+            if (hosted.topic, hosted.partition) in self.checkpoint.checkpointed:
+                self.appender.set_high_watermark_policy(
+                    hosted.row, HighWatermarkPolicy.EXTERNAL,
+                    high_watermark=self._start_high_watermark(hosted))
+                self.appender.set_is_leader(hosted.row, False)
+
+    def _start_high_watermark(self, hosted) -> int:
+        return self.checkpoint.start(hosted.topic, hosted.partition,
+                                     hosted.log.log_start_offset, hosted.log.log_end_offset)
 
     # -- ZooKeeper's changes --------------------------------------------------------------------
     def _on_change(self, change, now: int) -> None:
@@ -241,8 +286,11 @@ class ReplicaService:
         for partition in range(count):
             if (name, partition) in self.replicas:
                 continue
-            replica = PartitionReplica(self.broker_id, self.host.partition(name, partition),
-                                       self.appender, key, self.config.replica_lag_time_max_ms)
+            hosted = self.host.partition(name, partition)
+            replica = PartitionReplica(self.broker_id, hosted, self.appender, key,
+                                       self.config.replica_lag_time_max_ms,
+                                       high_watermark=self._start_high_watermark(hosted))
+            self._next_checkpoint = now        # a crash soon after must find it there
             replica.min_insync_replicas = self._min_insync(config)
             self.replicas[(name, partition)] = replica
             self._by_key[replica.key] = replica

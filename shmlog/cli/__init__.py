@@ -7,7 +7,7 @@ One module per family of verbs, each holding its verbs' arguments (``add_parser`
 and their thin bodies: ``broker.py`` (run a broker), ``admin.py`` (``topics``,
 ``groups``), ``console.py`` (``produce``, ``consume``), ``dump.py`` (print and verify
 segment and index files), ``perf.py``, ``zookeeper.py`` (a local ZooKeeper for
-development). This module builds the parser from them and
+development), ``cluster.py`` (a local cluster: ZooKeeper and N brokers). This module builds the parser from them and
 runs the verb (:func:`main`, the ``shmlog`` console script and ``python -m shmlog``).
 
 A verb imports what it needs when it runs: the ones that only ask the broker
@@ -23,7 +23,7 @@ import logging
 import sys
 
 from ..errors import ShmlogError
-from . import admin, broker, console, dump, perf, zookeeper
+from . import admin, broker, cluster, console, dump, perf, zookeeper
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 __all__ = ["main", "build_parser", "log_level", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_consume_parser(commands, common)
     perf.add_parser(commands, common)
     zookeeper.add_parser(commands, common)
+    cluster.add_parser(commands, common)
     return parser
 
 

@@ -26,8 +26,8 @@ def add_produce_parser(commands, parents: list[argparse.ArgumentParser]) -> None
     produce.add_argument("--data-dir", help="the broker's data directory")
     produce.add_argument("--key-separator", help="split each line into key SEP value")
     produce.add_argument("--partition", type=int, help="send every record to this partition")
-    produce.add_argument("--acks", choices=["0", "1", "all", "-1"], default="1",
-                         help="0, 1, or all (-1): acknowledged once every in-sync replica has it")
+    produce.add_argument("--acks", choices=["0", "1", "all"], default="1",
+                         help="1 (default); all: once every in-sync replica has the record")
     produce.add_argument("--compression", choices=["zstd"])
     produce.add_argument("--quiet", action="store_true", help="no summary on stderr")
     produce.set_defaults(run=_produce)
@@ -57,7 +57,8 @@ def _produce(arguments) -> int:
     sources = [open(path, "rb") for path in arguments.files] if arguments.files else [sys.stdin.buffer]
     separator = arguments.key_separator.encode() if arguments.key_separator else None
     count = 0
-    with Producer(arguments.data_dir, acks=_acks(arguments.acks), compression=arguments.compression) \
+    acks = "all" if arguments.acks == "all" else int(arguments.acks)
+    with Producer(arguments.data_dir, acks=acks, compression=arguments.compression) \
             as producer:
         futures = []
         for source in sources:
@@ -136,7 +137,3 @@ def _format_record(record, style: str) -> str:
         return f"{key}\t{value}"
     return value
 
-
-def _acks(text: str):
-    """The --acks flag as the Producer takes it: 0, 1 or "all"."""
-    return "all" if text in ("all", "-1") else int(text)

@@ -28,8 +28,8 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
     perf.add_argument("--record-size", type=int, default=100, help="bytes per value")
     perf.add_argument("--batch-records", type=int, default=0,
                       help="produce with send_batch of this many rows (0: one send each)")
-    perf.add_argument("--acks", choices=["0", "1", "all", "-1"], default="1",
-                      help="0, 1, or all (-1): acknowledged once every in-sync replica has it")
+    perf.add_argument("--acks", choices=["0", "1", "all"], default="1",
+                      help="1 (default); all: once every in-sync replica has the record")
     perf.add_argument("--batch", action="store_true", help="consume with poll_batch")
     perf.add_argument("--timeout-ms", type=int, default=limits.PERF_IDLE_TIMEOUT_MS,
                       help="consume: stop after this long without a record (default "
@@ -73,4 +73,4 @@ def _perf(arguments) -> int:
 
 def _acks(text: str):
     """The --acks flag as the Producer takes it: 0, 1 or "all"."""
-    return "all" if text in ("all", "-1") else int(text)
+    return "all" if text == "all" else int(text)

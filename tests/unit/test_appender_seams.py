@@ -443,3 +443,34 @@ def test_a_ring_can_start_awaiting_the_watermark(world):
     assert appender.drain() == 1 and acknowledged(producer) == 1
     appender.advance_high_watermark(row, 2)
     assert acknowledged(producer) == 2
+
+
+# --- a leader that may have been replaced (ZooKeeper session suspended) ------------------
+
+@pytest.mark.parametrize("compression", [None, "zstd"])      # compiled path, slow path
+def test_a_fenced_leader_refuses_acks_all_with_not_leader_and_serves_acks_1(world, compression):
+    """The design's rule for a suspended ZooKeeper session (beyond Kafka 2.8, which
+    does not fence on it): acks=all entries are refused with NOT_LEADER_OR_FOLLOWER
+    before the min ISR mark is looked at, nothing appended and no sequence used;
+    acks=1 entries are appended as before."""
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    strict, eager = ring(awaits_high_watermark=True), ring()
+    to = appender.destination("t", 0)
+    appender.set_fenced(row, True)
+    appender.set_under_min_isr(row, True)
+    assert appender.fenced(row)
+    refused = strict.put(to, identified(0, compression=compression), 1000)
+    served = eager.put(to, batch(b"v", compression=compression), 1000)
+    assert appender.drain() == 2
+    assert strict.result(refused) == (-NOT_LEADER, -1)
+    assert eager.result(served) == (0, -1)
+    assert logs.partition_log("t", 0).log_end_offset == 1, "only the acks=1 batch"
+    appender.set_fenced(row, False)
+    appender.set_under_min_isr(row, False)
+    again = strict.put(to, identified(0, compression=compression), 1000)
+    assert appender.drain() == 1
+    appender.advance_high_watermark(row, 2)
+    assert strict.result(again) == (1, -1), "sequence 0 is still the next one"

@@ -223,3 +223,15 @@ def test_verify_still_finds_damage_in_preallocated_segment_files(live_broker, tm
     done = shmlog("dump", "--verify", files[I.LOG_SUFFIX])
     assert done.returncode == 1, done.stdout[-2000:]
     assert said in done.stdout
+
+
+def test_cluster_up_refuses_bad_counts_and_a_used_directory_before_starting_anything(tmp_path):
+    """``shmlog cluster up`` itself runs in tests/integration/test_readme.py."""
+    assert shmlog("cluster", "up", "--brokers", "0", "--dir", str(tmp_path / "c")).returncode == 2
+    assert shmlog("cluster").returncode == 2, "a verb is required"
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "something").write_text("")
+    done = shmlog("cluster", "up", "--dir", str(tmp_path / "used"))
+    assert done.returncode == 1
+    assert "is not empty" in done.stderr
+    assert sorted(os.listdir(tmp_path / "used")) == ["something"]

@@ -1,0 +1,94 @@
+"""``shmlog cluster up``: a whole cluster on this machine in the foreground (a local
+ZooKeeper and N brokers on 127.0.0.1, 127.0.0.2, ...), until SIGTERM or SIGINT.
+
+For development and trying cluster mode: it runs
+:class:`shmlog.local_cluster.LocalCluster` (imported when the verb runs, so the other
+verbs start without it), prints each broker's data directory (what clients on that
+broker's "host" name) and config file, and prints ``cluster up`` once every broker
+serves. A signal stops every broker (each leaves the cluster cleanly), then
+ZooKeeper. Production runs one ``shmlog broker --config FILE`` per host instead,
+pointed at the operator's ZooKeeper ensemble.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from .exit_codes import EXIT_FAILURE, EXIT_OK
+
+__all__ = ["add_parser", "BROKERS_DEFAULT", "DIRECTORY_DEFAULT"]
+
+BROKERS_DEFAULT = 3
+DIRECTORY_DEFAULT = "shmlog-cluster"
+# The loopback network is 127.0.0.0/8: broker ids 1..254 get addresses of their own.
+BROKERS_MAX = 254
+
+
+def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
+    """Add the ``cluster`` subcommand (verb ``up``) to ``commands``."""
+    cluster = commands.add_parser("cluster", parents=parents,
+                                  help="run a local cluster (ZooKeeper and N brokers)")
+    verbs = cluster.add_subparsers(dest="cluster_command", required=True, metavar="VERB")
+    up = verbs.add_parser(
+        "up", parents=parents, help="start ZooKeeper and the brokers; Ctrl-C stops them",
+        description="Start a local ZooKeeper and N brokers (broker i on 127.0.0.i, data in "
+                    "DIR/broker-i) in the foreground; SIGTERM or Ctrl-C stops them all.")
+    up.add_argument("--dir", default=DIRECTORY_DEFAULT,
+                    help=f"a new or empty directory for everything (default {DIRECTORY_DEFAULT})")
+    up.add_argument("--brokers", type=int, default=BROKERS_DEFAULT,
+                    help=f"how many brokers (default {BROKERS_DEFAULT})")
+    up.add_argument("--zookeeper-connect",
+                    help="use this running ZooKeeper (host:port) instead of starting one")
+    up.set_defaults(run=_up, check=_check)
+
+
+def _check(parser: argparse.ArgumentParser, arguments) -> None:
+    if not 1 <= arguments.brokers <= BROKERS_MAX:
+        parser.error(f"--brokers must be in 1..{BROKERS_MAX}, got {arguments.brokers}")
+
+
+def _up(arguments) -> int:
+    """Run the cluster until SIGTERM or SIGINT (exit 0); exit 1 when it cannot start."""
+    directory = os.path.abspath(arguments.dir)
+    if os.path.isdir(directory) and os.listdir(directory):
+        print(f"shmlog cluster up: {directory} is not empty: give a new directory "
+              f"(--dir)", file=sys.stderr)
+        return EXIT_FAILURE
+    from ..local_cluster import LocalCluster
+    cluster = LocalCluster(directory, arguments.brokers,
+                           zookeeper_connect=arguments.zookeeper_connect)
+    stop = threading.Event()
+    # SIGTERM and SIGINT interrupt the start (KeyboardInterrupt) and end the wait; a
+    # shell starts a background command with SIGINT ignored, so both are set.
+    previous = {number: signal.signal(number, signal.default_int_handler)
+                for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        cluster.start()
+        _print_cluster(cluster)
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for number in previous:
+            signal.signal(number, signal.SIG_IGN)     # one stop, not interrupted
+        cluster.stop()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    print("cluster stopped", flush=True)
+    return EXIT_OK
+
+
+def _print_cluster(cluster) -> None:
+    print(f"ZooKeeper: {cluster.zookeeper_connect}", flush=True)
+    for broker_id in range(1, cluster.count + 1):
+        print(f"broker {broker_id} on {cluster.host(broker_id)}: "
+              f"data {cluster.data_dir(broker_id)}, config {cluster.config_file(broker_id)}",
+              flush=True)
+    first = cluster.data_dir(1)
+    print(f"clients of broker N's host: --data-dir {os.path.dirname(first)}/broker-N, "
+          f"Producer(\"{first}\"), Consumer(bootstrap=\"{first}\"), ...", flush=True)
+    print("cluster up (Ctrl-C or SIGTERM stops it)", flush=True)
