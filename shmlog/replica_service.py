@@ -49,7 +49,7 @@ from .cluster_view import (BrokersChanged, ClusterView, PartitionStateChanged, R
                            SessionChanged, TopicChanged, TopicConfigChanged, TopicGone)
 from .errors import ShmlogError
 from .partition_host import PartitionHost
-from .partition_replica import FetchPhase, PartitionReplica, Role
+from .partition_replica import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
 from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
                           EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
                           FetchResponse, FetchResponsePartition, PendingIsrChange, Error,
@@ -65,10 +65,6 @@ log = logging.getLogger("shmlog.broker")
 __all__ = ["ReplicaService"]
 
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
-# After a failed request (a timeout, a peer gone) a fetcher waits this long before
-# the next (Kafka's replica.fetch.backoff.ms is 1000; failover is what we wait for,
-# and the controller elects within milliseconds of a session's end).
-FETCH_BACKOFF_MS = 100
 
 
 @dataclasses.dataclass
@@ -139,6 +135,8 @@ class ReplicaService:
             deadlines.append(fetch_deadline)
         deadlines.extend(fetcher.retry_at for fetcher in self._fetchers.values()
                          if fetcher.in_flight is None and fetcher.retry_at)
+        deadlines.extend(replica.retry_at for replica in self.replicas.values()
+                         if replica.retry_at and replica.phase is not FetchPhase.WAITING)
         return min(deadlines)
 
     def tick(self, now: int) -> None:
@@ -427,8 +425,8 @@ class ReplicaService:
         the partitions truncating, else FETCH for those fetching."""
         by_leader: dict[int, list[PartitionReplica]] = {}
         for replica in self.replicas.values():
-            if replica.role in (Role.FOLLOWER, Role.OBSERVER) and \
-                    replica.phase is not FetchPhase.WAITING:
+            if replica.may_ask(now):
+                replica.retry_at = 0
                 by_leader.setdefault(replica.leader_id, []).append(replica)
         for leader_id, replicas in by_leader.items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
@@ -486,14 +484,14 @@ class ReplicaService:
             for answer in body.partitions:
                 replica = asked.get((answer.topic_key, answer.partition))
                 if replica is not None and self._still_fetching(replica, fetcher):
-                    if replica.apply_fetched(answer):
+                    if replica.apply_fetched(answer, now):
                         self.host.table.consumer_doorbell.ring()
         elif isinstance(body, EpochEndResponse):
             for answer in body.partitions:
                 replica = asked.get((answer.topic_key, answer.partition))
                 if replica is not None and self._still_fetching(replica, fetcher) and \
                         replica.phase is FetchPhase.TRUNCATING:
-                    self._truncation_answer(replica, answer)
+                    self._truncation_answer(replica, answer, now)
         else:
             log.warning("broker %d answered %s: backing off", event.peer_id, body)
             fetcher.retry_at = now + FETCH_BACKOFF_MS
@@ -506,10 +504,9 @@ class ReplicaService:
         return replica.role in (Role.FOLLOWER, Role.OBSERVER) and \
             replica.leader_id == fetcher.leader_id
 
-    def _truncation_answer(self, replica: PartitionReplica, answer) -> None:
+    def _truncation_answer(self, replica: PartitionReplica, answer, now: int) -> None:
         if answer.error is not ErrorCode.NONE:
-            if answer.error is not ErrorCode.UNKNOWN_LEADER_EPOCH:
-                replica.phase = FetchPhase.WAITING
+            replica.refused(answer.error, now)
             return
         replica.take_step(replica.truncation_answer(answer.leader_epoch, answer.end_offset))
 
