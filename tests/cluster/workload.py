@@ -52,10 +52,17 @@ REFUSALS = (NotLeaderOrFollowerError, NotEnoughReplicasError, NotEnoughReplicasA
 
 
 def start_cluster(directory: str, zookeeper, settings: dict | None = None,
-                  brokers: int = 3) -> LocalCluster:
-    """A started cluster on the session's ZooKeeper (its own chroot)."""
+                  brokers: int = 3, **options) -> LocalCluster:
+    """A started cluster on the session's ZooKeeper (its own chroot); ``options``
+    go to :class:`LocalCluster`."""
     return LocalCluster(directory, brokers, zookeeper_connect=zookeeper.connect_string,
-                        settings={**SETTINGS, **(settings or {})}).start()
+                        settings={**SETTINGS, **(settings or {})}, **options).start()
+
+
+def broker_output(cluster: LocalCluster, broker_id: int) -> str:
+    """What a broker of a cluster started with ``log_files=True`` printed so far."""
+    with open(cluster.log_file(broker_id), errors="replace") as output:
+        return output.read()
 
 
 def stop_cluster(cluster: LocalCluster) -> None:
