@@ -83,14 +83,14 @@ def describe(cluster: LocalCluster, broker_id: int, topic: str, partition: int =
 def leader_of(cluster: LocalCluster, topic: str, partition: int = 0,
               not_in: tuple = ()) -> tuple[int, int] | None:
     """(leader, epoch) as a running broker that agrees with the leader sees it: a
-    running leader not in ``not_in``, or None."""
-    for broker_id in sorted(cluster.brokers):
+    running leader not in ``not_in``, or None. Paused brokers are not asked."""
+    for broker_id in sorted(set(cluster.brokers) - cluster.paused):
         try:
             entry = describe(cluster, broker_id, topic, partition)
         except ShmlogError:
             continue
         leader = entry["leader"]
-        if leader in cluster.brokers and leader not in not_in:
+        if leader in cluster.brokers and leader not in cluster.paused and leader not in not_in:
             try:
                 own = describe(cluster, leader, topic, partition)
             except ShmlogError:
@@ -112,7 +112,7 @@ def wait_in_sync(cluster: LocalCluster, topic: str, members: tuple, partition: i
     def whole():
         try:
             return all(sorted(describe(cluster, broker_id, topic, partition)["isr"])
-                       == sorted(members) for broker_id in cluster.brokers)
+                       == sorted(members) for broker_id in set(cluster.brokers) - cluster.paused)
         except ShmlogError:
             return False
     cluster.wait_for(whole, WAIT_S, f"isr {sorted(members)} of {topic}-{partition}",
