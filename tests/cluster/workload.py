@@ -26,14 +26,16 @@ from helpers import unlink_shared_memory
 from shmlog.admin import Admin
 from shmlog.consumer import Consumer, TopicPartition
 from shmlog.errors import (NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
-                           NotLeaderOrFollowerError, ShmlogError)
+                           NotLeaderOrFollowerError, ShmlogError, TopicExistsError,
+                           ZooKeeperUnavailableError)
 from shmlog.local_cluster import LocalCluster
 from shmlog.producer import Producer
 
-# Sessions expire 2 s after a broker's last word; followers have 4 s to catch up
-# before the ISR drops them (the machine is loaded: shorter lags shrink ISRs the
-# tests expect to stay whole).
-SESSION_TIMEOUT_MS = 2000
+# Sessions expire 3 s after a broker's last word; followers have 4 s to catch up
+# before the ISR drops them (the machine is loaded: with 2 s, sessions of live brokers
+# expired under a full suite's load, and shorter lags shrink ISRs the tests expect
+# to stay whole).
+SESSION_TIMEOUT_MS = 3000
 SETTINGS = {"zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS, "replica.lag.time.max.ms": 4000,
             "replica.fetch.wait.max.ms": 200, "replica.socket.timeout.ms": 1500}
 # Every wait of these tests is bounded by this (a failover takes seconds).
@@ -63,6 +65,24 @@ def broker_output(cluster: LocalCluster, broker_id: int) -> str:
     """What a broker of a cluster started with ``log_files=True`` printed so far."""
     with open(cluster.log_file(broker_id), errors="replace") as output:
         return output.read()
+
+
+def create_topic(cluster: LocalCluster, name: str, config: dict, replication_factor: int) -> None:
+    """Create a one-partition topic through a running broker, again if the broker's
+    ZooKeeper session failed under it (a loaded machine): a write whose outcome is
+    unknown may have created it."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        broker_id = min(set(cluster.brokers) - cluster.paused)
+        try:
+            Admin(cluster.data_dir(broker_id)).create_topic(name, 1, config,
+                                                            replication_factor=replication_factor)
+            return
+        except TopicExistsError:
+            return
+        except ZooKeeperUnavailableError:
+            assert time.monotonic() < deadline, f"topic {name} not created in {WAIT_S} s"
+            time.sleep(0.2)
 
 
 def stop_cluster(cluster: LocalCluster) -> None:
@@ -237,7 +257,8 @@ def wait_acked(producer: LeaderFollowingProducer, count: int) -> None:
     while producer.acked < count:
         assert producer.is_alive(), "the producer thread died"
         assert time.monotonic() < deadline, \
-            f"{producer.acked} of {count} sends acknowledged after {WAIT_S} s: {producer.errors[-3:]}"
+            f"{producer.acked} of {count} sends acknowledged after {WAIT_S} s: " \
+            f"{producer.errors[-3:]}"
         time.sleep(0.02)
 
 
