@@ -72,7 +72,7 @@ class _Fetcher:
     """The requests to one leader: at most one in flight."""
     leader_id: int
     in_flight: int | None = None          # its correlation id
-    partitions: tuple = ()                # the replicas it asked for
+    partitions: tuple = ()                # what it asked: (replica, leader epoch, offset)
     retry_at: int = 0
 
 
@@ -441,7 +441,8 @@ class ReplicaService:
                                                     replica.leader_epoch,
                                                     replica.log.epochs.latest_epoch)
                                   for replica in asking))
-            self._send(fetcher, tuple(asking), body, self.config.replica_socket_timeout_ms)
+            self._send(fetcher, tuple((replica, replica.leader_epoch, None) for replica in asking),
+                       body, self.config.replica_socket_timeout_ms)
             return
         fetching = [replica for replica in replicas if replica.phase is FetchPhase.FETCHING]
         if not fetching:
@@ -451,7 +452,8 @@ class ReplicaService:
                      self.config.replica_fetch_wait_max_ms, 1,
                      self.config.replica_fetch_response_max_bytes,
                      tuple(replica.fetch_request(max_bytes) for replica in fetching))
-        self._send(fetcher, tuple(fetching), body,
+        self._send(fetcher, tuple((replica, replica.leader_epoch, replica.log.log_end_offset)
+                                  for replica in fetching), body,
                    self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
 
     def _send(self, fetcher: _Fetcher, replicas: tuple, body, timeout_ms: int) -> None:
@@ -479,18 +481,18 @@ class ReplicaService:
         if fetcher is None:
             return
         body = event.message.body
-        asked = {replica.key: replica for replica in fetcher.partitions}
+        asked = {entry[0].key: entry for entry in fetcher.partitions}
         if isinstance(body, FetchResponse):
             for answer in body.partitions:
-                replica = asked.get((answer.topic_key, answer.partition))
-                if replica is not None and self._still_fetching(replica, fetcher):
-                    if replica.apply_fetched(answer, now):
-                        self.host.table.consumer_doorbell.ring()
+                replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
+                                             fetcher, FetchPhase.FETCHING)
+                if replica is not None and replica.apply_fetched(answer, now):
+                    self.host.table.consumer_doorbell.ring()
         elif isinstance(body, EpochEndResponse):
             for answer in body.partitions:
-                replica = asked.get((answer.topic_key, answer.partition))
-                if replica is not None and self._still_fetching(replica, fetcher) and \
-                        replica.phase is FetchPhase.TRUNCATING:
+                replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
+                                             fetcher, FetchPhase.TRUNCATING)
+                if replica is not None:
                     self._truncation_answer(replica, answer, now)
         else:
             log.warning("broker %d answered %s: backing off", event.peer_id, body)
@@ -498,11 +500,23 @@ class ReplicaService:
             return
         self._send_requests(now)
 
-    def _still_fetching(self, replica: PartitionReplica, fetcher: _Fetcher) -> bool:
-        """Is the replica still following that leader (a new state may have come
-        while the request was out)?"""
-        return replica.role in (Role.FOLLOWER, Role.OBSERVER) and \
-            replica.leader_id == fetcher.leader_id
+    @staticmethod
+    def _still_asking(entry, fetcher: _Fetcher, phase: FetchPhase) -> PartitionReplica | None:
+        """The replica an answer is for, if it still wants it: it follows the same
+        leader at the same epoch, in ``phase``, from the log end it asked from (a new
+        state, even one naming the same leader again, or a truncation may have come
+        while the request was out; Kafka's fetcher likewise applies a partition's
+        data only at the epoch and fetch offset it asked with)."""
+        if entry is None:
+            return None
+        replica, leader_epoch, fetch_offset = entry
+        if replica.role not in (Role.FOLLOWER, Role.OBSERVER) or \
+                replica.leader_id != fetcher.leader_id or \
+                replica.leader_epoch != leader_epoch or replica.phase is not phase:
+            return None
+        if fetch_offset is not None and replica.log.log_end_offset != fetch_offset:
+            return None
+        return replica
 
     def _truncation_answer(self, replica: PartitionReplica, answer, now: int) -> None:
         if answer.error is not ErrorCode.NONE:
