@@ -5,13 +5,15 @@ replicas' committed prefixes stay byte-identical, however often the leader dies
 (issue 14's "kill -9 the leader under acks=all load, many times"); and how long a
 failover takes, printed next to the session timeout it is bounded by.
 
-Method: the shared three brokers (``fault_cluster``; RF 3, min.insync.replicas 2), a producer thread
-(``workload.LeaderFollowingProducer``: idempotent, acks=all, on the leader's broker,
-made again on the new leader after each failover, a send without an answer recorded
-as unknown). Each round: wait for acknowledgements on the current leader, SIGKILL it,
-wait for the first acknowledgement from the new leader (the failover time), restart
-the killed broker and wait until it is back in the ISR. At the end the history
-checker judges what the producer saw against every replica's segment files.
+Method: the shared three brokers (``fault_cluster``; RF 3, min.insync.replicas 2), a
+producer thread (``workload.LeaderFollowingProducer``: idempotent, acks=all, on the
+leader's broker, made again on the new leader after each failover, a send without an
+answer recorded as unknown) and a reader moving from broker to broker every second
+(``workload.ReplicaReader``: every record any replica showed is recorded). Each
+round: wait for acknowledgements on the current leader, SIGKILL it, wait for the
+first acknowledgement from the new leader (the failover time), restart the killed
+broker and wait until it is back in the ISR. At the end the history checker judges
+what the producer and the reader saw against every replica's segment files.
 ``--cluster-kills N`` sets the rounds (5 by default; the ``slow`` soak runs 20).
 """
 
@@ -23,8 +25,8 @@ import pytest
 
 from cluster.history import History
 from cluster.workload import (SESSION_TIMEOUT_MS, WAIT_S, LeaderFollowingProducer,
-                              check_replicas, create_topic, wait_acked, wait_for_leader,
-                              wait_in_sync)
+                              ReplicaReader, check_replicas, create_topic, wait_acked,
+                              wait_for_leader, wait_in_sync)
 
 # Acknowledgements on each leader before it is killed.
 ACKS_PER_ROUND = 100
@@ -36,7 +38,9 @@ def kill_leaders(cluster, topic: str, kills: int) -> None:
     create_topic(cluster, topic, {"min.insync.replicas": "2"}, 3)
     wait_in_sync(cluster, topic, (1, 2, 3))
     producer = LeaderFollowingProducer(cluster, topic, history, topic)
+    reader = ReplicaReader(cluster, topic, history)
     producer.start()
+    reader.start()
     failovers = []
     try:
         for round_ in range(kills):
@@ -45,6 +49,7 @@ def kill_leaders(cluster, topic: str, kills: int) -> None:
         wait_acked(producer, (kills + 1) * ACKS_PER_ROUND)
     finally:
         producer.stop()
+        reader.stop()
     print(f"failover (kill -9 to the first acks=all acknowledgement): "
           f"{', '.join(f'{seconds * 1000:.0f}' for seconds in failovers)} ms; "
           f"session timeout {SESSION_TIMEOUT_MS} ms")

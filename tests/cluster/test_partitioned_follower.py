@@ -10,7 +10,8 @@ Method: ``netns.Topology`` (skipped, with the reason, without root, ``ip`` or
 ``nft``): ZooKeeper runs in namespace zk, broker i in namespace bi at its address
 there (``LocalCluster``'s hosts and launch prefixes); clients reach the brokers
 through their data directories, which no network carries. A producer thread
-follows the leader (``workload.LeaderFollowingProducer``). One follower is cut
+follows the leader (``workload.LeaderFollowingProducer``), a reader moves from
+broker to broker, the cut one included (``workload.ReplicaReader``). One follower is cut
 from the two other brokers only (ZooKeeper stays reachable, so its session lives
 and the controller leaves the ISR alone: the shrink is the leader's), with
 replica.lag.time.max.ms 1500 (short: this test is about the shrink).
@@ -28,9 +29,9 @@ import time
 import pytest
 
 from cluster.history import History
-from cluster.workload import (SETTINGS, WAIT_S, LeaderFollowingProducer, check_replicas,
-                              create_topic, describe, stop_cluster, wait_acked, wait_for_leader,
-                              wait_in_sync)
+from cluster.workload import (SETTINGS, WAIT_S, LeaderFollowingProducer, ReplicaReader,
+                              check_replicas, create_topic, describe, stop_cluster, wait_acked,
+                              wait_for_leader, wait_in_sync)
 from shmlog.local_cluster import LocalCluster
 
 TOPIC = "partitioned"
@@ -85,7 +86,9 @@ def test_a_partitioned_follower_leaves_the_isr_and_rejoins_after_the_heal(topolo
         cut = max(broker_id for broker_id in MEMBERS if broker_id != leader)
         others = [MEMBERS[broker_id] for broker_id in MEMBERS if broker_id != cut]
         producer = LeaderFollowingProducer(cluster, TOPIC, history, "netns")
+        reader = ReplicaReader(cluster, TOPIC, history)
         producer.start()
+        reader.start()
         try:
             wait_acked(producer, 200)
             topology.cut(MEMBERS[cut], others)
@@ -105,6 +108,7 @@ def test_a_partitioned_follower_leaves_the_isr_and_rejoins_after_the_heal(topolo
             wait_acked(producer, producer.acked + 200)
         finally:
             producer.stop()
+            reader.stop()
         check_replicas(cluster, TOPIC, history)
     finally:
         stop_cluster(cluster)

@@ -5,16 +5,17 @@ Goal: the old leader never acknowledges an acks=all write it can no longer commi
 leader and truncates what the new leader does not have, and the history checker
 passes over every replica.
 
-Method: the shared three brokers (``fault_cluster``; RF 3, min.insync.replicas 2,
-as the design note asks:
-with min.insync.replicas 1 a resumed leader alone in its ISR may acknowledge once
-more, as Kafka's may). A producer thread follows the leader
-(``workload.LeaderFollowingProducer``). The leader is SIGSTOPped for longer than
-both the session timeout and replica.lag.time.max.ms (so on waking it also wants to
-shrink its ISR to itself: that conditional write must fail), while a second producer
-on its host puts acks=all sends into its ring. A new leader is elected; the old one
-is resumed and drains those sends: each must fail or stay unanswered, or, if
-acknowledged, be in the final log at its offset (history rule 2).
+Method: the shared three brokers (``fault_cluster``; RF 3, min.insync.replicas 2, as
+the design note asks: with min.insync.replicas 1 a resumed leader alone in its ISR
+may acknowledge once more, as Kafka's may). A producer thread follows the leader
+(``workload.LeaderFollowingProducer``), and a reader moves from broker to broker
+(``workload.ReplicaReader``: nothing the zombie shows may be taken back). The leader
+is SIGSTOPped for longer than both the session timeout and replica.lag.time.max.ms
+(so on waking it also wants to shrink its ISR to itself: that conditional write must
+fail), while a second producer on its host puts acks=all sends into its ring. A new
+leader is elected; the old one is resumed and drains those sends: each must fail or
+stay unanswered, or, if acknowledged, be in the final log at its offset (history
+rule 2).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 
 from cluster.history import History
 from cluster.workload import (REFUSALS, SETTINGS, WAIT_S, LeaderFollowingProducer,
-                              check_replicas, create_topic, describe, wait_acked,
+                              ReplicaReader, check_replicas, create_topic, describe, wait_acked,
                               wait_for_leader, wait_in_sync)
 from shmlog.errors import ShmlogError
 from shmlog.producer import Producer
@@ -42,8 +43,10 @@ def test_a_zombie_leader_acknowledges_nothing_it_cannot_commit(fault_cluster):
     wait_in_sync(cluster, TOPIC, (1, 2, 3))
     leader, epoch = wait_for_leader(cluster, TOPIC)
     follower = LeaderFollowingProducer(cluster, TOPIC, history, "live")
+    reader = ReplicaReader(cluster, TOPIC, history)
     zombie_side = Producer(cluster.data_dir(leader), acks="all", linger_ms=1)
     follower.start()
+    reader.start()
     try:
         wait_acked(follower, 200)
         cluster.pause(leader)
@@ -76,6 +79,7 @@ def test_a_zombie_leader_acknowledges_nothing_it_cannot_commit(fault_cluster):
         wait_acked(follower, acked_before + 200)
     finally:
         follower.stop()
+        reader.stop()
         try:
             zombie_side.close(timeout=1)
         except ShmlogError:

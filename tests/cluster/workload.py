@@ -46,6 +46,8 @@ SEND_WAIT_S = 5.0
 # How often a send's future is looked at, and its leader looked up while it waits.
 ANSWER_POLL_S = 0.05
 LEADER_LOOK_S = 0.5
+# How long a ReplicaReader reads from one broker before it moves to the next.
+READER_TURN_S = 1.0
 # Sends in flight at once per producer.
 WINDOW = 16
 # A broker's own refusals: the batch is not in the log, or (after append) promises
@@ -249,6 +251,52 @@ def _close_quietly(producer: Producer) -> None:
         producer.close(timeout=0.5)
     except ShmlogError:
         pass                              # its broker is gone: nothing to flush to
+
+
+class ReplicaReader(threading.Thread):
+    """Reads ``topic``'s partition 0 from one running broker after another (each for
+    ``READER_TURN_S``, leaders and followers alike, carrying on from the next
+    offset), recording every record in the history: rule 4 then checks that no
+    replica ever showed a record a failover took back."""
+
+    def __init__(self, cluster: LocalCluster, topic: str, history: History, partition: int = 0):
+        super().__init__(name=f"reader-{topic}", daemon=True)
+        self.cluster, self.topic, self.history, self.partition = cluster, topic, history, partition
+        self.stopping = threading.Event()
+        self.position = 0
+        self.turns = 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(WAIT_S)
+        assert not self.is_alive(), "the reader thread did not stop"
+
+    def run(self) -> None:
+        tp = TopicPartition(self.topic, self.partition)
+        while not self.stopping.is_set():
+            running = sorted(set(self.cluster.brokers) - self.cluster.paused)
+            if not running:
+                time.sleep(0.05)
+                continue
+            broker_id = running[self.turns % len(running)]
+            self.turns += 1
+            try:
+                self._turn(broker_id, tp)
+            except ShmlogError:              # its broker died or restarts: the next one
+                time.sleep(0.05)
+
+    def _turn(self, broker_id: int, tp: TopicPartition) -> None:
+        ends = time.monotonic() + READER_TURN_S
+        with Consumer(bootstrap=self.cluster.data_dir(broker_id)) as consumer:
+            consumer.assign([tp])
+            consumer.seek(tp, self.position)
+            while time.monotonic() < ends and not self.stopping.is_set():
+                records = consumer.poll(timeout_ms=100).get(tp, [])
+                if records:
+                    self.history.read_many(self.partition, [(record.offset, record.value)
+                                                            for record in records],
+                                           reader=f"broker {broker_id}")
+                    self.position = records[-1].offset + 1
 
 
 def wait_acked(producer: LeaderFollowingProducer, count: int) -> None:
