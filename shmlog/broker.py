@@ -69,7 +69,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 
 from . import access, child_process
@@ -483,14 +483,24 @@ class Broker:
         A TOML file of settings (with a ``[cluster]`` table: a cluster member).
     startup_timeout_s : float
         How long to wait for the control endpoint to answer.
+    launch_prefix : sequence of str
+        A command the broker's command line is run under, e.g. ``["ip", "netns",
+        "exec", "ns1"]`` (a test network namespace; it must exec the broker, so the
+        process's pid is the broker's and signals reach it).
+    output : str, optional
+        A file the broker's stdout and stderr are appended to (default: this
+        process's).
     """
 
     def __init__(self, data_dir: str | None = None, *, config_file: str | None = None,
-                 startup_timeout_s: float = 120.0, **settings: Any):
+                 startup_timeout_s: float = 120.0, launch_prefix: Sequence[str] = (),
+                 output: str | None = None, **settings: Any):
         self.config_file = config_file
         self.config = BrokerConfig.load(config_file, data_dir=data_dir, **settings)
         self.data_dir = os.path.abspath(self.config.data_dir)
         self.startup_timeout_s = startup_timeout_s
+        self.launch_prefix = list(launch_prefix)
+        self.output = output
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "Broker":
@@ -502,7 +512,12 @@ class Broker:
                     and getattr(self.config, field.name) is not None:
                 arguments += [f"--{field.name.replace('_', '-')}",
                               str(getattr(self.config, field.name))]
-        self.process = subprocess.Popen(arguments)
+        if self.output is None:
+            self.process = subprocess.Popen(self.launch_prefix + arguments)
+        else:
+            with open(self.output, "ab") as output:
+                self.process = subprocess.Popen(self.launch_prefix + arguments, stdout=output,
+                                                stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             if self.process.poll() is not None:

@@ -10,7 +10,13 @@ Rules
   know it by it).
 * :meth:`LocalCluster.stop` stops every broker (SIGTERM, then SIGKILL) and the
   ZooKeeper it started; a ZooKeeper given to it (``zookeeper_connect``) is left
-  running.
+  running. A broker paused (:meth:`LocalCluster.pause`, SIGSTOP) is resumed first,
+  so it can take its SIGTERM.
+* A broker may live elsewhere than on its loopback address: ``hosts`` gives its
+  address and ``launch_prefixes`` the command it is started under (a network
+  namespace: ``["ip", "netns", "exec", "<ns>"]``). Clients reach every broker
+  through its data directory (the control socket is a file, shared memory is
+  /dev/shm's), so only replication and ZooKeeper traffic crosses the network.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import signal
 import socket
 import time
 import uuid
+from typing import Mapping, Sequence
 
 from . import access
 from .broker import Broker
@@ -52,11 +59,20 @@ class LocalCluster:
     settings : dict
         ``[cluster]`` settings every broker gets (Kafka's dotted names or snake_case),
         e.g. ``{"zookeeper.session.timeout.ms": 2000}``.
+    hosts : mapping of broker id to address, optional
+        Where each broker's replication endpoint listens (default ``127.0.0.<id>``).
+    launch_prefixes : mapping of broker id to a command, optional
+        What each broker is started under (``Broker``'s ``launch_prefix``).
+    log_files : bool
+        Append each broker's output to ``broker-<id>.log`` (:meth:`log_file`)
+        instead of this process's.
     """
 
     def __init__(self, directory: str, brokers: int = 3, *, zookeeper_connect: str | None = None,
                  chroot: str | None = None, settings: dict | None = None,
-                 startup_timeout_s: float = 120.0):
+                 startup_timeout_s: float = 120.0, hosts: Mapping[int, str] | None = None,
+                 launch_prefixes: Mapping[int, Sequence[str]] | None = None,
+                 log_files: bool = False):
         self.directory = os.path.abspath(directory)
         self.count = brokers
         self.settings = dict(settings or {})
@@ -66,6 +82,11 @@ class LocalCluster:
         self._given_zookeeper = zookeeper_connect
         self.zookeeper: ZooKeeperServer | None = None
         self.brokers: dict[int, Broker] = {}
+        self.paused: set[int] = set()
+        self._hosts = dict(hosts or {})
+        self._launch_prefixes = {broker_id: list(prefix)
+                                 for broker_id, prefix in (launch_prefixes or {}).items()}
+        self.log_files = log_files
         self._ports: dict[int, int] = {}
 
     # -- naming ----------------------------------------------------------------------------
@@ -76,7 +97,11 @@ class LocalCluster:
         return hosts + self.chroot
 
     def host(self, broker_id: int) -> str:
-        return f"127.0.0.{broker_id}"
+        return self._hosts.get(broker_id, f"127.0.0.{broker_id}")
+
+    def log_file(self, broker_id: int) -> str:
+        """Where broker ``broker_id``'s output goes with ``log_files``."""
+        return os.path.join(self.directory, f"broker-{broker_id}.log")
 
     def data_dir(self, broker_id: int) -> str:
         return os.path.join(self.directory, f"broker-{broker_id}")
@@ -86,7 +111,10 @@ class LocalCluster:
 
     def replication_endpoint(self, broker_id: int) -> str:
         if broker_id not in self._ports:
-            self._ports[broker_id] = _free_port(self.host(broker_id))
+            # An address of another network namespace cannot be probed from here:
+            # any port is free there.
+            self._ports[broker_id] = _free_port(self.host(broker_id)) \
+                if broker_id not in self._launch_prefixes else _free_port("127.0.0.1")
         return f"tcp://{self.host(broker_id)}:{self._ports[broker_id]}"
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -121,19 +149,36 @@ class LocalCluster:
     def start_broker(self, broker_id: int) -> Broker:
         """Start (or restart) broker ``broker_id``; returns once it answers."""
         broker = Broker(self.data_dir(broker_id), config_file=self.config_file(broker_id),
-                        startup_timeout_s=self.startup_timeout_s)
+                        startup_timeout_s=self.startup_timeout_s,
+                        launch_prefix=self._launch_prefixes.get(broker_id, ()),
+                        output=self.log_file(broker_id) if self.log_files else None)
         self.brokers[broker_id] = broker.start()
         return broker
 
     def kill(self, broker_id: int) -> None:
         """SIGKILL a broker (no clean leave: its session must expire)."""
         broker = self.brokers.pop(broker_id)
+        self.paused.discard(broker_id)
         broker.process.send_signal(signal.SIGKILL)
         broker.process.wait(timeout=KILLED_WAIT_S)
+
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP a broker: it stops answering anyone, its session runs on until it
+        expires (a zombie once it is resumed)."""
+        self.brokers[broker_id].process.send_signal(signal.SIGSTOP)
+        self.paused.add(broker_id)
+
+    def resume(self, broker_id: int) -> None:
+        """SIGCONT a paused broker."""
+        self.brokers[broker_id].process.send_signal(signal.SIGCONT)
+        self.paused.discard(broker_id)
 
     def stop_broker(self, broker_id: int) -> None:
         broker = self.brokers.pop(broker_id, None)
         if broker is not None:
+            if broker_id in self.paused:
+                self.paused.discard(broker_id)
+                broker.process.send_signal(signal.SIGCONT)
             broker.stop()
 
     def stop(self) -> None:

@@ -58,6 +58,11 @@ log = logging.getLogger("shmlog.broker")
 __all__ = ["Role", "FetchPhase", "PartitionReplica"]
 
 _NO_RECORDS = np.empty(0, np.uint8)
+# After a refusal the leader may take back (RETRIED_ERRORS), or a failed request, a
+# follower waits this long before asking again (Kafka's replica.fetch.backoff.ms is
+# 1000; failover is what we wait for, and the controller elects within milliseconds
+# of a session's end).
+FETCH_BACKOFF_MS = 100
 
 
 class Role(enum.Enum):
@@ -74,6 +79,15 @@ class FetchPhase(enum.Enum):
     TRUNCATING = "truncating"  # finding where its log and the leader's agree
     FETCHING = "fetching"
     WAITING = "waiting"        # the leader refused it (fenced, not leader): wait for a new state
+
+
+# What a leader may answer only because it has not applied the state the follower
+# already has (ZooKeeper's watches reach brokers in no set order): the follower keeps
+# its phase and asks again after a back-off (Kafka's fetcher delays a partition in
+# error by replica.fetch.backoff.ms and retries it). Waiting for a newer state
+# instead would wait forever: no newer state is coming.
+RETRIED_ERRORS = frozenset({ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 
 
 class PartitionReplica:
@@ -109,6 +123,7 @@ class PartitionReplica:
         self.min_insync_replicas = 1
         self.leader = LeaderReplicaState(broker_id, replica_lag_time_max_ms)
         self.phase = FetchPhase.WAITING
+        self.retry_at = 0              # a refused follower asks again from then (ms)
         self.leader_log_start_offset = -1
         appender.set_high_watermark_policy(hosted.row, HighWatermarkPolicy.EXTERNAL,
                                            high_watermark=high_watermark)
@@ -187,6 +202,7 @@ class PartitionReplica:
             return
         self.role = Role.FOLLOWER if self.broker_id in self.replicas else Role.OBSERVER
         self.phase = FetchPhase.TRUNCATING
+        self.retry_at = 0
         self.leader_log_start_offset = -1
         log.info("%r: %s of broker %d at epoch %d", self, self.role.value, self.state.leader,
                  self.state.leader_epoch)
@@ -369,9 +385,10 @@ class PartitionReplica:
         self.appender.rebuild_producer_state(self.row)
         self.appender.refuse_parked_from(self.row, offset, CompletionCode.NOT_LEADER_OR_FOLLOWER)
 
-    def apply_fetched(self, answer: FetchResponsePartition) -> bool:
-        """Apply the leader's answer for this partition; True when the follower's
-        high watermark moved."""
+    def apply_fetched(self, answer: FetchResponsePartition, now: int = 0) -> bool:
+        """Apply the leader's answer for this partition (at ``now``, ms: a refusal
+        that is retried backs off from then); True when the follower's high
+        watermark moved."""
         self.leader_log_start_offset = answer.log_start_offset
         if answer.error is ErrorCode.OFFSET_OUT_OF_RANGE:
             self.take_step(offset_out_of_range_step(
@@ -380,7 +397,7 @@ class PartitionReplica:
                 leader_log_end_offset=answer.log_end_offset))
             return False
         if answer.error is not ErrorCode.NONE:
-            self._refused(answer.error)
+            self.refused(answer.error, now)
             return False
         if answer.records is not None:
             try:
@@ -406,9 +423,20 @@ class PartitionReplica:
                             error)
         return moved
 
-    def _refused(self, error: ErrorCode) -> None:
-        if error is ErrorCode.UNKNOWN_LEADER_EPOCH:
-            return                      # the leader has not learnt our epoch yet: ask again
+    def refused(self, error: ErrorCode, now: int) -> None:
+        """The leader refused a fetch or an EPOCH_END with ``error``: ask again after
+        ``FETCH_BACKOFF_MS`` when the leader may just be behind (``RETRIED_ERRORS``),
+        else wait for a newer state (we are fenced: it is coming)."""
+        if error in RETRIED_ERRORS:
+            self.retry_at = now + FETCH_BACKOFF_MS
+            log.debug("%r: the leader answered %s: asking again in %d ms", self, error.name,
+                      FETCH_BACKOFF_MS)
+            return
         log.info("%r: the leader refused our fetch (%s): waiting for a newer state", self,
                  error.name)
         self.phase = FetchPhase.WAITING
+
+    def may_ask(self, now: int) -> bool:
+        """Does this follower (or observer) have a request to make now?"""
+        return self.role in (Role.FOLLOWER, Role.OBSERVER) and \
+            self.phase is not FetchPhase.WAITING and now >= self.retry_at

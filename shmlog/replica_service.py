@@ -63,7 +63,7 @@ from .errors import ShmlogError
 from .forwarding import Forwarding
 from .high_watermark_checkpoint import HighWatermarkCheckpoint
 from .partition_host import PartitionHost
-from .partition_replica import FetchPhase, PartitionReplica, Role
+from .partition_replica import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
 from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
                           EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
                           FetchResponse, FetchResponsePartition, PendingIsrChange, Error,
@@ -79,10 +79,6 @@ log = logging.getLogger("shmlog.broker")
 __all__ = ["ReplicaService"]
 
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
-# After a failed request (a timeout, a peer gone) a fetcher waits this long before
-# the next (Kafka's replica.fetch.backoff.ms is 1000; failover is what we wait for,
-# and the controller elects within milliseconds of a session's end).
-FETCH_BACKOFF_MS = 100
 
 
 @dataclasses.dataclass
@@ -90,7 +86,7 @@ class _Fetcher:
     """The requests to one leader: at most one in flight."""
     leader_id: int
     in_flight: int | None = None          # its correlation id
-    partitions: tuple = ()                # the replicas it asked for
+    partitions: tuple = ()                # what it asked: (replica, leader epoch, offset)
     retry_at: int = 0
 
 
@@ -162,6 +158,8 @@ class ReplicaService:
         forwarding_deadline = self.forwarding.next_deadline()
         if forwarding_deadline is not None:
             deadlines.append(forwarding_deadline)
+        deadlines.extend(replica.retry_at for replica in self.replicas.values()
+                         if replica.retry_at and replica.phase is not FetchPhase.WAITING)
         return min(deadlines)
 
     def tick(self, now: int) -> None:
@@ -493,8 +491,8 @@ class ReplicaService:
         the partitions truncating, else FETCH for those fetching."""
         by_leader: dict[int, list[PartitionReplica]] = {}
         for replica in self.replicas.values():
-            if replica.role in (Role.FOLLOWER, Role.OBSERVER) and \
-                    replica.phase is not FetchPhase.WAITING:
+            if replica.may_ask(now):
+                replica.retry_at = 0
                 by_leader.setdefault(replica.leader_id, []).append(replica)
         for leader_id, replicas in by_leader.items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
@@ -509,7 +507,8 @@ class ReplicaService:
                                                     replica.leader_epoch,
                                                     replica.log.epochs.latest_epoch)
                                   for replica in asking))
-            self._send(fetcher, tuple(asking), body, self.config.replica_socket_timeout_ms)
+            self._send(fetcher, tuple((replica, replica.leader_epoch, None) for replica in asking),
+                       body, self.config.replica_socket_timeout_ms)
             return
         fetching = [replica for replica in replicas if replica.phase is FetchPhase.FETCHING]
         if not fetching:
@@ -519,7 +518,8 @@ class ReplicaService:
                      self.config.replica_fetch_wait_max_ms, 1,
                      self.config.replica_fetch_response_max_bytes,
                      tuple(replica.fetch_request(max_bytes) for replica in fetching))
-        self._send(fetcher, tuple(fetching), body,
+        self._send(fetcher, tuple((replica, replica.leader_epoch, replica.log.log_end_offset)
+                                  for replica in fetching), body,
                    self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
 
     def _send(self, fetcher: _Fetcher, replicas: tuple, body, timeout_ms: int) -> None:
@@ -547,35 +547,46 @@ class ReplicaService:
         if fetcher is None:
             return
         body = event.message.body
-        asked = {replica.key: replica for replica in fetcher.partitions}
+        asked = {entry[0].key: entry for entry in fetcher.partitions}
         if isinstance(body, FetchResponse):
             for answer in body.partitions:
-                replica = asked.get((answer.topic_key, answer.partition))
-                if replica is not None and self._still_fetching(replica, fetcher):
-                    if replica.apply_fetched(answer):
-                        self.host.table.consumer_doorbell.ring()
+                replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
+                                             fetcher, FetchPhase.FETCHING)
+                if replica is not None and replica.apply_fetched(answer, now):
+                    self.host.table.consumer_doorbell.ring()
         elif isinstance(body, EpochEndResponse):
             for answer in body.partitions:
-                replica = asked.get((answer.topic_key, answer.partition))
-                if replica is not None and self._still_fetching(replica, fetcher) and \
-                        replica.phase is FetchPhase.TRUNCATING:
-                    self._truncation_answer(replica, answer)
+                replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
+                                             fetcher, FetchPhase.TRUNCATING)
+                if replica is not None:
+                    self._truncation_answer(replica, answer, now)
         else:
             log.warning("broker %d answered %s: backing off", event.peer_id, body)
             fetcher.retry_at = now + FETCH_BACKOFF_MS
             return
         self._send_requests(now)
 
-    def _still_fetching(self, replica: PartitionReplica, fetcher: _Fetcher) -> bool:
-        """Is the replica still following that leader (a new state may have come
-        while the request was out)?"""
-        return replica.role in (Role.FOLLOWER, Role.OBSERVER) and \
-            replica.leader_id == fetcher.leader_id
+    @staticmethod
+    def _still_asking(entry, fetcher: _Fetcher, phase: FetchPhase) -> PartitionReplica | None:
+        """The replica an answer is for, if it still wants it: it follows the same
+        leader at the same epoch, in ``phase``, from the log end it asked from (a new
+        state, even one naming the same leader again, or a truncation may have come
+        while the request was out; Kafka's fetcher likewise applies a partition's
+        data only at the epoch and fetch offset it asked with)."""
+        if entry is None:
+            return None
+        replica, leader_epoch, fetch_offset = entry
+        if replica.role not in (Role.FOLLOWER, Role.OBSERVER) or \
+                replica.leader_id != fetcher.leader_id or \
+                replica.leader_epoch != leader_epoch or replica.phase is not phase:
+            return None
+        if fetch_offset is not None and replica.log.log_end_offset != fetch_offset:
+            return None
+        return replica
 
-    def _truncation_answer(self, replica: PartitionReplica, answer) -> None:
+    def _truncation_answer(self, replica: PartitionReplica, answer, now: int) -> None:
         if answer.error is not ErrorCode.NONE:
-            if answer.error is not ErrorCode.UNKNOWN_LEADER_EPOCH:
-                replica.phase = FetchPhase.WAITING
+            replica.refused(answer.error, now)
             return
         replica.take_step(replica.truncation_answer(answer.leader_epoch, answer.end_offset))
 

@@ -30,3 +30,29 @@ def topology(netns_unavailable_reason):
         pytest.skip(netns_unavailable_reason)
     with netns.Topology() as created:
         yield created
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(zookeeper, tmp_path_factory):
+    """Three brokers (``workload.SETTINGS``, output in log files) shared by the fault
+    tests that leave it whole (each repairs it first: see ``fault_cluster``): a
+    cluster costs seconds of CPU to start."""
+    from cluster import workload
+    cluster = workload.start_cluster(str(tmp_path_factory.mktemp("faults")), zookeeper,
+                                     log_files=True)
+    try:
+        yield cluster
+    finally:
+        workload.stop_cluster(cluster)
+
+
+@pytest.fixture
+def fault_cluster(shared_cluster):
+    """The shared cluster with every broker running: a paused one resumed, a killed
+    one restarted (a test that failed half-way left it so)."""
+    for broker_id in range(1, shared_cluster.count + 1):
+        if broker_id in shared_cluster.paused:
+            shared_cluster.resume(broker_id)
+        if broker_id not in shared_cluster.brokers:
+            shared_cluster.start_broker(broker_id)
+    return shared_cluster
