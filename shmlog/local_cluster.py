@@ -28,9 +28,10 @@ import time
 import uuid
 from typing import Mapping, Sequence
 
-from . import access
+from . import access, shared_memory
 from .broker import Broker
 from .errors import ShmlogError
+from .paths import shared_memory_prefix
 from .zookeeper import ZooKeeperServer
 
 __all__ = ["LocalCluster"]
@@ -182,8 +183,14 @@ class LocalCluster:
             broker.stop()
 
     def stop(self) -> None:
+        """Stop every broker and the ZooKeeper started here; remove the shared memory
+        a broker killed and not restarted left (its state table, its producers'
+        rings: a broker removes them only when it stops)."""
         for broker_id in list(self.brokers):
             self.stop_broker(broker_id)
+        for broker_id in range(1, self.count + 1):
+            for name in shared_memory.names(shared_memory_prefix(self.data_dir(broker_id))):
+                shared_memory.unlink(name)
         if self.zookeeper is not None:
             self.zookeeper.stop()
             self.zookeeper = None

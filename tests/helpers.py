@@ -88,8 +88,7 @@ def fill_disk(disk, slack: int) -> str:
 def unlink_shared_memory(data_dir) -> list[str]:
     """Remove every /dev/shm object named under the broker prefix of ``data_dir`` (a
     test's clean-up after its brokers and producers); the names it found."""
-    prefix = shared_memory_prefix(str(data_dir))
-    found = [name for name in os.listdir(SHARED_MEMORY_DIRECTORY) if name.startswith(prefix)]
+    found = shared_memory.names(shared_memory_prefix(str(data_dir)))
     for name in found:
         shared_memory.unlink(name)
     return found
