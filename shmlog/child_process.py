@@ -5,10 +5,11 @@ use it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 
-__all__ = ["stop"]
+__all__ = ["stop", "process_alive"]
 
 
 def stop(process: subprocess.Popen, timeout_s: float) -> int:
@@ -22,3 +23,14 @@ def stop(process: subprocess.Popen, timeout_s: float) -> int:
             process.kill()
             process.wait(timeout=timeout_s)
     return process.returncode
+
+
+def process_alive(pid: int) -> bool:
+    """Does process ``pid`` exist (another user's too)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -42,6 +42,7 @@ import os
 
 from . import access, shared_memory
 from . import ring_layout as R
+from .child_process import process_alive
 from .errors import LocalProtocolError, ShmlogError, StorageError
 from .partition_host import PartitionHost
 from .ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
@@ -50,7 +51,7 @@ from .durable_files import write_atomically
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")
 
-__all__ = ["ProducerRegistry", "ProducerIds", "process_alive", "RING_CREATION_GRACE_S",
+__all__ = ["ProducerRegistry", "ProducerIds", "RING_CREATION_GRACE_S",
            "ADOPTED_RING_ACKS"]
 
 # A ring under our prefix whose header has no producer pid yet is being made (Ring.create
@@ -91,15 +92,6 @@ class ProducerIds:
         return self._next - 1
 
 
-def process_alive(pid: int) -> bool:
-    """Does process ``pid`` exist (another user's too)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ProducerRegistry:

@@ -150,23 +150,13 @@ def list_namespaces() -> list[str]:
             if line.strip()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_dead_namespaces() -> list[str]:
     """Delete the ``shmlog-<pid>-*`` namespaces whose pid is not alive (a test
     process killed before its teardown); the names deleted."""
     swept = []
     for name in list_namespaces():
         match = _OUR_NAMESPACE.fullmatch(name)
-        if match and not _alive(int(match.group("pid"))):
+        if match and not child_process.process_alive(int(match.group("pid"))):
             _run(["ip", "netns", "delete", name])
             swept.append(name)
     return swept
