@@ -32,11 +32,12 @@ def topology(netns_unavailable_reason):
         yield created
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def shared_cluster(zookeeper, tmp_path_factory):
     """Three brokers (``workload.SETTINGS``, output in log files) shared by the fault
     tests that leave it whole (each repairs it first: see ``fault_cluster``): a
-    cluster costs seconds of CPU to start."""
+    cluster costs seconds of CPU to start. Stopped after the last test of this
+    package, so the rest of the suite does not share the machine with it."""
     from cluster import workload
     cluster = workload.start_cluster(str(tmp_path_factory.mktemp("faults")), zookeeper,
                                      log_files=True)
