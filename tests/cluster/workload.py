@@ -40,6 +40,11 @@ SETTINGS = {"zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS, "replica.lag.tim
             "replica.fetch.wait.max.ms": 200, "replica.socket.timeout.ms": 1500}
 # Every wait of these tests is bounded by this (a failover takes seconds).
 WAIT_S = 60.0
+# A look at a broker that may be paused or dead (finding a leader) waits 2 s; a request
+# to one that must answer (the final checks) waits 10 s: a loaded 2-core machine can
+# keep a busy broker's loop from answering for seconds.
+LOOK_TIMEOUT_MS = 2_000
+ADMIN_TIMEOUT_MS = 10_000
 # How long a window of sends may wait for its answers before those missing count as
 # unknown.
 SEND_WAIT_S = 5.0
@@ -96,9 +101,11 @@ def stop_cluster(cluster: LocalCluster) -> None:
             unlink_shared_memory(cluster.data_dir(broker_id))
 
 
-def describe(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> dict:
-    """The partition as broker ``broker_id`` sees it (leader, epoch, isr, role)."""
-    return Admin(cluster.data_dir(broker_id), timeout_ms=2000).describe_topic(
+def describe(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0, *,
+             timeout_ms: int = LOOK_TIMEOUT_MS) -> dict:
+    """The partition as broker ``broker_id`` sees it (leader, epoch, isr, role); a
+    short wait by default (a look that may go to a paused or dead broker)."""
+    return Admin(cluster.data_dir(broker_id), timeout_ms=timeout_ms).describe_topic(
         topic)["partitions"][partition]
 
 
@@ -314,7 +321,8 @@ def replica_offsets(cluster: LocalCluster, broker_id: int, topic: str,
                     partition: int = 0) -> tuple[int, int]:
     """(log end offset, high watermark) of a running broker's replica."""
     tp = TopicPartition(topic, partition)
-    end = Admin(cluster.data_dir(broker_id), timeout_ms=2000).list_offsets(topic)[partition]
+    admin = Admin(cluster.data_dir(broker_id), timeout_ms=ADMIN_TIMEOUT_MS)
+    end = admin.list_offsets(topic)[partition]
     with Consumer(bootstrap=cluster.data_dir(broker_id)) as consumer:
         high_watermark = consumer.end_offsets([tp])[tp]
     return end["log_end_offset"], high_watermark
@@ -352,10 +360,12 @@ def check_replicas(cluster: LocalCluster, topic: str, history: History,
                            interval_s=0.1)
     leader, _ = wait_for_leader(cluster, topic, partition=partition)
     final = read_committed(cluster.data_dir(leader), topic, partition, end) if end else []
-    directory = describe(cluster, leader, topic, partition)["directory"]
+    directory = describe(cluster, leader, topic, partition,
+                         timeout_ms=ADMIN_TIMEOUT_MS)["directory"]
     replicas = {}
     for broker_id in cluster.brokers:
-        own = describe(cluster, broker_id, topic, partition)["directory"]
+        own = describe(cluster, broker_id, topic, partition,
+                       timeout_ms=ADMIN_TIMEOUT_MS)["directory"]
         assert os.path.basename(own) == os.path.basename(directory)
         replicas[broker_id] = read_replica(own, end)
     verdict = history.check({partition: final}, {partition: replicas})
