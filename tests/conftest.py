@@ -58,6 +58,6 @@ def pytest_addoption(parser):
     parser.addoption("--fault-runs", type=int, default=16, metavar="N",
                      help="how many times tests/fault/test_full_disk.py fills a disk "
                           "(16 by default; more for a soak run)")
-    parser.addoption("--cluster-kills", type=int, default=5, metavar="N",
+    parser.addoption("--cluster-kills", type=int, default=3, metavar="N",
                      help="how many times tests/cluster/test_kill_leader.py kills a "
-                          "partition's leader (5 by default; more for a soak run)")
+                          "partition's leader (3 by default; more for a soak run)")
