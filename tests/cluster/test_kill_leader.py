@@ -14,7 +14,7 @@ round: wait for acknowledgements on the current leader, SIGKILL it, wait for the
 first acknowledgement from the new leader (the failover time), restart the killed
 broker and wait until it is back in the ISR. At the end the history checker judges
 what the producer and the reader saw against every replica's segment files.
-``--cluster-kills N`` sets the rounds (5 by default; the ``slow`` soak runs 20).
+``--cluster-kills N`` sets the rounds (3 by default; the ``slow`` soak runs 20).
 """
 
 from __future__ import annotations
