@@ -504,6 +504,12 @@ class Broker:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "Broker":
+        """Start the broker; returns once it answers."""
+        return self.launch().wait_until_serving()
+
+    def launch(self) -> "Broker":
+        """Start the broker's process without waiting for it to serve (several
+        brokers warm up at once: see :meth:`wait_until_serving`)."""
         arguments = [sys.executable, "-m", "shmlog", "broker", "--data-dir", self.data_dir]
         if self.config_file is not None:
             arguments += ["--config", self.config_file]     # its tables ([cluster]) too
@@ -518,6 +524,18 @@ class Broker:
             with open(self.output, "ab") as output:
                 self.process = subprocess.Popen(self.launch_prefix + arguments, stdout=output,
                                                 stderr=subprocess.STDOUT)
+        return self
+
+    def wait_until_serving(self) -> "Broker":
+        """Wait (``startup_timeout_s`` at most) until the launched broker answers.
+
+        Raises
+        ------
+        ShmlogError
+            It exited, or did not answer in time (it is stopped).
+        BrokerAccessDeniedError
+            This user may not connect to it (it is stopped).
+        """
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             if self.process.poll() is not None:

@@ -127,8 +127,11 @@ class LocalCluster:
                 self.zookeeper.start()
             for broker_id in range(1, self.count + 1):
                 self._write_config(broker_id)
+            # Launched together, waited for after: their warm-ups overlap.
             for broker_id in range(1, self.count + 1):
-                self.start_broker(broker_id)
+                self.brokers[broker_id] = self._broker(broker_id).launch()
+            for broker_id in range(1, self.count + 1):
+                self.brokers[broker_id].wait_until_serving()
         except BaseException:
             self.stop()
             raise
@@ -147,12 +150,15 @@ class LocalCluster:
         with open(self.config_file(broker_id), "w") as config:
             config.write("\n".join(lines) + "\n")
 
+    def _broker(self, broker_id: int) -> Broker:
+        return Broker(self.data_dir(broker_id), config_file=self.config_file(broker_id),
+                      startup_timeout_s=self.startup_timeout_s,
+                      launch_prefix=self._launch_prefixes.get(broker_id, ()),
+                      output=self.log_file(broker_id) if self.log_files else None)
+
     def start_broker(self, broker_id: int) -> Broker:
         """Start (or restart) broker ``broker_id``; returns once it answers."""
-        broker = Broker(self.data_dir(broker_id), config_file=self.config_file(broker_id),
-                        startup_timeout_s=self.startup_timeout_s,
-                        launch_prefix=self._launch_prefixes.get(broker_id, ()),
-                        output=self.log_file(broker_id) if self.log_files else None)
+        broker = self._broker(broker_id)
         self.brokers[broker_id] = broker.start()
         return broker
 
