@@ -4,12 +4,18 @@ and options."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from kazoo.client import KazooClient
 
 from helpers import unlink_shared_memory
 from shmlog.config import TopicConfig
 from shmlog.segments import PartitionLog
 from shmlog.zookeeper import ZooKeeperServer
+
+# How long the chroot's clean-up waits for a ZooKeeper session.
+ZOOKEEPER_CLEAN_UP_TIMEOUT_S = 30.0
 
 # Cluster tests want sessions that expire in seconds, not ZooKeeper's 4 to 40.
 ZOOKEEPER_TICK_TIME_MS = 500
@@ -52,6 +58,19 @@ def zookeeper(tmp_path_factory):
     with ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")),
                          tick_time_ms=ZOOKEEPER_TICK_TIME_MS) as server:
         yield server
+
+
+@pytest.fixture
+def hosts(zookeeper):
+    """A ``zookeeper.connect`` string with a chroot of this test's own in the session's
+    ZooKeeper (removed after)."""
+    chroot = f"/t-{uuid.uuid4().hex}"
+    yield zookeeper.connect_string + chroot
+    cleaner = KazooClient(hosts=zookeeper.connect_string)
+    cleaner.start(timeout=ZOOKEEPER_CLEAN_UP_TIMEOUT_S)
+    cleaner.delete(chroot, recursive=True)
+    cleaner.stop()
+    cleaner.close()
 
 
 def pytest_addoption(parser):

@@ -16,10 +16,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 
 import pytest
-from kazoo.client import KazooClient
 
 from shmlog import limits, zk_paths
 from shmlog.cluster_producer_ids import ClusterProducerIds
@@ -29,17 +27,6 @@ from shmlog.zookeeper import ZooKeeperServer
 
 TIMEOUT_S = 30.0
 SESSION_TIMEOUT_MS = 2000
-
-
-@pytest.fixture
-def hosts(zookeeper):
-    chroot = f"/t-{uuid.uuid4().hex}"
-    yield zookeeper.connect_string + chroot
-    cleaner = KazooClient(hosts=zookeeper.connect_string)
-    cleaner.start(timeout=TIMEOUT_S)
-    cleaner.delete(chroot, recursive=True)
-    cleaner.stop()
-    cleaner.close()
 
 
 def allocate_waiting(ids: ClusterProducerIds) -> tuple[int, int]:

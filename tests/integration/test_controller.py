@@ -22,7 +22,6 @@ import queue
 import signal
 import threading
 import time
-import uuid
 
 import pytest
 from kazoo.client import KazooClient
@@ -60,18 +59,6 @@ def expire(hosts: str, session: ClusterZooKeeper) -> None:
     thief.start(timeout=TIMEOUT_S)
     thief.stop()
     thief.close()
-
-
-@pytest.fixture
-def hosts(zookeeper):
-    """A ``zookeeper.connect`` string with a chroot of this test's own (removed after)."""
-    chroot = f"/t-{uuid.uuid4().hex}"
-    yield zookeeper.connect_string + chroot
-    cleaner = KazooClient(hosts=zookeeper.connect_string)
-    cleaner.start(timeout=TIMEOUT_S)
-    cleaner.delete(chroot, recursive=True)
-    cleaner.stop()
-    cleaner.close()
 
 
 @pytest.fixture
