@@ -113,13 +113,11 @@ import enum
 import logging
 from typing import Callable
 
-import numba
 import numpy as np
-from numba import types
-from numba.typed import Dict, List
 
 from . import batch_layout as B
 from . import ring_layout as R
+from . import typed_containers as typed
 from .completion import SEQUENCE_MODULUS, CompletionCode
 from .atomics import py_store_release, store_release
 from .errors import (CorruptRecordError, CorruptRingError, LocalProtocolError,
@@ -581,10 +579,6 @@ def _drain(ring_words, ring_completions, ring_data, rings, parked, logs, offset_
             return _BUDGET
 
 
-_WORDS_TYPE = numba.typeof(np.zeros(1, np.int64))
-_BYTES_TYPE = numba.typeof(np.zeros(1, np.uint8))
-
-
 def _empty_bytes() -> np.ndarray:
     return np.zeros(0, np.uint8)
 
@@ -629,14 +623,16 @@ class Appender:
         self._rows_by_identity: dict[tuple[int, int], int] = {}   # (topic key, partition)
         self.row_settings = np.zeros((capacity, ROW_COLUMNS), np.int64)
         self.appended = np.zeros(capacity, np.int64)
-        self._logs = List([_empty_bytes() for _ in range(capacity)])
-        self._offset_indexes = List([_empty_bytes() for _ in range(capacity)])
-        self._time_indexes = List([_empty_bytes() for _ in range(capacity)])
-        self._segment_states = List([np.zeros(STATE_WORDS, np.int64) for _ in range(capacity)])
+        # The compiled loop's views, by row and by ring: typed lists, changed only
+        # through typed_containers' kernels (see there why).
+        self._logs = typed.byte_arrays(capacity)
+        self._offset_indexes = typed.byte_arrays(capacity)
+        self._time_indexes = typed.byte_arrays(capacity)
+        self._segment_states = typed.word_arrays(capacity, STATE_WORDS)
         self._rings: list[Ring | None] = []
-        self._ring_words = List.empty_list(_WORDS_TYPE)
-        self._ring_completions = List.empty_list(_WORDS_TYPE)
-        self._ring_data = List.empty_list(_BYTES_TYPE)
+        self._ring_words = typed.word_arrays(0, 0)
+        self._ring_completions = typed.word_arrays(0, 0)
+        self._ring_data = typed.byte_arrays(0)
         self.rings = np.zeros((0, RING_COLUMNS), np.int64)
         # Parked completions: per ring a circular queue (see RING_PARKED_FIRST).
         self._parked = np.zeros((0, PARKED_COMPLETIONS_MAX, PARKED_COLUMNS), np.int64)
@@ -648,8 +644,7 @@ class Appender:
         self._appended_rows: dict[int, None] = {}
         # (row, producer id) -> (last batch's epoch, its first sequence, its base offset,
         # next sequence)
-        self._sequences = Dict.empty(key_type=types.UniTuple(types.int64, 2),
-                                     value_type=types.UniTuple(types.int64, 4))
+        self._sequences = typed.sequence_table()
         self._forward: Callable[[ForwardedEntry], None] | None = None   # see set_forwarder
 
     # -- partitions ------------------------------------------------------------------
@@ -698,8 +693,8 @@ class Appender:
         self._refuse_parked_from(row, 0, CompletionCode.UNKNOWN_PARTITION)
         _forget_sequences(self._sequences, row)
         for arrays in (self._logs, self._offset_indexes, self._time_indexes):
-            arrays[row] = _empty_bytes()
-        self._segment_states[row] = np.zeros(STATE_WORDS, np.int64)
+            typed.set_item(arrays, row, _empty_bytes())
+        typed.set_item(self._segment_states, row, np.zeros(STATE_WORDS, np.int64))
         self.table.free(row)
 
     def row_of(self, topic: str, partition: int) -> int:
@@ -732,10 +727,10 @@ class Appender:
         partition_log = self._partitions[row]
         target = partition_log.append_target()
         self._targets[row] = target
-        self._logs[row] = target.log
-        self._offset_indexes[row] = target.offset_index
-        self._time_indexes[row] = target.time_index
-        self._segment_states[row] = target.state
+        typed.set_item(self._logs, row, target.log)
+        typed.set_item(self._offset_indexes, row, target.offset_index)
+        typed.set_item(self._time_indexes, row, target.time_index)
+        typed.set_item(self._segment_states, row, target.state)
         settings = self.row_settings[row]
         settings[ROW_FAST] = int(target.compiled)
         settings[ROW_SEGMENT_BYTES] = target.segment_bytes
@@ -813,7 +808,8 @@ class Appender:
         high_watermark = min(int(high_watermark), self._partitions[row].log_end_offset)
         if high_watermark > settings[ROW_HIGH_WATERMARK]:
             settings[ROW_HIGH_WATERMARK] = high_watermark
-            _publish(self.table.rows, self.row_settings, row, self._segment_states[row])
+            _publish(self.table.rows, self.row_settings, row,
+                     typed.get_item(self._segment_states, row))
             self._complete_parked()
         return int(settings[ROW_HIGH_WATERMARK])
 
@@ -968,15 +964,15 @@ class Appender:
         if None in self._rings:
             index = self._rings.index(None)
             self._rings[index] = ring
-            self._ring_words[index] = ring.words
-            self._ring_completions[index] = ring.completions
-            self._ring_data[index] = ring.data
+            typed.set_item(self._ring_words, index, ring.words)
+            typed.set_item(self._ring_completions, index, ring.completions)
+            typed.set_item(self._ring_data, index, ring.data)
         else:
             index = len(self._rings)
             self._rings.append(ring)
-            self._ring_words.append(ring.words)
-            self._ring_completions.append(ring.completions)
-            self._ring_data.append(ring.data)
+            typed.append_item(self._ring_words, ring.words)
+            typed.append_item(self._ring_completions, ring.completions)
+            typed.append_item(self._ring_data, ring.data)
             self.rings = np.concatenate([self.rings, np.zeros((1, RING_COLUMNS), np.int64)])
             self._parked = np.concatenate(
                 [self._parked, np.zeros((1,) + self._parked.shape[1:], np.int64)])
@@ -1015,9 +1011,9 @@ class Appender:
         self.rings[index, RING_ACTIVE] = 0
         self.rings[index, RING_PARKED_COUNT] = 0
         self._rings[index] = None
-        self._ring_words[index] = _EMPTY_WORDS
-        self._ring_completions[index] = _EMPTY_WORDS
-        self._ring_data[index] = _EMPTY_BYTES
+        typed.set_item(self._ring_words, index, _EMPTY_WORDS)
+        typed.set_item(self._ring_completions, index, _EMPTY_WORDS)
+        typed.set_item(self._ring_data, index, _EMPTY_BYTES)
         ring.close()
 
     def index_of(self, ring: Ring) -> int | None:

@@ -272,9 +272,7 @@ def warm_kernels(config: BrokerConfig) -> None:
     them from its disk cache (or compiles them) now, before the control socket is
     bound: a kernel is loaded at its first call, with the GIL held, and the loop
     answers nobody meanwhile (a first create_topic, produce, commit or delete_topic
-    stalled it for 0.3-1.2 s with a warm cache, seconds with a cold one). numba's
-    typed lists compile their methods in every process, never cached: they are
-    compiled here too.
+    stalled it for 0.3-1.2 s with a warm cache, seconds with a cold one).
 
     The scratch broker has a data directory of its own under ``config.data_dir``
     (removed after, and before, in case a killed broker left it; call this holding

@@ -37,8 +37,8 @@ file; an open then loads one file and walks the active segment, as before.
 
 :class:`ProducerState` keeps the producers in a numba typed dict that compiled
 walks fill (:func:`_remember_batches`, stepping with ``records.batch_frame``) and
-that crosses into Python only as an array (``rows``), never by iteration: a
-typed dict iterated from Python compiles its iterator in every process.
+that crosses into Python only as an array (``rows``), never by iteration, and is
+made and measured by ``typed_containers``' kernels (see there why).
 """
 
 from __future__ import annotations
@@ -48,12 +48,11 @@ import logging
 import os
 
 import numpy as np
-from numba import types
-from numba.typed import Dict
 
 from . import batch_layout as B
 from . import index_layout as I
 from . import access, limits
+from . import typed_containers as typed
 from .errors import StorageError
 from .jit import kernel, load_i16, load_i32, load_i64
 from .records import batch_frame
@@ -150,10 +149,6 @@ def _import(table, rows):
         table[rows[index, 0]] = (rows[index, 1], rows[index, 2], rows[index, 3], rows[index, 4])
 
 
-def _new_table():
-    return Dict.empty(key_type=types.int64, value_type=types.UniTuple(types.int64, 4))
-
-
 class ProducerState:
     """The last batch of each producer in a stretch of a log (see the rules).
 
@@ -164,12 +159,12 @@ class ProducerState:
     """
 
     def __init__(self, rows: np.ndarray | None = None):
-        self._table = _new_table()
+        self._table = typed.producer_table()
         if rows is not None and rows.size:
             _import(self._table, np.ascontiguousarray(rows, np.int64))
 
     def __len__(self) -> int:
-        return len(self._table)
+        return typed.table_size(self._table)
 
     def remember(self, log: np.ndarray, start: int, end: int, min_offset: int = 0) -> None:
         """Walk the batches of ``log[start:end]`` (a segment's bytes, from a batch
@@ -181,7 +176,7 @@ class ProducerState:
         """The producers whose last batch ends at or after ``min_last_offset``, one
         int64 row each: producer id, epoch, base sequence, base offset, last
         offset delta (the module's column constants), by producer id."""
-        out = np.empty((len(self._table), COLUMNS), np.int64)
+        out = np.empty((len(self), COLUMNS), np.int64)
         rows = out[:_export(self._table, int(min_last_offset), out)]
         return rows[np.argsort(rows[:, PRODUCER_ID], kind="stable")]
 

@@ -11,7 +11,9 @@ containers' (their methods compile in every process: numba does not cache them).
 Usage::
 
     cold_start_child.py broker DATA_DIR SETTINGS_JSON
-        Serves until SIGTERM; prints {"ready": true} once its control socket is bound,
+        Serves until SIGTERM; prints {"ready": true, "compiled": [...]} once its control
+        socket is bound (``compiled``: the functions numba compiled, rather than loaded
+        from its disk cache, while the broker started),
         then, for each line read on stdin, {"gained": {...}}: what it loaded since.
     cold_start_child.py producer DATA_DIR TOPIC COUNT
         Prints {"ready": true} once its Producer is made; on a line on stdin sends
@@ -31,6 +33,7 @@ import sys
 import threading
 import time
 
+from numba.core import compiler
 from numba.core.registry import CPUDispatcher
 
 WATCHED_MODULES = ("shmlog", "numba.typed")
@@ -62,11 +65,26 @@ def gained(before: dict[str, set[str]]) -> dict[str, list[str]]:
             if signatures - before.get(name, set())}
 
 
+def record_compiles() -> list[str]:
+    """From now on, the qualified name of every function numba compiles (a cache
+    miss: a load from the disk cache does not compile) is appended to the list."""
+    compiled: list[str] = []
+    compile_extra = compiler.compile_extra
+
+    def recording(typingctx, targetctx, func, *arguments, **options):
+        compiled.append(f"{func.__module__}.{func.__qualname__}")
+        return compile_extra(typingctx, targetctx, func, *arguments, **options)
+
+    compiler.compile_extra = recording
+    return compiled
+
+
 def report(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
 def broker(data_dir: str, settings_json: str) -> None:
+    compiled = record_compiles()
     from shmlog.broker import BrokerConfig, serve
 
     since: dict[str, set[str]] = {}
@@ -78,7 +96,7 @@ def broker(data_dir: str, settings_json: str) -> None:
     def ready() -> None:
         since.update(kernel_signatures())
         threading.Thread(target=answer_questions, daemon=True).start()
-        report(ready=True)
+        report(ready=True, compiled=sorted(set(compiled)))
 
     serve(BrokerConfig(data_dir=data_dir, **json.loads(settings_json)), ready=ready)
 

@@ -77,7 +77,7 @@ def broker(data_dir):
     """A fresh broker process (ready when its control socket is bound)."""
     child = Child("broker", data_dir, json.dumps(BROKER_SETTINGS))
     try:
-        assert child.hear() == {"ready": True}
+        assert child.hear()["ready"]
         yield child
     finally:
         child.stop()
@@ -134,6 +134,21 @@ def test_a_started_broker_loads_no_kernel_while_it_serves(broker, data_dir):
     assert kernels_gained(broker) == {}
     assert not os.path.exists(os.path.join(data_dir, WARM_UP_DIRECTORY)), \
         "the warm-up's scratch directory was left"
+
+
+def test_a_broker_started_after_another_compiles_nothing(data_dir, tmp_path):
+    """With numba's disk cache filled by a first broker, a second one only loads:
+    nothing at all is compiled (numba's typed containers, whose own methods are
+    never cached, are made and changed by shmlog's cached kernels)."""
+    for attempt, directory in enumerate((data_dir, str(tmp_path / "second"))):
+        child = Child("broker", directory, json.dumps(BROKER_SETTINGS))
+        try:
+            started = child.hear()
+        finally:
+            child.stop()
+        assert started["ready"]
+        if attempt:
+            assert started["compiled"] == [], "compiled while a broker started"
 
 
 def test_the_first_records_of_fresh_clients_load_no_kernel(broker, data_dir):

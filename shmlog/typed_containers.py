@@ -1,0 +1,92 @@
+"""numba typed lists and dicts made and changed only by cached kernels.
+
+Rules
+-----
+* Python code never touches a typed container's methods (``List(...)``,
+  ``List.empty_list``, ``Dict.empty``, ``[]``, ``[] =``, ``append``, ``len``,
+  iteration): it calls the kernels here, or a kernel of its own, instead.
+* A new kind of container gets its maker here, beside the others.
+
+Theory of operation
+-------------------
+A typed container's Python methods are thin wrappers around small jitted
+functions that numba compiles at their first call in every process, for every
+item type, and never caches on disk. Making a broker's appender (lists of log
+views, indexes, segment states and ring views; a dict of producers' sequences)
+compiled about 25 such functions: 3 s of CPU at every broker start, more than
+everything else the start does. The same operations inside a kernel declared with
+``jit.kernel`` are compiled once and then loaded from numba's disk cache, as every
+other kernel is; a container crosses between Python and kernels as an opaque
+handle, which costs no compile.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import types
+from numba.typed import Dict, List
+
+from .jit import kernel
+
+__all__ = ["BYTES", "WORDS", "byte_arrays", "word_arrays", "set_item", "append_item",
+           "get_item", "producer_table", "sequence_table", "table_size"]
+
+BYTES = numba.typeof(np.zeros(1, np.uint8))     # a contiguous uint8 array
+WORDS = numba.typeof(np.zeros(1, np.int64))     # a contiguous int64 array
+_FOUR_WORDS = types.UniTuple(types.int64, 4)
+_ROW_AND_PRODUCER = types.UniTuple(types.int64, 2)
+
+
+@kernel
+def byte_arrays(count):
+    """A typed list of ``count`` empty uint8 arrays (``BYTES``)."""
+    arrays = List.empty_list(BYTES)
+    for _ in range(count):
+        arrays.append(np.zeros(0, np.uint8))
+    return arrays
+
+
+@kernel
+def word_arrays(count, width):
+    """A typed list of ``count`` zeroed int64 arrays of ``width`` words (``WORDS``)."""
+    arrays = List.empty_list(WORDS)
+    for _ in range(count):
+        arrays.append(np.zeros(width, np.int64))
+    return arrays
+
+
+@kernel
+def set_item(items, index, item):
+    """``items[index] = item``."""
+    items[index] = item
+
+
+@kernel
+def append_item(items, item):
+    """``items.append(item)``."""
+    items.append(item)
+
+
+@kernel
+def get_item(items, index):
+    """``items[index]``."""
+    return items[index]
+
+
+@kernel
+def producer_table():
+    """An empty dict of producer id -> four int64 (``producer_snapshots``)."""
+    return Dict.empty(key_type=types.int64, value_type=_FOUR_WORDS)
+
+
+@kernel
+def sequence_table():
+    """An empty dict of (row, producer id) -> four int64 (the appender's)."""
+    return Dict.empty(key_type=_ROW_AND_PRODUCER, value_type=_FOUR_WORDS)
+
+
+@kernel
+def table_size(table):
+    """``len(table)`` for a dict made here."""
+    return len(table)
