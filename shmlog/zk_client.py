@@ -903,10 +903,16 @@ class _TopicWatch:
         return self.alive
 
     def start(self) -> None:
-        self.watch.spawn(self.watch.watch_data, zk_paths.topic_path(self.topic),
-                         EventKind.TOPIC, self.topic, self.is_alive, self._assignment_seen)
-        self.watch.spawn(self.watch.watch_data, zk_paths.topic_config_path(self.topic),
-                         EventKind.TOPIC_CONFIG, self.topic, self.is_alive)
+        self.watch.spawn(self._watch_config_then_assignment)
+
+    def _watch_config_then_assignment(self) -> None:
+        """The config's first event is queued before the assignment's (a DataWatch
+        reads its znode as it is set up), so a broker creates the topic's logs with
+        its config: a segment.bytes learned later sizes only the next segment."""
+        self.watch.watch_data(zk_paths.topic_config_path(self.topic), EventKind.TOPIC_CONFIG,
+                              self.topic, self.is_alive)
+        self.watch.watch_data(zk_paths.topic_path(self.topic), EventKind.TOPIC, self.topic,
+                              self.is_alive, self._assignment_seen)
 
     def _assignment_seen(self, data: bytes) -> None:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from cluster.history import read_replica
 
 from shmlog.admin import Admin
 from shmlog.consumer import Consumer, TopicPartition
@@ -17,6 +18,7 @@ from shmlog.producer import Producer
 SETTINGS = {"zookeeper.session.timeout.ms": 2000, "replica.lag.time.max.ms": 4000,
             "replica.fetch.wait.max.ms": 200, "replica.socket.timeout.ms": 1500}
 WAIT_S = 30
+SEGMENT_BYTES = 1 << 20     # segment files are preallocated: small ones read quickly
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +45,11 @@ def read_all(data_dir, topic, partition, end):
         return [(record.offset, record.value) for record in records]
 
 
-def segment_bytes(data_dir, topic, partition):
+def batch_bytes(data_dir, topic, partition):
+    """The bytes of every batch of the replica's segments (the files end in their
+    preallocated zeros)."""
     directory = os.path.join(data_dir, "topics", topic, str(partition))
-    return b"".join(open(os.path.join(directory, name), "rb").read()
-                    for name in sorted(os.listdir(directory)) if name.endswith(".log"))
+    return [batch for _, _, batch in read_replica(directory, 0).batches]
 
 
 def test_a_replicated_topic_is_led_and_in_sync_on_every_broker(cluster):
@@ -64,7 +67,8 @@ def test_a_replicated_topic_is_led_and_in_sync_on_every_broker(cluster):
 
 
 def test_acks_all_records_are_replicated_byte_for_byte(cluster):
-    Admin(cluster.data_dir(1)).create_topic("copies", 1, {"min.insync.replicas": "2"},
+    Admin(cluster.data_dir(1)).create_topic("copies", 1, {"min.insync.replicas": "2",
+                                                      "segment.bytes": str(SEGMENT_BYTES)},
                                             replication_factor=3)
     leader = partitions_of(cluster, 1, "copies")[0]["leader"]
     values = [b"value-%d" % n for n in range(500)]
@@ -75,9 +79,14 @@ def test_acks_all_records_are_replicated_byte_for_byte(cluster):
     for broker_id in (1, 2, 3):
         assert read_all(cluster.data_dir(broker_id), "copies", 0, 500) == \
             list(enumerate(values)), f"broker {broker_id} holds the records at their offsets"
-    copies = {broker_id: segment_bytes(cluster.data_dir(broker_id), "copies", 0)
+    for broker_id in (1, 2, 3):       # every replica's log was made with the topic's config
+        directory = os.path.join(cluster.data_dir(broker_id), "topics", "copies", "0")
+        assert [os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
+                if name.endswith(".log")] == [SEGMENT_BYTES], f"broker {broker_id}"
+    copies = {broker_id: batch_bytes(cluster.data_dir(broker_id), "copies", 0)
               for broker_id in (1, 2, 3)}
-    assert copies[1].rstrip(b"\0") == copies[2].rstrip(b"\0") == copies[3].rstrip(b"\0")
+    assert sum(map(len, copies[1])) >= sum(map(len, values))
+    assert copies[1] == copies[2] == copies[3]
 
 
 def test_a_broker_without_a_replica_keeps_an_observer_copy_for_its_readers(cluster):
