@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
-.PHONY: demo test bench clean system-packages
+.PHONY: demo test bench clean system-packages kernels
 
 # The network-partition tests (tests/cluster) need ip and nft, and root; without
 # them they skip, saying why. A tool that is missing is installed only when we are
@@ -21,10 +21,15 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	touch $@
 
-demo: $(STAMP)
+# Every kernel compiled once, in one process, before anything runs (see
+# shmlog/compile_kernels.py); a second or two when numba's cache holds them.
+kernels: $(STAMP)
+	$(BIN)/python -m shmlog.compile_kernels
+
+demo: kernels
 	$(BIN)/python tools/demo.py demo-data
 
-test: $(STAMP) system-packages
+test: kernels system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
