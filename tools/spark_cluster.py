@@ -30,6 +30,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MASTER_HOST, MASTER_PORT = "127.0.0.1", 7077
 MASTER_URL = f"spark://{MASTER_HOST}:{MASTER_PORT}"
 START_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 30
 
 
 def spark_class() -> str:
@@ -74,39 +75,59 @@ def start(state: str, workers: int, cores: int, memory: str) -> None:
     daemon(state, "master", ["org.apache.spark.deploy.master.Master", "--host", MASTER_HOST,
                              "--port", str(MASTER_PORT), "--webui-port", "8080"])
     wait_for_port(MASTER_HOST, MASTER_PORT, "the master")
-    for index in range(workers):
-        host = f"127.0.0.{index + 2}"
+    hosts = [f"127.0.0.{index + 2}" for index in range(workers)]
+    for index, host in enumerate(hosts):          # their JVMs start together
         daemon(state, f"worker-{index}", [
             "org.apache.spark.deploy.worker.Worker", MASTER_URL, "--host", host,
             "--port", str(7100 + index), "--webui-port", str(8081 + index),
             "--cores", str(cores), "--memory", memory,
             "--work-dir", os.path.join(state, f"work-{index}")])
+    for index, host in enumerate(hosts):
         wait_for_port(host, 7100 + index, f"worker {index}")
     print(f"spark standalone cluster: {MASTER_URL}, {workers} workers", flush=True)
 
 
+def exited(pid: int) -> bool:
+    """Has process ``pid`` exited? A daemon this process started (``run``) stays a
+    zombie, which signal 0 still finds, until it is reaped: it is reaped here."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:            # not our child: started by an earlier ``start``
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+
 def stop(state: str) -> None:
+    """SIGTERM every daemon at once, then SIGKILL those still there after
+    STOP_TIMEOUT_S."""
     if not os.path.isdir(state):
         return
+    pids = {}
     for name in sorted(os.listdir(state)):
-        if not name.endswith(".pid"):
-            continue
-        path = os.path.join(state, name)
-        with open(path) as source:
-            pid = int(source.read())
+        if name.endswith(".pid"):
+            with open(os.path.join(state, name)) as source:
+                pids[os.path.join(state, name)] = int(source.read())
+    for pid in pids.values():
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    waiting = set(pids.values())
+    while waiting and time.monotonic() < deadline:
+        waiting = {pid for pid in waiting if not exited(pid)}
+        if waiting:
             time.sleep(0.2)
-        else:
+    for pid in waiting:
+        try:
             os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        exited(pid)
+    for path in pids:
         os.unlink(path)
 
 
