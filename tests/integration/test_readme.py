@@ -186,10 +186,13 @@ def test_every_readme_block_runs_in_order(tmp_path):
         for number, (tag, text) in enumerate(blocks, start=1):
             left = TOTAL_TIMEOUT_S - (time.monotonic() - started)
             assert left > 0, f"the README's blocks took longer than {TOTAL_TIMEOUT_S} s in all"
+            block_started = time.monotonic()
             if tag == "sh":
                 shell.run(number, text, min(BLOCK_TIMEOUT_S, left))
             else:
                 run_python(number, text, work, env, scripts, min(BLOCK_TIMEOUT_S, left), groups)
+            print(f"README block {number} ({tag}, {text.splitlines()[0][:50]!r}): "
+                  f"{time.monotonic() - block_started:.1f} s")     # seen with -s
     finally:
         kill_groups(groups)
         if shell is not None:
