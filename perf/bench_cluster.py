@@ -39,20 +39,26 @@ Every wait is bounded; the cluster and its directory are removed at the end.
 
 Expected figures and what bounds them
 -------------------------------------
-One run of the defaults on the 2-vCPU development VM (memcpy 13.0 GB/s), November
-2026, while other work kept the load average at 9-11 (three brokers, ZooKeeper's
-JVM, the producer and that work shared the 2 cores):
+One run of the defaults on the 2-vCPU development VM (memcpy 18.4 GB/s), November
+2026, on a quiet machine (load average below 0.1 before the run; three brokers,
+ZooKeeper's JVM and the producer share the 2 cores):
 
 ==========================================  ===============  ========================
 figure                                      result           goal
 ==========================================  ===============  ========================
-send_batch, acks=1 / acks=all               1.56 / 0.28 M/s  acks=all >= 50 %: 18 %
-send (one per record), acks=1 / acks=all    0.18 / 0.13 M/s  acks=all >= 50 %: 70 %
-acks=all latency at 1000/s, p50 / p99       5.6 / 20 ms      p99 <= 2 ms: below
-acks=1 latency (reference), p50 / p99       0.45 / 4.4 ms    -
-failover after kill -9 of the leader        2.13-2.59 s      (session timeout 2 s)
-catch-up of a follower down for 100 MB      47 MB/s          -
+send_batch, acks=1 / acks=all               4.41 / 0.77 M/s  acks=all >= 50 %: 17 %
+send (one per record), acks=1 / acks=all    0.30 / 0.16 M/s  acks=all >= 50 %: 54 %
+acks=all latency at 1000/s, p50 / p99       4.0 / 7.1 ms     p99 <= 2 ms: below
+acks=1 latency (reference), p50 / p99       0.25 / 1.1 ms    -
+failover after kill -9 of the leader        2.5-4.8 s        (session timeout 2 s)
+catch-up of a follower down for 100 MB      92-455 MB/s      -
 ==========================================  ===============  ========================
+
+What bounds the latency, measured on the same VM: a bare pyzmq DEALER/ROUTER round
+trip between two processes takes 211 us at p50 (futex wake-ups are slow on this
+VM); with each side's socket owned by a thread that hands messages to and from the
+process's main thread, as ``zmq_replication`` does, 500 us; through
+``ReplicationEndpoint`` with its codec, about 1 ms (``perf/bench_replication.py``).
 
 An acks=all record needs every in-sync follower's next fetch: the leader's loop
 answers their waiting fetches after the drain, each follower's loop appends and
