@@ -118,7 +118,7 @@ def test_three_producers_two_partitions_exactly_once_in_order(world):
 def test_a_producer_killed_mid_stream_leaves_nothing_partial(world):
     logs, table, appender, prefix, names, children = world
     logs.create_topic("events")
-    row = appender.register_partition("events", 0)
+    appender.register_partition("events", 0)
     child, ring = start_producer(appender, prefix, names, children, "victim",
                                  [appender.destination("events", 0)], 10**9)
     # The producer counts its published entries in the ring itself.

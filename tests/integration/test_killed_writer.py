@@ -10,7 +10,6 @@ on every segment. Each wait is bounded; the child is always reaped.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess

@@ -20,8 +20,8 @@ import pytest
 from helpers import all_records
 from shmlog import LogManager, batch_layout as B, ring_layout as R, shared_memory
 from shmlog.appender import Appender, CompletionCode
-from shmlog.records import BatchStatus, decode_records, encode_batch
-from shmlog.ring import Destination, Ring
+from shmlog.records import BatchStatus, encode_batch
+from shmlog.ring import Ring
 from shmlog.state import PartitionStateTable
 
 
@@ -147,7 +147,7 @@ def test_the_slow_path_handles_zstd_log_append_time_and_rolls(world):
 def test_garbage_in_a_ring_poisons_only_that_ring(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
-    row = appender.register_partition("t", 0)
+    appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     good, bad = ring(), ring()
     bad.put(to, encode_batch([b"before"]), 1000)
@@ -166,7 +166,7 @@ def test_garbage_in_a_ring_poisons_only_that_ring(world):
 def test_draining_resumes_where_a_previous_consumer_stopped(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
-    row = appender.register_partition("t", 0)
+    appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     producer = ring()
     producer.put(to, encode_batch([b"one"]), 1000)
@@ -187,7 +187,7 @@ def identified(values, producer_id, sequence, epoch=0, compression=None):
 def test_a_batch_re_read_after_a_crash_is_acknowledged_not_appended_again(world, tmp_path):
     logs, table, appender, ring = world
     logs.create_topic("t")
-    row = appender.register_partition("t", 0)
+    appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     producer = ring()
     producer.put(to, identified([b"a", b"b"], 7, 0), 1000)
@@ -214,7 +214,7 @@ def test_a_batch_re_read_after_a_crash_is_acknowledged_not_appended_again(world,
 def test_sequences_must_follow_on(world):
     logs, table, appender, ring = world
     logs.create_topic("t")
-    row = appender.register_partition("t", 0)
+    appender.register_partition("t", 0)
     to = appender.destination("t", 0)
     producer = ring()
     entries = [producer.put(to, identified([b"x"] * 3, 9, 0), 1000),

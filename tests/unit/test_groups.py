@@ -156,7 +156,7 @@ def test_a_silent_member_is_expired_and_its_partitions_move():
 def test_a_member_that_does_not_rejoin_in_time_is_dropped():
     harness = Harness()
     harness.join()
-    first = next(iter(harness.replies().values()))["member_id"]
+    assert next(iter(harness.replies().values()))["member_id"], "the first member joined"
     second_ticket = harness.join()
     harness.advance(SESSION_MS // 2)
     assert harness.replies() == {}, "the first member is still expected"
