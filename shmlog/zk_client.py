@@ -250,8 +250,10 @@ class ClusterZooKeeper:
 
     # --- the session -------------------------------------------------------------------
 
-    def start(self) -> "ClusterZooKeeper":
-        """Connect, and make sure the base paths exist (Kafka's createTopLevelPaths).
+    def start(self, *, create_paths: bool = True) -> "ClusterZooKeeper":
+        """Connect, and make sure the chroot and the base paths exist (Kafka's
+        createChrootIfNecessary and createTopLevelPaths) unless ``create_paths`` is
+        false (a reader that must change nothing: ``cluster_status``).
 
         Raises
         ------
@@ -259,7 +261,7 @@ class ClusterZooKeeper:
             No session within ``connect_timeout_s``.
         """
         servers, slash, chroot = self.hosts.partition("/")
-        if slash and chroot.strip("/"):
+        if create_paths and slash and chroot.strip("/"):
             # Kafka's createChrootIfNecessary: a client under a chroot that does not
             # exist can create nothing, so a short session without it makes it.
             chroot_maker = KazooClient(hosts=servers, timeout=self.session_timeout_s)
@@ -272,7 +274,7 @@ class ClusterZooKeeper:
         self._client.add_listener(self._on_session_state)
         self._connect(self._client)
         self.suspended.clear()
-        for path in zk_paths.BASE_PATHS:
+        for path in zk_paths.BASE_PATHS if create_paths else ():
             self._read(self._client.ensure_path, path)
         return self
 

@@ -7,8 +7,9 @@ One module per family of verbs, each holding its verbs' arguments (``add_parser`
 and their thin bodies: ``broker.py`` (run a broker), ``admin.py`` (``topics``,
 ``groups``), ``console.py`` (``produce``, ``consume``), ``dump.py`` (print and verify
 segment and index files), ``perf.py``, ``zookeeper.py`` (a local ZooKeeper for
-development), ``cluster.py`` (a local cluster: ZooKeeper and N brokers). This module builds the parser from them and
-runs the verb (:func:`main`, the ``shmlog`` console script and ``python -m shmlog``).
+development), ``cluster.py`` (a local cluster: ZooKeeper and N brokers; a cluster's
+status). This module builds the parser from them and runs the verb (:func:`main`,
+the ``shmlog`` console script and ``python -m shmlog``).
 
 A verb imports what it needs when it runs: the ones that only ask the broker
 something (``topics``, ``groups``) load neither numba nor numpy, and start in a

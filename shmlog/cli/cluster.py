@@ -1,5 +1,7 @@
 """``shmlog cluster up``: a whole cluster on this machine in the foreground (a local
 ZooKeeper and N brokers on 127.0.0.1, 127.0.0.2, ...), until SIGTERM or SIGINT.
+``shmlog cluster status``: a cluster's brokers and the partitions that need an
+operator, read from its ZooKeeper (``cluster_status``).
 
 For development and trying cluster mode: it runs
 :class:`shmlog.local_cluster.LocalCluster` (imported when the verb runs, so the other
@@ -29,9 +31,10 @@ BROKERS_MAX = 254
 
 
 def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``cluster`` subcommand (verb ``up``) to ``commands``."""
+    """Add the ``cluster`` subcommand (verbs ``up`` and ``status``) to ``commands``."""
     cluster = commands.add_parser("cluster", parents=parents,
-                                  help="run a local cluster (ZooKeeper and N brokers)")
+                                  help="run a local cluster (ZooKeeper and N brokers), or "
+                                       "show a cluster's status")
     verbs = cluster.add_subparsers(dest="cluster_command", required=True, metavar="VERB")
     up = verbs.add_parser(
         "up", parents=parents, help="start ZooKeeper and the brokers; Ctrl-C stops them",
@@ -44,6 +47,17 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
     up.add_argument("--zookeeper-connect",
                     help="use this running ZooKeeper (host:port) instead of starting one")
     up.set_defaults(run=_up, check=_check)
+    status = verbs.add_parser(
+        "status", parents=parents, help="brokers, controller, under-replicated and offline "
+                                         "partitions, leaders per broker",
+        description="Read a cluster's state from its ZooKeeper (read only): the live brokers "
+                    "and how many partitions each leads, the controller, and every "
+                    "under-replicated or offline partition. Exit 1 when a partition is "
+                    "under-replicated or offline, or no controller is elected.")
+    status.add_argument("--zookeeper-connect", required=True, metavar="HOSTS[/CHROOT]",
+                        help="the brokers' zookeeper.connect")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(run=_status)
 
 
 def _check(parser: argparse.ArgumentParser, arguments) -> None:
@@ -80,6 +94,18 @@ def _up(arguments) -> int:
             signal.signal(number, handler)
     print("cluster stopped", flush=True)
     return EXIT_OK
+
+
+def _status(arguments) -> int:
+    """Print the status; exit 1 unless every partition is fully replicated and led and
+    a controller is elected (a check a script or a probe can run)."""
+    import json
+    from .. import cluster_status
+    found = cluster_status.read(arguments.zookeeper_connect)
+    print(json.dumps(found.as_dict(), indent=2) if arguments.json
+          else cluster_status.describe(found), flush=True)
+    healthy = found.controller is not None and not found.under_replicated
+    return EXIT_OK if healthy else EXIT_FAILURE
 
 
 def _print_cluster(cluster) -> None:
