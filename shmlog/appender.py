@@ -808,8 +808,7 @@ class Appender:
         high_watermark = min(int(high_watermark), self._partitions[row].log_end_offset)
         if high_watermark > settings[ROW_HIGH_WATERMARK]:
             settings[ROW_HIGH_WATERMARK] = high_watermark
-            _publish(self.table.rows, self.row_settings, row,
-                     typed.get_item(self._segment_states, row))
+            _publish(self.table.rows, self.row_settings, row, self._targets[row].state)
             self._complete_parked()
         return int(settings[ROW_HIGH_WATERMARK])
 

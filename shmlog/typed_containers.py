@@ -30,7 +30,7 @@ from numba.typed import Dict, List
 from .jit import kernel
 
 __all__ = ["BYTES", "WORDS", "byte_arrays", "word_arrays", "set_item", "append_item",
-           "get_item", "producer_table", "sequence_table", "table_size"]
+           "producer_table", "sequence_table", "table_size"]
 
 BYTES = numba.typeof(np.zeros(1, np.uint8))     # a contiguous uint8 array
 WORDS = numba.typeof(np.zeros(1, np.int64))     # a contiguous int64 array
@@ -66,12 +66,6 @@ def set_item(items, index, item):
 def append_item(items, item):
     """``items.append(item)``."""
     items.append(item)
-
-
-@kernel
-def get_item(items, index):
-    """``items[index]``."""
-    return items[index]
 
 
 @kernel

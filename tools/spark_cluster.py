@@ -27,6 +27,9 @@ import sys
 import time
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPOSITORY)
+
+from shmlog.child_process import process_alive  # noqa: E402
 MASTER_HOST, MASTER_PORT = "127.0.0.1", 7077
 MASTER_URL = f"spark://{MASTER_HOST}:{MASTER_PORT}"
 START_TIMEOUT_S = 120
@@ -93,11 +96,7 @@ def exited(pid: int) -> bool:
     try:
         return os.waitpid(pid, os.WNOHANG)[0] == pid
     except ChildProcessError:            # not our child: started by an earlier ``start``
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
+        return not process_alive(pid)
 
 
 def stop(state: str) -> None:
