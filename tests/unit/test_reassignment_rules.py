@@ -13,7 +13,7 @@ from shmlog.reassignment import (MovingAssignment, ReassignmentStatus, StepKind,
                                  leader_throttled_replicas, moving_assignment, step, status)
 from shmlog.replication_throttle import (ALL_REPLICAS, ReplicationThrottle, TokenBucket,
                                          parse_throttled_replicas)
-from shmlog.zk_paths import NO_LEADER, PartitionState
+from shmlog.zk_paths import PartitionState
 
 CONTROLLER_EPOCH = 7
 
