@@ -31,7 +31,10 @@ Rules (each names its Kafka 2.8 source; each has a table test)
   atomic write of both znodes needs one), and the partition leaves the request.
 * **Reverting** (``--cancel``: ``cancelPartitionReassignment``): a target equal to
   the origin completes at once, whatever the ISR: the adding replicas leave the
-  ISR and the assignment (Kafka's cancellation does not wait either).
+  ISR and the assignment (Kafka's cancellation does not wait either). The origin
+  is the moving set without the adding replicas, in the moving set's order (as
+  Kafka's ``originReplicas``): the znodes do not keep the order before the move, so
+  a cancelled move may leave another preferred leader.
 * **Waiting**: a target replica outside the ISR, or no live target replica in
   the ISR to lead: nothing is written; a later ISR change or broker change asks
   again.

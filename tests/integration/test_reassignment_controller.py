@@ -4,7 +4,11 @@ assignment with its adding and removing replicas, the leader epoch + 1), waits f
 the new replica to join the ISR, and completes (the target assignment, a leader from
 the target, the removed replica out of the ISR, the request gone); a request naming
 a broker that does not exist is refused whole; a controller elected mid-way resumes
-the move; a cancel (the origin replicas as the target) reverts it at once.
+the move; a cancel (the origin replicas as the target) reverts it at once. And the
+command's work (``cluster_reassign``): a bad request refused whole before anything is
+written, a second one for a moving partition refused, the throttles written with the
+request and cleared by a verify that finds it complete (or by a cancel), the
+proposal of ``--generate``.
 
 Method: one process; the session's ZooKeeper with a chroot of the test's own. Each
 "broker" is a ClusterZooKeeper session with its registration; the leader's ISR
@@ -18,8 +22,10 @@ import time
 
 import pytest
 
-from shmlog import zk_paths
+from shmlog import cluster_reassign, zk_paths
 from shmlog.controller import Controller
+from shmlog.errors import InvalidReassignmentError, ReassignmentInProgressError
+from shmlog.reassignment import ReassignmentStatus
 from shmlog.zk_client import ClusterZooKeeper
 from shmlog.zk_paths import BrokerRegistration, PartitionState, TopicAssignment
 
@@ -147,3 +153,61 @@ def test_a_cancel_reverts_to_the_origin_replicas(brokers):
     assert assignment(sessions[2]).partitions == {0: (1, 2, 3)}
     state = sessions[2].read_partition_state("t", 0)[0]
     assert state == PartitionState(1, before.leader_epoch + 2, (1, 2, 3), state.controller_epoch)
+
+
+# -- the command's work (cluster_reassign) against the same znodes -------------------------
+
+def test_execute_refuses_a_bad_request_whole_and_a_second_one_for_a_moving_partition(brokers):
+    sessions, controllers = brokers
+    start_controller(sessions, controllers, 2)
+    with_topic(sessions[2])
+    with pytest.raises(InvalidReassignmentError, match="t-5 does not exist"):
+        cluster_reassign.execute(sessions[1], {("t", 0): (4, 2, 3), ("t", 5): (1,)}, 1000)
+    assert sessions[1].read_reassignment() is None
+    assert sessions[1].read_broker_config(4) == {}, "throttles written for a refused request"
+    cluster_reassign.execute(sessions[1], {("t", 0): (4, 2, 3)})
+    started(sessions[1])
+    with pytest.raises(ReassignmentInProgressError):
+        cluster_reassign.execute(sessions[1], {("t", 0): (3, 2, 4)})
+
+
+def test_execute_throttles_verify_reports_and_clears_cancel_reverts(brokers):
+    sessions, controllers = brokers
+    start_controller(sessions, controllers, 2)
+    with_topic(sessions[2])
+    sessions[1].set_topic_config("t", {"min.insync.replicas": "2"})
+    request = {("t", 0): (4, 2, 3)}
+    rollback = cluster_reassign.execute(sessions[1], request, 5000)
+    assert rollback == {("t", 0): (1, 2, 3)}
+    rates = {"leader.replication.throttled.rate": "5000",
+             "follower.replication.throttled.rate": "5000"}
+    assert all(sessions[1].read_broker_config(broker_id) == rates for broker_id in (1, 2, 3, 4))
+    assert sessions[1].read_topic_config("t") == {
+        "min.insync.replicas": "2", "leader.replication.throttled.replicas": "0:1,0:2,0:3",
+        "follower.replication.throttled.replicas": "0:4"}
+    started(sessions[1])
+    statuses, complete = cluster_reassign.verify(sessions[1], request)
+    assert (statuses, complete) == ({("t", 0): ReassignmentStatus.IN_PROGRESS}, False)
+    assert sessions[1].read_broker_config(4) == rates, "cleared before completion"
+    assert cluster_reassign.cancel(sessions[1], request) == [("t", 0)]
+    wait_until(lambda: sessions[1].read_reassignment() is None, "the cancel")
+    assert sessions[1].read_broker_config(4) == {}
+    assert sessions[1].read_topic_config("t") == {"min.insync.replicas": "2"}
+    statuses, complete = cluster_reassign.verify(sessions[1], request)
+    assert (statuses, complete) == ({("t", 0): ReassignmentStatus.FAILED}, False)
+    # the origin replicas in the moving set's order (Kafka's originReplicas)
+    assert assignment(sessions[1]).partitions == {0: (2, 3, 1)}
+    assert cluster_reassign.verify(sessions[1], {("t", 0): (2, 3, 1)}) == \
+        ({("t", 0): ReassignmentStatus.COMPLETE}, True)
+
+
+def test_generate_spreads_the_topic_over_the_listed_brokers(brokers):
+    sessions, controllers = brokers
+    sessions[1].create_topic(TopicAssignment("g", zk_paths.new_topic_id(),
+                                             {0: (1, 2), 1: (2, 3), 2: (3, 1)}), {})
+    current, proposed = cluster_reassign.generate(sessions[1], ["g"], [2, 4])
+    assert current == {("g", 0): (1, 2), ("g", 1): (2, 3), ("g", 2): (3, 1)}
+    assert sorted(proposed) == sorted(current)
+    assert all(sorted(replicas) == [2, 4] for replicas in proposed.values())
+    with pytest.raises(InvalidReassignmentError, match=r"\[9\]"):
+        cluster_reassign.generate(sessions[1], ["g"], [2, 9])
