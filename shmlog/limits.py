@@ -297,6 +297,3 @@ PRODUCER_ID_PREFETCH_REMAINING = 500
 # one second of burst keeps a fetch of a throttled replica near its share without
 # starving it between windows.
 REPLICATION_THROTTLE_BURST_MS = 1000
-# How long `shmlog cluster reassign` waits for ZooKeeper's answers (a session and its
-# reads); the command changes nothing when it cannot connect.
-REASSIGN_ZOOKEEPER_TIMEOUT_S = 15.0

@@ -142,12 +142,23 @@ class ReplicaService:
         self._fence_checkpointed()
         self.throttle = ReplicationThrottle(self.broker_id)
         self._throttled_until: int | None = None     # a follower's partition held back
+        self._load_throttle_rates()
         zookeeper.add_events(self.events)
         self._watch = zookeeper.watch_cluster(self.events)
         self._config_watch = zookeeper.watch_broker_config(self.broker_id, self.events)
         # Producers' entries for partitions led elsewhere, and PRODUCEs from peers.
         self.forwarding = Forwarding(self.appender, endpoint, config, self._by_key.get,
                                      lambda broker_id: broker_id in self.view.brokers)
+
+    def _load_throttle_rates(self) -> None:
+        """The throttle rates before the first fetch (the watch's first event may come
+        after the topics' and their first fetch; Kafka too loads dynamic broker
+        configs before it starts its fetchers)."""
+        try:
+            self.throttle.set_rates(self.zookeeper.read_broker_config(self.broker_id), now_ms())
+        except ShmlogError as error:
+            log.warning("cannot take this broker's throttle rates from ZooKeeper (its "
+                        "watch brings them): %s", error)
 
     # -- the service protocol -------------------------------------------------------------
     def handlers(self) -> dict[str, Callable[..., dict | None]]:

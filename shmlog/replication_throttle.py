@@ -14,6 +14,9 @@ Rules (each names its Kafka 2.8 source; each has a table test)
   partition as leader when the leader list names (partition, itself), as follower
   when the follower list does (``ReplicationQuotaManager.isThrottled`` over the
   pairs ``ConfigHandler.parseThrottledPartitions`` kept for this broker).
+* **Observers** (``partition_replica``: a broker's copy of a partition it holds no
+  replica of) are never in sync: a listed pair throttles an observer's copy as a
+  follower's (Kafka has no observers).
 * **Only replicas out of sync are slowed** (``ReplicaManager.shouldLeaderThrottle``,
   ``ReplicaFetcherThread.shouldFollowerThrottle``: ``!isReplicaInSync &&
   isThrottled && isQuotaExceeded``): a follower in the ISR is never held back, so

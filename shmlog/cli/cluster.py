@@ -180,7 +180,10 @@ def _reassign(arguments) -> int:
         print(f"shmlog cluster reassign: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with ClusterZooKeeper(arguments.zookeeper_connect) as zookeeper:
+        # Nothing is created on connecting: a typo in the chroot finds no topic
+        # instead of making an empty cluster.
+        zookeeper = ClusterZooKeeper(arguments.zookeeper_connect).start(create_paths=False)
+        try:
             if arguments.generate:
                 return _generate(zookeeper, topics, arguments)
             if arguments.execute:
@@ -188,6 +191,8 @@ def _reassign(arguments) -> int:
             if arguments.verify:
                 return _verify(zookeeper, request)
             return _cancel(zookeeper, request)
+        finally:
+            zookeeper.close()
     except ShmlogError as error:
         print(f"shmlog cluster reassign: {error}", file=sys.stderr)
         return EXIT_FAILURE
