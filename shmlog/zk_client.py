@@ -44,6 +44,9 @@ its caller. Events about one key may arrive more than once; ``zk_version`` order
 them (the data version, or for a broker its czxid), and a consumer keeps the
 newest. A re-created topic restarts its state versions at 0: a ``TOPIC`` event with
 a new ``topic_id`` starts over.
+Two single watches stand apart: the controller's on ``/admin/reassign_partitions``
+(:meth:`watch_reassignment`) and each broker's on its own ``/config/brokers/<id>``
+(:meth:`watch_broker_config`, the throttle rates).
 
 The controller's election (:meth:`try_become_controller`, Kafka's
 ``registerControllerAndIncrementControllerEpoch``) creates the ephemeral
