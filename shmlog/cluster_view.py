@@ -34,7 +34,7 @@ log = logging.getLogger("shmlog.broker")
 
 __all__ = ["ClusterView", "LiveBroker", "Change", "BrokersChanged", "TopicChanged", "TopicGone",
            "TopicConfigChanged", "PartitionStateChanged", "SessionChanged", "Reregistered",
-           "TopicsToDelete"]
+           "TopicsToDelete", "BrokerConfigChanged"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +92,16 @@ class TopicsToDelete:
     topics: tuple[str, ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class BrokerConfigChanged:
+    """A broker's dynamic configs (``/config/brokers/<id>``: the throttle rates)."""
+    broker_id: int
+    config: dict
+
+
 Change = Union[BrokersChanged, TopicChanged, TopicGone, TopicConfigChanged,
-               PartitionStateChanged, SessionChanged, Reregistered, TopicsToDelete]
+               PartitionStateChanged, SessionChanged, Reregistered, TopicsToDelete,
+               BrokerConfigChanged]
 
 
 class ClusterView:
@@ -212,6 +220,11 @@ class ClusterView:
         self.states[event.key] = (state, event.zk_version)
         return [PartitionStateChanged(topic, partition, state, event.zk_version)]
 
+    def _broker_config(self, event: WatchEvent) -> list[Change]:
+        config = {} if event.body is None else \
+            zk_paths.decode_broker_config(event.key, event.body)
+        return [BrokerConfigChanged(event.key, config)]
+
     def _delete_topics(self, event: WatchEvent) -> list[Change]:
         return [TopicsToDelete(tuple(event.body))] if event.body else []
 
@@ -226,4 +239,5 @@ _HANDLERS = {
     EventKind.TOPIC_CONFIG: ClusterView._topic_config,
     EventKind.PARTITION_STATE: ClusterView._partition_state,
     EventKind.DELETE_TOPICS: ClusterView._delete_topics,
+    EventKind.BROKER_CONFIG: ClusterView._broker_config,
 }

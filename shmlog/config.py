@@ -61,6 +61,16 @@ def _cleanup_policy(value):
     return None
 
 
+def _throttled_replicas(value):
+    """Kafka's ThrottledReplicaListValidator: '*' or partition:broker pairs."""
+    from .replication_throttle import parse_throttled_replicas
+    try:
+        parse_throttled_replicas(value)
+    except InvalidConfigError as error:
+        return str(error)
+    return None
+
+
 _KEYS = [
     ConfigKey("segment.bytes", int, 1 << 30,
               _at_least(limits.SEGMENT_SIZE_MIN, limits.SEGMENT_SIZE_MAX),
@@ -105,6 +115,12 @@ _KEYS = [
     ConfigKey("unclean.leader.election.enable", str, "false", _one_of("true", "false"),
               "in a cluster: elect a replica that is not in sync when no in-sync one is "
               "alive (losing what it lacks)"),
+    ConfigKey("leader.replication.throttled.replicas", str, "", _throttled_replicas,
+              "in a cluster: partition:broker pairs (or '*') whose leader sends at most the "
+              "broker's leader.replication.throttled.rate to replicas out of sync"),
+    ConfigKey("follower.replication.throttled.replicas", str, "", _throttled_replicas,
+              "in a cluster: partition:broker pairs (or '*') whose follower fetches at most "
+              "the broker's follower.replication.throttled.rate while out of sync"),
 ]
 KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
@@ -160,6 +176,10 @@ class TopicConfig:
     min_cleanable_dirty_ratio: float = KEYS["min.cleanable.dirty.ratio"].default
     min_insync_replicas: int = KEYS["min.insync.replicas"].default
     unclean_leader_election_enable: str = KEYS["unclean.leader.election.enable"].default
+    leader_replication_throttled_replicas: str = \
+        KEYS["leader.replication.throttled.replicas"].default
+    follower_replication_throttled_replicas: str = \
+        KEYS["follower.replication.throttled.replicas"].default
 
     def __post_init__(self):
         for key in _KEYS:

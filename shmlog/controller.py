@@ -35,6 +35,17 @@ Rules
     partition without an eligible replica gets ``NO_LEADER`` (epoch + 1) and is
     elected when one of its last in-sync replicas comes back.
   - *failover* (``onControllerFailover``): the same, right after an election.
+  - *PartitionReassignment* (``onPartitionReassignment``, KIP-455): each partition
+    of ``/admin/reassign_partitions`` is moved by the rules of ``reassignment``, one
+    checked multi per round (the topic znodes' moving assignments, the partition
+    states, and the request without the partitions done, deleted when empty). Run
+    after the reconciliation on the request's changes, on any partition state's
+    (an ISR that grew may complete a move: Kafka's
+    ``PartitionReassignmentIsrChangeHandler``), on broker changes, and right after
+    an election, which resumes a move from the znodes
+    (``initializePartitionReassignments``). A request refused whole (a partition or
+    broker that does not exist, repeating replicas) or that does not decode is
+    deleted, as Kafka's controller deletes what it cannot carry out.
   - *TopicDeletion*: a marked topic's znodes (states, partitions, assignment,
     config) and its mark go in one checked multi. Kafka first waited for every
     replica to be stopped (StopReplica); here brokers drop their replicas when
@@ -58,11 +69,13 @@ import threading
 import time
 from typing import Iterable, Sequence
 
-from . import limits, zk_paths
-from .errors import (ControllerMovedError, ShmlogError, StaleStateVersionError, ZnodeFormatError,
-                     ZooKeeperConflictError, ZooKeeperConnectionError)
-from .zk_client import (ClusterZooKeeper, EventKind, EventQueue, SessionState, SetDataOp,
-                        WatchEvent)
+from . import limits, reassignment, zk_paths
+from .errors import (ControllerMovedError, InvalidReassignmentError, ShmlogError,
+                     StaleStateVersionError, ZnodeFormatError, ZooKeeperConflictError,
+                     ZooKeeperConnectionError)
+from .reassignment import MovingAssignment, StepKind
+from .zk_client import (ClusterZooKeeper, DeleteOp, EventKind, EventQueue, SessionState,
+                        SetDataOp, WatchEvent)
 from .zk_paths import NO_LEADER, PartitionState, TopicAssignment
 
 __all__ = ["Controller", "elect_leader", "initial_partition_state", "partition_state_after",
@@ -76,6 +89,9 @@ UNCLEAN_LEADER_ELECTION_CONFIG = "unclean.leader.election.enable"
 # The events that can change a decision.
 _RECONCILING = {EventKind.BROKER_IDS, EventKind.BROKER, EventKind.TOPICS, EventKind.TOPIC,
                 EventKind.DELETE_TOPICS, EventKind.TOPIC_CONFIG}
+# The events that can move a partition reassignment on.
+_REASSIGNING = {EventKind.REASSIGN_PARTITIONS, EventKind.PARTITION_STATE, EventKind.BROKER_IDS,
+                EventKind.BROKER, EventKind.TOPIC, EventKind.SESSION}
 
 
 def elect_leader(assignment: Sequence[int], isr: Iterable[int], live: Iterable[int],
@@ -192,6 +208,7 @@ class Controller:
         self._epoch_version = -1
         self._live: dict[int, int] = {}
         self._dirty = False
+        self._reassignment_pending = False       # a reassignment round failed: try again
         #: monotonic time of the last election won (None before), for measurements.
         self.elected_at: float | None = None
 
@@ -210,7 +227,8 @@ class Controller:
         assert self._thread is None, "this Controller was started already"
         self.zookeeper.add_events(self._events)
         self._watches = [self.zookeeper.watch_controller(self._events),
-                         self.zookeeper.watch_cluster(self._events)]
+                         self.zookeeper.watch_cluster(self._events),
+                         self.zookeeper.watch_reassignment(self._events)]
         self._thread = threading.Thread(target=self._run, name=f"controller-{self.broker_id}",
                                         daemon=True)
         self._thread.start()
@@ -283,6 +301,8 @@ class Controller:
             return
         if self._dirty or kinds & _RECONCILING or EventKind.SESSION in kinds:
             self._reconcile()
+        if self._reassignment_pending or kinds & _REASSIGNING:
+            self._reassign_partitions()
 
     def _check_deposed(self, events: list[WatchEvent]) -> None:
         """Resign when the events say another controller exists (checked fresh)."""
@@ -312,6 +332,7 @@ class Controller:
         self._live = {}
         log.info("broker %d is the controller at epoch %d", self.broker_id, self._epoch)
         self._reconcile()                                   # Kafka's onControllerFailover
+        self._reassign_partitions()                         # initializePartitionReassignments
 
     def _resign(self, why: str) -> None:
         if self._epoch >= 0:
@@ -319,6 +340,7 @@ class Controller:
         self._epoch = self._epoch_version = -1
         self._live = {}
         self._dirty = False
+        self._reassignment_pending = False
 
     # --- the jobs ----------------------------------------------------------------------
 
@@ -404,3 +426,99 @@ class Controller:
                 log.info("controller %d: %s; listing %s again", self.broker_id, error, topic)
         raise ZooKeeperConflictError(f"topic {topic}'s znodes kept changing under its deletion",
                                      path=zk_paths.topic_path(topic))
+
+    # --- partition reassignment (KafkaController.onPartitionReassignment) -----------------
+
+    def _reassign_partitions(self) -> None:
+        """One round of every partition the request names (see the module's rules),
+        retried when a leader's ISR write or an operator got in between."""
+        self._reassignment_pending = True               # until a round went through
+        for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
+            try:
+                self._reassignment_round()
+                self._reassignment_pending = False
+                return
+            except ZooKeeperConflictError as error:
+                log.info("controller %d: %s; reading the reassignment again", self.broker_id,
+                         error)
+        raise StaleStateVersionError(f"controller {self.broker_id}: the reassignment's znodes "
+                                     f"kept changing under {limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX}"
+                                     f" writes", path=zk_paths.REASSIGN_PARTITIONS_PATH)
+
+    def _reassignment_round(self) -> None:
+        try:
+            found = self.zookeeper.read_reassignment()
+        except ZnodeFormatError as error:
+            self._refuse_reassignment(error, -1)
+            return
+        if found is None:
+            return
+        request, version = found
+        live = set(self.zookeeper.read_brokers())
+        assignments = {}
+        for topic in sorted({topic for topic, _ in request}):
+            assignments[topic] = self.zookeeper.read_assignment_versioned(topic)
+        try:
+            reassignment.check_request(request, {topic: len(held[0].partitions) for topic, held
+                                                 in assignments.items() if held is not None},
+                                       live)
+        except InvalidReassignmentError as error:
+            self._refuse_reassignment(error, version)
+            return
+        ops, done = [], set()
+        for topic, (assignment, topic_version) in assignments.items():
+            targets = {partition: replicas for (name, partition), replicas in request.items()
+                       if name == topic}
+            topic_ops, topic_done = self._reassign_topic(assignment, topic_version, targets, live)
+            ops += topic_ops
+            done |= {(topic, partition) for partition in topic_done}
+        if done:
+            left = {key: replicas for key, replicas in request.items() if key not in done}
+            ops.append(SetDataOp(zk_paths.REASSIGN_PARTITIONS_PATH,
+                                 zk_paths.encode_reassignment(left), version) if left
+                       else DeleteOp(zk_paths.REASSIGN_PARTITIONS_PATH, version))
+        if ops:
+            self.zookeeper.checked_multi(ops, self._epoch_version)
+            log.info("controller %d: reassignment: %d writes, done %s", self.broker_id,
+                     len(ops), sorted(done))
+
+    def _reassign_topic(self, assignment: TopicAssignment, topic_version: int,
+                        targets: dict[int, tuple[int, ...]], live: set[int]
+                        ) -> tuple[list, set[int]]:
+        """The ops that move one topic's partitions a step on, and the partitions
+        whose move is complete."""
+        topic = assignment.topic
+        states = self.zookeeper.read_partition_states(topic)
+        replicas = dict(assignment.partitions)
+        adding, removing = dict(assignment.adding_replicas), dict(assignment.removing_replicas)
+        ops, done = [], set()
+        for partition, target in sorted(targets.items()):
+            if partition not in states:
+                continue                                    # not created yet: wait
+            state, state_version = states[partition]
+            current = MovingAssignment(replicas[partition], adding.get(partition, ()),
+                                       removing.get(partition, ()))
+            found = reassignment.step(current, target, state, live, self._epoch)
+            if found.kind is StepKind.WAIT:
+                continue
+            replicas[partition] = found.assignment.replicas
+            adding[partition], removing[partition] = found.assignment.adding, \
+                found.assignment.removing
+            if found.state is not None:
+                ops.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
+                                     zk_paths.encode_partition_state(found.state), state_version))
+            if found.kind is StepKind.COMPLETE:
+                done.add(partition)
+            log.info("controller %d: reassigning %s-%d to %s: %s %s", self.broker_id, topic,
+                     partition, list(target), found.kind.value, found.assignment)
+        moved = TopicAssignment(topic, assignment.topic_id, replicas, adding, removing)
+        if moved != assignment:
+            ops.insert(0, SetDataOp(zk_paths.topic_path(topic),
+                                    zk_paths.encode_topic_assignment(moved), topic_version))
+        return ops, done
+
+    def _refuse_reassignment(self, error: ShmlogError, version: int) -> None:
+        log.error("controller %d: %s: deleting %s", self.broker_id, error,
+                  zk_paths.REASSIGN_PARTITIONS_PATH)
+        self.zookeeper.checked_multi([DeleteOp(zk_paths.REASSIGN_PARTITIONS_PATH, version)],
+                                     self._epoch_version)

@@ -358,3 +358,15 @@ class ProducerIdsUnavailableError(BrokerNotAvailableError):
     """A cluster member has handed out every producer id of its block and has not
     drawn the next from ZooKeeper yet (it is unreachable, or the draw is under way):
     the producer cannot register now. Retriable."""
+# --- partition reassignment (reassignment.py, controller, cli reassign; engineer "reassign") --
+
+class InvalidReassignmentError(LocalProtocolError):
+    """A reassignment request names a partition that does not exist, an empty or
+    repeating replica list, or a broker that is not registered (Kafka's
+    InvalidReplicaAssignmentException); nothing of it is carried out."""
+
+
+class ReassignmentInProgressError(LocalProtocolError):
+    """A reassignment is already under way for partitions a new request names
+    (Kafka's ``There is an existing assignment running``): verify it, or cancel it,
+    first."""

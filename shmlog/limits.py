@@ -291,3 +291,9 @@ FORWARD_RETRY_BACKOFF_MS = 100
 # (zk_paths.PRODUCER_ID_BLOCK_SIZE = 1000), so ZooKeeper may be unreachable for 500
 # registrations before a producer is refused.
 PRODUCER_ID_PREFETCH_REMAINING = 500
+# --- partition reassignment and replication throttling (engineer "reassign") --------------
+# A replication token bucket holds at most this long a run of its rate: Kafka's quota
+# is a rate over 11 one-second windows (replication.quota.window.num/.size.seconds);
+# one second of burst keeps a fetch of a throttled replica near its share without
+# starving it between windows.
+REPLICATION_THROTTLE_BURST_MS = 1000

@@ -162,6 +162,16 @@ class LocalCluster:
         self.brokers[broker_id] = broker.start()
         return broker
 
+    def add_broker(self) -> int:
+        """Start one broker more, with the next id (its config written as the others'):
+        the first step of growing a cluster (docs/OPERATIONS.md). Returns its id once
+        it answers."""
+        self.count += 1
+        broker_id = self.count
+        self._write_config(broker_id)
+        self.start_broker(broker_id)
+        return broker_id
+
     def kill(self, broker_id: int) -> None:
         """SIGKILL a broker (no clean leave: its session must expire)."""
         broker = self.brokers.pop(broker_id)

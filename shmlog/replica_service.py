@@ -31,6 +31,12 @@ Rules
   appender hands their entries to :class:`~shmlog.forwarding.Forwarding`, which
   sends PRODUCE to the leader and serves the PRODUCEs of peers; this service only
   dispatches to it and calls its ``poll`` after applying each turn's states.
+* **Moving replicas are throttled** (``replication_throttle``): the rates come from
+  this broker's ``/config/brokers/<id>`` (watched), the throttled replicas from
+  the topics' configs; as leader a throttled partition's read is bounded by the
+  leader bucket for a replica out of the ISR, as follower a throttled partition
+  out of the ISR is asked for no more than the follower bucket holds (and left out
+  of the fetch while it is empty, the service waking when it refills).
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
   ``replica.high.watermark.checkpoint.interval.ms``, when a topic is hosted, and at
   :meth:`ReplicaService.close`; a partition the checkpoint names is fenced to its
@@ -56,8 +62,9 @@ import queue
 from typing import Any, Callable
 
 from .cluster_config import ClusterConfig
-from .cluster_view import (BrokersChanged, ClusterView, PartitionStateChanged, Reregistered,
-                           SessionChanged, TopicChanged, TopicConfigChanged, TopicGone)
+from .cluster_view import (BrokerConfigChanged, BrokersChanged, ClusterView,
+                           PartitionStateChanged, Reregistered, SessionChanged, TopicChanged,
+                           TopicConfigChanged, TopicGone)
 from .appender import HighWatermarkPolicy
 from .errors import ShmlogError
 from .forwarding import Forwarding
@@ -69,6 +76,7 @@ from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
                           FetchResponse, FetchResponsePartition, PendingIsrChange, Error,
                           Produce, partition_ready)
 from .records import now_ms
+from .replication_throttle import ReplicationThrottle
 from .state import topic_key
 from .zk_client import ClusterZooKeeper, EventQueue, SessionState
 from .zmq_replication import (ReceivedRequest, ReceivedResponse, ReplicationEndpoint,
@@ -132,11 +140,25 @@ class ReplicaService:
         self.checkpoint = HighWatermarkCheckpoint(host.data_dir)
         self._next_checkpoint = 0
         self._fence_checkpointed()
+        self.throttle = ReplicationThrottle(self.broker_id)
+        self._throttled_until: int | None = None     # a follower's partition held back
+        self._load_throttle_rates()
         zookeeper.add_events(self.events)
         self._watch = zookeeper.watch_cluster(self.events)
+        self._config_watch = zookeeper.watch_broker_config(self.broker_id, self.events)
         # Producers' entries for partitions led elsewhere, and PRODUCEs from peers.
         self.forwarding = Forwarding(self.appender, endpoint, config, self._by_key.get,
                                      lambda broker_id: broker_id in self.view.brokers)
+
+    def _load_throttle_rates(self) -> None:
+        """The throttle rates before the first fetch (the watch's first event may come
+        after the topics' and their first fetch; Kafka too loads dynamic broker
+        configs before it starts its fetchers)."""
+        try:
+            self.throttle.set_rates(self.zookeeper.read_broker_config(self.broker_id), now_ms())
+        except ShmlogError as error:
+            log.warning("cannot take this broker's throttle rates from ZooKeeper (its "
+                        "watch brings them): %s", error)
 
     # -- the service protocol -------------------------------------------------------------
     def handlers(self) -> dict[str, Callable[..., dict | None]]:
@@ -160,6 +182,8 @@ class ReplicaService:
             deadlines.append(forwarding_deadline)
         deadlines.extend(replica.retry_at for replica in self.replicas.values()
                          if replica.retry_at and replica.phase is not FetchPhase.WAITING)
+        if self._throttled_until is not None:
+            deadlines.append(self._throttled_until)
         return min(deadlines)
 
     def tick(self, now: int) -> None:
@@ -208,6 +232,7 @@ class ReplicaService:
         """Stop forwarding and watching; checkpoint the high watermarks (a clean stop)."""
         self.forwarding.close()
         self._watch.cancel()
+        self._config_watch.cancel()
         self.zookeeper.remove_events(self.events)
         self.checkpoint.close(self.high_watermarks())
 
@@ -248,9 +273,15 @@ class ReplicaService:
         elif isinstance(change, TopicChanged):
             self._host_topic(change.assignment, now)
         elif isinstance(change, TopicGone):
+            self.throttle.forget_topic(change.topic)
             self._drop_topic(change.topic)
         elif isinstance(change, TopicConfigChanged):
             self._configure_topic(change.topic, change.config)
+            self.throttle.set_topic(change.topic, change.config)
+        elif isinstance(change, BrokerConfigChanged):
+            self.throttle.set_rates(change.config, now)
+            log.info("replication throttle rates (leader, follower): %s bytes/s",
+                     self.throttle.rates)
         elif isinstance(change, BrokersChanged):
             self.endpoint.set_peers({broker_id: broker.registration.replication_endpoint
                                      for broker_id, broker in self.view.brokers.items()})
@@ -386,10 +417,15 @@ class ReplicaService:
                 answers.append(_unknown_partition(request))
                 found = True
                 continue
-            answer, has_records = replica.serve_fetch(peer, fetch.observer, request, budget, now,
+            in_sync = peer in replica.leader.isr
+            limit = self.throttle.leader_budget(replica.hosted.topic, replica.hosted.partition,
+                                                in_sync, budget, now)
+            answer, has_records = replica.serve_fetch(peer, fetch.observer, request, limit, now,
                                                       self.suspended)
             if has_records:
                 budget -= answer.records.size
+                self.throttle.leader_sent(replica.hosted.topic, replica.hosted.partition,
+                                          in_sync, answer.records.size, now)
             sent = self._high_watermark_sent.get((peer, replica.key), -1)
             found |= partition_ready(error=answer.error, fetch_offset=request.fetch_offset,
                                      log_end_offset=answer.log_end_offset,
@@ -412,14 +448,19 @@ class ReplicaService:
         if waiting is None:
             return
         fetch, budget, answers = waiting.request.message.body, waiting.request.message.body.max_bytes, []
+        peer, now = waiting.request.message.sender_broker_id, now_ms()
         for request in fetch.partitions:
             replica = self._by_key.get((request.topic_key, request.partition))
             if replica is None:
                 answers.append(_unknown_partition(request))
                 continue
-            answer = replica.answer_parked_fetch(request, budget)
+            in_sync = peer in replica.leader.isr
+            topic, partition = self._name(replica)
+            answer = replica.answer_parked_fetch(
+                request, self.throttle.leader_budget(topic, partition, in_sync, budget, now))
             if answer.records is not None:
                 budget -= answer.records.size
+                self.throttle.leader_sent(topic, partition, in_sync, answer.records.size, now)
             answers.append(answer)
         self._reply_fetch(waiting.request, answers)
 
@@ -490,6 +531,7 @@ class ReplicaService:
         """Send each leader the next request, when none is in flight: EPOCH_END for
         the partitions truncating, else FETCH for those fetching."""
         by_leader: dict[int, list[PartitionReplica]] = {}
+        self._throttled_until = None
         for replica in self.replicas.values():
             if replica.may_ask(now):
                 replica.retry_at = 0
@@ -497,9 +539,9 @@ class ReplicaService:
         for leader_id, replicas in by_leader.items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
             if fetcher.in_flight is None and now >= fetcher.retry_at:
-                self._send_next(fetcher, replicas)
+                self._send_next(fetcher, replicas, now)
 
-    def _send_next(self, fetcher: _Fetcher, replicas: list[PartitionReplica]) -> None:
+    def _send_next(self, fetcher: _Fetcher, replicas: list[PartitionReplica], now: int) -> None:
         asking = [replica for replica in replicas if replica.phase is FetchPhase.TRUNCATING
                   and replica.take_step(replica.truncation_start())]
         if asking:
@@ -510,17 +552,38 @@ class ReplicaService:
             self._send(fetcher, tuple((replica, replica.leader_epoch, None) for replica in asking),
                        body, self.config.replica_socket_timeout_ms)
             return
-        fetching = [replica for replica in replicas if replica.phase is FetchPhase.FETCHING]
+        fetching, requests = self._fetch_requests(replicas, now)
         if not fetching:
             return
-        max_bytes = self.config.replica_fetch_max_bytes
         body = Fetch(self.broker_id, any(replica.role is Role.OBSERVER for replica in fetching),
                      self.config.replica_fetch_wait_max_ms, 1,
-                     self.config.replica_fetch_response_max_bytes,
-                     tuple(replica.fetch_request(max_bytes) for replica in fetching))
+                     self.config.replica_fetch_response_max_bytes, requests)
         self._send(fetcher, tuple((replica, replica.leader_epoch, replica.log.log_end_offset)
                                   for replica in fetching), body,
                    self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
+
+    def _fetch_requests(self, replicas: list[PartitionReplica], now: int) -> tuple[list, tuple]:
+        """The fetching replicas to ask for and their requests: a throttled one out of
+        the ISR asks for what the follower bucket holds, and none while it is empty
+        (then the service wakes when it refills)."""
+        fetching, requests = [], []
+        for replica in replicas:
+            if replica.phase is not FetchPhase.FETCHING:
+                continue
+            topic, partition = self._name(replica)
+            limit = self.throttle.follower_budget(topic, partition, self._in_sync(replica),
+                                                  self.config.replica_fetch_max_bytes, now)
+            if limit <= 0:
+                ready = self.throttle.follower_ready_at_ms(now)
+                self._throttled_until = ready if self._throttled_until is None \
+                    else min(ready, self._throttled_until)
+                continue
+            fetching.append(replica)
+            requests.append(replica.fetch_request(limit))
+        return fetching, tuple(requests)
+
+    def _in_sync(self, replica: PartitionReplica) -> bool:
+        return replica.state is not None and self.broker_id in replica.state.isr
 
     def _send(self, fetcher: _Fetcher, replicas: tuple, body, timeout_ms: int) -> None:
         try:
@@ -552,6 +615,9 @@ class ReplicaService:
             for answer in body.partitions:
                 replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
                                              fetcher, FetchPhase.FETCHING)
+                if replica is not None and answer.records is not None:
+                    self.throttle.follower_received(*self._name(replica), self._in_sync(replica),
+                                                    answer.records.size, now)
                 if replica is not None and replica.apply_fetched(answer, now):
                     self.host.table.consumer_doorbell.ring()
         elif isinstance(body, EpochEndResponse):

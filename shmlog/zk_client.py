@@ -44,6 +44,9 @@ its caller. Events about one key may arrive more than once; ``zk_version`` order
 them (the data version, or for a broker its czxid), and a consumer keeps the
 newest. A re-created topic restarts its state versions at 0: a ``TOPIC`` event with
 a new ``topic_id`` starts over.
+Two single watches stand apart: the controller's on ``/admin/reassign_partitions``
+(:meth:`watch_reassignment`) and each broker's on its own ``/config/brokers/<id>``
+(:meth:`watch_broker_config`, the throttle rates).
 
 The controller's election (:meth:`try_become_controller`, Kafka's
 ``registerControllerAndIncrementControllerEpoch``) creates the ephemeral
@@ -78,7 +81,7 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from . import limits, zk_paths
 from .errors import (BrokerIdInUseError, ControllerMovedError, InconsistentClusterIdError,
-                     ShmlogError, StaleStateVersionError, TopicExistsError,
+                     ReassignmentInProgressError, ShmlogError, StaleStateVersionError, TopicExistsError,
                      UnknownTopicOrPartitionError, ZnodeFormatError, ZooKeeperConflictError,
                      ZooKeeperConnectionError)
 from .zk_paths import (BrokerRegistration, ControllerRegistration, PartitionState,
@@ -113,6 +116,8 @@ class EventKind(enum.Enum):
     PARTITION_STATE = "partition_state"  # key (topic, partition); body bytes | None
     DELETE_TOPICS = "delete_topics"      # key DELETE_TOPICS_PATH; body tuple[str, ...]
     REGISTERED = "registered"            # key broker id; version the new broker epoch
+    REASSIGN_PARTITIONS = "reassign_partitions"   # key REASSIGN_PARTITIONS_PATH; body bytes | None
+    BROKER_CONFIG = "broker_config"      # key broker id; body bytes | None
 
 
 class WatchEvent(NamedTuple):
@@ -502,6 +507,13 @@ class ClusterZooKeeper:
         found = self._get(zk_paths.topic_path(topic))
         return None if found is None else zk_paths.decode_topic_assignment(topic, found[0])
 
+    def read_assignment_versioned(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        """(assignment, zkVersion) of ``topic``, None if it does not exist: what a
+        conditional rewrite of the assignment (a reassignment's) is checked against."""
+        found = self._get(zk_paths.topic_path(topic))
+        return None if found is None else (zk_paths.decode_topic_assignment(topic, found[0]),
+                                           found[1].version)
+
     def read_assignments(self) -> dict[str, TopicAssignment]:
         """Every topic's assignment, by name."""
         assignments = {}
@@ -533,6 +545,18 @@ class ClusterZooKeeper:
             if found is not None:
                 states[partition] = found
         return dict(sorted(states.items()))
+
+    def read_reassignment(self) -> tuple[dict[tuple[str, int], tuple[int, ...]], int] | None:
+        """(target replicas by (topic, partition), zkVersion) of the reassignment
+        request in ``/admin/reassign_partitions``, None when there is none."""
+        found = self._get(zk_paths.REASSIGN_PARTITIONS_PATH)
+        return None if found is None else (zk_paths.decode_reassignment(found[0]),
+                                           found[1].version)
+
+    def read_broker_config(self, broker_id: int) -> dict[str, str]:
+        """Broker ``broker_id``'s dynamic configs ({} when it has none)."""
+        found = self._get(zk_paths.broker_config_path(broker_id))
+        return {} if found is None else zk_paths.decode_broker_config(broker_id, found[0])
 
     def read_topics_to_delete(self) -> list[str]:
         """The topics marked for deletion, sorted."""
@@ -592,6 +616,56 @@ class ClusterZooKeeper:
                         zk_paths.encode_topic_config(config))
         except NoNodeError:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+
+    def create_reassignment(self, partitions: dict[tuple[str, int], tuple[int, ...]]) -> None:
+        """Ask the controller to move ``partitions`` to their target replicas (create
+        ``/admin/reassign_partitions``).
+
+        Raises
+        ------
+        ReassignmentInProgressError
+            A reassignment request exists already (Kafka's tool refuses then too).
+        """
+        self._read(self._client.ensure_path, zk_paths.ADMIN_PATH)
+        try:
+            self._write(self._client.create, zk_paths.REASSIGN_PARTITIONS_PATH,
+                        zk_paths.encode_reassignment(partitions))
+        except NodeExistsError:
+            raise ReassignmentInProgressError(
+                f"{zk_paths.REASSIGN_PARTITIONS_PATH} exists: a reassignment is in progress "
+                f"(verify it, or cancel it)") from None
+
+    def replace_reassignment(self, partitions: dict[tuple[str, int], tuple[int, ...]],
+                             version: int) -> None:
+        """Rewrite the reassignment request if its zkVersion is still ``version``
+        (``--cancel`` puts the origin replicas as targets).
+
+        Raises
+        ------
+        StaleStateVersionError, ZooKeeperConflictError
+            The request changed or went since it was read: read it again.
+        """
+        path = zk_paths.REASSIGN_PARTITIONS_PATH
+        try:
+            self._write(self._client.set, path, zk_paths.encode_reassignment(partitions),
+                        version=version)
+        except (BadVersionError, NoNodeError) as error:
+            raise _conflict(error, path) from None
+
+    def set_broker_config(self, broker_id: int, config: dict[str, str]) -> None:
+        """Replace broker ``broker_id``'s dynamic configs (``/config/brokers/<id>``,
+        created when missing); the broker takes them from its watch (Kafka's
+        ``AdminZkClient.changeBrokerConfig``)."""
+        path = zk_paths.broker_config_path(broker_id)
+        body = zk_paths.encode_broker_config(config)
+        self._read(self._client.ensure_path, zk_paths.BROKER_CONFIGS_PATH)
+        try:
+            self._write(self._client.set, path, body)
+        except NoNodeError:
+            try:
+                self._write(self._client.create, path, body)
+            except NodeExistsError:                  # created meanwhile: ours is newer
+                self._write(self._client.set, path, body)
 
     def update_partition_state(self, topic: str, partition: int, state: PartitionState,
                                version: int) -> int:
@@ -796,6 +870,22 @@ class ClusterZooKeeper:
         watch = ClusterWatch(self._client, events)
         watch.spawn(watch.watch_data, zk_paths.CONTROLLER_PATH, EventKind.CONTROLLER,
                     zk_paths.CONTROLLER_PATH)
+        return watch
+
+    def watch_reassignment(self, events: EventQueue) -> "ClusterWatch":
+        """Queue a ``REASSIGN_PARTITIONS`` event on ``events`` now and on each change
+        of ``/admin/reassign_partitions`` (the controller's). Does not block."""
+        watch = ClusterWatch(self._client, events)
+        watch.spawn(watch.watch_data, zk_paths.REASSIGN_PARTITIONS_PATH,
+                    EventKind.REASSIGN_PARTITIONS, zk_paths.REASSIGN_PARTITIONS_PATH)
+        return watch
+
+    def watch_broker_config(self, broker_id: int, events: EventQueue) -> "ClusterWatch":
+        """Queue a ``BROKER_CONFIG`` event on ``events`` now and on each change of
+        ``/config/brokers/<broker_id>``. Does not block."""
+        watch = ClusterWatch(self._client, events)
+        watch.spawn(watch.watch_data, zk_paths.broker_config_path(broker_id),
+                    EventKind.BROKER_CONFIG, broker_id)
         return watch
 
     def watch_cluster(self, events: EventQueue) -> "ClusterWatch":

@@ -15,6 +15,10 @@ Cluster metadata lives in ZooKeeper as Kafka kept it before KRaft (Kafka 2.8's
                                                  "isr":[1,2],"controller_epoch":7}
     /config/topics/<t>                          {"version":1,"config":{"min.insync.replicas":"2"}}
     /admin/delete_topics/<t>                    empty: the topic is to be deleted
+    /admin/reassign_partitions                  {"version":1,"partitions":[{"topic":"t",
+                                                 "partition":0,"replicas":[1,2,4]}]}
+    /config/brokers/<id>                        {"version":1,"config":
+                                                 {"leader.replication.throttled.rate":"1000"}}
     /latest_producer_id_block                   {"version":1,"broker":1,"block_start":"0",
                                                  "block_end":"999"}
 
@@ -58,6 +62,9 @@ __all__ = [
     "CLUSTER_PATH", "CLUSTER_ID_PATH", "BROKERS_PATH", "BROKER_IDS_PATH", "TOPICS_PATH",
     "CONTROLLER_PATH", "CONTROLLER_EPOCH_PATH", "CONFIG_PATH", "TOPIC_CONFIGS_PATH",
     "ADMIN_PATH", "DELETE_TOPICS_PATH", "PRODUCER_ID_BLOCK_PATH", "BASE_PATHS", "NO_LEADER",
+    "REASSIGN_PARTITIONS_PATH", "BROKER_CONFIGS_PATH", "broker_config_path",
+    "encode_reassignment", "decode_reassignment", "encode_broker_config",
+    "decode_broker_config",
     "PRODUCER_ID_BLOCK_SIZE", "PRODUCER_ID_MAX",
     "broker_path", "topic_path", "partitions_path", "partition_path", "partition_state_path",
     "topic_config_path", "delete_topic_path", "new_topic_id",
@@ -83,6 +90,12 @@ TOPIC_CONFIGS_PATH = "/config/topics"
 ADMIN_PATH = "/admin"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+# An operator's request to move replicas (Kafka's ReassignPartitionsZNode); the
+# controller removes each partition from it as its move completes.
+REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
+# Dynamic broker configs (Kafka's ConfigEntityZNode for brokers): the replication
+# throttle rates.
+BROKER_CONFIGS_PATH = "/config/brokers"
 # What every broker makes sure exists at start (Kafka's createTopLevelPaths); the
 # producer-id block starts empty, which reads as "no block handed out yet".
 BASE_PATHS = (BROKER_IDS_PATH, TOPICS_PATH, TOPIC_CONFIGS_PATH, DELETE_TOPICS_PATH,
@@ -105,6 +118,8 @@ TOPIC_VERSION = 3                   # Kafka 2.8's: the first with a topic id
 TOPIC_CONFIG_VERSION = 1
 PARTITION_STATE_VERSION = 1
 PRODUCER_ID_BLOCK_VERSION = 1
+REASSIGNMENT_VERSION = 1
+BROKER_CONFIG_VERSION = 1
 
 _TOPIC_ID = re.compile(r"[0-9a-f]{32}")
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
@@ -152,6 +167,11 @@ def topic_config_path(topic: str) -> str:
 def delete_topic_path(topic: str) -> str:
     """``/admin/delete_topics/<t>``: the marker asking the controller to delete ``t``."""
     return f"{DELETE_TOPICS_PATH}/{_topic_segment(topic)}"
+
+
+def broker_config_path(broker_id: int) -> str:
+    """``/config/brokers/<id>``: the broker's dynamic configs (throttle rates)."""
+    return f"{BROKER_CONFIGS_PATH}/{int(broker_id)}"
 
 
 def new_topic_id() -> str:
@@ -206,15 +226,21 @@ class PartitionState:
 @dataclasses.dataclass(frozen=True)
 class TopicAssignment:
     """A topic's cluster-wide id and its replicas, partition by partition, in
-    preferred order (the first is the preferred leader)."""
+    preferred order (the first is the preferred leader). While a partition is
+    reassigned (KIP-455), ``adding_replicas`` and ``removing_replicas`` name the
+    replicas of its list that are joining and leaving; partitions not moving are
+    absent from both."""
     topic: str
     topic_id: str
     partitions: Mapping[int, tuple[int, ...]]
+    adding_replicas: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    removing_replicas: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        object.__setattr__(self, "partitions", {int(partition): tuple(replicas) for
-                                                partition, replicas in
-                                                sorted(self.partitions.items())})
+        for name in ("partitions", "adding_replicas", "removing_replicas"):
+            object.__setattr__(self, name, {int(partition): tuple(replicas) for
+                                            partition, replicas in
+                                            sorted(getattr(self, name).items())})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,10 +396,13 @@ def decode_controller_epoch(body: bytes) -> int:
 
 def encode_topic_assignment(assignment: TopicAssignment) -> bytes:
     """``/brokers/topics/<t>``'s body (Kafka's TopicZNode version 3, its topic id ours)."""
+    def listed(partitions: Mapping[int, tuple[int, ...]]) -> dict:
+        return {str(partition): list(replicas) for partition, replicas in partitions.items()
+                if replicas}
     return _dumps({"version": TOPIC_VERSION, "topic_id": assignment.topic_id,
-                   "partitions": {str(partition): list(replicas) for partition, replicas
-                                  in assignment.partitions.items()},
-                   "adding_replicas": {}, "removing_replicas": {}})
+                   "partitions": listed(assignment.partitions),
+                   "adding_replicas": listed(assignment.adding_replicas),
+                   "removing_replicas": listed(assignment.removing_replicas)})
 
 
 def decode_topic_assignment(topic: str, body: bytes) -> TopicAssignment:
@@ -394,7 +423,23 @@ def decode_topic_assignment(topic: str, body: bytes) -> TopicAssignment:
         raise ZnodeFormatError(f"{what}: partitions {sorted(partitions)} are not 0..n-1")
     if any(not replicas for replicas in partitions.values()):
         raise ZnodeFormatError(f"{what}: a partition has no replicas: {raw}")
-    return TopicAssignment(topic, topic_id, partitions)
+    moving = [_moving_replicas(fields, name, partitions, what)
+              for name in ("adding_replicas", "removing_replicas")]
+    return TopicAssignment(topic, topic_id, partitions, *moving)
+
+
+def _moving_replicas(fields: dict, name: str, partitions: Mapping[int, tuple[int, ...]],
+                     what: str) -> dict[int, tuple[int, ...]]:
+    """``adding_replicas`` or ``removing_replicas`` (absent: none, as an older writer
+    leaves them): each a subset of its partition's replicas."""
+    raw = _field(fields, name, dict, what, {})
+    moving = {decode_partition_number(key, what): _broker_ids(replicas, f"{name} {key}", what)
+              for key, replicas in raw.items()}
+    for partition, replicas in moving.items():
+        if not set(replicas) <= set(partitions.get(partition, ())):
+            raise ZnodeFormatError(f"{what}: {name} of partition {partition} {list(replicas)} "
+                                   f"are not all among its replicas")
+    return {partition: replicas for partition, replicas in moving.items() if replicas}
 
 
 def encode_topic_config(config: Mapping[str, str]) -> bytes:
@@ -453,3 +498,53 @@ def decode_producer_id_block(body: bytes) -> ProducerIdBlock | None:
         raise ZnodeFormatError(f"{what}: block_end {block.block_end} < block_start "
                                f"{block.block_start}")
     return block
+
+
+def encode_reassignment(partitions: Mapping[tuple[str, int], tuple[int, ...]]) -> bytes:
+    """``/admin/reassign_partitions``' body: each partition's target replicas
+    (Kafka's ReassignPartitionsZNode, version 1)."""
+    return _dumps({"version": REASSIGNMENT_VERSION,
+                   "partitions": [{"topic": topic, "partition": partition,
+                                   "replicas": list(replicas)}
+                                  for (topic, partition), replicas in sorted(partitions.items())]})
+
+
+def decode_reassignment(body: bytes, what: str = REASSIGN_PARTITIONS_PATH
+                        ) -> dict[tuple[str, int], tuple[int, ...]]:
+    """The target replicas of each partition a reassignment request names (also
+    the body of ``--reassignment-json-file``: ``what`` names it in errors). A
+    partition named twice, an empty or repeating replica list is refused."""
+    fields = _object(body, what)
+    _version(fields, REASSIGNMENT_VERSION, what)
+    entries = _field(fields, "partitions", list, what)
+    partitions: dict[tuple[str, int], tuple[int, ...]] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ZnodeFormatError(f"{what}: a partition entry is {entry!r}, expected an object")
+        topic = _field(entry, "topic", str, what)
+        partition = _integer(entry, "partition", what, 0, BROKER_ID_MAX)
+        replicas = _broker_ids(_field(entry, "replicas", list, what),
+                               f"replicas of {topic}-{partition}", what)
+        if not replicas:
+            raise ZnodeFormatError(f"{what}: {topic}-{partition} has no replicas")
+        if (topic, partition) in partitions:
+            raise ZnodeFormatError(f"{what}: {topic}-{partition} is named twice")
+        partitions[(topic, partition)] = replicas
+    return partitions
+
+
+def encode_broker_config(config: Mapping[str, str]) -> bytes:
+    """``/config/brokers/<id>``'s body: Kafka-named dynamic configs, string values."""
+    return _dumps({"version": BROKER_CONFIG_VERSION,
+                   "config": {str(name): str(value) for name, value in config.items()}})
+
+
+def decode_broker_config(broker_id: int, body: bytes) -> dict[str, str]:
+    """Broker ``broker_id``'s dynamic configs."""
+    what = broker_config_path(broker_id)
+    fields = _object(body, what)
+    _version(fields, BROKER_CONFIG_VERSION, what)
+    config = _field(fields, "config", dict, what)
+    if any(not isinstance(value, str) for value in config.values()):
+        raise ZnodeFormatError(f"{what}: config values must be strings: {config}")
+    return dict(config)

@@ -2,6 +2,11 @@
 ZooKeeper and N brokers on 127.0.0.1, 127.0.0.2, ...), until SIGTERM or SIGINT.
 ``shmlog cluster status``: a cluster's brokers and the partitions that need an
 operator, read from its ZooKeeper (``cluster_status``).
+``shmlog cluster reassign``: move partitions' replicas between brokers, with
+kafka-reassign-partitions.sh's verbs (``--generate``, ``--execute [--throttle]``,
+``--verify``, ``--cancel``; ``cluster_reassign``). Exit 0 when done, 1 when refused
+or (``--verify``) not complete yet, 2 for a usage error or a file that does not
+parse.
 
 For development and trying cluster mode: it runs
 :class:`shmlog.local_cluster.LocalCluster` (imported when the verb runs, so the other
@@ -20,7 +25,7 @@ import signal
 import sys
 import threading
 
-from .exit_codes import EXIT_FAILURE, EXIT_OK
+from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_parser", "BROKERS_DEFAULT", "DIRECTORY_DEFAULT"]
 
@@ -31,7 +36,8 @@ BROKERS_MAX = 254
 
 
 def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``cluster`` subcommand (verbs ``up`` and ``status``) to ``commands``."""
+    """Add the ``cluster`` subcommand (verbs ``up``, ``status`` and ``reassign``) to
+    ``commands``."""
     cluster = commands.add_parser("cluster", parents=parents,
                                   help="run a local cluster (ZooKeeper and N brokers), or "
                                        "show a cluster's status")
@@ -58,6 +64,55 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
                         help="the brokers' zookeeper.connect")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(run=_status)
+    _add_reassign(verbs, parents)
+
+
+def _add_reassign(verbs, parents: list[argparse.ArgumentParser]) -> None:
+    reassign = verbs.add_parser(
+        "reassign", parents=parents, help="move partitions' replicas between brokers "
+                                           "(kafka-reassign-partitions)",
+        description="Propose (--generate), start (--execute), check (--verify) or cancel "
+                    "(--cancel) a partition reassignment through the cluster's ZooKeeper. "
+                    "The controller adds the new replicas, waits until they are in sync, "
+                    "then drops the old ones. --verify exits 1 until every partition is "
+                    "complete, then removes the throttles.")
+    reassign.add_argument("--zookeeper-connect", required=True, metavar="HOSTS[/CHROOT]",
+                          help="the brokers' zookeeper.connect")
+    action = reassign.add_mutually_exclusive_group(required=True)
+    for verb, what in (("generate", "print the current and a proposed assignment"),
+                       ("execute", "start the reassignment in --reassignment-json-file"),
+                       ("verify", "print each partition's progress; clear the throttles "
+                                  "once all are complete"),
+                       ("cancel", "revert the partitions of --reassignment-json-file that "
+                                  "are still moving")):
+        action.add_argument(f"--{verb}", action="store_true", help=what)
+    reassign.add_argument("--topics-to-move-json-file", metavar="FILE",
+                          help='with --generate: {"topics":[{"topic":"t"}],"version":1}')
+    reassign.add_argument("--broker-list", metavar="IDS",
+                          help="with --generate: the brokers to spread over, e.g. 1,2,4")
+    reassign.add_argument("--disable-rack-aware", action="store_true",
+                          help="with --generate: ignore the brokers' racks")
+    reassign.add_argument("--reassignment-json-file", metavar="FILE",
+                          help='{"version":1,"partitions":[{"topic":"t","partition":0,'
+                               '"replicas":[1,2,4]}]}')
+    reassign.add_argument("--throttle", type=int, metavar="BYTES_PER_S",
+                          help="with --execute: the moving replicas' replication rate")
+    reassign.set_defaults(run=_reassign, check=_check_reassign)
+
+
+def _check_reassign(parser: argparse.ArgumentParser, arguments) -> None:
+    if arguments.generate:
+        if not arguments.topics_to_move_json_file or not arguments.broker_list:
+            parser.error("--generate needs --topics-to-move-json-file and --broker-list")
+        try:
+            arguments.broker_ids = [int(item) for item in arguments.broker_list.split(",")]
+        except ValueError:
+            parser.error(f"--broker-list must be broker ids joined by commas, got "
+                         f"{arguments.broker_list!r}")
+    elif not arguments.reassignment_json_file:
+        parser.error("--execute, --verify and --cancel need --reassignment-json-file")
+    if arguments.throttle is not None and (not arguments.execute or arguments.throttle <= 0):
+        parser.error("--throttle goes with --execute, in bytes/s > 0")
 
 
 def _check(parser: argparse.ArgumentParser, arguments) -> None:
@@ -106,6 +161,87 @@ def _status(arguments) -> int:
           else cluster_status.describe(found), flush=True)
     healthy = found.controller is not None and not found.under_replicated
     return EXIT_OK if healthy else EXIT_FAILURE
+
+
+def _reassign(arguments) -> int:
+    """Run one verb of ``cluster reassign`` (see the module's exit codes)."""
+    from .. import cluster_reassign, zk_paths
+    from ..errors import ShmlogError
+    from ..zk_client import ClusterZooKeeper
+    try:
+        path = arguments.topics_to_move_json_file or arguments.reassignment_json_file
+        with open(path, "rb") as file:
+            text = file.read()
+        if arguments.generate:
+            topics = cluster_reassign.decode_topics(text.decode(), path)
+        else:
+            request = zk_paths.decode_reassignment(text, path)
+    except (OSError, UnicodeDecodeError, ShmlogError) as error:
+        print(f"shmlog cluster reassign: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        # Nothing is created on connecting: a typo in the chroot finds no topic
+        # instead of making an empty cluster.
+        zookeeper = ClusterZooKeeper(arguments.zookeeper_connect).start(create_paths=False)
+        try:
+            if arguments.generate:
+                return _generate(zookeeper, topics, arguments)
+            if arguments.execute:
+                return _execute(zookeeper, request, arguments.throttle)
+            if arguments.verify:
+                return _verify(zookeeper, request)
+            return _cancel(zookeeper, request)
+        finally:
+            zookeeper.close()
+    except ShmlogError as error:
+        print(f"shmlog cluster reassign: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _generate(zookeeper, topics, arguments) -> int:
+    from .. import cluster_reassign
+    current, proposed = cluster_reassign.generate(zookeeper, topics, arguments.broker_ids,
+                                                  rack_aware=not arguments.disable_rack_aware)
+    print(f"Current partition replica assignment\n{cluster_reassign.encode_request(current)}\n"
+          f"\nProposed partition reassignment configuration\n"
+          f"{cluster_reassign.encode_request(proposed)}", flush=True)
+    return EXIT_OK
+
+
+def _execute(zookeeper, request, throttle) -> int:
+    from .. import cluster_reassign
+    current = cluster_reassign.execute(zookeeper, request, throttle)
+    print(f"Current partition replica assignment\n\n{cluster_reassign.encode_request(current)}"
+          f"\n\nSave this to use as the --reassignment-json-file option during rollback",
+          flush=True)
+    if throttle is not None:
+        print(f"The inter-broker throttle limit was set to {throttle} B/s\n"
+              f"Warning: You must run --verify periodically, until the reassignment "
+              f"completes, to ensure the throttle is removed.", flush=True)
+    print("Successfully started partition reassignments for "
+          + ",".join(f"{topic}-{partition}" for topic, partition in sorted(request)), flush=True)
+    return EXIT_OK
+
+
+def _verify(zookeeper, request) -> int:
+    from .. import cluster_reassign
+    statuses, complete = cluster_reassign.verify(zookeeper, request)
+    print("Status of partition reassignment:", flush=True)
+    for (topic, partition), verdict in statuses.items():
+        print(f"Reassignment of partition {topic}-{partition} is {verdict.value}.", flush=True)
+    if complete:
+        print("Throttles cleared: the brokers' throttle rates and the topics' throttled "
+              "replicas", flush=True)
+    return EXIT_OK if complete else EXIT_FAILURE
+
+
+def _cancel(zookeeper, request) -> int:
+    from .. import cluster_reassign
+    cancelled = cluster_reassign.cancel(zookeeper, request)
+    print("Successfully cancelled partition reassignments for "
+          + (",".join(f"{topic}-{partition}" for topic, partition in cancelled) or "none"),
+          flush=True)
+    return EXIT_OK
 
 
 def _print_cluster(cluster) -> None:

@@ -235,3 +235,23 @@ def test_cluster_up_refuses_bad_counts_and_a_used_directory_before_starting_anyt
     assert done.returncode == 1
     assert "is not empty" in done.stderr
     assert sorted(os.listdir(tmp_path / "used")) == ["something"]
+
+
+def test_cluster_reassign_refuses_usage_errors_and_bad_files_before_connecting(tmp_path):
+    """``shmlog cluster reassign`` itself runs in tests/cluster/test_reassign.py; these
+    fail before any ZooKeeper is asked (none listens on port 1)."""
+    connect = ("cluster", "reassign", "--zookeeper-connect", "127.0.0.1:1")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,1]}]}')
+    for arguments in (("--generate",), ("--execute",), ("--generate", "--verify"),
+                      ("--verify", "--reassignment-json-file", str(bad), "--throttle", "10"),
+                      ("--generate", "--topics-to-move-json-file", str(bad),
+                       "--broker-list", "1,x")):
+        assert shmlog(*connect, *arguments).returncode == 2, arguments
+    done = shmlog(*connect, "--execute", "--reassignment-json-file", str(bad))
+    assert done.returncode == 2
+    assert "names a broker twice" in done.stderr
+    done = shmlog(*connect, "--generate", "--topics-to-move-json-file", str(bad),
+                  "--broker-list", "1,2")
+    assert done.returncode == 2
+    assert '"topics"' in done.stderr

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from shmlog import zk_paths
-from shmlog.cluster_view import (BrokersChanged, ClusterView, PartitionStateChanged,
-                                 Reregistered, SessionChanged, TopicChanged, TopicConfigChanged,
-                                 TopicGone, TopicsToDelete)
+from shmlog.cluster_view import (BrokerConfigChanged, BrokersChanged, ClusterView,
+                                 PartitionStateChanged, Reregistered, SessionChanged,
+                                 TopicChanged, TopicConfigChanged, TopicGone, TopicsToDelete)
 from shmlog.zk_client import EventKind, SessionState, WatchEvent
 from shmlog.zk_paths import BrokerRegistration, PartitionState, TopicAssignment
 
@@ -107,3 +107,13 @@ def test_session_registration_and_deletions_are_passed_on():
     assert view.apply(WatchEvent(EventKind.REGISTERED, 1, None, 42)) == [Reregistered(42)]
     assert view.apply(WatchEvent(EventKind.DELETE_TOPICS, zk_paths.DELETE_TOPICS_PATH,
                                  ("t",), -1)) == [TopicsToDelete(("t",))]
+
+
+def test_a_brokers_config_is_passed_on_and_its_deletion_as_empty():
+    view = ClusterView()
+    body = zk_paths.encode_broker_config({"leader.replication.throttled.rate": "1000"})
+    assert view.apply(WatchEvent(EventKind.BROKER_CONFIG, 4, body, 0)) == \
+        [BrokerConfigChanged(4, {"leader.replication.throttled.rate": "1000"})]
+    assert view.apply(WatchEvent(EventKind.BROKER_CONFIG, 4, None, -1)) == \
+        [BrokerConfigChanged(4, {})]
+    assert view.apply(WatchEvent(EventKind.BROKER_CONFIG, 4, b"{", 1)) == []
