@@ -358,3 +358,11 @@ class ProducerIdsUnavailableError(BrokerNotAvailableError):
     """A cluster member has handed out every producer id of its block and has not
     drawn the next from ZooKeeper yet (it is unreachable, or the draw is under way):
     the producer cannot register now. Retriable."""
+
+
+# --- leader balance (controlled shutdown, preferred election; engineer "ops") -----------
+
+class PreferredElectionInProgressError(ShmlogError):
+    """``/admin/preferred_replica_election`` exists: the controller has not finished
+    an election asked for earlier (Kafka's "Preferred replica leader election
+    currently in progress"). Try again once it is gone."""
