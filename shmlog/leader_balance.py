@@ -19,7 +19,10 @@ Rules (Kafka 2.8; each function names its Kafka source)
   :class:`ControlledShutdown` counts attempts; each lasts
   ``controlled.shutdown.retry.backoff.ms``, and after
   ``controlled.shutdown.max.retries`` attempts that left the broker leading
-  something it gives up and shuts down anyway, as Kafka does.
+  something it gives up and shuts down anyway, as Kafka does. It gives up at once
+  when no partition it still leads has another live replica (the last broker of a
+  cluster stopping): no attempt could move them, and Kafka's broker would wait out
+  every retry for nothing.
 * **Preferred replica** = the first of the assignment. Its election
   (``Election.leaderForPreferredReplica``) succeeds when it is live, in the ISR and
   not shutting down: leader epoch + 1, ISR unchanged. A partition it leads already
@@ -49,6 +52,7 @@ from .zk_paths import NO_LEADER, PartitionState
 
 __all__ = ["controlled_shutdown_leader", "state_during_shutdown", "ControlledShutdown",
            "ShutdownStep", "preferred_replica", "PreferredOutcome", "preferred_election",
+           "preferred_election_result",
            "imbalance_ratios", "rebalance_candidates", "RebalancePolicy"]
 
 
@@ -118,10 +122,14 @@ class ControlledShutdown:
     started_ms: int
     attempts: int = 1
 
-    def step(self, now_ms: int, partitions_led: int) -> ShutdownStep:
-        """The next step, given how many partitions this broker still leads."""
+    def step(self, now_ms: int, partitions_led: int, partitions_movable: int) -> ShutdownStep:
+        """The next step, given how many partitions this broker still leads, and how
+        many of those have another live replica (that could take over once in
+        sync)."""
         if partitions_led == 0:
             return ShutdownStep.DONE
+        if partitions_movable == 0:
+            return ShutdownStep.GIVE_UP
         if now_ms < self.started_ms + self.attempts * self.retry_backoff_ms:
             return ShutdownStep.WAIT
         if self.attempts >= self.max_retries:
@@ -148,6 +156,13 @@ class PreferredOutcome(enum.Enum):
     NOT_IN_SYNC = "preferred replica not in sync"
     SHUTTING_DOWN = "preferred replica is shutting down"
     NO_STATE = "partition has no state yet"
+    # Eligible when looked at after the election, not when the controller elected.
+    NOT_ELECTED = "preferred replica was not eligible when the controller elected"
+
+    @property
+    def ok(self) -> bool:
+        """Whether the preferred replica leads now."""
+        return self in (PreferredOutcome.ELECTED, PreferredOutcome.ALREADY_PREFERRED)
 
 
 def preferred_election(state: PartitionState | None, assignment: Sequence[int],
@@ -170,6 +185,21 @@ def preferred_election(state: PartitionState | None, assignment: Sequence[int],
         return PreferredOutcome.NOT_IN_SYNC, None
     return PreferredOutcome.ELECTED, PartitionState(preferred, state.leader_epoch + 1,
                                                     state.isr, controller_epoch)
+
+
+def preferred_election_result(before: PartitionState | None, after: PartitionState | None,
+                              assignment: Sequence[int], live: Iterable[int],
+                              shutting_down: Iterable[int] = ()) -> PreferredOutcome:
+    """What an election did to one partition, judged by the operator's side from
+    its state before and after (Kafka's AdminClient gets it in the
+    ElectLeadersResponse; over ZooKeeper it is read back)."""
+    if after is None:
+        return PreferredOutcome.NO_STATE
+    if after.leader == preferred_replica(assignment):
+        return PreferredOutcome.ALREADY_PREFERRED \
+            if before is not None and before.leader == after.leader else PreferredOutcome.ELECTED
+    outcome, _ = preferred_election(after, assignment, live, shutting_down)
+    return PreferredOutcome.NOT_ELECTED if outcome is PreferredOutcome.ELECTED else outcome
 
 
 def imbalance_ratios(assignments: Mapping[object, Sequence[int]],

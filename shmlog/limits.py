@@ -291,3 +291,10 @@ FORWARD_RETRY_BACKOFF_MS = 100
 # (zk_paths.PRODUCER_ID_BLOCK_SIZE = 1000), so ZooKeeper may be unreachable for 500
 # registrations before a producer is refused.
 PRODUCER_ID_PREFETCH_REMAINING = 500
+# --- leader balance (controlled shutdown, preferred election; engineer "ops") -----------
+# How long `shmlog cluster elect-leaders` waits for the controller to carry out the
+# election it asked for (the controller acts within milliseconds; a controller
+# failover takes up to a ZooKeeper session timeout, Kafka's default 18 s).
+ELECT_LEADERS_TIMEOUT_MS_DEFAULT = 30_000
+# How often it looks whether the controller has done so.
+ELECT_LEADERS_POLL_S = 0.05

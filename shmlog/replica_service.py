@@ -31,6 +31,11 @@ Rules
   appender hands their entries to :class:`~shmlog.forwarding.Forwarding`, which
   sends PRODUCE to the leader and serves the PRODUCEs of peers; this service only
   dispatches to it and calls its ``poll`` after applying each turn's states.
+* **While this broker shuts down** (:attr:`ReplicaService.shutting_down`, set by
+  its controlled shutdown) a follower outside the ISR fetches no more (Kafka's
+  controller sends the shutting broker StopReplica for the partitions it
+  follows), so its leader cannot take it back into the ISR it was just taken
+  out of; :meth:`ReplicaService.partitions_led` tells it when it may leave.
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
   ``replica.high.watermark.checkpoint.interval.ms``, when a topic is hosted, and at
   :meth:`ReplicaService.close`; a partition the checkpoint names is fenced to its
@@ -128,6 +133,8 @@ class ReplicaService:
         self._waiting: dict[Any, _WaitingFetch] = {}
         self._high_watermark_sent: dict[tuple[int, tuple[int, int]], int] = {}
         self.suspended = zookeeper.suspended.is_set()
+        #: set by the broker's controlled shutdown (see the module's rules).
+        self.shutting_down = False
         self._next_shrink_check = 0
         self.checkpoint = HighWatermarkCheckpoint(host.data_dir)
         self._next_checkpoint = 0
@@ -491,13 +498,29 @@ class ReplicaService:
         the partitions truncating, else FETCH for those fetching."""
         by_leader: dict[int, list[PartitionReplica]] = {}
         for replica in self.replicas.values():
-            if replica.may_ask(now):
+            if replica.may_ask(now) and not self._stopped_for_shutdown(replica):
                 replica.retry_at = 0
                 by_leader.setdefault(replica.leader_id, []).append(replica)
         for leader_id, replicas in by_leader.items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
             if fetcher.in_flight is None and now >= fetcher.retry_at:
                 self._send_next(fetcher, replicas)
+
+    def _stopped_for_shutdown(self, replica: PartitionReplica) -> bool:
+        return self.shutting_down and replica.role is Role.FOLLOWER and \
+            replica.state is not None and self.broker_id not in replica.state.isr
+
+    def partitions_led(self) -> list[tuple[str, int]]:
+        """The partitions whose state, as this broker applied it, names it leader."""
+        return sorted(name for name, replica in self.replicas.items()
+                      if replica.state is not None and replica.state.leader == self.broker_id)
+
+    def partitions_movable(self, led: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Those of ``led`` that have another replica on a live broker (as this
+        broker's view has it): the ones a controlled shutdown could move."""
+        return [name for name in led
+                if any(broker_id != self.broker_id and broker_id in self.view.brokers
+                       for broker_id in self.view.replicas(*name))]
 
     def _send_next(self, fetcher: _Fetcher, replicas: list[PartitionReplica]) -> None:
         asking = [replica for replica in replicas if replica.phase is FetchPhase.TRUNCATING

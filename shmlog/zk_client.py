@@ -78,9 +78,9 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from . import limits, zk_paths
 from .errors import (BrokerIdInUseError, ControllerMovedError, InconsistentClusterIdError,
-                     PreferredElectionInProgressError, ShmlogError, StaleStateVersionError, TopicExistsError,
-                     UnknownTopicOrPartitionError, ZnodeFormatError, ZooKeeperConflictError,
-                     ZooKeeperConnectionError)
+                     PreferredElectionInProgressError, ShmlogError, StaleStateVersionError,
+                     TopicExistsError, UnknownTopicOrPartitionError, ZnodeFormatError,
+                     ZooKeeperConflictError, ZooKeeperConnectionError)
 from .zk_paths import (BrokerRegistration, ControllerRegistration, PartitionState,
                        ProducerIdBlock, TopicAssignment)
 

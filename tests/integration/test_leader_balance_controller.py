@@ -14,6 +14,9 @@ a Controller. The leader's ISR writes a real broker would make are made with
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -31,6 +34,7 @@ SESSION_TIMEOUT_MS = 2000
 CLUSTER_ID = "test-cluster"
 # Long enough that nothing the test did not ask for happens in between.
 SETTLE_S = 0.5
+COMMAND_TIMEOUT_S = 60
 
 
 def wait_until(condition, what: str, timeout_s: float = TIMEOUT_S):
@@ -163,3 +167,52 @@ def test_automatic_rebalance_elects_the_preferred_replicas(cluster):
     set_isr(sessions[2], "t", 0, (2, 1))
     wait_until(lambda: state_of(sessions[2], "t").leader == 1, "the rebalance")
     assert state_of(sessions[2], "t", 1).leader == 2
+
+
+# --- shmlog cluster elect-leaders ----------------------------------------------------------
+
+def elect_leaders(hosts: str, *arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shmlog", "cluster", "elect-leaders",
+                           "--zookeeper-connect", hosts, *arguments],
+                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+
+
+def test_elect_leaders_says_per_partition_what_happened(cluster, hosts):
+    sessions = {broker_id: cluster.broker(broker_id) for broker_id in (1, 2)}
+    cluster.controller(sessions[2], 2)
+    new_topic(sessions[2], "t", {0: [1, 2], 1: [2, 1]})
+    sessions[1].close()
+    wait_until(lambda: state_of(sessions[2], "t").leader == 2, "the failover")
+    done = elect_leaders(hosts, "--all-topic-partitions")
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [
+        "t-0: preferred replica not alive (preferred 1, leader 2)",
+        "t-1: already the preferred leader (leader 2, epoch 0)",
+        "1 of 2 partitions led by their preferred replica; 1 failed"]
+    sessions[1] = cluster.broker(1)                      # back, not in sync yet
+    done = elect_leaders(hosts, "--topic", "t", "--partition", "0")
+    assert (done.returncode, done.stdout.splitlines()[0]) == \
+        (1, "t-0: preferred replica not in sync (preferred 1, leader 2)")
+    set_isr(sessions[2], "t", 0, (2, 1))
+    done = elect_leaders(hosts, "--topic", "t", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [(answer["outcome"], answer["leader"], answer["leader_epoch"])
+            for answer in json.loads(done.stdout)] == [("elected", 1, 2),
+                                                       ("already_preferred", 2, 0)]
+
+
+def test_elect_leaders_refuses_what_it_cannot_do(cluster, hosts):
+    session = cluster.broker(1)
+    session.create_topic(TopicAssignment("t", zk_paths.new_topic_id(), {0: [1]}), {})
+    unknown = elect_leaders(hosts, "--topic", "nope")
+    assert unknown.returncode == 1 and "topic 'nope' does not exist" in unknown.stderr
+    no_partition = elect_leaders(hosts, "--topic", "t", "--partition", "5")
+    assert no_partition.returncode == 1 and "has no partition 5" in no_partition.stderr
+    usage = elect_leaders(hosts, "--partition", "0", "--all-topic-partitions")
+    assert usage.returncode == 2 and "--partition needs --topic" in usage.stderr
+    # No controller runs: the request stays for the next one, the command gives up.
+    waited = elect_leaders(hosts, "--all-topic-partitions", "--timeout-ms", "300")
+    assert waited.returncode == 1 and "no controller carried out" in waited.stderr
+    assert session.read_preferred_replica_election()[0] == (("t", 0),)
+    busy = elect_leaders(hosts, "--all-topic-partitions")
+    assert busy.returncode == 1 and "still in progress" in busy.stderr

@@ -22,7 +22,8 @@ import pytest
 
 from shmlog.leader_balance import (ControlledShutdown, PreferredOutcome, ShutdownStep,
                                    controlled_shutdown_leader, imbalance_ratios,
-                                   preferred_election, rebalance_candidates,
+                                   preferred_election, preferred_election_result,
+                                   rebalance_candidates,
                                    state_during_shutdown)
 from shmlog.zk_paths import NO_LEADER, PartitionState
 
@@ -72,20 +73,22 @@ def test_state_during_shutdown_is_kafkas_do_controlled_shutdown(before, live, sh
         assert result.leader in result.isr
 
 
-@pytest.mark.parametrize("now, led, attempts_before, step, attempts_after", [
-    (0, 0, 1, ShutdownStep.DONE, 1),            # leads nothing: leave at once
-    (4_999, 2, 1, ShutdownStep.WAIT, 1),        # within the first attempt's backoff
-    (5_000, 2, 1, ShutdownStep.RETRY, 2),       # the attempt ran out: the next one
-    (9_999, 2, 2, ShutdownStep.WAIT, 2),
-    (14_999, 1, 3, ShutdownStep.WAIT, 3),
-    (15_000, 1, 3, ShutdownStep.GIVE_UP, 3),    # max.retries attempts: leave anyway
-    (15_000, 0, 3, ShutdownStep.DONE, 3),
+@pytest.mark.parametrize("now, led, movable, attempts_before, step, attempts_after", [
+    (0, 0, 0, 1, ShutdownStep.DONE, 1),            # leads nothing: leave at once
+    (4_999, 2, 2, 1, ShutdownStep.WAIT, 1),        # within the first attempt's backoff
+    (5_000, 2, 1, 1, ShutdownStep.RETRY, 2),       # the attempt ran out: the next one
+    (9_999, 2, 2, 2, ShutdownStep.WAIT, 2),
+    (14_999, 1, 1, 3, ShutdownStep.WAIT, 3),
+    (15_000, 1, 1, 3, ShutdownStep.GIVE_UP, 3),    # max.retries attempts: leave anyway
+    (15_000, 0, 0, 3, ShutdownStep.DONE, 3),
+    # no other live replica to move them to (ours, not Kafka's): leave at once
+    (0, 2, 0, 1, ShutdownStep.GIVE_UP, 1),
 ])
-def test_controlled_shutdown_retries_as_kafkas_broker(now, led, attempts_before, step,
+def test_controlled_shutdown_retries_as_kafkas_broker(now, led, movable, attempts_before, step,
                                                       attempts_after):
     shutdown = ControlledShutdown(max_retries=3, retry_backoff_ms=5_000, started_ms=0,
                                   attempts=attempts_before)
-    assert shutdown.step(now, led) is step
+    assert shutdown.step(now, led, movable) is step
     assert shutdown.attempts == attempts_after
 
 
@@ -102,6 +105,22 @@ def test_preferred_election_is_kafkas_leader_for_preferred_replica(before, live,
                                                                    outcome, after):
     assert preferred_election(before, [1, 2, 3], live, shutting, CONTROLLER_EPOCH) == \
         (outcome, after)
+
+
+@pytest.mark.parametrize("before, after, live, outcome", [
+    (state(2, 4, [1, 2]), state(1, 5, [1, 2]), [1, 2, 3], PreferredOutcome.ELECTED),
+    (state(1, 4, [1, 2]), state(1, 4, [1, 2]), [1, 2, 3], PreferredOutcome.ALREADY_PREFERRED),
+    (state(2, 4, [2, 3]), state(2, 4, [2, 3]), [2, 3], PreferredOutcome.NOT_ALIVE),
+    (state(2, 4, [2, 3]), state(2, 4, [2, 3]), [1, 2, 3], PreferredOutcome.NOT_IN_SYNC),
+    # in sync only after the controller looked: not elected, and not "elected"
+    (state(2, 4, [2, 3]), state(2, 4, [2, 3, 1]), [1, 2, 3], PreferredOutcome.NOT_ELECTED),
+    (None, None, [1, 2, 3], PreferredOutcome.NO_STATE),
+])
+def test_the_operator_reads_an_elections_outcome_back(before, after, live, outcome):
+    # kafka-leader-election.sh's answers (ElectLeadersResponse), read from the states.
+    assert preferred_election_result(before, after, [1, 2, 3], live) is outcome
+    assert outcome.ok == (outcome in (PreferredOutcome.ELECTED,
+                                      PreferredOutcome.ALREADY_PREFERRED))
 
 
 ASSIGNMENTS = {0: (1, 2, 3), 1: (2, 3, 1), 2: (3, 1, 2), 3: (1, 3, 2)}
