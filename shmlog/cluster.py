@@ -98,7 +98,7 @@ class ClusterNode:
         now = now_ms()
         self.shutdown = ControlledShutdown(self.config.controlled_shutdown_max_retries,
                                            self.config.controlled_shutdown_retry_backoff_ms, now)
-        self.replication.shutting_down = True
+        self.replication.stop_following()
         log.info("broker %d: controlled shutdown: asking the controller to move %d "
                  "leaderships", self.config.broker_id, len(self.replication.partitions_led()))
         self._ask_for_shutdown()

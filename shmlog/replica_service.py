@@ -31,11 +31,14 @@ Rules
   appender hands their entries to :class:`~shmlog.forwarding.Forwarding`, which
   sends PRODUCE to the leader and serves the PRODUCEs of peers; this service only
   dispatches to it and calls its ``poll`` after applying each turn's states.
-* **While this broker shuts down** (:attr:`ReplicaService.shutting_down`, set by
-  its controlled shutdown) a follower outside the ISR fetches no more (Kafka's
-  controller sends the shutting broker StopReplica for the partitions it
-  follows), so its leader cannot take it back into the ISR it was just taken
-  out of; :meth:`ReplicaService.partitions_led` tells it when it may leave.
+* **While this broker shuts down** (:meth:`ReplicaService.stop_following`, called
+  by its controlled shutdown) the partitions it only followed when the shutdown
+  began are fetched no more once the controller took it out of their ISR (Kafka's
+  controller sends the shutting broker StopReplica for those), so their leaders
+  cannot take it back. The partitions it led go on being fetched from their new
+  leaders, as in Kafka (it is their follower): the acks=all entries parked on it
+  complete when its follower high watermark covers them (design §4.4).
+  :meth:`ReplicaService.partitions_led` tells it when it may leave.
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
   ``replica.high.watermark.checkpoint.interval.ms``, when a topic is hosted, and at
   :meth:`ReplicaService.close`; a partition the checkpoint names is fenced to its
@@ -133,8 +136,8 @@ class ReplicaService:
         self._waiting: dict[Any, _WaitingFetch] = {}
         self._high_watermark_sent: dict[tuple[int, tuple[int, int]], int] = {}
         self.suspended = zookeeper.suspended.is_set()
-        #: set by the broker's controlled shutdown (see the module's rules).
-        self.shutting_down = False
+        # The partitions followed when a controlled shutdown began (None: not shutting).
+        self._stopping_to_follow: frozenset[tuple[str, int]] | None = None
         self._next_shrink_check = 0
         self.checkpoint = HighWatermarkCheckpoint(host.data_dir)
         self._next_checkpoint = 0
@@ -506,8 +509,16 @@ class ReplicaService:
             if fetcher.in_flight is None and now >= fetcher.retry_at:
                 self._send_next(fetcher, replicas)
 
+    def stop_following(self) -> None:
+        """A controlled shutdown begins: the partitions this broker follows now are
+        fetched no more once out of their ISR (see the module's rules)."""
+        led = set(self.partitions_led())
+        self._stopping_to_follow = frozenset(name for name in self.replicas if name not in led)
+
     def _stopped_for_shutdown(self, replica: PartitionReplica) -> bool:
-        return self.shutting_down and replica.role is Role.FOLLOWER and \
+        if self._stopping_to_follow is None or replica.role is not Role.FOLLOWER:
+            return False
+        return self._name(replica) in self._stopping_to_follow and \
             replica.state is not None and self.broker_id not in replica.state.isr
 
     def partitions_led(self) -> list[tuple[str, int]]:
