@@ -33,11 +33,14 @@ Rules
   dispatches to it and calls its ``poll`` after applying each turn's states.
 * **While this broker shuts down** (:meth:`ReplicaService.stop_following`, called
   by its controlled shutdown) the partitions it only followed when the shutdown
-  began are fetched no more once the controller took it out of their ISR (Kafka's
-  controller sends the shutting broker StopReplica for those), so their leaders
-  cannot take it back. The partitions it led go on being fetched from their new
-  leaders, as in Kafka (it is their follower): the acks=all entries parked on it
-  complete when its follower high watermark covers them (design §4.4).
+  began are fetched no more (Kafka's controller sends the shutting broker
+  StopReplica for those), at once rather than once the controller took it out of
+  their ISR: a fetch landing after that removal would make the leader count it as
+  caught up again, and then wait for it through ``replica.lag.time.max.ms``. Their
+  high watermarks wait for it until the controller removes it (its reaction
+  time). The partitions it led go on being fetched from their new leaders, as in
+  Kafka (it is their follower): the acks=all entries parked on it complete when
+  its follower high watermark covers them (design §4.4).
   :meth:`ReplicaService.partitions_led` tells it when it may leave.
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
   ``replica.high.watermark.checkpoint.interval.ms``, when a topic is hosted, and at
@@ -511,15 +514,13 @@ class ReplicaService:
 
     def stop_following(self) -> None:
         """A controlled shutdown begins: the partitions this broker follows now are
-        fetched no more once out of their ISR (see the module's rules)."""
+        fetched no more (see the module's rules)."""
         led = set(self.partitions_led())
         self._stopping_to_follow = frozenset(name for name in self.replicas if name not in led)
 
     def _stopped_for_shutdown(self, replica: PartitionReplica) -> bool:
-        if self._stopping_to_follow is None or replica.role is not Role.FOLLOWER:
-            return False
-        return self._name(replica) in self._stopping_to_follow and \
-            replica.state is not None and self.broker_id not in replica.state.isr
+        return self._stopping_to_follow is not None and replica.role is Role.FOLLOWER and \
+            self._name(replica) in self._stopping_to_follow
 
     def partitions_led(self) -> list[tuple[str, int]]:
         """The partitions whose state, as this broker applied it, names it leader."""
