@@ -10,8 +10,10 @@ Method: a cluster of its own (it stops brokers); a topic of three partitions, RF
 min.insync.replicas 2; one ``workload.LeaderFollowingProducer`` (idempotent,
 acks=all) per partition. Each round: wait for acknowledgements, SIGTERM one broker
 and wait for its exit (status 0), check that its own log says the controlled
-shutdown ended with no partition left to it (what is asserted is the order the
-broker logged, never a duration) and that no partition names it leader, start it
+shutdown ended with no partition left to it before it flushed and closed its logs
+(and, for the controller's broker, before its controller resigned: what is asserted
+is the order the broker logged, never a duration) and that no partition names it
+leader, start it
 again and wait until it is back in every ISR. Automatic rebalance is off, so what
 restores the preferred leaders is the command. The history checker judges every
 partition against every replica's segment files.
@@ -50,26 +52,37 @@ def rolling_cluster(zookeeper, tmp_path):
         stop_cluster(cluster)
 
 
-def states(cluster) -> dict:
-    """partition → (replicas, state) of the topic, read from ZooKeeper."""
+def read(cluster, reader):
+    """``reader(session)`` on a ZooKeeper session of its own."""
     session = ClusterZooKeeper(cluster.zookeeper_connect).start(create_paths=False)
     try:
+        return reader(session)
+    finally:
+        session.close()
+
+
+def states(cluster) -> dict:
+    """partition → (replicas, state) of the topic, read from ZooKeeper."""
+    def reader(session):
         assignment = session.read_assignment(TOPIC)
         return {partition: (replicas, session.read_partition_state(TOPIC, partition)[0])
                 for partition, replicas in assignment.partitions.items()}
-    finally:
-        session.close()
+    return read(cluster, reader)
 
 
 def restart(cluster, broker_id: int, producers: list) -> None:
     for producer in producers:
         wait_acked(producer, producer.acked + ACKS_PER_ROUND)
+    controller = read(cluster, lambda session: session.read_controller())
     assert cluster.brokers[broker_id].stop() == 0
     output = broker_output(cluster, broker_id)
     assert output.count(DONE) == 1, output[-3000:]
     assert "controlled shutdown gave up" not in output
-    # The order the broker logged: leaderships gone, then the logs flushed and closed.
+    # The order the broker logged: leaderships gone, then the logs flushed and closed
+    # (and, in the controller's broker, the controller moved them before it resigned).
     assert output.index(DONE) < output.rindex("draining rings, flushing and closing")
+    if controller is not None and controller.broker_id == broker_id:
+        assert output.index(DONE) < output.rindex(f"controller {broker_id} resigns")
     cluster.brokers.pop(broker_id)
     for partition, (_, state) in states(cluster).items():
         assert state.leader != broker_id, (partition, state)
