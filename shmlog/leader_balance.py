@@ -48,7 +48,7 @@ import dataclasses
 import enum
 from typing import Iterable, Mapping, Sequence
 
-from .zk_paths import NO_LEADER, PartitionState
+from .zk_paths import PartitionState
 
 __all__ = ["controlled_shutdown_leader", "state_during_shutdown", "ControlledShutdown",
            "ShutdownStep", "preferred_replica", "PreferredOutcome", "preferred_election",
@@ -212,14 +212,17 @@ def imbalance_ratios(assignments: Mapping[object, Sequence[int]],
     assignments : mapping of partition key to replicas
         Every partition (any hashable key, e.g. (topic, partition)).
     leaders : mapping of partition key to leader
-        Each partition's current leader (``NO_LEADER`` or missing: none).
+        Each partition's current leader (``NO_LEADER``: none, which counts as not
+        led by the preferred replica); a partition without a state yet is left out
+        of the count of the not led, as Kafka counts only those with leadership
+        information.
     """
     preferred_of: dict[int, int] = {}
     not_led: dict[int, int] = {}
     for key, assignment in assignments.items():
         preferred = preferred_replica(assignment)
         preferred_of[preferred] = preferred_of.get(preferred, 0) + 1
-        if leaders.get(key, NO_LEADER) != preferred:
+        if key in leaders and leaders[key] != preferred:
             not_led[preferred] = not_led.get(preferred, 0) + 1
     return {broker: not_led.get(broker, 0) / count for broker, count in
             sorted(preferred_of.items())}
@@ -244,5 +247,5 @@ def rebalance_candidates(assignments: Mapping[object, Sequence[int]],
     ratios = imbalance_ratios(assignments, leaders)
     above = {broker for broker, ratio in ratios.items() if ratio > imbalance_percentage / 100}
     return sorted(key for key, assignment in assignments.items()
-                  if preferred_replica(assignment) in above
-                  and leaders.get(key, NO_LEADER) != preferred_replica(assignment))
+                  if preferred_replica(assignment) in above and key in leaders
+                  and leaders[key] != preferred_replica(assignment))

@@ -130,7 +130,8 @@ ASSIGNMENTS = {0: (1, 2, 3), 1: (2, 3, 1), 2: (3, 1, 2), 3: (1, 3, 2)}
     ({0: 1, 1: 2, 2: 3, 3: 1}, {1: 0.0, 2: 0.0, 3: 0.0}),      # balanced
     ({0: 2, 1: 2, 2: 3, 3: 1}, {1: 0.5, 2: 0.0, 3: 0.0}),      # 1 leads one of its two
     ({0: 2, 1: 2, 2: 2, 3: 3}, {1: 1.0, 2: 0.0, 3: 1.0}),
-    ({0: NO_LEADER}, {1: 1.0, 2: 1.0, 3: 1.0}),                # no leader counts as not led
+    ({0: NO_LEADER, 1: 2, 2: 3, 3: 1}, {1: 0.5, 2: 0.0, 3: 0.0}),   # no leader: not led
+    ({1: 2, 2: 3, 3: 3}, {1: 0.5, 2: 0.0, 3: 0.0}),            # no state yet: not counted
 ])
 def test_imbalance_is_kafkas_per_broker_ratio(leaders, ratios):
     assert imbalance_ratios(ASSIGNMENTS, leaders) == ratios
@@ -141,6 +142,7 @@ def test_imbalance_is_kafkas_per_broker_ratio(leaders, ratios):
     ({0: 2, 1: 2, 2: 3, 3: 1}, 10, [0]),       # 50 % > 10 %
     ({0: 2, 1: 2, 2: 3, 3: 1}, 50, []),        # not above the threshold: Kafka's '>'
     ({0: 2, 1: 2, 2: 2, 3: 3}, 10, [0, 2, 3]),
+    ({1: 3, 2: 3, 3: 3}, 10, [1, 3]),          # partition 0 has no state: not a candidate
 ])
 def test_rebalance_elects_above_the_imbalance_threshold(leaders, percentage, candidates):
     assert rebalance_candidates(ASSIGNMENTS, leaders, percentage) == candidates
