@@ -6,7 +6,9 @@ Rules
 -----
 * One broker per data directory (the directory lock says so); a second one is
   refused with :class:`DataDirectoryInUseError`.
-* SIGTERM and SIGINT stop it gracefully: it stops taking requests, drains every
+* SIGTERM and SIGINT stop it gracefully. A cluster member first moves its
+  leaderships away (controlled shutdown, ``cluster``), serving on meanwhile. Then it
+  stops taking requests, drains every
   ring, flushes and closes the logs, and removes its shared memory and its control
   socket; nothing a producer was told is appended is lost. A request held back (a
   join waiting for its rebalance) is refused with :class:`BrokerNotAvailableError`.
@@ -245,6 +247,19 @@ class BrokerCore:
         self.scheduler.run_due(now)
         return handled
 
+    def start_leaving(self) -> None:
+        """On SIGTERM: a cluster member with ``controlled.shutdown.enable`` starts its
+        controlled shutdown (``cluster``); the loop serves on until
+        :meth:`ready_to_leave`."""
+        if self.cluster is not None and self.cluster.config.controlled_shutdown_enable:
+            self.cluster.start_controlled_shutdown()
+
+    def ready_to_leave(self) -> bool:
+        """Whether :meth:`close` may run now (a controlled shutdown is over)."""
+        if self.cluster is None or self.cluster.shutdown is None:
+            return True
+        return self.cluster.controlled_shutdown_done(now_ms())
+
     def close(self) -> None:
         """Leave the cluster (if a member); drain every ring, flush and close the logs,
         remove the shared memory."""
@@ -443,7 +458,14 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         if ready is not None:
             ready()
         idle_since = None
-        while not stopping:
+        leaving = False
+        while True:
+            if stopping:
+                if not leaving:
+                    leaving = True
+                    core.start_leaving()
+                if core.ready_to_leave():
+                    break
             handled = core.run_once(requests_waiting=control.waiting)
             answered = control.answer(core.handle)
             for ticket, reply in core.take_replies():

@@ -7,6 +7,14 @@ Rules
 * Joining is all or nothing: a broker that cannot reach ZooKeeper, whose
   ``cluster.id`` is not the cluster's, whose broker id is taken, or whose
   replication endpoint cannot be bound does not start (a typed error says which).
+* **Controlled shutdown** (``controlled.shutdown.enable``; Kafka's
+  ``KafkaServer.controlledShutdown``): before leaving, the broker asks the controller
+  to move its leaderships away (:meth:`ClusterNode.start_controlled_shutdown`: the
+  ephemeral ``/admin/controlled_shutdown/<id>``) and keeps serving until its applied
+  states name it leader of nothing, or its attempts run out
+  (:meth:`ClusterNode.controlled_shutdown_done`, rules in ``leader_balance``); the
+  broker's loop drives both. Its own controller, if it is the controller, does
+  the moving, then resigns when it leaves.
 * Leaving closes in the order that lets the others act soonest: the controller
   resigns (another member is elected at once), the replication endpoint closes,
   and the ZooKeeper session is closed, not left to expire, so the broker's
@@ -22,6 +30,8 @@ import os
 from .cluster_config import ClusterConfig
 from .cluster_producer_ids import ClusterProducerIds
 from .controller import Controller
+from .errors import ShmlogError
+from .leader_balance import ControlledShutdown, RebalancePolicy, ShutdownStep
 from .partition_host import PartitionHost
 from .records import now_ms
 from .replica_service import ReplicaService
@@ -63,6 +73,7 @@ class ClusterNode:
             config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
             connect_timeout_s=config.zookeeper_connection_timeout_ms / 1000).start()
         self.endpoint = self.controller = self.replication = self.producer_ids = None
+        self.shutdown: ControlledShutdown | None = None
         try:
             self.endpoint = ReplicationEndpoint(config.broker_id, 0, config.replication_endpoint,
                                                 wake=host.table.appender_doorbell.ring)
@@ -72,12 +83,53 @@ class ClusterNode:
             self.endpoint.broker_epoch = self.broker_epoch
             self.replication = ReplicaService(host, config, self.zookeeper, self.endpoint)
             self.producer_ids = ClusterProducerIds(self.zookeeper, config.broker_id)
-            self.controller = Controller(self.zookeeper, config.broker_id).start()
+            self.controller = Controller(self.zookeeper, config.broker_id, RebalancePolicy(
+                config.auto_leader_rebalance_enable, config.leader_imbalance_per_broker_percentage,
+                config.leader_imbalance_check_interval_seconds)).start()
         except BaseException:
             self.close()
             raise
         log.info("broker %d joined cluster %s (epoch %d), replicating on %s", config.broker_id,
                  config.cluster_id, self.broker_epoch, config.replication_endpoint)
+
+    def start_controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away (on SIGTERM); the
+        broker's loop then serves on until :meth:`controlled_shutdown_done`."""
+        now = now_ms()
+        self.shutdown = ControlledShutdown(self.config.controlled_shutdown_max_retries,
+                                           self.config.controlled_shutdown_retry_backoff_ms, now)
+        self.replication.stop_following()
+        log.info("broker %d: controlled shutdown: asking the controller to move %d "
+                 "leaderships", self.config.broker_id, len(self.replication.partitions_led()))
+        self._ask_for_shutdown()
+
+    def _ask_for_shutdown(self) -> None:
+        try:
+            self.zookeeper.request_controlled_shutdown(self.config.broker_id,
+                                                       self.zookeeper.broker_epoch)
+        except ShmlogError as error:          # the next attempt asks again
+            log.warning("broker %d: controlled shutdown request failed: %s",
+                        self.config.broker_id, error)
+
+    def controlled_shutdown_done(self, now: int) -> bool:
+        """Whether the broker may leave: it leads nothing now, or its attempts ran
+        out (Kafka then shuts down anyway: those partitions fail over as usual)."""
+        assert self.shutdown is not None, "start_controlled_shutdown() first"
+        led = self.replication.partitions_led()
+        step = self.shutdown.step(now, len(led), len(self.replication.partitions_movable(led)))
+        if step is ShutdownStep.RETRY:
+            log.info("broker %d: controlled shutdown attempt %d: still leading %s",
+                     self.config.broker_id, self.shutdown.attempts, led[:10])
+            self._ask_for_shutdown()
+        elif step is ShutdownStep.DONE:
+            log.info("broker %d: controlled shutdown done in %d ms: it leads no partition",
+                     self.config.broker_id, now - self.shutdown.started_ms)
+        elif step is ShutdownStep.GIVE_UP:
+            log.warning("broker %d: controlled shutdown gave up after %d attempts, still "
+                        "leading %s (%d with another live replica): leaving anyway",
+                        self.config.broker_id, self.shutdown.attempts, led[:10],
+                        len(self.replication.partitions_movable(led)))
+        return step in (ShutdownStep.DONE, ShutdownStep.GIVE_UP)
 
     def close(self) -> None:
         """Leave: the controller resigns, the endpoint closes, the session ends."""

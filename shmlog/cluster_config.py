@@ -107,6 +107,15 @@ class ClusterConfig:
     # never past the delivery bound, so no cross-check is needed).
     forward_delivery_timeout_ms: int = 120_000      # forward.delivery.timeout.ms
     forward_request_timeout_ms: int = 30_000        # forward.request.timeout.ms
+    # Controlled shutdown and leader balance (leader_balance.py): Kafka 2.8's names
+    # and defaults.
+    controlled_shutdown_enable: bool = True         # controlled.shutdown.enable
+    controlled_shutdown_max_retries: int = 3        # controlled.shutdown.max.retries
+    controlled_shutdown_retry_backoff_ms: int = 5_000   # controlled.shutdown.retry.backoff.ms
+    auto_leader_rebalance_enable: bool = True       # auto.leader.rebalance.enable
+    leader_imbalance_per_broker_percentage: int = 10    # leader.imbalance.per.broker.percentage
+    # leader.imbalance.check.interval.seconds
+    leader_imbalance_check_interval_seconds: int = 300
 
     def __post_init__(self):
         _check_names(self)
@@ -206,6 +215,12 @@ _INTEGER_LEAST = {
     "min_insync_replicas": 1,           # KafkaConfig: atLeast(1)
     "forward_delivery_timeout_ms": 1,
     "forward_request_timeout_ms": 1,
+    # Kafka validates none of the three below but the interval (atLeast(1)); an attempt
+    # count of 0 would never ask, and a percentage is at most 100 (checked apart).
+    "controlled_shutdown_max_retries": 1,
+    "controlled_shutdown_retry_backoff_ms": 0,
+    "leader_imbalance_per_broker_percentage": 0,
+    "leader_imbalance_check_interval_seconds": 1,
 }
 
 
@@ -240,8 +255,9 @@ def _check_names(config: ClusterConfig) -> None:
             or config.advertised_host in _WILDCARD_HOSTS):
         raise InvalidConfigError(f"advertised.host must be a routable host name or address, "
                                  f"got {config.advertised_host!r:.100}")
-    settings.flag(KAFKA_NAMES["unclean_leader_election_enable"],
-                  config.unclean_leader_election_enable)
+    for name in ("unclean_leader_election_enable", "controlled_shutdown_enable",
+                 "auto_leader_rebalance_enable"):
+        settings.flag(KAFKA_NAMES[name], getattr(config, name))
 
 
 def _check_numbers(config: ClusterConfig) -> None:
@@ -249,6 +265,9 @@ def _check_numbers(config: ClusterConfig) -> None:
         value = getattr(config, name)
         if value is not None or name != "zookeeper_connection_timeout_ms":
             settings.integer(KAFKA_NAMES[name], value, least, _INT_MAX)
+    if config.leader_imbalance_per_broker_percentage > 100:
+        raise InvalidConfigError(f"leader.imbalance.per.broker.percentage must be 0..100, got "
+                                 f"{config.leader_imbalance_per_broker_percentage}")
     # KafkaConfig.validateValues: a fetch that waits longer than the socket timeout
     # times out for nothing, and one that waits longer than the lag time shrinks the
     # ISR of a follower that is caught up.

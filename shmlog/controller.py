@@ -46,6 +46,19 @@ Rules
     (``initializePartitionReassignments``). A request refused whole (a partition or
     broker that does not exist, repeating replicas) or that does not decode is
     deleted, as Kafka's controller deletes what it cannot carry out.
+  - *ControlledShutdown* (``doControlledShutdown``): a live broker that asked
+    (``/admin/controlled_shutdown/<id>`` at its current broker epoch) loses its
+    leaderships and ISR memberships (``leader_balance.state_during_shutdown``),
+    and is given no new partition (Kafka's live brokers exclude those shutting
+    down). An offline election may still pick it when it is the only eligible
+    replica (Kafka would leave the partition offline); the next pass moves it on
+    when someone else becomes eligible.
+  - *PreferredReplicaElection* (``onReplicaElection``): on demand
+    (``/admin/preferred_replica_election``, deleted in the same multi as the
+    elections) and, every ``leader.imbalance.check.interval.seconds`` while
+    ``auto.leader.rebalance.enable``, for the brokers above the imbalance
+    threshold (``checkAndTriggerAutoLeaderRebalance``); rules in
+    ``leader_balance``.
   - *TopicDeletion*: a marked topic's znodes (states, partitions, assignment,
     config) and its mark go in one checked multi. Kafka first waited for every
     replica to be stopped (StopReplica); here brokers drop their replicas when
@@ -69,7 +82,7 @@ import threading
 import time
 from typing import Iterable, Sequence
 
-from . import limits, reassignment, zk_paths
+from . import leader_balance, limits, reassignment, zk_paths
 from .errors import (ControllerMovedError, InvalidReassignmentError, ShmlogError,
                      StaleStateVersionError, ZnodeFormatError, ZooKeeperConflictError,
                      ZooKeeperConnectionError)
@@ -88,7 +101,7 @@ UNCLEAN_LEADER_ELECTION_CONFIG = "unclean.leader.election.enable"
 
 # The events that can change a decision.
 _RECONCILING = {EventKind.BROKER_IDS, EventKind.BROKER, EventKind.TOPICS, EventKind.TOPIC,
-                EventKind.DELETE_TOPICS, EventKind.TOPIC_CONFIG}
+                EventKind.DELETE_TOPICS, EventKind.TOPIC_CONFIG, EventKind.CONTROLLED_SHUTDOWN}
 # The events that can move a partition reassignment on.
 _REASSIGNING = {EventKind.REASSIGN_PARTITIONS, EventKind.PARTITION_STATE, EventKind.BROKER_IDS,
                 EventKind.BROKER, EventKind.TOPIC, EventKind.SESSION}
@@ -192,14 +205,19 @@ class Controller:
         not close it).
     broker_id : int
         This broker's id.
+    rebalance : leader_balance.RebalancePolicy
+        The automatic preferred leader election's settings (Kafka's defaults).
 
     Use ``Controller(zookeeper, broker_id).start()`` and, at shutdown, ``stop()``
     before closing the session.
     """
 
-    def __init__(self, zookeeper: ClusterZooKeeper, broker_id: int):
+    def __init__(self, zookeeper: ClusterZooKeeper, broker_id: int,
+                 rebalance: leader_balance.RebalancePolicy = leader_balance.RebalancePolicy()):
         self.zookeeper = zookeeper
         self.broker_id = broker_id
+        self.rebalance = rebalance
+        self._next_rebalance: float | None = None
         self._events = EventQueue()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -228,7 +246,8 @@ class Controller:
         self.zookeeper.add_events(self._events)
         self._watches = [self.zookeeper.watch_controller(self._events),
                          self.zookeeper.watch_cluster(self._events),
-                         self.zookeeper.watch_reassignment(self._events)]
+                         self.zookeeper.watch_reassignment(self._events),
+                         self.zookeeper.watch_leader_balance(self._events)]
         self._thread = threading.Thread(target=self._run, name=f"controller-{self.broker_id}",
                                         daemon=True)
         self._thread.start()
@@ -268,6 +287,8 @@ class Controller:
                 return
             if events or self._dirty:                 # a failed step is tried again
                 self._guarded(self._handle, events)
+            if self._rebalance_due():
+                self._guarded(self._auto_rebalance)
 
     def _guarded(self, function, *args) -> None:
         """Run one step; what ZooKeeper refuses or loses is handled, never fatal."""
@@ -303,6 +324,8 @@ class Controller:
             self._reconcile()
         if self._reassignment_pending or kinds & _REASSIGNING:
             self._reassign_partitions()
+        if kinds & {EventKind.PREFERRED_REPLICA_ELECTION, EventKind.SESSION}:
+            self._elect_preferred_on_demand()
 
     def _check_deposed(self, events: list[WatchEvent]) -> None:
         """Resign when the events say another controller exists (checked fresh)."""
@@ -333,6 +356,8 @@ class Controller:
         log.info("broker %d is the controller at epoch %d", self.broker_id, self._epoch)
         self._reconcile()                                   # Kafka's onControllerFailover
         self._reassign_partitions()                         # initializePartitionReassignments
+        self._next_rebalance = self.elected_at + self.rebalance.check_interval_s
+        self._elect_preferred_on_demand()                   # one asked for before
 
     def _resign(self, why: str) -> None:
         if self._epoch >= 0:
@@ -355,6 +380,7 @@ class Controller:
         if gone or bounced:
             log.info("controller %d: brokers gone %s, bounced %s, live %s", self.broker_id,
                      sorted(gone), sorted(bounced), sorted(live))
+        shutting = self._shutting_down(live)
         marked = set(self.zookeeper.read_topics_to_delete())
         for topic in sorted(marked):
             self._delete_topic(topic)
@@ -364,7 +390,7 @@ class Controller:
             try:
                 assignment = self.zookeeper.read_assignment(topic)
                 if assignment is not None:
-                    self._reconcile_topic(assignment, set(live), bounced)
+                    self._reconcile_topic(assignment, set(live), bounced, shutting)
             except ZnodeFormatError as error:
                 # One malformed znode must not stop the others' elections; it is
                 # looked at again on the next event.
@@ -373,9 +399,9 @@ class Controller:
         self._dirty = False
 
     def _reconcile_topic(self, assignment: TopicAssignment, live: set[int],
-                         bounced: set[int]) -> None:
-        """TopicChange and BrokerChange for one topic, retried when a leader's ISR
-        write got in between the read and the write."""
+                         bounced: set[int], shutting: frozenset[int] = frozenset()) -> None:
+        """TopicChange, BrokerChange and ControlledShutdown for one topic, retried
+        when a leader's ISR write got in between the read and the write."""
         topic = assignment.topic
         for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
             states = self.zookeeper.read_partition_states(topic)
@@ -390,13 +416,14 @@ class Controller:
             updates = []
             for partition, replicas in assignment.partitions.items():
                 if partition not in states:
-                    initial = initial_partition_state(replicas, live, self._epoch)
+                    initial = initial_partition_state(replicas, live - shutting, self._epoch)
                     if initial is not None:
                         new[partition] = initial
                     continue
                 state, version = states[partition]
-                after = partition_state_after(state, replicas, live, bounced, unclean,
-                                              self._epoch)
+                after = leader_balance.state_during_shutdown(
+                    partition_state_after(state, replicas, live, bounced, unclean, self._epoch),
+                    replicas, live, shutting, self._epoch)
                 if after != state:
                     updates.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
                                              zk_paths.encode_partition_state(after), version))
@@ -522,3 +549,101 @@ class Controller:
                   zk_paths.REASSIGN_PARTITIONS_PATH)
         self.zookeeper.checked_multi([DeleteOp(zk_paths.REASSIGN_PARTITIONS_PATH, version)],
                                      self._epoch_version)
+    # --- controlled shutdown and preferred election (leader_balance) -------------------
+
+    def _shutting_down(self, live: dict[int, int]) -> frozenset[int]:
+        """The live brokers that asked for a controlled shutdown in their current
+        incarnation (Kafka checks the request's broker epoch the same way)."""
+        asking = self.zookeeper.read_controlled_shutdowns()
+        shutting = frozenset(broker_id for broker_id, epoch in asking.items()
+                             if live.get(broker_id) == epoch)
+        if shutting:
+            log.info("controller %d: brokers shutting down %s", self.broker_id, sorted(shutting))
+        return shutting
+
+    def _rebalance_due(self) -> bool:
+        if not self.rebalance.enable or self._epoch < 0 or self._next_rebalance is None:
+            return False
+        if self.zookeeper.suspended.is_set() or time.monotonic() < self._next_rebalance:
+            return False
+        self._next_rebalance = time.monotonic() + self.rebalance.check_interval_s
+        return True
+
+    def _elect_preferred_on_demand(self) -> None:
+        """The partitions ``/admin/preferred_replica_election`` lists get their
+        preferred leader where it can lead; the znode goes in the same multi."""
+        if self._epoch < 0:
+            return
+        try:
+            pending = self.zookeeper.read_preferred_replica_election()
+        except ZnodeFormatError as error:
+            # Kafka logs and drops a request it cannot read: one left would block
+            # every later one.
+            log.error("controller %d: %s; deleting it", self.broker_id, error)
+            self.zookeeper.checked_multi([DeleteOp(zk_paths.PREFERRED_REPLICA_ELECTION_PATH)],
+                                         self._epoch_version)
+            return
+        if pending is not None:
+            partitions, version = pending
+            self._elect_preferred(
+                partitions, [DeleteOp(zk_paths.PREFERRED_REPLICA_ELECTION_PATH, version)])
+
+    def _auto_rebalance(self) -> None:
+        """Kafka's ``checkAndTriggerAutoLeaderRebalance``: the partitions of brokers
+        above the imbalance threshold get their preferred leader where it can lead
+        (topics marked for deletion and partitions being reassigned are left alone,
+        as Kafka leaves them)."""
+        marked = set(self.zookeeper.read_topics_to_delete())
+        assignments, leaders = {}, {}
+        for topic, assignment in self.zookeeper.read_assignments().items():
+            if topic in marked:
+                continue
+            states = self.zookeeper.read_partition_states(topic)
+            for partition, replicas in assignment.partitions.items():
+                if partition in assignment.adding_replicas or \
+                        partition in assignment.removing_replicas:
+                    continue
+                assignments[(topic, partition)] = replicas
+                if partition in states:
+                    leaders[(topic, partition)] = states[partition][0].leader
+        candidates = leader_balance.rebalance_candidates(
+            assignments, leaders, self.rebalance.imbalance_percentage)
+        if candidates:
+            log.info("controller %d: leader imbalance above %d %%: electing the preferred "
+                     "replicas of %s", self.broker_id, self.rebalance.imbalance_percentage,
+                     candidates)
+            self._elect_preferred(candidates, [])
+
+    def _elect_preferred(self, partitions, extra_ops: list) -> None:
+        """Elect the preferred replica of each (topic, partition) that can take it,
+        from fresh reads, in one checked multi with ``extra_ops``; retried when a
+        state changed between the read and the write."""
+        for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
+            live = {broker_id: epoch for broker_id, (_, epoch) in
+                    self.zookeeper.read_brokers().items()}
+            shutting = self._shutting_down(live)
+            ops = []
+            for topic, partition in partitions:
+                assignment = self.zookeeper.read_assignment(topic)
+                found = self.zookeeper.read_partition_state(topic, partition)
+                if assignment is None or partition not in assignment.partitions:
+                    log.warning("controller %d: preferred election of %s-%d: no such "
+                                "partition", self.broker_id, topic, partition)
+                    continue
+                outcome, after = leader_balance.preferred_election(
+                    None if found is None else found[0], assignment.partitions[partition],
+                    live, shutting, self._epoch)
+                log.info("controller %d: preferred election of %s-%d: %s", self.broker_id,
+                         topic, partition, outcome.value)
+                if after is not None:
+                    ops.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
+                                         zk_paths.encode_partition_state(after), found[1]))
+            try:
+                if ops or extra_ops:
+                    self.zookeeper.checked_multi(ops + extra_ops, self._epoch_version)
+                return
+            except ZooKeeperConflictError as error:
+                log.info("controller %d: %s; electing again", self.broker_id, error)
+        raise StaleStateVersionError(f"controller {self.broker_id}: preferred election of "
+                                     f"{list(partitions)[:10]} kept conflicting",
+                                     path=zk_paths.PREFERRED_REPLICA_ELECTION_PATH)

@@ -370,3 +370,17 @@ class ReassignmentInProgressError(LocalProtocolError):
     """A reassignment is already under way for partitions a new request names
     (Kafka's ``There is an existing assignment running``): verify it, or cancel it,
     first."""
+
+
+# --- leader balance (controlled shutdown, preferred election; engineer "ops") -----------
+
+class PreferredElectionInProgressError(ShmlogError):
+    """``/admin/preferred_replica_election`` exists: the controller has not finished
+    an election asked for earlier (Kafka's "Preferred replica leader election
+    currently in progress"). Try again once it is gone."""
+
+
+class LeaderElectionTimeoutError(ShmlogError):
+    """The controller did not carry out a preferred replica election in time (no
+    controller is elected, or it cannot reach ZooKeeper); the request is left in
+    ``/admin/preferred_replica_election`` for the next controller."""

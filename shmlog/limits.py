@@ -297,3 +297,10 @@ PRODUCER_ID_PREFETCH_REMAINING = 500
 # one second of burst keeps a fetch of a throttled replica near its share without
 # starving it between windows.
 REPLICATION_THROTTLE_BURST_MS = 1000
+# --- leader balance (controlled shutdown, preferred election; engineer "ops") -----------
+# How long `shmlog cluster elect-leaders` waits for the controller to carry out the
+# election it asked for (the controller acts within milliseconds; a controller
+# failover takes up to a ZooKeeper session timeout, Kafka's default 18 s).
+ELECT_LEADERS_TIMEOUT_MS_DEFAULT = 30_000
+# How often it looks whether the controller has done so.
+ELECT_LEADERS_POLL_S = 0.05

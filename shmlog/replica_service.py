@@ -37,6 +37,17 @@ Rules
   leader bucket for a replica out of the ISR, as follower a throttled partition
   out of the ISR is asked for no more than the follower bucket holds (and left out
   of the fetch while it is empty, the service waking when it refills).
+* **While this broker shuts down** (:meth:`ReplicaService.stop_following`, called
+  by its controlled shutdown) the partitions it only followed when the shutdown
+  began are fetched no more (Kafka's controller sends the shutting broker
+  StopReplica for those), at once rather than once the controller took it out of
+  their ISR: a fetch landing after that removal would make the leader count it as
+  caught up again, and then wait for it through ``replica.lag.time.max.ms``. Their
+  high watermarks wait for it until the controller removes it (its reaction
+  time). The partitions it led go on being fetched from their new leaders, as in
+  Kafka (it is their follower): the acks=all entries parked on it complete when
+  its follower high watermark covers them (design §4.4).
+  :meth:`ReplicaService.partitions_led` tells it when it may leave.
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
   ``replica.high.watermark.checkpoint.interval.ms``, when a topic is hosted, and at
   :meth:`ReplicaService.close`; a partition the checkpoint names is fenced to its
@@ -136,6 +147,8 @@ class ReplicaService:
         self._waiting: dict[Any, _WaitingFetch] = {}
         self._high_watermark_sent: dict[tuple[int, tuple[int, int]], int] = {}
         self.suspended = zookeeper.suspended.is_set()
+        # The partitions followed when a controlled shutdown began (None: not shutting).
+        self._stopping_to_follow: frozenset[tuple[str, int]] | None = None
         self._next_shrink_check = 0
         self.checkpoint = HighWatermarkCheckpoint(host.data_dir)
         self._next_checkpoint = 0
@@ -533,13 +546,35 @@ class ReplicaService:
         by_leader: dict[int, list[PartitionReplica]] = {}
         self._throttled_until = None
         for replica in self.replicas.values():
-            if replica.may_ask(now):
+            if replica.may_ask(now) and not self._stopped_for_shutdown(replica):
                 replica.retry_at = 0
                 by_leader.setdefault(replica.leader_id, []).append(replica)
         for leader_id, replicas in by_leader.items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
             if fetcher.in_flight is None and now >= fetcher.retry_at:
                 self._send_next(fetcher, replicas, now)
+
+    def stop_following(self) -> None:
+        """A controlled shutdown begins: the partitions this broker follows now are
+        fetched no more (see the module's rules)."""
+        led = set(self.partitions_led())
+        self._stopping_to_follow = frozenset(name for name in self.replicas if name not in led)
+
+    def _stopped_for_shutdown(self, replica: PartitionReplica) -> bool:
+        return self._stopping_to_follow is not None and replica.role is Role.FOLLOWER and \
+            self._name(replica) in self._stopping_to_follow
+
+    def partitions_led(self) -> list[tuple[str, int]]:
+        """The partitions whose state, as this broker applied it, names it leader."""
+        return sorted(name for name, replica in self.replicas.items()
+                      if replica.state is not None and replica.state.leader == self.broker_id)
+
+    def partitions_movable(self, led: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Those of ``led`` that have another replica on a live broker (as this
+        broker's view has it): the ones a controlled shutdown could move."""
+        return [name for name in led
+                if any(broker_id != self.broker_id and broker_id in self.view.brokers
+                       for broker_id in self.view.replicas(*name))]
 
     def _send_next(self, fetcher: _Fetcher, replicas: list[PartitionReplica], now: int) -> None:
         asking = [replica for replica in replicas if replica.phase is FetchPhase.TRUNCATING

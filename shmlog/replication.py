@@ -356,8 +356,21 @@ class LeaderReplicaState:
         return self.pending
 
     def isr_change_committed(self, isr: Iterable[int]) -> None:
-        """The write succeeded (or ZooKeeper shows a newer ISR of this epoch)."""
-        self.isr = frozenset(isr)
+        """The write succeeded (or ZooKeeper shows a newer ISR of this epoch).
+
+        A follower the ISR lost (the controller took out a broker that died or
+        shuts down) no longer holds the high watermark as "caught up within the lag
+        time": Kafka 2.8 bumps the epoch for that, and ``Partition.makeLeader`` then
+        resets the last caught-up time of every replica outside the ISR; this epoch
+        is kept, so the reset is done here (else acks=all waits out
+        ``replica.lag.time.max.ms`` for a follower gone). It catches up, and is
+        counted, again from its next fetch."""
+        isr = frozenset(isr)
+        for broker_id in self.isr - isr:
+            follower = self.followers.get(broker_id)
+            if follower is not None:
+                follower.last_caught_up_time_ms = NEVER_MS
+        self.isr = isr
         self.pending = None
 
     def isr_change_failed(self) -> None:

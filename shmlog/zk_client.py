@@ -81,9 +81,9 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from . import limits, zk_paths
 from .errors import (BrokerIdInUseError, ControllerMovedError, InconsistentClusterIdError,
-                     ReassignmentInProgressError, ShmlogError, StaleStateVersionError, TopicExistsError,
-                     UnknownTopicOrPartitionError, ZnodeFormatError, ZooKeeperConflictError,
-                     ZooKeeperConnectionError)
+                     PreferredElectionInProgressError, ReassignmentInProgressError, ShmlogError,
+                     StaleStateVersionError, TopicExistsError, UnknownTopicOrPartitionError,
+                     ZnodeFormatError, ZooKeeperConflictError, ZooKeeperConnectionError)
 from .zk_paths import (BrokerRegistration, ControllerRegistration, PartitionState,
                        ProducerIdBlock, TopicAssignment)
 
@@ -118,6 +118,9 @@ class EventKind(enum.Enum):
     REGISTERED = "registered"            # key broker id; version the new broker epoch
     REASSIGN_PARTITIONS = "reassign_partitions"   # key REASSIGN_PARTITIONS_PATH; body bytes | None
     BROKER_CONFIG = "broker_config"      # key broker id; body bytes | None
+    # Controlled shutdown and preferred election (leader_balance; the controller's).
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"    # key its path; body tuple[str, ...]
+    PREFERRED_REPLICA_ELECTION = "preferred_replica_election"   # key its path; body bytes|None
 
 
 class WatchEvent(NamedTuple):
@@ -899,6 +902,71 @@ class ClusterZooKeeper:
                     watch.topics_listed)
         watch.spawn(watch.watch_children, zk_paths.DELETE_TOPICS_PATH,
                     EventKind.DELETE_TOPICS, None)
+        return watch
+
+    # --- controlled shutdown and preferred election (leader_balance) ------------------
+
+    def request_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> None:
+        """Ask the controller to move ``broker_id``'s leaderships away: (re)create the
+        ephemeral ``/admin/controlled_shutdown/<id>`` in this session. Asking again
+        deletes and creates it, so the controller's children watch fires and it
+        elects again (Kafka's broker sends its request again)."""
+        path = zk_paths.controlled_shutdown_path(broker_id)
+        try:
+            self._write(self._client.delete, path)
+        except NoNodeError:
+            pass
+        self._write(self._client.create, path, zk_paths.encode_controlled_shutdown(broker_epoch),
+                    ephemeral=True)
+
+    def read_controlled_shutdowns(self) -> dict[int, int]:
+        """The brokers that asked for a controlled shutdown: id → the broker epoch
+        they asked with (a malformed znode is logged and skipped)."""
+        asking = {}
+        for name in self._children(zk_paths.CONTROLLED_SHUTDOWN_PATH):
+            try:
+                broker_id = zk_paths.decode_broker_id(name)
+                found = self._get(zk_paths.controlled_shutdown_path(broker_id))
+                if found is not None:
+                    asking[broker_id] = zk_paths.decode_controlled_shutdown(broker_id, found[0])
+            except ZnodeFormatError as error:
+                log.warning("%s", error)
+        return dict(sorted(asking.items()))
+
+    def request_preferred_replica_election(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Write ``/admin/preferred_replica_election`` (Kafka's znode and body) for
+        ``partitions``; the controller elects them and deletes it.
+
+        Raises
+        ------
+        PreferredElectionInProgressError
+            The znode exists: an election asked for earlier is not done.
+        """
+        try:
+            self._write(self._client.create, zk_paths.PREFERRED_REPLICA_ELECTION_PATH,
+                        zk_paths.encode_preferred_replica_election(partitions))
+        except NodeExistsError:
+            raise PreferredElectionInProgressError(
+                f"{zk_paths.PREFERRED_REPLICA_ELECTION_PATH} exists: a preferred replica "
+                f"election asked for earlier is still in progress") from None
+
+    def read_preferred_replica_election(self) -> tuple[tuple[tuple[str, int], ...], int] | None:
+        """(the partitions asked for, zkVersion) of a pending preferred replica
+        election, None when none is pending."""
+        found = self._get(zk_paths.PREFERRED_REPLICA_ELECTION_PATH)
+        if found is None:
+            return None
+        return zk_paths.decode_preferred_replica_election(found[0]), found[1].version
+
+    def watch_leader_balance(self, events: EventQueue) -> "ClusterWatch":
+        """Queue on ``events`` a ``CONTROLLED_SHUTDOWN`` event now and when the brokers
+        asking for a controlled shutdown change, and a ``PREFERRED_REPLICA_ELECTION``
+        event now and when that znode changes. Does not block."""
+        watch = ClusterWatch(self._client, events)
+        watch.spawn(watch.watch_children, zk_paths.CONTROLLED_SHUTDOWN_PATH,
+                    EventKind.CONTROLLED_SHUTDOWN, None)
+        watch.spawn(watch.watch_data, zk_paths.PREFERRED_REPLICA_ELECTION_PATH,
+                    EventKind.PREFERRED_REPLICA_ELECTION, zk_paths.PREFERRED_REPLICA_ELECTION_PATH)
         return watch
 
 

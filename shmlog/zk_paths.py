@@ -21,6 +21,9 @@ Cluster metadata lives in ZooKeeper as Kafka kept it before KRaft (Kafka 2.8's
                                                  {"leader.replication.throttled.rate":"1000"}}
     /latest_producer_id_block                   {"version":1,"broker":1,"block_start":"0",
                                                  "block_end":"999"}
+    /admin/controlled_shutdown/<id>  ephemeral  {"version":1,"broker_epoch":"<czxid>"}
+    /admin/preferred_replica_election           {"version":1,"partitions":
+                                                 [{"topic":"t","partition":0}]}
 
 Rules
 -----
@@ -36,6 +39,13 @@ Rules
 * A partition state with ``leader == NO_LEADER`` (-1) has no leader: its ISR then
   holds the replicas that were last in sync (Kafka keeps the last one), so a
   clean election can pick one of them when it comes back.
+* ``/admin/controlled_shutdown/<id>`` is ours (Kafka sends the controller a
+  ControlledShutdownRequest): a broker asks to have its leaderships moved before it
+  leaves by creating it in its own session, so it goes when the broker does; it
+  carries the broker epoch, so the controller ignores one left by an earlier
+  incarnation. ``/admin/preferred_replica_election`` is Kafka's znode and body
+  (``PreferredReplicaElectionZNode``): the controller elects the partitions it
+  lists and deletes it.
 
 Theory of operation
 -------------------
@@ -65,6 +75,9 @@ __all__ = [
     "REASSIGN_PARTITIONS_PATH", "BROKER_CONFIGS_PATH", "broker_config_path",
     "encode_reassignment", "decode_reassignment", "encode_broker_config",
     "decode_broker_config",
+    "CONTROLLED_SHUTDOWN_PATH", "PREFERRED_REPLICA_ELECTION_PATH", "controlled_shutdown_path",
+    "encode_controlled_shutdown", "decode_controlled_shutdown",
+    "encode_preferred_replica_election", "decode_preferred_replica_election",
     "PRODUCER_ID_BLOCK_SIZE", "PRODUCER_ID_MAX",
     "broker_path", "topic_path", "partitions_path", "partition_path", "partition_state_path",
     "topic_config_path", "delete_topic_path", "new_topic_id",
@@ -96,10 +109,12 @@ REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 # Dynamic broker configs (Kafka's ConfigEntityZNode for brokers): the replication
 # throttle rates.
 BROKER_CONFIGS_PATH = "/config/brokers"
+CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
+PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
 # What every broker makes sure exists at start (Kafka's createTopLevelPaths); the
 # producer-id block starts empty, which reads as "no block handed out yet".
 BASE_PATHS = (BROKER_IDS_PATH, TOPICS_PATH, TOPIC_CONFIGS_PATH, DELETE_TOPICS_PATH,
-              CLUSTER_PATH, PRODUCER_ID_BLOCK_PATH)
+              CLUSTER_PATH, PRODUCER_ID_BLOCK_PATH, CONTROLLED_SHUTDOWN_PATH)
 
 # The leader of a partition that has none (Kafka's LeaderAndIsr.NoLeader).
 NO_LEADER = -1
@@ -120,6 +135,8 @@ PARTITION_STATE_VERSION = 1
 PRODUCER_ID_BLOCK_VERSION = 1
 REASSIGNMENT_VERSION = 1
 BROKER_CONFIG_VERSION = 1
+CONTROLLED_SHUTDOWN_VERSION = 1
+PREFERRED_REPLICA_ELECTION_VERSION = 1
 
 _TOPIC_ID = re.compile(r"[0-9a-f]{32}")
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
@@ -172,6 +189,10 @@ def delete_topic_path(topic: str) -> str:
 def broker_config_path(broker_id: int) -> str:
     """``/config/brokers/<id>``: the broker's dynamic configs (throttle rates)."""
     return f"{BROKER_CONFIGS_PATH}/{int(broker_id)}"
+def controlled_shutdown_path(broker_id: int) -> str:
+    """``/admin/controlled_shutdown/<id>``: broker ``id`` asks to have its leaderships
+    moved before it leaves (ephemeral, in its session)."""
+    return f"{CONTROLLED_SHUTDOWN_PATH}/{int(broker_id)}"
 
 
 def new_topic_id() -> str:
@@ -548,3 +569,47 @@ def decode_broker_config(broker_id: int, body: bytes) -> dict[str, str]:
     if any(not isinstance(value, str) for value in config.values()):
         raise ZnodeFormatError(f"{what}: config values must be strings: {config}")
     return dict(config)
+# --- controlled shutdown and preferred election (engineer "ops") ------------------------
+
+def encode_controlled_shutdown(broker_epoch: int) -> bytes:
+    """``/admin/controlled_shutdown/<id>``'s body: the asking incarnation's broker epoch
+    (a string, as Kafka writes 64-bit numbers)."""
+    assert broker_epoch >= 0, broker_epoch
+    return _dumps({"version": CONTROLLED_SHUTDOWN_VERSION, "broker_epoch": str(broker_epoch)})
+
+
+def decode_controlled_shutdown(broker_id: int, body: bytes) -> int:
+    """The broker epoch in broker ``broker_id``'s controlled-shutdown znode."""
+    what = controlled_shutdown_path(broker_id)
+    fields = _object(body, what)
+    _version(fields, CONTROLLED_SHUTDOWN_VERSION, what)
+    return _decimal(fields, "broker_epoch", what)
+
+
+def encode_preferred_replica_election(partitions) -> bytes:
+    """``/admin/preferred_replica_election``'s body (Kafka's
+    ``PreferredReplicaElectionZNode``) for (topic, partition) pairs."""
+    return _dumps({"version": PREFERRED_REPLICA_ELECTION_VERSION,
+                   "partitions": [{"topic": _topic_segment(topic), "partition": int(partition)}
+                                  for topic, partition in partitions]})
+
+
+def decode_preferred_replica_election(body: bytes) -> tuple[tuple[str, int], ...]:
+    """The (topic, partition) pairs a preferred replica election asks for, sorted,
+    each once (Kafka refuses duplicates at the command; the controller needs each
+    once)."""
+    what = PREFERRED_REPLICA_ELECTION_PATH
+    fields = _object(body, what)
+    _version(fields, PREFERRED_REPLICA_ELECTION_VERSION, what)
+    listed = _field(fields, "partitions", list, what)
+    pairs = set()
+    for entry in listed:
+        if not isinstance(entry, dict):
+            raise ZnodeFormatError(f"{what}: {entry!r} is not a {{topic, partition}} object")
+        topic = _field(entry, "topic", str, what)
+        try:
+            _topic_segment(topic)
+        except InvalidTopicError as error:
+            raise ZnodeFormatError(f"{what}: {error}") from None
+        pairs.add((topic, _integer(entry, "partition", what, 0, BROKER_ID_MAX)))
+    return tuple(sorted(pairs))

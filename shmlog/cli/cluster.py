@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 
+from ..limits import ELECT_LEADERS_TIMEOUT_MS_DEFAULT
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_parser", "BROKERS_DEFAULT", "DIRECTORY_DEFAULT"]
@@ -36,7 +37,7 @@ BROKERS_MAX = 254
 
 
 def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``cluster`` subcommand (verbs ``up``, ``status`` and ``reassign``) to
+    """Add the ``cluster`` subcommand (verbs ``up``, ``status``, ``elect-leaders`` and ``reassign``) to
     ``commands``."""
     cluster = commands.add_parser("cluster", parents=parents,
                                   help="run a local cluster (ZooKeeper and N brokers), or "
@@ -64,6 +65,25 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
                         help="the brokers' zookeeper.connect")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(run=_status)
+    elect = verbs.add_parser(
+        "elect-leaders", parents=parents, help="elect the preferred leader of partitions",
+        description="Ask the controller to make each partition's preferred replica (the "
+                    "first of its assignment) its leader where it is alive and in sync "
+                    "(kafka-leader-election.sh --election-type preferred), wait for it, and "
+                    "print per partition what happened. Exit 1 if any partition is not led "
+                    "by its preferred replica afterwards.")
+    elect.add_argument("--zookeeper-connect", required=True, metavar="HOSTS[/CHROOT]",
+                       help="the brokers' zookeeper.connect")
+    which = elect.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all-topic-partitions", action="store_true",
+                       help="every partition of every topic")
+    which.add_argument("--topic", help="the partitions of this topic")
+    elect.add_argument("--partition", type=int, help="only this partition (with --topic)")
+    elect.add_argument("--timeout-ms", type=int, default=ELECT_LEADERS_TIMEOUT_MS_DEFAULT,
+                       help=f"how long to wait for the controller (default "
+                            f"{ELECT_LEADERS_TIMEOUT_MS_DEFAULT})")
+    elect.add_argument("--json", action="store_true", help="print JSON")
+    elect.set_defaults(run=_elect_leaders, check=_check_elect_leaders)
     _add_reassign(verbs, parents)
 
 
@@ -242,6 +262,27 @@ def _cancel(zookeeper, request) -> int:
           + (",".join(f"{topic}-{partition}" for topic, partition in cancelled) or "none"),
           flush=True)
     return EXIT_OK
+
+
+def _check_elect_leaders(parser: argparse.ArgumentParser, arguments) -> None:
+    if arguments.partition is not None and arguments.topic is None:
+        parser.error("--partition needs --topic")
+    if arguments.partition is not None and arguments.partition < 0:
+        parser.error(f"--partition must be >= 0, got {arguments.partition}")
+    if arguments.timeout_ms < 1:
+        parser.error(f"--timeout-ms must be >= 1, got {arguments.timeout_ms}")
+
+
+def _elect_leaders(arguments) -> int:
+    """Run the election; exit 1 if a partition is not led by its preferred replica
+    afterwards, or the election could not be asked for or was not carried out."""
+    import json
+    from .. import leader_election                  # kazoo: only this verb loads it
+    elections = leader_election.elect_preferred_leaders(
+        arguments.zookeeper_connect, arguments.topic, arguments.partition, arguments.timeout_ms)
+    print(json.dumps([election.as_dict() for election in elections], indent=2)
+          if arguments.json else leader_election.describe(elections), flush=True)
+    return EXIT_OK if all(election.outcome.ok for election in elections) else EXIT_FAILURE
 
 
 def _print_cluster(cluster) -> None:

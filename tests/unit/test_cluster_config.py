@@ -52,6 +52,12 @@ def test_kafka_defaults():
     assert config.default_replication_factor == 1
     assert config.min_insync_replicas == 1
     assert config.unclean_leader_election_enable is False
+    assert config.controlled_shutdown_enable is True
+    assert config.controlled_shutdown_max_retries == 3
+    assert config.controlled_shutdown_retry_backoff_ms == 5_000
+    assert config.auto_leader_rebalance_enable is True
+    assert config.leader_imbalance_per_broker_percentage == 10
+    assert config.leader_imbalance_check_interval_seconds == 300
     assert config.rack is None
     assert config.advertised_host == "127.0.0.2"                # the endpoint's host
     assert (config.replication_host, config.replication_port) == ("127.0.0.2", 19091)
@@ -160,6 +166,12 @@ def test_cluster_settings_inside_the_broker_table_are_refused(tmp_path):
     ("min.insync.replicas", 0, r"min.insync.replicas must be in \[1, "),
     ("unclean.leader.election.enable", "false", r"must be True or False"),
     ("unclean.leader.election.enable", 0, r"must be True or False"),
+    ("controlled.shutdown.enable", "true", r"must be True or False"),
+    ("controlled.shutdown.max.retries", 0, r"controlled.shutdown.max.retries must be in \[1, "),
+    ("controlled.shutdown.retry.backoff.ms", -1, r"retry.backoff.ms must be in \[0, "),
+    ("auto.leader.rebalance.enable", 1, r"must be True or False"),
+    ("leader.imbalance.per.broker.percentage", 101, r"percentage must be 0..100"),
+    ("leader.imbalance.check.interval.seconds", 0, r"interval.seconds must be in \[1, "),
 ])
 def test_bad_values_are_refused_naming_the_setting(key, value, message):
     with pytest.raises(InvalidConfigError, match=message):

@@ -180,6 +180,27 @@ def test_high_watermark(isr, followers, current, expected):
                           replica_lag_time_max_ms=LAG_MS) == expected
 
 
+def test_a_follower_the_controller_took_out_of_the_isr_no_longer_holds_the_high_watermark():
+    """Kafka 2.8: the controller's ISR removal bumps the epoch, and Partition.makeLeader
+    resets the last caught-up time of replicas outside the ISR, so a follower that
+    died or shuts down stops holding maybeIncrementLeaderHW at once. The epoch is
+    kept here (the design), so isr_change_committed resets it."""
+    leader = LeaderReplicaState(1, LAG_MS)
+    leader.become_leader(leader_epoch=4, epoch_start_offset=50, replicas=[1, 2, 3],
+                         isr=[1, 2, 3], now_ms=7_000)
+    leader.record_fetch(2, 60, 7_100, 60)
+    leader.record_fetch(3, 60, 7_100, 60)
+    # 3 stops fetching; records come; within the lag time it still holds the mark.
+    leader.record_fetch(2, 80, 7_200, 80)
+    leader.isr_change_committed([1, 2, 3])
+    assert leader.high_watermark(80, 60, 7_300) == 60
+    leader.isr_change_committed([1, 2])                    # the controller's write
+    assert leader.followers[3].last_caught_up_time_ms == NEVER_MS
+    assert leader.high_watermark(80, 60, 7_300) == 80
+    leader.record_fetch(3, 80, 7_400, 80)                  # back and caught up: counts again
+    assert leader.followers[3].last_caught_up_time_ms == 7_400
+
+
 def test_high_watermark_counts_pending_expand_and_pending_shrink():
     """Kafka 2.8 IsrState.maximalIsr: PendingExpandIsr = isr + new replica;
     PendingShrinkIsr = the old isr (the shrink counts only once committed)."""

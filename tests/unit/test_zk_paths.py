@@ -148,3 +148,43 @@ def test_malformed_assignments_are_znode_format_errors(body):
 def test_other_malformed_bodies_are_znode_format_errors(decode, body):
     with pytest.raises(ZnodeFormatError):
         decode(body)
+
+
+# --- controlled shutdown and preferred election -----------------------------------------
+
+def test_controlled_shutdown_and_preferred_election_bodies_round_trip():
+    assert zk_paths.controlled_shutdown_path(3) == "/admin/controlled_shutdown/3"
+    assert zk_paths.CONTROLLED_SHUTDOWN_PATH in zk_paths.BASE_PATHS
+    body = zk_paths.encode_controlled_shutdown(1 << 40)
+    assert zk_paths.decode_controlled_shutdown(3, body) == 1 << 40
+    pairs = (("a", 1), ("a", 0), ("b", 2))
+    decoded = zk_paths.decode_preferred_replica_election(
+        zk_paths.encode_preferred_replica_election(pairs))
+    assert decoded == (("a", 0), ("a", 1), ("b", 2))
+
+
+def test_kafkas_preferred_replica_election_body_decodes():
+    # PreferredReplicaElectionZNode as kafka-preferred-replica-election.sh wrote it.
+    body = b'{"version":1,"partitions":[{"topic":"t","partition":0},' \
+           b'{"topic":"t","partition":0},{"topic":"u","partition":3}]}'
+    assert zk_paths.decode_preferred_replica_election(body) == (("t", 0), ("u", 3))
+
+
+@pytest.mark.parametrize("decode, body", [
+    (lambda body: zk_paths.decode_controlled_shutdown(1, body), b'{"version":1}'),
+    (lambda body: zk_paths.decode_controlled_shutdown(1, body),
+     b'{"version":1,"broker_epoch":5}'),
+    (lambda body: zk_paths.decode_controlled_shutdown(1, body),
+     b'{"version":2,"broker_epoch":"5"}'),
+    (zk_paths.decode_preferred_replica_election, b'{"version":1}'),
+    (zk_paths.decode_preferred_replica_election, b'{"version":1,"partitions":[1]}'),
+    (zk_paths.decode_preferred_replica_election,
+     b'{"version":1,"partitions":[{"topic":"a/b","partition":0}]}'),
+    (zk_paths.decode_preferred_replica_election,
+     b'{"version":1,"partitions":[{"topic":"t","partition":-1}]}'),
+    (zk_paths.decode_preferred_replica_election,
+     b'{"version":1,"partitions":[{"topic":"t"}]}'),
+])
+def test_malformed_leader_balance_bodies_are_znode_format_errors(decode, body):
+    with pytest.raises(ZnodeFormatError):
+        decode(body)
