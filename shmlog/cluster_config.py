@@ -107,6 +107,13 @@ class ClusterConfig:
     # never past the delivery bound, so no cross-check is needed).
     forward_delivery_timeout_ms: int = 120_000      # forward.delivery.timeout.ms
     forward_request_timeout_ms: int = 30_000        # forward.request.timeout.ms
+    # Consumer groups across hosts (cluster_groups.py): the replication factor the
+    # broker gives __consumer_offsets when it creates it (Kafka's default 3; while
+    # fewer brokers are live the topic is not created and members hear
+    # COORDINATOR_NOT_AVAILABLE, as Kafka 2.8 does), and how long a commit waits for
+    # the high watermark to cover its records (Kafka's offsets.commit.timeout.ms).
+    offsets_topic_replication_factor: int = 3       # offsets.topic.replication.factor
+    offsets_commit_timeout_ms: int = 5_000          # offsets.commit.timeout.ms
 
     def __post_init__(self):
         _check_names(self)
@@ -206,6 +213,8 @@ _INTEGER_LEAST = {
     "min_insync_replicas": 1,           # KafkaConfig: atLeast(1)
     "forward_delivery_timeout_ms": 1,
     "forward_request_timeout_ms": 1,
+    "offsets_topic_replication_factor": 1,
+    "offsets_commit_timeout_ms": 1,
 }
 
 

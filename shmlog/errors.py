@@ -358,3 +358,26 @@ class ProducerIdsUnavailableError(BrokerNotAvailableError):
     """A cluster member has handed out every producer id of its block and has not
     drawn the next from ZooKeeper yet (it is unreachable, or the draw is under way):
     the producer cannot register now. Retriable."""
+# --- consumer groups across hosts (issue 15; engineer "groups") ------------------------
+
+class CoordinatorError(GroupError):
+    """The group's coordinator cannot serve the request now: ask again after a
+    backoff (Kafka's retriable coordinator errors; its client then looks the
+    coordinator up again)."""
+
+
+class NotCoordinatorError(CoordinatorError):
+    """The broker asked does not coordinate the group (it does not lead the group's
+    ``__consumer_offsets`` partition, or stopped leading it while the request
+    waited): Kafka's NOT_COORDINATOR."""
+
+
+class CoordinatorNotAvailableError(CoordinatorError):
+    """No coordinator can be reached now: the offsets topic is being created, its
+    partition has no leader, the forward got no answer, or the commit could not be
+    replicated (NOT_ENOUGH_REPLICAS): Kafka's COORDINATOR_NOT_AVAILABLE."""
+
+
+class CoordinatorLoadInProgressError(CoordinatorError):
+    """The coordinator is reading its partition's committed offsets back after it
+    became its leader: Kafka's COORDINATOR_LOAD_IN_PROGRESS."""
