@@ -50,7 +50,13 @@ A group moves through the states of :class:`GroupState` along :data:`TRANSITIONS
 The member side (:class:`GroupMember`) joins and syncs when the consumer polls,
 heartbeats on a thread of its own, and leaves when the consumer is not polled for
 ``max.poll.interval.ms`` (Kafka's rule: its partitions then go to members that are
-making progress).
+making progress). In a cluster its broker forwards to the group's coordinator
+(``cluster_groups``); a coordinator error (:class:`~shmlog.errors.CoordinatorError`:
+a failover under way) is retried after ``limits.COORDINATOR_RETRY_BACKOFF_MS``, a
+join's until the rebalance timeout, a commit's or offset fetch's (and a commit's
+unknown outcome, ``RequestTimedOutError``) until the session timeout, as Kafka's
+consumer retries them; then the error is raised. A new coordinator does not know
+the member: it joins again as a new one.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """The rules of consumer groups across hosts that need no cluster: Kafka's mapping
-of a commit's append error to the commit's answer, and the coordinator's loading
-and unloading of one offsets partition's groups (failover).
+of a commit's append error to the commit's answer, the coordinator's loading and
+unloading of one offsets partition's groups (failover), and the member retrying
+coordinator errors until its bound.
 
 Method: a table of append errors, one row per Kafka rule (Kafka 2.8's
 ``GroupMetadataManager.storeOffsets`` response callback); a real
 ``GroupCoordinator`` fed real offset records for the load and unload rules
-(``GroupMetadataManager.loadGroupsForPartition`` / ``removeGroupsForPartition``).
+(``GroupMetadataManager.loadGroupsForPartition`` / ``removeGroupsForPartition``);
+a real ``GroupMember`` whose transport refuses with coordinator errors before it
+reaches a real in-process coordinator.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from __future__ import annotations
 import pytest
 
 from shmlog.cluster_groups import commit_error
-from shmlog.errors import (CoordinatorError, CoordinatorNotAvailableError, NotCoordinatorError,
+from shmlog.errors import (CoordinatorError, CoordinatorLoadInProgressError,
+                           CoordinatorNotAvailableError, NotCoordinatorError,
                            RecordTooLargeError, RequestTimedOutError, ShmlogError,
                            UnknownMemberIdError)
-from shmlog.groups import (CommittedOffset, CoordinatorConfig, GroupCoordinator,
-                           offset_record, offsets_partition)
+from shmlog.groups import (CommittedOffset, CoordinatorConfig, GroupCoordinator, GroupMember,
+                           MemberConfig, offset_record, offsets_partition)
 from shmlog.replication import ErrorCode
 
 
@@ -88,3 +92,58 @@ def test_unloading_answers_held_joins_and_forgets_the_groups():
 
 def test_offsets_partitions_spread_groups():
     assert {offsets_partition(f"group-{n}", 3) for n in range(30)} == {0, 1, 2}
+
+
+# --- the member's side: finding the coordinator again -------------------------------------
+
+class FailingThenServing:
+    """A member's transport to a real in-process coordinator that first refuses with
+    the queued coordinator errors (a failover under way), as the local broker does."""
+
+    def __init__(self):
+        self.coordinator = coordinator()
+        self.failures: list[ShmlogError] = []
+        self.now = 0
+
+    def __call__(self, request_type, timeout_ms=None, **fields):
+        if self.failures:
+            raise self.failures.pop(0)
+        self.now += 1
+        result = getattr(self.coordinator, request_type)(**fields, ticket=request_type,
+                                                          now=self.now)
+        if result is None:                   # a join: complete and take its reply
+            self.coordinator.tick(self.now)
+            (_, result), = self.coordinator.take_replies()
+        if isinstance(result, ShmlogError):
+            raise result
+        return result
+
+
+def test_a_member_retries_coordinator_errors_then_joins_and_commits():
+    """Kafka's consumer treats NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
+    COORDINATOR_LOAD_IN_PROGRESS as retriable (AbstractCoordinator: mark the
+    coordinator unknown, back off, ask again); its commitSync retries them and a
+    timed-out request until its timeout."""
+    transport = FailingThenServing()
+    transport.failures = [NotCoordinatorError("moved"), CoordinatorLoadInProgressError("load"),
+                          CoordinatorNotAvailableError("none")]
+    member = GroupMember(transport, "g", "client", MemberConfig(6_000, 1_000, 10_000))
+    try:
+        assert sorted(member.join(["t"], None, ())) == [("t", 0), ("t", 1)]
+        transport.failures = [CoordinatorNotAvailableError("none"), RequestTimedOutError("?")]
+        member.commit({("t", 0): (3, "")})
+        assert transport.coordinator.fetch_offsets("g", ticket=None, now=99)["offsets"] == \
+            [["t", 0, 3, ""]]
+    finally:
+        member.close()
+
+
+def test_a_member_gives_up_on_a_missing_coordinator_after_the_rebalance_timeout():
+    transport = FailingThenServing()
+    transport.failures = [CoordinatorNotAvailableError("none")] * 10_000
+    member = GroupMember(transport, "g", "client", MemberConfig(6_000, 1_000, 300))
+    try:
+        with pytest.raises(CoordinatorNotAvailableError):
+            member.join(["t"], None, ())
+    finally:
+        member.close()
