@@ -41,7 +41,10 @@ Rules
   becoming the leader of an offsets partition (or being elected again at a new
   epoch) this broker reads that partition's records back, up to its log end (as
   Kafka does: the leader's log is the truth), before it serves its groups
-  (``CoordinatorLoadInProgressError`` until then); on losing it, it forgets the
+  (``CoordinatorLoadInProgressError`` until then, and again while a read fails).
+  Kafka loads on a thread of its own; here the loop reads it at once: a compacted
+  offsets partition is small (one record per group and partition); on losing it,
+  it forgets the
   partition's groups and answers their held joins and commits
   ``NotCoordinatorError``. Group *membership* is not stored (Kafka also writes
   members and generation): after a failover members find the new coordinator by

@@ -41,7 +41,10 @@ OFFSETS_PARTITIONS = 3
 # 3 s would only lengthen every settle).
 BROKER_SETTINGS = {"offsets_topic_num_partitions": OFFSETS_PARTITIONS,
                    "group_initial_rebalance_delay_ms": 300}
-CLUSTER_SETTINGS = {**SETTINGS, "forward.request.timeout.ms": 3000}
+# A forward to a dead broker is given up after 3 s (members ask again), a producer's
+# batch after 10 s (the failover takes a session timeout, 3 s).
+CLUSTER_SETTINGS = {**SETTINGS, "forward.request.timeout.ms": 3000,
+                    "forward.delivery.timeout.ms": 10_000}
 WAIT_S = 60.0
 MEMBER_SCRIPT = os.path.join(os.path.dirname(__file__), "group_member_process.py")
 # The member processes' session timeout (group_member_process.SESSION_TIMEOUT_MS).
@@ -160,8 +163,14 @@ class AckedProducer(threading.Thread):
     def __init__(self, data_dir: str, topic: str, partitions: int):
         super().__init__(daemon=True)
         self.data_dir, self.topic, self.partitions = data_dir, topic, partitions
-        self.acked: set[tuple[int, int]] = set()
+        self._acked: set[tuple[int, int]] = set()
+        self._lock = threading.Lock()
         self.stopping = threading.Event()
+
+    @property
+    def acked(self) -> set[tuple[int, int]]:
+        with self._lock:
+            return set(self._acked)
 
     def run(self) -> None:
         with Producer(self.data_dir, acks="all", linger_ms=1) as producer:
@@ -172,10 +181,11 @@ class AckedProducer(threading.Thread):
                 n += 20
                 for future in futures:
                     try:
-                        metadata = future.get(timeout=30)
-                        self.acked.add((metadata.partition, metadata.offset))
+                        metadata = future.get(timeout=WAIT_S)
                     except ShmlogError:
-                        pass
+                        continue                   # refused, or its outcome unknown
+                    with self._lock:
+                        self._acked.add((metadata.partition, metadata.offset))
                 time.sleep(0.02)
 
 
@@ -249,7 +259,7 @@ def test_killing_the_coordinator_loses_no_acknowledged_commit(zookeeper, tmp_pat
         time.sleep(1.0)                              # consume and commit after it
         producer.stopping.set()
         producer.join(timeout=WAIT_S)
-        acked = set(producer.acked)
+        acked = producer.acked
 
         def all_processed():
             seen = set().union(*(read_member_log(log)["processed"] for _, _, log in members))
