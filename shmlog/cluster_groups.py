@@ -50,8 +50,12 @@ Rules
   members and generation): after a failover members find the new coordinator by
   themselves (``groups.GroupMember`` retries coordinator errors), are unknown to it,
   and join again as new members; their committed offsets are there.
-* ``list_groups`` lists the groups this broker coordinates (Kafka's ListGroups is
-  per broker too; an admin asks every broker).
+* ``list_groups`` asked by a client lists the groups of the whole cluster: this
+  broker's, and every other live broker's, asked with a GROUP each (Kafka's
+  ListGroups is per broker, and its admin client asks every broker: here the
+  local broker does it for the client). A broker that does not answer within
+  ``forward.request.timeout.ms`` is named in the reply's ``unreachable_brokers``.
+  Asked by a peer, it lists this broker's groups only.
 
 Theory of operation
 -------------------
@@ -135,6 +139,15 @@ class _Forward:
 
 
 @dataclasses.dataclass
+class _Gathering:
+    """A client's list_groups: this broker's groups and the peers still to answer."""
+    ticket: Any
+    groups: list
+    waiting: set                          # correlation ids of the peers' list_groups
+    unreachable: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
 class _PendingCommit:
     """A commit appended, waiting for the high watermark (Kafka's DelayedProduce)."""
     ticket: Any
@@ -178,6 +191,7 @@ class ClusterGroupService:
             end_offset=self._log_end_offset)
         self._loaded: dict[int, int] = {}       # offsets partition -> leader epoch loaded
         self._forwards: dict[int, _Forward] = {}    # correlation id -> forward
+        self._gatherings: dict[int, _Gathering] = {}   # correlation id -> its list_groups
         self._commits: list[_PendingCommit] = []
         self._replies: list[tuple[Any, dict | ShmlogError]] = []
         self._appended: tuple[PartitionReplica, int, int] | None = None
@@ -224,6 +238,8 @@ class ClusterGroupService:
         tickets = self.coordinator.pending_tickets()
         tickets += [forward.ticket for forward in self._forwards.values()]
         tickets += [pending.ticket for pending in self._commits]
+        tickets += list({id(gathering): gathering.ticket
+                         for gathering in self._gatherings.values()}.values())
         return [ticket for ticket in tickets if not isinstance(ticket, RemoteTicket)]
 
     # -- routing --------------------------------------------------------------------------
@@ -231,6 +247,8 @@ class ClusterGroupService:
         """Serve a request here if this broker coordinates its group, else forward it
         (or, for a peer's request, refuse it)."""
         group_id = fields.get("group_id")
+        if name == "list_groups" and not remote:
+            return self._gather(ticket, now)
         if name == "list_groups" or not isinstance(group_id, str) or not group_id:
             return self._call(name, fields, ticket, now)     # the coordinator checks it
         partition = self._partition_of(group_id)
@@ -293,6 +311,9 @@ class ClusterGroupService:
         if leader == NO_LEADER or leader not in self.replication.view.brokers:
             raise CoordinatorNotAvailableError(
                 f"{OFFSETS_TOPIC}-{partition} has no live leader now")
+        if leader == self.cluster.broker_id:          # elected, its state not applied yet
+            raise CoordinatorLoadInProgressError(
+                f"broker {leader} is becoming the leader of {OFFSETS_TOPIC}-{partition}")
         text = encode_request(name, **fields).decode()
         if len(text) > limits.GROUP_FORWARD_TEXT_LENGTH_MAX:
             raise LocalProtocolError(f"a {name} of {len(text)} characters is longer than a "
@@ -309,10 +330,47 @@ class ClusterGroupService:
         self._forwards[correlation_id] = _Forward(ticket, partition, (leader, leader_epoch))
         return None
 
+    def _gather(self, ticket, now: int) -> dict | None:
+        """A client's list_groups: this broker's groups, and every live peer's."""
+        groups = self.coordinator.list_groups(ticket=ticket, now=now)["groups"]
+        peers = sorted(set(self.replication.view.brokers) - {self.cluster.broker_id})
+        if not peers:
+            return {"groups": groups, "unreachable_brokers": []}
+        gathering = _Gathering(ticket, groups, set())
+        for peer in peers:
+            correlation_id = self.replication.endpoint.request(
+                peer, GroupRequest(encode_request("list_groups").decode()),
+                self.cluster.forward_request_timeout_ms)
+            gathering.waiting.add(correlation_id)
+            self._gatherings[correlation_id] = gathering
+        return None
+
+    def _gathered(self, correlation_id: int, peer_id: int, groups: list | None) -> None:
+        """One peer's groups (None: it did not answer); the reply once all have."""
+        gathering = self._gatherings.pop(correlation_id)
+        gathering.waiting.discard(correlation_id)
+        if groups is None:
+            gathering.unreachable.append(peer_id)
+        else:
+            gathering.groups += groups
+        if not gathering.waiting:
+            self._replies.append((gathering.ticket, {
+                "groups": sorted(gathering.groups, key=lambda group: group["group_id"]),
+                "unreachable_brokers": sorted(gathering.unreachable)}))
+
     def answered(self, event: ReceivedResponse, now: int) -> bool:
         """Take the coordinator's answer to a forward; False when it is not one."""
-        forward = self._forwards.pop(event.message.correlation_id, None)
         body = event.message.body
+        if event.message.correlation_id in self._gatherings:
+            try:
+                groups = decode_reply(body.reply.encode())["groups"] \
+                    if isinstance(body, GroupResponse) else None
+            except (ShmlogError, KeyError):
+                groups = None
+            self._gathered(event.message.correlation_id, event.peer_id,
+                           groups if isinstance(groups, list) else None)
+            return True
+        forward = self._forwards.pop(event.message.correlation_id, None)
         if forward is None:
             return isinstance(body, GroupResponse)       # late: already answered
         if isinstance(body, GroupResponse):
@@ -330,6 +388,9 @@ class ClusterGroupService:
     def failed(self, event: RequestFailed, now: int) -> bool:
         """A forward got no answer: the member asks again (Kafka's client marks the
         coordinator unknown). False when the request was not a forward."""
+        if event.correlation_id in self._gatherings:
+            self._gathered(event.correlation_id, event.peer_id, None)
+            return True
         forward = self._forwards.pop(event.correlation_id, None)
         if forward is None:
             return False

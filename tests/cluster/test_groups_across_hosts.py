@@ -147,10 +147,22 @@ def test_a_commit_through_another_broker_lands_on_every_replica(cluster):
     assert fetched == [[topic, 0, 5, "five"], [topic, 1, 4, ""]]
 
 
-def test_list_groups_answers_for_this_brokers_groups(cluster):
-    """Group requests that name no group are served by the broker asked."""
+def test_list_groups_through_any_broker_lists_the_whole_clusters_groups(cluster):
+    """Each coordinator knows its own groups; the broker a client asks gathers them
+    all (Kafka's admin client asks every broker)."""
+    topic = "groups-listed"
+    create_topic(cluster, topic, 1)
+    names = {}
+    for n in range(100):
+        names.setdefault(offsets_partition(f"listed-{n}", OFFSETS_PARTITIONS), f"listed-{n}")
+    assert len(names) == OFFSETS_PARTITIONS
+    for group_id in names.values():
+        ask(cluster, 1, "commit_offsets", group_id=group_id, offsets=[[topic, 0, 0, ""]])
     for broker_id in cluster.brokers:
-        assert isinstance(request(cluster.data_dir(broker_id), "list_groups")["groups"], list)
+        listed = ask(cluster, broker_id, "list_groups")
+        assert set(names.values()) <= {group["group_id"] for group in listed["groups"]}, \
+            f"broker {broker_id} lists every coordinator's groups"
+        assert listed["unreachable_brokers"] == []
 
 
 # --- the coordinator killed under a consuming group --------------------------------------
