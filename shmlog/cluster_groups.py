@@ -123,10 +123,10 @@ def commit_error(error: ErrorCode, where: str) -> ShmlogError | None:
     return ShmlogError(f"{where}: {error.name}")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class RemoteTicket:
     """The ticket of a group request a peer forwarded: answered over the replication
-    endpoint."""
+    endpoint (each ticket is its own: compared and hashed by identity)."""
     request: ReceivedRequest
 
 
