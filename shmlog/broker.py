@@ -134,7 +134,7 @@ class BrokerCore:
     host : PartitionHost
     producers : ProducerRegistry
     topics, producer_service, groups : TopicService, ProducerService, GroupService
-        The broker's services (:attr:`services` lists them, and any added later).
+        The broker's services (a cluster member's groups: ClusterGroupService) (:attr:`services` lists them, and any added later).
     """
 
     def __init__(self, config: BrokerConfig, *, table: PartitionStateTable | None = None):
@@ -162,7 +162,12 @@ class BrokerCore:
         else:
             self.topics = self.add_service(self._join(config))
         self.producer_service = self.add_service(ProducerService(self.producers))
-        self.groups = self.add_service(GroupService(config, self.host, self.context))
+        if self.cluster is None:
+            self.groups = self.add_service(GroupService(config, self.host, self.context))
+        else:
+            from .cluster_groups import ClusterGroupService     # a member's groups
+            self.groups = self.add_service(ClusterGroupService(config, self.host, self.context,
+                                                               self.cluster.replication))
         self.producers.adopt_left_rings(include_alive=True)
         self.producers.reap_dead_producers()
 

@@ -116,6 +116,13 @@ class ClusterConfig:
     leader_imbalance_per_broker_percentage: int = 10    # leader.imbalance.per.broker.percentage
     # leader.imbalance.check.interval.seconds
     leader_imbalance_check_interval_seconds: int = 300
+    # Consumer groups across hosts (cluster_groups.py): the replication factor the
+    # broker gives __consumer_offsets when it creates it (Kafka's default 3; while
+    # fewer brokers are live the topic is not created and members hear
+    # COORDINATOR_NOT_AVAILABLE, as Kafka 2.8 does), and how long a commit waits for
+    # the high watermark to cover its records (Kafka's offsets.commit.timeout.ms).
+    offsets_topic_replication_factor: int = 3       # offsets.topic.replication.factor
+    offsets_commit_timeout_ms: int = 5_000          # offsets.commit.timeout.ms
 
     def __post_init__(self):
         _check_names(self)
@@ -221,6 +228,8 @@ _INTEGER_LEAST = {
     "controlled_shutdown_retry_backoff_ms": 0,
     "leader_imbalance_per_broker_percentage": 0,
     "leader_imbalance_check_interval_seconds": 1,
+    "offsets_topic_replication_factor": 1,
+    "offsets_commit_timeout_ms": 1,
 }
 
 

@@ -384,3 +384,26 @@ class LeaderElectionTimeoutError(ShmlogError):
     """The controller did not carry out a preferred replica election in time (no
     controller is elected, or it cannot reach ZooKeeper); the request is left in
     ``/admin/preferred_replica_election`` for the next controller."""
+# --- consumer groups across hosts (issue 15; engineer "groups") ------------------------
+
+class CoordinatorError(GroupError):
+    """The group's coordinator cannot serve the request now: ask again after a
+    backoff (Kafka's retriable coordinator errors; its client then looks the
+    coordinator up again)."""
+
+
+class NotCoordinatorError(CoordinatorError):
+    """The broker asked does not coordinate the group (it does not lead the group's
+    ``__consumer_offsets`` partition, or stopped leading it while the request
+    waited): Kafka's NOT_COORDINATOR."""
+
+
+class CoordinatorNotAvailableError(CoordinatorError):
+    """No coordinator can be reached now: the offsets topic is being created, its
+    partition has no leader, the forward got no answer, or the commit could not be
+    replicated (NOT_ENOUGH_REPLICAS): Kafka's COORDINATOR_NOT_AVAILABLE."""
+
+
+class CoordinatorLoadInProgressError(CoordinatorError):
+    """The coordinator is reading its partition's committed offsets back after it
+    became its leader: Kafka's COORDINATOR_LOAD_IN_PROGRESS."""

@@ -50,7 +50,13 @@ A group moves through the states of :class:`GroupState` along :data:`TRANSITIONS
 The member side (:class:`GroupMember`) joins and syncs when the consumer polls,
 heartbeats on a thread of its own, and leaves when the consumer is not polled for
 ``max.poll.interval.ms`` (Kafka's rule: its partitions then go to members that are
-making progress).
+making progress). In a cluster its broker forwards to the group's coordinator
+(``cluster_groups``); a coordinator error (:class:`~shmlog.errors.CoordinatorError`:
+a failover under way) is retried after ``limits.COORDINATOR_RETRY_BACKOFF_MS``, a
+join's until the rebalance timeout, a commit's or offset fetch's (and a commit's
+unknown outcome, ``RequestTimedOutError``) until the session timeout, as Kafka's
+consumer retries them; then the error is raised. A new coordinator does not know
+the member: it joins again as a new one.
 """
 
 from __future__ import annotations
@@ -72,11 +78,11 @@ from .control import require
 from . import limits
 from .internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
-                     CommitFailedError, GroupIdNotFoundError,
+                     CommitFailedError, CoordinatorError, GroupIdNotFoundError,
                      IllegalGenerationError, InconsistentGroupProtocolError,
                      JoinCancelledError, LocalProtocolError,
                      NonEmptyGroupError, OffsetMetadataTooLargeError, OffsetOutOfRangeError,
-                     PartitionNotAssignedError, RebalanceInProgressError,
+                     PartitionNotAssignedError, RebalanceInProgressError, RequestTimedOutError,
                      ShmlogError, UnknownMemberIdError, UnknownTopicOrPartitionError)
 
 log = logging.getLogger(__name__)
@@ -243,20 +249,36 @@ class GroupCoordinator:
 
     # -- recovery -------------------------------------------------------------------------
     def load(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
-        """Replay ``__consumer_offsets`` records, oldest first."""
+        """Replay ``__consumer_offsets`` records, oldest first (all of them at a
+        start, or one partition's when a cluster member becomes its leader: the
+        groups of other partitions are left as they are)."""
+        loaded = set()
         for key, value in records:
             parsed = parse_offset_record(key, value)
             if parsed is None:
                 continue
             group_id, topic, partition, committed = parsed
             group = self.groups.setdefault(group_id, _Group(group_id))
+            loaded.add(group_id)
             if committed is None:
                 group.offsets.pop((topic, partition), None)
             else:
                 group.offsets[(topic, partition)] = committed
-        for group_id, group in list(self.groups.items()):
-            if not group.offsets:
+        for group_id in loaded:
+            group = self.groups[group_id]
+            if not group.offsets and not group.members:
                 del self.groups[group_id]       # every commit was tombstoned
+
+    def unload(self, belongs: Callable[[str], bool], error: ShmlogError) -> list[str]:
+        """Forget every group whose id ``belongs`` (a cluster member stopped leading
+        their offsets partition: Kafka's ``removeGroupsForPartition``); a join they
+        hold is answered with ``error``. Returns the ids forgotten."""
+        gone = [group_id for group_id in self.groups if belongs(group_id)]
+        for group_id in gone:
+            for member in self.groups.pop(group_id).members.values():
+                if member.join_ticket is not None:
+                    self._reply(member.join_ticket, error)
+        return gone
 
     # -- the protocol ------------------------------------------------------------------
     def join_group(self, group_id, member_id="", client_id="", topics=(), pattern=None,
@@ -793,8 +815,13 @@ class GroupMember:
         membership = self._membership if membership is None else membership
         self._joining = True
         member_id = None                       # the id of the last join sent
+        # Coordinator errors (a failover under way) do not use up the attempts: they
+        # are retried until the rebalance timeout, Kafka's bound on a join.
+        coordinator_deadline = time.monotonic() + self.config.max_poll_interval_ms / 1000
+        attempts = 0
         try:
-            for _ in range(_JOIN_ATTEMPTS_MAX):
+            while attempts < _JOIN_ATTEMPTS_MAX:
+                attempts += 1
                 self._check_not_cancelled(membership, member_id)
                 with self._lock:
                     member_id = self.member_id or self._new_member_id
@@ -835,6 +862,12 @@ class GroupMember:
                     continue
                 except BrokerAccessDeniedError:
                     raise                      # no retry gives this user permission
+                except CoordinatorError:
+                    if time.monotonic() >= coordinator_deadline:
+                        raise
+                    attempts -= 1
+                    self._stop.wait(limits.COORDINATOR_RETRY_BACKOFF_MS / 1000)
+                    continue
                 except BrokerNotRunningError:
                     # Fails at once (no control socket while a broker restarts): pause,
                     # as Kafka's retry.backoff, or the attempts run out in a moment.
@@ -880,17 +913,32 @@ class GroupMember:
             raise CommitFailedError(f"not a member of group {self.group_id!r} now (it left or "
                                     f"was removed); poll to rejoin, then commit")
         try:
-            self._send("commit_offsets", group_id=self.group_id, member_id=member_id,
-                       generation=generation, offsets=entries)
+            self._send_retrying("commit_offsets", group_id=self.group_id, member_id=member_id,
+                                generation=generation, offsets=entries)
         except (UnknownMemberIdError, IllegalGenerationError) as error:
             self._fenced(member_id, generation, error)
             raise CommitFailedError(
                 f"commit refused: group {self.group_id!r} rebalanced and these partitions may "
                 f"belong to another member now ({error}); poll to rejoin") from None
 
+    def _send_retrying(self, request_type: str, **fields) -> dict:
+        """One request, asked again after a coordinator error or an unknown outcome
+        (``RequestTimedOutError``: a commit not replicated in time, which a re-send
+        stores again) until ``session_timeout_ms`` has passed: Kafka's commitSync
+        retries its retriable errors until its timeout. The last error is raised
+        when the time runs out."""
+        deadline = time.monotonic() + self.config.session_timeout_ms / 1000
+        while True:
+            try:
+                return self._send(request_type, **fields)
+            except (CoordinatorError, RequestTimedOutError):
+                if time.monotonic() >= deadline or self._stop.is_set():
+                    raise
+                time.sleep(limits.COORDINATOR_RETRY_BACKOFF_MS / 1000)
+
     def committed(self, partitions: Iterable[tuple[str, int]]) -> dict:
         """{(topic, partition): (offset, metadata)} of those with a commit."""
-        reply = self._send("fetch_offsets", group_id=self.group_id,
+        reply = self._send_retrying("fetch_offsets", group_id=self.group_id,
                            partitions=[list(partition) for partition in partitions])
         return {(topic, partition): (offset, metadata)
                 for topic, partition, offset, metadata in reply["offsets"]}

@@ -304,3 +304,22 @@ REPLICATION_THROTTLE_BURST_MS = 1000
 ELECT_LEADERS_TIMEOUT_MS_DEFAULT = 30_000
 # How often it looks whether the controller has done so.
 ELECT_LEADERS_POLL_S = 0.05
+# --- consumer groups across hosts (cluster_groups.py; engineer "groups") -----------------
+# A forwarded join waits for its rebalance: the coordinator's broker is given the
+# member's rebalance timeout plus this much (Kafka's consumer adds 5 s to the join's
+# request timeout, AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE).
+GROUP_JOIN_FORWARD_MARGIN_MS = 5_000
+# After a coordinator error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+# COORDINATOR_LOAD_IN_PROGRESS, a timed-out forward) a member asks again after this
+# long: Kafka's consumer retry.backoff.ms default.
+COORDINATOR_RETRY_BACKOFF_MS = 100
+# How often a cluster member looks whether it gained or lost the leadership of an
+# offsets partition (and so a coordinator to load or unload), and whether a forwarded
+# group request's coordinator moved: between two looks a request is answered by the
+# leadership it found (a lost one fences the commit by its leader epoch).
+COORDINATOR_CHECK_INTERVAL_MS = 50
+# A group request forwarded to the coordinator's broker travels as the control frame's
+# text inside the replication body (at most REPLICATION_BODY_SIZE_MAX bytes): JSON
+# escapes at most double a text (quotes and backslashes), so this leaves the body room.
+# A request or reply longer than this is refused before it is sent.
+GROUP_FORWARD_TEXT_LENGTH_MAX = 24 << 10

@@ -46,6 +46,12 @@ def _free_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
+def _toml_value(value) -> str:
+    """A setting's value as TOML writes it."""
+    return str(value).lower() if isinstance(value, bool) else \
+        repr(value) if isinstance(value, (int, float)) else f'"{value}"'
+
+
 class LocalCluster:
     """ZooKeeper and ``brokers`` brokers under ``directory``.
 
@@ -67,16 +73,20 @@ class LocalCluster:
     log_files : bool
         Append each broker's output to ``broker-<id>.log`` (:meth:`log_file`)
         instead of this process's.
+    broker_settings : dict, optional
+        Broker settings every broker gets (``BrokerConfig`` field names, e.g.
+        ``{"offsets_topic_num_partitions": 3}``), written before the ``[cluster]`` table.
     """
 
     def __init__(self, directory: str, brokers: int = 3, *, zookeeper_connect: str | None = None,
                  chroot: str | None = None, settings: dict | None = None,
                  startup_timeout_s: float = 120.0, hosts: Mapping[int, str] | None = None,
                  launch_prefixes: Mapping[int, Sequence[str]] | None = None,
-                 log_files: bool = False):
+                 log_files: bool = False, broker_settings: dict | None = None):
         self.directory = os.path.abspath(directory)
         self.count = brokers
         self.settings = dict(settings or {})
+        self.broker_settings = dict(broker_settings or {})
         self.chroot = chroot or f"/shmlog-{uuid.uuid4().hex[:12]}"
         self.cluster_id = f"local-{uuid.uuid4().hex[:12]}"
         self.startup_timeout_s = startup_timeout_s
@@ -138,15 +148,14 @@ class LocalCluster:
         return self
 
     def _write_config(self, broker_id: int) -> None:
-        lines = ["[cluster]",
+        lines = [f"{key} = {_toml_value(value)}" for key, value in self.broker_settings.items()]
+        lines += ["[cluster]",
                  f'"cluster.id" = "{self.cluster_id}"',
                  f'"broker.id" = {broker_id}',
                  f'"zookeeper.connect" = "{self.zookeeper_connect}"',
                  f'"replication.endpoint" = "{self.replication_endpoint(broker_id)}"']
         for key, value in self.settings.items():
-            rendered = str(value).lower() if isinstance(value, bool) else \
-                repr(value) if isinstance(value, (int, float)) else f'"{value}"'
-            lines.append(f'"{key}" = {rendered}')
+            lines.append(f'"{key}" = {_toml_value(value)}')
         with open(self.config_file(broker_id), "w") as config:
             config.write("\n".join(lines) + "\n")
 

@@ -84,8 +84,8 @@ from .partition_host import PartitionHost
 from .partition_replica import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
 from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
                           EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
-                          FetchResponse, FetchResponsePartition, PendingIsrChange, Error,
-                          Produce, partition_ready)
+                          FetchResponse, FetchResponsePartition, GroupRequest,
+                          PendingIsrChange, Error, Produce, partition_ready)
 from .records import now_ms
 from .replication_throttle import ReplicationThrottle
 from .state import topic_key
@@ -162,6 +162,15 @@ class ReplicaService:
         # Producers' entries for partitions led elsewhere, and PRODUCEs from peers.
         self.forwarding = Forwarding(self.appender, endpoint, config, self._by_key.get,
                                      lambda broker_id: broker_id in self.view.brokers)
+        # GROUP requests from peers and the answers to this broker's (cluster_groups).
+        self._groups = None
+
+    def set_group_handler(self, groups) -> None:
+        """Hand GROUP requests, their answers and failures to ``groups`` (the
+        member's ``cluster_groups.ClusterGroupService``: ``serve(request, now)``,
+        ``answered(event, now) -> bool``, ``failed(event, now) -> bool``), and call
+        its ``poll(now)`` at the end of every :meth:`poll`."""
+        self._groups = groups
 
     def _load_throttle_rates(self) -> None:
         """The throttle rates before the first fetch (the watch's first event may come
@@ -232,6 +241,8 @@ class ReplicaService:
                 self._leader_appended(replica, log_end_offset, now)
         self._send_requests(now)
         self.forwarding.poll(now)          # after the states: see forwarding's rules
+        if self._groups is not None:
+            self._groups.poll(now)         # commits the high watermark now covers
 
     def _guarded(self, handle, item, now: int) -> None:
         """Handle one change or message; a refusal of our own storage (a full disk, a
@@ -399,14 +410,20 @@ class ReplicaService:
                 self._serve_epoch_end(event, body)
             elif isinstance(body, Produce):
                 self.forwarding.serve(event, now)
+            elif isinstance(body, GroupRequest) and self._groups is not None:
+                self._groups.serve(event, now)
             else:
                 self.endpoint.reply(event, Error(ErrorCode.INVALID_REQUEST,
                                                  f"{type(body).__name__} is not served"))
         elif isinstance(event, ReceivedResponse):
-            if not self.forwarding.answered(event, now):
+            if self.forwarding.answered(event, now):
+                return
+            if self._groups is None or not self._groups.answered(event, now):
                 self._on_response(event, now)
         elif isinstance(event, RequestFailed):
-            if not self.forwarding.failed(event, now):
+            if self.forwarding.failed(event, now):
+                return
+            if self._groups is None or not self._groups.failed(event, now):
                 self._request_failed(event.peer_id, event.correlation_id, now)
 
     def _stale_sender(self, event: ReceivedRequest) -> bool:

@@ -45,7 +45,9 @@ Messages
 epoch and correlation id, and a body (:class:`Fetch`, :class:`FetchResponse`,
 :class:`EpochEnd`, :class:`EpochEndResponse`, :class:`Produce`,
 :class:`ProduceResponse`, :class:`Error`; the design note's §3.1-3.3 bodies, each
-with a ``partitions`` tuple of entries except ERROR). :func:`encode` gives its
+with a ``partitions`` tuple of entries except ERROR; and :class:`GroupRequest`,
+:class:`GroupResponse`, a consumer-group control request and its reply carried as
+their control frames' text to and from the group's coordinator, ``cluster_groups``). :func:`encode` gives its
 frames (``replication_layout`` draws them): records travel as their own frames,
 as given (a numpy view of a segment is sent without a copy). :func:`decode`
 checks everything a peer sent (each field's type and range, no unknown or
@@ -89,7 +91,7 @@ __all__ = [
     "MessageType", "Message", "Fetch", "FetchPartition", "FetchResponse",
     "FetchResponsePartition", "EpochEnd", "EpochEndPartition", "EpochEndResponse",
     "EpochEndResponsePartition", "Produce", "ProducePartition", "ProduceResponse",
-    "ProduceResponsePartition", "Error", "encode", "decode",
+    "ProduceResponsePartition", "GroupRequest", "GroupResponse", "Error", "encode", "decode",
 ]
 
 # Kafka's Log.UnknownOffset / UNDEFINED_EPOCH_OFFSET: a log end not yet known.
@@ -817,6 +819,24 @@ class ProduceResponse:
 
 
 @dataclasses.dataclass(frozen=True)
+class GroupRequest:
+    """GROUP: a member's group request (join, sync, heartbeat, commit, ...) that its
+    local broker forwards to the group's coordinator: the control request frame
+    (``control.encode_request``) as text. The coordinator's broker checks it as it
+    checks a control frame (``control.handle_frame``)."""
+    request: str
+    SCHEMA: ClassVar[dict] = dict(request=("str", limits.GROUP_FORWARD_TEXT_LENGTH_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupResponse:
+    """GROUP_RESPONSE: the coordinator's control reply frame (``control.encode_result``)
+    as text, handed back to the member as its local broker's reply."""
+    reply: str
+    SCHEMA: ClassVar[dict] = dict(reply=("str", limits.GROUP_FORWARD_TEXT_LENGTH_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
 class Error:
     """ERROR: the answer to a message that could not be read (or not served)."""
     error: ErrorCode
@@ -831,7 +851,8 @@ class Message:
     sender_broker_id: int
     sender_broker_epoch: int
     correlation_id: int
-    body: Fetch | FetchResponse | EpochEnd | EpochEndResponse | Produce | ProduceResponse | Error
+    body: (Fetch | FetchResponse | EpochEnd | EpochEndResponse | Produce | ProduceResponse
+           | GroupRequest | GroupResponse | Error)
 
     @property
     def message_type(self) -> MessageType:
@@ -841,6 +862,7 @@ class Message:
 _TYPE_OF = {Fetch: MessageType.FETCH, FetchResponse: MessageType.FETCH_RESPONSE,
             EpochEnd: MessageType.EPOCH_END, EpochEndResponse: MessageType.EPOCH_END_RESPONSE,
             Produce: MessageType.PRODUCE, ProduceResponse: MessageType.PRODUCE_RESPONSE,
+            GroupRequest: MessageType.GROUP, GroupResponse: MessageType.GROUP_RESPONSE,
             Error: MessageType.ERROR}
 _BODY_OF = {message_type: body for body, message_type in _TYPE_OF.items()}
 _ENTRY_OF = {Fetch: FetchPartition, FetchResponse: FetchResponsePartition,

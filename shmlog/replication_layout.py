@@ -61,13 +61,17 @@ class MessageType(enum.IntEnum):
     PRODUCE = 5                      # a batch forwarded to the leader
     PRODUCE_RESPONSE = 6
     ERROR = 7                        # the answer to a message that could not be read
+    GROUP = 8                        # a consumer-group request forwarded to its coordinator
+    GROUP_RESPONSE = 9
 
 
 # Which types are requests (sent by a DEALER, answered) and what answers each.
-REQUEST_TYPES = frozenset({MessageType.FETCH, MessageType.EPOCH_END, MessageType.PRODUCE})
+REQUEST_TYPES = frozenset({MessageType.FETCH, MessageType.EPOCH_END, MessageType.PRODUCE,
+                           MessageType.GROUP})
 RESPONSE_TYPE = {MessageType.FETCH: MessageType.FETCH_RESPONSE,
                  MessageType.EPOCH_END: MessageType.EPOCH_END_RESPONSE,
-                 MessageType.PRODUCE: MessageType.PRODUCE_RESPONSE}
+                 MessageType.PRODUCE: MessageType.PRODUCE_RESPONSE,
+                 MessageType.GROUP: MessageType.GROUP_RESPONSE}
 
 MAGIC_OFFSET = 0
 MAGIC_SIZE = 2

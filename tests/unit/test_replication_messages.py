@@ -23,8 +23,9 @@ from shmlog.errors import LocalProtocolError, PeerProtocolError, ReplicationProt
 from shmlog.replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
                                 EpochEndResponsePartition, Error, ErrorCode, Fetch,
                                 FetchPartition, FetchResponse, FetchResponsePartition, Message,
-                                MessageType, Produce, ProducePartition, ProduceResponse,
-                                ProduceResponsePartition, decode, encode)
+                                GroupRequest, GroupResponse, MessageType, Produce,
+                                ProducePartition, ProduceResponse, ProduceResponsePartition,
+                                decode, encode)
 
 RECORDS_A = np.arange(300, dtype=np.uint8)
 RECORDS_B = bytes(range(7)) * 3
@@ -45,6 +46,8 @@ MESSAGES = [
     Message(1, 1000, 9, ProduceResponse((
         ProduceResponsePartition(7, 0, ErrorCode.NONE, 4000, -1, 0),))),
     Message(1, 1000, 0, Error(ErrorCode.INVALID_REQUEST, "bad magic é")),
+    Message(2, 1001, 10, GroupRequest('{"version": 1, "type": "heartbeat", "group_id": "g é"}')),
+    Message(1, 1000, 10, GroupResponse('{"version": 1, "ok": true}')),
 ]
 
 
@@ -109,7 +112,7 @@ FETCH_RESPONSE = encode(MESSAGES[1])
     ([FETCH[0][:23], FETCH[1]], "envelope is 24 bytes"),
     ([_envelope(magic=0x1234), FETCH[1]], "bad magic"),
     ([_envelope(version=2), FETCH[1]], "unsupported version"),
-    ([_envelope(type=9), FETCH[1]], "unknown message type"),
+    ([_envelope(type=10), FETCH[1]], "unknown message type"),
     ([_envelope(sender=-1), FETCH[1]], "sender_broker_id"),
     ([_envelope(epoch=-3), FETCH[1]], "sender_broker_epoch"),
     ([_envelope(correlation=0), FETCH[1]], "correlation id above 0"),
@@ -213,7 +216,8 @@ JSON = st.recursive(
     max_leaves=20)
 FIELD_NAMES = sorted({name for cls in (Fetch, FetchPartition, FetchResponsePartition,
                                        EpochEndPartition, EpochEndResponsePartition, Produce,
-                                       ProducePartition, ProduceResponsePartition, Error)
+                                       ProducePartition, ProduceResponsePartition, GroupRequest,
+                                       GroupResponse, Error)
                       for name in cls.SCHEMA} | {"partitions", "records_bytes"})
 ALMOST = st.recursive(
     st.integers(-3, 2**31) | st.booleans() | st.none() | st.text(max_size=4),
@@ -223,7 +227,7 @@ ALMOST = st.recursive(
 
 
 @FUZZ
-@given(st.integers(1, 7), JSON | ALMOST, st.lists(st.binary(max_size=16), max_size=3))
+@given(st.integers(1, 9), JSON | ALMOST, st.lists(st.binary(max_size=16), max_size=3))
 def test_fuzz_bodies_behind_valid_envelopes(message_type, body, extra_frames):
     envelope = _envelope(type=message_type, sender=2)
     _decodes_or_refuses([envelope, json.dumps(body).encode()] + extra_frames)
@@ -233,3 +237,13 @@ def test_fuzz_bodies_behind_valid_envelopes(message_type, body, extra_frames):
 @given(st.lists(st.binary(max_size=64), max_size=6))
 def test_fuzz_arbitrary_frames(frames):
     _decodes_or_refuses(frames)
+
+
+def test_a_forwarded_group_text_is_bounded():
+    """GROUP and GROUP_RESPONSE carry a control frame's text: one longer than
+    GROUP_FORWARD_TEXT_LENGTH_MAX is refused before it is sent, and the longest,
+    even all quotes (JSON doubles them), fits a body a peer accepts."""
+    with pytest.raises(LocalProtocolError, match="at most"):
+        encode(Message(2, 1, 1, GroupRequest("x" * (limits.GROUP_FORWARD_TEXT_LENGTH_MAX + 1))))
+    longest = '"\\' * (limits.GROUP_FORWARD_TEXT_LENGTH_MAX // 2)
+    assert decode(encode(Message(1, 1, 1, GroupResponse(longest)))).body.reply == longest
