@@ -1,13 +1,16 @@
 """``shmlog cluster up``: a whole cluster on this machine in the foreground (a local
 ZooKeeper and N brokers on 127.0.0.1, 127.0.0.2, ...), until SIGTERM or SIGINT.
 ``shmlog cluster status``: a cluster's brokers and the partitions that need an
-operator, read from its ZooKeeper (``cluster_status``).
+operator, read from its ZooKeeper (``cluster_status``). ``shmlog cluster keys``:
+CurveZMQ key pairs for brokers (``curve_keys``), one per name, printing each public
+key.
 
 For development and trying cluster mode: it runs
 :class:`shmlog.local_cluster.LocalCluster` (imported when the verb runs, so the other
 verbs start without it), prints each broker's data directory (what clients on that
 broker's "host" name) and config file, and prints ``cluster up`` once every broker
-serves. A signal stops every broker (each leaves the cluster cleanly), then
+serves. Its brokers talk CurveZMQ with keys made in ``DIR/keys`` (``--plaintext``:
+plain TCP). A signal stops every broker (each leaves the cluster cleanly), then
 ZooKeeper. Production runs one ``shmlog broker --config FILE`` per host instead,
 pointed at the operator's ZooKeeper ensemble.
 """
@@ -31,7 +34,8 @@ BROKERS_MAX = 254
 
 
 def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``cluster`` subcommand (verbs ``up`` and ``status``) to ``commands``."""
+    """Add the ``cluster`` subcommand (verbs ``up``, ``status`` and ``keys``) to
+    ``commands``."""
     cluster = commands.add_parser("cluster", parents=parents,
                                   help="run a local cluster (ZooKeeper and N brokers), or "
                                        "show a cluster's status")
@@ -46,7 +50,22 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
                     help=f"how many brokers (default {BROKERS_DEFAULT})")
     up.add_argument("--zookeeper-connect",
                     help="use this running ZooKeeper (host:port) instead of starting one")
+    up.add_argument("--plaintext", action="store_true",
+                    help="brokers talk plain TCP (default: CurveZMQ, keys made in DIR/keys)")
     up.set_defaults(run=_up, check=_check)
+    keys = verbs.add_parser(
+        "keys", parents=parents, help="make CurveZMQ key pairs for brokers",
+        description="Write a CurveZMQ key pair per NAME in ZeroMQ's certificate format: "
+                    "DIR/NAME.key (the public key: give it to every peer, or put it in their "
+                    "curve.allowed.public.keys.dir) and DIR/NAME.key_secret (mode 0600: the "
+                    "broker's curve.secret.key.file). Prints each public key (Z85). An "
+                    "existing key is never overwritten without --force.")
+    keys.add_argument("--out", required=True, metavar="DIR",
+                      help="the directory to write to (made 0700 if missing)")
+    keys.add_argument("names", nargs="+", metavar="NAME", help="e.g. broker-1 broker-2")
+    keys.add_argument("--force", action="store_true", help="replace existing key files")
+    keys.add_argument("--json", action="store_true", help="print {name: public key} as JSON")
+    keys.set_defaults(run=_keys)
     status = verbs.add_parser(
         "status", parents=parents, help="brokers, controller, under-replicated and offline "
                                          "partitions, leaders per broker",
@@ -74,7 +93,8 @@ def _up(arguments) -> int:
         return EXIT_FAILURE
     from ..local_cluster import LocalCluster
     cluster = LocalCluster(directory, arguments.brokers,
-                           zookeeper_connect=arguments.zookeeper_connect)
+                           zookeeper_connect=arguments.zookeeper_connect,
+                           curve=not arguments.plaintext)
     stop = threading.Event()
     # SIGTERM and SIGINT interrupt the start (KeyboardInterrupt) and end the wait; a
     # shell starts a background command with SIGINT ignored, so both are set.
@@ -96,6 +116,36 @@ def _up(arguments) -> int:
     return EXIT_OK
 
 
+def _keys(arguments) -> int:
+    """Write the key pairs; exit 1 (having written none) when a name is invalid or a
+    key exists without --force."""
+    import json
+    from .. import access, curve_keys
+    from ..errors import InvalidConfigError
+    try:
+        for name in arguments.names:
+            curve_keys.check_key_name(name)
+        if not arguments.force:
+            for name in arguments.names:
+                for suffix in (curve_keys.PUBLIC_SUFFIX, curve_keys.SECRET_SUFFIX):
+                    path = os.path.join(arguments.out, name + suffix)
+                    if os.path.lexists(path):
+                        raise FileExistsError(f"{path} exists (--force replaces it)")
+        access.make_directories(arguments.out)
+        made = {name: curve_keys.write_key_pair(arguments.out, name, arguments.force).public_key
+                for name in arguments.names}
+    except (InvalidConfigError, OSError) as error:
+        print(f"shmlog cluster keys: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    if arguments.json:
+        print(json.dumps(made, indent=2), flush=True)
+    else:
+        for name, public_key in made.items():
+            print(f"{name}: {public_key}  ({os.path.join(arguments.out, name)}"
+                  f"{curve_keys.PUBLIC_SUFFIX})", flush=True)
+    return EXIT_OK
+
+
 def _status(arguments) -> int:
     """Print the status; exit 1 unless every partition is fully replicated and led and
     a controller is elected (a check a script or a probe can run)."""
@@ -110,6 +160,8 @@ def _status(arguments) -> int:
 
 def _print_cluster(cluster) -> None:
     print(f"ZooKeeper: {cluster.zookeeper_connect}", flush=True)
+    security = f"CurveZMQ, keys in {cluster.keys_directory}" if cluster.curve else "plain TCP"
+    print(f"brokers talk {security}", flush=True)
     for broker_id in range(1, cluster.count + 1):
         print(f"broker {broker_id} on {cluster.host(broker_id)}: "
               f"data {cluster.data_dir(broker_id)}, config {cluster.config_file(broker_id)}",
