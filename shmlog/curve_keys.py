@@ -14,7 +14,8 @@ Rules
 * A secret key file that others may read, or that is a symbolic link, is refused
   when loaded (``ssh`` refuses such a private key for the same reason): the key is
   the broker's identity.
-* Light: the standard library at import; ZeroMQ only where a key pair is made.
+* Light: the standard library (and ``errors``, ``limits``) at import; ZeroMQ only
+  where a key pair is made.
 
 Theory of operation
 -------------------
@@ -35,6 +36,7 @@ import os
 import re
 import stat
 
+from . import limits
 from .errors import InvalidConfigError
 
 __all__ = ["KeyPair", "PUBLIC_SUFFIX", "SECRET_SUFFIX", "is_z85_key", "write_key_pair",
@@ -45,7 +47,7 @@ SECRET_SUFFIX = ".key_secret"
 # A 32-byte CURVE key in Z85 (ZeroMQ RFC 32): 40 characters of its 85-letter alphabet.
 _Z85_KEY = re.compile(r"[0-9a-zA-Z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}")
 _KEY_LINE = re.compile(r'^\s+(public|secret)-key\s*=\s*"([^"]*)"\s*$', re.MULTILINE)
-_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_KEY_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{limits.CURVE_KEY_NAME_LENGTH_MAX - 1}}}")
 _PUBLIC_MODE = 0o644
 _SECRET_MODE = 0o600
 _BANNER = """#   ****  Generated on {date} by shmlog cluster keys  ****
@@ -71,7 +73,8 @@ def is_z85_key(text) -> bool:
 
 
 def check_key_name(name: str) -> str:
-    """``name`` if it can name a key file (``[A-Za-z0-9][A-Za-z0-9._-]*``, at most 100).
+    """``name`` if it can name a key file (``[A-Za-z0-9][A-Za-z0-9._-]*``, at most
+    ``limits.CURVE_KEY_NAME_LENGTH_MAX`` characters).
 
     Raises
     ------
@@ -79,7 +82,8 @@ def check_key_name(name: str) -> str:
         It could escape the directory or is not a plain name.
     """
     if not isinstance(name, str) or not _KEY_NAME.fullmatch(name) or ".." in name:
-        raise InvalidConfigError(f"a key name must be 1..100 characters of [A-Za-z0-9._-] "
+        raise InvalidConfigError(f"a key name must be 1..{limits.CURVE_KEY_NAME_LENGTH_MAX} "
+                                 f"characters of [A-Za-z0-9._-] "
                                  f"starting with a letter or digit, got {name!r:.100}")
     return name
 
@@ -140,7 +144,7 @@ def _keys_in(path: str, setting: str, secret: bool) -> dict[str, str]:
                 raise InvalidConfigError(
                     f"{setting}: {path} has mode {stat.S_IMODE(status.st_mode):o}: a secret key "
                     f"file must be readable by its owner only (chmod 600)")
-            text = file.read(1 << 16)
+            text = file.read(limits.CURVE_KEY_FILE_SIZE_MAX)
     except OSError as error:
         raise InvalidConfigError(f"{setting}: cannot read {path}: {error}") from error
     keys = {kind: value for kind, value in _KEY_LINE.findall(text)}

@@ -291,3 +291,10 @@ FORWARD_RETRY_BACKOFF_MS = 100
 # (zk_paths.PRODUCER_ID_BLOCK_SIZE = 1000), so ZooKeeper may be unreachable for 500
 # registrations before a producer is refused.
 PRODUCER_ID_PREFETCH_REMAINING = 500
+# --- CurveZMQ between brokers (curve_keys; engineer "curve") -------------------------------
+# A key's name becomes a file name (NAME.key, NAME.key_secret): 100 characters hold
+# any host or broker naming scheme and stay far below NAME_MAX (255 bytes).
+CURVE_KEY_NAME_LENGTH_MAX = 100
+# A ZeroMQ certificate file is ~350 bytes (a banner, metadata and two 40-character
+# keys); 64 KiB bounds what a wrong path (a log, a device) makes the broker read.
+CURVE_KEY_FILE_SIZE_MAX = 64 << 10
