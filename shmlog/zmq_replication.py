@@ -77,7 +77,7 @@ log = logging.getLogger("shmlog.replication")
 # Commands the owner sends the thread (first frame: a kind byte, then its fields).
 _REQUEST = struct.Struct("<cidq")       # b"Q", peer id, deadline (monotonic s), correlation id
 _REPLY = b"R"                           # b"R" + the requester's routing id
-_PEERS = b"P"                           # b"P" + JSON {broker id: endpoint}
+_PEERS = b"P"                           # b"P" + JSON {broker id: [endpoint, public key]}
 _STOP = b"S"
 _I32_MAX = 2**31 - 1
 # Where libzmq asks a context's ZAP handler (ZeroMQ RFC 27), and its answers.
@@ -609,20 +609,20 @@ class _EndpointThread(threading.Thread):
         allowed = public_key in self.security.allowed_public_keys
         if not allowed:
             self.key_warnings.warn("refused a replication connection from %s: CURVE key "
-                                       "%s is not allowed", address.decode(errors="replace"),
-                                       public_key)
+                                   "%s is not allowed", address.decode(errors="replace"),
+                                   public_key)
         status = (b"200", b"OK") if allowed else (b"400", b"public key not allowed")
         self.zap.send_multipart([frames[0], b"", _ZAP_VERSION, request_id, *status,
                                  (public_key or "").encode(), b""])
 
     def _refused(self, frames: list) -> None:
         """A handshake the ROUTER refused (its monitor's event): count and log it."""
-        event, value = struct.unpack("=hi", frames[0][:6])
+        event, value = struct.unpack("=HI", frames[0][:6])     # zmq_socket_monitor's layout
         self.endpoint.refused_count += 1
         kind = "an unknown key" if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH else \
             f"a failed handshake (error {value:#x}: no CURVE, or not ZeroMQ)"
         self.handshake_warnings.warn("refused a replication connection: %s (%d refused so far)",
-                                   kind, self.endpoint.refused_count)
+                                     kind, self.endpoint.refused_count)
 
     # --- what peers send -------------------------------------------------------------
 
