@@ -22,6 +22,14 @@ both endpoints on plain TCP and once with CURVE keys (each allowing the other's)
 in one run, and each CURVE figure's ratio to plain TCP's. ``--security curve`` or
 ``plaintext`` measures one.
 
+CurveZMQ's cost, measured on the same VM under a load average of 13-20 (other work):
+small round trips p50 +10-35 % (581 -> 777 us, 675 -> 749 us); 1 MiB responses fall
+to 0.15-0.3 GB/s (0.29-0.73 of plain TCP's 0.42-0.55 GB/s): libzmq encrypts and
+authenticates every byte (XSalsa20-Poly1305) on the context's one I/O thread, and
+copies each message into and out of the cipher. That bounds a follower's catch-up
+through CurveZMQ; acks=all's latency, whose messages are small, barely moves
+(``perf/bench_cluster.py --curve-cost``).
+
 Expected on the 2-vCPU development VM: a round trip of a few hundred microseconds
 (four thread hand-offs, two TCP hops and four codec passes in Python; a bare pyzmq
 DEALER/ROUTER round trip between two threads takes ~220 us there under load), and
