@@ -4,7 +4,8 @@ Goal: the brokers of a cluster talk CurveZMQ (keys made by ``LocalCluster``, the
 default); a peer with an unknown key (a raw DEALER with CURVE keys of its own) and a
 peer without CURVE cannot fetch, cannot produce (forward a batch), and get nothing
 back, while each broker goes on serving its real peers (acks=all works, replicas
-agree) and logs the refusals; a broker whose registration in ZooKeeper names a key
+agree) and logs and counts the refusals (``ping``'s
+``replication_refused_connections``); a broker whose registration in ZooKeeper names a key
 outside the allowed list is never connected to (and is, once it names an allowed
 one); a cluster configured plaintext works without keys.
 
@@ -31,6 +32,7 @@ from cluster.workload import (broker_output, create_topic, describe, replica_off
                               start_cluster, stop_cluster, wait_in_sync)
 from shmlog import curve_keys, zk_paths
 from shmlog.admin import Admin
+from shmlog.control_client import request
 from shmlog.producer import Producer
 from shmlog.records import encode_batch
 from shmlog.replication import Produce, ProducePartition
@@ -80,6 +82,8 @@ def test_unknown_peers_cannot_fetch_or_produce(fault_cluster):
     key = topic_key(Admin(cluster.data_dir(1)).describe_topic(TOPIC)["topic_id"])
     log_end_before, _ = replica_offsets(cluster, leader, TOPIC)
     logged_before = {broker_id: len(broker_output(cluster, broker_id)) for broker_id in (1, 2, 3)}
+    refused_before = {broker_id: request(cluster.data_dir(broker_id), "ping")
+                      ["replication_refused_connections"] for broker_id in (1, 2, 3)}
     controls, unknowns = [], []
     try:
         for broker_id in (1, 2, 3):
@@ -111,6 +115,9 @@ def test_unknown_peers_cannot_fetch_or_produce(fault_cluster):
         logged = broker_output(cluster, broker_id)[logged_before[broker_id]:]
         assert "refused a replication connection" in logged, logged[-3000:]
         assert "Traceback" not in logged, logged[-3000:]
+        answer = request(cluster.data_dir(broker_id), "ping", timeout_ms=ANSWER_WAIT_MS)
+        assert answer["replication_security"] == "curve"
+        assert answer["replication_refused_connections"] >= 2 + refused_before[broker_id]
 
 
 def register(zookeeper: KazooClient, endpoint: str, public_key: str) -> None:
@@ -168,6 +175,7 @@ def test_a_plaintext_cluster_works(zookeeper, tmp_path):
             client.stop()
             client.close()
         assert zk_paths.decode_broker_registration(1, body).curve_public_key is None
+        assert request(cluster.data_dir(1), "ping")["replication_security"] == "plaintext"
         # Plain TCP: a raw peer without keys is answered.
         key = topic_key(Admin(cluster.data_dir(1)).describe_topic(TOPIC)["topic_id"])
         peer = RawPeer(cluster.replication_endpoint(leader))
