@@ -298,3 +298,9 @@ CURVE_KEY_NAME_LENGTH_MAX = 100
 # A ZeroMQ certificate file is ~350 bytes (a banner, metadata and two 40-character
 # keys); 64 KiB bounds what a wrong path (a log, a device) makes the broker read.
 CURVE_KEY_FILE_SIZE_MAX = 64 << 10
+# A peer key this broker does not know makes it read curve.allowed.public.keys.dir again
+# (a new broker's key copied in while it runs), at most this often: a stranger that
+# reconnects in a loop costs one directory read a second, and a key added is taken
+# within a second (libzmq retries a refused connection every
+# REPLICATION_RECONNECT_INTERVAL_MS_MAX at most).
+CURVE_KEYS_RELOAD_INTERVAL_S = 1.0

@@ -28,6 +28,15 @@ Rules
   handshake (an unknown key, a peer without CURVE) is counted
   (:attr:`ReplicationEndpoint.refused_count`, from the ROUTER's monitor) and logged,
   rate-limited. Without ``security`` the sockets are plain TCP.
+* Allowed keys can be added while the broker runs: a key not in the set (a
+  handshake, a registration) makes the thread read ``curve.allowed.public.keys.dir``
+  again, at most once per ``limits.CURVE_KEYS_RELOAD_INTERVAL_S``, and a peer refused
+  for its key is connected to once its key file is there. Growing a cluster is:
+  copy the new broker's ``.key`` into every broker's directory, then start it.
+  Keys are never dropped while running (a removed file takes a restart). libzmq
+  ends a connection whose handshake the server refused and never retries it: a
+  DEALER refused by a peer that did not allow this broker's key yet is reopened by
+  its first request's timeout, as a dead peer's is.
 * Whatever a peer sends never ends the thread: a request that does not decode is
   answered with an ERROR (its correlation id if the envelope was readable, else
   0) and logged; a malformed reply, or a request sent as a reply, is logged and
@@ -100,10 +109,14 @@ class CurveSecurity:
     allowed_public_keys
         The peers' public keys: only these may connect to the ROUTER, and a DEALER
         connects only to a server holding one of them.
+    allowed_public_keys_dir
+        The directory of ``.key`` files they came from (with the configured list),
+        read again by :meth:`reloaded`; None: the set is fixed.
     """
     public_key: str
     secret_key: str
     allowed_public_keys: frozenset[str]
+    allowed_public_keys_dir: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "allowed_public_keys", frozenset(self.allowed_public_keys))
@@ -135,7 +148,22 @@ class CurveSecurity:
             raise InvalidConfigError(f"curve.allowed.public.keys.dir: "
                                      f"{config.curve_allowed_public_keys_dir} holds no .key file: "
                                      f"this broker would accept no peer")
-        return cls(pair.public_key, pair.secret_key, frozenset(allowed))
+        return cls(pair.public_key, pair.secret_key, frozenset(allowed),
+                   config.curve_allowed_public_keys_dir)
+
+    def reloaded(self) -> "CurveSecurity":
+        """This security with the keys of ``allowed_public_keys_dir`` read again,
+        added to those allowed (never removed while running).
+
+        Raises
+        ------
+        InvalidConfigError
+            The directory cannot be listed or a ``.key`` file in it is not valid.
+        """
+        if self.allowed_public_keys_dir is None:
+            return self
+        added = curve_keys.read_public_keys_dir(self.allowed_public_keys_dir)
+        return dataclasses.replace(self, allowed_public_keys=self.allowed_public_keys | set(added))
 
 
 class RequestFailure(enum.Enum):
@@ -396,6 +424,7 @@ class _EndpointThread(threading.Thread):
         self.refused_peers: dict[int, tuple[str, str | None]] = {}   # logged, not connected
         self.zap, self.monitor = guards if guards else (None, None)
         self.key_warnings, self.handshake_warnings = _Warnings(), _Warnings()
+        self.keys_read_at = time.monotonic()                 # security's keys, as of then
         self.poller = zmq.Poller()
         self.poller.register(inbox, zmq.POLLIN)
         for guard in guards:
@@ -440,6 +469,8 @@ class _EndpointThread(threading.Thread):
             if flags & zmq.POLLIN:
                 self._response(peer, socket.recv_multipart(copy=False))
         self._expire(time.monotonic())
+        if self.refused_peers:
+            self._retry_refused()
         if self.queued:
             self.queued = 0
             if self.wake is not None:
@@ -539,7 +570,7 @@ class _EndpointThread(threading.Thread):
     def _trusted(self, peer_id: int, endpoint: str, public_key: str | None) -> bool:
         """May this broker connect to the peer? On plain TCP always; with CURVE only
         to a key it was configured to allow (logged once per registration)."""
-        if self.security is None or public_key in self.security.allowed_public_keys:
+        if self.security is None or self._allows(public_key):
             return True
         log.error("broker %d at %s is not connected to: its registration names %s, which "
                   "is not in this broker's allowed public keys (curve.allowed.public.keys)",
@@ -598,6 +629,36 @@ class _EndpointThread(threading.Thread):
 
     # --- who may connect (CURVE) -----------------------------------------------------
 
+    def _allows(self, public_key: str | None) -> bool:
+        """Is ``public_key`` allowed (the directory read again if it is not known)?"""
+        if public_key is None:
+            return False
+        if public_key not in self.security.allowed_public_keys:
+            self._reload_keys()
+        return public_key in self.security.allowed_public_keys
+
+    def _reload_keys(self) -> None:
+        """Read the allowed keys' directory again, at most once per interval."""
+        now = time.monotonic()
+        if self.security.allowed_public_keys_dir is None or \
+                now - self.keys_read_at < limits.CURVE_KEYS_RELOAD_INTERVAL_S:
+            return
+        self.keys_read_at = now
+        try:
+            self.security = self.security.reloaded()
+        except InvalidConfigError as error:      # an operator's half-copied file: next time
+            self.key_warnings.warn("the allowed public keys were not read again: %s", error)
+
+    def _retry_refused(self) -> None:
+        """Connect to the refused peers whose keys the directory allows by now."""
+        self._reload_keys()
+        for peer_id, (endpoint, public_key) in list(self.refused_peers.items()):
+            if public_key in self.security.allowed_public_keys:
+                del self.refused_peers[peer_id]
+                log.info("broker %d's CURVE key %s is allowed now: connecting to %s",
+                         peer_id, public_key, endpoint)
+                self._open_peer(peer_id, endpoint, public_key)
+
     def _authenticate(self, frames: list) -> None:
         """Answer a ZAP request (RFC 27): 200 for an allowed CURVE key, else 400."""
         if len(frames) < 9 or frames[1] != b"" or frames[2] != _ZAP_VERSION:
@@ -606,7 +667,7 @@ class _EndpointThread(threading.Thread):
         request_id, address, mechanism, credentials = frames[3], frames[5], frames[7], frames[8]
         public_key = z85_encode(credentials).decode() \
             if mechanism == b"CURVE" and len(credentials) == 32 else None
-        allowed = public_key in self.security.allowed_public_keys
+        allowed = self._allows(public_key)
         if not allowed:
             self.key_warnings.warn("refused a replication connection from %s: CURVE key "
                                    "%s is not allowed", address.decode(errors="replace"),

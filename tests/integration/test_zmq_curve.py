@@ -5,7 +5,8 @@ whose key is not allowed (a raw DEALER with keys of its own) and a peer without
 CURVE get nothing through and nothing back, and each refusal is counted; an endpoint
 never connects to a peer whose published key it does not allow (its requests fail
 ``NO_PEER``) and connects once the published key is an allowed one; a key that
-changes under a peer reconnects it.
+changes under a peer reconnects it; a key file copied into the allowed directory
+while the endpoint runs is served and connected to without a restart.
 
 Method: endpoints on 127.0.0.1 in this process, each with its own context (its own
 ZAP handler), as brokers have; raw pyzmq DEALERs play the strangers. Every wait is
@@ -14,12 +15,14 @@ bounded; times are never asserted.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 import zmq
 
+from shmlog import curve_keys
 from shmlog.replication import (Fetch, FetchPartition, FetchResponse, Message, decode,
                                 encode)
 from shmlog.zmq_replication import (CurveSecurity, ReceivedRequest, ReceivedResponse,
@@ -156,3 +159,52 @@ def test_plain_tcp_endpoints_need_no_keys():
     finally:
         for endpoint in endpoints:
             endpoint.close()
+
+
+def newcomer_socket(context: zmq.Context, endpoint: ReplicationEndpoint,
+                    keys: curve_keys.KeyPair) -> zmq.Socket:
+    client = context.socket(zmq.DEALER)
+    client.setsockopt(zmq.LINGER, 0)
+    client.curve_serverkey = endpoint.public_key.encode()
+    client.curve_publickey = keys.public_key.encode()
+    client.curve_secretkey = keys.secret_key.encode()
+    client.connect(endpoint.address)
+    return client
+
+
+def test_a_key_copied_into_the_allowed_directory_is_taken_while_running(tmp_path):
+    """Growing a cluster: a new broker's key file lands in the directory; the running
+    endpoint then serves it and connects to it, with no restart."""
+    own = curve_keys.write_key_pair(str(tmp_path), "broker-1")
+    newcomer_dir = tmp_path / "newcomer"
+    newcomer_dir.mkdir()
+    newcomer = curve_keys.write_key_pair(str(newcomer_dir), "broker-2")
+    bell = threading.Event()
+    endpoint = ReplicationEndpoint(1, 1, "tcp://127.0.0.1:*", bell.set, CurveSecurity(
+        own.public_key, own.secret_key, frozenset([own.public_key]), str(tmp_path)))
+    context = zmq.Context()
+    try:
+        listener = context.socket(zmq.STREAM)
+        listener.setsockopt(zmq.LINGER, 0)
+        address = f"tcp://127.0.0.1:{listener.bind_to_random_port('tcp://127.0.0.1')}"
+        endpoint.set_peers({2: address}, {2: newcomer.public_key})
+        early = newcomer_socket(context, endpoint, newcomer)
+        deadline = time.monotonic() + WAIT_S
+        while endpoint.refused_count < 1:                 # refused while unknown
+            assert time.monotonic() < deadline, "the unknown key was not refused"
+            time.sleep(0.02)
+        early.close(linger=0)
+        assert not listener.poll(0)
+        os.replace(newcomer_dir / "broker-2.key", tmp_path / "broker-2.key")
+        assert listener.poll(WAIT_S * 1000), "the registration's key, allowed now, not connected"
+        # libzmq ends a connection whose handshake was refused (no retry): a new one.
+        client = newcomer_socket(context, endpoint, newcomer)
+        client.send_multipart(encode(Message(2, 1, 5, fetch(2))))
+        deadline = time.monotonic() + WAIT_S
+        while not endpoint.waiting:                       # its reconnection is accepted
+            assert time.monotonic() < deadline, "the newcomer's request never arrived"
+            bell.wait(0.05)
+        assert isinstance(endpoint.take()[0], ReceivedRequest)
+    finally:
+        context.destroy(linger=0)
+        endpoint.close()
