@@ -17,6 +17,19 @@ array sent zero-copy and received as a view of the frame. Latency: p50/p99 over
 ``--in-flight`` at once. Prints the figures next to this host's memcpy; writes JSON
 with ``--json``.
 
+The cost of CurveZMQ (``--security both``, the default): the same figures once with
+both endpoints on plain TCP and once with CURVE keys (each allowing the other's),
+in one run, and each CURVE figure's ratio to plain TCP's. ``--security curve`` or
+``plaintext`` measures one.
+
+CurveZMQ's cost, measured on the same VM under a load average of 13-20 (other work):
+small round trips p50 +10-35 % (581 -> 777 us, 675 -> 749 us); 1 MiB responses fall
+to 0.15-0.3 GB/s (0.29-0.73 of plain TCP's 0.42-0.55 GB/s): libzmq encrypts and
+authenticates every byte (XSalsa20-Poly1305) on the context's one I/O thread, and
+copies each message into and out of the cipher. That bounds a follower's catch-up
+through CurveZMQ; acks=all's latency, whose messages are small, barely moves
+(``perf/bench_cluster.py --curve-cost``).
+
 Expected on the 2-vCPU development VM: a round trip of a few hundred microseconds
 (four thread hand-offs, two TCP hops and four codec passes in Python; a bare pyzmq
 DEALER/ROUTER round trip between two threads takes ~220 us there under load), and
@@ -38,15 +51,20 @@ import zmq
 
 from shmlog.replication import Fetch, FetchPartition, FetchResponse, FetchResponsePartition, \
     ErrorCode
-from shmlog.zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpoint
+from shmlog.zmq_replication import (CurveSecurity, ReceivedRequest, ReceivedResponse,
+                                    ReplicationEndpoint)
 
 RECORDS_SIZE = 1 << 20
 
 
+SECURITIES = ("plaintext", "curve")
+
+
 class Side:
-    def __init__(self, broker_id: int):
+    def __init__(self, broker_id: int, security: CurveSecurity | None = None):
         self.bell = threading.Event()
-        self.endpoint = ReplicationEndpoint(broker_id, 1, "tcp://127.0.0.1:*", self.bell.set)
+        self.endpoint = ReplicationEndpoint(broker_id, 1, "tcp://127.0.0.1:*", self.bell.set,
+                                            security)
         self.pending: list = []
 
     def next(self, kind: type, timeout_s: float = 10.0):
@@ -106,15 +124,22 @@ def memcpy_gbps() -> float:
     return 5 * source.nbytes / (time.perf_counter() - start) / 1e9
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--round-trips", type=int, default=2000)
-    parser.add_argument("--fetches", type=int, default=300)
-    parser.add_argument("--in-flight", type=int, default=4)
-    parser.add_argument("--json", help="write the figures to this file")
-    args = parser.parse_args()
-    leader, follower = Side(1), Side(2)
-    follower.endpoint.set_peers({1: leader.endpoint.address})
+def sides(security: str) -> tuple[Side, Side]:
+    """A leader (broker 1) and a follower connected to it, on plain TCP or CURVE."""
+    if security == "plaintext":
+        leader, follower = Side(1), Side(2)
+    else:
+        pairs = [tuple(key.decode() for key in zmq.curve_keypair()) for _ in range(2)]
+        allowed = frozenset(public for public, _ in pairs)
+        leader, follower = (Side(broker_id, CurveSecurity(*pair, allowed))
+                            for broker_id, pair in ((1, pairs[0]), (2, pairs[1])))
+    follower.endpoint.set_peers({1: leader.endpoint.address}, {1: leader.endpoint.public_key})
+    return leader, follower
+
+
+def measure(args, security: str) -> dict:
+    """The figures of one security mode."""
+    leader, follower = sides(security)
     records = np.random.default_rng(0).integers(0, 256, RECORDS_SIZE, dtype=np.uint8)
     try:
         round_trips(leader, follower, 50, None)                     # connect, warm up
@@ -124,19 +149,40 @@ def main() -> None:
     finally:
         follower.endpoint.close()
         leader.endpoint.close()
-    figures = {
-        "host": platform.node(), "cpu": platform.processor() or platform.machine(),
-        "python": platform.python_version(), "pyzmq": zmq.__version__,
-        "libzmq": zmq.zmq_version(),
+    return {
         "round_trip_us_p50": float(np.percentile(latencies, 50)),
         "round_trip_us_p99": float(np.percentile(latencies, 99)),
         "fetch_1mib_one_in_flight_gbps": args.fetches * RECORDS_SIZE / sum(one) / 1e9,
         "fetch_1mib_one_in_flight_us_p50": float(np.percentile(np.array(one) * 1e6, 50)),
         f"fetch_1mib_{args.in_flight}_in_flight_gbps": args.fetches * RECORDS_SIZE / many / 1e9,
-        "memcpy_gbps": memcpy_gbps(),
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--round-trips", type=int, default=2000)
+    parser.add_argument("--fetches", type=int, default=300)
+    parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument("--security", choices=SECURITIES + ("both",), default="both",
+                        help="plain TCP, CurveZMQ, or both and their ratio (default)")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args()
+    chosen = SECURITIES if args.security == "both" else (args.security,)
+    figures = {
+        "host": platform.node(), "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(), "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(), "memcpy_gbps": memcpy_gbps(),
+        **{security: measure(args, security) for security in chosen}}
+    if len(chosen) == 2:
+        figures["curve_over_plaintext"] = {name: value / figures["plaintext"][name]
+                                           for name, value in figures["curve"].items()}
     for name, value in figures.items():
-        print(f"{name:36} {value:.2f}" if isinstance(value, float) else f"{name:36} {value}")
+        if isinstance(value, dict):
+            print(f"{name}:")
+            for figure, number in value.items():
+                print(f"  {figure:36} {number:.3f}")
+        else:
+            print(f"{name:38} {value:.2f}" if isinstance(value, float) else f"{name:38} {value}")
     if args.json:
         with open(args.json, "w") as file:
             json.dump(figures, file, indent=2)

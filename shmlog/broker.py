@@ -197,7 +197,15 @@ class BrokerCore:
         return dict(self._handlers)
 
     def ping(self) -> dict:
-        return {"pid": os.getpid(), "data_dir": self.data_dir}
+        """The broker's pid and data directory; a cluster member adds how its peers
+        talk to it and how many connections its replication endpoint refused (CurveZMQ
+        handshakes of unknown keys or without CURVE)."""
+        answer = {"pid": os.getpid(), "data_dir": self.data_dir}
+        if self.cluster is not None:
+            answer["replication_security"] = \
+                "curve" if self.cluster.endpoint.public_key else "plaintext"
+            answer["replication_refused_connections"] = self.cluster.endpoint.refused_count
+        return answer
 
     def handle(self, ticket, frame: bytes) -> bytes | None:
         """The reply to one request frame, or None when it comes later (a join waits

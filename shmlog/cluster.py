@@ -5,8 +5,9 @@ endpoint, and the replica service.
 Rules
 -----
 * Joining is all or nothing: a broker that cannot reach ZooKeeper, whose
-  ``cluster.id`` is not the cluster's, whose broker id is taken, or whose
-  replication endpoint cannot be bound does not start (a typed error says which).
+  ``cluster.id`` is not the cluster's, whose broker id is taken, whose CurveZMQ key
+  files cannot be read, or whose replication endpoint cannot be bound does not
+  start (a typed error says which).
 * **Controlled shutdown** (``controlled.shutdown.enable``; Kafka's
   ``KafkaServer.controlledShutdown``): before leaving, the broker asks the controller
   to move its leaderships away (:meth:`ClusterNode.start_controlled_shutdown`: the
@@ -15,6 +16,8 @@ Rules
   (:meth:`ClusterNode.controlled_shutdown_done`, rules in ``leader_balance``); the
   broker's loop drives both. Its own controller, if it is the controller, does
   the moving, then resigns when it leaves.
+* The replication endpoint serves with the configured CurveZMQ keys (unless the
+  config says plaintext), and the registration publishes its public key.
 * Leaving closes in the order that lets the others act soonest: the controller
   resigns (another member is elected at once), the replication endpoint closes,
   and the ZooKeeper session is closed, not left to expire, so the broker's
@@ -37,7 +40,7 @@ from .records import now_ms
 from .replica_service import ReplicaService
 from .zk_client import ClusterZooKeeper
 from .zk_paths import BrokerRegistration
-from .zmq_replication import ReplicationEndpoint
+from .zmq_replication import CurveSecurity, ReplicationEndpoint
 
 log = logging.getLogger("shmlog.broker")
 
@@ -60,6 +63,8 @@ class ClusterNode:
 
     Raises
     ------
+    InvalidConfigError
+        A CurveZMQ key file cannot be read or is not valid.
     ZooKeeperUnavailableError, InconsistentClusterIdError, BrokerIdInUseError
         ZooKeeper cannot be reached, belongs to another cluster, or another live
         broker has this id.
@@ -69,6 +74,7 @@ class ClusterNode:
 
     def __init__(self, config: ClusterConfig, host: PartitionHost):
         self.config = config
+        security = CurveSecurity.from_config(config)       # before anything is started
         self.zookeeper = ClusterZooKeeper(
             config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
             connect_timeout_s=config.zookeeper_connection_timeout_ms / 1000).start()
@@ -76,10 +82,12 @@ class ClusterNode:
         self.shutdown: ControlledShutdown | None = None
         try:
             self.endpoint = ReplicationEndpoint(config.broker_id, 0, config.replication_endpoint,
-                                                wake=host.table.appender_doorbell.ring)
+                                                wake=host.table.appender_doorbell.ring,
+                                                security=security)
             self.broker_epoch = self.zookeeper.register_broker(BrokerRegistration(
                 config.broker_id, config.advertised_host, config.replication_endpoint,
-                config.rack, now_ms(), os.getpid()), config.cluster_id)
+                config.rack, now_ms(), os.getpid(), self.endpoint.public_key),
+                config.cluster_id)
             self.endpoint.broker_epoch = self.broker_epoch
             self.replication = ReplicaService(host, config, self.zookeeper, self.endpoint)
             self.producer_ids = ClusterProducerIds(self.zookeeper, config.broker_id)
@@ -89,8 +97,9 @@ class ClusterNode:
         except BaseException:
             self.close()
             raise
-        log.info("broker %d joined cluster %s (epoch %d), replicating on %s", config.broker_id,
-                 config.cluster_id, self.broker_epoch, config.replication_endpoint)
+        log.info("broker %d joined cluster %s (epoch %d), replicating on %s (%s)",
+                 config.broker_id, config.cluster_id, self.broker_epoch,
+                 config.replication_endpoint, "CurveZMQ" if security else "plain TCP")
 
     def start_controlled_shutdown(self) -> None:
         """Ask the controller to move this broker's leaderships away (on SIGTERM); the

@@ -7,9 +7,9 @@ is None and the broker is today's single-host broker, with no ZooKeeper.
 
 Rules
 -----
-* Light: the standard library, ``errors``, ``limits`` and ``settings`` only (no numpy,
-  numba, kazoo or ZeroMQ), so the ``shmlog`` command reads a config file without
-  paying for them.
+* Light: the standard library, ``errors``, ``limits``, ``settings`` and ``curve_keys``
+  only (no numpy, numba, kazoo or ZeroMQ), so the ``shmlog`` command reads a config
+  file without paying for them.
 * Names: every setting is a field of :class:`ClusterConfig` in snake_case; the table
   also takes Kafka's dotted names (``"zookeeper.connect"``, ``"broker.rack"``), quoted
   or bare (TOML reads a bare ``zookeeper.connect`` as nested tables, which are
@@ -25,6 +25,13 @@ Rules
   most ``replica.socket.timeout.ms`` and at most ``replica.lag.time.max.ms``. Every
   refusal is an :class:`~shmlog.errors.InvalidConfigError` naming the setting, the
   value and what is accepted.
+* Security between brokers (``security.inter.broker.protocol``) is ``"curve"`` unless
+  ``"plaintext"`` is written: plain TCP only when explicitly configured. With curve a
+  broker must name its own secret key file (``curve.secret.key.file``) and at least
+  one allowed peer (``curve.allowed.public.keys``, a list of Z85 keys, and/or
+  ``curve.allowed.public.keys.dir``, a directory of ``.key`` files), or it does not
+  start. The files are read when the broker starts (``zmq_replication.CurveSecurity``),
+  not here.
 
 Theory of operation
 -------------------
@@ -50,6 +57,8 @@ An example (the unit tests load it)::
     "min.insync.replicas" = 2
     "default.replication.factor" = 3
     "replica.lag.time.max.ms" = 1500
+    "curve.secret.key.file" = "/etc/shmlog/keys/broker-1.key_secret"
+    "curve.allowed.public.keys.dir" = "/etc/shmlog/keys"
 """
 
 from __future__ import annotations
@@ -58,10 +67,10 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from . import limits, settings
+from . import curve_keys, limits, settings
 from .errors import InvalidConfigError
 
-__all__ = ["ClusterConfig", "KAFKA_NAMES", "check_zookeeper_connect"]
+__all__ = ["ClusterConfig", "KAFKA_NAMES", "SECURITY_PROTOCOLS", "check_zookeeper_connect"]
 
 # Kafka types these settings as int (a few as long); a 32-bit int keeps every
 # millisecond setting in range of ZeroMQ's poll and of threading's timeouts.
@@ -74,6 +83,8 @@ _ENDPOINT = re.compile(rf"tcp://(?P<host>\*|{_HOST}):(?P<port>[0-9]{{1,5}})")
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 # Hosts that are bind wildcards: a peer cannot connect to them.
 _WILDCARD_HOSTS = ("*", "0.0.0.0", "[::]", "[0:0:0:0:0:0:0:0]")
+# security.inter.broker.protocol: Kafka's PLAINTEXT/SSL become plain TCP/CurveZMQ.
+SECURITY_PROTOCOLS = ("curve", "plaintext")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,11 +134,20 @@ class ClusterConfig:
     # the high watermark to cover its records (Kafka's offsets.commit.timeout.ms).
     offsets_topic_replication_factor: int = 3       # offsets.topic.replication.factor
     offsets_commit_timeout_ms: int = 5_000          # offsets.commit.timeout.ms
+    # Between brokers (Kafka's security.inter.broker.protocol): "curve" or "plaintext".
+    security_inter_broker_protocol: str = "curve"
+    curve_secret_key_file: str | None = None        # this broker's NAME.key_secret
+    curve_allowed_public_keys: tuple[str, ...] = ()   # Z85 public keys of the peers
+    curve_allowed_public_keys_dir: str | None = None  # a directory of peers' .key files
 
     def __post_init__(self):
+        if isinstance(self.curve_allowed_public_keys, list):      # as TOML gives it
+            object.__setattr__(self, "curve_allowed_public_keys",
+                               tuple(self.curve_allowed_public_keys))
         _check_names(self)
         _check_numbers(self)
         _check_addresses(self)
+        _check_security(self)
         if self.advertised_host is None:
             object.__setattr__(self, "advertised_host", self.replication_host)
         if self.zookeeper_connection_timeout_ms is None:
@@ -165,8 +185,9 @@ class ClusterConfig:
     def as_mapping(self) -> dict[str, Any]:
         """Every setting by Kafka's dotted name (None values left out): what
         :meth:`from_mapping` takes back."""
-        return {KAFKA_NAMES[field.name]: getattr(self, field.name)
-                for field in dataclasses.fields(self) if getattr(self, field.name) is not None}
+        return {KAFKA_NAMES[field.name]: list(value) if isinstance(value, tuple) else value
+                for field in dataclasses.fields(self)
+                if (value := getattr(self, field.name)) is not None}
 
     def to_toml(self) -> str:
         """The ``[cluster]`` table as TOML text (every setting, Kafka's names)."""
@@ -174,6 +195,11 @@ class ClusterConfig:
         for name, value in self.as_mapping().items():
             lines.append(f'"{name}" = {_toml_value(value)}')
         return "\n".join(lines) + "\n"
+
+    @property
+    def curve(self) -> bool:
+        """Do brokers talk over CurveZMQ (else plain TCP)?"""
+        return self.security_inter_broker_protocol == "curve"
 
     @property
     def zookeeper_hosts(self) -> str:
@@ -302,6 +328,32 @@ def _check_addresses(config: ClusterConfig) -> None:
                                  f"not the wildcard {match.group('host')!r}: {endpoint!r}")
 
 
+def _check_security(config: ClusterConfig) -> None:
+    protocol = config.security_inter_broker_protocol
+    if protocol not in SECURITY_PROTOCOLS:
+        raise InvalidConfigError(f"security.inter.broker.protocol must be one of "
+                                 f"{', '.join(SECURITY_PROTOCOLS)}, got {protocol!r:.100}")
+    settings.optional_text(KAFKA_NAMES["curve_secret_key_file"], config.curve_secret_key_file)
+    settings.optional_text(KAFKA_NAMES["curve_allowed_public_keys_dir"],
+                           config.curve_allowed_public_keys_dir)
+    keys = config.curve_allowed_public_keys
+    if not isinstance(keys, tuple) or not all(curve_keys.is_z85_key(key) for key in keys):
+        raise InvalidConfigError(f"curve.allowed.public.keys must be a list of CURVE public "
+                                 f"keys in Z85 (40 characters each), got {keys!r:.200}")
+    if not config.curve:
+        return
+    if config.curve_secret_key_file is None:
+        raise InvalidConfigError(
+            "curve.secret.key.file must name this broker's secret key file (shmlog cluster "
+            "keys makes one) while security.inter.broker.protocol is curve; plain TCP "
+            "only with security.inter.broker.protocol = \"plaintext\"")
+    if not keys and config.curve_allowed_public_keys_dir is None:
+        raise InvalidConfigError(
+            "curve.allowed.public.keys or curve.allowed.public.keys.dir must name the peers "
+            "this broker accepts while security.inter.broker.protocol is curve; plain TCP "
+            "only with security.inter.broker.protocol = \"plaintext\"")
+
+
 def check_zookeeper_connect(connect: Any) -> str:
     """``connect`` if it is a valid ``zookeeper.connect``: ``host[:port],...[/chroot]``.
 
@@ -333,6 +385,8 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     assert isinstance(value, str), f"a cluster setting is a bool, int or str, not {value!r}"
     # Checked names and addresses hold no quote, backslash or control character.
     assert re.fullmatch(r"[^\"\\\x00-\x1f\x7f]*", value), f"unquotable {value!r}"

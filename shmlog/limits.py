@@ -323,3 +323,16 @@ COORDINATOR_CHECK_INTERVAL_MS = 50
 # escapes at most double a text (quotes and backslashes), so this leaves the body room.
 # A request or reply longer than this is refused before it is sent.
 GROUP_FORWARD_TEXT_LENGTH_MAX = 24 << 10
+# --- CurveZMQ between brokers (curve_keys; engineer "curve") -------------------------------
+# A key's name becomes a file name (NAME.key, NAME.key_secret): 100 characters hold
+# any host or broker naming scheme and stay far below NAME_MAX (255 bytes).
+CURVE_KEY_NAME_LENGTH_MAX = 100
+# A ZeroMQ certificate file is ~350 bytes (a banner, metadata and two 40-character
+# keys); 64 KiB bounds what a wrong path (a log, a device) makes the broker read.
+CURVE_KEY_FILE_SIZE_MAX = 64 << 10
+# A peer key this broker does not know makes it read curve.allowed.public.keys.dir again
+# (a new broker's key copied in while it runs), at most this often: a stranger that
+# reconnects in a loop costs one directory read a second, and a key added is taken
+# within a second (libzmq retries a refused connection every
+# REPLICATION_RECONNECT_INTERVAL_MS_MAX at most).
+CURVE_KEYS_RELOAD_INTERVAL_S = 1.0

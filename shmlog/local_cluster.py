@@ -6,6 +6,11 @@ Rules
 * Everything lives under one directory: ``zookeeper/``, and per broker
   ``broker-<id>/`` (its data) and ``broker-<id>.toml`` (its config, the file an
   operator would write: ``shmlog broker --config broker-<id>.toml``).
+* Brokers talk CurveZMQ (the cluster default): ``keys/`` holds a key pair per
+  broker (``broker-<id>.key``, ``broker-<id>.key_secret``, made at the first start
+  and kept), each broker's config names its secret file and allows every ``.key``
+  file of ``keys/``. ``curve=False`` writes ``security.inter.broker.protocol =
+  "plaintext"`` instead.
 * A broker keeps its replication port across restarts (its peers and ZooKeeper
   know it by it).
 * :meth:`LocalCluster.stop` stops every broker (SIGTERM, then SIGKILL) and the
@@ -28,7 +33,7 @@ import time
 import uuid
 from typing import Mapping, Sequence
 
-from . import access, shared_memory
+from . import access, curve_keys, shared_memory
 from .broker import Broker
 from .errors import ShmlogError
 from .paths import shared_memory_prefix
@@ -76,16 +81,25 @@ class LocalCluster:
     broker_settings : dict, optional
         Broker settings every broker gets (``BrokerConfig`` field names, e.g.
         ``{"offsets_topic_num_partitions": 3}``), written before the ``[cluster]`` table.
+    curve : bool
+        Brokers talk CurveZMQ with keys made under ``keys/`` (default); False: plain
+        TCP.
     """
 
     def __init__(self, directory: str, brokers: int = 3, *, zookeeper_connect: str | None = None,
                  chroot: str | None = None, settings: dict | None = None,
                  startup_timeout_s: float = 120.0, hosts: Mapping[int, str] | None = None,
                  launch_prefixes: Mapping[int, Sequence[str]] | None = None,
-                 log_files: bool = False, broker_settings: dict | None = None):
+                 log_files: bool = False, broker_settings: dict | None = None,
+                 curve: bool = True):
         self.directory = os.path.abspath(directory)
         self.count = brokers
         self.settings = dict(settings or {})
+        if brokers < 3 and not {"offsets.topic.replication.factor",
+                                "offsets_topic_replication_factor"} & set(self.settings):
+            # Kafka's default factor 3 would leave a smaller cluster without groups
+            # (its docs tell a one-broker setup to lower it; so does this).
+            self.settings["offsets.topic.replication.factor"] = brokers
         self.broker_settings = dict(broker_settings or {})
         self.chroot = chroot or f"/shmlog-{uuid.uuid4().hex[:12]}"
         self.cluster_id = f"local-{uuid.uuid4().hex[:12]}"
@@ -98,6 +112,7 @@ class LocalCluster:
         self._launch_prefixes = {broker_id: list(prefix)
                                  for broker_id, prefix in (launch_prefixes or {}).items()}
         self.log_files = log_files
+        self.curve = curve
         self._ports: dict[int, int] = {}
 
     # -- naming ----------------------------------------------------------------------------
@@ -120,6 +135,15 @@ class LocalCluster:
     def config_file(self, broker_id: int) -> str:
         return os.path.join(self.directory, f"broker-{broker_id}.toml")
 
+    @property
+    def keys_directory(self) -> str:
+        """Where the brokers' CurveZMQ key files are (with ``curve``)."""
+        return os.path.join(self.directory, "keys")
+
+    def secret_key_file(self, broker_id: int) -> str:
+        """Broker ``broker_id``'s secret key file (with ``curve``)."""
+        return os.path.join(self.keys_directory, f"broker-{broker_id}{curve_keys.SECRET_SUFFIX}")
+
     def replication_endpoint(self, broker_id: int) -> str:
         if broker_id not in self._ports:
             # An address of another network namespace cannot be probed from here:
@@ -136,6 +160,7 @@ class LocalCluster:
                 self.zookeeper = ZooKeeperServer(os.path.join(self.directory, "zookeeper"))
                 self.zookeeper.start()
             for broker_id in range(1, self.count + 1):
+                self._make_keys(broker_id)
                 self._write_config(broker_id)
             # Launched together, waited for after: their warm-ups overlap.
             for broker_id in range(1, self.count + 1):
@@ -147,6 +172,12 @@ class LocalCluster:
             raise
         return self
 
+    def _make_keys(self, broker_id: int) -> None:
+        """A key pair for the broker, unless it has one (a restarted cluster)."""
+        if self.curve and not os.path.exists(self.secret_key_file(broker_id)):
+            access.make_directories(self.keys_directory)
+            curve_keys.write_key_pair(self.keys_directory, f"broker-{broker_id}")
+
     def _write_config(self, broker_id: int) -> None:
         lines = [f"{key} = {_toml_value(value)}" for key, value in self.broker_settings.items()]
         lines += ["[cluster]",
@@ -154,6 +185,11 @@ class LocalCluster:
                  f'"broker.id" = {broker_id}',
                  f'"zookeeper.connect" = "{self.zookeeper_connect}"',
                  f'"replication.endpoint" = "{self.replication_endpoint(broker_id)}"']
+        if self.curve:
+            lines += [f'"curve.secret.key.file" = "{self.secret_key_file(broker_id)}"',
+                      f'"curve.allowed.public.keys.dir" = "{self.keys_directory}"']
+        else:
+            lines.append('"security.inter.broker.protocol" = "plaintext"')
         for key, value in self.settings.items():
             lines.append(f'"{key}" = {_toml_value(value)}')
         with open(self.config_file(broker_id), "w") as config:
@@ -177,6 +213,7 @@ class LocalCluster:
         it answers."""
         self.count += 1
         broker_id = self.count
+        self._make_keys(broker_id)       # the others read their keys directory again
         self._write_config(broker_id)
         self.start_broker(broker_id)
         return broker_id

@@ -307,8 +307,12 @@ class ReplicaService:
             log.info("replication throttle rates (leader, follower): %s bytes/s",
                      self.throttle.rates)
         elif isinstance(change, BrokersChanged):
-            self.endpoint.set_peers({broker_id: broker.registration.replication_endpoint
-                                     for broker_id, broker in self.view.brokers.items()})
+            brokers = self.view.brokers
+            self.endpoint.set_peers(
+                {broker_id: broker.registration.replication_endpoint
+                 for broker_id, broker in brokers.items()},
+                {broker_id: broker.registration.curve_public_key
+                 for broker_id, broker in brokers.items()})
         elif isinstance(change, SessionChanged):
             self._session_changed(change.state)
         elif isinstance(change, Reregistered):

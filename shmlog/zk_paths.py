@@ -5,7 +5,8 @@ Cluster metadata lives in ZooKeeper as Kafka kept it before KRaft (Kafka 2.8's
 
     /cluster/id                                 {"version":"1","id":"<cluster id>"}
     /brokers/ids/<id>                ephemeral  {"version":1,"host":..,"replication":"tcp://h:p",
-                                                 "rack":"r1"|null,"timestamp":"<ms>","pid":n}
+                                                 "rack":"r1"|null,"timestamp":"<ms>","pid":n,
+                                                 "curve_public_key":"<Z85>" (optional)}
     /controller                      ephemeral  {"version":1,"brokerid":1,"timestamp":"<ms>"}
     /controller_epoch                           "7"  (plain text, as Kafka)
     /brokers/topics/<t>                         {"version":3,"topic_id":"<32 hex>",
@@ -66,6 +67,7 @@ import re
 import uuid
 from typing import Any, Mapping
 
+from .curve_keys import is_z85_key
 from .errors import InvalidTopicError, ZnodeFormatError
 
 __all__ = [
@@ -208,7 +210,10 @@ class BrokerRegistration:
     """What ``/brokers/ids/<id>`` says of a live broker.
 
     ``host`` is the name clients and Spark see; ``replication_endpoint`` the
-    ``tcp://host:port`` its peers fetch from; ``rack`` None when not rack-aware.
+    ``tcp://host:port`` its peers fetch from; ``rack`` None when not rack-aware;
+    ``curve_public_key`` the CurveZMQ public key (Z85) its endpoint serves with, None
+    when it talks plain TCP. Peers connect only to a key they were configured to
+    allow: ZooKeeper is not trusted with keys, the field only says which one it is.
     """
     broker_id: int
     host: str
@@ -216,6 +221,7 @@ class BrokerRegistration:
     rack: str | None = None
     timestamp_ms: int = 0
     pid: int = 0
+    curve_public_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,9 +372,12 @@ def decode_cluster_id(body: bytes) -> str:
 
 def encode_broker_registration(registration: BrokerRegistration) -> bytes:
     """``/brokers/ids/<id>``'s body (the id is the path, not the body)."""
-    return _dumps({"version": BROKER_VERSION, "host": registration.host,
-                   "replication": registration.replication_endpoint, "rack": registration.rack,
-                   "timestamp": str(registration.timestamp_ms), "pid": registration.pid})
+    body = {"version": BROKER_VERSION, "host": registration.host,
+            "replication": registration.replication_endpoint, "rack": registration.rack,
+            "timestamp": str(registration.timestamp_ms), "pid": registration.pid}
+    if registration.curve_public_key is not None:      # optional: older readers ignore it
+        body["curve_public_key"] = registration.curve_public_key
+    return _dumps(body)
 
 
 def decode_broker_registration(broker_id: int, body: bytes) -> BrokerRegistration:
@@ -379,10 +388,14 @@ def decode_broker_registration(broker_id: int, body: bytes) -> BrokerRegistratio
     rack = fields.get("rack")
     if rack is not None and not isinstance(rack, str):
         raise ZnodeFormatError(f"{what}: 'rack' is {rack!r}, expected a string or null")
+    public_key = fields.get("curve_public_key")
+    if public_key is not None and not is_z85_key(public_key):
+        raise ZnodeFormatError(f"{what}: 'curve_public_key' is {public_key!r:.100}, expected "
+                               f"a CURVE public key in Z85 (40 characters) or absent")
     return BrokerRegistration(broker_id, _field(fields, "host", str, what),
                               _field(fields, "replication", str, what), rack,
                               _decimal(fields, "timestamp", what, 0),
-                              _integer(fields, "pid", what, 0, default=0))
+                              _integer(fields, "pid", what, 0, default=0), public_key)
 
 
 def encode_controller(registration: ControllerRegistration) -> bytes:

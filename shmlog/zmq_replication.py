@@ -18,6 +18,25 @@ Rules
   and opened again: that drops whatever libzmq had queued for a dead peer, and the
   peer's other requests in flight fail too. A reply whose correlation id is not in
   flight (late, or never asked) is dropped.
+* CurveZMQ (``security``, the default of a cluster config): the ROUTER is a CURVE
+  server, and a ZAP handler on this thread (bound to the endpoint's own context's
+  ``inproc://zeromq.zap.01``, which libzmq asks during every handshake) accepts
+  only the allowed public keys. Each DEALER is a CURVE client that connects only
+  to a peer whose published key is allowed: a peer whose registration names
+  another key, or none, is refused and logged, never connected to (ZooKeeper is
+  not trusted with keys), and requests to it fail ``NO_PEER``. Every refused
+  handshake (an unknown key, a peer without CURVE) is counted
+  (:attr:`ReplicationEndpoint.refused_count`, from the ROUTER's monitor) and logged,
+  rate-limited. Without ``security`` the sockets are plain TCP.
+* Allowed keys can be added while the broker runs: a key not in the set (a
+  handshake, a registration) makes the thread read ``curve.allowed.public.keys.dir``
+  again, at most once per ``limits.CURVE_KEYS_RELOAD_INTERVAL_S``, and a peer refused
+  for its key is connected to once its key file is there. Growing a cluster is:
+  copy the new broker's ``.key`` into every broker's directory, then start it.
+  Keys are never dropped while running (a removed file takes a restart). libzmq
+  ends a connection whose handshake the server refused and never retries it: a
+  DEALER refused by a peer that did not allow this broker's key yet is reopened by
+  its first request's timeout, as a dead peer's is.
 * Whatever a peer sends never ends the thread: a request that does not decode is
   answered with an ERROR (its correlation id if the envelope was readable, else
   0) and logged; a malformed reply, or a request sent as a reply, is logged and
@@ -52,23 +71,99 @@ import time
 from typing import Callable, Mapping
 
 import zmq
+from zmq.utils.z85 import encode as z85_encode
 
-from . import limits, replication_layout
-from .errors import LocalProtocolError, ReplicationProtocolError
+from . import curve_keys, limits, replication_layout
+from .errors import InvalidConfigError, LocalProtocolError, ReplicationProtocolError
 from .replication import Error, ErrorCode, Message, decode, encode
 from .replication_layout import MessageType
 
 __all__ = ["ReplicationEndpoint", "ReceivedRequest", "ReceivedResponse", "RequestFailed",
-           "RequestFailure"]
+           "RequestFailure", "CurveSecurity"]
 
 log = logging.getLogger("shmlog.replication")
 
 # Commands the owner sends the thread (first frame: a kind byte, then its fields).
 _REQUEST = struct.Struct("<cidq")       # b"Q", peer id, deadline (monotonic s), correlation id
 _REPLY = b"R"                           # b"R" + the requester's routing id
-_PEERS = b"P"                           # b"P" + JSON {broker id: endpoint}
+_PEERS = b"P"                           # b"P" + JSON {broker id: [endpoint, public key]}
 _STOP = b"S"
 _I32_MAX = 2**31 - 1
+# Where libzmq asks a context's ZAP handler (ZeroMQ RFC 27), and its answers.
+_ZAP_ADDRESS = "inproc://zeromq.zap.01"
+_ZAP_VERSION = b"1.0"
+_ZAP_DOMAIN = b"shmlog-replication"
+# The handshakes that failed: a refused key (AUTH), no CURVE or garbage (PROTOCOL).
+_REFUSALS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+             | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveSecurity:
+    """A broker's CurveZMQ identity and the peers it accepts (keys in Z85).
+
+    Parameters
+    ----------
+    public_key, secret_key
+        This broker's key pair.
+    allowed_public_keys
+        The peers' public keys: only these may connect to the ROUTER, and a DEALER
+        connects only to a server holding one of them.
+    allowed_public_keys_dir
+        The directory of ``.key`` files they came from (with the configured list),
+        read again by :meth:`reloaded`; None: the set is fixed.
+    """
+    public_key: str
+    secret_key: str
+    allowed_public_keys: frozenset[str]
+    allowed_public_keys_dir: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "allowed_public_keys", frozenset(self.allowed_public_keys))
+        for key in (self.public_key, self.secret_key, *self.allowed_public_keys):
+            if not curve_keys.is_z85_key(key):
+                raise LocalProtocolError(f"a CURVE key is 40 characters of Z85, got {key!r:.60}")
+
+    @classmethod
+    def from_config(cls, config) -> "CurveSecurity | None":
+        """The security a :class:`~shmlog.cluster_config.ClusterConfig` names (its key
+        files read now), or None when it says ``plaintext``.
+
+        Raises
+        ------
+        InvalidConfigError
+            A key file cannot be read or is not valid, the secret key is not the
+            public key's, or no peer is allowed.
+        """
+        if not config.curve:
+            return None
+        pair = curve_keys.read_key_pair(config.curve_secret_key_file)
+        if zmq.curve_public(pair.secret_key.encode()).decode() != pair.public_key:
+            raise InvalidConfigError(f"curve.secret.key.file: {config.curve_secret_key_file} "
+                                     f"holds a secret key that is not its public key's")
+        allowed = set(config.curve_allowed_public_keys)
+        if config.curve_allowed_public_keys_dir is not None:
+            allowed.update(curve_keys.read_public_keys_dir(config.curve_allowed_public_keys_dir))
+        if not allowed:
+            raise InvalidConfigError(f"curve.allowed.public.keys.dir: "
+                                     f"{config.curve_allowed_public_keys_dir} holds no .key file: "
+                                     f"this broker would accept no peer")
+        return cls(pair.public_key, pair.secret_key, frozenset(allowed),
+                   config.curve_allowed_public_keys_dir)
+
+    def reloaded(self) -> "CurveSecurity":
+        """This security with the keys of ``allowed_public_keys_dir`` read again,
+        added to those allowed (never removed while running).
+
+        Raises
+        ------
+        InvalidConfigError
+            The directory cannot be listed or a ``.key`` file in it is not valid.
+        """
+        if self.allowed_public_keys_dir is None:
+            return self
+        added = curve_keys.read_public_keys_dir(self.allowed_public_keys_dir)
+        return dataclasses.replace(self, allowed_public_keys=self.allowed_public_keys | set(added))
 
 
 class RequestFailure(enum.Enum):
@@ -115,23 +210,31 @@ class ReplicationEndpoint:
     wake
         Called (on the endpoint's thread) after events were queued: the broker's
         doorbell ``ring``.
+    security
+        CurveZMQ keys (:class:`CurveSecurity`); None: plain TCP.
     """
 
     _instances = itertools.count()
 
     def __init__(self, broker_id: int, broker_epoch: int, address: str,
-                 wake: Callable[[], None] | None = None):
+                 wake: Callable[[], None] | None = None, security: CurveSecurity | None = None):
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
+        self.security = security
+        self.refused_count = 0          # handshakes refused (written by the thread)
         self._context = zmq.Context()
         router = self._context.socket(zmq.ROUTER)
         _configure(router)
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        guards: list[zmq.Socket] = []
         try:
+            if security is not None:
+                guards = _guard(router, security)
             router.bind(address)
         except zmq.ZMQError:
-            router.close(linger=0)
+            for socket in [router] + guards:
+                socket.close(linger=0)
             self._context.term()
             raise
         self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -145,8 +248,13 @@ class ReplicationEndpoint:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._correlation_ids = itertools.count(1)
         self._closed = False
-        self._thread = _EndpointThread(self, router, inbox, self._events, wake)
+        self._thread = _EndpointThread(self, router, inbox, self._events, wake, guards)
         self._thread.start()
+
+    @property
+    def public_key(self) -> str | None:
+        """The CURVE public key (Z85) this endpoint serves with; None on plain TCP."""
+        return None if self.security is None else self.security.public_key
 
     @property
     def running(self) -> bool:
@@ -214,18 +322,26 @@ class ReplicationEndpoint:
             return False
         return True
 
-    def set_peers(self, peers: Mapping[int, str]) -> None:
+    def set_peers(self, peers: Mapping[int, str],
+                  public_keys: Mapping[int, str | None] | None = None) -> None:
         """The endpoints of the other brokers (``{broker id: "tcp://host:port"}``,
-        from the cluster metadata; this broker's own id is ignored). A peer removed
-        or moved fails its requests in flight (``PEER_RESET``)."""
+        from the cluster metadata; this broker's own id is ignored) and the CURVE
+        public keys their registrations publish (``{broker id: Z85 key or None}``;
+        unused on plain TCP). With CURVE a peer whose key is missing or not allowed
+        is refused and logged, never connected to. A peer removed, moved or
+        re-keyed fails its requests in flight (``PEER_RESET``)."""
         self._check_open()
+        public_keys = public_keys or {}
         table = {}
         for peer_id, endpoint in peers.items():
             if type(peer_id) is not int or not isinstance(endpoint, str):
                 raise LocalProtocolError(f"peers map broker ids to endpoints, got "
                                          f"{peer_id!r}: {endpoint!r}")
+            public_key = public_keys.get(peer_id)
+            if public_key is not None and not isinstance(public_key, str):
+                raise LocalProtocolError(f"a public key is a Z85 string, got {public_key!r:.60}")
             if peer_id != self.broker_id:
-                table[str(peer_id)] = endpoint
+                table[str(peer_id)] = [endpoint, public_key]
         if not self._pass([_PEERS + json.dumps(table).encode()]):
             log.error("the peers update was dropped: the replication thread is not keeping up")
 
@@ -249,6 +365,24 @@ class ReplicationEndpoint:
             raise LocalProtocolError("the replication endpoint is closed")
 
 
+def _guard(router: zmq.Socket, security: CurveSecurity) -> list[zmq.Socket]:
+    """Make ``router`` a CURVE server whose handshakes its context's ZAP handler
+    judges; returns the handler's socket and the ROUTER's monitor (made before the
+    bind, so no handshake comes before them)."""
+    zap = router.context.socket(zmq.ROUTER)
+    zap.setsockopt(zmq.LINGER, 0)
+    try:
+        zap.bind(_ZAP_ADDRESS)
+        router.setsockopt(zmq.CURVE_SERVER, 1)
+        router.setsockopt(zmq.CURVE_SECRETKEY, security.secret_key.encode())
+        router.setsockopt(zmq.ZAP_DOMAIN, _ZAP_DOMAIN)
+        monitor = router.get_monitor_socket(_REFUSALS)
+    except zmq.ZMQError:
+        zap.close(linger=0)
+        raise
+    return [zap, monitor]
+
+
 def _configure(socket: zmq.Socket) -> None:
     """The options every replication socket shares (see limits)."""
     socket.setsockopt(zmq.LINGER, 0)
@@ -263,6 +397,7 @@ def _configure(socket: zmq.Socket) -> None:
 class _Peer:
     peer_id: int
     endpoint: str
+    public_key: str | None
     socket: zmq.Socket
     backlog: list                        # frames waiting for the connection
 
@@ -271,7 +406,8 @@ class _EndpointThread(threading.Thread):
     """The thread that owns the sockets (every method runs on it)."""
 
     def __init__(self, endpoint: ReplicationEndpoint, router: zmq.Socket, inbox: zmq.Socket,
-                 events: queue.SimpleQueue, wake: Callable[[], None] | None):
+                 events: queue.SimpleQueue, wake: Callable[[], None] | None,
+                 guards: list[zmq.Socket]):
         super().__init__(name=f"shmlog-replication-{endpoint.broker_id}", daemon=True)
         self.endpoint = endpoint
         self.router = router
@@ -284,8 +420,15 @@ class _EndpointThread(threading.Thread):
         self.deadlines: list[tuple[float, int]] = []
         self.queued = 0                                      # events since the last wake
         self.warnings = _Warnings()
+        self.security = endpoint.security
+        self.refused_peers: dict[int, tuple[str, str | None]] = {}   # logged, not connected
+        self.zap, self.monitor = guards if guards else (None, None)
+        self.key_warnings, self.handshake_warnings = _Warnings(), _Warnings()
+        self.keys_read_at = time.monotonic()                 # security's keys, as of then
         self.poller = zmq.Poller()
         self.poller.register(inbox, zmq.POLLIN)
+        for guard in guards:
+            self.poller.register(guard, zmq.POLLIN)
         self.watched: dict[zmq.Socket, int] = {}            # and how, besides the inbox
 
     def run(self) -> None:
@@ -298,6 +441,9 @@ class _EndpointThread(threading.Thread):
         finally:
             for socket in [self.router, self.inbox] + [peer.socket for peer in self.peers.values()]:
                 socket.close(linger=0)
+            if self.zap is not None:
+                self.zap.close(linger=0)
+                self.monitor.close(linger=0)
 
     def _turn(self) -> bool:
         """One poll and what it found; False once the owner asked to stop."""
@@ -308,6 +454,10 @@ class _EndpointThread(threading.Thread):
         ready = dict(self.poller.poll(self._poll_timeout_ms()))
         if self.inbox in ready and not self._commands():
             return False
+        if self.zap in ready:
+            self._authenticate(self.zap.recv_multipart())
+        if self.monitor in ready:
+            self._refused(self.monitor.recv_multipart())
         if ready.get(self.router, 0) & zmq.POLLIN:
             self._serve(self.router.recv_multipart(copy=False))
         for socket, flags in ready.items():
@@ -319,6 +469,8 @@ class _EndpointThread(threading.Thread):
             if flags & zmq.POLLIN:
                 self._response(peer, socket.recv_multipart(copy=False))
         self._expire(time.monotonic())
+        if self.refused_peers:
+            self._retry_refused()
         if self.queued:
             self.queued = 0
             if self.wake is not None:
@@ -368,8 +520,8 @@ class _EndpointThread(threading.Thread):
                 self._send_reply(command[1:], frames[1:])
             else:
                 assert kind == _PEERS, command[:16]
-                self._set_peers({int(peer_id): endpoint
-                                 for peer_id, endpoint in json.loads(command[1:]).items()})
+                self._set_peers({int(peer_id): tuple(address)
+                                 for peer_id, address in json.loads(command[1:]).items()})
 
     def _send_request(self, peer_id: int, deadline: float, correlation_id: int,
                       frames: list) -> None:
@@ -400,17 +552,39 @@ class _EndpointThread(threading.Thread):
         except zmq.ZMQError as error:    # gone (EHOSTUNREACH) or not reading (EAGAIN)
             self.warnings.warn("reply to %r dropped: %s", route, error)
 
-    def _set_peers(self, peers: dict[int, str]) -> None:
+    def _set_peers(self, peers: dict[int, tuple[str, str | None]]) -> None:
+        """Connect to the peers given (endpoint, public key), drop the others."""
         for peer_id, peer in list(self.peers.items()):
-            if peers.get(peer_id) != peer.endpoint:
+            if peers.get(peer_id) != (peer.endpoint, peer.public_key):
                 self._drop_peer(peer)
-        for peer_id, endpoint in peers.items():
-            if peer_id not in self.peers:
-                self._open_peer(peer_id, endpoint)
+        for peer_id in list(self.refused_peers):
+            if peers.get(peer_id) != self.refused_peers[peer_id]:
+                del self.refused_peers[peer_id]
+        for peer_id, (endpoint, public_key) in peers.items():
+            if peer_id not in self.peers and peer_id not in self.refused_peers:
+                if self._trusted(peer_id, endpoint, public_key):
+                    self._open_peer(peer_id, endpoint, public_key)
+                else:
+                    self.refused_peers[peer_id] = (endpoint, public_key)
 
-    def _open_peer(self, peer_id: int, endpoint: str) -> None:
+    def _trusted(self, peer_id: int, endpoint: str, public_key: str | None) -> bool:
+        """May this broker connect to the peer? On plain TCP always; with CURVE only
+        to a key it was configured to allow (logged once per registration)."""
+        if self.security is None or self._allows(public_key):
+            return True
+        log.error("broker %d at %s is not connected to: its registration names %s, which "
+                  "is not in this broker's allowed public keys (curve.allowed.public.keys)",
+                  peer_id, endpoint, "no CURVE key" if public_key is None else
+                  f"CURVE key {public_key}")
+        return False
+
+    def _open_peer(self, peer_id: int, endpoint: str, public_key: str | None) -> None:
         socket = self.router.context.socket(zmq.DEALER)
         _configure(socket)
+        if self.security is not None:
+            socket.setsockopt(zmq.CURVE_SERVERKEY, public_key.encode())
+            socket.setsockopt(zmq.CURVE_PUBLICKEY, self.security.public_key.encode())
+            socket.setsockopt(zmq.CURVE_SECRETKEY, self.security.secret_key.encode())
         socket.setsockopt(zmq.ROUTING_ID, f"{self.endpoint.broker_id}:"
                                           f"{self.endpoint.broker_epoch}".encode())
         socket.setsockopt(zmq.IMMEDIATE, 1)
@@ -422,7 +596,7 @@ class _EndpointThread(threading.Thread):
             log.error("cannot connect to broker %d at %r: %s", peer_id, endpoint, error)
             socket.close(linger=0)
             return
-        peer = _Peer(peer_id, endpoint, socket, [])
+        peer = _Peer(peer_id, endpoint, public_key, socket, [])
         self.peers[peer_id] = peer
         self.by_socket[socket] = peer
 
@@ -451,7 +625,65 @@ class _EndpointThread(threading.Thread):
                 log.info("broker %d did not answer request %d in time: reconnecting",
                          peer_id, correlation_id)
                 self._drop_peer(peer)
-                self._open_peer(peer_id, peer.endpoint)
+                self._open_peer(peer_id, peer.endpoint, peer.public_key)
+
+    # --- who may connect (CURVE) -----------------------------------------------------
+
+    def _allows(self, public_key: str | None) -> bool:
+        """Is ``public_key`` allowed (the directory read again if it is not known)?"""
+        if public_key is None:
+            return False
+        if public_key not in self.security.allowed_public_keys:
+            self._reload_keys()
+        return public_key in self.security.allowed_public_keys
+
+    def _reload_keys(self) -> None:
+        """Read the allowed keys' directory again, at most once per interval."""
+        now = time.monotonic()
+        if self.security.allowed_public_keys_dir is None or \
+                now - self.keys_read_at < limits.CURVE_KEYS_RELOAD_INTERVAL_S:
+            return
+        self.keys_read_at = now
+        try:
+            self.security = self.security.reloaded()
+        except InvalidConfigError as error:      # an operator's half-copied file: next time
+            self.key_warnings.warn("the allowed public keys were not read again: %s", error)
+
+    def _retry_refused(self) -> None:
+        """Connect to the refused peers whose keys the directory allows by now."""
+        self._reload_keys()
+        for peer_id, (endpoint, public_key) in list(self.refused_peers.items()):
+            if public_key in self.security.allowed_public_keys:
+                del self.refused_peers[peer_id]
+                log.info("broker %d's CURVE key %s is allowed now: connecting to %s",
+                         peer_id, public_key, endpoint)
+                self._open_peer(peer_id, endpoint, public_key)
+
+    def _authenticate(self, frames: list) -> None:
+        """Answer a ZAP request (RFC 27): 200 for an allowed CURVE key, else 400."""
+        if len(frames) < 9 or frames[1] != b"" or frames[2] != _ZAP_VERSION:
+            log.error("a malformed ZAP request from libzmq (%d frames): ignored", len(frames))
+            return
+        request_id, address, mechanism, credentials = frames[3], frames[5], frames[7], frames[8]
+        public_key = z85_encode(credentials).decode() \
+            if mechanism == b"CURVE" and len(credentials) == 32 else None
+        allowed = self._allows(public_key)
+        if not allowed:
+            self.key_warnings.warn("refused a replication connection from %s: CURVE key "
+                                   "%s is not allowed", address.decode(errors="replace"),
+                                   public_key)
+        status = (b"200", b"OK") if allowed else (b"400", b"public key not allowed")
+        self.zap.send_multipart([frames[0], b"", _ZAP_VERSION, request_id, *status,
+                                 (public_key or "").encode(), b""])
+
+    def _refused(self, frames: list) -> None:
+        """A handshake the ROUTER refused (its monitor's event): count and log it."""
+        event, value = struct.unpack("=HI", frames[0][:6])     # zmq_socket_monitor's layout
+        self.endpoint.refused_count += 1
+        kind = "an unknown key" if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH else \
+            f"a failed handshake (error {value:#x}: no CURVE, or not ZeroMQ)"
+        self.handshake_warnings.warn("refused a replication connection: %s (%d refused so far)",
+                                     kind, self.endpoint.refused_count)
 
     # --- what peers send -------------------------------------------------------------
 

@@ -7,12 +7,15 @@ kafka-reassign-partitions.sh's verbs (``--generate``, ``--execute [--throttle]``
 ``--verify``, ``--cancel``; ``cluster_reassign``). Exit 0 when done, 1 when refused
 or (``--verify``) not complete yet, 2 for a usage error or a file that does not
 parse.
+``shmlog cluster keys``: CurveZMQ key pairs for brokers (``curve_keys``), one
+per name, printing each public key.
 
 For development and trying cluster mode: it runs
 :class:`shmlog.local_cluster.LocalCluster` (imported when the verb runs, so the other
 verbs start without it), prints each broker's data directory (what clients on that
 broker's "host" name) and config file, and prints ``cluster up`` once every broker
-serves. A signal stops every broker (each leaves the cluster cleanly), then
+serves. Its brokers talk CurveZMQ with keys made in ``DIR/keys`` (``--plaintext``:
+plain TCP). A signal stops every broker (each leaves the cluster cleanly), then
 ZooKeeper. Production runs one ``shmlog broker --config FILE`` per host instead,
 pointed at the operator's ZooKeeper ensemble.
 """
@@ -37,7 +40,8 @@ BROKERS_MAX = 254
 
 
 def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
-    """Add the ``cluster`` subcommand (verbs ``up``, ``status``, ``elect-leaders`` and ``reassign``) to
+    """Add the ``cluster`` subcommand (verbs ``up``, ``status``, ``keys``,
+    ``elect-leaders`` and ``reassign``) to
     ``commands``."""
     cluster = commands.add_parser("cluster", parents=parents,
                                   help="run a local cluster (ZooKeeper and N brokers), or "
@@ -53,7 +57,22 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
                     help=f"how many brokers (default {BROKERS_DEFAULT})")
     up.add_argument("--zookeeper-connect",
                     help="use this running ZooKeeper (host:port) instead of starting one")
+    up.add_argument("--plaintext", action="store_true",
+                    help="brokers talk plain TCP (default: CurveZMQ, keys made in DIR/keys)")
     up.set_defaults(run=_up, check=_check)
+    keys = verbs.add_parser(
+        "keys", parents=parents, help="make CurveZMQ key pairs for brokers",
+        description="Write a CurveZMQ key pair per NAME in ZeroMQ's certificate format: "
+                    "DIR/NAME.key (the public key: give it to every peer, or put it in their "
+                    "curve.allowed.public.keys.dir) and DIR/NAME.key_secret (mode 0600: the "
+                    "broker's curve.secret.key.file). Prints each public key (Z85). An "
+                    "existing key is never overwritten without --force.")
+    keys.add_argument("--out", required=True, metavar="DIR",
+                      help="the directory to write to (made 0700 if missing)")
+    keys.add_argument("names", nargs="+", metavar="NAME", help="e.g. broker-1 broker-2")
+    keys.add_argument("--force", action="store_true", help="replace existing key files")
+    keys.add_argument("--json", action="store_true", help="print {name: public key} as JSON")
+    keys.set_defaults(run=_keys)
     status = verbs.add_parser(
         "status", parents=parents, help="brokers, controller, under-replicated and offline "
                                          "partitions, leaders per broker",
@@ -149,7 +168,8 @@ def _up(arguments) -> int:
         return EXIT_FAILURE
     from ..local_cluster import LocalCluster
     cluster = LocalCluster(directory, arguments.brokers,
-                           zookeeper_connect=arguments.zookeeper_connect)
+                           zookeeper_connect=arguments.zookeeper_connect,
+                           curve=not arguments.plaintext)
     stop = threading.Event()
     # SIGTERM and SIGINT interrupt the start (KeyboardInterrupt) and end the wait; a
     # shell starts a background command with SIGINT ignored, so both are set.
@@ -168,6 +188,36 @@ def _up(arguments) -> int:
         for number, handler in previous.items():
             signal.signal(number, handler)
     print("cluster stopped", flush=True)
+    return EXIT_OK
+
+
+def _keys(arguments) -> int:
+    """Write the key pairs; exit 1 (having written none) when a name is invalid or a
+    key exists without --force."""
+    import json
+    from .. import access, curve_keys
+    from ..errors import InvalidConfigError
+    try:
+        for name in arguments.names:
+            curve_keys.check_key_name(name)
+        if not arguments.force:
+            for name in arguments.names:
+                for suffix in (curve_keys.PUBLIC_SUFFIX, curve_keys.SECRET_SUFFIX):
+                    path = os.path.join(arguments.out, name + suffix)
+                    if os.path.lexists(path):
+                        raise FileExistsError(f"{path} exists (--force replaces it)")
+        access.make_directories(arguments.out)
+        made = {name: curve_keys.write_key_pair(arguments.out, name, arguments.force).public_key
+                for name in arguments.names}
+    except (InvalidConfigError, OSError) as error:
+        print(f"shmlog cluster keys: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    if arguments.json:
+        print(json.dumps(made, indent=2), flush=True)
+    else:
+        for name, public_key in made.items():
+            print(f"{name}: {public_key}  ({os.path.join(arguments.out, name)}"
+                  f"{curve_keys.PUBLIC_SUFFIX})", flush=True)
     return EXIT_OK
 
 
@@ -287,6 +337,8 @@ def _elect_leaders(arguments) -> int:
 
 def _print_cluster(cluster) -> None:
     print(f"ZooKeeper: {cluster.zookeeper_connect}", flush=True)
+    security = f"CurveZMQ, keys in {cluster.keys_directory}" if cluster.curve else "plain TCP"
+    print(f"brokers talk {security}", flush=True)
     for broker_id in range(1, cluster.count + 1):
         print(f"broker {broker_id} on {cluster.host(broker_id)}: "
               f"data {cluster.data_dir(broker_id)}, config {cluster.config_file(broker_id)}",

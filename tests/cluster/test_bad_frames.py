@@ -13,7 +13,8 @@ to each one's replication endpoint; each bad message is sent, its answer
 (if it has one) read back with a bounded wait and checked; at the end the brokers'
 output (``LocalCluster``'s log files) holds the warnings and no traceback.
 Senders are a broker id no broker has, so the KIP-380 stale-epoch check lets the
-requests through to the partition checks.
+requests through to the partition checks. The cluster talks CurveZMQ: the raw peer
+holds broker 1's key pair (allowed everywhere), so its frames reach the decoder.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import zmq
 
 from cluster.workload import (broker_output, create_topic, describe, replica_offsets,
                               wait_in_sync)
-from shmlog import limits, replication_layout
+from shmlog import curve_keys, limits, replication_layout
 from shmlog.admin import Admin
 from shmlog.control_client import request
 from shmlog.producer import Producer
@@ -41,13 +42,20 @@ ANSWER_WAIT_MS = 5000
 
 
 class RawPeer:
-    """A DEALER that speaks (and mis-speaks) the replication protocol to one broker."""
+    """A DEALER that speaks (and mis-speaks) the replication protocol to one broker:
+    a CURVE client with ``keys`` (a ``curve_keys.KeyPair``) of the server holding
+    ``server_key``, or plain TCP without."""
 
-    def __init__(self, endpoint: str, identity: bytes = b"77:0"):
+    def __init__(self, endpoint: str, identity: bytes = b"77:0",
+                 keys: curve_keys.KeyPair | None = None, server_key: str | None = None):
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.ROUTING_ID, identity)
+        if keys is not None:
+            self.socket.curve_serverkey = server_key.encode()
+            self.socket.curve_publickey = keys.public_key.encode()
+            self.socket.curve_secretkey = keys.secret_key.encode()
         self.socket.connect(endpoint)
         self.correlation_id = 0
 
@@ -67,6 +75,15 @@ class RawPeer:
     def close(self) -> None:
         self.socket.close(linger=0)
         self.context.term()
+
+
+def trusted_peer(cluster, broker_id: int) -> RawPeer:
+    """A raw peer of broker ``broker_id`` that holds broker 1's key pair."""
+    server_key = curve_keys.read_public_key(
+        f"{cluster.keys_directory}/broker-{broker_id}{curve_keys.PUBLIC_SUFFIX}")
+    return RawPeer(cluster.replication_endpoint(broker_id),
+                   keys=curve_keys.read_key_pair(cluster.secret_key_file(1)),
+                   server_key=server_key)
 
 
 def envelope(magic=replication_layout.MAGIC, version=replication_layout.VERSION,
@@ -156,7 +173,7 @@ def test_bad_frames_never_crash_a_broker(fault_cluster):
     warned_before = {broker_id: len(broker_output(cluster, broker_id)) for broker_id in (1, 2, 3)}
     key = topic_key(Admin(cluster.data_dir(1)).describe_topic(TOPIC)["topic_id"])
     for broker_id in (1, 2, 3):
-        peer = RawPeer(cluster.replication_endpoint(broker_id))
+        peer = trusted_peer(cluster, broker_id)
         try:
             malformed(peer)
             log_end, _ = replica_offsets(cluster, broker_id, TOPIC)

@@ -22,7 +22,8 @@ from shmlog.cluster_config import KAFKA_NAMES, ClusterConfig
 from shmlog.errors import InvalidConfigError, LocalProtocolError
 
 REQUIRED = {"cluster.id": "c1", "broker.id": 1, "zookeeper.connect": "127.0.0.1:2181",
-            "replication.endpoint": "tcp://127.0.0.2:19091"}
+            "replication.endpoint": "tcp://127.0.0.2:19091",
+            "security.inter.broker.protocol": "plaintext"}
 
 
 def example_toml() -> str:
@@ -75,7 +76,9 @@ def test_the_docstring_example_loads_and_round_trips(tmp_path):
     assert config == ClusterConfig(
         cluster_id="shmlog-dev", broker_id=1, zookeeper_connect="127.0.0.1:2181/shmlog",
         replication_endpoint="tcp://127.0.0.1:19091", rack="r1", min_insync_replicas=2,
-        default_replication_factor=3, replica_lag_time_max_ms=1500)
+        default_replication_factor=3, replica_lag_time_max_ms=1500,
+        curve_secret_key_file="/etc/shmlog/keys/broker-1.key_secret",
+        curve_allowed_public_keys_dir="/etc/shmlog/keys")
     assert config.zookeeper_chroot == "/shmlog"
     assert config.zookeeper_hosts == "127.0.0.1:2181"
     again = BrokerConfig.load(write(tmp_path, config.to_toml()), data_dir=str(tmp_path)).cluster
@@ -87,9 +90,11 @@ def test_bare_dotted_names_are_read_as_kafkas_names(tmp_path):
     # TOML nests bare dotted keys: zookeeper.connect is {"zookeeper": {"connect": ...}}.
     quoted = '[cluster]\n"cluster.id" = "c"\n"broker.id" = 2\n' \
              '"zookeeper.connect" = "h:2181"\n"zookeeper.session.timeout.ms" = 6000\n' \
-             '"replication.endpoint" = "tcp://h:9000"\n'
+             '"replication.endpoint" = "tcp://h:9000"\n' \
+             '"security.inter.broker.protocol" = "plaintext"\n'
     bare = '[cluster]\ncluster.id = "c"\nbroker.id = 2\nzookeeper.connect = "h:2181"\n' \
-           'zookeeper.session.timeout.ms = 6000\nreplication.endpoint = "tcp://h:9000"\n'
+           'zookeeper.session.timeout.ms = 6000\nreplication.endpoint = "tcp://h:9000"\n' \
+           'security.inter.broker.protocol = "plaintext"\n'
     assert tomllib.loads(bare)["cluster"]["zookeeper"]["session"] == {"timeout": {"ms": 6000}}
     loaded = [BrokerConfig.load(write(tmp_path, text), data_dir=str(tmp_path)).cluster
               for text in (quoted, bare)]

@@ -8,6 +8,8 @@ Method: plain bytes in and out, no ZooKeeper.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shmlog import zk_paths
@@ -39,10 +41,20 @@ def test_new_topic_ids_are_32_hex_digits_and_decode():
 @pytest.mark.parametrize("value", [
     BrokerRegistration(1, "host-a", "tcp://10.0.0.1:9093", "r1", 1700000000000, 42),
     BrokerRegistration(2, "host-b", "tcp://10.0.0.2:9093"),
+    BrokerRegistration(3, "host-c", "tcp://10.0.0.3:9093", None, 1, 7, "x" * 40),
 ])
 def test_broker_registration_round_trips(value):
     body = zk_paths.encode_broker_registration(value)
     assert zk_paths.decode_broker_registration(value.broker_id, body) == value
+    assert (b"curve_public_key" in body) == (value.curve_public_key is not None)
+
+
+@pytest.mark.parametrize("public_key", ["", "x" * 39, "x" * 41, "x" * 39 + "~", 7])
+def test_a_registration_with_a_bad_curve_key_is_refused(public_key):
+    body = b'{"version":1,"host":"h","replication":"tcp://h:1","rack":null,' \
+           b'"timestamp":"0","pid":1,"curve_public_key":%s}' % json.dumps(public_key).encode()
+    with pytest.raises(ZnodeFormatError, match="curve_public_key"):
+        zk_paths.decode_broker_registration(1, body)
 
 
 def test_partition_state_round_trips_and_is_frozen():
