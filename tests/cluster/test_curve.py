@@ -2,8 +2,8 @@
 
 Goal: the brokers of a cluster talk CurveZMQ (keys made by ``LocalCluster``, the
 default); a peer with an unknown key (a raw DEALER with CURVE keys of its own) and a
-peer without CURVE cannot fetch, cannot produce (forward a batch), and get nothing
-back, while each broker goes on serving its real peers (acks=all works, replicas
+peer without CURVE cannot fetch, cannot produce (forward a batch), cannot join a
+group, and get nothing back, while each broker goes on serving its real peers (acks=all works, replicas
 agree) and logs and counts the refusals (``ping``'s
 ``replication_refused_connections``); a broker whose registration in ZooKeeper names a key
 outside the allowed list is never connected to (and is, once it names an allowed
@@ -32,10 +32,11 @@ from cluster.workload import (broker_output, create_topic, describe, replica_off
                               start_cluster, stop_cluster, wait_in_sync)
 from shmlog import curve_keys, zk_paths
 from shmlog.admin import Admin
+from shmlog.control import encode_request
 from shmlog.control_client import request
 from shmlog.producer import Producer
 from shmlog.records import encode_batch
-from shmlog.replication import Produce, ProducePartition
+from shmlog.replication import GroupRequest, Produce, ProducePartition
 from shmlog.state import topic_key
 from shmlog.zk_paths import BrokerRegistration
 
@@ -51,6 +52,10 @@ REQUESTS = {
     "fetch": lambda key, epoch: fetch(key, epoch=epoch),
     "produce": lambda key, epoch: Produce(1, 5000, (ProducePartition(
         key, 0, encode_batch([b"forwarded by a peer"])),)),
+    # Joining a group: a member's broker forwards its join to the coordinator's.
+    "join a group": lambda key, epoch: GroupRequest(encode_request(
+        "join_group", group_id="curve-strangers", topics=[TOPIC], session_timeout_ms=6000,
+        rebalance_timeout_ms=6000).decode()),
 }
 
 
