@@ -358,3 +358,9 @@ class ProducerIdsUnavailableError(BrokerNotAvailableError):
     """A cluster member has handed out every producer id of its block and has not
     drawn the next from ZooKeeper yet (it is unreachable, or the draw is under way):
     the producer cannot register now. Retriable."""
+# --- Spark on a cluster (shmlog.spark; engineer "spark") ------------------------------
+
+class ReplicaNotCoveringError(ShmlogError):
+    """A Spark task's broker's copy of a partition did not reach the range's end (its
+    high watermark stayed below it) within ``limits.SPARK_REPLICA_WAIT_MS``: the
+    message names the host and the partition."""

@@ -291,3 +291,11 @@ FORWARD_RETRY_BACKOFF_MS = 100
 # (zk_paths.PRODUCER_ID_BLOCK_SIZE = 1000), so ZooKeeper may be unreachable for 500
 # registrations before a producer is refused.
 PRODUCER_ID_PREFETCH_REMAINING = 500
+# --- Spark on a cluster (shmlog.spark; engineer "spark") ------------------------------
+# How long a Spark task waits for its broker's copy of a partition to cover its range:
+# a follower's high watermark trails the leader's (which the plan used) by one fetch
+# round trip; an observer or an out-of-sync follower may be catching up from further
+# behind. Half a minute covers a loaded machine; longer means the copy is not fetching.
+SPARK_REPLICA_WAIT_MS = 30_000
+# How often it looks at that high watermark meanwhile (one shared-memory load).
+SPARK_REPLICA_POLL_MS = 10
