@@ -19,9 +19,12 @@ Rules
   read as well (every broker hosts every partition), once its high watermark covers
   the range, and counts as remote. A broker outside a cluster holds the only copy:
   local.
-* **Every copy is read only below its own high watermark.** A follower's trails the
-  leader's, which the plan used: the task waits for it, bounded
-  (``limits.SPARK_REPLICA_WAIT_MS``), and fails naming the host and partition.
+* **Every copy is read only below its own high watermark.** The plan's ends are
+  the driver's broker's high watermarks (Kafka's ListOffsets asks the leader; the
+  driver reaches only its own host's broker, whose copy's high watermark is never
+  past the leader's, so every in-sync copy reaches it). Another host's copy may
+  trail them: the task waits for it, bounded (``limits.SPARK_REPLICA_WAIT_MS``),
+  and fails naming the host and partition.
 """
 
 from __future__ import annotations

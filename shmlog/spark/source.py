@@ -8,8 +8,8 @@ Rules
   ``bootstrap`` (``locality.task_bootstrap``; the Python Data Source API cannot pin
   a task to a host). In a cluster every broker hosts every partition: a task reads
   its broker's copy - leader, follower or observer - once that copy's high
-  watermark covers the range's end (a bounded wait: a follower's trails the
-  leader's, which the plan used), and records whether the read was local
+  watermark covers the range's end (a bounded wait: it may trail the driver's
+  broker's, which the plan used), and records whether the read was local
   (``locality.read_locality``). A task on a host without a broker, or whose broker
   does not hold the partition, fails with an error naming its host and never reads
   anything else.
@@ -127,7 +127,7 @@ def replica_locality(bootstrap: str, topic: str, partition: int) -> ReadLocality
 def wait_until_covered(consumer: Consumer, partition: TopicPartition, end: int,
                        timeout_ms: int = limits.SPARK_REPLICA_WAIT_MS) -> None:
     """Return once the consumer's broker's high watermark of ``partition`` is at
-    least ``end`` (a follower's trails the leader's, which the plan used).
+    least ``end`` (it may trail the driver's broker's, which the plan used).
 
     Raises
     ------
