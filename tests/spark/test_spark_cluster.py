@@ -156,3 +156,21 @@ def test_a_broker_outside_a_cluster_counts_local(tmp_path):
         Admin(data_dir).create_topic("one", 1)
         assert replica_locality(data_dir, "one", 0).value == "local"
         assert replica_hosts(data_dir, ["one"]) == {}
+
+
+def test_a_copy_trailing_the_plan_is_waited_for(cluster, monkeypatch):
+    """Just after an acks=all write the leader's high watermark is past the followers'
+    and observers' (they learn it on their next fetch): a task there reads the
+    planned range all the same, once its copy covers it."""
+    tp = TopicPartition(TOPIC, 1)
+    leader = described(cluster, 1)[1]["leader"]
+    options = ReadOptions.parse({"bootstrap": cluster.data_dir(leader), "subscribe": TOPIC})
+    for broker_id in sorted(set(HOSTS) - {leader}):
+        with Producer(cluster.data_dir(leader), acks="all") as producer:
+            for future in [producer.send(TOPIC, b"more", partition=1) for _ in range(50)]:
+                future.get(timeout=WAIT_S)
+        with Consumer(bootstrap=cluster.data_dir(leader)) as consumer:
+            end = consumer.end_offsets([tp])[tp]
+        monkeypatch.setenv(TASK_BOOTSTRAP_ENVIRONMENT, cluster.data_dir(broker_id))
+        table = read(options, OffsetRange(TOPIC, 1, 0, end))
+        assert table.column("offset").to_pylist() == list(range(end))
