@@ -361,6 +361,6 @@ class ProducerIdsUnavailableError(BrokerNotAvailableError):
 # --- Spark on a cluster (shmlog.spark; engineer "spark") ------------------------------
 
 class ReplicaNotCoveringError(ShmlogError):
-    """A Spark task's broker's copy of a partition did not reach the range's end (its
-    high watermark stayed below it) within ``limits.SPARK_REPLICA_WAIT_MS``: the
-    message names the host and the partition."""
+    """A Spark task's broker held no copy of a partition, or its copy did not reach
+    the range's end (its high watermark stayed below it), within
+    ``limits.SPARK_REPLICA_WAIT_MS``: the message names the host and the partition."""

@@ -45,7 +45,7 @@ from .. import limits
 from ..consumer import Consumer, TopicPartition
 from ..control_client import request
 from ..errors import (LocalProtocolError, OffsetOutOfRangeError, ReplicaNotCoveringError,
-                      ShmlogError)
+                      ShmlogError, UnknownTopicOrPartitionError)
 from .locality import (TASK_BOOTSTRAP_ENVIRONMENT, ReadLocality, partition_hosts,
                        read_locality, task_bootstrap)
 from .options import ReadOptions
@@ -105,23 +105,34 @@ def replica_hosts(bootstrap: str, topics) -> dict[tuple[str, int], list[str]]:
                                       for topic in set(topics)})
 
 
-def replica_locality(bootstrap: str, topic: str, partition: int) -> ReadLocality:
+def replica_locality(bootstrap: str, topic: str, partition: int,
+                     timeout_ms: int = limits.SPARK_REPLICA_WAIT_MS) -> ReadLocality:
     """How a read through the broker at ``bootstrap`` counts: local for the leader or
-    an in-sync follower (or outside a cluster), remote for any other copy.
+    an in-sync follower (or outside a cluster), remote for any other copy. A broker
+    that has not seen the partition yet (a topic just made) is waited for.
 
     Raises
     ------
-    ShmlogError
-        The broker holds no copy of the partition (it has seen no state for it yet).
+    ReplicaNotCoveringError
+        The broker held no copy of the partition within ``timeout_ms``.
     """
     broker_id = request(bootstrap, "metadata", topics=[]).get("broker_id")
     if broker_id is None:
         return ReadLocality.LOCAL
-    described = request(bootstrap, "describe_topic", name=topic)["partitions"][partition]
-    if described["role"] == "none":
-        raise ShmlogError(f"Spark task on host {socket.gethostname()}: the broker at "
-                          f"{bootstrap} holds no copy of {topic}-{partition} yet")
-    return read_locality(broker_id, described["role"], described["isr"])
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            described = request(bootstrap, "describe_topic", name=topic)["partitions"]
+        except UnknownTopicOrPartitionError:
+            described = []
+        if partition < len(described) and described[partition]["role"] != "none":
+            return read_locality(broker_id, described[partition]["role"],
+                                 described[partition]["isr"])
+        if time.monotonic() > deadline:
+            raise ReplicaNotCoveringError(
+                f"Spark task on host {socket.gethostname()}: the broker at {bootstrap} "
+                f"holds no copy of {topic}-{partition} after {timeout_ms} ms")
+        time.sleep(limits.SPARK_REPLICA_POLL_MS / 1000)
 
 
 def wait_until_covered(consumer: Consumer, partition: TopicPartition, end: int,

@@ -141,6 +141,13 @@ def test_a_copy_that_does_not_cover_the_range_fails_naming_host_and_partition(cl
             wait_until_covered(consumer, tp, high_watermark + 1, timeout_ms=200)
 
 
+def test_a_broker_holding_no_copy_is_waited_for_then_named(cluster):
+    assert replica_locality(cluster.data_dir(2), TOPIC, 0).value in ("local", "remote")
+    with pytest.raises(ReplicaNotCoveringError, match=r"host .*: the broker at .*broker-2 "
+                       r"holds no copy of never-made-0 after 200 ms"):
+        replica_locality(cluster.data_dir(2), "never-made", 0, timeout_ms=200)
+
+
 def test_a_task_on_a_host_without_a_broker_fails_clearly(cluster, monkeypatch, tmp_path):
     options = ReadOptions.parse({"bootstrap": cluster.data_dir(1), "subscribe": TOPIC})
     monkeypatch.setenv(TASK_BOOTSTRAP_ENVIRONMENT, str(tmp_path / "nothing"))
