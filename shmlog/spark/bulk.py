@@ -20,9 +20,10 @@ Rules
   locations. A task reads its own host's broker's copy (``SHMLOG_SPARK_BOOTSTRAP``
   in the executor's environment, else ``bootstrap``: ``locality``'s rules) in
   place, once that copy's high watermark - read from the broker's state table in
-  /dev/shm - covers the range (a bounded wait, ``limits.SPARK_REPLICA_WAIT_MS``,
-  handed over in the plan); on a host of an in-sync replica that read is local, elsewhere it reads
-  the observer's or out-of-sync follower's copy there and counts remote
+  /dev/shm - covers the range (a bounded wait, ``limits.SPARK_REPLICA_WAIT_MS`` and
+  ``SPARK_REPLICA_POLL_MS``, handed over in the plan); on a host of an in-sync
+  replica that read is local, elsewhere it reads the observer's or out-of-sync
+  follower's copy there and counts remote
   (``readLocality`` with ``includeReadLocality``). A host with no broker, or whose
   broker holds no copy, fails with an error naming the host and partition.
 """
@@ -147,7 +148,8 @@ def bulk_plan(options: ReadOptions) -> list[dict]:
     names ``host``, this host, which its task checks. In a cluster it names
     ``hosts``, the in-sync replicas' (Spark's preferred locations), ``relative``,
     the partition's directory under any broker's data directory, and ``topicKey``,
-    its state-table key, and ``waitMs``: a task reads the copy of its own host's broker
+    its state-table key, and ``waitMs``/``pollMs`` (how long and how often it looks
+    at that copy's high watermark): a task reads the copy of its own host's broker
     (``SHMLOG_SPARK_BOOTSTRAP``, else ``bootstrap``) below that copy's high
     watermark.
     """
@@ -163,7 +165,8 @@ def bulk_plan(options: ReadOptions) -> list[dict]:
         if "brokers" in metadata:
             entry.update(hosts=list(piece.hosts), topicKey=topic_key(topic_id),
                          relative=os.path.relpath(directory, bootstrap),
-                         waitMs=limits.SPARK_REPLICA_WAIT_MS)
+                         waitMs=limits.SPARK_REPLICA_WAIT_MS,
+                         pollMs=limits.SPARK_REPLICA_POLL_MS)
         else:
             entry["host"] = socket.gethostname()
         ranges.append(entry)

@@ -36,6 +36,8 @@ from shmlog.spark import bulk_jar, bulk_read
 from shmlog.state import topic_key
 
 TIMEOUT_S = 60
+# Reads of a compacted partition until two agree (each cleaning pass changes it once).
+STABLE_READS_MAX = 20
 
 
 def fill(data_dir):
@@ -98,7 +100,7 @@ def cluster_range(broker, **changes):
     return {"topic": "bulk", "partition": 0, "start": 0, "end": end, "bootstrap": broker,
             "directory": os.path.join(broker, "topics", "bulk", "0"),
             "relative": os.path.join("topics", "bulk", "0"), "hosts": ["elsewhere"],
-            "topicKey": topic_key(topic_id), "waitMs": 200, **changes}
+            "topicKey": topic_key(topic_id), "waitMs": 200, "pollMs": 10, **changes}
 
 
 def bulk_frame(spark, *ranges):
@@ -161,6 +163,24 @@ def test_log_append_time_topics_read_the_same_both_ways(spark, broker):
     assert all(row.timestampType == 1 and row.timestamp.year >= 2025 for row in python)
 
 
+def compacted_records(data_dir, enough):
+    """(offset, value) of every record of table-0, read again until ``enough`` of
+    them or TIMEOUT_S."""
+    partition = TopicPartition("table", 0)
+    with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+        consumer.assign([partition])
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            consumer.seek_to_beginning(partition)
+            left = []
+            while consumer.position(partition) < 3000:
+                left += consumer.poll(timeout_ms=1000).get(partition, [])
+            left = [(record.offset, record.value) for record in left]
+            if enough(left) or time.monotonic() > deadline:
+                return left
+            time.sleep(0.2)
+
+
 def test_both_readers_step_over_what_compaction_removed(spark, tmp_path):
     """Ranges planned over a compacted topic start, end and run over offsets whose
     records are gone; both readers return exactly the records that are left."""
@@ -176,26 +196,23 @@ def test_both_readers_step_over_what_compaction_removed(spark, tmp_path):
                         producer.send("table", b"value-%d" % n, key=b"key-%d" % (n % 20),
                                       partition=0)
                     producer.flush(timeout=TIMEOUT_S)
-            partition = TopicPartition("table", 0)
-            with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
-                consumer.assign([partition])
-                deadline = time.monotonic() + TIMEOUT_S
-                while True:
-                    consumer.seek_to_beginning(partition)
-                    left = []
-                    while consumer.position(partition) < 3000:
-                        left += consumer.poll(timeout_ms=1000).get(partition, [])
-                    if len(left) < 1000 or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.2)
+            left = compacted_records(data_dir, lambda left: len(left) < 1000)
             assert len(left) < 1000, "the cleaner ran"
+            # No more cleaning (the dirty ratio left is far below 0.99), and a pass under
+            # way when it was set has ended once two reads agree: the readers below
+            # must see what `left` holds.
+            Admin(data_dir).alter_topic_config("table", set={"min.cleanable.dirty.ratio": 0.99})
+            for _ in range(STABLE_READS_MAX):
+                previous, left = left, compacted_records(data_dir, lambda _: True)
+                if left == previous:
+                    break
+            assert left == previous, "the cleaner stopped"
             options = {"bootstrap": data_dir, "subscribe": "table",
                        "maxRecordsPerPartition": "250"}
             python = in_order(spark.read.format("shmlog").options(**options).load())
             bulk = in_order(bulk_read(spark, **options))
             assert bulk == python
-            assert [(row.offset, row.value) for row in python] == \
-                [(record.offset, record.value) for record in left]
+            assert [(row.offset, row.value) for row in python] == left
             assert {row.key: row.value for row in python} == \
                 {b"key-%d" % k: b"value-%d" % (2980 + k) for k in range(20)}
     finally:

@@ -153,7 +153,7 @@ public final class BulkSource implements TableProvider {
         final String topic, directory, host, bootstrap, relative;
         final String[] hosts;
         final int partition;
-        final long start, end, topicKey, waitMs;
+        final long start, end, topicKey, waitMs, pollMs;
 
         private Range(JsonNode node) {
             topic = node.get("topic").asText();
@@ -173,6 +173,7 @@ public final class BulkSource implements TableProvider {
             relative = node.path("relative").asText(null);
             topicKey = node.path("topicKey").asLong(0);
             waitMs = node.path("waitMs").asLong(0);
+            pollMs = Math.max(1, node.path("pollMs").asLong(1));
         }
 
         static Range of(JsonNode node) { return new Range(node); }
@@ -492,7 +493,6 @@ public final class BulkSource implements TableProvider {
     static final class ReplicaState {
         static final int ROW_CAPACITY = 8, ROWS = 4096, ROW_SIZE = 64, HIGH_WATERMARK = 16, TOPIC_KEY = 40,
             PARTITION = 48;
-        static final long POLL_MILLIS = 10;      // limits.SPARK_REPLICA_POLL_MS
         static final VarHandle LONGS = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
 
         static String tableName(Path bootstrap) {
@@ -532,7 +532,7 @@ public final class BulkSource implements TableProvider {
                         + ", after " + range.waitMs + " ms (is its broker fetching from the leader?)");
                 }
                 try {
-                    Thread.sleep(POLL_MILLIS);
+                    Thread.sleep(range.pollMs);
                 } catch (InterruptedException error) {
                     Thread.currentThread().interrupt();
                     throw new IllegalStateException(where + ": interrupted while waiting for its high watermark", error);
