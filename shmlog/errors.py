@@ -407,3 +407,9 @@ class CoordinatorNotAvailableError(CoordinatorError):
 class CoordinatorLoadInProgressError(CoordinatorError):
     """The coordinator is reading its partition's committed offsets back after it
     became its leader: Kafka's COORDINATOR_LOAD_IN_PROGRESS."""
+# --- Spark on a cluster (shmlog.spark; engineer "spark") ------------------------------
+
+class ReplicaNotCoveringError(ShmlogError):
+    """A Spark task's broker held no copy of a partition, or its copy did not reach
+    the range's end (its high watermark stayed below it), within
+    ``limits.SPARK_REPLICA_WAIT_MS``: the message names the host and the partition."""

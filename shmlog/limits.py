@@ -336,3 +336,11 @@ CURVE_KEY_FILE_SIZE_MAX = 64 << 10
 # within a second (libzmq retries a refused connection every
 # REPLICATION_RECONNECT_INTERVAL_MS_MAX at most).
 CURVE_KEYS_RELOAD_INTERVAL_S = 1.0
+# --- Spark on a cluster (shmlog.spark; engineer "spark") ------------------------------
+# How long a Spark task waits for its broker's copy of a partition to cover its range:
+# a follower's high watermark trails the leader's (which the plan used) by one fetch
+# round trip; an observer or an out-of-sync follower may be catching up from further
+# behind. Half a minute covers a loaded machine; longer means the copy is not fetching.
+SPARK_REPLICA_WAIT_MS = 30_000
+# How often it looks at that high watermark meanwhile (one shared-memory load).
+SPARK_REPLICA_POLL_MS = 10

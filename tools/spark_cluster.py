@@ -3,13 +3,19 @@
     python tools/spark_cluster.py run [--workers 2] -- COMMAND...   # start, run, stop
     python tools/spark_cluster.py start [--workers 2]                # leave it running
     python tools/spark_cluster.py stop
+    python tools/spark_cluster.py run --workers 3 \
+        --worker-bootstrap 127.0.0.2=DIR2 --worker-bootstrap 127.0.0.3=DIR3 ... -- COMMAND
 
 The pip package of PySpark has no start-master.sh, so the daemons are started with
 ``spark-class`` (org.apache.spark.deploy.master.Master / worker.Worker). The master
 listens on 127.0.0.1:7077; worker ``i`` binds 127.0.0.(i + 2), so every worker is a
 separate executor host as far as Spark is concerned while all of them share this
 machine - and its shmlog broker, which is what reading segments in place needs:
-executors must run where the broker is. The workers' Python is this interpreter
+executors must run where the broker is. With a cluster of brokers on those same
+addresses (``shmlog.local_cluster.LocalCluster`` with ``hosts``), ``--worker-bootstrap
+HOST=DIR`` points the worker on HOST - and so its executors and their Python workers,
+which inherit its environment - at its host's broker: ``SHMLOG_SPARK_BOOTSTRAP=DIR``
+(``shmlog.spark.locality``). The workers' Python is this interpreter
 (PYSPARK_PYTHON), with the same compiled-kernel cache. ``run`` exports
 SPARK_MASTER_URL to the command and always stops the cluster afterwards.
 State (pid files, logs, work directories) lives under ``--state`` (default
@@ -30,6 +36,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
 
 from shmlog.child_process import process_alive  # noqa: E402
+from shmlog.spark.locality import TASK_BOOTSTRAP_ENVIRONMENT as BOOTSTRAP_ENVIRONMENT  # noqa: E402
 MASTER_HOST, MASTER_PORT = "127.0.0.1", 7077
 MASTER_URL = f"spark://{MASTER_HOST}:{MASTER_PORT}"
 START_TIMEOUT_S = 120
@@ -41,8 +48,8 @@ def spark_class() -> str:
     return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
 
 
-def environment(state: str) -> dict:
-    env = dict(os.environ)
+def environment(state: str, extra: dict | None = None) -> dict:
+    env = {**os.environ, **(extra or {})}
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
     env["SPARK_LOG_DIR"] = os.path.join(state, "logs")
@@ -50,12 +57,13 @@ def environment(state: str) -> dict:
     return env
 
 
-def daemon(state: str, name: str, arguments: list[str]) -> None:
-    """Start one daemon in the background, its output in logs/<name>.log."""
+def daemon(state: str, name: str, arguments: list[str], extra: dict | None = None) -> None:
+    """Start one daemon in the background, its output in logs/<name>.log, with the
+    environment variables ``extra`` on top of ours."""
     os.makedirs(os.path.join(state, "logs"), exist_ok=True)
     with open(os.path.join(state, "logs", f"{name}.log"), "ab") as log:
         process = subprocess.Popen([spark_class(), *arguments], stdout=log,
-                                   stderr=subprocess.STDOUT, env=environment(state),
+                                   stderr=subprocess.STDOUT, env=environment(state, extra),
                                    start_new_session=True)
     with open(os.path.join(state, f"{name}.pid"), "w") as target:
         target.write(str(process.pid))
@@ -74,17 +82,29 @@ def wait_for_port(host: str, port: int, what: str) -> None:
             time.sleep(0.5)
 
 
-def start(state: str, workers: int, cores: int, memory: str) -> None:
+def worker_hosts(workers: int) -> list[str]:
+    """The address worker ``i`` binds: 127.0.0.(i + 2)."""
+    return [f"127.0.0.{index + 2}" for index in range(workers)]
+
+
+def start(state: str, workers: int, cores: int, memory: str,
+          bootstraps: dict[str, str] | None = None) -> None:
+    """Start the master and the workers; ``bootstraps`` maps a worker's host to the
+    data directory of the broker there (its ``SHMLOG_SPARK_BOOTSTRAP``)."""
     daemon(state, "master", ["org.apache.spark.deploy.master.Master", "--host", MASTER_HOST,
                              "--port", str(MASTER_PORT), "--webui-port", "8080"])
     wait_for_port(MASTER_HOST, MASTER_PORT, "the master")
-    hosts = [f"127.0.0.{index + 2}" for index in range(workers)]
+    hosts = worker_hosts(workers)
+    unknown = set(bootstraps or {}) - set(hosts)
+    if unknown:
+        raise SystemExit(f"--worker-bootstrap names {sorted(unknown)}, not worker hosts {hosts}")
     for index, host in enumerate(hosts):          # their JVMs start together
+        extra = {BOOTSTRAP_ENVIRONMENT: bootstraps[host]} if host in (bootstraps or {}) else {}
         daemon(state, f"worker-{index}", [
             "org.apache.spark.deploy.worker.Worker", MASTER_URL, "--host", host,
             "--port", str(7100 + index), "--webui-port", str(8081 + index),
             "--cores", str(cores), "--memory", memory,
-            "--work-dir", os.path.join(state, f"work-{index}")])
+            "--work-dir", os.path.join(state, f"work-{index}")], extra)
     for index, host in enumerate(hosts):
         wait_for_port(host, 7100 + index, f"worker {index}")
     print(f"spark standalone cluster: {MASTER_URL}, {workers} workers", flush=True)
@@ -138,6 +158,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cores", type=int, default=1, help="per worker")
     parser.add_argument("--memory", default="1g", help="per worker")
     parser.add_argument("--state", default=os.path.join(REPOSITORY, ".cache", "spark-cluster"))
+    parser.add_argument("--worker-bootstrap", action="append", default=[], metavar="HOST=DIR",
+                        help="the data directory of the broker on a worker's host")
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -145,8 +167,11 @@ def main(argv=None) -> int:
     if args.action == "stop":
         stop(state)
         return 0
+    if any("=" not in entry for entry in args.worker_bootstrap):
+        parser.error("--worker-bootstrap takes HOST=DIR")
+    bootstraps = dict(entry.split("=", 1) for entry in args.worker_bootstrap)
     stop(state)                               # leftovers of an earlier start
-    start(state, args.workers, args.cores, args.memory)
+    start(state, args.workers, args.cores, args.memory, bootstraps)
     if args.action == "start":
         return 0
     if not command:

@@ -13,7 +13,9 @@ where they apply (``subscribe``, ``subscribePattern``, ``assign``,
 ``startingOffsets``/``endingOffsets``, ``startingTimestamp``/``endingTimestamp``,
 ``startingOffsetsByTimestampStrategy``, ``maxOffsetsPerTrigger``,
 ``maxRecordsPerPartition``, ``minPartitions``, ``failOnDataLoss``,
-``includeHeaders``), plus ``bootstrap``: the broker's data directory.
+``includeHeaders``), plus ``bootstrap``: the broker's data directory, and
+``includeReadLocality``: a ``readLocality`` column saying how each row's task read
+it (``local`` or ``remote``, see Locality).
 
 Theory of operation
 -------------------
@@ -26,12 +28,23 @@ the high watermark, and turns each fetched chunk into one Arrow record batch:
 keys and values are gathered into Arrow's binary layout by a compiled kernel, the
 other columns are numpy arrays handed to Arrow as they are.
 
-Locality. The Python Data Source API cannot pin a task to a host, so a task reads
-through the broker whose data directory is ``bootstrap`` *on the host the task
-runs on*. Run the executors on the broker hosts (Spark standalone workers started
-there, see ``tools/spark_cluster.py``). A task on a host without that broker, or
-whose broker does not hold the partition, fails with a clear error naming its
-host - it never reads anything else.
+Locality (``locality.py``). A task reads through *its own host's* broker: the one
+whose data directory is ``SHMLOG_SPARK_BOOTSTRAP`` in the executor's environment
+(set per worker: ``tools/spark_cluster.py --worker-bootstrap HOST=DIR``), else
+``bootstrap`` - on a single host, the driver's broker. Run the executors on the
+broker hosts. In a cluster every broker hosts every partition (leader, follower or
+observer copy): a task reads its broker's copy in place, below *that copy's* high
+watermark, waiting (bounded) for it to cover the range's end - a follower's trails
+the high watermark the plan used (the driver's broker's, Kafka asks the leader; a
+copy's is never past the leader's, so every copy reaches it). The read is local
+when the task's broker is the leader or an in-sync follower, remote otherwise. The
+plan names every range's preferred hosts, those of the in-sync replicas (their
+registrations' hosts, which Spark standalone workers on the broker hosts register
+with too): the JVM bulk reader hands them to Spark; the Python Data Source API
+cannot pin a task, so ``format("shmlog")`` tasks run anywhere and read through
+their host's broker. A task on a host without a broker, or whose broker holds no
+copy, fails with a clear error naming its host and the partition - it never reads
+anything else.
 
 Offsets in streaming are ``{"topic": {"partition": next offset}}`` (Kafka's JSON,
 partition numbers as strings); Spark checkpoints them, so a restarted query goes on
@@ -60,8 +73,9 @@ that cannot be done (no JDK, a compile error), :func:`session` still works with
 Modules
 -------
 ``options.py`` (the options, checked on the driver), ``schema.py`` (the columns:
-Spark's schema and the Arrow batches), ``source.py`` (planning and reading, batch
-and streaming), ``sink.py`` (writing), ``data_source.py`` (``format("shmlog")``
+Spark's schema and the Arrow batches), ``locality.py`` (which broker a task reads
+through, preferred hosts, local or remote), ``source.py`` (planning and reading,
+batch and streaming), ``sink.py`` (writing), ``data_source.py`` (``format("shmlog")``
 and :func:`register`), ``bulk.py`` (the JVM bulk reader: its jar and
 :func:`bulk_read`), ``sessions.py`` (:func:`session`). Each module's public names
 are for the others and for tools (``perf/bench_spark.py``); the package uses only

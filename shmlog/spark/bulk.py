@@ -13,8 +13,19 @@ Rules
   :func:`bulk_read` raises :class:`~shmlog.errors.BulkReaderUnavailableError` with
   that reason.
 * The plan is made in Python (:func:`~shmlog.spark.source.plan_batch`, the same as
-  ``format("shmlog")``'s) and handed to the JVM as JSON: each range names its
-  partition's directory and the host that stores it, which the task checks.
+  ``format("shmlog")``'s) and handed to the JVM as JSON (:func:`bulk_plan`).
+  Outside a cluster each range names its partition's directory and the host that
+  stores it, which the task checks (a task elsewhere fails).
+* In a cluster each range names the hosts of its in-sync replicas, Spark's preferred
+  locations. A task reads its own host's broker's copy (``SHMLOG_SPARK_BOOTSTRAP``
+  in the executor's environment, else ``bootstrap``: ``locality``'s rules) in
+  place, once that copy's high watermark - read from the broker's state table in
+  /dev/shm - covers the range (a bounded wait, ``limits.SPARK_REPLICA_WAIT_MS`` and
+  ``SPARK_REPLICA_POLL_MS``, handed over in the plan); on a host of an in-sync
+  replica that read is local, elsewhere it reads the observer's or out-of-sync
+  follower's copy there and counts remote
+  (``readLocality`` with ``includeReadLocality``). A host with no broker, or whose
+  broker holds no copy, fails with an error naming the host and partition.
 """
 
 from __future__ import annotations
@@ -31,14 +42,17 @@ import zipfile
 
 import pyspark
 
+from .. import limits
 from ..control_client import request
 from ..errors import BulkReaderUnavailableError, ShmlogError
+from ..state import topic_key
 from .options import ReadOptions
 from .source import plan_batch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["bulk_jar", "bulk_read", "session_settings", "BULK_SOURCE", "JVM_SOURCES"]
+__all__ = ["bulk_jar", "bulk_read", "bulk_plan", "session_settings", "BULK_SOURCE",
+           "JVM_SOURCES"]
 
 BULK_SOURCE = "io.shmlog.spark.BulkSource"
 # Session settings: the bulk reader's class when the session has it, else why not.
@@ -122,14 +136,41 @@ def bulk_read(spark, **options):
             f"this Spark session has no shmlog bulk reader ({reason}); read with "
             f"spark.read.format('shmlog') instead, or create the session with "
             f"shmlog.spark.session() on a machine with a JDK (javac)")
-    directories = {(entry["name"], part["partition"]): part["directory"]
-                   for entry in request(parsed.bootstrap, "metadata")["topics"]
-                   for part in entry["partitions"]}
-    host = socket.gethostname()
-    ranges = [{"topic": piece.topic, "partition": piece.partition, "start": piece.start,
-               "end": piece.end, "directory": directories[(piece.topic, piece.partition)],
-               "host": host} for piece in plan_batch(parsed)]
-    return spark.read.format(BULK_SOURCE).option("plan", json.dumps(ranges)).load()
+    return spark.read.format(BULK_SOURCE).option("plan", json.dumps(bulk_plan(parsed))) \
+        .option("includeReadLocality", str(parsed.include_read_locality).lower()).load()
+
+
+def bulk_plan(options: ReadOptions) -> list[dict]:
+    """The ranges of a bulk read, as the JVM reader takes them (JSON-ready dicts).
+
+    Each range names its partition (``topic``, ``partition``, ``start``, ``end``) and
+    ``directory``, the partition's directory at ``bootstrap``. Outside a cluster it
+    names ``host``, this host, which its task checks. In a cluster it names
+    ``hosts``, the in-sync replicas' (Spark's preferred locations), ``relative``,
+    the partition's directory under any broker's data directory, and ``topicKey``,
+    its state-table key, and ``waitMs``/``pollMs`` (how long and how often it looks
+    at that copy's high watermark): a task reads the copy of its own host's broker
+    (``SHMLOG_SPARK_BOOTSTRAP``, else ``bootstrap``) below that copy's high
+    watermark.
+    """
+    metadata = request(options.bootstrap, "metadata")
+    partitions = {(entry["name"], part["partition"]): (entry["topic_id"], part["directory"])
+                  for entry in metadata["topics"] for part in entry["partitions"]}
+    bootstrap = os.path.abspath(options.bootstrap)
+    ranges = []
+    for piece in plan_batch(options):
+        topic_id, directory = partitions[(piece.topic, piece.partition)]
+        entry = {"topic": piece.topic, "partition": piece.partition, "start": piece.start,
+                 "end": piece.end, "directory": directory, "bootstrap": bootstrap}
+        if "brokers" in metadata:
+            entry.update(hosts=list(piece.hosts), topicKey=topic_key(topic_id),
+                         relative=os.path.relpath(directory, bootstrap),
+                         waitMs=limits.SPARK_REPLICA_WAIT_MS,
+                         pollMs=limits.SPARK_REPLICA_POLL_MS)
+        else:
+            entry["host"] = socket.gethostname()
+        ranges.append(entry)
+    return ranges
 
 
 _jar_failure: list[BulkReaderUnavailableError] = []

@@ -7,7 +7,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from .options import ReadOptions, flag
-from .schema import SCHEMA, SCHEMA_WITH_HEADERS
+from .schema import read_schema
 from .sink import BatchWriter, StreamWriter
 from .source import BatchReader, StreamReader
 
@@ -22,7 +22,8 @@ class ShmlogDataSource(DataSource):
         return "shmlog"
 
     def schema(self) -> StructType:
-        return SCHEMA_WITH_HEADERS if flag(self.options, "includeHeaders", False) else SCHEMA
+        return read_schema(flag(self.options, "includeHeaders", False),
+                           flag(self.options, "includeReadLocality", False))
 
     def reader(self, schema: StructType) -> "BatchReader":
         return BatchReader(ReadOptions.parse(self.options))

@@ -65,6 +65,7 @@ class ReadOptions:
     """The options of a read, checked once on the driver (and pickled to tasks)."""
     bootstrap: str
     include_headers: bool
+    include_read_locality: bool
     fail_on_data_loss: bool
     min_partitions: int | None
     max_records_per_partition: int
@@ -81,6 +82,7 @@ class ReadOptions:
                                      "subscribePattern and assign")
         return cls(bootstrap=option(raw, "bootstrap") or default_data_dir(),
                    include_headers=flag(raw, "includeHeaders", False),
+                   include_read_locality=flag(raw, "includeReadLocality", False),
                    fail_on_data_loss=flag(raw, "failOnDataLoss", True),
                    min_partitions=number(raw, "minPartitions", None),
                    max_records_per_partition=number(raw, "maxRecordsPerPartition",

@@ -6,6 +6,8 @@ Rules
 * The schema is Spark's Kafka source's (``key``, ``value``, ``topic``,
   ``partition``, ``offset``, ``timestamp``, ``timestampType``, and ``headers`` with
   ``includeHeaders``), so code written for Kafka ports by changing the format name.
+* ``includeReadLocality`` adds ``readLocality`` (a string, after ``headers``): how
+  the row's task read it, ``local`` or ``remote`` (``locality.ReadLocality``).
 * No per-record Python: keys, values and header fields are gathered into Arrow's
   binary layout by a compiled kernel (``records.gather_fields``); the other columns
   are numpy arrays handed to Arrow as they are.
@@ -20,7 +22,8 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 
 from ..records import RecordColumns, gather_fields
 
-__all__ = ["SCHEMA", "SCHEMA_WITH_HEADERS", "HEADERS_TYPE", "to_arrow"]
+__all__ = ["SCHEMA", "SCHEMA_WITH_HEADERS", "HEADERS_TYPE", "READ_LOCALITY_FIELD", "to_arrow",
+           "read_schema", "with_read_locality"]
 
 SCHEMA = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()),
@@ -30,6 +33,15 @@ SCHEMA = StructType([
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()),
                                      StructField("value", BinaryType())]))
 SCHEMA_WITH_HEADERS = StructType(SCHEMA.fields + [StructField("headers", HEADERS_TYPE)])
+READ_LOCALITY_FIELD = "readLocality"
+
+
+def read_schema(include_headers: bool, include_read_locality: bool) -> StructType:
+    """The schema of a read with these options."""
+    fields = (SCHEMA_WITH_HEADERS if include_headers else SCHEMA).fields
+    if include_read_locality:
+        fields = fields + [StructField(READ_LOCALITY_FIELD, StringType())]
+    return StructType(fields)
 
 _ARROW_HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 _ARROW_FIELDS = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
@@ -89,3 +101,13 @@ def to_arrow(columns: RecordColumns, topic: str, partition: int,
         arrays.append(_headers(columns))
     return pa.RecordBatch.from_arrays(
         arrays, schema=_ARROW_SCHEMA_WITH_HEADERS if include_headers else _ARROW_SCHEMA)
+
+
+def with_read_locality(batch: pa.RecordBatch, locality: str) -> pa.RecordBatch:
+    """``batch`` with the ``readLocality`` column: ``locality`` on every row."""
+    name = locality.encode()
+    count = batch.num_rows
+    column = pa.Array.from_buffers(pa.string(), count, [
+        None, pa.py_buffer(np.arange(count + 1, dtype=np.int32) * len(name)),
+        pa.py_buffer(name * count)])
+    return batch.append_column(READ_LOCALITY_FIELD, column)

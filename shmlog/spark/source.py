@@ -2,12 +2,21 @@
 
 Rules
 -----
-* A task reads only below the high watermark, through a
-  :class:`~shmlog.consumer.Consumer` of the broker whose data directory is
-  ``bootstrap`` *on the host the task runs on* (the Python Data Source API cannot
-  pin a task to a host); a task on a host without that broker, or whose broker does
-  not hold the partition, fails with an error naming its host and never reads
+* A task reads only below its broker's high watermark, through a
+  :class:`~shmlog.consumer.Consumer` of *its own host's* broker: the one whose data
+  directory is ``SHMLOG_SPARK_BOOTSTRAP`` in the task's environment, else
+  ``bootstrap`` (``locality.task_bootstrap``; the Python Data Source API cannot pin
+  a task to a host). In a cluster every broker hosts every partition: a task reads
+  its broker's copy - leader, follower or observer - once that copy's high
+  watermark covers the range's end (a bounded wait: it may trail the driver's
+  broker's, which the plan used), and records whether the read was local
+  (``locality.read_locality``). A task on a host without a broker, or whose broker
+  does not hold the partition, fails with an error naming its host and never reads
   anything else.
+* With ``includeReadLocality`` every row carries ``readLocality``: ``local`` or
+  ``remote``, how its task read it (the counts the pipeline tool prints).
+* In a cluster the plan names every range's preferred hosts (the in-sync replicas',
+  ``locality.partition_hosts``): the JVM bulk reader hands them to Spark.
 * Records lost to retention before a task read them fail the query when
   ``failOnDataLoss`` is true (the default, as in Kafka) and are skipped otherwise.
 * Streaming offsets are Kafka's JSON (``{"topic": {"partition": next offset}}``);
@@ -24,19 +33,27 @@ chunk into one Arrow record batch (:func:`~shmlog.spark.schema.to_arrow`).
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 
 import numpy as np
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from .. import limits
 from ..consumer import Consumer, TopicPartition
-from ..errors import LocalProtocolError, OffsetOutOfRangeError, ShmlogError
+from ..control_client import request
+from ..errors import (LocalProtocolError, OffsetOutOfRangeError, ReplicaNotCoveringError,
+                      ShmlogError, UnknownTopicOrPartitionError)
+from .locality import (TASK_BOOTSTRAP_ENVIRONMENT, ReadLocality, partition_hosts,
+                       read_locality, task_bootstrap)
 from .options import ReadOptions
-from .schema import to_arrow
+from .schema import to_arrow, with_read_locality
 
 __all__ = ["OffsetRange", "plan", "plan_batch", "read_range", "BatchReader", "StreamReader",
-           "FETCH_BYTES", "STALL_TIMEOUT_MS"]
+           "FETCH_BYTES", "STALL_TIMEOUT_MS", "replica_hosts", "replica_locality",
+           "wait_until_covered"]
 
 # How much one task fetches per Arrow batch, and how long it waits for records its
 # plan says are there (they are below the high watermark, so at once).
@@ -45,17 +62,23 @@ STALL_TIMEOUT_MS = 60_000
 
 
 class OffsetRange(InputPartition):
-    """One Spark partition: offsets [start, end) of one log partition."""
+    """One Spark partition: offsets [start, end) of one log partition, and the hosts
+    holding its in-sync replicas (empty outside a cluster)."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int):
+    def __init__(self, topic: str, partition: int, start: int, end: int,
+                 hosts: tuple[str, ...] = ()):
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
+        self.hosts = tuple(hosts)
 
 
-def plan(starts: dict, ends: dict, options: ReadOptions) -> list[OffsetRange]:
+def plan(starts: dict, ends: dict, options: ReadOptions,
+         hosts: dict | None = None) -> list[OffsetRange]:
     """Cut every partition's range into Spark partitions: none for an empty range,
     pieces of at most ``maxRecordsPerPartition`` records, and more pieces (in
-    proportion to size) until there are ``minPartitions``."""
+    proportion to size) until there are ``minPartitions``; each piece names its
+    partition's preferred hosts (``hosts``, by (topic, partition))."""
+    hosts = hosts or {}
     ranges = [(partition, starts[partition], ends[partition]) for partition in starts
               if ends[partition] > starts[partition]]
     total = sum(end - start for _, start, end in ranges)
@@ -66,53 +89,129 @@ def plan(starts: dict, ends: dict, options: ReadOptions) -> list[OffsetRange]:
             pieces = max(pieces, round(options.min_partitions * (end - start) / total))
         pieces = max(1, min(pieces, end - start))
         bounds = np.linspace(start, end, pieces + 1).round().astype(np.int64)
-        planned += [OffsetRange(topic, number, int(low), int(high))
+        planned += [OffsetRange(topic, number, int(low), int(high),
+                                tuple(hosts.get((topic, number), ())))
                     for low, high in zip(bounds[:-1], bounds[1:]) if high > low]
     return planned
 
 
+def replica_hosts(bootstrap: str, topics) -> dict[tuple[str, int], list[str]]:
+    """The preferred hosts (the in-sync replicas') of every partition of ``topics``,
+    as the broker at ``bootstrap`` sees the cluster; empty outside a cluster."""
+    metadata = request(bootstrap, "metadata", topics=[])
+    if "brokers" not in metadata:
+        return {}
+    return partition_hosts(metadata, {topic: request(bootstrap, "describe_topic", name=topic)
+                                      for topic in set(topics)})
+
+
+def replica_locality(bootstrap: str, topic: str, partition: int,
+                     timeout_ms: int = limits.SPARK_REPLICA_WAIT_MS) -> ReadLocality:
+    """How a read through the broker at ``bootstrap`` counts: local for the leader or
+    an in-sync follower (or outside a cluster), remote for any other copy. A broker
+    that has not seen the partition yet (a topic just made) is waited for.
+
+    Raises
+    ------
+    ReplicaNotCoveringError
+        The broker held no copy of the partition within ``timeout_ms``.
+    """
+    broker_id = request(bootstrap, "metadata", topics=[]).get("broker_id")
+    if broker_id is None:
+        return ReadLocality.LOCAL
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            described = request(bootstrap, "describe_topic", name=topic)["partitions"]
+        except UnknownTopicOrPartitionError:
+            described = []
+        if partition < len(described) and described[partition]["role"] != "none":
+            return read_locality(broker_id, described[partition]["role"],
+                                 described[partition]["isr"])
+        if time.monotonic() > deadline:
+            raise ReplicaNotCoveringError(
+                f"Spark task on host {socket.gethostname()}: the broker at {bootstrap} "
+                f"holds no copy of {topic}-{partition} after {timeout_ms} ms")
+        time.sleep(limits.SPARK_REPLICA_POLL_MS / 1000)
+
+
+def wait_until_covered(consumer: Consumer, partition: TopicPartition, end: int,
+                       timeout_ms: int = limits.SPARK_REPLICA_WAIT_MS) -> None:
+    """Return once the consumer's broker's high watermark of ``partition`` is at
+    least ``end`` (it may trail the driver's broker's, which the plan used).
+
+    Raises
+    ------
+    ReplicaNotCoveringError
+        It did not within ``timeout_ms``; the message names the host and partition.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        high_watermark = consumer.end_offsets([partition])[partition]
+        if high_watermark >= end:
+            return
+        if time.monotonic() > deadline:
+            raise ReplicaNotCoveringError(
+                f"Spark task on host {socket.gethostname()}: the copy of "
+                f"{partition.topic}-{partition.partition} at {consumer.data_dir} has high "
+                f"watermark {high_watermark}, below the planned end {end}, after "
+                f"{timeout_ms} ms (is its broker fetching from the leader?)")
+        time.sleep(limits.SPARK_REPLICA_POLL_MS / 1000)
+
+
 def read_range(piece: OffsetRange, options: ReadOptions):
-    """Arrow batches of one offset range, read from this host's broker."""
+    """Arrow batches of one offset range, read from this host's broker's copy."""
     if not isinstance(piece, OffsetRange):
         return                          # Spark's stand-in partition for an empty plan
+    bootstrap = task_bootstrap(options.bootstrap, os.environ)
     try:
-        consumer = Consumer(bootstrap=options.bootstrap, auto_offset_reset="none",
+        consumer = Consumer(bootstrap=bootstrap, auto_offset_reset="none",
                             fetch_max_bytes=FETCH_BYTES)
     except ShmlogError as error:
         raise ShmlogError(f"Spark task on host {socket.gethostname()}: no shmlog broker at "
-                          f"{options.bootstrap} here ({error}). Run the executors on the "
-                          f"broker's host.") from None
+                          f"{bootstrap} here ({error}). Run the executors on the "
+                          f"broker hosts, each with {TASK_BOOTSTRAP_ENVIRONMENT} naming its "
+                          f"host's broker.") from None
     partition = TopicPartition(piece.topic, piece.partition)
     with consumer:
-        consumer.assign([partition])
-        consumer.seek(partition, piece.start)
-        position = piece.start
-        while position < piece.end:
-            try:
-                columns = consumer.poll_batch(timeout_ms=STALL_TIMEOUT_MS).get(partition)
-            except OffsetOutOfRangeError:
-                start = consumer.beginning_offsets([partition])[partition]
-                if options.fail_on_data_loss or start <= position:
-                    raise ShmlogError(
-                        f"{piece.topic}-{piece.partition}: offsets {position}..{start - 1} "
-                        f"were deleted (retention) before they were read; set "
-                        f"failOnDataLoss to false to skip them") from None
-                consumer.seek(partition, start)
-                position = start
-                continue
-            if columns is None and consumer.position(partition) >= piece.end:
-                break                   # the rest of the range was compacted away
-            if columns is None:
-                raise ShmlogError(f"{piece.topic}-{piece.partition}: nothing at offset "
-                                  f"{position} within {STALL_TIMEOUT_MS} ms, below the "
-                                  f"planned end {piece.end}")
-            columns = columns.before_offset(piece.end)
-            if len(columns):
-                # Past the last record, and past any compacted gap after it.
-                position = max(int(columns.offsets[-1]) + 1, consumer.position(partition))
-                yield to_arrow(columns, piece.topic, piece.partition, options.include_headers)
-            else:
-                position = piece.end
+        locality = replica_locality(bootstrap, piece.topic, piece.partition)
+        wait_until_covered(consumer, partition, piece.end)
+        for batch in _read_records(consumer, partition, piece, options):
+            yield with_read_locality(batch, locality.value) \
+                if options.include_read_locality else batch
+
+
+def _read_records(consumer: Consumer, partition: TopicPartition, piece: OffsetRange,
+                  options: ReadOptions):
+    consumer.assign([partition])
+    consumer.seek(partition, piece.start)
+    position = piece.start
+    while position < piece.end:
+        try:
+            columns = consumer.poll_batch(timeout_ms=STALL_TIMEOUT_MS).get(partition)
+        except OffsetOutOfRangeError:
+            start = consumer.beginning_offsets([partition])[partition]
+            if options.fail_on_data_loss or start <= position:
+                raise ShmlogError(
+                    f"{piece.topic}-{piece.partition}: offsets {position}..{start - 1} "
+                    f"were deleted (retention) before they were read; set "
+                    f"failOnDataLoss to false to skip them") from None
+            consumer.seek(partition, start)
+            position = start
+            continue
+        if columns is None and consumer.position(partition) >= piece.end:
+            break                       # the rest of the range was compacted away
+        if columns is None:
+            raise ShmlogError(f"{piece.topic}-{piece.partition}: nothing at offset "
+                              f"{position} within {STALL_TIMEOUT_MS} ms, below the "
+                              f"planned end {piece.end}")
+        columns = columns.before_offset(piece.end)
+        if len(columns):
+            # Past the last record, and past any compacted gap after it.
+            position = max(int(columns.offsets[-1]) + 1, consumer.position(partition))
+            yield to_arrow(columns, piece.topic, piece.partition, options.include_headers)
+        else:
+            position = piece.end
 
 
 def plan_batch(options: ReadOptions) -> list[OffsetRange]:
@@ -127,7 +226,8 @@ def plan_batch(options: ReadOptions) -> list[OffsetRange]:
             raise LocalProtocolError(f"endingOffsets for {partition.topic}-"
                                      f"{partition.partition} is {ends[partition]}, past "
                                      f"its high watermark {latest[partition]}")
-    return plan(starts, ends, options)
+    return plan(starts, ends, options,
+                replica_hosts(options.bootstrap, {p.topic for p in partitions}))
 
 
 class BatchReader(DataSourceReader):
@@ -203,7 +303,8 @@ class StreamReader(DataSourceStreamReader):
         if set(ends) - set(starts):             # a partition new in this micro-batch
             with self._consumer() as consumer:
                 starts.update(consumer.beginning_offsets(set(ends) - set(starts)))
-        return plan({p: starts[p] for p in ends}, ends, self.options)
+        return plan({p: starts[p] for p in ends}, ends, self.options,
+                    replica_hosts(self.options.bootstrap, {p.topic for p in ends}))
 
     def read(self, partition: OffsetRange):
         return read_range(partition, self.options)

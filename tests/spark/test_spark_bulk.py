@@ -1,6 +1,8 @@
 """The host-pinned bulk reader (``shmlog.spark.bulk_read``, a JVM data source)
 returns what ``format("shmlog")`` returns, reads only the columns a query uses,
-refuses a range stored on another host, fails on a corrupt batch, steps over the
+refuses a range stored on another host, reads a cluster range from the task's
+broker's copy below its high watermark (local only on a preferred host) and fails
+clearly when that copy cannot cover it, fails on a corrupt batch, steps over the
 offsets compaction removed, and waits out a compaction swap. Where the reader cannot
 be compiled, a session still reads with ``format("shmlog")``, says why once, and
 ``bulk_read`` raises ``BulkReaderUnavailableError`` with the reason.
@@ -31,8 +33,11 @@ from shmlog.broker import shared_memory_prefix
 from shmlog.segments import SWAP_MANIFEST_FILE
 from shmlog.errors import BulkReaderUnavailableError
 from shmlog.spark import bulk_jar, bulk_read
+from shmlog.state import topic_key
 
 TIMEOUT_S = 60
+# Reads of a compacted partition until two agree (each cleaning pass changes it once).
+STABLE_READS_MAX = 20
 
 
 def fill(data_dir):
@@ -86,6 +91,50 @@ def test_a_range_stored_on_another_host_is_refused(spark, broker):
         frame.collect()
 
 
+def cluster_range(broker, **changes):
+    """A range as bulk_plan makes it in a cluster (hosts, the copy's directory under
+    any broker's data directory, its state-table key, the wait)."""
+    topic_id = Admin(broker).describe_topic("bulk")["topic_id"]
+    with Consumer(bootstrap=broker) as consumer:
+        end = consumer.end_offsets([TopicPartition("bulk", 0)])[TopicPartition("bulk", 0)]
+    return {"topic": "bulk", "partition": 0, "start": 0, "end": end, "bootstrap": broker,
+            "directory": os.path.join(broker, "topics", "bulk", "0"),
+            "relative": os.path.join("topics", "bulk", "0"), "hosts": ["elsewhere"],
+            "topicKey": topic_key(topic_id), "waitMs": 200, "pollMs": 10, **changes}
+
+
+def bulk_frame(spark, *ranges):
+    return spark.read.format("io.shmlog.spark.BulkSource").option("plan", json.dumps(ranges)) \
+        .option("includeReadLocality", "true").load()
+
+
+def test_a_cluster_range_reads_the_tasks_brokers_copy_and_counts_locality(spark, broker):
+    """The task's broker here is the plan's bootstrap (no SHMLOG_SPARK_BOOTSTRAP): its
+    copy is read through its state-table row, local only on a preferred host."""
+    fill(broker)
+    elsewhere = cluster_range(broker)
+    here = cluster_range(broker, hosts=[spark.sparkContext.getConf().get("spark.driver.host")])
+    for entry, locality in ((elsewhere, "remote"), (here, "local")):
+        rows = bulk_frame(spark, entry).select("offset", "readLocality").collect()
+        assert [row.offset for row in rows] == list(range(entry["end"]))
+        assert {row.readLocality for row in rows} == {locality}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda entry: {"end": entry["end"] + 1},
+     r"bulk-0: the copy at .* on host .* has high watermark \d+, below the planned end"),
+    (lambda entry: {"topicKey": entry["topicKey"] ^ 1}, r"bulk-0: the broker at .* holds no copy"),
+    (lambda entry: {"bootstrap": "/nonexistent"},
+     r"bulk-0: no shmlog broker at /nonexistent on host .*SHMLOG_SPARK_BOOTSTRAP"),
+])
+def test_a_cluster_range_its_hosts_broker_cannot_cover_fails_clearly(spark, broker, change,
+                                                                     message):
+    fill(broker)
+    entry = cluster_range(broker)
+    with pytest.raises((PySparkException, Py4JJavaError), match=message):
+        bulk_frame(spark, {**entry, **change(entry)}).collect()
+
+
 def test_a_corrupt_batch_fails_the_read(spark, broker):
     fill(broker)
     directory = os.path.join(broker, "topics", "bulk", "1")
@@ -114,6 +163,24 @@ def test_log_append_time_topics_read_the_same_both_ways(spark, broker):
     assert all(row.timestampType == 1 and row.timestamp.year >= 2025 for row in python)
 
 
+def compacted_records(data_dir, enough):
+    """(offset, value) of every record of table-0, read again until ``enough`` of
+    them or TIMEOUT_S."""
+    partition = TopicPartition("table", 0)
+    with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+        consumer.assign([partition])
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            consumer.seek_to_beginning(partition)
+            left = []
+            while consumer.position(partition) < 3000:
+                left += consumer.poll(timeout_ms=1000).get(partition, [])
+            left = [(record.offset, record.value) for record in left]
+            if enough(left) or time.monotonic() > deadline:
+                return left
+            time.sleep(0.2)
+
+
 def test_both_readers_step_over_what_compaction_removed(spark, tmp_path):
     """Ranges planned over a compacted topic start, end and run over offsets whose
     records are gone; both readers return exactly the records that are left."""
@@ -129,26 +196,23 @@ def test_both_readers_step_over_what_compaction_removed(spark, tmp_path):
                         producer.send("table", b"value-%d" % n, key=b"key-%d" % (n % 20),
                                       partition=0)
                     producer.flush(timeout=TIMEOUT_S)
-            partition = TopicPartition("table", 0)
-            with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
-                consumer.assign([partition])
-                deadline = time.monotonic() + TIMEOUT_S
-                while True:
-                    consumer.seek_to_beginning(partition)
-                    left = []
-                    while consumer.position(partition) < 3000:
-                        left += consumer.poll(timeout_ms=1000).get(partition, [])
-                    if len(left) < 1000 or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.2)
+            left = compacted_records(data_dir, lambda left: len(left) < 1000)
             assert len(left) < 1000, "the cleaner ran"
+            # No more cleaning (the dirty ratio left is far below 0.99), and a pass under
+            # way when it was set has ended once two reads agree: the readers below
+            # must see what `left` holds.
+            Admin(data_dir).alter_topic_config("table", set={"min.cleanable.dirty.ratio": 0.99})
+            for _ in range(STABLE_READS_MAX):
+                previous, left = left, compacted_records(data_dir, lambda _: True)
+                if left == previous:
+                    break
+            assert left == previous, "the cleaner stopped"
             options = {"bootstrap": data_dir, "subscribe": "table",
                        "maxRecordsPerPartition": "250"}
             python = in_order(spark.read.format("shmlog").options(**options).load())
             bulk = in_order(bulk_read(spark, **options))
             assert bulk == python
-            assert [(row.offset, row.value) for row in python] == \
-                [(record.offset, record.value) for record in left]
+            assert [(row.offset, row.value) for row in python] == left
             assert {row.key: row.value for row in python} == \
                 {b"key-%d" % k: b"value-%d" % (2980 + k) for k in range(20)}
     finally:

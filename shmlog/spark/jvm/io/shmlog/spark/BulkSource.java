@@ -8,6 +8,8 @@ import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.RandomAccessFile;
 import java.io.UncheckedIOException;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.net.InetAddress;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -16,16 +18,23 @@ import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.Paths;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Map;
+import java.util.HexFormat;
+import java.util.List;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.zip.CRC32C;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 
 import com.github.luben.zstd.Zstd;
 
+import org.apache.spark.SparkEnv;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -52,8 +61,15 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * that reads shmlog segment files straight into columnar batches in the executor's
  * JVM, only the columns a query needs. Python plans the offset ranges (below the
  * high watermarks, so every byte read is published) and hands them over as the
- * "plan" option; each range names the host its partition lives on, which Spark
- * prefers, and a task on another host fails instead of reading anything else.
+ * "plan" option (shmlog/spark/bulk.py's bulk_plan). Outside a cluster each range
+ * names the host its partition lives on, which Spark prefers, and a task on another
+ * host fails instead of reading anything else. In a cluster each range names the
+ * hosts of its in-sync replicas (the preferred locations) and a task reads the copy
+ * of its own host's broker (SHMLOG_SPARK_BOOTSTRAP, else the plan's bootstrap: every
+ * broker hosts every partition) below that copy's high watermark, which it reads
+ * from the broker's state table in /dev/shm (state_layout.py) and waits for, bounded.
+ * The read is local when the executor's host is among the range's hosts, remote
+ * otherwise; with includeReadLocality every row says which (column readLocality).
  *
  * The segment format is shmlog/batch_layout.py's: 64-byte batch headers, CRC32C
  * over everything after the CRC field, zstd-compressed records regions, records
@@ -69,32 +85,39 @@ public final class BulkSource implements TableProvider {
         DataTypes.createStructField("timestamp", DataTypes.TimestampType, true),
         DataTypes.createStructField("timestampType", DataTypes.IntegerType, true)});
 
-    @Override public StructType inferSchema(CaseInsensitiveStringMap options) { return SCHEMA; }
+    static final StructType SCHEMA_WITH_READ_LOCALITY =
+        SCHEMA.add(DataTypes.createStructField("readLocality", DataTypes.StringType, true));
+
+    @Override public StructType inferSchema(CaseInsensitiveStringMap options) {
+        return options.getBoolean("includeReadLocality", false) ? SCHEMA_WITH_READ_LOCALITY : SCHEMA;
+    }
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        return new BulkTable(properties.get("plan"));
+        return new BulkTable(properties.get("plan"), schema);
     }
 
     static final class BulkTable implements SupportsRead {
         private final String plan;
-        BulkTable(String plan) { this.plan = plan; }
+        private final StructType schema;
+        BulkTable(String plan, StructType schema) { this.plan = plan; this.schema = schema; }
         @Override public String name() { return "shmlog-bulk"; }
-        @Override public StructType schema() { return SCHEMA; }
+        @Override public StructType schema() { return schema; }
         @Override public Set<TableCapability> capabilities() { return Set.of(TableCapability.BATCH_READ); }
         @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-            return new BulkScan(plan == null ? options.get("plan") : plan);
+            return new BulkScan(plan == null ? options.get("plan") : plan, schema);
         }
     }
 
     /** The scan: its builder (column pruning), itself, and its batch. */
     static final class BulkScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
         private final String plan;
-        private StructType required = SCHEMA;
+        private StructType required;
 
-        BulkScan(String plan) {
+        BulkScan(String plan, StructType schema) {
             if (plan == null) throw new IllegalArgumentException("shmlog-bulk needs the plan option (use shmlog.spark.bulk_read)");
             this.plan = plan;
+            this.required = schema;
         }
         @Override public void pruneColumns(StructType requiredSchema) { required = requiredSchema; }
         @Override public Scan build() { return this; }
@@ -106,9 +129,7 @@ public final class BulkSource implements TableProvider {
             try {
                 ArrayList<Range> ranges = new ArrayList<>();
                 for (JsonNode node : new ObjectMapper().readTree(plan)) {
-                    ranges.add(new Range(node.get("topic").asText(), node.get("partition").asInt(),
-                        node.get("directory").asText(), node.get("start").asLong(),
-                        node.get("end").asLong(), node.get("host").asText()));
+                    ranges.add(Range.of(node));
                 }
                 return ranges.toArray(new InputPartition[0]);
             } catch (IOException error) {
@@ -123,17 +144,41 @@ public final class BulkSource implements TableProvider {
         }
     }
 
-    /** Offsets [start, end) of one log partition, stored in directory on host. */
+    /**
+     * Offsets [start, end) of one log partition. Outside a cluster: stored in directory on host.
+     * In a cluster (hosts != null): held by the brokers on hosts in sync, and by every broker at
+     * relative under its data directory, whose state-table row has topicKey.
+     */
     static final class Range implements InputPartition {
-        final String topic, directory, host;
+        final String topic, directory, host, bootstrap, relative;
+        final String[] hosts;
         final int partition;
-        final long start, end;
+        final long start, end, topicKey, waitMs, pollMs;
 
-        Range(String topic, int partition, String directory, long start, long end, String host) {
-            this.topic = topic; this.partition = partition; this.directory = directory;
-            this.start = start; this.end = end; this.host = host;
+        private Range(JsonNode node) {
+            topic = node.get("topic").asText();
+            partition = node.get("partition").asInt();
+            directory = node.get("directory").asText();
+            start = node.get("start").asLong();
+            end = node.get("end").asLong();
+            bootstrap = node.path("bootstrap").asText(null);
+            host = node.path("host").asText(null);
+            JsonNode preferred = node.get("hosts");
+            if (preferred == null) {
+                hosts = null;
+            } else {
+                hosts = new String[preferred.size()];
+                for (int index = 0; index < hosts.length; index++) hosts[index] = preferred.get(index).asText();
+            }
+            relative = node.path("relative").asText(null);
+            topicKey = node.path("topicKey").asLong(0);
+            waitMs = node.path("waitMs").asLong(0);
+            pollMs = Math.max(1, node.path("pollMs").asLong(1));
         }
-        @Override public String[] preferredLocations() { return new String[] {host}; }
+
+        static Range of(JsonNode node) { return new Range(node); }
+        boolean clustered() { return hosts != null; }
+        @Override public String[] preferredLocations() { return clustered() ? hosts : new String[] {host}; }
     }
 
     static final class ReaderFactory implements PartitionReaderFactory {
@@ -167,10 +212,14 @@ public final class BulkSource implements TableProvider {
             VALUE_LENGTH = 20, HEADER_COUNT = 24, RECORD_HEADER_LENGTH = 28, HEADER_ENTRY_LENGTH = 8;
         static final int ROWS_PER_BATCH = 8192;
 
-        static final String[] COLUMNS = {"key", "value", "topic", "partition", "offset", "timestamp", "timestampType"};
-        static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6;
+        static final String[] COLUMNS = {"key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+            "readLocality"};
+        static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6,
+            READ_LOCALITY = 7;
 
         private final Range range;
+        private final File directory;      // the copy read: this host's broker's
+        private final byte[] locality;     // "local" or "remote" (locality.py's ReadLocality)
         private final int[] columns;       // the required columns, as indexes into COLUMNS
         private final OnHeapColumnVector[] vectors;
         private final ColumnarBatch batch;
@@ -195,7 +244,16 @@ public final class BulkSource implements TableProvider {
                 if (this.columns[index] < 0) throw new IllegalArgumentException("unknown column " + columns[index]);
             }
             this.topic = range.topic.getBytes(StandardCharsets.UTF_8);
-            checkHost(range);
+            if (range.clustered()) {
+                Path bootstrap = taskBootstrap(range);
+                this.directory = bootstrap.resolve(range.relative).toFile();
+                this.locality = (isLocal(range) ? "local" : "remote").getBytes(StandardCharsets.UTF_8);
+                ReplicaState.waitUntilCovered(bootstrap, range, where());
+            } else {
+                checkHost(range);
+                this.directory = new File(range.directory);
+                this.locality = "local".getBytes(StandardCharsets.UTF_8);
+            }
             try {
                 listSegments();
             } catch (IOException error) {
@@ -203,7 +261,8 @@ public final class BulkSource implements TableProvider {
             }
             vectors = new OnHeapColumnVector[columns.length];
             for (int index = 0; index < columns.length; index++) {
-                vectors[index] = new OnHeapColumnVector(ROWS_PER_BATCH, SCHEMA.apply(columns[index]).dataType());
+                vectors[index] = new OnHeapColumnVector(ROWS_PER_BATCH,
+                    SCHEMA_WITH_READ_LOCALITY.apply(columns[index]).dataType());
             }
             batch = new ColumnarBatch(vectors);
             next = range.start;
@@ -218,7 +277,6 @@ public final class BulkSource implements TableProvider {
          * listing finds the same files (names and inodes: a rename over a file changes its inode).
          */
         private void listSegments() throws IOException {
-            File directory = new File(range.directory);
             File manifest = new File(directory, SWAP_MANIFEST_FILE);
             long deadline = System.nanoTime() + LISTING_WAIT_NANOS_MAX;
             while (true) {
@@ -234,7 +292,7 @@ public final class BulkSource implements TableProvider {
                     return;
                 }
                 if (System.nanoTime() > deadline) {
-                    throw new IllegalStateException(where() + ": the segments of " + range.directory
+                    throw new IllegalStateException(where() + ": the segments of " + directory
                         + " kept changing (a compaction swap) for " + LISTING_WAIT_NANOS_MAX / 1_000_000 + " ms");
                 }
                 try {
@@ -249,7 +307,7 @@ public final class BulkSource implements TableProvider {
         /** Base offset -> file key (inode) of every segment log there now. */
         private TreeMap<Long, Object> identities(File directory) throws IOException {
             File[] files = directory.listFiles((dir, name) -> name.matches("\\d{20}\\.log"));
-            if (files == null) throw new IllegalStateException(where() + ": no partition directory " + range.directory + " on this host");
+            if (files == null) throw new IllegalStateException(where() + ": no partition directory " + directory + " on host " + executorHost());
             TreeMap<Long, Object> found = new TreeMap<>();
             for (File file : files) {
                 try {
@@ -260,6 +318,28 @@ public final class BulkSource implements TableProvider {
                 }
             }
             return found;
+        }
+
+        /** This host's broker's data directory: SHMLOG_SPARK_BOOTSTRAP (locality.py), else the plan's. */
+        private static Path taskBootstrap(Range range) {
+            String given = System.getenv("SHMLOG_SPARK_BOOTSTRAP");
+            String chosen = given == null || given.isEmpty() ? range.bootstrap : given;
+            return Paths.get(chosen).toAbsolutePath().normalize();
+        }
+
+        /** The host this executor registered with: what Spark matched the preferred locations against. */
+        static String executorHost() {
+            SparkEnv env = SparkEnv.get();
+            if (env != null) return env.blockManager().blockManagerId().host();
+            try {
+                return InetAddress.getLocalHost().getHostName();
+            } catch (java.net.UnknownHostException error) {
+                throw new UncheckedIOException(error);
+            }
+        }
+
+        private static boolean isLocal(Range range) {
+            return List.of(range.hosts).contains(executorHost());
         }
 
         private static void checkHost(Range range) {
@@ -382,7 +462,8 @@ public final class BulkSource implements TableProvider {
                             // LogAppendTime: every record has the batch's append time.
                             case TIMESTAMP: vector.putLong(rows, (timestampType == 1 ? maxTimestamp
                                 : firstTimestamp + view.getLong(at + TIMESTAMP_DELTA)) * 1000); break;
-                            default: vector.putInt(rows, timestampType); break;
+                            case TIMESTAMP_TYPE: vector.putInt(rows, timestampType); break;
+                            default: vector.putByteArray(rows, locality); break;
                         }
                     }
                     rows++;
@@ -401,5 +482,74 @@ public final class BulkSource implements TableProvider {
 
         @Override public ColumnarBatch get() { return batch; }
         @Override public void close() { batch.close(); mapped = null; }
+    }
+
+    /**
+     * A broker's copy of a partition as its state table (shmlog/state_layout.py) shows it: the row
+     * whose topic key and partition are the range's, and the high watermark in it, loaded with
+     * acquire ordering ("a high watermark covers bytes already in the segment files"). The table is
+     * /dev/shm/shmlog-[sha1 of the data directory, 12 hex digits]-state (paths.py, partition_host.py).
+     */
+    static final class ReplicaState {
+        static final int ROW_CAPACITY = 8, ROWS = 4096, ROW_SIZE = 64, HIGH_WATERMARK = 16, TOPIC_KEY = 40,
+            PARTITION = 48;
+        static final VarHandle LONGS = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+
+        static String tableName(Path bootstrap) {
+            try {
+                byte[] digest = MessageDigest.getInstance("SHA-1").digest(bootstrap.toString().getBytes(StandardCharsets.UTF_8));
+                return "shmlog-" + HexFormat.of().formatHex(digest).substring(0, 12) + "-state";
+            } catch (NoSuchAlgorithmException error) {
+                throw new IllegalStateException(error);
+            }
+        }
+
+        /** Return once the copy's high watermark reaches range.end; else fail naming the host and partition. */
+        static void waitUntilCovered(Path bootstrap, Range range, String where) {
+            String host = RangeReader.executorHost();
+            File table = new File("/dev/shm", tableName(bootstrap));
+            MappedByteBuffer mapped;
+            try (RandomAccessFile file = new RandomAccessFile(table, "r"); FileChannel channel = file.getChannel()) {
+                mapped = channel.map(FileChannel.MapMode.READ_ONLY, 0, channel.size());
+            } catch (IOException error) {
+                throw new IllegalStateException(where + ": no shmlog broker at " + bootstrap + " on host " + host
+                    + " (no state table " + table + "): run the executors on the broker hosts, each with "
+                    + "SHMLOG_SPARK_BOOTSTRAP naming its host's broker", error);
+            }
+            mapped.order(ByteOrder.LITTLE_ENDIAN);
+            int row = findRow(mapped, range);
+            if (row < 0) {
+                throw new IllegalStateException(where + ": the broker at " + bootstrap + " on host " + host
+                    + " holds no copy of it");
+            }
+            long deadline = System.nanoTime() + range.waitMs * 1_000_000L;
+            while (true) {
+                long highWatermark = (long) LONGS.getAcquire(mapped, ROWS + row * ROW_SIZE + HIGH_WATERMARK);
+                if (highWatermark >= range.end) return;
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException(where + ": the copy at " + bootstrap + " on host " + host
+                        + " has high watermark " + highWatermark + ", below the planned end " + range.end
+                        + ", after " + range.waitMs + " ms (is its broker fetching from the leader?)");
+                }
+                try {
+                    Thread.sleep(range.pollMs);
+                } catch (InterruptedException error) {
+                    Thread.currentThread().interrupt();
+                    throw new IllegalStateException(where + ": interrupted while waiting for its high watermark", error);
+                }
+            }
+        }
+
+        private static int findRow(MappedByteBuffer mapped, Range range) {
+            long capacity = mapped.getLong(ROW_CAPACITY);
+            for (int row = 0; row < capacity; row++) {
+                int at = ROWS + row * ROW_SIZE;
+                if ((long) LONGS.getAcquire(mapped, at + TOPIC_KEY) == range.topicKey
+                        && mapped.getLong(at + PARTITION) == range.partition) {
+                    return row;
+                }
+            }
+            return -1;
+        }
     }
 }

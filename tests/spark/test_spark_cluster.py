@@ -1,0 +1,183 @@
+"""Spark on a cluster: a task reads its own host's broker's copy of a partition
+(leader, in-sync follower: local; observer: remote) below that copy's high
+watermark, waits (bounded) for a copy that trails, fails clearly on a host with no
+broker; and the example pipeline on a Spark standalone cluster whose workers run on
+the broker hosts reads every record exactly once, through ``bulk_read`` and
+``format("shmlog")``, with local reads counted.
+
+Method: the tasks' read path (``source.read_range``, what a ``format("shmlog")``
+task runs) is driven in-process against a real three-broker ``LocalCluster`` (real
+ZooKeeper, replication over ZeroMQ), with ``SHMLOG_SPARK_BOOTSTRAP`` naming each
+broker in turn. The pipeline runs as a user runs it (tools/spark_cluster_pipeline.py,
+in a child process with its own brokers, Spark master and workers, and the
+session's ZooKeeper), bounded by a timeout; its printed counts are checked. Nothing
+asserts on time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from shmlog import Admin, Consumer, Producer, TopicPartition
+from shmlog.errors import ReplicaNotCoveringError, ShmlogError
+from shmlog.local_cluster import LocalCluster
+from shmlog.spark.locality import TASK_BOOTSTRAP_ENVIRONMENT
+from shmlog.spark.options import ReadOptions
+from shmlog.spark.source import (replica_hosts, OffsetRange, read_range, replica_locality,
+                                 wait_until_covered)
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SETTINGS = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 4000,
+            "replica.fetch.wait.max.ms": 200}
+HOSTS = {1: "127.0.0.2", 2: "127.0.0.3", 3: "127.0.0.4"}
+TOPIC, PARTITIONS, RECORDS = "located", 3, 600
+WAIT_S = 60
+PIPELINE_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    with LocalCluster(str(tmp_path_factory.mktemp("spark-cluster")), 3, settings=SETTINGS,
+                      zookeeper_connect=zookeeper.connect_string, hosts=HOSTS,
+                      log_files=True) as running:
+        Admin(running.data_dir(1)).create_topic(TOPIC, PARTITIONS, replication_factor=2)
+        with Producer(running.data_dir(1), acks="all") as producer:
+            futures = [producer.send(TOPIC, b"value-%d" % number, partition=number % PARTITIONS)
+                       for number in range(RECORDS)]
+            for future in futures:
+                future.get(timeout=WAIT_S)
+        yield running
+
+
+def test_the_pipeline_on_a_standalone_cluster_on_the_broker_hosts(zookeeper, tmp_path):
+    """Three brokers, three workers on their hosts, RF 2: both readers read every
+    record exactly once; the bulk reader, which Spark places on the replica hosts,
+    reads locally. First in the file: the module's cluster is not up yet (it would
+    be six brokers at once)."""
+    result = subprocess.run(
+        [sys.executable, "tools/spark_cluster_pipeline.py", "--lines", "2000",
+         "--directory", str(tmp_path / "run"), "--zookeeper", zookeeper.connect_string],
+        cwd=REPOSITORY, capture_output=True, text=True, timeout=PIPELINE_TIMEOUT_S)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    assert "spark standalone cluster: spark://127.0.0.1:7077, 3 workers" in result.stdout
+    for name in ("bulk_read", "format(shmlog)"):
+        assert f"{name}: 2000 records read, 2000 distinct (partition, offset)" in result.stdout
+        assert f"{name}: every record read exactly once, counts agree" in result.stdout
+        found = re.search(rf"{re.escape(name)} reads: local (\d+) tasks (\d+) records, "
+                          rf"remote (\d+) tasks (\d+) records", result.stdout)
+        assert found, result.stdout[-3000:]
+        local_tasks, local_records, _, remote_records = map(int, found.groups())
+        assert local_records + remote_records == 2000
+        if name == "bulk_read":
+            assert local_tasks >= 1 and local_records > 0, found.group(0)
+    assert not [name for name in os.listdir(tmp_path / "run" / "spark")
+                if name.endswith(".pid")], "every Spark daemon was stopped"
+
+
+def described(cluster, broker_id):
+    return Admin(cluster.data_dir(broker_id)).describe_topic(TOPIC)["partitions"]
+
+
+def whole_copy(cluster, broker_id, partition):
+    """Wait until broker ``broker_id``'s copy holds every record of ``partition``."""
+    end = RECORDS // PARTITIONS
+    tp = TopicPartition(TOPIC, partition)
+    with Consumer(bootstrap=cluster.data_dir(broker_id)) as consumer:
+        cluster.wait_for(lambda: consumer.end_offsets([tp])[tp] >= end, WAIT_S,
+                         f"broker {broker_id}'s copy of {TOPIC}-{partition}")
+    return end
+
+
+def read(options, piece):
+    return pa.Table.from_batches(list(read_range(piece, options)))
+
+
+def test_every_copy_is_read_and_counted_local_only_on_an_in_sync_replica(cluster, monkeypatch):
+    options = ReadOptions.parse({"bootstrap": cluster.data_dir(1), "subscribe": TOPIC,
+                                 "includeReadLocality": "true"})
+    kinds = set()
+    for partition in range(PARTITIONS):
+        leader = described(cluster, 1)[partition]["leader"]
+        for broker_id in HOSTS:
+            end = whole_copy(cluster, broker_id, partition)
+            cluster.wait_for(lambda: set(described(cluster, leader)[partition]["isr"]) ==
+                             set(described(cluster, leader)[partition]["replicas"]), WAIT_S,
+                             f"{TOPIC}-{partition}'s whole ISR")
+            entry = described(cluster, broker_id)[partition]
+            monkeypatch.setenv(TASK_BOOTSTRAP_ENVIRONMENT, cluster.data_dir(broker_id))
+            table = read(options, OffsetRange(TOPIC, partition, 0, end))
+            assert table.column("offset").to_pylist() == list(range(end))
+            assert table.column("value").to_pylist()[:2] == [
+                b"value-%d" % partition, b"value-%d" % (partition + PARTITIONS)]
+            expected = "local" if entry["role"] == "leader" or broker_id in entry["isr"] \
+                else "remote"
+            assert set(table.column("readLocality").to_pylist()) == {expected}, entry
+            kinds.add((entry["role"], expected))
+    assert ("observer", "remote") in kinds, "RF 2 of 3: every partition has an observer"
+    assert ("leader", "local") in kinds and ("follower", "local") in kinds
+
+
+def test_the_plan_prefers_the_hosts_of_the_in_sync_replicas(cluster):
+    for partition, hosts in sorted(replica_hosts(cluster.data_dir(2), [TOPIC]).items()):
+        entry = described(cluster, 2)[partition[1]]
+        assert hosts[0] == HOSTS[entry["leader"]]
+        assert set(hosts) == {HOSTS[broker_id] for broker_id in entry["isr"]}
+
+
+def test_a_copy_that_does_not_cover_the_range_fails_naming_host_and_partition(cluster):
+    tp = TopicPartition(TOPIC, 0)
+    with Consumer(bootstrap=cluster.data_dir(3)) as consumer:
+        high_watermark = consumer.end_offsets([tp])[tp]
+        wait_until_covered(consumer, tp, high_watermark)          # covered: at once
+        with pytest.raises(ReplicaNotCoveringError, match=rf"host .* {TOPIC}-0 at "
+                           rf".*broker-3 has high watermark {high_watermark}, below the "
+                           rf"planned end {high_watermark + 1}"):
+            wait_until_covered(consumer, tp, high_watermark + 1, timeout_ms=200)
+
+
+def test_a_broker_holding_no_copy_is_waited_for_then_named(cluster):
+    assert replica_locality(cluster.data_dir(2), TOPIC, 0).value in ("local", "remote")
+    with pytest.raises(ReplicaNotCoveringError, match=r"host .*: the broker at .*broker-2 "
+                       r"holds no copy of never-made-0 after 200 ms"):
+        replica_locality(cluster.data_dir(2), "never-made", 0, timeout_ms=200)
+
+
+def test_a_task_on_a_host_without_a_broker_fails_clearly(cluster, monkeypatch, tmp_path):
+    options = ReadOptions.parse({"bootstrap": cluster.data_dir(1), "subscribe": TOPIC})
+    monkeypatch.setenv(TASK_BOOTSTRAP_ENVIRONMENT, str(tmp_path / "nothing"))
+    with pytest.raises(ShmlogError, match=rf"Spark task on host .*: no shmlog broker at "
+                       rf".*nothing here .*{TASK_BOOTSTRAP_ENVIRONMENT}"):
+        read(options, OffsetRange(TOPIC, 0, 0, 1))
+
+
+def test_a_broker_outside_a_cluster_counts_local(tmp_path):
+    from shmlog import Broker
+    data_dir = str(tmp_path / "single")
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("one", 1)
+        assert replica_locality(data_dir, "one", 0).value == "local"
+        assert replica_hosts(data_dir, ["one"]) == {}
+
+
+def test_a_copy_trailing_the_plan_is_waited_for(cluster, monkeypatch):
+    """Just after an acks=all write the leader's high watermark is past the followers'
+    and observers' (they learn it on their next fetch): a task there reads the
+    planned range all the same, once its copy covers it."""
+    tp = TopicPartition(TOPIC, 1)
+    leader = described(cluster, 1)[1]["leader"]
+    options = ReadOptions.parse({"bootstrap": cluster.data_dir(leader), "subscribe": TOPIC})
+    for broker_id in sorted(set(HOSTS) - {leader}):
+        with Producer(cluster.data_dir(leader), acks="all") as producer:
+            for future in [producer.send(TOPIC, b"more", partition=1) for _ in range(50)]:
+                future.get(timeout=WAIT_S)
+        with Consumer(bootstrap=cluster.data_dir(leader)) as consumer:
+            end = consumer.end_offsets([tp])[tp]
+        monkeypatch.setenv(TASK_BOOTSTRAP_ENVIRONMENT, cluster.data_dir(broker_id))
+        table = read(options, OffsetRange(TOPIC, 1, 0, end))
+        assert table.column("offset").to_pylist() == list(range(end))
