@@ -130,14 +130,8 @@ QUICK = {"records": 20_000, "catch_up_mb": 2}
 
 
 def wait_for(condition, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no {what} within {WAIT_S} s")
-        time.sleep(POLL_S)
+    from shmlog.local_cluster import poll_until
+    return poll_until(condition, WAIT_S, what, POLL_S)
 
 
 def describe(cluster, broker_id: int, topic: str) -> dict:

@@ -84,14 +84,8 @@ with open(log_path, "a", buffering=1) as out, Consumer(
 
 
 def wait_for(condition, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no {what} within {WAIT_S} s")
-        time.sleep(POLL_S)
+    from shmlog.local_cluster import poll_until
+    return poll_until(condition, WAIT_S, what, POLL_S)
 
 
 def ask(cluster, broker_id: int, request_type: str, **fields):

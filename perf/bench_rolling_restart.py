@@ -95,14 +95,8 @@ STEADY_S = 2.0                 # acknowledgements before the first restart (the 
 
 
 def wait_for(condition, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no {what} within {WAIT_S} s")
-        time.sleep(POLL_S)
+    from shmlog.local_cluster import poll_until
+    return poll_until(condition, WAIT_S, what, POLL_S)
 
 
 def whole_isr(cluster, broker_id: int, partition: int) -> bool:

@@ -39,7 +39,7 @@ from .errors import ShmlogError
 from .paths import shared_memory_prefix
 from .zookeeper import ZooKeeperServer
 
-__all__ = ["LocalCluster"]
+__all__ = ["LocalCluster", "poll_until"]
 
 # A SIGKILLed process is gone within milliseconds; this bounds the wait for it.
 KILLED_WAIT_S = 10.0
@@ -265,13 +265,20 @@ class LocalCluster:
 
     def wait_for(self, condition, timeout_s: float, what: str, interval_s: float = 0.02):
         """Poll ``condition()`` until it returns a true value (returned), or raise
-        after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise ShmlogError(f"timed out after {timeout_s} s waiting for {what}")
-            time.sleep(interval_s)
+        after ``timeout_s`` (:func:`poll_until`)."""
+        return poll_until(condition, timeout_s, what, interval_s)
+
+
+def poll_until(condition, timeout_s: float, what: str, interval_s: float = 0.02):
+    """Poll ``condition()`` every ``interval_s`` until it returns a true value, which
+    is returned; raise :class:`ShmlogError` naming ``what`` after ``timeout_s``. For
+    tests, tools and benchmarks that watch a cluster from outside."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise ShmlogError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
 
