@@ -87,8 +87,8 @@ from .errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableErro
                      LocalProtocolError, NotCoordinatorError, RecordTooLargeError,
                      RequestTimedOutError, ShmlogError, TopicExistsError)
 from .forwarding import wire_error
-from .group_service import GROUP_REQUESTS
-from .groups import (OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig, GroupCoordinator,
+from .group_service import GROUP_REQUESTS, coordinator_config
+from .groups import (OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, GroupCoordinator,
                      offsets_partition)
 from .partition_host import PartitionHost
 from .partition_replica import PartitionReplica, Role
@@ -183,10 +183,7 @@ class ClusterGroupService:
         self.cluster = config.cluster
         self.offsets_topic_partitions = config.offsets_topic_num_partitions
         self.coordinator = GroupCoordinator(
-            CoordinatorConfig(config.group_initial_rebalance_delay_ms,
-                              config.group_min_session_timeout_ms,
-                              config.group_max_session_timeout_ms,
-                              config.offsets_retention_minutes * 60_000),
+            coordinator_config(config),
             topics=host.partition_counts, append_offsets=self._append_offsets,
             end_offset=self._log_end_offset)
         self._loaded: dict[int, int] = {}       # offsets partition -> leader epoch loaded

@@ -36,11 +36,19 @@ from .partition_host import PartitionHost
 from .records import decode_records, encode_batch, now_ms
 from .service import RequestContext
 
-__all__ = ["GroupService", "GROUP_REQUESTS"]
+__all__ = ["GroupService", "GROUP_REQUESTS", "coordinator_config"]
 
 # The coordinator's request methods, each served under its own name.
 GROUP_REQUESTS = ("join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets",
                   "fetch_offsets", "list_groups", "describe_group", "delete_group")
+
+
+def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
+    """The group coordinator's settings from the broker's."""
+    return CoordinatorConfig(config.group_initial_rebalance_delay_ms,
+                             config.group_min_session_timeout_ms,
+                             config.group_max_session_timeout_ms,
+                             config.offsets_retention_minutes * 60_000)
 
 
 class GroupService:
@@ -65,10 +73,7 @@ class GroupService:
         self.context = context
         self.offsets_topic_partitions = config.offsets_topic_num_partitions
         self.coordinator = GroupCoordinator(
-            CoordinatorConfig(config.group_initial_rebalance_delay_ms,
-                              config.group_min_session_timeout_ms,
-                              config.group_max_session_timeout_ms,
-                              config.offsets_retention_minutes * 60_000),
+            coordinator_config(config),
             topics=host.partition_counts, append_offsets=self._append_offsets,
             end_offset=self._log_end_offset)
         self.coordinator.load(self._offset_records())

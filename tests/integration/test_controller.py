@@ -31,6 +31,7 @@ from shmlog.controller import Controller
 from shmlog.errors import (ControllerMovedError, InconsistentClusterIdError,
                            StaleStateVersionError, TopicExistsError,
                            UnknownTopicOrPartitionError, ZooKeeperConnectionError)
+from shmlog.local_cluster import poll_until
 from shmlog.zk_client import (ClusterZooKeeper, CreateOp, DeleteOp, EventKind, EventQueue,
                               SessionState, SetDataOp)
 from shmlog.zk_paths import BrokerRegistration, PartitionState, TopicAssignment
@@ -43,13 +44,7 @@ CLUSTER_ID = "test-cluster"
 
 
 def wait_until(condition, what: str, timeout_s: float = TIMEOUT_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s} s"
-        time.sleep(STEP_S)
+    return poll_until(condition, timeout_s, what, STEP_S)
 
 
 def expire(hosts: str, session: ClusterZooKeeper) -> None:

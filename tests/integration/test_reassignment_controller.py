@@ -25,6 +25,7 @@ import pytest
 from shmlog import cluster_reassign, zk_paths
 from shmlog.controller import Controller
 from shmlog.errors import InvalidReassignmentError, ReassignmentInProgressError
+from shmlog.local_cluster import poll_until
 from shmlog.reassignment import ReassignmentStatus
 from shmlog.zk_client import ClusterZooKeeper
 from shmlog.zk_paths import BrokerRegistration, PartitionState, TopicAssignment
@@ -36,13 +37,7 @@ CLUSTER_ID = "test-reassign"
 
 
 def wait_until(condition, what: str, timeout_s: float = TIMEOUT_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s} s"
-        time.sleep(STEP_S)
+    return poll_until(condition, timeout_s, what, STEP_S)
 
 
 @pytest.fixture
