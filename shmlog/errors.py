@@ -252,7 +252,7 @@ class InconsistentGroupProtocolError(GroupError):
     """A member offers no assignor that every other member of the group supports."""
 
 
-# --- cluster mode: ZooKeeper client and controller (issue 14, zkc) ---------------------
+# --- cluster mode: ZooKeeper client and controller -----------------------------------------
 
 class ZnodeFormatError(PeerProtocolError):
     """A znode's body (written by another broker, or by hand) is not what
@@ -295,7 +295,7 @@ class StaleStateVersionError(ZooKeeperConflictError):
     """A versioned write (a partition state's ISR change, a producer-id block) found
     another zkVersion: someone wrote the znode since it was read. A leader re-reads
     its partition's state and follows it if the leader epoch moved."""
-# --- replication (repl) -------------------------------------------------------------
+# --- replication -----------------------------------------------------------------------
 
 
 class ReplicationProtocolError(PeerProtocolError):
@@ -311,7 +311,7 @@ class InvalidReplicationFactorError(LocalProtocolError):
 class InvalidReplicaAssignmentError(LocalProtocolError):
     """Replicas cannot be assigned as asked: some brokers have a rack and others do
     not (Kafka's AdminOperationException; assign without racks to go on)."""
-# --- acks=all and min.insync.replicas (issue 14) ------------------------------------------
+# --- acks=all and min.insync.replicas --------------------------------------------------
 # Kafka's producer retries all four (they are its RetriableExceptions): the condition
 # may pass. shmlog's tree has no "retriable" notion of its own, so each says so in its
 # docstring; a producer fails the batch's futures with them and sends nothing again.
@@ -340,7 +340,7 @@ class RequestTimedOutError(ShmlogError):
     """A batch the local broker forwarded to the partition's leader got no answer in
     time (Kafka's TimeoutException): it may or may not have been appended. Retriable;
     an idempotent producer's re-send is deduplicated if it was."""
-# --- replication storage (the follower's append; engineer "log") --------------------------
+# --- replication storage (the follower's append) ----------------------------------------
 
 class UnexpectedAppendOffsetError(CorruptRecordError):
     """A follower's append began below the log end: the batches are not the ones
@@ -352,13 +352,13 @@ class OffsetsOutOfOrderError(CorruptRecordError):
     """A follower's append holds a batch whose base offset is not above the last
     offset of the batch before it (Kafka's OffsetsOutOfOrderException). Nothing was
     appended."""
-# --- cluster operations (producer ids; engineer "ops") -----------------------------------
+# --- cluster operations (producer ids) --------------------------------------------------
 
 class ProducerIdsUnavailableError(BrokerNotAvailableError):
     """A cluster member has handed out every producer id of its block and has not
     drawn the next from ZooKeeper yet (it is unreachable, or the draw is under way):
     the producer cannot register now. Retriable."""
-# --- partition reassignment (reassignment.py, controller, cli reassign; engineer "reassign") --
+# --- partition reassignment (reassignment.py, controller, cli reassign) -----------------
 
 class InvalidReassignmentError(LocalProtocolError):
     """A reassignment request names a partition that does not exist, an empty or
@@ -372,7 +372,7 @@ class ReassignmentInProgressError(LocalProtocolError):
     first."""
 
 
-# --- leader balance (controlled shutdown, preferred election; engineer "ops") -----------
+# --- leader balance (controlled shutdown, preferred election) ---------------------------
 
 class PreferredElectionInProgressError(ShmlogError):
     """``/admin/preferred_replica_election`` exists: the controller has not finished
@@ -384,7 +384,7 @@ class LeaderElectionTimeoutError(ShmlogError):
     """The controller did not carry out a preferred replica election in time (no
     controller is elected, or it cannot reach ZooKeeper); the request is left in
     ``/admin/preferred_replica_election`` for the next controller."""
-# --- consumer groups across hosts (issue 15; engineer "groups") ------------------------
+# --- consumer groups across hosts -------------------------------------------------------
 
 class CoordinatorError(GroupError):
     """The group's coordinator cannot serve the request now: ask again after a
@@ -407,7 +407,7 @@ class CoordinatorNotAvailableError(CoordinatorError):
 class CoordinatorLoadInProgressError(CoordinatorError):
     """The coordinator is reading its partition's committed offsets back after it
     became its leader: Kafka's COORDINATOR_LOAD_IN_PROGRESS."""
-# --- Spark on a cluster (shmlog.spark; engineer "spark") ------------------------------
+# --- Spark on a cluster (shmlog.spark) --------------------------------------------------
 
 class ReplicaNotCoveringError(ShmlogError):
     """A Spark task's broker held no copy of a partition, or its copy did not reach

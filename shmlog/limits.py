@@ -185,7 +185,7 @@ def __getattr__(name: str) -> int:
     return derived[name]
 
 
-# --- cluster mode: ZooKeeper client and controller (issue 14, zkc) ---------------------
+# --- cluster mode: ZooKeeper client and controller -----------------------------------------
 # How long a broker waits for its first ZooKeeper session before giving up
 # (kazoo's start() default; Kafka's zookeeper.connection.timeout.ms defaults to the
 # session timeout, 18 s).
@@ -208,7 +208,7 @@ CONTROLLER_IDLE_WAIT_S = 0.5
 # stop() waits this long for the controller's thread (a ZooKeeper call in flight is
 # bounded by the session timeout; the client is closed after the join).
 CONTROLLER_STOP_TIMEOUT_S = 30.0
-# --- replication (repl: replication.py, zmq_replication.py) ----------------------------
+# --- replication (replication.py, zmq_replication.py) -----------------------------------
 # A replication message's JSON body names partitions and offsets, never records (those
 # travel in frames of their own): a fetch of ~500 partitions is ~64 KiB. It bounds what
 # a broken or hostile peer makes a broker parse.
@@ -272,7 +272,7 @@ CLUSTER_ID_LENGTH_MAX = 255
 # take effect (the controller elects leaders within milliseconds; a ZooKeeper session
 # timeout is the worst case a healthy cluster shows).
 CLUSTER_TOPIC_WAIT_MS = 30_000
-# --- replication storage (leader epochs, producer-state snapshots; engineer "log") ----
+# --- replication storage (leader epochs, producer-state snapshots) ----------------------
 # Epoch changes a header walk reports per kernel call before Python takes them and
 # calls again: epochs change once per election, so one call almost always suffices.
 LEADER_EPOCH_SCAN_CHUNK = 64
@@ -285,26 +285,26 @@ LEADER_EPOCH_ENTRIES_MAX = 1_000_000
 # is sent again after this long: Kafka's producer retry.backoff.ms default (a new
 # leader is tried at once).
 FORWARD_RETRY_BACKOFF_MS = 100
-# --- cluster operations (HW checkpoint, producer ids; engineer "ops") ---------------------
+# --- cluster operations (HW checkpoint, producer ids) -----------------------------------
 # A cluster member draws its next block of producer ids from ZooKeeper (on a thread of
 # its own) once this many ids of its current block are left: half a block
 # (zk_paths.PRODUCER_ID_BLOCK_SIZE = 1000), so ZooKeeper may be unreachable for 500
 # registrations before a producer is refused.
 PRODUCER_ID_PREFETCH_REMAINING = 500
-# --- partition reassignment and replication throttling (engineer "reassign") --------------
+# --- partition reassignment and replication throttling ----------------------------------
 # A replication token bucket holds at most this long a run of its rate: Kafka's quota
 # is a rate over 11 one-second windows (replication.quota.window.num/.size.seconds);
 # one second of burst keeps a fetch of a throttled replica near its share without
 # starving it between windows.
 REPLICATION_THROTTLE_BURST_MS = 1000
-# --- leader balance (controlled shutdown, preferred election; engineer "ops") -----------
+# --- leader balance (controlled shutdown, preferred election) ---------------------------
 # How long `shmlog cluster elect-leaders` waits for the controller to carry out the
 # election it asked for (the controller acts within milliseconds; a controller
 # failover takes up to a ZooKeeper session timeout, Kafka's default 18 s).
 ELECT_LEADERS_TIMEOUT_MS_DEFAULT = 30_000
 # How often it looks whether the controller has done so.
 ELECT_LEADERS_POLL_S = 0.05
-# --- consumer groups across hosts (cluster_groups.py; engineer "groups") -----------------
+# --- consumer groups across hosts (cluster_groups.py) -----------------------------------
 # A forwarded join waits for its rebalance: the coordinator's broker is given the
 # member's rebalance timeout plus this much (Kafka's consumer adds 5 s to the join's
 # request timeout, AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE).
@@ -323,7 +323,7 @@ COORDINATOR_CHECK_INTERVAL_MS = 50
 # escapes at most double a text (quotes and backslashes), so this leaves the body room.
 # A request or reply longer than this is refused before it is sent.
 GROUP_FORWARD_TEXT_LENGTH_MAX = 24 << 10
-# --- CurveZMQ between brokers (curve_keys; engineer "curve") -------------------------------
+# --- CurveZMQ between brokers (curve_keys) ----------------------------------------------
 # A key's name becomes a file name (NAME.key, NAME.key_secret): 100 characters hold
 # any host or broker naming scheme and stay far below NAME_MAX (255 bytes).
 CURVE_KEY_NAME_LENGTH_MAX = 100
@@ -336,7 +336,7 @@ CURVE_KEY_FILE_SIZE_MAX = 64 << 10
 # within a second (libzmq retries a refused connection every
 # REPLICATION_RECONNECT_INTERVAL_MS_MAX at most).
 CURVE_KEYS_RELOAD_INTERVAL_S = 1.0
-# --- Spark on a cluster (shmlog.spark; engineer "spark") ------------------------------
+# --- Spark on a cluster (shmlog.spark) --------------------------------------------------
 # How long a Spark task waits for its broker's copy of a partition to cover its range:
 # a follower's high watermark trails the leader's (which the plan used) by one fetch
 # round trip; an observer or an out-of-sync follower may be catching up from further

@@ -478,15 +478,23 @@ def _moving_replicas(fields: dict, name: str, partitions: Mapping[int, tuple[int
 
 def encode_topic_config(config: Mapping[str, str]) -> bytes:
     """``/config/topics/<t>``'s body: Kafka-named overrides, values as strings."""
-    return _dumps({"version": TOPIC_CONFIG_VERSION,
-                   "config": {str(name): str(value) for name, value in config.items()}})
+    return _encode_config(TOPIC_CONFIG_VERSION, config)
 
 
 def decode_topic_config(topic: str, body: bytes) -> dict[str, str]:
     """Topic ``topic``'s configuration overrides (Kafka names, string values)."""
-    what = topic_config_path(topic)
+    return _decode_config(body, TOPIC_CONFIG_VERSION, topic_config_path(topic))
+
+
+def _encode_config(version: int, config: Mapping[str, str]) -> bytes:
+    """A config znode's body (Kafka's ConfigEntityZNode): string values."""
+    return _dumps({"version": version,
+                   "config": {str(name): str(value) for name, value in config.items()}})
+
+
+def _decode_config(body: bytes, version: int, what: str) -> dict[str, str]:
     fields = _object(body, what)
-    _version(fields, TOPIC_CONFIG_VERSION, what)
+    _version(fields, version, what)
     config = _field(fields, "config", dict, what)
     if any(not isinstance(value, str) for value in config.values()):
         raise ZnodeFormatError(f"{what}: config values must be strings: {config}")
@@ -569,20 +577,13 @@ def decode_reassignment(body: bytes, what: str = REASSIGN_PARTITIONS_PATH
 
 def encode_broker_config(config: Mapping[str, str]) -> bytes:
     """``/config/brokers/<id>``'s body: Kafka-named dynamic configs, string values."""
-    return _dumps({"version": BROKER_CONFIG_VERSION,
-                   "config": {str(name): str(value) for name, value in config.items()}})
+    return _encode_config(BROKER_CONFIG_VERSION, config)
 
 
 def decode_broker_config(broker_id: int, body: bytes) -> dict[str, str]:
     """Broker ``broker_id``'s dynamic configs."""
-    what = broker_config_path(broker_id)
-    fields = _object(body, what)
-    _version(fields, BROKER_CONFIG_VERSION, what)
-    config = _field(fields, "config", dict, what)
-    if any(not isinstance(value, str) for value in config.values()):
-        raise ZnodeFormatError(f"{what}: config values must be strings: {config}")
-    return dict(config)
-# --- controlled shutdown and preferred election (engineer "ops") ------------------------
+    return _decode_config(body, BROKER_CONFIG_VERSION, broker_config_path(broker_id))
+# --- controlled shutdown and preferred election -----------------------------------------
 
 def encode_controlled_shutdown(broker_epoch: int) -> bytes:
     """``/admin/controlled_shutdown/<id>``'s body: the asking incarnation's broker epoch
