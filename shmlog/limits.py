@@ -344,7 +344,7 @@ CURVE_KEYS_RELOAD_INTERVAL_S = 1.0
 SPARK_REPLICA_WAIT_MS = 30_000
 # How often it looks at that high watermark meanwhile (one shared-memory load).
 SPARK_REPLICA_POLL_MS = 10
-# --- the three-host demo: network namespaces (shmlog.netns; engineer "demo") ----------
+# --- network namespaces (netns.py: partition tests, the three-host demo) ---------------
 # ip and nft answer in milliseconds; a command that takes this long is stuck.
 NETNS_COMMAND_TIMEOUT_S = 30.0
 # How long the processes in a namespace get to exit on SIGTERM at teardown (then on
