@@ -413,3 +413,8 @@ class ReplicaNotCoveringError(ShmlogError):
     """A Spark task's broker held no copy of a partition, or its copy did not reach
     the range's end (its high watermark stayed below it), within
     ``limits.SPARK_REPLICA_WAIT_MS``: the message names the host and the partition."""
+# --- network namespaces (netns.py: partition tests, the three-host demo) ---------------
+
+class NetnsError(ShmlogError):
+    """An ``ip`` or ``nft`` command that makes, cuts or removes network namespaces
+    failed (its command line and stderr say why)."""

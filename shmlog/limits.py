@@ -344,3 +344,11 @@ CURVE_KEYS_RELOAD_INTERVAL_S = 1.0
 SPARK_REPLICA_WAIT_MS = 30_000
 # How often it looks at that high watermark meanwhile (one shared-memory load).
 SPARK_REPLICA_POLL_MS = 10
+# --- network namespaces (netns.py: partition tests, the three-host demo) ---------------
+# ip and nft answer in milliseconds; a command that takes this long is stuck.
+NETNS_COMMAND_TIMEOUT_S = 30.0
+# How long the processes in a namespace get to exit on SIGTERM at teardown (then on
+# SIGKILL): a broker flushes and leaves its cluster, a JVM runs its shutdown hooks.
+NETNS_PROCESS_STOP_TIMEOUT_S = 10.0
+# How often teardown lists a namespace's processes again while they exit.
+NETNS_PROCESS_POLL_S = 0.1

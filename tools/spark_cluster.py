@@ -15,7 +15,12 @@ executors must run where the broker is. With a cluster of brokers on those same
 addresses (``shmlog.local_cluster.LocalCluster`` with ``hosts``), ``--worker-bootstrap
 HOST=DIR`` points the worker on HOST - and so its executors and their Python workers,
 which inherit its environment - at its host's broker: ``SHMLOG_SPARK_BOOTSTRAP=DIR``
-(``shmlog.spark.locality``). The workers' Python is this interpreter
+(``shmlog.spark.locality``). As a library (``start``), the master and the workers
+may bind other addresses and be started under a command each (``ip netns exec NS``:
+tools/spark_cluster_pipeline.py ``--namespaces`` runs each worker in the network
+namespace of its host); every daemon's ``SPARK_LOCAL_IP`` is the address it binds,
+so no JVM resolves this machine's host name to an address its namespace lacks.
+The workers' Python is this interpreter
 (PYSPARK_PYTHON), with the same compiled-kernel cache. ``run`` exports
 SPARK_MASTER_URL to the command and always stops the cluster afterwards.
 State (pid files, logs, work directories) lives under ``--state`` (default
@@ -57,13 +62,21 @@ def environment(state: str, extra: dict | None = None) -> dict:
     return env
 
 
-def daemon(state: str, name: str, arguments: list[str], extra: dict | None = None) -> None:
-    """Start one daemon in the background, its output in logs/<name>.log, with the
+def master_url(host: str = MASTER_HOST) -> str:
+    """The URL of a master listening on ``host``."""
+    return f"spark://{host}:{MASTER_PORT}"
+
+
+def daemon(state: str, name: str, arguments: list[str], extra: dict | None = None,
+           launch_prefix: list[str] | None = None) -> None:
+    """Start one daemon in the background (under ``launch_prefix``, which must exec
+    it, so the pid file names the JVM), its output in logs/<name>.log, with the
     environment variables ``extra`` on top of ours."""
     os.makedirs(os.path.join(state, "logs"), exist_ok=True)
     with open(os.path.join(state, "logs", f"{name}.log"), "ab") as log:
-        process = subprocess.Popen([spark_class(), *arguments], stdout=log,
-                                   stderr=subprocess.STDOUT, env=environment(state, extra),
+        process = subprocess.Popen([*(launch_prefix or []), spark_class(), *arguments],
+                                   stdout=log, stderr=subprocess.STDOUT,
+                                   env=environment(state, extra),
                                    start_new_session=True)
     with open(os.path.join(state, f"{name}.pid"), "w") as target:
         target.write(str(process.pid))
@@ -88,26 +101,37 @@ def worker_hosts(workers: int) -> list[str]:
 
 
 def start(state: str, workers: int, cores: int, memory: str,
-          bootstraps: dict[str, str] | None = None) -> None:
-    """Start the master and the workers; ``bootstraps`` maps a worker's host to the
-    data directory of the broker there (its ``SHMLOG_SPARK_BOOTSTRAP``)."""
-    daemon(state, "master", ["org.apache.spark.deploy.master.Master", "--host", MASTER_HOST,
-                             "--port", str(MASTER_PORT), "--webui-port", "8080"])
-    wait_for_port(MASTER_HOST, MASTER_PORT, "the master")
-    hosts = worker_hosts(workers)
-    unknown = set(bootstraps or {}) - set(hosts)
-    if unknown:
-        raise SystemExit(f"--worker-bootstrap names {sorted(unknown)}, not worker hosts {hosts}")
+          bootstraps: dict[str, str] | None = None, *, hosts: list[str] | None = None,
+          master_host: str = MASTER_HOST,
+          launch_prefixes: dict[str, list[str]] | None = None) -> None:
+    """Start the master (on ``master_host``) and the workers (on ``hosts``, default
+    :func:`worker_hosts`); ``bootstraps`` maps a worker's host to the data directory
+    of the broker there (its ``SHMLOG_SPARK_BOOTSTRAP``), ``launch_prefixes`` to the
+    command it is started under. This process must reach every address (it waits
+    for each daemon's port)."""
+    hosts = hosts or worker_hosts(workers)
+    for given, what in ((bootstraps, "--worker-bootstrap"), (launch_prefixes, "a launch prefix")):
+        unknown = set(given or {}) - set(hosts)
+        if unknown:
+            raise SystemExit(f"{what} names {sorted(unknown)}, not worker hosts {hosts}")
+    daemon(state, "master", ["org.apache.spark.deploy.master.Master", "--host", master_host,
+                             "--port", str(MASTER_PORT), "--webui-port", "8080"],
+           {"SPARK_LOCAL_IP": master_host})
+    wait_for_port(master_host, MASTER_PORT, "the master")
     for index, host in enumerate(hosts):          # their JVMs start together
-        extra = {BOOTSTRAP_ENVIRONMENT: bootstraps[host]} if host in (bootstraps or {}) else {}
+        extra = {"SPARK_LOCAL_IP": host}
+        if host in (bootstraps or {}):
+            extra[BOOTSTRAP_ENVIRONMENT] = bootstraps[host]
         daemon(state, f"worker-{index}", [
-            "org.apache.spark.deploy.worker.Worker", MASTER_URL, "--host", host,
+            "org.apache.spark.deploy.worker.Worker", master_url(master_host), "--host", host,
             "--port", str(7100 + index), "--webui-port", str(8081 + index),
             "--cores", str(cores), "--memory", memory,
-            "--work-dir", os.path.join(state, f"work-{index}")], extra)
+            "--work-dir", os.path.join(state, f"work-{index}")], extra,
+            (launch_prefixes or {}).get(host))
     for index, host in enumerate(hosts):
         wait_for_port(host, 7100 + index, f"worker {index}")
-    print(f"spark standalone cluster: {MASTER_URL}, {workers} workers", flush=True)
+    print(f"spark standalone cluster: {master_url(master_host)}, {len(hosts)} workers",
+          flush=True)
 
 
 def exited(pid: int) -> bool:

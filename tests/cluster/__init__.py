@@ -2,11 +2,11 @@
 
 * ``history.py``: the offset-based history checker (what clients saw and what the
   replicas hold, checked against Kafka's replication promises);
-* ``netns.py``: network namespaces, cut and healed with drop rules inside them only;
-* ``conftest.py``: the ``topology`` fixture (skipped, with the reason, without root,
-  ``ip`` or ``nft``).
+* ``conftest.py``: the ``topology`` fixture: network namespaces (``shmlog.netns``),
+  cut and healed with drop rules inside them only (skipped, with the reason, without
+  root, ``ip`` or ``nft``).
 
-A package, so its modules are imported as ``cluster.history`` and ``cluster.netns``
+A package, so its modules are imported as ``cluster.history`` and ``cluster.workload``
 (``tests/`` is on the path, as for ``helpers``). Select these tests by path:
 ``pytest tests/cluster``.
 """

@@ -1,10 +1,11 @@
-"""Network namespaces for partition tests (tests/cluster/netns.py).
+"""Network namespaces for partition tests (shmlog/netns.py).
 
 Goal: a cut made by ``Topology.cut`` looks like a real partition to TCP and to
 ZeroMQ (packets dropped: timeouts, no errors), a heal restores it (connections
 that outlived the cut resume), /dev/shm is one tmpfs for every namespace, and
-nothing is left behind: teardown removes every namespace and process, and the
-sweeper removes the namespaces of dead test processes only.
+nothing is left behind: teardown removes every namespace and every process in
+them (also those it did not start), and the sweeper removes the namespaces of
+dead test processes only.
 
 Method: real namespaces, veths, a bridge and nftables rules (root only: skipped
 with the reason otherwise); tiny Python servers and clients started in the
@@ -21,7 +22,7 @@ import time
 
 import pytest
 
-from cluster import netns
+from shmlog import netns
 
 # A connect to a cut peer must time out well before this; an answer comes in ms.
 CONNECT_TIMEOUT_S = 1.0
@@ -176,6 +177,34 @@ def test_teardown_stops_processes_and_leaves_no_namespace(netns_unavailable_reas
     assert sleeper.returncode is not None
     assert not set(names) & set(netns.list_namespaces())
     topology.teardown()                                    # twice is harmless
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie (its parent, maybe not us, has yet to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_teardown_stops_processes_it_did_not_start_in_its_namespaces(netns_unavailable_reason):
+    # A broker's or a Spark worker's children, or those of a program killed before
+    # its cleanup: started in a member, children of no process of ours.
+    if netns_unavailable_reason:
+        pytest.skip(netns_unavailable_reason)
+    topology = netns.Topology(["b1"], prefix=f"shmlog-{os.getpid()}-orphans")
+    topology.create()
+    try:
+        starter = subprocess.Popen([*topology.launch_prefix("b1"), "sh", "-c",
+                                    "sleep 600 > /dev/null 2>&1 & echo $!"],
+                                   stdout=subprocess.PIPE, text=True)
+        orphan = int(starter.communicate(timeout=ANSWER_TIMEOUT_S)[0])
+        assert netns.namespace_pids(topology.namespace("b1")) == [orphan]
+        assert not exited(orphan)
+    finally:
+        topology.teardown()
+    assert exited(orphan)
 
 
 def test_a_failed_create_removes_what_it_made(netns_unavailable_reason):

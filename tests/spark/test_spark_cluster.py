@@ -2,31 +2,38 @@
 (leader, in-sync follower: local; observer: remote) below that copy's high
 watermark, waits (bounded) for a copy that trails, fails clearly on a host with no
 broker; and the example pipeline on a Spark standalone cluster whose workers run on
-the broker hosts reads every record exactly once, through ``bulk_read`` and
-``format("shmlog")``, with local reads counted.
+the broker hosts - three hosts in network namespaces, the README's command - reads
+every record exactly once, through ``bulk_read`` and ``format("shmlog")``, with
+local reads counted, and leaves nothing behind.
 
 Method: the tasks' read path (``source.read_range``, what a ``format("shmlog")``
 task runs) is driven in-process against a real three-broker ``LocalCluster`` (real
 ZooKeeper, replication over ZeroMQ), with ``SHMLOG_SPARK_BOOTSTRAP`` naming each
-broker in turn. The pipeline runs as a user runs it (tools/spark_cluster_pipeline.py,
-in a child process with its own brokers, Spark master and workers, and the
-session's ZooKeeper), bounded by a timeout; its printed counts are checked. Nothing
-asserts on time.
+broker in turn. The pipeline runs as a user runs it (tools/spark_cluster_pipeline.py
+in a child process with its own brokers, Spark master and workers): as root with
+``--namespaces`` (its own hosts and ZooKeeper), else on loopback addresses with the
+session's ZooKeeper; bounded by a timeout; its printed counts are checked, then
+that no namespace, Spark daemon or shared memory of it is left. Its refusal
+without root is run as nobody (setpriv). Nothing asserts on time.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 
 import pyarrow as pa
 import pytest
 
-from shmlog import Admin, Consumer, Producer, TopicPartition
+from shmlog import Admin, Consumer, Producer, TopicPartition, netns, shared_memory
 from shmlog.errors import ReplicaNotCoveringError, ShmlogError
 from shmlog.local_cluster import LocalCluster
+from shmlog.paths import shared_memory_prefix
 from shmlog.spark.locality import TASK_BOOTSTRAP_ENVIRONMENT
 from shmlog.spark.options import ReadOptions
 from shmlog.spark.source import (replica_hosts, OffsetRange, read_range, replica_locality,
@@ -39,6 +46,10 @@ HOSTS = {1: "127.0.0.2", 2: "127.0.0.3", 3: "127.0.0.4"}
 TOPIC, PARTITIONS, RECORDS = "located", 3, 600
 WAIT_S = 60
 PIPELINE_TIMEOUT_S = 600
+# After SIGTERM the tool stops Spark (30 s at most), the brokers and ZooKeeper.
+PIPELINE_STOP_TIMEOUT_S = 180
+# The refusal comes after the imports only (a second or two; many on a loaded machine).
+REFUSAL_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -55,29 +66,91 @@ def cluster(zookeeper, tmp_path_factory):
         yield running
 
 
-def test_the_pipeline_on_a_standalone_cluster_on_the_broker_hosts(zookeeper, tmp_path):
-    """Three brokers, three workers on their hosts, RF 2: both readers read every
-    record exactly once; the bulk reader, which Spark places on the replica hosts,
-    reads locally. First in the file: the module's cluster is not up yet (it would
+def test_the_pipeline_on_three_hosts_with_workers_on_the_broker_hosts(request, tmp_path):
+    """The README's command (as root: hosts in network namespaces; otherwise the
+    loopback variant, with the session's ZooKeeper). Three brokers, three workers on
+    their hosts, RF 2: both readers read every record exactly once; the bulk
+    reader, which Spark places on the replica hosts, reads locally; everything is
+    gone afterwards. First in the file: the module's cluster is not up yet (it would
     be six brokers at once)."""
-    result = subprocess.run(
-        [sys.executable, "tools/spark_cluster_pipeline.py", "--lines", "2000",
-         "--directory", str(tmp_path / "run"), "--zookeeper", zookeeper.connect_string],
-        cwd=REPOSITORY, capture_output=True, text=True, timeout=PIPELINE_TIMEOUT_S)
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    assert "spark standalone cluster: spark://127.0.0.1:7077, 3 workers" in result.stdout
+    namespaces = netns.unavailable_reason(nftables=False) is None
+    run = tmp_path / "run"
+    command = [sys.executable, "tools/spark_cluster_pipeline.py", "--lines", "2000",
+               "--directory", str(run)]
+    command += ["--namespaces"] if namespaces else \
+        ["--zookeeper", request.getfixturevalue("zookeeper").connect_string]
+    stdout, stderr, returncode, pid = run_bounded(command)
+    assert returncode == 0, (stdout[-3000:], stderr[-3000:])
+    assert re.search(r"spark standalone cluster: spark://\S+:7077, 3 workers", stdout), stdout
     for name in ("bulk_read", "format(shmlog)"):
-        assert f"{name}: 2000 records read, 2000 distinct (partition, offset)" in result.stdout
-        assert f"{name}: every record read exactly once, counts agree" in result.stdout
+        assert f"{name}: 2000 records read, 2000 distinct (partition, offset)" in stdout
+        assert f"{name}: every record read exactly once, counts agree" in stdout
         found = re.search(rf"{re.escape(name)} reads: local (\d+) tasks (\d+) records, "
-                          rf"remote (\d+) tasks (\d+) records", result.stdout)
-        assert found, result.stdout[-3000:]
+                          rf"remote (\d+) tasks (\d+) records", stdout)
+        assert found, stdout[-3000:]
+        print(found.group(0))
         local_tasks, local_records, _, remote_records = map(int, found.groups())
         assert local_records + remote_records == 2000
         if name == "bulk_read":
             assert local_tasks >= 1 and local_records > 0, found.group(0)
-    assert not [name for name in os.listdir(tmp_path / "run" / "spark")
-                if name.endswith(".pid")], "every Spark daemon was stopped"
+    assert not [name for name in os.listdir(run / "spark") if name.endswith(".pid")], \
+        "every Spark daemon was stopped"
+    for broker_id in (1, 2, 3):
+        prefix = shared_memory_prefix(str(run / "brokers" / f"broker-{broker_id}"))
+        assert not shared_memory.names(prefix), f"broker {broker_id}'s shared memory is gone"
+    if namespaces:
+        for number in (1, 2, 3):
+            assert re.search(rf"host{number}: network namespace shmlog-{pid}-host{number}, "
+                             rf"address 10\.213\.0\.{number}: broker {number}, Spark worker",
+                             stdout), stdout[:2000]
+        assert not [name for name in netns.list_namespaces()
+                    if name.startswith(f"shmlog-{pid}-")], "every namespace was removed"
+
+
+def run_bounded(command: list[str]) -> tuple[str, str, int, int]:
+    """Run the pipeline tool; past PIPELINE_TIMEOUT_S, SIGTERM it (it stops and
+    removes what it started) and fail. Its output, exit status and pid."""
+    process = subprocess.Popen(command, cwd=REPOSITORY, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=PIPELINE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            stdout, stderr = process.communicate(timeout=PIPELINE_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        pytest.fail(f"the pipeline did not end within {PIPELINE_TIMEOUT_S} s: "
+                    f"{stdout[-3000:]} {stderr[-3000:]}")
+    return stdout, stderr, process.returncode, process.pid
+
+
+def test_namespaces_are_refused_without_root_saying_why(tmp_path):
+    """Not root: the command says what it needs and exits 2, having started nothing.
+    As root, the command runs as nobody (with a kernel cache it may write)."""
+    command = [sys.executable, "tools/spark_cluster_pipeline.py", "--namespaces",
+               "--directory", str(tmp_path / "never")]
+    environment = dict(os.environ)
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("setpriv (util-linux) is not installed: cannot run as another user")
+        cache = tempfile.mkdtemp(prefix="shmlog-nobody-numba-")   # tmp_path is root's only
+        os.chmod(cache, 0o777)
+        environment["NUMBA_CACHE_DIR"] = cache
+        command = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", *command]
+    try:
+        result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True,
+                                env=environment, timeout=REFUSAL_TIMEOUT_S)
+    finally:
+        if os.geteuid() == 0:
+            shutil.rmtree(cache, ignore_errors=True)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "--namespaces: network namespaces need root: the three hosts are network " \
+           "namespaces, which only root (CAP_NET_ADMIN) can make" in result.stderr
+    assert "sudo" in result.stderr and "without --namespaces" in result.stderr
+    assert not (tmp_path / "never").exists()
 
 
 def described(cluster, broker_id):

@@ -1,27 +1,31 @@
-"""Network namespaces for partition tests: a private LAN per test, cut and healed
-with drop rules that live only inside namespaces we created.
+"""Network namespaces: a private LAN of "hosts" on one machine, for partition tests
+(cut and healed with drop rules that live only inside namespaces we created) and
+for the three-host demo (tools/spark_cluster_pipeline.py ``--namespaces``).
 
 Cluster tests must partition a broker from its peers and from ZooKeeper without
 touching the host's network: ``tc netem`` is not available in this kernel, and a
 rule in the host's own firewall could cut anything else running here. So each
-test builds its own network of namespaces.
+test builds its own network of namespaces; the demo builds one to give each broker
+and Spark worker a host address of its own.
 
 Rules
 -----
 * Only our own namespaces change: they are named ``shmlog-<pid>-<member>`` (the
-  pid of the test process that made them), every interface and nftables rule lives
+  pid of the process that made them), every interface and nftables rule lives
   inside them, and nothing is added to the host's (root) namespace.
 * Cuts drop, never reject: a peer sees a timeout (no RST, no ICMP), which is what a
   real partition looks like to ZeroMQ's heartbeats and to kazoo's read timeout.
 * Everything is removed at teardown, even after a failed start: the processes
-  started in the namespaces (SIGTERM, then SIGKILL), then the namespaces (their
-  veths, bridge and rules go with them). :func:`sweep_dead_namespaces` removes what
-  a killed test process left: the ``shmlog-<pid>-*`` namespaces of pids no longer
-  alive.
-* Every command is bounded (``COMMAND_TIMEOUT_S``) and a failure raises
-  :class:`NetnsError` with the command and its stderr.
-* Tests need root, ``ip`` and ``nft``: :func:`skip_unless_available` skips with the
-  reason otherwise.
+  started in the namespaces (SIGTERM, then SIGKILL), then every process still in
+  one of them (started there by those: a broker's or a Spark worker's children,
+  or the processes of a program killed before its own cleanup), then the
+  namespaces (their veths, bridge and rules go with them).
+  :func:`sweep_dead_namespaces` removes what a killed process left: the
+  ``shmlog-<pid>-*`` namespaces of pids no longer alive.
+* Every command is bounded (``limits.NETNS_COMMAND_TIMEOUT_S``) and a failure
+  raises :class:`~shmlog.errors.NetnsError` with the command and its stderr.
+* Namespaces need root (CAP_NET_ADMIN) and ``ip``; cuts need ``nft`` too:
+  :func:`unavailable_reason` says why they cannot be used here.
 
 Theory of operation
 -------------------
@@ -39,8 +43,11 @@ The hub namespace holds a bridge; each member namespace is joined to it by a vet
 pair made directly in the two namespaces (``ip -n hub link add v-b1 type veth
 peer name eth0 netns <prefix>-b1``), so the host never sees an interface. Member
 i (in the order given) gets the (i+1)-th address of ``network``. Processes run
-in a member with ``ip netns exec`` (:meth:`Topology.run_in`), which execs the
-command in the same process, so the Popen's pid is the program's.
+in a member with ``ip netns exec`` (:meth:`Topology.run_in`, or any launcher given
+:meth:`Topology.launch_prefix`), which execs the command in the same process, so
+the Popen's pid is the program's. A :class:`Topology` made with the prefix of one
+created elsewhere names the same namespaces and addresses (a program started in a
+member uses it to find the others) without creating anything.
 
 ``ip netns exec`` gives the program its own mount namespace only to remount
 ``/sys`` for the network namespace; every other mount is a copy of the host's,
@@ -62,21 +69,20 @@ import ipaddress
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from typing import Iterable
 
-from shmlog import child_process
+from . import child_process, limits
+from .errors import NetnsError
 
-__all__ = ["Topology", "NetnsError", "unavailable_reason", "skip_unless_available",
-           "list_namespaces", "sweep_dead_namespaces", "CUT_TABLE", "NAME_PREFIX"]
+__all__ = ["Topology", "NetnsError", "unavailable_reason", "list_namespaces",
+           "namespace_pids", "sweep_dead_namespaces", "CUT_TABLE", "NAME_PREFIX"]
 
 NAME_PREFIX = "shmlog"
 # The nftables table a cut lives in, inside the member's namespace only.
 CUT_TABLE = "shmlog_cut"
-# ip and nft answer in milliseconds; a command that takes this long is stuck.
-COMMAND_TIMEOUT_S = 30.0
-# How long a process started in a namespace gets to exit on SIGTERM at teardown.
-PROCESS_STOP_TIMEOUT_S = 10.0
 MEMBERS_DEFAULT = ("b1", "b2", "b3", "zk")
 NETWORK_DEFAULT = "10.213.0.0/24"
 # Interface names are at most 15 bytes; the hub side is "v-<member>".
@@ -92,17 +98,14 @@ def _tool(name: str) -> str | None:
     return shutil.which(name, path=search)
 
 
-class NetnsError(RuntimeError):
-    """An ``ip`` or ``nft`` command failed (its command line and stderr say why)."""
-
-
 def _run(argv: list[str], *, stdin: str | None = None) -> str:
     argv = [_tool(argv[0]) or argv[0], *argv[1:]]
     try:
         done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT_S)
+                              timeout=limits.NETNS_COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise NetnsError(f"{' '.join(argv)} did not finish in {COMMAND_TIMEOUT_S} s") from None
+        raise NetnsError(f"{' '.join(argv)} did not finish in "
+                         f"{limits.NETNS_COMMAND_TIMEOUT_S} s") from None
     if done.returncode != 0:
         raise NetnsError(f"{' '.join(argv)} exited with {done.returncode}: "
                          f"{done.stderr.strip()}")
@@ -115,11 +118,13 @@ def _nft_in(namespace: str, *arguments: str, stdin: str | None = None) -> str:
                 stdin=stdin)
 
 
-def unavailable_reason() -> str | None:
-    """Why network-namespace tests cannot run here, or None when they can."""
+def unavailable_reason(*, nftables: bool = True) -> str | None:
+    """Why network namespaces (with ``nftables``: and cuts) cannot be used here, or
+    None when they can: a namespace is made and removed to find out."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    for tool, package in (("ip", "iproute2"), ("nft", "nftables")):
+    tools = (("ip", "iproute2"), ("nft", "nftables")) if nftables else (("ip", "iproute2"),)
+    for tool, package in tools:
         if _tool(tool) is None:
             return f"{tool} is not installed (apt-get install {package})"
     probe = f"{NAME_PREFIX}-{os.getpid()}-probe"
@@ -127,27 +132,26 @@ def unavailable_reason() -> str | None:
     try:
         _run(["ip", "netns", "add", probe])
         made = True
-        _nft_in(probe, "list", "tables")
+        if nftables:
+            _nft_in(probe, "list", "tables")
     except NetnsError as error:
-        return f"cannot use a network namespace with nftables here: {error}"
+        return f"cannot use a network namespace{' with nftables' * nftables} here: {error}"
     finally:
         if made:
             _run(["ip", "netns", "delete", probe])
     return None
 
 
-def skip_unless_available() -> None:
-    """pytest.skip with the reason when namespaces or nftables cannot be used."""
-    import pytest
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-
-
 def list_namespaces() -> list[str]:
     """The names of the host's named network namespaces (``ip netns list``)."""
     return [line.split()[0] for line in _run(["ip", "netns", "list"]).splitlines()
             if line.strip()]
+
+
+def namespace_pids(name: str) -> list[int]:
+    """The processes in network namespace ``name`` (``ip netns pids``); an exited one
+    is not listed, even before it is reaped."""
+    return [int(pid) for pid in _run(["ip", "netns", "pids", name]).split()]
 
 
 def sweep_dead_namespaces() -> list[str]:
@@ -235,12 +239,16 @@ class Topology:
               f"{self.addresses[member]}/{self.network.prefixlen}", "dev", _MEMBER_INTERFACE])
         _run(["ip", "-n", name, "link", "set", _MEMBER_INTERFACE, "up"])
 
+    def launch_prefix(self, member: str) -> list[str]:
+        """The command line that runs a program in ``member``'s namespace (``ip netns
+        exec <namespace>``), for launchers that take a prefix (``LocalCluster``'s
+        ``launch_prefixes``); what it starts is stopped at teardown."""
+        return [_tool("ip") or "ip", "netns", "exec", self.namespace(member)]
+
     def run_in(self, member: str, argv: list[str], **popen_kwargs) -> subprocess.Popen:
         """Start ``argv`` in ``member``'s namespace (``subprocess.Popen`` arguments
         pass through); it is stopped at teardown if still running."""
-        process = subprocess.Popen([_tool("ip") or "ip", "netns", "exec", self.namespace(member),
-                                    *argv],
-                                   **popen_kwargs)
+        process = subprocess.Popen([*self.launch_prefix(member), *argv], **popen_kwargs)
         self._processes.append(process)
         return process
 
@@ -279,12 +287,14 @@ class Topology:
         return f"table inet {CUT_TABLE}" in tables.splitlines()
 
     def teardown(self) -> None:
-        """Stop the processes started here, then delete every namespace made here."""
+        """Stop the processes started here, then every other process in a namespace
+        made here, then delete those namespaces."""
         processes, self._processes = self._processes, []
         for process in processes:
-            child_process.stop(process, PROCESS_STOP_TIMEOUT_S)
+            child_process.stop(process, limits.NETNS_PROCESS_STOP_TIMEOUT_S)
         existing = set(list_namespaces())
         created, self._created = self._created, []
+        _stop_every_process_in([name for name in created if name in existing])
         for name in reversed(created):
             if name in existing:
                 _run(["ip", "netns", "delete", name])
@@ -294,3 +304,23 @@ class Topology:
 
     def __exit__(self, *exc_info) -> None:
         self.teardown()
+
+
+def _stop_every_process_in(namespaces: list[str]) -> None:
+    """SIGTERM every process in ``namespaces``, SIGKILL those still there after
+    ``limits.NETNS_PROCESS_STOP_TIMEOUT_S``. They need not be our children (a
+    broker's JVM, a Spark executor), so they are not waited for: the namespaces are
+    listed again until they are empty."""
+    def remaining() -> set[int]:
+        return {pid for name in namespaces for pid in namespace_pids(name)} - {os.getpid()}
+
+    deadline = time.monotonic() + limits.NETNS_PROCESS_STOP_TIMEOUT_S
+    for stop_signal in (signal.SIGTERM, signal.SIGKILL):
+        for pid in remaining():
+            try:
+                os.kill(pid, stop_signal)
+            except ProcessLookupError:
+                pass
+        while remaining() and time.monotonic() < deadline:
+            time.sleep(limits.NETNS_PROCESS_POLL_S)
+        deadline = time.monotonic() + limits.NETNS_PROCESS_STOP_TIMEOUT_S
