@@ -9,11 +9,14 @@ Rules
   changes is only when a step starts (a restart takes as long as it takes), never
   which faults come in which order with which holds.
 * Bounded: one or two faults at a time, on distinct brokers, all applied together
-  and each healed after its own hold (at most :data:`HOLD_S_MAX`); the next step
-  starts after every fault of the last is healed and a short quiet gap. No step
-  starts after the run's length is spent.
+  and each healed after its own hold (at most :data:`HOLD_S_MAX`), or when an
+  earlier heal of its step is done (a restart returns once the broker serves); the
+  next step starts after every fault of the last is healed and a short quiet gap.
+  No step starts after the run's length is spent.
 * Healed even on failure: :meth:`Nemesis.heal_all` removes every cut, resumes every
   paused broker and restarts every killed one; the test calls it in a ``finally``.
+* Crashes are findings: after every step, a broker the nemesis did not kill that
+  has exited fails the run (:meth:`Nemesis.check_alive`, with its last output).
 * Honest: every fault is logged with when it was applied and healed (seconds from
   the start of the run), and :meth:`Nemesis.report` prints that log: the test puts
   it in its output and in any assertion message.
@@ -75,6 +78,8 @@ HOLD_S_MAX = max(high for _, high in HOLD_S.values())
 GAP_S = (1.0, 3.0)
 # The chance that a step holds two faults (on two brokers) instead of one.
 TWO_FAULTS_CHANCE = 0.3
+# Lines of a crashed broker's output shown.
+OUTPUT_TAIL_LINES = 15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +186,22 @@ class Nemesis:
                 if entry.healed_at is None:
                     self._heal(entry)
         time.sleep(step.gap_s)
+        self.check_alive()
+
+    def check_alive(self) -> None:
+        """Raise AssertionError if a broker the nemesis did not kill has exited (a
+        crash), with the end of its output."""
+        for broker_id, broker in sorted(self.cluster.brokers.items()):
+            status = broker.process.poll()
+            if status is not None:
+                raise AssertionError(f"broker {broker_id} exited by itself with status "
+                                     f"{status}; its output ends:\n{self._output_tail(broker_id)}")
+
+    def _output_tail(self, broker_id: int) -> str:
+        if not self.cluster.log_files:
+            return "(its output went to the test's)"
+        with open(self.cluster.log_file(broker_id), errors="replace") as output:
+            return "".join(output.readlines()[-OUTPUT_TAIL_LINES:])
 
     def _apply(self, fault: Fault) -> Applied:
         entry = Applied(fault, self.elapsed_s())

@@ -18,9 +18,10 @@ attached to each broker, consuming and committing synchronously. The nemesis
 ``slow`` soak: ``SOAK_SECONDS``; ``SHMLOG_NEMESIS_SECONDS`` overrides both). Then
 everything is healed and, every wait bounded: each producer must be acknowledged
 again, every ISR (the topic's and the offsets topic's) must be whole, every replica
-caught up; ``workload.check_replicas`` reads every replica's segment files and runs
-the history checker per partition; every acknowledged (partition, offset) must be
-in some member's processed records; and each member's acknowledged commits must be
+caught up; every acknowledged (partition, offset) must be in some member's
+processed records; ``workload.replica_verdict`` reads every replica's segment files
+and runs the history checker per partition, with what the members read (from their
+own broker's replica) as its reads; and each member's acknowledged commits must be
 at or below what the coordinator returns once the members have left. The fault
 schedule and the verdicts are printed, and put in the assertion message on failure.
 """
@@ -41,6 +42,7 @@ from cluster.test_groups_across_hosts import (BROKER_SETTINGS, CLUSTER_SETTINGS,
 from cluster.test_partitioned_follower import ip_command, start_zookeeper
 from cluster.workload import (WAIT_S, LeaderFollowingProducer, replica_verdict, stop_cluster,
                               wait_acked, wait_in_sync)
+from shmlog.errors import ShmlogError
 from shmlog.groups import OFFSETS_TOPIC
 from shmlog.local_cluster import LocalCluster
 
@@ -142,9 +144,24 @@ class Run:
         return set().union(*(read_member_log(log)["processed"] for _, _, log in self.members))
 
 
-def check_after_heal(run: Run) -> list[str]:
+def member_reads(log_path: str) -> dict[int, list[tuple[int, bytes | None]]]:
+    """partition -> the (offset, value) pairs a member processed (its log's P lines)."""
+    reads: dict[int, list] = {}
+    with open(log_path) as lines:
+        for line in lines:
+            if not line.endswith("\n"):
+                break                          # a line a kill cut short
+            kind, *rest = line.split()
+            if kind == "P":
+                value = None if rest[2] == "-" else bytes.fromhex(rest[2])
+                reads.setdefault(int(rest[0]), []).append((int(rest[1]), value))
+    return reads
+
+
+def check_after_heal(run: Run, nemesis: Nemesis) -> list[str]:
     """The checks after the heal (module docstring); what each found, for the output."""
-    cluster, verdicts = run.cluster, []
+    cluster = run.cluster
+    nemesis.check_alive()
     for producer in run.producers:
         wait_acked(producer, producer.acked + ACKS_AFTER_HEAL)
     for producer in run.producers:
@@ -153,24 +170,35 @@ def check_after_heal(run: Run) -> list[str]:
         wait_in_sync(cluster, TOPIC, tuple(MEMBERS), partition)
     for partition in range(OFFSETS_PARTITIONS):
         wait_in_sync(cluster, OFFSETS_TOPIC, tuple(MEMBERS), partition)
-    for partition in range(PARTITIONS):
-        verdict = replica_verdict(cluster, TOPIC, run.histories[partition], partition)
-        verdicts.append(f"{TOPIC}-{partition}: {verdict}")
-        assert verdict.ok, "\n".join(verdicts)
     acked = run.acked()
-
-    def all_processed():
-        return acked <= run.processed()
     try:
-        cluster.wait_for(all_processed, WAIT_S, "the group to process every acknowledged record",
-                         interval_s=0.5)
-    except Exception:
+        cluster.wait_for(lambda: acked <= run.processed(), WAIT_S,
+                         "the group to process every acknowledged record", interval_s=0.5)
+    except ShmlogError:
         missing = sorted(acked - run.processed())
         raise AssertionError(f"{len(missing)} acknowledged records never processed by the "
                              f"group, e.g. {missing[:10]}") from None
     run.stop()
+    # What the members read from their own broker's replica is a read like any other:
+    # rule 4 holds it to the final log (no replica showed what a failover took back).
+    for broker_id, _, log in run.members:
+        for partition, reads in member_reads(log).items():
+            run.histories[partition].read_many(partition, reads,
+                                               reader=f"the member on broker {broker_id}")
+    nemesis.check_alive()
+    verdicts = []
+    for partition in range(PARTITIONS):
+        verdict = replica_verdict(cluster, TOPIC, run.histories[partition], partition)
+        verdicts.append(f"{TOPIC}-{partition}: {verdict}")
+        assert verdict.ok, "\n".join(verdicts)
+    return verdicts + [check_commits(run, len(acked))]
+
+
+def check_commits(run: Run, acked: int) -> str:
+    """Every member's last acknowledged commit is at or below the group's committed
+    offset (the members have left)."""
     committed = {entry[1]: entry[2] for entry in ask(
-        cluster, 1, "fetch_offsets", group_id=GROUP_ID)["offsets"]}
+        run.cluster, 1, "fetch_offsets", group_id=GROUP_ID)["offsets"]}
     commits = 0
     for broker_id, _, log in run.members:
         for partition, offset in read_member_log(log)["commits"].items():
@@ -179,10 +207,9 @@ def check_after_heal(run: Run) -> list[str]:
                 f"the member on broker {broker_id} had a commit of {TOPIC}-{partition} at " \
                 f"{offset} acknowledged, but the group's committed offset is " \
                 f"{committed.get(partition)}"
-    verdicts.append(f"group ok: {len(acked)} acknowledged records all processed; the members' "
-                    f"last acknowledged commits ({commits}) are at or below the committed "
-                    f"offsets {dict(sorted(committed.items()))}")
-    return verdicts
+    return (f"group ok: {acked} acknowledged records all processed; the members' last "
+            f"acknowledged commits ({commits}) are at or below the committed offsets "
+            f"{dict(sorted(committed.items()))}")
 
 
 def run_nemesis(topology, directory: str, duration_s: float, kinds) -> None:
@@ -200,10 +227,15 @@ def run_nemesis(topology, directory: str, duration_s: float, kinds) -> None:
         finally:
             nemesis.heal_all()
         print(nemesis.report())
-        verdicts = check_after_heal(run)
+        verdicts = check_after_heal(run, nemesis)
         print("\n".join(verdicts))
     except Exception as error:
-        raise AssertionError(f"nemesis seed {seed}: {type(error).__name__}: {error}\n"
+        try:
+            nemesis.check_alive()             # a crashed broker explains most failures
+            crashed = ""
+        except AssertionError as crash:
+            crashed = f"\n{crash}"
+        raise AssertionError(f"nemesis seed {seed}: {type(error).__name__}: {error}{crashed}\n"
                              f"{nemesis.report()}") from error
     finally:
         run.stop()
