@@ -339,7 +339,7 @@ CURVE_KEYS_RELOAD_INTERVAL_S = 1.0
 SPARK_REPLICA_WAIT_MS = 30_000
 # How often it looks at that high watermark meanwhile (one shared-memory load).
 SPARK_REPLICA_POLL_MS = 10
-# --- replication sockets' dead-peer detection (the nemesis; engineer "nemesis") -------
+# --- replication sockets: dead-peer detection ------------------------------------------
 # The kernel's TCP keepalive and retransmission timeout, not ZMTP heartbeats (libzmq
 # 4.3.5 aborts on a heartbeat due on a connection that failed while its receive queue
 # was full: zmq_replication's rules). An idle connection is probed after 1 s, every
