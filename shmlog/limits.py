@@ -231,11 +231,6 @@ REPLICATION_ERROR_MESSAGE_LENGTH_MAX = 1024
 REPLICATION_POLL_MS = 100
 # close() waits this long for the thread to end (it ends within one poll).
 REPLICATION_CLOSE_TIMEOUT_S = 5.0
-# ZMTP heartbeats (libzmq >= 4.2): a ping every second, and a peer silent for three is
-# disconnected, so a half-open TCP connection (a peer's host gone, a dropped route) is
-# noticed in seconds, not at the kernel's TCP timeout (minutes).
-REPLICATION_HEARTBEAT_INTERVAL_MS = 1000
-REPLICATION_HEARTBEAT_TIMEOUT_MS = 3000
 # A DEALER reconnects after 100 ms, backing off to 1 s while its peer stays down:
 # failover is about a ZooKeeper session timeout (seconds), so 1 s adds little.
 REPLICATION_RECONNECT_INTERVAL_MS = 100
@@ -352,3 +347,14 @@ NETNS_COMMAND_TIMEOUT_S = 30.0
 NETNS_PROCESS_STOP_TIMEOUT_S = 10.0
 # How often teardown lists a namespace's processes again while they exit.
 NETNS_PROCESS_POLL_S = 0.1
+# --- replication sockets: dead-peer detection ------------------------------------------
+# The kernel's TCP keepalive and retransmission timeout, not ZMTP heartbeats (libzmq
+# 4.3.5 aborts on a heartbeat due on a connection that failed while its receive queue
+# was full: zmq_replication's rules). An idle connection is probed after 1 s, every
+# second, and dropped after 3 probes unanswered; data unacknowledged for 3 s drops it
+# too: a half-open connection (a peer's host gone, a dropped route) is noticed in
+# seconds, not at the kernel's TCP timeout (minutes), as the heartbeats did.
+REPLICATION_KEEPALIVE_IDLE_S = 1
+REPLICATION_KEEPALIVE_INTERVAL_S = 1
+REPLICATION_KEEPALIVE_PROBES = 3
+REPLICATION_RETRANSMIT_TIMEOUT_MS = 3000

@@ -10,9 +10,18 @@ Rules
   its routing id from a half-dead old one). One DEALER per remote broker sends
   this broker's requests (routing id ``b"<broker id>:<broker epoch>"``;
   ``IMMEDIATE``: nothing is queued for a peer that is not connected).
-* Every socket has ``LINGER`` 0, ZMTP heartbeats, bounded queues and
-  ``MAXMSGSIZE`` (a frame past ``limits.REPLICATION_RECORDS_SIZE_MAX`` is refused
-  from its length prefix and its connection dropped, before it is buffered).
+* Every socket has ``LINGER`` 0, TCP keepalive and a retransmission timeout,
+  bounded queues and ``MAXMSGSIZE`` (a frame past
+  ``limits.REPLICATION_RECORDS_SIZE_MAX`` is refused from its length prefix and its
+  connection dropped, before it is buffered) (:func:`configure_socket`).
+* **No ZMTP heartbeats**: libzmq 4.3.5 aborts the whole broker
+  (``Assertion failed: !_io_error (src/stream_engine_base.cpp:310)``) when a
+  heartbeat comes due on a connection whose peer went away while its receive queue
+  was full (the engine marks the I/O error and waits for the queue to drain, but the
+  heartbeat timer writes anyway): a slow or just-resumed broker whose peers gave up
+  on it and reconnected. The nemesis found it; tests/unit/test_replication_sockets.py
+  shows it. The kernel's TCP keepalive and ``TCP_MAXRT`` notice a dead peer as
+  quickly, with no libzmq timer.
 * A request carries a correlation id (from 1 up) and a timeout. A request not
   answered in time fails (:class:`RequestFailed`) and its peer's DEALER is closed
   and opened again: that drops whatever libzmq had queued for a dead peer, and the
@@ -79,7 +88,7 @@ from .replication import Error, ErrorCode, Message, decode, encode
 from .replication_layout import MessageType
 
 __all__ = ["ReplicationEndpoint", "ReceivedRequest", "ReceivedResponse", "RequestFailed",
-           "RequestFailure", "CurveSecurity"]
+           "RequestFailure", "CurveSecurity", "configure_socket"]
 
 log = logging.getLogger("shmlog.replication")
 
@@ -224,7 +233,7 @@ class ReplicationEndpoint:
         self.refused_count = 0          # handshakes refused (written by the thread)
         self._context = zmq.Context()
         router = self._context.socket(zmq.ROUTER)
-        _configure(router)
+        configure_socket(router)
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         guards: list[zmq.Socket] = []
@@ -383,14 +392,18 @@ def _guard(router: zmq.Socket, security: CurveSecurity) -> list[zmq.Socket]:
     return [zap, monitor]
 
 
-def _configure(socket: zmq.Socket) -> None:
-    """The options every replication socket shares (see limits)."""
+def configure_socket(socket: zmq.Socket) -> None:
+    """Set the options every replication socket shares (module rules, limits)."""
     socket.setsockopt(zmq.LINGER, 0)
     socket.setsockopt(zmq.MAXMSGSIZE, limits.REPLICATION_RECORDS_SIZE_MAX)
     socket.setsockopt(zmq.SNDHWM, limits.REPLICATION_SOCKET_QUEUED_MAX)
     socket.setsockopt(zmq.RCVHWM, limits.REPLICATION_SOCKET_QUEUED_MAX)
-    socket.setsockopt(zmq.HEARTBEAT_IVL, limits.REPLICATION_HEARTBEAT_INTERVAL_MS)
-    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, limits.REPLICATION_HEARTBEAT_TIMEOUT_MS)
+    # Dead peers are noticed by the kernel, never by ZMTP heartbeats (module rules).
+    socket.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    socket.setsockopt(zmq.TCP_KEEPALIVE_IDLE, limits.REPLICATION_KEEPALIVE_IDLE_S)
+    socket.setsockopt(zmq.TCP_KEEPALIVE_INTVL, limits.REPLICATION_KEEPALIVE_INTERVAL_S)
+    socket.setsockopt(zmq.TCP_KEEPALIVE_CNT, limits.REPLICATION_KEEPALIVE_PROBES)
+    socket.setsockopt(zmq.TCP_MAXRT, limits.REPLICATION_RETRANSMIT_TIMEOUT_MS)
 
 
 @dataclasses.dataclass
@@ -580,7 +593,7 @@ class _EndpointThread(threading.Thread):
 
     def _open_peer(self, peer_id: int, endpoint: str, public_key: str | None) -> None:
         socket = self.router.context.socket(zmq.DEALER)
-        _configure(socket)
+        configure_socket(socket)
         if self.security is not None:
             socket.setsockopt(zmq.CURVE_SERVERKEY, public_key.encode())
             socket.setsockopt(zmq.CURVE_PUBLICKEY, self.security.public_key.encode())

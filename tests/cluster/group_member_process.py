@@ -6,7 +6,8 @@ offset, and after every poll that returned records commits its positions
 synchronously. Its log file gets one line per fact, flushed at once (the test reads
 it while the process runs, and after a kill -9):
 
-* ``P <partition> <offset>``: a record processed;
+* ``P <partition> <offset> <value>``: a record processed (its value in hex, ``-``
+  for a null value);
 * ``C <partition> <offset>``: a commit acknowledged (the broker answered it);
 * ``A <partition>,...``: its assignment after a poll that changed it;
 * ``E <error class>``: a poll or commit refused (a failover under way: it goes on).
@@ -53,7 +54,8 @@ def main(data_dir: str, group_id: str, topic: str, log_path: str, stop_path: str
             if not batches:
                 continue
             for partition, records in batches.items():
-                out.write("".join(f"P {partition.partition} {record.offset}\n"
+                out.write("".join(f"P {partition.partition} {record.offset} "
+                                  f"{'-' if record.value is None else record.value.hex()}\n"
                                   for record in records))
             positions = {partition: records[-1].offset + 1
                          for partition, records in batches.items()}

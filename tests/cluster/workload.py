@@ -12,7 +12,8 @@ final check of a partition's replicas with the history checker.
 * :func:`check_replicas` waits (bounded) until every replica holds the same log
   end and high watermark, reads every replica's segment files
   (``history.read_replica``) and the leader's committed records, and asserts the
-  history's five rules.
+  history's five rules (:func:`replica_verdict` returns the verdict instead, for a
+  test that reports several partitions' verdicts together).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import threading
 import time
 
-from cluster.history import History, read_replica
+from cluster.history import History, Verdict, read_replica
 from helpers import unlink_shared_memory
 from shmlog.admin import Admin
 from shmlog.consumer import Consumer, TopicPartition
@@ -346,6 +347,14 @@ def check_replicas(cluster: LocalCluster, topic: str, history: History,
                    partition: int = 0) -> None:
     """Wait for the running replicas to agree (log end = high watermark, the same on
     each), then assert the history's rules over them and the leader's records."""
+    verdict = replica_verdict(cluster, topic, history, partition)
+    print(verdict)
+    verdict.assert_ok()
+
+
+def replica_verdict(cluster: LocalCluster, topic: str, history: History,
+                    partition: int = 0) -> Verdict:
+    """:func:`check_replicas`'s verdict, returned instead of asserted."""
     def settled():
         try:
             offsets = {replica_offsets(cluster, broker_id, topic, partition)
@@ -368,6 +377,4 @@ def check_replicas(cluster: LocalCluster, topic: str, history: History,
                        timeout_ms=ADMIN_TIMEOUT_MS)["directory"]
         assert os.path.basename(own) == os.path.basename(directory)
         replicas[broker_id] = read_replica(own, end)
-    verdict = history.check({partition: final}, {partition: replicas})
-    print(verdict)
-    verdict.assert_ok()
+    return history.check({partition: final}, {partition: replicas})
