@@ -104,18 +104,21 @@ class Step:
 def make_schedule(seed: int, duration_s: float, brokers: Sequence[int],
                   kinds: Sequence[FaultKind] = ALL_FAULT_KINDS) -> list[Step]:
     """The steps a run of ``duration_s`` seconds plays (planned lengths add up to at
-    least ``duration_s``; a slow machine plays fewer of them)."""
+    least ``duration_s``; a slow machine plays fewer of them). Its first faults are
+    every kind once, in a seeded order, so a short run plays each; then kinds are
+    drawn at random."""
     if not kinds:
         raise ValueError("a schedule needs at least one fault kind")
     chooser = random.Random(seed)
+    unplayed = chooser.sample(list(kinds), len(kinds))
     steps: list[Step] = []
     planned_s = 0.0
-    while planned_s < duration_s:
+    while planned_s < duration_s or unplayed:
         count = 2 if len(brokers) > 1 and chooser.random() < TWO_FAULTS_CHANCE else 1
         targets = chooser.sample(sorted(brokers), count)
         faults = []
         for target in targets:
-            kind = chooser.choice(list(kinds))
+            kind = unplayed.pop() if unplayed else chooser.choice(list(kinds))
             faults.append(Fault(kind, target, round(chooser.uniform(*HOLD_S[kind]), 2)))
         step = Step(tuple(faults), round(chooser.uniform(*GAP_S), 2))
         steps.append(step)
