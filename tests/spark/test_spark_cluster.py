@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -126,6 +127,21 @@ def run_bounded(command: list[str]) -> tuple[str, str, int, int]:
     return stdout, stderr, process.returncode, process.pid
 
 
+def readable_by_others(path: str) -> bool:
+    """Whether any user may read ``path``: it is world-readable and every directory
+    above it world-searchable."""
+    if not os.stat(path).st_mode & stat.S_IROTH:
+        return False
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        if not os.stat(directory).st_mode & stat.S_IXOTH:
+            return False
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return True
+        directory = parent
+
+
 def test_namespaces_are_refused_without_root_saying_why(tmp_path):
     """Not root: the command says what it needs and exits 2, having started nothing.
     As root, the command runs as nobody (with a kernel cache it may write)."""
@@ -136,6 +152,9 @@ def test_namespaces_are_refused_without_root_saying_why(tmp_path):
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("setpriv (util-linux) is not installed: cannot run as another user")
+        if not readable_by_others(os.path.join(REPOSITORY, "tools", "spark_cluster_pipeline.py")):
+            pytest.skip(f"user nobody cannot read the clone at {REPOSITORY} (a private parent "
+                        f"directory): cannot run the command as another user")
         cache = tempfile.mkdtemp(prefix="shmlog-nobody-numba-")   # tmp_path is root's only
         os.chmod(cache, 0o777)
         environment["NUMBA_CACHE_DIR"] = cache
