@@ -74,7 +74,6 @@ replication endpoint instead of the control socket.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import threading
 from typing import Any, Iterator
@@ -87,7 +86,7 @@ from .errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableErro
                      LocalProtocolError, NotCoordinatorError, RecordTooLargeError,
                      RequestTimedOutError, ShmlogError, TopicExistsError)
 from .forwarding import wire_error
-from .group_service import GROUP_REQUESTS, coordinator_config
+from .group_service import GROUP_REQUESTS, coordinator_config, with_request_signature
 from .groups import (OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, GroupCoordinator,
                      offsets_partition)
 from .partition_host import PartitionHost
@@ -208,11 +207,7 @@ class ClusterGroupService:
         def handler(**fields):
             ticket = remote if remote is not None else self.context.ticket
             return self._route(name, fields, ticket, now_ms(), remote is not None)
-        signature = inspect.signature(method)
-        handler.__signature__ = signature.replace(parameters=[
-            parameter for parameter in signature.parameters.values()
-            if parameter.name not in ("ticket", "now")])
-        return handler
+        return with_request_signature(handler, method)
 
     def tick(self, now: int) -> None:
         self.coordinator.tick(now)

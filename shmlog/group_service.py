@@ -36,11 +36,22 @@ from .partition_host import PartitionHost
 from .records import decode_records, encode_batch, now_ms
 from .service import RequestContext
 
-__all__ = ["GroupService", "GROUP_REQUESTS", "coordinator_config"]
+__all__ = ["GroupService", "GROUP_REQUESTS", "coordinator_config", "with_request_signature"]
 
 # The coordinator's request methods, each served under its own name.
 GROUP_REQUESTS = ("join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets",
                   "fetch_offsets", "list_groups", "describe_group", "delete_group")
+
+
+def with_request_signature(handler, method):
+    """``handler`` with the signature of the coordinator's ``method`` less the
+    ``ticket`` and ``now`` the service supplies (the control server checks a
+    request's fields against it)."""
+    signature = inspect.signature(method)
+    handler.__signature__ = signature.replace(parameters=[
+        parameter for parameter in signature.parameters.values()
+        if parameter.name not in ("ticket", "now")])
+    return handler
 
 
 def coordinator_config(config: BrokerConfig) -> CoordinatorConfig:
@@ -88,11 +99,7 @@ class GroupService:
         plus who asked and the time."""
         def handler(**fields):
             return method(**fields, ticket=self.context.ticket, now=now_ms())
-        signature = inspect.signature(method)
-        handler.__signature__ = signature.replace(parameters=[
-            parameter for parameter in signature.parameters.values()
-            if parameter.name not in ("ticket", "now")])
-        return handler
+        return with_request_signature(handler, method)
 
     def tick(self, now: int) -> None:
         self.coordinator.tick(now)
