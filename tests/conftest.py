@@ -4,12 +4,14 @@ and options."""
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
 from kazoo.client import KazooClient
 
 from helpers import unlink_shared_memory
+from shmlog import shared_memory
 from shmlog.config import TopicConfig
 from shmlog.segments import PartitionLog
 from shmlog.zookeeper import ZooKeeperServer
@@ -71,6 +73,20 @@ def hosts(zookeeper):
     cleaner.delete(chroot, recursive=True)
     cleaner.stop()
     cleaner.close()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_shared_memory_left():
+    """Fail a module whose tests leave shared memory named for this pytest process
+    (``shmlog-test-<pid>-...``, the names tests make for their rings and tables)."""
+    prefix = f"shmlog-test-{os.getpid()}-"
+    before = set(shared_memory.names(prefix))
+    yield
+    left = sorted(set(shared_memory.names(prefix)) - before)
+    for name in left:
+        shared_memory.unlink(name)
+    if left:
+        pytest.fail(f"this module left {len(left)} shared memory objects: {left[:5]}")
 
 
 def pytest_addoption(parser):

@@ -104,9 +104,9 @@ class Step:
 def make_schedule(seed: int, duration_s: float, brokers: Sequence[int],
                   kinds: Sequence[FaultKind] = ALL_FAULT_KINDS) -> list[Step]:
     """The steps a run of ``duration_s`` seconds plays (planned lengths add up to at
-    least ``duration_s``; a slow machine plays fewer of them). Its first faults are
-    every kind once, in a seeded order, so a short run plays each; then kinds are
-    drawn at random."""
+    least ``duration_s``; a slow machine plays fewer of them, but always the
+    opening). Its first faults are every kind once, in a seeded order, so a short run
+    plays each; then kinds are drawn at random."""
     if not kinds:
         raise ValueError("a schedule needs at least one fault kind")
     chooser = random.Random(seed)
@@ -165,14 +165,18 @@ class Nemesis:
         return time.monotonic() - self._started
 
     def run(self, steps: Sequence[Step], duration_s: float) -> None:
-        """Play ``steps`` in order until they end or ``duration_s`` is spent (no step
-        starts after that; the one under way finishes and is healed)."""
+        """Play ``steps`` in order until they end, or ``duration_s`` is spent and every
+        kind of fault they hold has played once (a slow machine still plays the
+        schedule's opening, which has each kind; the step under way finishes and is
+        healed)."""
         self._started = time.monotonic()
+        unplayed = {fault.kind for step in steps for fault in step.faults}
         for step in steps:
-            if self.elapsed_s() >= duration_s:
+            if self.elapsed_s() >= duration_s and not unplayed:
                 return
             self.play(step)
             self.steps_played += 1
+            unplayed -= {fault.kind for fault in step.faults}
 
     def play(self, step: Step) -> None:
         """Apply a step's faults together, heal each after its hold, then rest."""

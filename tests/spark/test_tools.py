@@ -2,6 +2,10 @@
 standalone cluster of tools/spark_cluster.py, and its windowed counts agree with
 the log lines it produced (the script checks them and exits 1 otherwise).
 
+The standalone run (a minute of both cores: a master, two workers, a driver and two
+executors) is behind ``-m slow``: the default run starts a standalone cluster of
+tools/spark_cluster.py anyway, in test_spark_cluster's pipeline on three hosts.
+
 Method: both run as the user would run them, in child processes (their own Spark
 driver JVM), with bounded waits; the cluster script stops its daemons itself.
 """
@@ -11,6 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+
+import pytest
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 600
@@ -28,6 +34,7 @@ def test_the_example_pipeline_runs_in_local_mode():
     assert "counts agree with the lines produced" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_example_pipeline_runs_on_the_standalone_cluster(tmp_path):
     result = run(sys.executable, "tools/spark_cluster.py", "run", "--state",
                  str(tmp_path / "cluster"), "--", sys.executable, "tools/spark_pipeline.py",
