@@ -92,20 +92,22 @@ def test_the_wheel_ships_the_java_sources_the_marker_and_the_license(wheel):
 
 @pytest.mark.timeout(900)
 def test_an_installed_wheel_reads_a_topic_through_spark_both_ways(wheel, tmp_path):
+    # Nothing of the checkout's: with it on PYTHONPATH (its shmlog.egg-info), pip
+    # would find shmlog installed already and install nothing.
+    variables = {key: value for key, value in os.environ.items()
+                 if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON",
+                                "PYSPARK_DRIVER_PYTHON")}
     environment = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", str(environment)])
+    run([sys.executable, "-m", "venv", str(environment)], env=variables)
     python = str(environment / "bin" / "python")
     run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-         "--disable-pip-version-check", str(wheel)])
-    site_packages = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
-                        ).stdout.strip()
+         "--disable-pip-version-check", str(wheel)], env=variables)
+    site_packages = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        env=variables).stdout.strip()
     with open(os.path.join(site_packages, "dependencies.pth"), "w") as pth:
         pth.write(sysconfig.get_paths()["purelib"] + "\n")
     work = tmp_path / "work"
     work.mkdir()
-    variables = {key: value for key, value in os.environ.items()
-                 if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON",
-                                "PYSPARK_DRIVER_PYTHON")}
     variables.update(SHMLOG_CACHE_DIR=str(tmp_path / "jars"),
                      NUMBA_CACHE_DIR=str(tmp_path / "kernels"))
     done = run([python, "-c", SCENARIO, str(RECORDS)], cwd=work, env=variables)
