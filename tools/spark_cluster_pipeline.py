@@ -41,9 +41,17 @@ tools/spark_pipeline.py.
 For each reader it prints the counts, whether every record was read exactly once,
 and the local/remote reads (``includeReadLocality``): tasks and records read from
 an in-sync replica on the task's own host, and those read from its broker's other
-copy (observer or out-of-sync follower). The exit status is 0 when every read
-agrees with the lines produced and every row was read either locally or remotely,
-1 when one does not, 2 when it cannot run as asked.
+copy (observer or out-of-sync follower). Then, per reader, where its tasks ran
+(each task's host: its executor's ``SPARK_LOCAL_IP``) and whether every task's read
+counted as its host says (``locality.placement_locality``: local exactly on a host
+of an in-sync replica of its partition) - judged when the in-sync replicas stayed
+the same during the reads. That agreement, not the number of local reads, is what
+can go wrong: Spark places ``format("shmlog")``'s tasks at will, and in about 1 run
+of 6 every one of them lands on the host of its partition's observer (local 0,
+correctly). A task whose host's broker was not the one it read through, or whose
+broker answered with a wrong role or ISR, disagrees. The exit status is 0 when every
+read agrees with the lines produced and every task's locality with its host, 1 when
+one does not, 2 when it cannot run as asked.
 """
 
 from __future__ import annotations
@@ -70,6 +78,8 @@ import spark_cluster  # noqa: E402
 from shmlog import Admin, Consumer, Producer, TopicPartition, netns  # noqa: E402
 from shmlog.local_cluster import LocalCluster  # noqa: E402
 from shmlog.spark import bulk_read, session  # noqa: E402
+from shmlog.spark.locality import placement_locality  # noqa: E402
+from shmlog.spark.source import replica_hosts  # noqa: E402
 from shmlog.zookeeper import ZooKeeperServer  # noqa: E402
 
 BROKERS = 3
@@ -84,6 +94,11 @@ SETTINGS = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 400
 # round trip, on a loaded machine many).
 CAUGHT_UP_TIMEOUT_S = 60
 ACK_TIMEOUT_S = 60
+# The host a task ran on, evaluated in its executor's JVM within the task that read
+# the rows: the executor's SPARK_LOCAL_IP, the address its worker binds and
+# registers with Spark (spark_cluster gives each daemon its own), which is the
+# address its host's broker registers too.
+TASK_HOST = "java_method('java.lang.System', 'getenv', 'SPARK_LOCAL_IP')"
 # The namespaces of --namespaces, one per host; the first also holds ZooKeeper, the
 # Spark master and the driver.
 HOST_MEMBERS = ("host1", "host2", "host3")
@@ -170,22 +185,26 @@ def window_counts(frame) -> dict:
     return {(row.window, row.service, row.level): row["count"] for row in counted.collect()}
 
 
-def check_read(name: str, frame, lines: int, expected: dict) -> bool:
+def check_read(name: str, frame, lines: int, expected: dict) -> tuple[bool, dict]:
     """Print one reader's counts, exactly-once check and local/remote reads (tasks
-    and records); True when all agree. The frame is read once (persisted)."""
+    and records); whether all agree, and each task's (partition, host, locality)
+    triples (one, unless something is wrong). The frame is read once (persisted)."""
     from pyspark.sql import functions as F
-    frame = frame.withColumn("task", F.spark_partition_id()).persist()
+    frame = frame.withColumn("task", F.spark_partition_id()) \
+        .withColumn("host", F.expr(TASK_HOST)).persist()
     try:
         counts = window_counts(frame)
-        rows = frame.select("partition", "offset", "readLocality", "task").collect()
+        rows = frame.select("partition", "offset", "readLocality", "task", "host").collect()
     finally:
         frame.unpersist()
     distinct = len({(row.partition, row.offset) for row in rows})
     tasks = collections.defaultdict(set)
     records = collections.Counter()
+    placements = collections.defaultdict(set)
     for row in rows:
         tasks[row.readLocality].add(row.task)
         records[row.readLocality] += 1
+        placements[row.task].add((row.partition, row.host, row.readLocality))
     print(f"{name}: {len(rows)} records read, {distinct} distinct (partition, offset), "
           f"{len(counts)} (window, service, level) counts")
     print(f"{name} reads: local {len(tasks['local'])} tasks {records['local']} records, "
@@ -193,7 +212,31 @@ def check_read(name: str, frame, lines: int, expected: dict) -> bool:
     agreed = len(rows) == distinct == lines and counts == expected and \
         set(records) <= {"local", "remote"}
     print(f"{name}: {'every record read exactly once, counts agree' if agreed else 'DISAGREES'}")
-    return agreed
+    return agreed, dict(placements)
+
+
+def check_placement(name: str, placements: dict, hosts: dict) -> bool:
+    """Print where the reader's tasks ran and whether each task's read counted as its
+    host says (``locality.placement_locality``: local exactly on a host of an in-sync
+    replica of its partition, ``hosts``); True when every task's did. How many tasks
+    land on such hosts is Spark's choice for ``format("shmlog")`` (it cannot pin
+    them): only the agreement is certain, so only it decides."""
+    wrong = []
+    on_replica_hosts = 0
+    for task, seen in sorted(placements.items()):
+        (partition, host, locality), *more = sorted(seen)
+        preferred = hosts[(TOPIC, partition)]
+        on_replica_hosts += host in preferred
+        expected = placement_locality(host, preferred).value
+        if more or locality != expected:
+            wrong.append(f"task {task} on {host} read partition {partition} {locality}, "
+                         f"its host says {expected} (in-sync replicas on {preferred})"
+                         + (f", and also read {more}" if more else ""))
+    print(f"{name} placement: {on_replica_hosts} tasks on a host of an in-sync replica of "
+          f"their partition, {len(placements) - on_replica_hosts} elsewhere; "
+          + (f"DISAGREES: {'; '.join(wrong)}" if wrong else
+             "every task's read counted as its host says"), flush=True)
+    return not wrong
 
 
 def run(directory: str, lines: int, zookeeper: str | None, hosts: Hosts) -> bool:
@@ -233,13 +276,28 @@ def read_pipeline(driver_broker: str, lines: int, driver_host: str) -> bool:
     try:
         options = {"bootstrap": driver_broker, "subscribe": TOPIC,
                    "includeReadLocality": "true"}
-        bulk = check_read("bulk_read", bulk_read(spark, **options), lines, dict(expected))
-        python = check_read("format(shmlog)",
-                            spark.read.format("shmlog").options(**options).load(),
-                            lines, dict(expected))
+        hosts = replica_hosts(driver_broker, [TOPIC])
+        reads = {"bulk_read": check_read("bulk_read", bulk_read(spark, **options), lines,
+                                         dict(expected)),
+                 "format(shmlog)": check_read(
+                     "format(shmlog)", spark.read.format("shmlog").options(**options).load(),
+                     lines, dict(expected))}
     finally:
         spark.stop()
-    return bulk and python
+    return all([agreed for agreed, _ in reads.values()]) and \
+        placements_agree(reads, hosts, replica_hosts(driver_broker, [TOPIC]))
+
+
+def placements_agree(reads: dict, hosts: dict, hosts_after: dict) -> bool:
+    """:func:`check_placement` of every read, when the in-sync replicas stayed the
+    same while they ran (else what counts as local changed under them: said, not
+    judged)."""
+    if hosts_after != hosts:
+        print(f"the in-sync replicas changed during the reads ({hosts} -> {hosts_after}): "
+              f"placements not judged", flush=True)
+        return True
+    return all([check_placement(name, placements, hosts)
+                for name, (_, placements) in reads.items()])
 
 
 def run_inside_namespaces(directory: str, lines: int, prefix: str) -> bool:

@@ -42,7 +42,9 @@ plan names every range's preferred hosts, those of the in-sync replicas (their
 registrations' hosts, which Spark standalone workers on the broker hosts register
 with too): the JVM bulk reader hands them to Spark; the Python Data Source API
 cannot pin a task, so ``format("shmlog")`` tasks run anywhere and read through
-their host's broker. A task on a host without a broker, or whose broker holds no
+their host's broker: how many read locally is chance, but each task's read counts
+as its host says (local exactly on an in-sync replica's host,
+``locality.placement_locality``). A task on a host without a broker, or whose broker holds no
 copy, fails with a clear error naming its host and the partition - it never reads
 anything else.
 

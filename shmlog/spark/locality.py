@@ -19,6 +19,17 @@ Rules
   read as well (every broker hosts every partition), once its high watermark covers
   the range, and counts as remote. A broker outside a cluster holds the only copy:
   local.
+* **Where a task ran decides how its read counts** (:func:`placement_locality`):
+  with one broker per host, a task that reads through its host's broker reads an
+  in-sync replica exactly when its host is one of the range's preferred hosts, so
+  :func:`read_locality`'s answer (by the broker's role) must equal this one (by the
+  task's host). The JVM bulk reader counts by the host directly
+  (``BulkSource.isLocal``); the pipeline tool (tools/spark_cluster_pipeline.py)
+  checks every ``format("shmlog")`` task's answer against the host it ran on. Only
+  that agreement is certain: Spark places the Python source's tasks at will (its
+  Data Source API names no preferred hosts), so how many read locally is chance -
+  with three single-core executors and three partitions of replication factor 2,
+  every task lands on a host without an in-sync replica in 1 run of 6.
 * **Every copy is read only below its own high watermark.** The plan's ends are
   the driver's broker's high watermarks (Kafka's ListOffsets asks the leader; the
   driver reaches only its own host's broker, whose copy's high watermark is never
@@ -33,7 +44,7 @@ import enum
 from typing import Mapping, Sequence
 
 __all__ = ["ReadLocality", "TASK_BOOTSTRAP_ENVIRONMENT", "task_bootstrap", "preferred_hosts",
-           "read_locality", "partition_hosts"]
+           "read_locality", "placement_locality", "partition_hosts"]
 
 TASK_BOOTSTRAP_ENVIRONMENT = "SHMLOG_SPARK_BOOTSTRAP"
 
@@ -69,6 +80,13 @@ def read_locality(broker_id: int | None, role: str | None, isr: Sequence[int]) -
     if role == "follower" and broker_id in isr:
         return ReadLocality.LOCAL
     return ReadLocality.REMOTE
+
+
+def placement_locality(task_host: str, preferred: Sequence[str]) -> ReadLocality:
+    """How the read of a task on ``task_host`` counts when it reads through that
+    host's broker: local when the host is one of the range's ``preferred`` hosts
+    (:func:`preferred_hosts`: the in-sync replicas'), remote otherwise."""
+    return ReadLocality.LOCAL if task_host in preferred else ReadLocality.REMOTE
 
 
 def partition_hosts(metadata: dict, descriptions: Mapping[str, dict]

@@ -4,7 +4,8 @@ watermark, waits (bounded) for a copy that trails, fails clearly on a host with 
 broker; and the example pipeline on a Spark standalone cluster whose workers run on
 the broker hosts - three hosts in network namespaces, the README's command - reads
 every record exactly once, through ``bulk_read`` and ``format("shmlog")``, with
-local reads counted, and leaves nothing behind.
+local reads counted and each task's locality agreeing with the host it ran on, and
+leaves nothing behind.
 
 Method: the tasks' read path (``source.read_range``, what a ``format("shmlog")``
 task runs) is driven in-process against a real three-broker ``LocalCluster`` (real
@@ -71,9 +72,13 @@ def test_the_pipeline_on_three_hosts_with_workers_on_the_broker_hosts(request, t
     """The README's command (as root: hosts in network namespaces; otherwise the
     loopback variant, with the session's ZooKeeper). Three brokers, three workers on
     their hosts, RF 2: both readers read every record exactly once; the bulk
-    reader, which Spark places on the replica hosts, reads locally; everything is
-    gone afterwards. First in the file: the module's cluster is not up yet (it would
-    be six brokers at once)."""
+    reader, which Spark places on the replica hosts, reads locally; every task of
+    both readers counted its read as the host it ran on says (local exactly on a host
+    of an in-sync replica of its partition: its host's broker answered, with the
+    right role and ISR). How many ``format("shmlog")`` tasks read locally is not
+    asserted: Spark places them at will, and in about 1 run of 6 every one lands on
+    its partition's observer host. Everything is gone afterwards. First in the
+    file: the module's cluster is not up yet (it would be six brokers at once)."""
     namespaces = netns.unavailable_reason(nftables=False) is None
     run = tmp_path / "run"
     command = [sys.executable, "tools/spark_cluster_pipeline.py", "--lines", "2000",
@@ -90,10 +95,18 @@ def test_the_pipeline_on_three_hosts_with_workers_on_the_broker_hosts(request, t
                           rf"remote (\d+) tasks (\d+) records", stdout)
         assert found, stdout[-3000:]
         print(found.group(0))
-        local_tasks, local_records, _, remote_records = map(int, found.groups())
+        local_tasks, local_records, remote_tasks, remote_records = map(int, found.groups())
         assert local_records + remote_records == 2000
         if name == "bulk_read":
             assert local_tasks >= 1 and local_records > 0, found.group(0)
+        assert "placements not judged" not in stdout, \
+            f"the in-sync replicas changed during the reads: {stdout[-3000:]}"
+        placed = re.search(rf"{re.escape(name)} placement: (\d+) tasks on a host of an "
+                           rf"in-sync replica of their partition, (\d+) elsewhere; (.*)", stdout)
+        assert placed, stdout[-3000:]
+        print(placed.group(0))
+        assert placed.group(3) == "every task's read counted as its host says", placed.group(0)
+        assert (int(placed.group(1)), int(placed.group(2))) == (local_tasks, remote_tasks)
     assert not [name for name in os.listdir(run / "spark") if name.endswith(".pid")], \
         "every Spark daemon was stopped"
     for broker_id in (1, 2, 3):

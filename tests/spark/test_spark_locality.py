@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from shmlog.spark.locality import (TASK_BOOTSTRAP_ENVIRONMENT, ReadLocality, partition_hosts,
-                                   preferred_hosts, read_locality, task_bootstrap)
+                                   placement_locality, preferred_hosts, read_locality,
+                                   task_bootstrap)
 from shmlog.spark.options import ReadOptions
 from shmlog.spark.source import plan
 from shmlog.consumer import TopicPartition
@@ -55,6 +56,35 @@ def test_a_host_named_by_two_brokers_is_preferred_once():
 ])
 def test_a_read_is_local_on_the_leader_or_an_in_sync_follower(broker_id, role, isr, expected):
     assert read_locality(broker_id, role, isr) is expected
+
+
+@pytest.mark.parametrize("task_host, preferred, expected", [
+    ("127.0.0.2", ["127.0.0.2", "127.0.0.3"], ReadLocality.LOCAL),    # the leader's host
+    ("127.0.0.3", ["127.0.0.2", "127.0.0.3"], ReadLocality.LOCAL),    # an in-sync follower's
+    ("127.0.0.4", ["127.0.0.2", "127.0.0.3"], ReadLocality.REMOTE),   # the observer's host
+    ("127.0.0.3", ["127.0.0.2"], ReadLocality.REMOTE),                # a shrunk ISR
+])
+def test_a_task_on_a_host_of_an_in_sync_replica_reads_locally(task_host, preferred, expected):
+    """The bulk reader's rule (``BulkSource.isLocal``), by the executor's host."""
+    assert placement_locality(task_host, preferred) is expected
+
+
+@pytest.mark.parametrize("leader, replicas, isr", [
+    (1, [1, 2], [1, 2]),            # the pipeline's layout: RF 2 of 3, the ISR full
+    (2, [2, 3], [3, 2]),
+    (1, [1, 2], [1]),               # broker 2 fell out of the ISR
+    (3, [1, 2, 3], [3, 1, 2]),      # every broker a replica
+])
+def test_a_task_reading_through_its_hosts_broker_counts_as_its_host_says(leader, replicas, isr):
+    """The broker's answer (by its role) equals the host's (by the preferred hosts),
+    for a task on every host: what the pipeline tool checks of every
+    ``format("shmlog")`` task, whichever host Spark put it on."""
+    preferred = preferred_hosts(leader, isr, HOSTS)
+    for broker_id, host in HOSTS.items():
+        role = "leader" if broker_id == leader else \
+            "follower" if broker_id in replicas else "observer"
+        assert read_locality(broker_id, role, isr) is placement_locality(host, preferred), \
+            (broker_id, role)
 
 
 def test_partition_hosts_come_from_the_registrations_and_the_described_isr():
