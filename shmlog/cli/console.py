@@ -401,11 +401,12 @@ def _produce(arguments) -> int:
                 raise ShmlogError(f"cannot read {path}: {error.strerror}") from None
         shown = not arguments.quiet and sys.stderr.isatty() and \
             not (not arguments.files and sys.stdin.isatty())
-        progress = _RateLine(_total_size(sources) if arguments.files else None, shown)
         acks = "all" if arguments.acks == "all" else int(arguments.acks)
         window_max = limits.CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX
         with Producer(arguments.data_dir, acks=acks, compression=arguments.compression) \
                 as producer:
+            # Timed from here: the rates are the sending's, not the start-up's.
+            progress = _RateLine(_total_size(sources) if arguments.files else None, shown)
             unacknowledged = collections.deque()
             try:
                 for line, size in _lines(sources):
