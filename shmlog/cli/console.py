@@ -67,6 +67,9 @@ FORMATTER_PROPERTIES = {"print.timestamp": "false", "print.partition": "false",
 # How often (in records) produce hands its counts to the rate line: tqdm's update is
 # a few microseconds, too much per line.
 PROGRESS_EVERY_RECORDS = 1024
+# tqdm shows a bar only above a terminal's last row: the rows it is told the terminal
+# has, at least (its own default when it cannot tell).
+TERMINAL_ROWS_MIN = 20
 # How long one poll of consume waits: how soon Ctrl-C or --timeout-ms is noticed.
 CONSUME_POLL_MS = 200
 
@@ -332,8 +335,13 @@ class _RateLine:
         self._bar = None
         if shown:
             from tqdm import tqdm        # only here: it costs the light verbs' start-up
+            # The terminal's size, given: tqdm hides a bar below the last row, and takes
+            # a terminal that reports 0 rows (a new pseudo-terminal, an editor's shell)
+            # for one whose rows are all below it.
+            size = os.get_terminal_size(sys.stderr.fileno())
             self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, mininterval=1.0,
-                             file=sys.stderr, dynamic_ncols=True, leave=False)
+                             file=sys.stderr, ncols=size.columns or None,
+                             nrows=max(size.lines, TERMINAL_ROWS_MIN), leave=False)
         self._unreported = 0
 
     def advance(self, size: int) -> None:

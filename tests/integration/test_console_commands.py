@@ -150,8 +150,8 @@ def test_a_file_on_a_terminal_shows_a_rate_line_then_a_summary(broker, tmp_path,
     lines = tmp_path / "lines.txt"
     lines.write_bytes(b"".join(b"line %d\n" % number for number in range(5000)))
     controller, terminal = os.openpty()
-    # A terminal 120 columns wide (a new pseudo-terminal reports 0 x 0).
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    # 120 columns, and no rows: as a new pseudo-terminal says (tqdm hid its line then).
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 120, 0, 0))
     producer = subprocess.Popen([sys.executable, "-m", "shmlog", "produce", "rated",
                                  str(lines), "--data-dir", broker],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
