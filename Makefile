@@ -9,27 +9,37 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
-.PHONY: demo test bench clean system-packages kernels
+.PHONY: demo test bench clean system-packages kernels spark-reader
 
 # The network-partition tests (tests/cluster) need ip and nft, and root; without
 # them they skip, saying why. A tool that is missing is installed only when we are
 # root and have apt-get (a fresh machine lacks nft); a failed install is a warning.
 SYSTEM_PACKAGES := ip:iproute2 nft:nftables
 
+# Each step says what it does first: a first make is minutes of installing and
+# compiling, which should not pass in silence.
 $(STAMP): setup.cfg pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { echo "shmlog: creating the virtual environment in $(VENV)"; \
+	  $(PYTHON) -m venv $(VENV); }
+	@echo "shmlog: installing shmlog and its dependencies into $(VENV) (numba, pyzmq, PySpark, ...: a minute or more the first time)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
-	touch $@
+	@touch $@
+	@echo "shmlog: dependencies installed"
 
 # Every kernel compiled once, in one process, before anything runs (see
 # shmlog/compile_kernels.py); a second or two when numba's cache holds them.
 kernels: $(STAMP)
-	$(BIN)/python -m shmlog.compile_kernels
+	@$(BIN)/python -m shmlog.compile_kernels
+
+# The Spark bulk reader's jar, compiled with javac once (shmlog/spark/compile_reader.py);
+# without a JDK it says so and the Spark tests use format("shmlog") alone.
+spark-reader: $(STAMP)
+	@$(BIN)/python -m shmlog.spark.compile_reader
 
 demo: kernels
 	$(BIN)/python tools/demo.py demo-data
 
-test: kernels system-packages
+test: kernels spark-reader system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

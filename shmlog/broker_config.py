@@ -18,6 +18,7 @@ from typing import Any
 
 from . import access
 from .cluster_config import ClusterConfig
+from .documented import setting
 from .errors import InvalidConfigError, LocalProtocolError
 from .paths import control_address, default_data_dir
 
@@ -27,31 +28,50 @@ __all__ = ["BrokerConfig"]
 @dataclasses.dataclass(frozen=True)
 class BrokerConfig:
     """Broker settings; a TOML file and flags override the defaults."""
-    data_dir: str = dataclasses.field(default_factory=default_data_dir)
-    # Rows of the partition state table: the most partitions one broker hosts.
-    partitions_max: int = 4096
-    # Kafka's log.retention.check.interval.ms default.
-    retention_check_interval_ms: int = 300_000
-    # How often flush.ms is checked for idle partitions (Kafka checks per its
-    # log.flush.scheduler.interval.ms; a second keeps flush.ms honest).
-    flush_check_interval_ms: int = 1_000
-    # How often registered producers are checked for being alive.
-    liveness_check_interval_ms: int = 1_000
-    # Kafka's log.cleaner.backoff.ms: how often compacted partitions are looked at.
-    cleaner_backoff_ms: int = 15_000
-    # Kafka's log.cleaner.dedupe.buffer.size: the memory of the cleaner's key map.
-    cleaner_dedupe_buffer_size: int = 128 << 20
-    # Kafka's group settings, same names and defaults.
-    group_initial_rebalance_delay_ms: int = 3_000
-    group_min_session_timeout_ms: int = 6_000
-    group_max_session_timeout_ms: int = 1_800_000
-    offsets_topic_num_partitions: int = 50
-    offsets_retention_minutes: int = 10_080
-    # Share the data with this group (directories 0750, files 0640, the control socket
-    # and shared memory 0660: see ``access``); None keeps it private to the broker's user.
-    data_group: str | None = None
-    # The [cluster] table: None is a single-host broker (no ZooKeeper, no replication).
-    cluster: ClusterConfig | None = None
+    data_dir: str = setting(
+        default_factory=default_data_dir,
+        doc="The broker's data directory: topics, group offsets, its control socket "
+            "(run/control.sock). Default: $SHMLOG_DATA_DIR, else ~/.local/share/shmlog.")
+    partitions_max: int = setting(
+        4096, doc="Rows of the partition state table in shared memory: the most "
+                  "partitions (of all topics, internal ones included) one broker hosts.")
+    retention_check_interval_ms: int = setting(
+        300_000, doc="How often retention.ms and retention.bytes are applied (Kafka's "
+                     "log.retention.check.interval.ms).")
+    flush_check_interval_ms: int = setting(
+        1_000, doc="How often idle partitions are checked against flush.ms (Kafka's "
+                   "log.flush.scheduler.interval.ms; a second keeps flush.ms honest).")
+    liveness_check_interval_ms: int = setting(
+        1_000, doc="How often registered producers are checked for being alive; a dead "
+                   "producer's ring is drained and reclaimed.")
+    cleaner_backoff_ms: int = setting(
+        15_000, doc="How often compacted partitions are looked at for cleaning (Kafka's "
+                    "log.cleaner.backoff.ms).")
+    cleaner_dedupe_buffer_size: int = setting(
+        128 << 20, doc="Bytes of the cleaner's key map (Kafka's "
+                       "log.cleaner.dedupe.buffer.size).")
+    group_initial_rebalance_delay_ms: int = setting(
+        3_000, doc="How long a new group waits for more members before its first "
+                   "rebalance (Kafka's group.initial.rebalance.delay.ms); 0 allowed.")
+    group_min_session_timeout_ms: int = setting(
+        6_000, doc="The least session timeout a member may ask for (Kafka's "
+                   "group.min.session.timeout.ms).")
+    group_max_session_timeout_ms: int = setting(
+        1_800_000, doc="The largest session timeout a member may ask for (Kafka's "
+                       "group.max.session.timeout.ms).")
+    offsets_topic_num_partitions: int = setting(
+        50, doc="Partitions of __consumer_offsets, made when the first group commits "
+                "(Kafka's offsets.topic.num.partitions).")
+    offsets_retention_minutes: int = setting(
+        10_080, doc="How long an empty group's committed offsets are kept (Kafka's "
+                    "offsets.retention.minutes).")
+    data_group: str | None = setting(
+        None, doc="Share the data with this Unix group (directories 0750, files 0640, the "
+                  "control socket and shared memory 0660); unset keeps it private to the "
+                  "broker's user.")
+    cluster: ClusterConfig | None = setting(
+        None, doc="The [cluster] table of the config file (see Cluster settings); "
+                  "without it the broker is a single-host broker, with no ZooKeeper.")
 
     _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
     TEXT_SETTINGS = ("data_dir", "data_group")

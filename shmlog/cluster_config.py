@@ -7,18 +7,18 @@ is None and the broker is today's single-host broker, with no ZooKeeper.
 
 Rules
 -----
-* Light: the standard library, ``errors``, ``limits``, ``settings`` and ``curve_keys``
-  only (no numpy, numba, kazoo or ZeroMQ), so the ``shmlog`` command reads a config
-  file without paying for them.
+* Light: the standard library, ``errors``, ``limits``, ``settings``, ``curve_keys``
+  and ``documented`` only (no numpy, numba, kazoo or ZeroMQ), so the ``shmlog``
+  command reads a config file without paying for them.
 * Names: every setting is a field of :class:`ClusterConfig` in snake_case; the table
   also takes Kafka's dotted names (``"zookeeper.connect"``, ``"broker.rack"``), quoted
   or bare (TOML reads a bare ``zookeeper.connect`` as nested tables, which are
   joined back into the dotted name). A name given twice (both forms) or a name that
   is neither is refused.
-* Defaults are Kafka 2.8's (``KafkaConfig.Defaults``; each field names its Kafka
-  setting). ``cluster_id``, ``broker_id``, ``zookeeper_connect`` and
-  ``replication_endpoint`` have no default: a cluster member must say who it is and
-  where its peers find it.
+* Defaults are Kafka 2.8's (``KafkaConfig.Defaults``; each field's description,
+  :func:`~shmlog.documented.setting`, names its Kafka setting). ``cluster_id``,
+  ``broker_id``, ``zookeeper_connect`` and ``replication_endpoint`` have no default:
+  a cluster member must say who it is and where its peers find it.
 * Checked whole, when made: types (an int is never a bool or a float, TOML's types
   are kept, no strings for numbers), ranges, the two address forms, and Kafka's two
   cross-checks (``KafkaConfig.validateValues``): ``replica.fetch.wait.max.ms`` is at
@@ -68,6 +68,7 @@ import re
 from typing import Any, Mapping
 
 from . import curve_keys, limits, settings
+from .documented import setting
 from .errors import InvalidConfigError
 
 __all__ = ["ClusterConfig", "KAFKA_NAMES", "SECURITY_PROTOCOLS", "check_zookeeper_connect"]
@@ -92,53 +93,105 @@ class ClusterConfig:
     """One broker's cluster settings (the ``[cluster]`` table); see the module's
     docstring for the forms and checks. Make one with :meth:`from_mapping` to accept
     Kafka's dotted names, or directly with field names."""
-    cluster_id: str                                 # the /cluster/id every member must share
-    broker_id: int                                  # broker.id
-    zookeeper_connect: str                          # zookeeper.connect
-    replication_endpoint: str                       # tcp://host:port, bound and published
-    # The host name clients and Spark see; None: replication_endpoint's host.
-    advertised_host: str | None = None
-    rack: str | None = None                         # broker.rack
-    zookeeper_session_timeout_ms: int = 18_000      # zookeeper.session.timeout.ms
-    # zookeeper.connection.timeout.ms; None: the session timeout, as Kafka does.
-    zookeeper_connection_timeout_ms: int | None = None
-    replica_lag_time_max_ms: int = 30_000           # replica.lag.time.max.ms
-    replica_fetch_wait_max_ms: int = 500            # replica.fetch.wait.max.ms
-    replica_fetch_max_bytes: int = 1 << 20          # replica.fetch.max.bytes
-    replica_fetch_response_max_bytes: int = 10 << 20    # replica.fetch.response.max.bytes
-    replica_socket_timeout_ms: int = 30_000         # replica.socket.timeout.ms
-    # replica.high.watermark.checkpoint.interval.ms
-    replica_high_watermark_checkpoint_interval_ms: int = 5_000
-    default_replication_factor: int = 1             # default.replication.factor
-    min_insync_replicas: int = 1                    # min.insync.replicas (broker default)
-    unclean_leader_election_enable: bool = False    # unclean.leader.election.enable
-    # Forwarding a local producer's batch to its partition's leader (forwarding.py):
-    # Kafka's producer delivery.timeout.ms (the bound on an entry's answer: past it,
-    # REQUEST_TIMED_OUT) and request.timeout.ms (how long one PRODUCE may wait,
-    # never past the delivery bound, so no cross-check is needed).
-    forward_delivery_timeout_ms: int = 120_000      # forward.delivery.timeout.ms
-    forward_request_timeout_ms: int = 30_000        # forward.request.timeout.ms
-    # Controlled shutdown and leader balance (leader_balance.py): Kafka 2.8's names
-    # and defaults.
-    controlled_shutdown_enable: bool = True         # controlled.shutdown.enable
-    controlled_shutdown_max_retries: int = 3        # controlled.shutdown.max.retries
-    controlled_shutdown_retry_backoff_ms: int = 5_000   # controlled.shutdown.retry.backoff.ms
-    auto_leader_rebalance_enable: bool = True       # auto.leader.rebalance.enable
-    leader_imbalance_per_broker_percentage: int = 10    # leader.imbalance.per.broker.percentage
-    # leader.imbalance.check.interval.seconds
-    leader_imbalance_check_interval_seconds: int = 300
-    # Consumer groups across hosts (cluster_groups.py): the replication factor the
-    # broker gives __consumer_offsets when it creates it (Kafka's default 3; while
-    # fewer brokers are live the topic is not created and members hear
-    # COORDINATOR_NOT_AVAILABLE, as Kafka 2.8 does), and how long a commit waits for
-    # the high watermark to cover its records (Kafka's offsets.commit.timeout.ms).
-    offsets_topic_replication_factor: int = 3       # offsets.topic.replication.factor
-    offsets_commit_timeout_ms: int = 5_000          # offsets.commit.timeout.ms
-    # Between brokers (Kafka's security.inter.broker.protocol): "curve" or "plaintext".
-    security_inter_broker_protocol: str = "curve"
-    curve_secret_key_file: str | None = None        # this broker's NAME.key_secret
-    curve_allowed_public_keys: tuple[str, ...] = ()   # Z85 public keys of the peers
-    curve_allowed_public_keys_dir: str | None = None  # a directory of peers' .key files
+    cluster_id: str = setting(
+        doc="The cluster's id, written at /cluster/id by its first broker; a broker with "
+            "another id is refused. Required.")
+    broker_id: int = setting(doc="This broker's id, unique in the cluster (broker.id). "
+                                 "Required.")
+    zookeeper_connect: str = setting(
+        doc="ZooKeeper's host[:port] list, comma-separated, then optionally a chroot "
+            "(zookeeper.connect: h1:2181,h2:2181/shmlog). Required.")
+    replication_endpoint: str = setting(
+        doc="tcp://host:port this broker binds for replication and publishes to its "
+            "peers in /brokers/ids; a wildcard host is refused (Kafka's advertised "
+            "listener). Required.")
+    advertised_host: str | None = setting(
+        None, doc="The host name clients and Spark see; unset: the replication "
+                  "endpoint's host.")
+    rack: str | None = setting(
+        None, doc="This broker's rack (broker.rack): topic creation and reassignment "
+                  "spread a partition's replicas over racks.")
+    zookeeper_session_timeout_ms: int = setting(
+        18_000, doc="ZooKeeper session timeout (zookeeper.session.timeout.ms): a broker "
+                    "silent this long is taken for dead.")
+    zookeeper_connection_timeout_ms: int | None = setting(
+        None, doc="How long to wait for a ZooKeeper connection "
+                  "(zookeeper.connection.timeout.ms); unset: the session timeout, as Kafka.")
+    replica_lag_time_max_ms: int = setting(
+        30_000, doc="A follower that has not caught up for this long leaves the ISR "
+                    "(replica.lag.time.max.ms).")
+    replica_fetch_wait_max_ms: int = setting(
+        500, doc="How long a leader holds a follower's fetch when nothing is new "
+                 "(replica.fetch.wait.max.ms); at most replica.socket.timeout.ms and "
+                 "replica.lag.time.max.ms.")
+    replica_fetch_max_bytes: int = setting(
+        1 << 20, doc="Bytes a fetch asks of one partition (replica.fetch.max.bytes); at "
+                     "least one batch is returned whatever its size.")
+    replica_fetch_response_max_bytes: int = setting(
+        10 << 20, doc="Bytes of one fetch response over all its partitions "
+                      "(replica.fetch.response.max.bytes).")
+    replica_socket_timeout_ms: int = setting(
+        30_000, doc="How long a follower waits for a fetch response before it asks again "
+                    "(replica.socket.timeout.ms).")
+    replica_high_watermark_checkpoint_interval_ms: int = setting(
+        5_000, doc="How often each partition's high watermark is written to disk "
+                   "(replica.high.watermark.checkpoint.interval.ms).")
+    default_replication_factor: int = setting(
+        1, doc="Replicas of a topic created without a replication factor "
+               "(default.replication.factor).")
+    min_insync_replicas: int = setting(
+        1, doc="The broker's default for topics that do not set min.insync.replicas: "
+               "acks=all batches are refused while fewer replicas are in sync.")
+    unclean_leader_election_enable: bool = setting(
+        False, doc="Elect a replica that is not in sync when no in-sync one is alive, "
+                   "losing what it lacks (unclean.leader.election.enable).")
+    # Forwarding a local producer's batch to its partition's leader (forwarding.py).
+    forward_delivery_timeout_ms: int = setting(
+        120_000, doc="How long a producer's batch forwarded to its partition's leader on "
+                     "another host may wait for its answer; past it the batch fails with "
+                     "REQUEST_TIMED_OUT (Kafka's producer delivery.timeout.ms).")
+    forward_request_timeout_ms: int = setting(
+        30_000, doc="How long one forwarded produce request may wait, never past the "
+                    "delivery timeout (Kafka's producer request.timeout.ms).")
+    # Controlled shutdown and leader balance (leader_balance.py).
+    controlled_shutdown_enable: bool = setting(
+        True, doc="On SIGTERM, hand this broker's leaderships to in-sync replicas before "
+                  "stopping (controlled.shutdown.enable).")
+    controlled_shutdown_max_retries: int = setting(
+        3, doc="Attempts at a controlled shutdown before stopping anyway "
+               "(controlled.shutdown.max.retries).")
+    controlled_shutdown_retry_backoff_ms: int = setting(
+        5_000, doc="Wait between controlled shutdown attempts "
+                   "(controlled.shutdown.retry.backoff.ms).")
+    auto_leader_rebalance_enable: bool = setting(
+        True, doc="The controller moves leaderships back to preferred replicas when a "
+                  "broker's share is off balance (auto.leader.rebalance.enable).")
+    leader_imbalance_per_broker_percentage: int = setting(
+        10, doc="The percentage of a broker's partitions led by another replica that "
+                "starts a rebalance (leader.imbalance.per.broker.percentage).")
+    leader_imbalance_check_interval_seconds: int = setting(
+        300, doc="How often the controller checks leader balance "
+                 "(leader.imbalance.check.interval.seconds).")
+    # Consumer groups across hosts (cluster_groups.py): while fewer brokers than the
+    # replication factor are live, __consumer_offsets is not created and members hear
+    # COORDINATOR_NOT_AVAILABLE, as Kafka 2.8 does.
+    offsets_topic_replication_factor: int = setting(
+        3, doc="Replicas of __consumer_offsets when the broker creates it "
+               "(offsets.topic.replication.factor); it waits for that many live brokers.")
+    offsets_commit_timeout_ms: int = setting(
+        5_000, doc="How long a commit waits for its offsets to be replicated "
+                   "(offsets.commit.timeout.ms).")
+    security_inter_broker_protocol: str = setting(
+        "curve", doc="Between brokers: \"curve\" (CurveZMQ, authenticated and encrypted) "
+                     "or \"plaintext\" (security.inter.broker.protocol).")
+    curve_secret_key_file: str | None = setting(
+        None, doc="This broker's secret key file (NAME.key_secret, from shmlog cluster "
+                  "keys); required with curve.")
+    curve_allowed_public_keys: tuple[str, ...] = setting(
+        (), doc="Z85 public keys of the peers allowed to connect (with curve).")
+    curve_allowed_public_keys_dir: str | None = setting(
+        None, doc="A directory of peers' .key files allowed to connect (with curve), read "
+                  "again when an unknown key knocks.")
 
     def __post_init__(self):
         if isinstance(self.curve_allowed_public_keys, list):      # as TOML gives it

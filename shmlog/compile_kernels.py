@@ -11,8 +11,9 @@ kernels at once.
 
 It runs the warm-ups the broker and the clients run anyway (``broker.warm_kernels``
 with a scratch directory, the follower's append, the producer's, the reader's, the
-cleaner's), so what they load is what is compiled here; with a full cache it loads
-them and takes a second or two.
+cleaner's), so what they load is what is compiled here, and prints a line as each
+group is ready, so a first run's minute shows where it goes; with a full cache it
+loads them and takes a second or two.
 """
 
 from __future__ import annotations
@@ -22,26 +23,44 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import Callable
 
 __all__ = ["compile_kernels", "main"]
 
 
-def compile_kernels() -> None:
-    """Compile (or load) the kernels of the broker, a follower, the producer, the
-    reader and the cleaner."""
+def _steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
+    """The warm-ups, named as ``main`` reports them, in the order they run."""
     from . import cleaner, producer, reader
     from .broker import BrokerConfig, warm_kernels
     from .segments import warm_follower_kernels
+    return [
+        ("the broker's (appender, segments, indexes, state table, group commits)",
+         lambda: warm_kernels(BrokerConfig(data_dir=directory))),
+        ("a follower's append",
+         lambda: warm_follower_kernels(os.path.join(directory, "follower"))),
+        ("the producer's", producer.warm_kernels),
+        ("the reader's", reader.warm_kernels),
+        ("the cleaner's", cleaner.warm_kernels),
+    ]
 
+
+def compile_kernels(report: Callable[[int, int, str, float], None] | None = None) -> None:
+    """Compile (or load) the kernels of the broker, a follower, the producer, the
+    reader and the cleaner; after each group, ``report(number, count, name, seconds)``."""
     directory = tempfile.mkdtemp(prefix="shmlog-kernels-")
     try:
-        warm_kernels(BrokerConfig(data_dir=directory))
-        warm_follower_kernels(os.path.join(directory, "follower"))
-        producer.warm_kernels()
-        reader.warm_kernels()
-        cleaner.warm_kernels()
+        steps = _steps(directory)
+        for number, (name, warm) in enumerate(steps, 1):
+            started = time.monotonic()
+            warm()
+            if report is not None:
+                report(number, len(steps), name, time.monotonic() - started)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _print_step(number: int, count: int, name: str, seconds: float) -> None:
+    print(f"shmlog: [{number}/{count}] {name} kernels ready ({seconds:.1f} s)", flush=True)
 
 
 def main() -> int:
@@ -49,7 +68,7 @@ def main() -> int:
     print(f"shmlog: compiling its kernels into {cache} (a minute or two the first time, "
           f"a second or two after)", flush=True)
     started = time.monotonic()
-    compile_kernels()
+    compile_kernels(_print_step)
     print(f"shmlog: kernels ready in {time.monotonic() - started:.1f} s", flush=True)
     return 0
 

@@ -25,7 +25,20 @@ class ConfigKey:
     doc: str
 
 
+def _accepting(text: str):
+    """Give a check the description of what it accepts (:func:`accepted_values`)."""
+    def named(check):
+        check.accepted = text
+        return check
+    return named
+
+
+def _bound(number) -> str:
+    return "2^63-1" if number == LONG_MAX else str(number)
+
+
 def _at_least(minimum: int, maximum: int = LONG_MAX):
+    @_accepting(f"[{_bound(minimum)}, {_bound(maximum)}]")
     def check(value):
         if not minimum <= value <= maximum:
             return f"must be in [{minimum}, {maximum}]"
@@ -34,6 +47,7 @@ def _at_least(minimum: int, maximum: int = LONG_MAX):
 
 
 def _one_of(*choices: str):
+    @_accepting(", ".join(choices))
     def check(value):
         if value not in choices:
             return f"must be one of {', '.join(choices)}"
@@ -42,6 +56,7 @@ def _one_of(*choices: str):
 
 
 def _between(minimum: float, maximum: float):
+    @_accepting(f"[{minimum}, {maximum}]")
     def check(value):
         if not minimum <= value <= maximum:
             return f"must be in [{minimum}, {maximum}]"
@@ -52,6 +67,7 @@ def _between(minimum: float, maximum: float):
 CLEANUP_POLICIES = ("delete", "compact")
 
 
+@_accepting("delete, compact, compact,delete")
 def _cleanup_policy(value):
     """Kafka's list form: 'delete', 'compact', or both, comma-separated."""
     policies = [policy.strip() for policy in value.split(",")]
@@ -61,6 +77,7 @@ def _cleanup_policy(value):
     return None
 
 
+@_accepting("*, or partition:broker pairs, comma-separated")
 def _throttled_replicas(value):
     """Kafka's ThrottledReplicaListValidator: '*' or partition:broker pairs."""
     from .replication_throttle import parse_throttled_replicas
@@ -123,6 +140,11 @@ _KEYS = [
               "the broker's follower.replication.throttled.rate while out of sync"),
 ]
 KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
+
+
+def accepted_values(key: ConfigKey) -> str:
+    """What ``key``'s check accepts, in words (``[1, 2^63-1]``, ``delete, compact``)."""
+    return key.check.accepted
 
 
 def _attribute(name: str) -> str:

@@ -358,3 +358,10 @@ REPLICATION_KEEPALIVE_IDLE_S = 1
 REPLICATION_KEEPALIVE_INTERVAL_S = 1
 REPLICATION_KEEPALIVE_PROBES = 3
 REPLICATION_RETRANSMIT_TIMEOUT_MS = 3000
+# --- console tools (cli/console.py) ----------------------------------------------------
+# Records `shmlog produce` leaves unacknowledged before it waits for the oldest: a few
+# hundred default batches (16 KiB) of short lines, well inside a 16 MiB ring, so the
+# wait is for a batch the broker appended long ago and throughput is unchanged, while
+# memory stays a few MB however long the input (a future per line kept to the end
+# held 286 MB for a million lines).
+CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX = 1 << 16

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 
 from ..broker_config import BrokerConfig
+from ..documented import doc_of
 from .exit_codes import EXIT_OK
 
 __all__ = ["add_parser"]
@@ -29,7 +30,8 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
         if field.name != "data_dir" and field.name not in BrokerConfig.TABLE_SETTINGS:
             broker.add_argument(f"--{field.name.replace('_', '-')}",
                                 type=str if field.name in BrokerConfig.TEXT_SETTINGS else int,
-                                help=f"default {field.default}")
+                                help=f"{doc_of(field)} Default {field.default}."
+                                .replace("%", "%%"))        # argparse formats help with %
     broker.set_defaults(run=_broker)
 
 

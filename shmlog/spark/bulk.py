@@ -7,7 +7,9 @@ Rules
 * The Java sources ship in the package (``shmlog/spark/jvm``); :func:`bulk_jar`
   compiles them with ``javac`` against this PySpark's jars on first use and caches
   the jar by a hash of the PySpark version and the sources, under
-  ``$SHMLOG_CACHE_DIR`` (default ~/.cache/shmlog).
+  ``$SHMLOG_CACHE_DIR`` (default ~/.cache/shmlog), saying so on stderr (a warning
+  logged) as it starts; ``python -m shmlog.spark.compile_reader`` (``make``) does
+  it ahead of any session.
 * Where that cannot be done (no JDK, a compile error), a session still works with
   ``format("shmlog")``: :func:`session_settings` logs why once per process, and
   :func:`bulk_read` raises :class:`~shmlog.errors.BulkReaderUnavailableError` with
@@ -92,6 +94,11 @@ def bulk_jar() -> str:
     if os.path.exists(jar):
         return jar
     os.makedirs(cache, exist_ok=True)
+    # At WARNING, so that it shows where logging is not set up (Python prints
+    # warnings to stderr then): the first session otherwise stalls silently for the
+    # compile, as the first make used to.
+    log.warning("compiling the shmlog Spark bulk reader with %s into %s (once per "
+                "PySpark version and shmlog release; some seconds)", javac, jar)
     with tempfile.TemporaryDirectory(dir=cache) as classes:
         classpath = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
         try:
