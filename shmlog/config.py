@@ -8,6 +8,7 @@ as the strings a command line or config file supplies.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Callable, Mapping
 
 from . import limits
@@ -231,3 +232,31 @@ class TopicConfig:
     def as_dict(self) -> dict[str, Any]:
         """Every setting, by Kafka name."""
         return {key.name: getattr(self, _attribute(key.name)) for key in _KEYS}
+
+
+class ConfigSource(enum.Enum):
+    """Where a topic's (or broker's) setting comes from, as Kafka's DescribeConfigs
+    tells (its ConfigSource). The values travel in the broker's replies."""
+    DEFAULT = "default"        # Kafka's DEFAULT_CONFIG: nobody set it
+    TOPIC = "topic"            # DYNAMIC_TOPIC_CONFIG: the topic's own override
+    BROKER = "broker"          # STATIC_BROKER_CONFIG: the broker's file or flags
+
+
+def config_sources(config: TopicConfig, broker_defaults: Mapping[str, Any] | None = None
+                   ) -> dict[str, dict[str, Any]]:
+    """Every setting of a topic as ``{name: {"value": ..., "source": ...}}``: the
+    topic's overrides first, then what the broker sets for topics without one
+    (``broker_defaults``: in a cluster, ``min.insync.replicas``), then Kafka's
+    defaults (Kafka's ``DescribeConfigs`` resolution order). A topic stores only
+    the values that differ from the defaults, so an override set to the default
+    value reads as the default, as the topic behaves."""
+    overrides = config.overrides()
+    entries = {}
+    for name, value in config.as_dict().items():
+        if name in overrides:
+            entries[name] = {"value": value, "source": ConfigSource.TOPIC.value}
+        elif broker_defaults and name in broker_defaults:
+            entries[name] = {"value": broker_defaults[name], "source": ConfigSource.BROKER.value}
+        else:
+            entries[name] = {"value": value, "source": ConfigSource.DEFAULT.value}
+    return entries

@@ -358,3 +358,11 @@ REPLICATION_KEEPALIVE_IDLE_S = 1
 REPLICATION_KEEPALIVE_INTERVAL_S = 1
 REPLICATION_KEEPALIVE_PROBES = 3
 REPLICATION_RETRANSMIT_TIMEOUT_MS = 3000
+# --- kafka-python API fit (producer callbacks, commit_async) ---------------------------
+# How often a producer's callback thread looks for completed batches while futures
+# have callbacks waiting: a completion is a few loads once the lock is free, and a
+# millisecond is far below Kafka's own sender wake-ups (linger.ms, requests in flight).
+PRODUCER_CALLBACK_POLL_MS = 1
+# How many async commits a consumer may have in flight before commit_async waits for
+# the oldest (Kafka's client has no such bound; ours keeps callbacks bounded).
+ASYNC_COMMITS_IN_FLIGHT_MAX = 64
