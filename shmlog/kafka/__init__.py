@@ -24,6 +24,7 @@ docs/MIGRATING_FROM_KAFKA_PYTHON.md lists what maps one to one and what differs.
 from __future__ import annotations
 
 from ..consumer import Consumer, ConsumerRebalanceListener
+from ..errors import UnsupportedKafkaOptionError
 from ..producer import Producer
 from .admin import KafkaAdminClient
 from .serializer import Deserializer, Serializer
@@ -45,6 +46,21 @@ class KafkaProducer(Producer):
 class KafkaConsumer(Consumer):
     """kafka-python's ``KafkaConsumer``: :class:`shmlog.Consumer` with kafka-python's
     return shapes (see the module's rules)."""
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None,
+             update_offsets: bool = True) -> dict:
+        """:meth:`Consumer.poll`; kafka-python's ``update_offsets=False`` (a poll
+        that does not move the positions) is not supported."""
+        if update_offsets is not True:
+            raise UnsupportedKafkaOptionError(
+                "poll(update_offsets=False) is not supported: a poll moves the positions; "
+                "seek back to read records again")
+        return super().poll(timeout_ms, max_records)
+
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        """:meth:`Consumer.close` (``timeout_ms`` is taken: closing waits for nothing
+        remote but the group's leave and the last commits)."""
+        super().close(autocommit)
 
     def committed(self, partition: TopicPartition, metadata: bool = False):
         """The group's committed offset (None when there is none); with

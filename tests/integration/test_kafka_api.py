@@ -207,6 +207,11 @@ def test_consumer_metadata_methods(data_dir, topic):
         assert consumer.paused() == {first}
         consumer.resume(first)
         assert consumer.paused() == set()
+        consumer.seek_to_beginning(first)
+        assert [record.offset for record in consumer.poll(
+            timeout_ms=WAIT_S * 1000, update_offsets=True)[first]] == [0, 1, 2]
+        with pytest.raises(UnsupportedKafkaOptionError, match="update_offsets"):
+            consumer.poll(update_offsets=False)
 
 
 # -- Admin -------------------------------------------------------------------------------
