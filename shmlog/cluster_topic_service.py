@@ -136,6 +136,11 @@ class ClusterTopicService(TopicService):
         return self._hold(lambda: zookeeper.set_topic_config(metadata.name, config),
                           lambda: self._configured(metadata.name, config))
 
+    def topic_overrides(self, name: str) -> list[str]:
+        """The topic's config znode's settings: every override as set, a value equal
+        to Kafka's default too (it wins over the broker's setting)."""
+        return list(self.replication.view.configs.get(name, {}))
+
     def broker_topic_defaults(self) -> dict:
         """``min.insync.replicas`` from the broker's cluster settings when they set
         one other than Kafka's default, for topics without an override

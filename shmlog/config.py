@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from . import limits
 from .errors import InvalidConfigError
@@ -242,15 +242,17 @@ class ConfigSource(enum.Enum):
     BROKER = "broker"          # STATIC_BROKER_CONFIG: the broker's file or flags
 
 
-def config_sources(config: TopicConfig, broker_defaults: Mapping[str, Any] | None = None
-                   ) -> dict[str, dict[str, Any]]:
+def config_sources(config: TopicConfig, broker_defaults: Mapping[str, Any] | None = None,
+                   overridden: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
     """Every setting of a topic as ``{name: {"value": ..., "source": ...}}``: the
     topic's overrides first, then what the broker sets for topics without one
     (``broker_defaults``: in a cluster, ``min.insync.replicas``), then Kafka's
-    defaults (Kafka's ``DescribeConfigs`` resolution order). A topic stores only
-    the values that differ from the defaults, so an override set to the default
-    value reads as the default, as the topic behaves."""
-    overrides = config.overrides()
+    defaults (Kafka's ``DescribeConfigs`` resolution order). ``overridden`` names
+    the topic's overrides where they are kept as given (a cluster's config znode);
+    by default they are the values that differ from the defaults (a topic.json
+    stores only those), so there an override set to the default value reads as the
+    default, as the topic behaves."""
+    overrides = config.overrides() if overridden is None else set(overridden)
     entries = {}
     for name, value in config.as_dict().items():
         if name in overrides:

@@ -111,8 +111,14 @@ class TopicService(ImmediateService):
         and where it comes from (``config.config_sources``: Admin.describe_configs)."""
         topic = self._topic(name)
         topic["config_sources"] = config_sources(
-            self.host.logs.describe_topic(topic["name"]).config, self.broker_topic_defaults())
+            self.host.logs.describe_topic(topic["name"]).config, self.broker_topic_defaults(),
+            self.topic_overrides(topic["name"]))
         return topic
+
+    def topic_overrides(self, name: str) -> list[str] | None:
+        """The names of the topic's overrides as set, where they are kept so (None
+        here: topic.json keeps the values that differ from the defaults)."""
+        return None
 
     def broker_topic_defaults(self) -> dict:
         """Topic settings the broker sets for topics without an override (none on a
