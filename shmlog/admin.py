@@ -16,11 +16,12 @@ Rules (Kafka's, for the plural methods)
 * ``alter_configs`` replaces a topic's overrides with the ones given, as Kafka's
   (non-incremental) AlterConfigs does; a broker's settings are static (its file).
 * ``describe_configs`` gives each setting its value as Kafka writes it (a string)
-  and its source (``config.ConfigSource``: the topic's override, the broker's
+  and its source (``structs.ConfigSource``: the topic's override, the broker's
   setting, or Kafka's default).
 
 Light: ``shmlog topics`` and ``shmlog groups`` use this module, so it imports
-neither numpy nor numba (``validate_only`` loads the topic name rule on first use).
+neither numpy nor numba (``validate_only`` loads the config registry and the topic
+name rule on first use, which do).
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ import enum
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from . import client_options, limits, settings
-from .config import ConfigSource, TopicConfig
 from .control_client import request
 from .paths import default_data_dir
 from .errors import (GroupIdNotFoundError, InvalidConfigError, InvalidPartitionsError,
                      LocalProtocolError, ShmlogError, TopicExistsError,
                      UnsupportedKafkaOptionError)
-from .structs import OffsetAndMetadata, TopicPartition
+from .structs import ConfigSource, OffsetAndMetadata, TopicPartition
 
 __all__ = ["Admin", "NewTopic", "NewPartitions", "ConfigResource", "ConfigResourceType",
            "ConfigEntry", "GroupInformation", "MemberInformation"]
@@ -468,7 +468,8 @@ def _first_error(actions: list) -> None:
 def _validate_new_topic(name: str, partitions: int, configs: Mapping[str, Any],
                         existing: set[str]) -> None:
     """What the broker checks before creating a topic (``validate_only``)."""
-    from .log_manager import validate_topic_name    # loads the log: only when validating
+    from .config import TopicConfig                 # loads the layouts (numpy): only here
+    from .log_manager import validate_topic_name
     validate_topic_name(name)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or \
             not 1 <= partitions <= limits.PARTITIONS_PER_TOPIC_MAX:

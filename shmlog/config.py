@@ -8,11 +8,11 @@ as the strings a command line or config file supplies.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from typing import Any, Callable, Iterable, Mapping
 
 from . import limits
 from .errors import InvalidConfigError
+from .structs import ConfigSource
 
 LONG_MAX = 2**63 - 1
 
@@ -232,14 +232,6 @@ class TopicConfig:
     def as_dict(self) -> dict[str, Any]:
         """Every setting, by Kafka name."""
         return {key.name: getattr(self, _attribute(key.name)) for key in _KEYS}
-
-
-class ConfigSource(enum.Enum):
-    """Where a topic's (or broker's) setting comes from, as Kafka's DescribeConfigs
-    tells (its ConfigSource). The values travel in the broker's replies."""
-    DEFAULT = "default"        # Kafka's DEFAULT_CONFIG: nobody set it
-    TOPIC = "topic"            # DYNAMIC_TOPIC_CONFIG: the topic's own override
-    BROKER = "broker"          # STATIC_BROKER_CONFIG: the broker's file or flags
 
 
 def config_sources(config: TopicConfig, broker_defaults: Mapping[str, Any] | None = None,

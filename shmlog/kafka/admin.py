@@ -8,7 +8,7 @@ from typing import Iterable
 
 from ..admin import (Admin, ConfigEntry, ConfigResource, ConfigResourceType, GroupInformation,
                      MemberInformation, NewPartitions, NewTopic)
-from ..config import ConfigSource
+from ..structs import ConfigSource
 from .structs import OffsetAndMetadata, TopicPartition, committed_offset
 
 __all__ = ["KafkaAdminClient", "NewTopic", "NewPartitions", "ConfigResource",
