@@ -83,7 +83,7 @@ from .cleaner import warm_kernels as warm_cleaner_kernels
 from .segments import warm_follower_kernels
 from .completion import CompletionCode
 from .control import decode_reply, encode_request, encode_result, error_reply, handle_frame
-from .broker_config import BrokerConfig
+from .broker_config import BrokerConfig, broker_config_entries
 from .control_server import ControlEndpoint, remove_control_socket
 from .control_client import request
 from .errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
@@ -155,7 +155,8 @@ class BrokerCore:
         self.scheduler.every(config.cleaner_backoff_ms, self.host.start_cleaning, now)
         self.context = RequestContext()          # who sent the request being handled
         self.services: list[Service] = []
-        self._handlers = {"ping": self.ping}
+        self._handlers = {"ping": self.ping,
+                          "describe_broker_config": self.describe_broker_config}
         self.cluster = None
         if config.cluster is None:
             self.topics = self.add_service(TopicService(self.host, self.prefix))
@@ -206,6 +207,12 @@ class BrokerCore:
                 "curve" if self.cluster.endpoint.public_key else "plaintext"
             answer["replication_refused_connections"] = self.cluster.endpoint.refused_count
         return answer
+
+    def describe_broker_config(self) -> dict:
+        """This broker's settings, each with its source (``broker_config_entries``),
+        and its id in a cluster (-1 alone)."""
+        return {"broker_id": self.config.cluster.broker_id if self.config.cluster else -1,
+                "configs": broker_config_entries(self.config)}
 
     def handle(self, ticket, frame: bytes) -> bytes | None:
         """The reply to one request frame, or None when it comes later (a join waits

@@ -22,7 +22,7 @@ from .documented import setting
 from .errors import InvalidConfigError, LocalProtocolError
 from .paths import control_address, default_data_dir
 
-__all__ = ["BrokerConfig"]
+__all__ = ["BrokerConfig", "broker_config_entries"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,3 +138,28 @@ class BrokerConfig:
         """Who may read the data (see ``access``)."""
         return access.Access(None if self.data_group is None
                              else access.group_id_of(self.data_group))
+
+
+def broker_config_entries(config: BrokerConfig) -> dict[str, dict[str, Any]]:
+    """The broker's settings as ``{name: {"value": ..., "source": ...}}`` (what
+    ``Admin.describe_configs`` shows for a BROKER resource): ``"broker"`` when its
+    file or flags set a value other than the default, else ``"default"`` (Kafka's
+    STATIC_BROKER_CONFIG and DEFAULT_CONFIG; these settings are static). The
+    ``[broker]`` table's settings keep their names; the ``[cluster]`` table's take
+    Kafka's (``min_insync_replicas`` is ``min.insync.replicas``)."""
+    entries = {}
+    tables = [(config, False)] + ([(config.cluster, True)] if config.cluster is not None else [])
+    for table, kafka_names in tables:
+        for field in dataclasses.fields(table):
+            if field.name in BrokerConfig.TABLE_SETTINGS:
+                continue
+            value = getattr(table, field.name)
+            if field.default is not dataclasses.MISSING:
+                default = field.default
+            elif field.default_factory is not dataclasses.MISSING:
+                default = field.default_factory()
+            else:
+                default = dataclasses.MISSING            # required: always set
+            entries[field.name.replace("_", ".") if kafka_names else field.name] = {
+                "value": value, "source": "default" if value == default else "broker"}
+    return entries

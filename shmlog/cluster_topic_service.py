@@ -136,6 +136,19 @@ class ClusterTopicService(TopicService):
         return self._hold(lambda: zookeeper.set_topic_config(metadata.name, config),
                           lambda: self._configured(metadata.name, config))
 
+    def topic_overrides(self, name: str) -> list[str]:
+        """The topic's config znode's settings: every override as set, a value equal
+        to Kafka's default too (it wins over the broker's setting)."""
+        return list(self.replication.view.configs.get(name, {}))
+
+    def broker_topic_defaults(self) -> dict:
+        """``min.insync.replicas`` from the broker's cluster settings when they set
+        one other than Kafka's default, for topics without an override
+        (``replica_service`` applies it so)."""
+        value = self.replication.config.min_insync_replicas
+        return {} if value == TopicConfig().min_insync_replicas else \
+            {"min.insync.replicas": value}
+
     def _configured(self, name: str, config: dict) -> dict | None:
         return self._topic(name) if self.replication.view.configs.get(name) == config else None
 

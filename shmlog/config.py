@@ -8,10 +8,11 @@ as the strings a command line or config file supplies.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from . import limits
 from .errors import InvalidConfigError
+from .structs import ConfigSource
 
 LONG_MAX = 2**63 - 1
 
@@ -253,3 +254,25 @@ class TopicConfig:
     def as_dict(self) -> dict[str, Any]:
         """Every setting, by Kafka name."""
         return {key.name: getattr(self, _attribute(key.name)) for key in _KEYS}
+
+
+def config_sources(config: TopicConfig, broker_defaults: Mapping[str, Any] | None = None,
+                   overridden: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Every setting of a topic as ``{name: {"value": ..., "source": ...}}``: the
+    topic's overrides first, then what the broker sets for topics without one
+    (``broker_defaults``: in a cluster, ``min.insync.replicas``), then Kafka's
+    defaults (Kafka's ``DescribeConfigs`` resolution order). ``overridden`` names
+    the topic's overrides where they are kept as given (a cluster's config znode);
+    by default they are the values that differ from the defaults (a topic.json
+    stores only those), so there an override set to the default value reads as the
+    default, as the topic behaves."""
+    overrides = config.overrides() if overridden is None else set(overridden)
+    entries = {}
+    for name, value in config.as_dict().items():
+        if name in overrides:
+            entries[name] = {"value": value, "source": ConfigSource.TOPIC.value}
+        elif broker_defaults and name in broker_defaults:
+            entries[name] = {"value": broker_defaults[name], "source": ConfigSource.BROKER.value}
+        else:
+            entries[name] = {"value": value, "source": ConfigSource.DEFAULT.value}
+    return entries

@@ -46,6 +46,13 @@ listener, starts newly assigned partitions at their committed offsets, and commi
 its positions every ``auto_commit_interval_ms`` when ``enable_auto_commit`` is set.
 Without a group, ``subscribe`` assigns every partition of the topics.
 
+``commit_async`` sends its commit on a worker thread of the consumer's (one, so
+commits go in the order made) and, as Kafka does, runs its callback on the
+consumer's thread: in the group work of a later poll (or iteration step), in
+``commit``, which waits for the async commits before it, or in ``close``.
+Deserializers, when given, turn the records a poll or an iteration step made into
+new ones; without them poll does one attribute test more, nothing per record.
+
 A deleted partition is :class:`UnknownTopicOrPartitionError` for a consumer that
 assigned it by hand (its reader sees its state table row freed or given to another
 partition); under a group subscription it just yields nothing until the rebalance
@@ -60,9 +67,11 @@ joins, heartbeats and commits, runs no kernel in this process).
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import functools
 import gc
+import inspect
 import logging
 import operator
 import os
@@ -70,12 +79,15 @@ import re
 import time
 from typing import Iterable, Iterator, Mapping, NamedTuple
 
-from . import limits, settings
+from . import client_options, limits, settings
 from .control_client import request
 from .paths import default_data_dir
-from .errors import (ClientClosedError, CommitFailedError, LocalProtocolError,
-                     OffsetOutOfRangeError, ShmlogError, UnknownTopicOrPartitionError)
+from .errors import (ClientClosedError, CommitFailedError, InvalidConfigError,
+                     LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
+                     UnknownTopicOrPartitionError)
 from .groups import GroupMember, MemberConfig
+from .internal_topics import INTERNAL_TOPICS
+from .structs import OffsetAndMetadata, TopicPartition
 from .reader import PartitionReader, warm_kernels
 from .records import Record, RecordColumns, decode_columns
 from . import state_layout as S
@@ -113,19 +125,9 @@ def _remaining_ms(started: float, timeout_ms: int) -> int:
     return max(0, int(timeout_ms - (time.monotonic() - started) * 1000))
 
 
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-
 class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
-
-
-class OffsetAndMetadata(NamedTuple):
-    offset: int
-    metadata: str = ""
 
 
 class GroupMetadata(NamedTuple):
@@ -156,6 +158,29 @@ class ConsumerRebalanceListener:
 # timestamp, timestamp_type, key, value, headers.
 ConsumerRecord = NamedTuple("ConsumerRecord", [("topic", str), ("partition", int),
                                                *Record.__annotations__.items()])
+
+
+def _deserialized(key_deserializer, value_deserializer, records: list) -> list:
+    """``records`` with their keys and values passed through the deserializers
+    (``f(topic, data)``, None too: kafka-python's ``Fetcher._deserialize``)."""
+    made = []
+    for record in records:
+        topic = record.topic
+        made.append(record._replace(
+            key=record.key if key_deserializer is None else key_deserializer(topic, record.key),
+            value=record.value if value_deserializer is None
+            else value_deserializer(topic, record.value)))
+    return made
+
+
+def _offset_and_metadata(value) -> OffsetAndMetadata:
+    """A commit's value: an offset, our OffsetAndMetadata, or any tuple with
+    ``offset`` and ``metadata`` fields (kafka-python's has a third, leader_epoch)."""
+    if isinstance(value, OffsetAndMetadata):
+        return value
+    if hasattr(value, "offset"):
+        return OffsetAndMetadata(value.offset, getattr(value, "metadata", None) or "")
+    return OffsetAndMetadata(value)
 
 
 class _Assigned:
@@ -214,12 +239,25 @@ class Consumer:
     session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
     partition_assignment_strategy, client_id
         Kafka's group settings (see :class:`groups.MemberConfig`).
+    bootstrap_servers : str or [str], optional
+        kafka-python's name for ``bootstrap``.
+    key_deserializer, value_deserializer : callable, optional
+        Applied to each record's key and value before poll or iteration returns it
+        (kafka-python's rule: ``client_options.deserializer``); without them records
+        are made as before, at no extra cost.
+    default_offset_commit_callback : callable, optional
+        ``commit_async``'s callback when it is given none (kafka-python's).
+    **kafka_options
+        kafka-python's other options: taken and ignored, or refused
+        (``client_options``).
 
     Raises
     ------
     InvalidConfigError
         A setting has the wrong type or is out of range (checked before the broker
-        is asked anything).
+        is asked anything), or is no option at all.
+    UnsupportedKafkaOptionError
+        A Kafka option shmlog does not support (``isolation_level="read_committed"``, ...).
     """
 
     def __init__(self, *topics: str, bootstrap: str | None = None, group_id: str | None = None,
@@ -231,10 +269,26 @@ class Consumer:
                  session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 3_000,
                  max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: Iterable[str] = ("range", "cooperative-sticky"),
-                 client_id: str | None = None):
+                 client_id: str | None = None, bootstrap_servers=None, key_deserializer=None,
+                 value_deserializer=None, default_offset_commit_callback=None,
+                 **kafka_options):
         # Every setting is checked before the broker is asked anything (settings.py);
         # the group's are checked by MemberConfig.
-        self.data_dir = settings.data_directory(bootstrap) or default_data_dir()
+        self.data_dir = settings.bootstrap(bootstrap, bootstrap_servers) or default_data_dir()
+        client_options.check_kafka_options(client_options.CONSUMER, kafka_options,
+                                           _CONSUMER_SETTINGS)
+        key_deserializer = client_options.deserializer(key_deserializer, "key_deserializer")
+        value_deserializer = client_options.deserializer(value_deserializer,
+                                                         "value_deserializer")
+        # None unless a deserializer was given: then poll and iteration pass records
+        # through it (one attribute test per poll otherwise, nothing per record).
+        self._deserialize = None if key_deserializer is None and value_deserializer is None \
+            else functools.partial(_deserialized, key_deserializer, value_deserializer)
+        if default_offset_commit_callback is not None and \
+                not callable(default_offset_commit_callback):
+            raise InvalidConfigError(f"default_offset_commit_callback must be callable, got "
+                                     f"{default_offset_commit_callback!r:.100}")
+        self._default_commit_callback = default_offset_commit_callback
         self.auto_offset_reset = settings.choice("auto_offset_reset", auto_offset_reset,
                                                  ("latest", "earliest", "none"))
         self.max_poll_records = settings.integer("max_poll_records", max_poll_records, 1,
@@ -263,6 +317,9 @@ class Consumer:
         self._group = None
         self._joining: concurrent.futures.Future | None = None     # a join under way
         self._paused_over_join: set[TopicPartition] = set()
+        # commit_async: (future, offsets, callback) in the order sent, on one worker.
+        self._async_commits: collections.deque = collections.deque()
+        self._committer: concurrent.futures.ThreadPoolExecutor | None = None
         member_config = MemberConfig(session_timeout_ms, heartbeat_interval_ms,
                                      max_poll_interval_ms, tuple(partition_assignment_strategy))
         self._attach()
@@ -410,6 +467,29 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
+
+    def paused(self) -> set[TopicPartition]:
+        """The partitions :meth:`pause` paused (kafka-python's ``paused()``)."""
+        return {partition for partition, state in self._assigned.items() if state.paused}
+
+    def topics(self) -> set[str]:
+        """Every topic on the broker but the internal ones (asks the broker)."""
+        self._topics = {entry["name"]: entry for entry in request(self.data_dir,
+                                                                  "metadata")["topics"]}
+        return {name for name in self._topics if name not in INTERNAL_TOPICS}
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The topic's partition numbers, or None when there is no such topic
+        (kafka-python's rule)."""
+        if topic not in self._topics:
+            self.topics()
+        entry = self._topics.get(topic)
+        return None if entry is None else {part["partition"] for part in entry["partitions"]}
+
+    def highwater(self, partition: TopicPartition) -> int:
+        """The partition's high watermark now (the offset the next committed record
+        gets), read from the broker's state table: no request, always current."""
+        return self._snapshot(partition).high_watermark
 
     def pause(self, *partitions: TopicPartition) -> None:
         self._settle_iteration()             # iteration returns no more of them
@@ -566,7 +646,9 @@ class Consumer:
         for fetched in self._ready(timeout_ms):
             if limit <= 0:
                 break
-            grouped[fetched.partition] = records = fetched.take(limit)
+            records = fetched.take(limit)
+            grouped[fetched.partition] = records if self._deserialize is None else \
+                self._deserialize(records)
             limit -= len(records)
             if not fetched.remaining():
                 del self._buffered[fetched.partition]
@@ -656,6 +738,8 @@ class Consumer:
             wait_ms = 100 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
             for fetched in self._ready(wait_ms):
                 records = fetched.take(self._iteration_records())
+                if self._deserialize is not None:
+                    records = self._deserialize(records)
                 if not fetched.remaining():
                     del self._buffered[fetched.partition]
                 iterator = iter(records)
@@ -721,6 +805,8 @@ class Consumer:
         member = self._group
         if member is None:
             return
+        if self._async_commits:
+            self._run_commit_callbacks(wait=False)
         member.last_poll = time.monotonic()
         if self._subscription is None:
             return
@@ -858,22 +944,82 @@ class Consumer:
         """
         if self._group is None:
             raise LocalProtocolError("commit needs a consumer with a group_id")
+        if self._async_commits:
+            # Kafka's commitSync: the async commits before it finish (and their
+            # callbacks run) first, so commits land in the order they were made.
+            self._run_commit_callbacks(wait=True)
+        self._commit_offsets(self._commit_entries(offsets))
+
+    def _commit_entries(self, offsets) -> dict[TopicPartition, OffsetAndMetadata]:
+        """A commit's offsets (the positions by default), checked."""
         if offsets is None:
             offsets = self._positions(self._assigned)
-        self._commit_offsets({TopicPartition(*partition): (
-            value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value))
-            for partition, value in offsets.items()})
-
-    def _commit_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        for partition, value in offsets.items():
+        entries = {TopicPartition(*partition): _offset_and_metadata(value)
+                   for partition, value in offsets.items()}
+        for partition, value in entries.items():
             if isinstance(value.offset, bool) or not isinstance(value.offset, int) or \
                     value.offset < 0:
                 raise LocalProtocolError(f"offset for {partition} must be a non-negative "
                                          f"integer, got {value.offset!r}")
+        return entries
+
+    def _commit_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                        as_member: bool | None = None) -> None:
         if offsets:
             self._group.commit({partition: (value.offset, value.metadata)
                                 for partition, value in offsets.items()},
-                               as_member=self._subscription is not None)
+                               as_member=self._subscription is not None
+                               if as_member is None else as_member)
+
+    def commit_async(self, offsets: Mapping | None = None, callback=None
+                     ) -> concurrent.futures.Future:
+        """Commit as :meth:`commit` does, on a worker thread, without waiting
+        (kafka-python's ``commit_async``). Commits are sent in the order made.
+
+        ``callback(offsets, response)`` (or ``default_offset_commit_callback``) runs
+        on this consumer's thread in a later ``poll``, iteration step, ``commit`` or
+        ``close``, as in Kafka: ``response`` is None when the commit succeeded,
+        else the error (``CommitFailedError``, ...). Without a callback a failure is
+        logged. Returns a future of the same outcome.
+
+        Raises
+        ------
+        LocalProtocolError
+            The consumer has no group_id, or an offset is invalid.
+        """
+        self._check_open()
+        if self._group is None:
+            raise LocalProtocolError("commit_async needs a consumer with a group_id")
+        entries = self._commit_entries(offsets)
+        if self._committer is None:
+            self._committer = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"shmlog-commit-{self._group.group_id}")
+        if len(self._async_commits) >= limits.ASYNC_COMMITS_IN_FLIGHT_MAX:
+            concurrent.futures.wait([self._async_commits[0][0]])
+            self._run_commit_callbacks(wait=False)
+        future = self._committer.submit(self._commit_offsets, entries,
+                                        self._subscription is not None)
+        self._async_commits.append((future, entries,
+                                    callback or self._default_commit_callback))
+        return future
+
+    def _run_commit_callbacks(self, wait: bool) -> None:
+        """Run the callbacks of finished async commits, oldest first (with ``wait``,
+        of all of them, waiting for each)."""
+        while self._async_commits:
+            future, offsets, callback = self._async_commits[0]
+            if not wait and not future.done():
+                return
+            error = future.exception()
+            self._async_commits.popleft()
+            if callback is None:
+                if error is not None:
+                    log.warning("async commit of %d offsets failed: %s", len(offsets), error)
+                continue
+            try:
+                callback(offsets, error)
+            except Exception:
+                log.exception("an offset commit callback raised")
 
     def committed(self, partition: TopicPartition, metadata: bool = False):
         """The group's committed offset for a partition (None when there is none);
@@ -897,6 +1043,10 @@ class Consumer:
         self._closed = True
         self._settle_iteration()
         self._iteration = None
+        if self._async_commits:
+            self._run_commit_callbacks(wait=True)
+        if self._committer is not None:
+            self._committer.shutdown()
         if self._group is not None:
             if autocommit and self._subscription is not None:
                 self._commit_on_revoke(set(self._assigned))
@@ -911,3 +1061,8 @@ class Consumer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+# Named in the error for a keyword that is neither a setting nor a Kafka option.
+_CONSUMER_SETTINGS = tuple(name for name in inspect.signature(Consumer.__init__).parameters
+                           if name not in ("self", "topics", "kafka_options"))

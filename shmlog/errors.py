@@ -7,6 +7,7 @@
     │   ├── InvalidTopicError
     │   ├── InvalidPartitionsError
     │   ├── InvalidConfigError
+    │   │   └── UnsupportedKafkaOptionError   a Kafka client option shmlog cannot honour
     │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
     │   ├── OffsetOutOfRangeError
@@ -27,6 +28,7 @@
     ├── CorruptSegmentError           data on disk failed its CRC or structure check
     ├── OffsetOverflowError
     ├── RingFullError                 a ring stayed full for the whole wait
+    ├── ClientTimeoutError            a send's get() or a flush ran out of time
     ├── BrokerNotAvailableError       no broker answered in time
     │   ├── BrokerNotRunningError     no broker runs (no control socket): nothing was sent
     │   └── BrokerAccessDeniedError   this user may not connect to the broker
@@ -418,3 +420,15 @@ class ReplicaNotCoveringError(ShmlogError):
 class NetnsError(ShmlogError):
     """An ``ip`` or ``nft`` command that makes, cuts or removes network namespaces
     failed (its command line and stderr say why)."""
+# --- kafka-python API fit (client_options.py, shmlog.kafka) ----------------------------
+
+class UnsupportedKafkaOptionError(InvalidConfigError):
+    """A Kafka client option shmlog does not support (transactions, TLS or SASL, a
+    custom partitioner, ...) was given: the message names the option and says why.
+    Options shmlog does not know at all are :class:`InvalidConfigError`."""
+
+
+class ClientTimeoutError(ShmlogError):
+    """A client's wait ran out: a send's acknowledgement (``get(timeout)``) or a
+    ``flush(timeout)`` (Kafka's KafkaTimeoutError). What it waited for may still
+    complete later."""

@@ -365,3 +365,11 @@ REPLICATION_RETRANSMIT_TIMEOUT_MS = 3000
 # memory stays a few MB however long the input (a future per line kept to the end
 # held 286 MB for a million lines).
 CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX = 1 << 16
+# --- kafka-python API fit (producer callbacks, commit_async) ---------------------------
+# How often a producer's callback thread looks for completed batches while futures
+# have callbacks waiting: a completion is a few loads once the lock is free, and a
+# millisecond is far below Kafka's own sender wake-ups (linger.ms, requests in flight).
+PRODUCER_CALLBACK_POLL_MS = 1
+# How many async commits a consumer may have in flight before commit_async waits for
+# the oldest (Kafka's client has no such bound; ours keeps callbacks bounded).
+ASYNC_COMMITS_IN_FLIGHT_MAX = 64

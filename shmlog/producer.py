@@ -34,6 +34,17 @@ One lock (a plain ``threading.Lock``: nothing takes it twice) guards the gatheri
 batches, the ring's producer side and the bookkeeping below, so ``send`` may be
 called from many threads; the linger thread takes it too.
 
+Callbacks (kafka-python's Future shape: ``add_callback``, ``add_errback``) cost
+``send`` nothing: they hang on the batch, which joins a list the producer's
+callback thread watches, started with the first callback. While any wait, the
+thread harvests the completions every ``PRODUCER_CALLBACK_POLL_MS`` and runs the
+callbacks of completed batches outside the lock (a callback may send); ``flush``
+and ``close`` run those due too, so when ``flush`` returns its batches' callbacks
+have run. A callback added to a future already done runs at once on the caller's
+thread. Serializers, when given, make ``send`` an instance attribute that
+serializes and calls the class's ``send``: without them, nothing is added per
+record.
+
 Every kernel this module runs is loaded (from numba's disk cache, or compiled) when
 a Producer is made, for the argument types a send, flush and get pass
 (:func:`warm_kernels`), so no record waits for a compiler.
@@ -76,6 +87,8 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
+import logging
 import mmap
 import os
 import random
@@ -87,13 +100,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import batch_layout as B
-from . import limits, settings
+from . import client_options, limits, settings
 from . import state_layout as S
 from .completion import SEQUENCE_MODULUS, CompletionCode, completion_error
 from .control_client import request
 from .paths import default_data_dir
-from .errors import (ClientClosedError, InvalidTopicError, LocalProtocolError,
-                     RecordTooLargeError, ShmlogError, UnknownTopicOrPartitionError)
+from .errors import (ClientClosedError, ClientTimeoutError, InvalidConfigError,
+                     InvalidTopicError, LocalProtocolError, RecordTooLargeError, ShmlogError,
+                     UnknownTopicOrPartitionError)
 from .internal_topics import INTERNAL_TOPICS
 from .jit import kernel
 from .records import (Compression, check_headers, check_timestamp, encode_batch,
@@ -102,8 +116,10 @@ from .ring import Destination, Ring
 from .ring_layout import CAPACITY_MIN, DATA_OFFSET, check_capacity
 from .state import PartitionStateTable, topic_key
 
-__all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata", "murmur2",
-           "warm_kernels"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Producer", "RecordMetadata", "BatchMetadata", "FutureRecordMetadata",
+           "FutureBatchMetadata", "murmur2", "warm_kernels"]
 
 # Kafka's defaults: batch.size 16 KiB, linger.ms 5 (since Kafka 4.0), max.block.ms 60 s.
 BATCH_SIZE_DEFAULT = 16384
@@ -242,7 +258,7 @@ class _Batch:
     __slots__ = ("producer", "topic", "partition", "destination", "values", "keys",
                  "headers", "stamps", "room", "started", "count", "timestamps",
                  "first_timestamp", "entry", "encoded", "log_append_time", "result", "error",
-                 "behind")
+                 "behind", "callbacks")
 
     def __init__(self, producer: "Producer", topic: str, partition: int,
                  destination: Destination, room: int = 0):
@@ -265,6 +281,9 @@ class _Batch:
         # With linger.ms=0: the partition's batch still in the ring when this one
         # started, which this one waits for (None: it ships at once).
         self.behind: _Batch | None = None
+        # (future, function, is_errback) added to its futures while not done; None
+        # when there are none (the producer's callback thread watches the batch).
+        self.callbacks: list | None = None
 
     @property
     def done(self) -> bool:
@@ -305,7 +324,17 @@ def _as_bytes(field, what: str) -> bytes:
 class FutureRecordMetadata:
     """What ``send`` returns: ``get()`` gives the record's :class:`RecordMetadata`
     once the broker has appended it, or raises the error it reported. It is only its
-    batch and its index there (``send`` makes one per record)."""
+    batch and its index there (``send`` makes one per record).
+
+    kafka-python's Future shape as well: ``add_callback(fn, *args, **kwargs)``
+    (``fn(*args, metadata, **kwargs)`` once appended), ``add_errback`` (with the
+    error), ``add_both``, ``is_done``, ``value``, ``exception``, ``succeeded()`` and
+    ``failed()``. Each callback runs once: on the producer's callback thread when
+    the batch completes (or in ``flush``/``close``, whichever comes first), or at
+    once on the caller's thread when added to a future already done. A callback
+    that raises is logged, not propagated (kafka-python's rule). Status checks
+    read the completions the broker has published; they never ship a batch.
+    """
 
     __slots__ = ("_batch", "_index")
 
@@ -318,8 +347,8 @@ class FutureRecordMetadata:
         batch = self._batch
         if batch.result is None:
             if not batch.producer._settle(batch, wait_s=timeout):
-                raise ShmlogError(f"no acknowledgement for {batch.topic}-{batch.partition} "
-                                  f"within {timeout} s")
+                raise ClientTimeoutError(f"no acknowledgement for {batch.topic}-"
+                                         f"{batch.partition} within {timeout} s")
             if batch.error is not None:
                 raise batch.error
         return batch
@@ -329,10 +358,15 @@ class FutureRecordMetadata:
 
         Raises
         ------
+        ClientTimeoutError
+            The timeout passed (the batch is still in flight).
         ShmlogError
-            The timeout passed (the batch is still in flight), or the broker refused it.
+            The broker refused the batch (its typed error).
         """
-        batch = self._wait(timeout)
+        return self._value(self._wait(timeout))
+
+    def _value(self, batch: _Batch) -> RecordMetadata:
+        """The record's metadata, from its appended batch."""
         result = batch.result
         offset = result.base_offset + self._index if result.base_offset >= 0 else -1
         timestamp = batch.log_append_time
@@ -340,17 +374,92 @@ class FutureRecordMetadata:
             timestamp = int(batch.timestamps[self._index])    # the record's own (CreateTime)
         return RecordMetadata(result.topic, result.partition, offset, timestamp)
 
+    # -- kafka-python's Future -------------------------------------------------------
+    def _known(self) -> _Batch:
+        batch = self._batch
+        if not batch.done:
+            batch.producer._look_for_completions()
+        return batch
+
+    @property
+    def is_done(self) -> bool:
+        return self._known().done
+
+    @property
+    def value(self):
+        """The metadata once appended, else None."""
+        batch = self._known()
+        return self._value(batch) if batch.result is not None else None
+
+    @property
+    def exception(self) -> ShmlogError | None:
+        """The error the batch failed with, else None."""
+        return self._known().error
+
+    def succeeded(self) -> bool:
+        return self._known().result is not None
+
+    def failed(self) -> bool:
+        return self._known().error is not None
+
+    def add_callback(self, function, *args, **kwargs) -> "FutureRecordMetadata":
+        """Call ``function(*args, metadata, **kwargs)`` once the record is appended."""
+        self._batch.producer._add_callback(self, _bound(function, args, kwargs), False)
+        return self
+
+    def add_errback(self, function, *args, **kwargs) -> "FutureRecordMetadata":
+        """Call ``function(*args, error, **kwargs)`` if the record's batch fails."""
+        self._batch.producer._add_callback(self, _bound(function, args, kwargs), True)
+        return self
+
+    def add_both(self, function, *args, **kwargs) -> "FutureRecordMetadata":
+        """``function`` as both callback and errback."""
+        return self.add_callback(function, *args, **kwargs).add_errback(
+            function, *args, **kwargs)
+
+
+def _bound(function, args: tuple, kwargs: dict):
+    if not callable(function):
+        raise LocalProtocolError(f"a callback must be callable, got {function!r:.100}")
+    return functools.partial(function, *args, **kwargs) if args or kwargs else function
+
+
+def _run_callback(future: FutureRecordMetadata, function, errback: bool) -> None:
+    """Call one callback of a completed future; what it raises is logged."""
+    batch = future._batch
+    try:
+        if batch.error is not None:
+            if errback:
+                function(batch.error)
+        elif not errback:
+            function(future._value(batch))
+    except Exception:
+        log.exception("a producer %s for %s-%d raised", "errback" if errback else "callback",
+                      batch.topic, batch.partition)
+
 
 class FutureBatchMetadata(FutureRecordMetadata):
-    """What ``send_batch`` returns: ``get()`` gives the :class:`BatchMetadata`."""
+    """What ``send_batch`` returns: ``get()`` gives the :class:`BatchMetadata`
+    (and callbacks get it too)."""
 
     __slots__ = ()
 
     def __init__(self, batch: _Batch):
         self._batch, self._index = batch, 0
 
-    def get(self, timeout: float | None = None) -> BatchMetadata:
-        return self._wait(timeout).result
+    def _value(self, batch: _Batch) -> BatchMetadata:
+        return batch.result
+
+
+def _compression(compression, compression_type):
+    """``compression``, or kafka-python's ``compression_type`` (the two must agree)."""
+    if compression_type is None:
+        return compression
+    if compression is not None and \
+            Compression.parse(compression) is not Compression.parse(compression_type):
+        raise InvalidConfigError(f"compression={compression!r} and compression_type="
+                                 f"{compression_type!r} disagree; give one of them")
+    return compression_type
 
 
 class Producer:
@@ -375,11 +484,25 @@ class Producer:
         Batches carry a broker-given producer id and per-partition sequence numbers,
         so the broker appends a batch once even if it re-reads it after a crash.
         Off with acks=0, as in Kafka (idempotence needs the broker's answers).
+    bootstrap_servers : str or [str], optional
+        kafka-python's name for ``bootstrap`` (the data directory, or a list of one).
+    client_id : str, optional
+        A name for this producer (kafka-python's; kept in :attr:`client_id`).
+    key_serializer, value_serializer : callable, optional
+        Applied to every key and value ``send`` is given (kafka-python's rule: see
+        ``client_options.serializer``); without them ``send`` takes bytes as before,
+        at no extra cost.
+    **kafka_options
+        kafka-python's other options: those with nothing to act on here are taken
+        and ignored, the ones shmlog cannot honour are refused
+        (``client_options``); ``compression_type`` is ``compression``.
 
     Raises
     ------
     InvalidConfigError
-        A setting has the wrong type or is out of range.
+        A setting has the wrong type or is out of range, or is no option at all.
+    UnsupportedKafkaOptionError
+        A Kafka option shmlog does not support (``transactional_id``, TLS, ...).
     ShmlogError
         No broker answers (the message names the command that starts one).
     """
@@ -387,9 +510,21 @@ class Producer:
     def __init__(self, bootstrap: str | None = None, *, acks: Any = 1, compression=None,
                  linger_ms: int = LINGER_MS_DEFAULT, batch_size: int = BATCH_SIZE_DEFAULT,
                  max_block_ms: int = MAX_BLOCK_MS_DEFAULT, ring_size: int = RING_SIZE_DEFAULT,
-                 enable_idempotence: bool = True):
+                 enable_idempotence: bool = True, bootstrap_servers=None,
+                 client_id: str | None = None, key_serializer=None, value_serializer=None,
+                 **kafka_options):
         # Every setting is checked before the broker is asked anything (settings.py).
-        self.data_dir = settings.data_directory(bootstrap) or default_data_dir()
+        self.data_dir = settings.bootstrap(bootstrap, bootstrap_servers) or default_data_dir()
+        client_options.check_kafka_options(client_options.PRODUCER, kafka_options,
+                                           _PRODUCER_SETTINGS)
+        compression = _compression(compression, kafka_options.get("compression_type"))
+        self.client_id = settings.optional_text("client_id", client_id)
+        self._key_serializer = client_options.serializer(key_serializer, "key_serializer")
+        self._value_serializer = client_options.serializer(value_serializer,
+                                                           "value_serializer")
+        if self._key_serializer is not None or self._value_serializer is not None:
+            # Only then: send itself stays the bytes-only path (no per-record check).
+            self.send = self._send_serialized
         # Kafka's names: "all" is -1, which the broker is told (register_producer).
         acks = settings.choice("acks", acks, (0, 1, -1, "all"))
         self.acks = -1 if acks == "all" else acks
@@ -443,6 +578,13 @@ class Producer:
         # (topic, partition), is still in the ring (acks=0: never is).
         self._ship_at_once = self.linger_ms == 0
         self._last_shipped: dict[tuple[str, int], _Batch] = {}
+        # Futures' callbacks: the batches whose callbacks wait (in the order they were
+        # added), the thread that runs them (started with the first), and a lock held
+        # while callbacks run, so flush returns after those under way have run.
+        self._watched: list[_Batch] = []
+        self._callbacks_waiting = threading.Condition(self._lock)
+        self._callback_thread: threading.Thread | None = None
+        self._callbacks_running = threading.RLock()
         warm_kernels()
         self._linger = threading.Thread(target=self._linger_loop, name="shmlog-linger",
                                         daemon=True)
@@ -531,7 +673,7 @@ class Producer:
         return route.sticky
 
     # -- sending -----------------------------------------------------------------
-    def send(self, topic: str, value, key=None, headers=None, partition: int | None = None,
+    def send(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
              timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Queue one record; its future resolves once the broker appended it.
 
@@ -592,6 +734,16 @@ class Producer:
             return future
         finally:
             self._lock.release()
+
+    def _send_serialized(self, topic: str, value=None, key=None, headers=None,
+                         partition: int | None = None,
+                         timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """``send`` after the serializers (this producer's ``send`` when it has any)."""
+        if self._key_serializer is not None:
+            key = self._key_serializer(topic, key)
+        if self._value_serializer is not None:
+            value = self._value_serializer(topic, value)
+        return Producer.send(self, topic, value, key, headers, partition, timestamp_ms)
 
     def _start_batch(self, route: _Route, topic: str, partition: int, size: int) -> _Batch:
         """A new gathering batch for a record of ``size`` bytes, after shipping the
@@ -873,13 +1025,72 @@ class Producer:
                 self._topics, self._routes = {}, {}
         old.close()
 
+    # -- futures' callbacks ------------------------------------------------------------
+    def _look_for_completions(self) -> None:
+        """Resolve what the broker has completed (a future's status check)."""
+        with self._lock:
+            if not self._closed:
+                self._harvest()
+
+    def _add_callback(self, future: FutureRecordMetadata, function, errback: bool) -> None:
+        """Run ``function`` once ``future`` is done: now, on this thread, when it is;
+        else on the callback thread (started with the first callback)."""
+        batch = future._batch
+        with self._lock:
+            if not batch.done and not self._closed:
+                self._harvest()
+            if not batch.done:
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                    self._watched.append(batch)
+                batch.callbacks.append((future, function, errback))
+                if self._callback_thread is None:
+                    self._callback_thread = threading.Thread(
+                        target=self._callback_loop, name="shmlog-callbacks", daemon=True)
+                    self._callback_thread.start()
+                self._callbacks_waiting.notify()
+                return
+        _run_callback(future, function, errback)
+
+    def _fire_callbacks(self) -> None:
+        """Run the callbacks of every watched batch that is done, each once, outside
+        the producer's lock (a callback may send)."""
+        with self._callbacks_running:
+            with self._lock:
+                done = [batch for batch in self._watched if batch.done]
+                if not done:
+                    return
+                self._watched = [batch for batch in self._watched if not batch.done]
+                due = [callback for batch in done for callback in batch.callbacks]
+                for batch in done:
+                    batch.callbacks = None
+            for future, function, errback in due:
+                _run_callback(future, function, errback)
+
+    def _callback_loop(self) -> None:
+        """While callbacks wait: look for completions every PRODUCER_CALLBACK_POLL_MS
+        and run the callbacks of what completed; asleep while none wait."""
+        poll_s = limits.PRODUCER_CALLBACK_POLL_MS / 1000
+        while True:
+            with self._lock:
+                while not self._watched and not self._closed:
+                    self._callbacks_waiting.wait()
+                closed = self._closed
+                if not closed:
+                    self._harvest()
+            self._fire_callbacks()
+            if closed:
+                return          # close ran what completed; the rest never will
+            time.sleep(poll_s)
+
     def flush(self, timeout: float | None = None) -> None:
         """Ship every gathered batch and wait until the broker has appended all
-        (with acks=0: until they are in the ring).
+        (with acks=0: until they are in the ring); the callbacks of their futures
+        have run when it returns.
 
         Raises
         ------
-        ShmlogError
+        ClientTimeoutError
             ``timeout`` seconds passed with batches still in flight.
         """
         with self._lock:
@@ -892,7 +1103,10 @@ class Producer:
         for batch in waiting:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self._settle(batch, left):
-                raise ShmlogError(f"flush: batches still in flight after {timeout} s")
+                raise ClientTimeoutError(f"flush: batches still in flight after {timeout} s")
+        if self._callback_thread is not None:
+            # Also waits for callbacks the callback thread is running now.
+            self._fire_callbacks()
 
     def _linger_loop(self) -> None:
         """Ship batches whose oldest record has waited linger_ms (with linger.ms=0:
@@ -954,7 +1168,12 @@ class Producer:
                                                     "record was sent")
                 self._gathering = {}
                 self._wake.notify_all()
+                self._callbacks_waiting.notify_all()
             self._linger.join(timeout=5)
+            self._fire_callbacks()          # the errbacks of batches the close failed
+            if self._callback_thread is not None and \
+                    self._callback_thread is not threading.current_thread():
+                self._callback_thread.join(timeout=5)
             try:
                 request(self.data_dir, "unregister_producer", ring=self.ring.name)
             except ShmlogError:
@@ -968,3 +1187,9 @@ class Producer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+# Named in the error for a keyword that is neither a setting nor a Kafka option.
+_PRODUCER_SETTINGS = tuple(name for name, parameter in
+                           inspect.signature(Producer.__init__).parameters.items()
+                           if parameter.kind is parameter.KEYWORD_ONLY or name == "bootstrap")

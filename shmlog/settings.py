@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 from typing import Any, Iterable
 
 from .errors import InvalidConfigError
 
-__all__ = ["integer", "optional_integer", "flag", "choice", "optional_text", "data_directory"]
+__all__ = ["integer", "optional_integer", "flag", "choice", "optional_text", "data_directory",
+           "bootstrap"]
 
 
 def integer(name: str, value: Any, least: int, most: int) -> int:
@@ -61,9 +63,47 @@ def optional_text(name: str, value: Any) -> str | None:
     return value
 
 
-def data_directory(value: Any) -> str | None:
+def data_directory(value: Any, name: str = "bootstrap") -> str | None:
     """The ``bootstrap`` setting: None (the default directory) or a path."""
     if value is not None and not (isinstance(value, (str, os.PathLike)) and os.fspath(value)):
-        raise InvalidConfigError(f"bootstrap must be the broker's data directory (a path), "
+        raise InvalidConfigError(f"{name} must be the broker's data directory (a path), "
                                  f"got {value!r:.100}")
     return None if value is None else os.fspath(value)
+
+
+# What kafka-python programs pass as bootstrap_servers: host:port (or [host]:port).
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")
+
+
+def bootstrap(bootstrap: Any, bootstrap_servers: Any) -> str | None:
+    """The data directory from a client's ``bootstrap`` and its kafka-python alias
+    ``bootstrap_servers`` (a path, or a list or tuple of one path, as
+    kafka-python takes a list of servers).
+
+    Raises
+    ------
+    InvalidConfigError
+        Both given with different values; a list of more than one directory; a
+        ``host:port`` that is no directory here (a broker is reached through its
+        data directory on this host, not over the network).
+    """
+    if isinstance(bootstrap_servers, (list, tuple)):
+        if len(bootstrap_servers) != 1:
+            raise InvalidConfigError(
+                f"bootstrap_servers must name one broker data directory (a path, or a list "
+                f"of one), got {list(bootstrap_servers)!r:.200}")
+        bootstrap_servers = bootstrap_servers[0]
+    servers = data_directory(bootstrap_servers, "bootstrap_servers")
+    directory = data_directory(bootstrap)
+    if servers is not None and directory is not None and \
+            os.path.normpath(servers) != os.path.normpath(directory):
+        raise InvalidConfigError(f"bootstrap={directory!r} and bootstrap_servers={servers!r} "
+                                 f"name different brokers; give one of them")
+    directory = directory or servers
+    if directory is not None and _HOST_PORT.fullmatch(directory) and \
+            not os.path.isdir(directory):
+        raise InvalidConfigError(
+            f"bootstrap_servers={directory!r} looks like host:port, but a shmlog client "
+            f"reaches its broker through the broker's data directory on this host (what "
+            f"`shmlog broker --data-dir` was given): pass that path instead")
+    return directory

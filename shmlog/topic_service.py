@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 from . import access
+from .config import config_sources
 from .control import require
-from .errors import InvalidTopicError
+from .errors import InvalidReplicationFactorError, InvalidTopicError
 from .internal_topics import INTERNAL_TOPICS
 from .partition_host import PartitionHost
 from .service import ImmediateService
@@ -85,8 +86,15 @@ class TopicService(ImmediateService):
                 "ring_prefix": self.prefix, "ring_group_id": access.current().group_id,
                 "topics": [self._topic(name) for name in names]}
 
-    def create_topic(self, name, partitions: int = 1, config: dict | None = None) -> dict:
+    def create_topic(self, name, partitions: int = 1, config: dict | None = None,
+                     replication_factor: int | None = None) -> dict:
         refuse_internal(name, "created")
+        if replication_factor is not None and require(replication_factor, int,
+                                                      "replication_factor") != 1:
+            # Kafka refuses a factor above the live brokers (INVALID_REPLICATION_FACTOR).
+            raise InvalidReplicationFactorError(
+                f"a single broker keeps one copy of each partition: replication factor "
+                f"{replication_factor} cannot be met (a cluster can: see shmlog cluster)")
         self.host.create_topic(name, partitions, require(config or {}, dict, "config"))
         return self._topic(name)
 
@@ -99,7 +107,23 @@ class TopicService(ImmediateService):
         return {"topics": self.host.logs.list_topics()}
 
     def describe_topic(self, name) -> dict:
-        return self._topic(name)
+        """The topic's metadata and, in ``config_sources``, each setting's value
+        and where it comes from (``config.config_sources``: Admin.describe_configs)."""
+        topic = self._topic(name)
+        topic["config_sources"] = config_sources(
+            self.host.logs.describe_topic(topic["name"]).config, self.broker_topic_defaults(),
+            self.topic_overrides(topic["name"]))
+        return topic
+
+    def topic_overrides(self, name: str) -> list[str] | None:
+        """The names of the topic's overrides as set, where they are kept so (None
+        here: topic.json keeps the values that differ from the defaults)."""
+        return None
+
+    def broker_topic_defaults(self) -> dict:
+        """Topic settings the broker sets for topics without an override (none on a
+        single broker: Kafka's defaults apply)."""
+        return {}
 
     def add_partitions(self, name, total) -> dict:
         refuse_internal(name, "given partitions")
