@@ -358,3 +358,8 @@ REPLICATION_KEEPALIVE_IDLE_S = 1
 REPLICATION_KEEPALIVE_INTERVAL_S = 1
 REPLICATION_KEEPALIVE_PROBES = 3
 REPLICATION_RETRANSMIT_TIMEOUT_MS = 3000
+# --- the Kafka tools (delete-records, offsets, log-dirs) ---------------------------------
+# How often Admin.delete_records asks again while a low watermark is below its offset:
+# a follower learns the new log start from its next fetch response (at most
+# replica.fetch.wait.max.ms away) and reports it in the fetch after that.
+DELETE_RECORDS_POLL_MS = 20
