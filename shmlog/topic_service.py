@@ -79,7 +79,9 @@ class TopicService(ImmediateService):
                                 "directory": os.path.join(logs.topics_dir, metadata.name,
                                                           str(partition))}
                                for partition in range(metadata.partitions)],
-                "config": metadata.config.as_dict()}
+                "config": metadata.config.as_dict(),
+                # The topic's own settings (topic.json), apart: tools show them alone.
+                "overrides": metadata.config.overrides()}
 
     def metadata(self, topics: list | None = None) -> dict:
         names = self.host.logs.list_topics() if topics is None else \
