@@ -47,7 +47,8 @@ from .errors import (LocalProtocolError, NotLeaderOrFollowerError, OffsetOutOfRa
                      UnknownTopicOrPartitionError)
 
 __all__ = ["HIGH_WATERMARK", "OFFSET_OUT_OF_RANGE", "NOT_LEADER_OR_FOLLOWER",
-           "UNKNOWN_TOPIC_OR_PARTITION", "REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "UNKNOWN_OFFSET",
+           "UNKNOWN_TOPIC_OR_PARTITION", "REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR",
+           "UNKNOWN_OFFSET",
            "delete_target", "low_watermark", "partition_error", "parse_offset_json",
            "answer"]
 

@@ -478,7 +478,8 @@ class ReplicaService:
         except ShmlogError as refused:
             log.error("%r: delete-records to %d failed: %s", replica, offset, refused)
             return deletion.KAFKA_STORAGE_ERROR, offset, deletion.UNKNOWN_OFFSET
-        followers = [state.log_start_offset for broker_id, state in replica.leader.followers.items()
+        followers = [state.log_start_offset
+                     for broker_id, state in replica.leader.followers.items()
                      if broker_id in self.view.brokers]
         return error, offset, deletion.low_watermark(replica.log.log_start_offset, followers)
 

@@ -29,7 +29,8 @@ from ..errors import ShmlogError
 from . import admin, broker, cluster, console, dump, perf, tools, zookeeper
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
-__all__ = ["main", "build_parser", "log_level", "package_version", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+__all__ = ["main", "build_parser", "log_level", "package_version", "EXIT_OK", "EXIT_FAILURE",
+           "EXIT_USAGE"]
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 # A broker says when it serves and when it stops, as Kafka's does at INFO; the

@@ -52,7 +52,8 @@ def test_a_follower_learns_the_new_log_start_from_its_leader(fault_cluster):
         "partitions"][0]["segment_count"]
 
     partition = TopicPartition("trimmed", 0)
-    answered = _admin(cluster, asked).delete_records({partition: 200}, timeout_ms=int(WAIT_S * 1000))
+    answered = _admin(cluster, asked).delete_records({partition: 200},
+                                                     timeout_ms=int(WAIT_S * 1000))
     assert answered == {partition: {"partition_index": 0, "low_watermark": 200, "error_code": 0}}
     for broker_id in (1, 2, 3):   # the low watermark covers every replica: none waits
         entry = _admin(cluster, broker_id).describe_log_dirs(["trimmed"])["partitions"][0]

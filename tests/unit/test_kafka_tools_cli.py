@@ -79,7 +79,8 @@ def test_describe_lines_show_offsets_and_only_overrides_unless_all():
                 "high_watermark": 9, "size": 300, "segment_count": 1}]
     lines = describe_topic_lines(described, offsets)
     assert lines == [
-        "Topic: t\tTopicId: id\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: retention.ms=60000",
+        "Topic: t\tTopicId: id\tPartitionCount: 1\tReplicationFactor: 1"
+        "\tConfigs: retention.ms=60000",
         "\tTopic: t\tPartition: 0\tLogStartOffset: 2\tLogEndOffset: 9\tHighWatermark: 9"
         "\tSize: 300\tSegments: 1",
         "\tConfig: retention.ms=60000\tSource: DYNAMIC_TOPIC_CONFIG"]
