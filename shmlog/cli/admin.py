@@ -20,7 +20,8 @@ from ..errors import LocalProtocolError
 from .exit_codes import EXIT_OK, EXIT_USAGE
 from .tools import table
 
-__all__ = ["add_topics_parser", "add_groups_parser", "config_sources", "describe_topic_lines"]
+__all__ = ["add_topics_parser", "add_groups_parser", "config_sources", "describe_topic_lines",
+           "KAFKA_CONFIG_SOURCES"]
 
 
 def add_topics_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
@@ -148,12 +149,22 @@ def _topics(arguments) -> int:
     return EXIT_OK
 
 
+# Kafka's ConfigSource names of the sources a broker's describe_topic may tell.
+KAFKA_CONFIG_SOURCES = {"topic": "DYNAMIC_TOPIC_CONFIG", "broker": "STATIC_BROKER_CONFIG",
+                        "default": "DEFAULT_CONFIG"}
+
+
 def config_sources(described: dict) -> list[tuple[str, object, str]]:
     """(name, value, source) of every config of a described topic, with Kafka's
-    ``ConfigSource`` names: ``DYNAMIC_TOPIC_CONFIG`` for the topic's own settings
-    (``describe_topic``'s ``overrides``: a cluster's config znode, a single
-    broker's ``topic.json``), ``DEFAULT_CONFIG`` for the rest of its ``config``.
-    Worked out here, in the command, from what the broker tells."""
+    ``ConfigSource`` names, worked out here, in the command, from what the broker
+    tells: its ``config_sources`` when it tells them (``{name: {"value",
+    "source"}}``), else ``DYNAMIC_TOPIC_CONFIG`` for the topic's own settings
+    (``overrides``: a cluster's config znode, a single broker's ``topic.json``)
+    and ``DEFAULT_CONFIG`` for the rest of its ``config``."""
+    if "config_sources" in described:
+        return [(name, entry["value"], KAFKA_CONFIG_SOURCES.get(entry["source"],
+                                                                str(entry["source"]).upper()))
+                for name, entry in sorted(described["config_sources"].items())]
     overrides = described.get("overrides", {})
     every = {**described["config"], **overrides}
     return [(name, every[name], "DYNAMIC_TOPIC_CONFIG" if name in overrides else
@@ -184,7 +195,7 @@ def _single_lines(described: dict) -> list[str]:
     """kafka-topics --describe's header for a single broker's topic (the broker is
     the only replica: no leader lines)."""
     overrides = [(name, value) for name, value, source in config_sources(described)
-                 if source != "DEFAULT_CONFIG"]
+                 if source == "DYNAMIC_TOPIC_CONFIG"]
     return [f"Topic: {described['name']}\tTopicId: {described['topic_id']}"
             f"\tPartitionCount: {len(described['partitions'])}\tReplicationFactor: 1"
             f"\tConfigs: " + ",".join(f"{name}={_config_text(value)}"

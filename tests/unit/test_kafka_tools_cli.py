@@ -71,6 +71,16 @@ def test_the_topics_own_settings_are_dynamic_topic_configs_the_rest_defaults():
                                           ("retention.ms", 604_800_000, "DEFAULT_CONFIG")]
 
 
+def test_sources_the_broker_tells_get_kafkas_names():
+    described = {"config": {"retention.ms": 1, "min.insync.replicas": 2, "segment.ms": 3},
+                 "config_sources": {"retention.ms": {"value": 1, "source": "topic"},
+                                    "min.insync.replicas": {"value": 2, "source": "broker"},
+                                    "segment.ms": {"value": 3, "source": "default"}}}
+    assert config_sources(described) == [("min.insync.replicas", 2, "STATIC_BROKER_CONFIG"),
+                                          ("retention.ms", 1, "DYNAMIC_TOPIC_CONFIG"),
+                                          ("segment.ms", 3, "DEFAULT_CONFIG")]
+
+
 def test_describe_lines_show_offsets_and_only_overrides_unless_all():
     described = {"name": "t", "topic_id": "id", "partitions": [{"partition": 0}],
                  "config": {"retention.ms": 60_000, "segment.bytes": 1_073_741_824},
