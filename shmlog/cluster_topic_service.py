@@ -15,6 +15,8 @@ Rules
   from its watch.
 * ZooKeeper is never called on the loop thread: each write runs on the service's
   worker thread, and its outcome comes back through the loop.
+* ``delete_records`` is carried out by each partition's leader
+  (``cluster_delete_records``).
 * Metadata gives each partition its leader (-1: none), leader epoch, replicas,
   ISR and this broker's role, and the live brokers.
 
@@ -42,7 +44,8 @@ from .log_manager import validate_topic_name
 from .records import now_ms
 from .replica_service import ReplicaService
 from .service import RequestContext
-from .topic_service import TopicService, refuse_internal
+from .cluster_delete_records import ClusterDeleteRecords
+from .topic_service import TopicService, delete_records_entries, refuse_internal
 from .zk_paths import TopicAssignment, new_topic_id
 
 __all__ = ["ClusterTopicService"]
@@ -78,6 +81,7 @@ class ClusterTopicService(TopicService):
         self._held: dict[Any, _Held] = {}
         self._next_look = 0
         self._replies: list = []
+        self.deletes = ClusterDeleteRecords(replication)
         self._outcomes: queue.SimpleQueue = queue.SimpleQueue()
         self._work: queue.SimpleQueue = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._run, name="shmlog-topic-admin", daemon=True)
@@ -148,6 +152,11 @@ class ClusterTopicService(TopicService):
         value = self.replication.config.min_insync_replicas
         return {} if value == TopicConfig().min_insync_replicas else \
             {"min.insync.replicas": value}
+
+    def delete_records(self, partitions) -> dict | None:
+        """Kafka's DeleteRecords: each partition's leader deletes
+        (``cluster_delete_records``); held while leaders elsewhere answer."""
+        return self.deletes.handle(self.context.ticket, delete_records_entries(partitions))
 
     def _configured(self, name: str, config: dict) -> dict | None:
         return self._topic(name) if self.replication.view.configs.get(name) == config else None
@@ -236,10 +245,10 @@ class ClusterTopicService(TopicService):
 
     def take_replies(self) -> list:
         replies, self._replies = self._replies, []
-        return replies
+        return replies + self.deletes.take_replies()
 
     def pending_tickets(self) -> list:
-        return list(self._held)
+        return list(self._held) + self.deletes.pending_tickets()
 
     def close(self) -> None:
         self._work.put((None, None))

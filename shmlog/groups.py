@@ -67,6 +67,7 @@ import enum
 import json
 import logging
 import re
+import socket
 import threading
 import time
 import uuid
@@ -198,6 +199,7 @@ class _Member:
     owned_generation: int = -1
     join_ticket: Any = None                # a join waiting for the rebalance
     joined: bool = False                   # joined the rebalance in progress
+    client_host: str = ""                  # the member's host name, as it said (describe)
     assignment: tuple[tuple[str, int], ...] = ()
 
 
@@ -283,14 +285,17 @@ class GroupCoordinator:
     # -- the protocol ------------------------------------------------------------------
     def join_group(self, group_id, member_id="", client_id="", topics=(), pattern=None,
                    assignors=("range",), session_timeout_ms=45_000,
-                   rebalance_timeout_ms=300_000, owned=(), generation=-1, *, ticket, now):
+                   rebalance_timeout_ms=300_000, owned=(), generation=-1, client_host="", *,
+                   ticket, now):
         """Join (or rejoin) a group; answered when the rebalance completes with
         {member_id, generation, leader, protocol}. ``owned`` lists the partitions the
-        member still holds (cooperative), from its ``generation``."""
+        member still holds (cooperative), from its ``generation``; ``client_host``
+        is the member's host name (shown by describe, as Kafka's HOST column)."""
         group_id = _group_id(group_id)
         member_id = require(member_id, str, "member_id")
         wanted = self._subscription(client_id, topics, pattern, assignors, session_timeout_ms,
                                     rebalance_timeout_ms, owned, generation, now)
+        wanted.client_host = require(client_host, str, "client_host")[:CLIENT_ID_LENGTH_MAX]
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             group = self.groups[group_id] = _Group(group_id)
@@ -480,6 +485,7 @@ class GroupCoordinator:
                 "generation": group.generation, "protocol": group.protocol,
                 "leader": group.leader,
                 "members": [{"member_id": member.member_id, "client_id": member.client_id,
+                             "client_host": member.client_host,
                              "topics": list(member.topics), "pattern": member.pattern,
                              "assignment": [list(entry) for entry in member.assignment]}
                             for member in group.members.values()],
@@ -840,7 +846,7 @@ class GroupMember:
                         session_timeout_ms=self.config.session_timeout_ms,
                         rebalance_timeout_ms=self.config.max_poll_interval_ms,
                         owned=[list(partition) for partition in sorted(owned)],
-                        generation=generation)
+                        generation=generation, client_host=socket.gethostname())
                     with self._lock:
                         current = membership == self._membership
                         if current:

@@ -373,3 +373,8 @@ PRODUCER_CALLBACK_POLL_MS = 1
 # How many async commits a consumer may have in flight before commit_async waits for
 # the oldest (Kafka's client has no such bound; ours keeps callbacks bounded).
 ASYNC_COMMITS_IN_FLIGHT_MAX = 64
+# --- the Kafka tools (delete-records, offsets, log-dirs) ---------------------------------
+# How often Admin.delete_records asks again while a low watermark is below its offset:
+# a follower learns the new log start from its next fetch response (at most
+# replica.fetch.wait.max.ms away) and reports it in the fetch after that.
+DELETE_RECORDS_POLL_MS = 20

@@ -55,6 +55,7 @@ from . import limits, shared_memory
 from .appender import DRAIN_ENTRIES_MAX, Appender
 from .cleaner import CleanerThread, keys_max as cleaner_keys_max, plan as cleaner_plan
 from .completion import completion_error
+from .delete_records import delete_target
 from .errors import ShmlogError
 from .log_manager import LogManager, TopicMetadata
 from .paths import shared_memory_prefix
@@ -265,6 +266,29 @@ class PartitionHost:
         if handled < DRAIN_ENTRIES_MAX:
             self._drained = sequence          # every ring was empty after this sequence
         return handled
+
+    # -- deleting records ------------------------------------------------------------------
+    def delete_records(self, topic: str, partition: int, requested: int) -> tuple[str | None, int]:
+        """Kafka's DeleteRecords on a partition this broker may delete from (a single
+        broker's, or one it leads): the log start moves to ``requested`` (-1: the
+        high watermark) and the segments below it go (``delete_records``' rules).
+        Returns (a Kafka error name or None, the log start asked for).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No such partition.
+        StorageError
+            The checkpoint could not be written; the log start did not move.
+        """
+        hosted = self.partition(topic, partition)
+        error, offset = delete_target(requested, log_start_offset=hosted.log.log_start_offset,
+                                      high_watermark=self.appender.high_watermark(hosted.row))
+        if error is None and offset > hosted.log.log_start_offset:
+            deleted = hosted.log.advance_log_start_offset(offset)
+            log.info("%s-%d: records below %d deleted (%d segments)", topic, partition, offset,
+                     len(deleted))
+        return error, offset
 
     # -- flushing, retention, cleaning ----------------------------------------------------
     def flush_due(self, now: int) -> None:

@@ -48,6 +48,11 @@ Rules
   Kafka (it is their follower): the acks=all entries parked on it complete when
   its follower high watermark covers them (design §4.4).
   :meth:`ReplicaService.partitions_led` tells it when it may leave.
+* **DeleteRecords** (``delete_records``' rules) is done by the leader: this service
+  serves a peer's DELETE_RECORDS for the partitions it leads, and sends its own
+  services' requests to other brokers (:meth:`ReplicaService.ask`, for
+  ``cluster_delete_records``); followers take the leader's log start from its
+  fetch responses.
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
   ``replica.high.watermark.checkpoint.interval.ms``, when a topic is hosted, and at
   :meth:`ReplicaService.close`; a partition the checkpoint names is fenced to its
@@ -77,12 +82,14 @@ from .cluster_view import (BrokerConfigChanged, BrokersChanged, ClusterView,
                            PartitionStateChanged, Reregistered, SessionChanged, TopicChanged,
                            TopicConfigChanged, TopicGone)
 from .appender import HighWatermarkPolicy
+from . import delete_records as deletion
 from .errors import ShmlogError
 from .forwarding import Forwarding
 from .high_watermark_checkpoint import HighWatermarkCheckpoint
 from .partition_host import PartitionHost
 from .partition_replica import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
-from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
+from .replication import (DeleteRecords, DeleteRecordsResponse, DeleteRecordsResponsePartition,
+                          EpochEnd, EpochEndPartition, EpochEndResponse,
                           EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
                           FetchResponse, FetchResponsePartition, GroupRequest,
                           PendingIsrChange, Error, Produce, partition_ready)
@@ -164,6 +171,8 @@ class ReplicaService:
                                      lambda broker_id: broker_id in self.view.brokers)
         # GROUP requests from peers and the answers to this broker's (cluster_groups).
         self._groups = None
+        # Requests of this broker's services (ask): (peer, correlation id) -> callback.
+        self._asked: dict[tuple[int, int], Callable[[Any], None]] = {}
 
     def set_group_handler(self, groups) -> None:
         """Hand GROUP requests, their answers and failures to ``groups`` (the
@@ -416,19 +425,75 @@ class ReplicaService:
                 self.forwarding.serve(event, now)
             elif isinstance(body, GroupRequest) and self._groups is not None:
                 self._groups.serve(event, now)
+            elif isinstance(body, DeleteRecords):
+                self._serve_delete_records(event, body)
             else:
                 self.endpoint.reply(event, Error(ErrorCode.INVALID_REQUEST,
                                                  f"{type(body).__name__} is not served"))
         elif isinstance(event, ReceivedResponse):
+            answered = self._asked.pop((event.peer_id, event.message.correlation_id), None)
+            if answered is not None:
+                answered(event.message.body)
+                return
             if self.forwarding.answered(event, now):
                 return
             if self._groups is None or not self._groups.answered(event, now):
                 self._on_response(event, now)
         elif isinstance(event, RequestFailed):
+            answered = self._asked.pop((event.peer_id, event.correlation_id), None)
+            if answered is not None:
+                answered(None)
+                return
             if self.forwarding.failed(event, now):
                 return
             if self._groups is None or not self._groups.failed(event, now):
                 self._request_failed(event.peer_id, event.correlation_id, now)
+
+    # -- DeleteRecords ------------------------------------------------------------------------
+    def ask(self, peer_id: int, body, timeout_ms: int, answered: Callable[[Any], None]) -> None:
+        """Send a request ``body`` to broker ``peer_id`` for another service;
+        ``answered`` is called on the loop thread with its reply's body (perhaps an
+        ``Error``), or with None when none came within ``timeout_ms``.
+
+        Raises
+        ------
+        ShmlogError
+            It could not be sent (no such peer, the endpoint closed).
+        """
+        correlation_id = self.endpoint.request(peer_id, body, timeout_ms)
+        self._asked[(peer_id, correlation_id)] = answered
+
+    def delete_records_as_leader(self, topic: str, partition: int,
+                                 offset: int) -> tuple[str | None, int, int]:
+        """Kafka's DeleteRecords on a partition this broker leads (``delete_records``'
+        rules): (a Kafka error name or None, the offset resolved, the low watermark
+        over this log and its live followers' reported log starts)."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None:
+            return deletion.UNKNOWN_TOPIC_OR_PARTITION, offset, deletion.UNKNOWN_OFFSET
+        if replica.role is not Role.LEADER:
+            return deletion.NOT_LEADER_OR_FOLLOWER, offset, deletion.UNKNOWN_OFFSET
+        try:
+            error, offset = self.host.delete_records(topic, partition, offset)
+        except ShmlogError as refused:
+            log.error("%r: delete-records to %d failed: %s", replica, offset, refused)
+            return deletion.KAFKA_STORAGE_ERROR, offset, deletion.UNKNOWN_OFFSET
+        followers = [state.log_start_offset
+                     for broker_id, state in replica.leader.followers.items()
+                     if broker_id in self.view.brokers]
+        return error, offset, deletion.low_watermark(replica.log.log_start_offset, followers)
+
+    def _serve_delete_records(self, event: ReceivedRequest, request: DeleteRecords) -> None:
+        answers = []
+        for entry in request.partitions:
+            replica = self._by_key.get((entry.topic_key, entry.partition))
+            error, offset, low = (deletion.UNKNOWN_TOPIC_OR_PARTITION, entry.offset,
+                                  deletion.UNKNOWN_OFFSET) if replica is None else \
+                self.delete_records_as_leader(*self._name(replica), entry.offset)
+            answers.append(DeleteRecordsResponsePartition(
+                entry.topic_key, entry.partition,
+                ErrorCode.NONE if error is None else ErrorCode[error], offset, low))
+        self.endpoint.reply(event, DeleteRecordsResponse(tuple(answers)))
 
     def _stale_sender(self, event: ReceivedRequest) -> bool:
         """Is the request from an incarnation of its broker older than the one

@@ -47,7 +47,9 @@ epoch and correlation id, and a body (:class:`Fetch`, :class:`FetchResponse`,
 :class:`ProduceResponse`, :class:`Error`; the design note's §3.1-3.3 bodies, each
 with a ``partitions`` tuple of entries except ERROR; and :class:`GroupRequest`,
 :class:`GroupResponse`, a consumer-group control request and its reply carried as
-their control frames' text to and from the group's coordinator, ``cluster_groups``). :func:`encode` gives its
+their control frames' text to and from the group's coordinator, ``cluster_groups``;
+:class:`DeleteRecords`, :class:`DeleteRecordsResponse`, a client's DeleteRecords
+forwarded to the partitions' leader, ``delete_records``). :func:`encode` gives its
 frames (``replication_layout`` draws them): records travel as their own frames,
 as given (a numpy view of a segment is sent without a copy). :func:`decode`
 checks everything a peer sent (each field's type and range, no unknown or
@@ -91,7 +93,9 @@ __all__ = [
     "MessageType", "Message", "Fetch", "FetchPartition", "FetchResponse",
     "FetchResponsePartition", "EpochEnd", "EpochEndPartition", "EpochEndResponse",
     "EpochEndResponsePartition", "Produce", "ProducePartition", "ProduceResponse",
-    "ProduceResponsePartition", "GroupRequest", "GroupResponse", "Error", "encode", "decode",
+    "ProduceResponsePartition", "GroupRequest", "GroupResponse", "DeleteRecords",
+    "DeleteRecordsPartition", "DeleteRecordsResponse", "DeleteRecordsResponsePartition",
+    "Error", "encode", "decode",
 ]
 
 # Kafka's Log.UnknownOffset / UNDEFINED_EPOCH_OFFSET: a log end not yet known.
@@ -837,6 +841,47 @@ class GroupResponse:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeleteRecordsPartition:
+    """One partition of a DELETE_RECORDS: the log start asked for (-1: the leader's
+    high watermark)."""
+    topic_key: int
+    partition: int
+    offset: int
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION,
+                                     offset=("int", -1, limits.OFFSET_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteRecords:
+    """DELETE_RECORDS: a broker forwards its client's DeleteRecords to the leader of
+    the partitions (``delete_records``' rules)."""
+    partitions: tuple[DeleteRecordsPartition, ...]
+    SCHEMA: ClassVar[dict] = dict()
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteRecordsResponsePartition:
+    """The leader's answer for one partition: the offset it resolved (-1 resolved
+    to its high watermark; the refused one with an error) and the low watermark
+    (``UNKNOWN_OFFSET`` until every live follower reported its log start)."""
+    topic_key: int
+    partition: int
+    error: ErrorCode
+    offset: int
+    low_watermark: int
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION, error=_ERROR,
+                                     offset=("int", _I64_MIN, limits.OFFSET_MAX),
+                                     low_watermark=_OFFSET_OR_UNKNOWN)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteRecordsResponse:
+    """DELETE_RECORDS_RESPONSE: one entry per partition of the DELETE_RECORDS."""
+    partitions: tuple[DeleteRecordsResponsePartition, ...]
+    SCHEMA: ClassVar[dict] = dict()
+
+
+@dataclasses.dataclass(frozen=True)
 class Error:
     """ERROR: the answer to a message that could not be read (or not served)."""
     error: ErrorCode
@@ -852,7 +897,7 @@ class Message:
     sender_broker_epoch: int
     correlation_id: int
     body: (Fetch | FetchResponse | EpochEnd | EpochEndResponse | Produce | ProduceResponse
-           | GroupRequest | GroupResponse | Error)
+           | GroupRequest | GroupResponse | DeleteRecords | DeleteRecordsResponse | Error)
 
     @property
     def message_type(self) -> MessageType:
@@ -863,11 +908,15 @@ _TYPE_OF = {Fetch: MessageType.FETCH, FetchResponse: MessageType.FETCH_RESPONSE,
             EpochEnd: MessageType.EPOCH_END, EpochEndResponse: MessageType.EPOCH_END_RESPONSE,
             Produce: MessageType.PRODUCE, ProduceResponse: MessageType.PRODUCE_RESPONSE,
             GroupRequest: MessageType.GROUP, GroupResponse: MessageType.GROUP_RESPONSE,
+            DeleteRecords: MessageType.DELETE_RECORDS,
+            DeleteRecordsResponse: MessageType.DELETE_RECORDS_RESPONSE,
             Error: MessageType.ERROR}
 _BODY_OF = {message_type: body for body, message_type in _TYPE_OF.items()}
 _ENTRY_OF = {Fetch: FetchPartition, FetchResponse: FetchResponsePartition,
              EpochEnd: EpochEndPartition, EpochEndResponse: EpochEndResponsePartition,
-             Produce: ProducePartition, ProduceResponse: ProduceResponsePartition}
+             Produce: ProducePartition, ProduceResponse: ProduceResponsePartition,
+             DeleteRecords: DeleteRecordsPartition,
+             DeleteRecordsResponse: DeleteRecordsResponsePartition}
 _ENVELOPE = struct.Struct(replication_layout.ENVELOPE_FORMAT)
 
 

@@ -63,15 +63,18 @@ class MessageType(enum.IntEnum):
     ERROR = 7                        # the answer to a message that could not be read
     GROUP = 8                        # a consumer-group request forwarded to its coordinator
     GROUP_RESPONSE = 9
+    DELETE_RECORDS = 10              # Kafka's DeleteRecords, forwarded to the leader
+    DELETE_RECORDS_RESPONSE = 11
 
 
 # Which types are requests (sent by a DEALER, answered) and what answers each.
 REQUEST_TYPES = frozenset({MessageType.FETCH, MessageType.EPOCH_END, MessageType.PRODUCE,
-                           MessageType.GROUP})
+                           MessageType.GROUP, MessageType.DELETE_RECORDS})
 RESPONSE_TYPE = {MessageType.FETCH: MessageType.FETCH_RESPONSE,
                  MessageType.EPOCH_END: MessageType.EPOCH_END_RESPONSE,
                  MessageType.PRODUCE: MessageType.PRODUCE_RESPONSE,
-                 MessageType.GROUP: MessageType.GROUP_RESPONSE}
+                 MessageType.GROUP: MessageType.GROUP_RESPONSE,
+                 MessageType.DELETE_RECORDS: MessageType.DELETE_RECORDS_RESPONSE}
 
 MAGIC_OFFSET = 0
 MAGIC_SIZE = 2

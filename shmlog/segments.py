@@ -63,7 +63,8 @@ get a sanity check and are rebuilt when they fail it.
 
 The segment generation tells readers in other processes when to list the
 directory again: a seqlock, whose rules ``segment_generation`` holds (odd around
-retention, truncation and a compaction swap; a roll moves it by two).
+retention, the segments DeleteRecords drops, truncation and a compaction swap; a roll
+moves it by two).
 
 The writer's contract
 ---------------------
@@ -506,7 +507,8 @@ class LogChange(enum.Enum):
     APPENDED = "appended"                  # append() took batches (and may have rolled)
     ROLLED = "rolled"                      # a new active segment, outside a change of files
     SEGMENT_FILES_CHANGING = "segment files changing"   # the generation turned odd or even:
-    #   retention, truncation or a compaction swap begins or ends; publish before returning
+    #   retention (or DeleteRecords' deletion), truncation or a compaction swap begins or
+    #   ends; publish before returning
     LOG_START_MOVED = "log start moved"    # DeleteRecords
     CONFIG_CHANGED = "config changed"      # the target's limits and compiled flag may differ
 
@@ -1804,23 +1806,34 @@ class PartitionLog:
         Returns the base offsets of the deleted segments.
         """
         now = now_ms() if now is None else now
-        high_watermark = self.log_end_offset if high_watermark is None else high_watermark
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        by_retention = self.config.delete       # a compact-only topic keeps every key
+
+        def expired(segment: Segment, total: int) -> bool:
+            expired_by_time = by_retention and retention_ms >= 0 and \
+                segment.age_timestamp() < now - retention_ms
+            over_size = (by_retention and retention_bytes >= 0 and segment is not self.active
+                         and total - segment.size >= retention_bytes)
+            return expired_by_time or over_size
+
+        return self._delete_front_segments(
+            self.log_end_offset if high_watermark is None else high_watermark, expired)
+
+    def _delete_front_segments(self, high_watermark: int,
+                               expired: Callable[[Segment, int], bool]) -> list[int]:
+        """Delete segments from the front while each lies wholly below the log start
+        or ``expired(segment, bytes of the log left)`` says so, and below
+        ``high_watermark``; the base offsets of those deleted."""
         deleted = []
         total = self.size
-        by_retention = self.config.delete       # a compact-only topic keeps every key
         with contextlib.ExitStack() as changing:
             while self._segments:
                 segment = self._segments[0]
                 if segment.size == 0 and segment is self.active or \
                         segment.next_offset > high_watermark:
                     break
-                expired_by_time = by_retention and retention_ms >= 0 and \
-                    segment.age_timestamp() < now - retention_ms
-                over_size = (by_retention and retention_bytes >= 0 and segment is not self.active
-                             and total - segment.size >= retention_bytes)
                 below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
-                if not (expired_by_time or over_size or below_start):
+                if not (below_start or expired(segment, total)):
                     break
                 if not deleted:
                     # Odd before the first file goes; a check that deletes nothing
@@ -1960,14 +1973,29 @@ class PartitionLog:
                 pass
             fsync_directory(self.directory)
 
-    def advance_log_start_offset(self, offset: int) -> None:
-        """Kafka's DeleteRecords: records below ``offset`` become unreadable."""
+    def advance_log_start_offset(self, offset: int) -> list[int]:
+        """Kafka's DeleteRecords (``maybeIncrementLogStartOffset``): records below
+        ``offset`` become unreadable, and the segments wholly below it are deleted
+        (Kafka leaves those to its next retention check; here the disk is freed
+        when this returns). The new start is checkpointed before any file goes, so
+        it survives a crash or a restart. An ``offset`` at the log start changes
+        nothing. Returns the base offsets of the deleted segments.
+
+        Raises
+        ------
+        OffsetOutOfRangeError
+            ``offset`` is below the log start (it never moves back) or past the log
+            end. (The high watermark bound is the caller's: ``delete_records``.)
+        """
         if not self.log_start_offset <= offset <= self.log_end_offset:
             raise self._out_of_range(offset)
+        if offset == self.log_start_offset:
+            return []
         self.log_start_offset = offset
         self._write_checkpoint()
         self.epochs.truncate_from_start(offset)
         self._tell(LogChange.LOG_START_MOVED)
+        return self._delete_front_segments(offset, lambda segment, total: False)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset`` (replication's

@@ -1,6 +1,7 @@
 """The topic requests: metadata, create, delete, list, describe, add partitions,
-alter config, and offsets by position or time (Kafka's Metadata, CreateTopics,
-DeleteTopics, CreatePartitions, IncrementalAlterConfigs and ListOffsets).
+alter config, offsets by position or time, and deleting records (Kafka's Metadata,
+CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs, ListOffsets
+and DeleteRecords).
 
 Rules
 -----
@@ -23,14 +24,16 @@ from __future__ import annotations
 
 import os
 from . import access
+from . import delete_records as deletion
 from .config import config_sources
 from .control import require
-from .errors import InvalidReplicationFactorError, InvalidTopicError
+from .errors import (InvalidReplicationFactorError, InvalidTopicError, LocalProtocolError,
+                     ShmlogError, UnknownTopicOrPartitionError)
 from .internal_topics import INTERNAL_TOPICS
 from .partition_host import PartitionHost
 from .service import ImmediateService
 
-__all__ = ["TopicService", "refuse_internal"]
+__all__ = ["TopicService", "refuse_internal", "delete_records_entries"]
 
 
 def refuse_internal(name, done: str) -> None:
@@ -64,7 +67,8 @@ class TopicService(ImmediateService):
                 "describe_topic": self.describe_topic, "add_partitions": self.add_partitions,
                 "alter_topic_config": self.alter_topic_config,
                 "offset_for_timestamp": self.offset_for_timestamp,
-                "list_offsets": self.list_offsets}
+                "list_offsets": self.list_offsets, "delete_records": self.delete_records,
+                "describe_log_dirs": self.describe_log_dirs}
 
     # -- requests ------------------------------------------------------------------
     def _topic(self, name: str) -> dict:
@@ -76,7 +80,9 @@ class TopicService(ImmediateService):
                                 "directory": os.path.join(logs.topics_dir, metadata.name,
                                                           str(partition))}
                                for partition in range(metadata.partitions)],
-                "config": metadata.config.as_dict()}
+                "config": metadata.config.as_dict(),
+                # The topic's own settings (topic.json), apart: tools show them alone.
+                "overrides": metadata.config.overrides()}
 
     def metadata(self, topics: list | None = None) -> dict:
         names = self.host.logs.list_topics() if topics is None else \
@@ -147,10 +153,73 @@ class TopicService(ImmediateService):
         """Kafka's ListOffsets for earliest and latest: each partition's log start
         and log end offsets."""
         metadata = self.host.logs.describe_topic(require(topic, str, "topic"))
+        return {"partitions": [self._offsets_of(self.host.partition(metadata.name, partition))
+                               for partition in range(metadata.partitions)]}
+
+    def _offsets_of(self, hosted) -> dict:
+        """A partition's offsets and disk use: log start and end, high watermark,
+        bytes and segments."""
+        partition_log = hosted.log
+        return {"partition": hosted.partition,
+                "log_start_offset": partition_log.log_start_offset,
+                "log_end_offset": partition_log.log_end_offset,
+                "high_watermark": self.host.appender.high_watermark(hosted.row),
+                "size": partition_log.size, "segment_count": len(partition_log.segments)}
+
+    def describe_log_dirs(self, topics: list | None = None) -> dict:
+        """Kafka's DescribeLogDirs for this broker's one log directory: per partition
+        (of ``topics``, default every topic) its offsets, bytes, segments and offset
+        lag (Kafka's: how far the log end is below the high watermark, 0 for a
+        current log; a follower's lag behind its leader is in its high watermark)."""
+        names = self.host.logs.list_topics() if topics is None else \
+            [require(name, str, "topics") for name in require(topics, list, "topics")]
         partitions = []
-        for partition in range(metadata.partitions):
-            partition_log = self.host.partition(metadata.name, partition).log
-            partitions.append({"partition": partition,
-                               "log_start_offset": partition_log.log_start_offset,
-                               "log_end_offset": partition_log.log_end_offset})
-        return {"partitions": partitions}
+        for name in names:
+            metadata = self.host.logs.describe_topic(name)
+            for partition in range(metadata.partitions):
+                hosted = self.host.partition(metadata.name, partition)
+                entry = {"topic": metadata.name, **self._offsets_of(hosted),
+                         "directory": hosted.log.directory}
+                entry["offset_lag"] = max(entry["high_watermark"] - entry["log_end_offset"], 0)
+                partitions.append(entry)
+        return {"log_dir": self.host.logs.topics_dir, "partitions": partitions}
+
+    def delete_records(self, partitions) -> dict:
+        """Kafka's DeleteRecords: ``partitions`` is a list of ``[topic, partition,
+        offset]``; per partition, ``delete_records.answer``'s entry (a single broker
+        leads every partition, and its low watermark is its own log start). Nothing
+        waits here: the client asks again while a low watermark is behind."""
+        return {"partitions": [self._delete_records_of(topic, partition, offset)
+                               for topic, partition, offset in delete_records_entries(partitions)]}
+
+    def _delete_records_of(self, topic: str, partition: int, offset: int) -> dict:
+        try:
+            error, target = self.host.delete_records(topic, partition, offset)
+        except ShmlogError as refused:
+            name = deletion.UNKNOWN_TOPIC_OR_PARTITION if isinstance(
+                refused, UnknownTopicOrPartitionError) else deletion.KAFKA_STORAGE_ERROR
+            return deletion.answer(topic, partition, offset, deletion.UNKNOWN_OFFSET, name,
+                                   str(refused))
+        start = self.host.partition(topic, partition).log.log_start_offset
+        return deletion.answer(topic, partition, target, start, error)
+
+
+def delete_records_entries(partitions) -> list[tuple[str, int, int]]:
+    """The ``[topic, partition, offset]`` triples of a delete_records request, checked.
+
+    Raises
+    ------
+    LocalProtocolError
+        Not a list of such triples, or a partition named twice.
+    """
+    entries = []
+    for entry in require(partitions, list, "partitions"):
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and all(isinstance(value, int) and not isinstance(value, bool)
+                        for value in entry[1:])):
+            raise LocalProtocolError(f"delete_records takes [topic, partition, offset] "
+                                     f"entries, got {entry!r:.200}")
+        entries.append((entry[0], entry[1], entry[2]))
+    if len({entry[:2] for entry in entries}) != len(entries):
+        raise LocalProtocolError("delete_records names a partition twice")
+    return entries

@@ -5,14 +5,16 @@ Exit codes: 0 ok, 1 a problem was found (corruption, a failed request), 2 usage 
 
 One module per family of verbs, each holding its verbs' arguments (``add_parser``)
 and their thin bodies: ``broker.py`` (run a broker), ``admin.py`` (``topics``,
-``groups``), ``console.py`` (``produce``, ``consume``), ``dump.py`` (print and verify
-segment and index files), ``perf.py``, ``zookeeper.py`` (a local ZooKeeper for
+``groups``), ``tools.py`` (``offsets``, ``delete-records``, ``log-dirs``),
+``console.py`` (``produce``, ``consume``), ``dump.py`` (print and verify segment and
+index files), ``perf.py``, ``zookeeper.py`` (a local ZooKeeper for
 development), ``cluster.py`` (a local cluster: ZooKeeper and N brokers; a cluster's
 status). This module builds the parser from them and runs the verb (:func:`main`,
 the ``shmlog`` console script and ``python -m shmlog``).
 
 A verb imports what it needs when it runs: the ones that only ask the broker
-something (``topics``, ``groups``) load neither numba nor numpy, and start in a
+something (``topics``, ``groups``, ``offsets``, ``delete-records``, ``log-dirs``)
+load neither numba nor numpy, and start in a
 tenth of a second instead of a second. So this package imports, at the top of its
 modules, only light modules (``errors``, ``limits``, ``broker_config``).
 """
@@ -24,10 +26,11 @@ import logging
 import sys
 
 from ..errors import ShmlogError
-from . import admin, broker, cluster, console, dump, perf, zookeeper
+from . import admin, broker, cluster, console, dump, perf, tools, zookeeper
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
-__all__ = ["main", "build_parser", "log_level", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+__all__ = ["main", "build_parser", "log_level", "package_version", "EXIT_OK", "EXIT_FAILURE",
+           "EXIT_USAGE"]
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 # A broker says when it serves and when it stops, as Kafka's does at INFO; the
@@ -46,6 +49,17 @@ def _common_options(default) -> argparse.ArgumentParser:
     return common
 
 
+def package_version() -> str:
+    """The installed package's version (``importlib.metadata``; setup.cfg's
+    ``version``), or ``unknown`` when shmlog runs from a tree that was never
+    installed."""
+    from importlib import metadata
+    try:
+        return metadata.version("shmlog")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def log_level(arguments: argparse.Namespace) -> str:
     """The level asked for, or the command's default."""
     if arguments.log_level:
@@ -58,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     defaults of its namespace."""
     parser = argparse.ArgumentParser(prog="shmlog", description=__doc__.splitlines()[0],
                                      parents=[_common_options(None)])
+    parser.add_argument("--version", action="version", version=f"shmlog {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = [_common_options(argparse.SUPPRESS)]
 
@@ -65,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_parser(commands, common)
     admin.add_topics_parser(commands, common)
     admin.add_groups_parser(commands, common)
+    tools.add_offsets_parser(commands, common)
+    tools.add_delete_records_parser(commands, common)
+    tools.add_log_dirs_parser(commands, common)
     console.add_produce_parser(commands, common)
     console.add_consume_parser(commands, common)
     perf.add_parser(commands, common)

@@ -91,7 +91,9 @@ ADMINISTRATION_VERBS = [
     ["topics", "alter", "events", "--config", "retention.ms=120000", "--partitions", "3"],
     ["groups", "list"], ["groups", "describe", "readers"],
     ["groups", "reset-offsets", "readers", "--topic", "events", "--to-earliest", "--execute"],
-    ["groups", "delete", "readers"], ["topics", "delete", "events"],
+    ["groups", "delete", "readers"], ["offsets", "events"], ["log-dirs"],
+    ["delete-records", "--topic", "events", "--partition", "0", "--offset", "0"],
+    ["groups", "describe", "--all-groups", "--state"], ["topics", "delete", "events"],
 ]
 HEAVY_MODULES = ("numba", "numpy", "llvmlite")
 COMMAND_LINE_RUNNER = """

@@ -41,13 +41,14 @@ from shmlog.ring import Ring
 from shmlog.service import Service
 from shmlog.state import PartitionStateTable, topic_key
 
-# Every request type the broker answered before it was cut into services.
+# Every request type the broker answered before it was cut into services, and the
+# Kafka tools' requests added since (DeleteRecords, DescribeLogDirs).
 BROKER_REQUESTS = {
     "ping", "metadata", "create_topic", "delete_topic", "list_topics", "describe_topic",
     "add_partitions", "alter_topic_config", "register_producer", "unregister_producer",
     "init_producer_id", "offset_for_timestamp", "list_offsets", "join_group", "sync_group",
     "heartbeat", "leave_group", "commit_offsets", "fetch_offsets", "list_groups",
-    "describe_group", "delete_group"}
+    "describe_group", "delete_group", "delete_records", "describe_log_dirs"}
 # Answered by the core itself, not by a service.
 CORE_REQUESTS = {"ping", "describe_broker_config"}
 OFFSETS_PARTITIONS = 3

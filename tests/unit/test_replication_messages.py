@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from shmlog import limits, replication_layout
 from shmlog.errors import LocalProtocolError, PeerProtocolError, ReplicationProtocolError
-from shmlog.replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
+from shmlog.replication import (DeleteRecords, DeleteRecordsPartition, DeleteRecordsResponse,
+                                DeleteRecordsResponsePartition, EpochEnd, EpochEndPartition,
+                                EpochEndResponse,
                                 EpochEndResponsePartition, Error, ErrorCode, Fetch,
                                 FetchPartition, FetchResponse, FetchResponsePartition, Message,
                                 GroupRequest, GroupResponse, MessageType, Produce,
@@ -48,6 +50,11 @@ MESSAGES = [
     Message(1, 1000, 0, Error(ErrorCode.INVALID_REQUEST, "bad magic é")),
     Message(2, 1001, 10, GroupRequest('{"version": 1, "type": "heartbeat", "group_id": "g é"}')),
     Message(1, 1000, 10, GroupResponse('{"version": 1, "ok": true}')),
+    Message(2, 1001, 11, DeleteRecords((DeleteRecordsPartition(123, 0, 200),
+                                        DeleteRecordsPartition(123, 1, -1)))),
+    Message(1, 1000, 11, DeleteRecordsResponse((
+        DeleteRecordsResponsePartition(123, 0, ErrorCode.NONE, 200, 150),
+        DeleteRecordsResponsePartition(123, 1, ErrorCode.OFFSET_OUT_OF_RANGE, -7, -1)))),
 ]
 
 
@@ -112,7 +119,7 @@ FETCH_RESPONSE = encode(MESSAGES[1])
     ([FETCH[0][:23], FETCH[1]], "envelope is 24 bytes"),
     ([_envelope(magic=0x1234), FETCH[1]], "bad magic"),
     ([_envelope(version=2), FETCH[1]], "unsupported version"),
-    ([_envelope(type=10), FETCH[1]], "unknown message type"),
+    ([_envelope(type=max(MessageType) + 1), FETCH[1]], "unknown message type"),
     ([_envelope(sender=-1), FETCH[1]], "sender_broker_id"),
     ([_envelope(epoch=-3), FETCH[1]], "sender_broker_epoch"),
     ([_envelope(correlation=0), FETCH[1]], "correlation id above 0"),
