@@ -19,6 +19,7 @@ from typing import Any
 from . import access
 from .cluster_config import ClusterConfig
 from .errors import InvalidConfigError, LocalProtocolError
+from .limits import METRICS_PORT_MAX
 from .paths import control_address, default_data_dir
 
 __all__ = ["BrokerConfig"]
@@ -50,11 +51,16 @@ class BrokerConfig:
     # Share the data with this group (directories 0750, files 0640, the control socket
     # and shared memory 0660: see ``access``); None keeps it private to the broker's user.
     data_group: str | None = None
+    # The Prometheus endpoint (``prometheus``): off unless a port is given; 0 takes a
+    # free port (``shmlog status`` shows which). Bound to loopback unless told: the
+    # metrics name topics and groups, which a host's other users may not see.
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
     # The [cluster] table: None is a single-host broker (no ZooKeeper, no replication).
     cluster: ClusterConfig | None = None
 
-    _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
-    TEXT_SETTINGS = ("data_dir", "data_group")
+    _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms", "metrics_port")
+    TEXT_SETTINGS = ("data_dir", "data_group", "metrics_address")
     # Settings that are whole tables of the file, not flags.
     TABLE_SETTINGS = ("cluster",)
 
@@ -105,6 +111,9 @@ class BrokerConfig:
                 raise LocalProtocolError(f"broker setting {key} must be "
                                          f"{'a non-negative' if least == 0 else 'a positive'} "
                                          f"{expected.__name__}, got {value!r}")
+        if values.get("metrics_port") is not None and values["metrics_port"] > METRICS_PORT_MAX:
+            raise LocalProtocolError(f"broker setting metrics_port must be a TCP port (at most "
+                                     f"{METRICS_PORT_MAX}), got {values['metrics_port']!r}")
         if values.get("data_group") is not None:
             try:
                 access.group_id_of(values["data_group"])

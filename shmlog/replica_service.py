@@ -84,7 +84,7 @@ from .partition_host import PartitionHost
 from .partition_replica import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
 from .replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
                           EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
-                          FetchResponse, FetchResponsePartition, GroupRequest,
+                          FetchResponse, FetchResponsePartition, GroupRequest, IsrChangeKind,
                           PendingIsrChange, Error, Produce, partition_ready)
 from .records import now_ms
 from .replication_throttle import ReplicationThrottle
@@ -164,6 +164,9 @@ class ReplicaService:
                                      lambda broker_id: broker_id in self.view.brokers)
         # GROUP requests from peers and the answers to this broker's (cluster_groups).
         self._groups = None
+        #: ISR changes this broker wrote as leader and ZooKeeper took, by kind (Kafka's
+        #: IsrShrinksPerSec and IsrExpandsPerSec, as totals: broker_stats reports them).
+        self.isr_changes = dict.fromkeys(IsrChangeKind, 0)
 
     def set_group_handler(self, groups) -> None:
         """Hand GROUP requests, their answers and failures to ``groups`` (the
@@ -558,6 +561,7 @@ class ReplicaService:
             replica.isr_change_written(change, None)
             return
         replica.isr_change_written(change, outcome)
+        self.isr_changes[change.kind] += 1
         replica.update_min_insync(self.suspended)
 
     # -- the follower's side: requests to leaders ------------------------------------------------

@@ -8,8 +8,9 @@ and their thin bodies: ``broker.py`` (run a broker), ``admin.py`` (``topics``,
 ``groups``), ``console.py`` (``produce``, ``consume``), ``dump.py`` (print and verify
 segment and index files), ``perf.py``, ``zookeeper.py`` (a local ZooKeeper for
 development), ``cluster.py`` (a local cluster: ZooKeeper and N brokers; a cluster's
-status). This module builds the parser from them and runs the verb (:func:`main`,
-the ``shmlog`` console script and ``python -m shmlog``).
+status), ``status.py`` (a running broker's status, once or redrawn). This module
+builds the parser from them and runs the verb (:func:`main`, the ``shmlog`` console
+script and ``python -m shmlog``).
 
 A verb imports what it needs when it runs: the ones that only ask the broker
 something (``topics``, ``groups``) load neither numba nor numpy, and start in a
@@ -25,6 +26,7 @@ import sys
 
 from ..errors import ShmlogError
 from . import admin, broker, cluster, console, dump, perf, zookeeper
+from . import status
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 __all__ = ["main", "build_parser", "log_level", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_parser(commands, common)
     zookeeper.add_parser(commands, common)
     cluster.add_parser(commands, common)
+    status.add_parser(commands, common)
     return parser
 
 

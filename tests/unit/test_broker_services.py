@@ -47,7 +47,7 @@ BROKER_REQUESTS = {
     "add_partitions", "alter_topic_config", "register_producer", "unregister_producer",
     "init_producer_id", "offset_for_timestamp", "list_offsets", "join_group", "sync_group",
     "heartbeat", "leave_group", "commit_offsets", "fetch_offsets", "list_groups",
-    "describe_group", "delete_group"}
+    "describe_group", "delete_group", "stats"}
 OFFSETS_PARTITIONS = 3
 RING_CAPACITY = 1 << 16
 DEADLINE_AHEAD_MS = 200
