@@ -37,7 +37,8 @@ Rules
   Kafka reports OfflinePartitionsCount from the controller only, here every broker
   does, from its own view, and says whether it is the controller), and the ISR
   shrinks and expands it wrote as leader (IsrShrinksPerSec/IsrExpandsPerSec, as
-  totals). The cluster summary itself is ``cluster_status.summarize`` over the
+  totals; a dead broker is taken out of the ISRs by the controller, as in Kafka,
+  which no leader counts). The cluster summary itself is ``cluster_status.summarize`` over the
   view: one definition of under-replicated and offline.
 
 Theory of operation
