@@ -51,7 +51,8 @@ class RateWindow:
         When counting starts (monotonic seconds; default: now).
     """
 
-    __slots__ = ("window_s", "bucket_s", "total", "_buckets", "_started")
+    __slots__ = ("window_s", "bucket_s", "total", "_buckets", "_started", "_bucket",
+                 "_bucket_end", "_amount")
 
     def __init__(self, window_s: float = limits.METRICS_RATE_WINDOW_S,
                  bucket_s: float = limits.METRICS_RATE_BUCKET_S, now: float | None = None):
@@ -59,28 +60,41 @@ class RateWindow:
         self.window_s = window_s
         self.bucket_s = bucket_s
         self.total = 0
-        self._buckets: collections.deque = collections.deque()   # [bucket number, amount]
+        self._buckets: collections.deque = collections.deque()   # closed: (number, amount)
         self._started = time.monotonic() if now is None else now
+        # The open bucket: its number, when it ends, what it holds. A recording inside
+        # it is two additions (the common case: many batches a second).
+        self._bucket = int(self._started // bucket_s)
+        self._bucket_end = (self._bucket + 1) * bucket_s
+        self._amount = 0
 
     def record(self, amount: int | float, now: float | None = None) -> None:
         """Count ``amount`` (records, bytes, passes) now."""
-        now = time.monotonic() if now is None else now
+        if now is None:
+            now = time.monotonic()
         self.total += amount
-        bucket = int(now // self.bucket_s)
-        if self._buckets and self._buckets[-1][0] == bucket:
-            self._buckets[-1][1] += amount
-            return
-        self._buckets.append([bucket, amount])
-        self._expire(bucket)
+        if now >= self._bucket_end:
+            self._open(now)
+        self._amount += amount
+
+    def _open(self, now: float) -> None:
+        """Close the open bucket (if it holds anything) and open the one of ``now``."""
+        if self._amount:
+            self._buckets.append((self._bucket, self._amount))
+        self._bucket = int(now // self.bucket_s)
+        self._bucket_end = (self._bucket + 1) * self.bucket_s
+        self._amount = 0
+        self._expire(self._bucket)
 
     def rate(self, now: float | None = None) -> float:
         """The amount per second recorded over the last window."""
-        now = time.monotonic() if now is None else now
-        bucket = int(now // self.bucket_s)
-        self._expire(bucket)
-        covered_from = max(self._started, self._first_bucket(bucket) * self.bucket_s)
+        if now is None:
+            now = time.monotonic()
+        if now >= self._bucket_end:
+            self._open(now)
+        covered_from = max(self._started, self._first_bucket(self._bucket) * self.bucket_s)
         elapsed = max(now - covered_from, self.bucket_s)
-        return sum(amount for _, amount in self._buckets) / elapsed
+        return (sum(amount for _, amount in self._buckets) + self._amount) / elapsed
 
     def _first_bucket(self, bucket: int) -> int:
         return bucket - int(round(self.window_s / self.bucket_s)) + 1
@@ -170,7 +184,7 @@ class FlowCounts:
         self.batches += 1
         self.records.record(records, now)
         self.bytes.record(size, now)
-        windows = self._topic(topic, now)
+        windows = self.topics.get(topic) or self._topic(topic, now)
         windows[0].record(records, now)
         windows[1].record(size, now)
 
