@@ -1,9 +1,9 @@
 """Observability against a real broker: its Prometheus endpoint (``--metrics-port``)
 scraped over HTTP by a real client and parsed by prometheus-client's parser, with
 values equal to what was produced and committed; ``shmlog status`` once (``--json``
-parsed, the plain view's lines), redrawn with ``--watch`` for a bounded number of
-views, and ended by Ctrl-C (SIGINT) with status 0; ``Producer.metrics()`` and
-``Consumer.metrics()`` counting what went through them.
+parsed, the plain view's lines, no numba nor numpy loaded), redrawn with ``--watch``
+for a bounded number of views, and ended by Ctrl-C (SIGINT) with status 0;
+``Producer.metrics()`` and ``Consumer.metrics()`` counting what went through them.
 
 Method: one broker process for the module (``Broker(..., metrics_port=0)``: a free
 port, which the ``stats`` reply names), real producers and consumers in this
@@ -179,3 +179,20 @@ def test_the_clients_metrics_count_what_went_through_them(broker):
     assert metrics["consumer-coordinator-metrics"] == {
         "commit-total": 1, "commit-rate": metrics["consumer-coordinator-metrics"]["commit-rate"],
         "assigned-partitions": 1}
+
+
+LIGHTNESS_CHECK = """
+import json, sys
+from shmlog.cli import main
+if main(["status", "--data-dir", sys.argv[1], "--json"]) != 0:
+    sys.exit("shmlog status failed")
+print(json.dumps(sorted(name for name in sys.modules
+                        if name.split(".")[0] in ("numba", "numpy", "llvmlite"))))
+"""
+
+
+def test_status_loads_neither_numba_nor_numpy(broker):
+    done = subprocess.run([sys.executable, "-c", LIGHTNESS_CHECK, broker.data_dir],
+                          capture_output=True, text=True, timeout=DEADLINE_S)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
