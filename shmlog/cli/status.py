@@ -146,12 +146,25 @@ def _table(headers: list[str], rows: list[list]) -> list[str]:
             for row in cells]
 
 
+def _seconds(value: float) -> str:
+    """A short time in its unit: us below a millisecond, ms below a second."""
+    if value < 1e-3:
+        return f"{value * 1e6:g} us"
+    return f"{value * 1e3:g} ms" if value < 1 else f"{value:g} s"
+
+
 def _quantile(histogram: dict, fraction: float) -> str:
     """The bucket bound below which ``fraction`` of the drain passes took."""
+    if not histogram["count"]:
+        return "-"
     wanted = fraction * histogram["count"]
+    last = "-"
     for bound, count in histogram["buckets"]:
+        if bound == "+Inf":
+            return f"> {last}" if count >= wanted else "-"
+        last = _seconds(bound)
         if count >= wanted:
-            return "> 1 s" if bound == "+Inf" else f"<= {bound * 1e6:g} us"
+            return f"<= {last}"
     return "-"
 
 

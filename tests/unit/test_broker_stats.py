@@ -16,6 +16,7 @@ time.
 from __future__ import annotations
 
 import os
+import re
 import time
 import urllib.request
 
@@ -215,6 +216,8 @@ def test_the_status_view_lines(core):
     lines = status_lines(ask(core, "stats"))
     assert lines[0].startswith(f"broker {os.getpid()}  up ")
     assert lines[1] == "metrics off (shmlog broker --metrics-port N)"
+    assert re.fullmatch(r"appender: \d+ entries in \d+ drain passes, p50 (-|<= [\d.]+ (us|ms|s)), "
+                        r"p99 (-|<= [\d.]+ (us|ms|s))", lines[3]), lines[3]
     header = next(index for index, line in enumerate(lines) if line.startswith("TOPIC"))
     assert lines[header].split() == ["TOPIC", "PARTITION", "START", "END", "HW", "SIZE",
                                      "SEGMENTS", "RECORDS/S", "BYTES/S"]
