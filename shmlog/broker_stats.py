@@ -153,6 +153,7 @@ class StatsService(ImmediateService):
         hosted = list(self.host.partitions())
         words = self._row_words(hosted)
         seen = set()
+        all_records = all_bytes = 0
         for partition, (end, base, size) in zip(hosted, words):
             key = (partition.topic, partition.partition, partition.log.topic_id)
             seen.add(key)
@@ -168,8 +169,10 @@ class StatsService(ImmediateService):
             if records or grown:
                 rates.records.record(records, now)
                 rates.bytes.record(grown, now)
-                self.produced_records.record(records, now)
-                self.produced_bytes.record(grown, now)
+                all_records += records
+                all_bytes += grown
+        self.produced_records.record(all_records, now)
+        self.produced_bytes.record(all_bytes, now)
         for key in self._partitions.keys() - seen:
             del self._partitions[key]
 
