@@ -24,6 +24,10 @@ Rules
   and the ``shmlog`` command import without numba).
 * A broker that answers has loaded every kernel its requests run
   (:func:`warm_kernels`).
+* With ``metrics_port`` set it serves Prometheus metrics (``prometheus``) from the
+  moment its control socket answers until it stops taking requests; each scrape
+  asks the broker's own ``stats`` request (``broker_stats``), so the HTTP thread
+  reads nothing of the loop's. A port that cannot be bound stops the start.
 
 Theory of operation
 -------------------
@@ -98,6 +102,7 @@ from .paths import SOCKET_PATH_LENGTH_MAX  # noqa: F401 - the old name
 from .producer_registry import ProducerRegistry
 from .producer_service import ProducerService
 from .scheduler import Scheduler
+from .broker_stats import StatsService
 from .records import encode_batch, now_ms
 from .ring import Destination, Ring
 from .service import RequestContext, Service
@@ -135,6 +140,9 @@ class BrokerCore:
     producers : ProducerRegistry
     topics, producer_service, groups : TopicService, ProducerService, GroupService
         The broker's services (a cluster member's groups: ClusterGroupService) (:attr:`services` lists them, and any added later).
+    stats : StatsService
+        The ``stats`` request (``broker_stats``): what ``shmlog status`` and the
+        Prometheus endpoint show.
     """
 
     def __init__(self, config: BrokerConfig, *, table: PartitionStateTable | None = None):
@@ -169,6 +177,8 @@ class BrokerCore:
             from .cluster_groups import ClusterGroupService     # a member's groups
             self.groups = self.add_service(ClusterGroupService(config, self.host, self.context,
                                                                self.cluster.replication))
+        self.stats = self.add_service(StatsService(self.host, self.producers,
+                                                   self.groups.coordinator, self.cluster))
         self.producers.adopt_left_rings(include_alive=True)
         self.producers.reap_dead_producers()
 
@@ -468,13 +478,15 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     previous = {number: signal.signal(number, lambda received, _: stopping.append(received))
                 for number in (signal.SIGTERM, signal.SIGINT)}
     core = BrokerCore(config)
-    control = None
+    control = metrics = None
     try:
         warm_kernels(config)             # before the socket: a client never waits for it
         address = control_address(core.data_dir)
         access.make_directories(os.path.join(core.data_dir, RUN_DIRECTORY))
         control = ControlEndpoint(address, core.host.table.appender_doorbell)
         log.info("broker %d serving %s on %s", os.getpid(), core.data_dir, address)
+        if config.metrics_port is not None:
+            metrics = _serve_metrics(core)
         if ready is not None:
             ready()
         idle_since = None
@@ -502,6 +514,8 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         log.info("broker %d stopping on %s: draining rings, flushing and closing the logs",
                  os.getpid(), signal.Signals(stopping[0]).name)
     finally:
+        if metrics is not None:
+            metrics.stop()               # first: its scrapes ask the control socket
         if control is not None:
             for ticket in core.pending_tickets():
                 control.send(ticket, error_reply(BrokerNotAvailableError("the broker is stopping")))
@@ -510,6 +524,16 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         core.close()
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def _serve_metrics(core: BrokerCore):
+    """Start the Prometheus endpoint of ``core``'s config (``prometheus``: the library
+    is imported only by a broker that serves metrics); its MetricsServer."""
+    from .prometheus import MetricsServer
+    metrics = MetricsServer(core.data_dir, core.config.metrics_port, core.config.metrics_address)
+    core.stats.metrics_url = metrics.url
+    log.info("broker %d: Prometheus metrics on %s", os.getpid(), metrics.url)
+    return metrics
 
 
 class Broker:

@@ -20,6 +20,7 @@ from . import access
 from .cluster_config import ClusterConfig
 from .documented import setting
 from .errors import InvalidConfigError, LocalProtocolError
+from .limits import METRICS_PORT_MAX
 from .paths import control_address, default_data_dir
 
 __all__ = ["BrokerConfig", "broker_config_entries"]
@@ -69,12 +70,19 @@ class BrokerConfig:
         None, doc="Share the data with this Unix group (directories 0750, files 0640, the "
                   "control socket and shared memory 0660); unset keeps it private to the "
                   "broker's user.")
+    metrics_port: int | None = setting(
+        None, doc="Serve Prometheus metrics over HTTP on this port (0: a free one, which "
+                  "shmlog status shows); off unless set.")
+    metrics_address: str = setting(
+        "127.0.0.1", doc="The address the metrics endpoint listens on: loopback unless "
+                         "told (the metrics name topics and groups, which a host's other "
+                         "users may not see).")
     cluster: ClusterConfig | None = setting(
         None, doc="The [cluster] table of the config file (see Cluster settings); "
                   "without it the broker is a single-host broker, with no ZooKeeper.")
 
-    _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms",)
-    TEXT_SETTINGS = ("data_dir", "data_group")
+    _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms", "metrics_port")
+    TEXT_SETTINGS = ("data_dir", "data_group", "metrics_address")
     # Settings that are whole tables of the file, not flags.
     TABLE_SETTINGS = ("cluster",)
 
@@ -125,6 +133,9 @@ class BrokerConfig:
                 raise LocalProtocolError(f"broker setting {key} must be "
                                          f"{'a non-negative' if least == 0 else 'a positive'} "
                                          f"{expected.__name__}, got {value!r}")
+        if values.get("metrics_port") is not None and values["metrics_port"] > METRICS_PORT_MAX:
+            raise LocalProtocolError(f"broker setting metrics_port must be a TCP port (at most "
+                                     f"{METRICS_PORT_MAX}), got {values['metrics_port']!r}")
         if values.get("data_group") is not None:
             try:
                 access.group_id_of(values["data_group"])

@@ -87,9 +87,10 @@ from .errors import (ClientClosedError, CommitFailedError, InvalidConfigError,
                      UnknownTopicOrPartitionError)
 from .groups import GroupMember, MemberConfig
 from .internal_topics import INTERNAL_TOPICS
-from .structs import OffsetAndMetadata, TopicPartition
+from .metrics import FlowCounts, RateWindow
 from .reader import PartitionReader, warm_kernels
 from .records import Record, RecordColumns, decode_columns
+from .structs import OffsetAndMetadata, TopicPartition
 from . import state_layout as S
 from . import wakeup
 from .state import PartitionStateTable, RowSnapshot, topic_key
@@ -336,6 +337,9 @@ class Consumer:
         # the iterator over them), and the generator ``for record in consumer`` runs.
         self._iterating: tuple[_Fetched, list, Iterator] | None = None
         self._iteration: Iterator[ConsumerRecord] | None = None
+        # metrics(): counted per fetch and per commit, never per record.
+        self._fetch_counts = FlowCounts()
+        self._commit_counts = RateWindow()
         if topics:
             self.subscribe(topics)
 
@@ -588,7 +592,10 @@ class Consumer:
             return None
         columns = decode_columns(result.data, start_offset=state.position, verified=True)
         state.position = result.next_offset
-        return columns if len(columns) else None
+        if not len(columns):
+            return None
+        self._fetch_counts.record(partition.topic, len(columns), int(result.data.size))
+        return columns
 
     def poll_batch(self, timeout_ms: int = 0, max_bytes: int | None = None) -> dict:
         """New records as columns, per partition: numpy arrays of offsets,
@@ -970,6 +977,7 @@ class Consumer:
                                 for partition, value in offsets.items()},
                                as_member=self._subscription is not None
                                if as_member is None else as_member)
+            self._commit_counts.record(1)
 
     def commit_async(self, offsets: Mapping | None = None, callback=None
                      ) -> concurrent.futures.Future:
@@ -1055,6 +1063,57 @@ class Consumer:
             state.reader.close()
         self._assigned.clear()
         self._table.close()
+
+    def metrics(self) -> dict:
+        """This consumer's metrics as kafka-python's ``metrics()`` gives them:
+        ``{group: {name: value}}``. ``consumer-fetch-manager-metrics``: records and
+        bytes read from the log (``records-consumed-total``, ``bytes-consumed-total``;
+        records ``poll_batch`` reads again after ``poll`` buffered them count again)
+        and their rates per second over the last ``limits.METRICS_RATE_WINDOW_S`` s,
+        fetches that found records (``fetch-total``) with their average size and
+        record count, and ``records-lag-max``: the largest lag (high watermark minus
+        position) over the assigned partitions now; the same counts per topic in
+        ``consumer-fetch-manager-metrics.<topic>``; with a group,
+        ``consumer-coordinator-metrics``: commits (``commit-total``,
+        ``commit-rate``) and ``assigned-partitions``. Counted once per fetch, never
+        per record."""
+        fetched = self._fetch_counts
+        fetches = fetched.batches
+        found = {"consumer-fetch-manager-metrics": {
+            "records-consumed-total": fetched.records.total,
+            "records-consumed-rate": fetched.records.rate(),
+            "bytes-consumed-total": fetched.bytes.total,
+            "bytes-consumed-rate": fetched.bytes.rate(),
+            "fetch-total": fetches,
+            "fetch-size-avg": fetched.bytes.total / fetches if fetches else 0.0,
+            "records-per-request-avg": fetched.records.total / fetches if fetches else 0.0,
+            "records-lag-max": self._lag_max()}}
+        for topic, (records, size, _) in sorted(fetched.topics.items()):
+            found[f"consumer-fetch-manager-metrics.{topic}"] = {
+                "records-consumed-total": records.total,
+                "records-consumed-rate": records.rate(),
+                "bytes-consumed-total": size.total, "bytes-consumed-rate": size.rate()}
+        if self._group is not None:
+            found["consumer-coordinator-metrics"] = {
+                "commit-total": self._commit_counts.total,
+                "commit-rate": self._commit_counts.rate(),
+                "assigned-partitions": len(self._assigned)}
+        return found
+
+    def _lag_max(self) -> int:
+        """The largest high watermark minus position over the assigned partitions
+        with a position (0 when none has one)."""
+        lags = [0]
+        for partition, state in self._assigned.items():
+            buffered = self._buffered.get(partition)
+            position = buffered.next_offset() if buffered is not None else state.position
+            if position is None:
+                continue
+            try:
+                lags.append(state.reader.snapshot().high_watermark - position)
+            except ShmlogError:
+                continue            # its topic went: the next poll says so, not metrics()
+        return max(lags)
 
     def __enter__(self) -> "Consumer":
         return self

@@ -378,3 +378,28 @@ ASYNC_COMMITS_IN_FLIGHT_MAX = 64
 # a follower learns the new log start from its next fetch response (at most
 # replica.fetch.wait.max.ms away) and reports it in the fetch after that.
 DELETE_RECORDS_POLL_MS = 20
+# --- observability (broker_stats.py, prometheus.py, metrics.py, cli/status.py) ----------
+# Rates (records/s, bytes/s) are over the last 10 s: long enough to smooth a producer's
+# bursts, short enough that `shmlog status --watch` shows a change within seconds (top's
+# feel; Kafka's own sampled rates span 30-60 s, Prometheus computes its own from the
+# _total counters anyway). One bucket per second: a window holds 10 numbers.
+METRICS_RATE_WINDOW_S = 10
+METRICS_RATE_BUCKET_S = 1
+# The broker samples its partitions' offsets and its groups' commits this often (a
+# vectorised read of the state table, plus one look at each group's committed offsets).
+METRICS_SAMPLE_INTERVAL_MS = 1_000
+# The appender drain time histogram's upper bounds (seconds): a pass takes tens of
+# microseconds idle-to-busy, up to milliseconds when DRAIN_ENTRIES_MAX large batches
+# are copied, more when a roll or a slow-path entry (zstd) is among them.
+DRAIN_SECONDS_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                         0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+# A Prometheus scrape asks the broker's loop for its stats over the control socket; a
+# loop busy with a long request (a topic of many partitions created) answers in
+# seconds. Prometheus' default scrape timeout is 10 s: answer (or fail) before it.
+METRICS_STATS_TIMEOUT_MS = 8_000
+# `shmlog status --watch`: the default refresh (watch(1)'s 2 s), and the shortest one
+# allowed (each refresh is a request the broker's loop answers).
+STATUS_WATCH_INTERVAL_S = 2.0
+STATUS_WATCH_INTERVAL_S_MIN = 0.1
+# A Prometheus endpoint on a port above this does not exist (TCP ports are 16-bit).
+METRICS_PORT_MAX = 65_535

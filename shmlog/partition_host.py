@@ -34,11 +34,14 @@ policy that moves its high watermark) belongs beside them.
 The loop calls :meth:`PartitionHost.drain` every turn; it drains only when the
 appender's doorbell rang since the last drain that left every ring empty (or
 :meth:`PartitionHost.drain_soon` asked), and rings the consumers' doorbell after a
-drain that appended. Its periodic work is the flush policy (``flush.messages``,
-``flush.ms``), retention (``retention.ms``, ``retention.bytes``) and compaction:
-:meth:`PartitionHost.start_cleaning` hands the dirtiest compacted partition to the
-cleaner's thread, and :meth:`PartitionHost.swap_cleaned` swaps its result in on the
-loop's thread, if the partition's segments are still those that were cleaned.
+drain that appended. Each drain pass is timed around the compiled call, once per
+pass (``drain_seconds``, for ``broker_stats``), and the cleaner's work is counted
+as it is swapped in (``cleaner_progress``). Its periodic work is the flush policy
+(``flush.messages``, ``flush.ms``), retention (``retention.ms``, ``retention.bytes``)
+and compaction: :meth:`PartitionHost.start_cleaning` hands the dirtiest compacted
+partition to the cleaner's thread, and :meth:`PartitionHost.swap_cleaned` swaps its
+result in on the loop's thread, if the partition's segments are still those that
+were cleaned.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import dataclasses
 import json
 import logging
 import os
+import time
 from typing import Callable, Iterator
 
 import numpy as np
@@ -58,6 +62,7 @@ from .completion import completion_error
 from .delete_records import delete_target
 from .errors import ShmlogError
 from .log_manager import LogManager, TopicMetadata
+from .metrics import Histogram
 from .paths import shared_memory_prefix
 from .records import now_ms
 from .durable_files import write_atomically
@@ -67,7 +72,7 @@ from .state import PartitionStateTable
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")
 
-__all__ = ["PartitionHost", "HostedPartition", "ROWS_FILE"]
+__all__ = ["PartitionHost", "HostedPartition", "CleanerProgress", "ROWS_FILE"]
 
 ROWS_FILE = "partition-rows.json"
 
@@ -91,6 +96,20 @@ class HostedPartition:
     log: PartitionLog
 
 
+@dataclasses.dataclass
+class CleanerProgress:
+    """What the cleaner has done since the broker started (Kafka's LogCleaner
+    metrics): cleanings swapped in, failed, the bytes they rewrote and kept, how
+    long the last took, and the partition being cleaned now (None: idle)."""
+    cleanings: int = 0
+    failures: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    last_seconds: float | None = None
+    cleaning: tuple[str, int] | None = None
+    started: float | None = None          # monotonic: when ``cleaning`` was handed over
+
+
 class PartitionHost:
     """The partitions of one data directory, their state table and their appender.
 
@@ -104,6 +123,15 @@ class PartitionHost:
         The memory of the cleaner's key map (bytes).
     table : PartitionStateTable, optional
         A table to use instead (the warm-up's, in anonymous memory).
+
+    Attributes
+    ----------
+    drain_seconds : Histogram
+        How long each drain pass took (the compiled call timed from Python, once
+        per pass, never per entry).
+    entries_drained : int
+        Ring entries handled by drains since the start.
+    cleaner_progress : CleanerProgress
 
     Raises
     ------
@@ -131,6 +159,9 @@ class PartitionHost:
         self._drained = self.table.appender_doorbell.sequence
         self._drain_due = True          # rings left by a crash are drained on registration
         self.cleaner = CleanerThread(cleaner_keys_max(cleaner_dedupe_buffer_size))
+        self.drain_seconds = Histogram(limits.DRAIN_SECONDS_BUCKETS)
+        self.entries_drained = 0
+        self.cleaner_progress = CleanerProgress()
 
     # -- the rows file ---------------------------------------------------------------
     def _load_rows(self) -> dict:
@@ -260,7 +291,10 @@ class PartitionHost:
         if not self.work_pending(sequence):
             return 0
         self._drain_due = False
+        started = time.perf_counter()
         handled = self.appender.drain()
+        self.drain_seconds.observe(time.perf_counter() - started)
+        self.entries_drained += handled
         if handled:
             self.table.consumer_doorbell.ring()
         if handled < DRAIN_ENTRIES_MAX:
@@ -319,6 +353,8 @@ class PartitionHost:
             return False
         _, topic, partition, planned = max(plans, key=lambda entry: entry[0])
         self.cleaner.submit((topic, partition), planned, now)
+        self.cleaner_progress.cleaning = (topic, partition)
+        self.cleaner_progress.started = time.monotonic()
         return True
 
     def swap_cleaned(self) -> bool:
@@ -327,7 +363,10 @@ class PartitionHost:
         if finished is None:
             return False
         (topic, partition), result = finished
+        progress = self.cleaner_progress
+        progress.cleaning = None
         if isinstance(result, Exception):
+            progress.failures += 1
             log.error("cleaning %s-%d failed: %s", topic, partition, result)
             return False
         try:
@@ -339,6 +378,11 @@ class PartitionHost:
             return False
         log.info("cleaned %s-%d up to offset %d: %d -> %d bytes", topic, partition,
                  result.end_offset, result.bytes_before, result.bytes_after)
+        progress.cleanings += 1
+        progress.bytes_before += result.bytes_before
+        progress.bytes_after += result.bytes_after
+        if progress.started is not None:
+            progress.last_seconds = time.monotonic() - progress.started
         return True
 
     def close(self) -> None:

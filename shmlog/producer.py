@@ -110,6 +110,7 @@ from .errors import (ClientClosedError, ClientTimeoutError, InvalidConfigError,
                      UnknownTopicOrPartitionError)
 from .internal_topics import INTERNAL_TOPICS
 from .jit import kernel
+from .metrics import FlowCounts
 from .records import (Compression, check_headers, check_timestamp, encode_batch,
                       encode_gathered, restamp_batch)
 from .ring import Destination, Ring
@@ -585,6 +586,7 @@ class Producer:
         self._callbacks_waiting = threading.Condition(self._lock)
         self._callback_thread: threading.Thread | None = None
         self._callbacks_running = threading.RLock()
+        self._flow = FlowCounts()         # metrics(): counted per batch put, never per record
         warm_kernels()
         self._linger = threading.Thread(target=self._linger_loop, name="shmlog-linger",
                                         daemon=True)
@@ -843,6 +845,7 @@ class Producer:
             self._put(batch, encoded, batch.count)
         except ShmlogError as error:                  # the ring stayed full: its futures fail
             batch.error = error
+            self._flow.record_errors(batch.topic, batch.count)
             raise
         if self._ship_at_once and not batch.done:
             self._last_shipped[(batch.topic, batch.partition)] = batch
@@ -883,6 +886,7 @@ class Producer:
         batch.count = count
         batch.entry = self.ring.put(batch.destination, encoded, timeout_ms=self.max_block_ms)
         self._table.appender_doorbell.ring()
+        self._flow.record(batch.topic, count, encoded.size)
         key = (batch.topic, batch.partition)
         self._sequences[key] = (self._sequences.get(key, 0) + count) % SEQUENCE_MODULUS
         if self.acks == 0:
@@ -927,6 +931,7 @@ class Producer:
             return
         batch.encoded = None
         batch.error = completion_error(code, batch.topic, batch.partition)
+        self._flow.record_errors(batch.topic, batch.count)
         if code == CompletionCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
             return      # in the log, its sequence used: the batches behind it follow on
         if code == CompletionCode.UNKNOWN_PARTITION:
@@ -1181,6 +1186,37 @@ class Producer:
             self.ring.unlink()
             self.ring.close()
             self._table.close()
+
+    def metrics(self) -> dict:
+        """This producer's metrics as kafka-python's ``metrics()`` gives them:
+        ``{group: {name: value}}``. ``producer-metrics``: records and bytes put into
+        the ring (``record-send-total``, ``byte-total``) and their rates per second
+        over the last ``limits.METRICS_RATE_WINDOW_S`` s (``-rate``), records whose
+        batch failed (``record-error-total``, ``-rate``), batches put
+        (``request-total``; Kafka's requests are batches here), their average size
+        and record count, entries awaiting the broker's completion
+        (``requests-in-flight``), and the ring's bytes (``buffer-total-bytes``,
+        ``buffer-available-bytes``); ``producer-topic-metrics.<topic>`` the same
+        counts per topic. Counted once per batch, never per record."""
+        with self._lock:
+            flow = self._flow
+            batches = flow.batches
+            found = {"producer-metrics": {
+                "record-send-total": flow.records.total, "record-send-rate": flow.records.rate(),
+                "byte-total": flow.bytes.total, "byte-rate": flow.bytes.rate(),
+                "record-error-total": flow.errors.total, "record-error-rate": flow.errors.rate(),
+                "request-total": batches,
+                "batch-size-avg": flow.bytes.total / batches if batches else 0.0,
+                "records-per-request-avg": flow.records.total / batches if batches else 0.0,
+                "requests-in-flight": len(self._in_flight),
+                "buffer-total-bytes": self.ring.capacity,
+                "buffer-available-bytes": self.ring.capacity - self.ring.used}}
+            for topic, (records, size, errors) in sorted(flow.topics.items()):
+                found[f"producer-topic-metrics.{topic}"] = {
+                    "record-send-total": records.total, "record-send-rate": records.rate(),
+                    "byte-total": size.total, "byte-rate": size.rate(),
+                    "record-error-total": errors.total, "record-error-rate": errors.rate()}
+            return found
 
     def __enter__(self) -> "Producer":
         return self

@@ -91,7 +91,7 @@ from .partition_replica import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, R
 from .replication import (DeleteRecords, DeleteRecordsResponse, DeleteRecordsResponsePartition,
                           EpochEnd, EpochEndPartition, EpochEndResponse,
                           EpochEndResponsePartition, ErrorCode, Fetch, FetchPurgatory,
-                          FetchResponse, FetchResponsePartition, GroupRequest,
+                          FetchResponse, FetchResponsePartition, GroupRequest, IsrChangeKind,
                           PendingIsrChange, Error, Produce, partition_ready)
 from .records import now_ms
 from .replication_throttle import ReplicationThrottle
@@ -173,6 +173,9 @@ class ReplicaService:
         self._groups = None
         # Requests of this broker's services (ask): (peer, correlation id) -> callback.
         self._asked: dict[tuple[int, int], Callable[[Any], None]] = {}
+        #: ISR changes this broker wrote as leader and ZooKeeper took, by kind (Kafka's
+        #: IsrShrinksPerSec and IsrExpandsPerSec, as totals: broker_stats reports them).
+        self.isr_changes = dict.fromkeys(IsrChangeKind, 0)
 
     def set_group_handler(self, groups) -> None:
         """Hand GROUP requests, their answers and failures to ``groups`` (the
@@ -623,6 +626,7 @@ class ReplicaService:
             replica.isr_change_written(change, None)
             return
         replica.isr_change_written(change, outcome)
+        self.isr_changes[change.kind] += 1
         replica.update_min_insync(self.suspended)
 
     # -- the follower's side: requests to leaders ------------------------------------------------

@@ -9,8 +9,9 @@ and their thin bodies: ``broker.py`` (run a broker), ``admin.py`` (``topics``,
 ``console.py`` (``produce``, ``consume``), ``dump.py`` (print and verify segment and
 index files), ``perf.py``, ``zookeeper.py`` (a local ZooKeeper for
 development), ``cluster.py`` (a local cluster: ZooKeeper and N brokers; a cluster's
-status). This module builds the parser from them and runs the verb (:func:`main`,
-the ``shmlog`` console script and ``python -m shmlog``).
+status), ``status.py`` (a running broker's status, once or redrawn). This module
+builds the parser from them and runs the verb (:func:`main`, the ``shmlog`` console
+script and ``python -m shmlog``).
 
 A verb imports what it needs when it runs: the ones that only ask the broker
 something (``topics``, ``groups``, ``offsets``, ``delete-records``, ``log-dirs``)
@@ -26,7 +27,7 @@ import logging
 import sys
 
 from ..errors import ShmlogError
-from . import admin, broker, cluster, console, dump, perf, tools, zookeeper
+from . import admin, broker, cluster, console, dump, perf, status, tools, zookeeper
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 __all__ = ["main", "build_parser", "log_level", "package_version", "EXIT_OK", "EXIT_FAILURE",
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_parser(commands, common)
     zookeeper.add_parser(commands, common)
     cluster.add_parser(commands, common)
+    status.add_parser(commands, common)
     return parser
 
 

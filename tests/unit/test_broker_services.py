@@ -48,7 +48,8 @@ BROKER_REQUESTS = {
     "add_partitions", "alter_topic_config", "register_producer", "unregister_producer",
     "init_producer_id", "offset_for_timestamp", "list_offsets", "join_group", "sync_group",
     "heartbeat", "leave_group", "commit_offsets", "fetch_offsets", "list_groups",
-    "describe_group", "delete_group", "delete_records", "describe_log_dirs"}
+    "describe_group", "delete_group", "delete_records", "describe_log_dirs",
+    "stats"}
 # Answered by the core itself, not by a service.
 CORE_REQUESTS = {"ping", "describe_broker_config"}
 OFFSETS_PARTITIONS = 3
