@@ -39,8 +39,13 @@ spark-reader: $(STAMP)
 demo: kernels
 	$(BIN)/python tools/demo.py demo-data
 
+# The suite mostly waits (for processes, sessions, JVMs): two workers (TEST_WORKERS)
+# take each group of tests (tests/conftest.py: a file, or all of tests/cluster or
+# tests/spark, which share a cluster and a Spark session) in turn.
+TEST_WORKERS ?= 2
+
 test: kernels spark-reader system-packages
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python perf/bench_log.py

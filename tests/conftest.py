@@ -89,6 +89,21 @@ def no_shared_memory_left():
         pytest.fail(f"this module left {len(left)} shared memory objects: {left[:5]}")
 
 
+# Test directories whose files share package- or session-wide fixtures that are
+# costly to start twice (a cluster, a Spark session): one xdist worker runs them all.
+SHARED_GROUPS = ("cluster", "spark")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Group the tests for ``pytest -n N --dist loadgroup`` (``make test``): a file's
+    tests run on one worker (its module fixtures start once), and so do all of
+    tests/cluster and all of tests/spark."""
+    for item in items:
+        parts = item.path.relative_to(config.rootpath).parts
+        shared = len(parts) > 2 and parts[1] in SHARED_GROUPS
+        item.add_marker(pytest.mark.xdist_group(parts[1] if shared else "/".join(parts)))
+
+
 def pytest_addoption(parser):
     parser.addoption("--fault-runs", type=int, default=16, metavar="N",
                      help="how many times tests/fault/test_full_disk.py fills a disk "

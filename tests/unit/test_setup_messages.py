@@ -32,7 +32,9 @@ def run(*arguments, **options):
 def test_a_first_make_names_each_step_before_it_runs(tmp_path):
     for name in ("Makefile", "setup.cfg", "pyproject.toml"):
         shutil.copy(REPOSITORY / name, tmp_path / name)
-    planned = run("make", "-n", "test", cwd=tmp_path)
+    # --no-print-directory: under `make test` this make is a sub-make, which would
+    # name its directory (a pytest temporary one) on its first line.
+    planned = run("make", "--no-print-directory", "-n", "test", cwd=tmp_path)
     assert planned.returncode == 0, planned.stderr
     lines = planned.stdout.splitlines()
 
@@ -44,7 +46,7 @@ def test_a_first_make_names_each_step_before_it_runs(tmp_path):
     assert first("creating the virtual environment") < first("pip install")
     assert first("shmlog: installing shmlog and its dependencies") < first("pip install")
     assert first("pip install") < first("shmlog.compile_kernels") \
-        < first("shmlog.spark.compile_reader") < first("pytest")
+        < first("shmlog.spark.compile_reader") < first("-m pytest")
 
 
 def test_compile_kernels_reports_each_group_of_kernels():
