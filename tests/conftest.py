@@ -5,6 +5,9 @@ and options."""
 from __future__ import annotations
 
 import os
+import pathlib
+import shutil
+import tempfile
 import uuid
 
 import pytest
@@ -73,6 +76,17 @@ def hosts(zookeeper):
     cleaner.delete(chroot, recursive=True)
     cleaner.stop()
     cleaner.close()
+
+
+@pytest.fixture
+def short_tmp_path():
+    """A temporary directory with a short path (/tmp/shmlog-t-...), removed after, for
+    tests whose brokers' control sockets lie deep inside it: an AF_UNIX path holds at
+    most 107 bytes, and pytest's ``tmp_path`` is long (longer still on an xdist
+    worker: ``popen-gw1/``)."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="shmlog-t-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -166,11 +166,11 @@ def remove_shared_memory(work: Path) -> None:
 
 
 @pytest.mark.timeout(TOTAL_TIMEOUT_S + 120)
-def test_every_readme_block_runs_in_order(tmp_path):
+def test_every_readme_block_runs_in_order(short_tmp_path):
     assert sys.prefix != sys.base_prefix, \
         "run the suite from the project's virtual environment (make test)"
     blocks = runnable_blocks()
-    work, scripts = tmp_path / "work", tmp_path / "blocks"
+    work, scripts = short_tmp_path / "work", short_tmp_path / "blocks"
     work.mkdir()
     scripts.mkdir()
     (work / ".venv").symlink_to(sys.prefix)

@@ -68,7 +68,7 @@ def cluster(zookeeper, tmp_path_factory):
         yield running
 
 
-def test_the_pipeline_on_three_hosts_with_workers_on_the_broker_hosts(request, tmp_path):
+def test_the_pipeline_on_three_hosts_with_workers_on_the_broker_hosts(request, short_tmp_path):
     """The README's command (as root: hosts in network namespaces; otherwise the
     loopback variant, with the session's ZooKeeper). Three brokers, three workers on
     their hosts, RF 2: both readers read every record exactly once; the bulk
@@ -80,7 +80,7 @@ def test_the_pipeline_on_three_hosts_with_workers_on_the_broker_hosts(request, t
     its partition's observer host. Everything is gone afterwards. First in the
     file: the module's cluster is not up yet (it would be six brokers at once)."""
     namespaces = netns.unavailable_reason(nftables=False) is None
-    run = tmp_path / "run"
+    run = short_tmp_path / "run"
     command = [sys.executable, "tools/spark_cluster_pipeline.py", "--lines", "2000",
                "--directory", str(run)]
     command += ["--namespaces"] if namespaces else \
