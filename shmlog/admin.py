@@ -451,7 +451,8 @@ class Admin:
             except GroupIdNotFoundError:
                 described.append(GroupInformation(0, group_id, "Dead", "", "", []))
                 continue
-            members = [MemberInformation(member["member_id"], member["client_id"], "",
+            members = [MemberInformation(member["member_id"], member["client_id"],
+                                         member.get("client_host", ""),
                                          list(member["topics"]),
                                          [TopicPartition(*entry) for entry in member["assignment"]])
                        for member in group["members"]]

@@ -16,6 +16,7 @@ import ast
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -293,6 +294,7 @@ def test_groups_described_listed_and_deleted_in_kafka_pythons_shape(data_dir, to
         assert described.group == group and described.state == "Stable"
         assert described.protocol_type == "consumer" and described.error_code == 0
         [member] = described.members
+        assert member.client_host == socket.gethostname()
         assert member.client_id == "me" and sorted(member.member_assignment) == \
             [TopicPartition(topic, 0), TopicPartition(topic, 1)]
         assert missing.state == "Dead" and missing.members == []
