@@ -28,7 +28,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -36,6 +35,7 @@ from shmlog import shared_memory
 from shmlog.admin import Admin
 from shmlog.broker import Broker, request, shared_memory_prefix
 from shmlog.errors import GroupIdNotFoundError
+from shmlog.local_cluster import poll_until
 from shmlog.producer import Producer
 from shmlog.reader import warm_kernels
 
@@ -145,14 +145,7 @@ def processed(state) -> collections.Counter:
 
 
 def wait_for(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
+    return poll_until(condition, timeout_s, what, interval_s=0.05)
 
 
 def stable_owners(data_dir: str, members: int):
