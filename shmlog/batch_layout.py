@@ -93,6 +93,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import limits
+
 MAGIC = 0x4C53                       # "SL" read as little-endian bytes
 VERSION = 1
 
@@ -187,5 +189,7 @@ assert BATCH_HEADER_DTYPE.itemsize == HEADER_LENGTH
 for _name in BATCH_HEADER_DTYPE.names:
     assert BATCH_HEADER_DTYPE.fields[_name][1] == globals()[_name.upper() + "_OFFSET"], _name
 assert RECORD_HEADER_LENGTH == 28
+assert limits.BATCH_SIZE_MIN == HEADER_LENGTH + RECORD_HEADER_LENGTH, \
+    "limits.BATCH_SIZE_MIN is one header-only record's batch"
 assert HEADER_ENTRY_LENGTH == 8
 assert CODEC_NONE & ~CODEC_MASK == 0 and CODEC_ZSTD & ~CODEC_MASK == 0

@@ -78,10 +78,35 @@ def _cleanup_policy(value):
     return None
 
 
+# A throttled-replicas value that throttles every replica of the topic (Kafka's "*").
+ALL_REPLICAS = "*"
+
+
+def parse_throttled_replicas(value: str) -> frozenset[tuple[int, int]] | str:
+    """A throttled-replicas config value: ``ALL_REPLICAS``, or the set of
+    (partition, broker) pairs it lists (empty for "").
+
+    Raises
+    ------
+    InvalidConfigError
+        Not ``*`` nor a comma-separated list of ``partition:broker``.
+    """
+    text = value.strip()
+    if text == ALL_REPLICAS:
+        return ALL_REPLICAS
+    pairs = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        partition, colon, broker = item.partition(":")
+        if not colon or not partition.strip().isdigit() or not broker.strip().isdigit():
+            raise InvalidConfigError(f"throttled replicas {value!r}: {item!r} is not "
+                                     f"partition:broker (or give {ALL_REPLICAS!r})")
+        pairs.add((int(partition), int(broker)))
+    return frozenset(pairs)
+
+
 @_accepting("*, or partition:broker pairs, comma-separated")
 def _throttled_replicas(value):
     """Kafka's ThrottledReplicaListValidator: '*' or partition:broker pairs."""
-    from .replication_throttle import parse_throttled_replicas
     try:
         parse_throttled_replicas(value)
     except InvalidConfigError as error:

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import limits
+
 OFFSET_ENTRY_RELATIVE_OFFSET_OFFSET = 0
 OFFSET_ENTRY_RELATIVE_OFFSET_SIZE = 4
 OFFSET_ENTRY_POSITION_OFFSET = OFFSET_ENTRY_RELATIVE_OFFSET_OFFSET + OFFSET_ENTRY_RELATIVE_OFFSET_SIZE
@@ -67,6 +69,8 @@ FILE_NAME_DIGITS = 20                 # zero-padded base offset, as in Kafka
 
 assert OFFSET_INDEX_DTYPE.itemsize == OFFSET_ENTRY_LENGTH == 8
 assert TIME_INDEX_DTYPE.itemsize == TIME_ENTRY_LENGTH == 12
+assert limits.SEGMENT_SIZE_MAX == POSITION_MAX, "a segment's positions fit the offset index"
+assert limits.INDEX_SIZE_MIN == 4 * TIME_ENTRY_LENGTH, "an index holds at least four entries"
 assert OFFSET_INDEX_DTYPE.fields["position"][1] == OFFSET_ENTRY_POSITION_OFFSET
 assert TIME_INDEX_DTYPE.fields["relative_offset"][1] == TIME_ENTRY_RELATIVE_OFFSET_OFFSET
 

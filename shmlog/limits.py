@@ -5,11 +5,6 @@ Every queue, batch, buffer, retry and wait in shmlog takes its bound from here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from . import batch_layout, index_layout
-
 # --- names --------------------------------------------------------------------------
 # Kafka's rule: a topic name is 1..249 characters of [a-zA-Z0-9._-]; 249 leaves room
 # for "-<partition>" and a deletion suffix inside a 255-byte file name.
@@ -141,48 +136,23 @@ OFFSET_METADATA_SIZE_MAX = 4096
 
 
 # --- limits that follow from a binary layout -------------------------------------------
-# The layout modules import numpy (their header dtypes), which the commands that only
-# ask the broker something (shmlog topics, groups) would pay 0.2 s of start-up for:
-# these limits are computed from the layouts on first use (a module __getattr__,
-# PEP 562), and are read as ``limits.NAME`` or imported by name like the others.
-if TYPE_CHECKING:
-    BATCH_SIZE_MIN: int
-    SEGMENT_SIZE_MAX: int
-    SEGMENT_SIZE_MIN: int
-    INDEX_SIZE_MIN: int
-
-
-def _from_layouts() -> dict[str, int]:
-    from . import batch_layout, index_layout     # noqa: F811 - the deferred import
-    # The smallest batch: one record without key, value or headers. A topic whose
-    # max.message.bytes is below it could take no record at all (Kafka accepts 0 and
-    # then refuses every produce; we refuse the setting instead).
-    batch_size_min = batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH
-    return {
-        "BATCH_SIZE_MIN": batch_size_min,
-        # Positions in the offset index are u32 (see index_layout), as in Kafka.
-        "SEGMENT_SIZE_MAX": index_layout.POSITION_MAX,
-        # A segment must at least hold one header-only batch.
-        "SEGMENT_SIZE_MIN": batch_size_min,
-        # An index must hold at least a few entries or every append would roll the segment.
-        "INDEX_SIZE_MIN": 4 * index_layout.TIME_ENTRY_LENGTH,
-    }
-
-
-# Checked before the layouts are imported: the import system asks every module it
-# imports from for ``__path__`` (``from shmlog.limits import X`` does), and that
-# question must not load numpy.
-_DERIVED_NAMES = frozenset({"BATCH_SIZE_MIN", "SEGMENT_SIZE_MAX", "SEGMENT_SIZE_MIN",
-                            "INDEX_SIZE_MIN"})
-
-
-def __getattr__(name: str) -> int:
-    if name not in _DERIVED_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    derived = _from_layouts()
-    assert derived.keys() == _DERIVED_NAMES, "_DERIVED_NAMES must name what _from_layouts gives"
-    globals().update(derived)                        # later reads are plain globals
-    return derived[name]
+# Stated as numbers, so that this module imports nothing (the layouts import numpy, which
+# the commands that only ask the broker something would pay 0.2 s of start-up for), and
+# checked by the layout each one follows from when it is imported (batch_layout,
+# index_layout): a layout change that moves one fails at import, naming it.
+#
+# The smallest batch: one record without key, value or headers (batch_layout's
+# HEADER_LENGTH + RECORD_HEADER_LENGTH). A topic whose max.message.bytes is below it could
+# take no record at all (Kafka accepts 0 and then refuses every produce; we refuse the
+# setting instead).
+BATCH_SIZE_MIN = 64 + 28
+# Positions in the offset index are u32 (index_layout's POSITION_MAX), as in Kafka.
+SEGMENT_SIZE_MAX = 2**31 - 1
+# A segment must at least hold one header-only batch.
+SEGMENT_SIZE_MIN = BATCH_SIZE_MIN
+# An index must hold at least a few entries (four of index_layout's TIME_ENTRY_LENGTH)
+# or every append would roll the segment.
+INDEX_SIZE_MIN = 4 * 12
 
 
 # --- cluster mode: ZooKeeper client and controller -----------------------------------------

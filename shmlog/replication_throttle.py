@@ -37,18 +37,17 @@ import dataclasses
 from typing import Mapping
 
 from . import limits
+from .config import ALL_REPLICAS, parse_throttled_replicas
 from .errors import InvalidConfigError
 
-__all__ = ["TokenBucket", "ReplicationThrottle", "parse_throttled_replicas",
-           "LEADER_RATE_CONFIG", "FOLLOWER_RATE_CONFIG", "LEADER_REPLICAS_CONFIG",
-           "FOLLOWER_REPLICAS_CONFIG", "ALL_REPLICAS"]
+__all__ = ["TokenBucket", "ReplicationThrottle", "LEADER_RATE_CONFIG", "FOLLOWER_RATE_CONFIG",
+           "LEADER_REPLICAS_CONFIG", "FOLLOWER_REPLICAS_CONFIG"]
 
 LEADER_RATE_CONFIG = "leader.replication.throttled.rate"
 FOLLOWER_RATE_CONFIG = "follower.replication.throttled.rate"
 LEADER_REPLICAS_CONFIG = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS_CONFIG = "follower.replication.throttled.replicas"
 # The throttled-replicas value that names every replica (Kafka's wildcard).
-ALL_REPLICAS = "*"
 
 
 class TokenBucket:
@@ -97,28 +96,6 @@ class TokenBucket:
             return now_ms
         missing = 1 - self.tokens
         return now_ms + max(1, int(-(-missing * 1000 // self.rate_bytes_per_s)))
-
-
-def parse_throttled_replicas(value: str) -> frozenset[tuple[int, int]] | str:
-    """A throttled-replicas config value: ``ALL_REPLICAS``, or the set of
-    (partition, broker) pairs it lists (empty for "").
-
-    Raises
-    ------
-    InvalidConfigError
-        Not ``*`` nor a comma-separated list of ``partition:broker``.
-    """
-    text = value.strip()
-    if text == ALL_REPLICAS:
-        return ALL_REPLICAS
-    pairs = set()
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        partition, colon, broker = item.partition(":")
-        if not colon or not partition.strip().isdigit() or not broker.strip().isdigit():
-            raise InvalidConfigError(f"throttled replicas {value!r}: {item!r} is not "
-                                     f"partition:broker (or give {ALL_REPLICAS!r})")
-        pairs.add((int(partition), int(broker)))
-    return frozenset(pairs)
 
 
 def _rate(config: Mapping[str, str], name: str) -> int | None:

@@ -85,7 +85,7 @@ def test_the_broker_side_uses_the_codes_and_topics_the_clients_read():
 
 
 def test_the_layout_limits_are_there_when_asked_for():
-    # The limits that follow from the layouts are computed on first use.
+    # The limits that follow from the layouts are stated in limits and checked by the layouts.
     from shmlog import batch_layout, index_layout, limits
     from shmlog.limits import INDEX_SIZE_MIN
     assert limits.BATCH_SIZE_MIN == batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH

@@ -11,8 +11,8 @@ from shmlog.errors import InvalidConfigError, InvalidReassignmentError, ZnodeFor
 from shmlog.reassignment import (MovingAssignment, ReassignmentStatus, StepKind,
                                  check_request, follower_throttled_replicas,
                                  leader_throttled_replicas, moving_assignment, step, status)
-from shmlog.replication_throttle import (ALL_REPLICAS, ReplicationThrottle, TokenBucket,
-                                         parse_throttled_replicas)
+from shmlog.config import ALL_REPLICAS, parse_throttled_replicas
+from shmlog.replication_throttle import ReplicationThrottle, TokenBucket
 from shmlog.zk_paths import PartitionState
 
 CONTROLLER_EPOCH = 7
