@@ -27,9 +27,9 @@ $(STAMP): setup.cfg pyproject.toml
 	@echo "shmlog: dependencies installed"
 
 # Every kernel compiled once, in one process, before anything runs (see
-# shmlog/compile_kernels.py); a second or two when numba's cache holds them.
+# shmlog/devtools/compile_kernels.py); a second or two when numba's cache holds them.
 kernels: $(STAMP)
-	@$(BIN)/python -m shmlog.compile_kernels
+	@$(BIN)/python -m shmlog.devtools.compile_kernels
 
 # The Spark bulk reader's jar, compiled with javac once (shmlog/spark/compile_reader.py);
 # without a JDK it says so and the Spark tests use format("shmlog") alone.

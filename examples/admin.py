@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from shmlog.admin import Admin
+from shmlog.client.admin import Admin
 
 
 def main(data_dir: str | None) -> None:

@@ -15,8 +15,8 @@ import sys
 import time
 
 from shmlog import Consumer, Producer
-from shmlog.admin import Admin
-from shmlog.errors import TopicExistsError
+from shmlog.client.admin import Admin
+from shmlog.common.errors import TopicExistsError
 
 RECORDS = 30
 DEADLINE_S = 60

@@ -14,8 +14,8 @@ import sys
 import numpy as np
 
 from shmlog import Consumer, Producer, TopicPartition
-from shmlog.admin import Admin
-from shmlog.errors import TopicExistsError
+from shmlog.client.admin import Admin
+from shmlog.common.errors import TopicExistsError
 
 READING = np.dtype([("time_ns", "<i8"), ("sensor", "<u4"), ("celsius", "<f4")])
 BLOCKS, ROWS = 10, 1000

@@ -47,11 +47,12 @@ sys.path.insert(0, REPOSITORY)
 
 import numpy as np  # noqa: E402
 
-from shmlog import LogManager, shared_memory  # noqa: E402
-from shmlog.appender import Appender  # noqa: E402
-from shmlog.records import encode_batch  # noqa: E402
+from shmlog import LogManager  # noqa: E402
+from shmlog.shm import shared_memory  # noqa: E402
+from shmlog.broker.appender import Appender  # noqa: E402
+from shmlog.record.records import encode_batch  # noqa: E402
 from shmlog.ring import Ring  # noqa: E402
-from shmlog.state import PartitionStateTable  # noqa: E402
+from shmlog.shm.state import PartitionStateTable  # noqa: E402
 from bounds import memcpy_rate  # noqa: E402
 
 MIB = 1 << 20
@@ -60,7 +61,7 @@ RING_SIZE = 16 * MIB
 PRODUCER = textwrap.dedent("""
     import sys
     import numpy as np
-    from shmlog.records import encode_batch
+    from shmlog.record.records import encode_batch
     from shmlog.ring import Ring
     ring = Ring.attach(sys.argv[1])
     batches_total, records, size = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

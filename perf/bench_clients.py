@@ -25,14 +25,14 @@ One broker for the whole run; one topic per figure, created up front.
   given) calls ``send`` once per value of ``--records`` distinct random values made
   before the clock starts; the clock runs from the first ``send`` until the last
   future resolved (``flush`` then ``get``).
-* ``send_batch``: 10 x ``--records`` rows in batches of 1000 (``shmlog.perf.produce``,
+* ``send_batch``: 10 x ``--records`` rows in batches of 1000 (``shmlog.devtools.perf.produce``,
   the ``shmlog perf produce`` tool).
 * ``poll``: a fresh consumer process (``auto_offset_reset="earliest"``) calls
   ``poll(timeout_ms=500, max_records=10_000)`` and touches every record's value
   (``for r in recs: n += len(r.value)``) until it has read the linger-5 run's records.
 * iteration: another fresh consumer reads the same records with ``for record in
   consumer`` (``consumer_timeout_ms`` bounds an idle wait), touching every value.
-* ``poll_batch``: columns of the ``send_batch`` run (``shmlog.perf.consume``).
+* ``poll_batch``: columns of the ``send_batch`` run (``shmlog.devtools.perf.consume``).
   The consumers' clocks start once the consumer is constructed and stop at the
   last record read; the constructors' own times are in the JSON (``construct_s``).
 * e2e latency: a consumer process (``poll`` as above) is started and waits on an
@@ -195,7 +195,7 @@ def send_records(data_dir: str, topic: str, records: int, linger_ms: int) -> dic
 
 
 def send_batches(data_dir: str, topic: str, records: int) -> dict:
-    from shmlog import perf
+    from shmlog.devtools import perf
     return perf.produce(data_dir, topic, records, RECORD_SIZE, batch_records=BATCH_RECORDS)
 
 
@@ -237,7 +237,7 @@ def iterate_records(data_dir: str, topic: str, records: int) -> dict:
 
 
 def poll_batches(data_dir: str, topic: str, records: int) -> dict:
-    from shmlog import perf
+    from shmlog.devtools import perf
     return perf.consume(data_dir, topic, records, batch=True)
 
 
@@ -432,8 +432,8 @@ def measure(data_dir: str, broker_pid: int, records: int, rate: int, seconds: fl
 def remove_data(data_dir: str) -> list[str]:
     """Remove the data directory and every /dev/shm object its broker or clients
     left (a client killed on a timeout leaves its ring); those names."""
-    from shmlog import shared_memory
-    from shmlog.broker import shared_memory_prefix
+    from shmlog.shm import shared_memory
+    from shmlog.server.broker import shared_memory_prefix
     prefix = shared_memory_prefix(data_dir)
     left = [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
     for name in left:

@@ -12,11 +12,11 @@ up. Each throughput is printed beside the same run's memcpy bandwidth
 Method
 ------
 A ZooKeeper of its own (tickTime 500 ms) and three brokers
-(``shmlog.local_cluster.LocalCluster``, broker i on 127.0.0.i, session timeout
+(``shmlog.devtools.local_cluster.LocalCluster``, broker i on 127.0.0.i, session timeout
 ``SESSION_TIMEOUT_MS``); one partition, replication factor 3, min.insync.replicas 2.
 The producer runs in this process, on the leader's "host" (its data directory).
 
-* Throughput: ``shmlog.perf.produce`` (the ``shmlog perf produce`` tool) sends
+* Throughput: ``shmlog.devtools.perf.produce`` (the ``shmlog perf produce`` tool) sends
   ``--records`` records of 100 bytes with ``send_batch`` (1000 rows a call) and
   ``--records / 10`` with one ``send`` per record, each with acks=1 and acks=all,
   into one topic per figure; the clock stops when the last is acknowledged. For
@@ -130,7 +130,7 @@ QUICK = {"records": 20_000, "catch_up_mb": 2}
 
 
 def wait_for(condition, what: str):
-    from shmlog.local_cluster import poll_until
+    from shmlog.devtools.local_cluster import poll_until
     return poll_until(condition, WAIT_S, what, POLL_S)
 
 
@@ -155,7 +155,7 @@ def create(cluster, topic: str) -> int:
 
 
 def throughput(cluster, records: int) -> dict:
-    from shmlog import perf
+    from shmlog.devtools import perf
     found = {}
     for kind, count, batch in (("send_batch", records, BATCH_RECORDS),
                                ("send", records // PER_RECORD_SHARE, 0)):
@@ -208,7 +208,7 @@ def latency(cluster, acks) -> dict:
 
 def _acknowledged_somewhere(cluster, topic: str, survivors) -> bool:
     from shmlog import Producer
-    from shmlog.errors import ShmlogError
+    from shmlog.common.errors import ShmlogError
     try:
         leader = describe(cluster, survivors[0], topic)["leader"]
         if leader not in survivors:
@@ -240,7 +240,7 @@ def failover(cluster) -> list[float]:
 
 
 def catch_up(cluster, megabytes: int) -> dict:
-    from shmlog import perf
+    from shmlog.devtools import perf
     topic = "catch-up"
     leader = create(cluster, topic)
     follower = next(broker_id for broker_id in cluster.brokers if broker_id != leader)
@@ -263,7 +263,7 @@ def catch_up(cluster, megabytes: int) -> dict:
 
 def acks_all_figures(cluster, records: int) -> dict:
     """send_batch acks=all throughput and acks=all latency: what CurveZMQ may cost."""
-    from shmlog import perf
+    from shmlog.devtools import perf
     topic = "curve-cost-send-batch"
     leader = create(cluster, topic)
     found = perf.produce(cluster.data_dir(leader), topic, records, RECORD_SIZE,
@@ -276,7 +276,7 @@ def acks_all_figures(cluster, records: int) -> dict:
 
 def curve_cost(server, directory: str, records: int) -> dict:
     """The acks=all figures with plain TCP and with CurveZMQ, and their ratio."""
-    from shmlog.local_cluster import LocalCluster
+    from shmlog.devtools.local_cluster import LocalCluster
     found = {}
     for security in ("plaintext", "curve"):
         with LocalCluster(os.path.join(directory, security), 3,
@@ -343,8 +343,8 @@ def main() -> int:
     if arguments.quick:
         arguments.records, arguments.catch_up_mb = QUICK["records"], QUICK["catch_up_mb"]
     from bounds import memcpy_rate
-    from shmlog.local_cluster import LocalCluster
-    from shmlog.zookeeper import ZooKeeperServer
+    from shmlog.devtools.local_cluster import LocalCluster
+    from shmlog.devtools.zookeeper import ZooKeeperServer
     memcpy = memcpy_rate()
     directory = tempfile.mkdtemp(prefix="shmlog-bench-cluster-")
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -64,8 +64,8 @@ POLL_S = 0.02
 # acknowledged commit (flushed: the bench reads it while the member runs).
 MEMBER = r"""
 import os, sys, time
-from shmlog.consumer import Consumer
-from shmlog.errors import ShmlogError
+from shmlog.client.consumer import Consumer
+from shmlog.common.errors import ShmlogError
 data_dir, group, topic, log_path, stop_path, session_ms = sys.argv[1:7]
 with open(log_path, "a", buffering=1) as out, Consumer(
         topic, bootstrap=data_dir, group_id=group, auto_offset_reset="earliest",
@@ -84,14 +84,14 @@ with open(log_path, "a", buffering=1) as out, Consumer(
 
 
 def wait_for(condition, what: str):
-    from shmlog.local_cluster import poll_until
+    from shmlog.devtools.local_cluster import poll_until
     return poll_until(condition, WAIT_S, what, POLL_S)
 
 
 def ask(cluster, broker_id: int, request_type: str, **fields):
     """A request through a broker; None when refused (the coordinator moving)."""
-    from shmlog.control_client import request
-    from shmlog.errors import ShmlogError
+    from shmlog.protocol.control_client import request
+    from shmlog.common.errors import ShmlogError
     try:
         return request(cluster.data_dir(broker_id), request_type, timeout_ms=2000, **fields)
     except ShmlogError:
@@ -102,7 +102,7 @@ def coordinator(cluster, not_in=()) -> int | None:
     """The group's coordinator, once every running broker names the same live one
     (a restarted broker's view may lag) and that one leads the partition itself."""
     from shmlog import Admin
-    from shmlog.errors import ShmlogError
+    from shmlog.common.errors import ShmlogError
     from shmlog.groups import OFFSETS_TOPIC, offsets_partition
     partition = offsets_partition(GROUP, OFFSETS_PARTITIONS)
     try:
@@ -120,7 +120,7 @@ def coordinator(cluster, not_in=()) -> int | None:
 def live_brokers(cluster) -> list[int]:
     """The live brokers as the lowest running broker sees them (all, if it cannot say)."""
     from shmlog import Admin
-    from shmlog.errors import ShmlogError
+    from shmlog.common.errors import ShmlogError
     try:
         return Admin(cluster.data_dir(min(cluster.brokers)), timeout_ms=2000).describe_topic(
             TOPIC)["live_brokers"]
@@ -132,7 +132,7 @@ def whole_isr(cluster) -> bool:
     """Is every broker in the ISR of the group's offsets partition (a restarted one
     caught up), so that any of them may be elected?"""
     from shmlog import Admin
-    from shmlog.errors import ShmlogError
+    from shmlog.common.errors import ShmlogError
     from shmlog.groups import OFFSETS_TOPIC, offsets_partition
     try:
         entry = Admin(cluster.data_dir(1), timeout_ms=2000).describe_topic(OFFSETS_TOPIC)[
@@ -174,7 +174,7 @@ def start_members(cluster, brokers, directory: str, stop_path: str):
 
 def one_round(cluster, directory: str, round_number: int) -> dict:
     """Members on the two non-coordinators; kill the coordinator; time the recovery."""
-    from shmlog.producer import Producer
+    from shmlog.client.producer import Producer
     wait_for(lambda: whole_isr(cluster), "the offsets partition's whole ISR")
     victim = wait_for(lambda: coordinator(cluster), "coordinator")
     survivors = sorted(set(cluster.brokers) - {victim})
@@ -224,8 +224,8 @@ def main() -> int:
                                                        "coordinator_failover.json"))
     arguments = parser.parse_args()
     from shmlog import Admin
-    from shmlog.local_cluster import LocalCluster
-    from shmlog.zookeeper import ZooKeeperServer
+    from shmlog.devtools.local_cluster import LocalCluster
+    from shmlog.devtools.zookeeper import ZooKeeperServer
     directory = tempfile.mkdtemp(prefix="shmlog-bench-coordinator-")
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

@@ -44,8 +44,8 @@ import numpy as np  # noqa: E402
 
 from bounds import memcpy_rate  # noqa: E402
 from shmlog import Admin, Broker, Producer  # noqa: E402
-from shmlog.broker import request  # noqa: E402
-from shmlog.errors import GroupIdNotFoundError  # noqa: E402
+from shmlog.server.broker import request  # noqa: E402
+from shmlog.common.errors import GroupIdNotFoundError  # noqa: E402
 
 PARTITIONS = 48
 MEMBERS = 8
@@ -55,7 +55,7 @@ WAIT_S = 300
 
 MEMBER = r"""
 import json, os, sys, time
-from shmlog.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
+from shmlog.client.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
 
 data_dir, group, strategy, events_path, stop_path, session_ms, go_path = sys.argv[1:8]
 events = open(events_path, "a", buffering=1)

@@ -112,9 +112,9 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "num
 import numba  # noqa: E402
 
 import shmlog  # noqa: E402
-import shmlog.limits  # noqa: E402
-from shmlog.config import TopicConfig  # noqa: E402
-from shmlog.records import decode_columns, encode_batch, validate_batches  # noqa: E402
+import shmlog.common.limits  # noqa: E402
+from shmlog.storage.topic_config import TopicConfig  # noqa: E402
+from shmlog.record.records import decode_columns, encode_batch, validate_batches  # noqa: E402
 from shmlog.segments import PartitionLog  # noqa: E402
 
 MIB = 1 << 20
@@ -126,7 +126,7 @@ DISTINCT_BATCHES = 4                # pre-encoded batches appended round-robin
 MULTI_BATCH_COUNT = 16              # batches per append call in the multi-batch variant
 READ_SIZES = (1 * MIB, 4 * MIB)
 # The appender's reservation step (16 MiB when this was written).
-POPULATE_STEP_SIZE = getattr(shmlog.limits, "SEGMENT_PREALLOCATE_STEP_SIZE", 16 * MIB)
+POPULATE_STEP_SIZE = getattr(shmlog.common.limits, "SEGMENT_PREALLOCATE_STEP_SIZE", 16 * MIB)
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)     # Linux >= 5.14
 # Goals, as shares of memcpy bandwidth: an append is one copy, a read a zero-copy view.
 APPEND_GOAL = 0.30
@@ -411,7 +411,7 @@ def measure_append(directory: str, batches: list[np.ndarray], records_total: int
     shutil.rmtree(directory, ignore_errors=True)
     batches_total = -(-records_total // records_per_batch)
     if prepopulate:
-        segment_bytes = min(shmlog.limits.SEGMENT_SIZE_MAX, batches_total * batch_size + MIB)
+        segment_bytes = min(shmlog.common.limits.SEGMENT_SIZE_MAX, batches_total * batch_size + MIB)
     log = PartitionLog(directory, _config(segment_bytes))
     if prepopulate:
         log.active.reserve(batches_total * batch_size)

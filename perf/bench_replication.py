@@ -49,7 +49,7 @@ import time
 import numpy as np
 import zmq
 
-from shmlog.replication import Fetch, FetchPartition, FetchResponse, FetchResponsePartition, \
+from shmlog.cluster.replication.protocol import Fetch, FetchPartition, FetchResponse, FetchResponsePartition, \
     ErrorCode
 from shmlog.zmq_replication import (CurveSecurity, ReceivedRequest, ReceivedResponse,
                                     ReplicationEndpoint)

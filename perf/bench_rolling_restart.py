@@ -11,7 +11,7 @@ benchmark never asserts.
 Method
 ------
 A ZooKeeper of its own (tickTime 500 ms), three brokers
-(``shmlog.local_cluster.LocalCluster``, session timeout ``SESSION_TIMEOUT_MS``,
+(``shmlog.devtools.local_cluster.LocalCluster``, session timeout ``SESSION_TIMEOUT_MS``,
 automatic leader rebalance off), a topic of ``PARTITIONS`` partitions, RF 3,
 min.insync.replicas 2. One probe thread per partition sends one acks=all record at a
 time (linger 0) to the partition's current leader (found by asking the brokers, as
@@ -95,7 +95,7 @@ STEADY_S = 2.0                 # acknowledgements before the first restart (the 
 
 
 def wait_for(condition, what: str):
-    from shmlog.local_cluster import poll_until
+    from shmlog.devtools.local_cluster import poll_until
     return poll_until(condition, WAIT_S, what, POLL_S)
 
 
@@ -103,7 +103,7 @@ def whole_isr(cluster, broker_id: int, partition: int) -> bool:
     """Whether ``broker_id`` sees every broker in the partition's ISR (False when it
     does not answer in time: a loaded machine)."""
     from shmlog import Admin
-    from shmlog.errors import ShmlogError
+    from shmlog.common.errors import ShmlogError
     try:
         described = Admin(cluster.data_dir(broker_id), timeout_ms=LOOK_TIMEOUT_MS).describe_topic(
             TOPIC)["partitions"][partition]
@@ -128,7 +128,7 @@ class Probe(threading.Thread):
 
     def _leader(self) -> int | None:
         """The running leader ZooKeeper names (None: none, or not running here)."""
-        from shmlog.errors import ShmlogError
+        from shmlog.common.errors import ShmlogError
         try:
             state, _ = self.session.read_partition_state(TOPIC, self.partition)
         except ShmlogError:
@@ -141,7 +141,7 @@ class Probe(threading.Thread):
 
     def _acknowledged(self, future, leader: int) -> bool:
         """Wait for ``future``; False when the leader moved meanwhile."""
-        from shmlog.errors import ShmlogError
+        from shmlog.common.errors import ShmlogError
         deadline = time.monotonic() + SEND_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -156,7 +156,7 @@ class Probe(threading.Thread):
 
     def run(self) -> None:
         from shmlog import Producer
-        from shmlog.errors import ShmlogError
+        from shmlog.common.errors import ShmlogError
         while not self.stopping.is_set():
             leader = self._leader()
             if leader is None:
@@ -179,7 +179,7 @@ class Probe(threading.Thread):
 
 
 def _close_quietly(producer) -> None:
-    from shmlog.errors import ShmlogError
+    from shmlog.common.errors import ShmlogError
     try:
         producer.close(timeout=0.5)
     except ShmlogError:
@@ -243,9 +243,9 @@ def leave(cluster, session, broker_id: int, probes, how: signal.Signals) -> dict
 
 def run(directory: str) -> dict:
     from shmlog import Admin
-    from shmlog.local_cluster import LocalCluster
-    from shmlog.zk_client import ClusterZooKeeper
-    from shmlog.zookeeper import ZooKeeperServer
+    from shmlog.devtools.local_cluster import LocalCluster
+    from shmlog.cluster.zk.client import ClusterZooKeeper
+    from shmlog.devtools.zookeeper import ZooKeeperServer
     results = {"host": f"{platform.node()}, {os.cpu_count()} CPUs, "
                        f"Python {platform.python_version()}", "settings": SETTINGS,
                "partitions": PARTITIONS, "restarts": []}

@@ -33,24 +33,25 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .errors import (CommitFailedError, CorruptRecordError, CorruptSegmentError, GroupError,
-                     IllegalGenerationError, InvalidConfigError, RebalanceInProgressError,
-                     UnknownMemberIdError, PartitionNotAssignedError, InvalidPartitionsError,
-                     InvalidTopicError, LocalProtocolError, OffsetOutOfRangeError,
-                     OffsetOverflowError, PeerProtocolError, CorruptRingError,
-                     RecordTooLargeError, RingFullError, ShmlogError, StorageError,
-                     TopicExistsError, UnknownTopicOrPartitionError,
-                     BulkReaderUnavailableError, ClientClosedError)
+from .common.errors import (CommitFailedError, CorruptRecordError, CorruptSegmentError, GroupError,
+                            IllegalGenerationError, InvalidConfigError, RebalanceInProgressError,
+                            UnknownMemberIdError, PartitionNotAssignedError, InvalidPartitionsError,
+                            InvalidTopicError, LocalProtocolError, OffsetOutOfRangeError,
+                            OffsetOverflowError, PeerProtocolError, CorruptRingError,
+                            RecordTooLargeError, RingFullError, ShmlogError, StorageError,
+                            TopicExistsError, UnknownTopicOrPartitionError,
+                            BulkReaderUnavailableError, ClientClosedError)
 
 if TYPE_CHECKING:                    # what static analysers and IDEs see
-    from .admin import Admin
-    from .broker import Broker
-    from .config import TopicConfig
-    from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, GroupMetadata,
-                           OffsetAndMetadata, OffsetAndTimestamp, TopicPartition)
-    from .log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
-    from .producer import BatchMetadata, Producer, RecordMetadata
-    from .records import (Record, RecordColumns, decode_columns, decode_records, encode_batch)
+    from .client.admin import Admin
+    from .server.broker import Broker
+    from .storage.topic_config import TopicConfig
+    from .client.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord,
+                                  GroupMetadata, OffsetAndMetadata, OffsetAndTimestamp,
+                                  TopicPartition)
+    from .storage.log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
+    from .client.producer import BatchMetadata, Producer, RecordMetadata
+    from .record.records import Record, RecordColumns, decode_columns, decode_records, encode_batch
     from .segments import AppendResult, PartitionLog, ReadResult, RecoveryReport
 
 __version__ = "0.1.0"
@@ -74,27 +75,27 @@ __all__ = [
 
 # Where each lazily imported name lives.
 _LAZY = {
-    "Admin": "admin",
-    "Broker": "broker",
-    "TopicConfig": "config",
-    "Consumer": "consumer",
-    "ConsumerRebalanceListener": "consumer",
-    "ConsumerRecord": "consumer",
-    "GroupMetadata": "consumer",
-    "OffsetAndMetadata": "structs",
-    "OffsetAndTimestamp": "consumer",
-    "TopicPartition": "structs",
-    "DataDirectoryInUseError": "log_manager",
-    "LogManager": "log_manager",
-    "TopicMetadata": "log_manager",
-    "BatchMetadata": "producer",
-    "Producer": "producer",
-    "RecordMetadata": "producer",
-    "Record": "records",
-    "RecordColumns": "records",
-    "decode_columns": "records",
-    "decode_records": "records",
-    "encode_batch": "records",
+    "Admin": "client.admin",
+    "Broker": "server.broker",
+    "TopicConfig": "storage.topic_config",
+    "Consumer": "client.consumer",
+    "ConsumerRebalanceListener": "client.consumer",
+    "ConsumerRecord": "client.consumer",
+    "GroupMetadata": "client.consumer",
+    "OffsetAndMetadata": "common.structs",
+    "OffsetAndTimestamp": "client.consumer",
+    "TopicPartition": "common.structs",
+    "DataDirectoryInUseError": "storage.log_manager",
+    "LogManager": "storage.log_manager",
+    "TopicMetadata": "storage.log_manager",
+    "BatchMetadata": "client.producer",
+    "Producer": "client.producer",
+    "RecordMetadata": "client.producer",
+    "Record": "record.records",
+    "RecordColumns": "record.records",
+    "decode_columns": "record.records",
+    "decode_records": "record.records",
+    "encode_batch": "record.records",
     "AppendResult": "segments",
     "PartitionLog": "segments",
     "ReadResult": "segments",

@@ -51,7 +51,7 @@ The member side (:class:`GroupMember`) joins and syncs when the consumer polls,
 heartbeats on a thread of its own, and leaves when the consumer is not polled for
 ``max.poll.interval.ms`` (Kafka's rule: its partitions then go to members that are
 making progress). In a cluster its broker forwards to the group's coordinator
-(``cluster_groups``); a coordinator error (:class:`~shmlog.errors.CoordinatorError`:
+(``cluster_groups``); a coordinator error (:class:`~shmlog.common.errors.CoordinatorError`:
 a failover under way) is retried after ``limits.COORDINATOR_RETRY_BACKOFF_MS``, a
 join's until the rebalance timeout, a commit's or offset fetch's (and a commit's
 unknown outcome, ``RequestTimedOutError``) until the session timeout, as Kafka's
@@ -74,17 +74,18 @@ import uuid
 import zlib
 from typing import Any, Callable, Iterable, Mapping
 
-from .assignors import ASSIGNORS, Subscription, assign
-from .control import require
-from . import limits
-from .internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
-from .errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
-                     CommitFailedError, CoordinatorError, GroupIdNotFoundError,
-                     IllegalGenerationError, InconsistentGroupProtocolError,
-                     JoinCancelledError, LocalProtocolError,
-                     NonEmptyGroupError, OffsetMetadataTooLargeError, OffsetOutOfRangeError,
-                     PartitionNotAssignedError, RebalanceInProgressError, RequestTimedOutError,
-                     ShmlogError, UnknownMemberIdError, UnknownTopicOrPartitionError)
+from .client.assignors import ASSIGNORS, Subscription, assign
+from .protocol.control import require
+from .common import limits
+from .common.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
+from .common.errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
+                            CommitFailedError, CoordinatorError, GroupIdNotFoundError,
+                            IllegalGenerationError, InconsistentGroupProtocolError,
+                            JoinCancelledError, LocalProtocolError, NonEmptyGroupError,
+                            OffsetMetadataTooLargeError, OffsetOutOfRangeError,
+                            PartitionNotAssignedError, RebalanceInProgressError,
+                            RequestTimedOutError, ShmlogError, UnknownMemberIdError,
+                            UnknownTopicOrPartitionError)
 
 log = logging.getLogger(__name__)
 

@@ -96,31 +96,33 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import batch_layout as B
-from . import index_layout as I
-from . import access, limits
-from .config import TopicConfig
-from .errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
-                     OffsetOverflowError, OffsetsOutOfOrderError, RecordTooLargeError,
-                     StorageError, UnexpectedAppendOffsetError)
-from .jit import copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i32, store_i64, store_u16, \
-    store_u32
-from .crc32c import crc32c_kernel
-from .mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
-from .durable_files import fsync_directory, write_atomically
-from .leader_epochs import LeaderEpochCache, epoch_starts
-from .producer_snapshots import (ProducerState, delete_snapshots, read_snapshot, snapshot_offsets,
-                                 write_snapshot)
-from .records import (BatchStatus, Compression, batch_frame, batch_info, check_batch,
-                      check_inflated, check_produced_batch, decode_columns, encode_batch,
-                      inflate_batch, iter_batches, now_ms, recompress_batch)
-from .segment_generation import SegmentGeneration
-from .segment_state import (
-    APPENDED, BASE_OFFSET_WORD, CAPACITY_WORD, INDEXED_TIMESTAMP_WORD, LOOKUP_DAMAGED,
-    LOOKUP_FOUND, LOOKUP_INFLATE, LOOKUP_NOT_FOUND, MAX_TIMESTAMP_WORD, NEED_ROLL, NEED_SPACE,
-    NEXT_OFFSET_WORD, OFFSET_CAPACITY_WORD, OFFSET_ENTRIES_WORD, OFFSET_RESERVED_WORD,
-    POSITION_WORD, REJECTED, RESERVED_WORD, ROLL_TIMESTAMP_WORD, SINCE_INDEX_WORD,
-    TIME_CAPACITY_WORD, TIME_ENTRIES_WORD, TIME_RESERVED_WORD, TIMESTAMP_NONE, new_segment_state)
+from .record import batch_layout as B
+from .storage import index_layout as I
+from .common import access, limits
+from .storage.topic_config import TopicConfig
+from .common.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
+                            OffsetOverflowError, OffsetsOutOfOrderError, RecordTooLargeError,
+                            StorageError, UnexpectedAppendOffsetError)
+from .native.jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i32,
+                         store_i64, store_u16, store_u32)
+from .native.crc32c import crc32c_kernel
+from .storage.mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
+from .storage.durable_files import fsync_directory, write_atomically
+from .storage.leader_epochs import LeaderEpochCache, epoch_starts
+from .storage.producer_snapshots import (ProducerState, delete_snapshots, read_snapshot,
+                                         snapshot_offsets, write_snapshot)
+from .record.records import (BatchStatus, Compression, batch_frame, batch_info, check_batch,
+                             check_inflated, check_produced_batch, decode_columns, encode_batch,
+                             inflate_batch, iter_batches, now_ms, recompress_batch)
+from .storage.segment_generation import SegmentGeneration
+from .storage.segment_state import (APPENDED, BASE_OFFSET_WORD, CAPACITY_WORD,
+                                    INDEXED_TIMESTAMP_WORD, LOOKUP_DAMAGED, LOOKUP_FOUND,
+                                    LOOKUP_INFLATE, LOOKUP_NOT_FOUND, MAX_TIMESTAMP_WORD, NEED_ROLL,
+                                    NEED_SPACE, NEXT_OFFSET_WORD, OFFSET_CAPACITY_WORD,
+                                    OFFSET_ENTRIES_WORD, OFFSET_RESERVED_WORD, POSITION_WORD,
+                                    REJECTED, RESERVED_WORD, ROLL_TIMESTAMP_WORD, SINCE_INDEX_WORD,
+                                    TIME_CAPACITY_WORD, TIME_ENTRIES_WORD, TIME_RESERVED_WORD,
+                                    TIMESTAMP_NONE, new_segment_state)
 
 log = logging.getLogger(__name__)
 

@@ -82,10 +82,12 @@ from typing import Callable, Mapping
 import zmq
 from zmq.utils.z85 import encode as z85_encode
 
-from . import curve_keys, limits, replication_layout
-from .errors import InvalidConfigError, LocalProtocolError, ReplicationProtocolError
-from .replication import Error, ErrorCode, Message, decode, encode
-from .replication_layout import MessageType
+from .config import curve_keys
+from .common import limits
+from .cluster.replication import layout as replication_layout
+from .common.errors import InvalidConfigError, LocalProtocolError, ReplicationProtocolError
+from .cluster.replication.protocol import Error, ErrorCode, Message, decode, encode
+from .cluster.replication.layout import MessageType
 
 __all__ = ["ReplicationEndpoint", "ReceivedRequest", "ReceivedResponse", "RequestFailed",
            "RequestFailure", "CurveSecurity", "configure_socket"]
@@ -135,7 +137,7 @@ class CurveSecurity:
 
     @classmethod
     def from_config(cls, config) -> "CurveSecurity | None":
-        """The security a :class:`~shmlog.cluster_config.ClusterConfig` names (its key
+        """The security a :class:`~shmlog.config.cluster.ClusterConfig` names (its key
         files read now), or None when it says ``plaintext``.
 
         Raises

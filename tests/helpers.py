@@ -10,10 +10,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from shmlog import shared_memory
-from shmlog.broker import shared_memory_prefix
-from shmlog.control import decode_reply, encode_request
-from shmlog.records import decode_records, encode_batch
+from shmlog.shm import shared_memory
+from shmlog.server.broker import shared_memory_prefix
+from shmlog.protocol.control import decode_reply, encode_request
+from shmlog.record.records import decode_records, encode_batch
 
 SHARED_MEMORY_DIRECTORY = "/dev/shm"
 

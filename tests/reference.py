@@ -3,8 +3,8 @@
 Rules
 -----
 * Nothing here imports shmlog. The record batch layout and the ring entry header are
-  written out again from the diagrams in ``shmlog/batch_layout.py`` and
-  ``shmlog/ring_layout.py`` as ``struct`` formats, so a wrong offset in
+  written out again from the diagrams in ``shmlog/record/batch_layout.py`` and
+  ``shmlog/shm/ring_layout.py`` as ``struct`` formats, so a wrong offset in
   the layout module or the kernels shows up as a mismatch instead of being shared.
 * Speed does not matter; each function does the plainest thing that is right:
   a bit-at-a-time CRC, ``struct.pack`` per field, ``bytes`` concatenation.
@@ -74,7 +74,7 @@ assert RECORD_HEADER.size == 28
 assert HEADER_ENTRY.size == 8
 assert struct.pack("<H", BATCH_MAGIC) == b"SL"
 
-# --- ring entries (shmlog/ring_layout.py) ----------------------------------------------
+# --- ring entries (shmlog/shm/ring_layout.py) ----------------------------------------------
 
 # entry_length u32, row u32, entry_number u64, topic_key i64, partition u32, reserved u32
 RING_ENTRY_HEADER = struct.Struct("<IIQqII")

@@ -12,7 +12,7 @@ listens on 127.0.0.1:7077; worker ``i`` binds 127.0.0.(i + 2), so every worker i
 separate executor host as far as Spark is concerned while all of them share this
 machine - and its shmlog broker, which is what reading segments in place needs:
 executors must run where the broker is. With a cluster of brokers on those same
-addresses (``shmlog.local_cluster.LocalCluster`` with ``hosts``), ``--worker-bootstrap
+addresses (``shmlog.devtools.local_cluster.LocalCluster`` with ``hosts``), ``--worker-bootstrap
 HOST=DIR`` points the worker on HOST - and so its executors and their Python workers,
 which inherit its environment - at its host's broker: ``SHMLOG_SPARK_BOOTSTRAP=DIR``
 (``shmlog.spark.locality``). As a library (``start``), the master and the workers
@@ -40,7 +40,7 @@ import time
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
 
-from shmlog.child_process import process_alive  # noqa: E402
+from shmlog.common.child_process import process_alive  # noqa: E402
 from shmlog.spark.locality import TASK_BOOTSTRAP_ENVIRONMENT as BOOTSTRAP_ENVIRONMENT  # noqa: E402
 MASTER_HOST, MASTER_PORT = "127.0.0.1", 7077
 MASTER_URL = f"spark://{MASTER_HOST}:{MASTER_PORT}"

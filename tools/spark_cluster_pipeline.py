@@ -12,7 +12,7 @@ SIGTERM).
 Hosts
 -----
 * ``--namespaces``: three network namespaces ``shmlog-<pid>-host1..3`` joined by
-  a bridge (``shmlog.netns``; nothing is added to this machine's own network),
+  a bridge (``shmlog.devtools.netns``; nothing is added to this machine's own network),
   each a host with its own address (10.213.0.1-3) running one broker and one Spark
   worker bound to it. host1 also runs ZooKeeper, the Spark master and the driver:
   this program starts itself there (``--inside-namespaces``, not for users) and,
@@ -75,12 +75,13 @@ sys.path.insert(0, REPOSITORY)
 sys.path.insert(0, os.path.join(REPOSITORY, "tools"))
 
 import spark_cluster  # noqa: E402
-from shmlog import Admin, Consumer, Producer, TopicPartition, netns  # noqa: E402
-from shmlog.local_cluster import LocalCluster  # noqa: E402
+from shmlog import Admin, Consumer, Producer, TopicPartition  # noqa: E402
+from shmlog.devtools import netns  # noqa: E402
+from shmlog.devtools.local_cluster import LocalCluster  # noqa: E402
 from shmlog.spark import bulk_read, session  # noqa: E402
 from shmlog.spark.locality import placement_locality  # noqa: E402
 from shmlog.spark.source import replica_hosts  # noqa: E402
-from shmlog.zookeeper import ZooKeeperServer  # noqa: E402
+from shmlog.devtools.zookeeper import ZooKeeperServer  # noqa: E402
 
 BROKERS = 3
 TOPIC, PARTITIONS, REPLICATION_FACTOR = "logs", 3, 2

@@ -26,7 +26,7 @@ import argparse
 import logging
 import sys
 
-from ..errors import ShmlogError
+from ..common.errors import ShmlogError
 from . import admin, broker, cluster, console, dump, perf, status, tools, zookeeper
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 

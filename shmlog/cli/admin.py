@@ -4,7 +4,7 @@ adds each partition's offsets and disk use and the configs' sources; ``groups
 describe`` takes ``--all-groups``, ``--members`` and ``--state``; ``reset-offsets``
 takes ``--to-datetime`` and ``--by-duration``).
 
-These verbs only ask the broker something, so they import :class:`~shmlog.admin.Admin`
+These verbs only ask the broker something, so they import :class:`~shmlog.client.admin.Admin`
 (ZeroMQ and the control protocol) and nothing of the data path: no numba, no numpy
 (``tests/integration/test_cli_processes.py`` checks it). Keep it so: a new import
 here must be light too.
@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from ..errors import LocalProtocolError
+from ..common.errors import LocalProtocolError
 from .exit_codes import EXIT_OK, EXIT_USAGE
 from .tools import table
 
@@ -107,7 +107,7 @@ def _check_groups(parser: argparse.ArgumentParser, arguments: argparse.Namespace
 
 
 def _topics(arguments) -> int:
-    from ..admin import Admin
+    from ..client.admin import Admin
     admin = Admin(arguments.data_dir)
     action = arguments.action
     if action == "list":
@@ -209,7 +209,7 @@ def _config_text(value) -> str:
 
 def _cluster_lines(described: dict) -> list[str]:
     """kafka-topics --describe's lines for a topic of a cluster."""
-    from ..cluster_metadata import describe_lines
+    from ..cluster.metadata import describe_lines
     return describe_lines(described["name"], described["topic_id"],
                           {entry["partition"]: (entry["leader"], entry["replicas"], entry["isr"])
                            for entry in described["partitions"]},
@@ -219,7 +219,7 @@ def _cluster_lines(described: dict) -> list[str]:
 def _groups(arguments) -> int:
     """Kafka's kafka-consumer-groups: list, describe (with lag), reset-offsets
     (a dry run unless --execute), delete."""
-    from ..admin import Admin
+    from ..client.admin import Admin
     admin = Admin(arguments.data_dir)
     action = arguments.action
     if action == "list":

@@ -1,6 +1,6 @@
 """``shmlog broker``: run a broker in the foreground until SIGTERM or SIGINT.
 
-Every field of :class:`~shmlog.broker_config.BrokerConfig` but its tables is a
+Every field of :class:`~shmlog.config.broker.BrokerConfig` but its tables is a
 flag (``--name`` for ``name``), so a broker needs no config file; ``--config``
 reads a TOML file, and a flag wins over it. The ``[cluster]`` table is read from
 the file only. The broker itself is imported when the verb runs.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..broker_config import BrokerConfig
-from ..documented import doc_of
+from ..config.broker import BrokerConfig
+from ..common.documented import doc_of
 from .exit_codes import EXIT_OK
 
 __all__ = ["add_parser"]
@@ -37,7 +37,7 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
 
 def _broker(arguments) -> int:
     """Run a broker in the foreground until SIGTERM or SIGINT."""
-    from ..broker import serve
+    from ..server.broker import serve
     settings = {field.name: getattr(arguments, field.name)
                 for field in dataclasses.fields(BrokerConfig)
                 if field.name not in BrokerConfig.TABLE_SETTINGS}

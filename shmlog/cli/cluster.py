@@ -11,7 +11,7 @@ parse.
 per name, printing each public key.
 
 For development and trying cluster mode: it runs
-:class:`shmlog.local_cluster.LocalCluster` (imported when the verb runs, so the other
+:class:`shmlog.devtools.local_cluster.LocalCluster` (imported when the verb runs, so the other
 verbs start without it), prints each broker's data directory (what clients on that
 broker's "host" name) and config file, and prints ``cluster up`` once every broker
 serves. Its brokers talk CurveZMQ with keys made in ``DIR/keys`` (``--plaintext``:
@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 
-from ..limits import ELECT_LEADERS_TIMEOUT_MS_DEFAULT
+from ..common.limits import ELECT_LEADERS_TIMEOUT_MS_DEFAULT
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_parser", "BROKERS_DEFAULT", "DIRECTORY_DEFAULT"]
@@ -166,7 +166,7 @@ def _up(arguments) -> int:
         print(f"shmlog cluster up: {directory} is not empty: give a new directory "
               f"(--dir)", file=sys.stderr)
         return EXIT_FAILURE
-    from ..local_cluster import LocalCluster
+    from ..devtools.local_cluster import LocalCluster
     cluster = LocalCluster(directory, arguments.brokers,
                            zookeeper_connect=arguments.zookeeper_connect,
                            curve=not arguments.plaintext)
@@ -195,8 +195,9 @@ def _keys(arguments) -> int:
     """Write the key pairs; exit 1 (having written none) when a name is invalid or a
     key exists without --force."""
     import json
-    from .. import access, curve_keys
-    from ..errors import InvalidConfigError
+    from ..common import access
+    from ..config import curve_keys
+    from ..common.errors import InvalidConfigError
     try:
         for name in arguments.names:
             curve_keys.check_key_name(name)
@@ -225,7 +226,7 @@ def _status(arguments) -> int:
     """Print the status; exit 1 unless every partition is fully replicated and led and
     a controller is elected (a check a script or a probe can run)."""
     import json
-    from .. import cluster_status
+    from ..cluster import status as cluster_status
     found = cluster_status.read(arguments.zookeeper_connect)
     print(json.dumps(found.as_dict(), indent=2) if arguments.json
           else cluster_status.describe(found), flush=True)
@@ -235,9 +236,10 @@ def _status(arguments) -> int:
 
 def _reassign(arguments) -> int:
     """Run one verb of ``cluster reassign`` (see the module's exit codes)."""
-    from .. import cluster_reassign, zk_paths
-    from ..errors import ShmlogError
-    from ..zk_client import ClusterZooKeeper
+    from ..cluster import reassign as cluster_reassign
+    from ..cluster.zk import paths as zk_paths
+    from ..common.errors import ShmlogError
+    from ..cluster.zk.client import ClusterZooKeeper
     try:
         path = arguments.topics_to_move_json_file or arguments.reassignment_json_file
         with open(path, "rb") as file:
@@ -269,7 +271,7 @@ def _reassign(arguments) -> int:
 
 
 def _generate(zookeeper, topics, arguments) -> int:
-    from .. import cluster_reassign
+    from ..cluster import reassign as cluster_reassign
     current, proposed = cluster_reassign.generate(zookeeper, topics, arguments.broker_ids,
                                                   rack_aware=not arguments.disable_rack_aware)
     print(f"Current partition replica assignment\n{cluster_reassign.encode_request(current)}\n"
@@ -279,7 +281,7 @@ def _generate(zookeeper, topics, arguments) -> int:
 
 
 def _execute(zookeeper, request, throttle) -> int:
-    from .. import cluster_reassign
+    from ..cluster import reassign as cluster_reassign
     current = cluster_reassign.execute(zookeeper, request, throttle)
     print(f"Current partition replica assignment\n\n{cluster_reassign.encode_request(current)}"
           f"\n\nSave this to use as the --reassignment-json-file option during rollback",
@@ -294,7 +296,7 @@ def _execute(zookeeper, request, throttle) -> int:
 
 
 def _verify(zookeeper, request) -> int:
-    from .. import cluster_reassign
+    from ..cluster import reassign as cluster_reassign
     statuses, complete = cluster_reassign.verify(zookeeper, request)
     print("Status of partition reassignment:", flush=True)
     for (topic, partition), verdict in statuses.items():
@@ -306,7 +308,7 @@ def _verify(zookeeper, request) -> int:
 
 
 def _cancel(zookeeper, request) -> int:
-    from .. import cluster_reassign
+    from ..cluster import reassign as cluster_reassign
     cancelled = cluster_reassign.cancel(zookeeper, request)
     print("Successfully cancelled partition reassignments for "
           + (",".join(f"{topic}-{partition}" for topic, partition in cancelled) or "none"),
@@ -327,7 +329,7 @@ def _elect_leaders(arguments) -> int:
     """Run the election; exit 1 if a partition is not led by its preferred replica
     afterwards, or the election could not be asked for or was not carried out."""
     import json
-    from .. import leader_election                  # kazoo: only this verb loads it
+    from ..cluster.controller import leader_election                  # kazoo: only this verb loads it
     elections = leader_election.elect_preferred_leaders(
         arguments.zookeeper_connect, arguments.topic, arguments.partition, arguments.timeout_ms)
     print(json.dumps([election.as_dict() for election in elections], indent=2)

@@ -46,8 +46,8 @@ import stat
 import sys
 import time
 
-from .. import limits
-from ..errors import LocalProtocolError, ShmlogError
+from ..common import limits
+from ..common.errors import LocalProtocolError, ShmlogError
 from .exit_codes import EXIT_OK
 
 __all__ = ["add_produce_parser", "add_consume_parser", "LineReader", "RecordFormatter",
@@ -185,7 +185,7 @@ class RecordFormatter:
         self.null = properties["null.literal"].encode()
 
     def format(self, record) -> bytes:
-        """One line (with its line separator) for a :class:`~shmlog.consumer.ConsumerRecord`."""
+        """One line (with its line separator) for a :class:`~shmlog.client.consumer.ConsumerRecord`."""
         return self.separator.join([self._field(name, record) for name in self.fields]) \
             + self.line_end
 
@@ -398,7 +398,7 @@ def _total_size(sources) -> int | None:
 def _produce(arguments) -> int:
     """Lines from stdin (or files) become records; a bounded window of their futures
     is waited on oldest first."""
-    from ..producer import Producer
+    from ..client.producer import Producer
     reader = _line_reader(arguments)
     sources = [sys.stdin.buffer] if not arguments.files else []
     try:
@@ -464,7 +464,7 @@ class _Stop:
 
 def _start(consumer, arguments) -> None:
     """Subscribe (or assign one partition), and move to the start asked for."""
-    from ..consumer import TopicPartition
+    from ..client.consumer import TopicPartition
     if arguments.partition is not None:
         consumer.assign([TopicPartition(arguments.topic, arguments.partition)])
     else:
@@ -486,7 +486,7 @@ def _start(consumer, arguments) -> None:
 
 def _consume(arguments) -> int:
     """Print records until Ctrl-C, ``--max-messages`` or ``--timeout-ms``."""
-    from ..consumer import Consumer
+    from ..client.consumer import Consumer
     reset = "earliest" if arguments.from_beginning else "latest"
     formatter = _formatter(arguments)
     write = _json_line if arguments.format == "json" else formatter.format

@@ -1,7 +1,7 @@
 """``shmlog dump``: print, and with ``--verify`` check, a segment or index file
 (Kafka's kafka-dump-log).
 
-The reading is ``shmlog.dump``'s (imported when the verb runs: it loads numba);
+The reading is ``shmlog.storage.dump``'s (imported when the verb runs: it loads numba);
 this module only prints what it reports. Exit 1 when ``--verify`` found a problem.
 """
 
@@ -44,7 +44,7 @@ def _printable(data: bytes | None, limit: int) -> str:
 
 
 def _dump_log(arguments) -> int:
-    from ..dump import read_segment
+    from ..storage.dump import read_segment
     report = read_segment(arguments.path, with_records=arguments.records or arguments.print_data,
                           verify=arguments.verify)
     if arguments.json:
@@ -90,8 +90,8 @@ def _dump_log(arguments) -> int:
 
 
 def _dump_index(arguments) -> int:
-    from .. import index_layout as I
-    from ..dump import read_index, read_segment, used_entries
+    from ..storage import index_layout as I
+    from ..storage.dump import read_index, read_segment, used_entries
     entries = read_index(arguments.path)
     preallocated = entries.size - used_entries(entries)
     entries = entries[:entries.size - preallocated]
@@ -113,7 +113,7 @@ def _dump_index(arguments) -> int:
 
 def _dump(arguments) -> int:
     """Print (and with --verify check) a segment or index file."""
-    from .. import index_layout as I
+    from ..storage import index_layout as I
     if not os.path.exists(arguments.path):
         print(f"shmlog dump: no such file: {arguments.path}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,7 +1,7 @@
 """``shmlog perf``: throughput and latency against a running broker (Kafka's
 kafka-producer-perf-test, kafka-consumer-perf-test and end-to-end latency tool).
 
-The measuring is ``shmlog.perf``'s (imported when the verb runs); this module
+The measuring is ``shmlog.devtools.perf``'s (imported when the verb runs); this module
 prints its results, and its progress on stderr.
 """
 
@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from .. import limits
+from ..common import limits
 from .exit_codes import EXIT_OK
 
 __all__ = ["add_parser"]
@@ -42,7 +42,7 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
 
 def _perf(arguments) -> int:
     """Kafka-style perf tools against a running broker."""
-    from .. import perf
+    from ..devtools import perf
 
     def progress(done: int, elapsed: float) -> None:
         print(f"  {done:,} records in {elapsed:.1f} s ({done / elapsed:,.0f}/s)",

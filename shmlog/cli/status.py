@@ -23,8 +23,8 @@ import json
 import sys
 import time
 
-from .. import limits
-from ..errors import ShmlogError
+from ..common import limits
+from ..common.errors import ShmlogError
 from .exit_codes import EXIT_OK
 
 __all__ = ["add_parser", "status_lines", "status_json", "read_status"]
@@ -70,12 +70,12 @@ def read_status(data_dir: str | None) -> tuple[dict, object]:
     ShmlogError
         No broker answers.
     """
-    from ..control_client import request
-    from ..paths import default_data_dir
+    from ..protocol.control_client import request
+    from ..common.paths import default_data_dir
     stats = request(data_dir or default_data_dir(), "stats")
     if stats["cluster"] is None:
         return stats, None
-    from .. import cluster_status
+    from ..cluster import status as cluster_status
     try:
         return stats, cluster_status.read(stats["cluster"]["zookeeper_connect"])
     except ShmlogError as error:
@@ -250,7 +250,7 @@ def _cluster_lines(stats: dict, summary) -> list[str]:
     if isinstance(summary, str):
         lines.append(f"cluster status: {summary}")
     elif summary is not None:
-        from .. import cluster_status
+        from ..cluster import status as cluster_status
         lines.extend(cluster_status.describe(summary).splitlines())
     return lines
 

@@ -15,8 +15,8 @@ import json
 import re
 import sys
 
-from .. import delete_records as deletion
-from ..errors import LocalProtocolError, UnknownTopicOrPartitionError
+from ..storage import delete_records as deletion
+from ..common.errors import LocalProtocolError, UnknownTopicOrPartitionError
 from .exit_codes import EXIT_FAILURE, EXIT_OK
 
 __all__ = ["add_offsets_parser", "add_delete_records_parser", "add_log_dirs_parser",
@@ -109,8 +109,8 @@ def partition_filter(pattern: str):
 
 
 def _offsets(arguments) -> int:
-    from ..admin import Admin
-    from ..internal_topics import INTERNAL_TOPICS
+    from ..client.admin import Admin
+    from ..common.internal_topics import INTERNAL_TOPICS
     admin = Admin(arguments.data_dir)
     patterns = [partition_filter(pattern) for argument in arguments.topic_partitions
                 for pattern in argument.split(",")] or [partition_filter("")]
@@ -159,7 +159,7 @@ def _check_delete_records(parser: argparse.ArgumentParser, arguments) -> None:
 
 
 def _delete_records(arguments) -> int:
-    from ..admin import Admin
+    from ..client.admin import Admin
     if arguments.offsets_file is not None:
         try:
             with open(arguments.offsets_file) as source:
@@ -189,7 +189,7 @@ def _delete_records(arguments) -> int:
 
 # -- log-dirs -------------------------------------------------------------------------------
 def _log_dirs(arguments) -> int:
-    from ..admin import Admin
+    from ..client.admin import Admin
     admin = Admin(arguments.data_dir)
     topics = None if arguments.topic_list is None else \
         [name for name in arguments.topic_list.split(",") if name]

@@ -2,7 +2,7 @@
 or SIGINT, for development (cluster mode keeps its metadata in ZooKeeper; production
 points the brokers at an ensemble instead).
 
-The server is :class:`shmlog.zookeeper.ZooKeeperServer`, imported when the verb runs
+The server is :class:`shmlog.devtools.zookeeper.ZooKeeperServer`, imported when the verb runs
 (its subprocess and socket modules would add a sixth to every verb's start-up), so
 the help gives ZooKeeper's defaults as text: ``test_zookeeper.py`` checks they are
 the module's. The verb prints the address it serves once a client can connect, and
@@ -19,7 +19,7 @@ from .exit_codes import EXIT_FAILURE, EXIT_OK
 
 __all__ = ["add_parser", "DEFAULTS_HELP"]
 
-# What the help says of the defaults (shmlog.zookeeper's PORT_DEFAULT, HOST_DEFAULT,
+# What the help says of the defaults (shmlog.devtools.zookeeper's PORT_DEFAULT, HOST_DEFAULT,
 # TICK_TIME_MS_DEFAULT: ZooKeeper's own).
 DEFAULTS_HELP = {"port": 2181, "host": "127.0.0.1", "tick_time_ms": 2000}
 
@@ -43,7 +43,7 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
 
 def _zookeeper(arguments) -> int:
     """Serve until SIGTERM or SIGINT (exit 0), or until the JVM exits (exit 1)."""
-    from .. import zookeeper
+    from ..devtools import zookeeper
     server = zookeeper.ZooKeeperServer(
         arguments.data_dir or zookeeper.default_data_dir(),
         port=zookeeper.PORT_DEFAULT if arguments.port is None else arguments.port,

@@ -14,7 +14,7 @@ Rules
 * ``bootstrap_servers`` is the broker's data directory on this host (a
   ``host:port`` is refused with a message saying so); options with nothing to act
   on here are taken, the ones shmlog cannot honour raise
-  ``UnsupportedKafkaOptionError`` (``shmlog.client_options``).
+  ``UnsupportedKafkaOptionError`` (``shmlog.client.options``).
 * kafka-python's error classes are shmlog's under their Kafka names
   (``shmlog.kafka.errors``), so ``except KafkaError`` catches every shmlog error.
 
@@ -23,9 +23,9 @@ docs/MIGRATING_FROM_KAFKA_PYTHON.md lists what maps one to one and what differs.
 
 from __future__ import annotations
 
-from ..consumer import Consumer, ConsumerRebalanceListener
-from ..errors import UnsupportedKafkaOptionError
-from ..producer import Producer
+from ..client.consumer import Consumer, ConsumerRebalanceListener
+from ..common.errors import UnsupportedKafkaOptionError
+from ..client.producer import Producer
 from .admin import KafkaAdminClient
 from .serializer import Deserializer, Serializer
 from .structs import OffsetAndMetadata, TopicPartition, committed_offset

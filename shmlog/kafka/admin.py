@@ -1,14 +1,14 @@
 """kafka-python's ``kafka.admin``: :class:`KafkaAdminClient` and the request
 objects (``NewTopic``, ``NewPartitions``, ``ConfigResource``,
-``ConfigResourceType``), which are ``shmlog.admin``'s."""
+``ConfigResourceType``), which are ``shmlog.client.admin``'s."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from ..admin import (Admin, ConfigEntry, ConfigResource, ConfigResourceType, GroupInformation,
-                     MemberInformation, NewPartitions, NewTopic)
-from ..structs import ConfigSource
+from ..client.admin import (Admin, ConfigEntry, ConfigResource, ConfigResourceType,
+                            GroupInformation, MemberInformation, NewPartitions, NewTopic)
+from ..common.structs import ConfigSource
 from .structs import OffsetAndMetadata, TopicPartition, committed_offset
 
 __all__ = ["KafkaAdminClient", "NewTopic", "NewPartitions", "ConfigResource",

@@ -1,5 +1,5 @@
 """kafka-python's ``kafka.errors`` names, bound to shmlog's error classes (aliases,
-not copies: ``except KafkaError`` catches every :class:`~shmlog.errors.ShmlogError`,
+not copies: ``except KafkaError`` catches every :class:`~shmlog.common.errors.ShmlogError`,
 ``except TopicAlreadyExistsError`` catches ``TopicExistsError``, and so on).
 
 Each name is the shmlog class that is raised where Kafka raises the named error.
@@ -10,20 +10,20 @@ import, where it is easy to see, rather than silently never catching.
 
 from __future__ import annotations
 
-from ..errors import (BrokerNotAvailableError, ClientClosedError, ClientTimeoutError,
-                      CommitFailedError, CoordinatorLoadInProgressError,
-                      CoordinatorNotAvailableError, CorruptRecordError, GroupIdNotFoundError,
-                      IllegalGenerationError, InconsistentGroupProtocolError,
-                      InvalidConfigError, InvalidPartitionsError, InvalidProducerEpochError,
-                      InvalidReplicaAssignmentError, InvalidReplicationFactorError,
-                      InvalidTopicError, LocalProtocolError, NonEmptyGroupError,
-                      NotCoordinatorError, NotEnoughReplicasAfterAppendError,
-                      NotEnoughReplicasError, NotLeaderOrFollowerError,
-                      OffsetMetadataTooLargeError, OffsetOutOfRangeError,
-                      OutOfOrderSequenceError, RebalanceInProgressError,
-                      ReassignmentInProgressError, RecordTooLargeError, RequestTimedOutError,
-                      ShmlogError, StorageError, TopicExistsError, UnknownMemberIdError,
-                      UnknownTopicOrPartitionError, UnsupportedKafkaOptionError)
+from ..common.errors import (BrokerNotAvailableError, ClientClosedError, ClientTimeoutError,
+                             CommitFailedError, CoordinatorLoadInProgressError,
+                             CoordinatorNotAvailableError, CorruptRecordError, GroupIdNotFoundError,
+                             IllegalGenerationError, InconsistentGroupProtocolError,
+                             InvalidConfigError, InvalidPartitionsError, InvalidProducerEpochError,
+                             InvalidReplicaAssignmentError, InvalidReplicationFactorError,
+                             InvalidTopicError, LocalProtocolError, NonEmptyGroupError,
+                             NotCoordinatorError, NotEnoughReplicasAfterAppendError,
+                             NotEnoughReplicasError, NotLeaderOrFollowerError,
+                             OffsetMetadataTooLargeError, OffsetOutOfRangeError,
+                             OutOfOrderSequenceError, RebalanceInProgressError,
+                             ReassignmentInProgressError, RecordTooLargeError, RequestTimedOutError,
+                             ShmlogError, StorageError, TopicExistsError, UnknownMemberIdError,
+                             UnknownTopicOrPartitionError, UnsupportedKafkaOptionError)
 
 __all__ = [
     "KafkaError", "BrokerResponseError", "KafkaTimeoutError", "NoBrokersAvailable",

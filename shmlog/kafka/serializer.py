@@ -1,7 +1,7 @@
 """kafka-python's ``kafka.serializer``: the base classes of serializer objects.
 A client calls ``serialize(topic, value)`` (``deserialize(topic, data)``) on an
 object that has it, and a plain function with the value alone
-(``shmlog.client_options``)."""
+(``shmlog.client.options``)."""
 
 from __future__ import annotations
 

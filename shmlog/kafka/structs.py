@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..consumer import OffsetAndTimestamp
-from ..structs import OffsetAndMetadata as ShmlogOffsetAndMetadata
-from ..structs import TopicPartition
+from ..client.consumer import OffsetAndTimestamp
+from ..common.structs import OffsetAndMetadata as ShmlogOffsetAndMetadata
+from ..common.structs import TopicPartition
 
 __all__ = ["TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "committed_offset"]
 

@@ -23,7 +23,7 @@ Planning (on the driver) asks the local broker for metadata and reads offsets fr
 its partition state table, then cuts every partition's offset range into Spark
 partitions (one per log partition, more when a range is large or
 ``minPartitions`` asks). A task maps the partition's segments read-only through a
-:class:`~shmlog.consumer.Consumer` of the broker on its own host, reads only below
+:class:`~shmlog.client.consumer.Consumer` of the broker on its own host, reads only below
 the high watermark, and turns each fetched chunk into one Arrow record batch:
 keys and values are gathered into Arrow's binary layout by a compiled kernel, the
 other columns are numpy arrays handed to Arrow as they are.
@@ -70,7 +70,7 @@ Python worker to the JVM. Its Java sources ship in the package
 caches the jar. Where
 that cannot be done (no JDK, a compile error), :func:`session` still works with
 ``format("shmlog")``: it logs why once, and :func:`bulk_read` raises
-:class:`~shmlog.errors.BulkReaderUnavailableError` with that reason.
+:class:`~shmlog.common.errors.BulkReaderUnavailableError` with that reason.
 
 Modules
 -------

@@ -12,7 +12,7 @@ Rules
   it ahead of any session.
 * Where that cannot be done (no JDK, a compile error), a session still works with
   ``format("shmlog")``: :func:`session_settings` logs why once per process, and
-  :func:`bulk_read` raises :class:`~shmlog.errors.BulkReaderUnavailableError` with
+  :func:`bulk_read` raises :class:`~shmlog.common.errors.BulkReaderUnavailableError` with
   that reason.
 * The plan is made in Python (:func:`~shmlog.spark.source.plan_batch`, the same as
   ``format("shmlog")``'s) and handed to the JVM as JSON (:func:`bulk_plan`).
@@ -44,10 +44,10 @@ import zipfile
 
 import pyspark
 
-from .. import limits
-from ..control_client import request
-from ..errors import BulkReaderUnavailableError, ShmlogError
-from ..state import topic_key
+from ..common import limits
+from ..protocol.control_client import request
+from ..common.errors import BulkReaderUnavailableError, ShmlogError
+from ..shm.state import topic_key
 from .options import ReadOptions
 from .source import plan_batch
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ..errors import BulkReaderUnavailableError
+from ..common.errors import BulkReaderUnavailableError
 from .bulk import bulk_jar
 
 __all__ = ["main"]

@@ -6,7 +6,7 @@ Rules
 * Exactly one of ``subscribe``, ``subscribePattern`` and ``assign`` names what to
   read; ``bootstrap`` is the broker's data directory (default: the default data
   directory).
-* A bad option is a :class:`~shmlog.errors.LocalProtocolError` naming the option
+* A bad option is a :class:`~shmlog.common.errors.LocalProtocolError` naming the option
   and the value given, raised while the query is planned, not in a task.
 * Starting and ending offsets are Kafka's: ``earliest``, ``latest``, or JSON of
   ``{"topic": {"partition": offset}}`` where ``-2`` is earliest and ``-1`` latest;
@@ -19,10 +19,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..consumer import Consumer, TopicPartition
-from ..control_client import request
-from ..errors import LocalProtocolError
-from ..paths import default_data_dir
+from ..client.consumer import Consumer, TopicPartition
+from ..protocol.control_client import request
+from ..common.errors import LocalProtocolError
+from ..common.paths import default_data_dir
 
 __all__ = ["ReadOptions", "option", "flag", "number", "EARLIEST", "LATEST",
            "MAX_RECORDS_PER_PARTITION_DEFAULT"]
@@ -38,7 +38,7 @@ def option(options, name: str, default=None):
 
 def flag(options, name: str, default: bool) -> bool:
     """A true/false option (any case), else ``default``; anything else is refused
-    (:class:`~shmlog.errors.LocalProtocolError`)."""
+    (:class:`~shmlog.common.errors.LocalProtocolError`)."""
     value = str(option(options, name, default)).strip().lower()
     if value not in ("true", "false"):
         raise LocalProtocolError(f"option {name} must be true or false, got {value!r}")
@@ -47,7 +47,7 @@ def flag(options, name: str, default: bool) -> bool:
 
 def number(options, name: str, default: int | None, minimum: int = 1) -> int | None:
     """An integer option of at least ``minimum``, else ``default``; anything else is
-    refused (:class:`~shmlog.errors.LocalProtocolError`)."""
+    refused (:class:`~shmlog.common.errors.LocalProtocolError`)."""
     if option(options, name) is None:
         return default
     try:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
-from ..records import RecordColumns, gather_fields
+from ..record.records import RecordColumns, gather_fields
 
 __all__ = ["SCHEMA", "SCHEMA_WITH_HEADERS", "HEADERS_TYPE", "READ_LOCALITY_FIELD", "to_arrow",
            "read_schema", "with_read_locality"]

@@ -9,7 +9,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from ..errors import ShmlogError
+from ..common.errors import ShmlogError
 from .bulk import session_settings
 from .data_source import register
 

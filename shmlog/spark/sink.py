@@ -25,10 +25,10 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 from pyspark.sql.types import StructType
 
-from .. import batch_layout as B
-from ..errors import LocalProtocolError
-from ..paths import default_data_dir
-from ..producer import Producer, partition_for_key
+from ..record import batch_layout as B
+from ..common.errors import LocalProtocolError
+from ..common.paths import default_data_dir
+from ..client.producer import Producer, partition_for_key
 from .options import option
 
 __all__ = ["WrittenRecords", "write_batches", "BatchWriter", "StreamWriter"]

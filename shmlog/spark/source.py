@@ -3,7 +3,7 @@
 Rules
 -----
 * A task reads only below its broker's high watermark, through a
-  :class:`~shmlog.consumer.Consumer` of *its own host's* broker: the one whose data
+  :class:`~shmlog.client.consumer.Consumer` of *its own host's* broker: the one whose data
   directory is ``SHMLOG_SPARK_BOOTSTRAP`` in the task's environment, else
   ``bootstrap`` (``locality.task_bootstrap``; the Python Data Source API cannot pin
   a task to a host). In a cluster every broker hosts every partition: a task reads
@@ -41,13 +41,13 @@ import numpy as np
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from .. import limits
-from ..consumer import Consumer, TopicPartition
-from ..control_client import request
-from ..errors import (LocalProtocolError, OffsetOutOfRangeError, ReplicaNotCoveringError,
-                      ShmlogError, UnknownTopicOrPartitionError)
-from .locality import (TASK_BOOTSTRAP_ENVIRONMENT, ReadLocality, partition_hosts,
-                       read_locality, task_bootstrap)
+from ..common import limits
+from ..client.consumer import Consumer, TopicPartition
+from ..protocol.control_client import request
+from ..common.errors import (LocalProtocolError, OffsetOutOfRangeError, ReplicaNotCoveringError,
+                             ShmlogError, UnknownTopicOrPartitionError)
+from .locality import (TASK_BOOTSTRAP_ENVIRONMENT, ReadLocality, partition_hosts, read_locality,
+                       task_bootstrap)
 from .options import ReadOptions
 from .schema import to_arrow, with_read_locality
 

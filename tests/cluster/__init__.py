@@ -2,7 +2,7 @@
 
 * ``history.py``: the offset-based history checker (what clients saw and what the
   replicas hold, checked against Kafka's replication promises);
-* ``conftest.py``: the ``topology`` fixture: network namespaces (``shmlog.netns``),
+* ``conftest.py``: the ``topology`` fixture: network namespaces (``shmlog.devtools.netns``),
   cut and healed with drop rules inside them only (skipped, with the reason, without
   root, ``ip`` or ``nft``).
 

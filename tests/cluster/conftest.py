@@ -1,7 +1,7 @@
-"""Fixtures of the cluster tests: network namespaces (``shmlog.netns``) for partition tests.
+"""Fixtures of the cluster tests: network namespaces (``shmlog.devtools.netns``) for partition tests.
 
 ``topology`` gives each test its own namespaces (``shmlog-<pid>-{hub,b1,b2,b3,zk}``,
-see ``shmlog/netns.py``), removed at teardown; the test is skipped, with the reason, when
+see ``shmlog/devtools/netns.py``), removed at teardown; the test is skipped, with the reason, when
 namespaces or nftables cannot be used here (not root, no ``ip`` or ``nft``). The
 first test that asks also removes the namespaces killed test runs left behind.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog import netns
+from shmlog.devtools import netns
 
 
 @pytest.fixture(scope="session")

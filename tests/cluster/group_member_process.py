@@ -21,8 +21,8 @@ import os
 import sys
 import time
 
-from shmlog.consumer import Consumer
-from shmlog.errors import ShmlogError
+from shmlog.client.consumer import Consumer
+from shmlog.common.errors import ShmlogError
 
 # Kafka's smallest session the broker allows (group.min.session.timeout.ms), a
 # heartbeat every second, and a poll bound far above a poll's length.

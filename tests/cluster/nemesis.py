@@ -146,7 +146,7 @@ class Nemesis:
 
     Parameters
     ----------
-    cluster : shmlog.local_cluster.LocalCluster
+    cluster : shmlog.devtools.local_cluster.LocalCluster
     topology : netns.Topology
     members : mapping of broker id to member name
     zookeeper_member : str

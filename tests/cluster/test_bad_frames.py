@@ -27,14 +27,16 @@ import zmq
 
 from cluster.workload import (broker_output, create_topic, describe, replica_offsets,
                               wait_in_sync)
-from shmlog import curve_keys, limits, replication_layout
-from shmlog.admin import Admin
-from shmlog.control_client import request
-from shmlog.producer import Producer
-from shmlog.replication import (EpochEnd, EpochEndPartition, EpochEndResponse, Error, ErrorCode,
+from shmlog.config import curve_keys
+from shmlog.common import limits
+from shmlog.cluster.replication import layout as replication_layout
+from shmlog.client.admin import Admin
+from shmlog.protocol.control_client import request
+from shmlog.client.producer import Producer
+from shmlog.cluster.replication.protocol import (EpochEnd, EpochEndPartition, EpochEndResponse, Error, ErrorCode,
                                 Fetch, FetchPartition, FetchResponse, Message, Produce,
                                 ProducePartition, decode, encode)
-from shmlog.state import topic_key
+from shmlog.shm.state import topic_key
 
 TOPIC = "framed"
 STRANGER = 77                  # a broker id no broker has

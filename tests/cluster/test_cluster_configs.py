@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 
 from cluster import workload
-from shmlog.admin import Admin, ConfigResource, ConfigResourceType, NewTopic
-from shmlog.config import ConfigSource
-from shmlog.errors import InvalidReplicationFactorError, LocalProtocolError
+from shmlog.client.admin import Admin, ConfigResource, ConfigResourceType, NewTopic
+from shmlog.storage.topic_config import ConfigSource
+from shmlog.common.errors import InvalidReplicationFactorError, LocalProtocolError
 
 
 def test_config_sources_in_a_cluster(shared_cluster):

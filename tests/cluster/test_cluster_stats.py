@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from shmlog.control_client import request
+from shmlog.protocol.control_client import request
 from cluster.workload import WAIT_S, create_topic, wait_for_leader, wait_in_sync
 
 TOPIC = "status-stats"

@@ -30,15 +30,16 @@ from kazoo.client import KazooClient
 from cluster.test_bad_frames import RawPeer, fetch, trusted_peer
 from cluster.workload import (broker_output, create_topic, describe, replica_offsets,
                               start_cluster, stop_cluster, wait_in_sync)
-from shmlog import curve_keys, zk_paths
-from shmlog.admin import Admin
-from shmlog.control import encode_request
-from shmlog.control_client import request
-from shmlog.producer import Producer
-from shmlog.records import encode_batch
-from shmlog.replication import GroupRequest, Produce, ProducePartition
-from shmlog.state import topic_key
-from shmlog.zk_paths import BrokerRegistration
+from shmlog.config import curve_keys
+from shmlog.cluster.zk import paths as zk_paths
+from shmlog.client.admin import Admin
+from shmlog.protocol.control import encode_request
+from shmlog.protocol.control_client import request
+from shmlog.client.producer import Producer
+from shmlog.record.records import encode_batch
+from shmlog.cluster.replication.protocol import GroupRequest, Produce, ProducePartition
+from shmlog.shm.state import topic_key
+from shmlog.cluster.zk.paths import BrokerRegistration
 
 TOPIC = "curved"
 ANSWER_WAIT_MS = 10_000

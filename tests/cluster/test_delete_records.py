@@ -18,10 +18,10 @@ import sys
 import pytest
 from cluster.workload import ADMIN_TIMEOUT_MS, WAIT_S
 
-from shmlog.admin import Admin
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.errors import OffsetOutOfRangeError
-from shmlog.producer import Producer
+from shmlog.client.admin import Admin
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.common.errors import OffsetOutOfRangeError
+from shmlog.client.producer import Producer
 
 SEGMENT_BYTES = 4096          # a few records a segment: deletion has segments to drop
 RECORDS = 300

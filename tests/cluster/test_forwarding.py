@@ -19,11 +19,11 @@ import time
 
 import pytest
 
-from shmlog.admin import Admin
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.errors import RequestTimedOutError, ShmlogError
-from shmlog.local_cluster import LocalCluster
-from shmlog.producer import Producer
+from shmlog.client.admin import Admin
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.common.errors import RequestTimedOutError, ShmlogError
+from shmlog.devtools.local_cluster import LocalCluster
+from shmlog.client.producer import Producer
 
 # The forwarding bound is longer than a failover (a session timeout plus the
 # election), short enough that waiting it out for a leaderless partition is cheap.

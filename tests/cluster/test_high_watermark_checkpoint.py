@@ -23,11 +23,11 @@ import json
 import os
 import signal
 
-from shmlog.admin import Admin
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.high_watermark_checkpoint import CHECKPOINT_FILE
-from shmlog.local_cluster import LocalCluster
-from shmlog.producer import Producer
+from shmlog.client.admin import Admin
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.cluster.replication.high_watermark_checkpoint import CHECKPOINT_FILE
+from shmlog.devtools.local_cluster import LocalCluster
+from shmlog.client.producer import Producer
 
 # A session timeout long enough for G's stop (a few hundred ms of work) to end well
 # before ZooKeeper expires it; a lag time past it, so the leader keeps G in the ISR.

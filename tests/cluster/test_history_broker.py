@@ -18,12 +18,12 @@ import threading
 import time
 
 from cluster.history import History, read_replica
-from shmlog.admin import Admin
-from shmlog.broker import Broker
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.errors import ShmlogError
-from shmlog.log_manager import TOPICS_DIRECTORY
-from shmlog.producer import Producer
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.common.errors import ShmlogError
+from shmlog.storage.log_manager import TOPICS_DIRECTORY
+from shmlog.client.producer import Producer
 
 TOPIC = "history"
 PARTITIONS = 2

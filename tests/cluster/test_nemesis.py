@@ -42,9 +42,9 @@ from cluster.test_groups_across_hosts import (BROKER_SETTINGS, CLUSTER_SETTINGS,
 from cluster.test_partitioned_follower import ip_command, start_zookeeper
 from cluster.workload import (WAIT_S, LeaderFollowingProducer, replica_verdict, stop_cluster,
                               wait_acked, wait_in_sync)
-from shmlog.errors import ShmlogError
+from shmlog.common.errors import ShmlogError
 from shmlog.groups import OFFSETS_TOPIC
-from shmlog.local_cluster import LocalCluster
+from shmlog.devtools.local_cluster import LocalCluster
 
 TOPIC = "nemesis"
 GROUP_ID = "nemesis-group"

@@ -1,4 +1,4 @@
-"""Network namespaces for partition tests (shmlog/netns.py).
+"""Network namespaces for partition tests (shmlog/devtools/netns.py).
 
 Goal: a cut made by ``Topology.cut`` looks like a real partition to TCP and to
 ZeroMQ (packets dropped: timeouts, no errors), a heal restores it (connections
@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from shmlog import netns
+from shmlog.devtools import netns
 
 # A connect to a cut peer must time out well before this; an answer comes in ms.
 CONNECT_TIMEOUT_S = 1.0

@@ -32,7 +32,7 @@ from cluster.history import History
 from cluster.workload import (SETTINGS, WAIT_S, LeaderFollowingProducer, ReplicaReader,
                               check_replicas, create_topic, describe, stop_cluster, wait_acked,
                               wait_for_leader, wait_in_sync)
-from shmlog.local_cluster import LocalCluster
+from shmlog.devtools.local_cluster import LocalCluster
 
 TOPIC = "partitioned"
 ZOOKEEPER_PORT = 2181

@@ -44,9 +44,9 @@ from cluster.workload import (ADMIN_TIMEOUT_MS, WAIT_S, LeaderFollowingProducer,
                               wait_in_sync)
 import pytest
 
-from shmlog import cluster_reassign
-from shmlog.producer import Producer
-from shmlog.zk_client import ClusterZooKeeper
+from shmlog.cluster import reassign as cluster_reassign
+from shmlog.client.producer import Producer
+from shmlog.cluster.zk.client import ClusterZooKeeper
 
 TOPIC = "grown"
 # Bytes/s the moving replicas may copy: the move takes a few seconds at most, with

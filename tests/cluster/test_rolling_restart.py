@@ -30,8 +30,8 @@ import pytest
 from cluster.history import History
 from cluster.workload import (LeaderFollowingProducer, check_replicas, start_cluster,
                               stop_cluster, wait_acked, wait_in_sync, broker_output)
-from shmlog.admin import Admin
-from shmlog.zk_client import ClusterZooKeeper
+from shmlog.client.admin import Admin
+from shmlog.cluster.zk.client import ClusterZooKeeper
 
 TOPIC = "rolling"
 PARTITIONS = 3

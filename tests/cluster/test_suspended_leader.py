@@ -20,12 +20,12 @@ import os
 import signal
 import time
 
-from shmlog.admin import Admin
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.errors import NotLeaderOrFollowerError, ShmlogError
-from shmlog.local_cluster import LocalCluster
-from shmlog.producer import Producer
-from shmlog.zookeeper import ZooKeeperServer
+from shmlog.client.admin import Admin
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.common.errors import NotLeaderOrFollowerError, ShmlogError
+from shmlog.devtools.local_cluster import LocalCluster
+from shmlog.client.producer import Producer
+from shmlog.devtools.zookeeper import ZooKeeperServer
 
 SESSION_TIMEOUT_MS = 4000
 SETTINGS = {"zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS,

@@ -27,7 +27,7 @@ from __future__ import annotations
 from cluster.history import History, read_replica
 from cluster.workload import (broker_output, check_replicas, create_topic, describe,
                               replica_offsets, wait_for_leader, wait_in_sync)
-from shmlog.producer import Producer
+from shmlog.client.producer import Producer
 
 WAIT_S = 60.0
 

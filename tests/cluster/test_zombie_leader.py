@@ -26,8 +26,8 @@ from cluster.history import History
 from cluster.workload import (REFUSALS, SETTINGS, WAIT_S, LeaderFollowingProducer,
                               ReplicaReader, check_replicas, create_topic, describe, wait_acked,
                               wait_for_leader, wait_in_sync)
-from shmlog.errors import ShmlogError
-from shmlog.producer import Producer
+from shmlog.common.errors import ShmlogError
+from shmlog.client.producer import Producer
 
 TOPIC = "zombie"
 ZOMBIE_SENDS = 40

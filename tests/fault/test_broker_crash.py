@@ -18,16 +18,16 @@ import subprocess
 import sys
 import textwrap
 
-from shmlog.admin import Admin
-from shmlog.broker import Broker
-from shmlog.consumer import Consumer
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker
+from shmlog.client.consumer import Consumer
 
 DEADLINE_S = 120
 RECORDS = 20_000
 
 PRODUCER = textwrap.dedent("""
     import json, sys
-    from shmlog.producer import Producer
+    from shmlog.client.producer import Producer
     data_dir, count = sys.argv[1], int(sys.argv[2])
     with Producer(data_dir, batch_size=2048, linger_ms=1) as producer:
         futures = []
@@ -80,8 +80,8 @@ def test_a_killed_broker_loses_nothing_acknowledged_and_duplicates_nothing(data_
 
 
 def test_a_running_consumer_follows_a_restarted_broker(data_dir):
-    from shmlog.consumer import TopicPartition
-    from shmlog.producer import Producer
+    from shmlog.client.consumer import TopicPartition
+    from shmlog.client.producer import Producer
     partition = TopicPartition("events", 0)
     first = Broker(data_dir).start()
     try:

@@ -26,11 +26,11 @@ import random
 import pytest
 
 from helpers import fill_disk, small_tmpfs, unlink_shared_memory
-from shmlog.admin import Admin
-from shmlog.broker import Broker
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.errors import ShmlogError, StorageError
-from shmlog.producer import Producer
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.common.errors import ShmlogError, StorageError
+from shmlog.client.producer import Producer
 
 TMPFS_SIZE = 16 << 20
 SEGMENT_BYTES = 256 << 10

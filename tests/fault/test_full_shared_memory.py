@@ -26,9 +26,9 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 CHILD = textwrap.dedent('''
     import os, sys
     from shmlog import shared_memory
-    from shmlog.errors import StorageError
+    from shmlog.common.errors import StorageError
     from shmlog.ring import Ring
-    from shmlog.state import PartitionStateTable
+    from shmlog.shm.state import PartitionStateTable
 
     def refused(make):
         try:

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from helpers import abandon, all_records, flip_bits
-from shmlog import batch_layout as B
-from shmlog.errors import (CorruptRecordError, CorruptSegmentError, LocalProtocolError,
+from shmlog.record import batch_layout as B
+from shmlog.common.errors import (CorruptRecordError, CorruptSegmentError, LocalProtocolError,
                            RecordTooLargeError)
-from shmlog.records import BatchStatus, encode_batch
-from shmlog.segment_state import (INDEXED_TIMESTAMP_WORD, MAX_TIMESTAMP_WORD, TIME_CAPACITY_WORD,
+from shmlog.record.records import BatchStatus, encode_batch
+from shmlog.storage.segment_state import (INDEXED_TIMESTAMP_WORD, MAX_TIMESTAMP_WORD, TIME_CAPACITY_WORD,
                                   TIME_ENTRIES_WORD)
 
 

@@ -85,7 +85,7 @@ def report(**fields) -> None:
 
 def broker(data_dir: str, settings_json: str) -> None:
     compiled = record_compiles()
-    from shmlog.broker import BrokerConfig, serve
+    from shmlog.server.broker import BrokerConfig, serve
 
     since: dict[str, set[str]] = {}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import unlink_shared_memory
-from shmlog.broker import Broker
+from shmlog.server.broker import Broker
 
 
 @pytest.fixture(scope="package")

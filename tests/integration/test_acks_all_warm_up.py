@@ -27,12 +27,12 @@ CHILD = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from cold_start_child import gained, kernel_signatures
     from shmlog import LogManager
-    from shmlog.appender import Appender, HighWatermarkPolicy
-    from shmlog.broker import BrokerConfig, shared_memory_prefix, warm_kernels
-    from shmlog.completion import CompletionCode
-    from shmlog.records import encode_batch
+    from shmlog.broker.appender import Appender, HighWatermarkPolicy
+    from shmlog.server.broker import BrokerConfig, shared_memory_prefix, warm_kernels
+    from shmlog.shm.completion import CompletionCode
+    from shmlog.record.records import encode_batch
     from shmlog.ring import Ring
-    from shmlog.state import PartitionStateTable
+    from shmlog.shm.state import PartitionStateTable
 
     data_dir = sys.argv[1]
     warm_kernels(BrokerConfig(data_dir=data_dir))

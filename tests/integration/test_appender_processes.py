@@ -21,17 +21,18 @@ import uuid
 import pytest
 
 from helpers import all_records
-from shmlog import LogManager, ring_layout as R, shared_memory
-from shmlog.appender import Appender
-from shmlog.atomics import py_load_acquire
+from shmlog import LogManager
+from shmlog.shm import ring_layout as R, shared_memory
+from shmlog.broker.appender import Appender
+from shmlog.native.atomics import py_load_acquire
 from shmlog.ring import Ring
-from shmlog.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable
 
 DEADLINE_S = 120
 
 PRODUCER = textwrap.dedent("""
     import sys
-    from shmlog.records import encode_batch
+    from shmlog.record.records import encode_batch
     from shmlog.ring import Ring
     ring = Ring.attach(sys.argv[1])
     name, batches = sys.argv[2], int(sys.argv[4])

@@ -22,7 +22,7 @@ import sys
 import pytest
 
 from helpers import SHARED_MEMORY_DIRECTORY, unlink_shared_memory
-from shmlog.broker import shared_memory_prefix
+from shmlog.server.broker import shared_memory_prefix
 
 BENCHMARK = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "perf", "bench_clients.py")

@@ -24,10 +24,10 @@ import zmq
 
 from helpers import all_records
 from shmlog import LogManager
-from shmlog.admin import Admin
-from shmlog.broker import Broker, control_address, shared_memory_prefix
-from shmlog.control import decode_reply, encode_request
-from shmlog.errors import (InvalidConfigError, InvalidTopicError, LocalProtocolError,
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker, control_address, shared_memory_prefix
+from shmlog.protocol.control import decode_reply, encode_request
+from shmlog.common.errors import (InvalidConfigError, InvalidTopicError, LocalProtocolError,
                            ShmlogError, TopicExistsError, UnknownTopicOrPartitionError)
 
 DEADLINE_S = 60
@@ -130,11 +130,11 @@ def test_no_broker_is_a_clear_error(data_dir):
 
 PRODUCER = textwrap.dedent("""
     import sys
-    from shmlog.admin import Admin
-    from shmlog.broker import request
-    from shmlog.records import encode_batch
+    from shmlog.client.admin import Admin
+    from shmlog.server.broker import request
+    from shmlog.record.records import encode_batch
     from shmlog.ring import Ring
-    from shmlog.state import topic_key
+    from shmlog.shm.state import topic_key
     data_dir, ring_name, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     ring = Ring.create(ring_name, 1 << 16)
     request(data_dir, "register_producer", ring=ring_name)
@@ -193,7 +193,7 @@ def test_a_dead_producers_ring_is_reclaimed(data_dir):
 
 
 def test_register_producer_rejects_foreign_names(data_dir):
-    from shmlog.broker import request
+    from shmlog.server.broker import request
     with Broker(data_dir):
         with pytest.raises(LocalProtocolError, match="must be named under"):
             request(data_dir, "register_producer", ring="someone-elses-ring")

@@ -1,4 +1,4 @@
-"""Cluster-wide producer ids (``shmlog.cluster_producer_ids``) against a real ZooKeeper.
+"""Cluster-wide producer ids (``shmlog.cluster.producer_ids``) against a real ZooKeeper.
 
 Goal: brokers of one cluster never hand out the same producer id (a new leader
 would take one producer's batch for another's duplicate); the loop never waits for
@@ -19,11 +19,12 @@ import time
 
 import pytest
 
-from shmlog import limits, zk_paths
-from shmlog.cluster_producer_ids import ClusterProducerIds
-from shmlog.errors import ProducerIdsUnavailableError
-from shmlog.zk_client import ClusterZooKeeper
-from shmlog.zookeeper import ZooKeeperServer
+from shmlog.common import limits
+from shmlog.cluster.zk import paths as zk_paths
+from shmlog.cluster.producer_ids import ClusterProducerIds
+from shmlog.common.errors import ProducerIdsUnavailableError
+from shmlog.cluster.zk.client import ClusterZooKeeper
+from shmlog.devtools.zookeeper import ZooKeeperServer
 
 TIMEOUT_S = 30.0
 SESSION_TIMEOUT_MS = 2000

@@ -27,7 +27,7 @@ import time
 import pytest
 
 from shmlog import Admin, Consumer, Producer, TopicPartition
-from shmlog.broker import WARM_UP_DIRECTORY
+from shmlog.server.broker import WARM_UP_DIRECTORY
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cold_start_child.py")
 REPLY_TIMEOUT_S = 300.0          # a cold numba cache compiles for a minute or more
@@ -137,11 +137,11 @@ def test_a_started_broker_loads_no_kernel_while_it_serves(broker, data_dir):
 
 
 def test_after_compile_kernels_a_broker_compiles_nothing(data_dir):
-    """Once ``python -m shmlog.compile_kernels`` (``make`` runs it) has filled
+    """Once ``python -m shmlog.devtools.compile_kernels`` (``make`` runs it) has filled
     numba's disk cache, a broker only loads: nothing at all is compiled while it
     starts (numba's typed containers, whose own methods are never cached, are made
     and changed by shmlog's cached kernels)."""
-    filled = subprocess.run([sys.executable, "-m", "shmlog.compile_kernels"],
+    filled = subprocess.run([sys.executable, "-m", "shmlog.devtools.compile_kernels"],
                             capture_output=True, text=True, timeout=REPLY_TIMEOUT_S)
     assert filled.returncode == 0, filled.stderr[-3000:]
     assert "kernels ready in" in filled.stdout

@@ -16,10 +16,10 @@ import time
 import pytest
 
 from helpers import unlink_shared_memory
-from shmlog.admin import Admin
-from shmlog.broker import Broker
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.producer import Producer
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.client.producer import Producer
 
 KEYS = 50
 RECORDS = 30_000

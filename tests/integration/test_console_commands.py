@@ -28,10 +28,11 @@ import time
 
 import pytest
 
-from shmlog import cli, limits
-from shmlog.admin import Admin
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.producer import Producer
+from shmlog import cli
+from shmlog.common import limits
+from shmlog.client.admin import Admin
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.client.producer import Producer
 
 TIMEOUT_S = 120
 

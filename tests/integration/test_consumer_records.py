@@ -29,10 +29,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for test
 from helpers import unlink_shared_memory  # noqa: E402
 from reference import CODEC_ZSTD, reference_decode  # noqa: E402
 
-from shmlog.admin import Admin  # noqa: E402
-from shmlog.broker import Broker  # noqa: E402
-from shmlog.consumer import Consumer, ConsumerRecord, TopicPartition  # noqa: E402
-from shmlog.producer import Producer  # noqa: E402
+from shmlog.client.admin import Admin  # noqa: E402
+from shmlog.server.broker import Broker  # noqa: E402
+from shmlog.client.consumer import Consumer, ConsumerRecord, TopicPartition  # noqa: E402
+from shmlog.client.producer import Producer  # noqa: E402
 
 WAIT_S = 60
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
@@ -368,7 +368,7 @@ def test_pause_keeps_buffered_records_until_resume(broker):
 COLD_START = r"""
 import json, sys
 import numba
-from shmlog.consumer import Consumer, TopicPartition
+from shmlog.client.consumer import Consumer, TopicPartition
 
 def signatures():
     return {f"{name}.{attribute}": len(value.signatures)

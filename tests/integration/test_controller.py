@@ -1,4 +1,4 @@
-"""The ZooKeeper client (``shmlog.zk_client``) and the controller (``shmlog.controller``)
+"""The ZooKeeper client (``shmlog.cluster.zk.client``) and the controller (``shmlog.cluster.controller.controller``)
 against a real ZooKeeper: election and fencing (two controllers race and one wins at
 epoch + 1; a deposed controller's checked write is refused and changes nothing; a
 zombie leader's stale ISR write is refused), the controller's jobs (a new topic's
@@ -26,16 +26,16 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from shmlog import zk_paths
-from shmlog.controller import Controller
-from shmlog.errors import (ControllerMovedError, InconsistentClusterIdError,
+from shmlog.cluster.zk import paths as zk_paths
+from shmlog.cluster.controller.controller import Controller
+from shmlog.common.errors import (ControllerMovedError, InconsistentClusterIdError,
                            StaleStateVersionError, TopicExistsError,
                            UnknownTopicOrPartitionError, ZooKeeperConnectionError)
-from shmlog.local_cluster import poll_until
-from shmlog.zk_client import (ClusterZooKeeper, CreateOp, DeleteOp, EventKind, EventQueue,
+from shmlog.devtools.local_cluster import poll_until
+from shmlog.cluster.zk.client import (ClusterZooKeeper, CreateOp, DeleteOp, EventKind, EventQueue,
                               SessionState, SetDataOp)
-from shmlog.zk_paths import BrokerRegistration, PartitionState, TopicAssignment
-from shmlog.zookeeper import ZooKeeperServer
+from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
+from shmlog.devtools.zookeeper import ZooKeeperServer
 
 TIMEOUT_S = 30.0
 STEP_S = 0.02

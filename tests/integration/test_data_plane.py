@@ -21,15 +21,15 @@ import time
 import pytest
 
 from helpers import unlink_shared_memory
-from shmlog.admin import Admin
-from shmlog.broker import Broker, shared_memory_prefix
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker, shared_memory_prefix
 
 DEADLINE_S = 120
 PER_PRODUCER = 3000
 
 PRODUCER = textwrap.dedent("""
     import json, sys
-    from shmlog.producer import Producer
+    from shmlog.client.producer import Producer
     data_dir, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     acknowledged = []
     with Producer(data_dir, batch_size=4096, linger_ms=2) as producer:
@@ -51,7 +51,7 @@ PRODUCER = textwrap.dedent("""
 
 CONSUMER = textwrap.dedent("""
     import json, sys, time
-    from shmlog.consumer import Consumer, TopicPartition
+    from shmlog.client.consumer import Consumer, TopicPartition
     data_dir, partition, expected = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     seen = []
     with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:

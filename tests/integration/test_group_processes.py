@@ -31,13 +31,13 @@ import sys
 
 import pytest
 
-from shmlog import shared_memory
-from shmlog.admin import Admin
-from shmlog.broker import Broker, request, shared_memory_prefix
-from shmlog.errors import GroupIdNotFoundError
-from shmlog.local_cluster import poll_until
-from shmlog.producer import Producer
-from shmlog.reader import warm_kernels
+from shmlog.shm import shared_memory
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker, request, shared_memory_prefix
+from shmlog.common.errors import GroupIdNotFoundError
+from shmlog.devtools.local_cluster import poll_until
+from shmlog.client.producer import Producer
+from shmlog.client.reader import warm_kernels
 
 PARTITIONS = 12
 MEMBERS = 4
@@ -46,8 +46,8 @@ WAIT_S = 60
 
 MEMBER = r"""
 import json, os, sys, time
-from shmlog.consumer import Consumer, ConsumerRebalanceListener
-from shmlog.errors import BrokerNotAvailableError, CommitFailedError
+from shmlog.client.consumer import Consumer, ConsumerRebalanceListener
+from shmlog.common.errors import BrokerNotAvailableError, CommitFailedError
 
 data_dir, group, out_path, stop_path, strategy = sys.argv[1:6]
 out = open(out_path, "a", buffering=1)

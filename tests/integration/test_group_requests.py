@@ -16,18 +16,18 @@ import pytest
 import zmq
 
 from helpers import unlink_shared_memory
-from shmlog.admin import Admin
-from shmlog.broker import Broker, control_address, request
-from shmlog.consumer import (Consumer, ConsumerRebalanceListener, OffsetAndMetadata,
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker, control_address, request
+from shmlog.client.consumer import (Consumer, ConsumerRebalanceListener, OffsetAndMetadata,
                              TopicPartition)
-from shmlog.control import encode_request
-from shmlog.errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
+from shmlog.protocol.control import encode_request
+from shmlog.common.errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
                            IllegalGenerationError, InvalidTopicError, LocalProtocolError,
                            NonEmptyGroupError, OffsetMetadataTooLargeError,
                            OffsetOutOfRangeError, PartitionNotAssignedError,
                            UnknownMemberIdError, UnknownTopicOrPartitionError)
 from shmlog.groups import OFFSETS_TOPIC, GroupMember, MemberConfig
-from shmlog.producer import Producer
+from shmlog.client.producer import Producer
 
 # A session of 3 s: long enough that a loaded 2-core machine never expires a live
 # member (the tests here do not wait for expiry).

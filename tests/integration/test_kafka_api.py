@@ -25,15 +25,15 @@ import time
 import pytest
 
 from helpers import unlink_shared_memory
-from shmlog.admin import (Admin, ConfigResource, ConfigResourceType, NewPartitions, NewTopic)
-from shmlog.broker import Broker
-from shmlog.config import ConfigSource
-from shmlog.consumer import Consumer, TopicPartition
-from shmlog.errors import (InvalidConfigError, InvalidPartitionsError,
+from shmlog.client.admin import (Admin, ConfigResource, ConfigResourceType, NewPartitions, NewTopic)
+from shmlog.server.broker import Broker
+from shmlog.storage.topic_config import ConfigSource
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.common.errors import (InvalidConfigError, InvalidPartitionsError,
                            InvalidReplicationFactorError, TopicExistsError,
                            UnknownTopicOrPartitionError, UnsupportedKafkaOptionError)
 from shmlog.kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata
-from shmlog.producer import Producer
+from shmlog.client.producer import Producer
 
 WAIT_S = 30
 GROUP_SETTINGS = {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 200,
@@ -140,7 +140,7 @@ def test_errbacks_get_the_batch_error_and_a_raising_callback_is_logged(data_dir,
         future.add_errback(lambda error: 1 / 0)                # raises: logged, not raised
         future.add_errback(after.append)
         admin.delete_topic("doomed")
-        with caplog.at_level(logging.ERROR, logger="shmlog.producer"):
+        with caplog.at_level(logging.ERROR, logger="shmlog.client.producer"):
             producer.flush(timeout=WAIT_S)
         assert future.failed() and not future.succeeded()
         assert isinstance(future.exception, UnknownTopicOrPartitionError)

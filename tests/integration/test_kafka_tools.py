@@ -24,9 +24,9 @@ import pytest
 
 from helpers import unlink_shared_memory
 from shmlog import Admin, Broker, Consumer, Producer
-from shmlog.consumer import TopicPartition
-from shmlog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from shmlog.iso8601 import datetime_ms
+from shmlog.client.consumer import TopicPartition
+from shmlog.common.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from shmlog.common.iso8601 import datetime_ms
 
 DEADLINE_S = 120
 WAIT_S = 30

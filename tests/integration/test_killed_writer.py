@@ -20,15 +20,15 @@ import time
 import pytest
 
 from helpers import all_records
-from shmlog.config import TopicConfig
+from shmlog.storage.topic_config import TopicConfig
 from shmlog.segments import PartitionLog
 
 CONFIG = {"segment.bytes": 256 << 10, "index.interval.bytes": 1024}
 
 WRITER = textwrap.dedent("""
     import sys
-    from shmlog.config import TopicConfig
-    from shmlog.records import encode_batch
+    from shmlog.storage.topic_config import TopicConfig
+    from shmlog.record.records import encode_batch
     from shmlog.segments import PartitionLog
     config = TopicConfig.from_overrides({config!r})
     log = PartitionLog(sys.argv[1], config)

@@ -21,13 +21,13 @@ import time
 
 import pytest
 
-from shmlog import zk_paths
-from shmlog.controller import Controller
-from shmlog.errors import PreferredElectionInProgressError
-from shmlog.leader_balance import RebalancePolicy
-from shmlog.local_cluster import poll_until
-from shmlog.zk_client import ClusterZooKeeper
-from shmlog.zk_paths import BrokerRegistration, PartitionState, TopicAssignment
+from shmlog.cluster.zk import paths as zk_paths
+from shmlog.cluster.controller.controller import Controller
+from shmlog.common.errors import PreferredElectionInProgressError
+from shmlog.cluster.controller.leader_balance import RebalancePolicy
+from shmlog.devtools.local_cluster import poll_until
+from shmlog.cluster.zk.client import ClusterZooKeeper
+from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
 
 TIMEOUT_S = 30.0
 STEP_S = 0.02

@@ -22,10 +22,10 @@ import time
 
 import pytest
 
-from shmlog import ring_layout as R
-from shmlog.admin import Admin
-from shmlog.broker import Broker, request, shared_memory_prefix
-from shmlog.producer import Producer
+from shmlog.shm import ring_layout as R
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker, request, shared_memory_prefix
+from shmlog.client.producer import Producer
 from shmlog.ring import Ring
 
 DEADLINE_S = 60
@@ -79,7 +79,7 @@ def test_the_ring_table_reuses_the_slots_of_rings_that_left(data_dir):
 
 PRODUCER = textwrap.dedent("""
     import sys
-    from shmlog.producer import Producer
+    from shmlog.client.producer import Producer
     producer = Producer(sys.argv[1], ring_size=1 << 16)
     producer.send("t", b"sent").get(timeout=60)
     print(producer.ring.name, flush=True)

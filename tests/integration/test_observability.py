@@ -25,7 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shmlog import Admin, Broker, Consumer, Producer, TopicPartition
-from shmlog.control_client import request
+from shmlog.protocol.control_client import request
 from helpers import unlink_shared_memory
 
 DEADLINE_S = 60

@@ -29,11 +29,12 @@ from pathlib import Path
 import pytest
 
 from helpers import unlink_shared_memory, values_batch
-from shmlog import LogManager, shared_memory
-from shmlog.admin import Admin
-from shmlog.broker_config import BrokerConfig
-from shmlog.control_client import request
-from shmlog.producer import Producer
+from shmlog import LogManager
+from shmlog.shm import shared_memory
+from shmlog.client.admin import Admin
+from shmlog.config.broker import BrokerConfig
+from shmlog.protocol.control_client import request
+from shmlog.client.producer import Producer
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md"
 TIMEOUT_S = 120

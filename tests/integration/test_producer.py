@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 from helpers import all_records, unlink_shared_memory
-from shmlog import LogManager, batch_layout as B
-from shmlog.admin import Admin
-from shmlog.broker import Broker, request
-from shmlog.errors import (ClientClosedError, InvalidTopicError, LocalProtocolError,
+from shmlog import LogManager
+from shmlog.record import batch_layout as B
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker, request
+from shmlog.common.errors import (ClientClosedError, InvalidTopicError, LocalProtocolError,
                            RecordTooLargeError, UnknownTopicOrPartitionError)
-from shmlog.producer import Producer, partition_for_key
-from shmlog.ring_layout import COMPLETION_SLOTS
+from shmlog.client.producer import Producer, partition_for_key
+from shmlog.shm.ring_layout import COMPLETION_SLOTS
 
 
 @pytest.fixture
@@ -192,7 +193,7 @@ def test_timestamps_beyond_what_a_batch_stores_are_refused_at_the_call(data_dir)
 
 
 def test_batches_carry_the_producer_id_and_following_sequences(data_dir):
-    from shmlog.records import iter_batches
+    from shmlog.record.records import iter_batches
     with Broker(data_dir):
         Admin(data_dir).create_topic("t")
         with Producer(data_dir, batch_size=256) as first, Producer(data_dir) as second:
@@ -242,7 +243,7 @@ def test_a_send_to_a_deleted_topic_fails_and_never_lands_in_the_next_topic(data_
 
 
 def test_a_send_to_a_recreated_topic_goes_to_the_new_one(data_dir):
-    from shmlog.records import iter_batches
+    from shmlog.record.records import iter_batches
     with Broker(data_dir):
         admin = Admin(data_dir)
         admin.create_topic("a")
@@ -296,8 +297,8 @@ def refuse_one_batch(admin, producer, acknowledged: list) -> None:
 
 
 def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir, monkeypatch):
-    import shmlog.producer
-    from shmlog.records import iter_batches
+    import shmlog.client.producer
+    from shmlog.record.records import iter_batches
     acknowledged = []
     with Broker(data_dir):
         admin = Admin(data_dir)
@@ -312,7 +313,7 @@ def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir, monkeypat
                 future.get(timeout=30)
             acknowledged += [b"after-%d" % number for number in range(200)]
             # Once its metadata is old (metadata.max.age.ms), the raised limit is read.
-            monkeypatch.setattr(shmlog.producer, "METADATA_MAX_AGE_S", 0.0)
+            monkeypatch.setattr(shmlog.client.producer, "METADATA_MAX_AGE_S", 0.0)
             producer.send_batch("t", [b"y" * 1000] * 8, partition=0).get(timeout=30)
             acknowledged += [b"y" * 1000] * 8
     assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged

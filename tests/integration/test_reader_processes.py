@@ -20,11 +20,11 @@ import uuid
 
 import pytest
 
-from shmlog import shared_memory
-from shmlog.errors import OffsetOutOfRangeError
-from shmlog.reader import PartitionReader
-from shmlog.records import decode_columns
-from shmlog.state import PartitionStateTable
+from shmlog.shm import shared_memory
+from shmlog.common.errors import OffsetOutOfRangeError
+from shmlog.client.reader import PartitionReader
+from shmlog.record.records import decode_columns
+from shmlog.shm.state import PartitionStateTable
 
 DEADLINE_S = 120
 RECORDS = 30_000
@@ -32,10 +32,10 @@ RECORDS = 30_000
 WRITER = textwrap.dedent("""
     import sys
     from shmlog import LogManager
-    from shmlog.appender import Appender
-    from shmlog.records import encode_batch
+    from shmlog.broker.appender import Appender
+    from shmlog.record.records import encode_batch
     from shmlog.ring import Ring
-    from shmlog.state import PartitionStateTable
+    from shmlog.shm.state import PartitionStateTable
     data, table_name, ring_name, records = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     logs = LogManager(data)
     logs.create_topic("t", config={"segment.bytes": 64 << 10, "index.interval.bytes": 512})

@@ -21,7 +21,7 @@ import numpy as np
 import posix_ipc
 import pytest
 
-from shmlog.atomics import py_load_acquire
+from shmlog.native.atomics import py_load_acquire
 from shmlog.ring import Ring
 
 ENTRIES = 20_000
@@ -98,7 +98,7 @@ def test_a_producer_process_streams_through_a_small_ring(ring_name):
 ADDER = textwrap.dedent("""
     import sys
     import numpy as np
-    from shmlog.atomics import py_fetch_add
+    from shmlog.native.atomics import py_fetch_add
     from shmlog.ring import Ring
     ring = Ring.attach(sys.argv[1])
     for _ in range(int(sys.argv[2])):

@@ -34,15 +34,15 @@ import posix_ipc
 import pytest
 
 from helpers import unlink_shared_memory
-from shmlog import shared_memory
-from shmlog.admin import Admin
-from shmlog.broker import Broker, request, shared_memory_prefix
+from shmlog.shm import shared_memory
+from shmlog.client.admin import Admin
+from shmlog.server.broker import Broker, request, shared_memory_prefix
 from shmlog.groups import GroupMember, MemberConfig
-from shmlog.errors import (BrokerAccessDeniedError, BrokerNotRunningError, NotOwnedError,
+from shmlog.common.errors import (BrokerAccessDeniedError, BrokerNotRunningError, NotOwnedError,
                            ShmlogError)
-from shmlog.log_manager import LogManager
-from shmlog.producer import Producer
-from shmlog.state import PartitionStateTable
+from shmlog.storage.log_manager import LogManager
+from shmlog.client.producer import Producer
+from shmlog.shm.state import PartitionStateTable
 
 DEADLINE_S = 60
 SHM = "/dev/shm"

@@ -20,8 +20,8 @@ import uuid
 import numpy as np
 import pytest
 
-from shmlog import shared_memory
-from shmlog.state import PartitionStateTable
+from shmlog.shm import shared_memory
+from shmlog.shm.state import PartitionStateTable
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def table_name():
 WRITER = textwrap.dedent("""
     import mmap, sys
     import numpy as np
-    from shmlog.state import PartitionStateTable
+    from shmlog.shm.state import PartitionStateTable
     table = PartitionStateTable.attach(sys.argv[1])
     with open(sys.argv[2], "r+b") as source:
         data = np.frombuffer(mmap.mmap(source.fileno(), 0), np.int64)

@@ -18,8 +18,8 @@ import uuid
 import numpy as np
 import pytest
 
-from shmlog import shared_memory
-from shmlog.wakeup import Doorbell
+from shmlog.shm import shared_memory
+from shmlog.shm.wakeup import Doorbell
 
 ROUNDS = 3000
 LOST_AFTER_S = 5.0
@@ -32,7 +32,7 @@ PLAYER = textwrap.dedent("""
     import sys, time
     import numpy as np
     from shmlog import shared_memory
-    from shmlog.wakeup import Doorbell
+    from shmlog.shm.wakeup import Doorbell
     name, rounds, lost_after = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     words = np.frombuffer(shared_memory.attach(name, 4096, "test page"), np.int64)
     mine, theirs = Doorbell(words, 32, 40), Doorbell(words, 16, 24)

@@ -22,8 +22,8 @@ import time
 import pytest
 import zmq
 
-from shmlog import curve_keys
-from shmlog.replication import (Fetch, FetchPartition, FetchResponse, Message, decode,
+from shmlog.config import curve_keys
+from shmlog.cluster.replication.protocol import (Fetch, FetchPartition, FetchResponse, Message, decode,
                                 encode)
 from shmlog.zmq_replication import (CurveSecurity, ReceivedRequest, ReceivedResponse,
                                     ReplicationEndpoint, RequestFailed, RequestFailure)

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import zmq
 
-from shmlog import limits
-from shmlog.errors import LocalProtocolError
-from shmlog.replication import (EpochEnd, EpochEndPartition, EpochEndResponse,
+from shmlog.common import limits
+from shmlog.common.errors import LocalProtocolError
+from shmlog.cluster.replication.protocol import (EpochEnd, EpochEndPartition, EpochEndResponse,
                                 EpochEndResponsePartition, Error, ErrorCode, Fetch,
                                 FetchPartition, FetchResponse, FetchResponsePartition, Message,
                                 MessageType, decode, encode)

@@ -1,4 +1,4 @@
-"""The local ZooKeeper (``shmlog.zookeeper``, ``shmlog zookeeper``) serves what cluster
+"""The local ZooKeeper (``shmlog.devtools.zookeeper``, ``shmlog zookeeper``) serves what cluster
 mode will ask of it: kazoo sessions, ephemeral znodes that go with their session,
 versioned conditional writes and multi-op transactions with a version check (how a
 deposed controller is fenced); its files are private, it listens on its client port
@@ -35,11 +35,11 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
-from shmlog import zookeeper as zookeeper_module
+from shmlog.devtools import zookeeper as zookeeper_module
 from shmlog.cli import zookeeper as zookeeper_command
-from shmlog.errors import (InvalidConfigError, NotOwnedError, ZooKeeperStartError,
+from shmlog.common.errors import (InvalidConfigError, NotOwnedError, ZooKeeperStartError,
                            ZooKeeperUnavailableError)
-from shmlog.zookeeper import CONFIG_FILE, ZooKeeperServer, java_executable
+from shmlog.devtools.zookeeper import CONFIG_FILE, ZooKeeperServer, java_executable
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 60.0
@@ -264,7 +264,7 @@ def test_a_missing_pyspark_is_a_clear_error():
     """Without site-packages (python -S) there is no pyspark to find."""
     done = subprocess.run(
         [sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-         "from shmlog.zookeeper import classpath\ntry:\n    classpath()\n"
+         "from shmlog.devtools.zookeeper import classpath\ntry:\n    classpath()\n"
          "except Exception as error:\n    print(type(error).__name__, error)", REPOSITORY],
         capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.stdout.startswith("ZooKeeperUnavailableError"), done.stdout + done.stderr

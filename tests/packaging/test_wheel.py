@@ -42,7 +42,7 @@ RECORDS = 200
 
 SCENARIO = textwrap.dedent("""
     import json, sys
-    import shmlog, shmlog.broker
+    import shmlog, shmlog.server.broker
     from shmlog import Admin, Producer
     from shmlog.spark import bulk_read, session
 
@@ -62,7 +62,7 @@ SCENARIO = textwrap.dedent("""
         bulk_values = sorted(row.value.decode() for row in bulk.select("value").collect())
     finally:
         spark.stop()
-    print(json.dumps({"module": shmlog.__file__, "broker": shmlog.broker.__file__,
+    print(json.dumps({"module": shmlog.__file__, "broker": shmlog.server.broker.__file__,
                       "prefix": sys.prefix, "python": python_values, "bulk": bulk_values}))
 """)
 

@@ -28,12 +28,13 @@ import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
-from shmlog import Admin, Broker, Consumer, Producer, TopicPartition, shared_memory
-from shmlog.broker import shared_memory_prefix
+from shmlog import Admin, Broker, Consumer, Producer, TopicPartition
+from shmlog.shm import shared_memory
+from shmlog.server.broker import shared_memory_prefix
 from shmlog.segments import SWAP_MANIFEST_FILE
-from shmlog.errors import BulkReaderUnavailableError
+from shmlog.common.errors import BulkReaderUnavailableError
 from shmlog.spark import bulk_jar, bulk_read
-from shmlog.state import topic_key
+from shmlog.shm.state import topic_key
 
 TIMEOUT_S = 60
 # Reads of a compacted partition until two agree (each cleaning pass changes it once).
@@ -256,7 +257,7 @@ def test_without_javac_the_bulk_reader_is_unavailable_and_says_why(tmp_path, mon
 
 WITHOUT_BULK_READER = textwrap.dedent("""
     import json, logging, sys
-    from shmlog.errors import BulkReaderUnavailableError
+    from shmlog.common.errors import BulkReaderUnavailableError
     from shmlog.spark import bulk_read, session
     logging.basicConfig(level=logging.WARNING)
     spark = session("local[1]", "shmlog-no-bulk-reader")

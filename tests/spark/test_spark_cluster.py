@@ -32,10 +32,12 @@ import tempfile
 import pyarrow as pa
 import pytest
 
-from shmlog import Admin, Consumer, Producer, TopicPartition, netns, shared_memory
-from shmlog.errors import ReplicaNotCoveringError, ShmlogError
-from shmlog.local_cluster import LocalCluster
-from shmlog.paths import shared_memory_prefix
+from shmlog import Admin, Consumer, Producer, TopicPartition
+from shmlog.devtools import netns
+from shmlog.shm import shared_memory
+from shmlog.common.errors import ReplicaNotCoveringError, ShmlogError
+from shmlog.devtools.local_cluster import LocalCluster
+from shmlog.common.paths import shared_memory_prefix
 from shmlog.spark.locality import TASK_BOOTSTRAP_ENVIRONMENT
 from shmlog.spark.options import ReadOptions
 from shmlog.spark.source import (replica_hosts, OffsetRange, read_range, replica_locality,

@@ -15,7 +15,7 @@ from shmlog.spark.locality import (TASK_BOOTSTRAP_ENVIRONMENT, ReadLocality, par
                                    task_bootstrap)
 from shmlog.spark.options import ReadOptions
 from shmlog.spark.source import plan
-from shmlog.consumer import TopicPartition
+from shmlog.client.consumer import TopicPartition
 
 HOSTS = {1: "127.0.0.2", 2: "127.0.0.3", 3: "127.0.0.4"}
 

@@ -16,8 +16,9 @@ import stat
 import pytest
 
 from helpers import values_batch
-from shmlog import access, cleaner
-from shmlog.log_manager import LogManager
+from shmlog.common import access
+from shmlog.storage import cleaner
+from shmlog.storage.log_manager import LogManager
 
 NOW = 1_700_000_000_000
 GROUP = "users"

@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 
 from helpers import all_records
-from shmlog import LogManager, batch_layout as B, ring_layout as R, shared_memory
-from shmlog.appender import Appender, CompletionCode
-from shmlog.records import BatchStatus, encode_batch
+from shmlog import LogManager
+from shmlog.record import batch_layout as B
+from shmlog.shm import ring_layout as R, shared_memory
+from shmlog.broker.appender import Appender, CompletionCode
+from shmlog.record.records import BatchStatus, encode_batch
 from shmlog.ring import Ring
-from shmlog.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable
 
 
 @pytest.fixture

@@ -20,11 +20,12 @@ import uuid
 import numpy as np
 import pytest
 
-from shmlog import LogManager, ring_layout as R, shared_memory
-from shmlog.appender import Appender, CompletionCode, ForwardedEntry, HighWatermarkPolicy
-from shmlog.records import BatchStatus, encode_batch
+from shmlog import LogManager
+from shmlog.shm import ring_layout as R, shared_memory
+from shmlog.broker.appender import Appender, CompletionCode, ForwardedEntry, HighWatermarkPolicy
+from shmlog.record.records import BatchStatus, encode_batch
 from shmlog.ring import Ring, put_entry
-from shmlog.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable
 
 
 @pytest.fixture

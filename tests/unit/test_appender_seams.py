@@ -20,13 +20,14 @@ import uuid
 import pytest
 
 from helpers import all_records
-from shmlog import LogManager, ring_layout as R, shared_memory
-from shmlog.appender import Appender, CompletionCode, HighWatermarkPolicy
-from shmlog.errors import LocalProtocolError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from shmlog.reader import PartitionReader
-from shmlog.records import decode_records, encode_batch, iter_batches
+from shmlog import LogManager
+from shmlog.shm import ring_layout as R, shared_memory
+from shmlog.broker.appender import Appender, CompletionCode, HighWatermarkPolicy
+from shmlog.common.errors import LocalProtocolError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from shmlog.client.reader import PartitionReader
+from shmlog.record.records import decode_records, encode_batch, iter_batches
 from shmlog.ring import Ring, put_entry
-from shmlog.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable
 
 EXTERNAL = HighWatermarkPolicy.EXTERNAL
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shmlog.assignors import ASSIGNORS, AssignmentResult, Subscription, assign
-from shmlog.errors import InvalidPartitionsError, LocalProtocolError
+from shmlog.client.assignors import ASSIGNORS, AssignmentResult, Subscription, assign
+from shmlog.common.errors import InvalidPartitionsError, LocalProtocolError
 
 EAGER = ("range", "roundrobin")
 

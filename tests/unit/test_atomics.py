@@ -12,9 +12,9 @@ import threading
 
 import numpy as np
 
-from shmlog.atomics import (compare_and_swap, fence, load_acquire, py_compare_and_swap,
+from shmlog.native.atomics import (compare_and_swap, fence, load_acquire, py_compare_and_swap,
                             py_fetch_add, py_load_acquire, py_store_release, store_release)
-from shmlog.jit import kernel
+from shmlog.native.jit import kernel
 
 
 def test_store_then_load():

@@ -1,5 +1,5 @@
 """The seams of the broker: ``BrokerCore`` is a partition host, a producer registry
-and a list of services (``shmlog.service``). A core built so answers every request
+and a list of services (``shmlog.broker.service``). A core built so answers every request
 the broker has always answered, each from exactly one service; a service defined
 here, outside the broker, plugs in its requests, its deadline and its held-back
 replies without a change to ``BrokerCore``; offset commits are appended through the
@@ -28,18 +28,18 @@ import time
 import numpy as np
 import pytest
 
-from shmlog.broker import BrokerConfig, BrokerCore
+from shmlog.server.broker import BrokerConfig, BrokerCore
 from helpers import ask
-from shmlog.control import encode_request
-from shmlog.errors import LocalProtocolError, RecordTooLargeError
+from shmlog.protocol.control import encode_request
+from shmlog.common.errors import LocalProtocolError, RecordTooLargeError
 from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
-from shmlog.appender import HighWatermarkPolicy
-from shmlog.partition_host import PartitionHost
-from shmlog.reader import PartitionReader
-from shmlog.records import decode_records, encode_batch, now_ms
+from shmlog.broker.appender import HighWatermarkPolicy
+from shmlog.broker.partition_host import PartitionHost
+from shmlog.client.reader import PartitionReader
+from shmlog.record.records import decode_records, encode_batch, now_ms
 from shmlog.ring import Ring
-from shmlog.service import Service
-from shmlog.state import PartitionStateTable, topic_key
+from shmlog.broker.service import Service
+from shmlog.shm.state import PartitionStateTable, topic_key
 
 # Every request type the broker answered before it was cut into services, and the
 # Kafka tools' requests added since (DeleteRecords, DescribeLogDirs).

@@ -24,12 +24,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shmlog import ring_layout as R
-from shmlog.broker import BrokerConfig, BrokerCore
+from shmlog.shm import ring_layout as R
+from shmlog.server.broker import BrokerConfig, BrokerCore
 from shmlog.cli.status import status_lines
-from shmlog.errors import LocalProtocolError
-from shmlog.prometheus import MetricsServer, StatsCollector, metric_families
-from shmlog.records import encode_batch
+from shmlog.common.errors import LocalProtocolError
+from shmlog.server.prometheus import MetricsServer, StatsCollector, metric_families
+from shmlog.record.records import encode_batch
 from shmlog.ring import Ring
 from helpers import ask, values_batch
 

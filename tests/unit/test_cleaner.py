@@ -14,9 +14,10 @@ import shutil
 
 import pytest
 
-from shmlog import LogManager, cleaner, segments
-from shmlog.config import TopicConfig
-from shmlog.records import encode_batch
+from shmlog import LogManager, segments
+from shmlog.storage import cleaner
+from shmlog.storage.topic_config import TopicConfig
+from shmlog.record.records import encode_batch
 from shmlog.segments import (CLEANING_DIRECTORY, SWAP_MANIFEST_FILE, PartitionLog,
                              write_swap_manifest)
 

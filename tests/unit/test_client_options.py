@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog import client_options, settings
-from shmlog.admin import Admin, ConfigResource, ConfigResourceType
-from shmlog.broker_config import BrokerConfig, broker_config_entries
-from shmlog.config import ConfigSource, TopicConfig, config_sources
-from shmlog.consumer import Consumer
-from shmlog.errors import (BrokerNotAvailableError, InvalidConfigError, LocalProtocolError,
+from shmlog.client import options as client_options
+from shmlog.common import settings
+from shmlog.client.admin import Admin, ConfigResource, ConfigResourceType
+from shmlog.config.broker import BrokerConfig, broker_config_entries
+from shmlog.storage.topic_config import ConfigSource, TopicConfig, config_sources
+from shmlog.client.consumer import Consumer
+from shmlog.common.errors import (BrokerNotAvailableError, InvalidConfigError, LocalProtocolError,
                            ShmlogError, UnsupportedKafkaOptionError)
-from shmlog.producer import Producer
+from shmlog.client.producer import Producer
 
 
 @pytest.fixture
@@ -192,7 +193,7 @@ def test_config_resource_takes_kafka_python_type_names():
 
 # -- shmlog.kafka ----------------------------------------------------------------------
 def test_kafka_errors_are_shmlog_errors_under_kafka_names():
-    from shmlog import errors
+    from shmlog.common import errors
     from shmlog.kafka import errors as kafka_errors
     assert kafka_errors.KafkaError is ShmlogError
     assert kafka_errors.TopicAlreadyExistsError is errors.TopicExistsError

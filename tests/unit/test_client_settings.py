@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.admin import Admin
-from shmlog.consumer import Consumer
-from shmlog.errors import InvalidConfigError, LocalProtocolError
-from shmlog.producer import Producer
+from shmlog.client.admin import Admin
+from shmlog.client.consumer import Consumer
+from shmlog.common.errors import InvalidConfigError, LocalProtocolError
+from shmlog.client.producer import Producer
 
 
 @pytest.fixture

@@ -16,10 +16,11 @@ import tomllib
 
 import pytest
 
-from shmlog import cli, cluster_config
-from shmlog.broker_config import BrokerConfig
-from shmlog.cluster_config import KAFKA_NAMES, ClusterConfig
-from shmlog.errors import InvalidConfigError, LocalProtocolError
+from shmlog import cli
+from shmlog.config import cluster as cluster_config
+from shmlog.config.broker import BrokerConfig
+from shmlog.config.cluster import KAFKA_NAMES, ClusterConfig
+from shmlog.common.errors import InvalidConfigError, LocalProtocolError
 
 REQUIRED = {"cluster.id": "c1", "broker.id": 1, "zookeeper.connect": "127.0.0.1:2181",
             "replication.endpoint": "tcp://127.0.0.2:19091",

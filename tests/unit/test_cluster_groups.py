@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.cluster_groups import commit_error
-from shmlog.errors import (CoordinatorError, CoordinatorLoadInProgressError,
+from shmlog.cluster.groups import commit_error
+from shmlog.common.errors import (CoordinatorError, CoordinatorLoadInProgressError,
                            CoordinatorNotAvailableError, NotCoordinatorError,
                            RecordTooLargeError, RequestTimedOutError, ShmlogError,
                            UnknownMemberIdError)
 from shmlog.groups import (CommittedOffset, CoordinatorConfig, GroupCoordinator, GroupMember,
                            MemberConfig, offset_record, offsets_partition)
-from shmlog.replication import ErrorCode
+from shmlog.cluster.replication.protocol import ErrorCode
 
 
 @pytest.mark.parametrize("error, expected", [

@@ -20,9 +20,9 @@ import sys
 
 import pytest
 
-from shmlog.cluster_metadata import (NO_LEADER, assign_replicas, describe_lines,
+from shmlog.cluster.metadata import (NO_LEADER, assign_replicas, describe_lines,
                                      rack_alternated_brokers)
-from shmlog.errors import (InvalidPartitionsError, InvalidReplicaAssignmentError,
+from shmlog.common.errors import (InvalidPartitionsError, InvalidReplicaAssignmentError,
                            InvalidReplicationFactorError)
 
 FIVE_BROKERS = {broker: None for broker in range(5)}
@@ -215,8 +215,8 @@ def test_describe_without_topic_id_or_configs_and_marked_for_deletion():
 def test_cluster_modules_are_light():
     heavy = ("numba", "numpy", "llvmlite", "kazoo", "zmq")
     done = subprocess.run(
-        [sys.executable, "-c", "import json, sys; import shmlog.cluster_config, "
-         "shmlog.cluster_metadata, shmlog.broker_config; print(json.dumps(sorted(name for name "
+        [sys.executable, "-c", "import json, sys; import shmlog.config.cluster, "
+         "shmlog.cluster.metadata, shmlog.config.broker; print(json.dumps(sorted(name for name "
          f"in sys.modules if name.split('.')[0] in {heavy!r})))"],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

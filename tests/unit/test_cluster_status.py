@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from shmlog.cluster_status import describe, summarize
-from shmlog.zk_paths import NO_LEADER, BrokerRegistration, PartitionState, TopicAssignment
+from shmlog.cluster.status import describe, summarize
+from shmlog.cluster.zk.paths import NO_LEADER, BrokerRegistration, PartitionState, TopicAssignment
 
 
 def broker(broker_id: int, rack: str | None = None) -> BrokerRegistration:

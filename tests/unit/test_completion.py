@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.completion import CompletionCode, completion_error
-from shmlog.errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTopicError,
+from shmlog.shm.completion import CompletionCode, completion_error
+from shmlog.common.errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTopicError,
                            NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
                            NotLeaderOrFollowerError, OutOfOrderSequenceError,
                            RecordTooLargeError, RequestTimedOutError, StorageError,

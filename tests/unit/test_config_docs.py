@@ -1,4 +1,4 @@
-"""docs/CONFIGURATION.md is what ``python -m shmlog.config_docs`` generates from the
+"""docs/CONFIGURATION.md is what ``python -m shmlog.config.docs`` generates from the
 settings registries, and every setting of every registry is described.
 
 Method: render the reference in-process and compare it with the committed file;
@@ -13,10 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shmlog import config, config_docs
-from shmlog.broker_config import BrokerConfig
-from shmlog.cluster_config import KAFKA_NAMES, ClusterConfig
-from shmlog.documented import doc_of
+from shmlog.storage import topic_config as config
+from shmlog.config import docs as config_docs
+from shmlog.config.broker import BrokerConfig
+from shmlog.config.cluster import KAFKA_NAMES, ClusterConfig
+from shmlog.common.documented import doc_of
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "CONFIGURATION.md"
 
@@ -27,7 +28,7 @@ def test_the_committed_reference_is_what_the_tool_generates():
 
 
 def test_the_tool_prints_the_reference():
-    printed = subprocess.run([sys.executable, "-m", "shmlog.config_docs"],
+    printed = subprocess.run([sys.executable, "-m", "shmlog.config.docs"],
                              capture_output=True, text=True, timeout=60, check=True)
     assert printed.stdout == config_docs.render()
 

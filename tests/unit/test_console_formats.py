@@ -17,8 +17,8 @@ import pytest
 from shmlog import cli
 from shmlog.cli.console import (FORMATTER_PROPERTIES, READER_PROPERTIES, LineReader,
                                 RecordFormatter)
-from shmlog.consumer import ConsumerRecord
-from shmlog.errors import LocalProtocolError
+from shmlog.client.consumer import ConsumerRecord
+from shmlog.common.errors import LocalProtocolError
 
 
 def reader(extra_headers=None, **properties):

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from shmlog.control import (REQUEST_SIZE_MAX, decode_reply, encode_request, handle_frame,
+from shmlog.protocol.control import (REQUEST_SIZE_MAX, decode_reply, encode_request, handle_frame,
                             require)
-from shmlog.errors import (InvalidTopicError, LocalProtocolError, PeerProtocolError,
+from shmlog.common.errors import (InvalidTopicError, LocalProtocolError, PeerProtocolError,
                            ShmlogError)
 
 

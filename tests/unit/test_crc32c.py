@@ -1,7 +1,7 @@
 """CRC32C kernels agree with a bit-at-a-time reference on every length and alignment.
 
 Goal: the checksum guarding every record batch is the standard CRC32C (Castagnoli),
-on both paths shmlog has: the public :func:`shmlog.crc32c.crc32c` (the SSE4.2 path with
+on both paths shmlog has: the public :func:`shmlog.native.crc32c.crc32c` (the SSE4.2 path with
 three interleaved lanes on hosts that have the instruction) and the slicing-by-8
 software fallback ``_update_software``.
 
@@ -28,13 +28,13 @@ from hypothesis import given, settings, strategies as st
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for tests/reference.py
 from reference import reference_crc32c  # noqa: E402
 
-from shmlog import crc32c as crc_module  # noqa: E402
-from shmlog.crc32c import crc32c, crc32c_kernel  # noqa: E402
+from shmlog.native import crc32c as crc_module  # noqa: E402
+from shmlog.native.crc32c import crc32c, crc32c_kernel  # noqa: E402
 
 CHECK_INPUT = b"123456789"
 CHECK_VALUE = 0xE3069283            # the catalogue check value of CRC-32C (iSCSI)
 
-LANE_SHORT_SIZE = 256               # restated from shmlog.crc32c, so a change is noticed
+LANE_SHORT_SIZE = 256               # restated from shmlog.native.crc32c, so a change is noticed
 LANE_LONG_SIZE = 8192
 BOUNDARY_LENGTHS = sorted({
     length + step

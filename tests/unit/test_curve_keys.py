@@ -23,9 +23,10 @@ import pytest
 import zmq
 import zmq.auth
 
-from shmlog import cli, curve_keys
-from shmlog.cluster_config import ClusterConfig
-from shmlog.errors import InvalidConfigError
+from shmlog import cli
+from shmlog.config import curve_keys
+from shmlog.config.cluster import ClusterConfig
+from shmlog.common.errors import InvalidConfigError
 from shmlog.zmq_replication import CurveSecurity
 
 BASE = {"cluster.id": "c1", "broker.id": 1, "zookeeper.connect": "127.0.0.1:2181",

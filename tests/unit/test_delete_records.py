@@ -15,13 +15,13 @@ import json
 import pytest
 
 from helpers import ask, values_batch
-from shmlog import delete_records as deletion
-from shmlog.broker import BrokerConfig, BrokerCore
-from shmlog.errors import (LocalProtocolError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
+from shmlog.storage import delete_records as deletion
+from shmlog.server.broker import BrokerConfig, BrokerCore
+from shmlog.common.errors import (LocalProtocolError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
                            RequestTimedOutError, UnknownTopicOrPartitionError)
-from shmlog.reader import PartitionReader
-from shmlog.records import encode_batch
-from shmlog.state import PartitionStateTable, topic_key
+from shmlog.client.reader import PartitionReader
+from shmlog.record.records import encode_batch
+from shmlog.shm.state import PartitionStateTable, topic_key
 
 SMALL = {"segment.bytes": 4096}
 

@@ -25,14 +25,17 @@ import numpy as np
 import pytest
 
 from helpers import values_batch
-from shmlog import LogManager, batch_layout as B, cleaner, index_layout as I, shared_memory
-from shmlog.appender import Appender, CompletionCode, HighWatermarkPolicy
-from shmlog.config import TopicConfig
-from shmlog.errors import (CorruptRecordError, LocalProtocolError, OffsetsOutOfOrderError,
+from shmlog import LogManager
+from shmlog.record import batch_layout as B
+from shmlog.storage import cleaner, index_layout as I
+from shmlog.shm import shared_memory
+from shmlog.broker.appender import Appender, CompletionCode, HighWatermarkPolicy
+from shmlog.storage.topic_config import TopicConfig
+from shmlog.common.errors import (CorruptRecordError, LocalProtocolError, OffsetsOutOfOrderError,
                            RecordTooLargeError, UnexpectedAppendOffsetError)
-from shmlog.records import encode_batch, iter_batches, now_ms
+from shmlog.record.records import encode_batch, iter_batches, now_ms
 from shmlog.segments import PartitionLog, warm_follower_kernels
-from shmlog.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 NOW = 1_700_000_000_000

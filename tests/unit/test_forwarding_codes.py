@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.completion import CompletionCode
-from shmlog.forwarding import RETRIABLE_ERRORS, completion_result, wire_error
-from shmlog.records import BatchStatus
-from shmlog.replication import ErrorCode
+from shmlog.shm.completion import CompletionCode
+from shmlog.cluster.replication.forwarding import RETRIABLE_ERRORS, completion_result, wire_error
+from shmlog.record.records import BatchStatus
+from shmlog.cluster.replication.protocol import ErrorCode
 
 ROUND_TRIPS = [
     (CompletionCode.UNKNOWN_PARTITION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),

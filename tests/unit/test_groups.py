@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from shmlog import limits
-from shmlog.errors import (GroupIdNotFoundError, IllegalGenerationError,
+from shmlog.common import limits
+from shmlog.common.errors import (GroupIdNotFoundError, IllegalGenerationError,
                            InconsistentGroupProtocolError, LocalProtocolError,
                            NonEmptyGroupError, OffsetMetadataTooLargeError,
                            OffsetOutOfRangeError, PartitionNotAssignedError,

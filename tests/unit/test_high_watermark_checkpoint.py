@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from shmlog.high_watermark_checkpoint import (CHECKPOINT_FILE, HighWatermarkCheckpoint,
+from shmlog.cluster.replication.high_watermark_checkpoint import (CHECKPOINT_FILE, HighWatermarkCheckpoint,
                                               read_checkpoint, start_high_watermark)
 
 

@@ -15,8 +15,8 @@ import pytest
 from shmlog.cli import build_parser, main
 from shmlog.cli.admin import config_sources, describe_topic_lines
 from shmlog.cli.tools import partition_filter
-from shmlog.errors import LocalProtocolError
-from shmlog.iso8601 import datetime_ms, duration_ms
+from shmlog.common.errors import LocalProtocolError
+from shmlog.common.iso8601 import datetime_ms, duration_ms
 
 
 @pytest.mark.parametrize("text, expected_ms", [

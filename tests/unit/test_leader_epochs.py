@@ -24,14 +24,17 @@ import numpy as np
 import pytest
 
 from helpers import abandon, values_batch
-from shmlog import LogManager, batch_layout as B, limits, shared_memory
-from shmlog.appender import Appender
-from shmlog.config import TopicConfig
-from shmlog.errors import LocalProtocolError
-from shmlog.leader_epochs import (CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET,
+from shmlog import LogManager
+from shmlog.record import batch_layout as B
+from shmlog.common import limits
+from shmlog.shm import shared_memory
+from shmlog.broker.appender import Appender
+from shmlog.storage.topic_config import TopicConfig
+from shmlog.common.errors import LocalProtocolError
+from shmlog.storage.leader_epochs import (CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET,
                                   LeaderEpochCache, epoch_starts)
 from shmlog.ring import Ring
-from shmlog.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 

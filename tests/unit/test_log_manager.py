@@ -14,11 +14,12 @@ import sys
 import pytest
 
 from helpers import all_records, values_batch
-from shmlog import LogManager, limits
-from shmlog.config import TopicConfig
-from shmlog.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError,
+from shmlog import LogManager
+from shmlog.common import limits
+from shmlog.storage.topic_config import TopicConfig
+from shmlog.common.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError,
                            TopicExistsError, UnknownTopicOrPartitionError)
-from shmlog.log_manager import DataDirectoryInUseError
+from shmlog.storage.log_manager import DataDirectoryInUseError
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_unknown_topics_and_partitions(manager):
 def test_a_second_process_cannot_open_a_directory_in_use(tmp_path):
     data = str(tmp_path / "data")
     probe = ("import sys\nfrom shmlog import LogManager\n"
-             "from shmlog.log_manager import DataDirectoryInUseError\n"
+             "from shmlog.storage.log_manager import DataDirectoryInUseError\n"
              "try:\n    LogManager(sys.argv[1])\nexcept DataDirectoryInUseError as e:\n"
              "    print(e); sys.exit(3)\n")
     with LogManager(data):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.metrics import FlowCounts, Histogram, RateWindow
+from shmlog.common.metrics import FlowCounts, Histogram, RateWindow
 
 # (recordings as (time, amount), when the rate is read, the rate): a 10 s window of
 # 1 s buckets made at t=0.

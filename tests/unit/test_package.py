@@ -33,7 +33,7 @@ REPORT_LOADED = ("import json, sys; {statement}; print(json.dumps(sorted(name fo
 # The broker's side of the data path. A consumer reads segments in place (their
 # reading kernels live in segments.py) and is a group member (groups.py holds the
 # member beside the coordinator); a producer needs neither.
-BROKER_SIDE = ("shmlog.broker", "shmlog.appender", "shmlog.log_manager", "shmlog.cleaner")
+BROKER_SIDE = ("shmlog.server.broker", "shmlog.broker.appender", "shmlog.storage.log_manager", "shmlog.storage.cleaner")
 READ_SIDE = ("shmlog.segments", "shmlog.groups")
 
 
@@ -48,10 +48,10 @@ def heavy_modules_after(statement: str) -> list[str]:
 @pytest.mark.parametrize("statement", [
     "import shmlog", "from shmlog import ShmlogError, InvalidTopicError",
     "import shmlog.cli", "from shmlog import Admin",
-    "import shmlog.paths, shmlog.control_client, shmlog.broker_config, shmlog.limits",
+    "import shmlog.common.paths, shmlog.protocol.control_client, shmlog.config.broker, shmlog.common.limits",
     # The import system asks a module imported from for __path__: not a layout limit.
-    "from shmlog.limits import OFFSET_MAX",
-    "import shmlog.zookeeper",
+    "from shmlog.common.limits import OFFSET_MAX",
+    "import shmlog.devtools.zookeeper",
 ])
 def test_light_imports_load_neither_numba_nor_numpy(statement):
     assert heavy_modules_after(statement) == []
@@ -66,18 +66,21 @@ def modules_after(statement: str, modules: tuple[str, ...]) -> list[str]:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("statement", ["import shmlog.producer", "from shmlog import Producer"])
+@pytest.mark.parametrize("statement", ["import shmlog.client.producer", "from shmlog import Producer"])
 def test_the_producer_loads_neither_the_broker_the_log_nor_the_coordinator(statement):
     assert modules_after(statement, BROKER_SIDE + READ_SIDE) == []
 
 
-@pytest.mark.parametrize("statement", ["import shmlog.consumer", "from shmlog import Consumer"])
+@pytest.mark.parametrize("statement", ["import shmlog.client.consumer", "from shmlog import Consumer"])
 def test_the_consumer_loads_neither_the_broker_the_appender_nor_the_log_manager(statement):
     assert modules_after(statement, BROKER_SIDE) == []
 
 
 def test_the_broker_side_uses_the_codes_and_topics_the_clients_read():
-    from shmlog import appender, completion, groups, internal_topics
+    from shmlog.broker import appender
+    from shmlog.shm import completion
+    from shmlog import groups
+    from shmlog.common import internal_topics
     assert appender.CompletionCode is completion.CompletionCode
     assert appender.SEQUENCE_MODULUS == completion.SEQUENCE_MODULUS
     assert groups.INTERNAL_TOPICS is internal_topics.INTERNAL_TOPICS
@@ -86,8 +89,10 @@ def test_the_broker_side_uses_the_codes_and_topics_the_clients_read():
 
 def test_the_layout_limits_are_there_when_asked_for():
     # The limits that follow from the layouts are stated in limits and checked by the layouts.
-    from shmlog import batch_layout, index_layout, limits
-    from shmlog.limits import INDEX_SIZE_MIN
+    from shmlog.record import batch_layout
+    from shmlog.storage import index_layout
+    from shmlog.common import limits
+    from shmlog.common.limits import INDEX_SIZE_MIN
     assert limits.BATCH_SIZE_MIN == batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH
     assert limits.SEGMENT_SIZE_MIN == limits.BATCH_SIZE_MIN
     assert limits.SEGMENT_SIZE_MAX == index_layout.POSITION_MAX

@@ -23,13 +23,15 @@ import numpy as np
 import pytest
 
 from helpers import abandon
-from shmlog import LogManager, batch_layout as B, shared_memory
-from shmlog.appender import Appender
-from shmlog.config import TopicConfig
-from shmlog.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
-from shmlog.records import encode_batch
+from shmlog import LogManager
+from shmlog.record import batch_layout as B
+from shmlog.shm import shared_memory
+from shmlog.broker.appender import Appender
+from shmlog.storage.topic_config import TopicConfig
+from shmlog.storage.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
+from shmlog.record.records import encode_batch
 from shmlog.segments import PartitionLog
-from shmlog.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable
 
 SMALL = {"segment.bytes": 8 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 

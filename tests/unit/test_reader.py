@@ -17,13 +17,16 @@ import uuid
 import pytest
 
 from helpers import all_records, flip_bits
-from shmlog import LogManager, batch_layout as B, cleaner, shared_memory
-from shmlog.appender import Appender
-from shmlog.errors import CorruptSegmentError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from shmlog.reader import PartitionReader
-from shmlog.records import decode_columns, encode_batch
+from shmlog import LogManager
+from shmlog.record import batch_layout as B
+from shmlog.storage import cleaner
+from shmlog.shm import shared_memory
+from shmlog.broker.appender import Appender
+from shmlog.common.errors import CorruptSegmentError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from shmlog.client.reader import PartitionReader
+from shmlog.record.records import decode_columns, encode_batch
 from shmlog.ring import Ring
-from shmlog.state import PartitionStateTable, topic_key
+from shmlog.shm.state import PartitionStateTable, topic_key
 
 
 @pytest.fixture

@@ -1,19 +1,19 @@
-"""Partition reassignment's rules (shmlog.reassignment) and the replication throttle
-(shmlog.replication_throttle), with plain numbers: one Kafka 2.8 rule per test, each
+"""Partition reassignment's rules (shmlog.cluster.controller.reassignment) and the replication throttle
+(shmlog.cluster.replication.throttle), with plain numbers: one Kafka 2.8 rule per test, each
 naming its source; the clock is a number passed in."""
 
 from __future__ import annotations
 
 import pytest
 
-from shmlog import zk_paths
-from shmlog.errors import InvalidConfigError, InvalidReassignmentError, ZnodeFormatError
-from shmlog.reassignment import (MovingAssignment, ReassignmentStatus, StepKind,
+from shmlog.cluster.zk import paths as zk_paths
+from shmlog.common.errors import InvalidConfigError, InvalidReassignmentError, ZnodeFormatError
+from shmlog.cluster.controller.reassignment import (MovingAssignment, ReassignmentStatus, StepKind,
                                  check_request, follower_throttled_replicas,
                                  leader_throttled_replicas, moving_assignment, step, status)
-from shmlog.config import ALL_REPLICAS, parse_throttled_replicas
-from shmlog.replication_throttle import ReplicationThrottle, TokenBucket
-from shmlog.zk_paths import PartitionState
+from shmlog.storage.topic_config import ALL_REPLICAS, parse_throttled_replicas
+from shmlog.cluster.replication.throttle import ReplicationThrottle, TokenBucket
+from shmlog.cluster.zk.paths import PartitionState
 
 CONTROLLER_EPOCH = 7
 

@@ -1,6 +1,6 @@
-"""Record batches: shmlog.records encodes, validates and decodes exactly the documented format.
+"""Record batches: shmlog.record.records encodes, validates and decodes exactly the documented format.
 
-Goal: every batch shmlog writes is the layout drawn in ``shmlog/batch_layout.py``, byte
+Goal: every batch shmlog writes is the layout drawn in ``shmlog/record/batch_layout.py``, byte
 for byte; every batch written to that layout decodes to the records that went in; and
 every batch that is wrong in any way is refused with ``CorruptRecordError`` carrying the
 right :class:`BatchStatus`, never served and never any other exception.
@@ -38,10 +38,10 @@ import reference  # noqa: E402
 from reference import (build_batch, encode_record, reference_crc32c,  # noqa: E402
                        reference_decode, reference_encode, with_crc)
 
-from shmlog import limits  # noqa: E402
-from shmlog.errors import (CorruptRecordError, LocalProtocolError,  # noqa: E402
+from shmlog.common import limits  # noqa: E402
+from shmlog.common.errors import (CorruptRecordError, LocalProtocolError,  # noqa: E402
                            RecordTooLargeError)
-from shmlog.records import (BatchStatus, Compression, batch_frame, check_headers,  # noqa: E402
+from shmlog.record.records import (BatchStatus, Compression, batch_frame, check_headers,  # noqa: E402
                             decode_columns, decode_records, encode_batch, encode_gathered,
                             iter_batches, restamp_batch, validate_batches)
 

@@ -1,4 +1,4 @@
-"""Replication frames (shmlog.replication encode/decode, replication_layout).
+"""Replication frames (shmlog.cluster.replication.protocol encode/decode, replication_layout).
 
 Goal: every message type round-trips, records arrive byte-exact as views of their
 frames, and whatever a peer sends, decode either returns a well-formed message or
@@ -18,9 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmlog import limits, replication_layout
-from shmlog.errors import LocalProtocolError, PeerProtocolError, ReplicationProtocolError
-from shmlog.replication import (DeleteRecords, DeleteRecordsPartition, DeleteRecordsResponse,
+from shmlog.common import limits
+from shmlog.cluster.replication import layout as replication_layout
+from shmlog.common.errors import LocalProtocolError, PeerProtocolError, ReplicationProtocolError
+from shmlog.cluster.replication.protocol import (DeleteRecords, DeleteRecordsPartition, DeleteRecordsResponse,
                                 DeleteRecordsResponsePartition, EpochEnd, EpochEndPartition,
                                 EpochEndResponse,
                                 EpochEndResponsePartition, Error, ErrorCode, Fetch,

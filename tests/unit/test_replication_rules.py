@@ -1,4 +1,4 @@
-"""Replication's rules (shmlog.replication), one Kafka 2.8 rule per test.
+"""Replication's rules (shmlog.cluster.replication.protocol), one Kafka 2.8 rule per test.
 
 Goal: each sans-I/O rule does what Kafka 2.8 does, so the replica service built on
 them replicates as Kafka's brokers do. Method: plain numbers in tables; each test
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.replication import (NEVER_MS, NO_EPOCH, UNDEFINED_EPOCH, UNKNOWN_OFFSET, ErrorCode,
+from shmlog.cluster.replication.protocol import (NEVER_MS, NO_EPOCH, UNDEFINED_EPOCH, UNKNOWN_OFFSET, ErrorCode,
                                 FetchPurgatory, FollowerState, IsrChangeKind,
                                 LeaderReplicaState, TruncationAction, TruncationStep,
                                 can_join_isr, check_leader_epoch, follower_high_watermark,

@@ -17,8 +17,8 @@ import uuid
 import numpy as np
 import pytest
 
-from shmlog import ring_layout as R, shared_memory
-from shmlog.errors import (CorruptRingError, LocalProtocolError, RecordTooLargeError,
+from shmlog.shm import ring_layout as R, shared_memory
+from shmlog.common.errors import (CorruptRingError, LocalProtocolError, RecordTooLargeError,
                            RingFullError, ShmlogError)
 from reference import reference_ring_entry
 from shmlog.ring import Destination, Ring

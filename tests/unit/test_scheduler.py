@@ -6,7 +6,7 @@ Method: a Scheduler driven with explicit times; tasks record the times they ran 
 
 from __future__ import annotations
 
-from shmlog.scheduler import Scheduler
+from shmlog.broker.scheduler import Scheduler
 
 
 def test_tasks_run_when_due_in_the_order_added():

@@ -22,11 +22,12 @@ import numpy as np
 import pytest
 
 from helpers import abandon, all_records, fill_disk, flip_bits, small_tmpfs, values_batch
-from shmlog import batch_layout as B
-from shmlog import limits, mapped_file
-from shmlog.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
+from shmlog.record import batch_layout as B
+from shmlog.common import limits
+from shmlog.storage import mapped_file
+from shmlog.common.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
                            RecordTooLargeError, StorageError)
-from shmlog.records import decode_records, encode_batch, iter_batches
+from shmlog.record.records import decode_records, encode_batch, iter_batches
 from shmlog.segments import LogChange
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}

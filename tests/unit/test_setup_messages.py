@@ -45,12 +45,12 @@ def test_a_first_make_names_each_step_before_it_runs(tmp_path):
 
     assert first("creating the virtual environment") < first("pip install")
     assert first("shmlog: installing shmlog and its dependencies") < first("pip install")
-    assert first("pip install") < first("shmlog.compile_kernels") \
+    assert first("pip install") < first("shmlog.devtools.compile_kernels") \
         < first("shmlog.spark.compile_reader") < first("-m pytest")
 
 
 def test_compile_kernels_reports_each_group_of_kernels():
-    done = run(sys.executable, "-m", "shmlog.compile_kernels")
+    done = run(sys.executable, "-m", "shmlog.devtools.compile_kernels")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("shmlog: compiling its kernels into")

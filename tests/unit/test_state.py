@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from shmlog import shared_memory
-from shmlog.errors import LocalProtocolError, PeerProtocolError, ShmlogError
-from shmlog.state import PartitionStateTable, topic_key
+from shmlog.shm import shared_memory
+from shmlog.common.errors import LocalProtocolError, PeerProtocolError, ShmlogError
+from shmlog.shm.state import PartitionStateTable, topic_key
 
 
 @pytest.fixture

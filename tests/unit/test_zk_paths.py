@@ -1,4 +1,4 @@
-"""Cluster mode's znode layout (``shmlog.zk_paths``): every body round-trips, Kafka's
+"""Cluster mode's znode layout (``shmlog.cluster.zk.paths``): every body round-trips, Kafka's
 example bodies (Kafka 2.8's ``ZkData.scala``, its znodes as a 2.8 cluster writes them)
 decode, and every malformed body is a ZnodeFormatError (a PeerProtocolError), never
 another exception.
@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from shmlog import zk_paths
-from shmlog.errors import InvalidTopicError, PeerProtocolError, ZnodeFormatError
-from shmlog.zk_paths import (NO_LEADER, BrokerRegistration, ControllerRegistration,
+from shmlog.cluster.zk import paths as zk_paths
+from shmlog.common.errors import InvalidTopicError, PeerProtocolError, ZnodeFormatError
+from shmlog.cluster.zk.paths import (NO_LEADER, BrokerRegistration, ControllerRegistration,
                              PartitionState, ProducerIdBlock, TopicAssignment)
 
 TOPIC_ID = "0123456789abcdef0123456789abcdef"

@@ -71,7 +71,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * The read is local when the executor's host is among the range's hosts, remote
  * otherwise; with includeReadLocality every row says which (column readLocality).
  *
- * The segment format is shmlog/batch_layout.py's: 64-byte batch headers, CRC32C
+ * The segment format is shmlog/record/batch_layout.py's: 64-byte batch headers, CRC32C
  * over everything after the CRC field, zstd-compressed records regions, records
  * with a 28-byte header. Every batch read is checked against its CRC.
  */
@@ -485,7 +485,7 @@ public final class BulkSource implements TableProvider {
     }
 
     /**
-     * A broker's copy of a partition as its state table (shmlog/state_layout.py) shows it: the row
+     * A broker's copy of a partition as its state table (shmlog/shm/state_layout.py) shows it: the row
      * whose topic key and partition are the range's, and the high watermark in it, loaded with
      * acquire ordering ("a high watermark covers bytes already in the segment files"). The table is
      * /dev/shm/shmlog-[sha1 of the data directory, 12 hex digits]-state (paths.py, partition_host.py).

@@ -1,0 +1,225 @@
+"""The topic requests: metadata, create, delete, list, describe, add partitions,
+alter config, offsets by position or time, and deleting records (Kafka's Metadata,
+CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs, ListOffsets
+and DeleteRecords).
+
+Rules
+-----
+* Internal topics (``internal_topics.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
+  broker's: it creates them on first use (``group_service``); a client cannot
+  create, delete or grow them (Kafka's rule).
+* Metadata names, for every partition, its row in the state table and its
+  directory: what a consumer maps, and what a producer puts on its ring entries.
+* Every field a client sends is checked (``control.require``) before anything
+  changes; the partitions themselves change in the partition host.
+
+Theory of operation
+-------------------
+A :class:`~shmlog.broker.service.Service` with no clock and nothing held back: each
+request is answered at once from the :class:`PartitionHost` (which tells its
+listeners, the group coordinator among them, when the topics changed).
+"""
+
+from __future__ import annotations
+
+import os
+from ..common import access
+from ..storage import delete_records as deletion
+from ..storage.topic_config import config_sources
+from ..protocol.control import require
+from ..common.errors import (InvalidReplicationFactorError, InvalidTopicError, LocalProtocolError,
+                             ShmlogError, UnknownTopicOrPartitionError)
+from ..common.internal_topics import INTERNAL_TOPICS
+from .partition_host import PartitionHost
+from .service import ImmediateService
+
+__all__ = ["TopicService", "refuse_internal", "delete_records_entries"]
+
+
+def refuse_internal(name, done: str) -> None:
+    """Clients never create, delete or grow an internal topic (Kafka refuses it too):
+    the broker owns it, and a group's commits are found by hashing the group id over
+    its partition count, so another count or a new empty topic loses every commit."""
+    if name in INTERNAL_TOPICS:
+        raise InvalidTopicError(f"{name} is an internal topic (the consumer groups' committed "
+                                f"offsets); the broker manages it, it cannot be {done} by a "
+                                f"client")
+
+
+class TopicService(ImmediateService):
+    """Topic requests over a :class:`PartitionHost`.
+
+    Parameters
+    ----------
+    host : PartitionHost
+    prefix : str
+        The broker's shared-memory prefix (metadata tells producers where their
+        rings go).
+    """
+
+    def __init__(self, host: PartitionHost, prefix: str):
+        self.host = host
+        self.prefix = prefix
+
+    def handlers(self) -> dict:
+        return {"metadata": self.metadata, "create_topic": self.create_topic,
+                "delete_topic": self.delete_topic, "list_topics": self.list_topics,
+                "describe_topic": self.describe_topic, "add_partitions": self.add_partitions,
+                "alter_topic_config": self.alter_topic_config,
+                "offset_for_timestamp": self.offset_for_timestamp,
+                "list_offsets": self.list_offsets, "delete_records": self.delete_records,
+                "describe_log_dirs": self.describe_log_dirs}
+
+    # -- requests ------------------------------------------------------------------
+    def _topic(self, name: str) -> dict:
+        logs = self.host.logs
+        metadata = logs.describe_topic(require(name, str, "name"))
+        return {"name": metadata.name, "topic_id": metadata.topic_id,
+                "partitions": [{"partition": partition,
+                                "row": self.host.partition(metadata.name, partition).row,
+                                "directory": os.path.join(logs.topics_dir, metadata.name,
+                                                          str(partition))}
+                               for partition in range(metadata.partitions)],
+                "config": metadata.config.as_dict(),
+                # The topic's own settings (topic.json), apart: tools show them alone.
+                "overrides": metadata.config.overrides()}
+
+    def metadata(self, topics: list | None = None) -> dict:
+        names = self.host.logs.list_topics() if topics is None else \
+            require(topics, list, "topics")
+        return {"state_table": self.host.table_name,
+                "broker_epoch": self.host.table.broker_epoch,
+                "ring_prefix": self.prefix, "ring_group_id": access.current().group_id,
+                "topics": [self._topic(name) for name in names]}
+
+    def create_topic(self, name, partitions: int = 1, config: dict | None = None,
+                     replication_factor: int | None = None) -> dict:
+        refuse_internal(name, "created")
+        if replication_factor is not None and require(replication_factor, int,
+                                                      "replication_factor") != 1:
+            # Kafka refuses a factor above the live brokers (INVALID_REPLICATION_FACTOR).
+            raise InvalidReplicationFactorError(
+                f"a single broker keeps one copy of each partition: replication factor "
+                f"{replication_factor} cannot be met (a cluster can: see shmlog cluster)")
+        self.host.create_topic(name, partitions, require(config or {}, dict, "config"))
+        return self._topic(name)
+
+    def delete_topic(self, name) -> dict:
+        refuse_internal(name, "deleted")
+        self.host.delete_topic(require(name, str, "name"))
+        return {}
+
+    def list_topics(self) -> dict:
+        return {"topics": self.host.logs.list_topics()}
+
+    def describe_topic(self, name) -> dict:
+        """The topic's metadata and, in ``config_sources``, each setting's value
+        and where it comes from (``config.config_sources``: Admin.describe_configs)."""
+        topic = self._topic(name)
+        topic["config_sources"] = config_sources(
+            self.host.logs.describe_topic(topic["name"]).config, self.broker_topic_defaults(),
+            self.topic_overrides(topic["name"]))
+        return topic
+
+    def topic_overrides(self, name: str) -> list[str] | None:
+        """The names of the topic's overrides as set, where they are kept so (None
+        here: topic.json keeps the values that differ from the defaults)."""
+        return None
+
+    def broker_topic_defaults(self) -> dict:
+        """Topic settings the broker sets for topics without an override (none on a
+        single broker: Kafka's defaults apply)."""
+        return {}
+
+    def add_partitions(self, name, total) -> dict:
+        refuse_internal(name, "given partitions")
+        self.host.add_partitions(require(name, str, "name"), total)
+        return self._topic(name)
+
+    def alter_topic_config(self, name, set: dict | None = None, delete: list | None = None) -> dict:
+        self.host.alter_topic_config(require(name, str, "name"), require(set or {}, dict, "set"),
+                                     tuple(require(delete or [], list, "delete")))
+        return self._topic(name)
+
+    def offset_for_timestamp(self, topic, partition, timestamp) -> dict:
+        """Kafka's ListOffsets by time: the first offset whose timestamp is >= it."""
+        hosted = self.host.partition(require(topic, str, "topic"),
+                                     require(partition, int, "partition"))
+        found = hosted.log.offset_for_timestamp(require(timestamp, int, "timestamp"))
+        return {"offset": found[0] if found else None,
+                "timestamp": found[1] if found else None}
+
+    def list_offsets(self, topic) -> dict:
+        """Kafka's ListOffsets for earliest and latest: each partition's log start
+        and log end offsets."""
+        metadata = self.host.logs.describe_topic(require(topic, str, "topic"))
+        return {"partitions": [self._offsets_of(self.host.partition(metadata.name, partition))
+                               for partition in range(metadata.partitions)]}
+
+    def _offsets_of(self, hosted) -> dict:
+        """A partition's offsets and disk use: log start and end, high watermark,
+        bytes and segments."""
+        partition_log = hosted.log
+        return {"partition": hosted.partition,
+                "log_start_offset": partition_log.log_start_offset,
+                "log_end_offset": partition_log.log_end_offset,
+                "high_watermark": self.host.appender.high_watermark(hosted.row),
+                "size": partition_log.size, "segment_count": len(partition_log.segments)}
+
+    def describe_log_dirs(self, topics: list | None = None) -> dict:
+        """Kafka's DescribeLogDirs for this broker's one log directory: per partition
+        (of ``topics``, default every topic) its offsets, bytes, segments and offset
+        lag (Kafka's: how far the log end is below the high watermark, 0 for a
+        current log; a follower's lag behind its leader is in its high watermark)."""
+        names = self.host.logs.list_topics() if topics is None else \
+            [require(name, str, "topics") for name in require(topics, list, "topics")]
+        partitions = []
+        for name in names:
+            metadata = self.host.logs.describe_topic(name)
+            for partition in range(metadata.partitions):
+                hosted = self.host.partition(metadata.name, partition)
+                entry = {"topic": metadata.name, **self._offsets_of(hosted),
+                         "directory": hosted.log.directory}
+                entry["offset_lag"] = max(entry["high_watermark"] - entry["log_end_offset"], 0)
+                partitions.append(entry)
+        return {"log_dir": self.host.logs.topics_dir, "partitions": partitions}
+
+    def delete_records(self, partitions) -> dict:
+        """Kafka's DeleteRecords: ``partitions`` is a list of ``[topic, partition,
+        offset]``; per partition, ``delete_records.answer``'s entry (a single broker
+        leads every partition, and its low watermark is its own log start). Nothing
+        waits here: the client asks again while a low watermark is behind."""
+        return {"partitions": [self._delete_records_of(topic, partition, offset)
+                               for topic, partition, offset in delete_records_entries(partitions)]}
+
+    def _delete_records_of(self, topic: str, partition: int, offset: int) -> dict:
+        try:
+            error, target = self.host.delete_records(topic, partition, offset)
+        except ShmlogError as refused:
+            name = deletion.UNKNOWN_TOPIC_OR_PARTITION if isinstance(
+                refused, UnknownTopicOrPartitionError) else deletion.KAFKA_STORAGE_ERROR
+            return deletion.answer(topic, partition, offset, deletion.UNKNOWN_OFFSET, name,
+                                   str(refused))
+        start = self.host.partition(topic, partition).log.log_start_offset
+        return deletion.answer(topic, partition, target, start, error)
+
+
+def delete_records_entries(partitions) -> list[tuple[str, int, int]]:
+    """The ``[topic, partition, offset]`` triples of a delete_records request, checked.
+
+    Raises
+    ------
+    LocalProtocolError
+        Not a list of such triples, or a partition named twice.
+    """
+    entries = []
+    for entry in require(partitions, list, "partitions"):
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and all(isinstance(value, int) and not isinstance(value, bool)
+                        for value in entry[1:])):
+            raise LocalProtocolError(f"delete_records takes [topic, partition, offset] "
+                                     f"entries, got {entry!r:.200}")
+        entries.append((entry[0], entry[1], entry[2]))
+    if len({entry[:2] for entry in entries}) != len(entries):
+        raise LocalProtocolError("delete_records names a partition twice")
+    return entries

@@ -1,0 +1,176 @@
+"""A broker's settings: defaults, then a TOML file, then flags, each checked.
+
+Light: the ``shmlog`` command builds the ``broker`` verb's options from
+:class:`BrokerConfig` whatever verb it runs, so this module imports neither numpy
+nor numba (``broker`` imports it back under its old name).
+
+A TOML file holds the broker's settings in a ``[broker]`` table (or at its top
+level) and, for a broker that joins a cluster, a top-level ``[cluster]`` table
+(:class:`~shmlog.config.cluster.ClusterConfig`). Without that table
+:attr:`BrokerConfig.cluster` is None: the single-host broker, with no ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from typing import Any
+
+from ..common import access
+from .cluster import ClusterConfig
+from ..common.documented import setting
+from ..common.errors import InvalidConfigError, LocalProtocolError
+from ..common.limits import METRICS_PORT_MAX
+from ..common.paths import control_address, default_data_dir
+
+__all__ = ["BrokerConfig", "broker_config_entries"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    """Broker settings; a TOML file and flags override the defaults."""
+    data_dir: str = setting(
+        default_factory=default_data_dir,
+        doc="The broker's data directory: topics, group offsets, its control socket "
+            "(run/control.sock). Default: $SHMLOG_DATA_DIR, else ~/.local/share/shmlog.")
+    partitions_max: int = setting(
+        4096, doc="Rows of the partition state table in shared memory: the most "
+                  "partitions (of all topics, internal ones included) one broker hosts.")
+    retention_check_interval_ms: int = setting(
+        300_000, doc="How often retention.ms and retention.bytes are applied (Kafka's "
+                     "log.retention.check.interval.ms).")
+    flush_check_interval_ms: int = setting(
+        1_000, doc="How often idle partitions are checked against flush.ms (Kafka's "
+                   "log.flush.scheduler.interval.ms; a second keeps flush.ms honest).")
+    liveness_check_interval_ms: int = setting(
+        1_000, doc="How often registered producers are checked for being alive; a dead "
+                   "producer's ring is drained and reclaimed.")
+    cleaner_backoff_ms: int = setting(
+        15_000, doc="How often compacted partitions are looked at for cleaning (Kafka's "
+                    "log.cleaner.backoff.ms).")
+    cleaner_dedupe_buffer_size: int = setting(
+        128 << 20, doc="Bytes of the cleaner's key map (Kafka's "
+                       "log.cleaner.dedupe.buffer.size).")
+    group_initial_rebalance_delay_ms: int = setting(
+        3_000, doc="How long a new group waits for more members before its first "
+                   "rebalance (Kafka's group.initial.rebalance.delay.ms); 0 allowed.")
+    group_min_session_timeout_ms: int = setting(
+        6_000, doc="The least session timeout a member may ask for (Kafka's "
+                   "group.min.session.timeout.ms).")
+    group_max_session_timeout_ms: int = setting(
+        1_800_000, doc="The largest session timeout a member may ask for (Kafka's "
+                       "group.max.session.timeout.ms).")
+    offsets_topic_num_partitions: int = setting(
+        50, doc="Partitions of __consumer_offsets, made when the first group commits "
+                "(Kafka's offsets.topic.num.partitions).")
+    offsets_retention_minutes: int = setting(
+        10_080, doc="How long an empty group's committed offsets are kept (Kafka's "
+                    "offsets.retention.minutes).")
+    data_group: str | None = setting(
+        None, doc="Share the data with this Unix group (directories 0750, files 0640, the "
+                  "control socket and shared memory 0660); unset keeps it private to the "
+                  "broker's user.")
+    metrics_port: int | None = setting(
+        None, doc="Serve Prometheus metrics over HTTP on this port (0: a free one, which "
+                  "shmlog status shows); off unless set.")
+    metrics_address: str = setting(
+        "127.0.0.1", doc="The address the metrics endpoint listens on: loopback unless "
+                         "told (the metrics name topics and groups, which a host's other "
+                         "users may not see).")
+    cluster: ClusterConfig | None = setting(
+        None, doc="The [cluster] table of the config file (see Cluster settings); "
+                  "without it the broker is a single-host broker, with no ZooKeeper.")
+
+    _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms", "metrics_port")
+    TEXT_SETTINGS = ("data_dir", "data_group", "metrics_address")
+    # Settings that are whole tables of the file, not flags.
+    TABLE_SETTINGS = ("cluster",)
+
+    def __post_init__(self):
+        # Refused here, before a broker creates its directory or shared memory.
+        control_address(self.data_dir)
+
+    @classmethod
+    def load(cls, path: str | None = None, **overrides: Any) -> "BrokerConfig":
+        """Defaults, then the TOML file's ``[broker]`` table (or top level) and its
+        ``[cluster]`` table, then ``overrides`` (None values ignored; ``cluster`` may
+        be a :class:`ClusterConfig` or a table).
+
+        Raises
+        ------
+        LocalProtocolError
+            The file cannot be read, or a broker setting is unknown or out of range.
+        InvalidConfigError
+            The ``[cluster]`` table is invalid (a subclass of LocalProtocolError).
+        """
+        values: dict[str, Any] = {}
+        if path:
+            try:
+                with open(path, "rb") as source:
+                    document = tomllib.load(source)
+            except (OSError, tomllib.TOMLDecodeError) as error:
+                raise LocalProtocolError(f"cannot read broker config {path}: {error}") from None
+            values.update(document.get("broker", document))
+            if "broker" in document and "cluster" in values:
+                raise InvalidConfigError(f"{path}: the cluster settings go in a top-level "
+                                         f"[cluster] table, not in [broker]")
+            if "cluster" in document:
+                values["cluster"] = document["cluster"]
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        if "cluster" in values and not isinstance(values["cluster"], ClusterConfig):
+            values["cluster"] = ClusterConfig.from_mapping(values["cluster"])
+        known = {field.name: field for field in dataclasses.fields(cls)}
+        for key, value in values.items():
+            if key in cls.TABLE_SETTINGS:
+                continue
+            if key not in known:
+                raise LocalProtocolError(f"unknown broker setting {key!r}; known: "
+                                         f"{', '.join(sorted(known))}")
+            expected = str if key in cls.TEXT_SETTINGS else int
+            least = 0 if key in cls._MAY_BE_ZERO else 1
+            if isinstance(value, bool) or not isinstance(value, expected) or \
+                    (expected is int and value < least):
+                raise LocalProtocolError(f"broker setting {key} must be "
+                                         f"{'a non-negative' if least == 0 else 'a positive'} "
+                                         f"{expected.__name__}, got {value!r}")
+        if values.get("metrics_port") is not None and values["metrics_port"] > METRICS_PORT_MAX:
+            raise LocalProtocolError(f"broker setting metrics_port must be a TCP port (at most "
+                                     f"{METRICS_PORT_MAX}), got {values['metrics_port']!r}")
+        if values.get("data_group") is not None:
+            try:
+                access.group_id_of(values["data_group"])
+            except KeyError:
+                raise LocalProtocolError(f"broker setting data_group names no group of this "
+                                         f"host: {values['data_group']!r}") from None
+        return cls(**values)
+
+    @property
+    def data_access(self) -> access.Access:
+        """Who may read the data (see ``access``)."""
+        return access.Access(None if self.data_group is None
+                             else access.group_id_of(self.data_group))
+
+
+def broker_config_entries(config: BrokerConfig) -> dict[str, dict[str, Any]]:
+    """The broker's settings as ``{name: {"value": ..., "source": ...}}`` (what
+    ``Admin.describe_configs`` shows for a BROKER resource): ``"broker"`` when its
+    file or flags set a value other than the default, else ``"default"`` (Kafka's
+    STATIC_BROKER_CONFIG and DEFAULT_CONFIG; these settings are static). The
+    ``[broker]`` table's settings keep their names; the ``[cluster]`` table's take
+    Kafka's (``min_insync_replicas`` is ``min.insync.replicas``)."""
+    entries = {}
+    tables = [(config, False)] + ([(config.cluster, True)] if config.cluster is not None else [])
+    for table, kafka_names in tables:
+        for field in dataclasses.fields(table):
+            if field.name in BrokerConfig.TABLE_SETTINGS:
+                continue
+            value = getattr(table, field.name)
+            if field.default is not dataclasses.MISSING:
+                default = field.default
+            elif field.default_factory is not dataclasses.MISSING:
+                default = field.default_factory()
+            else:
+                default = dataclasses.MISSING            # required: always set
+            entries[field.name.replace("_", ".") if kafka_names else field.name] = {
+                "value": value, "source": "default" if value == default else "broker"}
+    return entries

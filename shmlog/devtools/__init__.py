@@ -1,0 +1,3 @@
+"""For development, tests and benchmarks: a local ZooKeeper, a cluster on one
+machine, network namespaces, the perf tools, and compiling every kernel ahead.
+"""

@@ -1,0 +1,84 @@
+"""The client's side of the broker's control endpoint: one request, its reply.
+
+Rules
+-----
+* Light: every client and the ``shmlog`` command import this module, so it imports
+  ZeroMQ and the control protocol (``control``) but neither numpy nor numba.
+* A request fails at once when no broker can answer: no control socket (none runs,
+  or it stopped cleanly) is :class:`BrokerNotRunningError`, a socket this user may
+  not connect to is :class:`BrokerAccessDeniedError`. A socket left by a killed
+  broker is tried as usual, since a new broker may be starting on it; no answer
+  within the timeout is :class:`BrokerNotAvailableError`.
+* A refused request raises the broker's typed error (see ``control``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import zmq
+
+from ..common import access
+from .control import decode_reply, encode_request
+from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError
+from ..common.paths import control_address, control_path
+
+__all__ = ["request"]
+
+
+def _check_control_socket(data_dir: str) -> None:
+    """Fail at once when no broker can answer: its socket is missing (none runs, or
+    it stopped cleanly), or this user may not connect to it. A socket left by a
+    broker that was killed is tried as usual: a new one may be starting."""
+    path = control_path(data_dir)
+    start = f"start one with: shmlog broker --data-dir {data_dir}"
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        raise BrokerNotRunningError(f"no broker runs on {data_dir} (there is no control "
+                                    f"socket {path}); {start}") from None
+    except PermissionError:
+        raise BrokerAccessDeniedError(_denied(path)) from None
+    except OSError as error:
+        raise BrokerNotAvailableError(f"cannot reach the control socket {path}: {error}; "
+                                      f"{start}") from None
+    # connect(2) to a Unix socket needs write permission on it.
+    if not os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise BrokerAccessDeniedError(_denied(path))
+
+
+def _denied(path: str) -> str:
+    return (f"permission denied: {access.owner_name(os.geteuid())} may not connect to the "
+            f"broker's control socket {path}; the broker keeps its data private to its "
+            f"user unless its data_group setting shares it with a group of yours")
+
+
+def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fields) -> dict:
+    """One control request to the broker of ``data_dir``; its reply's fields.
+
+    Raises
+    ------
+    BrokerAccessDeniedError
+        This user may not connect to the broker's control socket (at once).
+    BrokerNotRunningError
+        No broker runs: there is no control socket (at once).
+    BrokerNotAvailableError
+        No broker answered within ``timeout_ms``; the message names the command
+        that starts one.
+    ShmlogError
+        The broker refused the request (its typed error).
+    """
+    _check_control_socket(data_dir)
+    context = zmq.Context.instance()
+    socket = context.socket(zmq.REQ)
+    socket.setsockopt(zmq.LINGER, 0)
+    try:
+        socket.connect(control_address(data_dir))
+        socket.send(encode_request(request_type, **fields))
+        if not socket.poll(timeout_ms, zmq.POLLIN):
+            raise BrokerNotAvailableError(f"no broker answered at {control_address(data_dir)} within "
+                              f"{timeout_ms} ms; start one with: shmlog broker --data-dir "
+                              f"{data_dir}")
+        return decode_reply(socket.recv())
+    finally:
+        socket.close()

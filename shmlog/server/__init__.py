@@ -1,0 +1,3 @@
+"""The composition root: ``Broker``, which wires the layers below into one process,
+with its stats request and its Prometheus endpoint.
+"""

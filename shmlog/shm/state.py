@@ -1,0 +1,237 @@
+"""The partition state table: offsets the broker publishes, read without a syscall.
+
+Rules
+-----
+* The broker owns the table and is its only writer; consumers attach read-only in
+  spirit (the mapping is shared, but they never store into it).
+* Publishing a row writes every other field, then the high watermark with a release
+  store. Reading loads the high watermark with an acquire load first, so all bytes
+  below it in the segment files are visible (see ``state_layout``).
+* The segment generation is a seqlock over the partition's set of files, whose
+  rules ``segment_generation`` holds; this module stores and loads it (release,
+  and a fence then acquire: :func:`load_segment_generation`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import numpy as np
+
+from ..common import access
+from . import shared_memory
+from . import state_layout as S
+from ..native.atomics import fence, load_acquire, load_relaxed, store_relaxed, store_release
+from ..common.errors import LocalProtocolError, PeerProtocolError
+from ..native.jit import kernel
+from .wakeup import Doorbell
+
+__all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row",
+           "load_high_watermark", "load_segment_generation"]
+
+
+@kernel
+def publish_row(rows, row, log_start_offset, log_end_offset, high_watermark,
+                active_segment_base_offset, active_segment_size, segment_generation):
+    """Store a row's fields, the high watermark last (release: it covers the rest
+    and every byte appended below it).
+
+    The active segment's base offset is stored (release) after the generation and
+    the size: a reader that loads it (acquire) and sees a new active segment also
+    sees the generation of that roll, so it maps the files again before it reads
+    the sealed segment, whose files the roll trimmed. (Seeing a new base with an
+    old generation, it would read a trimmed index through an old, longer mapping:
+    SIGBUS.)
+
+    The generation itself is stored with release too: every rename and unlink of a
+    change to the segment files comes before the even generation that ends it, so a
+    reader that loads that generation with acquire (load_segment_generation) and
+    then lists the directory sees all of them."""
+    base = row * S.ROW_WORDS
+    store_relaxed(rows, base + S.ACTIVE_SEGMENT_SIZE_WORD, active_segment_size)
+    store_relaxed(rows, base + S.LOG_START_OFFSET_WORD, log_start_offset)
+    store_relaxed(rows, base + S.LOG_END_OFFSET_WORD, log_end_offset)
+    store_release(rows, base + S.SEGMENT_GENERATION_WORD, segment_generation)
+    store_release(rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, active_segment_base_offset)
+    store_release(rows, base + S.HIGH_WATERMARK_WORD, high_watermark)
+
+
+@kernel
+def load_high_watermark(rows, row):
+    """The published high watermark (acquire: records below it may be read)."""
+    return load_acquire(rows, row * S.ROW_WORDS + S.HIGH_WATERMARK_WORD)
+
+
+@kernel
+def load_segment_generation(rows, row):
+    """The published segment generation, loaded after a full fence (the seqlock's
+    read, see ``segment_generation``): the directory listing just made cannot be
+    reordered after this load. Acquire: the listing that follows a load of an even
+    generation sees every file operation published before it."""
+    fence()
+    return load_acquire(rows, row * S.ROW_WORDS + S.SEGMENT_GENERATION_WORD)
+
+
+@kernel
+def _snapshot(rows, row, out):
+    base = row * S.ROW_WORDS
+    out[S.HIGH_WATERMARK_WORD] = load_acquire(rows, base + S.HIGH_WATERMARK_WORD)
+    # Before the generation and size: see publish_row.
+    out[S.ACTIVE_SEGMENT_BASE_OFFSET_WORD] = load_acquire(
+        rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD)
+    for field in (S.LOG_START_OFFSET_WORD, S.LOG_END_OFFSET_WORD, S.SEGMENT_GENERATION_WORD,
+                  S.TOPIC_KEY_WORD, S.PARTITION_WORD, S.ACTIVE_SEGMENT_SIZE_WORD):
+        out[field] = load_relaxed(rows, base + field)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowSnapshot:
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    active_segment_base_offset: int
+    segment_generation: int
+    topic_key: int
+    partition: int
+    active_segment_size: int
+
+
+def topic_key(topic_id: str) -> int:
+    """A non-zero int64 naming a topic in the table (from its hex id)."""
+    key = int(topic_id[:16], 16) & 0x7FFF_FFFF_FFFF_FFFF
+    return key or 1
+
+
+class PartitionStateTable:
+    """The table, mapped: ``create`` it in the broker, ``attach`` to it elsewhere."""
+
+    def __init__(self, name: str, mapped, *, owner: bool):
+        self.name = name
+        self._mapped = mapped
+        self.owner = owner
+        self.control = np.frombuffer(mapped, np.int64, count=S.CONTROL_SIZE // S.WORD_SIZE)
+        self.row_capacity = (len(mapped) - S.ROWS_OFFSET) // S.ROW_SIZE
+        self.rows = np.frombuffer(mapped, np.int64, offset=S.ROWS_OFFSET,
+                                  count=self.row_capacity * S.ROW_WORDS)
+        # Producers ring the first after publishing a ring entry; the broker rings the
+        # second after publishing records.
+        self.appender_doorbell = Doorbell(self.control, S.APPENDER_SEQUENCE_WORD,
+                                          S.APPENDER_SLEEPERS_WORD)
+        self.consumer_doorbell = Doorbell(self.control, S.CONSUMER_SEQUENCE_WORD,
+                                          S.CONSUMER_SLEEPERS_WORD)
+
+    @classmethod
+    def create(cls, name: str, row_capacity: int) -> "PartitionStateTable":
+        """Make the table (its mode and group from ``access.current()``), replacing
+        one of ours of that name: only the owner of the data directory calls this.
+
+        Raises
+        ------
+        NotOwnedError
+            Another user's object has the name.
+        """
+        if not isinstance(row_capacity, int) or row_capacity < 1:
+            raise LocalProtocolError(f"row capacity must be a positive integer, got {row_capacity!r}")
+        # A table of ours left under this name is a dead broker's: the caller holds the
+        # data directory's lock, so nobody uses it.
+        policy = access.current()
+        mapped = shared_memory.create(name, S.ROWS_OFFSET + row_capacity * S.ROW_SIZE,
+                                      "partition state table", mode=policy.writable_mode,
+                                      group_id=policy.group_id, replace_stale=True)
+        shared_memory.write_magic_and_version(mapped, S.MAGIC, S.VERSION)
+        table = cls(name, mapped, owner=True)
+        table.control[S.ROW_CAPACITY_WORD] = row_capacity
+        table.control[S.BROKER_PID_WORD] = os.getpid()
+        table.control[S.BROKER_EPOCH_WORD] = time.time_ns()
+        return table
+
+    @classmethod
+    def attach(cls, name: str) -> "PartitionStateTable":
+        """Map the broker's table, checking its header.
+
+        Raises
+        ------
+        PeerProtocolError
+            The object is not a state table of this version.
+        ShmlogError
+            There is no such table (no broker is running under that name).
+        """
+        mapped = shared_memory.attach(name, S.ROWS_OFFSET + S.ROW_SIZE, "partition state table")
+        magic, version = shared_memory.read_magic_and_version(mapped)
+        if magic != S.MAGIC or version != S.VERSION:
+            raise PeerProtocolError(f"{name!r} is not a version-{S.VERSION} partition state "
+                                    f"table (magic {magic:#x}, version {version})")
+        table = cls(name, mapped, owner=False)
+        if table.control[S.ROW_CAPACITY_WORD] != table.row_capacity:
+            raise PeerProtocolError(f"state table {name!r} says {table.control[S.ROW_CAPACITY_WORD]} "
+                                    f"rows but holds {table.row_capacity}")
+        return table
+
+    @property
+    def broker_epoch(self) -> int:
+        return int(self.control[S.BROKER_EPOCH_WORD])
+
+    def _check_row(self, row: int) -> int:
+        if not isinstance(row, (int, np.integer)) or not 0 <= row < self.row_capacity:
+            raise LocalProtocolError(f"row {row!r} is outside the table's "
+                                     f"{self.row_capacity} rows")
+        return int(row)
+
+    # -- broker side ---------------------------------------------------------------
+    def claim(self, row: int, key: int, partition: int) -> None:
+        """Give a free row to (topic, partition); its offsets start at -1 (unknown)."""
+        row = self._check_row(row)
+        base = row * S.ROW_WORDS
+        self.rows[base:base + S.ROW_WORDS] = -1
+        self.rows[base + S.PARTITION_WORD] = partition
+        self.rows[base + S.TOPIC_KEY_WORD] = key
+
+    def free(self, row: int) -> None:
+        row = self._check_row(row)
+        base = row * S.ROW_WORDS
+        publish_row(self.rows, row, -1, -1, -1, -1, -1, -1)
+        self.rows[base + S.TOPIC_KEY_WORD] = S.FREE_TOPIC_KEY
+
+    def publish(self, row: int, log_start_offset: int, log_end_offset: int,
+                high_watermark: int, active_segment_base_offset: int,
+                active_segment_size: int, segment_generation: int) -> None:
+        publish_row(self.rows, self._check_row(row), log_start_offset, log_end_offset,
+                    high_watermark, active_segment_base_offset, active_segment_size,
+                    segment_generation)
+
+    # -- reader side ---------------------------------------------------------------
+    def high_watermark(self, row: int) -> int:
+        return int(load_high_watermark(self.rows, self._check_row(row)))
+
+    def segment_generation(self, row: int) -> int:
+        """The row's segment generation, loaded after a fence (see
+        :func:`load_segment_generation`): what a reader checks after listing."""
+        return int(load_segment_generation(self.rows, self._check_row(row)))
+
+    def snapshot(self, row: int) -> RowSnapshot:
+        out = np.empty(S.ROW_WORDS, np.int64)
+        _snapshot(self.rows, self._check_row(row), out)
+        return RowSnapshot(int(out[S.LOG_START_OFFSET_WORD]), int(out[S.LOG_END_OFFSET_WORD]),
+                           int(out[S.HIGH_WATERMARK_WORD]),
+                           int(out[S.ACTIVE_SEGMENT_BASE_OFFSET_WORD]),
+                           int(out[S.SEGMENT_GENERATION_WORD]), int(out[S.TOPIC_KEY_WORD]),
+                           int(out[S.PARTITION_WORD]), int(out[S.ACTIVE_SEGMENT_SIZE_WORD]))
+
+    # -- lifetime ------------------------------------------------------------------
+    def unlink(self) -> None:
+        shared_memory.unlink(self.name)
+
+    def close(self) -> None:
+        self.control = self.rows = self.appender_doorbell = self.consumer_doorbell = None
+        try:
+            self._mapped.close()
+        except BufferError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()

@@ -1,0 +1,141 @@
+"""Doorbells: how an idle process sleeps until another one has work for it.
+
+A doorbell is two int64 words in shared memory, each on a cache line of its own
+(see ``state_layout``): a *sequence* the ringer bumps every time it makes work,
+and a count of *sleepers*. The sleeper is told of new work by a Linux futex on
+the sequence word (its low 32 bits), so a sleeping consumer or appender costs no
+CPU and wakes in microseconds; the ringer pays for the futex syscall only while
+somebody sleeps.
+
+The handshake is Dekker's, with sequentially consistent fences::
+
+    ringer                              sleeper
+    publish the work (release)          sleepers += 1
+    sequence += 1                       fence
+    fence                               seen = sequence
+    if sleepers: futex_wake(sequence)   if no work: futex_wait(sequence, seen)
+                                        sleepers -= 1
+
+Either the ringer sees the sleeper (and wakes it), or the sleeper sees the work or
+the new sequence (and the futex refuses to sleep on a stale value). A waiter always
+passes a timeout, so a ringer that dies between its two steps costs a delay,
+never a hang. Where the futex syscall is unknown (not Linux on x86-64 or arm64) a
+waiter sleeps in short naps instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import time
+
+from ..native.atomics import fence, fetch_add, load_acquire
+from ..native.jit import kernel
+
+__all__ = ["Doorbell", "pause", "SPIN_S", "YIELD_S"]
+
+# The default idle strategy of a loop that found nothing to do (see ``pause``): keep
+# looking for SPIN_S, then look and yield the CPU until YIELD_S, then sleep on a
+# doorbell. Waking a process whose CPU went idle takes tens of microseconds on a
+# virtual machine, so a loop that has just had work stays awake a millisecond:
+# under a steady flow it never sleeps, and once idle it costs nothing.
+SPIN_S = 50e-6
+YIELD_S = 1e-3
+
+_FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+_FUTEX_WAIT = 0                    # shared (not FUTEX_PRIVATE): the word is in shared memory
+_FUTEX_WAKE = 1
+_WAKE_EVERYONE = 0x7FFFFFFF
+_NAP_S = 200e-6                    # without a futex: how long a waiter sleeps between looks
+_libc = ctypes.CDLL(None, use_errno=True) if _FUTEX_SYSCALL is not None else None
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def pause(idle_s: float, doorbell: "Doorbell", attempt, sleep_s: float, *,
+          spin_s: float = SPIN_S, yield_s: float = YIELD_S):
+    """One pause of a loop that has found nothing for ``idle_s`` seconds: nothing
+    (spinning), a yield of the CPU, or a sleep of up to ``sleep_s`` on ``doorbell``.
+    Returns what ``attempt`` found if it was tried (see :meth:`Doorbell.wait`)."""
+    if idle_s < spin_s:
+        return None
+    if idle_s < yield_s:
+        os.sched_yield()
+        return None
+    return doorbell.wait(attempt, sleep_s)
+
+
+@kernel
+def _ring(words, sequence_word, sleepers_word):
+    """Announce new work; True when somebody sleeps and needs the futex woken."""
+    fetch_add(words, sequence_word, 1)
+    fence()
+    return load_acquire(words, sleepers_word) > 0
+
+
+@kernel
+def _lie_down(words, sequence_word, sleepers_word):
+    """Count this process among the sleepers; the sequence it may sleep on."""
+    fetch_add(words, sleepers_word, 1)
+    fence()
+    return load_acquire(words, sequence_word)
+
+
+@kernel
+def _get_up(words, sleepers_word):
+    fetch_add(words, sleepers_word, -1)
+
+
+@kernel
+def _sequence(words, sequence_word):
+    return load_acquire(words, sequence_word)
+
+
+class Doorbell:
+    """The doorbell at ``words[sequence_word]`` / ``words[sleepers_word]`` (an int64
+    view of shared memory that outlives this object's use)."""
+
+    def __init__(self, words, sequence_word: int, sleepers_word: int):
+        self.words = words
+        self.sequence_word = sequence_word
+        self.sleepers_word = sleepers_word
+        self._address = ctypes.c_void_p(words.ctypes.data + sequence_word * words.itemsize)
+
+    @property
+    def sequence(self) -> int:
+        """How often the bell was rung (an acquire load: work announced before it is
+        visible)."""
+        return int(_sequence(self.words, self.sequence_word))
+
+    def ring(self) -> None:
+        """Announce work made before this call; wake whoever sleeps on the bell."""
+        if _ring(self.words, self.sequence_word, self.sleepers_word) and _libc is not None:
+            _libc.syscall(_FUTEX_SYSCALL, self._address, _FUTEX_WAKE, _WAKE_EVERYONE,
+                          None, None, 0)
+
+    def wait(self, attempt, timeout_s: float):
+        """Sleep until the bell rings or ``timeout_s`` passes, unless ``attempt()``,
+        tried once after lying down, finds work: then its result, else None."""
+        seen = int(_lie_down(self.words, self.sequence_word, self.sleepers_word))
+        try:
+            found = attempt()
+            if found or timeout_s <= 0:
+                return found
+            if _libc is None:
+                time.sleep(min(timeout_s, _NAP_S))
+                return None
+            seconds = int(timeout_s)
+            timeout = _Timespec(seconds, int((timeout_s - seconds) * 1e9))
+            expected = ctypes.c_uint32(seen & 0xFFFFFFFF)
+            if _libc.syscall(_FUTEX_SYSCALL, self._address, _FUTEX_WAIT, expected,
+                             ctypes.byref(timeout), None, 0) != 0:
+                code = ctypes.get_errno()
+                if code not in (errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR):
+                    raise OSError(code, f"futex wait: {os.strerror(code)}")
+            return None
+        finally:
+            _get_up(self.words, self.sleepers_word)

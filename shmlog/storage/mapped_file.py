@@ -1,0 +1,228 @@
+"""Files mapped whole into memory, and the background prefaulter.
+
+Theory of operation
+-------------------
+A writer appends into a read-write mapping of a sparse file of fixed capacity.
+Writing to a page that is not yet in the page cache costs a trap, a page
+allocation and zeroing, all on the writer's thread; on a full disk the trap
+becomes a ``SIGBUS`` that kills the process. :meth:`MappedFile.reserve` avoids
+both: ``posix_fallocate`` reserves the disk blocks first (a full disk is then an
+ordinary ``ENOSPC``, raised as :class:`StorageError` before a byte is written), and
+``madvise(MADV_POPULATE_WRITE)`` (Linux >= 5.14) allocates and maps every page of
+the range in one call. Both calls release the GIL, so :func:`prefault_in_background`
+runs them on a single worker thread that keeps reservations ahead of the writers
+while the writers' compiled kernels (which release the GIL too) keep copying.
+
+The rule that keeps ``SIGBUS`` away: a writable mapping is stored into only below
+what its owner reserved. The file is extended sparse, which takes no blocks, so
+mapping it is safe; a new file can have its first blocks reserved before it is
+mapped at all (``reserved``), so that a full disk leaves nothing behind to undo
+but the empty file. On tmpfs ``posix_fallocate`` allocates the pages themselves,
+so the rule holds there too.
+
+Readers map files read-only at their current size. A mapping is never unmapped
+while a numpy view of it is alive: :meth:`MappedFile.close` leaves that mapping to
+the garbage collector, so a reader's zero-copy view stays valid even after the file
+is deleted.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import errno
+import logging
+import mmap
+import os
+
+import numpy as np
+
+from ..common.access import open_file
+from ..common.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MappedFile", "prefault_in_background", "PAGE_SIZE"]
+
+PAGE_SIZE = mmap.PAGESIZE
+# Linux >= 5.14; on older kernels madvise fails with EINVAL and we fall back to
+# MADV_WILLNEED, a hint (the pages then fault in on first write, as plain mmap would).
+MADV_POPULATE_WRITE = 23
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.madvise.restype = ctypes.c_int
+_populate_advice = MADV_POPULATE_WRITE
+
+# One worker thread: populating is memory-bandwidth bound, more threads would only
+# compete with the writers for it.
+_prefaulter = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefault")
+
+
+def prefault_in_background(job) -> bool:
+    """Run ``job()`` on the prefaulter thread; its errors are logged, not raised
+    (the writer's own synchronous reservation raises them where they matter).
+    False when it cannot be queued (the interpreter is shutting down)."""
+    def guarded():
+        try:
+            job()
+        except Exception:                       # noqa: BLE001 - logged, then retried inline
+            log.exception("background prefault failed")
+    try:
+        _prefaulter.submit(guarded)
+    except RuntimeError:
+        return False
+    return True
+
+
+# Attempts to map a file that shrinks under us (a roll trims it) before giving up.
+_SHRINK_RETRIES = 3
+
+
+class MappedFile:
+    """A file mapped whole: read-write at a fixed capacity (the file is extended,
+    sparse, to it; a larger file keeps its size) or read-only at its current size.
+    A missing file maps as empty when read-only (derived files such as indexes are
+    then rebuilt).
+
+    Parameters
+    ----------
+    path : str
+    capacity : int or None
+        The size to map read-write; None maps the file read-only.
+    reserved : int
+        Bytes from the start whose blocks are reserved before the file is mapped
+        (read-write only); a full disk raises before anything is mapped.
+
+    Raises
+    ------
+    StorageError
+        The file cannot be opened, reserved or mapped (nothing stays open then).
+    """
+
+    def __init__(self, path: str, capacity: int | None, *, reserved: int = 0):
+        self.path = path
+        self.writable = capacity is not None
+        self.fd = -1
+        self.map = None
+        self.bytes = np.zeros(0, np.uint8)
+        self.size = 0                # the file's size when it was opened
+        self.inode = -1
+        try:
+            # A file the broker writes: the data directory's mode, never a symlink.
+            self.fd = open_file(path, os.O_RDWR | os.O_CREAT) if self.writable \
+                else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise StorageError(f"cannot open {path}: {error}") from error
+        try:
+            self._map(capacity, reserved)
+            if self.map is not None:
+                self.bytes = np.frombuffer(self.map, np.uint8)
+                if reserved:
+                    self._populate(0, reserved)
+        except BaseException:
+            self.close()
+            raise
+        if not self.writable:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _map(self, capacity: int | None, reserved: int) -> None:
+        try:
+            status = os.fstat(self.fd)
+            self.size = status.st_size
+            self.inode = status.st_ino      # tells a file replaced under the same name
+            if self.writable and self.size < capacity:
+                os.ftruncate(self.fd, capacity)
+            if reserved:
+                assert self.writable, "only a writable file is reserved"
+                self._allocate(0, reserved)
+            # A file larger than the capacity asked for (its config shrank since)
+            # is mapped whole: nothing may ever read past the end of a mapping.
+            length = max(capacity, self.size) if self.writable else self.size
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            for _ in range(_SHRINK_RETRIES):
+                try:
+                    self.map = mmap.mmap(self.fd, length, access=access) if length else None
+                    break
+                except ValueError:
+                    # The owner trimmed the file (a roll) between fstat and mmap: take
+                    # its new size. Only read-only mappings of another's file get here.
+                    status = os.fstat(self.fd)
+                    self.size = length = status.st_size
+            else:
+                raise StorageError(f"cannot map {self.path}: it keeps changing size")
+        except OSError as error:
+            raise StorageError(f"cannot map {self.path}: {error}") from error
+
+    def reserve(self, start: int, end: int) -> None:
+        """Allocate disk blocks for ``[start, end)`` and populate its pages.
+
+        Raises
+        ------
+        StorageError
+            The disk is full or the file system refused.
+        """
+        self._allocate(start, end)
+        self._populate(start, end)
+
+    def _allocate(self, start: int, end: int) -> None:
+        try:
+            os.posix_fallocate(self.fd, start, end - start)
+        except OSError as error:
+            if error.errno == errno.ENOSPC:
+                raise StorageError(f"disk full: cannot reserve {end - start} bytes for "
+                                   f"{self.path}; free space or lower retention") from error
+            raise StorageError(f"cannot reserve space in {self.path}: {error}") from error
+
+    def _populate(self, start: int, end: int) -> None:
+        global _populate_advice
+        address = self.bytes.ctypes.data + start
+        if _libc.madvise(address, end - start, _populate_advice) != 0:
+            if ctypes.get_errno() == errno.EINVAL and _populate_advice == MADV_POPULATE_WRITE:
+                log.info("MADV_POPULATE_WRITE unsupported; pages will fault in on first write")
+                _populate_advice = mmap.MADV_WILLNEED
+            else:
+                raise StorageError(f"cannot populate {self.path} [{start}, {end}): "
+                                   f"{os.strerror(ctypes.get_errno())}")
+
+    def trim(self, size: int) -> None:
+        """Cut the file to ``size`` bytes (the mapping stays; nothing reads past it)."""
+        os.ftruncate(self.fd, size)
+
+    def zero_tail(self, size: int, capacity: int) -> None:
+        """Drop everything from ``size`` on: the tail reads as zeros again."""
+        os.ftruncate(self.fd, size)
+        os.ftruncate(self.fd, capacity)
+
+    def sync(self, start: int = 0, end: int | None = None) -> None:
+        """msync ``[start, end)`` (start rounded down to a page)."""
+        if self.map is None:
+            return
+        start -= start % PAGE_SIZE
+        end = len(self.map) if end is None else end
+        if end > start:
+            try:
+                self.map.flush(start, end - start)
+            except OSError as error:
+                raise StorageError(f"cannot sync {self.path}: {error}") from error
+
+    def release_descriptor(self) -> None:
+        """Close the file descriptor, keeping the mapping (a sealed file needs none)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def close(self) -> None:
+        self.bytes = np.zeros(0, np.uint8)
+        if self.map is not None:
+            try:
+                self.map.close()
+            except BufferError:
+                pass      # a reader still holds a view; the mapping goes with it
+            self.map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,260 @@
+"""Producer-state snapshots: the last batch of every idempotent producer below a
+segment's base offset, so an open (or a truncation) finds every producer without
+reading the whole log (Kafka's ``ProducerStateManager`` snapshots).
+
+Rules
+-----
+* What is remembered of a producer is its last batch in the log: its producer
+  epoch, first sequence, base offset and last offset delta; what the appender's
+  duplicate and sequence checks need (``appender``: a re-send of that batch is
+  acknowledged with its offset, not appended again).
+* A snapshot ``<20-digit offset>.producers.json`` in the partition directory holds
+  that for every batch below its offset, and is written when a segment rolls at
+  that offset (Kafka's ``<offset>.snapshot`` at each roll)::
+
+      {"version": 1, "producers": [[producer_id, epoch, base_sequence,
+                                    base_offset, last_offset_delta], ...]}
+
+  It is replaced whole (a temporary file renamed over it), but not fsynced: a
+  snapshot a crash lost or left empty is one the next open ignores, so the roll
+  that writes it on the broker's loop waits for no disk.
+* A snapshot is only a shortcut: a missing or unreadable one is recomputed from
+  the snapshot before it (or from the log start) by walking batch headers, so a
+  failed write, an old log without snapshots, or a crash between a roll and its
+  snapshot costs a longer walk at the next open, never a forgotten producer.
+* A producer whose last batch lies wholly below the log start is forgotten, as
+  Kafka evicts it (``ProducerStateManager.truncateHead``): retention removed it.
+
+Theory of operation
+-------------------
+Why snapshots and not a walk back over a fixed number of segments: no number of
+segments is enough. A producer's last batch can be anywhere in the log (an
+acks=all batch parked while other producers go on, a producer idle since), and
+forgetting it makes its re-send a second copy. A walk of every segment at every
+open is correct but reads the whole log. A snapshot per roll costs one header
+walk of the segment just sealed, while its pages are still in memory, and a small
+file; an open then loads one file and walks the active segment, as before.
+
+:class:`ProducerState` keeps the producers in a numba typed dict that compiled
+walks fill (:func:`_remember_batches`, stepping with ``records.batch_frame``) and
+that crosses into Python only as an array (``rows``), never by iteration, and is
+made and measured by ``typed_containers``' kernels (see there why).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+
+from ..record import batch_layout as B
+from . import index_layout as I
+from ..common import access, limits
+from ..native import typed_containers as typed
+from ..common.errors import StorageError
+from ..native.jit import kernel, load_i16, load_i32, load_i64
+from ..record.records import batch_frame
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ProducerState", "SNAPSHOT_SUFFIX", "snapshot_offsets", "read_snapshot",
+           "write_snapshot", "delete_snapshots"]
+
+SNAPSHOT_SUFFIX = ".producers.json"
+SNAPSHOT_VERSION = 1
+# Columns of ProducerState.rows() and of a snapshot's entries.
+PRODUCER_ID = 0
+PRODUCER_EPOCH = 1
+BASE_SEQUENCE = 2
+BASE_OFFSET = 3
+LAST_OFFSET_DELTA = 4
+COLUMNS = 5
+
+
+# Producers a header walk keeps in a local array before it falls back to the typed
+# dict: a probe of a few int64s costs a few nanoseconds a batch, a dict store ~30.
+_WALK_PRODUCERS_MAX = 64
+
+
+@kernel
+def _remember_batches(log, start, end, min_offset, table):
+    """Remember the last batch of each producer among the batches of
+    ``log[start:end]`` whose base offset is at least ``min_offset`` (what a
+    snapshot at ``min_offset`` already holds is not walked over again); stops at
+    the end of the data or at a batch it cannot frame.
+
+    The first ``_WALK_PRODUCERS_MAX`` producers met are kept in local arrays (the
+    last one hit probed first) and put into ``table`` at the end; any other goes
+    to ``table`` at once. A producer is in one or the other for the whole walk,
+    so its last batch wins either way."""
+    ids = np.empty(_WALK_PRODUCERS_MAX, np.int64)
+    entries = np.empty((_WALK_PRODUCERS_MAX, 4), np.int64)
+    known = 0
+    hit = 0
+    position = start
+    while position < end:
+        status, length = batch_frame(log, position, end)
+        if status != 0:
+            break
+        producer_id = load_i64(log, position + B.PRODUCER_ID_OFFSET)
+        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
+        position += length
+        if producer_id < 0 or base_offset < min_offset:
+            continue
+        batch = position - length
+        if known == 0 or ids[hit] != producer_id:
+            hit = 0
+            while hit < known and ids[hit] != producer_id:
+                hit += 1
+            if hit == known:
+                if known == _WALK_PRODUCERS_MAX:
+                    hit = 0
+                    table[producer_id] = (
+                        np.int64(load_i16(log, batch + B.PRODUCER_EPOCH_OFFSET)),
+                        np.int64(load_i32(log, batch + B.BASE_SEQUENCE_OFFSET)), base_offset,
+                        np.int64(load_i32(log, batch + B.LAST_OFFSET_DELTA_OFFSET)))
+                    continue
+                ids[known] = producer_id
+                known += 1
+        entries[hit, 0] = load_i16(log, batch + B.PRODUCER_EPOCH_OFFSET)
+        entries[hit, 1] = load_i32(log, batch + B.BASE_SEQUENCE_OFFSET)
+        entries[hit, 2] = base_offset
+        entries[hit, 3] = load_i32(log, batch + B.LAST_OFFSET_DELTA_OFFSET)
+    for index in range(known):
+        table[ids[index]] = (entries[index, 0], entries[index, 1], entries[index, 2],
+                             entries[index, 3])
+
+
+@kernel
+def _export(table, min_last_offset, out):
+    """Write the producers whose last batch ends at or after ``min_last_offset``
+    into ``out`` (one row each, ``COLUMNS`` wide); how many."""
+    count = 0
+    for producer_id, entry in table.items():
+        if entry[2] + entry[3] >= min_last_offset:
+            out[count, 0] = producer_id
+            out[count, 1] = entry[0]
+            out[count, 2] = entry[1]
+            out[count, 3] = entry[2]
+            out[count, 4] = entry[3]
+            count += 1
+    return count
+
+
+@kernel
+def _import(table, rows):
+    for index in range(rows.shape[0]):
+        table[rows[index, 0]] = (rows[index, 1], rows[index, 2], rows[index, 3], rows[index, 4])
+
+
+class ProducerState:
+    """The last batch of each producer in a stretch of a log (see the rules).
+
+    Parameters
+    ----------
+    rows : numpy.ndarray, optional
+        Producers to start from, as :meth:`rows` gives them.
+    """
+
+    def __init__(self, rows: np.ndarray | None = None):
+        self._table = typed.producer_table()
+        if rows is not None and rows.size:
+            _import(self._table, np.ascontiguousarray(rows, np.int64))
+
+    def __len__(self) -> int:
+        return typed.table_size(self._table)
+
+    def remember(self, log: np.ndarray, start: int, end: int, min_offset: int = 0) -> None:
+        """Walk the batches of ``log[start:end]`` (a segment's bytes, from a batch
+        boundary) whose base offset is at least ``min_offset``: each producer's
+        last one is remembered."""
+        _remember_batches(log, int(start), min(int(end), log.size), int(min_offset), self._table)
+
+    def rows(self, min_last_offset: int = 0) -> np.ndarray:
+        """The producers whose last batch ends at or after ``min_last_offset``, one
+        int64 row each: producer id, epoch, base sequence, base offset, last
+        offset delta (the module's column constants), by producer id."""
+        out = np.empty((len(self), COLUMNS), np.int64)
+        rows = out[:_export(self._table, int(min_last_offset), out)]
+        return rows[np.argsort(rows[:, PRODUCER_ID], kind="stable")]
+
+    def copy(self) -> "ProducerState":
+        return ProducerState(self.rows())
+
+
+def snapshot_path(directory: str, offset: int) -> str:
+    return os.path.join(directory, f"{offset:0{I.FILE_NAME_DIGITS}d}{SNAPSHOT_SUFFIX}")
+
+
+def snapshot_offsets(directory: str) -> list[int]:
+    """The offsets of the snapshots in ``directory``, in order."""
+    offsets = []
+    for name in os.listdir(directory):
+        stem = name[:-len(SNAPSHOT_SUFFIX)]
+        if name.endswith(SNAPSHOT_SUFFIX) and stem.isdigit() and len(stem) == I.FILE_NAME_DIGITS:
+            offsets.append(int(stem))
+    return sorted(offsets)
+
+
+def write_snapshot(directory: str, offset: int, rows: np.ndarray) -> None:
+    """Write the snapshot at ``offset`` (``rows`` as :meth:`ProducerState.rows`),
+    replacing it whole, without an fsync (see the rules).
+
+    Raises
+    ------
+    StorageError
+        It could not be written (the next open walks further instead).
+    """
+    path = snapshot_path(directory, offset)
+    temporary = path + ".tmp"              # removed by the next open if left behind
+    try:
+        with os.fdopen(access.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                       "w") as target:
+            target.write(json.dumps({"version": SNAPSHOT_VERSION, "producers": rows.tolist()}))
+        os.replace(temporary, path)
+    except OSError as error:
+        raise StorageError(f"cannot write {path}: {error}") from error
+
+
+def read_snapshot(directory: str, offset: int) -> np.ndarray | None:
+    """The rows of the snapshot at ``offset``; None when it is missing or invalid
+    (logged: the caller walks from an earlier one)."""
+    path = snapshot_path(directory, offset)
+    try:
+        with open(path) as source:
+            body = json.load(source)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        log.warning("ignoring unreadable %s (%s)", path, error)
+        return None
+    producers = body.get("producers") if isinstance(body, dict) \
+        and body.get("version") == SNAPSHOT_VERSION else None
+    if not isinstance(producers, list) or not all(
+            isinstance(row, list) and len(row) == COLUMNS
+            and all(isinstance(value, int) and not isinstance(value, bool)
+                    and -limits.OFFSET_MAX <= value <= limits.OFFSET_MAX for value in row)
+            for row in producers):
+        log.warning("ignoring %s: not a version-%d producer snapshot", path, SNAPSHOT_VERSION)
+        return None
+    return np.array(producers, np.int64).reshape(-1, COLUMNS)
+
+
+def delete_snapshots(directory: str, offsets) -> None:
+    """Remove the snapshots at ``offsets`` (those already gone are skipped).
+
+    Raises
+    ------
+    StorageError
+        A file could not be removed.
+    """
+    for offset in offsets:
+        try:
+            os.unlink(snapshot_path(directory, offset))
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise StorageError(f"cannot remove {snapshot_path(directory, offset)}: "
+                               f"{error}") from error
