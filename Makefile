@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
-.PHONY: demo test bench clean system-packages kernels spark-reader
+.PHONY: demo test lint bench clean system-packages kernels spark-reader
 
 # The network-partition tests (tests/cluster) need ip and nft, and root; without
 # them they skip, saying why. A tool that is missing is installed only when we are
@@ -44,7 +44,13 @@ demo: kernels
 # tests/spark, which share a cluster and a Spark session) in turn.
 TEST_WORKERS ?= 2
 
-test: kernels spark-reader system-packages
+# ruff, configured in pyproject.toml: pyflakes, pycodestyle, import order, bugbear.
+LINTED := shmlog tests perf tools examples
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+
+test: lint kernels spark-reader system-packages
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -46,14 +46,14 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "num
 sys.path.insert(0, REPOSITORY)
 
 import numpy as np  # noqa: E402
+from bounds import memcpy_rate  # noqa: E402
 
 from shmlog import LogManager  # noqa: E402
-from shmlog.shm import shared_memory  # noqa: E402
 from shmlog.broker.appender import Appender  # noqa: E402
 from shmlog.record.records import encode_batch  # noqa: E402
 from shmlog.ring import Ring  # noqa: E402
+from shmlog.shm import shared_memory  # noqa: E402
 from shmlog.shm.state import PartitionStateTable  # noqa: E402
-from bounds import memcpy_rate  # noqa: E402
 
 MIB = 1 << 20
 RING_SIZE = 16 * MIB

@@ -27,12 +27,12 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "num
 sys.path.insert(0, REPOSITORY)
 
 import numpy as np  # noqa: E402
-
 from bounds import memcpy_rate  # noqa: E402
-from shmlog.storage import cleaner  # noqa: E402
-from shmlog.storage.topic_config import TopicConfig  # noqa: E402
+
 from shmlog.record.records import encode_batch  # noqa: E402
 from shmlog.segments import PartitionLog  # noqa: E402
+from shmlog.storage import cleaner  # noqa: E402
+from shmlog.storage.topic_config import TopicConfig  # noqa: E402
 
 BATCH_RECORDS = 1000
 VALUE_SIZE = 100

@@ -245,6 +245,7 @@ def latency_consumer(data_dir: str, topic: str, records: int, wait_s: float) -> 
     """Say "ready" once constructed, then ``poll`` until ``records`` came (or
     ``wait_s`` passed); the latency of each, split at the first second."""
     import numpy as np
+
     from shmlog import Consumer
     sent = np.zeros(records, np.int64)
     received = np.zeros(records, np.int64)
@@ -432,8 +433,8 @@ def measure(data_dir: str, broker_pid: int, records: int, rate: int, seconds: fl
 def remove_data(data_dir: str) -> list[str]:
     """Remove the data directory and every /dev/shm object its broker or clients
     left (a client killed on a timeout leaves its ring); those names."""
-    from shmlog.shm import shared_memory
     from shmlog.server.broker import shared_memory_prefix
+    from shmlog.shm import shared_memory
     prefix = shared_memory_prefix(data_dir)
     left = [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
     for name in left:
@@ -535,6 +536,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     from bench_log import environment
     from bounds import memcpy_rate
+
     from shmlog import Broker
     records = arguments.records or (QUICK["records"] if arguments.quick else RECORDS_DEFAULT)
     rate = QUICK["latency_rate"] if arguments.quick else LATENCY_RATE

@@ -167,8 +167,9 @@ def throughput(cluster, records: int) -> dict:
                                         batch_records=batch, acks=acks)
             if acks == 1:           # the followers' share of the work, done after the clock
                 end = log_end(cluster, leader, topic)
-                wait_for(lambda: all(log_end(cluster, broker_id, topic) >= end
-                                     for broker_id in cluster.brokers), f"{topic} replicated")
+                wait_for(lambda topic=topic, end=end: all(
+                    log_end(cluster, broker_id, topic) >= end for broker_id in cluster.brokers),
+                    f"{topic} replicated")
                 found[topic]["replicated_records_per_s"] = \
                     count / (time.perf_counter() - started)
     return found
@@ -230,11 +231,11 @@ def failover(cluster) -> list[float]:
         survivors = [broker_id for broker_id in cluster.brokers if broker_id != leader]
         killed_at = time.perf_counter()
         cluster.kill(leader)
-        wait_for(lambda: _acknowledged_somewhere(cluster, topic, survivors),
+        wait_for(lambda survivors=survivors: _acknowledged_somewhere(cluster, topic, survivors),
                  "an acks=all record acknowledged by a new leader")
         times.append(time.perf_counter() - killed_at)
         cluster.start_broker(leader)
-        wait_for(lambda: len(describe(cluster, leader, topic)["isr"]) == 3,
+        wait_for(lambda leader=leader: len(describe(cluster, leader, topic)["isr"]) == 3,
                  "the restarted broker back in the ISR")
     return times
 
@@ -305,8 +306,9 @@ def report(results: dict, memcpy: float) -> None:
         print(f"{kind:10s} acks=1 until every replica holds it: "
               f"{one['replicated_records_per_s'] / 1e6:6.3f} M records/s (acks=all: "
               f"{100 * all_['records_per_s'] / one['replicated_records_per_s']:.0f} % of it)")
+        verdict = "met" if share >= ACKS_ALL_SHARE_GOAL else "below"
         print(f"{kind:10s} acks=all / acks=1: {100 * share:.0f} % (goal >= "
-              f"{100 * ACKS_ALL_SHARE_GOAL:.0f} %: {'met' if share >= ACKS_ALL_SHARE_GOAL else 'below'})")
+              f"{100 * ACKS_ALL_SHARE_GOAL:.0f} %: {verdict})")
     for key, label in (("latency", "acks=all"), ("latency_acks_1", "acks=1 (reference)")):
         measured = results[key]
         for span in ("whole", "first_second", "after_first_second"):
@@ -343,6 +345,7 @@ def main() -> int:
     if arguments.quick:
         arguments.records, arguments.catch_up_mb = QUICK["records"], QUICK["catch_up_mb"]
     from bounds import memcpy_rate
+
     from shmlog.devtools.local_cluster import LocalCluster
     from shmlog.devtools.zookeeper import ZooKeeperServer
     memcpy = memcpy_rate()

@@ -90,8 +90,8 @@ def wait_for(condition, what: str):
 
 def ask(cluster, broker_id: int, request_type: str, **fields):
     """A request through a broker; None when refused (the coordinator moving)."""
-    from shmlog.protocol.control_client import request
     from shmlog.common.errors import ShmlogError
+    from shmlog.protocol.control_client import request
     try:
         return request(cluster.data_dir(broker_id), request_type, timeout_ms=2000, **fields)
     except ShmlogError:

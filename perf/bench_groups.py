@@ -41,11 +41,11 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "num
 sys.path.insert(0, REPOSITORY)
 
 import numpy as np  # noqa: E402
-
 from bounds import memcpy_rate  # noqa: E402
+
 from shmlog import Admin, Broker, Producer  # noqa: E402
-from shmlog.server.broker import request  # noqa: E402
 from shmlog.common.errors import GroupIdNotFoundError  # noqa: E402
+from shmlog.server.broker import request  # noqa: E402
 
 PARTITIONS = 48
 MEMBERS = 8

@@ -113,9 +113,9 @@ import numba  # noqa: E402
 
 import shmlog  # noqa: E402
 import shmlog.common.limits  # noqa: E402
-from shmlog.storage.topic_config import TopicConfig  # noqa: E402
 from shmlog.record.records import decode_columns, encode_batch, validate_batches  # noqa: E402
 from shmlog.segments import PartitionLog  # noqa: E402
+from shmlog.storage.topic_config import TopicConfig  # noqa: E402
 
 MIB = 1 << 20
 GB = 1e9

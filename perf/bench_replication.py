@@ -49,10 +49,19 @@ import time
 import numpy as np
 import zmq
 
-from shmlog.cluster.replication.protocol import Fetch, FetchPartition, FetchResponse, FetchResponsePartition, \
-    ErrorCode
-from shmlog.zmq_replication import (CurveSecurity, ReceivedRequest, ReceivedResponse,
-                                    ReplicationEndpoint)
+from shmlog.cluster.replication.protocol import (
+    ErrorCode,
+    Fetch,
+    FetchPartition,
+    FetchResponse,
+    FetchResponsePartition,
+)
+from shmlog.zmq_replication import (
+    CurveSecurity,
+    ReceivedRequest,
+    ReceivedResponse,
+    ReplicationEndpoint,
+)
 
 RECORDS_SIZE = 1 << 20
 

@@ -26,9 +26,10 @@ waited back into every ISR. A partition's *unavailability* is the longest gap
 between two consecutive acknowledgements that overlaps the span from the SIGTERM to
 the broker's exit (so it includes the move of its leadership and the producer's
 switch to the new leader; a gap that begins after the exit is the restarting
-broker's start-up load on the two cores, listed apart in the JSON's ``long_gaps_s``). The same is then measured for one
-kill -9 of the broker leading most partitions (its partitions move once its session
-expires), and the typical gap outside any restart is reported as the baseline.
+broker's start-up load on the two cores, listed apart in the JSON's ``long_gaps_s``).
+The same is then measured for one kill -9 of the broker leading most partitions (its
+partitions move once its session expires), and the typical gap outside any restart is
+reported as the baseline.
 
 Expected figures
 ----------------
@@ -224,7 +225,7 @@ def leave(cluster, session, broker_id: int, probes, how: signal.Signals) -> dict
     restarted = time.monotonic()
     cluster.start_broker(broker_id)
     for partition in range(PARTITIONS):
-        wait_for(lambda: whole_isr(cluster, broker_id, partition),
+        wait_for(lambda partition=partition: whole_isr(cluster, broker_id, partition),
                  f"broker {broker_id} back in the ISR of {TOPIC}-{partition}")
     time.sleep(AFTER_EXIT_S)
     back = time.monotonic()
@@ -243,8 +244,8 @@ def leave(cluster, session, broker_id: int, probes, how: signal.Signals) -> dict
 
 def run(directory: str) -> dict:
     from shmlog import Admin
-    from shmlog.devtools.local_cluster import LocalCluster
     from shmlog.cluster.zk.client import ClusterZooKeeper
+    from shmlog.devtools.local_cluster import LocalCluster
     from shmlog.devtools.zookeeper import ZooKeeperServer
     results = {"host": f"{platform.node()}, {os.cpu_count()} CPUs, "
                        f"Python {platform.python_version()}", "settings": SETTINGS,
@@ -256,7 +257,7 @@ def run(directory: str) -> dict:
         Admin(cluster.data_dir(1)).create_topic(TOPIC, PARTITIONS, {"min.insync.replicas": "2"},
                                                 replication_factor=3)
         for partition in range(PARTITIONS):
-            wait_for(lambda: whole_isr(cluster, 1, partition), "a whole ISR")
+            wait_for(lambda partition=partition: whole_isr(cluster, 1, partition), "a whole ISR")
         session = ClusterZooKeeper(cluster.zookeeper_connect).start(create_paths=False)
         probes = [Probe(cluster, session, partition) for partition in range(PARTITIONS)]
         try:

@@ -32,10 +32,10 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "num
 sys.path.insert(0, REPOSITORY)
 
 import numpy as np  # noqa: E402
+from bounds import memcpy_rate  # noqa: E402
 
 from shmlog import Admin, Broker, Producer  # noqa: E402
 from shmlog.spark import bulk_read, session  # noqa: E402
-from bounds import memcpy_rate  # noqa: E402
 
 PARTITIONS = 4
 

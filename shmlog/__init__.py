@@ -33,26 +33,50 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .common.errors import (CommitFailedError, CorruptRecordError, CorruptSegmentError, GroupError,
-                            IllegalGenerationError, InvalidConfigError, RebalanceInProgressError,
-                            UnknownMemberIdError, PartitionNotAssignedError, InvalidPartitionsError,
-                            InvalidTopicError, LocalProtocolError, OffsetOutOfRangeError,
-                            OffsetOverflowError, PeerProtocolError, CorruptRingError,
-                            RecordTooLargeError, RingFullError, ShmlogError, StorageError,
-                            TopicExistsError, UnknownTopicOrPartitionError,
-                            BulkReaderUnavailableError, ClientClosedError)
+from .common.errors import (
+    BulkReaderUnavailableError,
+    ClientClosedError,
+    CommitFailedError,
+    CorruptRecordError,
+    CorruptRingError,
+    CorruptSegmentError,
+    GroupError,
+    IllegalGenerationError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    LocalProtocolError,
+    OffsetOutOfRangeError,
+    OffsetOverflowError,
+    PartitionNotAssignedError,
+    PeerProtocolError,
+    RebalanceInProgressError,
+    RecordTooLargeError,
+    RingFullError,
+    ShmlogError,
+    StorageError,
+    TopicExistsError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
 
 if TYPE_CHECKING:                    # what static analysers and IDEs see
     from .client.admin import Admin
-    from .server.broker import Broker
-    from .storage.topic_config import TopicConfig
-    from .client.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord,
-                                  GroupMetadata, OffsetAndMetadata, OffsetAndTimestamp,
-                                  TopicPartition)
-    from .storage.log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
+    from .client.consumer import (
+        Consumer,
+        ConsumerRebalanceListener,
+        ConsumerRecord,
+        GroupMetadata,
+        OffsetAndMetadata,
+        OffsetAndTimestamp,
+        TopicPartition,
+    )
     from .client.producer import BatchMetadata, Producer, RecordMetadata
     from .record.records import Record, RecordColumns, decode_columns, decode_records, encode_batch
     from .segments import AppendResult, PartitionLog, ReadResult, RecoveryReport
+    from .server.broker import Broker
+    from .storage.log_manager import DataDirectoryInUseError, LogManager, TopicMetadata
+    from .storage.topic_config import TopicConfig
 
 __version__ = "0.1.0"
 

@@ -75,17 +75,30 @@ import zlib
 from typing import Any, Callable, Iterable, Mapping
 
 from .client.assignors import ASSIGNORS, Subscription, assign
-from .protocol.control import require
 from .common import limits
+from .common.errors import (
+    BrokerAccessDeniedError,
+    BrokerNotAvailableError,
+    BrokerNotRunningError,
+    CommitFailedError,
+    CoordinatorError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    JoinCancelledError,
+    LocalProtocolError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    OffsetOutOfRangeError,
+    PartitionNotAssignedError,
+    RebalanceInProgressError,
+    RequestTimedOutError,
+    ShmlogError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
 from .common.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
-from .common.errors import (BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError,
-                            CommitFailedError, CoordinatorError, GroupIdNotFoundError,
-                            IllegalGenerationError, InconsistentGroupProtocolError,
-                            JoinCancelledError, LocalProtocolError, NonEmptyGroupError,
-                            OffsetMetadataTooLargeError, OffsetOutOfRangeError,
-                            PartitionNotAssignedError, RebalanceInProgressError,
-                            RequestTimedOutError, ShmlogError, UnknownMemberIdError,
-                            UnknownTopicOrPartitionError)
+from .protocol.control import require
 
 log = logging.getLogger(__name__)
 
@@ -454,9 +467,10 @@ class GroupCoordinator:
         offsets = group.offsets if group is not None else {}
         wanted = offsets.keys() if partitions is None else \
             [_partition(entry) for entry in require(partitions, list, "partitions")]
+        found = [key for key in sorted(wanted) if key in offsets]
         return {"offsets": [[topic, partition, offsets[(topic, partition)].offset,
                              offsets[(topic, partition)].metadata]
-                            for topic, partition in sorted(wanted) if (topic, partition) in offsets]}
+                            for topic, partition in found]}
 
     def list_groups(self, *, ticket, now):
         return {"groups": [{"group_id": group.group_id, "state": group.state.value,
@@ -653,7 +667,8 @@ class GroupCoordinator:
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
         del group.members[member.member_id]
         if member.join_ticket is not None:
-            self._reply(member.join_ticket, UnknownMemberIdError(f"member {member.member_id} {why}"))
+            self._reply(member.join_ticket,
+                        UnknownMemberIdError(f"member {member.member_id} {why}"))
         if group.state is GroupState.STABLE:
             self._prepare_rebalance(group, now)
         self._maybe_complete(group, now)

@@ -37,13 +37,18 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .common.access import Access
+from .common.errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
+from .native.atomics import (
+    load_acquire,
+    load_relaxed,
+    py_store_release,
+    store_relaxed,
+    store_release,
+)
+from .native.jit import copy_bytes, kernel, load_i64, load_u32, store_i64, store_u32
 from .shm import ring_layout as R
 from .shm import shared_memory
-from .common.access import Access
-from .native.atomics import (load_acquire, load_relaxed, py_store_release, store_relaxed,
-                             store_release)
-from .common.errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
-from .native.jit import copy_bytes, kernel, load_i64, load_u32, store_i64, store_u32
 
 __all__ = ["Ring", "Destination", "put_entry", "next_entry", "complete_entry",
            "harvest_completions", "maker_pid", "MAKER_UNKNOWN", "MAKER_PENDING", "PUT_OK",

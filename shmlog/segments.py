@@ -96,33 +96,86 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .record import batch_layout as B
-from .storage import index_layout as I
 from .common import access, limits
-from .storage.topic_config import TopicConfig
-from .common.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
-                            OffsetOverflowError, OffsetsOutOfOrderError, RecordTooLargeError,
-                            StorageError, UnexpectedAppendOffsetError)
-from .native.jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i32,
-                         store_i64, store_u16, store_u32)
+from .common.errors import (
+    CorruptRecordError,
+    CorruptSegmentError,
+    OffsetOutOfRangeError,
+    OffsetOverflowError,
+    OffsetsOutOfOrderError,
+    RecordTooLargeError,
+    StorageError,
+    UnexpectedAppendOffsetError,
+)
 from .native.crc32c import crc32c_kernel
-from .storage.mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
+from .native.jit import (
+    copy_bytes,
+    kernel,
+    load_i32,
+    load_i64,
+    load_u16,
+    load_u32,
+    store_i32,
+    store_i64,
+    store_u16,
+    store_u32,
+)
+from .record import batch_layout as B
+from .record.records import (
+    BatchStatus,
+    Compression,
+    batch_frame,
+    batch_info,
+    check_batch,
+    check_inflated,
+    check_produced_batch,
+    decode_columns,
+    encode_batch,
+    inflate_batch,
+    iter_batches,
+    now_ms,
+    recompress_batch,
+)
+from .storage import index_layout as I
 from .storage.durable_files import fsync_directory, write_atomically
 from .storage.leader_epochs import LeaderEpochCache, epoch_starts
-from .storage.producer_snapshots import (ProducerState, delete_snapshots, read_snapshot,
-                                         snapshot_offsets, write_snapshot)
-from .record.records import (BatchStatus, Compression, batch_frame, batch_info, check_batch,
-                             check_inflated, check_produced_batch, decode_columns, encode_batch,
-                             inflate_batch, iter_batches, now_ms, recompress_batch)
+from .storage.mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
+from .storage.producer_snapshots import (
+    ProducerState,
+    delete_snapshots,
+    read_snapshot,
+    snapshot_offsets,
+    write_snapshot,
+)
 from .storage.segment_generation import SegmentGeneration
-from .storage.segment_state import (APPENDED, BASE_OFFSET_WORD, CAPACITY_WORD,
-                                    INDEXED_TIMESTAMP_WORD, LOOKUP_DAMAGED, LOOKUP_FOUND,
-                                    LOOKUP_INFLATE, LOOKUP_NOT_FOUND, MAX_TIMESTAMP_WORD, NEED_ROLL,
-                                    NEED_SPACE, NEXT_OFFSET_WORD, OFFSET_CAPACITY_WORD,
-                                    OFFSET_ENTRIES_WORD, OFFSET_RESERVED_WORD, POSITION_WORD,
-                                    REJECTED, RESERVED_WORD, ROLL_TIMESTAMP_WORD, SINCE_INDEX_WORD,
-                                    TIME_CAPACITY_WORD, TIME_ENTRIES_WORD, TIME_RESERVED_WORD,
-                                    TIMESTAMP_NONE, new_segment_state)
+from .storage.segment_state import (
+    APPENDED,
+    BASE_OFFSET_WORD,
+    CAPACITY_WORD,
+    INDEXED_TIMESTAMP_WORD,
+    LOOKUP_DAMAGED,
+    LOOKUP_FOUND,
+    LOOKUP_INFLATE,
+    LOOKUP_NOT_FOUND,
+    MAX_TIMESTAMP_WORD,
+    NEED_ROLL,
+    NEED_SPACE,
+    NEXT_OFFSET_WORD,
+    OFFSET_CAPACITY_WORD,
+    OFFSET_ENTRIES_WORD,
+    OFFSET_RESERVED_WORD,
+    POSITION_WORD,
+    REJECTED,
+    RESERVED_WORD,
+    ROLL_TIMESTAMP_WORD,
+    SINCE_INDEX_WORD,
+    TIME_CAPACITY_WORD,
+    TIME_ENTRIES_WORD,
+    TIME_RESERVED_WORD,
+    TIMESTAMP_NONE,
+    new_segment_state,
+)
+from .storage.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -265,8 +318,8 @@ def append_batches(source, start, end, log, offset_index, time_index, state, seg
             base_offset = load_i64(source, position + B.BASE_OFFSET_OFFSET)
             if base_offset < state[NEXT_OFFSET_WORD]:
                 return REJECTED, position, _BAD_OFFSET
-            if log_position == 0 and \
-                    base_offset + last_offset_delta - state[BASE_OFFSET_WORD] > I.RELATIVE_OFFSET_MAX:
+            relative_last = base_offset + last_offset_delta - state[BASE_OFFSET_WORD]
+            if log_position == 0 and relative_last > I.RELATIVE_OFFSET_MAX:
                 return NEED_ROLL, position, 0
         if log_position > 0:
             if log_position + length > segment_bytes:
@@ -298,8 +351,8 @@ def append_batches(source, start, end, log, offset_index, time_index, state, seg
             store_u16(log, log_position + B.ATTRIBUTES_OFFSET, attributes | B.TIMESTAMP_TYPE_BIT)
             store_i64(log, log_position + B.FIRST_TIMESTAMP_OFFSET, append_timestamp)
             store_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET, append_timestamp)
-            store_u32(log, log_position + B.CRC_OFFSET,
-                      crc32c_kernel(log, log_position + B.CRC_COVERED_OFFSET, log_position + length))
+            crc = crc32c_kernel(log, log_position + B.CRC_COVERED_OFFSET, log_position + length)
+            store_u32(log, log_position + B.CRC_OFFSET, crc)
         _index_batch(log, log_position, length, offset_index, time_index, state, index_interval)
         position += length
     return APPENDED, position, 0
@@ -379,9 +432,10 @@ def _recover(log, end, offset_index, time_index, state, index_interval):
         base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
         last_offset_delta = np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
         # base_offset is not under the CRC: it must follow on, and not wrap.
+        relative_last = base_offset + last_offset_delta - state[BASE_OFFSET_WORD]
         if base_offset < state[NEXT_OFFSET_WORD] \
                 or base_offset >= limits.OFFSET_MAX - last_offset_delta \
-                or base_offset + last_offset_delta - state[BASE_OFFSET_WORD] > I.RELATIVE_OFFSET_MAX:
+                or relative_last > I.RELATIVE_OFFSET_MAX:
             return _BAD_OFFSET, position
         _index_batch(log, position, length, offset_index, time_index, state, index_interval)
         position += length
@@ -1782,7 +1836,7 @@ class PartitionLog:
         running = np.maximum.accumulate([segment.max_timestamp for segment in self._segments])
         first = int(np.searchsorted(running, timestamp, side="left"))
         found = None
-        for searched, segment in enumerate(self._segments[first:], first):
+        for searched, segment in enumerate(self._segments[first:], first):  # noqa: B007 - read after
             if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
                 continue
             found = segment.offset_for_timestamp(timestamp, self.log_start_offset)
@@ -1801,7 +1855,8 @@ class PartitionLog:
         return found
 
     # -- retention and truncation -------------------------------------------------------
-    def delete_old_segments(self, now: int | None = None, high_watermark: int | None = None) -> list[int]:
+    def delete_old_segments(self, now: int | None = None,
+                            high_watermark: int | None = None) -> list[int]:
         """Apply ``retention.ms``, ``retention.bytes`` and the log start offset.
 
         Only whole segments below ``high_watermark`` (default: the log end) go.

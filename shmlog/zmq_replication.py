@@ -82,12 +82,12 @@ from typing import Callable, Mapping
 import zmq
 from zmq.utils.z85 import encode as z85_encode
 
-from .config import curve_keys
-from .common import limits
 from .cluster.replication import layout as replication_layout
-from .common.errors import InvalidConfigError, LocalProtocolError, ReplicationProtocolError
-from .cluster.replication.protocol import Error, ErrorCode, Message, decode, encode
 from .cluster.replication.layout import MessageType
+from .cluster.replication.protocol import Error, ErrorCode, Message, decode, encode
+from .common import limits
+from .common.errors import InvalidConfigError, LocalProtocolError, ReplicationProtocolError
+from .config import curve_keys
 
 __all__ = ["ReplicationEndpoint", "ReceivedRequest", "ReceivedResponse", "RequestFailed",
            "RequestFailure", "CurveSecurity", "configure_socket"]
@@ -508,7 +508,8 @@ class _EndpointThread(threading.Thread):
             heapq.heappop(self.deadlines)
         timeout = limits.REPLICATION_POLL_MS
         if self.deadlines:
-            timeout = min(timeout, max(0, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
+            until_ms = int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1
+            timeout = min(timeout, max(0, until_ms))
         return timeout
 
     def _emit(self, event) -> None:

@@ -14,10 +14,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from helpers import unlink_shared_memory
+from shmlog.devtools.zookeeper import ZooKeeperServer
+from shmlog.segments import PartitionLog
 from shmlog.shm import shared_memory
 from shmlog.storage.topic_config import TopicConfig
-from shmlog.segments import PartitionLog
-from shmlog.devtools.zookeeper import ZooKeeperServer
 
 # How long the chroot's clean-up waits for a ZooKeeper session.
 ZOOKEEPER_CLEAN_UP_TIMEOUT_S = 30.0

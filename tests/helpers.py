@@ -10,15 +10,16 @@ import subprocess
 import numpy as np
 import pytest
 
-from shmlog.shm import shared_memory
-from shmlog.server.broker import shared_memory_prefix
 from shmlog.protocol.control import decode_reply, encode_request
 from shmlog.record.records import decode_records, encode_batch
+from shmlog.server.broker import shared_memory_prefix
+from shmlog.shm import shared_memory
 
 SHARED_MEMORY_DIRECTORY = "/dev/shm"
 
 
-def values_batch(count: int, seed: int, *, size: int = 20, timestamps=None, **options) -> np.ndarray:
+def values_batch(count: int, seed: int, *, size: int = 20, timestamps=None,
+                 **options) -> np.ndarray:
     """A batch of ``count`` distinct values (``seed`` makes them unique per batch)."""
     values = [f"v{seed}-{index}-".encode().ljust(size, b".") for index in range(count)]
     keys = [f"k{index % 7}".encode() for index in range(count)]

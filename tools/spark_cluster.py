@@ -42,6 +42,7 @@ sys.path.insert(0, REPOSITORY)
 
 from shmlog.common.child_process import process_alive  # noqa: E402
 from shmlog.spark.locality import TASK_BOOTSTRAP_ENVIRONMENT as BOOTSTRAP_ENVIRONMENT  # noqa: E402
+
 MASTER_HOST, MASTER_PORT = "127.0.0.1", 7077
 MASTER_URL = f"spark://{MASTER_HOST}:{MASTER_PORT}"
 START_TIMEOUT_S = 120

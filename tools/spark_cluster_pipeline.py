@@ -75,13 +75,14 @@ sys.path.insert(0, REPOSITORY)
 sys.path.insert(0, os.path.join(REPOSITORY, "tools"))
 
 import spark_cluster  # noqa: E402
+
 from shmlog import Admin, Consumer, Producer, TopicPartition  # noqa: E402
 from shmlog.devtools import netns  # noqa: E402
 from shmlog.devtools.local_cluster import LocalCluster  # noqa: E402
+from shmlog.devtools.zookeeper import ZooKeeperServer  # noqa: E402
 from shmlog.spark import bulk_read, session  # noqa: E402
 from shmlog.spark.locality import placement_locality  # noqa: E402
 from shmlog.spark.source import replica_hosts  # noqa: E402
-from shmlog.devtools.zookeeper import ZooKeeperServer  # noqa: E402
 
 BROKERS = 3
 TOPIC, PARTITIONS, REPLICATION_FACTOR = "logs", 3, 2

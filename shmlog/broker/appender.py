@@ -115,22 +115,35 @@ from typing import Callable
 
 import numpy as np
 
-from ..record import batch_layout as B
-from ..shm import ring_layout as R
+from ..common.errors import (
+    CorruptRecordError,
+    CorruptRingError,
+    LocalProtocolError,
+    RecordTooLargeError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
+from ..common.internal_topics import INTERNAL_TOPICS
 from ..native import typed_containers as typed
-from ..shm.completion import SEQUENCE_MODULUS, CompletionCode
 from ..native.atomics import py_store_release, store_release
-from ..common.errors import (CorruptRecordError, CorruptRingError, LocalProtocolError,
-                             RecordTooLargeError, StorageError, UnknownTopicOrPartitionError)
 from ..native.jit import kernel, load_i16, load_i32, load_i64, load_u16
-from ..storage.log_manager import LogManager
+from ..record import batch_layout as B
 from ..record.records import batch_frame, check_batch
 from ..ring import ENTRY_CORRUPT, ENTRY_NONE, Destination, Ring, complete_entry, next_entry
-from ..common.internal_topics import INTERNAL_TOPICS
-from ..storage.segment_state import (APPENDED, BASE_OFFSET_WORD, NEXT_OFFSET_WORD, POSITION_WORD,
-                                     REJECTED, STATE_WORDS, TIMESTAMP_NONE)
 from ..segments import AppendTarget, append_batches
+from ..shm import ring_layout as R
+from ..shm.completion import SEQUENCE_MODULUS, CompletionCode
 from ..shm.state import PartitionStateTable, publish_row, topic_key
+from ..storage.log_manager import LogManager
+from ..storage.segment_state import (
+    APPENDED,
+    BASE_OFFSET_WORD,
+    NEXT_OFFSET_WORD,
+    POSITION_WORD,
+    REJECTED,
+    STATE_WORDS,
+    TIMESTAMP_NONE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -431,8 +444,8 @@ def _publish(state_rows, row_settings, row, state):
     if row_settings[row, ROW_HIGH_WATERMARK_POLICY] == HighWatermarkPolicy.LOG_END.value:
         row_settings[row, ROW_HIGH_WATERMARK] = state[NEXT_OFFSET_WORD]
     publish_row(state_rows, row, row_settings[row, ROW_LOG_START_OFFSET], state[NEXT_OFFSET_WORD],
-                row_settings[row, ROW_HIGH_WATERMARK], state[BASE_OFFSET_WORD], state[POSITION_WORD],
-                row_settings[row, ROW_GENERATION])
+                row_settings[row, ROW_HIGH_WATERMARK], state[BASE_OFFSET_WORD],
+                state[POSITION_WORD], row_settings[row, ROW_GENERATION])
 
 
 @kernel(inline=_PER_ENTRY)

@@ -25,9 +25,9 @@ import threading
 import zmq
 
 from ..common import access, limits
-from ..protocol.control import error_reply
 from ..common.errors import BrokerNotAvailableError, LocalProtocolError, ShmlogError
 from ..common.paths import control_path
+from ..protocol.control import error_reply
 
 __all__ = ["ControlEndpoint", "remove_control_socket", "CONTROL_POLL_MS"]
 

@@ -28,12 +28,17 @@ import inspect
 from typing import Any, Iterator
 
 from ..common import limits
-from ..config.broker import BrokerConfig
 from ..common.errors import ShmlogError
-from ..groups import (OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, CoordinatorConfig, GroupCoordinator,
-                      offsets_partition)
-from .partition_host import PartitionHost
+from ..config.broker import BrokerConfig
+from ..groups import (
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_CONFIG,
+    CoordinatorConfig,
+    GroupCoordinator,
+    offsets_partition,
+)
 from ..record.records import decode_records, encode_batch, now_ms
+from .partition_host import PartitionHost
 from .service import RequestContext
 
 __all__ = ["GroupService", "GROUP_REQUESTS", "coordinator_config", "with_request_signature"]

@@ -56,19 +56,21 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..common import limits
-from ..shm import shared_memory
-from .appender import DRAIN_ENTRIES_MAX, Appender
-from ..storage.cleaner import CleanerThread, keys_max as cleaner_keys_max, plan as cleaner_plan
-from ..shm.completion import completion_error
-from ..storage.delete_records import delete_target
 from ..common.errors import ShmlogError
-from ..storage.log_manager import LogManager, TopicMetadata
 from ..common.metrics import Histogram
 from ..common.paths import shared_memory_prefix
 from ..record.records import now_ms
-from ..storage.durable_files import write_atomically
 from ..segments import PartitionLog
+from ..shm import shared_memory
+from ..shm.completion import completion_error
 from ..shm.state import PartitionStateTable
+from ..storage.cleaner import CleanerThread
+from ..storage.cleaner import keys_max as cleaner_keys_max
+from ..storage.cleaner import plan as cleaner_plan
+from ..storage.delete_records import delete_target
+from ..storage.durable_files import write_atomically
+from ..storage.log_manager import LogManager, TopicMetadata
+from .appender import DRAIN_ENTRIES_MAX, Appender
 
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")

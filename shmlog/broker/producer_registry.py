@@ -41,13 +41,13 @@ import logging
 import os
 
 from ..common import access
-from ..shm import shared_memory
-from ..shm import ring_layout as R
 from ..common.child_process import process_alive
 from ..common.errors import LocalProtocolError, ShmlogError, StorageError
-from .partition_host import PartitionHost
 from ..ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
+from ..shm import ring_layout as R
+from ..shm import shared_memory
 from ..storage.durable_files import write_atomically
+from .partition_host import PartitionHost
 
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")

@@ -20,8 +20,8 @@ the registry's periodic liveness check is one of the broker's scheduled tasks.
 
 from __future__ import annotations
 
-from ..protocol.control import require
 from ..common.errors import LocalProtocolError
+from ..protocol.control import require
 from .producer_registry import ProducerRegistry
 from .service import ImmediateService
 

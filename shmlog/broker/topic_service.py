@@ -23,13 +23,19 @@ listeners, the group coordinator among them, when the topics changed).
 from __future__ import annotations
 
 import os
+
 from ..common import access
+from ..common.errors import (
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    LocalProtocolError,
+    ShmlogError,
+    UnknownTopicOrPartitionError,
+)
+from ..common.internal_topics import INTERNAL_TOPICS
+from ..protocol.control import require
 from ..storage import delete_records as deletion
 from ..storage.topic_config import config_sources
-from ..protocol.control import require
-from ..common.errors import (InvalidReplicationFactorError, InvalidTopicError, LocalProtocolError,
-                             ShmlogError, UnknownTopicOrPartitionError)
-from ..common.internal_topics import INTERNAL_TOPICS
 from .partition_host import PartitionHost
 from .service import ImmediateService
 

@@ -315,6 +315,7 @@ def _coordinators(admin, group_ids: list[str]) -> dict[str, str]:
     group's ``__consumer_offsets`` partition (``groups.offsets_partition``), as
     ``host (id)``; a single broker coordinates every group itself (broker 0)."""
     import socket
+
     from ..groups import OFFSETS_TOPIC, offsets_partition
     metadata = admin.metadata()
     if "brokers" not in metadata:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..config.broker import BrokerConfig
 from ..common.documented import doc_of
+from ..config.broker import BrokerConfig
 from .exit_codes import EXIT_OK
 
 __all__ = ["add_parser"]

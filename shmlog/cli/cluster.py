@@ -195,9 +195,10 @@ def _keys(arguments) -> int:
     """Write the key pairs; exit 1 (having written none) when a name is invalid or a
     key exists without --force."""
     import json
+
     from ..common import access
-    from ..config import curve_keys
     from ..common.errors import InvalidConfigError
+    from ..config import curve_keys
     try:
         for name in arguments.names:
             curve_keys.check_key_name(name)
@@ -226,6 +227,7 @@ def _status(arguments) -> int:
     """Print the status; exit 1 unless every partition is fully replicated and led and
     a controller is elected (a check a script or a probe can run)."""
     import json
+
     from ..cluster import status as cluster_status
     found = cluster_status.read(arguments.zookeeper_connect)
     print(json.dumps(found.as_dict(), indent=2) if arguments.json
@@ -238,8 +240,8 @@ def _reassign(arguments) -> int:
     """Run one verb of ``cluster reassign`` (see the module's exit codes)."""
     from ..cluster import reassign as cluster_reassign
     from ..cluster.zk import paths as zk_paths
-    from ..common.errors import ShmlogError
     from ..cluster.zk.client import ClusterZooKeeper
+    from ..common.errors import ShmlogError
     try:
         path = arguments.topics_to_move_json_file or arguments.reassignment_json_file
         with open(path, "rb") as file:
@@ -329,7 +331,8 @@ def _elect_leaders(arguments) -> int:
     """Run the election; exit 1 if a partition is not led by its preferred replica
     afterwards, or the election could not be asked for or was not carried out."""
     import json
-    from ..cluster.controller import leader_election                  # kazoo: only this verb loads it
+
+    from ..cluster.controller import leader_election  # kazoo: only this verb loads it
     elections = leader_election.elect_preferred_leaders(
         arguments.zookeeper_connect, arguments.topic, arguments.partition, arguments.timeout_ms)
     print(json.dumps([election.as_dict() for election in elections], indent=2)

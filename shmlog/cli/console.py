@@ -185,7 +185,8 @@ class RecordFormatter:
         self.null = properties["null.literal"].encode()
 
     def format(self, record) -> bytes:
-        """One line (with its line separator) for a :class:`~shmlog.client.consumer.ConsumerRecord`."""
+        """One line (with its line separator) for a
+        :class:`~shmlog.client.consumer.ConsumerRecord`."""
         return self.separator.join([self._field(name, record) for name in self.fields]) \
             + self.line_end
 
@@ -334,7 +335,7 @@ class _RateLine:
         self.started = time.monotonic()
         self._bar = None
         if shown:
-            from tqdm import tqdm        # only here: it costs the light verbs' start-up
+            from tqdm import tqdm  # only here: it costs the light verbs' start-up
             # The terminal's size, given: tqdm hides a bar below the last row, and takes
             # a terminal that reports 0 rows (a new pseudo-terminal, an editor's shell)
             # for one whose rows are all below it.

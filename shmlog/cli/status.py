@@ -70,8 +70,8 @@ def read_status(data_dir: str | None) -> tuple[dict, object]:
     ShmlogError
         No broker answers.
     """
-    from ..protocol.control_client import request
     from ..common.paths import default_data_dir
+    from ..protocol.control_client import request
     stats = request(data_dir or default_data_dir(), "stats")
     if stats["cluster"] is None:
         return stats, None

@@ -15,8 +15,8 @@ import json
 import re
 import sys
 
-from ..storage import delete_records as deletion
 from ..common.errors import LocalProtocolError, UnknownTopicOrPartitionError
+from ..storage import delete_records as deletion
 from .exit_codes import EXIT_FAILURE, EXIT_OK
 
 __all__ = ["add_offsets_parser", "add_delete_records_parser", "add_log_dirs_parser",

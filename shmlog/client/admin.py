@@ -30,16 +30,22 @@ import enum
 import time
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from . import options as client_options
 from ..common import limits, settings
-from ..storage import delete_records as deletion
-from ..protocol.control_client import request
-from ..common.paths import default_data_dir
-from ..common.errors import (GroupIdNotFoundError, InvalidConfigError, InvalidPartitionsError,
-                             LocalProtocolError, ShmlogError, TopicExistsError,
-                             UnsupportedKafkaOptionError)
+from ..common.errors import (
+    GroupIdNotFoundError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    LocalProtocolError,
+    ShmlogError,
+    TopicExistsError,
+    UnsupportedKafkaOptionError,
+)
 from ..common.iso8601 import datetime_ms, duration_ms
+from ..common.paths import default_data_dir
 from ..common.structs import ConfigSource, OffsetAndMetadata, TopicPartition
+from ..protocol.control_client import request
+from ..storage import delete_records as deletion
+from . import options as client_options
 
 __all__ = ["Admin", "NewTopic", "NewPartitions", "ConfigResource", "ConfigResourceType",
            "ConfigEntry", "GroupInformation", "MemberInformation"]
@@ -571,8 +577,8 @@ def _first_error(actions: list) -> None:
 def _validate_new_topic(name: str, partitions: int, configs: Mapping[str, Any],
                         existing: set[str]) -> None:
     """What the broker checks before creating a topic (``validate_only``)."""
-    from ..storage.topic_config import TopicConfig                 # loads the layouts (numpy): only here
     from ..storage.log_manager import validate_topic_name
+    from ..storage.topic_config import TopicConfig  # loads the layouts (numpy): only here
     validate_topic_name(name)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or \
             not 1 <= partitions <= limits.PARTITIONS_PER_TOPIC_MAX:

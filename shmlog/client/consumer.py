@@ -79,22 +79,28 @@ import re
 import time
 from typing import Iterable, Iterator, Mapping, NamedTuple
 
-from . import options as client_options
 from ..common import limits, settings
-from ..protocol.control_client import request
-from ..common.paths import default_data_dir
-from ..common.errors import (ClientClosedError, CommitFailedError, InvalidConfigError,
-                             LocalProtocolError, OffsetOutOfRangeError, ShmlogError,
-                             UnknownTopicOrPartitionError)
-from ..groups import GroupMember, MemberConfig
+from ..common.errors import (
+    ClientClosedError,
+    CommitFailedError,
+    InvalidConfigError,
+    LocalProtocolError,
+    OffsetOutOfRangeError,
+    ShmlogError,
+    UnknownTopicOrPartitionError,
+)
 from ..common.internal_topics import INTERNAL_TOPICS
 from ..common.metrics import FlowCounts, RateWindow
-from .reader import PartitionReader, warm_kernels
-from ..record.records import Record, RecordColumns, decode_columns
+from ..common.paths import default_data_dir
 from ..common.structs import OffsetAndMetadata, TopicPartition
+from ..groups import GroupMember, MemberConfig
+from ..protocol.control_client import request
+from ..record.records import Record, RecordColumns, decode_columns
 from ..shm import state_layout as S
 from ..shm import wakeup
 from ..shm.state import PartitionStateTable, RowSnapshot, topic_key
+from . import options as client_options
+from .reader import PartitionReader, warm_kernels
 
 log = logging.getLogger(__name__)
 

@@ -99,24 +99,37 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..record import batch_layout as B
-from . import options as client_options
 from ..common import limits, settings
+from ..common.errors import (
+    ClientClosedError,
+    ClientTimeoutError,
+    InvalidConfigError,
+    InvalidTopicError,
+    LocalProtocolError,
+    RecordTooLargeError,
+    ShmlogError,
+    UnknownTopicOrPartitionError,
+)
+from ..common.internal_topics import INTERNAL_TOPICS
+from ..common.metrics import FlowCounts
+from ..common.paths import default_data_dir
+from ..native.jit import kernel
+from ..protocol.control_client import request
+from ..record import batch_layout as B
+from ..record.records import (
+    Compression,
+    check_headers,
+    check_timestamp,
+    encode_batch,
+    encode_gathered,
+    restamp_batch,
+)
+from ..ring import Destination, Ring
 from ..shm import state_layout as S
 from ..shm.completion import SEQUENCE_MODULUS, CompletionCode, completion_error
-from ..protocol.control_client import request
-from ..common.paths import default_data_dir
-from ..common.errors import (ClientClosedError, ClientTimeoutError, InvalidConfigError,
-                             InvalidTopicError, LocalProtocolError, RecordTooLargeError,
-                             ShmlogError, UnknownTopicOrPartitionError)
-from ..common.internal_topics import INTERNAL_TOPICS
-from ..native.jit import kernel
-from ..common.metrics import FlowCounts
-from ..record.records import (Compression, check_headers, check_timestamp, encode_batch,
-                              encode_gathered, restamp_batch)
-from ..ring import Destination, Ring
 from ..shm.ring_layout import CAPACITY_MIN, DATA_OFFSET, check_capacity
 from ..shm.state import PartitionStateTable, topic_key
+from . import options as client_options
 
 log = logging.getLogger(__name__)
 

@@ -52,16 +52,16 @@ import os
 
 import numpy as np
 
-from ..record import batch_layout as B
-from ..storage import index_layout as I
 from ..common import limits
-from ..shm import state_layout as S
 from ..common.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from ..storage.mapped_file import MappedFile
+from ..record import batch_layout as B
 from ..record.records import warm_decoding
-from ..storage.segment_generation import follow
 from ..segments import ReadResult, collect_batches, find_batch
+from ..shm import state_layout as S
 from ..shm.state import PartitionStateTable, RowSnapshot
+from ..storage import index_layout as I
+from ..storage.mapped_file import MappedFile
+from ..storage.segment_generation import follow
 
 __all__ = ["PartitionReader", "warm_kernels"]
 

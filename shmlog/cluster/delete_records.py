@@ -32,12 +32,16 @@ import dataclasses
 import logging
 from typing import Any
 
-from ..storage import delete_records as deletion
 from ..common.errors import ShmlogError
+from ..storage import delete_records as deletion
 from .replication.partition import Role
+from .replication.protocol import (
+    DeleteRecords,
+    DeleteRecordsPartition,
+    DeleteRecordsResponse,
+    ErrorCode,
+)
 from .replication.replica_service import ReplicaService
-from .replication.protocol import (DeleteRecords, DeleteRecordsPartition, DeleteRecordsResponse,
-                                   ErrorCode)
 from .zk.paths import NO_LEADER
 
 log = logging.getLogger("shmlog.broker")

@@ -78,24 +78,31 @@ import logging
 import threading
 from typing import Any, Iterator
 
-from ..common import limits
-from ..config.broker import BrokerConfig
-from .metadata import assign_replicas
-from ..protocol.control import decode_reply, encode_request, encode_result, handle_frame
-from ..common.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
-                             LocalProtocolError, NotCoordinatorError, RecordTooLargeError,
-                             RequestTimedOutError, ShmlogError, TopicExistsError)
-from .replication.forwarding import wire_error
 from ..broker.group_service import GROUP_REQUESTS, coordinator_config, with_request_signature
-from ..groups import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, GroupCoordinator, offsets_partition
 from ..broker.partition_host import PartitionHost
-from .replication.partition import PartitionReplica, Role
-from ..record.records import decode_records, encode_batch, now_ms
-from .replication.replica_service import ReplicaService
-from .replication.protocol import Error, ErrorCode, GroupRequest, GroupResponse
 from ..broker.service import RequestContext
-from .zk.paths import NO_LEADER, TopicAssignment, new_topic_id
+from ..common import limits
+from ..common.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    LocalProtocolError,
+    NotCoordinatorError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    ShmlogError,
+    TopicExistsError,
+)
+from ..config.broker import BrokerConfig
+from ..groups import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, GroupCoordinator, offsets_partition
+from ..protocol.control import decode_reply, encode_request, encode_result, handle_frame
+from ..record.records import decode_records, encode_batch, now_ms
 from ..zmq_replication import ReceivedRequest, ReceivedResponse, RequestFailed
+from .metadata import assign_replicas
+from .replication.forwarding import wire_error
+from .replication.partition import PartitionReplica, Role
+from .replication.protocol import Error, ErrorCode, GroupRequest, GroupResponse
+from .replication.replica_service import ReplicaService
+from .zk.paths import NO_LEADER, TopicAssignment, new_topic_id
 
 log = logging.getLogger("shmlog.broker")
 

@@ -40,7 +40,7 @@ as there are racks gets one replica per rack.
 
 **Describe** prints a header line, then one line per partition in partition order::
 
-    Topic: T\tTopicId: 3f2a…\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: min.insync.replicas=2
+    Topic: T\tTopicId: 3f2a…\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: segment.ms=9
     \tTopic: T\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3
 
 The leader is ``none`` when there is none (-1) or it is not a live broker (this
@@ -54,8 +54,11 @@ from __future__ import annotations
 import random
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..common.errors import (InvalidPartitionsError, InvalidReplicaAssignmentError,
-                             InvalidReplicationFactorError)
+from ..common.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+)
 
 __all__ = ["assign_replicas", "rack_alternated_brokers", "describe_lines", "NO_LEADER"]
 

@@ -30,17 +30,17 @@ from __future__ import annotations
 import logging
 import os
 
-from ..config.cluster import ClusterConfig
-from .producer_ids import ClusterProducerIds
-from .controller.controller import Controller
-from ..common.errors import ShmlogError
-from .controller.leader_balance import ControlledShutdown, RebalancePolicy, ShutdownStep
 from ..broker.partition_host import PartitionHost
+from ..common.errors import ShmlogError
+from ..config.cluster import ClusterConfig
 from ..record.records import now_ms
+from ..zmq_replication import CurveSecurity, ReplicationEndpoint
+from .controller.controller import Controller
+from .controller.leader_balance import ControlledShutdown, RebalancePolicy, ShutdownStep
+from .producer_ids import ClusterProducerIds
 from .replication.replica_service import ReplicaService
 from .zk.client import ClusterZooKeeper
 from .zk.paths import BrokerRegistration
-from ..zmq_replication import CurveSecurity, ReplicationEndpoint
 
 log = logging.getLogger("shmlog.broker")
 

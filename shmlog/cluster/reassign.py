@@ -41,14 +41,23 @@ from __future__ import annotations
 import json
 from typing import Iterable, Mapping, Sequence
 
+from ..common.errors import (
+    InvalidReassignmentError,
+    ReassignmentInProgressError,
+    ShmlogError,
+    UnknownTopicOrPartitionError,
+    ZooKeeperConflictError,
+)
 from . import metadata as cluster_metadata
 from .controller import reassignment
-from .zk import paths as zk_paths
-from ..common.errors import (InvalidReassignmentError, ReassignmentInProgressError, ShmlogError,
-                             UnknownTopicOrPartitionError, ZooKeeperConflictError)
 from .controller.reassignment import ReassignmentStatus
-from .replication.throttle import (FOLLOWER_RATE_CONFIG, FOLLOWER_REPLICAS_CONFIG,
-                                   LEADER_RATE_CONFIG, LEADER_REPLICAS_CONFIG)
+from .replication.throttle import (
+    FOLLOWER_RATE_CONFIG,
+    FOLLOWER_REPLICAS_CONFIG,
+    LEADER_RATE_CONFIG,
+    LEADER_REPLICAS_CONFIG,
+)
+from .zk import paths as zk_paths
 from .zk.client import ClusterZooKeeper
 
 __all__ = ["Request", "encode_request", "decode_topics", "generate", "execute", "verify",

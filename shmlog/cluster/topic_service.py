@@ -35,17 +35,17 @@ import queue
 import threading
 from typing import Any, Callable
 
-from ..common import limits
-from .metadata import assign_replicas
-from ..storage.topic_config import TopicConfig
-from ..protocol.control import require
-from ..common.errors import BrokerNotAvailableError, InvalidPartitionsError, ShmlogError
-from ..storage.log_manager import validate_topic_name
-from ..record.records import now_ms
-from .replication.replica_service import ReplicaService
 from ..broker.service import RequestContext
-from .delete_records import ClusterDeleteRecords
 from ..broker.topic_service import TopicService, delete_records_entries, refuse_internal
+from ..common import limits
+from ..common.errors import BrokerNotAvailableError, InvalidPartitionsError, ShmlogError
+from ..protocol.control import require
+from ..record.records import now_ms
+from ..storage.log_manager import validate_topic_name
+from ..storage.topic_config import TopicConfig
+from .delete_records import ClusterDeleteRecords
+from .metadata import assign_replicas
+from .replication.replica_service import ReplicaService
 from .zk.paths import TopicAssignment, new_topic_id
 
 __all__ = ["ClusterTopicService"]
@@ -95,7 +95,8 @@ class ClusterTopicService(TopicService):
         config = {key: str(value) for key, value in require(config or {}, dict, "config").items()}
         TopicConfig.from_overrides(config)                     # refused now, not by every broker
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-            raise InvalidPartitionsError(f"a topic needs at least one partition, got {partitions!r}")
+            raise InvalidPartitionsError(
+                f"a topic needs at least one partition, got {partitions!r}")
         factor = self.replication.config.default_replication_factor \
             if replication_factor is None else require(replication_factor, int,
                                                        "replication_factor")
@@ -179,10 +180,12 @@ class ClusterTopicService(TopicService):
 
     def metadata(self, topics: list | None = None) -> dict:
         reply = super().metadata(topics)
-        reply["brokers"] = {str(broker_id): {"host": broker.registration.host,
-                                             "replication": broker.registration.replication_endpoint,
-                                             "rack": broker.registration.rack}
-                            for broker_id, broker in self.replication.view.brokers.items()}
+        brokers = self.replication.view.brokers.items()
+        reply["brokers"] = {
+            str(broker_id): {"host": broker.registration.host,
+                             "replication": broker.registration.replication_endpoint,
+                             "rack": broker.registration.rack}
+            for broker_id, broker in brokers}
         reply["broker_id"] = self.replication.broker_id
         return reply
 

@@ -17,11 +17,11 @@ import tomllib
 from typing import Any
 
 from ..common import access
-from .cluster import ClusterConfig
 from ..common.documented import setting
 from ..common.errors import InvalidConfigError, LocalProtocolError
 from ..common.limits import METRICS_PORT_MAX
 from ..common.paths import control_address, default_data_dir
+from .cluster import ClusterConfig
 
 __all__ = ["BrokerConfig", "broker_config_entries"]
 

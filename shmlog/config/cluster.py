@@ -67,10 +67,10 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from . import curve_keys
 from ..common import limits, settings
 from ..common.documented import setting
 from ..common.errors import InvalidConfigError
+from . import curve_keys
 
 __all__ = ["ClusterConfig", "KAFKA_NAMES", "SECURITY_PROTOCOLS", "check_zookeeper_connect"]
 

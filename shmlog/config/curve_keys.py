@@ -100,7 +100,7 @@ def write_key_pair(directory: str, name: str, force: bool = False) -> KeyPair:
     InvalidConfigError
         ``name`` is not a plain name.
     """
-    import zmq                     # only here: reading keys needs no ZeroMQ
+    import zmq  # only here: reading keys needs no ZeroMQ
     check_key_name(name)
     public, secret = (key.decode("ascii") for key in zmq.curve_keypair())
     paths = [os.path.join(directory, name + suffix) for suffix in (SECRET_SUFFIX, PUBLIC_SUFFIX)]

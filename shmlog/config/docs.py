@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from ..common.documented import doc_of
 from ..storage import topic_config as config
 from .broker import BrokerConfig
 from .cluster import KAFKA_NAMES, ClusterConfig
-from ..common.documented import doc_of
 
 __all__ = ["render", "main"]
 

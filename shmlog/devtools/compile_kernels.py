@@ -30,10 +30,10 @@ __all__ = ["compile_kernels", "main"]
 
 def _steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
     """The warm-ups, named as ``main`` reports them, in the order they run."""
-    from ..storage import cleaner
     from ..client import producer, reader
-    from ..server.broker import BrokerConfig, warm_kernels
     from ..segments import warm_follower_kernels
+    from ..server.broker import BrokerConfig, warm_kernels
+    from ..storage import cleaner
     return [
         ("the broker's (appender, segments, indexes, state table, group commits)",
          lambda: warm_kernels(BrokerConfig(data_dir=directory))),

@@ -34,11 +34,11 @@ import uuid
 from typing import Mapping, Sequence
 
 from ..common import access
-from ..config import curve_keys
-from ..shm import shared_memory
-from ..server.broker import Broker
 from ..common.errors import ShmlogError
 from ..common.paths import shared_memory_prefix
+from ..config import curve_keys
+from ..server.broker import Broker
+from ..shm import shared_memory
 from .zookeeper import ZooKeeperServer
 
 __all__ = ["LocalCluster", "poll_until"]

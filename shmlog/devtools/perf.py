@@ -17,10 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..common import limits
-from ..common.paths import default_data_dir
 from ..client.consumer import Consumer, TopicPartition
 from ..client.producer import Producer
+from ..common import limits
+from ..common.paths import default_data_dir
 
 __all__ = ["produce", "consume", "end_to_end"]
 

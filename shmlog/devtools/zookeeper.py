@@ -53,8 +53,13 @@ import subprocess
 import time
 
 from ..common import child_process, limits
-from ..common.errors import (InvalidConfigError, NotOwnedError, StorageError, ZooKeeperStartError,
-                             ZooKeeperUnavailableError)
+from ..common.errors import (
+    InvalidConfigError,
+    NotOwnedError,
+    StorageError,
+    ZooKeeperStartError,
+    ZooKeeperUnavailableError,
+)
 
 __all__ = ["ZooKeeperServer", "classpath", "java_executable", "default_data_dir",
            "CONFIG_FILE", "LOG_FILE", "OUTPUT_FILE", "DATA_DIRECTORY", "TICK_TIME_MS_DEFAULT",

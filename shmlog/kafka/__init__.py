@@ -24,8 +24,8 @@ docs/MIGRATING_FROM_KAFKA_PYTHON.md lists what maps one to one and what differs.
 from __future__ import annotations
 
 from ..client.consumer import Consumer, ConsumerRebalanceListener
-from ..common.errors import UnsupportedKafkaOptionError
 from ..client.producer import Producer
+from ..common.errors import UnsupportedKafkaOptionError
 from .admin import KafkaAdminClient
 from .serializer import Deserializer, Serializer
 from .structs import OffsetAndMetadata, TopicPartition, committed_offset

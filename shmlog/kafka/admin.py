@@ -6,8 +6,16 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..client.admin import (Admin, ConfigEntry, ConfigResource, ConfigResourceType,
-                            GroupInformation, MemberInformation, NewPartitions, NewTopic)
+from ..client.admin import (
+    Admin,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    GroupInformation,
+    MemberInformation,
+    NewPartitions,
+    NewTopic,
+)
 from ..common.structs import ConfigSource
 from .structs import OffsetAndMetadata, TopicPartition, committed_offset
 

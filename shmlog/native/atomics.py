@@ -22,7 +22,6 @@ wrappers, which are compiled functions around the same intrinsics.
 
 from __future__ import annotations
 
-from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 

@@ -61,7 +61,8 @@ def decode_reply(frame: bytes) -> dict:
     except (UnicodeDecodeError, ValueError) as error:
         raise PeerProtocolError(f"the broker sent a malformed reply ({error})") from None
     if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:
-        raise PeerProtocolError(f"the broker replied with an unknown protocol version: {body!r:.200}")
+        raise PeerProtocolError(
+            f"the broker replied with an unknown protocol version: {body!r:.200}")
     if body.get("ok") is True:
         return {key: value for key, value in body.items() if key not in ("version", "ok")}
     error_class = _ERROR_CLASSES.get(body.get("error"), ShmlogError)

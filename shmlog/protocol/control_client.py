@@ -19,9 +19,9 @@ import os
 import zmq
 
 from ..common import access
-from .control import decode_reply, encode_request
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError
 from ..common.paths import control_address, control_path
+from .control import decode_reply, encode_request
 
 __all__ = ["request"]
 
@@ -76,9 +76,9 @@ def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fie
         socket.connect(control_address(data_dir))
         socket.send(encode_request(request_type, **fields))
         if not socket.poll(timeout_ms, zmq.POLLIN):
-            raise BrokerNotAvailableError(f"no broker answered at {control_address(data_dir)} within "
-                              f"{timeout_ms} ms; start one with: shmlog broker --data-dir "
-                              f"{data_dir}")
+            raise BrokerNotAvailableError(
+                f"no broker answered at {control_address(data_dir)} within {timeout_ms} ms; "
+                f"start one with: shmlog broker --data-dir {data_dir}")
         return decode_reply(socket.recv())
     finally:
         socket.close()

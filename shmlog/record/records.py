@@ -45,12 +45,23 @@ from typing import Iterator, NamedTuple
 import numpy as np
 import zstandard
 
-from . import batch_layout as L
 from ..common import limits
-from ..native.crc32c import crc32c_kernel
 from ..common.errors import CorruptRecordError, LocalProtocolError, RecordTooLargeError
-from ..native.jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i16,
-                          store_i32, store_i64, store_u16, store_u32)
+from ..native.crc32c import crc32c_kernel
+from ..native.jit import (
+    copy_bytes,
+    kernel,
+    load_i32,
+    load_i64,
+    load_u16,
+    load_u32,
+    store_i16,
+    store_i32,
+    store_i64,
+    store_u16,
+    store_u32,
+)
+from . import batch_layout as L
 
 __all__ = [
     "BatchStatus", "BatchInfo", "Record", "RecordColumns", "Compression",
@@ -960,7 +971,8 @@ def _index_records(buffer, start, end, offsets, timestamps, timestamp_types, key
                 timestamps[index] = max_timestamp
                 timestamp_types[index] = L.TIMESTAMP_LOG_APPEND_TIME
             else:
-                timestamps[index] = first_timestamp + load_i64(buffer, record + L.TIMESTAMP_DELTA_OFFSET)
+                delta = load_i64(buffer, record + L.TIMESTAMP_DELTA_OFFSET)
+                timestamps[index] = first_timestamp + delta
                 timestamp_types[index] = L.TIMESTAMP_CREATE_TIME
             key_length = load_i32(buffer, record + L.KEY_LENGTH_OFFSET)
             value_length = load_i32(buffer, record + L.VALUE_LENGTH_OFFSET)

@@ -77,37 +77,47 @@ import sys
 import time
 from typing import Any, Sequence
 
-
-from ..common import access, child_process
-from ..shm import ring_layout as R
-from ..shm import state_layout as S
-from ..shm import wakeup
 from ..broker.appender import HighWatermarkPolicy
-from ..storage.cleaner import warm_kernels as warm_cleaner_kernels
-from ..segments import warm_follower_kernels
-from ..shm.completion import CompletionCode
-from ..protocol.control import (decode_reply, encode_request, encode_result, error_reply,
-                                handle_frame)
-from ..config.broker import BrokerConfig, broker_config_entries
 from ..broker.control_server import ControlEndpoint, remove_control_socket
-from ..protocol.control_client import request
-from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
 from ..broker.group_service import GroupService
 from ..broker.partition_host import PartitionHost
-# The client's request, the paths and the config live in light modules (clients and
-# the shmlog command import them without numba); they are imported back under their
-# old names, which stay valid.
-from ..common.paths import RUN_DIRECTORY, control_address, default_data_dir, shared_memory_prefix
-from ..common.paths import SOCKET_PATH_LENGTH_MAX  # noqa: F401 - the old name
 from ..broker.producer_registry import ProducerRegistry
 from ..broker.producer_service import ProducerService
 from ..broker.scheduler import Scheduler
-from .stats import StatsService
+from ..broker.service import RequestContext, Service
+from ..broker.topic_service import TopicService
+from ..common import access, child_process
+from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
+
+# The client's request, the paths and the config live in light modules (clients and
+# the shmlog command import them without numba); they are imported back under their
+# old names, which stay valid.
+from ..common.paths import (
+    RUN_DIRECTORY,
+    SOCKET_PATH_LENGTH_MAX,  # noqa: F401 - the old name
+    control_address,
+    default_data_dir,
+    shared_memory_prefix,
+)
+from ..config.broker import BrokerConfig, broker_config_entries
+from ..protocol.control import (
+    decode_reply,
+    encode_request,
+    encode_result,
+    error_reply,
+    handle_frame,
+)
+from ..protocol.control_client import request
 from ..record.records import encode_batch, now_ms
 from ..ring import Destination, Ring
-from ..broker.service import RequestContext, Service
+from ..segments import warm_follower_kernels
+from ..shm import ring_layout as R
+from ..shm import state_layout as S
+from ..shm import wakeup
+from ..shm.completion import CompletionCode
 from ..shm.state import PartitionStateTable
-from ..broker.topic_service import TopicService
+from ..storage.cleaner import warm_kernels as warm_cleaner_kernels
+from .stats import StatsService
 
 log = logging.getLogger("shmlog.broker")       # the broker's log, joined by its parts
 
@@ -139,7 +149,8 @@ class BrokerCore:
     host : PartitionHost
     producers : ProducerRegistry
     topics, producer_service, groups : TopicService, ProducerService, GroupService
-        The broker's services (a cluster member's groups: ClusterGroupService) (:attr:`services` lists them, and any added later).
+        The broker's services (a cluster member's groups: ClusterGroupService)
+        (:attr:`services` lists them, and any added later).
     stats : StatsService
         The ``stats`` request (``broker_stats``): what ``shmlog status`` and the
         Prometheus endpoint show.
@@ -174,7 +185,7 @@ class BrokerCore:
         if self.cluster is None:
             self.groups = self.add_service(GroupService(config, self.host, self.context))
         else:
-            from ..cluster.groups import ClusterGroupService     # a member's groups
+            from ..cluster.groups import ClusterGroupService  # a member's groups
             self.groups = self.add_service(ClusterGroupService(config, self.host, self.context,
                                                                self.cluster.replication))
         self.stats = self.add_service(StatsService(self.host, self.producers,
@@ -184,7 +195,7 @@ class BrokerCore:
 
     def _join(self, config: BrokerConfig) -> Service:
         """Join the cluster of ``config.cluster``; the topic service of a member."""
-        from ..cluster.node import ClusterNode                # kazoo: only a member loads it
+        from ..cluster.node import ClusterNode  # kazoo: only a member loads it
         from ..cluster.topic_service import ClusterTopicService
         self.cluster = ClusterNode(config.cluster, self.host)
         self.producers.producer_ids = self.cluster.producer_ids    # cluster-wide ids

@@ -35,12 +35,16 @@ import logging
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily, Metric)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from ..common import limits
-from ..protocol.control_client import request
 from ..common.errors import ShmlogError
+from ..protocol.control_client import request
 
 log = logging.getLogger("shmlog.broker")
 

@@ -59,17 +59,17 @@ from typing import Any
 
 import numpy as np
 
-from ..common import limits
-from ..shm import state_layout as S
-from ..cluster.status import summarize
-from ..common.internal_topics import INTERNAL_TOPICS
-from ..common.metrics import RateWindow
 from ..broker.partition_host import HostedPartition, PartitionHost
 from ..broker.producer_registry import ProducerRegistry
-from ..record.records import now_ms
-from ..cluster.replication.protocol import IsrChangeKind
-from ..shm.ring_layout import PUBLISHED_WORD, PRODUCER_PID_WORD, TAIL_WORD
 from ..broker.service import ImmediateService
+from ..cluster.replication.protocol import IsrChangeKind
+from ..cluster.status import summarize
+from ..common import limits
+from ..common.internal_topics import INTERNAL_TOPICS
+from ..common.metrics import RateWindow
+from ..record.records import now_ms
+from ..shm import state_layout as S
+from ..shm.ring_layout import PRODUCER_PID_WORD, PUBLISHED_WORD, TAIL_WORD
 
 __all__ = ["StatsService", "STATS_VERSION"]
 

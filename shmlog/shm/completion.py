@@ -24,11 +24,20 @@ from __future__ import annotations
 
 import enum
 
-from ..common.errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTopicError,
-                             NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
-                             NotLeaderOrFollowerError, OutOfOrderSequenceError, RecordTooLargeError,
-                             RequestTimedOutError, ShmlogError, StorageError,
-                             UnknownTopicOrPartitionError)
+from ..common.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidTopicError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    ShmlogError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
 
 __all__ = ["CompletionCode", "SEQUENCE_MODULUS", "completion_error"]
 

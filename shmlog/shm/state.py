@@ -21,11 +21,11 @@ import time
 import numpy as np
 
 from ..common import access
+from ..common.errors import LocalProtocolError, PeerProtocolError
+from ..native.atomics import fence, load_acquire, load_relaxed, store_relaxed, store_release
+from ..native.jit import kernel
 from . import shared_memory
 from . import state_layout as S
-from ..native.atomics import fence, load_acquire, load_relaxed, store_relaxed, store_release
-from ..common.errors import LocalProtocolError, PeerProtocolError
-from ..native.jit import kernel
 from .wakeup import Doorbell
 
 __all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row",
@@ -133,7 +133,8 @@ class PartitionStateTable:
             Another user's object has the name.
         """
         if not isinstance(row_capacity, int) or row_capacity < 1:
-            raise LocalProtocolError(f"row capacity must be a positive integer, got {row_capacity!r}")
+            raise LocalProtocolError(
+                f"row capacity must be a positive integer, got {row_capacity!r}")
         # A table of ours left under this name is a dead broker's: the caller holds the
         # data directory's lock, so nobody uses it.
         policy = access.current()
@@ -165,8 +166,9 @@ class PartitionStateTable:
                                     f"table (magic {magic:#x}, version {version})")
         table = cls(name, mapped, owner=False)
         if table.control[S.ROW_CAPACITY_WORD] != table.row_capacity:
-            raise PeerProtocolError(f"state table {name!r} says {table.control[S.ROW_CAPACITY_WORD]} "
-                                    f"rows but holds {table.row_capacity}")
+            said = table.control[S.ROW_CAPACITY_WORD]
+            raise PeerProtocolError(f"state table {name!r} says {said} rows but holds "
+                                    f"{table.row_capacity}")
         return table
 
     @property

@@ -95,4 +95,8 @@ from .sink import WrittenRecords, write_batches
 from .source import FETCH_BYTES, STALL_TIMEOUT_MS, OffsetRange, plan, plan_batch, read_range
 
 __all__ = ["ShmlogDataSource", "register", "session", "bulk_read", "SCHEMA",
-           "SCHEMA_WITH_HEADERS"]
+           "SCHEMA_WITH_HEADERS",
+           # the names of the package's modules that tools/, perf/ and the tests use
+           "bulk_jar", "EARLIEST", "LATEST", "MAX_RECORDS_PER_PARTITION_DEFAULT", "ReadOptions",
+           "HEADERS_TYPE", "to_arrow", "WrittenRecords", "write_batches", "FETCH_BYTES",
+           "STALL_TIMEOUT_MS", "OffsetRange", "plan", "plan_batch", "read_range"]

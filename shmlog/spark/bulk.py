@@ -45,8 +45,8 @@ import zipfile
 import pyspark
 
 from ..common import limits
-from ..protocol.control_client import request
 from ..common.errors import BulkReaderUnavailableError, ShmlogError
+from ..protocol.control_client import request
 from ..shm.state import topic_key
 from .options import ReadOptions
 from .source import plan_batch

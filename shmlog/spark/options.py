@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 
 from ..client.consumer import Consumer, TopicPartition
-from ..protocol.control_client import request
 from ..common.errors import LocalProtocolError
 from ..common.paths import default_data_dir
+from ..protocol.control_client import request
 
 __all__ = ["ReadOptions", "option", "flag", "number", "EARLIEST", "LATEST",
            "MAX_RECORDS_PER_PARTITION_DEFAULT"]

@@ -21,14 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
-                                    WriterCommitMessage)
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
-from ..record import batch_layout as B
+from ..client.producer import Producer, partition_for_key
 from ..common.errors import LocalProtocolError
 from ..common.paths import default_data_dir
-from ..client.producer import Producer, partition_for_key
+from ..record import batch_layout as B
 from .options import option
 
 __all__ = ["WrittenRecords", "write_batches", "BatchWriter", "StreamWriter"]

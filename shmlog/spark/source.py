@@ -41,13 +41,23 @@ import numpy as np
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from ..common import limits
 from ..client.consumer import Consumer, TopicPartition
+from ..common import limits
+from ..common.errors import (
+    LocalProtocolError,
+    OffsetOutOfRangeError,
+    ReplicaNotCoveringError,
+    ShmlogError,
+    UnknownTopicOrPartitionError,
+)
 from ..protocol.control_client import request
-from ..common.errors import (LocalProtocolError, OffsetOutOfRangeError, ReplicaNotCoveringError,
-                             ShmlogError, UnknownTopicOrPartitionError)
-from .locality import (TASK_BOOTSTRAP_ENVIRONMENT, ReadLocality, partition_hosts, read_locality,
-                       task_bootstrap)
+from .locality import (
+    TASK_BOOTSTRAP_ENVIRONMENT,
+    ReadLocality,
+    partition_hosts,
+    read_locality,
+    task_bootstrap,
+)
 from .options import ReadOptions
 from .schema import to_arrow, with_read_locality
 

@@ -58,15 +58,23 @@ import numpy as np
 import zstandard
 
 from ..common import access
-from ..record import batch_layout as L
-from . import index_layout as I
-from .topic_config import TopicConfig
 from ..native.crc32c import crc32c_kernel
-from ..native.jit import (copy_bytes, kernel, load_i32, load_i64, load_u16, load_u32, store_i32,
-                          store_u32)
-from .mapped_file import MappedFile
+from ..native.jit import (
+    copy_bytes,
+    kernel,
+    load_i32,
+    load_i64,
+    load_u16,
+    load_u32,
+    store_i32,
+    store_u32,
+)
+from ..record import batch_layout as L
 from ..record.records import ZSTD_LEVEL, batch_frame, batch_info, inflate_records
 from ..segments import CLEANING_DIRECTORY, PartitionLog, Segment
+from . import index_layout as I
+from .mapped_file import MappedFile
+from .topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,15 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from ..common.errors import (LocalProtocolError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
-                             RequestTimedOutError, ShmlogError, StorageError,
-                             UnknownTopicOrPartitionError)
+from ..common.errors import (
+    LocalProtocolError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    ShmlogError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
 
 __all__ = ["HIGH_WATERMARK", "OFFSET_OUT_OF_RANGE", "NOT_LEADER_OR_FOLLOWER",
            "UNKNOWN_TOPIC_OR_PARTITION", "REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR",

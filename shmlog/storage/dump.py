@@ -22,10 +22,17 @@ import os
 
 import numpy as np
 
-from . import index_layout as I
 from ..common.errors import CorruptRecordError, StorageError
-from ..record.records import (BatchStatus, Compression, batch_info, check_batch, check_inflated,
-                              decode_columns, inflate_batch)
+from ..record.records import (
+    BatchStatus,
+    Compression,
+    batch_info,
+    check_batch,
+    check_inflated,
+    decode_columns,
+    inflate_batch,
+)
+from . import index_layout as I
 
 __all__ = ["SegmentReport", "read_segment", "read_index", "used_entries"]
 
@@ -59,7 +66,8 @@ def _map(path: str) -> np.ndarray:
             size = os.fstat(source.fileno()).st_size
             if size == 0:
                 return np.zeros(0, np.uint8)
-            return np.frombuffer(mmap.mmap(source.fileno(), size, access=mmap.ACCESS_READ), np.uint8)
+            mapped = mmap.mmap(source.fileno(), size, access=mmap.ACCESS_READ)
+            return np.frombuffer(mapped, np.uint8)
     except OSError as error:
         raise StorageError(f"cannot read {path}: {error}") from error
 

@@ -56,12 +56,12 @@ from typing import Iterable
 
 import numpy as np
 
-from ..record import batch_layout as B
 from ..common import limits
-from .durable_files import write_atomically
 from ..common.errors import LocalProtocolError, StorageError
 from ..native.jit import kernel, load_i32, load_i64
+from ..record import batch_layout as B
 from ..record.records import batch_frame
+from .durable_files import write_atomically
 
 log = logging.getLogger(__name__)
 

@@ -30,12 +30,18 @@ import uuid
 from typing import Any, Mapping
 
 from ..common import access, limits
-from .topic_config import TopicConfig
-from ..common.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError,
-                             NotOwnedError, StorageError, TopicExistsError,
-                             UnknownTopicOrPartitionError)
-from .durable_files import write_atomically
+from ..common.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    NotOwnedError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from ..segments import PartitionLog
+from .durable_files import write_atomically
+from .topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +210,8 @@ class LogManager:
         """
         validate_topic_name(name)
         _validate_partition_count(partitions)
-        if topic_id is not None and not (isinstance(topic_id, str) and _TOPIC_ID.fullmatch(topic_id)):
+        well_formed = isinstance(topic_id, str) and _TOPIC_ID.fullmatch(topic_id)
+        if topic_id is not None and not well_formed:
             raise InvalidTopicError(f"a topic id is 32 lowercase hex digits, got {topic_id!r}")
         topic_config = TopicConfig.from_overrides(config)
         if name in self._topics:

@@ -49,13 +49,13 @@ import os
 
 import numpy as np
 
-from ..record import batch_layout as B
-from . import index_layout as I
 from ..common import access, limits
-from ..native import typed_containers as typed
 from ..common.errors import StorageError
+from ..native import typed_containers as typed
 from ..native.jit import kernel, load_i16, load_i32, load_i64
+from ..record import batch_layout as B
 from ..record.records import batch_frame
+from . import index_layout as I
 
 log = logging.getLogger(__name__)
 

@@ -44,8 +44,8 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator
 
-from ..native.atomics import py_fence
 from ..common.errors import LocalProtocolError
+from ..native.atomics import py_fence
 
 __all__ = ["SegmentGeneration", "follow"]
 

@@ -129,7 +129,8 @@ _KEYS = [
               "delete segments whose newest record is older than this; -1: never"),
     ConfigKey("retention.bytes", int, -1, _at_least(-1),
               "delete the oldest segments while the partition is larger; -1: no limit"),
-    ConfigKey("max.message.bytes", int, 1048588, _at_least(limits.BATCH_SIZE_MIN, limits.BATCH_SIZE_MAX),
+    ConfigKey("max.message.bytes", int, 1048588,
+              _at_least(limits.BATCH_SIZE_MIN, limits.BATCH_SIZE_MAX),
               "largest record batch the log accepts"),
     ConfigKey("flush.messages", int, LONG_MAX, _at_least(1),
               "fsync after this many messages; default leaves it to the page cache"),
@@ -185,7 +186,8 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
             try:
                 value = int(value.strip())
             except ValueError:
-                raise InvalidConfigError(f"{key.name}: expected an integer, got {value!r}") from None
+                raise InvalidConfigError(
+                    f"{key.name}: expected an integer, got {value!r}") from None
         if not isinstance(value, int):
             raise InvalidConfigError(f"{key.name}: expected an integer, got {value!r}")
         return value

@@ -1,4 +1,5 @@
-"""Fixtures of the cluster tests: network namespaces (``shmlog.devtools.netns``) for partition tests.
+"""Fixtures of the cluster tests: network namespaces (``shmlog.devtools.netns``) for
+partition tests.
 
 ``topology`` gives each test its own namespaces (``shmlog-<pid>-{hub,b1,b2,b3,zk}``,
 see ``shmlog/devtools/netns.py``), removed at teardown; the test is skipped, with the reason, when

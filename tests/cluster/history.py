@@ -388,7 +388,7 @@ def read_replica(directory: str, high_watermark: int) -> ReplicaLog:
     Reads the segment files as ``shmlog dump`` does (read-only, a live broker's
     files too); only the part below ``high_watermark`` is checked later, but every
     whole batch is read. Record values are bytes (None for a null value)."""
-    from shmlog.storage.dump import read_segment       # numpy and numba only when a log is read
+    from shmlog.storage.dump import read_segment  # numpy and numba only when a log is read
     records: list[tuple[int, Hashable]] = []
     batches: list[tuple[int, int, bytes]] = []
     for path in sorted(glob.glob(os.path.join(directory, "*.log"))):

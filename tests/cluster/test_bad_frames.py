@@ -25,17 +25,28 @@ import struct
 import numpy as np
 import zmq
 
-from cluster.workload import (broker_output, create_topic, describe, replica_offsets,
-                              wait_in_sync)
-from shmlog.config import curve_keys
-from shmlog.common import limits
-from shmlog.cluster.replication import layout as replication_layout
+from cluster.workload import broker_output, create_topic, describe, replica_offsets, wait_in_sync
 from shmlog.client.admin import Admin
-from shmlog.protocol.control_client import request
 from shmlog.client.producer import Producer
-from shmlog.cluster.replication.protocol import (EpochEnd, EpochEndPartition, EpochEndResponse, Error, ErrorCode,
-                                Fetch, FetchPartition, FetchResponse, Message, Produce,
-                                ProducePartition, decode, encode)
+from shmlog.cluster.replication import layout as replication_layout
+from shmlog.cluster.replication.protocol import (
+    EpochEnd,
+    EpochEndPartition,
+    EpochEndResponse,
+    Error,
+    ErrorCode,
+    Fetch,
+    FetchPartition,
+    FetchResponse,
+    Message,
+    Produce,
+    ProducePartition,
+    decode,
+    encode,
+)
+from shmlog.common import limits
+from shmlog.config import curve_keys
+from shmlog.protocol.control_client import request
 from shmlog.shm.state import topic_key
 
 TOPIC = "framed"

@@ -17,8 +17,8 @@ import pytest
 
 from cluster import workload
 from shmlog.client.admin import Admin, ConfigResource, ConfigResourceType, NewTopic
-from shmlog.storage.topic_config import ConfigSource
 from shmlog.common.errors import InvalidReplicationFactorError, LocalProtocolError
+from shmlog.storage.topic_config import ConfigSource
 
 
 def test_config_sources_in_a_cluster(shared_cluster):

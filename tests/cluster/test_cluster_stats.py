@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from shmlog.protocol.control_client import request
 from cluster.workload import WAIT_S, create_topic, wait_for_leader, wait_in_sync
+from shmlog.protocol.control_client import request
 
 TOPIC = "status-stats"
 COMMAND_TIMEOUT_S = 60

@@ -3,8 +3,8 @@
 Goal: the brokers of a cluster talk CurveZMQ (keys made by ``LocalCluster``, the
 default); a peer with an unknown key (a raw DEALER with CURVE keys of its own) and a
 peer without CURVE cannot fetch, cannot produce (forward a batch), cannot join a
-group, and get nothing back, while each broker goes on serving its real peers (acks=all works, replicas
-agree) and logs and counts the refusals (``ping``'s
+group, and get nothing back, while each broker goes on serving its real peers
+(acks=all works, replicas agree) and logs and counts the refusals (``ping``'s
 ``replication_refused_connections``); a broker whose registration in ZooKeeper names a key
 outside the allowed list is never connected to (and is, once it names an allowed
 one); a cluster configured plaintext works without keys.
@@ -28,18 +28,25 @@ import zmq
 from kazoo.client import KazooClient
 
 from cluster.test_bad_frames import RawPeer, fetch, trusted_peer
-from cluster.workload import (broker_output, create_topic, describe, replica_offsets,
-                              start_cluster, stop_cluster, wait_in_sync)
-from shmlog.config import curve_keys
-from shmlog.cluster.zk import paths as zk_paths
+from cluster.workload import (
+    broker_output,
+    create_topic,
+    describe,
+    replica_offsets,
+    start_cluster,
+    stop_cluster,
+    wait_in_sync,
+)
 from shmlog.client.admin import Admin
+from shmlog.client.producer import Producer
+from shmlog.cluster.replication.protocol import GroupRequest, Produce, ProducePartition
+from shmlog.cluster.zk import paths as zk_paths
+from shmlog.cluster.zk.paths import BrokerRegistration
+from shmlog.config import curve_keys
 from shmlog.protocol.control import encode_request
 from shmlog.protocol.control_client import request
-from shmlog.client.producer import Producer
 from shmlog.record.records import encode_batch
-from shmlog.cluster.replication.protocol import GroupRequest, Produce, ProducePartition
 from shmlog.shm.state import topic_key
-from shmlog.cluster.zk.paths import BrokerRegistration
 
 TOPIC = "curved"
 ANSWER_WAIT_MS = 10_000

@@ -16,12 +16,12 @@ import subprocess
 import sys
 
 import pytest
-from cluster.workload import ADMIN_TIMEOUT_MS, WAIT_S
 
+from cluster.workload import ADMIN_TIMEOUT_MS, WAIT_S
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.common.errors import OffsetOutOfRangeError
 from shmlog.client.producer import Producer
+from shmlog.common.errors import OffsetOutOfRangeError
 
 SEGMENT_BYTES = 4096          # a few records a segment: deletion has segments to drop
 RECORDS = 300

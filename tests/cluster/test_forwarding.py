@@ -21,9 +21,9 @@ import pytest
 
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.client.producer import Producer
 from shmlog.common.errors import RequestTimedOutError, ShmlogError
 from shmlog.devtools.local_cluster import LocalCluster
-from shmlog.client.producer import Producer
 
 # The forwarding bound is longer than a failover (a session timeout plus the
 # election), short enough that waiting it out for a leaderless partition is cheap.

@@ -30,11 +30,11 @@ import pytest
 from cluster.workload import SETTINGS, stop_cluster
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.protocol.control_client import request
-from shmlog.common.errors import CoordinatorError, RequestTimedOutError, ShmlogError
-from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
-from shmlog.devtools.local_cluster import LocalCluster
 from shmlog.client.producer import Producer
+from shmlog.common.errors import CoordinatorError, RequestTimedOutError, ShmlogError
+from shmlog.devtools.local_cluster import LocalCluster
+from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
+from shmlog.protocol.control_client import request
 
 OFFSETS_PARTITIONS = 3
 # Broker settings: a small offsets topic, and a short initial rebalance delay (Kafka's

@@ -25,9 +25,9 @@ import signal
 
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.client.producer import Producer
 from shmlog.cluster.replication.high_watermark_checkpoint import CHECKPOINT_FILE
 from shmlog.devtools.local_cluster import LocalCluster
-from shmlog.client.producer import Producer
 
 # A session timeout long enough for G's stop (a few hundred ms of work) to end well
 # before ZooKeeper expires it; a lag time past it, so the leader keeps G in the ISR.

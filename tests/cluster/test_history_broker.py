@@ -19,11 +19,11 @@ import time
 
 from cluster.history import History, read_replica
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker
 from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.common.errors import ShmlogError
-from shmlog.storage.log_manager import TOPICS_DIRECTORY
 from shmlog.client.producer import Producer
+from shmlog.common.errors import ShmlogError
+from shmlog.server.broker import Broker
+from shmlog.storage.log_manager import TOPICS_DIRECTORY
 
 TOPIC = "history"
 PARTITIONS = 2

@@ -24,9 +24,17 @@ import time
 import pytest
 
 from cluster.history import History
-from cluster.workload import (SESSION_TIMEOUT_MS, WAIT_S, LeaderFollowingProducer,
-                              ReplicaReader, check_replicas, create_topic, wait_acked,
-                              wait_for_leader, wait_in_sync)
+from cluster.workload import (
+    SESSION_TIMEOUT_MS,
+    WAIT_S,
+    LeaderFollowingProducer,
+    ReplicaReader,
+    check_replicas,
+    create_topic,
+    wait_acked,
+    wait_for_leader,
+    wait_in_sync,
+)
 
 # Acknowledgements on each leader before it is killed.
 ACKS_PER_ROUND = 100

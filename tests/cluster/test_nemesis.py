@@ -35,16 +35,28 @@ import time
 import pytest
 
 from cluster.history import History, Outcome
-from cluster.nemesis import (ALL_FAULT_KINDS, HOLD_S, FaultKind, Nemesis, make_schedule)
-from cluster.test_groups_across_hosts import (BROKER_SETTINGS, CLUSTER_SETTINGS, ask,
-                                              create_topic, read_member_log, settled,
-                                              start_member)
+from cluster.nemesis import ALL_FAULT_KINDS, HOLD_S, FaultKind, Nemesis, make_schedule
+from cluster.test_groups_across_hosts import (
+    BROKER_SETTINGS,
+    CLUSTER_SETTINGS,
+    ask,
+    create_topic,
+    read_member_log,
+    settled,
+    start_member,
+)
 from cluster.test_partitioned_follower import ip_command, start_zookeeper
-from cluster.workload import (WAIT_S, LeaderFollowingProducer, replica_verdict, stop_cluster,
-                              wait_acked, wait_in_sync)
+from cluster.workload import (
+    WAIT_S,
+    LeaderFollowingProducer,
+    replica_verdict,
+    stop_cluster,
+    wait_acked,
+    wait_in_sync,
+)
 from shmlog.common.errors import ShmlogError
-from shmlog.groups import OFFSETS_TOPIC
 from shmlog.devtools.local_cluster import LocalCluster
+from shmlog.groups import OFFSETS_TOPIC
 
 TOPIC = "nemesis"
 GROUP_ID = "nemesis-group"

@@ -29,9 +29,19 @@ import time
 import pytest
 
 from cluster.history import History
-from cluster.workload import (SETTINGS, WAIT_S, LeaderFollowingProducer, ReplicaReader,
-                              check_replicas, create_topic, describe, stop_cluster, wait_acked,
-                              wait_for_leader, wait_in_sync)
+from cluster.workload import (
+    SETTINGS,
+    WAIT_S,
+    LeaderFollowingProducer,
+    ReplicaReader,
+    check_replicas,
+    create_topic,
+    describe,
+    stop_cluster,
+    wait_acked,
+    wait_for_leader,
+    wait_in_sync,
+)
 from shmlog.devtools.local_cluster import LocalCluster
 
 TOPIC = "partitioned"

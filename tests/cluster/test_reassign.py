@@ -37,15 +37,27 @@ import subprocess
 import sys
 import time
 
-from cluster.history import History
-from cluster.workload import (ADMIN_TIMEOUT_MS, WAIT_S, LeaderFollowingProducer, ReplicaReader,
-                              broker_output, check_replicas, create_topic, describe, replica_offsets,
-                              start_cluster, stop_cluster, wait_acked, wait_for_leader,
-                              wait_in_sync)
 import pytest
 
-from shmlog.cluster import reassign as cluster_reassign
+from cluster.history import History
+from cluster.workload import (
+    ADMIN_TIMEOUT_MS,
+    WAIT_S,
+    LeaderFollowingProducer,
+    ReplicaReader,
+    broker_output,
+    check_replicas,
+    create_topic,
+    describe,
+    replica_offsets,
+    start_cluster,
+    stop_cluster,
+    wait_acked,
+    wait_for_leader,
+    wait_in_sync,
+)
 from shmlog.client.producer import Producer
+from shmlog.cluster import reassign as cluster_reassign
 from shmlog.cluster.zk.client import ClusterZooKeeper
 
 TOPIC = "grown"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from cluster.history import read_replica
 
+from cluster.history import read_replica
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.devtools.local_cluster import LocalCluster
 from shmlog.client.producer import Producer
+from shmlog.devtools.local_cluster import LocalCluster
 
 # A follower is dropped from the ISR after 4 s without catching up: on a loaded 2-core
 # machine a shorter lag shrinks ISRs these tests expect to stay whole.

@@ -28,8 +28,15 @@ import sys
 import pytest
 
 from cluster.history import History
-from cluster.workload import (LeaderFollowingProducer, check_replicas, start_cluster,
-                              stop_cluster, wait_acked, wait_in_sync, broker_output)
+from cluster.workload import (
+    LeaderFollowingProducer,
+    broker_output,
+    check_replicas,
+    start_cluster,
+    stop_cluster,
+    wait_acked,
+    wait_in_sync,
+)
 from shmlog.client.admin import Admin
 from shmlog.cluster.zk.client import ClusterZooKeeper
 

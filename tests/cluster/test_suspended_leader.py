@@ -22,9 +22,9 @@ import time
 
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.client.producer import Producer
 from shmlog.common.errors import NotLeaderOrFollowerError, ShmlogError
 from shmlog.devtools.local_cluster import LocalCluster
-from shmlog.client.producer import Producer
 from shmlog.devtools.zookeeper import ZooKeeperServer
 
 SESSION_TIMEOUT_MS = 4000
@@ -132,5 +132,6 @@ def test_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all(tmp_path):
         after = send_until_acknowledged(cluster, b"after")
         assert after > appended
         for broker_id in (1, 2, 3):
-            cluster.wait_for(lambda: high_watermark(cluster, broker_id) >= after + 1, WAIT_S,
+            cluster.wait_for(
+                lambda broker_id=broker_id: high_watermark(cluster, broker_id) >= after + 1, WAIT_S,
                              f"broker {broker_id}'s HW covering what was appended")

@@ -25,8 +25,15 @@ the faults survive (history rule 2); x and y were acks=1 (not promised).
 from __future__ import annotations
 
 from cluster.history import History, read_replica
-from cluster.workload import (broker_output, check_replicas, create_topic, describe,
-                              replica_offsets, wait_for_leader, wait_in_sync)
+from cluster.workload import (
+    broker_output,
+    check_replicas,
+    create_topic,
+    describe,
+    replica_offsets,
+    wait_for_leader,
+    wait_in_sync,
+)
 from shmlog.client.producer import Producer
 
 WAIT_S = 60.0

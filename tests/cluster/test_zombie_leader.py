@@ -23,11 +23,21 @@ from __future__ import annotations
 import time
 
 from cluster.history import History
-from cluster.workload import (REFUSALS, SETTINGS, WAIT_S, LeaderFollowingProducer,
-                              ReplicaReader, check_replicas, create_topic, describe, wait_acked,
-                              wait_for_leader, wait_in_sync)
-from shmlog.common.errors import ShmlogError
+from cluster.workload import (
+    REFUSALS,
+    SETTINGS,
+    WAIT_S,
+    LeaderFollowingProducer,
+    ReplicaReader,
+    check_replicas,
+    create_topic,
+    describe,
+    wait_acked,
+    wait_for_leader,
+    wait_in_sync,
+)
 from shmlog.client.producer import Producer
+from shmlog.common.errors import ShmlogError
 
 TOPIC = "zombie"
 ZOMBIE_SENDS = 40

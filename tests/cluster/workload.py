@@ -26,11 +26,16 @@ from cluster.history import History, Verdict, read_replica
 from helpers import unlink_shared_memory
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.common.errors import (NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
-                           NotLeaderOrFollowerError, ShmlogError, TopicExistsError,
-                           ZooKeeperUnavailableError)
-from shmlog.devtools.local_cluster import LocalCluster
 from shmlog.client.producer import Producer
+from shmlog.common.errors import (
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    ShmlogError,
+    TopicExistsError,
+    ZooKeeperUnavailableError,
+)
+from shmlog.devtools.local_cluster import LocalCluster
 
 # Sessions expire 3 s after a broker's last word; followers have 4 s to catch up
 # before the ISR drops them (the machine is loaded: with 2 s, sessions of live brokers

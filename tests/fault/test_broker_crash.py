@@ -19,8 +19,8 @@ import sys
 import textwrap
 
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker
 from shmlog.client.consumer import Consumer
+from shmlog.server.broker import Broker
 
 DEADLINE_S = 120
 RECORDS = 20_000

@@ -27,10 +27,10 @@ import pytest
 
 from helpers import fill_disk, small_tmpfs, unlink_shared_memory
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker
 from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.common.errors import ShmlogError, StorageError
 from shmlog.client.producer import Producer
+from shmlog.common.errors import ShmlogError, StorageError
+from shmlog.server.broker import Broker
 
 TMPFS_SIZE = 16 << 20
 SEGMENT_BYTES = 256 << 10

@@ -17,12 +17,20 @@ import numpy as np
 import pytest
 
 from helpers import abandon, all_records, flip_bits
+from shmlog.common.errors import (
+    CorruptRecordError,
+    CorruptSegmentError,
+    LocalProtocolError,
+    RecordTooLargeError,
+)
 from shmlog.record import batch_layout as B
-from shmlog.common.errors import (CorruptRecordError, CorruptSegmentError, LocalProtocolError,
-                           RecordTooLargeError)
 from shmlog.record.records import BatchStatus, encode_batch
-from shmlog.storage.segment_state import (INDEXED_TIMESTAMP_WORD, MAX_TIMESTAMP_WORD, TIME_CAPACITY_WORD,
-                                  TIME_ENTRIES_WORD)
+from shmlog.storage.segment_state import (
+    INDEXED_TIMESTAMP_WORD,
+    MAX_TIMESTAMP_WORD,
+    TIME_CAPACITY_WORD,
+    TIME_ENTRIES_WORD,
+)
 
 
 def test_reopening_a_segment_with_a_full_time_index_and_rolling_it(open_log):
@@ -41,7 +49,8 @@ def test_reopening_a_segment_with_a_full_time_index_and_rolling_it(open_log):
     partition_log.close()
     reopened = open_log(**config)
     state = reopened.active.state
-    assert state[TIME_ENTRIES_WORD] == state[TIME_CAPACITY_WORD], "the closing entry took the last slot"
+    assert state[TIME_ENTRIES_WORD] == state[TIME_CAPACITY_WORD], \
+        "the closing entry took the last slot"
     reopened.append(encode_batch([b"y"], timestamp_ms=stamp + 10))
     reopened.roll()
     assert [r.offset for r in all_records(reopened)] == list(range(count + 1))
@@ -184,7 +193,8 @@ def test_a_start_offset_past_the_recovered_end_restarts_the_log_there(open_log, 
 def test_timestamp_lookup_goes_on_after_a_compressed_batch_without_a_match(open_log):
     partition_log = open_log()
     base = 10**13
-    partition_log.append(encode_batch([b"a", b"b", b"c"], timestamps=[base + 50, base + 1, base + 2],
+    partition_log.append(encode_batch([b"a", b"b", b"c"],
+                                      timestamps=[base + 50, base + 1, base + 2],
                                       compression="zstd"))
     partition_log.append(encode_batch([b"d"], timestamp_ms=base + 60))
     partition_log.advance_log_start_offset(1)

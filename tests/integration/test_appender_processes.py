@@ -22,10 +22,11 @@ import pytest
 
 from helpers import all_records
 from shmlog import LogManager
-from shmlog.shm import ring_layout as R, shared_memory
 from shmlog.broker.appender import Appender
 from shmlog.native.atomics import py_load_acquire
 from shmlog.ring import Ring
+from shmlog.shm import ring_layout as R
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
 
 DEADLINE_S = 120

@@ -25,10 +25,16 @@ import zmq
 from helpers import all_records
 from shmlog import LogManager
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker, control_address, shared_memory_prefix
+from shmlog.common.errors import (
+    InvalidConfigError,
+    InvalidTopicError,
+    LocalProtocolError,
+    ShmlogError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from shmlog.protocol.control import decode_reply, encode_request
-from shmlog.common.errors import (InvalidConfigError, InvalidTopicError, LocalProtocolError,
-                           ShmlogError, TopicExistsError, UnknownTopicOrPartitionError)
+from shmlog.server.broker import Broker, control_address, shared_memory_prefix
 
 DEADLINE_S = 60
 

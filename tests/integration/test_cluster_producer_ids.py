@@ -19,11 +19,11 @@ import time
 
 import pytest
 
-from shmlog.common import limits
-from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.producer_ids import ClusterProducerIds
-from shmlog.common.errors import ProducerIdsUnavailableError
+from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.zk.client import ClusterZooKeeper
+from shmlog.common import limits
+from shmlog.common.errors import ProducerIdsUnavailableError
 from shmlog.devtools.zookeeper import ZooKeeperServer
 
 TIMEOUT_S = 30.0

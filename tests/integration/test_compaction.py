@@ -17,9 +17,9 @@ import pytest
 
 from helpers import unlink_shared_memory
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker
 from shmlog.client.consumer import Consumer, TopicPartition
 from shmlog.client.producer import Producer
+from shmlog.server.broker import Broker
 
 KEYS = 50
 RECORDS = 30_000

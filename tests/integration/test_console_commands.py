@@ -6,8 +6,8 @@ producer shows a rate line on a terminal only, ends with a summary, and gets
 through more lines than its window of unacknowledged records holds.
 
 Method: the package's shared broker (``integration_broker``: a group's first
-rebalance without Kafka's initial delay). The commands run through ``cli.main`` in this process, with stdin
-and stdout replaced, except where a process of their own is the point: following
+rebalance without Kafka's initial delay). The commands run through ``cli.main`` in this
+process, with stdin and stdout replaced, except where a process of their own is the point: following
 until SIGINT (records sent after the consumer printed the first ones, then the
 signal), and a real pseudo-terminal (``os.openpty``) on the producer's stderr.
 Every read and wait is bounded.
@@ -29,10 +29,10 @@ import time
 import pytest
 
 from shmlog import cli
-from shmlog.common import limits
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
 from shmlog.client.producer import Producer
+from shmlog.common import limits
 
 TIMEOUT_S = 120
 

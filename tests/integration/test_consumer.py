@@ -15,12 +15,12 @@ import time
 import numpy as np
 import pytest
 
-from shmlog.shm import shared_memory
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker, shared_memory_prefix
 from shmlog.client.consumer import Consumer, OffsetAndTimestamp, TopicPartition
-from shmlog.common.errors import ClientClosedError, LocalProtocolError, UnknownTopicOrPartitionError
 from shmlog.client.producer import Producer
+from shmlog.common.errors import ClientClosedError, LocalProtocolError, UnknownTopicOrPartitionError
+from shmlog.server.broker import Broker, shared_memory_prefix
+from shmlog.shm import shared_memory
 
 TIMEOUT_S = 30
 

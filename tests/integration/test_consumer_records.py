@@ -28,11 +28,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for tests/reference.py
 from helpers import unlink_shared_memory  # noqa: E402
 from reference import CODEC_ZSTD, reference_decode  # noqa: E402
-
 from shmlog.client.admin import Admin  # noqa: E402
-from shmlog.server.broker import Broker  # noqa: E402
 from shmlog.client.consumer import Consumer, ConsumerRecord, TopicPartition  # noqa: E402
 from shmlog.client.producer import Producer  # noqa: E402
+from shmlog.server.broker import Broker  # noqa: E402
 
 WAIT_S = 60
 CREATE_TIME, LOG_APPEND_TIME = 0, 1

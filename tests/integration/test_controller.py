@@ -1,4 +1,5 @@
-"""The ZooKeeper client (``shmlog.cluster.zk.client``) and the controller (``shmlog.cluster.controller.controller``)
+"""The ZooKeeper client (``shmlog.cluster.zk.client``) and the controller
+(``shmlog.cluster.controller.controller``)
 against a real ZooKeeper: election and fencing (two controllers race and one wins at
 epoch + 1; a deposed controller's checked write is refused and changes nothing; a
 zombie leader's stale ISR write is refused), the controller's jobs (a new topic's
@@ -26,15 +27,27 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.controller.controller import Controller
-from shmlog.common.errors import (ControllerMovedError, InconsistentClusterIdError,
-                           StaleStateVersionError, TopicExistsError,
-                           UnknownTopicOrPartitionError, ZooKeeperConnectionError)
-from shmlog.devtools.local_cluster import poll_until
-from shmlog.cluster.zk.client import (ClusterZooKeeper, CreateOp, DeleteOp, EventKind, EventQueue,
-                              SessionState, SetDataOp)
+from shmlog.cluster.zk import paths as zk_paths
+from shmlog.cluster.zk.client import (
+    ClusterZooKeeper,
+    CreateOp,
+    DeleteOp,
+    EventKind,
+    EventQueue,
+    SessionState,
+    SetDataOp,
+)
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
+from shmlog.common.errors import (
+    ControllerMovedError,
+    InconsistentClusterIdError,
+    StaleStateVersionError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+    ZooKeeperConnectionError,
+)
+from shmlog.devtools.local_cluster import poll_until
 from shmlog.devtools.zookeeper import ZooKeeperServer
 
 TIMEOUT_S = 30.0
@@ -256,7 +269,8 @@ def test_a_new_topics_states_name_the_first_live_replica(cluster):
         new_topic(sessions[2], "t", {0: [1]})
     for partition, expected in ((0, PartitionState(2, 0, (2, 1), controller.epoch)),
                                 (1, PartitionState(1, 0, (1, 2), controller.epoch))):
-        assert wait_until(lambda: state_of(sessions[1], "t", partition), "t's states") \
+        assert wait_until(lambda partition=partition: state_of(sessions[1], "t", partition),
+                          "t's states") \
             == expected
     assert sessions[1].read_topic_config("t") == {"min.insync.replicas": "2"}
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT_S = 120
 # Each example run once and a line its output must have; group_consumer.py is run

@@ -31,13 +31,13 @@ import sys
 
 import pytest
 
-from shmlog.shm import shared_memory
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker, request, shared_memory_prefix
-from shmlog.common.errors import GroupIdNotFoundError
-from shmlog.devtools.local_cluster import poll_until
 from shmlog.client.producer import Producer
 from shmlog.client.reader import warm_kernels
+from shmlog.common.errors import GroupIdNotFoundError
+from shmlog.devtools.local_cluster import poll_until
+from shmlog.server.broker import Broker, request, shared_memory_prefix
+from shmlog.shm import shared_memory
 
 PARTITIONS = 12
 MEMBERS = 4

@@ -17,17 +17,30 @@ import zmq
 
 from helpers import unlink_shared_memory
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker, control_address, request
-from shmlog.client.consumer import (Consumer, ConsumerRebalanceListener, OffsetAndMetadata,
-                             TopicPartition)
-from shmlog.protocol.control import encode_request
-from shmlog.common.errors import (BrokerNotAvailableError, CommitFailedError, GroupIdNotFoundError,
-                           IllegalGenerationError, InvalidTopicError, LocalProtocolError,
-                           NonEmptyGroupError, OffsetMetadataTooLargeError,
-                           OffsetOutOfRangeError, PartitionNotAssignedError,
-                           UnknownMemberIdError, UnknownTopicOrPartitionError)
-from shmlog.groups import OFFSETS_TOPIC, GroupMember, MemberConfig
+from shmlog.client.consumer import (
+    Consumer,
+    ConsumerRebalanceListener,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 from shmlog.client.producer import Producer
+from shmlog.common.errors import (
+    BrokerNotAvailableError,
+    CommitFailedError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InvalidTopicError,
+    LocalProtocolError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    OffsetOutOfRangeError,
+    PartitionNotAssignedError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+from shmlog.groups import OFFSETS_TOPIC, GroupMember, MemberConfig
+from shmlog.protocol.control import encode_request
+from shmlog.server.broker import Broker, control_address, request
 
 # A session of 3 s: long enough that a loaded 2-core machine never expires a live
 # member (the tests here do not wait for expiry).

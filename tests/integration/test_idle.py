@@ -17,11 +17,11 @@ import time
 
 import pytest
 
-from shmlog.shm import shared_memory
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker, shared_memory_prefix
 from shmlog.client.consumer import Consumer, TopicPartition
 from shmlog.client.producer import Producer
+from shmlog.server.broker import Broker, shared_memory_prefix
+from shmlog.shm import shared_memory
 
 IDLE_S = 3.0
 CPU_BOUND_S = 0.5 * IDLE_S / 3          # a sixth of one CPU while idle

@@ -25,15 +25,20 @@ import time
 import pytest
 
 from helpers import unlink_shared_memory
-from shmlog.client.admin import (Admin, ConfigResource, ConfigResourceType, NewPartitions, NewTopic)
+from shmlog.client.admin import Admin, ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.client.producer import Producer
+from shmlog.common.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedKafkaOptionError,
+)
+from shmlog.kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata
 from shmlog.server.broker import Broker
 from shmlog.storage.topic_config import ConfigSource
-from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.common.errors import (InvalidConfigError, InvalidPartitionsError,
-                           InvalidReplicationFactorError, TopicExistsError,
-                           UnknownTopicOrPartitionError, UnsupportedKafkaOptionError)
-from shmlog.kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata
-from shmlog.client.producer import Producer
 
 WAIT_S = 30
 GROUP_SETTINGS = {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 200,
@@ -155,7 +160,8 @@ def test_serializers_apply_to_every_send_and_deserializers_to_every_record(data_
             producer.send(topic, {"n": index}, key=f"k{index}", partition=index % 2)
         producer.flush(timeout=WAIT_S)
     with Consumer(topic, bootstrap=data_dir, auto_offset_reset="earliest",
-                  key_deserializer=bytes.decode, value_deserializer=lambda data: ast.literal_eval(data.decode()),
+                  key_deserializer=bytes.decode,
+                  value_deserializer=lambda data: ast.literal_eval(data.decode()),
                   consumer_timeout_ms=2_000) as consumer:
         polled = [record for records in consumer.poll(timeout_ms=WAIT_S * 1000,
                                                       max_records=2).values()
@@ -196,7 +202,7 @@ def test_commit_async_calls_back_from_poll_with_success_or_the_error(data_dir, t
 
 def test_consumer_metadata_methods(data_dir, topic):
     with Producer(data_dir) as producer:
-        for index in range(3):
+        for _ in range(3):
             producer.send(topic, b"v", partition=0)
     first = TopicPartition(topic, 0)
     with KafkaConsumer(topic, bootstrap_servers=data_dir, api_version=(2, 8)) as consumer:

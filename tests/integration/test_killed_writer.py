@@ -20,8 +20,8 @@ import time
 import pytest
 
 from helpers import all_records
-from shmlog.storage.topic_config import TopicConfig
 from shmlog.segments import PartitionLog
+from shmlog.storage.topic_config import TopicConfig
 
 CONFIG = {"segment.bytes": 256 << 10, "index.interval.bytes": 1024}
 
@@ -37,7 +37,8 @@ WRITER = textwrap.dedent("""
     while True:
         count = 1 + batch_number % 50
         values = [b"%d:%d:" % (batch_number, i) + b"x" * (i * 7 % 300) for i in range(count)]
-        result = log.append(encode_batch(values, compression="zstd" if batch_number % 3 == 0 else None))
+        compression = "zstd" if batch_number % 3 == 0 else None
+        result = log.append(encode_batch(values, compression=compression))
         print(result.last_offset, batch_number, flush=True)
         batch_number += 1
 """).format(config=CONFIG)

@@ -21,13 +21,13 @@ import time
 
 import pytest
 
-from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.controller.controller import Controller
-from shmlog.common.errors import PreferredElectionInProgressError
 from shmlog.cluster.controller.leader_balance import RebalancePolicy
-from shmlog.devtools.local_cluster import poll_until
+from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.zk.client import ClusterZooKeeper
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
+from shmlog.common.errors import PreferredElectionInProgressError
+from shmlog.devtools.local_cluster import poll_until
 
 TIMEOUT_S = 30.0
 STEP_S = 0.02
@@ -83,7 +83,8 @@ def state_of(session, topic: str, partition: int = 0) -> PartitionState | None:
 def new_topic(session, topic: str, partitions: dict) -> None:
     session.create_topic(TopicAssignment(topic, zk_paths.new_topic_id(), partitions), {})
     for partition in partitions:
-        wait_until(lambda: state_of(session, topic, partition), f"{topic}-{partition}'s state")
+        wait_until(lambda partition=partition: state_of(session, topic, partition),
+                   f"{topic}-{partition}'s state")
 
 
 def set_isr(session, topic: str, partition: int, isr: tuple) -> None:

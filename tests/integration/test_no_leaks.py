@@ -22,11 +22,11 @@ import time
 
 import pytest
 
-from shmlog.shm import ring_layout as R
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker, request, shared_memory_prefix
 from shmlog.client.producer import Producer
 from shmlog.ring import Ring
+from shmlog.server.broker import Broker, request, shared_memory_prefix
+from shmlog.shm import ring_layout as R
 
 DEADLINE_S = 60
 SHM = "/dev/shm"

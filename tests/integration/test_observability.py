@@ -24,9 +24,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from helpers import unlink_shared_memory
 from shmlog import Admin, Broker, Consumer, Producer, TopicPartition
 from shmlog.protocol.control_client import request
-from helpers import unlink_shared_memory
 
 DEADLINE_S = 60
 POLL_S = 0.1

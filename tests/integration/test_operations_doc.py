@@ -9,9 +9,9 @@ substitutes this host's: the unit's ExecStart points at this environment's
 ``shmlog``, the config's ``data_group`` is this user's group and its ``data_dir`` a
 temporary directory. The sizing snippet is executed, its printed figure checked,
 and its function compared with the sizes of the objects a real broker (the
-package's shared one) and a producer made in /dev/shm. The upgrade block runs in bash in a directory holding a
-stopped broker's data (a topic written through the log manager), then the broker it
-started is stopped. The Docker section
+package's shared one) and a producer made in /dev/shm. The upgrade block runs in bash
+in a directory holding a stopped broker's data (a topic written through the log manager),
+then the broker it started is stopped. The Docker section
 is not run (no Docker daemon in the test environment).
 """
 
@@ -30,11 +30,11 @@ import pytest
 
 from helpers import unlink_shared_memory, values_batch
 from shmlog import LogManager
-from shmlog.shm import shared_memory
 from shmlog.client.admin import Admin
+from shmlog.client.producer import Producer
 from shmlog.config.broker import BrokerConfig
 from shmlog.protocol.control_client import request
-from shmlog.client.producer import Producer
+from shmlog.shm import shared_memory
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md"
 TIMEOUT_S = 120

@@ -18,12 +18,17 @@ import pytest
 
 from helpers import all_records, unlink_shared_memory
 from shmlog import LogManager
-from shmlog.record import batch_layout as B
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker, request
-from shmlog.common.errors import (ClientClosedError, InvalidTopicError, LocalProtocolError,
-                           RecordTooLargeError, UnknownTopicOrPartitionError)
 from shmlog.client.producer import Producer, partition_for_key
+from shmlog.common.errors import (
+    ClientClosedError,
+    InvalidTopicError,
+    LocalProtocolError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from shmlog.record import batch_layout as B
+from shmlog.server.broker import Broker, request
 from shmlog.shm.ring_layout import COMPLETION_SLOTS
 
 
@@ -53,7 +58,7 @@ def test_keyed_records_land_on_kafkas_partitions_with_their_offsets(data_dir):
         assert meta.partition == partition_for_key(b"key-%d" % (number % 10), 4)
         record = records[meta.partition][meta.offset]
         assert (record.key, record.value) == (b"key-%d" % (number % 10), b"value-%d" % number)
-    for partition, partition_records in records.items():   # per-key order is kept
+    for partition_records in records.values():   # per-key order is kept
         for key in {r.key for r in partition_records}:
             values = [int(r.value.split(b"-")[1]) for r in partition_records if r.key == key]
             assert values == sorted(values)

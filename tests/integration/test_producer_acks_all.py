@@ -27,15 +27,18 @@ import pytest
 
 from helpers import all_records, unlink_shared_memory
 from shmlog import LogManager
-from shmlog.client.admin import Admin
 from shmlog.broker.appender import HighWatermarkPolicy
-from shmlog.server.broker import Broker, BrokerConfig, BrokerCore, request
 from shmlog.broker.control_server import ControlEndpoint, remove_control_socket
-from shmlog.common.errors import (LocalProtocolError, NotEnoughReplicasAfterAppendError,
-                           NotEnoughReplicasError)
-from shmlog.common.paths import RUN_DIRECTORY, control_address
-from shmlog.common import access
+from shmlog.client.admin import Admin
 from shmlog.client.producer import Producer
+from shmlog.common import access
+from shmlog.common.errors import (
+    LocalProtocolError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+)
+from shmlog.common.paths import RUN_DIRECTORY, control_address
+from shmlog.server.broker import Broker, BrokerConfig, BrokerCore, request
 
 WAIT_TIMEOUT_S = 30.0
 LOOP_PAUSE_S = 0.0002

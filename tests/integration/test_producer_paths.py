@@ -31,10 +31,10 @@ import pytest
 from shmlog import LogManager
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.server.broker import Broker
-from shmlog.common.errors import ClientClosedError, RecordTooLargeError, RingFullError
 from shmlog.client.producer import Producer
+from shmlog.common.errors import ClientClosedError, RecordTooLargeError, RingFullError
 from shmlog.record.records import iter_batches
+from shmlog.server.broker import Broker
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for tests/reference.py
 from reference import reference_encode  # noqa: E402

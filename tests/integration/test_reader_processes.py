@@ -20,10 +20,10 @@ import uuid
 
 import pytest
 
-from shmlog.shm import shared_memory
-from shmlog.common.errors import OffsetOutOfRangeError
 from shmlog.client.reader import PartitionReader
+from shmlog.common.errors import OffsetOutOfRangeError
 from shmlog.record.records import decode_columns
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
 
 DEADLINE_S = 120

@@ -46,8 +46,8 @@ from pathlib import Path
 
 import pytest
 
-from shmlog.shm import shared_memory
 from shmlog.server.broker import shared_memory_prefix
+from shmlog.shm import shared_memory
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = REPOSITORY / "README.md"

@@ -1,5 +1,6 @@
 """The controller's partition reassignment (``Controller``'s PartitionReassignment job,
-``shmlog.cluster.controller.reassignment``'s rules) against a real ZooKeeper: a move starts (the moving
+``shmlog.cluster.controller.reassignment``'s rules) against a real ZooKeeper: a move
+starts (the moving
 assignment with its adding and removing replicas, the leader epoch + 1), waits for
 the new replica to join the ISR, and completes (the target assignment, a leader from
 the target, the removed replica out of the ISR, the request gone); a request naming
@@ -23,13 +24,13 @@ import time
 import pytest
 
 from shmlog.cluster import reassign as cluster_reassign
-from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.controller.controller import Controller
-from shmlog.common.errors import InvalidReassignmentError, ReassignmentInProgressError
-from shmlog.devtools.local_cluster import poll_until
 from shmlog.cluster.controller.reassignment import ReassignmentStatus
+from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.zk.client import ClusterZooKeeper
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
+from shmlog.common.errors import InvalidReassignmentError, ReassignmentInProgressError
+from shmlog.devtools.local_cluster import poll_until
 
 TIMEOUT_S = 30.0
 STEP_S = 0.02

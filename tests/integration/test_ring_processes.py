@@ -40,7 +40,8 @@ PRODUCER = textwrap.dedent("""
     while ring.unacknowledged:
         pass
     # Every result the consumer wrote came back, to the entry it belongs to.
-    assert all(ring.result(number) == (3 * number, number) for number in range(entries - 200, entries))
+    last = range(entries - 200, entries)
+    assert all(ring.result(number) == (3 * number, number) for number in last)
     print("done", flush=True)
 """)
 

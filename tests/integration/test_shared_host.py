@@ -34,15 +34,19 @@ import posix_ipc
 import pytest
 
 from helpers import unlink_shared_memory
-from shmlog.shm import shared_memory
 from shmlog.client.admin import Admin
-from shmlog.server.broker import Broker, request, shared_memory_prefix
-from shmlog.groups import GroupMember, MemberConfig
-from shmlog.common.errors import (BrokerAccessDeniedError, BrokerNotRunningError, NotOwnedError,
-                           ShmlogError)
-from shmlog.storage.log_manager import LogManager
 from shmlog.client.producer import Producer
+from shmlog.common.errors import (
+    BrokerAccessDeniedError,
+    BrokerNotRunningError,
+    NotOwnedError,
+    ShmlogError,
+)
+from shmlog.groups import GroupMember, MemberConfig
+from shmlog.server.broker import Broker, request, shared_memory_prefix
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
+from shmlog.storage.log_manager import LogManager
 
 DEADLINE_S = 60
 SHM = "/dev/shm"

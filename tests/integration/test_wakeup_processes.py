@@ -68,7 +68,7 @@ def test_no_ring_is_lost_between_two_processes(page):
             for _ in range(1000):
                 if words[PONG] >= number:
                     break
-                mine.wait(lambda: words[PONG] >= number, LOST_AFTER_S)
+                mine.wait(lambda number=number: words[PONG] >= number, LOST_AFTER_S)
             assert words[PONG] == number, f"no pong for ping {number}"
         lost = int(child.communicate(timeout=60)[0])
     finally:

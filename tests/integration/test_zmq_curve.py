@@ -22,11 +22,23 @@ import time
 import pytest
 import zmq
 
+from shmlog.cluster.replication.protocol import (
+    Fetch,
+    FetchPartition,
+    FetchResponse,
+    Message,
+    decode,
+    encode,
+)
 from shmlog.config import curve_keys
-from shmlog.cluster.replication.protocol import (Fetch, FetchPartition, FetchResponse, Message, decode,
-                                encode)
-from shmlog.zmq_replication import (CurveSecurity, ReceivedRequest, ReceivedResponse,
-                                    ReplicationEndpoint, RequestFailed, RequestFailure)
+from shmlog.zmq_replication import (
+    CurveSecurity,
+    ReceivedRequest,
+    ReceivedResponse,
+    ReplicationEndpoint,
+    RequestFailed,
+    RequestFailure,
+)
 
 WAIT_S = 10.0
 # How long a stranger waits for an answer that must not come (a trusted peer's answer

@@ -19,14 +19,31 @@ import numpy as np
 import pytest
 import zmq
 
+from shmlog.cluster.replication.protocol import (
+    EpochEnd,
+    EpochEndPartition,
+    EpochEndResponse,
+    EpochEndResponsePartition,
+    Error,
+    ErrorCode,
+    Fetch,
+    FetchPartition,
+    FetchResponse,
+    FetchResponsePartition,
+    Message,
+    MessageType,
+    decode,
+    encode,
+)
 from shmlog.common import limits
 from shmlog.common.errors import LocalProtocolError
-from shmlog.cluster.replication.protocol import (EpochEnd, EpochEndPartition, EpochEndResponse,
-                                EpochEndResponsePartition, Error, ErrorCode, Fetch,
-                                FetchPartition, FetchResponse, FetchResponsePartition, Message,
-                                MessageType, decode, encode)
-from shmlog.zmq_replication import (ReceivedRequest, ReceivedResponse, ReplicationEndpoint,
-                                    RequestFailed, RequestFailure)
+from shmlog.zmq_replication import (
+    ReceivedRequest,
+    ReceivedResponse,
+    ReplicationEndpoint,
+    RequestFailed,
+    RequestFailure,
+)
 
 WAIT_S = 10.0
 ANY_PORT = "tcp://127.0.0.1:*"

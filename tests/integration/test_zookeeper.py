@@ -35,10 +35,14 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
-from shmlog.devtools import zookeeper as zookeeper_module
 from shmlog.cli import zookeeper as zookeeper_command
-from shmlog.common.errors import (InvalidConfigError, NotOwnedError, ZooKeeperStartError,
-                           ZooKeeperUnavailableError)
+from shmlog.common.errors import (
+    InvalidConfigError,
+    NotOwnedError,
+    ZooKeeperStartError,
+    ZooKeeperUnavailableError,
+)
+from shmlog.devtools import zookeeper as zookeeper_module
 from shmlog.devtools.zookeeper import CONFIG_FILE, ZooKeeperServer, java_executable
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -161,7 +165,7 @@ def test_a_transaction_checking_a_stale_version_changes_nothing(client):
 
 
 def test_the_servers_files_are_private(zookeeper):
-    for root, directories, files in os.walk(zookeeper.data_dir):
+    for root, _directories, files in os.walk(zookeeper.data_dir):
         assert stat.S_IMODE(os.stat(root).st_mode) == 0o700, root
         for name in files:
             path = os.path.join(root, name)

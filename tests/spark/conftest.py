@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from shmlog.shm import shared_memory
 from shmlog.server.broker import Broker, shared_memory_prefix
+from shmlog.shm import shared_memory
 
 
 @pytest.fixture(scope="session")

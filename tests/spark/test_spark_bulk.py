@@ -29,12 +29,12 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
 from shmlog import Admin, Broker, Consumer, Producer, TopicPartition
-from shmlog.shm import shared_memory
-from shmlog.server.broker import shared_memory_prefix
-from shmlog.segments import SWAP_MANIFEST_FILE
 from shmlog.common.errors import BulkReaderUnavailableError
-from shmlog.spark import bulk_jar, bulk_read
+from shmlog.segments import SWAP_MANIFEST_FILE
+from shmlog.server.broker import shared_memory_prefix
+from shmlog.shm import shared_memory
 from shmlog.shm.state import topic_key
+from shmlog.spark import bulk_jar, bulk_read
 
 TIMEOUT_S = 60
 # Reads of a compacted partition until two agree (each cleaning pass changes it once).

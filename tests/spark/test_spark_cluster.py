@@ -33,15 +33,20 @@ import pyarrow as pa
 import pytest
 
 from shmlog import Admin, Consumer, Producer, TopicPartition
-from shmlog.devtools import netns
-from shmlog.shm import shared_memory
 from shmlog.common.errors import ReplicaNotCoveringError, ShmlogError
-from shmlog.devtools.local_cluster import LocalCluster
 from shmlog.common.paths import shared_memory_prefix
+from shmlog.devtools import netns
+from shmlog.devtools.local_cluster import LocalCluster
+from shmlog.shm import shared_memory
 from shmlog.spark.locality import TASK_BOOTSTRAP_ENVIRONMENT
 from shmlog.spark.options import ReadOptions
-from shmlog.spark.source import (replica_hosts, OffsetRange, read_range, replica_locality,
-                                 wait_until_covered)
+from shmlog.spark.source import (
+    OffsetRange,
+    read_range,
+    replica_hosts,
+    replica_locality,
+    wait_until_covered,
+)
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETTINGS = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 4000,
@@ -215,7 +220,8 @@ def test_every_copy_is_read_and_counted_local_only_on_an_in_sync_replica(cluster
         leader = described(cluster, 1)[partition]["leader"]
         for broker_id in HOSTS:
             end = whole_copy(cluster, broker_id, partition)
-            cluster.wait_for(lambda: set(described(cluster, leader)[partition]["isr"]) ==
+            cluster.wait_for(lambda leader=leader, partition=partition:
+                             set(described(cluster, leader)[partition]["isr"]) ==
                              set(described(cluster, leader)[partition]["replicas"]), WAIT_S,
                              f"{TOPIC}-{partition}'s whole ISR")
             entry = described(cluster, broker_id)[partition]

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.spark.locality import (TASK_BOOTSTRAP_ENVIRONMENT, ReadLocality, partition_hosts,
-                                   placement_locality, preferred_hosts, read_locality,
-                                   task_bootstrap)
+from shmlog.client.consumer import TopicPartition
+from shmlog.spark.locality import (
+    TASK_BOOTSTRAP_ENVIRONMENT,
+    ReadLocality,
+    partition_hosts,
+    placement_locality,
+    preferred_hosts,
+    read_locality,
+    task_bootstrap,
+)
 from shmlog.spark.options import ReadOptions
 from shmlog.spark.source import plan
-from shmlog.client.consumer import TopicPartition
 
 HOSTS = {1: "127.0.0.2", 2: "127.0.0.3", 3: "127.0.0.4"}
 

@@ -14,13 +14,19 @@ import sys
 
 from helpers import fill_disk, values_batch
 from shmlog.common import limits
-from shmlog.storage.topic_config import TopicConfig
 from shmlog.common.errors import StorageError
 from shmlog.record.records import now_ms
-from shmlog.storage.segment_state import (OFFSET_ENTRIES_WORD, OFFSET_RESERVED_WORD, POSITION_WORD,
-                                  RESERVED_WORD, TIME_CAPACITY_WORD, TIME_ENTRIES_WORD,
-                                  TIME_RESERVED_WORD)
 from shmlog.segments import PartitionLog
+from shmlog.storage.segment_state import (
+    OFFSET_ENTRIES_WORD,
+    OFFSET_RESERVED_WORD,
+    POSITION_WORD,
+    RESERVED_WORD,
+    TIME_CAPACITY_WORD,
+    TIME_ENTRIES_WORD,
+    TIME_RESERVED_WORD,
+)
+from shmlog.storage.topic_config import TopicConfig
 
 RECORDS_PER_BATCH = 40
 

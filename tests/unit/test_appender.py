@@ -19,11 +19,12 @@ import pytest
 
 from helpers import all_records
 from shmlog import LogManager
-from shmlog.record import batch_layout as B
-from shmlog.shm import ring_layout as R, shared_memory
 from shmlog.broker.appender import Appender, CompletionCode
+from shmlog.record import batch_layout as B
 from shmlog.record.records import BatchStatus, encode_batch
 from shmlog.ring import Ring
+from shmlog.shm import ring_layout as R
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
 
 
@@ -73,7 +74,7 @@ def test_batches_from_several_rings_land_in_order_with_their_offsets(world):
                             row, batch_values))
     assert appender.drain() == len(entries)
     in_log_order = {row: [] for row in rows}
-    for producer, entry, row, batch_values in entries:
+    for _, _, row, batch_values in entries:
         sent[row] += batch_values
     for partition, row in zip((0, 1), rows):
         partition_log = logs.partition_log("events", partition)
@@ -86,7 +87,7 @@ def test_batches_from_several_rings_land_in_order_with_their_offsets(world):
     for producer, entry, row, batch_values in entries:
         result, _ = producer.result(entry)
         assert in_log_order[row][result:result + len(batch_values)] == batch_values
-    for number, producer in enumerate(producers):   # each producer's order is kept
+    for number in range(len(producers)):   # each producer's order is kept
         for row in rows:
             mine = [v for v in in_log_order[row] if v.startswith(f"p{number}r".encode())]
             assert mine == [v for _, _, t, batch in entries if t == row
@@ -114,7 +115,8 @@ def test_bad_entries_are_completed_with_errors_and_never_appended(world):
         (to, np.frombuffer(b"garbage!" * 10, np.uint8), -BatchStatus.BAD_MAGIC),
         (to, encode_batch([b"good-2"]), 1),
     ]
-    entries = [producer.put(case_destination, payload, 1000) for case_destination, payload, _ in cases]
+    entries = [producer.put(case_destination, payload, 1000)
+               for case_destination, payload, _ in cases]
     assert appender.drain() == len(cases)
     assert [producer.result(entry)[0] for entry in entries] == [int(c[2]) for c in cases]
     assert [r.value for r in all_records(logs.partition_log("t", 0))] == [b"good-1", b"good-2"]

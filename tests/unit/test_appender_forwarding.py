@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 
 from shmlog import LogManager
-from shmlog.shm import ring_layout as R, shared_memory
 from shmlog.broker.appender import Appender, CompletionCode, ForwardedEntry, HighWatermarkPolicy
 from shmlog.record.records import BatchStatus, encode_batch
 from shmlog.ring import Ring, put_entry
+from shmlog.shm import ring_layout as R
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
 
 

@@ -21,12 +21,17 @@ import pytest
 
 from helpers import all_records
 from shmlog import LogManager
-from shmlog.shm import ring_layout as R, shared_memory
 from shmlog.broker.appender import Appender, CompletionCode, HighWatermarkPolicy
-from shmlog.common.errors import LocalProtocolError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from shmlog.client.reader import PartitionReader
+from shmlog.common.errors import (
+    LocalProtocolError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from shmlog.record.records import decode_records, encode_batch, iter_batches
 from shmlog.ring import Ring, put_entry
+from shmlog.shm import ring_layout as R
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
 
 EXTERNAL = HighWatermarkPolicy.EXTERNAL

@@ -12,8 +12,16 @@ import threading
 
 import numpy as np
 
-from shmlog.native.atomics import (compare_and_swap, fence, load_acquire, py_compare_and_swap,
-                            py_fetch_add, py_load_acquire, py_store_release, store_release)
+from shmlog.native.atomics import (
+    compare_and_swap,
+    fence,
+    load_acquire,
+    py_compare_and_swap,
+    py_fetch_add,
+    py_load_acquire,
+    py_store_release,
+    store_release,
+)
 from shmlog.native.jit import kernel
 
 

@@ -18,11 +18,11 @@ import time
 
 import pytest
 
-from shmlog.shm import shared_memory
-from shmlog.server.broker import WARM_UP_DIRECTORY, BrokerConfig, BrokerCore, warm_kernels
-from shmlog.common.paths import shared_memory_prefix
 from helpers import ask
+from shmlog.common.paths import shared_memory_prefix
 from shmlog.protocol.control import decode_reply, encode_request
+from shmlog.server.broker import WARM_UP_DIRECTORY, BrokerConfig, BrokerCore, warm_kernels
+from shmlog.shm import shared_memory
 
 SESSION_TIMEOUT_MS = 200
 

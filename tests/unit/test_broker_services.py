@@ -28,17 +28,17 @@ import time
 import numpy as np
 import pytest
 
-from shmlog.server.broker import BrokerConfig, BrokerCore
 from helpers import ask
-from shmlog.protocol.control import encode_request
-from shmlog.common.errors import LocalProtocolError, RecordTooLargeError
-from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
 from shmlog.broker.appender import HighWatermarkPolicy
 from shmlog.broker.partition_host import PartitionHost
+from shmlog.broker.service import Service
 from shmlog.client.reader import PartitionReader
+from shmlog.common.errors import LocalProtocolError, RecordTooLargeError
+from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
+from shmlog.protocol.control import encode_request
 from shmlog.record.records import decode_records, encode_batch, now_ms
 from shmlog.ring import Ring
-from shmlog.broker.service import Service
+from shmlog.server.broker import BrokerConfig, BrokerCore
 from shmlog.shm.state import PartitionStateTable, topic_key
 
 # Every request type the broker answered before it was cut into services, and the

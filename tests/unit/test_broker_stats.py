@@ -24,14 +24,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shmlog.shm import ring_layout as R
-from shmlog.server.broker import BrokerConfig, BrokerCore
+from helpers import ask, values_batch
 from shmlog.cli.status import status_lines
 from shmlog.common.errors import LocalProtocolError
-from shmlog.server.prometheus import MetricsServer, StatsCollector, metric_families
 from shmlog.record.records import encode_batch
 from shmlog.ring import Ring
-from helpers import ask, values_batch
+from shmlog.server.broker import BrokerConfig, BrokerCore
+from shmlog.server.prometheus import MetricsServer, StatsCollector, metric_families
+from shmlog.shm import ring_layout as R
 
 CLEANING_WAIT_S = 120.0     # a cold numba cache compiles the cleaner's kernels
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": 4096,

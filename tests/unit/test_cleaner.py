@@ -15,12 +15,15 @@ import shutil
 import pytest
 
 from shmlog import LogManager, segments
+from shmlog.record.records import encode_batch
+from shmlog.segments import (
+    CLEANING_DIRECTORY,
+    SWAP_MANIFEST_FILE,
+    PartitionLog,
+    write_swap_manifest,
+)
 from shmlog.storage import cleaner
 from shmlog.storage.topic_config import TopicConfig
-from shmlog.record.records import encode_batch
-from shmlog.segments import (CLEANING_DIRECTORY, SWAP_MANIFEST_FILE, PartitionLog,
-                             write_swap_manifest)
-
 from tests.helpers import abandon, all_records
 
 DAY_MS = 24 * 3600 * 1000

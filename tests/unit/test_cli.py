@@ -23,14 +23,14 @@ import sys
 import pytest
 
 from helpers import flip_bits, values_batch
-from shmlog.record import batch_layout as B
 from shmlog import cli
-from shmlog.storage import index_layout as I
-from shmlog.shm import shared_memory
 from shmlog.client.admin import Admin
-from shmlog.server.broker import SOCKET_PATH_LENGTH_MAX, Broker, shared_memory_prefix
-from shmlog.storage.dump import read_segment
 from shmlog.client.producer import Producer
+from shmlog.record import batch_layout as B
+from shmlog.server.broker import SOCKET_PATH_LENGTH_MAX, Broker, shared_memory_prefix
+from shmlog.shm import shared_memory
+from shmlog.storage import index_layout as I
+from shmlog.storage.dump import read_segment
 
 
 def shmlog(*arguments):

@@ -14,14 +14,19 @@ from __future__ import annotations
 import pytest
 
 from shmlog.client import options as client_options
-from shmlog.common import settings
 from shmlog.client.admin import Admin, ConfigResource, ConfigResourceType
+from shmlog.client.consumer import Consumer
+from shmlog.client.producer import Producer
+from shmlog.common import settings
+from shmlog.common.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    LocalProtocolError,
+    ShmlogError,
+    UnsupportedKafkaOptionError,
+)
 from shmlog.config.broker import BrokerConfig, broker_config_entries
 from shmlog.storage.topic_config import ConfigSource, TopicConfig, config_sources
-from shmlog.client.consumer import Consumer
-from shmlog.common.errors import (BrokerNotAvailableError, InvalidConfigError, LocalProtocolError,
-                           ShmlogError, UnsupportedKafkaOptionError)
-from shmlog.client.producer import Producer
 
 
 @pytest.fixture
@@ -205,8 +210,13 @@ def test_kafka_errors_are_shmlog_errors_under_kafka_names():
 
 
 def test_kafka_names_import_as_kafka_python_programs_import_them():
-    from shmlog.kafka import (KafkaAdminClient, KafkaConsumer, KafkaProducer,
-                              OffsetAndMetadata, TopicPartition)
+    from shmlog.kafka import (
+        KafkaAdminClient,
+        KafkaConsumer,
+        KafkaProducer,
+        OffsetAndMetadata,
+        TopicPartition,
+    )
     from shmlog.kafka.admin import ConfigResourceType, NewPartitions, NewTopic
     from shmlog.kafka.structs import OffsetAndMetadata as StructsOffsetAndMetadata
     assert issubclass(KafkaProducer, Producer) and issubclass(KafkaConsumer, Consumer)

@@ -15,8 +15,8 @@ import pytest
 
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer
-from shmlog.common.errors import InvalidConfigError, LocalProtocolError
 from shmlog.client.producer import Producer
+from shmlog.common.errors import InvalidConfigError, LocalProtocolError
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import tomllib
 import pytest
 
 from shmlog import cli
+from shmlog.common.errors import InvalidConfigError, LocalProtocolError
 from shmlog.config import cluster as cluster_config
 from shmlog.config.broker import BrokerConfig
 from shmlog.config.cluster import KAFKA_NAMES, ClusterConfig
-from shmlog.common.errors import InvalidConfigError, LocalProtocolError
 
 REQUIRED = {"cluster.id": "c1", "broker.id": 1, "zookeeper.connect": "127.0.0.1:2181",
             "replication.endpoint": "tcp://127.0.0.2:19091",

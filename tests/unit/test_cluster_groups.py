@@ -16,13 +16,26 @@ from __future__ import annotations
 import pytest
 
 from shmlog.cluster.groups import commit_error
-from shmlog.common.errors import (CoordinatorError, CoordinatorLoadInProgressError,
-                           CoordinatorNotAvailableError, NotCoordinatorError,
-                           RecordTooLargeError, RequestTimedOutError, ShmlogError,
-                           UnknownMemberIdError)
-from shmlog.groups import (CommittedOffset, CoordinatorConfig, GroupCoordinator, GroupMember,
-                           MemberConfig, offset_record, offsets_partition)
 from shmlog.cluster.replication.protocol import ErrorCode
+from shmlog.common.errors import (
+    CoordinatorError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    ShmlogError,
+    UnknownMemberIdError,
+)
+from shmlog.groups import (
+    CommittedOffset,
+    CoordinatorConfig,
+    GroupCoordinator,
+    GroupMember,
+    MemberConfig,
+    offset_record,
+    offsets_partition,
+)
 
 
 @pytest.mark.parametrize("error, expected", [

@@ -20,10 +20,17 @@ import sys
 
 import pytest
 
-from shmlog.cluster.metadata import (NO_LEADER, assign_replicas, describe_lines,
-                                     rack_alternated_brokers)
-from shmlog.common.errors import (InvalidPartitionsError, InvalidReplicaAssignmentError,
-                           InvalidReplicationFactorError)
+from shmlog.cluster.metadata import (
+    NO_LEADER,
+    assign_replicas,
+    describe_lines,
+    rack_alternated_brokers,
+)
+from shmlog.common.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+)
 
 FIVE_BROKERS = {broker: None for broker in range(5)}
 # AdminUtils' doc comment (and AdminRackAwareTest): broker -> rack.

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from shmlog.cluster.zk import paths as zk_paths
-from shmlog.cluster.zk.view import (BrokerConfigChanged, BrokersChanged, ClusterView,
-                                 PartitionStateChanged, Reregistered, SessionChanged,
-                                 TopicChanged, TopicConfigChanged, TopicGone, TopicsToDelete)
 from shmlog.cluster.zk.client import EventKind, SessionState, WatchEvent
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
+from shmlog.cluster.zk.view import (
+    BrokerConfigChanged,
+    BrokersChanged,
+    ClusterView,
+    PartitionStateChanged,
+    Reregistered,
+    SessionChanged,
+    TopicChanged,
+    TopicConfigChanged,
+    TopicGone,
+    TopicsToDelete,
+)
 
 TOPIC_ID = "0123456789abcdef0123456789abcdef"
 OTHER_ID = "fedcba9876543210fedcba9876543210"

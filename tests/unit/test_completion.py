@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import pytest
 
+from shmlog.common.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidTopicError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
 from shmlog.shm.completion import CompletionCode, completion_error
-from shmlog.common.errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTopicError,
-                           NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
-                           NotLeaderOrFollowerError, OutOfOrderSequenceError,
-                           RecordTooLargeError, RequestTimedOutError, StorageError,
-                           UnknownTopicOrPartitionError)
 
 # code, its value for ever, the error it maps to, words its message must carry
 CODES = [

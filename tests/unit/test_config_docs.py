@@ -13,11 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shmlog.storage import topic_config as config
+from shmlog.common.documented import doc_of
 from shmlog.config import docs as config_docs
 from shmlog.config.broker import BrokerConfig
 from shmlog.config.cluster import KAFKA_NAMES, ClusterConfig
-from shmlog.common.documented import doc_of
+from shmlog.storage import topic_config as config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "CONFIGURATION.md"
 

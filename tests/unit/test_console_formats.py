@@ -15,8 +15,7 @@ import sys
 import pytest
 
 from shmlog import cli
-from shmlog.cli.console import (FORMATTER_PROPERTIES, READER_PROPERTIES, LineReader,
-                                RecordFormatter)
+from shmlog.cli.console import FORMATTER_PROPERTIES, READER_PROPERTIES, LineReader, RecordFormatter
 from shmlog.client.consumer import ConsumerRecord
 from shmlog.common.errors import LocalProtocolError
 

@@ -11,10 +11,19 @@ import json
 
 import pytest
 
-from shmlog.protocol.control import (REQUEST_SIZE_MAX, decode_reply, encode_request, handle_frame,
-                            require)
-from shmlog.common.errors import (InvalidTopicError, LocalProtocolError, PeerProtocolError,
-                           ShmlogError)
+from shmlog.common.errors import (
+    InvalidTopicError,
+    LocalProtocolError,
+    PeerProtocolError,
+    ShmlogError,
+)
+from shmlog.protocol.control import (
+    REQUEST_SIZE_MAX,
+    decode_reply,
+    encode_request,
+    handle_frame,
+    require,
+)
 
 
 def echo(name: str, count: int = 1) -> dict:

@@ -1,4 +1,5 @@
-"""The controller's pure rules (``shmlog.cluster.controller.controller``), one Kafka rule per test, as
+"""The controller's pure rules (``shmlog.cluster.controller.controller``), one Kafka rule per
+test, as
 tables of plain numbers:
 
 * ``elect_leader``: Kafka 2.8's ``Election.offlinePartitionLeaderElection``;
@@ -15,7 +16,11 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.cluster.controller.controller import elect_leader, initial_partition_state, partition_state_after
+from shmlog.cluster.controller.controller import (
+    elect_leader,
+    initial_partition_state,
+    partition_state_after,
+)
 from shmlog.cluster.zk.paths import NO_LEADER, PartitionState
 
 CONTROLLER_EPOCH = 9

@@ -23,11 +23,11 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for tests/reference.py
 from reference import reference_crc32c  # noqa: E402
-
 from shmlog.native import crc32c as crc_module  # noqa: E402
 from shmlog.native.crc32c import crc32c, crc32c_kernel  # noqa: E402
 

@@ -24,9 +24,9 @@ import zmq
 import zmq.auth
 
 from shmlog import cli
+from shmlog.common.errors import InvalidConfigError
 from shmlog.config import curve_keys
 from shmlog.config.cluster import ClusterConfig
-from shmlog.common.errors import InvalidConfigError
 from shmlog.zmq_replication import CurveSecurity
 
 BASE = {"cluster.id": "c1", "broker.id": 1, "zookeeper.connect": "127.0.0.1:2181",

@@ -15,13 +15,18 @@ import json
 import pytest
 
 from helpers import ask, values_batch
-from shmlog.storage import delete_records as deletion
-from shmlog.server.broker import BrokerConfig, BrokerCore
-from shmlog.common.errors import (LocalProtocolError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
-                           RequestTimedOutError, UnknownTopicOrPartitionError)
 from shmlog.client.reader import PartitionReader
+from shmlog.common.errors import (
+    LocalProtocolError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 from shmlog.record.records import encode_batch
+from shmlog.server.broker import BrokerConfig, BrokerCore
 from shmlog.shm.state import PartitionStateTable, topic_key
+from shmlog.storage import delete_records as deletion
 
 SMALL = {"segment.bytes": 4096}
 

@@ -26,16 +26,22 @@ import pytest
 
 from helpers import values_batch
 from shmlog import LogManager
-from shmlog.record import batch_layout as B
-from shmlog.storage import cleaner, index_layout as I
-from shmlog.shm import shared_memory
 from shmlog.broker.appender import Appender, CompletionCode, HighWatermarkPolicy
-from shmlog.storage.topic_config import TopicConfig
-from shmlog.common.errors import (CorruptRecordError, LocalProtocolError, OffsetsOutOfOrderError,
-                           RecordTooLargeError, UnexpectedAppendOffsetError)
+from shmlog.common.errors import (
+    CorruptRecordError,
+    LocalProtocolError,
+    OffsetsOutOfOrderError,
+    RecordTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from shmlog.record import batch_layout as B
 from shmlog.record.records import encode_batch, iter_batches, now_ms
 from shmlog.segments import PartitionLog, warm_follower_kernels
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
+from shmlog.storage import cleaner
+from shmlog.storage import index_layout as I
+from shmlog.storage.topic_config import TopicConfig
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 NOW = 1_700_000_000_000

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.shm.completion import CompletionCode
 from shmlog.cluster.replication.forwarding import RETRIABLE_ERRORS, completion_result, wire_error
-from shmlog.record.records import BatchStatus
 from shmlog.cluster.replication.protocol import ErrorCode
+from shmlog.record.records import BatchStatus
+from shmlog.shm.completion import CompletionCode
 
 ROUND_TRIPS = [
     (CompletionCode.UNKNOWN_PARTITION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),

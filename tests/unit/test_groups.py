@@ -10,15 +10,32 @@ import itertools
 import pytest
 
 from shmlog.common import limits
-from shmlog.common.errors import (GroupIdNotFoundError, IllegalGenerationError,
-                           InconsistentGroupProtocolError, LocalProtocolError,
-                           NonEmptyGroupError, OffsetMetadataTooLargeError,
-                           OffsetOutOfRangeError, PartitionNotAssignedError,
-                           RebalanceInProgressError, StorageError, UnknownMemberIdError,
-                           UnknownTopicOrPartitionError)
-from shmlog.groups import (MEMBER_ID_LENGTH_MAX, OFFSETS_EXPIRY_RETRY_MS, PENDING, TRANSITIONS, CoordinatorConfig,
-                           GroupCoordinator, GroupState, _Group, offset_record,
-                           parse_offset_record)
+from shmlog.common.errors import (
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    LocalProtocolError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    OffsetOutOfRangeError,
+    PartitionNotAssignedError,
+    RebalanceInProgressError,
+    StorageError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+from shmlog.groups import (
+    MEMBER_ID_LENGTH_MAX,
+    OFFSETS_EXPIRY_RETRY_MS,
+    PENDING,
+    TRANSITIONS,
+    CoordinatorConfig,
+    GroupCoordinator,
+    GroupState,
+    _Group,
+    offset_record,
+    parse_offset_record,
+)
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000

@@ -16,8 +16,12 @@ import os
 
 import pytest
 
-from shmlog.cluster.replication.high_watermark_checkpoint import (CHECKPOINT_FILE, HighWatermarkCheckpoint,
-                                              read_checkpoint, start_high_watermark)
+from shmlog.cluster.replication.high_watermark_checkpoint import (
+    CHECKPOINT_FILE,
+    HighWatermarkCheckpoint,
+    read_checkpoint,
+    start_high_watermark,
+)
 
 
 @pytest.mark.parametrize("checkpointed, log_start, log_end, expected", [

@@ -1,4 +1,5 @@
-"""The rules of ``shmlog.cluster.controller.leader_balance``, one Kafka rule per test, as tables of plain
+"""The rules of ``shmlog.cluster.controller.leader_balance``, one Kafka rule per test, as
+tables of plain
 numbers:
 
 * ``controlled_shutdown_leader``: Kafka 2.8's
@@ -20,11 +21,17 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.cluster.controller.leader_balance import (ControlledShutdown, PreferredOutcome, ShutdownStep,
-                                   controlled_shutdown_leader, imbalance_ratios,
-                                   preferred_election, preferred_election_result,
-                                   rebalance_candidates,
-                                   state_during_shutdown)
+from shmlog.cluster.controller.leader_balance import (
+    ControlledShutdown,
+    PreferredOutcome,
+    ShutdownStep,
+    controlled_shutdown_leader,
+    imbalance_ratios,
+    preferred_election,
+    preferred_election_result,
+    rebalance_candidates,
+    state_during_shutdown,
+)
 from shmlog.cluster.zk.paths import NO_LEADER, PartitionState
 
 CONTROLLER_EPOCH = 9

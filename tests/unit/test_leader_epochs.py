@@ -25,16 +25,21 @@ import pytest
 
 from helpers import abandon, values_batch
 from shmlog import LogManager
-from shmlog.record import batch_layout as B
-from shmlog.common import limits
-from shmlog.shm import shared_memory
 from shmlog.broker.appender import Appender
-from shmlog.storage.topic_config import TopicConfig
+from shmlog.common import limits
 from shmlog.common.errors import LocalProtocolError
-from shmlog.storage.leader_epochs import (CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET,
-                                  LeaderEpochCache, epoch_starts)
+from shmlog.record import batch_layout as B
 from shmlog.ring import Ring
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
+from shmlog.storage.leader_epochs import (
+    CHECKPOINT_FILE,
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    LeaderEpochCache,
+    epoch_starts,
+)
+from shmlog.storage.topic_config import TopicConfig
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 
@@ -153,7 +158,8 @@ def test_the_checkpoint_round_trips(tmp_path):
     "not json", json.dumps({"version": 2, "entries": []}), json.dumps({"version": 1}),
     json.dumps({"version": 1, "entries": [[2, 5], [1, 9]]}),       # epochs go down
     json.dumps({"version": 1, "entries": [[1, 5], [2, 5]]}),       # starts do not rise
-    json.dumps({"version": 1, "entries": [[1, True]]}), json.dumps({"version": 1, "entries": [[-1, 0]]}),
+    json.dumps({"version": 1, "entries": [[1, True]]}),
+    json.dumps({"version": 1, "entries": [[-1, 0]]}),
     json.dumps([1, 2]),
 ])
 def test_a_bad_checkpoint_asks_for_a_rebuild(tmp_path, body):

@@ -19,16 +19,22 @@ import pytest
 
 from helpers import all_records, values_batch
 from shmlog import LogManager
-from shmlog.record import batch_layout as B
-from shmlog.shm import shared_memory
 from shmlog.broker.appender import Appender
 from shmlog.common.errors import CorruptRecordError, LocalProtocolError
+from shmlog.record import batch_layout as B
 from shmlog.record.records import decode_records
 from shmlog.ring import Ring
-from shmlog.storage.segment_generation import SegmentGeneration, follow
-from shmlog.storage.segment_state import APPENDED, NEED_ROLL, NEED_SPACE, NEXT_OFFSET_WORD, TIMESTAMP_NONE
 from shmlog.segments import LogChange, append_batches
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
+from shmlog.storage.segment_generation import SegmentGeneration, follow
+from shmlog.storage.segment_state import (
+    APPENDED,
+    NEED_ROLL,
+    NEED_SPACE,
+    NEXT_OFFSET_WORD,
+    TIMESTAMP_NONE,
+)
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 

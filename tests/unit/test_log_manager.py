@@ -16,10 +16,15 @@ import pytest
 from helpers import all_records, values_batch
 from shmlog import LogManager
 from shmlog.common import limits
-from shmlog.storage.topic_config import TopicConfig
-from shmlog.common.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError,
-                           TopicExistsError, UnknownTopicOrPartitionError)
+from shmlog.common.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from shmlog.storage.log_manager import DataDirectoryInUseError
+from shmlog.storage.topic_config import TopicConfig
 
 
 @pytest.fixture

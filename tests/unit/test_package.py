@@ -33,7 +33,8 @@ REPORT_LOADED = ("import json, sys; {statement}; print(json.dumps(sorted(name fo
 # The broker's side of the data path. A consumer reads segments in place (their
 # reading kernels live in segments.py) and is a group member (groups.py holds the
 # member beside the coordinator); a producer needs neither.
-BROKER_SIDE = ("shmlog.server.broker", "shmlog.broker.appender", "shmlog.storage.log_manager", "shmlog.storage.cleaner")
+BROKER_SIDE = ("shmlog.server.broker", "shmlog.broker.appender", "shmlog.storage.log_manager",
+               "shmlog.storage.cleaner")
 READ_SIDE = ("shmlog.segments", "shmlog.groups")
 
 
@@ -48,7 +49,8 @@ def heavy_modules_after(statement: str) -> list[str]:
 @pytest.mark.parametrize("statement", [
     "import shmlog", "from shmlog import ShmlogError, InvalidTopicError",
     "import shmlog.cli", "from shmlog import Admin",
-    "import shmlog.common.paths, shmlog.protocol.control_client, shmlog.config.broker, shmlog.common.limits",
+    "import shmlog.common.paths, shmlog.protocol.control_client, shmlog.config.broker, "
+    "shmlog.common.limits",
     # The import system asks a module imported from for __path__: not a layout limit.
     "from shmlog.common.limits import OFFSET_MAX",
     "import shmlog.devtools.zookeeper",
@@ -66,21 +68,23 @@ def modules_after(statement: str, modules: tuple[str, ...]) -> list[str]:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("statement", ["import shmlog.client.producer", "from shmlog import Producer"])
+@pytest.mark.parametrize("statement",
+                         ["import shmlog.client.producer", "from shmlog import Producer"])
 def test_the_producer_loads_neither_the_broker_the_log_nor_the_coordinator(statement):
     assert modules_after(statement, BROKER_SIDE + READ_SIDE) == []
 
 
-@pytest.mark.parametrize("statement", ["import shmlog.client.consumer", "from shmlog import Consumer"])
+@pytest.mark.parametrize("statement",
+                         ["import shmlog.client.consumer", "from shmlog import Consumer"])
 def test_the_consumer_loads_neither_the_broker_the_appender_nor_the_log_manager(statement):
     assert modules_after(statement, BROKER_SIDE) == []
 
 
 def test_the_broker_side_uses_the_codes_and_topics_the_clients_read():
-    from shmlog.broker import appender
-    from shmlog.shm import completion
     from shmlog import groups
+    from shmlog.broker import appender
     from shmlog.common import internal_topics
+    from shmlog.shm import completion
     assert appender.CompletionCode is completion.CompletionCode
     assert appender.SEQUENCE_MODULUS == completion.SEQUENCE_MODULUS
     assert groups.INTERNAL_TOPICS is internal_topics.INTERNAL_TOPICS
@@ -89,16 +93,16 @@ def test_the_broker_side_uses_the_codes_and_topics_the_clients_read():
 
 def test_the_layout_limits_are_there_when_asked_for():
     # The limits that follow from the layouts are stated in limits and checked by the layouts.
-    from shmlog.record import batch_layout
-    from shmlog.storage import index_layout
     from shmlog.common import limits
     from shmlog.common.limits import INDEX_SIZE_MIN
+    from shmlog.record import batch_layout
+    from shmlog.storage import index_layout
     assert limits.BATCH_SIZE_MIN == batch_layout.HEADER_LENGTH + batch_layout.RECORD_HEADER_LENGTH
     assert limits.SEGMENT_SIZE_MIN == limits.BATCH_SIZE_MIN
     assert limits.SEGMENT_SIZE_MAX == index_layout.POSITION_MAX
     assert INDEX_SIZE_MIN == 4 * index_layout.TIME_ENTRY_LENGTH
     with pytest.raises(AttributeError):
-        limits.NO_SUCH_LIMIT
+        limits.NO_SUCH_LIMIT  # noqa: B018 - the read is the test
 
 
 @pytest.mark.parametrize("name", shmlog.__all__)
@@ -110,6 +114,6 @@ def test_every_public_name_is_the_defining_modules_object(name):
 
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no_such_name"):
-        shmlog.no_such_name
+        shmlog.no_such_name  # noqa: B018 - the read is the test
     with pytest.raises(ImportError):
         exec("from shmlog import no_such_name", {})

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.common import limits
 from shmlog.client.producer import _cached_positive_hash, murmur2, partition_for_key
+from shmlog.common import limits
 
 # Computed with org.apache.kafka.common.utils.Utils.murmur2 on the UTF-8 bytes.
 JAVA_VECTORS = {"0": 971027396, "1": -1993445489, "128": -326012175, "2187": -1508407203,

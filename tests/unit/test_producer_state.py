@@ -24,14 +24,14 @@ import pytest
 
 from helpers import abandon
 from shmlog import LogManager
-from shmlog.record import batch_layout as B
-from shmlog.shm import shared_memory
 from shmlog.broker.appender import Appender
-from shmlog.storage.topic_config import TopicConfig
-from shmlog.storage.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
+from shmlog.record import batch_layout as B
 from shmlog.record.records import encode_batch
 from shmlog.segments import PartitionLog
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable
+from shmlog.storage.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
+from shmlog.storage.topic_config import TopicConfig
 
 SMALL = {"segment.bytes": 8 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 

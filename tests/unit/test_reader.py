@@ -18,15 +18,19 @@ import pytest
 
 from helpers import all_records, flip_bits
 from shmlog import LogManager
-from shmlog.record import batch_layout as B
-from shmlog.storage import cleaner
-from shmlog.shm import shared_memory
 from shmlog.broker.appender import Appender
-from shmlog.common.errors import CorruptSegmentError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from shmlog.client.reader import PartitionReader
+from shmlog.common.errors import (
+    CorruptSegmentError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from shmlog.record import batch_layout as B
 from shmlog.record.records import decode_columns, encode_batch
 from shmlog.ring import Ring
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable, topic_key
+from shmlog.storage import cleaner
 
 
 @pytest.fixture
@@ -174,7 +178,7 @@ def compacted(tmp_path):
     partition_log = logs.partition_log("c", 0)
     written = {}
     for segment in range(SEGMENTS_CLEANED + 1):
-        for batch in range(4):
+        for _ in range(4):
             first = partition_log.log_end_offset
             keys = [b"own-%d" % (first + index) if (first + index) % 3 == 0
                     else b"shared-%d" % ((first + index) % 5) for index in range(6)]

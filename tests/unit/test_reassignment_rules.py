@@ -1,4 +1,5 @@
-"""Partition reassignment's rules (shmlog.cluster.controller.reassignment) and the replication throttle
+"""Partition reassignment's rules (shmlog.cluster.controller.reassignment) and the replication
+throttle
 (shmlog.cluster.replication.throttle), with plain numbers: one Kafka 2.8 rule per test, each
 naming its source; the clock is a number passed in."""
 
@@ -6,14 +7,22 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.cluster.zk import paths as zk_paths
-from shmlog.common.errors import InvalidConfigError, InvalidReassignmentError, ZnodeFormatError
-from shmlog.cluster.controller.reassignment import (MovingAssignment, ReassignmentStatus, StepKind,
-                                 check_request, follower_throttled_replicas,
-                                 leader_throttled_replicas, moving_assignment, step, status)
-from shmlog.storage.topic_config import ALL_REPLICAS, parse_throttled_replicas
+from shmlog.cluster.controller.reassignment import (
+    MovingAssignment,
+    ReassignmentStatus,
+    StepKind,
+    check_request,
+    follower_throttled_replicas,
+    leader_throttled_replicas,
+    moving_assignment,
+    status,
+    step,
+)
 from shmlog.cluster.replication.throttle import ReplicationThrottle, TokenBucket
+from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.zk.paths import PartitionState
+from shmlog.common.errors import InvalidConfigError, InvalidReassignmentError, ZnodeFormatError
+from shmlog.storage.topic_config import ALL_REPLICAS, parse_throttled_replicas
 
 CONTROLLER_EPOCH = 7
 

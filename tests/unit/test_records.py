@@ -1,4 +1,5 @@
-"""Record batches: shmlog.record.records encodes, validates and decodes exactly the documented format.
+"""Record batches: shmlog.record.records encodes, validates and decodes exactly the documented
+format.
 
 Goal: every batch shmlog writes is the layout drawn in ``shmlog/record/batch_layout.py``, byte
 for byte; every batch written to that layout decodes to the records that went in; and
@@ -31,19 +32,34 @@ import sys
 import numpy as np
 import pytest
 import zstandard
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # for tests/reference.py
 import reference  # noqa: E402
-from reference import (build_batch, encode_record, reference_crc32c,  # noqa: E402
-                       reference_decode, reference_encode, with_crc)
-
+from reference import (  # noqa: E402
+    build_batch,
+    encode_record,
+    reference_crc32c,
+    reference_decode,
+    reference_encode,
+    with_crc,
+)
 from shmlog.common import limits  # noqa: E402
-from shmlog.common.errors import (CorruptRecordError, LocalProtocolError,  # noqa: E402
-                           RecordTooLargeError)
-from shmlog.record.records import (BatchStatus, Compression, batch_frame, check_headers,  # noqa: E402
-                            decode_columns, decode_records, encode_batch, encode_gathered,
-                            iter_batches, restamp_batch, validate_batches)
+from shmlog.common.errors import CorruptRecordError, LocalProtocolError, RecordTooLargeError  # noqa: E402
+from shmlog.record.records import (  # noqa: E402
+    BatchStatus,
+    Compression,
+    batch_frame,
+    check_headers,
+    decode_columns,
+    decode_records,
+    encode_batch,
+    encode_gathered,
+    iter_batches,
+    restamp_batch,
+    validate_batches,
+)
 
 # Byte positions, restated from the diagram (the reference's own copy of the layout).
 BATCH_LENGTH_POSITION = 0

@@ -18,17 +18,35 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmlog.common import limits
 from shmlog.cluster.replication import layout as replication_layout
+from shmlog.cluster.replication.protocol import (
+    DeleteRecords,
+    DeleteRecordsPartition,
+    DeleteRecordsResponse,
+    DeleteRecordsResponsePartition,
+    EpochEnd,
+    EpochEndPartition,
+    EpochEndResponse,
+    EpochEndResponsePartition,
+    Error,
+    ErrorCode,
+    Fetch,
+    FetchPartition,
+    FetchResponse,
+    FetchResponsePartition,
+    GroupRequest,
+    GroupResponse,
+    Message,
+    MessageType,
+    Produce,
+    ProducePartition,
+    ProduceResponse,
+    ProduceResponsePartition,
+    decode,
+    encode,
+)
+from shmlog.common import limits
 from shmlog.common.errors import LocalProtocolError, PeerProtocolError, ReplicationProtocolError
-from shmlog.cluster.replication.protocol import (DeleteRecords, DeleteRecordsPartition, DeleteRecordsResponse,
-                                DeleteRecordsResponsePartition, EpochEnd, EpochEndPartition,
-                                EpochEndResponse,
-                                EpochEndResponsePartition, Error, ErrorCode, Fetch,
-                                FetchPartition, FetchResponse, FetchResponsePartition, Message,
-                                GroupRequest, GroupResponse, MessageType, Produce,
-                                ProducePartition, ProduceResponse, ProduceResponsePartition,
-                                decode, encode)
 
 RECORDS_A = np.arange(300, dtype=np.uint8)
 RECORDS_B = bytes(range(7)) * 3

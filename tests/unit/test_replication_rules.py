@@ -11,13 +11,29 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.cluster.replication.protocol import (NEVER_MS, NO_EPOCH, UNDEFINED_EPOCH, UNKNOWN_OFFSET, ErrorCode,
-                                FetchPurgatory, FollowerState, IsrChangeKind,
-                                LeaderReplicaState, TruncationAction, TruncationStep,
-                                can_join_isr, check_leader_epoch, follower_high_watermark,
-                                high_watermark, offset_out_of_range_step, partition_ready,
-                                out_of_sync_replicas, truncation_step, validate_epoch_end,
-                                validate_fetch)
+from shmlog.cluster.replication.protocol import (
+    NEVER_MS,
+    NO_EPOCH,
+    UNDEFINED_EPOCH,
+    UNKNOWN_OFFSET,
+    ErrorCode,
+    FetchPurgatory,
+    FollowerState,
+    IsrChangeKind,
+    LeaderReplicaState,
+    TruncationAction,
+    TruncationStep,
+    can_join_isr,
+    check_leader_epoch,
+    follower_high_watermark,
+    high_watermark,
+    offset_out_of_range_step,
+    out_of_sync_replicas,
+    partition_ready,
+    truncation_step,
+    validate_epoch_end,
+    validate_fetch,
+)
 
 LAG_MS = 10_000
 

@@ -17,11 +17,17 @@ import uuid
 import numpy as np
 import pytest
 
-from shmlog.shm import ring_layout as R, shared_memory
-from shmlog.common.errors import (CorruptRingError, LocalProtocolError, RecordTooLargeError,
-                           RingFullError, ShmlogError)
 from reference import reference_ring_entry
+from shmlog.common.errors import (
+    CorruptRingError,
+    LocalProtocolError,
+    RecordTooLargeError,
+    RingFullError,
+    ShmlogError,
+)
 from shmlog.ring import Destination, Ring
+from shmlog.shm import ring_layout as R
+from shmlog.shm import shared_memory
 
 
 @pytest.fixture

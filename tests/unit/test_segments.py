@@ -22,13 +22,18 @@ import numpy as np
 import pytest
 
 from helpers import abandon, all_records, fill_disk, flip_bits, small_tmpfs, values_batch
-from shmlog.record import batch_layout as B
 from shmlog.common import limits
-from shmlog.storage import mapped_file
-from shmlog.common.errors import (CorruptRecordError, CorruptSegmentError, OffsetOutOfRangeError,
-                           RecordTooLargeError, StorageError)
+from shmlog.common.errors import (
+    CorruptRecordError,
+    CorruptSegmentError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from shmlog.record import batch_layout as B
 from shmlog.record.records import decode_records, encode_batch, iter_batches
 from shmlog.segments import LogChange
+from shmlog.storage import mapped_file
 
 SMALL = {"segment.bytes": 16 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
 
@@ -218,7 +223,8 @@ def test_torn_last_batch_at_every_byte_is_cut_exactly(open_log, tmp_path):
                                  open(tmp_path / "source" / name, "rb").read())
         reopened = open_log(directory, **SMALL)
         assert reopened.log_end_offset == last_base, cut
-        assert reopened.recovery_report.truncated_position == (last_start if cut > last_start else -1)
+        expected = last_start if cut > last_start else -1
+        assert reopened.recovery_report.truncated_position == expected
         assert [r.offset for r in all_records(reopened)] == list(range(last_base))
         assert reopened.append(values_batch(1, 5)).base_offset == last_base
         reopened.close()

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from shmlog.shm import shared_memory
 from shmlog.common.errors import LocalProtocolError, PeerProtocolError, ShmlogError
+from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable, topic_key
 
 

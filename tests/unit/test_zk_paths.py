@@ -13,9 +13,15 @@ import json
 import pytest
 
 from shmlog.cluster.zk import paths as zk_paths
+from shmlog.cluster.zk.paths import (
+    NO_LEADER,
+    BrokerRegistration,
+    ControllerRegistration,
+    PartitionState,
+    ProducerIdBlock,
+    TopicAssignment,
+)
 from shmlog.common.errors import InvalidTopicError, PeerProtocolError, ZnodeFormatError
-from shmlog.cluster.zk.paths import (NO_LEADER, BrokerRegistration, ControllerRegistration,
-                             PartitionState, ProducerIdBlock, TopicAssignment)
 
 TOPIC_ID = "0123456789abcdef0123456789abcdef"
 

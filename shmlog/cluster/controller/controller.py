@@ -82,16 +82,29 @@ import threading
 import time
 from typing import Iterable, Sequence
 
-from . import leader_balance, reassignment
 from ...common import limits
+from ...common.errors import (
+    ControllerMovedError,
+    InvalidReassignmentError,
+    ShmlogError,
+    StaleStateVersionError,
+    ZnodeFormatError,
+    ZooKeeperConflictError,
+    ZooKeeperConnectionError,
+)
 from ..zk import paths as zk_paths
-from ...common.errors import (ControllerMovedError, InvalidReassignmentError, ShmlogError,
-                              StaleStateVersionError, ZnodeFormatError, ZooKeeperConflictError,
-                              ZooKeeperConnectionError)
-from .reassignment import MovingAssignment, StepKind
-from ..zk.client import (ClusterZooKeeper, DeleteOp, EventKind, EventQueue, SessionState, SetDataOp,
-                         WatchEvent)
+from ..zk.client import (
+    ClusterZooKeeper,
+    DeleteOp,
+    EventKind,
+    EventQueue,
+    SessionState,
+    SetDataOp,
+    WatchEvent,
+)
 from ..zk.paths import NO_LEADER, PartitionState, TopicAssignment
+from . import leader_balance, reassignment
+from .reassignment import MovingAssignment, StepKind
 
 __all__ = ["Controller", "elect_leader", "initial_partition_state", "partition_state_after",
            "UNCLEAN_LEADER_ELECTION_CONFIG"]

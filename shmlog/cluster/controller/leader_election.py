@@ -29,9 +29,9 @@ import time
 
 from ...common import limits
 from ...common.errors import LeaderElectionTimeoutError, UnknownTopicOrPartitionError
-from .leader_balance import PreferredOutcome, preferred_election_result, preferred_replica
 from ..zk.client import ClusterZooKeeper
 from ..zk.paths import NO_LEADER
+from .leader_balance import PreferredOutcome, preferred_election_result, preferred_replica
 
 __all__ = ["PartitionElection", "elect_preferred_leaders", "describe"]
 

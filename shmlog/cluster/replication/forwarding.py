@@ -58,7 +58,8 @@ PRODUCE answers and failed requests to :meth:`Forwarding.answered` and
 polls and ticks: that expires what is overdue, sends what may go, re-sends what a
 leader change stranded, and answers the waiting acks=-1 produces the high watermark
 now covers. Completion results are the ring's (a base offset, or ``-CompletionCode``);
-on the wire they travel as :class:`~shmlog.cluster.replication.protocol.ErrorCode` (:func:`wire_error`,
+on the wire they travel as :class:`~shmlog.cluster.replication.protocol.ErrorCode`
+(:func:`wire_error`,
 :func:`completion_result`).
 """
 
@@ -71,19 +72,24 @@ from typing import Callable
 
 import numpy as np
 
-from ...record import batch_layout as B
-from ...common import limits
 from ...broker.appender import Appender, ForwardedEntry
-from ...config.cluster import ClusterConfig
-from ...shm.completion import CompletionCode
+from ...common import limits
 from ...common.errors import ShmlogError
 from ...common.internal_topics import INTERNAL_TOPICS
-from .partition import PartitionReplica, Role
+from ...config.cluster import ClusterConfig
+from ...record import batch_layout as B
 from ...record.records import BatchStatus, check_batch, now_ms
-from .protocol import (ErrorCode, Produce, ProducePartition, ProduceResponse,
-                       ProduceResponsePartition)
-from ..zk.paths import NO_LEADER
+from ...shm.completion import CompletionCode
 from ...zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpoint, RequestFailed
+from ..zk.paths import NO_LEADER
+from .partition import PartitionReplica, Role
+from .protocol import (
+    ErrorCode,
+    Produce,
+    ProducePartition,
+    ProduceResponse,
+    ProduceResponsePartition,
+)
 
 log = logging.getLogger("shmlog.broker")
 

@@ -40,8 +40,8 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from ...storage.durable_files import write_atomically
 from ...common.errors import ShmlogError
+from ...storage.durable_files import write_atomically
 
 log = logging.getLogger("shmlog.broker")
 

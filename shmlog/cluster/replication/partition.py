@@ -43,15 +43,27 @@ import logging
 
 import numpy as np
 
-from ...shm.completion import CompletionCode
-from ...common.errors import CorruptRecordError, ShmlogError
-from .protocol import (UNDEFINED_EPOCH, ErrorCode, FetchPartition, FetchResponsePartition,
-                       IsrChangeKind, LeaderReplicaState, PendingIsrChange, TruncationAction,
-                       TruncationStep, follower_high_watermark, offset_out_of_range_step,
-                       truncation_step, validate_epoch_end, validate_fetch)
 from ...broker.appender import Appender, HighWatermarkPolicy
 from ...broker.partition_host import HostedPartition
+from ...common.errors import CorruptRecordError, ShmlogError
+from ...shm.completion import CompletionCode
 from ..zk.paths import NO_LEADER, PartitionState
+from .protocol import (
+    UNDEFINED_EPOCH,
+    ErrorCode,
+    FetchPartition,
+    FetchResponsePartition,
+    IsrChangeKind,
+    LeaderReplicaState,
+    PendingIsrChange,
+    TruncationAction,
+    TruncationStep,
+    follower_high_watermark,
+    offset_out_of_range_step,
+    truncation_step,
+    validate_epoch_end,
+    validate_fetch,
+)
 
 log = logging.getLogger("shmlog.broker")
 

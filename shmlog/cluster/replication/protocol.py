@@ -80,8 +80,8 @@ from typing import Any, ClassVar, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ...common import limits
-from . import layout as replication_layout
 from ...common.errors import LocalProtocolError, ReplicationProtocolError
+from . import layout as replication_layout
 from .layout import MessageType
 
 __all__ = [

@@ -77,26 +77,50 @@ import logging
 import queue
 from typing import Any, Callable
 
-from ...config.cluster import ClusterConfig
-from ..zk.view import (BrokerConfigChanged, BrokersChanged, ClusterView, PartitionStateChanged,
-                       Reregistered, SessionChanged, TopicChanged, TopicConfigChanged, TopicGone)
 from ...broker.appender import HighWatermarkPolicy
-from ...storage import delete_records as deletion
+from ...broker.partition_host import PartitionHost
 from ...common.errors import ShmlogError
+from ...config.cluster import ClusterConfig
+from ...record.records import now_ms
+from ...shm.state import topic_key
+from ...storage import delete_records as deletion
+from ...zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpoint, RequestFailed
+from ..zk.client import ClusterZooKeeper, EventQueue, SessionState
+from ..zk.view import (
+    BrokerConfigChanged,
+    BrokersChanged,
+    ClusterView,
+    PartitionStateChanged,
+    Reregistered,
+    SessionChanged,
+    TopicChanged,
+    TopicConfigChanged,
+    TopicGone,
+)
 from .forwarding import Forwarding
 from .high_watermark_checkpoint import HighWatermarkCheckpoint
-from ...broker.partition_host import PartitionHost
 from .partition import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
-from .protocol import (DeleteRecords, DeleteRecordsResponse, DeleteRecordsResponsePartition,
-                       EpochEnd, EpochEndPartition, EpochEndResponse, EpochEndResponsePartition,
-                       ErrorCode, Fetch, FetchPurgatory, FetchResponse, FetchResponsePartition,
-                       GroupRequest, IsrChangeKind, PendingIsrChange, Error, Produce,
-                       partition_ready)
-from ...record.records import now_ms
+from .protocol import (
+    DeleteRecords,
+    DeleteRecordsResponse,
+    DeleteRecordsResponsePartition,
+    EpochEnd,
+    EpochEndPartition,
+    EpochEndResponse,
+    EpochEndResponsePartition,
+    Error,
+    ErrorCode,
+    Fetch,
+    FetchPurgatory,
+    FetchResponse,
+    FetchResponsePartition,
+    GroupRequest,
+    IsrChangeKind,
+    PendingIsrChange,
+    Produce,
+    partition_ready,
+)
 from .throttle import ReplicationThrottle
-from ...shm.state import topic_key
-from ..zk.client import ClusterZooKeeper, EventQueue, SessionState
-from ...zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpoint, RequestFailed
 
 log = logging.getLogger("shmlog.broker")
 
@@ -547,7 +571,8 @@ class ReplicaService:
         waiting = self._waiting.pop(key, None)
         if waiting is None:
             return
-        fetch, budget, answers = waiting.request.message.body, waiting.request.message.body.max_bytes, []
+        fetch = waiting.request.message.body
+        budget, answers = fetch.max_bytes, []
         peer, now = waiting.request.message.sender_broker_id, now_ms()
         for request in fetch.partitions:
             replica = self._by_key.get((request.topic_key, request.partition))

@@ -37,8 +37,8 @@ import dataclasses
 from typing import Mapping
 
 from ...common import limits
-from ...storage.topic_config import ALL_REPLICAS, parse_throttled_replicas
 from ...common.errors import InvalidConfigError
+from ...storage.topic_config import ALL_REPLICAS, parse_throttled_replicas
 
 __all__ = ["TokenBucket", "ReplicationThrottle", "LEADER_RATE_CONFIG", "FOLLOWER_RATE_CONFIG",
            "LEADER_REPLICAS_CONFIG", "FOLLOWER_REPLICAS_CONFIG"]

@@ -73,21 +73,43 @@ import time
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss,
-                              KazooException, NodeExistsError, NoNodeError, RolledBackError,
-                              RuntimeInconsistency, SessionExpiredError)
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from ...common import limits
+from ...common.errors import (
+    BrokerIdInUseError,
+    ControllerMovedError,
+    InconsistentClusterIdError,
+    PreferredElectionInProgressError,
+    ReassignmentInProgressError,
+    ShmlogError,
+    StaleStateVersionError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+    ZnodeFormatError,
+    ZooKeeperConflictError,
+    ZooKeeperConnectionError,
+)
 from . import paths as zk_paths
-from ...common.errors import (BrokerIdInUseError, ControllerMovedError, InconsistentClusterIdError,
-                              PreferredElectionInProgressError, ReassignmentInProgressError,
-                              ShmlogError, StaleStateVersionError, TopicExistsError,
-                              UnknownTopicOrPartitionError, ZnodeFormatError,
-                              ZooKeeperConflictError, ZooKeeperConnectionError)
-from .paths import (BrokerRegistration, ControllerRegistration, PartitionState, ProducerIdBlock,
-                    TopicAssignment)
+from .paths import (
+    BrokerRegistration,
+    ControllerRegistration,
+    PartitionState,
+    ProducerIdBlock,
+    TopicAssignment,
+)
 
 __all__ = ["ClusterZooKeeper", "EventQueue", "WatchEvent", "EventKind", "SessionState",
            "ClusterWatch", "CreateOp", "SetDataOp", "DeleteOp", "CheckOp"]

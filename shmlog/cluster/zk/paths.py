@@ -67,8 +67,8 @@ import re
 import uuid
 from typing import Any, Mapping
 
-from ...config.curve_keys import is_z85_key
 from ...common.errors import InvalidTopicError, ZnodeFormatError
+from ...config.curve_keys import is_z85_key
 
 __all__ = [
     "CLUSTER_PATH", "CLUSTER_ID_PATH", "BROKERS_PATH", "BROKER_IDS_PATH", "TOPICS_PATH",

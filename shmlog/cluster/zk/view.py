@@ -25,8 +25,8 @@ import dataclasses
 import logging
 from typing import Iterable, Union
 
-from . import paths as zk_paths
 from ...common.errors import ZnodeFormatError
+from . import paths as zk_paths
 from .client import EventKind, SessionState, WatchEvent
 from .paths import BrokerRegistration, PartitionState, TopicAssignment
 
