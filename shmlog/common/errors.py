@@ -13,6 +13,8 @@
     │   ├── OffsetOutOfRangeError
     │   ├── InvalidReplicationFactorError   below 1, or more than the live brokers
     │   ├── InvalidReplicaAssignmentError   some brokers have a rack and others not
+    │   ├── InvalidReassignmentError   a reassignment names no such partition or broker
+    │   ├── ReassignmentInProgressError   a reassignment already moves those partitions
     │   └── ClientClosedError         a closed producer or consumer was used
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
@@ -31,7 +33,8 @@
     ├── ClientTimeoutError            a send's get() or a flush ran out of time
     ├── BrokerNotAvailableError       no broker answered in time
     │   ├── BrokerNotRunningError     no broker runs (no control socket): nothing was sent
-    │   └── BrokerAccessDeniedError   this user may not connect to the broker
+    │   ├── BrokerAccessDeniedError   this user may not connect to the broker
+    │   └── ProducerIdsUnavailableError   the next block of producer ids is not drawn yet
     ├── NotOwnedError                 what shmlog must own is another user's (or a symlink)
     ├── StorageError                  the log directory failed (disk full, I/O error)
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
@@ -47,6 +50,10 @@
     ├── ControllerMovedError          a newer controller was elected: this one resigns
     ├── ZooKeeperConflictError        a conditional ZooKeeper write found the znode changed
     │   └── StaleStateVersionError    a partition state (or id block) was written meanwhile
+    ├── PreferredElectionInProgressError   an election asked for earlier is not done yet
+    ├── LeaderElectionTimeoutError    the controller did not carry out an election in time
+    ├── ReplicaNotCoveringError       a Spark task's broker holds no copy of the range
+    ├── NetnsError                    an ip or nft command on network namespaces failed
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -54,6 +61,10 @@
         ├── CommitFailedError         a commit was fenced by a rebalance
         │   └── PartitionNotAssignedError   the partition is another member's now
         ├── JoinCancelledError        the consumer left during its join
+        ├── CoordinatorError          the coordinator cannot serve now: ask again later
+        │   ├── NotCoordinatorError   this broker does not coordinate the group
+        │   ├── CoordinatorNotAvailableError   no coordinator can be reached now
+        │   └── CoordinatorLoadInProgressError   it is reading the offsets back
         ├── GroupIdNotFoundError
         ├── NonEmptyGroupError        the group has active members
         └── InconsistentGroupProtocolError   the members share no assignor
