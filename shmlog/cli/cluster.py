@@ -30,6 +30,7 @@ import threading
 
 from ..common.limits import ELECT_LEADERS_TIMEOUT_MS_DEFAULT
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from .signals import STOP_SIGNALS, stopped_by_signals
 
 __all__ = ["add_parser", "BROKERS_DEFAULT", "DIRECTORY_DEFAULT"]
 
@@ -171,22 +172,18 @@ def _up(arguments) -> int:
                            zookeeper_connect=arguments.zookeeper_connect,
                            curve=not arguments.plaintext)
     stop = threading.Event()
-    # SIGTERM and SIGINT interrupt the start (KeyboardInterrupt) and end the wait; a
-    # shell starts a background command with SIGINT ignored, so both are set.
-    previous = {number: signal.signal(number, signal.default_int_handler)
-                for number in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        cluster.start()
-        _print_cluster(cluster)
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        for number in previous:
-            signal.signal(number, signal.SIG_IGN)     # one stop, not interrupted
-        cluster.stop()
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    # SIGTERM and SIGINT interrupt the start (KeyboardInterrupt) and end the wait.
+    with stopped_by_signals():
+        try:
+            cluster.start()
+            _print_cluster(cluster)
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for number in STOP_SIGNALS:
+                signal.signal(number, signal.SIG_IGN)     # one stop, not interrupted
+            cluster.stop()
     print("cluster stopped", flush=True)
     return EXIT_OK
 

@@ -10,7 +10,8 @@ numbers its Prometheus endpoint serves); in a cluster the summary is
 numba, no numpy.
 
 ``--watch [SECONDS]`` redraws every SECONDS (``limits.STATUS_WATCH_INTERVAL_S``)
-until Ctrl-C, which ends it with status 0, or after ``--iterations`` views. On a
+until Ctrl-C or SIGTERM, which end it with status 0 (even when it was started with
+SIGINT ignored, as a shell starts a background command), or after ``--iterations`` views. On a
 terminal each view replaces the last (the screen is cleared, as ``top`` and
 ``watch`` do); otherwise views follow one another, and with ``--json`` each is one
 line (JSON Lines).
@@ -26,6 +27,7 @@ import time
 from ..common import limits
 from ..common.errors import ShmlogError
 from .exit_codes import EXIT_OK
+from .signals import stopped_by_signals
 
 __all__ = ["add_parser", "status_lines", "status_json", "read_status"]
 
@@ -97,16 +99,18 @@ def _status(arguments) -> int:
         return EXIT_OK
     clear = sys.stdout.isatty()
     shown = 0
-    try:
-        while True:
-            _show(*read_status(arguments.data_dir), arguments.json, watching=True, clear=clear)
-            shown += 1
-            if arguments.iterations is not None and shown >= arguments.iterations:
-                return EXIT_OK
-            time.sleep(arguments.watch)
-    except KeyboardInterrupt:          # Ctrl-C ends a watch: not an error
-        print(flush=True)
-        return EXIT_OK
+    with stopped_by_signals():
+        try:
+            while True:
+                _show(*read_status(arguments.data_dir), arguments.json, watching=True,
+                      clear=clear)
+                shown += 1
+                if arguments.iterations is not None and shown >= arguments.iterations:
+                    return EXIT_OK
+                time.sleep(arguments.watch)
+        except KeyboardInterrupt:          # Ctrl-C (or SIGTERM) ends a watch: not an error
+            print(flush=True)
+            return EXIT_OK
 
 
 def _show(stats: dict, summary, as_json: bool, *, watching: bool, clear: bool) -> None:

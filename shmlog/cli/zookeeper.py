@@ -12,10 +12,10 @@ stops the JVM when signalled.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from .exit_codes import EXIT_FAILURE, EXIT_OK
+from .signals import stopped_by_signals
 
 __all__ = ["add_parser", "DEFAULTS_HELP"]
 
@@ -51,21 +51,17 @@ def _zookeeper(arguments) -> int:
         tick_time_ms=zookeeper.TICK_TIME_MS_DEFAULT if arguments.tick_time_ms is None
         else arguments.tick_time_ms)
     # SIGTERM and SIGINT interrupt (KeyboardInterrupt), so the JVM is stopped on the
-    # way out, even while it starts; SIGINT's handler is set too, as a shell starts a
-    # background command with SIGINT ignored.
-    previous = {number: signal.signal(number, signal.default_int_handler)
-                for number in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with server:
-            print(f"ZooKeeper serves {server.connect_string} (started in "
-                  f"{server.start_time_s:.1f} s; data and log in {server.data_dir})", flush=True)
-            status = server.process.wait()
-        print(f"shmlog zookeeper: ZooKeeper exited with status {status}: see "
-              f"{server.log_path} and {server.output_path}", file=sys.stderr)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        print(f"ZooKeeper on {server.connect_string} stopped", flush=True)
-        return EXIT_OK
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    # way out, even while it starts.
+    with stopped_by_signals():
+        try:
+            with server:
+                print(f"ZooKeeper serves {server.connect_string} (started in "
+                      f"{server.start_time_s:.1f} s; data and log in {server.data_dir})",
+                      flush=True)
+                status = server.process.wait()
+            print(f"shmlog zookeeper: ZooKeeper exited with status {status}: see "
+                  f"{server.log_path} and {server.output_path}", file=sys.stderr)
+            return EXIT_FAILURE
+        except KeyboardInterrupt:
+            print(f"ZooKeeper on {server.connect_string} stopped", flush=True)
+            return EXIT_OK

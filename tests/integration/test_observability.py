@@ -2,7 +2,8 @@
 scraped over HTTP by a real client and parsed by prometheus-client's parser, with
 values equal to what was produced and committed; ``shmlog status`` once (``--json``
 parsed, the plain view's lines, no numba nor numpy loaded), redrawn with ``--watch``
-for a bounded number of views, and ended by Ctrl-C (SIGINT) with status 0;
+for a bounded number of views, and ended by Ctrl-C (SIGINT) with status 0, also when
+it was started with SIGINT ignored (as a shell starts a background command);
 ``Producer.metrics()`` and ``Consumer.metrics()`` counting what went through them.
 
 Method: one broker process for the module (``Broker(..., metrics_port=0)``: a free
@@ -130,10 +131,18 @@ def test_watch_redraws_a_bounded_number_of_views(broker):
     assert [view["broker"]["pid"] for view in views] == [broker.process.pid] * 2
 
 
-def test_ctrl_c_ends_a_watch_cleanly(broker):
+def ignore_sigint() -> None:
+    """What a shell does to a command it starts in the background (``cmd &``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("inherited", [None, ignore_sigint],
+                         ids=["sigint-default", "sigint-ignored-by-the-parent"])
+def test_ctrl_c_ends_a_watch_cleanly(broker, inherited):
     watching = subprocess.Popen([sys.executable, "-m", "shmlog", "status", "--data-dir",
                                  broker.data_dir, "--watch", "0.2"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=inherited)
     try:
         assert watching.stdout.readline().startswith("broker ")   # it draws, then waits
         watching.send_signal(signal.SIGINT)
