@@ -46,7 +46,9 @@
     ├── BrokerIdInUseError            another live broker is registered under this id
     ├── ControllerMovedError          a newer controller was elected: this one resigns
     ├── ZooKeeperConflictError        a conditional ZooKeeper write found the znode changed
-    │   └── StaleStateVersionError    a partition state (or id block) was written meanwhile
+    │   ├── StaleStateVersionError    a partition state (or id block) was written meanwhile
+    │   ├── ZnodeExistsError          a create found the znode there already
+    │   └── ZnodeMissingError         a write found no znode (or no parent) to write
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -297,6 +299,15 @@ class StaleStateVersionError(ZooKeeperConflictError):
     """A versioned write (a partition state's ISR change, a producer-id block) found
     another zkVersion: someone wrote the znode since it was read. A leader re-reads
     its partition's state and follows it if the leader epoch moved."""
+
+
+class ZnodeExistsError(ZooKeeperConflictError):
+    """A create was refused: the znode exists already (ZooKeeper's NodeExists)."""
+
+
+class ZnodeMissingError(ZooKeeperConflictError):
+    """A write was refused: its znode (or, for a create, its parent) does not exist
+    (ZooKeeper's NoNode)."""
 # --- replication -----------------------------------------------------------------------
 
 
