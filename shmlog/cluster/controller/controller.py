@@ -10,7 +10,7 @@ Rules
 -----
 * **Its own thread** (Kafka's ControllerEventManager): it may block on ZooKeeper;
   it never touches logs or the broker loop's state. kazoo's threads only queue
-  events for it (``zk_client.EventQueue``).
+  events for it (``zk.events.EventQueue``).
 * **Election** (:meth:`ClusterZooKeeper.try_become_controller`): the ephemeral
   ``/controller`` and ``/controller_epoch`` + 1 in one transaction; the epoch's
   zkVersion is then the fence of every write (``checked_multi``).
@@ -93,16 +93,10 @@ from ...common.errors import (
     ZooKeeperConnectionError,
 )
 from ..zk import paths as zk_paths
-from ..zk.client import (
-    ClusterZooKeeper,
-    DeleteOp,
-    EventKind,
-    EventQueue,
-    SessionState,
-    SetDataOp,
-    WatchEvent,
-)
+from ..zk.client import ClusterZooKeeper
+from ..zk.events import EventKind, EventQueue, SessionState, WatchEvent
 from ..zk.paths import NO_LEADER, PartitionState, TopicAssignment
+from ..zk.session import DeleteOp, SetDataOp
 from . import leader_balance, reassignment
 from .reassignment import MovingAssignment, StepKind
 
