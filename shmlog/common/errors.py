@@ -49,7 +49,9 @@
     ├── BrokerIdInUseError            another live broker is registered under this id
     ├── ControllerMovedError          a newer controller was elected: this one resigns
     ├── ZooKeeperConflictError        a conditional ZooKeeper write found the znode changed
-    │   └── StaleStateVersionError    a partition state (or id block) was written meanwhile
+    │   ├── StaleStateVersionError    a partition state (or id block) was written meanwhile
+    │   ├── ZnodeExistsError          a create found the znode there already
+    │   └── ZnodeMissingError         a write found no znode (or no parent) to write
     ├── PreferredElectionInProgressError   an election asked for earlier is not done yet
     ├── LeaderElectionTimeoutError    the controller did not carry out an election in time
     ├── ReplicaNotCoveringError       a Spark task's broker holds no copy of the range
@@ -308,6 +310,15 @@ class StaleStateVersionError(ZooKeeperConflictError):
     """A versioned write (a partition state's ISR change, a producer-id block) found
     another zkVersion: someone wrote the znode since it was read. A leader re-reads
     its partition's state and follows it if the leader epoch moved."""
+
+
+class ZnodeExistsError(ZooKeeperConflictError):
+    """A create was refused: the znode exists already (ZooKeeper's NodeExists)."""
+
+
+class ZnodeMissingError(ZooKeeperConflictError):
+    """A write was refused: its znode (or, for a create, its parent) does not exist
+    (ZooKeeper's NoNode)."""
 # --- replication -----------------------------------------------------------------------
 
 

@@ -29,16 +29,10 @@ from kazoo.client import KazooClient
 
 from shmlog.cluster.controller.controller import Controller
 from shmlog.cluster.zk import paths as zk_paths
-from shmlog.cluster.zk.client import (
-    ClusterZooKeeper,
-    CreateOp,
-    DeleteOp,
-    EventKind,
-    EventQueue,
-    SessionState,
-    SetDataOp,
-)
+from shmlog.cluster.zk.client import ClusterZooKeeper
+from shmlog.cluster.zk.events import EventKind, EventQueue, SessionState
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
+from shmlog.cluster.zk.session import CreateOp, DeleteOp, SetDataOp
 from shmlog.common.errors import (
     ControllerMovedError,
     InconsistentClusterIdError,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shmlog.cluster.zk import paths as zk_paths
-from shmlog.cluster.zk.client import EventKind, SessionState, WatchEvent
+from shmlog.cluster.zk.events import EventKind, SessionState, WatchEvent
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
 from shmlog.cluster.zk.view import (
     BrokerConfigChanged,

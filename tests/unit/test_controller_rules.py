@@ -1,6 +1,5 @@
-"""The controller's pure rules (``shmlog.cluster.controller.controller``), one Kafka rule per
-test, as
-tables of plain numbers:
+"""The controller's pure rules (``shmlog.cluster.controller.partition_state_machine``),
+one Kafka rule per test, as tables of plain numbers:
 
 * ``elect_leader``: Kafka 2.8's ``Election.offlinePartitionLeaderElection``;
 * ``initial_partition_state``: ``PartitionStateMachine.initializeLeaderAndIsrForPartitions``;
@@ -16,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.cluster.controller.controller import (
+from shmlog.cluster.controller.partition_state_machine import (
     elect_leader,
     initial_partition_state,
     partition_state_after,

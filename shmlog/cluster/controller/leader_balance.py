@@ -12,9 +12,10 @@ Rules (Kafka 2.8; each function names its Kafka source)
   leader: the broker gives up waiting on it and leaves anyway (its failover then
   is an ordinary one). A partition the shutting broker only follows loses it from
   its ISR (Kafka's ``OfflineReplica`` transition, ``removeReplicasFromIsr``); as for
-  a dead follower (``controller.partition_state_after``) the leader epoch is kept,
-  where Kafka bumps it, and the last member of an ISR is never removed (Kafka's
-  rule). A broker shutting down is never elected by any election meanwhile.
+  a dead follower (``partition_state_machine.partition_state_after``) the leader
+  epoch is kept, where Kafka bumps it, and the last member of an ISR is never
+  removed (Kafka's rule). A broker shutting down is never elected by any election
+  meanwhile.
 * **The broker's wait** (``KafkaServer.controlledShutdown``):
   :class:`ControlledShutdown` counts attempts; each lasts
   ``controlled.shutdown.retry.backoff.ms``, and after
@@ -35,9 +36,10 @@ Rules (Kafka 2.8; each function names its Kafka source)
 
 Theory of operation
 -------------------
-The controller (``controller.py``) reads the live brokers, the brokers shutting
-down (``/admin/controlled_shutdown/<id>``, ``zk_paths``) and fresh partition states,
-and applies these functions; the results are written in its fenced multi-ops.
+The controller (``partition_state_machine``, ``preferred_leader_elector``) reads the
+live brokers, the brokers shutting down (``/admin/controlled_shutdown/<id>``,
+``zk_paths``) and fresh partition states, and applies these functions; the
+results are written in its fenced multi-ops.
 Everything here is plain data in, plain data out, so every rule is tested with
 numbers (tests/unit/test_leader_balance.py).
 """

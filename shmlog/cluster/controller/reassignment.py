@@ -1,7 +1,7 @@
 """Partition reassignment's rules, sans-I/O (Kafka 2.8's ``KafkaController.
 onPartitionReassignment`` with KIP-455's adding/removing replicas): plain broker ids
-in, decisions out. The controller (``controller.py``) reads ZooKeeper, asks these
-functions, and writes what they say.
+in, decisions out. The controller (``partition_reassigner``) reads ZooKeeper, asks
+these functions, and writes what they say.
 
 Rules (each names its Kafka 2.8 source; each has a table test)
 ---------------------------------------------------------------

@@ -85,7 +85,8 @@ from ...record.records import now_ms
 from ...shm.state import topic_key
 from ...storage import delete_records as deletion
 from ...zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpoint, RequestFailed
-from ..zk.client import ClusterZooKeeper, EventQueue, SessionState
+from ..zk.client import ClusterZooKeeper
+from ..zk.events import EventQueue, SessionState
 from ..zk.view import (
     BrokerConfigChanged,
     BrokersChanged,

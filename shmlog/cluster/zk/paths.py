@@ -29,7 +29,7 @@ Cluster metadata lives in ZooKeeper as Kafka kept it before KRaft (Kafka 2.8's
 Rules
 -----
 * No I/O and no kazoo: path builders and ``encode_*``/``decode_*`` pairs over bytes.
-  ``zk_client`` does the reading and writing.
+  ``client`` (its parts) does the reading and writing.
 * A body read from ZooKeeper came from another broker (or an operator): every
   decoder checks each field's type and range and raises :class:`ZnodeFormatError`
   (a :class:`PeerProtocolError`) for anything else, never a KeyError or TypeError.
@@ -56,7 +56,8 @@ controller that it bounced even when it comes back under the same id. The state
 znodes are written only conditionally on their zkVersion, so of two writers (the
 controller, the leader shrinking its ISR) the later one learns of the earlier
 one's write instead of overwriting it; the controller's writes are also fenced by
-the zkVersion of ``/controller_epoch`` (see ``zk_client.ClusterZooKeeper.checked_multi``).
+the zkVersion of ``/controller_epoch`` (see ``controller_election.ControllerElection.
+checked_multi``).
 """
 
 from __future__ import annotations

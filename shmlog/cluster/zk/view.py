@@ -3,7 +3,7 @@
 Every broker keeps one :class:`ClusterView`: the live brokers and their epochs, the
 topics with their assignments and configs, and every partition's state (leader,
 leader epoch, ISR). It is Kafka's metadata cache, fed not by the controller's
-UpdateMetadata requests but by ZooKeeper's watches (``zk_client.ClusterWatch``), so
+UpdateMetadata requests but by ZooKeeper's watches (``watches.ClusterWatch``), so
 it is as current as ZooKeeper and a restarted broker needs nothing replayed.
 
 Rules
@@ -27,7 +27,7 @@ from typing import Iterable, Union
 
 from ...common.errors import ZnodeFormatError
 from . import paths as zk_paths
-from .client import EventKind, SessionState, WatchEvent
+from .events import EventKind, SessionState, WatchEvent
 from .paths import BrokerRegistration, PartitionState, TopicAssignment
 
 log = logging.getLogger("shmlog.broker")

@@ -1,0 +1,447 @@
+"""A broker's ZooKeeper session: the only module that imports kazoo.
+
+:class:`ZooKeeperSession` wraps one ``KazooClient`` (one session per broker, shared by
+the broker's loop and its controller, Kafka's ``ZooKeeperClient``) and offers the
+requests the other modules of ``cluster.zk`` are written in: reads retried across a
+connection loss, writes tried once, multi-ops (:class:`CreateOp`, :class:`SetDataOp`,
+:class:`DeleteOp`, :class:`CheckOp`), an asynchronous conditional set, and kazoo's
+watch recipes. What the znodes mean is theirs (``paths`` lays them out).
+
+Rules
+-----
+* **kazoo's threads never touch broker state.** Watch callbacks and the session
+  listener only put events on queues (and call the queue's ``wake``, e.g. the
+  appender doorbell). The session listener never blocks and never calls
+  ZooKeeper (kazoo runs it on its connection thread; kazoo issue #355): it sets or
+  clears :attr:`ZooKeeperSession.suspended`, counts losses, tells the state
+  listeners (which only flag or spawn) and queues a ``SESSION`` event.
+* **SUSPENDED means "I may no longer be controller or leader".** kazoo reports it
+  when nothing was read for 2/3 of the negotiated session timeout T; ZooKeeper
+  expires the session (and its ephemerals) only after T, so an owner that stops
+  acting on ``suspended`` is fenced before anyone else can be elected.
+* Reads are retried across a connection loss (bounded); writes are not (a retried
+  write may have gone through): a lost connection during a write is
+  :class:`ZooKeeperConnectionError`, its outcome unknown.
+* **A refused write is a named error, never a kazoo exception**: another version
+  is :class:`StaleStateVersionError`, a znode there already
+  :class:`ZnodeExistsError`, a znode (or parent) missing :class:`ZnodeMissingError`,
+  any other refusal a :class:`ZooKeeperConflictError`; each names the znode.
+* kazoo's ``commit()`` does not raise when a multi fails; it returns one result per
+  op (the failing op's exception, ``RolledBackError`` before it,
+  ``RuntimeInconsistency`` after it): :meth:`ZooKeeperSession.multi` raises the
+  failing op's refusal. Nothing of a refused multi is applied.
+
+Theory of operation
+-------------------
+:meth:`ZooKeeperSession.start` connects (making the chroot first, with a short
+session outside it, when it is missing) and creates the top-level paths. From then
+on kazoo reconnects by itself; the listener turns its state changes into the
+``suspended`` flag and ``SESSION`` events for every queue added with
+:meth:`~ZooKeeperSession.add_events`.
+Watches are kazoo's ``DataWatch``/``ChildrenWatch`` recipes, not one-shot watches:
+those re-read and re-arm after a reconnection (a one-shot watch is fired with a
+NONE event and forgotten on SUSPENDED; kazoo issue #151). They are set up on threads
+of kazoo's handler (:meth:`~ZooKeeperSession.spawn`), so their owner never blocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Callable, Self, Sequence
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry, RetryFailedError
+
+from ...common import limits
+from ...common.errors import (
+    ShmlogError,
+    StaleStateVersionError,
+    ZnodeExistsError,
+    ZnodeMissingError,
+    ZooKeeperConflictError,
+    ZooKeeperConnectionError,
+)
+from . import paths as zk_paths
+from .events import EventKind, EventQueue, SessionState, WatchEvent
+
+__all__ = ["ZooKeeperSession", "CreateOp", "SetDataOp", "DeleteOp", "CheckOp", "Op"]
+
+# What a lost connection looks like from a request.
+_CONNECTION_ERRORS = (ConnectionLoss, SessionExpiredError, ConnectionClosedError,
+                      KazooTimeoutError, RetryFailedError)
+# What a refused write looks like from a request.
+_REFUSALS = (BadVersionError, NoNodeError, NodeExistsError)
+
+
+# --- operations of a multi-op --------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class CreateOp:
+    """Create ``path`` with ``body`` (its parent must exist)."""
+    path: str
+    body: bytes = b""
+    ephemeral: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SetDataOp:
+    """Set ``path``'s body if its version is ``version`` (-1: any)."""
+    path: str
+    body: bytes
+    version: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteOp:
+    """Delete ``path`` (it must have no children) if its version is ``version``."""
+    path: str
+    version: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckOp:
+    """Fail the multi unless ``path``'s version is ``version``."""
+    path: str
+    version: int
+
+
+Op = CreateOp | SetDataOp | DeleteOp | CheckOp
+
+
+class ZooKeeperSession:
+    """One ZooKeeper session and the requests made in it.
+
+    Parameters
+    ----------
+    hosts : str
+        ``zookeeper.connect``: ``"h1:2181,h2:2181/chroot"``; every path is under the
+        chroot.
+    session_timeout_ms : int
+        The session timeout asked for (ZooKeeper clamps it to 2..20 ticks).
+    connect_timeout_s : float
+        How long :meth:`start` waits for the first session.
+
+    Attributes
+    ----------
+    suspended : threading.Event
+        Set while the session may be gone (SUSPENDED, LOST, not yet connected),
+        cleared on CONNECTED: a leader advances no high watermark and a controller
+        writes nothing while it is set.
+    sessions_lost : int
+        How many times the session was LOST.
+
+    Requests return kazoo's ``ZnodeStat`` where a stat is asked for (read its
+    ``version``, ``czxid`` and ``ephemeralOwner``).
+    """
+
+    def __init__(self, hosts: str, *,
+                 session_timeout_ms: int = limits.ZOOKEEPER_SESSION_TIMEOUT_MS_DEFAULT,
+                 connect_timeout_s: float = limits.ZOOKEEPER_CONNECT_TIMEOUT_S):
+        self.hosts = hosts
+        self.session_timeout_s = session_timeout_ms / 1000
+        self.connect_timeout_s = connect_timeout_s
+        self._client = KazooClient(
+            hosts=hosts, timeout=self.session_timeout_s,
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0})
+        self._read_retry = KazooRetry(max_tries=limits.ZOOKEEPER_READ_ATTEMPTS_MAX, delay=0.1,
+                                      max_delay=1.0, ignore_expire=True)
+        self.suspended = threading.Event()
+        self.suspended.set()
+        self.sessions_lost = 0
+        self._queues: list[EventQueue] = []
+        self._queues_lock = threading.Lock()
+        self._state_listeners: list[Callable[[SessionState], None]] = []
+
+    # --- the session -------------------------------------------------------------------
+
+    def start(self, *, create_paths: bool = True) -> Self:
+        """Connect, and make sure the chroot and the base paths exist (Kafka's
+        createChrootIfNecessary and createTopLevelPaths) unless ``create_paths`` is
+        false (a reader that must change nothing: ``cluster_status``).
+
+        Raises
+        ------
+        ZooKeeperConnectionError
+            No session within ``connect_timeout_s``.
+        """
+        servers, slash, chroot = self.hosts.partition("/")
+        if create_paths and slash and chroot.strip("/"):
+            # Kafka's createChrootIfNecessary: a client under a chroot that does not
+            # exist can create nothing, so a short session without it makes it.
+            chroot_maker = KazooClient(hosts=servers, timeout=self.session_timeout_s)
+            self._connect(chroot_maker)
+            try:
+                self._read(chroot_maker.ensure_path, "/" + chroot.strip("/"))
+            finally:
+                chroot_maker.stop()
+                chroot_maker.close()
+        self._client.add_listener(self._on_session_state)
+        self._connect(self._client)
+        self.suspended.clear()
+        for path in zk_paths.BASE_PATHS if create_paths else ():
+            self._read(self._client.ensure_path, path)
+        return self
+
+    def _connect(self, client: KazooClient) -> None:
+        try:
+            client.start(timeout=self.connect_timeout_s)
+        except KazooTimeoutError:
+            client.stop()
+            client.close()
+            raise ZooKeeperConnectionError(
+                f"no ZooKeeper session with {self.hosts} within {self.connect_timeout_s} s: "
+                f"is zookeeper.connect right, and is ZooKeeper up?") from None
+
+    def close(self) -> None:
+        """End the session (its ephemerals go at once) and kazoo's threads."""
+        self._client.stop()
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def session_id(self) -> int | None:
+        """This session's id (the owner of the ephemerals it creates), None when
+        not connected."""
+        client_id = self._client.client_id
+        return None if client_id is None else client_id[0]
+
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """(session id, password): what another client needs to take over (or, in
+        tests, to expire) this session; None when not connected."""
+        return self._client.client_id
+
+    def add_events(self, events: EventQueue) -> None:
+        """Have session changes (``SESSION`` events) and what :meth:`broadcast` sends
+        (re-registrations) queued on ``events`` too."""
+        with self._queues_lock:
+            self._queues.append(events)
+
+    def remove_events(self, events: EventQueue) -> None:
+        """Stop queueing session events on ``events``."""
+        with self._queues_lock:
+            if events in self._queues:
+                self._queues.remove(events)
+
+    def broadcast(self, event: WatchEvent) -> None:
+        """Queue ``event`` on every queue added with :meth:`add_events`."""
+        with self._queues_lock:
+            targets = list(self._queues)
+        for events in targets:
+            events.put(event)
+
+    def add_state_listener(self, listener: Callable[[SessionState], None]) -> None:
+        """Call ``listener(state)`` at each session state change, on kazoo's
+        connection thread, after ``suspended`` is updated and before the ``SESSION``
+        event is queued: it must only flag or :meth:`spawn`, never block nor call
+        ZooKeeper."""
+        self._state_listeners.append(listener)
+
+    def _on_session_state(self, state: str) -> None:
+        """kazoo's session listener, on its connection thread: flags and queues only."""
+        if state == KazooState.CONNECTED:
+            self.suspended.clear()
+        else:
+            self.suspended.set()
+            if state == KazooState.LOST:
+                self.sessions_lost += 1
+        session_state = SessionState(state)
+        for listener in self._state_listeners:
+            listener(session_state)
+        self.broadcast(WatchEvent(EventKind.SESSION, session_state, None, -1))
+
+    def spawn(self, function: Callable, *args) -> None:
+        """Run ``function(*args)`` on a thread of kazoo's handler (it may block and
+        call ZooKeeper)."""
+        self._client.handler.spawn(function, *args)
+
+    # --- reads: retried across a connection loss ----------------------------------------
+
+    def get(self, path: str) -> tuple[bytes, Any] | None:
+        """(body, ZnodeStat) of ``path``, None if it does not exist."""
+        try:
+            return self._read(self._client.get, path)
+        except NoNodeError:
+            return None
+
+    def children(self, path: str) -> list[str]:
+        """The names of ``path``'s children, [] if it does not exist."""
+        try:
+            return self._read(self._client.get_children, path)
+        except NoNodeError:
+            return []
+
+    def exists(self, path: str, watch: Callable[[], None] | None = None) -> Any | None:
+        """The ZnodeStat of ``path``, None if it does not exist; ``watch()`` is called
+        once, on a kazoo thread, at its next change (creation, deletion, data)."""
+        if watch is None:
+            return self._read(self._client.exists, path)
+        return self._read(self._client.exists, path, watch=lambda event: watch())
+
+    def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents where missing (idempotent, so retried)."""
+        self._read(self._client.ensure_path, path)
+
+    def _read(self, function: Callable, *args, **kwargs) -> Any:
+        """An idempotent request, retried across connection losses (bounded)."""
+        try:
+            return self._read_retry(function, *args, **kwargs)
+        except _CONNECTION_ERRORS as error:
+            raise ZooKeeperConnectionError(
+                f"ZooKeeper ({self.hosts}) did not answer {getattr(function, '__name__', '')}"
+                f"{args[:1]}: {type(error).__name__}") from None
+
+    # --- writes: tried once -------------------------------------------------------------
+
+    def create(self, path: str, body: bytes = b"", *, ephemeral: bool = False) -> str:
+        """Create ``path`` with ``body`` (an ephemeral goes with this session).
+
+        Raises
+        ------
+        ZnodeExistsError
+            ``path`` exists.
+        ZnodeMissingError
+            Its parent does not.
+        ZooKeeperConnectionError
+            The outcome is unknown.
+        """
+        return self._write(self._client.create, path, body, ephemeral=ephemeral)
+
+    def set(self, path: str, body: bytes, *, version: int = -1) -> Any:
+        """Set ``path``'s body if its zkVersion is ``version`` (-1: any); its new
+        ZnodeStat.
+
+        Raises
+        ------
+        StaleStateVersionError
+            ``path`` has another zkVersion.
+        ZnodeMissingError
+            ``path`` does not exist.
+        ZooKeeperConnectionError
+            The outcome is unknown.
+        """
+        return self._write(self._client.set, path, body, version=version)
+
+    def delete(self, path: str, *, version: int = -1) -> None:
+        """Delete ``path`` (it must have no children) if its zkVersion is ``version``
+        (-1: any).
+
+        Raises
+        ------
+        StaleStateVersionError, ZnodeMissingError, ZooKeeperConnectionError
+            As :meth:`set`.
+        """
+        self._write(self._client.delete, path, version=version)
+
+    def set_async(self, path: str, body: bytes, version: int,
+                  done: Callable[[Any], None]) -> None:
+        """:meth:`set` without blocking: ``done`` gets the new ZnodeStat or the error
+        (:class:`ShmlogError`), on a kazoo thread (so it must only queue)."""
+        def finished(result) -> None:
+            try:
+                stat = result.get()
+            except _REFUSALS as error:
+                done(_refusal(error, path))
+            except _CONNECTION_ERRORS as error:
+                done(ZooKeeperConnectionError(
+                    f"the connection to ZooKeeper was lost while writing {path}: its outcome "
+                    f"is unknown ({type(error).__name__})"))
+            else:
+                done(stat)
+
+        self._client.set_async(path, body, version=version).rawlink(finished)
+
+    def multi(self, ops: Sequence[Op]) -> list:
+        """Apply ``ops`` atomically (ZooKeeper's multi).
+
+        Returns
+        -------
+        list
+            One result per op: the created path, True (delete), a ZnodeStat (set),
+            True (check).
+
+        Raises
+        ------
+        ZooKeeperConflictError
+            An op found its znode otherwise (the subclass says how; ``path`` names
+            it); nothing was applied.
+        ZooKeeperConnectionError
+            The outcome is unknown.
+        """
+        transaction = self._client.transaction()
+        for op in ops:
+            _add(transaction, op)
+        results = self._write(transaction.commit)
+        assert len(results) == len(ops), (results, ops)
+        for result, op in zip(results, ops):
+            if isinstance(result, (RolledBackError, RuntimeInconsistency)) or \
+                    not isinstance(result, Exception):
+                continue
+            raise _refusal(result, op.path)
+        return results
+
+    def _write(self, function: Callable, *args, **kwargs) -> Any:
+        """A request tried once: a lost connection leaves its outcome unknown."""
+        try:
+            return function(*args, **kwargs)
+        except _REFUSALS as error:
+            raise _refusal(error, args[0] if args else "") from None
+        except _CONNECTION_ERRORS as error:
+            raise ZooKeeperConnectionError(
+                f"the connection to ZooKeeper ({self.hosts}) was lost during a write to "
+                f"{args[:1]}: its outcome is unknown ({type(error).__name__})") from None
+
+    # --- watches -----------------------------------------------------------------------
+
+    def data_watch(self, path: str, changed: Callable[[bytes | None, Any], bool | None]) -> None:
+        """kazoo's DataWatch: ``changed(body, ZnodeStat)`` now and at each change of
+        ``path`` (None, None while it does not exist), on a kazoo thread, until it
+        returns False. Blocks for the first read: call it from :meth:`spawn`."""
+        self._client.DataWatch(path, changed)
+
+    def children_watch(self, path: str, changed: Callable[[list[str]], bool | None]) -> None:
+        """kazoo's ChildrenWatch: ``changed(children)`` now and at each change of
+        ``path``'s children, on a kazoo thread, until it returns False. Blocks for the
+        first read: call it from :meth:`spawn`."""
+        self._client.ChildrenWatch(path, changed)
+
+
+def _add(transaction, op: Op) -> None:
+    if isinstance(op, CreateOp):
+        transaction.create(op.path, op.body, ephemeral=op.ephemeral)
+    elif isinstance(op, SetDataOp):
+        transaction.set_data(op.path, op.body, version=op.version)
+    elif isinstance(op, DeleteOp):
+        transaction.delete(op.path, version=op.version)
+    else:
+        assert isinstance(op, CheckOp), op
+        transaction.check(op.path, op.version)
+
+
+def _refusal(error: KazooException, path: str) -> ShmlogError:
+    """The named error for a write ZooKeeper refused."""
+    if isinstance(error, BadVersionError):
+        return StaleStateVersionError(f"{path} has another zkVersion than the one written "
+                                      f"against: someone wrote it since it was read", path=path)
+    kind = ZnodeExistsError if isinstance(error, NodeExistsError) else \
+        ZnodeMissingError if isinstance(error, NoNodeError) else ZooKeeperConflictError
+    return kind(f"{path}: {type(error).__name__} (the znode is not as the writer believed)",
+                path=path)

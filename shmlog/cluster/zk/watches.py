@@ -1,0 +1,229 @@
+"""Watches: ZooKeeper's changes turned into :class:`WatchEvent` s on an owner's
+:class:`EventQueue` (what Kafka's ZNodeChangeHandlers and ZNodeChildChangeHandlers
+do for its controller, and UpdateMetadata requests for its brokers).
+
+Rules
+-----
+* **A watch only queues.** Its callbacks run on kazoo's threads: they put events
+  (and start more watches, without blocking); the owner decodes and acts.
+* **Setting up never blocks its caller**: each watch is set up on a thread of
+  kazoo's handler (``ZooKeeperSession.spawn``), and the first events arrive from
+  there.
+* A :class:`ClusterWatch` ends when cancelled (each watch stops at its next
+  firing, queueing nothing more); a topic's watches end when the topic leaves the
+  topic list.
+
+Theory of operation
+-------------------
+Watches are kazoo's ``DataWatch``/``ChildrenWatch`` recipes (``ZooKeeperSession.
+data_watch``, ``children_watch``): they re-read and re-arm after a reconnection, so
+events about one key may arrive more than once; ``zk_version`` orders them (the
+data version, or for a broker its czxid), and a consumer keeps the newest.
+:func:`watch_cluster` cascades: the broker-id list starts a data watch per broker,
+the topic list one per topic assignment and config, an assignment one per partition
+state. A re-created topic restarts its state versions at 0: a ``TOPIC`` event with
+a new ``topic_id`` starts over.
+Two single watches stand apart: the controller's on ``/admin/reassign_partitions``
+(:func:`watch_reassignment`) and each broker's on its own ``/config/brokers/<id>``
+(:func:`watch_broker_config`, the throttle rates).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Iterable
+
+from ...common.errors import ZnodeFormatError
+from . import paths as zk_paths
+from .events import EventKind, EventQueue, WatchEvent
+from .session import ZooKeeperSession
+
+__all__ = ["ClusterWatch", "watch_controller", "watch_reassignment", "watch_broker_config",
+           "watch_cluster", "watch_leader_balance"]
+
+log = logging.getLogger(__name__)
+
+
+def watch_controller(session: ZooKeeperSession, events: EventQueue) -> "ClusterWatch":
+    """Queue a ``CONTROLLER`` event on ``events`` now and on each change of
+    ``/controller``. Does not block."""
+    watch = ClusterWatch(session, events)
+    watch.spawn(watch.watch_data, zk_paths.CONTROLLER_PATH, EventKind.CONTROLLER,
+                zk_paths.CONTROLLER_PATH)
+    return watch
+
+
+def watch_reassignment(session: ZooKeeperSession, events: EventQueue) -> "ClusterWatch":
+    """Queue a ``REASSIGN_PARTITIONS`` event on ``events`` now and on each change
+    of ``/admin/reassign_partitions`` (the controller's). Does not block."""
+    watch = ClusterWatch(session, events)
+    watch.spawn(watch.watch_data, zk_paths.REASSIGN_PARTITIONS_PATH,
+                EventKind.REASSIGN_PARTITIONS, zk_paths.REASSIGN_PARTITIONS_PATH)
+    return watch
+
+
+def watch_broker_config(session: ZooKeeperSession, broker_id: int,
+                        events: EventQueue) -> "ClusterWatch":
+    """Queue a ``BROKER_CONFIG`` event on ``events`` now and on each change of
+    ``/config/brokers/<broker_id>``. Does not block."""
+    watch = ClusterWatch(session, events)
+    watch.spawn(watch.watch_data, zk_paths.broker_config_path(broker_id),
+                EventKind.BROKER_CONFIG, broker_id)
+    return watch
+
+
+def watch_cluster(session: ZooKeeperSession, events: EventQueue) -> "ClusterWatch":
+    """Queue on ``events`` the current state and every later change of the live
+    brokers, topics (assignment, config, partition states) and deletion marks.
+    Does not block; the first events arrive from kazoo's threads."""
+    watch = ClusterWatch(session, events)
+    watch.spawn(watch.watch_children, zk_paths.BROKER_IDS_PATH, EventKind.BROKER_IDS,
+                watch.brokers_listed)
+    watch.spawn(watch.watch_children, zk_paths.TOPICS_PATH, EventKind.TOPICS,
+                watch.topics_listed)
+    watch.spawn(watch.watch_children, zk_paths.DELETE_TOPICS_PATH,
+                EventKind.DELETE_TOPICS, None)
+    return watch
+
+
+def watch_leader_balance(session: ZooKeeperSession, events: EventQueue) -> "ClusterWatch":
+    """Queue on ``events`` a ``CONTROLLED_SHUTDOWN`` event now and when the brokers
+    asking for a controlled shutdown change, and a ``PREFERRED_REPLICA_ELECTION``
+    event now and when that znode changes. Does not block."""
+    watch = ClusterWatch(session, events)
+    watch.spawn(watch.watch_children, zk_paths.CONTROLLED_SHUTDOWN_PATH,
+                EventKind.CONTROLLED_SHUTDOWN, None)
+    watch.spawn(watch.watch_data, zk_paths.PREFERRED_REPLICA_ELECTION_PATH,
+                EventKind.PREFERRED_REPLICA_ELECTION, zk_paths.PREFERRED_REPLICA_ELECTION_PATH)
+    return watch
+
+
+class ClusterWatch:
+    """The watches one ``watch_*`` call set up, queueing on one :class:`EventQueue`;
+    :meth:`cancel` ends them (each stops at its next firing, queueing nothing
+    more)."""
+
+    def __init__(self, session: ZooKeeperSession, events: EventQueue):
+        self._session = session
+        self._events = events
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._brokers: set[int] = set()
+        self._topics: dict[str, _TopicWatch] = {}
+
+    def cancel(self) -> None:
+        """Queue nothing more."""
+        self._cancelled = True
+
+    def spawn(self, function: Callable, *args) -> None:
+        """Run ``function(*args)`` on a thread of kazoo's handler (it may block)."""
+        self._session.spawn(function, *args)
+
+    def watch_data(self, path: str, kind: EventKind, key: Any,
+                   alive: Callable[[], bool] | None = None,
+                   seen: Callable[[bytes], None] | None = None) -> None:
+        """A DataWatch on ``path`` queueing ``kind`` events; it ends when cancelled or
+        when ``alive()`` turns false. ``seen(body)`` may start more watches (without
+        blocking) when the znode exists."""
+        def changed(data, stat):
+            if self._cancelled or (alive is not None and not alive()):
+                return False
+            version = -1 if stat is None else (stat.czxid if kind is EventKind.BROKER
+                                               else stat.version)
+            self._events.put(WatchEvent(kind, key, data, version))
+            if seen is not None and data is not None:
+                seen(data)
+            return None
+        self._session.data_watch(path, changed)
+
+    def watch_children(self, path: str, kind: EventKind,
+                       listed: Callable[[list[str]], None] | None) -> None:
+        """A ChildrenWatch on ``path`` queueing ``kind`` events; ``listed`` may start
+        more watches (without blocking)."""
+        def changed(children):
+            if self._cancelled:
+                return False
+            names = sorted(children)
+            if listed is not None:
+                listed(names)
+            body = tuple(sorted(_broker_ids(names))) if kind is EventKind.BROKER_IDS \
+                else tuple(names)
+            self._events.put(WatchEvent(kind, path, body, -1))
+            return None
+        self._session.children_watch(path, changed)
+
+    def brokers_listed(self, names: list[str]) -> None:
+        """A data watch per broker id ever seen: it follows the broker through its
+        bounces (a new czxid each time it registers)."""
+        with self._lock:
+            new = [broker_id for broker_id in _broker_ids(names) if broker_id not in self._brokers]
+            self._brokers.update(new)
+        for broker_id in new:
+            self.spawn(self.watch_data, zk_paths.broker_path(broker_id), EventKind.BROKER,
+                       broker_id)
+
+    def topics_listed(self, names: list[str]) -> None:
+        """Watches for the topics that appeared; those of the topics gone end."""
+        with self._lock:
+            for topic in set(self._topics) - set(names):
+                self._topics.pop(topic).alive = False
+            new = [topic for topic in names if topic not in self._topics]
+            for topic in new:
+                self._topics[topic] = _TopicWatch(self, topic)
+        for topic in new:
+            topic_watch = self._topics.get(topic)
+            if topic_watch is not None:
+                topic_watch.start()
+
+
+class _TopicWatch:
+    """One topic's watches: its assignment, its config, and a state per partition
+    its assignment names; all end when the topic leaves the topic list."""
+
+    def __init__(self, watch: ClusterWatch, topic: str):
+        self.watch = watch
+        self.topic = topic
+        self.alive = True
+        self.partitions: set[int] = set()
+        self.lock = threading.Lock()
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+    def start(self) -> None:
+        self.watch.spawn(self._watch_config_then_assignment)
+
+    def _watch_config_then_assignment(self) -> None:
+        """The config's first event is queued before the assignment's (a DataWatch
+        reads its znode as it is set up), so a broker creates the topic's logs with
+        its config: a segment.bytes learned later sizes only the next segment."""
+        self.watch.watch_data(zk_paths.topic_config_path(self.topic), EventKind.TOPIC_CONFIG,
+                              self.topic, self.is_alive)
+        self.watch.watch_data(zk_paths.topic_path(self.topic), EventKind.TOPIC, self.topic,
+                              self.is_alive, self._assignment_seen)
+
+    def _assignment_seen(self, data: bytes) -> None:
+        try:
+            partitions = zk_paths.decode_topic_assignment(self.topic, data).partitions
+        except ZnodeFormatError as error:
+            log.warning("%s", error)                  # the owner sees it when it decodes
+            return
+        with self.lock:
+            new = [partition for partition in partitions if partition not in self.partitions]
+            self.partitions.update(new)
+        for partition in new:
+            self.watch.spawn(self.watch.watch_data,
+                             zk_paths.partition_state_path(self.topic, partition),
+                             EventKind.PARTITION_STATE, (self.topic, partition), self.is_alive)
+
+
+def _broker_ids(names: Iterable[str]) -> list[int]:
+    """The broker ids among ``names`` (a stray child is logged and skipped)."""
+    ids = []
+    for name in names:
+        try:
+            ids.append(zk_paths.decode_broker_id(name))
+        except ZnodeFormatError as error:
+            log.warning("%s", error)
+    return ids
