@@ -99,8 +99,7 @@ from ..zk.view import (
 )
 from .forwarding import Forwarding
 from .high_watermark_checkpoint import HighWatermarkCheckpoint
-from .partition import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
-from .protocol import (
+from .messages import (
     DeleteRecords,
     DeleteRecordsResponse,
     DeleteRecordsResponsePartition,
@@ -111,15 +110,14 @@ from .protocol import (
     Error,
     ErrorCode,
     Fetch,
-    FetchPurgatory,
     FetchResponse,
     FetchResponsePartition,
     GroupRequest,
-    IsrChangeKind,
-    PendingIsrChange,
     Produce,
-    partition_ready,
 )
+from .partition import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
+from .purgatory import FetchPurgatory, partition_ready
+from .rules import IsrChangeKind, PendingIsrChange
 from .throttle import ReplicationThrottle
 
 log = logging.getLogger("shmlog.broker")
