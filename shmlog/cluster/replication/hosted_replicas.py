@@ -13,9 +13,11 @@ Rules
   is deleted first.
 * **A suspended ZooKeeper session fences the leader** (this broker may have been
   replaced: ZooKeeper expires a session T after its last word, kazoo reports
-  SUSPENDED after 2T/3): :attr:`HostedReplicas.suspended` holds that, and every
-  leader's appender row is told (``PartitionReplica.update_min_insync``); a LOST
-  session resigns every leadership.
+  SUSPENDED after 2T/3): :attr:`HostedReplicas.suspended` says so to the other
+  parts (no high watermark moves, no ISR change is written), and new acks=all
+  entries are refused with ``NOT_LEADER_OR_FOLLOWER`` (``Appender.set_fenced``;
+  acks=0/1 are served); a LOST session resigns every leadership and fails the
+  acks=all entries parked.
 * **min.insync.replicas** is the topic's config, else the broker's; a value that is
   not a number is the broker's.
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
@@ -82,6 +84,8 @@ class HostedReplicas:
         The cluster as ZooKeeper's watches showed it.
     suspended : bool
         Is the ZooKeeper session suspended now?
+
+    The :class:`LeadershipListener` is given by :meth:`listen`, before the first change.
     """
 
     def __init__(self, host: PartitionHost, config: ClusterConfig, view: ClusterView,
