@@ -49,7 +49,7 @@ import time
 import numpy as np
 import zmq
 
-from shmlog.cluster.replication.protocol import (
+from shmlog.cluster.replication.messages import (
     ErrorCode,
     Fetch,
     FetchPartition,

@@ -83,8 +83,9 @@ import zmq
 from zmq.utils.z85 import encode as z85_encode
 
 from .cluster.replication import layout as replication_layout
+from .cluster.replication.codec import decode, encode
 from .cluster.replication.layout import MessageType
-from .cluster.replication.protocol import Error, ErrorCode, Message, decode, encode
+from .cluster.replication.messages import Error, ErrorCode, Message
 from .common import limits
 from .common.errors import InvalidConfigError, LocalProtocolError, ReplicationProtocolError
 from .config import curve_keys

@@ -34,13 +34,13 @@ from typing import Any
 
 from ..common.errors import ShmlogError
 from ..storage import delete_records as deletion
-from .replication.partition import Role
-from .replication.protocol import (
+from .replication.messages import (
     DeleteRecords,
     DeleteRecordsPartition,
     DeleteRecordsResponse,
     ErrorCode,
 )
+from .replication.partition import Role
 from .replication.replica_service import ReplicaService
 from .zk.paths import NO_LEADER
 

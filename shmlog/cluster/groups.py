@@ -99,8 +99,8 @@ from ..record.records import decode_records, encode_batch, now_ms
 from ..zmq_replication import ReceivedRequest, ReceivedResponse, RequestFailed
 from .metadata import assign_replicas
 from .replication.forwarding import wire_error
+from .replication.messages import Error, ErrorCode, GroupRequest, GroupResponse
 from .replication.partition import PartitionReplica, Role
-from .replication.protocol import Error, ErrorCode, GroupRequest, GroupResponse
 from .replication.replica_service import ReplicaService
 from .zk.paths import NO_LEADER, TopicAssignment, new_topic_id
 

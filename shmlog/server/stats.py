@@ -62,7 +62,7 @@ import numpy as np
 from ..broker.partition_host import HostedPartition, PartitionHost
 from ..broker.producer_registry import ProducerRegistry
 from ..broker.service import ImmediateService
-from ..cluster.replication.protocol import IsrChangeKind
+from ..cluster.replication.rules import IsrChangeKind
 from ..cluster.status import summarize
 from ..common import limits
 from ..common.internal_topics import INTERNAL_TOPICS

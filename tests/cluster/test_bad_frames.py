@@ -29,7 +29,8 @@ from cluster.workload import broker_output, create_topic, describe, replica_offs
 from shmlog.client.admin import Admin
 from shmlog.client.producer import Producer
 from shmlog.cluster.replication import layout as replication_layout
-from shmlog.cluster.replication.protocol import (
+from shmlog.cluster.replication.codec import decode, encode
+from shmlog.cluster.replication.messages import (
     EpochEnd,
     EpochEndPartition,
     EpochEndResponse,
@@ -41,8 +42,6 @@ from shmlog.cluster.replication.protocol import (
     Message,
     Produce,
     ProducePartition,
-    decode,
-    encode,
 )
 from shmlog.common import limits
 from shmlog.config import curve_keys

@@ -39,7 +39,7 @@ from cluster.workload import (
 )
 from shmlog.client.admin import Admin
 from shmlog.client.producer import Producer
-from shmlog.cluster.replication.protocol import GroupRequest, Produce, ProducePartition
+from shmlog.cluster.replication.messages import GroupRequest, Produce, ProducePartition
 from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.zk.paths import BrokerRegistration
 from shmlog.config import curve_keys

@@ -22,14 +22,8 @@ import time
 import pytest
 import zmq
 
-from shmlog.cluster.replication.protocol import (
-    Fetch,
-    FetchPartition,
-    FetchResponse,
-    Message,
-    decode,
-    encode,
-)
+from shmlog.cluster.replication.codec import decode, encode
+from shmlog.cluster.replication.messages import Fetch, FetchPartition, FetchResponse, Message
 from shmlog.config import curve_keys
 from shmlog.zmq_replication import (
     CurveSecurity,

@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 import zmq
 
-from shmlog.cluster.replication.protocol import (
+from shmlog.cluster.replication.codec import decode, encode
+from shmlog.cluster.replication.layout import MessageType
+from shmlog.cluster.replication.messages import (
     EpochEnd,
     EpochEndPartition,
     EpochEndResponse,
@@ -31,9 +33,6 @@ from shmlog.cluster.replication.protocol import (
     FetchResponse,
     FetchResponsePartition,
     Message,
-    MessageType,
-    decode,
-    encode,
 )
 from shmlog.common import limits
 from shmlog.common.errors import LocalProtocolError

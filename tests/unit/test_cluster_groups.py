@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from shmlog.cluster.groups import commit_error
-from shmlog.cluster.replication.protocol import ErrorCode
+from shmlog.cluster.replication.messages import ErrorCode
 from shmlog.common.errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,

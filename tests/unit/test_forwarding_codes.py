@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from shmlog.cluster.replication.forwarding import RETRIABLE_ERRORS, completion_result, wire_error
-from shmlog.cluster.replication.protocol import ErrorCode
+from shmlog.cluster.replication.messages import ErrorCode
 from shmlog.record.records import BatchStatus
 from shmlog.shm.completion import CompletionCode
 

@@ -1,4 +1,4 @@
-"""Replication frames (shmlog.cluster.replication.protocol encode/decode, replication_layout).
+"""Replication frames (shmlog.cluster.replication.codec encode/decode, messages, layout).
 
 Goal: every message type round-trips, records arrive byte-exact as views of their
 frames, and whatever a peer sends, decode either returns a well-formed message or
@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmlog.cluster.replication import layout as replication_layout
-from shmlog.cluster.replication.protocol import (
+from shmlog.cluster.replication.codec import decode, encode
+from shmlog.cluster.replication.layout import MessageType
+from shmlog.cluster.replication.messages import (
     DeleteRecords,
     DeleteRecordsPartition,
     DeleteRecordsResponse,
@@ -37,13 +39,10 @@ from shmlog.cluster.replication.protocol import (
     GroupRequest,
     GroupResponse,
     Message,
-    MessageType,
     Produce,
     ProducePartition,
     ProduceResponse,
     ProduceResponsePartition,
-    decode,
-    encode,
 )
 from shmlog.common import limits
 from shmlog.common.errors import LocalProtocolError, PeerProtocolError, ReplicationProtocolError

@@ -1,4 +1,4 @@
-"""Replication's rules (shmlog.cluster.replication.protocol), one Kafka 2.8 rule per test.
+"""Replication's rules (shmlog.cluster.replication.rules, purgatory), one Kafka 2.8 rule per test.
 
 Goal: each sans-I/O rule does what Kafka 2.8 does, so the replica service built on
 them replicates as Kafka's brokers do. Method: plain numbers in tables; each test
@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.cluster.replication.protocol import (
+from shmlog.cluster.replication.messages import NO_EPOCH, UNDEFINED_EPOCH, UNKNOWN_OFFSET, ErrorCode
+from shmlog.cluster.replication.purgatory import FetchPurgatory, partition_ready
+from shmlog.cluster.replication.rules import (
     NEVER_MS,
-    NO_EPOCH,
-    UNDEFINED_EPOCH,
-    UNKNOWN_OFFSET,
-    ErrorCode,
-    FetchPurgatory,
     FollowerState,
     IsrChangeKind,
     LeaderReplicaState,
@@ -29,7 +26,6 @@ from shmlog.cluster.replication.protocol import (
     high_watermark,
     offset_out_of_range_step,
     out_of_sync_replicas,
-    partition_ready,
     truncation_step,
     validate_epoch_end,
     validate_fetch,

@@ -58,7 +58,7 @@ PRODUCE answers and failed requests to :meth:`Forwarding.answered` and
 polls and ticks: that expires what is overdue, sends what may go, re-sends what a
 leader change stranded, and answers the waiting acks=-1 produces the high watermark
 now covers. Completion results are the ring's (a base offset, or ``-CompletionCode``);
-on the wire they travel as :class:`~shmlog.cluster.replication.protocol.ErrorCode`
+on the wire they travel as :class:`~shmlog.cluster.replication.messages.ErrorCode`
 (:func:`wire_error`,
 :func:`completion_result`).
 """
@@ -82,14 +82,14 @@ from ...record.records import BatchStatus, check_batch, now_ms
 from ...shm.completion import CompletionCode
 from ...zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpoint, RequestFailed
 from ..zk.paths import NO_LEADER
-from .partition import PartitionReplica, Role
-from .protocol import (
+from .messages import (
     ErrorCode,
     Produce,
     ProducePartition,
     ProduceResponse,
     ProduceResponsePartition,
 )
+from .partition import PartitionReplica, Role
 
 log = logging.getLogger("shmlog.broker")
 

@@ -34,7 +34,7 @@ Envelope (frame 0)::
   whose envelope could not be read.
 * The body's fields, the number of record frames (one per partition entry whose
   ``records_bytes`` is positive) and each record frame's length (its
-  ``records_bytes``) are checked by ``replication.decode``; anything else is a
+  ``records_bytes``) are checked by ``codec.decode``; anything else is a
   ``ReplicationProtocolError``. Record frames are not validated here: the log's
   append checks every batch (structure, CRC) as it does a producer's.
 """

@@ -11,11 +11,11 @@ Rules
   (E, log end) before any append, the appender stamps E on every batch, the high
   watermark moves only by :meth:`PartitionReplica.maybe_advance_high_watermark`
   (policy EXTERNAL), and the followers' fetch states start over
-  (``replication.LeaderReplicaState``).
+  (``rules.LeaderReplicaState``).
 * **Becoming follower** (``Partition.makeFollower``): producers' entries are not
   appended here (the appender hands them to ``forwarding``, which sends them to
   the leader), and the log is truncated before it fetches, by the KIP-279 loop
-  (``replication.truncation_step``), never to its high watermark.
+  (``rules.truncation_step``), never to its high watermark.
 * **Truncating to T**: the log and its epoch cache lose every batch at or above T,
   the producers' state is rebuilt from what is left, and acks=all entries parked on
   batches at or above T fail with ``NOT_LEADER_OR_FOLLOWER`` (those below T are in
@@ -48,11 +48,8 @@ from ...broker.partition_host import HostedPartition
 from ...common.errors import CorruptRecordError, ShmlogError
 from ...shm.completion import CompletionCode
 from ..zk.paths import NO_LEADER, PartitionState
-from .protocol import (
-    UNDEFINED_EPOCH,
-    ErrorCode,
-    FetchPartition,
-    FetchResponsePartition,
+from .messages import UNDEFINED_EPOCH, ErrorCode, FetchPartition, FetchResponsePartition
+from .rules import (
     IsrChangeKind,
     LeaderReplicaState,
     PendingIsrChange,

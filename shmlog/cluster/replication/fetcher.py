@@ -1,0 +1,252 @@
+"""The follower's side of replication: fetching from each leader, appending what it
+sends, and truncating by leader epoch first (Kafka's ``ReplicaFetcherManager`` and
+its ``ReplicaFetcherThread`` per source broker).
+
+Rules
+-----
+* **Followers pull.** One request in flight per leader: an EPOCH_END while any of
+  its partitions truncates, else a FETCH of every fetching partition (Kafka's
+  fetcher thread per source broker). The next goes out as soon as the answer is
+  applied, so acks=all costs one round trip plus the follower's append.
+* **An answer is applied only if it is still wanted**: the replica follows the same
+  leader at the same epoch, in the phase it asked in, from the log end it asked
+  from (Kafka's fetcher applies a partition's data only at the epoch and fetch
+  offset it asked with); otherwise it is dropped, and the next request asks again.
+* **A failed request** (no answer in time, the peer unknown, an ERROR) backs its
+  leader off for ``partition.FETCH_BACKOFF_MS``.
+* **Moving replicas are throttled** (``throttle``): a throttled partition out of the
+  ISR is asked for no more than the follower bucket holds, and left out of the
+  fetch while it is empty (the service waking when it refills).
+* **While this broker shuts down** (:meth:`ReplicaFetcher.stop_following`, called
+  by its controlled shutdown) the partitions it only followed when the shutdown
+  began are fetched no more (Kafka's controller sends the shutting broker
+  StopReplica for those), at once rather than once the controller took it out of
+  their ISR: a fetch landing after that removal would make the leader count it as
+  caught up again, and then wait for it through ``replica.lag.time.max.ms``. Their
+  high watermarks wait for it until the controller removes it (its reaction
+  time). The partitions it led go on being fetched from their new leaders, as in
+  Kafka (it is their follower): the acks=all entries parked on it complete when
+  its follower high watermark covers them (design §4.4).
+
+Theory of operation
+-------------------
+:meth:`ReplicaFetcher.send_requests` runs every loop turn and tick: it groups the
+replicas that may ask by leader, and sends each leader without a request in flight
+the next one. The dispatch hands back each answer (:meth:`ReplicaFetcher.answered`)
+or failure (:meth:`ReplicaFetcher.failed`) that names a request in flight; the
+replicas apply it (``PartitionReplica.apply_fetched``, ``take_step``), and the next
+requests go out at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable
+
+from ...common.errors import ShmlogError
+from ...config.cluster import ClusterConfig
+from ...record.records import now_ms
+from ...zmq_replication import ReceivedResponse, ReplicationEndpoint
+from .hosted_replicas import HostedReplicas, partition_name
+from .messages import EpochEnd, EpochEndPartition, EpochEndResponse, ErrorCode, Fetch, FetchResponse
+from .partition import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
+from .throttle import ReplicationThrottle
+
+log = logging.getLogger("shmlog.broker")
+
+__all__ = ["ReplicaFetcher"]
+
+
+@dataclasses.dataclass
+class _Fetcher:
+    """The requests to one leader: at most one in flight."""
+    leader_id: int
+    in_flight: int | None = None          # its correlation id
+    partitions: tuple = ()                # what it asked: (replica, leader epoch, offset)
+    retry_at: int = 0
+
+
+class ReplicaFetcher:
+    """Fetching for every partition this broker follows or observes (see the
+    module's rules).
+
+    Parameters
+    ----------
+    hosted : HostedReplicas
+    endpoint : ReplicationEndpoint
+    config : ClusterConfig
+    throttle : ReplicationThrottle
+    wake_consumers : callable
+        Rings the consumer doorbell: a follower's high watermark moved.
+    """
+
+    def __init__(self, hosted: HostedReplicas, endpoint: ReplicationEndpoint,
+                 config: ClusterConfig, throttle: ReplicationThrottle,
+                 wake_consumers: Callable[[], None]):
+        self.hosted = hosted
+        self.endpoint = endpoint
+        self.config = config
+        self.broker_id = config.broker_id
+        self.throttle = throttle
+        self._wake_consumers = wake_consumers
+        self._fetchers: dict[int, _Fetcher] = {}
+        self._throttled_until: int | None = None     # a follower's partition held back
+        # The partitions followed when a controlled shutdown began (None: not shutting).
+        self._stopping_to_follow: frozenset[tuple[str, int]] | None = None
+
+    def next_deadline(self) -> int | None:
+        """When a leader or a replica backed off may ask again, or the follower
+        bucket refills; None if nothing waits."""
+        deadlines = [fetcher.retry_at for fetcher in self._fetchers.values()
+                     if fetcher.in_flight is None and fetcher.retry_at]
+        deadlines.extend(replica.retry_at for replica in self.hosted.replicas.values()
+                         if replica.retry_at and replica.phase is not FetchPhase.WAITING)
+        if self._throttled_until is not None:
+            deadlines.append(self._throttled_until)
+        return min(deadlines, default=None)
+
+    def stop_following(self) -> None:
+        """A controlled shutdown begins: the partitions this broker follows now are
+        fetched no more (see the module's rules)."""
+        led = set(self.hosted.partitions_led())
+        self._stopping_to_follow = frozenset(name for name in self.hosted.replicas
+                                             if name not in led)
+
+    def _stopped_for_shutdown(self, replica: PartitionReplica) -> bool:
+        return self._stopping_to_follow is not None and replica.role is Role.FOLLOWER and \
+            partition_name(replica) in self._stopping_to_follow
+
+    # -- requests to leaders ------------------------------------------------------------------
+    def send_requests(self, now: int) -> None:
+        """Send each leader the next request, when none is in flight: EPOCH_END for
+        the partitions truncating, else FETCH for those fetching."""
+        by_leader: dict[int, list[PartitionReplica]] = {}
+        self._throttled_until = None
+        for replica in self.hosted.replicas.values():
+            if replica.may_ask(now) and not self._stopped_for_shutdown(replica):
+                replica.retry_at = 0
+                by_leader.setdefault(replica.leader_id, []).append(replica)
+        for leader_id, replicas in by_leader.items():
+            fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
+            if fetcher.in_flight is None and now >= fetcher.retry_at:
+                self._send_next(fetcher, replicas, now)
+
+    def _send_next(self, fetcher: _Fetcher, replicas: list[PartitionReplica], now: int) -> None:
+        asking = [replica for replica in replicas if replica.phase is FetchPhase.TRUNCATING
+                  and replica.take_step(replica.truncation_start())]
+        if asking:
+            body = EpochEnd(tuple(EpochEndPartition(replica.topic_key, replica.hosted.partition,
+                                                    replica.leader_epoch,
+                                                    replica.log.epochs.latest_epoch)
+                                  for replica in asking))
+            self._send(fetcher, tuple((replica, replica.leader_epoch, None) for replica in asking),
+                       body, self.config.replica_socket_timeout_ms)
+            return
+        fetching, requests = self._fetch_requests(replicas, now)
+        if not fetching:
+            return
+        body = Fetch(self.broker_id, any(replica.role is Role.OBSERVER for replica in fetching),
+                     self.config.replica_fetch_wait_max_ms, 1,
+                     self.config.replica_fetch_response_max_bytes, requests)
+        self._send(fetcher, tuple((replica, replica.leader_epoch, replica.log.log_end_offset)
+                                  for replica in fetching), body,
+                   self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
+
+    def _fetch_requests(self, replicas: list[PartitionReplica], now: int) -> tuple[list, tuple]:
+        """The fetching replicas to ask for and their requests: a throttled one out of
+        the ISR asks for what the follower bucket holds, and none while it is empty
+        (then the service wakes when it refills)."""
+        fetching, requests = [], []
+        for replica in replicas:
+            if replica.phase is not FetchPhase.FETCHING:
+                continue
+            topic, partition = partition_name(replica)
+            limit = self.throttle.follower_budget(topic, partition, self._in_sync(replica),
+                                                  self.config.replica_fetch_max_bytes, now)
+            if limit <= 0:
+                ready = self.throttle.follower_ready_at_ms(now)
+                self._throttled_until = ready if self._throttled_until is None \
+                    else min(ready, self._throttled_until)
+                continue
+            fetching.append(replica)
+            requests.append(replica.fetch_request(limit))
+        return fetching, tuple(requests)
+
+    def _in_sync(self, replica: PartitionReplica) -> bool:
+        return replica.state is not None and self.broker_id in replica.state.isr
+
+    def _send(self, fetcher: _Fetcher, replicas: tuple, body, timeout_ms: int) -> None:
+        try:
+            fetcher.in_flight = self.endpoint.request(fetcher.leader_id, body, timeout_ms)
+            fetcher.partitions = replicas
+        except ShmlogError as error:
+            log.warning("cannot send to broker %d: %s", fetcher.leader_id, error)
+            fetcher.retry_at = now_ms() + FETCH_BACKOFF_MS
+
+    # -- the leaders' answers -------------------------------------------------------------------
+    def _fetcher_for(self, peer_id: int, correlation_id: int) -> _Fetcher | None:
+        fetcher = self._fetchers.get(peer_id)
+        if fetcher is None or fetcher.in_flight != correlation_id:
+            return None                      # late: its fetcher has moved on
+        fetcher.in_flight = None
+        return fetcher
+
+    def failed(self, peer_id: int, correlation_id: int, now: int) -> None:
+        """A request to ``peer_id`` got no answer: back its fetcher off."""
+        fetcher = self._fetcher_for(peer_id, correlation_id)
+        if fetcher is not None:
+            fetcher.retry_at = now + FETCH_BACKOFF_MS
+
+    def answered(self, event: ReceivedResponse, now: int) -> None:
+        """Apply a leader's answer to the request in flight, and send the next."""
+        fetcher = self._fetcher_for(event.peer_id, event.message.correlation_id)
+        if fetcher is None:
+            return
+        body = event.message.body
+        asked = {entry[0].key: entry for entry in fetcher.partitions}
+        if isinstance(body, FetchResponse):
+            for answer in body.partitions:
+                replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
+                                             fetcher, FetchPhase.FETCHING)
+                if replica is not None and answer.records is not None:
+                    self.throttle.follower_received(*partition_name(replica),
+                                                    self._in_sync(replica),
+                                                    answer.records.size, now)
+                if replica is not None and replica.apply_fetched(answer, now):
+                    self._wake_consumers()
+        elif isinstance(body, EpochEndResponse):
+            for answer in body.partitions:
+                replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
+                                             fetcher, FetchPhase.TRUNCATING)
+                if replica is not None:
+                    self._truncation_answer(replica, answer, now)
+        else:
+            log.warning("broker %d answered %s: backing off", event.peer_id, body)
+            fetcher.retry_at = now + FETCH_BACKOFF_MS
+            return
+        self.send_requests(now)
+
+    @staticmethod
+    def _still_asking(entry, fetcher: _Fetcher, phase: FetchPhase) -> PartitionReplica | None:
+        """The replica an answer is for, if it still wants it: it follows the same
+        leader at the same epoch, in ``phase``, from the log end it asked from (a new
+        state, even one naming the same leader again, or a truncation may have come
+        while the request was out; Kafka's fetcher likewise applies a partition's
+        data only at the epoch and fetch offset it asked with)."""
+        if entry is None:
+            return None
+        replica, leader_epoch, fetch_offset = entry
+        if replica.role not in (Role.FOLLOWER, Role.OBSERVER) or \
+                replica.leader_id != fetcher.leader_id or \
+                replica.leader_epoch != leader_epoch or replica.phase is not phase:
+            return None
+        if fetch_offset is not None and replica.log.log_end_offset != fetch_offset:
+            return None
+        return replica
+
+    def _truncation_answer(self, replica: PartitionReplica, answer, now: int) -> None:
+        if answer.error is not ErrorCode.NONE:
+            replica.refused(answer.error, now)
+            return
+        replica.take_step(replica.truncation_answer(answer.leader_epoch, answer.end_offset))
