@@ -1,0 +1,191 @@
+"""The log side of the appender: appends made in Python through a partition's log, and
+what every append leaves behind (producer state, the partitions appended to).
+
+Rules
+-----
+* A leader's append in Python (the slow path's, the broker's own) goes through
+  :meth:`LogAppends.append_batch` as the compiled loop's does: its producer's
+  sequence checked first (a duplicate is acknowledged with the original's offsets,
+  a refused batch changes nothing), then ``PartitionLog.append`` stamped with the
+  row's leader epoch (as Kafka's leader stamps ``partitionLeaderEpoch``), then its
+  sequence remembered. An error of the log is a completion code, never an exception.
+* A follower's append (:meth:`LogAppends.append_replicated`) keeps the leader's
+  offsets, epochs and timestamps and is remembered unchecked (Kafka checks sequences
+  only for a client's appends, ``origin == Client``).
+* The partition's log publishes its row itself (its listener, ``PartitionRows.refresh``)
+  on an append outside the compiled loop, so a completion stored after the append
+  never names an offset the state table does not show.
+* Every partition appended to, by any path, is remembered until
+  :meth:`LogAppends.take_appended` takes it: replication answers waiting follower
+  fetches from it.
+
+Theory of operation
+-------------------
+The compiled loop tallies its appends per row (``appended``: the offsets it appended,
+``touched``: a count, then the rows it appended to, each once); after each call
+:meth:`LogAppends.note_compiled_appends` gives the logs their append targets back
+(``PartitionLog.appended_by_kernel``) and remembers the rows, with no work per entry.
+The producer state is rebuilt from the whole log when a partition is registered and
+after a truncation (:meth:`LogAppends.rebuild_producer_state`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ...common.errors import CorruptRecordError, RecordTooLargeError, StorageError
+from ...record import batch_layout as B
+from ...shm.completion import CompletionCode
+from .layout import ROW_LEADER_EPOCH
+from .partition_rows import PartitionRows
+from .producer_state import (
+    SEQUENCE_DUPLICATE,
+    SEQUENCE_NEW,
+    ProducerStateTable,
+    sequence_refusal,
+)
+
+log = logging.getLogger("shmlog.broker.appender")     # the appender's log, joined by its parts
+
+__all__ = ["LogAppends"]
+
+
+class LogAppends:
+    """Appends in Python to the partitions of ``rows``, and the producer state and
+    the partitions appended to that every append updates (see the module's rules)."""
+
+    def __init__(self, rows: PartitionRows):
+        self.rows = rows
+        self.producer_states = ProducerStateTable()
+        capacity = rows.settings.shape[0]
+        # The compiled loop's tally: offsets appended per row, and the rows appended
+        # to (a count, then the rows).
+        self.appended = np.zeros(capacity, np.int64)
+        self.touched = np.zeros(capacity + 1, np.int64)
+        # Rows appended to since take_appended last took them (a dict: ordered, unique).
+        self._appended_rows: dict[int, None] = {}
+
+    def note_compiled_appends(self) -> None:
+        """Give the logs the compiled loop appended to their targets back, and
+        remember those partitions as appended to."""
+        if not self.touched[0]:
+            return
+        rows = self.touched[1:1 + self.touched[0]].tolist()
+        self._appended_rows.update(dict.fromkeys(rows))
+        for row in rows:
+            self.rows.partition_log(row).appended_by_kernel(
+                self.rows.target(row), int(self.appended[row]),
+                int(self.rows.settings[row, ROW_LEADER_EPOCH]))
+            self.appended[row] = 0
+        self.touched[0] = 0
+
+    def take_appended(self) -> list[tuple[int, int]]:
+        """The partitions appended to since the last call, as (row, log end offset
+        now), in the order first appended to; each once."""
+        rows, self._appended_rows = self._appended_rows, {}
+        return [(row, self.rows.partition_log(row).log_end_offset) for row in rows]
+
+    def forget(self, row: int) -> None:
+        """Forget the partition at ``row`` (it is no longer hosted): its producers, and
+        that it was appended to."""
+        self._appended_rows.pop(row, None)
+        self.producer_states.forget(row)
+
+    def append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
+        """Append one batch through the partition's log, unless its sequence says it
+        is a duplicate or out of order: (completion result, broker append time, last
+        offset of the batch the result names or -1)."""
+        partition_log = self.rows.partition_log(row)
+        header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
+            if batch.size >= B.HEADER_LENGTH else None
+        producer_id = int(header["producer_id"]) if header is not None else -1
+        producer_epoch = int(header["producer_epoch"]) if header is not None else -1
+        base_sequence = int(header["base_sequence"]) if header is not None else -1
+        verdict, duplicate_offset = self.producer_states.check(row, producer_id, producer_epoch,
+                                                               base_sequence)
+        if verdict == SEQUENCE_DUPLICATE:
+            return (int(duplicate_offset), -1,
+                    int(duplicate_offset) + int(header["last_offset_delta"]))
+        if verdict != SEQUENCE_NEW:
+            return int(sequence_refusal(verdict)), -1, -1
+        try:
+            appended = partition_log.append(
+                batch, leader_epoch=int(self.rows.settings[row, ROW_LEADER_EPOCH]))
+        except CorruptRecordError as error:
+            return -(error.status or CompletionCode.NOT_ONE_BATCH), -1, -1
+        except RecordTooLargeError:
+            return -CompletionCode.RECORD_TOO_LARGE, -1, -1
+        except StorageError:
+            log.exception("append to %s failed", partition_log.directory)
+            return -CompletionCode.STORAGE_ERROR, -1, -1
+        self.producer_states.remember(row, producer_id, producer_epoch, base_sequence,
+                                      appended.base_offset,
+                                      appended.last_offset - appended.base_offset + 1)
+        self._appended_rows[row] = None
+        return appended.base_offset, appended.log_append_time, appended.last_offset
+
+    def append_replicated(self, row: int, batches) -> tuple[int, int]:
+        """Append a leader's batches to the follower partition at ``row`` as they are
+        (``PartitionLog.append_as_follower``: offsets, epochs and timestamps kept):
+        the row is published (its log end; the high watermark stays where
+        ``advance_high_watermark`` put it), and the partition is among those
+        :meth:`take_appended` gives. Each producer's last batch is remembered
+        without checking its sequence (Kafka checks sequences only for a client's
+        appends, ``origin == Client``), so a producer's re-send to this replica once
+        it leads is found a duplicate.
+
+        Returns
+        -------
+        (int, int)
+            The first batch's base offset and the last batch's last offset.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        LocalProtocolError
+            The partition's high watermark follows its log end: a follower's must
+            be ``EXTERNAL`` (``set_high_watermark_policy``), or its consumers
+            would read what is not committed.
+        CorruptRecordError, RecordTooLargeError, StorageError
+            As ``PartitionLog.append_as_follower`` (its subclasses
+            ``UnexpectedAppendOffsetError`` and ``OffsetsOutOfOrderError``
+            included); nothing of a refused append is remembered.
+        """
+        self.rows.check_external(row, "a follower's high watermark comes from its leader")
+        source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
+        try:
+            # The log's listener refreshes and publishes the row.
+            appended = self.rows.partition_log(row).append_as_follower(source)
+        except StorageError:
+            # Batches before the one that failed may be in: remember from the log.
+            self.rebuild_producer_state(row)
+            raise
+        # The bytes were validated whole: every batch of them is in the log now.
+        self.producer_states.remember_batches(row, source)
+        self._appended_rows[row] = None
+        return appended.base_offset, appended.last_offset
+
+    def rebuild_producer_state(self, row: int) -> None:
+        """Forget what is remembered of the producers of the partition at ``row`` and
+        remember it again from its log (after a truncation removed batches: a
+        forgotten batch's re-send must be appended again, not acknowledged with
+        an offset the log no longer holds).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        self.producer_states.forget(self.rows.hosted(row))
+        self.remember_log(row)
+
+    def remember_log(self, row: int) -> None:
+        """Remember the last batch of each producer in the partition's log, in every
+        segment (``producer_snapshots``), not the active one alone: a producer whose
+        last batch sits in an older segment would be forgotten, and its re-send
+        appended twice."""
+        self.producer_states.remember_producers(row,
+                                                self.rows.partition_log(row).producer_batches())
