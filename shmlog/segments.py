@@ -47,6 +47,10 @@ before sealing the old segment: a full disk fails the roll with nothing changed,
 and the next append tries again. When the background reservation fails, it stops
 until an append's own reservation succeeds (the disk has room again).
 
+A segment and its files are ``storage.log_segment``'s; the kernels are
+``storage.segment_append``'s (the writer's) and ``storage.segment_read``'s (the read
+path, which a reader in another process imports instead of this module).
+
 The compiled kernel :func:`append_batches` copies validated batches into the
 mapping, stamps base offset and leader epoch, adds sparse index entries every
 ``index.interval.bytes``, and returns early when the segment must roll or more
@@ -91,7 +95,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -107,31 +110,21 @@ from .common.errors import (
     StorageError,
     UnexpectedAppendOffsetError,
 )
-from .native.crc32c import crc32c_kernel
 from .native.jit import (
-    copy_bytes,
     kernel,
     load_i32,
     load_i64,
     load_u16,
-    load_u32,
-    store_i32,
-    store_i64,
-    store_u16,
-    store_u32,
 )
 from .record import batch_layout as B
 from .record.records import (
     BatchStatus,
     Compression,
-    batch_frame,
     batch_info,
     check_batch,
     check_inflated,
     check_produced_batch,
-    decode_columns,
     encode_batch,
-    inflate_batch,
     iter_batches,
     now_ms,
     recompress_batch,
@@ -139,7 +132,7 @@ from .record.records import (
 from .storage import index_layout as I
 from .storage.durable_files import fsync_directory, write_atomically
 from .storage.leader_epochs import LeaderEpochCache, epoch_starts
-from .storage.mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
+from .storage.log_segment import Segment
 from .storage.producer_snapshots import (
     ProducerState,
     delete_snapshots,
@@ -147,33 +140,17 @@ from .storage.producer_snapshots import (
     snapshot_offsets,
     write_snapshot,
 )
+from .storage.segment_append import append_batches
 from .storage.segment_generation import SegmentGeneration
+from .storage.segment_read import ReadResult, collect_batches, find_batch
 from .storage.segment_state import (
     APPENDED,
-    BASE_OFFSET_WORD,
     CAPACITY_WORD,
-    INDEXED_TIMESTAMP_WORD,
-    LOOKUP_DAMAGED,
-    LOOKUP_FOUND,
-    LOOKUP_INFLATE,
-    LOOKUP_NOT_FOUND,
-    MAX_TIMESTAMP_WORD,
     NEED_ROLL,
-    NEED_SPACE,
     NEXT_OFFSET_WORD,
-    OFFSET_CAPACITY_WORD,
-    OFFSET_ENTRIES_WORD,
-    OFFSET_RESERVED_WORD,
     POSITION_WORD,
     REJECTED,
-    RESERVED_WORD,
-    ROLL_TIMESTAMP_WORD,
-    SINCE_INDEX_WORD,
-    TIME_CAPACITY_WORD,
-    TIME_ENTRIES_WORD,
-    TIME_RESERVED_WORD,
     TIMESTAMP_NONE,
-    new_segment_state,
 )
 from .storage.topic_config import TopicConfig
 
@@ -190,173 +167,10 @@ CHECKPOINT_VERSION = 1
 CLEANING_DIRECTORY = ".cleaning"
 SWAP_MANIFEST_FILE = "cleaning-swap.json"
 
-# Batch statuses the kernels return (ints: what numba compares and returns).
-_TRUNCATED = int(BatchStatus.TRUNCATED)
-_BAD_LENGTH = int(BatchStatus.BAD_LENGTH)
+# The batch status the validating kernels return for a bad base offset.
 _BAD_OFFSET = int(BatchStatus.BAD_OFFSET)
 
-assert limits.SEGMENT_PREALLOCATE_STEP_SIZE % PAGE_SIZE == 0
-assert limits.SEGMENT_PREFAULT_AHEAD_SIZE >= limits.SEGMENT_PREALLOCATE_STEP_SIZE
-
-# --- kernels ---------------------------------------------------------------------------
-
-@kernel
-def _will_index(state, index_interval):
-    """Whether the next batch gets index entries: ``index.interval.bytes`` of log
-    since the last entry, and room in both indexes (one slot of each stays free for
-    the closing time-index entry)."""
-    return (state[SINCE_INDEX_WORD] >= index_interval
-            and state[OFFSET_ENTRIES_WORD] < state[OFFSET_CAPACITY_WORD] - 1
-            and state[TIME_ENTRIES_WORD] < state[TIME_CAPACITY_WORD] - 1)
-
-
-@kernel
-def _index_slots_reserved(state, indexing):
-    """Whether every index slot the next batch may store into is reserved on disk:
-    an entry of each index when ``indexing``, and the time index's closing entry
-    (which sealing writes, unless the index is full)."""
-    extra = 1 if indexing else 0
-    offset_end = (state[OFFSET_ENTRIES_WORD] + extra) * I.OFFSET_ENTRY_LENGTH
-    time_end = min(state[TIME_ENTRIES_WORD] + 1 + extra,
-                   state[TIME_CAPACITY_WORD]) * I.TIME_ENTRY_LENGTH
-    return offset_end <= state[OFFSET_RESERVED_WORD] and time_end <= state[TIME_RESERVED_WORD]
-
-
-@kernel
-def _index_batch(log, log_position, length, offset_index, time_index, state, index_interval):
-    """Account for the batch just written at ``log_position``: sparse index entries
-    and the running maximum timestamp."""
-    indexing = _will_index(state, index_interval)
-    base_offset = load_i64(log, log_position + B.BASE_OFFSET_OFFSET)
-    last_offset = base_offset + load_i32(log, log_position + B.LAST_OFFSET_DELTA_OFFSET)
-    max_timestamp = load_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET)
-    if state[MAX_TIMESTAMP_WORD] < max_timestamp:
-        state[MAX_TIMESTAMP_WORD] = max_timestamp
-    if state[ROLL_TIMESTAMP_WORD] == TIMESTAMP_NONE:
-        state[ROLL_TIMESTAMP_WORD] = max_timestamp
-    if indexing:
-        entry = state[OFFSET_ENTRIES_WORD] * I.OFFSET_ENTRY_LENGTH
-        store_u32(offset_index, entry + I.OFFSET_ENTRY_RELATIVE_OFFSET_OFFSET,
-                  base_offset - state[BASE_OFFSET_WORD])
-        store_u32(offset_index, entry + I.OFFSET_ENTRY_POSITION_OFFSET, log_position)
-        state[OFFSET_ENTRIES_WORD] += 1
-        if state[MAX_TIMESTAMP_WORD] > state[INDEXED_TIMESTAMP_WORD]:
-            _append_time_entry(time_index, state, last_offset)
-        state[SINCE_INDEX_WORD] = 0
-    state[SINCE_INDEX_WORD] += length
-    state[POSITION_WORD] = log_position + length
-    state[NEXT_OFFSET_WORD] = last_offset + 1
-
-
-@kernel
-def _append_time_entry(time_index, state, last_offset):
-    entry = state[TIME_ENTRIES_WORD] * I.TIME_ENTRY_LENGTH
-    store_i64(time_index, entry + I.TIME_ENTRY_TIMESTAMP_OFFSET, state[MAX_TIMESTAMP_WORD])
-    store_u32(time_index, entry + I.TIME_ENTRY_RELATIVE_OFFSET_OFFSET,
-              last_offset - state[BASE_OFFSET_WORD])
-    state[TIME_ENTRIES_WORD] += 1
-    state[INDEXED_TIMESTAMP_WORD] = state[MAX_TIMESTAMP_WORD]
-
-
-@kernel
-def append_batches(source, start, end, log, offset_index, time_index, state, segment_bytes,
-                   segment_ms, index_interval, append_timestamp, leader_epoch, verify_copy,
-                   keep_offsets=False):
-    """Copy the batches ``source[start:end]`` into the active segment the arrays
-    and ``state`` describe (an :class:`AppendTarget`'s fields), giving them the next
-    offsets: the append kernel, called by :meth:`PartitionLog.append` and by a
-    compiled writer's own loop.
-
-    Contract
-    --------
-    * The caller is the partition's one writer and holds a current target (the
-      log has not told its listener of a change since it was taken).
-    * ``segment_bytes``, ``segment_ms`` and ``index_interval`` are the target's;
-      ``append_timestamp`` is the broker's clock for a LogAppendTime topic, else
-      ``segment_state.TIMESTAMP_NONE`` (the producer's timestamps stay);
-      ``leader_epoch`` is stamped into every batch.
-    * With ``keep_offsets`` (a follower's append, Kafka's ``appendAsFollower``) each
-      batch keeps the base offset and leader epoch it carries (``leader_epoch`` is
-      not read; ``append_timestamp`` must be ``TIMESTAMP_NONE``): the log end jumps
-      to the batch's base over a gap compaction left in the leader's log. A base
-      below the log end is ``REJECTED`` (``BAD_OFFSET``). The caller rolls to the
-      batch's base when asked to (a new segment there; an empty segment whose
-      base is too far below the batch's asks for that too).
-    * With ``verify_copy`` each batch is validated (``records.check_produced_batch``,
-      CRC included) after it is copied, in the log, so the bytes checked are the
-      bytes kept even if the source changes meanwhile (a ring a producer can still
-      write); without it the caller validated the source, which nobody else can
-      change. A batch must not be compressed unless the caller checked its records
-      (``records.check_inflated``): the kernel cannot inflate.
-    * Nothing is stored past what ``state`` says is reserved, in any file.
-    * After it returns, ``state`` holds the new position and next offset; the
-      caller publishes them and calls :meth:`PartitionLog.appended_by_kernel`.
-
-    Returns
-    -------
-    (status, source position reached, batch status)
-        ``APPENDED`` when all are in; ``NEED_ROLL`` / ``NEED_SPACE`` when Python
-        must roll or reserve before the batch at that position (space: log bytes
-        or index slots, see ``_index_slots_reserved``); ``REJECTED`` when that batch
-        failed validation (its :class:`BatchStatus` says why, and nothing of it is
-        in the log). The outcomes are ``segment_state``'s.
-    """
-    position = start
-    while position < end:
-        frame_status, length = batch_frame(source, position, end)
-        if frame_status != 0:
-            short = end - position < B.HEADER_LENGTH
-            return REJECTED, position, _TRUNCATED if short else _BAD_LENGTH
-        last_offset_delta = np.int64(load_i32(source, position + B.LAST_OFFSET_DELTA_OFFSET))
-        if append_timestamp != TIMESTAMP_NONE:
-            max_timestamp = append_timestamp
-        else:
-            max_timestamp = load_i64(source, position + B.MAX_TIMESTAMP_OFFSET)
-        log_position = state[POSITION_WORD]
-        base_offset = state[NEXT_OFFSET_WORD]
-        if keep_offsets:
-            base_offset = load_i64(source, position + B.BASE_OFFSET_OFFSET)
-            if base_offset < state[NEXT_OFFSET_WORD]:
-                return REJECTED, position, _BAD_OFFSET
-            relative_last = base_offset + last_offset_delta - state[BASE_OFFSET_WORD]
-            if log_position == 0 and relative_last > I.RELATIVE_OFFSET_MAX:
-                return NEED_ROLL, position, 0
-        if log_position > 0:
-            if log_position + length > segment_bytes:
-                return NEED_ROLL, position, 0
-            if base_offset + last_offset_delta - state[BASE_OFFSET_WORD] > I.RELATIVE_OFFSET_MAX:
-                return NEED_ROLL, position, 0
-            if max_timestamp - state[ROLL_TIMESTAMP_WORD] > segment_ms:
-                return NEED_ROLL, position, 0
-            if state[SINCE_INDEX_WORD] >= index_interval and (
-                    state[OFFSET_ENTRIES_WORD] >= state[OFFSET_CAPACITY_WORD] - 1
-                    or state[TIME_ENTRIES_WORD] >= state[TIME_CAPACITY_WORD] - 1):
-                return NEED_ROLL, position, 0
-        if log_position + length > state[RESERVED_WORD] or \
-                not _index_slots_reserved(state, _will_index(state, index_interval)):
-            return NEED_SPACE, position, 0
-        copy_bytes(log, log_position, source, position, length)
-        if verify_copy:
-            batch_status, _ = check_produced_batch(log, log_position, log_position + length, True)
-            if batch_status != 0:
-                store_u32(log, log_position + B.BATCH_LENGTH_OFFSET, 0)   # end of data again
-                return REJECTED, position, batch_status
-        if not keep_offsets:
-            store_i64(log, log_position + B.BASE_OFFSET_OFFSET, base_offset)
-            store_i32(log, log_position + B.LEADER_EPOCH_OFFSET, leader_epoch)
-        if append_timestamp != TIMESTAMP_NONE:
-            # LogAppendTime: the broker's clock replaces the producer's, as in Kafka;
-            # the fields are under the CRC, so it is computed again.
-            attributes = load_u16(log, log_position + B.ATTRIBUTES_OFFSET)
-            store_u16(log, log_position + B.ATTRIBUTES_OFFSET, attributes | B.TIMESTAMP_TYPE_BIT)
-            store_i64(log, log_position + B.FIRST_TIMESTAMP_OFFSET, append_timestamp)
-            store_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET, append_timestamp)
-            crc = crc32c_kernel(log, log_position + B.CRC_COVERED_OFFSET, log_position + length)
-            store_u32(log, log_position + B.CRC_OFFSET, crc)
-        _index_batch(log, log_position, length, offset_index, time_index, state, index_interval)
-        position += length
-    return APPENDED, position, 0
-
+# --- the validating kernels ------------------------------------------------------------
 
 @kernel
 def _validate(source, start, end):
@@ -417,124 +231,6 @@ def _validate_replicated(source, start, end):
     return 0, position, count, compressed, largest, first_base, next_offset
 
 
-@kernel
-def _recover(log, end, offset_index, time_index, state, index_interval):
-    """Rescan a segment from byte 0: check every batch, rebuild both indexes.
-
-    Returns (status, position): position is the end of the valid prefix, where the
-    first bad batch (if any) starts.
-    """
-    position = 0
-    while position < end:
-        status, length = check_batch(log, position, end, True, True)
-        if status != 0:
-            return status, position
-        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
-        last_offset_delta = np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
-        # base_offset is not under the CRC: it must follow on, and not wrap.
-        relative_last = base_offset + last_offset_delta - state[BASE_OFFSET_WORD]
-        if base_offset < state[NEXT_OFFSET_WORD] \
-                or base_offset >= limits.OFFSET_MAX - last_offset_delta \
-                or relative_last > I.RELATIVE_OFFSET_MAX:
-            return _BAD_OFFSET, position
-        _index_batch(log, position, length, offset_index, time_index, state, index_interval)
-        position += length
-    return 0, position
-
-
-@kernel
-def _verify_prefix(log, end):
-    """Check every batch in ``log[0:end]``: (status, end of the good prefix)."""
-    position = 0
-    while position < end:
-        status, length = check_batch(log, position, end, True, True)
-        if status != 0:
-            return status, position
-        position += length
-    return 0, position
-
-
-@kernel
-def find_batch(log, position, end, target_offset):
-    """Byte position of the first batch of ``log[position:end]`` whose last offset is
-    at least ``target_offset``, walking batch headers from ``position`` (a batch
-    boundary); ``end`` when there is none. Checks only each batch's frame: at one
-    that fails it, that position is returned, for the verifying read to report."""
-    while position < end:
-        status, length = batch_frame(log, position, end)
-        if status != 0:
-            return position        # not a batch: let the verifying reader report it
-        last_offset = (load_i64(log, position + B.BASE_OFFSET_OFFSET)
-                       + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
-        if last_offset >= target_offset:
-            return position
-        position += length
-    return end
-
-
-@kernel
-def _collect(log, position, end, max_bytes, max_offset, verified_end):
-    """Whole batches from ``position``: stop before ``max_bytes`` (but take at least
-    one batch) or at a batch reaching ``max_offset``. The CRC of batches past
-    ``verified_end`` is checked on the way (the bytes are then those append
-    validated; decoding checks record structure as it walks the records).
-
-    Returns (status, end position, next offset, bad position).
-    """
-    start = position
-    next_offset = -1
-    while position < end:
-        status, length = check_batch(log, position, end, position >= verified_end, False)
-        if status != 0:
-            return status, position, next_offset, position
-        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
-        if base_offset >= max_offset:
-            break
-        if position > start and position + length - start > max_bytes:
-            break
-        next_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET) + 1
-        position += length
-    return 0, position, next_offset, position
-
-
-@kernel
-def _find_timestamp(log, position, end, target_timestamp, start_offset):
-    """First record at or after ``start_offset`` with timestamp >= target.
-
-    Returns (status, offset, timestamp, batch position): LOOKUP_FOUND, LOOKUP_NOT_FOUND,
-    LOOKUP_INFLATE when the batch that holds it is compressed (Python inflates it), or
-    LOOKUP_DAMAGED when a batch on the way fails its check (at that position).
-    """
-    while position < end:
-        status, length = batch_frame(log, position, end)
-        if status != 0:
-            return LOOKUP_DAMAGED, 0, 0, position
-        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
-        last_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)
-        max_timestamp = load_i64(log, position + B.MAX_TIMESTAMP_OFFSET)
-        if last_offset >= start_offset and max_timestamp >= target_timestamp:
-            # The records are walked: check the whole batch first.
-            status, _ = check_batch(log, position, end, True, True)
-            if status != 0:
-                return LOOKUP_DAMAGED, 0, 0, position
-            attributes = load_u16(log, position + B.ATTRIBUTES_OFFSET)
-            if attributes & B.CODEC_MASK != B.CODEC_NONE:
-                return LOOKUP_INFLATE, 0, 0, position
-            first_timestamp = load_i64(log, position + B.FIRST_TIMESTAMP_OFFSET)
-            record = position + B.RECORDS_OFFSET
-            while record < position + length:
-                offset = base_offset + load_u32(log, record + B.OFFSET_DELTA_OFFSET)
-                if attributes & B.TIMESTAMP_TYPE_BIT:
-                    timestamp = max_timestamp
-                else:
-                    timestamp = first_timestamp + load_i64(log, record + B.TIMESTAMP_DELTA_OFFSET)
-                if offset >= start_offset and timestamp >= target_timestamp:
-                    return LOOKUP_FOUND, offset, timestamp, position
-                record += np.int64(load_u32(log, record + B.RECORD_LENGTH_OFFSET))
-        position += length
-    return LOOKUP_NOT_FOUND, 0, 0, end
-
-
 # --- results ---------------------------------------------------------------------------
 
 class AppendResult(NamedTuple):
@@ -544,16 +240,6 @@ class AppendResult(NamedTuple):
     log_append_time: int          # -1 unless the topic uses LogAppendTime
     batch_count: int
 
-
-class ReadResult(NamedTuple):
-    """Whole batches, as a zero-copy view of the mapped segment.
-
-    ``data`` starts at the batch holding the requested offset, so it may hold a few
-    records before it; ``next_offset`` is where the following read should start.
-    """
-    data: np.ndarray
-    next_offset: int
-    segment_base_offset: int
 
 
 class LogChange(enum.Enum):
@@ -588,7 +274,7 @@ class AppendTarget(NamedTuple):
     compiled: bool                 # compiled appends allowed: CreateTime, stored as
     #                                sent; else every batch goes through append()
     verified: bool                 # the log needs back: every byte was verified
-    segment: "Segment"             # the log needs back: the segment appended to
+    segment: Segment               # the log needs back: the segment appended to
 
 
 @dataclasses.dataclass
@@ -616,509 +302,6 @@ class RecoveryReport:
                 and not self.rebuilt_indexes and not self.corrupt_segments)
 
 
-# --- files -----------------------------------------------------------------------------
-
-class Segment:
-    """One ``.log`` file with its ``.index`` and ``.timeindex``."""
-
-    def __init__(self, directory: str, base_offset: int, config: TopicConfig, *, active: bool):
-        self.directory = directory
-        self.base_offset = base_offset
-        self.config = config
-        self.log_path = os.path.join(directory, I.segment_file_name(base_offset, I.LOG_SUFFIX))
-        self.offset_index_path = os.path.join(
-            directory, I.segment_file_name(base_offset, I.OFFSET_INDEX_SUFFIX))
-        self.time_index_path = os.path.join(
-            directory, I.segment_file_name(base_offset, I.TIME_INDEX_SUFFIX))
-        self.state = new_segment_state(base_offset)
-        self.active = active
-        self.verified_end = 0          # bytes below this were checked in this process
-        self.damaged_at = -1           # where kept-but-failed data starts (a flushed segment)
-        self.flushed_end = 0
-        self._log: MappedFile | None = None
-        self._offset_index: MappedFile | None = None
-        self._time_index: MappedFile | None = None
-        # Reservation (here or on the prefaulter thread) never overlaps sealing,
-        # truncating or closing: fallocate on a trimmed file would grow it again.
-        self._reserve_lock = threading.Lock()
-        self._prefault_pending = False
-        # The background reservation failed (a full disk): it waits until an
-        # append's own reservation succeeds, instead of failing after every append.
-        self._prefault_refused = False
-
-    @classmethod
-    def create(cls, directory: str, base_offset: int, config: TopicConfig,
-               log_reserved: int = 0) -> "Segment":
-        """A new, empty active segment; blocks for its first ``log_reserved`` bytes
-        (rounded up to a whole step) and the index slots they can need are reserved
-        before its files are mapped.
-
-        Raises
-        ------
-        StorageError
-            The disk is full or failed; no file of the segment is left.
-        """
-        segment = cls(directory, base_offset, config, active=True)
-        try:
-            segment.map(log_reserved)
-        except StorageError:
-            segment.delete()
-            raise
-        return segment
-
-    # -- mapping -----------------------------------------------------------------
-    def map(self, log_reserved: int = 0) -> None:
-        """Map the three files (read-write at full capacity when active, with blocks
-        for the first ``log_reserved`` bytes of the log, and the index slots they
-        can need, reserved before the files are mapped)."""
-        if self._log is not None:
-            return
-        paths = (self.log_path, self.offset_index_path, self.time_index_path)
-        reservations = (0, 0, 0)
-        capacities = (None, None, None)
-        if self.active:
-            config = self.config
-            capacities = (config.segment_bytes, config.segment_index_bytes,
-                          config.segment_index_bytes)
-            log_reserved = _whole_steps(log_reserved, config.segment_bytes)
-            entries = _index_entries_for(log_reserved, config.index_interval_bytes) \
-                if log_reserved else 0
-            reservations = (log_reserved,
-                            _whole_pages(entries * I.OFFSET_ENTRY_LENGTH, capacities[1]),
-                            _whole_pages(entries * I.TIME_ENTRY_LENGTH, capacities[2]))
-        opened = []
-        try:
-            for path, capacity, reserved in zip(paths, capacities, reservations):
-                opened.append(MappedFile(path, capacity, reserved=reserved))
-        except StorageError:
-            for mapped in opened:
-                mapped.close()
-            raise
-        self._log, self._offset_index, self._time_index = opened
-        state = self.state
-        state[CAPACITY_WORD] = self._log.bytes.size
-        state[OFFSET_CAPACITY_WORD] = self._offset_index.bytes.size // I.OFFSET_ENTRY_LENGTH
-        state[TIME_CAPACITY_WORD] = self._time_index.bytes.size // I.TIME_ENTRY_LENGTH
-        state[RESERVED_WORD], state[OFFSET_RESERVED_WORD], state[TIME_RESERVED_WORD] = reservations
-
-    @property
-    def log(self) -> np.ndarray:
-        self.map()
-        return self._log.bytes
-
-    @property
-    def offset_index_bytes(self) -> np.ndarray:
-        """The offset index's mapped bytes (the append kernel stores entries there)."""
-        self.map()
-        return self._offset_index.bytes
-
-    @property
-    def time_index_bytes(self) -> np.ndarray:
-        """The time index's mapped bytes (the append kernel stores entries there)."""
-        self.map()
-        return self._time_index.bytes
-
-    @property
-    def size(self) -> int:
-        return int(self.state[POSITION_WORD])
-
-    @property
-    def next_offset(self) -> int:
-        return int(self.state[NEXT_OFFSET_WORD])
-
-    @property
-    def max_timestamp(self) -> int:
-        """Largest timestamp in the segment (numpy's int64 minimum when empty)."""
-        return int(self.state[MAX_TIMESTAMP_WORD])
-
-    def age_timestamp(self) -> int:
-        """What retention.ms measures: the largest record timestamp, or, when the
-        records carry none (-1, as Kafka allows), the log file's modification time."""
-        if self.max_timestamp >= 0:
-            return self.max_timestamp
-        return os.stat(self.log_path).st_mtime_ns // 1_000_000
-
-    def offset_entries(self) -> np.ndarray:
-        self.map()
-        count = int(self.state[OFFSET_ENTRIES_WORD])
-        return self._offset_index.bytes[:count * I.OFFSET_ENTRY_LENGTH].view(I.OFFSET_INDEX_DTYPE)
-
-    def time_entries(self) -> np.ndarray:
-        self.map()
-        count = int(self.state[TIME_ENTRIES_WORD])
-        return self._time_index.bytes[:count * I.TIME_ENTRY_LENGTH].view(I.TIME_INDEX_DTYPE)
-
-    # -- opening ---------------------------------------------------------------------
-    def load_closed(self) -> bool:
-        """Adopt a closed segment's files as they are; False when its indexes fail the
-        sanity check (the caller then rebuilds them)."""
-        self.map()
-        size = self._log.size
-        offsets, times = self._offset_index, self._time_index
-        if offsets.size % I.OFFSET_ENTRY_LENGTH or times.size % I.TIME_ENTRY_LENGTH:
-            return False
-        self.state[POSITION_WORD] = size
-        self.state[OFFSET_ENTRIES_WORD] = offsets.size // I.OFFSET_ENTRY_LENGTH
-        self.state[TIME_ENTRIES_WORD] = times.size // I.TIME_ENTRY_LENGTH
-        entries, stamps = self.offset_entries(), self.time_entries()
-        if entries.size and (np.any(np.diff(entries["relative_offset"].astype(np.int64)) <= 0)
-                             or np.any(np.diff(entries["position"].astype(np.int64)) <= 0)
-                             or int(entries["position"][-1]) >= size):
-            return False
-        if size and not stamps.size:
-            return False       # a non-empty closed segment always has a closing entry
-        if stamps.size and (np.any(np.diff(stamps["timestamp"]) <= 0)
-                            or np.any(np.diff(stamps["relative_offset"].astype(np.int64)) <= 0)):
-            return False
-        if size:
-            last = self._last_batch_header(entries)
-            if last is None:
-                return False
-            self.state[NEXT_OFFSET_WORD] = last.next_offset
-            if int(stamps["relative_offset"][-1]) + self.base_offset > last.last_offset:
-                return False
-            self.state[MAX_TIMESTAMP_WORD] = int(stamps["timestamp"][-1])
-            self.state[INDEXED_TIMESTAMP_WORD] = self.state[MAX_TIMESTAMP_WORD]
-            self.state[ROLL_TIMESTAMP_WORD] = batch_info(self.log, 0).max_timestamp
-        return True
-
-    def _last_batch_header(self, entries):
-        """Walk headers from the last indexed batch to the end of the file."""
-        log_bytes, size = self.log, self.size
-        position = int(entries["position"][-1]) if entries.size else 0
-        last = None
-        while position < size:
-            status, _ = batch_frame(log_bytes, position, size)
-            if status != 0:
-                return None
-            last = batch_info(log_bytes, position)
-            if last.base_offset < self.base_offset or last.last_offset_delta < 0 \
-                    or last.base_offset + last.last_offset_delta >= limits.OFFSET_MAX:
-                return None
-            position += last.batch_length
-        return last
-
-    def rebuild(self, end: int | None = None) -> tuple[int, int]:
-        """Rescan the log from byte 0 and rebuild both indexes in place.
-
-        Returns (status, end of the valid prefix); the state then describes that
-        prefix. The log file itself is never cut here: a sealed segment keeps every
-        byte (its size stays the file's, so reads reach damage and report it) and is
-        sealed again; cutting is the caller's decision.
-        """
-        if self.active:
-            self.map()
-        else:
-            self._map_for_rebuild()
-        # The kernel trusts ``end``: never let it past the mapping.
-        end = self._log.bytes.size if end is None else min(end, self._log.bytes.size)
-        entries = _index_entries_for(end, self.config.index_interval_bytes)
-        with self._reserve_lock:
-            self._reserve_indexes(entries, entries)      # the most the rescan can write
-        state = self.state
-        for slot, value in ((POSITION_WORD, 0), (NEXT_OFFSET_WORD, self.base_offset),
-                            (SINCE_INDEX_WORD, 0), (OFFSET_ENTRIES_WORD, 0), (TIME_ENTRIES_WORD, 0),
-                            (MAX_TIMESTAMP_WORD, TIMESTAMP_NONE),
-                            (INDEXED_TIMESTAMP_WORD, TIMESTAMP_NONE),
-                            (ROLL_TIMESTAMP_WORD, TIMESTAMP_NONE)):
-            state[slot] = value
-        status, position = _recover(self._log.bytes, end, self._offset_index.bytes,
-                                    self._time_index.bytes, state, self.config.index_interval_bytes)
-        self.verified_end = int(position)
-        if not self.active:
-            state[POSITION_WORD] = self._log.bytes.size
-            self.close_for_append()
-        return int(status), int(position)
-
-    def _map_for_rebuild(self) -> None:
-        """Map a sealed segment for rebuilding its indexes: the log read-only (a
-        rescan only reads it), the indexes read-write with room for every entry the
-        log could need (their blocks are reserved by :meth:`rebuild`)."""
-        self.close()
-        size = os.stat(self.log_path).st_size
-        capacity = max(self.config.segment_index_bytes,
-                       _index_entries_for(size, self.config.index_interval_bytes)
-                       * I.TIME_ENTRY_LENGTH)
-        self._log = MappedFile(self.log_path, None)
-        self._offset_index = MappedFile(self.offset_index_path, capacity)
-        self._time_index = MappedFile(self.time_index_path, capacity)
-        state = self.state
-        state[CAPACITY_WORD] = self._log.bytes.size
-        state[OFFSET_CAPACITY_WORD] = capacity // I.OFFSET_ENTRY_LENGTH
-        state[TIME_CAPACITY_WORD] = capacity // I.TIME_ENTRY_LENGTH
-        state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0
-
-    def reserve(self, end: int) -> None:
-        """Make ``[0, end)`` of the active log writable without faults (whole steps,
-        up to the capacity), with the index slots that much log can need.
-        Serialised with the prefaulter and with sealing.
-
-        Raises
-        ------
-        StorageError
-            The disk is full or failed; what was reserved before stays.
-        """
-        with self._reserve_lock:
-            if self.active:
-                self._reserve(end)
-
-    def _reserve(self, end: int) -> None:
-        state = self.state
-        reserved = int(state[RESERVED_WORD])
-        target = _whole_steps(end, int(state[CAPACITY_WORD]))
-        if target > reserved:
-            entries = _index_entries_for(target, self.config.index_interval_bytes)
-            self._reserve_indexes(entries, entries)
-            self._log.reserve(reserved, target)
-            state[RESERVED_WORD] = target
-
-    def _reserve_indexes(self, offset_entries: int, time_entries: int) -> None:
-        """Reserve blocks for the first ``offset_entries`` / ``time_entries`` slots of
-        the indexes (whole pages, within their capacities). The lock is held."""
-        for index, wanted, slot in ((self._offset_index, offset_entries * I.OFFSET_ENTRY_LENGTH,
-                                     OFFSET_RESERVED_WORD),
-                                    (self._time_index, time_entries * I.TIME_ENTRY_LENGTH,
-                                     TIME_RESERVED_WORD)):
-            reserved = int(self.state[slot])
-            target = _whole_pages(wanted, index.bytes.size)
-            if target > reserved:
-                index.reserve(reserved - reserved % PAGE_SIZE, target)
-                self.state[slot] = target
-
-    def make_room(self, length: int, index_interval: int) -> None:
-        """Reserve what appending a batch of ``length`` bytes needs: the log bytes,
-        an entry of each index, and the time index's closing entry.
-
-        Raises
-        ------
-        StorageError
-            The disk is full or failed; nothing of the segment changed.
-        """
-        state = self.state
-        with self._reserve_lock:
-            assert self.active, "only the active segment is appended to"
-            self._reserve(self.size + length)
-            self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]) + 1,
-                                  int(state[TIME_ENTRIES_WORD]) + 2)
-            self._prefault_refused = False        # there is room again
-        # What the kernel checks: it must find the room now, or it would ask again.
-        if state[RESERVED_WORD] < self.size + length or \
-                not _index_slots_reserved(state, _will_index(state, index_interval)):
-            raise StorageError(f"{self.log_path}: no room for a batch of {length} bytes at "
-                               f"byte {self.size} (capacity {int(state[CAPACITY_WORD])})")
-
-    def prefault_ahead(self) -> None:
-        """Keep ``segment.prefault.ahead`` bytes reserved past the write position, on
-        the prefaulter thread, so appends find their pages ready."""
-        state = self.state
-        if self._prefault_pending or self._prefault_refused or not self.active or \
-                state[RESERVED_WORD] >= state[CAPACITY_WORD] or \
-                state[RESERVED_WORD] - state[POSITION_WORD] >= limits.SEGMENT_PREFAULT_AHEAD_SIZE:
-            return
-        self._prefault_pending = True
-
-        def job():
-            try:
-                self.reserve(int(self.state[POSITION_WORD]) + limits.SEGMENT_PREFAULT_AHEAD_SIZE)
-            except StorageError as error:
-                self._prefault_refused = True
-                log.warning("%s; appends reserve for themselves until there is room", error)
-            finally:
-                self._prefault_pending = False
-        if not prefault_in_background(job):
-            self._prefault_pending = False       # shutting down: appends reserve inline
-
-    def close_for_append(self) -> None:
-        """Seal the segment: closing time-index entry, files trimmed to their data."""
-        with self._reserve_lock:
-            self._seal()
-
-    def _seal(self) -> None:
-        state = self.state
-        # The slot kept free for the closing entry may be gone in a segment that was
-        # sealed before (and reopened): it then has its closing entry already.
-        if state[POSITION_WORD] and state[MAX_TIMESTAMP_WORD] > state[INDEXED_TIMESTAMP_WORD] \
-                and state[TIME_ENTRIES_WORD] < state[TIME_CAPACITY_WORD]:
-            # Appends keep this slot reserved: this reserves only after a reopen.
-            self._reserve_indexes(0, int(state[TIME_ENTRIES_WORD]) + 1)
-            _append_time_entry(self._time_index.bytes, state, state[NEXT_OFFSET_WORD] - 1)
-        # Indexes first: a reader maps the log, then the index, and takes a log at
-        # its sealed size for a sealed segment, whose index it then reads. Trimmed
-        # after the log, the index could still be mapped at its full size by then,
-        # and reading that mapping past the trimmed end faults (SIGBUS).
-        self._offset_index.trim(int(state[OFFSET_ENTRIES_WORD]) * I.OFFSET_ENTRY_LENGTH)
-        self._time_index.trim(int(state[TIME_ENTRIES_WORD]) * I.TIME_ENTRY_LENGTH)
-        if self._log.writable:                 # a rebuilt sealed segment's log is read-only
-            self._log.trim(int(state[POSITION_WORD]))
-        for mapped in (self._log, self._offset_index, self._time_index):
-            mapped.release_descriptor()        # sealed files never change size again
-        state[CAPACITY_WORD] = state[POSITION_WORD]
-        state[RESERVED_WORD] = state[POSITION_WORD]
-        state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0   # trimmed: nothing to store
-        self.active = False
-
-    def reopen_for_append(self) -> None:
-        """Map a sealed segment read-write at full capacity again, keeping its state,
-        with the tail past its data zeroed. Under the reservation lock, so a queued
-        prefault never sees it half-reopened."""
-        with self._reserve_lock:
-            self._close_mappings()
-            self.active = True
-            self.map()
-            self._zero_tail(self.size)
-        self.verified_end = min(self.verified_end, self.size)
-        self.flushed_end = self.size
-
-    def truncate_tail(self, position: int) -> None:
-        """Make everything from ``position`` on read as zeros (the end-of-data mark),
-        so no stale batch past the end can ever be mistaken for data."""
-        with self._reserve_lock:
-            self._zero_tail(position)
-
-    def _zero_tail(self, position: int) -> None:
-        assert self.active
-        self._log.zero_tail(position, int(self.state[CAPACITY_WORD]))
-        self.state[RESERVED_WORD] = position - position % PAGE_SIZE
-
-    def _clear_indexes(self) -> None:
-        """Zero both indexes, keeping the blocks reserved for them (a rebuild stores
-        there next); the lock is held."""
-        for index, slot in ((self._offset_index, OFFSET_RESERVED_WORD),
-                            (self._time_index, TIME_RESERVED_WORD)):
-            kept = int(self.state[slot])
-            index.zero_tail(kept, index.bytes.size)       # the mapping's size, not the config's
-            index.bytes[:kept] = 0
-
-    def truncate(self, position: int) -> None:
-        """Cut the active segment's log at batch boundary ``position``; rebuild indexes.
-
-        Raises
-        ------
-        CorruptSegmentError
-            The bytes before ``position`` fail their check; nothing was changed.
-        """
-        status, end = _verify_prefix(self.log, position)
-        if status != 0 or end != position:
-            raise CorruptSegmentError(
-                f"{self.log_path}: {BatchStatus(status).name if status else 'NOT_A_BOUNDARY'} "
-                f"at byte {end} before the truncation point {position}; nothing was truncated",
-                path=self.log_path, position=int(end))
-        entries = _index_entries_for(position, self.config.index_interval_bytes)
-        with self._reserve_lock:
-            # Reserved first: a full disk fails the truncation with nothing changed.
-            self._reserve_indexes(entries, entries)
-            self._zero_tail(position)
-            self._clear_indexes()
-        self.flushed_end = min(self.flushed_end, position)
-        status, end = self.rebuild(position)
-        assert status == 0 and end == position, "the prefix was verified above"
-
-    # -- lookups ---------------------------------------------------------------------
-    def position_of(self, offset: int) -> int:
-        """Byte position of the batch holding ``offset`` (or the end)."""
-        entries = self.offset_entries()
-        slot = int(np.searchsorted(entries["relative_offset"], offset - self.base_offset,
-                                   side="right")) - 1
-        start = int(entries["position"][slot]) if slot >= 0 else 0
-        return int(find_batch(self.log, start, self.size, offset))
-
-    def offset_for_timestamp(self, timestamp: int, min_offset: int):
-        """(offset, timestamp) of the first record at or after ``min_offset`` whose
-        timestamp is >= ``timestamp``, or None."""
-        entries = self.time_entries()
-        slot = int(np.searchsorted(entries["timestamp"], timestamp, side="left")) - 1
-        start_offset = (self.base_offset + int(entries["relative_offset"][slot]) + 1
-                        if slot >= 0 else self.base_offset)
-        start_offset = max(start_offset, min_offset)
-        position = self.position_of(start_offset)
-        while True:
-            status, offset, found, position = _find_timestamp(self.log, position, self.size,
-                                                              timestamp, start_offset)
-            if status == LOOKUP_FOUND:
-                return int(offset), int(found)
-            if status == LOOKUP_NOT_FOUND:
-                return None
-            if status == LOOKUP_DAMAGED:
-                raise CorruptSegmentError(
-                    f"{self.log_path}: the batch at byte {position} fails its check (looking "
-                    f"up timestamp {timestamp})", path=self.log_path, position=int(position))
-            hit = _timestamp_in_compressed(self, int(position), timestamp, start_offset)
-            if hit is not None:
-                return hit
-            position += batch_info(self.log, int(position)).batch_length   # on to the next
-
-    def sync(self) -> None:
-        """msync what was written since the last sync (log first, then indexes)."""
-        if self._log is None:
-            return
-        self._log.sync(self.flushed_end, self.size)
-        self._offset_index.sync()
-        self._time_index.sync()
-        self.flushed_end = self.size
-
-    def close(self) -> None:
-        with self._reserve_lock:
-            self._close_mappings()
-
-    def _close_mappings(self) -> None:
-        self.active = False       # a prefault still queued finds nothing to do
-        for mapped in (self._log, self._offset_index, self._time_index):
-            if mapped is not None:
-                mapped.close()
-        self._log = self._offset_index = self._time_index = None
-
-    def delete(self) -> None:
-        self.close()
-        for path in (self.log_path, self.offset_index_path, self.time_index_path):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-
-
-def collect_batches(log: np.ndarray, path: str, position: int, end: int, max_bytes: int,
-                    max_offset: int, verified_end: int, offset: int) -> tuple[int, int, int]:
-    """Whole batches of ``log`` from ``position`` (see ``_collect``), CRC-checked past
-    ``verified_end``. Good batches before damage are served (the next read starts at
-    the damage); damage where the read starts raises.
-
-    Returns (end of the batches, next offset or -1 for none, the verified prefix).
-
-    Raises
-    ------
-    CorruptSegmentError
-        The batch at ``position`` fails its check.
-    """
-    status, stop, next_offset, bad = _collect(log, position, end, max_bytes, max_offset,
-                                              verified_end)
-    if status != 0 and bad == position:
-        raise CorruptSegmentError(
-            f"{path}: {BatchStatus(status).name} in the batch at byte {bad} (reading offset "
-            f"{offset}); the segment is damaged: restore it from a replica or delete it",
-            path=path, position=int(bad))
-    if position <= verified_end < stop:
-        verified_end = int(stop)
-    return int(stop), int(next_offset), verified_end
-
-
-def _index_entries_for(log_size: int, index_interval: int) -> int:
-    """The most entries either index of a segment holding ``log_size`` bytes of log
-    can need: an entry marks a batch at least ``index.interval.bytes`` (and a batch
-    header) after the previous one, and the time index adds its closing entry."""
-    return log_size // max(index_interval, B.HEADER_LENGTH) + 2
-
-
-def _whole_steps(end: int, capacity: int) -> int:
-    """``end`` rounded up to a whole reservation step of the log, within ``capacity``."""
-    step = limits.SEGMENT_PREALLOCATE_STEP_SIZE
-    return min(-(-end // step) * step, capacity)
-
-
-def _whole_pages(size: int, capacity: int) -> int:
-    """``size`` rounded up to whole pages, within ``capacity``."""
-    return min(-(-size // PAGE_SIZE) * PAGE_SIZE, capacity)
-
-
 def _nonzero_extent(log_bytes: np.ndarray, start: int, end: int) -> int:
     """Bytes from ``start`` to the end of the last non-zero chunk before a zero
     chunk: how much a torn tail really held (a crashed active segment is a sparse
@@ -1132,15 +315,6 @@ def _nonzero_extent(log_bytes: np.ndarray, start: int, end: int) -> int:
             break
         extent = position + int(nonzero[-1]) + 1 - start
     return extent
-
-
-def _timestamp_in_compressed(segment: Segment, position: int, timestamp: int, start_offset: int):
-    columns = decode_columns(inflate_batch(segment.log, batch_info(segment.log, position)),
-                             verified=True)
-    hits = np.flatnonzero((columns.offsets >= start_offset) & (columns.timestamps >= timestamp))
-    if not hits.size:
-        return None
-    return int(columns.offsets[hits[0]]), int(columns.timestamps[hits[0]])
 
 
 # --- the partition log ----------------------------------------------------------------
@@ -1640,8 +814,8 @@ class PartitionLog:
             # A segment mapped before segment.bytes was lowered or raised keeps its size.
             segment_bytes = min(config.segment_bytes, int(segment.state[CAPACITY_WORD]))
             status, position, _ = append_batches(
-                source, position, source.size, segment.log, segment._offset_index.bytes,
-                segment._time_index.bytes, segment.state, segment_bytes, config.segment_ms,
+                source, position, source.size, segment.log, segment.offset_index_bytes,
+                segment.time_index_bytes, segment.state, segment_bytes, config.segment_ms,
                 config.index_interval_bytes, append_time, leader_epoch, False, keep_offsets)
             assert status != REJECTED, "the source was validated and is private"
             if verified:
