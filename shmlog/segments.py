@@ -1,70 +1,44 @@
-"""The log on disk: segments, their indexes, and the partition log.
+"""The partition log (Kafka's ``UnifiedLog``): one partition's ordered log, composed
+of the storage layer's parts; and the face of that layer, whose public names the
+broker, the tools and the tests import from here.
 
 Rules
 -----
 * One writer per partition directory: the process that owns the
   :class:`PartitionLog`. Readers in other processes map segments read-only and rely
   on the high watermark published elsewhere; nothing below it ever changes in place
-  (truncation only removes what lies above the high watermark).
+  (truncation only removes what lies above the high watermark). They import only
+  the read path (``storage.segment_read``), never this module.
 * Bytes enter the log only through :meth:`PartitionLog.append` (or a compiled
   writer's :func:`append_batches`, whose copy it checks) and
   :meth:`PartitionLog.append_as_follower`, which validate every batch (structure,
-  CRC32C, records) before any byte is copied.
+  CRC32C, records: ``log_validator``) before any byte is copied.
 * Nothing acknowledged is rewritten: offsets are assigned once, dense and increasing
   (a follower keeps its leader's, which compaction may have left with gaps).
 * The leader-epoch cache (:attr:`PartitionLog.epochs`, ``leader_epochs``) follows
   the log: appends teach it their batches' epochs, truncation, a moved log start
   and a restart empty cut it, and an open makes it agree with what was recovered.
+  So does the producer state (``producer_snapshots``): a snapshot at each roll,
+  reloaded at an open and after a truncation.
 
 Theory of operation
 -------------------
-A partition is a directory of segments named by base offset, as in Kafka::
+The parts, cut as Kafka cuts its log, each in ``shmlog/storage``:
 
-    00000000000000000000.log  .index  .timeindex
-    00000000000000368769.log  .index  .timeindex      <- active segment
-    checkpoint.json                                    recovery point, log start offset
-    leader-epoch-checkpoint.json                       epoch -> start offset (leader_epochs)
-    00000000000000368769.producers.json                producers' last batches below it,
-                                                       written at the roll (producer_snapshots)
+    log_segment     Segment: one .log with its .index and .timeindex, mapped
+    local_log       LocalLog: the segment list, the checkpoint, appending, rolling,
+                    reading, truncating, the swap of cleaned segments
+    log_loader      LogLoader: opening a directory, recovery, RecoveryReport
+    log_validator   validating appended batches, compression.type
+    log_retention   LogRetention: retention by time and size, the log start offset
+    segment_append  the writer's kernels (append, indexes, rescan)
+    segment_read    the read path's (find, collect, timestamp lookup), ReadResult
 
-The active segment's files are sparse files of their full configured size, mapped
-read-write once. Disk blocks are reserved with ``fallocate`` and page tables
-populated (``MADV_POPULATE_WRITE``) a step ahead of the write position, so appends
-neither page-fault on every 4 KiB page nor die of ``SIGBUS`` on a full disk: a full
-disk fails the reservation, which raises :class:`StorageError` before any byte moves.
-Space never written reads as zeros, and a zero batch length marks the end of the data.
-
-No store ever lands past a reservation, in any of the three files. The segment's
-state says how many bytes of the log and of each index are reserved; the append
-kernel copies a batch only when the log bytes it takes, the index entries it may
-add and the slot of the closing time-index entry (which sealing writes) are all
-reserved, and otherwise asks Python for room (``NEED_SPACE``). Each reservation
-of the log reserves index slots in proportion (an entry per
-``index.interval.bytes`` of log at most), so the kernel seldom asks for the
-indexes alone. A rescan reserves, before it starts, the slots its log can need at
-most. A roll reserves the new segment's first step before mapping its files and
-before sealing the old segment: a full disk fails the roll with nothing changed,
-and the next append tries again. When the background reservation fails, it stops
-until an append's own reservation succeeds (the disk has room again).
-
-The compiled kernel :func:`append_batches` copies validated batches into the
-mapping, stamps base offset and leader epoch, adds sparse index entries every
-``index.interval.bytes``, and returns early when the segment must roll or more
-space must be reserved; Python does those and calls it again. Rolling trims the
-closed segment's files to their used length. Every kernel that walks batches
-steps with ``records.batch_frame``, the one bounds check of a walk.
-
-Recovery: ``checkpoint.json`` holds the recovery point, the offset below which
-everything was flushed. On open, every segment holding offsets at or above it is
-scanned batch by batch (CRC32C and structure); the log is truncated at the first
-invalid batch, later segments are deleted, the indexes of scanned segments are
-rebuilt, and a :class:`RecoveryReport` says what was cut. Indexes of older segments
-get a sanity check and are rebuilt when they fail it.
-
-The segment generation tells readers in other processes when to list the
-directory again: a seqlock, whose rules ``segment_generation`` holds (odd around
-retention, the segments DeleteRecords drops, truncation and a compaction swap; a roll
-moves it by two).
+:class:`PartitionLog` holds what spans them: the leader-epoch cache, the producer
+state and its snapshots, the flush policy (``flush.messages``, ``flush.ms``, the
+recovery point), and the writer's contract below. An append is validated, copied
+in by the local log (which rolls and reserves as the kernel asks), then taught to
+the epoch cache and counted for the flush policy.
 
 The writer's contract
 ---------------------
@@ -83,459 +57,43 @@ at once and from inside the change, so no caller has to remember to.
 
 from __future__ import annotations
 
-import bisect
-import contextlib
-import dataclasses
-import enum
-import json
 import logging
-import os
 import shutil
-import threading
 from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .common import access, limits
-from .common.errors import (
-    CorruptRecordError,
-    CorruptSegmentError,
-    OffsetOutOfRangeError,
-    OffsetOverflowError,
-    OffsetsOutOfOrderError,
-    RecordTooLargeError,
-    StorageError,
-    UnexpectedAppendOffsetError,
-)
-from .native.crc32c import crc32c_kernel
-from .native.jit import (
-    copy_bytes,
-    kernel,
-    load_i32,
-    load_i64,
-    load_u16,
-    load_u32,
-    store_i32,
-    store_i64,
-    store_u16,
-    store_u32,
-)
+from .common import limits
+from .common.errors import StorageError
 from .record import batch_layout as B
-from .record.records import (
-    BatchStatus,
-    Compression,
-    batch_frame,
-    batch_info,
-    check_batch,
-    check_inflated,
-    check_produced_batch,
-    decode_columns,
-    encode_batch,
-    inflate_batch,
-    iter_batches,
-    now_ms,
-    recompress_batch,
-)
-from .storage import index_layout as I
-from .storage.durable_files import fsync_directory, write_atomically
+from .record.records import encode_batch, now_ms
 from .storage.leader_epochs import LeaderEpochCache, epoch_starts
-from .storage.mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
-from .storage.producer_snapshots import (
-    ProducerState,
-    delete_snapshots,
-    read_snapshot,
-    snapshot_offsets,
-    write_snapshot,
+from .storage.local_log import (
+    CLEANING_DIRECTORY,
+    SWAP_MANIFEST_FILE,
+    LocalLog,
+    LogChange,
+    write_swap_manifest,
 )
-from .storage.segment_generation import SegmentGeneration
-from .storage.segment_state import (
-    APPENDED,
-    BASE_OFFSET_WORD,
-    CAPACITY_WORD,
-    INDEXED_TIMESTAMP_WORD,
-    LOOKUP_DAMAGED,
-    LOOKUP_FOUND,
-    LOOKUP_INFLATE,
-    LOOKUP_NOT_FOUND,
-    MAX_TIMESTAMP_WORD,
-    NEED_ROLL,
-    NEED_SPACE,
-    NEXT_OFFSET_WORD,
-    OFFSET_CAPACITY_WORD,
-    OFFSET_ENTRIES_WORD,
-    OFFSET_RESERVED_WORD,
-    POSITION_WORD,
-    REJECTED,
-    RESERVED_WORD,
-    ROLL_TIMESTAMP_WORD,
-    SINCE_INDEX_WORD,
-    TIME_CAPACITY_WORD,
-    TIME_ENTRIES_WORD,
-    TIME_RESERVED_WORD,
-    TIMESTAMP_NONE,
-    new_segment_state,
-)
+from .storage.log_loader import LogLoader, RecoveryReport
+from .storage.log_retention import LogRetention
+from .storage.log_segment import Segment
+from .storage.log_validator import check_offsets_available, validate_produced, validate_replicated
+from .storage.producer_snapshots import ProducerStateManager
+from .storage.segment_append import append_batches
+from .storage.segment_read import ReadResult, collect_batches, find_batch
+from .storage.segment_state import CAPACITY_WORD, TIMESTAMP_NONE
 from .storage.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
 
+# The storage layer's public names, as this module always offered them (their
+# modules define them; see the table above).
 __all__ = ["PartitionLog", "Segment", "AppendResult", "AppendTarget", "LogChange", "ReadResult",
            "RecoveryReport", "append_batches", "find_batch", "collect_batches",
-           "warm_follower_kernels"]
+           "warm_follower_kernels", "CLEANING_DIRECTORY", "SWAP_MANIFEST_FILE",
+           "write_swap_manifest"]
 
-CHECKPOINT_FILE = "checkpoint.json"
-CHECKPOINT_VERSION = 1
-# Compaction writes cleaned segments here, then renames them into place; the
-# manifest lists a swap in progress, so recovery can finish it (see replace_segments).
-CLEANING_DIRECTORY = ".cleaning"
-SWAP_MANIFEST_FILE = "cleaning-swap.json"
-
-# Batch statuses the kernels return (ints: what numba compares and returns).
-_TRUNCATED = int(BatchStatus.TRUNCATED)
-_BAD_LENGTH = int(BatchStatus.BAD_LENGTH)
-_BAD_OFFSET = int(BatchStatus.BAD_OFFSET)
-
-assert limits.SEGMENT_PREALLOCATE_STEP_SIZE % PAGE_SIZE == 0
-assert limits.SEGMENT_PREFAULT_AHEAD_SIZE >= limits.SEGMENT_PREALLOCATE_STEP_SIZE
-
-# --- kernels ---------------------------------------------------------------------------
-
-@kernel
-def _will_index(state, index_interval):
-    """Whether the next batch gets index entries: ``index.interval.bytes`` of log
-    since the last entry, and room in both indexes (one slot of each stays free for
-    the closing time-index entry)."""
-    return (state[SINCE_INDEX_WORD] >= index_interval
-            and state[OFFSET_ENTRIES_WORD] < state[OFFSET_CAPACITY_WORD] - 1
-            and state[TIME_ENTRIES_WORD] < state[TIME_CAPACITY_WORD] - 1)
-
-
-@kernel
-def _index_slots_reserved(state, indexing):
-    """Whether every index slot the next batch may store into is reserved on disk:
-    an entry of each index when ``indexing``, and the time index's closing entry
-    (which sealing writes, unless the index is full)."""
-    extra = 1 if indexing else 0
-    offset_end = (state[OFFSET_ENTRIES_WORD] + extra) * I.OFFSET_ENTRY_LENGTH
-    time_end = min(state[TIME_ENTRIES_WORD] + 1 + extra,
-                   state[TIME_CAPACITY_WORD]) * I.TIME_ENTRY_LENGTH
-    return offset_end <= state[OFFSET_RESERVED_WORD] and time_end <= state[TIME_RESERVED_WORD]
-
-
-@kernel
-def _index_batch(log, log_position, length, offset_index, time_index, state, index_interval):
-    """Account for the batch just written at ``log_position``: sparse index entries
-    and the running maximum timestamp."""
-    indexing = _will_index(state, index_interval)
-    base_offset = load_i64(log, log_position + B.BASE_OFFSET_OFFSET)
-    last_offset = base_offset + load_i32(log, log_position + B.LAST_OFFSET_DELTA_OFFSET)
-    max_timestamp = load_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET)
-    if state[MAX_TIMESTAMP_WORD] < max_timestamp:
-        state[MAX_TIMESTAMP_WORD] = max_timestamp
-    if state[ROLL_TIMESTAMP_WORD] == TIMESTAMP_NONE:
-        state[ROLL_TIMESTAMP_WORD] = max_timestamp
-    if indexing:
-        entry = state[OFFSET_ENTRIES_WORD] * I.OFFSET_ENTRY_LENGTH
-        store_u32(offset_index, entry + I.OFFSET_ENTRY_RELATIVE_OFFSET_OFFSET,
-                  base_offset - state[BASE_OFFSET_WORD])
-        store_u32(offset_index, entry + I.OFFSET_ENTRY_POSITION_OFFSET, log_position)
-        state[OFFSET_ENTRIES_WORD] += 1
-        if state[MAX_TIMESTAMP_WORD] > state[INDEXED_TIMESTAMP_WORD]:
-            _append_time_entry(time_index, state, last_offset)
-        state[SINCE_INDEX_WORD] = 0
-    state[SINCE_INDEX_WORD] += length
-    state[POSITION_WORD] = log_position + length
-    state[NEXT_OFFSET_WORD] = last_offset + 1
-
-
-@kernel
-def _append_time_entry(time_index, state, last_offset):
-    entry = state[TIME_ENTRIES_WORD] * I.TIME_ENTRY_LENGTH
-    store_i64(time_index, entry + I.TIME_ENTRY_TIMESTAMP_OFFSET, state[MAX_TIMESTAMP_WORD])
-    store_u32(time_index, entry + I.TIME_ENTRY_RELATIVE_OFFSET_OFFSET,
-              last_offset - state[BASE_OFFSET_WORD])
-    state[TIME_ENTRIES_WORD] += 1
-    state[INDEXED_TIMESTAMP_WORD] = state[MAX_TIMESTAMP_WORD]
-
-
-@kernel
-def append_batches(source, start, end, log, offset_index, time_index, state, segment_bytes,
-                   segment_ms, index_interval, append_timestamp, leader_epoch, verify_copy,
-                   keep_offsets=False):
-    """Copy the batches ``source[start:end]`` into the active segment the arrays
-    and ``state`` describe (an :class:`AppendTarget`'s fields), giving them the next
-    offsets: the append kernel, called by :meth:`PartitionLog.append` and by a
-    compiled writer's own loop.
-
-    Contract
-    --------
-    * The caller is the partition's one writer and holds a current target (the
-      log has not told its listener of a change since it was taken).
-    * ``segment_bytes``, ``segment_ms`` and ``index_interval`` are the target's;
-      ``append_timestamp`` is the broker's clock for a LogAppendTime topic, else
-      ``segment_state.TIMESTAMP_NONE`` (the producer's timestamps stay);
-      ``leader_epoch`` is stamped into every batch.
-    * With ``keep_offsets`` (a follower's append, Kafka's ``appendAsFollower``) each
-      batch keeps the base offset and leader epoch it carries (``leader_epoch`` is
-      not read; ``append_timestamp`` must be ``TIMESTAMP_NONE``): the log end jumps
-      to the batch's base over a gap compaction left in the leader's log. A base
-      below the log end is ``REJECTED`` (``BAD_OFFSET``). The caller rolls to the
-      batch's base when asked to (a new segment there; an empty segment whose
-      base is too far below the batch's asks for that too).
-    * With ``verify_copy`` each batch is validated (``records.check_produced_batch``,
-      CRC included) after it is copied, in the log, so the bytes checked are the
-      bytes kept even if the source changes meanwhile (a ring a producer can still
-      write); without it the caller validated the source, which nobody else can
-      change. A batch must not be compressed unless the caller checked its records
-      (``records.check_inflated``): the kernel cannot inflate.
-    * Nothing is stored past what ``state`` says is reserved, in any file.
-    * After it returns, ``state`` holds the new position and next offset; the
-      caller publishes them and calls :meth:`PartitionLog.appended_by_kernel`.
-
-    Returns
-    -------
-    (status, source position reached, batch status)
-        ``APPENDED`` when all are in; ``NEED_ROLL`` / ``NEED_SPACE`` when Python
-        must roll or reserve before the batch at that position (space: log bytes
-        or index slots, see ``_index_slots_reserved``); ``REJECTED`` when that batch
-        failed validation (its :class:`BatchStatus` says why, and nothing of it is
-        in the log). The outcomes are ``segment_state``'s.
-    """
-    position = start
-    while position < end:
-        frame_status, length = batch_frame(source, position, end)
-        if frame_status != 0:
-            short = end - position < B.HEADER_LENGTH
-            return REJECTED, position, _TRUNCATED if short else _BAD_LENGTH
-        last_offset_delta = np.int64(load_i32(source, position + B.LAST_OFFSET_DELTA_OFFSET))
-        if append_timestamp != TIMESTAMP_NONE:
-            max_timestamp = append_timestamp
-        else:
-            max_timestamp = load_i64(source, position + B.MAX_TIMESTAMP_OFFSET)
-        log_position = state[POSITION_WORD]
-        base_offset = state[NEXT_OFFSET_WORD]
-        if keep_offsets:
-            base_offset = load_i64(source, position + B.BASE_OFFSET_OFFSET)
-            if base_offset < state[NEXT_OFFSET_WORD]:
-                return REJECTED, position, _BAD_OFFSET
-            relative_last = base_offset + last_offset_delta - state[BASE_OFFSET_WORD]
-            if log_position == 0 and relative_last > I.RELATIVE_OFFSET_MAX:
-                return NEED_ROLL, position, 0
-        if log_position > 0:
-            if log_position + length > segment_bytes:
-                return NEED_ROLL, position, 0
-            if base_offset + last_offset_delta - state[BASE_OFFSET_WORD] > I.RELATIVE_OFFSET_MAX:
-                return NEED_ROLL, position, 0
-            if max_timestamp - state[ROLL_TIMESTAMP_WORD] > segment_ms:
-                return NEED_ROLL, position, 0
-            if state[SINCE_INDEX_WORD] >= index_interval and (
-                    state[OFFSET_ENTRIES_WORD] >= state[OFFSET_CAPACITY_WORD] - 1
-                    or state[TIME_ENTRIES_WORD] >= state[TIME_CAPACITY_WORD] - 1):
-                return NEED_ROLL, position, 0
-        if log_position + length > state[RESERVED_WORD] or \
-                not _index_slots_reserved(state, _will_index(state, index_interval)):
-            return NEED_SPACE, position, 0
-        copy_bytes(log, log_position, source, position, length)
-        if verify_copy:
-            batch_status, _ = check_produced_batch(log, log_position, log_position + length, True)
-            if batch_status != 0:
-                store_u32(log, log_position + B.BATCH_LENGTH_OFFSET, 0)   # end of data again
-                return REJECTED, position, batch_status
-        if not keep_offsets:
-            store_i64(log, log_position + B.BASE_OFFSET_OFFSET, base_offset)
-            store_i32(log, log_position + B.LEADER_EPOCH_OFFSET, leader_epoch)
-        if append_timestamp != TIMESTAMP_NONE:
-            # LogAppendTime: the broker's clock replaces the producer's, as in Kafka;
-            # the fields are under the CRC, so it is computed again.
-            attributes = load_u16(log, log_position + B.ATTRIBUTES_OFFSET)
-            store_u16(log, log_position + B.ATTRIBUTES_OFFSET, attributes | B.TIMESTAMP_TYPE_BIT)
-            store_i64(log, log_position + B.FIRST_TIMESTAMP_OFFSET, append_timestamp)
-            store_i64(log, log_position + B.MAX_TIMESTAMP_OFFSET, append_timestamp)
-            crc = crc32c_kernel(log, log_position + B.CRC_COVERED_OFFSET, log_position + length)
-            store_u32(log, log_position + B.CRC_OFFSET, crc)
-        _index_batch(log, log_position, length, offset_index, time_index, state, index_interval)
-        position += length
-    return APPENDED, position, 0
-
-
-@kernel
-def _validate(source, start, end):
-    """Validate appended batches: (status, position of the first bad one, batches,
-    zstd batches, largest batch length)."""
-    position = start
-    count = 0
-    compressed = 0
-    largest = 0
-    while position < end:
-        status, length = check_produced_batch(source, position, end, True)
-        if status != 0:
-            return status, position, count, compressed, largest
-        largest = max(largest, length)
-        if load_u16(source, position + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK != B.CODEC_NONE:
-            compressed += 1
-        count += 1
-        position += length
-    return 0, position, count, compressed, largest
-
-
-# _validate_replicated's status for a batch whose base is not past the batch before
-# it (not a BatchStatus: the batch itself may be fine).
-_OUT_OF_ORDER = -1
-
-
-@kernel
-def _validate_replicated(source, start, end):
-    """Validate a follower's batches as stored batches (recovery's rules: compaction
-    leaves sparse offset deltas) whose base offsets each follow the batch before:
-    (status, position of the first bad one, batches, zstd batches, largest batch
-    length, first base offset, the offset after the last batch). ``status`` is a
-    :class:`BatchStatus`, or ``_OUT_OF_ORDER``."""
-    position = start
-    count = 0
-    compressed = 0
-    largest = 0
-    first_base = np.int64(-1)
-    next_offset = np.int64(-1)
-    while position < end:
-        status, length = check_batch(source, position, end, True, True)
-        if status != 0:
-            return status, position, count, compressed, largest, first_base, next_offset
-        base_offset = load_i64(source, position + B.BASE_OFFSET_OFFSET)
-        last_offset_delta = np.int64(load_i32(source, position + B.LAST_OFFSET_DELTA_OFFSET))
-        if base_offset < 0 or base_offset >= limits.OFFSET_MAX - last_offset_delta:
-            return _BAD_OFFSET, position, count, compressed, largest, first_base, next_offset
-        if count and base_offset < next_offset:
-            return _OUT_OF_ORDER, position, count, compressed, largest, first_base, next_offset
-        if count == 0:
-            first_base = base_offset
-        next_offset = base_offset + last_offset_delta + 1
-        largest = max(largest, length)
-        if load_u16(source, position + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK != B.CODEC_NONE:
-            compressed += 1
-        count += 1
-        position += length
-    return 0, position, count, compressed, largest, first_base, next_offset
-
-
-@kernel
-def _recover(log, end, offset_index, time_index, state, index_interval):
-    """Rescan a segment from byte 0: check every batch, rebuild both indexes.
-
-    Returns (status, position): position is the end of the valid prefix, where the
-    first bad batch (if any) starts.
-    """
-    position = 0
-    while position < end:
-        status, length = check_batch(log, position, end, True, True)
-        if status != 0:
-            return status, position
-        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
-        last_offset_delta = np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
-        # base_offset is not under the CRC: it must follow on, and not wrap.
-        relative_last = base_offset + last_offset_delta - state[BASE_OFFSET_WORD]
-        if base_offset < state[NEXT_OFFSET_WORD] \
-                or base_offset >= limits.OFFSET_MAX - last_offset_delta \
-                or relative_last > I.RELATIVE_OFFSET_MAX:
-            return _BAD_OFFSET, position
-        _index_batch(log, position, length, offset_index, time_index, state, index_interval)
-        position += length
-    return 0, position
-
-
-@kernel
-def _verify_prefix(log, end):
-    """Check every batch in ``log[0:end]``: (status, end of the good prefix)."""
-    position = 0
-    while position < end:
-        status, length = check_batch(log, position, end, True, True)
-        if status != 0:
-            return status, position
-        position += length
-    return 0, position
-
-
-@kernel
-def find_batch(log, position, end, target_offset):
-    """Byte position of the first batch of ``log[position:end]`` whose last offset is
-    at least ``target_offset``, walking batch headers from ``position`` (a batch
-    boundary); ``end`` when there is none. Checks only each batch's frame: at one
-    that fails it, that position is returned, for the verifying read to report."""
-    while position < end:
-        status, length = batch_frame(log, position, end)
-        if status != 0:
-            return position        # not a batch: let the verifying reader report it
-        last_offset = (load_i64(log, position + B.BASE_OFFSET_OFFSET)
-                       + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET))
-        if last_offset >= target_offset:
-            return position
-        position += length
-    return end
-
-
-@kernel
-def _collect(log, position, end, max_bytes, max_offset, verified_end):
-    """Whole batches from ``position``: stop before ``max_bytes`` (but take at least
-    one batch) or at a batch reaching ``max_offset``. The CRC of batches past
-    ``verified_end`` is checked on the way (the bytes are then those append
-    validated; decoding checks record structure as it walks the records).
-
-    Returns (status, end position, next offset, bad position).
-    """
-    start = position
-    next_offset = -1
-    while position < end:
-        status, length = check_batch(log, position, end, position >= verified_end, False)
-        if status != 0:
-            return status, position, next_offset, position
-        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
-        if base_offset >= max_offset:
-            break
-        if position > start and position + length - start > max_bytes:
-            break
-        next_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET) + 1
-        position += length
-    return 0, position, next_offset, position
-
-
-@kernel
-def _find_timestamp(log, position, end, target_timestamp, start_offset):
-    """First record at or after ``start_offset`` with timestamp >= target.
-
-    Returns (status, offset, timestamp, batch position): LOOKUP_FOUND, LOOKUP_NOT_FOUND,
-    LOOKUP_INFLATE when the batch that holds it is compressed (Python inflates it), or
-    LOOKUP_DAMAGED when a batch on the way fails its check (at that position).
-    """
-    while position < end:
-        status, length = batch_frame(log, position, end)
-        if status != 0:
-            return LOOKUP_DAMAGED, 0, 0, position
-        base_offset = load_i64(log, position + B.BASE_OFFSET_OFFSET)
-        last_offset = base_offset + load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)
-        max_timestamp = load_i64(log, position + B.MAX_TIMESTAMP_OFFSET)
-        if last_offset >= start_offset and max_timestamp >= target_timestamp:
-            # The records are walked: check the whole batch first.
-            status, _ = check_batch(log, position, end, True, True)
-            if status != 0:
-                return LOOKUP_DAMAGED, 0, 0, position
-            attributes = load_u16(log, position + B.ATTRIBUTES_OFFSET)
-            if attributes & B.CODEC_MASK != B.CODEC_NONE:
-                return LOOKUP_INFLATE, 0, 0, position
-            first_timestamp = load_i64(log, position + B.FIRST_TIMESTAMP_OFFSET)
-            record = position + B.RECORDS_OFFSET
-            while record < position + length:
-                offset = base_offset + load_u32(log, record + B.OFFSET_DELTA_OFFSET)
-                if attributes & B.TIMESTAMP_TYPE_BIT:
-                    timestamp = max_timestamp
-                else:
-                    timestamp = first_timestamp + load_i64(log, record + B.TIMESTAMP_DELTA_OFFSET)
-                if offset >= start_offset and timestamp >= target_timestamp:
-                    return LOOKUP_FOUND, offset, timestamp, position
-                record += np.int64(load_u32(log, record + B.RECORD_LENGTH_OFFSET))
-        position += length
-    return LOOKUP_NOT_FOUND, 0, 0, end
-
-
-# --- results ---------------------------------------------------------------------------
 
 class AppendResult(NamedTuple):
     """Offsets given to an append: ``base_offset`` .. ``last_offset`` inclusive."""
@@ -543,30 +101,6 @@ class AppendResult(NamedTuple):
     last_offset: int
     log_append_time: int          # -1 unless the topic uses LogAppendTime
     batch_count: int
-
-
-class ReadResult(NamedTuple):
-    """Whole batches, as a zero-copy view of the mapped segment.
-
-    ``data`` starts at the batch holding the requested offset, so it may hold a few
-    records before it; ``next_offset`` is where the following read should start.
-    """
-    data: np.ndarray
-    next_offset: int
-    segment_base_offset: int
-
-
-class LogChange(enum.Enum):
-    """What a :class:`PartitionLog` tells its listener changed (see
-    :meth:`PartitionLog.set_listener`). Each one makes the writer's
-    :class:`AppendTarget`, or the offsets it published, stale."""
-    APPENDED = "appended"                  # append() took batches (and may have rolled)
-    ROLLED = "rolled"                      # a new active segment, outside a change of files
-    SEGMENT_FILES_CHANGING = "segment files changing"   # the generation turned odd or even:
-    #   retention (or DeleteRecords' deletion), truncation or a compaction swap begins or
-    #   ends; publish before returning
-    LOG_START_MOVED = "log start moved"    # DeleteRecords
-    CONFIG_CHANGED = "config changed"      # the target's limits and compiled flag may differ
 
 
 class AppendTarget(NamedTuple):
@@ -588,562 +122,8 @@ class AppendTarget(NamedTuple):
     compiled: bool                 # compiled appends allowed: CreateTime, stored as
     #                                sent; else every batch goes through append()
     verified: bool                 # the log needs back: every byte was verified
-    segment: "Segment"             # the log needs back: the segment appended to
+    segment: Segment               # the log needs back: the segment appended to
 
-
-@dataclasses.dataclass
-class RecoveryReport:
-    """What opening a partition found and did."""
-    recovery_point: int
-    segments_scanned: int = 0
-    truncated_path: str = ""
-    truncated_position: int = -1
-    truncated_bytes: int = 0
-    truncated_reason: str = ""
-    deleted_segments: list = dataclasses.field(default_factory=list)
-    rebuilt_indexes: list = dataclasses.field(default_factory=list)
-    corrupt_segments: list = dataclasses.field(default_factory=list)   # (path, position, reason)
-
-    def cut(self, path: str, position: int, size: int, status: int) -> None:
-        self.truncated_path = path
-        self.truncated_position = position
-        self.truncated_bytes = size
-        self.truncated_reason = BatchStatus(status).name
-
-    @property
-    def clean(self) -> bool:
-        return (self.truncated_bytes == 0 and not self.deleted_segments
-                and not self.rebuilt_indexes and not self.corrupt_segments)
-
-
-# --- files -----------------------------------------------------------------------------
-
-class Segment:
-    """One ``.log`` file with its ``.index`` and ``.timeindex``."""
-
-    def __init__(self, directory: str, base_offset: int, config: TopicConfig, *, active: bool):
-        self.directory = directory
-        self.base_offset = base_offset
-        self.config = config
-        self.log_path = os.path.join(directory, I.segment_file_name(base_offset, I.LOG_SUFFIX))
-        self.offset_index_path = os.path.join(
-            directory, I.segment_file_name(base_offset, I.OFFSET_INDEX_SUFFIX))
-        self.time_index_path = os.path.join(
-            directory, I.segment_file_name(base_offset, I.TIME_INDEX_SUFFIX))
-        self.state = new_segment_state(base_offset)
-        self.active = active
-        self.verified_end = 0          # bytes below this were checked in this process
-        self.damaged_at = -1           # where kept-but-failed data starts (a flushed segment)
-        self.flushed_end = 0
-        self._log: MappedFile | None = None
-        self._offset_index: MappedFile | None = None
-        self._time_index: MappedFile | None = None
-        # Reservation (here or on the prefaulter thread) never overlaps sealing,
-        # truncating or closing: fallocate on a trimmed file would grow it again.
-        self._reserve_lock = threading.Lock()
-        self._prefault_pending = False
-        # The background reservation failed (a full disk): it waits until an
-        # append's own reservation succeeds, instead of failing after every append.
-        self._prefault_refused = False
-
-    @classmethod
-    def create(cls, directory: str, base_offset: int, config: TopicConfig,
-               log_reserved: int = 0) -> "Segment":
-        """A new, empty active segment; blocks for its first ``log_reserved`` bytes
-        (rounded up to a whole step) and the index slots they can need are reserved
-        before its files are mapped.
-
-        Raises
-        ------
-        StorageError
-            The disk is full or failed; no file of the segment is left.
-        """
-        segment = cls(directory, base_offset, config, active=True)
-        try:
-            segment.map(log_reserved)
-        except StorageError:
-            segment.delete()
-            raise
-        return segment
-
-    # -- mapping -----------------------------------------------------------------
-    def map(self, log_reserved: int = 0) -> None:
-        """Map the three files (read-write at full capacity when active, with blocks
-        for the first ``log_reserved`` bytes of the log, and the index slots they
-        can need, reserved before the files are mapped)."""
-        if self._log is not None:
-            return
-        paths = (self.log_path, self.offset_index_path, self.time_index_path)
-        reservations = (0, 0, 0)
-        capacities = (None, None, None)
-        if self.active:
-            config = self.config
-            capacities = (config.segment_bytes, config.segment_index_bytes,
-                          config.segment_index_bytes)
-            log_reserved = _whole_steps(log_reserved, config.segment_bytes)
-            entries = _index_entries_for(log_reserved, config.index_interval_bytes) \
-                if log_reserved else 0
-            reservations = (log_reserved,
-                            _whole_pages(entries * I.OFFSET_ENTRY_LENGTH, capacities[1]),
-                            _whole_pages(entries * I.TIME_ENTRY_LENGTH, capacities[2]))
-        opened = []
-        try:
-            for path, capacity, reserved in zip(paths, capacities, reservations):
-                opened.append(MappedFile(path, capacity, reserved=reserved))
-        except StorageError:
-            for mapped in opened:
-                mapped.close()
-            raise
-        self._log, self._offset_index, self._time_index = opened
-        state = self.state
-        state[CAPACITY_WORD] = self._log.bytes.size
-        state[OFFSET_CAPACITY_WORD] = self._offset_index.bytes.size // I.OFFSET_ENTRY_LENGTH
-        state[TIME_CAPACITY_WORD] = self._time_index.bytes.size // I.TIME_ENTRY_LENGTH
-        state[RESERVED_WORD], state[OFFSET_RESERVED_WORD], state[TIME_RESERVED_WORD] = reservations
-
-    @property
-    def log(self) -> np.ndarray:
-        self.map()
-        return self._log.bytes
-
-    @property
-    def offset_index_bytes(self) -> np.ndarray:
-        """The offset index's mapped bytes (the append kernel stores entries there)."""
-        self.map()
-        return self._offset_index.bytes
-
-    @property
-    def time_index_bytes(self) -> np.ndarray:
-        """The time index's mapped bytes (the append kernel stores entries there)."""
-        self.map()
-        return self._time_index.bytes
-
-    @property
-    def size(self) -> int:
-        return int(self.state[POSITION_WORD])
-
-    @property
-    def next_offset(self) -> int:
-        return int(self.state[NEXT_OFFSET_WORD])
-
-    @property
-    def max_timestamp(self) -> int:
-        """Largest timestamp in the segment (numpy's int64 minimum when empty)."""
-        return int(self.state[MAX_TIMESTAMP_WORD])
-
-    def age_timestamp(self) -> int:
-        """What retention.ms measures: the largest record timestamp, or, when the
-        records carry none (-1, as Kafka allows), the log file's modification time."""
-        if self.max_timestamp >= 0:
-            return self.max_timestamp
-        return os.stat(self.log_path).st_mtime_ns // 1_000_000
-
-    def offset_entries(self) -> np.ndarray:
-        self.map()
-        count = int(self.state[OFFSET_ENTRIES_WORD])
-        return self._offset_index.bytes[:count * I.OFFSET_ENTRY_LENGTH].view(I.OFFSET_INDEX_DTYPE)
-
-    def time_entries(self) -> np.ndarray:
-        self.map()
-        count = int(self.state[TIME_ENTRIES_WORD])
-        return self._time_index.bytes[:count * I.TIME_ENTRY_LENGTH].view(I.TIME_INDEX_DTYPE)
-
-    # -- opening ---------------------------------------------------------------------
-    def load_closed(self) -> bool:
-        """Adopt a closed segment's files as they are; False when its indexes fail the
-        sanity check (the caller then rebuilds them)."""
-        self.map()
-        size = self._log.size
-        offsets, times = self._offset_index, self._time_index
-        if offsets.size % I.OFFSET_ENTRY_LENGTH or times.size % I.TIME_ENTRY_LENGTH:
-            return False
-        self.state[POSITION_WORD] = size
-        self.state[OFFSET_ENTRIES_WORD] = offsets.size // I.OFFSET_ENTRY_LENGTH
-        self.state[TIME_ENTRIES_WORD] = times.size // I.TIME_ENTRY_LENGTH
-        entries, stamps = self.offset_entries(), self.time_entries()
-        if entries.size and (np.any(np.diff(entries["relative_offset"].astype(np.int64)) <= 0)
-                             or np.any(np.diff(entries["position"].astype(np.int64)) <= 0)
-                             or int(entries["position"][-1]) >= size):
-            return False
-        if size and not stamps.size:
-            return False       # a non-empty closed segment always has a closing entry
-        if stamps.size and (np.any(np.diff(stamps["timestamp"]) <= 0)
-                            or np.any(np.diff(stamps["relative_offset"].astype(np.int64)) <= 0)):
-            return False
-        if size:
-            last = self._last_batch_header(entries)
-            if last is None:
-                return False
-            self.state[NEXT_OFFSET_WORD] = last.next_offset
-            if int(stamps["relative_offset"][-1]) + self.base_offset > last.last_offset:
-                return False
-            self.state[MAX_TIMESTAMP_WORD] = int(stamps["timestamp"][-1])
-            self.state[INDEXED_TIMESTAMP_WORD] = self.state[MAX_TIMESTAMP_WORD]
-            self.state[ROLL_TIMESTAMP_WORD] = batch_info(self.log, 0).max_timestamp
-        return True
-
-    def _last_batch_header(self, entries):
-        """Walk headers from the last indexed batch to the end of the file."""
-        log_bytes, size = self.log, self.size
-        position = int(entries["position"][-1]) if entries.size else 0
-        last = None
-        while position < size:
-            status, _ = batch_frame(log_bytes, position, size)
-            if status != 0:
-                return None
-            last = batch_info(log_bytes, position)
-            if last.base_offset < self.base_offset or last.last_offset_delta < 0 \
-                    or last.base_offset + last.last_offset_delta >= limits.OFFSET_MAX:
-                return None
-            position += last.batch_length
-        return last
-
-    def rebuild(self, end: int | None = None) -> tuple[int, int]:
-        """Rescan the log from byte 0 and rebuild both indexes in place.
-
-        Returns (status, end of the valid prefix); the state then describes that
-        prefix. The log file itself is never cut here: a sealed segment keeps every
-        byte (its size stays the file's, so reads reach damage and report it) and is
-        sealed again; cutting is the caller's decision.
-        """
-        if self.active:
-            self.map()
-        else:
-            self._map_for_rebuild()
-        # The kernel trusts ``end``: never let it past the mapping.
-        end = self._log.bytes.size if end is None else min(end, self._log.bytes.size)
-        entries = _index_entries_for(end, self.config.index_interval_bytes)
-        with self._reserve_lock:
-            self._reserve_indexes(entries, entries)      # the most the rescan can write
-        state = self.state
-        for slot, value in ((POSITION_WORD, 0), (NEXT_OFFSET_WORD, self.base_offset),
-                            (SINCE_INDEX_WORD, 0), (OFFSET_ENTRIES_WORD, 0), (TIME_ENTRIES_WORD, 0),
-                            (MAX_TIMESTAMP_WORD, TIMESTAMP_NONE),
-                            (INDEXED_TIMESTAMP_WORD, TIMESTAMP_NONE),
-                            (ROLL_TIMESTAMP_WORD, TIMESTAMP_NONE)):
-            state[slot] = value
-        status, position = _recover(self._log.bytes, end, self._offset_index.bytes,
-                                    self._time_index.bytes, state, self.config.index_interval_bytes)
-        self.verified_end = int(position)
-        if not self.active:
-            state[POSITION_WORD] = self._log.bytes.size
-            self.close_for_append()
-        return int(status), int(position)
-
-    def _map_for_rebuild(self) -> None:
-        """Map a sealed segment for rebuilding its indexes: the log read-only (a
-        rescan only reads it), the indexes read-write with room for every entry the
-        log could need (their blocks are reserved by :meth:`rebuild`)."""
-        self.close()
-        size = os.stat(self.log_path).st_size
-        capacity = max(self.config.segment_index_bytes,
-                       _index_entries_for(size, self.config.index_interval_bytes)
-                       * I.TIME_ENTRY_LENGTH)
-        self._log = MappedFile(self.log_path, None)
-        self._offset_index = MappedFile(self.offset_index_path, capacity)
-        self._time_index = MappedFile(self.time_index_path, capacity)
-        state = self.state
-        state[CAPACITY_WORD] = self._log.bytes.size
-        state[OFFSET_CAPACITY_WORD] = capacity // I.OFFSET_ENTRY_LENGTH
-        state[TIME_CAPACITY_WORD] = capacity // I.TIME_ENTRY_LENGTH
-        state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0
-
-    def reserve(self, end: int) -> None:
-        """Make ``[0, end)`` of the active log writable without faults (whole steps,
-        up to the capacity), with the index slots that much log can need.
-        Serialised with the prefaulter and with sealing.
-
-        Raises
-        ------
-        StorageError
-            The disk is full or failed; what was reserved before stays.
-        """
-        with self._reserve_lock:
-            if self.active:
-                self._reserve(end)
-
-    def _reserve(self, end: int) -> None:
-        state = self.state
-        reserved = int(state[RESERVED_WORD])
-        target = _whole_steps(end, int(state[CAPACITY_WORD]))
-        if target > reserved:
-            entries = _index_entries_for(target, self.config.index_interval_bytes)
-            self._reserve_indexes(entries, entries)
-            self._log.reserve(reserved, target)
-            state[RESERVED_WORD] = target
-
-    def _reserve_indexes(self, offset_entries: int, time_entries: int) -> None:
-        """Reserve blocks for the first ``offset_entries`` / ``time_entries`` slots of
-        the indexes (whole pages, within their capacities). The lock is held."""
-        for index, wanted, slot in ((self._offset_index, offset_entries * I.OFFSET_ENTRY_LENGTH,
-                                     OFFSET_RESERVED_WORD),
-                                    (self._time_index, time_entries * I.TIME_ENTRY_LENGTH,
-                                     TIME_RESERVED_WORD)):
-            reserved = int(self.state[slot])
-            target = _whole_pages(wanted, index.bytes.size)
-            if target > reserved:
-                index.reserve(reserved - reserved % PAGE_SIZE, target)
-                self.state[slot] = target
-
-    def make_room(self, length: int, index_interval: int) -> None:
-        """Reserve what appending a batch of ``length`` bytes needs: the log bytes,
-        an entry of each index, and the time index's closing entry.
-
-        Raises
-        ------
-        StorageError
-            The disk is full or failed; nothing of the segment changed.
-        """
-        state = self.state
-        with self._reserve_lock:
-            assert self.active, "only the active segment is appended to"
-            self._reserve(self.size + length)
-            self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]) + 1,
-                                  int(state[TIME_ENTRIES_WORD]) + 2)
-            self._prefault_refused = False        # there is room again
-        # What the kernel checks: it must find the room now, or it would ask again.
-        if state[RESERVED_WORD] < self.size + length or \
-                not _index_slots_reserved(state, _will_index(state, index_interval)):
-            raise StorageError(f"{self.log_path}: no room for a batch of {length} bytes at "
-                               f"byte {self.size} (capacity {int(state[CAPACITY_WORD])})")
-
-    def prefault_ahead(self) -> None:
-        """Keep ``segment.prefault.ahead`` bytes reserved past the write position, on
-        the prefaulter thread, so appends find their pages ready."""
-        state = self.state
-        if self._prefault_pending or self._prefault_refused or not self.active or \
-                state[RESERVED_WORD] >= state[CAPACITY_WORD] or \
-                state[RESERVED_WORD] - state[POSITION_WORD] >= limits.SEGMENT_PREFAULT_AHEAD_SIZE:
-            return
-        self._prefault_pending = True
-
-        def job():
-            try:
-                self.reserve(int(self.state[POSITION_WORD]) + limits.SEGMENT_PREFAULT_AHEAD_SIZE)
-            except StorageError as error:
-                self._prefault_refused = True
-                log.warning("%s; appends reserve for themselves until there is room", error)
-            finally:
-                self._prefault_pending = False
-        if not prefault_in_background(job):
-            self._prefault_pending = False       # shutting down: appends reserve inline
-
-    def close_for_append(self) -> None:
-        """Seal the segment: closing time-index entry, files trimmed to their data."""
-        with self._reserve_lock:
-            self._seal()
-
-    def _seal(self) -> None:
-        state = self.state
-        # The slot kept free for the closing entry may be gone in a segment that was
-        # sealed before (and reopened): it then has its closing entry already.
-        if state[POSITION_WORD] and state[MAX_TIMESTAMP_WORD] > state[INDEXED_TIMESTAMP_WORD] \
-                and state[TIME_ENTRIES_WORD] < state[TIME_CAPACITY_WORD]:
-            # Appends keep this slot reserved: this reserves only after a reopen.
-            self._reserve_indexes(0, int(state[TIME_ENTRIES_WORD]) + 1)
-            _append_time_entry(self._time_index.bytes, state, state[NEXT_OFFSET_WORD] - 1)
-        # Indexes first: a reader maps the log, then the index, and takes a log at
-        # its sealed size for a sealed segment, whose index it then reads. Trimmed
-        # after the log, the index could still be mapped at its full size by then,
-        # and reading that mapping past the trimmed end faults (SIGBUS).
-        self._offset_index.trim(int(state[OFFSET_ENTRIES_WORD]) * I.OFFSET_ENTRY_LENGTH)
-        self._time_index.trim(int(state[TIME_ENTRIES_WORD]) * I.TIME_ENTRY_LENGTH)
-        if self._log.writable:                 # a rebuilt sealed segment's log is read-only
-            self._log.trim(int(state[POSITION_WORD]))
-        for mapped in (self._log, self._offset_index, self._time_index):
-            mapped.release_descriptor()        # sealed files never change size again
-        state[CAPACITY_WORD] = state[POSITION_WORD]
-        state[RESERVED_WORD] = state[POSITION_WORD]
-        state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0   # trimmed: nothing to store
-        self.active = False
-
-    def reopen_for_append(self) -> None:
-        """Map a sealed segment read-write at full capacity again, keeping its state,
-        with the tail past its data zeroed. Under the reservation lock, so a queued
-        prefault never sees it half-reopened."""
-        with self._reserve_lock:
-            self._close_mappings()
-            self.active = True
-            self.map()
-            self._zero_tail(self.size)
-        self.verified_end = min(self.verified_end, self.size)
-        self.flushed_end = self.size
-
-    def truncate_tail(self, position: int) -> None:
-        """Make everything from ``position`` on read as zeros (the end-of-data mark),
-        so no stale batch past the end can ever be mistaken for data."""
-        with self._reserve_lock:
-            self._zero_tail(position)
-
-    def _zero_tail(self, position: int) -> None:
-        assert self.active
-        self._log.zero_tail(position, int(self.state[CAPACITY_WORD]))
-        self.state[RESERVED_WORD] = position - position % PAGE_SIZE
-
-    def _clear_indexes(self) -> None:
-        """Zero both indexes, keeping the blocks reserved for them (a rebuild stores
-        there next); the lock is held."""
-        for index, slot in ((self._offset_index, OFFSET_RESERVED_WORD),
-                            (self._time_index, TIME_RESERVED_WORD)):
-            kept = int(self.state[slot])
-            index.zero_tail(kept, index.bytes.size)       # the mapping's size, not the config's
-            index.bytes[:kept] = 0
-
-    def truncate(self, position: int) -> None:
-        """Cut the active segment's log at batch boundary ``position``; rebuild indexes.
-
-        Raises
-        ------
-        CorruptSegmentError
-            The bytes before ``position`` fail their check; nothing was changed.
-        """
-        status, end = _verify_prefix(self.log, position)
-        if status != 0 or end != position:
-            raise CorruptSegmentError(
-                f"{self.log_path}: {BatchStatus(status).name if status else 'NOT_A_BOUNDARY'} "
-                f"at byte {end} before the truncation point {position}; nothing was truncated",
-                path=self.log_path, position=int(end))
-        entries = _index_entries_for(position, self.config.index_interval_bytes)
-        with self._reserve_lock:
-            # Reserved first: a full disk fails the truncation with nothing changed.
-            self._reserve_indexes(entries, entries)
-            self._zero_tail(position)
-            self._clear_indexes()
-        self.flushed_end = min(self.flushed_end, position)
-        status, end = self.rebuild(position)
-        assert status == 0 and end == position, "the prefix was verified above"
-
-    # -- lookups ---------------------------------------------------------------------
-    def position_of(self, offset: int) -> int:
-        """Byte position of the batch holding ``offset`` (or the end)."""
-        entries = self.offset_entries()
-        slot = int(np.searchsorted(entries["relative_offset"], offset - self.base_offset,
-                                   side="right")) - 1
-        start = int(entries["position"][slot]) if slot >= 0 else 0
-        return int(find_batch(self.log, start, self.size, offset))
-
-    def offset_for_timestamp(self, timestamp: int, min_offset: int):
-        """(offset, timestamp) of the first record at or after ``min_offset`` whose
-        timestamp is >= ``timestamp``, or None."""
-        entries = self.time_entries()
-        slot = int(np.searchsorted(entries["timestamp"], timestamp, side="left")) - 1
-        start_offset = (self.base_offset + int(entries["relative_offset"][slot]) + 1
-                        if slot >= 0 else self.base_offset)
-        start_offset = max(start_offset, min_offset)
-        position = self.position_of(start_offset)
-        while True:
-            status, offset, found, position = _find_timestamp(self.log, position, self.size,
-                                                              timestamp, start_offset)
-            if status == LOOKUP_FOUND:
-                return int(offset), int(found)
-            if status == LOOKUP_NOT_FOUND:
-                return None
-            if status == LOOKUP_DAMAGED:
-                raise CorruptSegmentError(
-                    f"{self.log_path}: the batch at byte {position} fails its check (looking "
-                    f"up timestamp {timestamp})", path=self.log_path, position=int(position))
-            hit = _timestamp_in_compressed(self, int(position), timestamp, start_offset)
-            if hit is not None:
-                return hit
-            position += batch_info(self.log, int(position)).batch_length   # on to the next
-
-    def sync(self) -> None:
-        """msync what was written since the last sync (log first, then indexes)."""
-        if self._log is None:
-            return
-        self._log.sync(self.flushed_end, self.size)
-        self._offset_index.sync()
-        self._time_index.sync()
-        self.flushed_end = self.size
-
-    def close(self) -> None:
-        with self._reserve_lock:
-            self._close_mappings()
-
-    def _close_mappings(self) -> None:
-        self.active = False       # a prefault still queued finds nothing to do
-        for mapped in (self._log, self._offset_index, self._time_index):
-            if mapped is not None:
-                mapped.close()
-        self._log = self._offset_index = self._time_index = None
-
-    def delete(self) -> None:
-        self.close()
-        for path in (self.log_path, self.offset_index_path, self.time_index_path):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-
-
-def collect_batches(log: np.ndarray, path: str, position: int, end: int, max_bytes: int,
-                    max_offset: int, verified_end: int, offset: int) -> tuple[int, int, int]:
-    """Whole batches of ``log`` from ``position`` (see ``_collect``), CRC-checked past
-    ``verified_end``. Good batches before damage are served (the next read starts at
-    the damage); damage where the read starts raises.
-
-    Returns (end of the batches, next offset or -1 for none, the verified prefix).
-
-    Raises
-    ------
-    CorruptSegmentError
-        The batch at ``position`` fails its check.
-    """
-    status, stop, next_offset, bad = _collect(log, position, end, max_bytes, max_offset,
-                                              verified_end)
-    if status != 0 and bad == position:
-        raise CorruptSegmentError(
-            f"{path}: {BatchStatus(status).name} in the batch at byte {bad} (reading offset "
-            f"{offset}); the segment is damaged: restore it from a replica or delete it",
-            path=path, position=int(bad))
-    if position <= verified_end < stop:
-        verified_end = int(stop)
-    return int(stop), int(next_offset), verified_end
-
-
-def _index_entries_for(log_size: int, index_interval: int) -> int:
-    """The most entries either index of a segment holding ``log_size`` bytes of log
-    can need: an entry marks a batch at least ``index.interval.bytes`` (and a batch
-    header) after the previous one, and the time index adds its closing entry."""
-    return log_size // max(index_interval, B.HEADER_LENGTH) + 2
-
-
-def _whole_steps(end: int, capacity: int) -> int:
-    """``end`` rounded up to a whole reservation step of the log, within ``capacity``."""
-    step = limits.SEGMENT_PREALLOCATE_STEP_SIZE
-    return min(-(-end // step) * step, capacity)
-
-
-def _whole_pages(size: int, capacity: int) -> int:
-    """``size`` rounded up to whole pages, within ``capacity``."""
-    return min(-(-size // PAGE_SIZE) * PAGE_SIZE, capacity)
-
-
-def _nonzero_extent(log_bytes: np.ndarray, start: int, end: int) -> int:
-    """Bytes from ``start`` to the end of the last non-zero chunk before a zero
-    chunk: how much a torn tail really held (a crashed active segment is a sparse
-    file of full capacity, so the scan stops at the first all-zero chunk)."""
-    chunk = 1 << 20
-    extent = 0
-    for position in range(start, end, chunk):
-        window = log_bytes[position:min(position + chunk, end)]
-        nonzero = np.flatnonzero(window)
-        if not nonzero.size:
-            break
-        extent = position + int(nonzero[-1]) + 1 - start
-    return extent
-
-
-def _timestamp_in_compressed(segment: Segment, position: int, timestamp: int, start_offset: int):
-    columns = decode_columns(inflate_batch(segment.log, batch_info(segment.log, position)),
-                             verified=True)
-    hits = np.flatnonzero((columns.offsets >= start_offset) & (columns.timestamps >= timestamp))
-    if not hits.size:
-        return None
-    return int(columns.offsets[hits[0]]), int(columns.timestamps[hits[0]])
-
-
-# --- the partition log ----------------------------------------------------------------
 
 class PartitionLog:
     """The ordered log of one partition: append, read, roll, recover, retain, truncate.
@@ -1163,241 +143,81 @@ class PartitionLog:
     def __init__(self, directory: str, config: TopicConfig | None = None, *,
                  topic_id: str | None = None):
         self.directory = directory
-        self._config = config or TopicConfig()
         self.topic_id = topic_id
-        # The partition's writer, told of every change (see set_listener).
-        self._listener: Callable[[LogChange], None] | None = None
-        # Moves whenever the set of segment files changes (readers list it again then).
-        self._generation = SegmentGeneration(directory)
-        try:
-            access.make_directories(directory)
-        except OSError as error:
-            raise StorageError(f"cannot create {directory}: {error}") from error
-        self._segments: list[Segment] = []
-        self._bases: list[int] = []
+        self._local_log = LocalLog(directory, config or TopicConfig(), rolled=self._rolled)
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self._flush_retry_ms = 0           # no flush before this (the last one failed)
-        checkpoint = self._read_checkpoint()
-        self.recovery_point = checkpoint.get("recovery_point", 0)
-        self.log_start_offset = checkpoint.get("log_start_offset", 0)
-        # Where the last compaction stopped: records below it are clean.
-        self.clean_offset = checkpoint.get("clean_offset", 0)
-        self._finish_swap()
         # The leader epochs (see leader_epochs); this log's own paths keep it right.
         self.epochs = LeaderEpochCache(directory)
         # The producers' last batches below the active segment (producer_snapshots).
-        self._producers = ProducerState()
-        recovery_point = self.recovery_point
-        self.recovery_report = self._open()
-        self._load_epochs(recovery_point)
-        self._load_producers()
+        self._producers = ProducerStateManager(directory)
+        self._retention = LogRetention(self._local_log, self.epochs)
+        self.recovery_report = LogLoader(self._local_log, self.epochs,
+                                         self.truncate_fully_and_start_at).load()
+        self._producers.load(self._segments, self.log_start_offset)
 
     # -- properties ------------------------------------------------------------------
     @property
     def config(self) -> TopicConfig:
         """The topic's effective configuration; setting it tells the listener
         (``LogChange.CONFIG_CHANGED``: the append target's limits moved)."""
-        return self._config
+        return self._local_log.config
 
     @config.setter
     def config(self, config: TopicConfig) -> None:
-        self._config = config
-        self._tell(LogChange.CONFIG_CHANGED)
+        self._local_log.config = config
 
     @property
     def generation(self) -> int:
         """The segment generation (see ``segment_generation``): even while the set of
         segment files is stable, odd while a change removes or replaces files."""
-        return self._generation.value
+        return self._local_log.generation
 
     @property
     def active(self) -> Segment:
-        return self._segments[-1]
+        return self._local_log.active
 
     @property
     def segments(self) -> list[Segment]:
-        return list(self._segments)
+        return list(self._local_log.segments)
 
     @property
     def log_end_offset(self) -> int:
-        return self.active.next_offset
+        return self._local_log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._local_log.log_start_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Everything below it was flushed (an open scans from there)."""
+        return self._local_log.recovery_point
+
+    @property
+    def clean_offset(self) -> int:
+        """Where the last compaction stopped: records below it are clean."""
+        return self._local_log.clean_offset
 
     @property
     def size(self) -> int:
-        return sum(segment.size for segment in self._segments)
+        return self._local_log.size
 
-    # -- opening and recovery --------------------------------------------------------
-    def _segment_bases(self) -> list[int]:
-        bases = []
-        for name in os.listdir(self.directory):
-            stem, suffix = os.path.splitext(name)
-            if name.endswith(".tmp"):
-                os.unlink(os.path.join(self.directory, name))
-            elif suffix == I.LOG_SUFFIX and stem.isdigit() and len(stem) == I.FILE_NAME_DIGITS:
-                if int(stem) > limits.OFFSET_MAX:
-                    log.warning("%s: ignoring %s, its base offset is out of range",
-                                self.directory, name)
-                    continue
-                bases.append(int(stem))
-        bases.sort()
-        # Index files whose log is gone (a deletion cut short) are removed.
-        for name in os.listdir(self.directory):
-            stem, suffix = os.path.splitext(name)
-            if suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX) and stem.isdigit() \
-                    and int(stem) not in bases:
-                os.unlink(os.path.join(self.directory, name))
-        return bases
+    @property
+    def _segments(self) -> list[Segment]:
+        """The local log's segment list itself, not a copy (emptied, it abandons the
+        log as a killed process would: :meth:`close` then does nothing)."""
+        return self._local_log.segments
 
-    def _open(self) -> RecoveryReport:
-        report = RecoveryReport(recovery_point=self.recovery_point)
-        bases = self._segment_bases()
-        if not bases:
-            self._add_segment(max(self.log_start_offset, self.recovery_point))
-            return report
-        for index, base in enumerate(bases):
-            segment = Segment(self.directory, base, self.config, active=False)
-            self._segments.append(segment)
-            self._bases.append(base)
-            last = index == len(bases) - 1
-            if not last and bases[index + 1] <= self.recovery_point:
-                self._load_flushed(segment, report)
-            elif last and segment.load_closed() and segment.next_offset == self.recovery_point:
-                self._reactivate_last()              # closed cleanly: nothing to scan
-            elif not self._recover_segment(segment, last, bases[index + 1:], report):
-                break
-        self.log_start_offset = max(self.log_start_offset, self._bases[0])
-        if self.log_start_offset > self.log_end_offset:
-            # Unflushed data below a checkpointed start offset was lost: Kafka's answer
-            # is an empty log that starts there.
-            log.warning("%s: log start %d is past the recovered end %d; restarting the log "
-                        "empty at %d", self.directory, self.log_start_offset,
-                        self.log_end_offset, self.log_start_offset)
-            self.truncate_fully_and_start_at(self.log_start_offset)
-        if not report.clean:
-            log.warning("recovered %s: %s", self.directory, report)
-        return report
+    @property
+    def _bases(self) -> list[int]:
+        return self._local_log.bases
 
-    def _load_flushed(self, segment: Segment, report: RecoveryReport) -> None:
-        """A segment below the recovery point: trust its data, check its indexes."""
-        if segment.load_closed():
-            return
-        report.rebuilt_indexes.append(segment.log_path)
-        status, end = segment.rebuild()
-        if status != 0:
-            # Flushed data is damaged, not torn: keep it, so reads report the damage
-            # (CorruptSegmentError) instead of the log silently losing it.
-            segment.damaged_at = end
-            report.corrupt_segments.append((segment.log_path, end, BatchStatus(status).name))
-
-    def _recover_segment(self, segment: Segment, last: bool, later_bases: list[int],
-                         report: RecoveryReport) -> bool:
-        """Scan a segment at or above the recovery point. False when it was cut (and
-        every later segment deleted): it is then the active segment."""
-        report.segments_scanned += 1
-        segment.close()
-        file_size = self._log_file_size(segment)
-        segment.active = last
-        status, valid_end = segment.rebuild(file_size if last else None)
-        if last:
-            torn_bytes = _nonzero_extent(segment.log, valid_end, file_size)
-            segment.truncate_tail(valid_end)
-            if torn_bytes:
-                report.cut(segment.log_path, valid_end, torn_bytes, status)
-            return True
-        if status == 0:
-            return True
-        report.cut(segment.log_path, valid_end, file_size - valid_end, status)
-        # Later segments go first: a crash in between must not leave a gap in offsets.
-        for base in later_bases:
-            doomed = Segment(self.directory, base, self.config, active=False)
-            report.deleted_segments.append(doomed.log_path)
-            report.truncated_bytes += self._log_file_size(doomed)
-            doomed.delete()
-        segment.state[POSITION_WORD] = valid_end       # reopening zeroes what follows
-        self._reactivate_last()
-        return False
-
-    @staticmethod
-    def _log_file_size(segment: Segment) -> int:
-        return os.stat(segment.log_path).st_size
-
-    def _reactivate_last(self) -> None:
-        """Make the last (sealed) segment the active one again, keeping the state its
-        files gave. (A full index makes the next append roll it.)"""
-        self.active.reopen_for_append()
-
-    def _add_segment(self, base_offset: int) -> Segment:
-        """A new, empty active segment holding no blocks (an idle partition holds
-        none; the first append reserves)."""
-        segment = Segment.create(self.directory, base_offset, self.config)
-        self._segments.append(segment)
-        self._bases.append(base_offset)
-        return segment
-
-    def _load_epochs(self, recovery_point: int) -> None:
-        """Make the leader-epoch cache agree with the log just opened (Kafka's ``Log``
-        load): rebuilt from every batch header when its file was missing or bad;
-        else taught the epochs of the batches at and above ``recovery_point`` (the
-        unflushed part, whose epochs a crash may have kept out of the file); then
-        cut to the recovered log end and to the log start."""
-        if self.epochs.needs_rebuild:
-            self.epochs.rebuild(self._scan_epochs(self.log_start_offset, -1))
-        else:
-            for epoch, start in self._scan_epochs(recovery_point, self.epochs.latest_epoch):
-                self.epochs.assign(epoch, start)
-        self.epochs.truncate_from_end(self.log_end_offset)
-        self.epochs.truncate_from_start(self.log_start_offset)
-
-    def _scan_epochs(self, offset: int, latest_epoch: int) -> list[tuple[int, int]]:
-        """Where the epoch rises above ``latest_epoch`` and every epoch before it, in
-        the batches from the one holding ``offset`` to the log end (batch headers
-        only; a walk stops at damage and goes on in the next segment)."""
-        found: list[tuple[int, int]] = []
-        first = max(self._segment_for(offset), 0)
-        for index, segment in enumerate(self._segments[first:]):
-            position = segment.position_of(offset) if index == 0 else 0
-            found += epoch_starts(segment.log, position, segment.size, latest_epoch)
-            if found:
-                latest_epoch = found[-1][0]
-        return found
-
-    def _load_producers(self) -> None:
-        """The producer state below the active segment: its snapshot, or the latest
-        one below it and a walk of the segments after that (from the log start if
-        there is none), written as its snapshot for the next open. Snapshots past
-        the active segment (of segments recovery or truncation removed) go."""
-        active_base = self.active.base_offset
-        offsets = snapshot_offsets(self.directory)
-        delete_snapshots(self.directory, [offset for offset in offsets if offset > active_base])
-        rows, start = None, -1
-        for offset in reversed([offset for offset in offsets if offset <= active_base]):
-            rows = read_snapshot(self.directory, offset)
-            if rows is not None:
-                start = offset
-                break
-        self._producers = ProducerState(rows)
-        if start == active_base:
-            return
-        for segment in self._segments[:-1]:
-            if segment.next_offset > start:
-                self._producers.remember(segment.log, 0, segment.size, start)
-        if len(self._segments) > 1:               # walked: the next open need not
-            self._write_producer_snapshot(active_base)
-
-    def _write_producer_snapshot(self, offset: int) -> None:
-        """Write the producer state as the snapshot at ``offset``, forgetting first the
-        producers whose last batch lies below the log start (Kafka's eviction), so
-        neither the state nor its snapshots grow with every producer ever seen."""
-        rows = self._producers.rows(self.log_start_offset)
-        if len(rows) < len(self._producers):
-            self._producers = ProducerState(rows)
-        try:
-            write_snapshot(self.directory, offset, rows)
-        except StorageError as error:
-            # Only a shortcut: the next open walks from the snapshot before it.
-            log.warning("%s: producer snapshot at %d not written (%s)", self.directory, offset,
-                        error)
+    # -- producer state ------------------------------------------------------------------
+    def _rolled(self, sealed: Segment, base_offset: int) -> None:
+        """The local log rolled: the producer snapshot at the new base."""
+        self._producers.rolled(sealed, base_offset, self.log_start_offset)
 
     def producer_batches(self) -> np.ndarray:
         """The last batch of each idempotent producer in the log (those wholly below
@@ -1405,10 +225,7 @@ class PartitionLog:
         columns: producer id, epoch, base sequence, base offset, last offset delta.
         What the appender remembers at open and after a truncation: the snapshot
         below the active segment and a walk of the active segment."""
-        state = self._producers.copy()
-        active = self.active
-        state.remember(active.log, 0, active.size)
-        return state.rows(self.log_start_offset)
+        return self._producers.batches(self.active, self.log_start_offset)
 
     # -- the writer's contract --------------------------------------------------------
     def set_listener(self, listener: Callable[[LogChange], None] | None) -> None:
@@ -1418,13 +235,9 @@ class PartitionLog:
         target and publishes the partition again; for
         ``LogChange.SEGMENT_FILES_CHANGING`` it must publish before it returns (the
         seqlock, see ``segment_generation``). It must not change the log itself."""
-        self._listener = listener
+        self._local_log.set_listener(listener)
 
-    def _tell(self, change: "LogChange") -> None:
-        if self._listener is not None:
-            self._listener(change)
-
-    def append_target(self) -> "AppendTarget":
+    def append_target(self) -> AppendTarget:
         """The active segment as a compiled writer appends to it with
         :func:`append_batches`: valid until the listener hears of a change. Give it
         back to :meth:`appended_by_kernel` after appending through it."""
@@ -1438,7 +251,7 @@ class PartitionLog:
             and config.compression_type in ("producer", "uncompressed"),
             segment.verified_end >= segment.size, segment)
 
-    def appended_by_kernel(self, target: "AppendTarget", message_count: int,
+    def appended_by_kernel(self, target: AppendTarget, message_count: int,
                            leader_epoch: int = -1) -> None:
         """The bookkeeping :meth:`append` does after its kernel call, for
         ``message_count`` records (offsets: a compiled writer's are dense) a
@@ -1455,35 +268,6 @@ class PartitionLog:
             self.epochs.assign(leader_epoch, segment.next_offset - message_count)
         segment.prefault_ahead()
         self._after_append(message_count)
-
-    # -- checkpoint --------------------------------------------------------------------
-    def _read_checkpoint(self) -> dict:
-        path = os.path.join(self.directory, CHECKPOINT_FILE)
-        try:
-            with open(path) as source:
-                checkpoint = json.load(source)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as error:
-            log.warning("ignoring unreadable %s (%s): recovering from offset 0", path, error)
-            return {}
-        if not isinstance(checkpoint, dict) or checkpoint.get("version") != CHECKPOINT_VERSION:
-            log.warning("ignoring %s: not a version-%d checkpoint", path, CHECKPOINT_VERSION)
-            return {}
-        values = {key: checkpoint.get(key) for key in ("recovery_point", "log_start_offset")}
-        values["clean_offset"] = checkpoint.get("clean_offset", 0)
-        if not all(isinstance(value, int) and not isinstance(value, bool)
-                   and 0 <= value <= limits.OFFSET_MAX for value in values.values()):
-            log.warning("ignoring %s: offsets out of range (%s)", path, values)
-            return {}
-        return values
-
-    def _write_checkpoint(self) -> None:
-        path = os.path.join(self.directory, CHECKPOINT_FILE)
-        body = json.dumps({"version": CHECKPOINT_VERSION, "recovery_point": self.recovery_point,
-                           "log_start_offset": self.log_start_offset,
-                           "clean_offset": self.clean_offset})
-        write_atomically(path, body)
 
     # -- appending --------------------------------------------------------------------
     def append(self, batches, *, leader_epoch: int = 0) -> AppendResult:
@@ -1512,27 +296,18 @@ class PartitionLog:
         StorageError
             The disk is full or failed; nothing of the failing batch was appended.
         """
-        config = self._config
-        source = self._as_source(batches)
-        status, bad_position, count, compressed, largest = _validate(source, 0, source.size)
-        self._check_validated(status, bad_position, count, largest)
-        if compressed:
-            self._check_compressed(source)
-        source = self._apply_compression_type(source)
+        config = self.config
+        source, count = validate_produced(batches, config, self.directory)
         append_time = (now_ms() if config.message_timestamp_type == "LogAppendTime"
                        else TIMESTAMP_NONE)
         base_offset = self.log_end_offset
-        if base_offset > limits.OFFSET_MAX - count * limits.BATCH_RECORD_COUNT_MAX:
-            raise OffsetOverflowError(
-                f"{self.directory}: {count} more batches could take offsets past "
-                f"{limits.OFFSET_MAX} (the log end is {base_offset})")
+        check_offsets_available(self.directory, base_offset, count)
         try:
-            self._append_validated(source, append_time, leader_epoch)
+            self._local_log.append(source, append_time, leader_epoch)
         finally:
             # Even a failing append may have appended batches before the one that
             # failed, or rolled: the listener publishes whatever the log now holds.
-            if self._listener is not None:          # (inline: once per append)
-                self._listener(LogChange.APPENDED)
+            self._local_log.tell(LogChange.APPENDED)
             # Kafka's maybeAssignEpochStartOffset, before the flush policy runs.
             if leader_epoch > self.epochs.latest_epoch and self.log_end_offset > base_offset:
                 self.epochs.assign(leader_epoch, base_offset)
@@ -1563,11 +338,9 @@ class PartitionLog:
 
         Raises
         ------
-        UnexpectedAppendOffsetError
-            The first base offset is below the log end; nothing was appended.
-        OffsetsOutOfOrderError
-            A batch's base offset is not past the batch before it; nothing was
-            appended.
+        UnexpectedAppendOffsetError, OffsetsOutOfOrderError
+            The first base offset is below the log end, or a batch's is not past
+            the batch before it; nothing was appended.
         CorruptRecordError
             A batch is malformed; nothing was appended.
         RecordTooLargeError
@@ -1575,116 +348,22 @@ class PartitionLog:
         StorageError
             The disk is full or failed; nothing of the failing batch was appended.
         """
-        source = self._as_source(batches)
-        status, bad_position, count, compressed, largest, first_base, next_offset = \
-            _validate_replicated(source, 0, source.size)
-        self._check_validated(status, bad_position, count, largest)
-        if first_base < self.log_end_offset:
-            raise UnexpectedAppendOffsetError(
-                f"{self.directory}: a follower's append starts at offset {first_base}, below "
-                f"the log end {self.log_end_offset}; nothing was appended",
-                status=int(BatchStatus.BAD_OFFSET), position=0)
-        if compressed:
-            self._check_compressed(source)
+        validated = validate_replicated(batches, self.config, self.directory,
+                                        self.log_end_offset)
+        source = validated.source
         try:
-            self._append_validated(source, TIMESTAMP_NONE, -1, True)
+            self._local_log.append(source, TIMESTAMP_NONE, -1, True)
         finally:
-            if self._listener is not None:
-                self._listener(LogChange.APPENDED)
+            self._local_log.tell(LogChange.APPENDED)
             for epoch, start in epoch_starts(source, 0, source.size, self.epochs.latest_epoch,
                                              increases_only=False):
                 if start < self.log_end_offset:        # appended (all, unless it failed)
                     self.epochs.assign(epoch, start)
-        self._after_append(int(next_offset - first_base))
-        return AppendResult(int(first_base), int(next_offset) - 1, -1, int(count))
+        self._after_append(validated.next_offset - validated.first_base_offset)
+        return AppendResult(validated.first_base_offset, validated.next_offset - 1, -1,
+                            validated.batch_count)
 
-    def _as_source(self, batches) -> np.ndarray:
-        source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
-        if source.dtype != np.uint8 or source.ndim != 1 or not source.flags.c_contiguous:
-            raise CorruptRecordError("batches must be a contiguous 1-D uint8 buffer")
-        return source
-
-    def _check_validated(self, status: int, bad_position: int, count: int, largest: int) -> None:
-        """Raise what a validating walk found (see :meth:`append`)."""
-        if status == _OUT_OF_ORDER:
-            raise OffsetsOutOfOrderError(
-                f"{self.directory}: the batch at byte {bad_position} of a follower's append "
-                f"does not start past the batch before it; nothing was appended",
-                status=int(BatchStatus.BAD_OFFSET), position=int(bad_position))
-        if status != 0 or count == 0:
-            reason = BatchStatus(status).name if count or status else "EMPTY"
-            raise CorruptRecordError(
-                f"{self.directory}: rejected batch at byte {bad_position} of the append: "
-                f"{reason}; nothing was appended", status=int(status), position=int(bad_position))
-        if largest > self._config.batch_size_max:
-            config = self._config
-            raise RecordTooLargeError(
-                f"{self.directory}: a batch of {largest} bytes exceeds the limit of "
-                f"{config.batch_size_max} (max.message.bytes="
-                f"{config.max_message_bytes}, segment.bytes={config.segment_bytes}); "
-                f"nothing was appended: send smaller batches or raise max.message.bytes")
-
-    def _append_validated(self, source: np.ndarray, append_time: int, leader_epoch: int,
-                          keep_offsets: bool = False) -> None:
-        """Copy validated batches in through :func:`append_batches`, rolling and
-        reserving as it asks (with ``keep_offsets``, a roll starts the new segment
-        at the base offset of the batch that asked for it, as Kafka's follower
-        rolls at the batch's first offset)."""
-        config = self._config
-        position = 0
-        while True:
-            segment = self._segments[-1]
-            # Bytes this process appended were validated on the way in; they extend the
-            # verified prefix only where it already reaches the end.
-            verified = segment.verified_end >= segment.size
-            # A segment mapped before segment.bytes was lowered or raised keeps its size.
-            segment_bytes = min(config.segment_bytes, int(segment.state[CAPACITY_WORD]))
-            status, position, _ = append_batches(
-                source, position, source.size, segment.log, segment._offset_index.bytes,
-                segment._time_index.bytes, segment.state, segment_bytes, config.segment_ms,
-                config.index_interval_bytes, append_time, leader_epoch, False, keep_offsets)
-            assert status != REJECTED, "the source was validated and is private"
-            if verified:
-                segment.verified_end = segment.size
-            if status == APPENDED:
-                break
-            length = int(source[position + B.BATCH_LENGTH_OFFSET:][:B.BATCH_LENGTH_SIZE]
-                         .view("<u4")[0])
-            if status == NEED_ROLL:
-                self._roll(length, int(source[position:position + B.HEADER_LENGTH]
-                                       .view(B.BATCH_HEADER_DTYPE)[0]["base_offset"])
-                           if keep_offsets else None)
-            else:
-                segment.make_room(length, config.index_interval_bytes)
-        self.active.prefault_ahead()
-
-    def _apply_compression_type(self, source: np.ndarray) -> np.ndarray:
-        """Recompress batches whose codec differs from ``compression.type`` (unless it
-        is "producer", which keeps what the producer sent)."""
-        wanted = self.config.compression_type
-        if wanted == "producer":
-            return source
-        codec = Compression.parse(wanted)
-        infos = list(iter_batches(source))
-        if all(info.compression is codec for info in infos):
-            return source
-        converted = [recompress_batch(source, info, codec) for info in infos]
-        largest = max(batch.size for batch in converted)
-        if largest > self.config.batch_size_max:
-            raise RecordTooLargeError(
-                f"{self.directory}: stored as compression.type={wanted}, a batch would be "
-                f"{largest} bytes, over the limit of {self.config.batch_size_max}; nothing "
-                f"was appended")
-        return np.concatenate(converted)
-
-    def _check_compressed(self, source: np.ndarray) -> None:
-        position = 0
-        while position < source.size:
-            info = batch_info(source, position)       # _validate framed every batch
-            if info.compression is Compression.ZSTD:
-                check_inflated(source, info)
-            position += info.batch_length
-
+    # -- flushing and rolling ------------------------------------------------------------
     def _after_append(self, message_count: int) -> None:
         self._unflushed_messages += message_count
         self.maybe_flush()
@@ -1703,8 +382,9 @@ class PartitionLog:
         now = now_ms() if now is None else now
         if now < self._flush_retry_ms:
             return False
-        if self._unflushed_messages >= self._config.flush_messages or \
-                now - self._last_flush_ms >= self._config.flush_ms:
+        config = self.config
+        if self._unflushed_messages >= config.flush_messages or \
+                now - self._last_flush_ms >= config.flush_ms:
             try:
                 self.flush()
             except StorageError as error:
@@ -1715,49 +395,6 @@ class PartitionLog:
             return True
         return False
 
-    def roll(self, log_reserved: int = 0) -> Segment:
-        """Seal the active segment and start a new one at the log end offset, with
-        blocks for its first ``log_reserved`` bytes reserved (a whole step; an
-        append that needs a roll asks for its batch) before anything changes.
-
-        Tells the listener (``LogChange.ROLLED``), unless the roll is part of a
-        change of the segment files, whose end tells it.
-
-        Raises
-        ------
-        StorageError
-            The disk is full or failed: the active segment is still the active one,
-            unchanged, and the next roll tries again.
-        """
-        if self.active.size == 0:
-            return self.active
-        segment = self._roll(log_reserved)
-        if not self._generation.changing_now:
-            self._tell(LogChange.ROLLED)
-        return segment
-
-    def _roll(self, log_reserved: int, base_offset: int | None = None) -> Segment:
-        """:meth:`roll` of the active segment, telling nobody; the new segment starts
-        at ``base_offset`` (a follower's batch past a gap), default the log end."""
-        base = self.log_end_offset if base_offset is None else base_offset
-        assert base >= self.log_end_offset, "a segment never starts below the log end"
-        segment = Segment.create(self.directory, base, self.config, log_reserved)
-        try:
-            self.active.close_for_append()
-        except StorageError:
-            segment.delete()
-            raise
-        sealed = self.active
-        self._segments.append(segment)
-        self._bases.append(base)
-        self._generation.rolled()
-        # Kafka's snapshot at each roll: every producer's last batch below the new base.
-        self._producers.remember(sealed.log, 0, sealed.size)
-        self._write_producer_snapshot(base)
-        if log_reserved:
-            segment.prefault_ahead()       # appends are under way: keep ahead of them
-        return segment
-
     def flush(self) -> None:
         """msync every unflushed segment, then advance the recovery point.
 
@@ -1766,33 +403,21 @@ class PartitionLog:
         StorageError
             The sync or the checkpoint failed; the recovery point did not move.
         """
-        for segment in self._segments:
-            if segment.flushed_end < segment.size:
-                segment.sync()
-        fsync_directory(self.directory)
+        self._local_log.sync()
         # Every epoch of what the recovery point passes is in the epochs' file (a
         # reopen learns epochs only from above the recovery point).
         self.epochs.flush()
-        previous, self.recovery_point = self.recovery_point, self.log_end_offset
-        try:
-            self._write_checkpoint()
-        except StorageError:
-            self.recovery_point = previous
-            raise
+        self._local_log.checkpoint_recovery_point()
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
 
+    def roll(self, log_reserved: int = 0) -> Segment:
+        """Seal the active segment and start a new one at the log end offset, with
+        blocks for its first ``log_reserved`` bytes reserved before anything changes
+        (``LocalLog.roll``: a full disk raises :class:`StorageError`, changing nothing)."""
+        return self._local_log.roll(log_reserved)
+
     # -- reading ----------------------------------------------------------------------
-    def _segment_for(self, offset: int) -> int:
-        return bisect.bisect_right(self._bases, offset) - 1
-
-    def _out_of_range(self, offset: int) -> OffsetOutOfRangeError:
-        return OffsetOutOfRangeError(
-            f"{self.directory}: offset {offset} is outside the log "
-            f"[{self.log_start_offset}, {self.log_end_offset}]; seek to a valid offset "
-            f"(auto_offset_reset chooses one)", offset=offset,
-            log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
-
     def read(self, offset: int, max_bytes: int = limits.READ_SIZE_DEFAULT,
              max_offset: int | None = None) -> ReadResult:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least
@@ -1805,254 +430,48 @@ class PartitionLog:
         CorruptSegmentError
             A batch on disk fails its CRC or structure check.
         """
-        if not self.log_start_offset <= offset <= self.log_end_offset:
-            raise self._out_of_range(offset)
-        upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-        index = self._segment_for(offset)
-        empty = np.zeros(0, np.uint8)
-        while 0 <= index < len(self._segments):
-            segment = self._segments[index]
-            position = segment.position_of(offset)
-            if position < segment.size:
-                break
-            index += 1            # offset lies in a gap after this segment's last batch
-        else:
-            return ReadResult(empty, offset, self.active.base_offset)
-        end, next_offset, segment.verified_end = collect_batches(
-            segment.log, segment.log_path, position, segment.size, max_bytes, upper,
-            segment.verified_end, offset)
-        if next_offset < 0:
-            return ReadResult(empty, offset, segment.base_offset)
-        return ReadResult(segment.log[position:end], int(next_offset), segment.base_offset)
+        return self._local_log.read(offset, max_bytes, max_offset)
 
     def offset_for_timestamp(self, timestamp: int):
         """(offset, timestamp) of the first record whose timestamp is >= ``timestamp``,
-        or None when there is none (Kafka's ``offsetsForTimes``).
+        or None when there is none (Kafka's ``offsetsForTimes``; see
+        ``LocalLog.offset_for_timestamp``).
 
-        Segments are found by binary search over the running maximum of their
-        largest timestamps (the first segment whose maximum reaches ``timestamp``
-        holds the answer), then through the segment's time index.
+        Raises
+        ------
+        CorruptSegmentError
+            A damaged segment could hold the answer.
         """
-        running = np.maximum.accumulate([segment.max_timestamp for segment in self._segments])
-        first = int(np.searchsorted(running, timestamp, side="left"))
-        found = None
-        for searched, segment in enumerate(self._segments[first:], first):  # noqa: B007 - read after
-            if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
-                continue
-            found = segment.offset_for_timestamp(timestamp, self.log_start_offset)
-            if found is not None:
-                break
-        else:
-            searched = len(self._segments) - 1
-        # A damaged segment's timestamps past its damage are unknown: the answer could
-        # be in there, so any answer after it would be a guess.
-        for segment in self._segments[:searched + 1]:
-            if segment.damaged_at >= 0 and segment.next_offset > self.log_start_offset:
-                raise CorruptSegmentError(
-                    f"{segment.log_path}: damaged from byte {segment.damaged_at}; records "
-                    f"there may hold timestamp {timestamp}", path=segment.log_path,
-                    position=segment.damaged_at)
-        return found
+        return self._local_log.offset_for_timestamp(timestamp)
 
-    # -- retention and truncation -------------------------------------------------------
+    # -- retention, compaction and truncation ----------------------------------------------
     def delete_old_segments(self, now: int | None = None,
                             high_watermark: int | None = None) -> list[int]:
-        """Apply ``retention.ms``, ``retention.bytes`` and the log start offset.
-
-        Only whole segments below ``high_watermark`` (default: the log end) go.
-        Returns the base offsets of the deleted segments.
-        """
-        now = now_ms() if now is None else now
-        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
-        by_retention = self.config.delete       # a compact-only topic keeps every key
-
-        def expired(segment: Segment, total: int) -> bool:
-            expired_by_time = by_retention and retention_ms >= 0 and \
-                segment.age_timestamp() < now - retention_ms
-            over_size = (by_retention and retention_bytes >= 0 and segment is not self.active
-                         and total - segment.size >= retention_bytes)
-            return expired_by_time or over_size
-
-        return self._delete_front_segments(
-            self.log_end_offset if high_watermark is None else high_watermark, expired)
-
-    def _delete_front_segments(self, high_watermark: int,
-                               expired: Callable[[Segment, int], bool]) -> list[int]:
-        """Delete segments from the front while each lies wholly below the log start
-        or ``expired(segment, bytes of the log left)`` says so, and below
-        ``high_watermark``; the base offsets of those deleted."""
-        deleted = []
-        total = self.size
-        with contextlib.ExitStack() as changing:
-            while self._segments:
-                segment = self._segments[0]
-                if segment.size == 0 and segment is self.active or \
-                        segment.next_offset > high_watermark:
-                    break
-                below_start = segment is not self.active and self._bases[1] <= self.log_start_offset
-                if not (below_start or expired(segment, total)):
-                    break
-                if not deleted:
-                    # Odd before the first file goes; a check that deletes nothing
-                    # leaves the generation (and every reader's mappings) alone.
-                    changing.enter_context(self._segments_changing())
-                if segment is self.active:
-                    self.roll()       # an expired active segment is sealed, then deleted
-                total -= segment.size
-                deleted.append(segment.base_offset)
-                self._segments.pop(0)
-                self._bases.pop(0)
-                segment.delete()
-            if deleted:
-                self.log_start_offset = max(self.log_start_offset, self._bases[0])
-                self.epochs.truncate_from_start(self.log_start_offset)
-                delete_snapshots(self.directory, [offset for offset in snapshot_offsets(
-                    self.directory) if offset < self._bases[0]])
-                try:
-                    self._write_checkpoint()
-                except StorageError as error:
-                    # Harmless: an open takes the log start from the first segment.
-                    log.warning("%s: retention's checkpoint not written (%s)", self.directory,
-                                error)
-        return deleted
-
-    def _segments_changing(self):
-        """Bracket a change that removes or replaces segment files (the seqlock's
-        writer side, see ``segment_generation``): the listener publishes the odd
-        generation before the first file operation and the even one after the last
-        (``LogChange.SEGMENT_FILES_CHANGING``), when every other field it publishes
-        has its new value."""
-        return self._generation.changing(lambda: self._tell(LogChange.SEGMENT_FILES_CHANGING))
-
-    # -- compaction ----------------------------------------------------------------------
-    def replace_segments(self, cleaning) -> bool:
-        """Swap in the cleaned segments of a :class:`cleaner.Cleaning`; False (and
-        nothing changed but its cleaned files thrown away) when it was planned for
-        another topic of the same name (deleted and created again meanwhile) or the
-        segments it cleaned changed since it was planned.
-
-        Each cleaned segment is renamed over the first segment of its group; once
-        every group's are in place, the groups' other segments are deleted. A
-        reader that maps the directory in between sees a cleaned segment and old
-        ones holding the same offsets: both are valid copies of the records. A
-        manifest made durable before the first rename lets recovery finish a swap
-        a crash interrupted (:meth:`_finish_swap`).
-
-        The generation is odd for the whole swap (see :meth:`_segments_changing`): a
-        reader listing the directory meanwhile could find the old first segment of
-        a group but not the others (already deleted), and step over offsets that
-        only the cleaned copy holds; the odd generation tells it to list again later.
-        """
-        discard = os.path.join(self.directory, CLEANING_DIRECTORY)
-        if cleaning.topic_id != self.topic_id:
-            # Same directory, same layout maybe, but the records of another topic:
-            # the cleaner's offset map (or the files it read) were the old topic's.
-            log.warning("%s: refusing a cleaning planned for topic id %s (the topic is now "
-                        "%s)", self.directory, cleaning.topic_id, self.topic_id)
-            shutil.rmtree(discard, ignore_errors=True)
-            return False
-        current = {segment.base_offset: segment for segment in self._segments[:-1]}
-        for planned in cleaning.plan.segments:
-            segment = current.get(planned.base_offset)
-            if planned.next_offset > cleaning.end_offset:
-                break
-            if segment is None or segment.size != planned.size:
-                shutil.rmtree(discard, ignore_errors=True)
-                return False
-        write_swap_manifest(self.directory, cleaning.groups)     # changes no segment file
-        with self._segments_changing():
-            replaced = {base for group in cleaning.groups for base in group.replaces}
-            for base in replaced:
-                current[base].close()            # the broker's own mappings of the old files
-            self._finish_swap()
-            cleaned = {group.base_offset for group in cleaning.groups}
-            segments = []
-            for segment in self._segments:
-                if segment.base_offset in cleaned:
-                    segment = Segment(self.directory, segment.base_offset, self.config,
-                                      active=False)
-                    if not segment.load_closed():
-                        segment.rebuild()
-                elif segment.base_offset in replaced:
-                    continue
-                segments.append(segment)
-            self._segments = segments
-            self._bases = [segment.base_offset for segment in segments]
-            self.clean_offset = cleaning.end_offset
-            self._write_checkpoint()
-        return True
-
-    def _finish_swap(self) -> None:
-        """Complete a swap of cleaned segments that the manifest says was begun, or
-        throw away cleaned files that never got that far.
-
-        Every step is durable before the next one starts, and each can run again
-        after a crash: the cleaned files of every group are renamed into place and
-        the directory fsynced before the first replaced segment is deleted (until
-        then the old segments hold every record); the deletions are fsynced before
-        the manifest, which would redo them, goes; and its removal is fsynced, so a
-        manifest never comes back to replay an old swap over a later cleaning.
-        """
-        manifest_path = os.path.join(self.directory, SWAP_MANIFEST_FILE)
-        cleaning = os.path.join(self.directory, CLEANING_DIRECTORY)
-        committed = True
-        try:
-            with open(manifest_path) as source:
-                groups = json.load(source)["groups"]
-        except FileNotFoundError:
-            groups, committed = [], False
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            # The manifest is written atomically after the cleaned files are on disk:
-            # unreadable, it was never committed, and the old segments are intact.
-            log.warning("%s: ignoring unreadable %s (%s)", self.directory, manifest_path, error)
-            groups = []
-        if groups:
-            for group in groups:
-                base = int(group["base_offset"])
-                # The log last: whoever maps the cleaned log finds its indexes in
-                # place (a reader still checks an index entry against its log).
-                for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.LOG_SUFFIX):
-                    name = I.segment_file_name(base, suffix)
-                    if os.path.exists(os.path.join(cleaning, name)):
-                        os.replace(os.path.join(cleaning, name), os.path.join(self.directory, name))
-            fsync_directory(self.directory)
-            for group in groups:
-                base = int(group["base_offset"])
-                for replaced in group["replaces"]:
-                    if int(replaced) != base:
-                        Segment(self.directory, int(replaced), self.config, active=False).delete()
-            fsync_directory(self.directory)
-        shutil.rmtree(cleaning, ignore_errors=True)
-        if committed:
-            try:
-                os.unlink(manifest_path)
-            except FileNotFoundError:
-                pass
-            fsync_directory(self.directory)
+        """Apply ``retention.ms``, ``retention.bytes`` and the log start offset
+        (``LogRetention.delete_old_segments``). Only whole segments below
+        ``high_watermark`` (default: the log end) go. Returns the base offsets of
+        the deleted segments."""
+        return self._retention.delete_old_segments(now, high_watermark)
 
     def advance_log_start_offset(self, offset: int) -> list[int]:
-        """Kafka's DeleteRecords (``maybeIncrementLogStartOffset``): records below
-        ``offset`` become unreadable, and the segments wholly below it are deleted
-        (Kafka leaves those to its next retention check; here the disk is freed
-        when this returns). The new start is checkpointed before any file goes, so
-        it survives a crash or a restart. An ``offset`` at the log start changes
-        nothing. Returns the base offsets of the deleted segments.
+        """Kafka's DeleteRecords: records below ``offset`` become unreadable, and the
+        segments wholly below it are deleted (``LogRetention.advance_log_start_offset``).
+        Returns the base offsets of the deleted segments.
 
         Raises
         ------
         OffsetOutOfRangeError
-            ``offset`` is below the log start (it never moves back) or past the log
-            end. (The high watermark bound is the caller's: ``delete_records``.)
+            ``offset`` is below the log start or past the log end.
         """
-        if not self.log_start_offset <= offset <= self.log_end_offset:
-            raise self._out_of_range(offset)
-        if offset == self.log_start_offset:
-            return []
-        self.log_start_offset = offset
-        self._write_checkpoint()
-        self.epochs.truncate_from_start(offset)
-        self._tell(LogChange.LOG_START_MOVED)
-        return self._delete_front_segments(offset, lambda segment, total: False)
+        return self._retention.advance_log_start_offset(offset)
+
+    def replace_segments(self, cleaning) -> bool:
+        """Swap in the cleaned segments of a :class:`cleaner.Cleaning`; False (and
+        nothing changed but its cleaned files thrown away) when it was planned for
+        another topic of the same name (deleted and created again meanwhile) or the
+        segments it cleaned changed since it was planned (``LocalLog.replace_segments``
+        says how a swap stays safe for readers and across a crash)."""
+        return self._local_log.replace_segments(cleaning, self.topic_id)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset`` (replication's
@@ -2068,41 +487,19 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return offset
-        with self._segments_changing():
-            while len(self._segments) > 1 and self._bases[-1] >= offset:
-                self._segments.pop().delete()
-                self._bases.pop()
-                self._reactivate_last()
-            segment = self.active
-            position = segment.position_of(offset)
-            if position < segment.size:
-                first_dropped = batch_info(segment.log, position).base_offset
-                segment.truncate(position)
-                # A gap left by compaction before the dropped batch stays part of the log.
-                segment.state[NEXT_OFFSET_WORD] = max(segment.next_offset,
-                                                      min(offset, first_dropped))
-            self.recovery_point = min(self.recovery_point, self.log_end_offset)
-            self._write_checkpoint()
+        self._local_log.truncate_to(offset)
         self.epochs.truncate_from_end(self.log_end_offset)
-        self._load_producers()            # the active segment may be an older one now
+        # The active segment may be an older one now.
+        self._producers.load(self._segments, self.log_start_offset)
         return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``offset`` (a follower
         below its leader's log start: Kafka's ``truncateFullyAndStartAt``); the
-        leader-epoch cache is cleared."""
-        with self._segments_changing():
-            for segment in self._segments:
-                segment.delete()
-            self._segments.clear()
-            self._bases.clear()
-            self._add_segment(offset)
-            self.log_start_offset = offset
-            self.recovery_point = offset
-            self._write_checkpoint()
+        leader-epoch cache and the producer state are cleared."""
+        self._local_log.truncate_fully_and_start_at(offset)
         self.epochs.clear()
-        delete_snapshots(self.directory, snapshot_offsets(self.directory))
-        self._producers = ProducerState()
+        self._producers.clear()
 
     def close(self) -> None:
         """Seal the active segment (trimmed files, closing time-index entry), flush,
@@ -2119,10 +516,7 @@ class PartitionLog:
             except StorageError as error:
                 log.warning("%s: not closed cleanly (%s); the next open recovers it",
                             self.directory, error)
-        for segment in self._segments:
-            segment.close()
-        self._segments.clear()
-        self._bases.clear()
+        self._local_log.close()
 
     def __enter__(self):
         return self
@@ -2151,23 +545,3 @@ def warm_follower_kernels(directory: str) -> None:
     finally:
         partition_log.close()
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def write_swap_manifest(directory: str, groups) -> None:
-    """Commit a swap of cleaned segments (``cleaner.CleanedGroup``s): from here on,
-    :meth:`PartitionLog._finish_swap` completes it, even after a crash.
-
-    The cleaner fsynced the cleaned files' data; their names are made durable first
-    (the cleaning directory, then the partition directory that holds it), because a
-    manifest that survives a crash without them would have recovery delete replaced
-    segments with nothing renamed in their place. The partition directory is fsynced
-    again after the manifest, so it is on disk before the first rename.
-    """
-    fsync_directory(os.path.join(directory, CLEANING_DIRECTORY))
-    fsync_directory(directory)
-    manifest = [{"base_offset": group.base_offset, "replaces": list(group.replaces)}
-                for group in groups]
-    write_atomically(os.path.join(directory, SWAP_MANIFEST_FILE),
-                     json.dumps({"version": CHECKPOINT_VERSION, "groups": manifest}))
-    fsync_directory(directory)
-

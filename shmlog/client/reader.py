@@ -56,12 +56,12 @@ from ..common import limits
 from ..common.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..record import batch_layout as B
 from ..record.records import warm_decoding
-from ..segments import ReadResult, collect_batches, find_batch
 from ..shm import state_layout as S
 from ..shm.state import PartitionStateTable, RowSnapshot
 from ..storage import index_layout as I
 from ..storage.mapped_file import MappedFile
 from ..storage.segment_generation import follow
+from ..storage.segment_read import ReadResult, collect_batches, find_batch
 
 __all__ = ["PartitionReader", "warm_kernels"]
 

@@ -39,6 +39,11 @@ file; an open then loads one file and walks the active segment, as before.
 walks fill (:func:`_remember_batches`, stepping with ``records.batch_frame``) and
 that crosses into Python only as an array (``rows``), never by iteration, and is
 made and measured by ``typed_containers``' kernels (see there why).
+
+:class:`ProducerStateManager` keeps one partition log's state below its active
+segment, with the snapshots, as the log changes: loaded at an open and after a
+truncation (:meth:`~ProducerStateManager.load`), a snapshot at each roll, cleared
+when the log restarts empty. The partition log (``segments.PartitionLog``) calls it.
 """
 
 from __future__ import annotations
@@ -59,8 +64,8 @@ from . import index_layout as I
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ProducerState", "SNAPSHOT_SUFFIX", "snapshot_offsets", "read_snapshot",
-           "write_snapshot", "delete_snapshots"]
+__all__ = ["ProducerState", "ProducerStateManager", "SNAPSHOT_SUFFIX", "snapshot_offsets",
+           "read_snapshot", "write_snapshot", "delete_snapshots"]
 
 SNAPSHOT_SUFFIX = ".producers.json"
 SNAPSHOT_VERSION = 1
@@ -258,3 +263,85 @@ def delete_snapshots(directory: str, offsets) -> None:
         except OSError as error:
             raise StorageError(f"cannot remove {snapshot_path(directory, offset)}: "
                                f"{error}") from error
+
+
+
+class ProducerStateManager:
+    """The producer state of one partition log below its active segment, and its
+    snapshots (Kafka's ``ProducerStateManager``).
+
+    The segments it is given are the log's (``log_segment.Segment``), in base-offset
+    order, the active one last: it reads their ``base_offset``, ``next_offset``,
+    ``log`` and ``size``.
+
+    Parameters
+    ----------
+    directory : str
+        The partition's directory, where the snapshots are.
+    """
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._state = ProducerState()
+
+    def load(self, segments: list, log_start_offset: int) -> None:
+        """The producer state below the active segment: its snapshot, or the latest
+        one below it and a walk of the segments after that (from the log start if
+        there is none), written as its snapshot for the next open. Snapshots past
+        the active segment (of segments recovery or truncation removed) go."""
+        active_base = segments[-1].base_offset
+        offsets = snapshot_offsets(self.directory)
+        delete_snapshots(self.directory, [offset for offset in offsets if offset > active_base])
+        rows, start = None, -1
+        for offset in reversed([offset for offset in offsets if offset <= active_base]):
+            rows = read_snapshot(self.directory, offset)
+            if rows is not None:
+                start = offset
+                break
+        self._state = ProducerState(rows)
+        if start == active_base:
+            return
+        for segment in segments[:-1]:
+            if segment.next_offset > start:
+                self._state.remember(segment.log, 0, segment.size, start)
+        if len(segments) > 1:               # walked: the next open need not
+            self._write_snapshot(active_base, log_start_offset)
+
+    def rolled(self, sealed, base_offset: int, log_start_offset: int) -> None:
+        """Kafka's snapshot at each roll: every producer's last batch below the new
+        active segment's ``base_offset``, ``sealed`` the segment just sealed."""
+        self._state.remember(sealed.log, 0, sealed.size)
+        self._write_snapshot(base_offset, log_start_offset)
+
+    def _write_snapshot(self, offset: int, log_start_offset: int) -> None:
+        """Write the producer state as the snapshot at ``offset``, forgetting first the
+        producers whose last batch lies below the log start (Kafka's eviction), so
+        neither the state nor its snapshots grow with every producer ever seen."""
+        rows = self._state.rows(log_start_offset)
+        if len(rows) < len(self._state):
+            self._state = ProducerState(rows)
+        try:
+            write_snapshot(self.directory, offset, rows)
+        except StorageError as error:
+            # Only a shortcut: the next open walks from the snapshot before it.
+            log.warning("%s: producer snapshot at %d not written (%s)", self.directory, offset,
+                        error)
+
+    def batches(self, active, log_start_offset: int) -> np.ndarray:
+        """The last batch of each producer in the log (those wholly below
+        ``log_start_offset`` forgotten), as :meth:`ProducerState.rows`: the state
+        below the ``active`` segment and a walk of it."""
+        state = self._state.copy()
+        state.remember(active.log, 0, active.size)
+        return state.rows(log_start_offset)
+
+    def clear(self) -> None:
+        """The log restarted empty: every snapshot goes, and every producer.
+
+        Raises
+        ------
+        StorageError
+            A snapshot could not be removed.
+        """
+        delete_snapshots(self.directory, snapshot_offsets(self.directory))
+        self._state = ProducerState()

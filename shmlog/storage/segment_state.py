@@ -1,6 +1,6 @@
 """The append state of a segment: one int64 array shared by Python and the kernels.
 
-Every :class:`~shmlog.segments.Segment` holds its state in ``STATE_WORDS`` int64
+Every :class:`~shmlog.storage.log_segment.Segment` holds its state in ``STATE_WORDS`` int64
 words (a numpy array, so compiled code reads and writes it in place). The state
 is process-private: it lives in the broker's memory, never in a file or in shared
 memory, so it has no version; readers in other processes learn what they need
@@ -32,24 +32,24 @@ from the partition state table (``state_layout``). It is laid out as below (word
 Rules
 -----
 * One writer at a time: the partition's writer (the appender's compiled loop
-  through :func:`segments.append_batches`, or ``PartitionLog.append``) writes the
+  through :func:`segment_append.append_batches`, or ``PartitionLog.append``) writes the
   append words; the reservation words are written under the segment's
   reservation lock (the prefaulter thread reserves too); the capacity words only
   when the files are mapped, sealed or rebuilt, never while an append runs.
 * Nothing is ever stored past what the reservation words say is reserved: the
   append kernel checks ``RESERVED``, ``OFFSET_RESERVED`` and ``TIME_RESERVED``
-  before every batch and answers ``NEED_SPACE`` instead (see ``segments``).
+  before every batch and answers ``NEED_SPACE`` instead (see ``segment_append``).
 * ``POSITION`` and ``NEXT_OFFSET`` are what the writer publishes (the active
   segment's size, the log end offset); the writer reads them after an append.
 
-Append outcomes (the first value :func:`segments.append_batches` returns)
-------------------------------------------------------------------------
+Append outcomes (the first value :func:`segment_append.append_batches` returns)
+------------------------------------------------------------------------------
 ``APPENDED`` every batch is in; ``NEED_ROLL`` the batch at the returned position
 needs a new segment; ``NEED_SPACE`` it needs more disk reserved (log bytes or
 index slots); ``REJECTED`` it failed validation and nothing of it is in the log.
 
-Timestamp lookup outcomes (``segments``' time-index search)
------------------------------------------------------------
+Timestamp lookup outcomes (``segment_read``'s time-index search)
+----------------------------------------------------------------
 ``LOOKUP_FOUND``, ``LOOKUP_NOT_FOUND``, ``LOOKUP_INFLATE`` (the record is in a
 compressed batch: Python inflates it), ``LOOKUP_DAMAGED`` (a batch on the way
 fails its check).
@@ -81,7 +81,7 @@ STATE_WORDS = TIME_RESERVED_WORD + 1
 # NO_TIMESTAMP, -1, is far above it).
 TIMESTAMP_NONE = int(np.iinfo(np.int64).min)
 
-# What segments.append_batches returns first.
+# What segment_append.append_batches returns first.
 APPENDED = 0
 NEED_ROLL = 1
 NEED_SPACE = 2

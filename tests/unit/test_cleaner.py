@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from shmlog import LogManager, segments
+from shmlog import LogManager
 from shmlog.record.records import encode_batch
 from shmlog.segments import (
     CLEANING_DIRECTORY,
@@ -22,7 +22,7 @@ from shmlog.segments import (
     PartitionLog,
     write_swap_manifest,
 )
-from shmlog.storage import cleaner
+from shmlog.storage import cleaner, local_log
 from shmlog.storage.topic_config import TopicConfig
 from tests.helpers import abandon, all_records
 
@@ -202,7 +202,7 @@ def trace_swap(monkeypatch, directory: str, crash_at=None) -> list:
     cleaning_directory = os.path.join(directory, CLEANING_DIRECTORY)
     events: list = []
     real_replace, real_unlink = os.replace, os.unlink
-    real_fsync_directory = segments.fsync_directory
+    real_fsync_directory = local_log.fsync_directory
 
     def record(kind, path):
         if crash_at is not None and crash_at == (kind, sum(event[0] == kind for event in events)):
@@ -233,7 +233,7 @@ def trace_swap(monkeypatch, directory: str, crash_at=None) -> list:
 
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(os, "unlink", unlink)
-    monkeypatch.setattr(segments, "fsync_directory", fsync_directory)
+    monkeypatch.setattr(local_log, "fsync_directory", fsync_directory)
     return events
 
 

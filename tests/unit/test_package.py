@@ -5,7 +5,9 @@ command import (paths, control client, broker config, limits, the local ZooKeepe
 stay light; and the clients load none of the broker's side: importing the producer
 loads neither the broker, the appender, the log (log manager, segments, cleaner) nor the group
 coordinator's module, importing the consumer neither the broker, the appender, the
-log manager nor the cleaner (it reads segments in place and is a group member).
+log manager nor the cleaner (it reads segments in place and is a group member), nor
+any of the log's writer side (the partition log, its segments, loader, validator,
+retention and append kernels): it loads only the read path.
 
 Method: fresh interpreters (this test process has numba loaded already) report which
 heavy modules, or which of the broker's modules, an import loaded; the names are
@@ -31,11 +33,15 @@ REPORT_HEAVY = ("import json, sys; {statement}; print(json.dumps(sorted(name for
 REPORT_LOADED = ("import json, sys; {statement}; print(json.dumps(sorted(name for name in "
                  "sys.modules if name in {modules!r})))")
 # The broker's side of the data path. A consumer reads segments in place (their
-# reading kernels live in segments.py) and is a group member (groups.py holds the
-# member beside the coordinator); a producer needs neither.
+# reading kernels live in storage.segment_read) and is a group member (groups.py holds
+# the member beside the coordinator); a producer needs neither. The log's writer side
+# is the broker's alone.
 BROKER_SIDE = ("shmlog.server.broker", "shmlog.broker.appender", "shmlog.storage.log_manager",
                "shmlog.storage.cleaner")
-READ_SIDE = ("shmlog.segments", "shmlog.groups")
+READ_SIDE = ("shmlog.storage.segment_read", "shmlog.groups")
+WRITER_SIDE = ("shmlog.segments", "shmlog.storage.log_segment", "shmlog.storage.local_log",
+               "shmlog.storage.log_loader", "shmlog.storage.log_validator",
+               "shmlog.storage.log_retention", "shmlog.storage.segment_append")
 
 
 def heavy_modules_after(statement: str) -> list[str]:
@@ -71,13 +77,20 @@ def modules_after(statement: str, modules: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("statement",
                          ["import shmlog.client.producer", "from shmlog import Producer"])
 def test_the_producer_loads_neither_the_broker_the_log_nor_the_coordinator(statement):
-    assert modules_after(statement, BROKER_SIDE + READ_SIDE) == []
+    assert modules_after(statement, BROKER_SIDE + READ_SIDE + WRITER_SIDE) == []
 
 
 @pytest.mark.parametrize("statement",
                          ["import shmlog.client.consumer", "from shmlog import Consumer"])
 def test_the_consumer_loads_neither_the_broker_the_appender_nor_the_log_manager(statement):
     assert modules_after(statement, BROKER_SIDE) == []
+
+
+@pytest.mark.parametrize("statement",
+                         ["import shmlog.client.consumer", "from shmlog import Consumer"])
+def test_the_consumer_loads_the_read_path_and_none_of_the_logs_writer(statement):
+    read_path = "shmlog.storage.segment_read"
+    assert modules_after(statement, (read_path,) + WRITER_SIDE) == [read_path]
 
 
 def test_the_broker_side_uses_the_codes_and_topics_the_clients_read():
