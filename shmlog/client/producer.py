@@ -262,7 +262,7 @@ class Producer:
         self._routes = self._metadata.routes
         self._ship_at_once = self._accumulator.ship_at_once
         self._ship = self._sender.ship
-        self._pending = self._accumulator.pending     # the gathering batches, oldest first
+        self._pending = self._accumulator.pending     # what gathers (tests watch it)
         warm_kernels()
         self._sender.start()
 

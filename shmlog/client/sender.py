@@ -366,7 +366,7 @@ class Sender:
         broker and remove the ring."""
         with self.lock:
             self.closed = True
-            self.metadata.routes.clear()      # send finds no route, and _route refuses
+            self.metadata.routes.clear()      # send finds no route and may read none
             self.accumulator.abort_batches()   # flush timed out, or a send raced it
             self.accumulator.wake.notify_all()
             self.callbacks.close()
