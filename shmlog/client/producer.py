@@ -25,15 +25,16 @@ threads take it too. The parts' public names are for this package: users see
 
 Theory of operation
 -------------------
-``send`` runs once per record, so it is a handful of CPython operations and no call
-into another part or compiled code on its common path: it checks the value's and
-key's types (``bytes`` as they are, other bytes-likes copied, None a null), checks
-headers when there are any, adds up the record's size (for max.message.bytes and
-``batch_size``), reads the clock, and, under the lock, finds the topic's route in
-the metadata's dict, the partition by the partitioner's rules (a sticky partition
-already chosen, a short key's cached hash: inline), and appends the fields to the
-partition's gathering batch (the accumulator's, on the route), and returns a future
-that is the batch and the record's index in it. Per-record limits need no per-record
+``send`` runs once per record, so it is a handful of CPython operations on its
+common path, with no Python function of another part called and nothing compiled: it
+checks the value's and key's types (``bytes`` as they are, other bytes-likes copied,
+None a null), checks headers when there are any, adds up the record's size (for
+max.message.bytes and ``batch_size``), reads the clock, and, under the lock, finds
+the topic's route in the metadata's dict, the partition by the partitioner's rules
+(inline for a sticky partition already chosen and for a short key, whose hash the
+partitioner's LRU cache gives), appends the fields to the partition's gathering batch
+(the accumulator's, on the route), and returns a future that is the batch and the
+record's index in it. Per-record limits need no per-record
 check: ``BATCH_RECORD_COUNT_MAX`` cannot be reached within ``BATCH_SIZE_MAX`` bytes.
 Once per batch it calls out: the accumulator to start a batch (shipping the full one
 through the sender), the sender to ship it (full, or with ``linger_ms=0`` nothing of
