@@ -71,7 +71,8 @@ if TYPE_CHECKING:                    # what static analysers and IDEs see
         OffsetAndTimestamp,
         TopicPartition,
     )
-    from .client.producer import BatchMetadata, Producer, RecordMetadata
+    from .client.producer import Producer
+    from .client.producer_batch import BatchMetadata, RecordMetadata
     from .record.records import Record, RecordColumns, decode_columns, decode_records, encode_batch
     from .segments import AppendResult, PartitionLog, ReadResult, RecoveryReport
     from .server.broker import Broker
@@ -112,9 +113,9 @@ _LAZY = {
     "DataDirectoryInUseError": "storage.log_manager",
     "LogManager": "storage.log_manager",
     "TopicMetadata": "storage.log_manager",
-    "BatchMetadata": "client.producer",
+    "BatchMetadata": "client.producer_batch",
     "Producer": "client.producer",
-    "RecordMetadata": "client.producer",
+    "RecordMetadata": "client.producer_batch",
     "Record": "record.records",
     "RecordColumns": "record.records",
     "decode_columns": "record.records",

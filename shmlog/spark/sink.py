@@ -28,7 +28,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..client.producer import Producer, partition_for_key
+from ..client.partitioner import partition_for_key
+from ..client.producer import Producer
 from ..common.errors import LocalProtocolError
 from ..common.paths import default_data_dir
 from ..record import batch_layout as B

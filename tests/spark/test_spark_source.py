@@ -18,7 +18,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from shmlog import Admin, Producer
-from shmlog.client.producer import partition_for_key
+from shmlog.client.partitioner import partition_for_key
 from shmlog.spark import SCHEMA, SCHEMA_WITH_HEADERS
 
 TIMEOUT_S = 60

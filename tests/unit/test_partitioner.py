@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from shmlog.client.producer import _cached_positive_hash, murmur2, partition_for_key
+from shmlog.client.partitioner import cached_positive_hash as _cached_positive_hash
+from shmlog.client.partitioner import murmur2, partition_for_key
 from shmlog.common import limits
 
 # Computed with org.apache.kafka.common.utils.Utils.murmur2 on the UTF-8 bytes.

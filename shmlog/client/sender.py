@@ -1,0 +1,403 @@
+"""The producer's sender (Kafka's ``Sender``): ships batches into this producer's
+shared-memory ring, harvests the broker's completions, and resolves the futures.
+
+Rules
+-----
+* One lock, the producer's (a plain ``threading.Lock``: nothing takes it twice),
+  guards the ring's producer side, the batches in flight and everything the sender
+  asks of the accumulator, the metadata and the epoch manager. Every method takes it
+  or says "lock held"; ``settle`` and ``flush`` wait without it.
+* A batch is encoded and put only by :meth:`Sender.ship` (or, already encoded, by
+  ``send_batch`` and a resend through :meth:`Sender.put`), and resolved only by
+  :meth:`Sender.harvest`: ``result`` once appended, ``error`` once refused.
+* Entries complete in the ring in the order they were put, so ``in_flight`` is
+  ordered by entry and a harvest stops at the first entry not completed.
+* Counted per batch, never per record (``metrics``).
+
+Theory of operation
+-------------------
+A batch ships - it is taken out of the accumulator, encoded in one compiled call from
+its columns (the values joined, their lengths taken in C) with the epoch manager's
+producer id, epoch and sequence, gets its header and CRC, is put into the ring, and
+the broker's doorbell is rung - when the accumulator says it is due: full (``send``),
+lingered or unblocked (the linger thread here, which sleeps on the accumulator's
+condition while nothing gathers), on :meth:`Sender.flush`, or when a future of it is
+asked for its result (:meth:`Sender.settle`).
+
+The broker's appender completes each ring entry with the batch's base offset (or an
+error code), which the sender reads from the ring's completion slots: no round trip,
+no syscall. A future's ``get()`` harvests them; so does the callback thread, and a
+put once the bytes of batches kept for a resend exceed the ring's capacity. A refused
+batch fails its futures with the broker's typed error; what the refusal means for
+the partition's sequence is the epoch manager's (KIP-360: the batches it kept out are
+held and sent again under a new epoch, :meth:`Sender.harvest`). ``UNKNOWN_PARTITION``
+(the topic was deleted, or deleted and created again) also fails the batches still
+gathering or held for the topic and drops its metadata; ``RECORD_TOO_LARGE`` drops
+its metadata, so later batches are sized to the new max.message.bytes.
+
+While no completion comes, :meth:`Sender.settle` asks the broker now and then
+(``RESUME_AFTER_S``) to take the ring again: a broker restarted after a crash learns
+of this producer that way and drains what the ring still holds (the sequences keep
+that from appending anything twice).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import numpy as np
+
+from ..common.errors import ClientTimeoutError, ShmlogError
+from ..common.metrics import FlowCounts
+from ..protocol.control_client import request
+from ..record.records import Compression, restamp_batch
+from ..ring import Ring
+from ..shm.completion import CompletionCode, completion_error
+from ..shm.state import PartitionStateTable
+from .epoch_manager import EpochManager
+from .producer_batch import BatchMetadata, FutureRecordMetadata, ProducerBatch
+from .producer_callbacks import CallbackRunner
+from .producer_metadata import ProducerMetadata
+from .record_accumulator import RecordAccumulator
+
+__all__ = ["Sender", "RESULT_POLL_S", "RESUME_AFTER_S", "RESUME_REQUEST_MS"]
+
+# How long a future's get() sleeps between looks at the completion slots.
+RESULT_POLL_S = 50e-6
+# After this long without an acknowledgement, ask the broker to take the ring again
+# (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.
+RESUME_AFTER_S = 0.5
+RESUME_REQUEST_MS = 200
+
+
+class Sender:
+    """Puts one producer's batches into its ring and resolves them.
+
+    Parameters
+    ----------
+    lock : threading.Lock
+        The producer's lock.
+    ring : Ring
+        The producer's ring, registered with the broker; the sender closes it.
+    table : PartitionStateTable
+        The broker's state table (its appender's doorbell); the sender closes it.
+    data_dir : str
+        The broker's data directory (its control socket).
+    acks : int
+        0, 1 or -1.
+    max_block_ms : int
+        How long a put may wait for room in the ring.
+    compression : Compression
+    metadata, accumulator, epochs
+        The producer's metadata, record accumulator and epoch manager.
+    """
+
+    def __init__(self, lock: threading.Lock, ring: Ring, table: PartitionStateTable, *,
+                 data_dir: str, acks: int, max_block_ms: int, compression: Compression,
+                 metadata: ProducerMetadata, accumulator: RecordAccumulator,
+                 epochs: EpochManager):
+        self.lock = lock
+        self.ring, self.table = ring, table          # a new broker has a new table
+        self.data_dir, self.acks, self.max_block_ms = data_dir, acks, max_block_ms
+        self.compression = compression
+        self.metadata, self.accumulator, self.epochs = metadata, accumulator, epochs
+        # By entry number, oldest first (entries complete in order).
+        self.in_flight: collections.OrderedDict[int, ProducerBatch] = \
+            collections.OrderedDict()
+        self.retained_bytes = 0           # the bytes of in-flight idempotent batches
+        # linger.ms=0: each partition's last batch shipped, by (topic, partition).
+        self.last_shipped: dict[tuple[str, int], ProducerBatch] = {}
+        self.flow = FlowCounts()          # counted per batch put, never per record
+        self.closed = False
+        self.callbacks = CallbackRunner(lock, self.harvest)
+        self.linger_thread = threading.Thread(target=self._linger_loop,
+                                              name="shmlog-linger", daemon=True)
+
+    def start(self) -> None:
+        """Start the linger thread."""
+        self.linger_thread.start()
+
+    # -- shipping ----------------------------------------------------------------------
+    def ship(self, batch: ProducerBatch) -> None:
+        """Encode a gathering batch and put it into the ring (lock held).
+
+        Raises
+        ------
+        ShmlogError
+            The ring stayed full past max.block.ms: the batch's futures fail.
+        """
+        self.accumulator.remove(batch)
+        route = self.metadata.routes.get(batch.topic)
+        if route is not None and route.sticky == batch.partition:
+            route.sticky = -1                         # the next unkeyed batch moves on
+        self.metadata.expire(batch.topic)             # once per batch, not per send
+        try:
+            encoded = batch.encode(self.compression,
+                                   self.epochs.identity(batch.topic, batch.partition))
+            self.put(batch, encoded, batch.count)
+        except ShmlogError as error:                  # the ring stayed full: its futures fail
+            batch.error = error
+            self.flow.record_errors(batch.topic, batch.count)
+            raise
+        if self.accumulator.ship_at_once and not batch.done:
+            self.last_shipped[(batch.topic, batch.partition)] = batch
+        self.release_retained()
+
+    def put(self, batch: ProducerBatch, encoded: np.ndarray, count: int) -> None:
+        """Put an encoded batch into the ring and ring the broker's doorbell (lock
+        held); with acks=0 it is done, else in flight until harvested."""
+        batch.count = count
+        batch.entry = self.ring.put(batch.destination, encoded, timeout_ms=self.max_block_ms)
+        self.table.appender_doorbell.ring()
+        self.flow.record(batch.topic, count, encoded.size)
+        self.epochs.sent((batch.topic, batch.partition), count)
+        if self.acks == 0:
+            batch.result = BatchMetadata(batch.topic, batch.partition, -1, count,
+                                         batch.first_timestamp)
+            return
+        self.in_flight[batch.entry] = batch
+        if self.epochs.producer_id >= 0:
+            # Kept until the batch's result: a refused batch before it sends it back.
+            batch.encoded = encoded
+            self.retained_bytes += encoded.size
+
+    def release_retained(self) -> None:
+        """Harvest once the bytes kept for a resend exceed the ring's capacity
+        (lock held): results unread keep batches' bytes."""
+        if self.retained_bytes > self.ring.capacity:
+            self.harvest()
+
+    def still_in_ring(self, topic: str, partition: int) -> ProducerBatch | None:
+        """The partition's last batch if the broker has not completed it yet (lock
+        held; linger.ms=0)."""
+        last = self.last_shipped.get((topic, partition))
+        if last is not None and not last.done:
+            self.harvest()
+        if last is None or last.done:
+            return None
+        return last
+
+    # -- completions -------------------------------------------------------------------
+    def harvest(self) -> None:
+        """Resolve every in-flight batch the broker has finished (lock held)."""
+        while self.in_flight:
+            entry = next(iter(self.in_flight))
+            outcome = self.ring.result(entry)
+            if outcome is None:
+                break                   # entries complete in order: no later one either
+            batch = self.in_flight.pop(entry)
+            result, batch.log_append_time = outcome
+            if batch.encoded is not None:
+                self.epochs.completed((batch.topic, batch.partition))
+                self.retained_bytes -= batch.encoded.size
+            if result >= 0:
+                batch.encoded = None
+                batch.result = BatchMetadata(
+                    batch.topic, batch.partition, result, batch.count,
+                    batch.log_append_time if batch.log_append_time >= 0 else batch.first_timestamp)
+            else:
+                self._refused(batch, -result)
+        if self.epochs.resend:
+            self._recover()
+
+    def _refused(self, batch: ProducerBatch, code: int) -> None:
+        """A batch the broker did not append (lock held)."""
+        key = (batch.topic, batch.partition)
+        if code == CompletionCode.OUT_OF_ORDER_SEQUENCE and self.epochs.hold(key, batch):
+            return                      # kept out by a refused batch before it
+        batch.encoded = None
+        batch.error = completion_error(code, batch.topic, batch.partition)
+        self.flow.record_errors(batch.topic, batch.count)
+        if code == CompletionCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            return      # in the log, its sequence used: the batches behind it follow on
+        if code == CompletionCode.UNKNOWN_PARTITION:
+            route = self.metadata.routes.get(batch.topic)
+            # Only a route to the topic that is gone: one read since then is good.
+            if route is None or route.destinations[0].topic_key == batch.destination.topic_key:
+                self._forget_topic(batch.topic)
+            return
+        if code == CompletionCode.RECORD_TOO_LARGE:
+            # max.message.bytes was lowered: later batches are sized to the new one.
+            self.metadata.forget(batch.topic)
+        self.epochs.sequence_broken(key)
+
+    def _forget_topic(self, topic: str) -> None:
+        """The broker hosts the topic no more (lock held): drop what we knew of it,
+        so the next send reads its metadata again, and fail the batches still
+        gathering or held for it; a topic created again under the name starts afresh."""
+        self.metadata.forget(topic)
+        for key in [key for key in self.last_shipped if key[0] == topic]:
+            del self.last_shipped[key]
+        for batch in self.epochs.forget(topic) + self.accumulator.forget(topic):
+            batch.drop_columns()
+            batch.encoded = None
+            batch.error = completion_error(CompletionCode.UNKNOWN_PARTITION, batch.topic,
+                                           batch.partition)
+
+    def _recover(self) -> None:
+        """Start each partition whose sequence a refused batch broke, once nothing of
+        it is in flight, again under a new epoch from sequence 0, and send the
+        batches the refusal kept out again, in order (lock held)."""
+        for key in self.epochs.restartable():
+            held = self.epochs.restart(key)
+            if held is None:
+                return                  # no broker to give a new id: at the next harvest
+            for index, batch in enumerate(held):
+                restamp_batch(batch.encoded, **self.epochs.identity(*key))
+                try:
+                    self.put(batch, batch.encoded, batch.count)
+                except ShmlogError as error:         # the ring stayed full past max.block.ms
+                    for unsent in held[index:]:
+                        unsent.encoded, unsent.error = None, error
+                    break
+
+    # -- what futures ask --------------------------------------------------------------
+    def settle(self, batch: ProducerBatch, wait_s: float | None) -> bool:
+        """Ship the batch if still gathering, then wait for its completion; whether it
+        came within ``wait_s`` seconds (None: forever). While none comes, the broker
+        is asked now and then to take the ring again (see the module's docstring)."""
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        with self.lock:
+            if batch in self.accumulator.pending:
+                self.ship(batch)
+        next_resume = time.monotonic() + RESUME_AFTER_S
+        while True:
+            with self.lock:
+                if not batch.done:
+                    self.harvest()
+                if batch.done:
+                    return True
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            if now >= next_resume:
+                self._resume()
+                next_resume = now + RESUME_AFTER_S
+            time.sleep(RESULT_POLL_S)
+
+    def _resume(self) -> None:
+        """Register the ring again (a no-op with the broker that has it)."""
+        try:
+            registration = request(self.data_dir, "register_producer", ring=self.ring.name,
+                                   acks=self.acks, timeout_ms=RESUME_REQUEST_MS)
+            reply = request(self.data_dir, "metadata", topics=[],
+                            timeout_ms=RESUME_REQUEST_MS)
+            table = PartitionStateTable.attach(reply["state_table"])
+        except ShmlogError:
+            return                      # no broker yet: keep waiting
+        with self.lock:
+            self.epochs.registered_again(registration)
+            self.table, old = table, self.table     # a new broker has a new table
+            self.metadata.broker_seen(reply["broker_epoch"])
+        old.close()
+
+    def look_for_completions(self) -> None:
+        """Resolve what the broker has completed (a future's status check)."""
+        with self.lock:
+            if not self.closed:
+                self.harvest()
+
+    def add_callback(self, future: FutureRecordMetadata, function, errback: bool) -> None:
+        """Run ``function`` once ``future`` is done (see ``producer_callbacks``)."""
+        self.callbacks.add(future, function, errback)
+
+    # -- flush, linger, close ----------------------------------------------------------
+    def flush(self, timeout: float | None) -> None:
+        """Ship every gathering batch, wait until every batch is done, then run the
+        callbacks due.
+
+        Raises
+        ------
+        ClientTimeoutError
+            ``timeout`` seconds passed with batches still in flight.
+        """
+        with self.lock:
+            for batch in list(self.accumulator.pending):
+                self.ship(batch)
+            # Batches waiting to be sent again go back in flight before they are done.
+            waiting = list(self.in_flight.values()) + self.epochs.held()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for batch in waiting:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.settle(batch, left):
+                raise ClientTimeoutError(f"flush: batches still in flight after {timeout} s")
+        if self.callbacks.thread is not None:
+            # Also waits for callbacks the callback thread is running now.
+            self.callbacks.fire()
+
+    def _linger_loop(self) -> None:
+        """Ship batches whose oldest record has waited linger_ms (with linger.ms=0:
+        batches once the batch before them is appended)."""
+        accumulator = self.accumulator
+        with self.lock:
+            while not self.closed:
+                if not accumulator.pending:
+                    accumulator.wait_for_batch()      # woken by the next batch
+                    continue
+                if accumulator.ship_at_once:
+                    self._ship_unblocked()
+                    continue
+                wait = accumulator.linger_left_s()
+                if wait > 0:
+                    accumulator.wake.wait(wait)
+                    continue
+                self._ship_each(accumulator.lingered())
+
+    def _ship_unblocked(self) -> None:
+        """linger.ms=0: ship the gathering batches whose batch before them the broker
+        has completed, then look again shortly (lock held; released while waiting)."""
+        self.harvest()
+        self._ship_each(self.accumulator.unblocked())
+        if self.accumulator.pending:
+            self.accumulator.wake.wait(RESULT_POLL_S)
+
+    def _ship_each(self, batches) -> None:
+        """Ship each batch; one the ring refused past max.block.ms fails (lock held)."""
+        for batch in batches:
+            try:
+                self.ship(batch)
+            except ShmlogError as error:      # a full ring past max.block.ms
+                batch.error = error
+
+    def close(self) -> None:
+        """After the last flush: fail what still gathers, stop the threads, leave the
+        broker and remove the ring."""
+        with self.lock:
+            self.closed = True
+            self.metadata.routes.clear()      # send finds no route and may read none
+            self.accumulator.abort_batches()   # flush timed out, or a send raced it
+            self.accumulator.wake.notify_all()
+            self.callbacks.close()
+        self.linger_thread.join(timeout=5)
+        self.callbacks.join()               # the errbacks of batches the close failed
+        try:
+            request(self.data_dir, "unregister_producer", ring=self.ring.name)
+        except ShmlogError:
+            pass                    # the broker is gone; it reclaims nothing then
+        self.ring.unlink()
+        self.ring.close()
+        self.table.close()
+
+    def metrics(self) -> dict:
+        """The producer's metrics (``Producer.metrics`` says which)."""
+        with self.lock:
+            flow = self.flow
+            batches = flow.batches
+            found = {"producer-metrics": {
+                "record-send-total": flow.records.total, "record-send-rate": flow.records.rate(),
+                "byte-total": flow.bytes.total, "byte-rate": flow.bytes.rate(),
+                "record-error-total": flow.errors.total, "record-error-rate": flow.errors.rate(),
+                "request-total": batches,
+                "batch-size-avg": flow.bytes.total / batches if batches else 0.0,
+                "records-per-request-avg": flow.records.total / batches if batches else 0.0,
+                "requests-in-flight": len(self.in_flight),
+                "buffer-total-bytes": self.ring.capacity,
+                "buffer-available-bytes": self.ring.capacity - self.ring.used}}
+            for topic, (records, size, errors) in sorted(flow.topics.items()):
+                found[f"producer-topic-metrics.{topic}"] = {
+                    "record-send-total": records.total, "record-send-rate": records.rate(),
+                    "byte-total": size.total, "byte-rate": size.rate(),
+                    "record-error-total": errors.total, "record-error-rate": errors.rate()}
+            return found
