@@ -145,7 +145,7 @@ def test_errbacks_get_the_batch_error_and_a_raising_callback_is_logged(data_dir,
         future.add_errback(lambda error: 1 / 0)                # raises: logged, not raised
         future.add_errback(after.append)
         admin.delete_topic("doomed")
-        with caplog.at_level(logging.ERROR, logger="shmlog.client.producer"):
+        with caplog.at_level(logging.ERROR, logger="shmlog.client.producer_batch"):
             producer.flush(timeout=WAIT_S)
         assert future.failed() and not future.succeeded()
         assert isinstance(future.exception, UnknownTopicOrPartitionError)
