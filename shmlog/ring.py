@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .common import limits
 from .common.access import Access
 from .common.errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
 from .native.atomics import (
@@ -60,15 +61,6 @@ PUT_FULL = 1
 ENTRY_OK = 0
 ENTRY_NONE = 1
 ENTRY_CORRUPT = 2
-
-# Back-off of a blocked put: spin this many checks, then yield the CPU this many
-# times, then sleep, doubling from the first sleep to the longest (a full ring means
-# the appender is behind by at least a ring's worth of bytes, so sleeping briefly
-# costs nothing, while spinning would steal the core it needs).
-PUT_SPIN_COUNT = 100
-PUT_YIELD_COUNT = 100
-PUT_SLEEP_FIRST_S = 20e-6
-PUT_SLEEP_LONGEST_S = 1e-3
 
 
 class Destination(NamedTuple):
@@ -307,19 +299,19 @@ class Ring:
         buffer = self._payload(payload)
         deadline = time.monotonic() + timeout_ms / 1000
         attempt = 0
-        sleep = PUT_SLEEP_FIRST_S
+        sleep = limits.RING_PUT_SLEEP_FIRST_S
         while (entry := self._try_put(destination, buffer)) < 0:
             attempt += 1
-            if attempt <= PUT_SPIN_COUNT:
+            if attempt <= limits.RING_PUT_SPIN_COUNT:
                 continue
             if time.monotonic() >= deadline:
                 raise RingFullError(f"ring {self.name!r} stayed full for {timeout_ms} ms: the "
                                     f"broker's appender is behind or gone")
-            if attempt <= PUT_SPIN_COUNT + PUT_YIELD_COUNT:
+            if attempt <= limits.RING_PUT_SPIN_COUNT + limits.RING_PUT_YIELD_COUNT:
                 os.sched_yield()
             else:
                 time.sleep(sleep)
-                sleep = min(sleep * 2, PUT_SLEEP_LONGEST_S)
+                sleep = min(sleep * 2, limits.RING_PUT_SLEEP_LONGEST_S)
         return entry
 
     def _harvest(self) -> None:

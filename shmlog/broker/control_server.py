@@ -29,12 +29,9 @@ from ..common.errors import BrokerNotAvailableError, LocalProtocolError, ShmlogE
 from ..common.paths import control_path
 from ..protocol.control import error_reply
 
-__all__ = ["ControlEndpoint", "remove_control_socket", "CONTROL_POLL_MS"]
+__all__ = ["ControlEndpoint", "remove_control_socket"]
 
 log = logging.getLogger("shmlog.broker")
-
-# How often the control thread looks up from the socket to see the broker stopping.
-CONTROL_POLL_MS = 100
 
 
 def remove_control_socket(data_dir: str) -> None:
@@ -91,7 +88,7 @@ class ControlEndpoint(threading.Thread):
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self._outbox_receiver, zmq.POLLIN)
         while True:
-            ready = dict(poller.poll(CONTROL_POLL_MS))
+            ready = dict(poller.poll(limits.CONTROL_POLL_MS))
             if self._outbox_receiver in ready:
                 identity, reply = self._outbox_receiver.recv_multipart()
                 self.socket.send_multipart([identity, b"", reply])
@@ -147,5 +144,5 @@ class ControlEndpoint(threading.Thread):
         self.join(timeout=10)
         for socket in (self._outbox, self._outbox_receiver):
             socket.close(linger=0)
-        self.socket.close(linger=CONTROL_POLL_MS)
+        self.socket.close(linger=limits.CONTROL_POLL_MS)
         self._context.term()

@@ -28,7 +28,7 @@ Theory of operation
 -------------------
 Every ring's header holds the pid of the process that made it (``ring.maker_pid``),
 written microseconds after the shared-memory object is created: a ring with no pid
-yet is being made, and one left so for ``RING_CREATION_GRACE_S`` lost its maker in
+yet is being made, and one left so for ``limits.RING_CREATION_GRACE_S`` lost its maker in
 between. A producer that died leaves its published entries (drained and appended)
 and at most one unpublished, partial entry (never read), so reclaiming is: drain,
 stop reading the ring, unmap it, unlink it.
@@ -40,7 +40,7 @@ import json
 import logging
 import os
 
-from ..common import access
+from ..common import access, limits
 from ..common.child_process import process_alive
 from ..common.errors import LocalProtocolError, ShmlogError, StorageError
 from ..ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
@@ -52,13 +52,8 @@ from .partition_host import PartitionHost
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")
 
-__all__ = ["ProducerRegistry", "ProducerIds", "RING_CREATION_GRACE_S",
-           "ADOPTED_RING_ACKS"]
+__all__ = ["ProducerRegistry", "ProducerIds", "ADOPTED_RING_ACKS"]
 
-# A ring under our prefix whose header has no producer pid yet is being made (Ring.create
-# writes it microseconds after creating the object); one left so for this long lost its
-# maker in between and is reclaimed.
-RING_CREATION_GRACE_S = 60.0
 # An adopted ring's producer said no acks to this broker: the strictest is assumed, so an
 # acks=all producer's entries are never acknowledged early after a broker restart (an
 # acks=0/1 one's wait for the in-sync replicas too, until it registers again).
@@ -187,7 +182,7 @@ class ProducerRegistry:
         broker that stopped or died; a live producer registers again anyway); later,
         those whose maker is gone (it died before it registered, or between
         unregistering and removing its ring). A ring still being made (no pid in its
-        header yet) is given RING_CREATION_GRACE_S."""
+        header yet) is given limits.RING_CREATION_GRACE_S."""
         names = shared_memory.names(self.prefix + "-")
         self._ignored_rings &= set(names)
         for name in names:
@@ -206,7 +201,7 @@ class ProducerRegistry:
             if refusal is not None:
                 self._ignore_ring(name, refusal)
                 continue
-            if pid == MAKER_PENDING and age_s < RING_CREATION_GRACE_S:
+            if pid == MAKER_PENDING and age_s < limits.RING_CREATION_GRACE_S:
                 continue
             if pid != MAKER_PENDING and not include_alive and process_alive(pid):
                 continue

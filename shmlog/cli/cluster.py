@@ -28,16 +28,14 @@ import signal
 import sys
 import threading
 
+from ..common import limits
 from ..common.limits import ELECT_LEADERS_TIMEOUT_MS_DEFAULT
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from .signals import STOP_SIGNALS, stopped_by_signals
 
-__all__ = ["add_parser", "BROKERS_DEFAULT", "DIRECTORY_DEFAULT"]
+__all__ = ["add_parser", "DIRECTORY_DEFAULT"]
 
-BROKERS_DEFAULT = 3
 DIRECTORY_DEFAULT = "shmlog-cluster"
-# The loopback network is 127.0.0.0/8: broker ids 1..254 get addresses of their own.
-BROKERS_MAX = 254
 
 
 def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
@@ -54,8 +52,8 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
                     "DIR/broker-i) in the foreground; SIGTERM or Ctrl-C stops them all.")
     up.add_argument("--dir", default=DIRECTORY_DEFAULT,
                     help=f"a new or empty directory for everything (default {DIRECTORY_DEFAULT})")
-    up.add_argument("--brokers", type=int, default=BROKERS_DEFAULT,
-                    help=f"how many brokers (default {BROKERS_DEFAULT})")
+    up.add_argument("--brokers", type=int, default=limits.CLUSTER_UP_BROKERS_DEFAULT,
+                    help=f"how many brokers (default {limits.CLUSTER_UP_BROKERS_DEFAULT})")
     up.add_argument("--zookeeper-connect",
                     help="use this running ZooKeeper (host:port) instead of starting one")
     up.add_argument("--plaintext", action="store_true",
@@ -156,8 +154,9 @@ def _check_reassign(parser: argparse.ArgumentParser, arguments) -> None:
 
 
 def _check(parser: argparse.ArgumentParser, arguments) -> None:
-    if not 1 <= arguments.brokers <= BROKERS_MAX:
-        parser.error(f"--brokers must be in 1..{BROKERS_MAX}, got {arguments.brokers}")
+    if not 1 <= arguments.brokers <= limits.CLUSTER_UP_BROKERS_MAX:
+        parser.error(f"--brokers must be in 1..{limits.CLUSTER_UP_BROKERS_MAX}, "
+                     f"got {arguments.brokers}")
 
 
 def _up(arguments) -> int:

@@ -67,11 +67,6 @@ FORMATTER_PROPERTIES = {"print.timestamp": "false", "print.partition": "false",
 # How often (in records) produce hands its counts to the rate line: tqdm's update is
 # a few microseconds, too much per line.
 PROGRESS_EVERY_RECORDS = 1024
-# tqdm shows a bar only above a terminal's last row: the rows it is told the terminal
-# has, at least (its own default when it cannot tell).
-TERMINAL_ROWS_MIN = 20
-# How long one poll of consume waits: how soon Ctrl-C or --timeout-ms is noticed.
-CONSUME_POLL_MS = 200
 
 
 def _properties(values: list[str], known: dict) -> dict:
@@ -342,7 +337,7 @@ class _RateLine:
             size = os.get_terminal_size(sys.stderr.fileno())
             self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, mininterval=1.0,
                              file=sys.stderr, ncols=size.columns or None,
-                             nrows=max(size.lines, TERMINAL_ROWS_MIN), leave=False)
+                             nrows=max(size.lines, limits.CONSOLE_TERMINAL_ROWS_MIN), leave=False)
         self._unreported = 0
 
     def advance(self, size: int) -> None:
@@ -501,7 +496,7 @@ def _consume(arguments) -> int:
         while not stop.requested and (arguments.max_messages is None
                                       or shown < arguments.max_messages):
             left = None if arguments.max_messages is None else arguments.max_messages - shown
-            batch = consumer.poll(timeout_ms=CONSUME_POLL_MS, max_records=left)
+            batch = consumer.poll(timeout_ms=limits.CONSOLE_CONSUME_POLL_MS, max_records=left)
             if not batch:
                 if arguments.timeout_ms is not None and \
                         time.monotonic() - last_record >= arguments.timeout_ms / 1000:

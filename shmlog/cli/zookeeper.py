@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..common import limits
 from .exit_codes import EXIT_FAILURE, EXIT_OK
 from .signals import stopped_by_signals
 
 __all__ = ["add_parser", "DEFAULTS_HELP"]
 
 # What the help says of the defaults (shmlog.devtools.zookeeper's PORT_DEFAULT, HOST_DEFAULT,
-# TICK_TIME_MS_DEFAULT: ZooKeeper's own).
+# limits.ZOOKEEPER_TICK_TIME_MS_DEFAULT: ZooKeeper's own).
 DEFAULTS_HELP = {"port": 2181, "host": "127.0.0.1", "tick_time_ms": 2000}
 
 
@@ -48,7 +49,7 @@ def _zookeeper(arguments) -> int:
         arguments.data_dir or zookeeper.default_data_dir(),
         port=zookeeper.PORT_DEFAULT if arguments.port is None else arguments.port,
         host=arguments.host or zookeeper.HOST_DEFAULT,
-        tick_time_ms=zookeeper.TICK_TIME_MS_DEFAULT if arguments.tick_time_ms is None
+        tick_time_ms=limits.ZOOKEEPER_TICK_TIME_MS_DEFAULT if arguments.tick_time_ms is None
         else arguments.tick_time_ms)
     # SIGTERM and SIGINT interrupt (KeyboardInterrupt), so the JVM is stopped on the
     # way out, even while it starts.

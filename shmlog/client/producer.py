@@ -93,14 +93,6 @@ from .sender import Sender
 
 __all__ = ["Producer", "warm_kernels"]
 
-# Kafka's defaults: batch.size 16 KiB, linger.ms 5 (since Kafka 4.0), max.block.ms 60 s.
-BATCH_SIZE_DEFAULT = 16384
-LINGER_MS_DEFAULT = 5
-MAX_BLOCK_MS_DEFAULT = 60_000
-# The ring holds batches until the appender drains them: 16 MiB is ~100 ms of
-# producing at memory speed, so a busy appender never stalls a producer.
-RING_SIZE_DEFAULT = 16 << 20
-
 # A batch never grows past BATCH_SIZE_MAX bytes and a record takes at least its
 # header, so no batch can hold more records than a batch may count: send needs no
 # per-record count check.
@@ -207,8 +199,10 @@ class Producer:
     """
 
     def __init__(self, bootstrap: str | None = None, *, acks: Any = 1, compression=None,
-                 linger_ms: int = LINGER_MS_DEFAULT, batch_size: int = BATCH_SIZE_DEFAULT,
-                 max_block_ms: int = MAX_BLOCK_MS_DEFAULT, ring_size: int = RING_SIZE_DEFAULT,
+                 linger_ms: int = limits.LINGER_MS_DEFAULT,
+                 batch_size: int = limits.BATCH_SIZE_DEFAULT,
+                 max_block_ms: int = limits.MAX_BLOCK_MS_DEFAULT,
+                 ring_size: int = limits.RING_SIZE_DEFAULT,
                  enable_idempotence: bool = True, bootstrap_servers=None,
                  client_id: str | None = None, key_serializer=None, value_serializer=None,
                  **kafka_options):

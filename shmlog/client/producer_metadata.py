@@ -23,13 +23,14 @@ comes back ``UNKNOWN_PARTITION``, and the sender calls :meth:`ProducerMetadata.f
 the next send reads the topic again. So it does after ``RECORD_TOO_LARGE`` (the
 topic's max.message.bytes was lowered), after a broker restart (another broker
 epoch: it may have handed out other rows) and, as in Kafka, once a route is older
-than ``METADATA_MAX_AGE_S`` (looked at once per batch shipped, never per record).
+than ``limits.METADATA_MAX_AGE_S`` (looked at once per batch shipped, never per record).
 """
 
 from __future__ import annotations
 
 import time
 
+from ..common import limits
 from ..common.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from ..common.internal_topics import INTERNAL_TOPICS
 from ..protocol.control_client import request
@@ -37,11 +38,7 @@ from ..record import batch_layout as B
 from ..ring import Destination
 from ..shm.state import topic_key
 
-__all__ = ["ProducerMetadata", "TopicRoute", "METADATA_MAX_AGE_S"]
-
-# Kafka's metadata.max.age.ms default: a topic's cached metadata (its rows, its
-# max.message.bytes) is read again at the first batch after this long.
-METADATA_MAX_AGE_S = 300.0
+__all__ = ["ProducerMetadata", "TopicRoute"]
 
 
 class TopicRoute:
@@ -103,10 +100,10 @@ class ProducerMetadata:
         return [entry["partition"] for entry in self.topic(topic)["partitions"]]
 
     def expire(self, topic: str) -> None:
-        """Drop the topic's cached metadata once it is older than METADATA_MAX_AGE_S,
+        """Drop the topic's cached metadata once it is older than limits.METADATA_MAX_AGE_S,
         so the next send reads it again."""
         route = self.routes.get(topic)
-        if route is not None and time.monotonic() - route.read_at > METADATA_MAX_AGE_S:
+        if route is not None and time.monotonic() - route.read_at > limits.METADATA_MAX_AGE_S:
             del self.routes[topic]
             self.topics.pop(topic, None)
 

@@ -36,7 +36,7 @@ gathering or held for the topic and drops its metadata; ``RECORD_TOO_LARGE`` dro
 its metadata, so later batches are sized to the new max.message.bytes.
 
 While no completion comes, :meth:`Sender.settle` asks the broker now and then
-(``RESUME_AFTER_S``) to take the ring again: a broker restarted after a crash learns
+(``limits.RESUME_AFTER_S``) to take the ring again: a broker restarted after a crash learns
 of this producer that way and drains what the ring still holds (the sequences keep
 that from appending anything twice).
 """
@@ -49,6 +49,7 @@ import time
 
 import numpy as np
 
+from ..common import limits
 from ..common.errors import ClientTimeoutError, ShmlogError
 from ..common.metrics import FlowCounts
 from ..protocol.control_client import request
@@ -62,14 +63,7 @@ from .producer_callbacks import CallbackRunner
 from .producer_metadata import ProducerMetadata
 from .record_accumulator import RecordAccumulator
 
-__all__ = ["Sender", "RESULT_POLL_S", "RESUME_AFTER_S", "RESUME_REQUEST_MS"]
-
-# How long a future's get() sleeps between looks at the completion slots.
-RESULT_POLL_S = 50e-6
-# After this long without an acknowledgement, ask the broker to take the ring again
-# (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.
-RESUME_AFTER_S = 0.5
-RESUME_REQUEST_MS = 200
+__all__ = ["Sender"]
 
 
 class Sender:
@@ -262,7 +256,7 @@ class Sender:
         with self.lock:
             if batch in self.accumulator.pending:
                 self.ship(batch)
-        next_resume = time.monotonic() + RESUME_AFTER_S
+        next_resume = time.monotonic() + limits.RESUME_AFTER_S
         while True:
             with self.lock:
                 if not batch.done:
@@ -274,16 +268,16 @@ class Sender:
                 return False
             if now >= next_resume:
                 self._resume()
-                next_resume = now + RESUME_AFTER_S
-            time.sleep(RESULT_POLL_S)
+                next_resume = now + limits.RESUME_AFTER_S
+            time.sleep(limits.RESULT_POLL_S)
 
     def _resume(self) -> None:
         """Register the ring again (a no-op with the broker that has it)."""
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name,
-                                   acks=self.acks, timeout_ms=RESUME_REQUEST_MS)
+                                   acks=self.acks, timeout_ms=limits.RESUME_REQUEST_MS)
             reply = request(self.data_dir, "metadata", topics=[],
-                            timeout_ms=RESUME_REQUEST_MS)
+                            timeout_ms=limits.RESUME_REQUEST_MS)
             table = PartitionStateTable.attach(reply["state_table"])
         except ShmlogError:
             return                      # no broker yet: keep waiting
@@ -351,7 +345,7 @@ class Sender:
         self.harvest()
         self._ship_each(self.accumulator.unblocked())
         if self.accumulator.pending:
-            self.accumulator.wake.wait(RESULT_POLL_S)
+            self.accumulator.wake.wait(limits.RESULT_POLL_S)
 
     def _ship_each(self, batches) -> None:
         """Ship each batch; one the ring refused past max.block.ms fails (lock held)."""

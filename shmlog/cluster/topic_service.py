@@ -50,9 +50,6 @@ from .zk.paths import TopicAssignment, new_topic_id
 
 __all__ = ["ClusterTopicService"]
 
-# How often a held reply looks whether what it waits for has happened.
-HELD_REPLY_LOOK_MS = 20
-
 
 @dataclasses.dataclass
 class _Held:
@@ -222,7 +219,7 @@ class ClusterTopicService(TopicService):
         return 0 if not self._outcomes.empty() else self._next_look
 
     def tick(self, now: int) -> None:
-        self._next_look = now + HELD_REPLY_LOOK_MS
+        self._next_look = now + limits.HELD_REPLY_LOOK_MS
         while not self._outcomes.empty():
             ticket, outcome = self._outcomes.get_nowait()
             held = self._held.get(ticket)

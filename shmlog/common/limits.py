@@ -5,12 +5,12 @@ Every queue, batch, buffer, retry and wait in shmlog takes its bound from here.
 
 from __future__ import annotations
 
-# --- names --------------------------------------------------------------------------
+# --- names --------------------------------------------------------------------------------
 # Kafka's rule: a topic name is 1..249 characters of [a-zA-Z0-9._-]; 249 leaves room
 # for "-<partition>" and a deletion suffix inside a 255-byte file name.
 TOPIC_NAME_LENGTH_MAX = 249
 
-# --- control requests -------------------------------------------------------------------
+# --- control requests ---------------------------------------------------------------------
 # A control request names topics and configs, never records: 1 MiB is generous, and
 # bounds what a broken or hostile client makes the broker receive and parse. It is
 # also ZeroMQ's ZMQ_MAXMSGSIZE on the control socket, so a larger frame is refused
@@ -22,17 +22,17 @@ CONTROL_FRAME_SIZE_MAX = 1 << 20
 # ~1000 and raise RecursionError).
 CONTROL_NESTING_DEPTH_MAX = 32
 
-# --- partitions -----------------------------------------------------------------------
+# --- partitions ---------------------------------------------------------------------------
 # Each partition holds three open mmaps per segment and a row of the shared partition
 # state table; 10 000 per topic is far beyond what one host serves well (Kafka's
 # guidance is a few thousand per broker) while still bounding a typo like 10**9.
 PARTITIONS_PER_TOPIC_MAX = 10_000
 
-# --- offsets --------------------------------------------------------------------------
+# --- offsets ------------------------------------------------------------------------------
 # Offsets are signed 64-bit, as in Kafka.
 OFFSET_MAX = 2**63 - 1
 
-# --- batches and records --------------------------------------------------------------
+# --- batches and records ------------------------------------------------------------------
 # batch_length is a u32 but max.message.bytes (a Kafka int) bounds it far lower.
 BATCH_SIZE_MAX = 2**31 - 1
 # record_count is an i32 and relative offsets inside a segment are u32.
@@ -45,7 +45,7 @@ RECORD_HEADER_COUNT_MAX = 1 << 20
 # max.message.bytes, enough for any sane compression ratio on that budget).
 DECOMPRESSED_RECORDS_SIZE_MAX = 64 << 20
 
-# --- segments -------------------------------------------------------------------------
+# --- segments -----------------------------------------------------------------------------
 # (The limits that follow from the layouts are at the end of the module.)
 # Disk blocks are reserved (fallocate) and pages populated in steps of this size, so
 # the appender never takes a page fault per 4 KiB page nor a SIGBUS on a full disk;
@@ -61,8 +61,12 @@ SEGMENT_PREFAULT_AHEAD_SIZE = 32 << 20
 # failed file write (and a log line) per append, and the recovery point is back
 # within a second of the disk having room.
 FLUSH_RETRY_INTERVAL_MS = 1000
+# The map's first size: 64 Ki slots (1.5 MiB), doubled as keys come.
+CLEANER_SLOTS_MIN = 1 << 16
+# Attempts to map a file that shrinks under us (a roll trims it) before giving up.
+SHRINK_ATTEMPTS_MAX = 3
 
-# --- client settings --------------------------------------------------------------------
+# --- client settings ----------------------------------------------------------------------
 # Kafka types its clients' millisecond settings that bound a wait (request.timeout.ms,
 # session.timeout.ms, max.poll.interval.ms, auto.commit.interval.ms) as a 32-bit int:
 # ~24.8 days is the longest wait a setting may ask for. It also keeps every wait in
@@ -82,13 +86,31 @@ TIMESTAMP_MS_MAX = 2**63 - 2
 # and a workload of ever-new keys costs one miss per send, no more memory.
 PARTITIONER_CACHE_KEYS_MAX = 4096
 PARTITIONER_CACHE_KEY_SIZE_MAX = 64
+# Kafka's defaults: batch.size 16 KiB, linger.ms 5 (since Kafka 4.0), max.block.ms 60 s.
+BATCH_SIZE_DEFAULT = 16384
+LINGER_MS_DEFAULT = 5
+MAX_BLOCK_MS_DEFAULT = 60_000
+# The ring holds batches until the appender drains them: 16 MiB is ~100 ms of
+# producing at memory speed, so a busy appender never stalls a producer.
+RING_SIZE_DEFAULT = 16 << 20
 
-# --- tools ----------------------------------------------------------------------------
+# --- tools --------------------------------------------------------------------------------
 # Kafka's kafka-consumer-perf-test --timeout: the longest wait between records before
 # ``shmlog perf consume`` decides the topic has no more.
 PERF_IDLE_TIMEOUT_MS = 10_000
+# A SIGKILLed process is gone within milliseconds; this bounds the wait for it.
+LOCAL_CLUSTER_KILLED_WAIT_S = 10.0
+# shmlog perf's progress line: once a second, as Kafka's perf tools report.
+PERF_PROGRESS_EVERY_S = 1.0
+# One poll's wait: short, so the idle timeout is checked often.
+PERF_POLL_TIMEOUT_MS = 100
+# shmlog cluster up's brokers: three, the fewest that keep acks=all writable
+# (min.insync.replicas=2) through the loss of one.
+CLUSTER_UP_BROKERS_DEFAULT = 3
+# The loopback network is 127.0.0.0/8: broker ids 1..254 get addresses of their own.
+CLUSTER_UP_BROKERS_MAX = 254
 
-# --- a local ZooKeeper (development and tests; production points at an ensemble) ---
+# --- a local ZooKeeper (development and tests; production points at an ensemble) ----------
 # Its JVM serves ~1.5-2.5 s after start on this 2-core host (C1 only); a minute covers
 # a machine loaded by a test run, and still ends a start that will never serve.
 ZOOKEEPER_START_TIMEOUT_S = 60.0
@@ -112,8 +134,14 @@ ZOOKEEPER_LOG_SIZE_MAX = 16 << 20
 # it before the JVM binds (the server then exits at once): a new port is tried this
 # many times in all.
 ZOOKEEPER_PORT_ATTEMPTS_MAX = 3
+# ZooKeeper's defaults: a tick of 2 s (sessions last 2 to 20 ticks) and port 2181.
+ZOOKEEPER_TICK_TIME_MS_DEFAULT = 2000
+# The purge of old snapshots and logs runs hourly, ZooKeeper's smallest interval.
+ZOOKEEPER_PURGE_INTERVAL_HOURS = 1
+# Transaction logs grow in steps of this many KiB (ZooKeeper's default is 64 MiB).
+ZOOKEEPER_LOG_PREALLOCATE_STEP_KIB = 4096
 
-# --- reading --------------------------------------------------------------------------
+# --- reading ------------------------------------------------------------------------------
 # Default byte budget of one read (Kafka's max.partition.fetch.bytes default).
 READ_SIZE_DEFAULT = 1 << 20
 # Listings of a partition directory one read makes while the segment generation keeps
@@ -128,14 +156,13 @@ READER_RESCAN_ATTEMPTS_MAX = 3
 # enough, and struct's own cache (100 formats, ~30 MB of them) is not used.
 FIELD_FORMATS_CACHED_MAX = 4
 
-# --- consumer groups ------------------------------------------------------------------
+# --- consumer groups ----------------------------------------------------------------------
 # Bytes of metadata (UTF-8) a committed offset may carry: Kafka's
 # offset.metadata.max.bytes default. The coordinator keeps every commit in memory
 # and in __consumer_offsets, so an application cannot grow either without bound.
 OFFSET_METADATA_SIZE_MAX = 4096
 
-
-# --- limits that follow from a binary layout -------------------------------------------
+# --- limits that follow from a binary layout ----------------------------------------------
 # Stated as numbers, so that this module imports nothing (the layouts import numpy, which
 # the commands that only ask the broker something would pay 0.2 s of start-up for), and
 # checked by the layout each one follows from when it is imported (batch_layout,
@@ -154,8 +181,7 @@ SEGMENT_SIZE_MIN = BATCH_SIZE_MIN
 # or every append would roll the segment.
 INDEX_SIZE_MIN = 4 * 12
 
-
-# --- cluster mode: ZooKeeper client and controller -----------------------------------------
+# --- cluster mode: ZooKeeper client and controller ----------------------------------------
 # How long a broker waits for its first ZooKeeper session before giving up
 # (kazoo's start() default; Kafka's zookeeper.connection.timeout.ms defaults to the
 # session timeout, 18 s).
@@ -178,7 +204,8 @@ CONTROLLER_IDLE_WAIT_S = 0.5
 # stop() waits this long for the controller's thread (a ZooKeeper call in flight is
 # bounded by the session timeout; the client is closed after the join).
 CONTROLLER_STOP_TIMEOUT_S = 30.0
-# --- replication (replication.py, zmq_replication.py) -----------------------------------
+
+# --- replication (cluster/replication/, zmq_replication.py) -------------------------------
 # A replication message's JSON body names partitions and offsets, never records (those
 # travel in frames of their own): a fetch of ~500 partitions is ~64 KiB. It bounds what
 # a broken or hostile peer makes a broker parse.
@@ -227,17 +254,27 @@ REPLICATION_OUTBOUND_QUEUED_MAX = 1024
 # A request's timeout when its caller names none: Kafka's replica.socket.timeout.ms
 # default (a fetch adds its max_wait_ms to it).
 REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT = 30_000
-# --- cluster configuration (cluster_config, cluster_metadata) -------------------------------
+# After a refusal the leader may take back (RETRIED_ERRORS), or a failed request, a
+# follower waits this long before asking again (Kafka's replica.fetch.backoff.ms is
+# 1000; failover is what we wait for, and the controller elects within milliseconds
+# of a session's end).
+FETCH_BACKOFF_MS = 100
+
+# --- cluster configuration (config/cluster.py, cluster/metadata.py) -----------------------
 # A cluster id and a rack are names written into ZooKeeper's znodes and shown by
 # describe; Kafka's generated cluster id is a 22-character base64 UUID, and a
 # UUID's text is 36: 255 leaves room for any naming scheme and bounds a typo.
 CLUSTER_ID_LENGTH_MAX = 255
-# --- cluster wiring (replica_service, cluster_topic_service, cluster) ---------------------
+
+# --- cluster wiring (cluster/replication/, cluster/topic_service.py, cluster/node.py) -----
 # How long a topic request waits, after its ZooKeeper write, for this broker to see it
 # take effect (the controller elects leaders within milliseconds; a ZooKeeper session
 # timeout is the worst case a healthy cluster shows).
 CLUSTER_TOPIC_WAIT_MS = 30_000
-# --- replication storage (leader epochs, producer-state snapshots) ----------------------
+# How often a held reply looks whether what it waits for has happened.
+HELD_REPLY_LOOK_MS = 20
+
+# --- replication storage (leader epochs, producer-state snapshots) ------------------------
 # Epoch changes a header walk reports per kernel call before Python takes them and
 # calls again: epochs change once per election, so one call almost always suffices.
 LEADER_EPOCH_SCAN_CHUNK = 64
@@ -245,31 +282,39 @@ LEADER_EPOCH_SCAN_CHUNK = 64
 # rebuilt from the log): one per election that appended to the partition, so a
 # million is far past any real history, and bounds what a damaged file can make us read.
 LEADER_EPOCH_ENTRIES_MAX = 1_000_000
-# --- forwarding (forwarding.py: producers whose partition another broker leads) -------
+# Producers a header walk keeps in a local array before it falls back to the typed
+# dict: a probe of a few int64s costs a few nanoseconds a batch, a dict store ~30.
+WALK_PRODUCERS_MAX = 64
+
+# --- forwarding (cluster/replication/forwarding.py: a partition another broker leads) -----
 # After a forwarded batch's request failed or was answered with a retriable error, it
 # is sent again after this long: Kafka's producer retry.backoff.ms default (a new
 # leader is tried at once).
 FORWARD_RETRY_BACKOFF_MS = 100
-# --- cluster operations (HW checkpoint, producer ids) -----------------------------------
+
+# --- cluster operations (HW checkpoint, producer ids) -------------------------------------
 # A cluster member draws its next block of producer ids from ZooKeeper (on a thread of
 # its own) once this many ids of its current block are left: half a block
 # (zk_paths.PRODUCER_ID_BLOCK_SIZE = 1000), so ZooKeeper may be unreachable for 500
 # registrations before a producer is refused.
 PRODUCER_ID_PREFETCH_REMAINING = 500
-# --- partition reassignment and replication throttling ----------------------------------
+
+# --- partition reassignment and replication throttling ------------------------------------
 # A replication token bucket holds at most this long a run of its rate: Kafka's quota
 # is a rate over 11 one-second windows (replication.quota.window.num/.size.seconds);
 # one second of burst keeps a fetch of a throttled replica near its share without
 # starving it between windows.
 REPLICATION_THROTTLE_BURST_MS = 1000
-# --- leader balance (controlled shutdown, preferred election) ---------------------------
+
+# --- leader balance (controlled shutdown, preferred election) -----------------------------
 # How long `shmlog cluster elect-leaders` waits for the controller to carry out the
 # election it asked for (the controller acts within milliseconds; a controller
 # failover takes up to a ZooKeeper session timeout, Kafka's default 18 s).
 ELECT_LEADERS_TIMEOUT_MS_DEFAULT = 30_000
 # How often it looks whether the controller has done so.
 ELECT_LEADERS_POLL_S = 0.05
-# --- consumer groups across hosts (cluster_groups.py) -----------------------------------
+
+# --- consumer groups across hosts (cluster/groups.py) -------------------------------------
 # A forwarded join waits for its rebalance: the coordinator's broker is given the
 # member's rebalance timeout plus this much (Kafka's consumer adds 5 s to the join's
 # request timeout, AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE).
@@ -288,7 +333,8 @@ COORDINATOR_CHECK_INTERVAL_MS = 50
 # escapes at most double a text (quotes and backslashes), so this leaves the body room.
 # A request or reply longer than this is refused before it is sent.
 GROUP_FORWARD_TEXT_LENGTH_MAX = 24 << 10
-# --- CurveZMQ between brokers (curve_keys) ----------------------------------------------
+
+# --- CurveZMQ between brokers (config/curve_keys.py) --------------------------------------
 # A key's name becomes a file name (NAME.key, NAME.key_secret): 100 characters hold
 # any host or broker naming scheme and stay far below NAME_MAX (255 bytes).
 CURVE_KEY_NAME_LENGTH_MAX = 100
@@ -301,7 +347,8 @@ CURVE_KEY_FILE_SIZE_MAX = 64 << 10
 # within a second (libzmq retries a refused connection every
 # REPLICATION_RECONNECT_INTERVAL_MS_MAX at most).
 CURVE_KEYS_RELOAD_INTERVAL_S = 1.0
-# --- Spark on a cluster (shmlog.spark) --------------------------------------------------
+
+# --- Spark (shmlog.spark) -----------------------------------------------------------------
 # How long a Spark task waits for its broker's copy of a partition to cover its range:
 # a follower's high watermark trails the leader's (which the plan used) by one fetch
 # round trip; an observer or an out-of-sync follower may be catching up from further
@@ -309,7 +356,15 @@ CURVE_KEYS_RELOAD_INTERVAL_S = 1.0
 SPARK_REPLICA_WAIT_MS = 30_000
 # How often it looks at that high watermark meanwhile (one shared-memory load).
 SPARK_REPLICA_POLL_MS = 10
-# --- network namespaces (netns.py: partition tests, the three-host demo) ---------------
+# A read's offset ranges are cut at this many records, so a backlog becomes several
+# Spark tasks (and Arrow batches of bounded size), not one task per whole partition.
+SPARK_MAX_RECORDS_PER_PARTITION_DEFAULT = 4_000_000
+# How much one task fetches per Arrow batch, and how long it waits for records its
+# plan says are there (they are below the high watermark, so at once).
+SPARK_FETCH_BYTES = 4 << 20
+SPARK_STALL_TIMEOUT_MS = 60_000
+
+# --- network namespaces (devtools/netns.py: partition tests, the three-host demo) ---------
 # ip and nft answer in milliseconds; a command that takes this long is stuck.
 NETNS_COMMAND_TIMEOUT_S = 30.0
 # How long the processes in a namespace get to exit on SIGTERM at teardown (then on
@@ -317,7 +372,8 @@ NETNS_COMMAND_TIMEOUT_S = 30.0
 NETNS_PROCESS_STOP_TIMEOUT_S = 10.0
 # How often teardown lists a namespace's processes again while they exit.
 NETNS_PROCESS_POLL_S = 0.1
-# --- replication sockets: dead-peer detection ------------------------------------------
+
+# --- replication sockets: dead-peer detection ---------------------------------------------
 # The kernel's TCP keepalive and retransmission timeout, not ZMTP heartbeats (libzmq
 # 4.3.5 aborts on a heartbeat due on a connection that failed while its receive queue
 # was full: zmq_replication's rules). An idle connection is probed after 1 s, every
@@ -328,14 +384,21 @@ REPLICATION_KEEPALIVE_IDLE_S = 1
 REPLICATION_KEEPALIVE_INTERVAL_S = 1
 REPLICATION_KEEPALIVE_PROBES = 3
 REPLICATION_RETRANSMIT_TIMEOUT_MS = 3000
-# --- console tools (cli/console.py) ----------------------------------------------------
+
+# --- console tools (cli/console.py) -------------------------------------------------------
 # Records `shmlog produce` leaves unacknowledged before it waits for the oldest: a few
 # hundred default batches (16 KiB) of short lines, well inside a 16 MiB ring, so the
 # wait is for a batch the broker appended long ago and throughput is unchanged, while
 # memory stays a few MB however long the input (a future per line kept to the end
 # held 286 MB for a million lines).
 CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX = 1 << 16
-# --- kafka-python API fit (producer callbacks, commit_async) ---------------------------
+# tqdm shows a bar only above a terminal's last row: the rows it is told the terminal
+# has, at least (its own default when it cannot tell).
+CONSOLE_TERMINAL_ROWS_MIN = 20
+# How long one poll of consume waits: how soon Ctrl-C or --timeout-ms is noticed.
+CONSOLE_CONSUME_POLL_MS = 200
+
+# --- kafka-python API fit (producer callbacks, commit_async) ------------------------------
 # How often a producer's callback thread looks for completed batches while futures
 # have callbacks waiting: a completion is a few loads once the lock is free, and a
 # millisecond is far below Kafka's own sender wake-ups (linger.ms, requests in flight).
@@ -343,12 +406,14 @@ PRODUCER_CALLBACK_POLL_MS = 1
 # How many async commits a consumer may have in flight before commit_async waits for
 # the oldest (Kafka's client has no such bound; ours keeps callbacks bounded).
 ASYNC_COMMITS_IN_FLIGHT_MAX = 64
-# --- the Kafka tools (delete-records, offsets, log-dirs) ---------------------------------
+
+# --- the Kafka tools (delete-records, offsets, log-dirs) ----------------------------------
 # How often Admin.delete_records asks again while a low watermark is below its offset:
 # a follower learns the new log start from its next fetch response (at most
 # replica.fetch.wait.max.ms away) and reports it in the fetch after that.
 DELETE_RECORDS_POLL_MS = 20
-# --- observability (broker_stats.py, prometheus.py, metrics.py, cli/status.py) ----------
+
+# --- observability (server/stats.py, server/prometheus.py, common/metrics.py, cli/status.py) ---
 # Rates (records/s, bytes/s) are over the last 10 s: long enough to smooth a producer's
 # bursts, short enough that `shmlog status --watch` shows a change within seconds (top's
 # feel; Kafka's own sampled rates span 30-60 s, Prometheus computes its own from the
@@ -373,3 +438,49 @@ STATUS_WATCH_INTERVAL_S = 2.0
 STATUS_WATCH_INTERVAL_S_MIN = 0.1
 # A Prometheus endpoint on a port above this does not exist (TCP ports are 16-bit).
 METRICS_PORT_MAX = 65_535
+
+# --- the producer (client/, ring.py) ------------------------------------------------------
+# Back-off of a blocked put: spin this many checks, then yield the CPU this many
+# times, then sleep, doubling from the first sleep to the longest (a full ring means
+# the appender is behind by at least a ring's worth of bytes, so sleeping briefly
+# costs nothing, while spinning would steal the core it needs).
+RING_PUT_SPIN_COUNT = 100
+RING_PUT_YIELD_COUNT = 100
+RING_PUT_SLEEP_FIRST_S = 20e-6
+RING_PUT_SLEEP_LONGEST_S = 1e-3
+
+# A shared-memory object's name: /dev/shm's NAME_MAX is 255 bytes; 200 leaves room for
+# the prefix a name is made with.
+SHARED_MEMORY_NAME_LENGTH_MAX = 200
+# Kafka's metadata.max.age.ms default: a topic's cached metadata (its rows, its
+# max.message.bytes) is read again at the first batch after this long.
+METADATA_MAX_AGE_S = 300.0
+# How long a future's get() sleeps between looks at the completion slots.
+RESULT_POLL_S = 50e-6
+# After this long without an acknowledgement, ask the broker to take the ring again
+# (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.
+RESUME_AFTER_S = 0.5
+RESUME_REQUEST_MS = 200
+
+# --- the broker (server/broker.py, broker/) -----------------------------------------------
+# The longest sleep: bounds how late a timer fires (they are due every second).
+BROKER_IDLE_SLEEP_LONGEST_S = 0.1
+# Broker.start: how long one ping waits, and the pause between pings (a ping fails at
+# once until the socket exists; a starting broker compiles for seconds).
+BROKER_STARTUP_PING_MS = 200
+BROKER_STARTUP_POLL_S = 0.02
+# The warm-up's scratch broker: rows of its state table, its ring's capacity, the size of
+# the records it produces (a few of them fill its 4 KiB segments, so they roll), and how
+# long it waits for its cleaning (a few ms; a cold numba cache compiles for seconds).
+WARM_UP_ROWS = 8
+WARM_UP_RING_CAPACITY = 1 << 16
+WARM_UP_SEGMENT_BYTES = 4096
+WARM_UP_VALUE_SIZE = 1000
+WARM_UP_CLEANING_WAIT_S = 120.0
+WARM_UP_POLL_S = 0.001
+# How often the control thread looks up from the socket to see the broker stopping.
+CONTROL_POLL_MS = 100
+# A ring under our prefix whose header has no producer pid yet is being made (Ring.create
+# writes it microseconds after creating the object); one left so for this long lost its
+# maker in between and is reclaimed.
+RING_CREATION_GRACE_S = 60.0

@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import Mapping, Sequence
 
-from ..common import access
+from ..common import access, limits
 from ..common.errors import ShmlogError
 from ..common.paths import shared_memory_prefix
 from ..config import curve_keys
@@ -42,9 +42,6 @@ from ..shm import shared_memory
 from .zookeeper import ZooKeeperServer
 
 __all__ = ["LocalCluster", "poll_until"]
-
-# A SIGKILLed process is gone within milliseconds; this bounds the wait for it.
-KILLED_WAIT_S = 10.0
 
 
 def _free_port(host: str) -> int:
@@ -225,7 +222,7 @@ class LocalCluster:
         broker = self.brokers.pop(broker_id)
         self.paused.discard(broker_id)
         broker.process.send_signal(signal.SIGKILL)
-        broker.process.wait(timeout=KILLED_WAIT_S)
+        broker.process.wait(timeout=limits.LOCAL_CLUSTER_KILLED_WAIT_S)
 
     def pause(self, broker_id: int) -> None:
         """SIGSTOP a broker: it stops answering anyone, its session runs on until it

@@ -25,15 +25,12 @@ from ..common.paths import default_data_dir
 __all__ = ["produce", "consume", "end_to_end"]
 
 Progress = Callable[[int, float], None] | None
-PROGRESS_EVERY_S = 1.0
 IDLE_TIMEOUT_MS_DEFAULT = limits.PERF_IDLE_TIMEOUT_MS
-# One poll's wait: short, so the idle timeout is checked often.
-POLL_TIMEOUT_MS = 100
 
 
 def _report(progress: Progress, done: int, started: float, last: list) -> None:
     now = time.perf_counter()
-    if progress is not None and now - last[0] >= PROGRESS_EVERY_S:
+    if progress is not None and now - last[0] >= limits.PERF_PROGRESS_EVERY_S:
         last[0] = now
         progress(done, now - started)
 
@@ -84,12 +81,12 @@ def consume(data_dir: str | None, topic: str, records: int, *, batch: bool = Fal
         seen = 0
         while seen < records and time.perf_counter() - finished < timeout_ms / 1000:
             if batch:
-                for columns in consumer.poll_batch(timeout_ms=POLL_TIMEOUT_MS).values():
+                for columns in consumer.poll_batch(timeout_ms=limits.PERF_POLL_TIMEOUT_MS).values():
                     seen += len(columns)
                     value_bytes += int(columns.value_lengths.sum())
                     finished = time.perf_counter()
             else:
-                for partition_records in consumer.poll(timeout_ms=POLL_TIMEOUT_MS,
+                for partition_records in consumer.poll(timeout_ms=limits.PERF_POLL_TIMEOUT_MS,
                                                        max_records=10_000).values():
                     seen += len(partition_records)
                     value_bytes += sum(len(record.value) for record in partition_records)

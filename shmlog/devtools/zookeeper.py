@@ -62,7 +62,7 @@ from ..common.errors import (
 )
 
 __all__ = ["ZooKeeperServer", "classpath", "java_executable", "default_data_dir",
-           "CONFIG_FILE", "LOG_FILE", "OUTPUT_FILE", "DATA_DIRECTORY", "TICK_TIME_MS_DEFAULT",
+           "CONFIG_FILE", "LOG_FILE", "OUTPUT_FILE", "DATA_DIRECTORY",
            "PORT_DEFAULT", "HOST_DEFAULT"]
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -72,8 +72,7 @@ LOG_FILE = "zookeeper.log"
 # What the JVM itself prints (a JVM that cannot start says why here), one run's worth.
 OUTPUT_FILE = "zookeeper.out"
 DATA_DIRECTORY = "data"
-# ZooKeeper's defaults: a tick of 2 s (sessions last 2 to 20 ticks) and port 2181.
-TICK_TIME_MS_DEFAULT = 2000
+# ZooKeeper's default client port.
 PORT_DEFAULT = 2181
 PORT_MAX = 65535
 HOST_DEFAULT = "127.0.0.1"
@@ -81,9 +80,6 @@ FOUR_LETTER_WORDS = ("ruok", "srvr", "mntr")
 # Snapshots (and the transaction logs they make redundant) kept by the hourly purge:
 # ZooKeeper's minimum, enough to recover from a damaged last snapshot.
 SNAPSHOTS_KEPT = 3
-PURGE_INTERVAL_HOURS = 1
-# Transaction logs grow in steps of this many KiB (ZooKeeper's default is 64 MiB).
-LOG_PREALLOCATE_STEP_KIB = 4096
 # What ZooKeeper logs when its port is taken (java.net.BindException).
 PORT_TAKEN = "Address already in use"
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
@@ -183,7 +179,7 @@ class ZooKeeperServer:
     """
 
     def __init__(self, data_dir: str, *, port: int = 0, host: str = HOST_DEFAULT,
-                 tick_time_ms: int = TICK_TIME_MS_DEFAULT,
+                 tick_time_ms: int = limits.ZOOKEEPER_TICK_TIME_MS_DEFAULT,
                  start_timeout_s: float = limits.ZOOKEEPER_START_TIMEOUT_S):
         if not 0 <= port <= PORT_MAX:
             raise InvalidConfigError(f"ZooKeeper's port {port} is not in 0..{PORT_MAX}")
@@ -264,8 +260,8 @@ class ZooKeeperServer:
             "admin.enableServer": "false",
             "4lw.commands.whitelist": ",".join(FOUR_LETTER_WORDS),
             "autopurge.snapRetainCount": SNAPSHOTS_KEPT,
-            "autopurge.purgeInterval": PURGE_INTERVAL_HOURS,
-            "preAllocSize": LOG_PREALLOCATE_STEP_KIB,
+            "autopurge.purgeInterval": limits.ZOOKEEPER_PURGE_INTERVAL_HOURS,
+            "preAllocSize": limits.ZOOKEEPER_LOG_PREALLOCATE_STEP_KIB,
         }
         return "# Written by shmlog (shmlog.devtools.zookeeper).\n" + "".join(
             f"{name}={value}\n" for name, value in settings.items())

@@ -86,7 +86,7 @@ from ..broker.producer_service import ProducerService
 from ..broker.scheduler import Scheduler
 from ..broker.service import RequestContext, Service
 from ..broker.topic_service import TopicService
-from ..common import access, child_process
+from ..common import access, child_process, limits
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
 
 # The client's request, the paths and the config live in light modules (clients and
@@ -125,12 +125,6 @@ __all__ = ["BrokerConfig", "BrokerCore", "Broker", "serve", "warm_kernels", "def
            "control_address"]
 
 WARM_UP_DIRECTORY = "warm-up"           # the warm-up's scratch data directory (warm_kernels)
-# The longest sleep: bounds how late a timer fires (they are due every second).
-IDLE_SLEEP_LONGEST_S = 0.1
-# Broker.start: how long one ping waits, and the pause between pings (a ping fails at
-# once until the socket exists; a starting broker compiles for seconds).
-STARTUP_PING_MS = 200
-STARTUP_POLL_S = 0.02
 
 
 class BrokerCore:
@@ -264,7 +258,7 @@ class BrokerCore:
     def seconds_to_next_timer(self) -> float:
         deadline = self.next_deadline()
         return max(0.0, (deadline - now_ms()) / 1000) if deadline is not None \
-            else IDLE_SLEEP_LONGEST_S
+            else limits.BROKER_IDLE_SLEEP_LONGEST_S
 
     def run_once(self, requests_waiting: bool = False) -> int:
         """Drain the rings if needed; run whatever periodic work is due. Returns how
@@ -310,15 +304,6 @@ class BrokerCore:
         self.host.close()
 
 
-# The warm-up's scratch broker: rows of its state table, its ring's capacity, the size of
-# the records it produces (a few of them fill its 4 KiB segments, so they roll), and how
-# long it waits for its cleaning (a few ms; a cold numba cache compiles for seconds).
-WARM_UP_ROWS = 8
-WARM_UP_RING_CAPACITY = 1 << 16
-WARM_UP_SEGMENT_BYTES = 4096
-WARM_UP_VALUE_SIZE = 1000
-WARM_UP_CLEANING_WAIT_S = 120.0
-WARM_UP_POLL_S = 0.001
 _WARM_UP_TOPIC = "warm-up"
 _WARM_UP_APPEND_TIME_TOPIC = "warm-up-append-time"
 
@@ -344,7 +329,7 @@ def warm_kernels(config: BrokerConfig) -> None:
     logging.disable(logging.WARNING)
     try:
         table = PartitionStateTable(WARM_UP_DIRECTORY, mmap.mmap(
-            -1, S.ROWS_OFFSET + WARM_UP_ROWS * S.ROW_SIZE), owner=False)
+            -1, S.ROWS_OFFSET + limits.WARM_UP_ROWS * S.ROW_SIZE), owner=False)
         core = BrokerCore(dataclasses.replace(config, data_dir=directory, cluster=None,
                                               offsets_topic_num_partitions=1), table=table)
         try:
@@ -372,17 +357,17 @@ def _serve_scratch_requests(core: BrokerCore) -> None:
         return decode_reply(core.handle(None, encode_request(request_type, **fields)))
 
     ask("create_topic", name=_WARM_UP_TOPIC, config={
-        "segment.bytes": WARM_UP_SEGMENT_BYTES, "index.interval.bytes": 0,
+        "segment.bytes": limits.WARM_UP_SEGMENT_BYTES, "index.interval.bytes": 0,
         "cleanup.policy": "compact,delete", "retention.bytes": 0})
     ask("create_topic", name=_WARM_UP_APPEND_TIME_TOPIC,
         config={"message.timestamp.type": "LogAppendTime"})
-    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + WARM_UP_RING_CAPACITY),
+    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + limits.WARM_UP_RING_CAPACITY),
                 owner=True)
     appender = core.host.appender
     appender.add_ring(ring)
     compacted = appender.destination(_WARM_UP_TOPIC, 0)
     stranger = Destination(compacted.row, compacted.topic_key + 1, compacted.partition)
-    value = [bytes(WARM_UP_VALUE_SIZE)]
+    value = [bytes(limits.WARM_UP_VALUE_SIZE)]
 
     def batch(sequence: int, compression=None):
         return compacted, encode_batch(value, keys=[b"key"], producer_id=0, producer_epoch=0,
@@ -426,7 +411,7 @@ def _serve_scratch_acks_all(core: BrokerCore, value: list) -> None:
     and the count of those parked."""
     appender = core.host.appender
     row = appender.row_of(_WARM_UP_TOPIC, 0)
-    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + WARM_UP_RING_CAPACITY),
+    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + limits.WARM_UP_RING_CAPACITY),
                 owner=True)
     appender.add_ring(ring, awaits_high_watermark=True)
     appender.set_high_watermark_policy(row, HighWatermarkPolicy.EXTERNAL)
@@ -455,7 +440,7 @@ def _serve_scratch_forwarded(core: BrokerCore, value: list) -> None:
     external, then resolved."""
     appender = core.host.appender
     row = appender.row_of(_WARM_UP_TOPIC, 0)
-    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + WARM_UP_RING_CAPACITY),
+    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + limits.WARM_UP_RING_CAPACITY),
                 owner=True)
     index = appender.add_ring(ring)
     forwarded: list = []
@@ -476,11 +461,11 @@ def _clean_scratch_topic(core: BrokerCore) -> None:
     warm-up topic's closed segments."""
     if not core.host.start_cleaning(now_ms()):
         raise ShmlogError("the warm-up's compacted topic had nothing to clean")
-    deadline = time.monotonic() + WARM_UP_CLEANING_WAIT_S
+    deadline = time.monotonic() + limits.WARM_UP_CLEANING_WAIT_S
     while core.host.cleaner.busy:
         if core.host.swap_cleaned() or time.monotonic() > deadline:
             break
-        time.sleep(WARM_UP_POLL_S)
+        time.sleep(limits.WARM_UP_POLL_S)
 
 
 def serve(config: BrokerConfig, *, ready=None) -> None:
@@ -521,7 +506,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
                 idle_since = now
             wakeup.pause(now - idle_since, core.host.table.appender_doorbell,
                          lambda: core.host.work_pending() or control.waiting,
-                         min(core.seconds_to_next_timer(), IDLE_SLEEP_LONGEST_S))
+                         min(core.seconds_to_next_timer(), limits.BROKER_IDLE_SLEEP_LONGEST_S))
         log.info("broker %d stopping on %s: draining rings, flushing and closing the logs",
                  os.getpid(), signal.Signals(stopping[0]).name)
     finally:
@@ -617,7 +602,7 @@ class Broker:
                 raise ShmlogError(f"the broker exited with status {self.process.returncode} "
                                   f"while starting (see its output above)")
             try:
-                request(self.data_dir, "ping", timeout_ms=STARTUP_PING_MS)
+                request(self.data_dir, "ping", timeout_ms=limits.BROKER_STARTUP_PING_MS)
                 return self
             except BrokerAccessDeniedError:
                 self.stop()
@@ -627,7 +612,8 @@ class Broker:
                     self.stop()
                     raise ShmlogError(f"the broker did not answer within "
                                       f"{self.startup_timeout_s} s") from None
-                time.sleep(STARTUP_POLL_S)     # no socket yet fails at once: don't spin
+                # no socket yet fails at once: don't spin
+                time.sleep(limits.BROKER_STARTUP_POLL_S)
 
     def stop(self, timeout_s: float = 60.0) -> int:
         """SIGTERM, then wait (SIGKILL after ``timeout_s``); the exit status."""

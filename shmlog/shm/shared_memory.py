@@ -27,21 +27,22 @@ import time
 import numpy as np
 import posix_ipc
 
+from ..common import limits
 from ..common.access import owner_name
 from ..common.errors import LocalProtocolError, NotOwnedError, ShmlogError, StorageError
 
 __all__ = ["create", "attach", "unlink", "names", "peek", "owner_and_age_s",
            "write_magic_and_version", "read_magic_and_version", "DIRECTORY"]
 
-NAME_LENGTH_MAX = 200                 # NAME_MAX is 255; leave room for a prefix
 # Where Linux (glibc) keeps the objects as files: their owner, mode and age are
 # read there, and a listing finds a broker's leftovers.
 DIRECTORY = "/dev/shm"
 
 
 def _path(name: str) -> str:
-    if not isinstance(name, str) or not name or "/" in name or len(name) > NAME_LENGTH_MAX:
-        raise LocalProtocolError(f"a shared-memory name must be 1-{NAME_LENGTH_MAX} characters "
+    longest = limits.SHARED_MEMORY_NAME_LENGTH_MAX
+    if not isinstance(name, str) or not name or "/" in name or len(name) > longest:
+        raise LocalProtocolError(f"a shared-memory name must be 1-{longest} characters "
                                  f"without '/', got {name!r}")
     return "/" + name
 

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from ..client.consumer import Consumer, TopicPartition
+from ..common import limits
 from ..common.errors import LocalProtocolError
 from ..common.paths import default_data_dir
 from ..protocol.control_client import request
@@ -28,7 +29,8 @@ __all__ = ["ReadOptions", "option", "flag", "number", "EARLIEST", "LATEST",
            "MAX_RECORDS_PER_PARTITION_DEFAULT"]
 
 EARLIEST, LATEST = -2, -1            # Kafka's markers in per-partition offset JSON
-MAX_RECORDS_PER_PARTITION_DEFAULT = 4_000_000
+# The package's public name for the limit (tools and tests read it here).
+MAX_RECORDS_PER_PARTITION_DEFAULT = limits.SPARK_MAX_RECORDS_PER_PARTITION_DEFAULT
 
 
 def option(options, name: str, default=None):
@@ -86,7 +88,7 @@ class ReadOptions:
                    fail_on_data_loss=flag(raw, "failOnDataLoss", True),
                    min_partitions=number(raw, "minPartitions", None),
                    max_records_per_partition=number(raw, "maxRecordsPerPartition",
-                                                     MAX_RECORDS_PER_PARTITION_DEFAULT),
+                                                     limits.SPARK_MAX_RECORDS_PER_PARTITION_DEFAULT),
                    max_offsets_per_trigger=number(raw, "maxOffsetsPerTrigger", None),
                    raw=raw)
 

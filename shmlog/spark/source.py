@@ -65,10 +65,9 @@ __all__ = ["OffsetRange", "plan", "plan_batch", "read_range", "BatchReader", "St
            "FETCH_BYTES", "STALL_TIMEOUT_MS", "replica_hosts", "replica_locality",
            "wait_until_covered"]
 
-# How much one task fetches per Arrow batch, and how long it waits for records its
-# plan says are there (they are below the high watermark, so at once).
-FETCH_BYTES = 4 << 20
-STALL_TIMEOUT_MS = 60_000
+# The package's public names for two limits (tools and tests read them here).
+FETCH_BYTES = limits.SPARK_FETCH_BYTES
+STALL_TIMEOUT_MS = limits.SPARK_STALL_TIMEOUT_MS
 
 
 class OffsetRange(InputPartition):
@@ -176,7 +175,7 @@ def read_range(piece: OffsetRange, options: ReadOptions):
     bootstrap = task_bootstrap(options.bootstrap, os.environ)
     try:
         consumer = Consumer(bootstrap=bootstrap, auto_offset_reset="none",
-                            fetch_max_bytes=FETCH_BYTES)
+                            fetch_max_bytes=limits.SPARK_FETCH_BYTES)
     except ShmlogError as error:
         raise ShmlogError(f"Spark task on host {socket.gethostname()}: no shmlog broker at "
                           f"{bootstrap} here ({error}). Run the executors on the "
@@ -198,7 +197,7 @@ def _read_records(consumer: Consumer, partition: TopicPartition, piece: OffsetRa
     position = piece.start
     while position < piece.end:
         try:
-            columns = consumer.poll_batch(timeout_ms=STALL_TIMEOUT_MS).get(partition)
+            columns = consumer.poll_batch(timeout_ms=limits.SPARK_STALL_TIMEOUT_MS).get(partition)
         except OffsetOutOfRangeError:
             start = consumer.beginning_offsets([partition])[partition]
             if options.fail_on_data_loss or start <= position:
@@ -213,7 +212,7 @@ def _read_records(consumer: Consumer, partition: TopicPartition, piece: OffsetRa
             break                       # the rest of the range was compacted away
         if columns is None:
             raise ShmlogError(f"{piece.topic}-{piece.partition}: nothing at offset "
-                              f"{position} within {STALL_TIMEOUT_MS} ms, below the "
+                              f"{position} within {limits.SPARK_STALL_TIMEOUT_MS} ms, below the "
                               f"planned end {piece.end}")
         columns = columns.before_offset(piece.end)
         if len(columns):

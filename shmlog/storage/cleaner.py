@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from ..common import access
+from ..common import access, limits
 from ..native.crc32c import crc32c_kernel
 from ..native.jit import (
     copy_bytes,
@@ -87,8 +87,6 @@ ENTRY_SIZE = 24
 # The most of its slots the map fills (Kafka's log.cleaner.io.buffer.load.factor):
 # a probe for a missing key ends at an empty slot, soon enough below this.
 MAP_LOAD_FACTOR = 0.9
-# The map's first size: 64 Ki slots (1.5 MiB), doubled as keys come.
-_SLOTS_MIN = 1 << 16
 # Walk statuses of the compiled passes.
 _DONE = 0
 _INFLATE = 1              # a zstd batch at the returned position: Python inflates it
@@ -273,7 +271,7 @@ class OffsetMap:
 
     def __init__(self, keys_max: int):
         self.keys_max = keys_max
-        self.table = _empty_table(_SLOTS_MIN)
+        self.table = _empty_table(limits.CLEANER_SLOTS_MIN)
         self.keys = 0
 
     @property

@@ -37,6 +37,7 @@ import os
 
 import numpy as np
 
+from ..common import limits
 from ..common.access import open_file
 from ..common.errors import StorageError
 
@@ -74,9 +75,6 @@ def prefault_in_background(job) -> bool:
         return False
     return True
 
-
-# Attempts to map a file that shrinks under us (a roll trims it) before giving up.
-_SHRINK_RETRIES = 3
 
 
 class MappedFile:
@@ -143,7 +141,7 @@ class MappedFile:
             # is mapped whole: nothing may ever read past the end of a mapping.
             length = max(capacity, self.size) if self.writable else self.size
             access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            for _ in range(_SHRINK_RETRIES):
+            for _ in range(limits.SHRINK_ATTEMPTS_MAX):
                 try:
                     self.map = mmap.mmap(self.fd, length, access=access) if length else None
                     break

@@ -78,10 +78,6 @@ LAST_OFFSET_DELTA = 4
 COLUMNS = 5
 
 
-# Producers a header walk keeps in a local array before it falls back to the typed
-# dict: a probe of a few int64s costs a few nanoseconds a batch, a dict store ~30.
-_WALK_PRODUCERS_MAX = 64
-
 
 @kernel
 def _remember_batches(log, start, end, min_offset, table):
@@ -90,12 +86,12 @@ def _remember_batches(log, start, end, min_offset, table):
     snapshot at ``min_offset`` already holds is not walked over again); stops at
     the end of the data or at a batch it cannot frame.
 
-    The first ``_WALK_PRODUCERS_MAX`` producers met are kept in local arrays (the
+    The first ``limits.WALK_PRODUCERS_MAX`` producers met are kept in local arrays (the
     last one hit probed first) and put into ``table`` at the end; any other goes
     to ``table`` at once. A producer is in one or the other for the whole walk,
     so its last batch wins either way."""
-    ids = np.empty(_WALK_PRODUCERS_MAX, np.int64)
-    entries = np.empty((_WALK_PRODUCERS_MAX, 4), np.int64)
+    ids = np.empty(limits.WALK_PRODUCERS_MAX, np.int64)
+    entries = np.empty((limits.WALK_PRODUCERS_MAX, 4), np.int64)
     known = 0
     hit = 0
     position = start
@@ -114,7 +110,7 @@ def _remember_batches(log, start, end, min_offset, table):
             while hit < known and ids[hit] != producer_id:
                 hit += 1
             if hit == known:
-                if known == _WALK_PRODUCERS_MAX:
+                if known == limits.WALK_PRODUCERS_MAX:
                     hit = 0
                     table[producer_id] = (
                         np.int64(load_i16(log, batch + B.PRODUCER_EPOCH_OFFSET)),

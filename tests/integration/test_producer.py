@@ -303,7 +303,7 @@ def refuse_one_batch(admin, producer, acknowledged: list) -> None:
 
 
 def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir, monkeypatch):
-    import shmlog.client.producer_metadata
+    import shmlog.common.limits
     from shmlog.record.records import iter_batches
     acknowledged = []
     with Broker(data_dir):
@@ -319,7 +319,7 @@ def test_a_producer_goes_on_after_the_broker_refused_a_batch(data_dir, monkeypat
                 future.get(timeout=30)
             acknowledged += [b"after-%d" % number for number in range(200)]
             # Once its metadata is old (metadata.max.age.ms), the raised limit is read.
-            monkeypatch.setattr(shmlog.client.producer_metadata, "METADATA_MAX_AGE_S", 0.0)
+            monkeypatch.setattr(shmlog.common.limits, "METADATA_MAX_AGE_S", 0.0)
             producer.send_batch("t", [b"y" * 1000] * 8, partition=0).get(timeout=30)
             acknowledged += [b"y" * 1000] * 8
     assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged

@@ -176,7 +176,7 @@ def test_sends_from_many_threads_lose_nothing_and_keep_each_threads_order(data_d
 def test_a_record_above_a_lowered_limit_is_refused_at_the_call(data_dir, monkeypatch):
     """A batch gathering under the old max.message.bytes must not take a record the
     new one refuses, once the producer has read the new one: the send raises."""
-    import shmlog.client.producer_metadata
+    import shmlog.common.limits
     with Broker(data_dir):
         admin = Admin(data_dir)
         admin.create_topic("t", 2, {"max.message.bytes": 1 << 20})
@@ -184,7 +184,7 @@ def test_a_record_above_a_lowered_limit_is_refused_at_the_call(data_dir, monkeyp
             gathering = producer.send("t", b"small", partition=0)
             admin.alter_topic_config("t", set={"max.message.bytes": 4096})
             # The next batch shipped finds the metadata old (metadata.max.age.ms).
-            monkeypatch.setattr(shmlog.client.producer_metadata, "METADATA_MAX_AGE_S", 0.0)
+            monkeypatch.setattr(shmlog.common.limits, "METADATA_MAX_AGE_S", 0.0)
             producer.send("t", b"other", partition=1).get(timeout=DEADLINE_S)
             with pytest.raises(RecordTooLargeError, match=r"max.message.bytes \(4096\)"):
                 producer.send("t", b"x" * 5000, partition=0)

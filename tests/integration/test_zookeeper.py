@@ -36,6 +36,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from shmlog.cli import zookeeper as zookeeper_command
+from shmlog.common import limits
 from shmlog.common.errors import (
     InvalidConfigError,
     NotOwnedError,
@@ -278,7 +279,7 @@ def test_a_missing_pyspark_is_a_clear_error():
 def test_the_commands_help_gives_the_modules_defaults():
     assert zookeeper_command.DEFAULTS_HELP == {
         "port": zookeeper_module.PORT_DEFAULT, "host": zookeeper_module.HOST_DEFAULT,
-        "tick_time_ms": zookeeper_module.TICK_TIME_MS_DEFAULT}
+        "tick_time_ms": limits.ZOOKEEPER_TICK_TIME_MS_DEFAULT}
 
 
 # Runs ``python -m shmlog ARGUMENTS`` with SIGINT ignored, as a shell starts a

@@ -13,7 +13,7 @@ Rules
   from (Kafka's fetcher applies a partition's data only at the epoch and fetch
   offset it asked with); otherwise it is dropped, and the next request asks again.
 * **A failed request** (no answer in time, the peer unknown, an ERROR) backs its
-  leader off for ``partition.FETCH_BACKOFF_MS``.
+  leader off for ``limits.FETCH_BACKOFF_MS``.
 * **Moving replicas are throttled** (``throttle``): a throttled partition out of the
   ISR is asked for no more than the follower bucket holds, and left out of the
   fetch while it is empty (the service waking when it refills).
@@ -44,13 +44,14 @@ import dataclasses
 import logging
 from typing import Callable
 
+from ...common import limits
 from ...common.errors import ShmlogError
 from ...config.cluster import ClusterConfig
 from ...record.records import now_ms
 from ...zmq_replication import ReceivedResponse, ReplicationEndpoint
 from .hosted_replicas import HostedReplicas, partition_name
 from .messages import EpochEnd, EpochEndPartition, EpochEndResponse, ErrorCode, Fetch, FetchResponse
-from .partition import FETCH_BACKOFF_MS, FetchPhase, PartitionReplica, Role
+from .partition import FetchPhase, PartitionReplica, Role
 from .throttle import ReplicationThrottle
 
 log = logging.getLogger("shmlog.broker")
@@ -182,7 +183,7 @@ class ReplicaFetcher:
             fetcher.partitions = replicas
         except ShmlogError as error:
             log.warning("cannot send to broker %d: %s", fetcher.leader_id, error)
-            fetcher.retry_at = now_ms() + FETCH_BACKOFF_MS
+            fetcher.retry_at = now_ms() + limits.FETCH_BACKOFF_MS
 
     # -- the leaders' answers -------------------------------------------------------------------
     def _fetcher_for(self, peer_id: int, correlation_id: int) -> _Fetcher | None:
@@ -196,7 +197,7 @@ class ReplicaFetcher:
         """A request to ``peer_id`` got no answer: back its fetcher off."""
         fetcher = self._fetcher_for(peer_id, correlation_id)
         if fetcher is not None:
-            fetcher.retry_at = now + FETCH_BACKOFF_MS
+            fetcher.retry_at = now + limits.FETCH_BACKOFF_MS
 
     def answered(self, event: ReceivedResponse, now: int) -> None:
         """Apply a leader's answer to the request in flight, and send the next."""
@@ -223,7 +224,7 @@ class ReplicaFetcher:
                     self._truncation_answer(replica, answer, now)
         else:
             log.warning("broker %d answered %s: backing off", event.peer_id, body)
-            fetcher.retry_at = now + FETCH_BACKOFF_MS
+            fetcher.retry_at = now + limits.FETCH_BACKOFF_MS
             return
         self.send_requests(now)
 

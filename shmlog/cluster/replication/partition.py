@@ -45,6 +45,7 @@ import numpy as np
 
 from ...broker.appender import Appender, HighWatermarkPolicy
 from ...broker.partition_host import HostedPartition
+from ...common import limits
 from ...common.errors import CorruptRecordError, ShmlogError
 from ...shm.completion import CompletionCode
 from ..zk.paths import NO_LEADER, PartitionState
@@ -67,11 +68,6 @@ log = logging.getLogger("shmlog.broker")
 __all__ = ["Role", "FetchPhase", "PartitionReplica"]
 
 _NO_RECORDS = np.empty(0, np.uint8)
-# After a refusal the leader may take back (RETRIED_ERRORS), or a failed request, a
-# follower waits this long before asking again (Kafka's replica.fetch.backoff.ms is
-# 1000; failover is what we wait for, and the controller elects within milliseconds
-# of a session's end).
-FETCH_BACKOFF_MS = 100
 
 
 class Role(enum.Enum):
@@ -434,12 +430,12 @@ class PartitionReplica:
 
     def refused(self, error: ErrorCode, now: int) -> None:
         """The leader refused a fetch or an EPOCH_END with ``error``: ask again after
-        ``FETCH_BACKOFF_MS`` when the leader may just be behind (``RETRIED_ERRORS``),
+        ``limits.FETCH_BACKOFF_MS`` when the leader may just be behind (``RETRIED_ERRORS``),
         else wait for a newer state (we are fenced: it is coming)."""
         if error in RETRIED_ERRORS:
-            self.retry_at = now + FETCH_BACKOFF_MS
+            self.retry_at = now + limits.FETCH_BACKOFF_MS
             log.debug("%r: the leader answered %s: asking again in %d ms", self, error.name,
-                      FETCH_BACKOFF_MS)
+                      limits.FETCH_BACKOFF_MS)
             return
         log.info("%r: the leader refused our fetch (%s): waiting for a newer state", self,
                  error.name)
