@@ -93,13 +93,13 @@ from ..common.internal_topics import INTERNAL_TOPICS
 from ..common.metrics import FlowCounts, RateWindow
 from ..common.paths import default_data_dir
 from ..common.structs import OffsetAndMetadata, TopicPartition
-from ..groups import GroupMember, MemberConfig
 from ..protocol.control_client import request
 from ..record.records import Record, RecordColumns, decode_columns
 from ..shm import state_layout as S
 from ..shm import wakeup
 from ..shm.state import PartitionStateTable, RowSnapshot, topic_key
 from . import options as client_options
+from .group_member import GroupMember, MemberConfig
 from .reader import PartitionReader, warm_kernels
 
 log = logging.getLogger(__name__)
