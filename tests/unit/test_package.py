@@ -32,11 +32,13 @@ REPORT_HEAVY = ("import json, sys; {statement}; print(json.dumps(sorted(name for
 REPORT_LOADED = ("import json, sys; {statement}; print(json.dumps(sorted(name for name in "
                  "sys.modules if name in {modules!r})))")
 # The broker's side of the data path. A consumer reads segments in place (their
-# reading kernels live in segments.py) and is a group member (the member, and the
-# protocol it shares with the coordinator in groups.py); a producer needs neither.
+# reading kernels live in segments.py) and is a group member (its group work, the
+# member, and the protocol it shares with the coordinator in groups.py); a producer
+# needs neither.
 BROKER_SIDE = ("shmlog.server.broker", "shmlog.broker.appender", "shmlog.storage.log_manager",
                "shmlog.storage.cleaner")
-READ_SIDE = ("shmlog.segments", "shmlog.groups", "shmlog.client.group_member")
+READ_SIDE = ("shmlog.segments", "shmlog.groups", "shmlog.client.group_member",
+             "shmlog.client.consumer_coordinator")
 # The group coordinator's side, the broker's: no client loads it.
 GROUP_COORDINATOR = ("shmlog.broker.group_coordinator", "shmlog.broker.group_offsets",
                      "shmlog.broker.group_metadata")
