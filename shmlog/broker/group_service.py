@@ -1,12 +1,13 @@
 """The consumer-group requests (join, sync, heartbeat, leave, commit and fetch
 offsets, list, describe, delete) and the storage of committed offsets: the
-:class:`groups.GroupCoordinator` put into the broker.
+:class:`group_coordinator.GroupCoordinator` put into the broker.
 
 Rules
 -----
 * Committed offsets are records of the compacted internal topic
-  ``__consumer_offsets`` (``groups.OFFSETS_TOPIC_CONFIG``, ``offsets_topic_num_partitions``
-  partitions), made by the broker on the first commit (as Kafka does), appended
+  ``__consumer_offsets`` (``group_offsets.OFFSETS_TOPIC_CONFIG``,
+  ``offsets_topic_num_partitions`` partitions), made by the broker on the first
+  commit (as Kafka does), appended
   through the partition host (so through the appender, like every append) before
   the commit is answered, and read back, oldest first, when the broker starts.
 * A group's records go to partition ``groups.offsets_partition(group id)``.
@@ -30,14 +31,10 @@ from typing import Any, Iterator
 from ..common import limits
 from ..common.errors import ShmlogError
 from ..config.broker import BrokerConfig
-from ..groups import (
-    OFFSETS_TOPIC,
-    OFFSETS_TOPIC_CONFIG,
-    CoordinatorConfig,
-    GroupCoordinator,
-    offsets_partition,
-)
+from ..groups import OFFSETS_TOPIC, offsets_partition
 from ..record.records import decode_records, encode_batch, now_ms
+from .group_coordinator import CoordinatorConfig, GroupCoordinator
+from .group_offsets import OFFSETS_TOPIC_CONFIG
 from .partition_host import PartitionHost
 from .service import RequestContext
 

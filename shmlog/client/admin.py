@@ -40,12 +40,12 @@ from ..common.errors import (
     TopicExistsError,
     UnsupportedKafkaOptionError,
 )
-from ..common.iso8601 import datetime_ms, duration_ms
 from ..common.paths import default_data_dir
 from ..common.structs import ConfigSource, OffsetAndMetadata, TopicPartition
 from ..protocol.control_client import request
 from ..storage import delete_records as deletion
 from . import options as client_options
+from .offset_reset import plan_offset_reset
 
 __all__ = ["Admin", "NewTopic", "NewPartitions", "ConfigResource", "ConfigResourceType",
            "ConfigEntry", "GroupInformation", "MemberInformation"]
@@ -283,48 +283,9 @@ class Admin:
     def plan_offset_reset(self, group_id: str, topics: list[str], *, to: str,
                           value: int | str | None = None) -> list[dict]:
         """What ``kafka-consumer-groups --reset-offsets`` would do: per partition of
-        ``topics``, the current committed offset and the new one.
-
-        ``to`` is ``earliest``, ``latest``, ``offset`` (``value``), ``timestamp``
-        (``value`` in ms: the first offset at or after it, else the end),
-        ``datetime`` (``value`` an ISO-8601 date-time, local time without a zone:
-        as ``timestamp``), ``duration`` (``value`` an ISO-8601 duration such as
-        ``PT10M``: as ``timestamp`` that long before now) or ``shift`` (``value``
-        added to the committed offset): Kafka's ``--to-*``, ``--by-duration`` and
-        ``--shift-by``. New offsets are clamped to the partition's [log start, log
-        end], as Kafka's tool does.
-        """
-        if to not in ("earliest", "latest", "offset", "timestamp", "datetime", "duration",
-                      "shift"):
-            raise LocalProtocolError(f"cannot reset offsets to {to!r}")
-        if to in ("offset", "timestamp", "datetime", "duration", "shift") and value is None:
-            raise LocalProtocolError(f"resetting to {to} needs a value")
-        if to == "datetime":
-            to, value = "timestamp", datetime_ms(value)
-        elif to == "duration":
-            to, value = "timestamp", round(time.time() * 1000) - duration_ms(value)
-        committed = self.list_consumer_group_offsets(group_id)
-        plan = []
-        for topic in topics:
-            for entry in self.list_offsets(topic):
-                partition = entry["partition"]
-                start, end = entry["log_start_offset"], entry["log_end_offset"]
-                current = committed.get((topic, partition), (None, ""))[0]
-                if to == "earliest":
-                    target = start
-                elif to == "latest":
-                    target = end
-                elif to == "offset":
-                    target = value
-                elif to == "shift":
-                    target = (current if current is not None else end) + value
-                else:
-                    found = self._request("offset_for_timestamp", topic=topic,
-                                          partition=partition, timestamp=value)["offset"]
-                    target = end if found is None else found
-                plan.append({"topic": topic, "partition": partition, "current": current,
-                             "new": min(max(target, start), end)})
-        return plan
+        ``topics``, the current committed offset and the new one, for ``to`` one of
+        ``offset_reset.TARGETS`` (:func:`offset_reset.plan_offset_reset`)."""
+        return plan_offset_reset(self, group_id, topics, to=to, value=value)
 
     # -- kafka-python's plural methods ---------------------------------------------------
     def create_topics(self, new_topics: Iterable[NewTopic], timeout_ms: int | None = None,

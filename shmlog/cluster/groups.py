@@ -8,7 +8,7 @@ Rules
   topic made through ZooKeeper like any other, by the broker itself on the first
   group request that needs it (Kafka creates it on the first FindCoordinator):
   ``offsets_topic_num_partitions`` partitions, ``offsets_topic_replication_factor``
-  replicas (Kafka's default 3), ``groups.OFFSETS_TOPIC_CONFIG`` (compacted) and the
+  replicas (Kafka's default 3), ``group_offsets.OFFSETS_TOPIC_CONFIG`` (compacted) and the
   broker default ``min.insync.replicas``. While fewer brokers are live than the
   factor it is not created and members hear ``CoordinatorNotAvailableError``
   (Kafka 2.8 does the same; nothing is capped). Clients still cannot create,
@@ -48,7 +48,7 @@ Rules
   partition's groups and answers their held joins and commits
   ``NotCoordinatorError``. Group *membership* is not stored (Kafka also writes
   members and generation): after a failover members find the new coordinator by
-  themselves (``groups.GroupMember`` retries coordinator errors), are unknown to it,
+  themselves (``group_member.GroupMember`` retries coordinator errors), are unknown to it,
   and join again as new members; their committed offsets are there.
 * ``list_groups`` asked by a client lists the groups of the whole cluster: this
   broker's, and every other live broker's, asked with a GROUP each (Kafka's
@@ -78,6 +78,8 @@ import logging
 import threading
 from typing import Any, Iterator
 
+from ..broker.group_coordinator import GroupCoordinator
+from ..broker.group_offsets import OFFSETS_TOPIC_CONFIG
 from ..broker.group_service import GROUP_REQUESTS, coordinator_config, with_request_signature
 from ..broker.partition_host import PartitionHost
 from ..broker.service import RequestContext
@@ -93,7 +95,7 @@ from ..common.errors import (
     TopicExistsError,
 )
 from ..config.broker import BrokerConfig
-from ..groups import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, GroupCoordinator, offsets_partition
+from ..groups import OFFSETS_TOPIC, offsets_partition
 from ..protocol.control import decode_reply, encode_request, encode_result, handle_frame
 from ..record.records import decode_records, encode_batch, now_ms
 from ..zmq_replication import ReceivedRequest, ReceivedResponse, RequestFailed

@@ -97,7 +97,7 @@ class StatsService(ImmediateService):
     ----------
     host : PartitionHost
     producers : ProducerRegistry
-    coordinator : groups.GroupCoordinator
+    coordinator : group_coordinator.GroupCoordinator
         The broker's group coordinator (a single broker's, or a cluster member's).
     cluster : cluster.ClusterNode, optional
         The broker's membership of a cluster (None: a single broker).

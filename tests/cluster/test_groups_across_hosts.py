@@ -28,12 +28,13 @@ import time
 import pytest
 
 from cluster.workload import SETTINGS, stop_cluster
+from shmlog.broker.group_offsets import parse_offset_record
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
 from shmlog.client.producer import Producer
 from shmlog.common.errors import CoordinatorError, RequestTimedOutError, ShmlogError
 from shmlog.devtools.local_cluster import LocalCluster
-from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
+from shmlog.groups import OFFSETS_TOPIC, offsets_partition
 from shmlog.protocol.control_client import request
 
 OFFSETS_PARTITIONS = 3

@@ -23,6 +23,7 @@ from shmlog.client.consumer import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from shmlog.client.group_member import GroupMember, MemberConfig
 from shmlog.client.producer import Producer
 from shmlog.common.errors import (
     BrokerNotAvailableError,
@@ -38,7 +39,7 @@ from shmlog.common.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from shmlog.groups import OFFSETS_TOPIC, GroupMember, MemberConfig
+from shmlog.groups import OFFSETS_TOPIC
 from shmlog.protocol.control import encode_request
 from shmlog.server.broker import Broker, control_address, request
 

@@ -35,6 +35,7 @@ import pytest
 
 from helpers import unlink_shared_memory
 from shmlog.client.admin import Admin
+from shmlog.client.group_member import GroupMember, MemberConfig
 from shmlog.client.producer import Producer
 from shmlog.common.errors import (
     BrokerAccessDeniedError,
@@ -42,7 +43,6 @@ from shmlog.common.errors import (
     NotOwnedError,
     ShmlogError,
 )
-from shmlog.groups import GroupMember, MemberConfig
 from shmlog.server.broker import Broker, request, shared_memory_prefix
 from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable

@@ -30,11 +30,12 @@ import pytest
 
 from helpers import ask
 from shmlog.broker.appender import HighWatermarkPolicy
+from shmlog.broker.group_offsets import parse_offset_record
 from shmlog.broker.partition_host import PartitionHost
 from shmlog.broker.service import Service
 from shmlog.client.reader import PartitionReader
 from shmlog.common.errors import LocalProtocolError, RecordTooLargeError
-from shmlog.groups import OFFSETS_TOPIC, offsets_partition, parse_offset_record
+from shmlog.groups import OFFSETS_TOPIC, offsets_partition
 from shmlog.protocol.control import encode_request
 from shmlog.record.records import decode_records, encode_batch, now_ms
 from shmlog.ring import Ring

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import pytest
 
+from shmlog.broker.group_coordinator import CoordinatorConfig, GroupCoordinator
+from shmlog.broker.group_metadata import CommittedOffset
+from shmlog.broker.group_offsets import offset_record
+from shmlog.client.group_member import GroupMember, MemberConfig
 from shmlog.cluster.groups import commit_error
 from shmlog.cluster.replication.messages import ErrorCode
 from shmlog.common.errors import (
@@ -27,15 +31,7 @@ from shmlog.common.errors import (
     ShmlogError,
     UnknownMemberIdError,
 )
-from shmlog.groups import (
-    CommittedOffset,
-    CoordinatorConfig,
-    GroupCoordinator,
-    GroupMember,
-    MemberConfig,
-    offset_record,
-    offsets_partition,
-)
+from shmlog.groups import offsets_partition
 
 
 @pytest.mark.parametrize("error, expected", [

@@ -9,6 +9,9 @@ import itertools
 
 import pytest
 
+from shmlog.broker.group_coordinator import PENDING, CoordinatorConfig, GroupCoordinator
+from shmlog.broker.group_metadata import GroupMetadata as _Group
+from shmlog.broker.group_offsets import OFFSETS_EXPIRY_RETRY_MS, offset_record, parse_offset_record
 from shmlog.common import limits
 from shmlog.common.errors import (
     GroupIdNotFoundError,
@@ -24,18 +27,7 @@ from shmlog.common.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from shmlog.groups import (
-    MEMBER_ID_LENGTH_MAX,
-    OFFSETS_EXPIRY_RETRY_MS,
-    PENDING,
-    TRANSITIONS,
-    CoordinatorConfig,
-    GroupCoordinator,
-    GroupState,
-    _Group,
-    offset_record,
-    parse_offset_record,
-)
+from shmlog.groups import MEMBER_ID_LENGTH_MAX, TRANSITIONS, GroupState
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000

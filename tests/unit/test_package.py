@@ -3,9 +3,10 @@ imported on first use), yet every name of ``__all__`` is there, is the defining
 module's object, and is listed by ``dir``; the light modules the clients and the
 command import (paths, control client, broker config, limits, the local ZooKeeper)
 stay light; and the clients load none of the broker's side: importing the producer
-loads neither the broker, the appender, the log (log manager, segments, cleaner) nor the group
-coordinator's module, importing the consumer neither the broker, the appender, the
-log manager nor the cleaner (it reads segments in place and is a group member), nor
+loads neither the broker, the appender, the log (log manager, segments, cleaner) nor any of
+the group code, importing the consumer neither the broker, the appender, the log manager,
+the cleaner, nor the group coordinator and its offsets manager (it reads segments in place
+and is a group member: it loads the member and the protocol it shares, ``groups``), nor
 any of the log's writer side (the partition log, its segments, loader, validator,
 retention and append kernels): it loads only the read path.
 
@@ -33,15 +34,19 @@ REPORT_HEAVY = ("import json, sys; {statement}; print(json.dumps(sorted(name for
 REPORT_LOADED = ("import json, sys; {statement}; print(json.dumps(sorted(name for name in "
                  "sys.modules if name in {modules!r})))")
 # The broker's side of the data path. A consumer reads segments in place (their
-# reading kernels live in storage.segment_read) and is a group member (groups.py holds
-# the member beside the coordinator); a producer needs neither. The log's writer side
-# is the broker's alone.
+# reading kernels live in storage.segment_read) and is a group member (its group work,
+# the member, and the protocol it shares with the coordinator in groups.py); a producer
+# needs neither. The log's writer side is the broker's alone.
 BROKER_SIDE = ("shmlog.server.broker", "shmlog.broker.appender", "shmlog.storage.log_manager",
                "shmlog.storage.cleaner")
-READ_SIDE = ("shmlog.storage.segment_read", "shmlog.groups")
+READ_SIDE = ("shmlog.storage.segment_read", "shmlog.groups", "shmlog.client.group_member",
+             "shmlog.client.consumer_coordinator")
 WRITER_SIDE = ("shmlog.segments", "shmlog.storage.log_segment", "shmlog.storage.local_log",
                "shmlog.storage.log_loader", "shmlog.storage.log_validator",
                "shmlog.storage.log_retention", "shmlog.storage.segment_append")
+# The group coordinator's side, the broker's: no client loads it.
+GROUP_COORDINATOR = ("shmlog.broker.group_coordinator", "shmlog.broker.group_offsets",
+                     "shmlog.broker.group_metadata")
 
 
 def heavy_modules_after(statement: str) -> list[str]:
@@ -78,6 +83,7 @@ def modules_after(statement: str, modules: tuple[str, ...]) -> list[str]:
                          ["import shmlog.client.producer", "from shmlog import Producer"])
 def test_the_producer_loads_neither_the_broker_the_log_nor_the_coordinator(statement):
     assert modules_after(statement, BROKER_SIDE + READ_SIDE + WRITER_SIDE) == []
+    assert modules_after(statement, GROUP_COORDINATOR) == []
 
 
 @pytest.mark.parametrize("statement",
@@ -91,6 +97,20 @@ def test_the_consumer_loads_neither_the_broker_the_appender_nor_the_log_manager(
 def test_the_consumer_loads_the_read_path_and_none_of_the_logs_writer(statement):
     read_path = "shmlog.storage.segment_read"
     assert modules_after(statement, (read_path,) + WRITER_SIDE) == [read_path]
+
+
+@pytest.mark.parametrize("statement",
+                         ["import shmlog.client.consumer", "from shmlog import Consumer"])
+def test_the_consumer_loads_neither_the_group_coordinator_nor_its_offsets_manager(statement):
+    assert modules_after(statement, GROUP_COORDINATOR) == []
+    assert modules_after(statement, ("shmlog.groups", "shmlog.client.group_member")) == \
+        ["shmlog.client.group_member", "shmlog.groups"], "it is a group member"
+
+
+def test_the_broker_loads_the_group_coordinator_the_clients_do_not():
+    # The names above are the coordinator's modules: the broker's group service loads them.
+    assert modules_after("import shmlog.broker.group_service", GROUP_COORDINATOR) == \
+        sorted(GROUP_COORDINATOR)
 
 
 def test_the_broker_side_uses_the_codes_and_topics_the_clients_read():

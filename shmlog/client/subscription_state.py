@@ -1,0 +1,127 @@
+"""What a consumer consumes (Kafka's SubscriptionState): its group subscription, the
+partitions assigned to it, and per partition its reader, its position and whether it
+is paused.
+
+Rules
+-----
+* A consumer either subscribes through its group (:attr:`SubscriptionState.subscription`
+  is set: the group assigns the partitions) or has its partitions assigned by hand
+  (``subscription`` is None); a hand-assigned partition that is deleted is an error
+  for the application, a subscribed one just yields nothing until the group's next
+  assignment takes it away (Kafka's behaviour).
+* A position is the offset of the next record to fetch; None until it is known (a
+  committed offset, a seek, or a reset). Without one, a partition starts at
+  ``auto_offset_reset``: its log start (``earliest``), its high watermark
+  (``latest``), or not at all (``none``: :class:`OffsetOutOfRangeError`).
+* Pausing is the application's flow control: a paused partition keeps its position
+  and is not fetched.
+* Every assigned partition has a reader open on the broker's current state table;
+  one that is unassigned is closed at once.
+
+Theory of operation
+-------------------
+The fetcher (``fetcher.py``) reads from the positions here and moves them on; the
+consumer's group work (``consumer_coordinator.py``) changes the assignment and
+starts new partitions at their committed offsets. Records fetched and not yet
+handed out are the fetcher's, so a partition's *consumer* position is the fetcher's
+to say (``Fetcher.position``); the position here is where the next fetch starts.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..common.errors import LocalProtocolError, OffsetOutOfRangeError
+from ..common.structs import TopicPartition
+from ..shm.state import RowSnapshot
+from .consumer_metadata import ConsumerMetadata
+from .reader import PartitionReader
+
+__all__ = ["SubscriptionState", "AssignedPartition"]
+
+
+class AssignedPartition:
+    """One assigned partition: its reader, the offset its next fetch starts at (None
+    until known) and whether the application paused it."""
+
+    def __init__(self, reader: PartitionReader):
+        self.reader = reader
+        self.position: int | None = None
+        self.paused = False
+
+
+class SubscriptionState:
+    """The subscription and the assigned partitions of one consumer.
+
+    Parameters
+    ----------
+    metadata : ConsumerMetadata
+        Opens the readers of the partitions assigned.
+    auto_offset_reset : "latest", "earliest" or "none"
+        Where a partition without a position starts.
+    """
+
+    def __init__(self, metadata: ConsumerMetadata, auto_offset_reset: str):
+        self.metadata = metadata
+        self.auto_offset_reset = auto_offset_reset
+        self.assigned: dict[TopicPartition, AssignedPartition] = {}
+        # The group subscription: (topics, pattern), or None (partitions by hand).
+        self.subscription: tuple[tuple[str, ...], str | None] | None = None
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Assign exactly these partitions: readers of those that go are closed, of
+        those that come opened (their positions unknown); the others keep theirs."""
+        wanted = [TopicPartition(*partition) for partition in partitions]
+        for partition in list(self.assigned):
+            if partition not in wanted:
+                self.assigned.pop(partition).reader.close()
+        for partition in wanted:
+            if partition not in self.assigned:
+                self.assigned[partition] = AssignedPartition(self.metadata.open_reader(partition))
+
+    def reopen_readers(self) -> None:
+        """Open every assigned partition's reader again on the table the metadata
+        maps now (after a broker restart), keeping the positions."""
+        for partition, state in self.assigned.items():
+            reader = self.metadata.open_reader(partition)
+            state.reader.close()
+            state.reader = reader
+
+    def state(self, partition: TopicPartition) -> AssignedPartition:
+        try:
+            return self.assigned[TopicPartition(*partition)]
+        except KeyError:
+            raise LocalProtocolError(f"{partition} is not assigned to this consumer") from None
+
+    def paused(self) -> set[TopicPartition]:
+        return {partition for partition, state in self.assigned.items() if state.paused}
+
+    def snapshot(self, partition: TopicPartition) -> RowSnapshot:
+        """The partition's row, checked to still be the partition's (a reader maps
+        nothing before its first read, so an unassigned one costs no system call)."""
+        partition = TopicPartition(*partition)
+        state = self.assigned.get(partition)
+        if state is not None:
+            return state.reader.snapshot()
+        reader = self.metadata.open_reader(partition)
+        try:
+            return reader.snapshot()
+        finally:
+            reader.close()
+
+    def reset(self, partition: TopicPartition, state: AssignedPartition) -> None:
+        """Start a partition at ``auto_offset_reset`` (no position, or it fell out of
+        the log)."""
+        if self.auto_offset_reset == "none":
+            raise OffsetOutOfRangeError(
+                f"{partition.topic}-{partition.partition} has no valid position and "
+                f"auto_offset_reset is 'none'; seek first", offset=-1,
+                log_start_offset=-1, log_end_offset=-1)
+        row = state.reader.snapshot()
+        state.position = (row.log_start_offset if self.auto_offset_reset == "earliest"
+                          else row.high_watermark)
+
+    def close(self) -> None:
+        for state in self.assigned.values():
+            state.reader.close()
+        self.assigned.clear()
