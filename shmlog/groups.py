@@ -25,7 +25,7 @@ Rules
   generation that is over is refused (:class:`IllegalGenerationError`): a member that
   was fenced cannot commit offsets for partitions that moved on.
 * A member names itself (:func:`new_member_id`: its client id, cut to
-  :data:`CLIENT_ID_LENGTH_MAX`, and a random UUID), so a first join sent again after a
+  :data:`limits.CLIENT_ID_LENGTH_MAX`, and a random UUID), so a first join sent again after a
   timeout is the same member; an id longer than :data:`MEMBER_ID_LENGTH_MAX` is none.
 * A group's committed offsets are records of the compacted topic
   ``__consumer_offsets``, in its partition :func:`offsets_partition` (whose leader
@@ -58,18 +58,17 @@ import enum
 import uuid
 import zlib
 
+from .common import limits
 from .common.errors import LocalProtocolError
 from .common.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from .protocol.control import require
 
 __all__ = ["GroupState", "TRANSITIONS", "check_transition", "OFFSETS_TOPIC", "INTERNAL_TOPICS",
            "offsets_partition", "new_member_id", "require_group_id", "require_partition",
-           "CLIENT_ID_LENGTH_MAX", "MEMBER_ID_LENGTH_MAX"]
+           "MEMBER_ID_LENGTH_MAX"]
 
-# A member's client id goes into its member id; keep ids short.
-CLIENT_ID_LENGTH_MAX = 255
 # A member id: a client id, a dash and 32 hex digits (new_member_id).
-MEMBER_ID_LENGTH_MAX = CLIENT_ID_LENGTH_MAX + 33
+MEMBER_ID_LENGTH_MAX = limits.CLIENT_ID_LENGTH_MAX + 33
 
 
 class GroupState(enum.Enum):
@@ -95,7 +94,7 @@ def check_transition(source: GroupState, target: GroupState) -> None:
 
 def new_member_id(client_id: str) -> str:
     """A member id no other member has: the client id and a random UUID."""
-    return f"{client_id[:CLIENT_ID_LENGTH_MAX] or 'consumer'}-{uuid.uuid4().hex}"
+    return f"{client_id[:limits.CLIENT_ID_LENGTH_MAX] or 'consumer'}-{uuid.uuid4().hex}"
 
 
 def offsets_partition(group_id: str, partitions: int) -> int:

@@ -43,6 +43,7 @@ import re
 from typing import Any, Callable, Iterable, Mapping
 
 from ..client.assignors import ASSIGNORS, Subscription, assign
+from ..common import limits
 from ..common.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -54,7 +55,6 @@ from ..common.errors import (
     UnknownMemberIdError,
 )
 from ..groups import (
-    CLIENT_ID_LENGTH_MAX,
     MEMBER_ID_LENGTH_MAX,
     GroupState,
     new_member_id,
@@ -142,7 +142,7 @@ class GroupCoordinator:
         member_id = require(member_id, str, "member_id")
         wanted = self._subscription(client_id, topics, pattern, assignors, session_timeout_ms,
                                     rebalance_timeout_ms, owned, generation, now)
-        wanted.client_host = require(client_host, str, "client_host")[:CLIENT_ID_LENGTH_MAX]
+        wanted.client_host = require(client_host, str, "client_host")[:limits.CLIENT_ID_LENGTH_MAX]
         group = self.offsets.group_or_new(group_id)
         others = [member for member in group.members.values() if member.member_id != member_id]
         if others and not set(wanted.assignors) & set.intersection(*(set(other.assignors)
@@ -198,7 +198,7 @@ class GroupCoordinator:
                 f"[{self.config.group_min_session_timeout_ms}, "
                 f"{self.config.group_max_session_timeout_ms}] (group_min/max_session_timeout_ms)")
         return MemberMetadata(
-            "", require(client_id, str, "client_id")[:CLIENT_ID_LENGTH_MAX], topics, pattern,
+            "", require(client_id, str, "client_id")[:limits.CLIENT_ID_LENGTH_MAX], topics, pattern,
             offered, session, max(require(rebalance_timeout_ms, int, "rebalance_timeout_ms"), 1),
             tuple(require_partition(entry) for entry in require(owned, (list, tuple), "owned")),
             heard_ms=now, owned_generation=require(generation, int, "generation"))

@@ -15,7 +15,7 @@ Rules
   (Kafka's ``offsets.retention.minutes``, 7 days) after its last member left, or
   after the commit if that came later; a group with nothing left is forgotten.
   A group with members keeps its offsets. An expiry whose append fails is tried
-  again :data:`OFFSETS_EXPIRY_RETRY_MS` later.
+  again :data:`limits.OFFSETS_EXPIRY_RETRY_MS` later.
 * No I/O of its own: the broker's state is read through the two callables it is
   made with (partition counts, log end offsets), and each call that stores records
   is handed the coordinator's append (``append_offsets(group_id, [(key, value),
@@ -52,14 +52,11 @@ from .group_metadata import CommittedOffset, GroupMetadata
 
 log = logging.getLogger("shmlog.groups")
 
-__all__ = ["GroupMetadataManager", "OFFSETS_TOPIC_CONFIG", "OFFSETS_EXPIRY_RETRY_MS",
+__all__ = ["GroupMetadataManager", "OFFSETS_TOPIC_CONFIG",
            "offset_record", "parse_offset_record", "commit_entries"]
 
 # What Kafka gives its offsets topic: compacted, 100 MiB segments.
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 << 20}
-# How long expiring committed offsets waits after a failed append before it tries
-# again (a full disk is not fixed in a moment; Kafka checks every 10 minutes).
-OFFSETS_EXPIRY_RETRY_MS = 60_000
 
 # append_offsets(group_id, [(key, value), ...]): stores records durably, or raises.
 AppendOffsets = Callable[[str, list], None]
@@ -266,8 +263,8 @@ class GroupMetadataManager:
             except ShmlogError as error:
                 log.warning("group %s: expiring %d committed offsets failed (%s); trying again "
                             "in %d ms", group.group_id, len(expired), error,
-                            OFFSETS_EXPIRY_RETRY_MS)
-                self._expiry_not_before_ms = now + OFFSETS_EXPIRY_RETRY_MS
+                            limits.OFFSETS_EXPIRY_RETRY_MS)
+                self._expiry_not_before_ms = now + limits.OFFSETS_EXPIRY_RETRY_MS
                 return
             log.info("group %s: %d committed offsets expired (offsets_retention_ms %d)",
                      group.group_id, len(expired), retention_ms)

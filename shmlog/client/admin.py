@@ -50,9 +50,6 @@ from .offset_reset import plan_offset_reset
 __all__ = ["Admin", "NewTopic", "NewPartitions", "ConfigResource", "ConfigResourceType",
            "ConfigEntry", "GroupInformation", "MemberInformation"]
 
-# Kafka's num.partitions default: a NewTopic with num_partitions=-1 gets it.
-NUM_PARTITIONS_DEFAULT = 1
-
 
 class NewTopic:
     """A topic to create (kafka-python's): ``num_partitions`` and
@@ -310,7 +307,7 @@ class Admin:
         existing = set(self.list_topics()) if validate_only else set()
         created, errors = {}, []
         for topic in topics:
-            partitions = NUM_PARTITIONS_DEFAULT if topic.num_partitions == -1 \
+            partitions = limits.NUM_PARTITIONS_DEFAULT if topic.num_partitions == -1 \
                 else topic.num_partitions
             factor = None if topic.replication_factor == -1 else topic.replication_factor
             try:

@@ -72,10 +72,6 @@ from .subscription_state import SubscriptionState
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp",
            "OffsetAndMetadata", "ConsumerRebalanceListener", "GroupMetadata"]
 
-# Kafka's max.poll.records and max.partition.fetch.bytes defaults.
-MAX_POLL_RECORDS_DEFAULT = 500
-FETCH_BYTES_DEFAULT = 1 << 20
-
 
 class OffsetAndTimestamp(NamedTuple):
     offset: int
@@ -135,8 +131,8 @@ class Consumer:
 
     def __init__(self, *topics: str, bootstrap: str | None = None, group_id: str | None = None,
                  auto_offset_reset: str = "latest",
-                 max_poll_records: int = MAX_POLL_RECORDS_DEFAULT,
-                 fetch_max_bytes: int = FETCH_BYTES_DEFAULT,
+                 max_poll_records: int = limits.MAX_POLL_RECORDS_DEFAULT,
+                 fetch_max_bytes: int = limits.FETCH_BYTES_DEFAULT,
                  consumer_timeout_ms: int | None = None,
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
                  session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 3_000,

@@ -11,7 +11,7 @@ Rules
   matches internal topics.
 * A partition the broker does not have is :class:`UnknownTopicOrPartitionError`.
 * The broker's liveness is a system call (``kill(pid, 0)``), made at most every
-  :data:`BROKER_CHECK_INTERVAL_S`, and only while the consumer is idle.
+  :data:`limits.BROKER_CHECK_INTERVAL_S`, and only while the consumer is idle.
 
 Theory of operation
 -------------------
@@ -30,6 +30,7 @@ import re
 import time
 from typing import Callable
 
+from ..common import limits
 from ..common.errors import ShmlogError, UnknownTopicOrPartitionError
 from ..common.structs import TopicPartition
 from ..protocol.control_client import request
@@ -37,11 +38,7 @@ from ..shm import state_layout as S
 from ..shm.state import PartitionStateTable, topic_key
 from .reader import PartitionReader
 
-__all__ = ["ConsumerMetadata", "BROKER_CHECK_INTERVAL_S"]
-
-# How often an idle consumer checks that the broker it reads from is alive (and,
-# when it is not, looks for a new one).
-BROKER_CHECK_INTERVAL_S = 0.5
+__all__ = ["ConsumerMetadata"]
 
 
 class ConsumerMetadata:
@@ -68,7 +65,7 @@ class ConsumerMetadata:
         table = PartitionStateTable.attach(metadata["state_table"])
         old, self.table = self.table, table
         self._broker_pid = int(table.control[S.BROKER_PID_WORD])
-        self._next_liveness_check = time.monotonic() + BROKER_CHECK_INTERVAL_S
+        self._next_liveness_check = time.monotonic() + limits.BROKER_CHECK_INTERVAL_S
         self.topics = {topic["name"]: topic for topic in metadata["topics"]}
         reopen()
         if old is not None:
@@ -82,7 +79,7 @@ class ConsumerMetadata:
         now = time.monotonic()
         if now < self._next_liveness_check:
             return
-        self._next_liveness_check = now + BROKER_CHECK_INTERVAL_S
+        self._next_liveness_check = now + limits.BROKER_CHECK_INTERVAL_S
         try:
             os.kill(self._broker_pid, 0)
             return

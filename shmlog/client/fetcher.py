@@ -42,7 +42,7 @@ readers reopened on it, every position kept). The group's work (``GroupWork``:
 the consumer's coordinator) is done before a poll fetches, and while it waits as
 soon as some comes up (a rebalance, a join that finished), every wait counting as
 polling for ``max_poll_interval_ms``; a join under way is looked at every
-:data:`JOIN_CHECK_INTERVAL_S`, as it rings no doorbell.
+:data:`limits.JOIN_CHECK_INTERVAL_S`, as it rings no doorbell.
 
 Iteration (``for record in consumer``) takes a chunk of records at a time
 (:meth:`Fetcher.next_records`) and hands them out through a list iterator.
@@ -60,20 +60,15 @@ import operator
 import time
 from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
 
+from ..common import limits
 from ..common.errors import OffsetOutOfRangeError, ShmlogError, UnknownTopicOrPartitionError
 from ..common.metrics import FlowCounts
 from ..common.structs import TopicPartition
 from ..record.records import Record, RecordColumns, decode_columns
 from ..shm import wakeup
-from .consumer_metadata import BROKER_CHECK_INTERVAL_S
 from .subscription_state import AssignedPartition, SubscriptionState
 
 __all__ = ["Fetcher", "CompletedFetch", "ConsumerRecord", "GroupWork", "deserialized"]
-
-# How often a waiting poll looks whether a join under way (on the member's join
-# thread) has finished, so its assignment is taken on at once: a rebalance is paced
-# by heartbeats (hundreds of ms), and an idle check costs a few microseconds.
-JOIN_CHECK_INTERVAL_S = 0.005
 
 # A ConsumerRecord and its headers list: the objects the garbage collector tracks
 # per record made; and a margin for the others a chunk of iteration makes (its list
@@ -231,11 +226,11 @@ class Fetcher:
             if group is not None and group.work_due(now):
                 group.step(started, timeout_ms)
                 continue
-            if now - self._last_found >= wakeup.YIELD_S:
+            if now - self._last_found >= limits.IDLE_YIELD_S:
                 metadata.check_broker(self.subscriptions.reopen_readers)
             # A join under way ends with no doorbell: look at it often meanwhile.
-            slice_s = JOIN_CHECK_INTERVAL_S if group is not None and \
-                group.joining is not None else BROKER_CHECK_INTERVAL_S
+            slice_s = limits.JOIN_CHECK_INTERVAL_S if group is not None and \
+                group.joining is not None else limits.BROKER_CHECK_INTERVAL_S
             found = wakeup.pause(now - self._last_found, metadata.table.consumer_doorbell,
                                  attempt, min(deadline - now, slice_s))
             if found:

@@ -62,16 +62,6 @@ log = logging.getLogger("shmlog.groups")
 
 __all__ = ["GroupMember", "MemberConfig"]
 
-# Refusals a join recovers from by joining again (a superseded join, a generation
-# that moved on, a coordinator that forgot us, no answer) before it gives up.
-_JOIN_ATTEMPTS_MAX = 30
-# The pause before a join tries again when no broker runs: 30 attempts then span a
-# minute, time enough for a broker to restart (it compiles its kernels from a cache).
-_BROKER_RETRY_BACKOFF_S = 2.0
-# How long one join request waits before it is sent again (Kafka's clients wait the
-# rebalance timeout; asking again every 10 s also finds a restarted broker).
-_JOIN_REQUEST_TIMEOUT_MS = 10_000
-
 
 @dataclasses.dataclass(frozen=True)
 class MemberConfig:
@@ -187,7 +177,7 @@ class GroupMember:
         coordinator_deadline = time.monotonic() + self.config.max_poll_interval_ms / 1000
         attempts = 0
         try:
-            while attempts < _JOIN_ATTEMPTS_MAX:
+            while attempts < limits.JOIN_ATTEMPTS_MAX:
                 attempts += 1
                 self._check_not_cancelled(membership, member_id)
                 with self._lock:
@@ -200,7 +190,7 @@ class GroupMember:
                     reply = self._send(
                         "join_group",
                         timeout_ms=min(self.config.max_poll_interval_ms
-                                       + self.config.join_slack_ms, _JOIN_REQUEST_TIMEOUT_MS),
+                                       + self.config.join_slack_ms, limits.JOIN_REQUEST_TIMEOUT_MS),
                         group_id=self.group_id, member_id=member_id,
                         client_id=self.client_id, topics=sorted(topics), pattern=pattern,
                         assignors=list(self.config.partition_assignment_strategy),
@@ -238,7 +228,7 @@ class GroupMember:
                 except BrokerNotRunningError:
                     # Fails at once (no control socket while a broker restarts): pause,
                     # as Kafka's retry.backoff, or the attempts run out in a moment.
-                    self._stop.wait(_BROKER_RETRY_BACKOFF_S)
+                    self._stop.wait(limits.GROUP_BROKER_RETRY_BACKOFF_S)
                     continue
                 except (RebalanceInProgressError, IllegalGenerationError,
                         BrokerNotAvailableError):
@@ -247,7 +237,8 @@ class GroupMember:
                 self.lost = self.poll_timed_out = False
                 return [(topic, partition) for topic, partition in assignment]
             raise RebalanceInProgressError(
-                f"group {self.group_id!r} kept rebalancing through {_JOIN_ATTEMPTS_MAX} joins")
+                f"group {self.group_id!r} kept rebalancing through "
+                f"{limits.JOIN_ATTEMPTS_MAX} joins")
         finally:
             self._joining = False
 

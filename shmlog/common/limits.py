@@ -93,6 +93,11 @@ MAX_BLOCK_MS_DEFAULT = 60_000
 # The ring holds batches until the appender drains them: 16 MiB is ~100 ms of
 # producing at memory speed, so a busy appender never stalls a producer.
 RING_SIZE_DEFAULT = 16 << 20
+# Kafka's num.partitions default: a NewTopic with num_partitions=-1 gets it.
+NUM_PARTITIONS_DEFAULT = 1
+# Kafka's max.poll.records and max.partition.fetch.bytes defaults.
+MAX_POLL_RECORDS_DEFAULT = 500
+FETCH_BYTES_DEFAULT = 1 << 20
 
 # --- tools --------------------------------------------------------------------------------
 # Kafka's kafka-consumer-perf-test --timeout: the longest wait between records before
@@ -155,12 +160,42 @@ READER_RESCAN_ATTEMPTS_MAX = 3
 # (~0.3 MB for 10 000); iteration's chunks repeat a few layouts, so a handful is
 # enough, and struct's own cache (100 formats, ~30 MB of them) is not used.
 FIELD_FORMATS_CACHED_MAX = 4
+# How often an idle consumer checks that the broker it reads from is alive (and,
+# when it is not, looks for a new one).
+BROKER_CHECK_INTERVAL_S = 0.5
+# How often a waiting poll looks whether a join under way (on the member's join
+# thread) has finished, so its assignment is taken on at once: a rebalance is paced
+# by heartbeats (hundreds of ms), and an idle check costs a few microseconds.
+JOIN_CHECK_INTERVAL_S = 0.005
+# The default idle strategy of a loop that found nothing to do (see ``pause``): keep
+# looking for IDLE_SPIN_S, then look and yield the CPU until IDLE_YIELD_S, then sleep on a
+# doorbell. Waking a process whose CPU went idle takes tens of microseconds on a
+# virtual machine, so a loop that has just had work stays awake a millisecond:
+# under a steady flow it never sleeps, and once idle it costs nothing.
+IDLE_SPIN_S = 50e-6
+IDLE_YIELD_S = 1e-3
+# Without a futex: how long a waiter sleeps between looks.
+IDLE_NAP_S = 200e-6
 
 # --- consumer groups ----------------------------------------------------------------------
 # Bytes of metadata (UTF-8) a committed offset may carry: Kafka's
 # offset.metadata.max.bytes default. The coordinator keeps every commit in memory
 # and in __consumer_offsets, so an application cannot grow either without bound.
 OFFSET_METADATA_SIZE_MAX = 4096
+# Refusals a join recovers from by joining again (a superseded join, a generation
+# that moved on, a coordinator that forgot us, no answer) before it gives up.
+JOIN_ATTEMPTS_MAX = 30
+# The pause before a join tries again when no broker runs: 30 attempts then span a
+# minute, time enough for a broker to restart (it compiles its kernels from a cache).
+GROUP_BROKER_RETRY_BACKOFF_S = 2.0
+# How long one join request waits before it is sent again (Kafka's clients wait the
+# rebalance timeout; asking again every 10 s also finds a restarted broker).
+JOIN_REQUEST_TIMEOUT_MS = 10_000
+# A member's client id goes into its member id; keep ids short.
+CLIENT_ID_LENGTH_MAX = 255
+# How long expiring committed offsets waits after a failed append before it tries
+# again (a full disk is not fixed in a moment; Kafka checks every 10 minutes).
+OFFSETS_EXPIRY_RETRY_MS = 60_000
 
 # --- limits that follow from a binary layout ----------------------------------------------
 # Stated as numbers, so that this module imports nothing (the layouts import numpy, which

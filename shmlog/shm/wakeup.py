@@ -31,24 +31,16 @@ import os
 import platform
 import time
 
+from ..common import limits
 from ..native.atomics import fence, fetch_add, load_acquire
 from ..native.jit import kernel
 
-__all__ = ["Doorbell", "pause", "SPIN_S", "YIELD_S"]
-
-# The default idle strategy of a loop that found nothing to do (see ``pause``): keep
-# looking for SPIN_S, then look and yield the CPU until YIELD_S, then sleep on a
-# doorbell. Waking a process whose CPU went idle takes tens of microseconds on a
-# virtual machine, so a loop that has just had work stays awake a millisecond:
-# under a steady flow it never sleeps, and once idle it costs nothing.
-SPIN_S = 50e-6
-YIELD_S = 1e-3
+__all__ = ["Doorbell", "pause"]
 
 _FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT = 0                    # shared (not FUTEX_PRIVATE): the word is in shared memory
 _FUTEX_WAKE = 1
 _WAKE_EVERYONE = 0x7FFFFFFF
-_NAP_S = 200e-6                    # without a futex: how long a waiter sleeps between looks
 _libc = ctypes.CDLL(None, use_errno=True) if _FUTEX_SYSCALL is not None else None
 
 
@@ -57,7 +49,7 @@ class _Timespec(ctypes.Structure):
 
 
 def pause(idle_s: float, doorbell: "Doorbell", attempt, sleep_s: float, *,
-          spin_s: float = SPIN_S, yield_s: float = YIELD_S):
+          spin_s: float = limits.IDLE_SPIN_S, yield_s: float = limits.IDLE_YIELD_S):
     """One pause of a loop that has found nothing for ``idle_s`` seconds: nothing
     (spinning), a yield of the CPU, or a sleep of up to ``sleep_s`` on ``doorbell``.
     Returns what ``attempt`` found if it was tried (see :meth:`Doorbell.wait`)."""
@@ -126,7 +118,7 @@ class Doorbell:
             if found or timeout_s <= 0:
                 return found
             if _libc is None:
-                time.sleep(min(timeout_s, _NAP_S))
+                time.sleep(min(timeout_s, limits.IDLE_NAP_S))
                 return None
             seconds = int(timeout_s)
             timeout = _Timespec(seconds, int((timeout_s - seconds) * 1e9))

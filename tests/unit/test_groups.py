@@ -11,7 +11,7 @@ import pytest
 
 from shmlog.broker.group_coordinator import PENDING, CoordinatorConfig, GroupCoordinator
 from shmlog.broker.group_metadata import GroupMetadata as _Group
-from shmlog.broker.group_offsets import OFFSETS_EXPIRY_RETRY_MS, offset_record, parse_offset_record
+from shmlog.broker.group_offsets import offset_record, parse_offset_record
 from shmlog.common import limits
 from shmlog.common.errors import (
     GroupIdNotFoundError,
@@ -27,6 +27,7 @@ from shmlog.common.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
+from shmlog.common.limits import OFFSETS_EXPIRY_RETRY_MS
 from shmlog.groups import MEMBER_ID_LENGTH_MAX, TRANSITIONS, GroupState
 
 SESSION_MS = 10_000
