@@ -42,8 +42,10 @@ from ..common.errors import (
 )
 from ..common.paths import default_data_dir
 from ..common.structs import ConfigSource, OffsetAndMetadata, TopicPartition
+from ..common.topic_names import validate_topic_name
 from ..protocol.control_client import request
 from ..storage import delete_records as deletion
+from ..storage.topic_config import TopicConfig
 from . import options as client_options
 from .offset_reset import plan_offset_reset
 
@@ -535,8 +537,6 @@ def _first_error(actions: list) -> None:
 def _validate_new_topic(name: str, partitions: int, configs: Mapping[str, Any],
                         existing: set[str]) -> None:
     """What the broker checks before creating a topic (``validate_only``)."""
-    from ..storage.log_manager import validate_topic_name
-    from ..storage.topic_config import TopicConfig  # loads the layouts (numpy): only here
     validate_topic_name(name)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or \
             not 1 <= partitions <= limits.PARTITIONS_PER_TOPIC_MAX:

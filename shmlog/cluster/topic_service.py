@@ -39,9 +39,9 @@ from ..broker.service import RequestContext
 from ..broker.topic_service import TopicService, delete_records_entries, refuse_internal
 from ..common import limits
 from ..common.errors import BrokerNotAvailableError, InvalidPartitionsError, ShmlogError
+from ..common.topic_names import validate_topic_name
 from ..protocol.control import require
 from ..record.records import now_ms
-from ..storage.log_manager import validate_topic_name
 from ..storage.topic_config import TopicConfig
 from .delete_records import ClusterDeleteRecords
 from .metadata import assign_replicas

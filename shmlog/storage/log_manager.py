@@ -39,47 +39,26 @@ from ..common.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from ..common.topic_names import validate_topic_name
 from ..segments import PartitionLog
 from .durable_files import write_atomically
 from .topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LogManager", "TopicMetadata", "validate_topic_name", "DataDirectoryInUseError"]
+__all__ = ["LogManager", "TopicMetadata", "DataDirectoryInUseError"]
 
 TOPICS_DIRECTORY = "topics"
 LOCK_FILE = "broker.lock"
 TOPIC_FILE = "topic.json"
 TOPIC_FILE_VERSION = 1
 DELETED_SUFFIX = ".deleted"
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 # A topic id: uuid4().hex, as this module makes them and a cluster's metadata carries them.
 _TOPIC_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class DataDirectoryInUseError(StorageError):
     """Another process already owns this data directory."""
-
-
-def validate_topic_name(name: str) -> str:
-    """Return ``name`` when it is a legal topic name (Kafka's rules), else raise.
-
-    Raises
-    ------
-    InvalidTopicError
-    """
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicError(f"topic name must be a non-empty string, got {name!r}")
-    if len(name) > limits.TOPIC_NAME_LENGTH_MAX:
-        raise InvalidTopicError(f"topic name is {len(name)} characters; at most "
-                                f"{limits.TOPIC_NAME_LENGTH_MAX} are allowed")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name cannot be {name!r}")
-    if not _TOPIC_NAME.fullmatch(name):
-        bad = sorted(set(re.sub(r"[a-zA-Z0-9._-]", "", name)))
-        raise InvalidTopicError(f"topic name {name!r} contains {''.join(bad)!r}; use only "
-                                f"ASCII letters, digits, '.', '_' and '-'")
-    return name
 
 
 def _validate_partition_count(count: int) -> int:

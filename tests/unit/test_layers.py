@@ -14,6 +14,10 @@ one, else the package. Each module maps to its package (``shmlog.cluster.zk.clie
 and each package to the layer of its first part. The checks run once on
 the tree and once on small samples that break each rule, so a check that finds nothing
 is known to be able to find something.
+
+The light-client rule is kept here too: the modules of ``client/`` and ``kafka/`` reach,
+through every import they make (lazy ones too), none of the broker's, the cluster's or
+the server's packages, and none of the log's writer.
 """
 
 from __future__ import annotations
@@ -242,3 +246,56 @@ def test_imports_resolve_to_modules_at_any_depth():
     # in a package's __init__, one dot is the package itself
     assert imports_of("from . import zk\nfrom .zk.paths import x\n", "shmlog.cluster.__init__",
                       modules) == {"shmlog.cluster.zk.__init__", "shmlog.cluster.zk.paths"}
+
+
+# --- the light clients ------------------------------------------------------------------
+# What a user's process imports to produce, consume or administer (and kafka-python's
+# names over them) loads none of the broker's side, none of the cluster's, and none of
+# the log's writer: a consumer reads segments through the read path alone.
+LIGHT = ("client", "kafka")
+SERVER_SIDE = ("broker", "cluster", "server", "devtools")
+WRITER = ("shmlog.segments", "shmlog.storage.log_segment", "shmlog.storage.local_log",
+          "shmlog.storage.log_loader", "shmlog.storage.log_validator",
+          "shmlog.storage.log_retention", "shmlog.storage.segment_append",
+          "shmlog.storage.log_manager", "shmlog.storage.cleaner")
+
+
+def heavy_reached(graph: dict[str, set[str]], start: str) -> list[str]:
+    """Every server-side or writer module ``start`` reaches through its imports (lazy
+    ones too), each as the chain that reaches it."""
+    came_from = {start: None}
+    waiting = [start]
+    while waiting:
+        module = waiting.pop()
+        for target in sorted(graph.get(module, ())):
+            if target not in came_from:
+                came_from[target] = module
+                waiting.append(target)
+    found = []
+    for module in sorted(came_from):
+        package = (package_of(module) or "").split(".")[0]
+        if package in SERVER_SIDE or module in WRITER:
+            chain = [module]
+            while came_from[chain[-1]] is not None:
+                chain.append(came_from[chain[-1]])
+            found.append(" <- ".join(chain))
+    return found
+
+
+def test_the_clients_load_neither_the_broker_the_cluster_nor_the_writer(tree):
+    clients = [module for module in tree if (package_of(module) or "").split(".")[0] in LIGHT]
+    assert len(clients) > 15
+    found = [chain for module in sorted(clients) for chain in heavy_reached(tree, module)]
+    assert not found, "a client reaches the server's side:\n" + "\n".join(found)
+
+
+def test_the_light_client_check_follows_chains():
+    sample = {"shmlog.client.admin": {"shmlog.common.paths", "shmlog.storage.topic_config"},
+              "shmlog.storage.topic_config": {"shmlog.storage.log_manager"},
+              "shmlog.storage.log_manager": {"shmlog.segments"},
+              "shmlog.client.reader": {"shmlog.storage.segment_read"}}
+    assert heavy_reached(sample, "shmlog.client.admin") == [
+        "shmlog.segments <- shmlog.storage.log_manager <- shmlog.storage.topic_config "
+        "<- shmlog.client.admin",
+        "shmlog.storage.log_manager <- shmlog.storage.topic_config <- shmlog.client.admin"]
+    assert heavy_reached(sample, "shmlog.client.reader") == []
