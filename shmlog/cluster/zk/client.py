@@ -59,24 +59,11 @@ __all__ = ["ClusterZooKeeper"]
 class ClusterZooKeeper(ZooKeeperSession):
     """A broker's ZooKeeper session and what cluster mode asks of it.
 
-    Parameters
-    ----------
-    hosts : str
-        ``zookeeper.connect``: ``"h1:2181,h2:2181/chroot"``; every path is under the
-        chroot.
-    session_timeout_ms : int
-        The session timeout asked for (ZooKeeper clamps it to 2..20 ticks).
-    connect_timeout_s : float
-        How long :meth:`start` waits for the first session.
+    Parameters and the session's attributes (``suspended``, ``sessions_lost``) are
+    :class:`ZooKeeperSession`'s.
 
     Attributes
     ----------
-    suspended : threading.Event
-        Set while the session may be gone (SUSPENDED, LOST, not yet connected),
-        cleared on CONNECTED: a leader advances no high watermark and a controller
-        writes nothing while it is set.
-    sessions_lost : int
-        How many times the session was LOST.
     brokers, topics, controller_election, configs, producer_id_blocks, admin
         The parts (see the module's table).
     """
