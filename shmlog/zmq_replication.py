@@ -1,6 +1,6 @@
 """The replication transport: one thread that owns every ZeroMQ socket a broker uses
-to talk to its peers. Sockets and frames only; the rules and the codec live in
-``replication.py``.
+to talk to its peers. Sockets and frames only; the rules, the messages and their codec
+live in ``cluster/replication/`` (``rules``, ``messages``, ``codec``, ``layout``).
 
 Rules
 -----

@@ -1,5 +1,5 @@
 """The broker's control endpoint: the one module of the broker that uses ZeroMQ
-(clients have theirs in ``control_client.py``; replication will have
+(clients have theirs in ``protocol/control_client.py``; replication has
 ``zmq_replication.py``).
 
 Theory of operation

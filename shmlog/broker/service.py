@@ -21,12 +21,14 @@ Rules
 
 Theory of operation
 -------------------
-``broker.BrokerCore`` composes a list of services: its handler table is the union
-of theirs, the loop sleeps until the earliest of its periodic tasks and the
+``server.broker.BrokerCore`` composes a list of services: its handler table is the
+union of theirs, the loop sleeps until the earliest of its periodic tasks and the
 services' deadlines, and ticks and collects replies from each. The topic service
 (``topic_service``), the producer service (``producer_service``) and the group
-service (``group_service``) are the broker's today; a replication or metadata
-service is one more entry, without a change to the loop.
+service (``group_service``) are every broker's; a cluster member adds its replica
+service and puts its own topic and group services in place of the local ones. The
+loop still knows of cluster mode in one place: it polls the replication transport
+(``cluster.replication.poll``) after each drain, since its events are not requests.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ A verb imports what it needs when it runs: the ones that only ask the broker
 something (``topics``, ``groups``, ``offsets``, ``delete-records``, ``log-dirs``)
 load neither numba nor numpy, and start in a
 tenth of a second instead of a second. So this package imports, at the top of its
-modules, only light modules (``errors``, ``limits``, ``broker_config``).
+modules, only light modules (``common.errors``, ``common.limits``, ``config.broker``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Rules
 * One broker per data directory (the directory lock says so); a second one is
   refused with :class:`DataDirectoryInUseError`.
 * SIGTERM and SIGINT stop it gracefully. A cluster member first moves its
-  leaderships away (controlled shutdown, ``cluster``), serving on meanwhile. Then it
+  leaderships away (controlled shutdown, ``cluster.node``), serving on meanwhile. Then it
   stops taking requests, drains every
   ring, flushes and closes the logs, and removes its shared memory and its control
   socket; nothing a producer was told is appended is lost. A request held back (a
@@ -19,14 +19,14 @@ Rules
   with one ``data_group`` (see ``access``).
 * A client fails at once when there is no control socket (no broker runs) or it
   may not connect to it; a socket left by a killed broker is waited on, since a
-  new broker may be starting (``control_client``, the clients' side; the paths are
-  in ``paths`` and the settings in ``broker_config``, light modules that clients
+  new broker may be starting (``protocol.control_client``, the clients' side; the
+  paths are in ``common.paths`` and the settings in ``config.broker``, light modules that clients
   and the ``shmlog`` command import without numba).
 * A broker that answers has loaded every kernel its requests run
   (:func:`warm_kernels`).
 * With ``metrics_port`` set it serves Prometheus metrics (``prometheus``) from the
   moment its control socket answers until it stops taking requests; each scrape
-  asks the broker's own ``stats`` request (``broker_stats``), so the HTTP thread
+  asks the broker's own ``stats`` request (``server.stats``), so the HTTP thread
   reads nothing of the loop's. A port that cannot be bound stops the start.
 
 Theory of operation
@@ -146,7 +146,7 @@ class BrokerCore:
         The broker's services (a cluster member's groups: ClusterGroupService)
         (:attr:`services` lists them, and any added later).
     stats : StatsService
-        The ``stats`` request (``broker_stats``): what ``shmlog status`` and the
+        The ``stats`` request (``server.stats``): what ``shmlog status`` and the
         Prometheus endpoint show.
     """
 
@@ -284,7 +284,7 @@ class BrokerCore:
 
     def start_leaving(self) -> None:
         """On SIGTERM: a cluster member with ``controlled.shutdown.enable`` starts its
-        controlled shutdown (``cluster``); the loop serves on until
+        controlled shutdown (``cluster.node``); the loop serves on until
         :meth:`ready_to_leave`."""
         if self.cluster is not None and self.cluster.config.controlled_shutdown_enable:
             self.cluster.start_controlled_shutdown()

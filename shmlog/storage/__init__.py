@@ -7,5 +7,5 @@ dumps; and the partition log's parts, cut as Kafka cuts its log: a segment
 (``log_retention``), the writer's kernels (``segment_append``) and the read path
 (``segment_read``: of the log, all a reader in another process loads). ``shmlog/segments.py``, the
 partition log that composes them and the face of this layer, belongs to this layer.
-Imports common, native, record and shm.
+May import common, native, record and shm (it needs no shared memory of its own).
 """

@@ -5,7 +5,7 @@ high-watermark checkpoints).
 Rules
 -----
 * **ZooKeeper is the one truth.** Topics, assignments, configs and partition states
-  come from its watches (``cluster_view``); a topic appears on this broker when its
+  come from its watches (``cluster.zk.view``); a topic appears on this broker when its
   assignment does (with the cluster-wide topic id, so ring entries name it the same
   everywhere), and goes when it does. Every broker hosts every partition: as
   leader, follower, or observer (a copy for this host's readers, see

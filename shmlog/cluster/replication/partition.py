@@ -3,7 +3,7 @@ what it does as leader, follower or observer.
 
 Rules
 -----
-* The partition's state znode decides the role (``cluster_view``): this broker leads
+* The partition's state znode decides the role (``cluster.zk.view``): this broker leads
   when the state names it, follows when it is among the assigned replicas, observes
   otherwise (a copy for this host's readers: never in the ISR, never elected).
   A state with an older leader epoch than the one held is never applied.
