@@ -25,7 +25,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 CHILD = textwrap.dedent('''
     import os, sys
-    from shmlog import shared_memory
+    from shmlog.shm import shared_memory
     from shmlog.common.errors import StorageError
     from shmlog.ring import Ring
     from shmlog.shm.state import PartitionStateTable

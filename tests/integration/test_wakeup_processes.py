@@ -31,7 +31,7 @@ PARENT_BELL, CHILD_BELL = (16, 24), (32, 40)
 PLAYER = textwrap.dedent("""
     import sys, time
     import numpy as np
-    from shmlog import shared_memory
+    from shmlog.shm import shared_memory
     from shmlog.shm.wakeup import Doorbell
     name, rounds, lost_after = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     words = np.frombuffer(shared_memory.attach(name, 4096, "test page"), np.int64)
