@@ -125,8 +125,8 @@ ENCODE_SECONDS_MIN = 0.5            # encode loop: repeat until this much time h
 DISTINCT_BATCHES = 4                # pre-encoded batches appended round-robin
 MULTI_BATCH_COUNT = 16              # batches per append call in the multi-batch variant
 READ_SIZES = (1 * MIB, 4 * MIB)
-# The appender's reservation step (16 MiB when this was written).
-POPULATE_STEP_SIZE = getattr(shmlog.common.limits, "SEGMENT_PREALLOCATE_STEP_SIZE", 16 * MIB)
+# The most a partition reserves ahead of its appends (storage/reservation.py).
+POPULATE_STEP_SIZE = shmlog.common.limits.SEGMENT_RESERVE_AHEAD_MAX
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)     # Linux >= 5.14
 # Goals, as shares of memcpy bandwidth: an append is one copy, a read a zero-copy view.
 APPEND_GOAL = 0.30

@@ -37,6 +37,7 @@
     │   └── ProducerIdsUnavailableError   the next block of producer ids is not drawn yet
     ├── NotOwnedError                 what shmlog must own is another user's (or a symlink)
     ├── StorageError                  the log directory failed (disk full, I/O error)
+    │   └── ResourceLimitError        a process or host limit was reached (files, mappings)
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
     ├── ZooKeeperUnavailableError     a local ZooKeeper cannot run here (no pyspark jars, no java)
     │   └── ZooKeeperConnectionError  no session in time, or lost during a write (outcome unknown)
@@ -205,6 +206,16 @@ class OffsetOverflowError(ShmlogError):
 
 class StorageError(ShmlogError):
     """The log directory failed: disk full, permission denied, I/O error."""
+
+
+class ResourceLimitError(StorageError):
+    """A limit of the process or the host was reached: open files (RLIMIT_NOFILE),
+    memory mappings (vm.max_map_count), /dev/shm or memory. ``limit`` names it; the
+    message gives the values and how to raise it. What was acknowledged is kept."""
+
+    def __init__(self, message: str, *, limit: str):
+        super().__init__(message)
+        self.limit = limit
 
 
 class BulkReaderUnavailableError(ShmlogError):

@@ -47,15 +47,20 @@ DECOMPRESSED_RECORDS_SIZE_MAX = 64 << 20
 
 # --- segments -----------------------------------------------------------------------------
 # (The limits that follow from the layouts are at the end of the module.)
-# Disk blocks are reserved (fallocate) and pages populated in steps of this size, so
-# the appender never takes a page fault per 4 KiB page nor a SIGBUS on a full disk;
-# 8 MiB takes ~1.5 ms to populate (~5 GB/s here), short enough for an inline stall.
-SEGMENT_PREALLOCATE_STEP_SIZE = 8 << 20
-# The prefaulter thread keeps this much reserved past the write position of a
-# partition that is being appended to (never of an idle one): ~5 ms of appending at
-# memory speed, so a writer finds its pages ready; it is also the most page cache
-# and disk a partition holds beyond its data.
-SEGMENT_PREFAULT_AHEAD_SIZE = 32 << 20
+# A partition's active segment keeps blocks reserved (fallocate) and pages populated
+# (MADV_POPULATE_WRITE) some way past its write position, so the appender never takes a
+# page fault per 4 KiB page nor a SIGBUS on a full disk. How far follows the partition's
+# write rate (storage/reservation.py): from this much for a partition that takes a
+# record now and then (8 pages; with a page of each index, the 40 KiB an idle partition
+# holds beyond its data) ...
+SEGMENT_RESERVE_AHEAD_MIN = 32 << 10
+# ... doubling whenever an append found the room used up (the partition fills faster
+# than it is populated), up to this: ~5 ms of appending at memory speed, and the most
+# page cache and disk a partition holds beyond its data.
+SEGMENT_RESERVE_AHEAD_MAX = 32 << 20
+# ... and halving after this long without an append finding the room used up, so a
+# partition that was busy once and is quiet now holds little ahead again.
+SEGMENT_RESERVE_DECAY_S = 10.0
 # A flush that failed (a full disk cannot take the checkpoint) is tried again no
 # sooner than this: once a second per partition keeps a full disk from costing a
 # failed file write (and a log line) per append, and the recovery point is back
@@ -196,6 +201,14 @@ CLIENT_ID_LENGTH_MAX = 255
 # How long expiring committed offsets waits after a failed append before it tries
 # again (a full disk is not fixed in a moment; Kafka checks every 10 minutes).
 OFFSETS_EXPIRY_RETRY_MS = 60_000
+
+# --- process limits ---------------------------------------------------------------------
+# Mappings kept free below vm.max_map_count for the process's own use (malloc's arenas
+# and large blocks, thread stacks, shared libraries: a broker uses ~600 before its
+# first partition): a segment is refused a mapping before the process is that close.
+MAPPINGS_HEADROOM = 2048
+# What vm.max_map_count is taken to be when /proc/sys does not say (the kernel's default).
+MAX_MAP_COUNT_ASSUMED = 65530
 
 # --- limits that follow from a binary layout ----------------------------------------------
 # Stated as numbers, so that this module imports nothing (the layouts import numpy, which

@@ -53,6 +53,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from typing import Callable
 
 import numpy as np
@@ -64,6 +65,7 @@ from ..record.records import batch_info
 from . import index_layout as I
 from .durable_files import fsync_directory, write_atomically
 from .log_segment import Segment
+from .reservation import ReservePace
 from .segment_append import append_batches
 from .segment_generation import SegmentGeneration
 from .segment_read import ReadResult, collect_batches
@@ -136,6 +138,8 @@ class LocalLog:
             raise StorageError(f"cannot create {directory}: {error}") from error
         self.segments: list[Segment] = []
         self.bases: list[int] = []
+        # How far ahead the active segment reserves: passed from segment to segment.
+        self.pace = ReservePace(time.monotonic())
         checkpoint = read_checkpoint(directory)
         self.recovery_point = checkpoint.get("recovery_point", 0)
         self.log_start_offset = checkpoint.get("log_start_offset", 0)
@@ -191,14 +195,16 @@ class LocalLog:
 
     # -- the segment list ----------------------------------------------------------------
     def adopt_segment(self, segment: Segment) -> None:
-        """Add a segment found on disk after the others (``log_loader``'s)."""
+        """Add a segment found on disk after the others (``log_loader``'s); it
+        reserves at the partition's pace."""
+        segment.pace = self.pace
         self.segments.append(segment)
         self.bases.append(segment.base_offset)
 
     def add_segment(self, base_offset: int) -> Segment:
         """A new, empty active segment holding no blocks (an idle partition holds
         none; the first append reserves)."""
-        segment = Segment.create(self.directory, base_offset, self.config)
+        segment = Segment.create(self.directory, base_offset, self.config, pace=self.pace)
         self.adopt_segment(segment)
         return segment
 
@@ -301,7 +307,7 @@ class LocalLog:
         past a gap), default the log end."""
         base = self.log_end_offset if base_offset is None else base_offset
         assert base >= self.log_end_offset, "a segment never starts below the log end"
-        segment = Segment.create(self.directory, base, self.config, log_reserved)
+        segment = Segment.create(self.directory, base, self.config, log_reserved, self.pace)
         try:
             self.active.close_for_append()
         except StorageError:

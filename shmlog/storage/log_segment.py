@@ -24,9 +24,12 @@ read-write once. Disk blocks are reserved with ``fallocate`` and page tables
 populated (``MADV_POPULATE_WRITE``) a step ahead of the write position, so appends
 neither page-fault on every 4 KiB page nor die of ``SIGBUS`` on a full disk: a full
 disk fails the reservation, which raises :class:`StorageError` before any byte
-moves. Each reservation of the log reserves index slots in proportion (an entry
-per ``index.interval.bytes`` of log at most), so the append kernel seldom asks for
-the indexes alone (:meth:`Segment.make_room`). A rescan reserves, before it starts,
+moves. How far ahead follows the partition's write rate (``reservation``: its
+:class:`ReservePace`, shared by the partition's segments): an append that finds
+the room used up reserves inline and tells the pace it stalled. Each reservation
+of the log reserves index slots in proportion (an entry per
+``index.interval.bytes`` of log at most), so the append kernel seldom asks for the
+indexes alone (:meth:`Segment.make_room`). A rescan reserves, before it starts,
 the slots its log can need at most. When the background reservation
 (:meth:`Segment.prefault_ahead`) fails, it stops until an append's own reservation
 succeeds (the disk has room again).
@@ -48,6 +51,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -57,6 +61,7 @@ from ..record import batch_layout as B
 from ..record.records import BatchStatus, batch_frame, batch_info
 from . import index_layout as I
 from .mapped_file import PAGE_SIZE, MappedFile, prefault_in_background
+from .reservation import ReservePace
 from .segment_append import (
     append_time_entry,
     index_slots_reserved,
@@ -88,8 +93,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Segment"]
 
-assert limits.SEGMENT_PREALLOCATE_STEP_SIZE % PAGE_SIZE == 0
-assert limits.SEGMENT_PREFAULT_AHEAD_SIZE >= limits.SEGMENT_PREALLOCATE_STEP_SIZE
+assert limits.SEGMENT_RESERVE_AHEAD_MIN % PAGE_SIZE == 0
+assert limits.SEGMENT_RESERVE_AHEAD_MAX >= limits.SEGMENT_RESERVE_AHEAD_MIN
 
 # The state words a rescan writes (``segment_state``'s "written by" column): it starts
 # them as an empty segment's, keeping what mapping and reservation wrote.
@@ -101,7 +106,8 @@ _RESCANNED_WORDS = np.array([POSITION_WORD, NEXT_OFFSET_WORD, SINCE_INDEX_WORD,
 class Segment:
     """One ``.log`` file with its ``.index`` and ``.timeindex``."""
 
-    def __init__(self, directory: str, base_offset: int, config: TopicConfig, *, active: bool):
+    def __init__(self, directory: str, base_offset: int, config: TopicConfig, *, active: bool,
+                 pace: ReservePace | None = None):
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
@@ -125,20 +131,22 @@ class Segment:
         # The background reservation failed (a full disk): it waits until an
         # append's own reservation succeeds, instead of failing after every append.
         self._prefault_refused = False
+        # How far ahead to reserve: the partition's (its local log passes it on).
+        self.pace = pace if pace is not None else ReservePace(time.monotonic())
 
     @classmethod
     def create(cls, directory: str, base_offset: int, config: TopicConfig,
-               log_reserved: int = 0) -> "Segment":
+               log_reserved: int = 0, pace: ReservePace | None = None) -> "Segment":
         """A new, empty active segment; blocks for its first ``log_reserved`` bytes
-        (rounded up to a whole step) and the index slots they can need are reserved
-        before its files are mapped.
+        (and, when there are any, the distance ``pace`` keeps ahead) and the index
+        slots they can need are reserved before its files are mapped.
 
         Raises
         ------
         StorageError
             The disk is full or failed; no file of the segment is left.
         """
-        segment = cls(directory, base_offset, config, active=True)
+        segment = cls(directory, base_offset, config, active=True, pace=pace)
         try:
             segment.map(log_reserved)
         except StorageError:
@@ -156,7 +164,8 @@ class Segment:
         paths = (self.log_path, self.offset_index_path, self.time_index_path)
         capacities, reservations = (None, None, None), (0, 0, 0)
         if self.active:
-            capacities, reservations = _active_extents(self.config, log_reserved)
+            ahead = self.pace.settle(time.monotonic()) if log_reserved else 0
+            capacities, reservations = _active_extents(self.config, log_reserved + ahead)
         opened = []
         try:
             for path, capacity, reserved in zip(paths, capacities, reservations):
@@ -293,7 +302,7 @@ class Segment:
         state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0
 
     def reserve(self, end: int) -> None:
-        """Make ``[0, end)`` of the active log writable without faults (whole steps,
+        """Make ``[0, end)`` of the active log writable without faults (whole pages,
         up to the capacity), with the index slots that much log can need.
         Serialised with the prefaulter and with sealing.
 
@@ -309,7 +318,7 @@ class Segment:
     def _reserve(self, end: int) -> None:
         state = self.state
         reserved = int(state[RESERVED_WORD])
-        target = _whole_steps(end, int(state[CAPACITY_WORD]))
+        target = _whole_pages(end, int(state[CAPACITY_WORD]))
         if target > reserved:
             entries = _index_entries_for(target, self.config.index_interval_bytes)
             self._reserve_indexes(entries, entries)
@@ -341,7 +350,10 @@ class Segment:
         state = self.state
         with self._reserve_lock:
             assert self.active, "only the active segment is appended to"
-            self._reserve(self.size + length)
+            now = time.monotonic()
+            if state[RESERVED_WORD]:
+                self.pace.stalled(now)        # the room ran out under an append
+            self._reserve(self.size + length + self.pace.settle(now))
             self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]) + 1,
                                   int(state[TIME_ENTRIES_WORD]) + 2)
             self._prefault_refused = False        # there is room again
@@ -352,18 +364,20 @@ class Segment:
                                f"byte {self.size} (capacity {int(state[CAPACITY_WORD])})")
 
     def prefault_ahead(self) -> None:
-        """Keep ``segment.prefault.ahead`` bytes reserved past the write position, on
-        the prefaulter thread, so appends find their pages ready."""
+        """Keep the pace's distance reserved past the write position, on the
+        prefaulter thread, so appends find their pages ready; queued once less than
+        half of it is left."""
         state = self.state
+        ahead = self.pace.settle(time.monotonic())
         if self._prefault_pending or self._prefault_refused or not self.active or \
                 state[RESERVED_WORD] >= state[CAPACITY_WORD] or \
-                state[RESERVED_WORD] - state[POSITION_WORD] >= limits.SEGMENT_PREFAULT_AHEAD_SIZE:
+                2 * (state[RESERVED_WORD] - state[POSITION_WORD]) >= ahead:
             return
         self._prefault_pending = True
 
         def job():
             try:
-                self.reserve(int(self.state[POSITION_WORD]) + limits.SEGMENT_PREFAULT_AHEAD_SIZE)
+                self.reserve(int(self.state[POSITION_WORD]) + ahead)
             except StorageError as error:
                 self._prefault_refused = True
                 log.warning("%s; appends reserve for themselves until there is room", error)
@@ -394,8 +408,6 @@ class Segment:
         self._time_index.trim(int(state[TIME_ENTRIES_WORD]) * I.TIME_ENTRY_LENGTH)
         if self._log.writable:                 # a rebuilt sealed segment's log is read-only
             self._log.trim(int(state[POSITION_WORD]))
-        for mapped in (self._log, self._offset_index, self._time_index):
-            mapped.release_descriptor()        # sealed files never change size again
         state[CAPACITY_WORD] = state[POSITION_WORD]
         state[RESERVED_WORD] = state[POSITION_WORD]
         state[OFFSET_RESERVED_WORD] = state[TIME_RESERVED_WORD] = 0   # trimmed: nothing to store
@@ -504,12 +516,6 @@ def _index_entries_for(log_size: int, index_interval: int) -> int:
     return log_size // max(index_interval, B.HEADER_LENGTH) + 2
 
 
-def _whole_steps(end: int, capacity: int) -> int:
-    """``end`` rounded up to a whole reservation step of the log, within ``capacity``."""
-    step = limits.SEGMENT_PREALLOCATE_STEP_SIZE
-    return min(-(-end // step) * step, capacity)
-
-
 def _whole_pages(size: int, capacity: int) -> int:
     """``size`` rounded up to whole pages, within ``capacity``."""
     return min(-(-size // PAGE_SIZE) * PAGE_SIZE, capacity)
@@ -519,9 +525,9 @@ def _whole_pages(size: int, capacity: int) -> int:
 def _active_extents(config: TopicConfig, log_reserved: int) -> tuple[tuple, tuple]:
     """(capacities, reservations) of an active segment's three files, log first: the
     configured sizes, and blocks for the first ``log_reserved`` bytes of the log
-    (whole steps) and for the index slots that much log can need (whole pages)."""
+    and for the index slots that much log can need (whole pages)."""
     capacities = (config.segment_bytes, config.segment_index_bytes, config.segment_index_bytes)
-    log_reserved = _whole_steps(log_reserved, config.segment_bytes)
+    log_reserved = _whole_pages(log_reserved, config.segment_bytes)
     entries = _index_entries_for(log_reserved, config.index_interval_bytes) \
         if log_reserved else 0
     reservations = (log_reserved,

@@ -623,13 +623,17 @@ def test_a_roll_on_a_full_disk_changes_nothing_and_the_next_append_rolls(small_d
 
 def test_a_failing_background_reservation_is_reported_once_not_per_append(small_disk,
                                                                           open_log, caplog):
-    # The first append reserves a step; the prefaulter then wants more than the
-    # whole disk, after every append.
-    config = {"segment.bytes": limits.SEGMENT_PREFAULT_AHEAD_SIZE * 2}
-    partition_log = open_log(small_disk / "partition", **config)
-    for seed in range(30):
-        partition_log.append(values_batch(1, seed))   # in the reserved step: accepted
+    # The first append reserves its batch and the distance kept ahead; then the disk
+    # fills, so every background reservation past that fails, while appends still fit
+    # in what the first one reserved.
+    partition_log = open_log(small_disk / "partition")
+    partition_log.append(values_batch(1, 0, size=1024))
+    fill_disk(small_disk, 0)
+    # Past half the distance (the prefaulter is asked), within all of it.
+    count = limits.SEGMENT_RESERVE_AHEAD_MIN * 3 // 4 // 1024
+    for seed in range(1, count):
+        partition_log.append(values_batch(1, seed, size=1024))   # in the reserved room
         mapped_file._prefaulter.submit(lambda: None).result(timeout=60)   # its job is done
     complaints = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(complaints) == 1 and "disk full" in complaints[0], complaints
-    assert partition_log.log_end_offset == 30
+    assert partition_log.log_end_offset == count
