@@ -99,6 +99,7 @@ from ..common.paths import (
     default_data_dir,
     shared_memory_prefix,
 )
+from ..common.process_limits import raise_open_files_limit
 from ..config.broker import BrokerConfig, broker_config_entries
 from ..protocol.control import (
     decode_reply,
@@ -473,6 +474,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     stopping = []
     previous = {number: signal.signal(number, lambda received, _: stopping.append(received))
                 for number in (signal.SIGTERM, signal.SIGINT)}
+    raise_open_files_limit()             # before the logs open: files grow with partitions
     core = BrokerCore(config)
     control = metrics = None
     try:
