@@ -265,7 +265,7 @@ class PartitionLog:
         if target.verified:
             segment.verified_end = segment.size
         if leader_epoch > self.epochs.latest_epoch and message_count:
-            self.epochs.assign(leader_epoch, segment.next_offset - message_count)
+            self.epochs.learn(leader_epoch, segment.next_offset - message_count)
         segment.prefault_ahead()
         self._after_append(message_count)
 
@@ -310,7 +310,7 @@ class PartitionLog:
             self._local_log.tell(LogChange.APPENDED)
             # Kafka's maybeAssignEpochStartOffset, before the flush policy runs.
             if leader_epoch > self.epochs.latest_epoch and self.log_end_offset > base_offset:
-                self.epochs.assign(leader_epoch, base_offset)
+                self.epochs.learn(leader_epoch, base_offset)
         last_offset = self.log_end_offset - 1
         self._after_append(last_offset - base_offset + 1)
         return AppendResult(base_offset, last_offset,
@@ -358,7 +358,7 @@ class PartitionLog:
             for epoch, start in epoch_starts(source, 0, source.size, self.epochs.latest_epoch,
                                              increases_only=False):
                 if start < self.log_end_offset:        # appended (all, unless it failed)
-                    self.epochs.assign(epoch, start)
+                    self.epochs.learn(epoch, start)
         self._after_append(validated.next_offset - validated.first_base_offset)
         return AppendResult(validated.first_base_offset, validated.next_offset - 1, -1,
                             validated.batch_count)

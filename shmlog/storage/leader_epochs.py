@@ -14,6 +14,12 @@ Rules
 
       {"version": 1, "entries": [[epoch, start_offset], ...]}
 
+  at once, except an epoch the log's own appended batches carry
+  (:meth:`LeaderEpochCache.learn`): that one is written by the log's next flush,
+  since until then recovery learns it again from those batches (they are above
+  the recovery point). A write costs two fsyncs; at once, it made every partition's
+  first record wait for them (Kafka also writes it off the append path since 3.7).
+
   A write that fails (a full disk) keeps the change in memory, logs it, and is
   retried by the next change or by :meth:`LeaderEpochCache.flush`, which the
   log's flush calls before it advances its recovery point: below the recovery
@@ -265,6 +271,18 @@ class LeaderEpochCache:
         return self._epochs[higher - 1], self._starts[higher]
 
     # -- changing -----------------------------------------------------------------------
+    def learn(self, epoch: int, start_offset: int) -> None:
+        """:meth:`assign` an epoch that appended batches carry, writing the file with
+        the log's next flush (rules), not now.
+
+        Raises
+        ------
+        LocalProtocolError
+            ``epoch`` or ``start_offset`` is negative or out of range.
+        """
+        if self._assign(epoch, start_offset):
+            self._dirty = True
+
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` began at ``start_offset`` (rules: the same epoch at
         no lower start changes nothing; entries the new one would make

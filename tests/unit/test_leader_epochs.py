@@ -207,10 +207,26 @@ def test_appends_assign_each_new_epoch_at_its_first_offset(open_log):
     for epoch in (0, 0, 2, 2, 2, 5):
         partition_log.append(values_batch(10, epoch), leader_epoch=epoch)
     assert partition_log.epochs.entries() == [(0, 0), (2, 20), (5, 50)]
+    # Written by the log's flush, before the recovery point passes those batches.
+    assert not os.path.exists(os.path.join(partition_log.directory, CHECKPOINT_FILE))
+    partition_log.flush()
     assert checkpoint(partition_log.directory)["entries"] == [[0, 0], [2, 20], [5, 50]]
     # A stale (lower) epoch stamped by a writer changes nothing.
     partition_log.append(values_batch(1, 9), leader_epoch=1)
     assert partition_log.epochs.entries() == [(0, 0), (2, 20), (5, 50)]
+
+
+def test_epochs_appended_since_the_last_flush_are_learned_again_after_a_crash(open_log):
+    partition_log = open_log(**SMALL)
+    for epoch in (0, 2):
+        partition_log.append(values_batch(10, epoch), leader_epoch=epoch)
+    partition_log.flush()
+    for epoch in (3, 7):             # not in the file when the process dies
+        partition_log.append(values_batch(10, epoch), leader_epoch=epoch)
+    assert checkpoint(partition_log.directory)["entries"] == [[0, 0], [2, 10]]
+    abandon(partition_log)
+    reopened = open_log(**SMALL)
+    assert reopened.epochs.entries() == [(0, 0), (2, 10), (3, 20), (7, 30)]
 
 
 def test_compiled_appends_through_the_appender_assign_the_row_epoch(tmp_path):
