@@ -61,6 +61,10 @@ SEGMENT_RESERVE_AHEAD_MAX = 32 << 20
 # ... and halving after this long without an append finding the room used up, so a
 # partition that was busy once and is quiet now holds little ahead again.
 SEGMENT_RESERVE_DECAY_S = 10.0
+# Partition logs close on this many threads when a broker stops: a close waits on
+# fsyncs, which the file system commits together (16 threads made 300 fsyncs of small
+# files 6x faster than one here); more only add threads to wait.
+LOG_CLOSE_THREADS = 16
 # A flush that failed (a full disk cannot take the checkpoint) is tried again no
 # sooner than this: once a second per partition keeps a full disk from costing a
 # failed file write (and a log line) per append, and the recovery point is back

@@ -34,8 +34,9 @@ class BrokerConfig:
         doc="The broker's data directory: topics, group offsets, its control socket "
             "(run/control.sock). Default: $SHMLOG_DATA_DIR, else ~/.local/share/shmlog.")
     partitions_max: int = setting(
-        4096, doc="Rows of the partition state table in shared memory: the most "
-                  "partitions (of all topics, internal ones included) one broker hosts.")
+        16384, doc="Rows of the partition state table in shared memory: the most "
+                   "partitions (of all topics, internal ones included) one broker hosts "
+                   "(64 bytes of /dev/shm each).")
     retention_check_interval_ms: int = setting(
         300_000, doc="How often retention.ms and retention.bytes are applied (Kafka's "
                      "log.retention.check.interval.ms).")
