@@ -8,11 +8,20 @@ Rules
   and is due again ``interval`` after that turn: a loop held up by a long request
   does not run a task several times to catch up.
 * Tasks run in the order they were added.
+* A task that fails with an operating error (a :class:`ShmlogError` or an
+  ``OSError``: a full disk, the open-files limit) is logged and runs again at its
+  next interval, as Kafka's scheduler does: periodic housekeeping never stops the
+  broker. A programming error still propagates.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
+
+from ..common.errors import ShmlogError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Scheduler"]
 
@@ -39,7 +48,12 @@ class Scheduler:
         for task in self._tasks:
             if now >= task.due:
                 task.due = now + task.interval_ms
-                task.run(now)
+                try:
+                    task.run(now)
+                except (ShmlogError, OSError) as error:
+                    log.error("periodic task %s failed (%s); it runs again in %d ms",
+                              getattr(task.run, "__qualname__", task.run), error,
+                              task.interval_ms)
 
     def next_due(self) -> int | None:
         """When the next task is due (None without tasks)."""

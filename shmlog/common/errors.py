@@ -213,7 +213,7 @@ class ResourceLimitError(StorageError):
     memory mappings (vm.max_map_count), /dev/shm or memory. ``limit`` names it; the
     message gives the values and how to raise it. What was acknowledged is kept."""
 
-    def __init__(self, message: str, *, limit: str):
+    def __init__(self, message: str, *, limit: str = ""):
         super().__init__(message)
         self.limit = limit
 

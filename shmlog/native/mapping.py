@@ -26,7 +26,10 @@ freed; the numpy arrays made from it keep it alive.
 The kernel's limit is per process (``vm.max_map_count``, 65,530 by default, each
 mapping one entry unless ``mprotect`` splits it). Counting ``/proc/self/maps`` costs
 a read of the whole list, so :func:`check_room` counts it only when the mappings
-made here since the last count could have brought the process near the limit.
+made here since the last count could have brought the process near the limit, and
+after every :data:`limits.MAPPINGS_RECOUNT_EVERY` of them (the process's other
+mappings, malloc's and threads', change too; the headroom covers what they add in
+between).
 """
 
 from __future__ import annotations
@@ -161,8 +164,9 @@ def check_room() -> None:
     """
     counter = _counter
     with counter.lock:
-        estimate = counter.counted + max(0, counter.live - counter.live_at_count)
-        if estimate < counter.limit - 2 * limits.MAPPINGS_HEADROOM:
+        made = counter.live - counter.live_at_count
+        if counter.counted and made < limits.MAPPINGS_RECOUNT_EVERY and \
+                counter.counted + made < counter.limit - limits.MAPPINGS_HEADROOM:
             return
         counter.counted = _count_mappings()
         counter.live_at_count = counter.live

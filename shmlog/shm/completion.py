@@ -34,6 +34,7 @@ from ..common.errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
     RequestTimedOutError,
+    ResourceLimitError,
     ShmlogError,
     StorageError,
     UnknownTopicOrPartitionError,
@@ -58,6 +59,7 @@ class CompletionCode(enum.IntEnum):
     #                            under min.insync.replicas by the time the HW covered it
     NOT_LEADER_OR_FOLLOWER = 109  # leadership lost, or the batch truncated away: not in the log
     REQUEST_TIMED_OUT = 110    # a forwarded batch the leader never answered: outcome unknown
+    RESOURCE_LIMIT = 111       # a process limit (open files, mappings) refused: nothing appended
 
 
 SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
@@ -74,6 +76,10 @@ def completion_error(code: int, topic: str, partition: int) -> ShmlogError:
         return RecordTooLargeError(f"the broker refused a batch for {where}: too large")
     if code == CompletionCode.STORAGE_ERROR:
         return StorageError(f"the broker could not write {where} (see its log)")
+    if code == CompletionCode.RESOURCE_LIMIT:
+        return ResourceLimitError(f"the broker could not write {where}: it is at a process "
+                                  f"limit (RLIMIT_NOFILE or vm.max_map_count: its log says "
+                                  f"which and how to raise it)")
     if code == CompletionCode.INTERNAL_TOPIC:
         return InvalidTopicError(f"cannot append to internal topic {topic!r}")
     if code == CompletionCode.INVALID_PRODUCER_EPOCH:

@@ -30,6 +30,7 @@ import posix_ipc
 from ..common import limits
 from ..common.access import owner_name
 from ..common.errors import LocalProtocolError, NotOwnedError, ShmlogError, StorageError
+from ..common.process_limits import open_files_error
 
 __all__ = ["create", "attach", "unlink", "names", "peek", "owner_and_age_s",
            "write_magic_and_version", "read_magic_and_version", "DIRECTORY"]
@@ -173,11 +174,20 @@ def unlink(name: str) -> None:
 
 
 def names(prefix: str) -> list[str]:
-    """The objects whose names start with ``prefix``."""
+    """The objects whose names start with ``prefix``.
+
+    Raises
+    ------
+    ResourceLimitError
+        The open-files limit left no descriptor to list /dev/shm with.
+    """
     try:
         return sorted(name for name in os.listdir(DIRECTORY) if name.startswith(prefix))
     except FileNotFoundError:
         return []
+    except OSError as error:
+        raise open_files_error(error) or \
+            StorageError(f"cannot list {DIRECTORY}: {error}") from error
 
 
 def peek(name: str, size: int) -> bytes:

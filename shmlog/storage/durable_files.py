@@ -10,7 +10,8 @@ Rules
 * A rename, creation or unlink is durable only once its directory is fsynced;
   a caller that orders changes across a crash (a compaction swap) fsyncs the
   directory between them with :func:`fsync_directory`.
-* Both raise :class:`StorageError`, naming the path, for any ``OSError``.
+* Both raise :class:`StorageError`, naming the path, for any ``OSError``
+  (:class:`ResourceLimitError`, naming it, when the open-files limit refused).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 
 from ..common import access
 from ..common.errors import StorageError
+from ..common.process_limits import open_files_error
 
 __all__ = ["write_atomically", "fsync_directory"]
 
@@ -41,7 +43,8 @@ def write_atomically(path: str, body: str) -> None:
             os.fsync(target.fileno())
         os.replace(temporary, path)
     except OSError as error:
-        raise StorageError(f"cannot write {path}: {error}") from error
+        raise open_files_error(error) or \
+            StorageError(f"cannot write {path}: {error}") from error
 
 
 def fsync_directory(directory: str) -> None:
@@ -59,4 +62,5 @@ def fsync_directory(directory: str) -> None:
         finally:
             os.close(fd)
     except OSError as error:
-        raise StorageError(f"cannot fsync directory {directory}: {error}") from error
+        raise open_files_error(error) or \
+            StorageError(f"cannot fsync directory {directory}: {error}") from error

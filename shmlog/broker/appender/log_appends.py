@@ -35,7 +35,12 @@ import logging
 
 import numpy as np
 
-from ...common.errors import CorruptRecordError, RecordTooLargeError, StorageError
+from ...common.errors import (
+    CorruptRecordError,
+    RecordTooLargeError,
+    ResourceLimitError,
+    StorageError,
+)
 from ...record import batch_layout as B
 from ...shm.completion import CompletionCode
 from .layout import ROW_LEADER_EPOCH
@@ -117,6 +122,9 @@ class LogAppends:
             return -(error.status or CompletionCode.NOT_ONE_BATCH), -1, -1
         except RecordTooLargeError:
             return -CompletionCode.RECORD_TOO_LARGE, -1, -1
+        except ResourceLimitError as error:
+            log.error("append to %s refused: %s", partition_log.directory, error)
+            return -CompletionCode.RESOURCE_LIMIT, -1, -1
         except StorageError:
             log.exception("append to %s failed", partition_log.directory)
             return -CompletionCode.STORAGE_ERROR, -1, -1

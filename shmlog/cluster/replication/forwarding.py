@@ -101,6 +101,7 @@ _WIRE_ERRORS = {
     CompletionCode.UNKNOWN_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     CompletionCode.RECORD_TOO_LARGE: ErrorCode.MESSAGE_TOO_LARGE,
     CompletionCode.STORAGE_ERROR: ErrorCode.KAFKA_STORAGE_ERROR,
+    CompletionCode.RESOURCE_LIMIT: ErrorCode.KAFKA_STORAGE_ERROR,
     CompletionCode.OUT_OF_ORDER_SEQUENCE: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     # Kafka's INVALID_TOPIC_EXCEPTION is not among the replication codes: a PRODUCE to
     # an internal topic is an invalid request (a follower never forwards one).
