@@ -3,9 +3,9 @@ and, in ``native.mapping``, memory mappings (``vm.max_map_count``).
 
 Rules
 -----
-* A broker raises its soft open-files limit to the hard one at start and logs both:
-  the soft limit is a default meant for interactive shells (often 1,024), the hard
-  one is what the operator allows.
+* A broker raises its soft open-files limit to the hard one at start (and says both
+  when it says it serves): the soft limit is a default meant for interactive shells
+  (often 1,024), the hard one is what the operator allows.
 * Running out is a :class:`ResourceLimitError` that names the limit, its values and
   how to raise it, never an ``OSError`` from deep inside.
 """
@@ -32,9 +32,7 @@ def raise_open_files_limit() -> tuple[int, int]:
         except (ValueError, OSError) as error:
             log.warning("cannot raise the open-files limit from %d to %d: %s", soft, hard, error)
         else:
-            log.info("open-files limit raised from %d to the hard limit %d", soft, hard)
             return hard, hard
-    log.info("open-files limit %d (hard limit %d)", soft, hard)
     return soft, hard
 
 

@@ -126,7 +126,11 @@ def map_shared(fd: int, length: int, *, writable: bool) -> np.ndarray:
         _counter.live += 1
     pages = (ctypes.c_ubyte * length).from_address(address)
     pages.owner = _Owner(address, length)     # freed with the last view: unmaps
-    return np.frombuffer(pages, np.uint8)
+    view = np.frombuffer(pages, np.uint8)
+    # A store into a read-only mapping would be a SIGSEGV: numpy refuses it instead
+    # (and kernels compiled for read-only arrays, as mmap's were, match it).
+    view.flags.writeable = writable
+    return view
 
 
 def sync(view: np.ndarray, start: int, end: int) -> None:

@@ -474,7 +474,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     stopping = []
     previous = {number: signal.signal(number, lambda received, _: stopping.append(received))
                 for number in (signal.SIGTERM, signal.SIGINT)}
-    raise_open_files_limit()             # before the logs open: files grow with partitions
+    open_files = raise_open_files_limit()    # before the logs open
     core = BrokerCore(config)
     control = metrics = None
     try:
@@ -482,7 +482,8 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         address = control_address(core.data_dir)
         access.make_directories(os.path.join(core.data_dir, RUN_DIRECTORY))
         control = ControlEndpoint(address, core.host.table.appender_doorbell)
-        log.info("broker %d serving %s on %s", os.getpid(), core.data_dir, address)
+        log.info("broker %d serving %s on %s (open-files limit %d, hard limit %d)",
+                 os.getpid(), core.data_dir, address, *open_files)
         if config.metrics_port is not None:
             metrics = _serve_metrics(core)
         if ready is not None:
