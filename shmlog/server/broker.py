@@ -67,6 +67,7 @@ kernels, so a broker that answers is warm.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import mmap
 import os
@@ -339,6 +340,11 @@ def warm_kernels(config: BrokerConfig) -> None:
                 warm_follower_kernels(os.path.join(directory, "follower"))
         finally:
             core.close()
+            del core, table
+            # The scratch broker's objects hold views of its (deleted) segments in
+            # reference cycles: collected now, their mappings go now, not whenever
+            # the collector next runs (a leaked log kept its populated pages).
+            gc.collect()
     except (ShmlogError, OSError) as error:
         logging.disable(quiet)
         log.warning("the broker's kernels were not all loaded ahead (%s); its first "
