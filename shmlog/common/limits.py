@@ -242,9 +242,12 @@ CONTROLLER_STOP_TIMEOUT_S = 30.0
 
 # --- replication (cluster/replication/, zmq_replication.py) -------------------------------
 # A replication message's JSON body names partitions and offsets, never records (those
-# travel in frames of their own): a fetch of ~500 partitions is ~64 KiB. It bounds what
-# a broken or hostile peer makes a broker parse.
-REPLICATION_BODY_SIZE_MAX = 64 << 10
+# travel in frames of their own): ~140 bytes a partition, so a follower's fetch of every
+# partition one leader leads in issue 26's cluster (10,000 partitions, RF 3, three
+# brokers: ~3,333 a leader, ~470 KB) fits, as would one of 10,000 from a single leader
+# (~1.4 MB). 64 KiB (~460 partitions) refused the fetches of a 1,000-partition topic.
+# It bounds what a broken or hostile peer makes a broker parse.
+REPLICATION_BODY_SIZE_MAX = 4 << 20
 # The longest run of record batches one partition entry carries (a fetch's
 # partition_max_bytes, or a forwarded batch). Kafka's replica.fetch.response.max.bytes
 # is 10 MiB and a fetch returns at least one whole batch, whose size max.message.bytes
