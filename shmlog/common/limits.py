@@ -231,6 +231,17 @@ ZOOKEEPER_READ_ATTEMPTS_MAX = 5
 # racing a leader's ISR changes) retry on a version conflict this many times: each
 # loss means another writer made progress, so running out means a writer storm.
 ZOOKEEPER_CONFLICT_ATTEMPTS_MAX = 20
+# One multi-op's size, counted as its ops' paths and bodies plus 64 bytes each (an
+# op's header, version, flags and the open ACL of a create take under 64): ZooKeeper
+# drops the connection of a request above jute.maxbuffer (1 MiB by default, in the
+# server and its Java clients), and half of that leaves room for any miscount. A
+# controller's writes larger than this go as several multis, each fenced.
+ZOOKEEPER_MULTI_SIZE_MAX = 512 << 10
+ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE = 64
+# Reads sent at once before their answers are awaited (many znodes read in one
+# pipeline, not one round trip each): ZooKeeper's globalOutstandingLimit (1,000)
+# stops reading a connection with more outstanding, so more would only wait there.
+ZOOKEEPER_READS_IN_FLIGHT_MAX = 1000
 # A restarted broker finds its previous session's registration until ZooKeeper
 # expires that session: it waits this many session timeouts for it to go.
 BROKER_REGISTRATION_WAIT_SESSIONS = 1.5

@@ -252,7 +252,7 @@ class PartitionStateMachine:
                 ops = updates + (self.zookeeper.partition_state_creation_ops(topic, new)
                                  if new else [])
                 if ops:
-                    self.zookeeper.checked_multi(ops, elected.zk_version)
+                    self.zookeeper.checked_multi_chunked(ops, elected.zk_version)
                 return
             except ZooKeeperConflictError as error:          # a stale version, mostly
                 log.info("controller %d: %s; reading %s again", self.broker_id, error, topic)
@@ -264,7 +264,7 @@ class PartitionStateMachine:
         """TopicDeletion: every znode of the topic and its mark, in one checked multi."""
         for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
             try:
-                self.zookeeper.checked_multi(self.zookeeper.topic_deletion_ops(topic),
+                self.zookeeper.checked_multi_chunked(self.zookeeper.topic_deletion_ops(topic),
                                              elected.zk_version)
                 log.info("controller %d: deleted topic %s", self.broker_id, topic)
                 return

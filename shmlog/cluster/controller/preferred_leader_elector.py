@@ -126,13 +126,19 @@ class PreferredLeaderElector:
         """Elect the preferred replica of each (topic, partition) that can take it,
         from fresh reads, in one checked multi with ``extra_ops``; retried when a
         state changed between the read and the write."""
+        partitions = list(partitions)
         for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
             live = read_live_brokers(self.zookeeper)
             shutting = read_brokers_shutting_down(self.zookeeper, live, self.broker_id)
+            # One read per topic and one pipeline for the states, not two round
+            # trips per partition.
+            assignments = {topic: self.zookeeper.read_assignment(topic)
+                           for topic in sorted({topic for topic, _ in partitions})}
+            states = self.zookeeper.read_partition_states_of(partitions)
             ops = []
             for topic, partition in partitions:
-                assignment = self.zookeeper.read_assignment(topic)
-                found = self.zookeeper.read_partition_state(topic, partition)
+                assignment = assignments[topic]
+                found = states.get((topic, partition))
                 if assignment is None or partition not in assignment.partitions:
                     log.warning("controller %d: preferred election of %s-%d: no such "
                                 "partition", self.broker_id, topic, partition)
@@ -147,7 +153,8 @@ class PreferredLeaderElector:
                                          zk_paths.encode_partition_state(after), found[1]))
             try:
                 if ops or extra_ops:
-                    self.zookeeper.checked_multi(ops + extra_ops, elected.zk_version)
+                    # The request's deletion (extra_ops) goes last, in the last multi.
+                    self.zookeeper.checked_multi_chunked(ops + extra_ops, elected.zk_version)
                 return
             except ZooKeeperConflictError as error:
                 log.info("controller %d: %s; electing again", self.broker_id, error)
