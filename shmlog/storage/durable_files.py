@@ -23,9 +23,14 @@ from ..common.errors import StorageError
 __all__ = ["write_atomically", "fsync_directory"]
 
 
-def write_atomically(path: str, body: str) -> None:
+def write_atomically(path: str, body: str, *, sync: bool = True) -> None:
     """Replace ``path`` with ``body`` (text): written to a temporary file, fsynced,
     then renamed over it, with the file mode ``access`` gives data files.
+
+    ``sync`` false skips the fsync, for a file its reader can rebuild when a crash
+    of the machine (not of the process: the page cache survives that) leaves it
+    old, empty or unreadable; its owner fsyncs it later with ``sync`` true (the
+    leader-epoch checkpoint, before the log's recovery point passes its changes).
 
     Raises
     ------
@@ -38,7 +43,8 @@ def write_atomically(path: str, body: str) -> None:
                        "w") as target:
             target.write(body)
             target.flush()
-            os.fsync(target.fileno())
+            if sync:
+                os.fsync(target.fileno())
         os.replace(temporary, path)
     except OSError as error:
         raise StorageError(f"cannot write {path}: {error}") from error
