@@ -216,6 +216,11 @@ SEGMENT_SIZE_MIN = BATCH_SIZE_MIN
 # or every append would roll the segment.
 INDEX_SIZE_MIN = 4 * 12
 
+# Partition logs closed at once when a broker stops: each close is a few fsyncs, which
+# a disk overlaps (measured on the development VM's virtio disk, 300 logs: 6.5 s one at
+# a time, 0.5 s on 16 threads); more threads would only queue at the disk.
+LOG_CLOSE_THREADS_MAX = 16
+
 # --- cluster mode: ZooKeeper client and controller ----------------------------------------
 # How long a broker waits for its first ZooKeeper session before giving up
 # (kazoo's start() default; Kafka's zookeeper.connection.timeout.ms defaults to the

@@ -14,6 +14,12 @@ Rules: one process owns a data directory at a time (the lock says who); the
 directory belongs to that process's user, and what it makes there has the modes of
 ``access`` (0700/0600 unless shared with a group); topic names follow Kafka's
 rules; metadata files are replaced atomically.
+
+Closing closes the logs on ``limits.LOG_CLOSE_THREADS_MAX`` threads: each log's
+close is its own files' fsyncs (a few each), which release the GIL, so a broker of
+thousands of partitions leaves in the time of its disk's parallel fsyncs, not of
+thousands of fsyncs one after another (a controlled shutdown of 1,000 partitions
+spent 17 s there). Every log is still flushed and closed before ``close`` returns.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import os
 import re
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from ..common import access, limits
@@ -281,9 +288,17 @@ class LogManager:
             partition_log.flush()
 
     def close(self) -> None:
-        """Close every partition log cleanly and release the directory."""
-        for partition_log in self._logs.values():
-            partition_log.close()
+        """Close every partition log cleanly (several at once, see the module's
+        docstring) and release the directory."""
+        logs = list(self._logs.values())
+        if len(logs) > 1:
+            workers = min(limits.LOG_CLOSE_THREADS_MAX, len(logs))
+            with ThreadPoolExecutor(workers, thread_name_prefix="close-log") as pool:
+                for closed in [pool.submit(partition_log.close) for partition_log in logs]:
+                    closed.result()             # a log's own error, once all were tried
+        else:
+            for partition_log in logs:
+                partition_log.close()
         self._logs.clear()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
