@@ -247,6 +247,10 @@ ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE = 64
 # pipeline, not one round trip each): ZooKeeper's globalOutstandingLimit (1,000)
 # stops reading a connection with more outstanding, so more would only wait there.
 ZOOKEEPER_READS_IN_FLIGHT_MAX = 1000
+# A controller pass logs one line per topic, naming this many of its changed partition
+# states (the rest at DEBUG): a line each, thousands at a broker's failure, cost a
+# loaded controller seconds before its write; ten show what happened.
+LOGGED_CHANGES_MAX = 10
 # A restarted broker finds its previous session's registration until ZooKeeper
 # expires that session: it waits this many session timeouts for it to go.
 BROKER_REGISTRATION_WAIT_SESSIONS = 1.5
