@@ -114,12 +114,15 @@ class PreferredLeaderElector:
                 assignments[(topic, partition)] = replicas
                 if partition in states:
                     leaders[(topic, partition)] = states[partition][0].leader
+        live = read_live_brokers(self.zookeeper)
+        shutting = read_brokers_shutting_down(self.zookeeper, live, self.broker_id)
         candidates = leader_balance.rebalance_candidates(
-            assignments, leaders, self.rebalance.imbalance_percentage)
+            assignments, leaders, self.rebalance.imbalance_percentage, set(live) - shutting)
         if candidates:
             log.info("controller %d: leader imbalance above %d %%: electing the preferred "
-                     "replicas of %s", self.broker_id, self.rebalance.imbalance_percentage,
-                     candidates)
+                     "replicas of %d partitions, e.g. %s", self.broker_id,
+                     self.rebalance.imbalance_percentage, len(candidates),
+                     candidates[:limits.LOGGED_CHANGES_MAX])
             self._elect_preferred(candidates, [], elected)
 
     def _elect_preferred(self, partitions, extra_ops: list, elected: ControllerEpoch) -> None:
@@ -136,6 +139,7 @@ class PreferredLeaderElector:
                            for topic in sorted({topic for topic, _ in partitions})}
             states = self.zookeeper.read_partition_states_of(partitions)
             ops = []
+            outcomes: dict[str, list] = {}
             for topic, partition in partitions:
                 assignment = assignments[topic]
                 found = states.get((topic, partition))
@@ -146,8 +150,7 @@ class PreferredLeaderElector:
                 outcome, after = leader_balance.preferred_election(
                     None if found is None else found[0], assignment.partitions[partition],
                     live, shutting, elected.epoch)
-                log.info("controller %d: preferred election of %s-%d: %s", self.broker_id,
-                         topic, partition, outcome.value)
+                outcomes.setdefault(outcome.value, []).append(f"{topic}-{partition}")
                 if after is not None:
                     ops.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
                                          zk_paths.encode_partition_state(after), found[1]))
@@ -155,6 +158,10 @@ class PreferredLeaderElector:
                 if ops or extra_ops:
                     # The request's deletion (extra_ops) goes last, in the last multi.
                     self.zookeeper.checked_multi_chunked(ops + extra_ops, elected.zk_version)
+                for outcome, names in outcomes.items():   # a line per outcome, not per partition
+                    log.info("controller %d: preferred election of %d partitions: %s (e.g. %s)",
+                             self.broker_id, len(names), outcome,
+                             ", ".join(names[:limits.LOGGED_CHANGES_MAX]))
                 return
             except ZooKeeperConflictError as error:
                 log.info("controller %d: %s; electing again", self.broker_id, error)
