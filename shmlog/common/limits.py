@@ -61,10 +61,6 @@ SEGMENT_RESERVE_AHEAD_MAX = 32 << 20
 # ... and halving after this long without an append finding the room used up, so a
 # partition that was busy once and is quiet now holds little ahead again.
 SEGMENT_RESERVE_DECAY_S = 10.0
-# Partition logs close on this many threads when a broker stops: a close waits on
-# fsyncs, which the file system commits together (16 threads made 300 fsyncs of small
-# files 6x faster than one here); more only add threads to wait.
-LOG_CLOSE_THREADS = 16
 # A flush that failed (a full disk cannot take the checkpoint) is tried again no
 # sooner than this: once a second per partition keeps a full disk from costing a
 # failed file write (and a log line) per append, and the recovery point is back
@@ -236,6 +232,11 @@ SEGMENT_SIZE_MIN = BATCH_SIZE_MIN
 # or every append would roll the segment.
 INDEX_SIZE_MIN = 4 * 12
 
+# Partition logs closed at once when a broker stops: each close is a few fsyncs, which
+# a disk overlaps (measured on the development VM's virtio disk, 300 logs: 6.5 s one at
+# a time, 0.5 s on 16 threads); more threads would only queue at the disk.
+LOG_CLOSE_THREADS_MAX = 16
+
 # --- cluster mode: ZooKeeper client and controller ----------------------------------------
 # How long a broker waits for its first ZooKeeper session before giving up
 # (kazoo's start() default; Kafka's zookeeper.connection.timeout.ms defaults to the
@@ -251,6 +252,21 @@ ZOOKEEPER_READ_ATTEMPTS_MAX = 5
 # racing a leader's ISR changes) retry on a version conflict this many times: each
 # loss means another writer made progress, so running out means a writer storm.
 ZOOKEEPER_CONFLICT_ATTEMPTS_MAX = 20
+# One multi-op's size, counted as its ops' paths and bodies plus 64 bytes each (an
+# op's header, version, flags and the open ACL of a create take under 64): ZooKeeper
+# drops the connection of a request above jute.maxbuffer (1 MiB by default, in the
+# server and its Java clients), and half of that leaves room for any miscount. A
+# controller's writes larger than this go as several multis, each fenced.
+ZOOKEEPER_MULTI_SIZE_MAX = 512 << 10
+ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE = 64
+# Reads sent at once before their answers are awaited (many znodes read in one
+# pipeline, not one round trip each): ZooKeeper's globalOutstandingLimit (1,000)
+# stops reading a connection with more outstanding, so more would only wait there.
+ZOOKEEPER_READS_IN_FLIGHT_MAX = 1000
+# A controller pass logs one line per topic, naming this many of its changed partition
+# states (the rest at DEBUG): a line each, thousands at a broker's failure, cost a
+# loaded controller seconds before its write; ten show what happened.
+LOGGED_CHANGES_MAX = 10
 # A restarted broker finds its previous session's registration until ZooKeeper
 # expires that session: it waits this many session timeouts for it to go.
 BROKER_REGISTRATION_WAIT_SESSIONS = 1.5
@@ -262,9 +278,12 @@ CONTROLLER_STOP_TIMEOUT_S = 30.0
 
 # --- replication (cluster/replication/, zmq_replication.py) -------------------------------
 # A replication message's JSON body names partitions and offsets, never records (those
-# travel in frames of their own): a fetch of ~500 partitions is ~64 KiB. It bounds what
-# a broken or hostile peer makes a broker parse.
-REPLICATION_BODY_SIZE_MAX = 64 << 10
+# travel in frames of their own): ~140 bytes a partition, so a follower's fetch of every
+# partition one leader leads in issue 26's cluster (10,000 partitions, RF 3, three
+# brokers: ~3,333 a leader, ~470 KB) fits, as would one of 10,000 from a single leader
+# (~1.4 MB). 64 KiB (~460 partitions) refused the fetches of a 1,000-partition topic.
+# It bounds what a broken or hostile peer makes a broker parse.
+REPLICATION_BODY_SIZE_MAX = 4 << 20
 # The longest run of record batches one partition entry carries (a fetch's
 # partition_max_bytes, or a forwarded batch). Kafka's replica.fetch.response.max.bytes
 # is 10 MiB and a fetch returns at least one whole batch, whose size max.message.bytes

@@ -25,9 +25,14 @@ from ..common.process_limits import open_files_error
 __all__ = ["write_atomically", "fsync_directory"]
 
 
-def write_atomically(path: str, body: str) -> None:
+def write_atomically(path: str, body: str, *, sync: bool = True) -> None:
     """Replace ``path`` with ``body`` (text): written to a temporary file, fsynced,
     then renamed over it, with the file mode ``access`` gives data files.
+
+    ``sync`` false skips the fsync, for a file its reader can rebuild when a crash
+    of the machine (not of the process: the page cache survives that) leaves it
+    old, empty or unreadable; its owner fsyncs it later with ``sync`` true (the
+    leader-epoch checkpoint, before the log's recovery point passes its changes).
 
     Raises
     ------
@@ -40,7 +45,8 @@ def write_atomically(path: str, body: str) -> None:
                        "w") as target:
             target.write(body)
             target.flush()
-            os.fsync(target.fileno())
+            if sync:
+                os.fsync(target.fileno())
         os.replace(temporary, path)
     except OSError as error:
         raise open_files_error(error) or \

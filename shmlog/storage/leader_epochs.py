@@ -14,16 +14,22 @@ Rules
 
       {"version": 1, "entries": [[epoch, start_offset], ...]}
 
-  at once, except an epoch the log's own appended batches carry
-  (:meth:`LeaderEpochCache.learn`): that one is written by the log's next flush,
-  since until then recovery learns it again from those batches (they are above
-  the recovery point). A write costs two fsyncs; at once, it made every partition's
-  first record wait for them (Kafka also writes it off the append path since 3.7).
-
-  A write that fails (a full disk) keeps the change in memory, logs it, and is
-  retried by the next change or by :meth:`LeaderEpochCache.flush`, which the
-  log's flush calls before it advances its recovery point: below the recovery
-  point, every epoch the log holds is in the file.
+  **without an fsync** (Kafka 3.7 too, KAFKA-15046: a broker made leader of
+  thousands of partitions at once paid one fsync each, seconds in all), and an
+  epoch the log's own appended batches carry (:meth:`LeaderEpochCache.learn`) is
+  not written at all until the log's next flush: until then recovery learns it
+  again from those batches, which are above the recovery point (written at once,
+  it made every partition's first record wait for a file write).
+  :meth:`LeaderEpochCache.flush`, which the log's flush calls before it advances
+  its recovery point, writes and fsyncs it, so below the recovery point every epoch
+  the log holds is in the file. A process killed keeps what it wrote (the page cache
+  survives it); a machine's crash may leave the file old, empty or unreadable,
+  which loading repairs as after any crash: an unreadable file is rebuilt from
+  the batch headers, and an old one learns the epochs of the batches above the
+  recovery point and is cut to the recovered log (``log_loader``). What only the
+  lost write held is an epoch begun without records, which a rebuild cannot know
+  either (below). A write that fails (a full disk) keeps the change in memory,
+  logs it, and is retried by the next change or by the flush.
 * A missing or unreadable file is rebuilt from the log's batch headers (the
   owner's job: :attr:`LeaderEpochCache.needs_rebuild`, :func:`epoch_starts`); a
   rebuild cannot know an epoch that began without records (a leader assigns
@@ -174,6 +180,7 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._starts: list[int] = []
         self._dirty = False               # a change the file does not hold yet
+        self._unsynced = False            # the file was written without an fsync since
         self._corrupt = False
         self.needs_rebuild = False
         entries = self._read()
@@ -204,27 +211,32 @@ class LeaderEpochCache:
         self._starts = [int(start) for _, start in entries]
 
     def _changed(self) -> None:
-        """Write the file after a change; a failed write is retried later (rules)."""
+        """Write the file after a change, without an fsync; a failed write is
+        retried later (rules)."""
         self._dirty = True
         try:
-            self.flush()
+            self._write(sync=False)
         except StorageError as error:
             log.warning("%s not written (%s); kept in memory, written with the next change "
                         "or flush", self.path, error)
 
     def flush(self) -> None:
-        """Write the file if a change is not in it yet.
+        """Make the file hold every change, durably (fsynced), if it does not yet.
 
         Raises
         ------
         StorageError
             The write failed; the change stays in memory.
         """
-        if self._dirty:
-            write_atomically(self.path, json.dumps(
-                {"version": CHECKPOINT_VERSION,
-                 "entries": [[epoch, start] for epoch, start in zip(self._epochs, self._starts)]}))
-            self._dirty = False
+        if self._dirty or self._unsynced:
+            self._write(sync=True)
+
+    def _write(self, sync: bool) -> None:
+        write_atomically(self.path, json.dumps(
+            {"version": CHECKPOINT_VERSION,
+             "entries": [[epoch, start] for epoch, start in zip(self._epochs, self._starts)]}),
+            sync=sync)
+        self._dirty, self._unsynced = False, not sync
 
     def rebuild(self, entries: Iterable[tuple[int, int]]) -> None:
         """Replace every entry with ``entries`` (a walk over the log's batch headers,

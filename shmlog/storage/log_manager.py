@@ -14,11 +14,16 @@ Rules: one process owns a data directory at a time (the lock says who); the
 directory belongs to that process's user, and what it makes there has the modes of
 ``access`` (0700/0600 unless shared with a group); topic names follow Kafka's
 rules; metadata files are replaced atomically.
+
+Closing closes the logs on ``limits.LOG_CLOSE_THREADS_MAX`` threads: each log's
+close is its own files' fsyncs (a few each), which release the GIL, so a broker of
+thousands of partitions leaves in the time of its disk's parallel fsyncs, not of
+thousands of fsyncs one after another (a controlled shutdown of 1,000 partitions
+spent 17 s there). Every log is still flushed and closed before ``close`` returns.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import errno
 import fcntl
@@ -28,6 +33,7 @@ import os
 import re
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from ..common import access, limits
@@ -282,18 +288,14 @@ class LogManager:
             partition_log.flush()
 
     def close(self) -> None:
-        """Close every partition log cleanly and release the directory.
-
-        Partitions close on several threads: a close is mostly waiting for fsyncs
-        (the log, its checkpoints), which release the GIL, and the file system
-        commits concurrent ones together (thousands of partitions took ~1 ms each one
-        at a time, ~0.15 ms on 16 threads)."""
+        """Close every partition log cleanly (several at once, see the module's
+        docstring) and release the directory."""
         logs = list(self._logs.values())
-        threads = min(len(logs), limits.LOG_CLOSE_THREADS)
-        if threads > 1:
-            with concurrent.futures.ThreadPoolExecutor(threads,
-                                                       thread_name_prefix="close-log") as pool:
-                list(pool.map(PartitionLog.close, logs))
+        if len(logs) > 1:
+            workers = min(limits.LOG_CLOSE_THREADS_MAX, len(logs))
+            with ThreadPoolExecutor(workers, thread_name_prefix="close-log") as pool:
+                for closed in [pool.submit(partition_log.close) for partition_log in logs]:
+                    closed.result()             # a log's own error, once all were tried
         else:
             for partition_log in logs:
                 partition_log.close()

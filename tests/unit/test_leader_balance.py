@@ -153,3 +153,14 @@ def test_imbalance_is_kafkas_per_broker_ratio(leaders, ratios):
 ])
 def test_rebalance_elects_above_the_imbalance_threshold(leaders, percentage, candidates):
     assert rebalance_candidates(ASSIGNMENTS, leaders, percentage) == candidates
+
+
+def test_only_live_brokers_not_shutting_down_get_their_partitions_back():
+    # Kafka's check skips a preferred replica offline or shutting down: a dead
+    # broker's partitions are not tried (and refused) at every check.
+    assignments = {("t", 0): [1, 2], ("t", 1): [2, 1], ("t", 2): [3, 1]}
+    leaders = {("t", 0): 2, ("t", 1): 1, ("t", 2): 1}
+    assert rebalance_candidates(assignments, leaders, 10) == [("t", 0), ("t", 1), ("t", 2)]
+    assert rebalance_candidates(assignments, leaders, 10, eligible={1, 2}) == \
+        [("t", 0), ("t", 1)]
+    assert rebalance_candidates(assignments, leaders, 10, eligible=set()) == []

@@ -154,6 +154,24 @@ def test_the_checkpoint_round_trips(tmp_path):
     assert reopened.entries() == [(0, 0), (2, 7), (9, 1000)]
 
 
+def test_a_change_is_written_at_once_and_fsynced_by_the_flush(tmp_path, monkeypatch):
+    # KAFKA-15046: becoming leader of thousands of partitions must not cost an fsync
+    # each; the log's flush (before its recovery point moves) makes the file durable.
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    cache = LeaderEpochCache(str(tmp_path))
+    cache.assign(0, 0)
+    cache.assign(3, 10)
+    assert synced == []
+    assert LeaderEpochCache(str(tmp_path)).entries() == [(0, 0), (3, 10)]   # written
+    cache.flush()
+    assert len(synced) == 1
+    cache.flush()                                    # nothing new: no second fsync
+    assert len(synced) == 1
+    assert checkpoint(tmp_path) == {"version": 1, "entries": [[0, 0], [3, 10]]}
+
+
 @pytest.mark.parametrize("body", [
     "not json", json.dumps({"version": 2, "entries": []}), json.dumps({"version": 1}),
     json.dumps({"version": 1, "entries": [[2, 5], [1, 9]]}),       # epochs go down

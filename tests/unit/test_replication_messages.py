@@ -143,7 +143,7 @@ FETCH_RESPONSE = encode(MESSAGES[1])
     ([_envelope(correlation=0), FETCH[1]], "correlation id above 0"),
     ([FETCH[0], b"\xff\xfe"], "not UTF-8 JSON"),
     ([FETCH[0], b"{"], "not UTF-8 JSON"),
-    ([FETCH[0], b"[" * 100_000], "exceeds"),
+    ([FETCH[0], b"[" * (limits.REPLICATION_BODY_SIZE_MAX + 1)], "exceeds"),
     ([FETCH[0], b"[" * 60_000], "nests too deep"),
     ([FETCH[0], b"[]"], "must be a JSON object"),
     (_with_body(FETCH, extra=1), "unknown ['extra']"),

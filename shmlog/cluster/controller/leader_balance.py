@@ -241,13 +241,19 @@ class RebalancePolicy:
 
 
 def rebalance_candidates(assignments: Mapping[object, Sequence[int]],
-                         leaders: Mapping[object, int], imbalance_percentage: int) -> list:
+                         leaders: Mapping[object, int], imbalance_percentage: int,
+                         eligible: Iterable[int] | None = None) -> list:
     """The partitions whose preferred replica should be elected: those of every
     broker whose imbalance is above ``imbalance_percentage`` / 100 that it is
     preferred for and does not lead (whether it can lead is
-    :func:`preferred_election`'s to say), in key order."""
+    :func:`preferred_election`'s to say), in key order. With ``eligible`` (the
+    live brokers not shutting down), only those brokers' partitions: as Kafka's
+    check skips a preferred replica offline or shutting down, so a dead broker's
+    thousands of partitions are not tried, and refused, at every check."""
     ratios = imbalance_ratios(assignments, leaders)
     above = {broker for broker, ratio in ratios.items() if ratio > imbalance_percentage / 100}
+    if eligible is not None:
+        above &= set(eligible)
     return sorted(key for key, assignment in assignments.items()
                   if preferred_replica(assignment) in above and key in leaders
                   and leaders[key] != preferred_replica(assignment))

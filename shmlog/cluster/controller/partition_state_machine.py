@@ -233,6 +233,7 @@ class PartitionStateMachine:
                 UNCLEAN_LEADER_ELECTION_CONFIG, "false").lower() == "true"
             new = {}
             updates = []
+            changed: list[tuple[int, PartitionState, PartitionState]] = []
             for partition, replicas in assignment.partitions.items():
                 if partition not in states:
                     initial = initial_partition_state(replicas, live - shutting, epoch)
@@ -246,13 +247,13 @@ class PartitionStateMachine:
                 if after != state:
                     updates.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
                                              zk_paths.encode_partition_state(after), version))
-                    log.info("controller %d: %s-%d %s -> %s", self.broker_id, topic, partition,
-                             state, after)
+                    changed.append((partition, state, after))
             try:
                 ops = updates + (self.zookeeper.partition_state_creation_ops(topic, new)
                                  if new else [])
                 if ops:
-                    self.zookeeper.checked_multi(ops, elected.zk_version)
+                    self.zookeeper.checked_multi_chunked(ops, elected.zk_version)
+                    self._log_changes(topic, changed, len(new))
                 return
             except ZooKeeperConflictError as error:          # a stale version, mostly
                 log.info("controller %d: %s; reading %s again", self.broker_id, error, topic)
@@ -260,11 +261,26 @@ class PartitionStateMachine:
                                      f"changing under {limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX} "
                                      f"writes", path=zk_paths.topic_path(topic))
 
+    def _log_changes(self, topic: str, changed: list, created: int) -> None:
+        """One line per topic written (a line per partition, thousands at a broker's
+        failure, cost a loaded controller seconds), each partition's at DEBUG."""
+        leaders = sum(before.leader != after.leader for _, before, after in changed)
+        shown = "; ".join(f"{topic}-{partition} {before} -> {after}"
+                          for partition, before, after in changed[:limits.LOGGED_CHANGES_MAX])
+        more = f" and {len(changed) - limits.LOGGED_CHANGES_MAX} more" \
+            if len(changed) > limits.LOGGED_CHANGES_MAX else ""
+        log.info("controller %d: %s: %d states created, %d changed (%d new leaders)%s",
+                 self.broker_id, topic, created, len(changed), leaders,
+                 f": {shown}{more}" if changed else "")
+        for partition, before, after in changed:
+            log.debug("controller %d: %s-%d %s -> %s", self.broker_id, topic, partition,
+                      before, after)
+
     def _delete_topic(self, topic: str, elected: ControllerEpoch) -> None:
         """TopicDeletion: every znode of the topic and its mark, in one checked multi."""
         for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
             try:
-                self.zookeeper.checked_multi(self.zookeeper.topic_deletion_ops(topic),
+                self.zookeeper.checked_multi_chunked(self.zookeeper.topic_deletion_ops(topic),
                                              elected.zk_version)
                 log.info("controller %d: deleted topic %s", self.broker_id, topic)
                 return

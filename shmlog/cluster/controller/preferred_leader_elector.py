@@ -114,25 +114,35 @@ class PreferredLeaderElector:
                 assignments[(topic, partition)] = replicas
                 if partition in states:
                     leaders[(topic, partition)] = states[partition][0].leader
+        live = read_live_brokers(self.zookeeper)
+        shutting = read_brokers_shutting_down(self.zookeeper, live, self.broker_id)
         candidates = leader_balance.rebalance_candidates(
-            assignments, leaders, self.rebalance.imbalance_percentage)
+            assignments, leaders, self.rebalance.imbalance_percentage, set(live) - shutting)
         if candidates:
             log.info("controller %d: leader imbalance above %d %%: electing the preferred "
-                     "replicas of %s", self.broker_id, self.rebalance.imbalance_percentage,
-                     candidates)
+                     "replicas of %d partitions, e.g. %s", self.broker_id,
+                     self.rebalance.imbalance_percentage, len(candidates),
+                     candidates[:limits.LOGGED_CHANGES_MAX])
             self._elect_preferred(candidates, [], elected)
 
     def _elect_preferred(self, partitions, extra_ops: list, elected: ControllerEpoch) -> None:
         """Elect the preferred replica of each (topic, partition) that can take it,
         from fresh reads, in one checked multi with ``extra_ops``; retried when a
         state changed between the read and the write."""
+        partitions = list(partitions)
         for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
             live = read_live_brokers(self.zookeeper)
             shutting = read_brokers_shutting_down(self.zookeeper, live, self.broker_id)
+            # One read per topic and one pipeline for the states, not two round
+            # trips per partition.
+            assignments = {topic: self.zookeeper.read_assignment(topic)
+                           for topic in sorted({topic for topic, _ in partitions})}
+            states = self.zookeeper.read_partition_states_of(partitions)
             ops = []
+            outcomes: dict[str, list] = {}
             for topic, partition in partitions:
-                assignment = self.zookeeper.read_assignment(topic)
-                found = self.zookeeper.read_partition_state(topic, partition)
+                assignment = assignments[topic]
+                found = states.get((topic, partition))
                 if assignment is None or partition not in assignment.partitions:
                     log.warning("controller %d: preferred election of %s-%d: no such "
                                 "partition", self.broker_id, topic, partition)
@@ -140,14 +150,18 @@ class PreferredLeaderElector:
                 outcome, after = leader_balance.preferred_election(
                     None if found is None else found[0], assignment.partitions[partition],
                     live, shutting, elected.epoch)
-                log.info("controller %d: preferred election of %s-%d: %s", self.broker_id,
-                         topic, partition, outcome.value)
+                outcomes.setdefault(outcome.value, []).append(f"{topic}-{partition}")
                 if after is not None:
                     ops.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
                                          zk_paths.encode_partition_state(after), found[1]))
             try:
                 if ops or extra_ops:
-                    self.zookeeper.checked_multi(ops + extra_ops, elected.zk_version)
+                    # The request's deletion (extra_ops) goes last, in the last multi.
+                    self.zookeeper.checked_multi_chunked(ops + extra_ops, elected.zk_version)
+                for outcome, names in outcomes.items():   # a line per outcome, not per partition
+                    log.info("controller %d: preferred election of %d partitions: %s (e.g. %s)",
+                             self.broker_id, len(names), outcome,
+                             ", ".join(names[:limits.LOGGED_CHANGES_MAX]))
                 return
             except ZooKeeperConflictError as error:
                 log.info("controller %d: %s; electing again", self.broker_id, error)

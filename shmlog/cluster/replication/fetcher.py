@@ -30,12 +30,15 @@ Rules
 
 Theory of operation
 -------------------
-:meth:`ReplicaFetcher.send_requests` runs every loop turn and tick: it groups the
-replicas that may ask by leader, and sends each leader without a request in flight
-the next one. The dispatch hands back each answer (:meth:`ReplicaFetcher.answered`)
-or failure (:meth:`ReplicaFetcher.failed`) that names a request in flight; the
-replicas apply it (``PartitionReplica.apply_fetched``, ``take_step``), and the next
-requests go out at once.
+:meth:`ReplicaFetcher.send_requests` runs every loop turn and tick: it sends each
+leader without a request in flight the next one, for its replicas that may ask.
+The replicas followed are grouped by leader once per change of roles
+(``HostedReplicas.generation``), not every turn, and only a leader's group with
+no request in flight is looked through: with thousands of partitions a turn
+costs per leader, not per partition. The dispatch hands back each answer
+(:meth:`ReplicaFetcher.answered`) or failure (:meth:`ReplicaFetcher.failed`) that
+names a request in flight; the replicas apply it (``PartitionReplica.apply_fetched``,
+``take_step``), and the next requests go out at once.
 """
 
 from __future__ import annotations
@@ -92,6 +95,11 @@ class ReplicaFetcher:
         self.throttle = throttle
         self._wake_consumers = wake_consumers
         self._fetchers: dict[int, _Fetcher] = {}
+        # The followed replicas by leader, and the hosted generation it was made at.
+        self._by_leader: dict[int, list[PartitionReplica]] = {}
+        self._generation = -1
+        # The first backed-off replica's retry among the leaders free to be asked.
+        self._replica_retry_at: int | None = None
         self._throttled_until: int | None = None     # a follower's partition held back
         # The partitions followed when a controlled shutdown began (None: not shutting).
         self._stopping_to_follow: frozenset[tuple[str, int]] | None = None
@@ -101,10 +109,11 @@ class ReplicaFetcher:
         bucket refills; None if nothing waits."""
         deadlines = [fetcher.retry_at for fetcher in self._fetchers.values()
                      if fetcher.in_flight is None and fetcher.retry_at]
-        deadlines.extend(replica.retry_at for replica in self.hosted.replicas.values()
-                         if replica.retry_at and replica.phase is not FetchPhase.WAITING)
-        if self._throttled_until is not None:
-            deadlines.append(self._throttled_until)
+        # A replica whose leader has a request in flight needs no deadline: that
+        # request's answer or failure runs send_requests again.
+        for deadline in (self._replica_retry_at, self._throttled_until):
+            if deadline is not None:
+                deadlines.append(deadline)
         return min(deadlines, default=None)
 
     def stop_following(self) -> None:
@@ -122,16 +131,34 @@ class ReplicaFetcher:
     def send_requests(self, now: int) -> None:
         """Send each leader the next request, when none is in flight: EPOCH_END for
         the partitions truncating, else FETCH for those fetching."""
-        by_leader: dict[int, list[PartitionReplica]] = {}
-        self._throttled_until = None
-        for replica in self.hosted.replicas.values():
-            if replica.may_ask(now) and not self._stopped_for_shutdown(replica):
-                replica.retry_at = 0
-                by_leader.setdefault(replica.leader_id, []).append(replica)
-        for leader_id, replicas in by_leader.items():
+        self._throttled_until = self._replica_retry_at = None
+        for leader_id, followed in self._followed_by_leader().items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
-            if fetcher.in_flight is None and now >= fetcher.retry_at:
-                self._send_next(fetcher, replicas, now)
+            if fetcher.in_flight is not None or now < fetcher.retry_at:
+                continue
+            asking = []
+            for replica in followed:
+                if replica.leader_id != leader_id or self._stopped_for_shutdown(replica):
+                    continue
+                if replica.may_ask(now):
+                    replica.retry_at = 0
+                    asking.append(replica)
+                elif replica.retry_at and replica.phase is not FetchPhase.WAITING:
+                    self._replica_retry_at = replica.retry_at if self._replica_retry_at is None \
+                        else min(replica.retry_at, self._replica_retry_at)
+            if asking:
+                self._send_next(fetcher, asking, now)
+
+    def _followed_by_leader(self) -> dict[int, list[PartitionReplica]]:
+        """The replicas this broker follows or observes, by leader (regrouped when
+        the hosted replicas' generation moved)."""
+        if self._generation != self.hosted.generation:
+            self._generation = self.hosted.generation
+            self._by_leader = {}
+            for replica in self.hosted.replicas.values():
+                if replica.role in (Role.FOLLOWER, Role.OBSERVER):
+                    self._by_leader.setdefault(replica.leader_id, []).append(replica)
+        return self._by_leader
 
     def _send_next(self, fetcher: _Fetcher, replicas: list[PartitionReplica], now: int) -> None:
         asking = [replica for replica in replicas if replica.phase is FetchPhase.TRUNCATING

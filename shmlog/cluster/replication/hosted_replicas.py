@@ -100,6 +100,9 @@ class HostedReplicas:
         self._by_key: dict[tuple[int, int], PartitionReplica] = {}
         self._by_row: dict[int, PartitionReplica] = {}
         self._listener: LeadershipListener | None = None
+        #: Bumped whenever a replica is hosted or dropped, or its role or leader may
+        #: have changed: what the fetcher's grouping by leader is cached against.
+        self.generation = 0
         self.checkpoint = HighWatermarkCheckpoint(host.data_dir)
         self.next_checkpoint = 0
         self._fence_checkpointed()
@@ -176,6 +179,7 @@ class HostedReplicas:
     def _apply_state(self, replica: PartitionReplica, state, version: int, now: int) -> None:
         if replica.apply_state(state, version, self.view.replicas(*partition_name(replica)),
                                now):
+            self.generation += 1
             replica.update_min_insync(self.suspended)
             self._listener.leadership_changed(replica)
         self._listener.maybe_advance_high_watermark(replica, now)
@@ -202,6 +206,7 @@ class HostedReplicas:
                                        self.config.replica_lag_time_max_ms,
                                        high_watermark=self._start_high_watermark(hosted))
             self.next_checkpoint = now         # a crash soon after must find it there
+            self.generation += 1
             replica.min_insync_replicas = self._min_insync(config)
             self.replicas[(name, partition)] = replica
             self._by_key[replica.key] = replica
@@ -212,6 +217,7 @@ class HostedReplicas:
 
     def drop_topic(self, name: str) -> None:
         """The topic is gone from ZooKeeper: resign its partitions, delete its logs."""
+        self.generation += 1
         for (topic, partition), replica in list(self.replicas.items()):
             if topic == name:
                 replica.resign()
@@ -249,6 +255,7 @@ class HostedReplicas:
         """The ZooKeeper session was suspended, lost or reconnected."""
         self.suspended = state is SessionState.SUSPENDED
         if state is SessionState.LOST:
+            self.generation += 1
             log.warning("ZooKeeper session lost: resigning every leadership")
             for replica in self.replicas.values():
                 if replica.role is Role.LEADER:

@@ -122,6 +122,12 @@ class ClusterZooKeeper(ZooKeeperSession):
         """:meth:`TopicZnodes.read_partition_states`: partition → (state, zkVersion)."""
         return self.topics.read_partition_states(topic)
 
+    def read_partition_states_of(self, partitions) -> dict[tuple[str, int],
+                                                           tuple[PartitionState, int]]:
+        """:meth:`TopicZnodes.read_partition_states_of`: (topic, partition) → (state,
+        zkVersion), pipelined."""
+        return self.topics.read_partition_states_of(partitions)
+
     def read_topics_to_delete(self) -> list[str]:
         """:meth:`TopicZnodes.read_topics_to_delete`."""
         return self.topics.read_topics_to_delete()
@@ -175,6 +181,11 @@ class ClusterZooKeeper(ZooKeeperSession):
     def checked_multi(self, ops: Sequence[Op], controller_version: int) -> list:
         """:meth:`ControllerElection.checked_multi`: ``ops`` fenced by the epoch."""
         return self.controller_election.checked_multi(ops, controller_version)
+
+    def checked_multi_chunked(self, ops: Sequence[Op], controller_version: int) -> list:
+        """:meth:`ControllerElection.checked_multi_chunked`: ``ops`` as fenced multis
+        that each fit ZooKeeper's request size."""
+        return self.controller_election.checked_multi_chunked(ops, controller_version)
 
     # --- configs (configs.ConfigZnodes) ------------------------------------------------
 

@@ -35,6 +35,7 @@ from typing import Sequence
 
 from ...common.errors import (
     ControllerMovedError,
+    ShmlogError,
     StaleStateVersionError,
     ZnodeExistsError,
     ZnodeMissingError,
@@ -133,9 +134,30 @@ class ControllerElection:
         try:
             return self._session.multi([fence, *ops])[1:]
         except ZooKeeperConflictError as error:
-            # Only the fence names /controller_epoch: no controller op writes it.
-            if error.path != fence.path:
-                raise
-            raise ControllerMovedError(
-                f"{fence.path} is no longer at version {fence.version} "
-                f"({type(error).__name__}): a newer controller was elected") from None
+            raise _moved_if_fenced(error, fence) from None
+
+    def checked_multi_chunked(self, ops: Sequence[Op], controller_version: int) -> list:
+        """:meth:`checked_multi` for writes of any size: ``ops`` go, in order, as
+        multis that each fit ZooKeeper's request size
+        (``ZooKeeperSession.multi_chunked``), **each fenced**. Each multi is atomic,
+        the whole is not: when one is refused, those before it stay applied (each
+        was this controller's, at its epoch) and none after it is tried; the caller
+        reads again and decides again, as after any refusal.
+
+        Returns and raises as :meth:`checked_multi`.
+        """
+        fence = CheckOp(zk_paths.CONTROLLER_EPOCH_PATH, controller_version)
+        try:
+            return self._session.multi_chunked(ops, prefix=[fence])
+        except ZooKeeperConflictError as error:
+            raise _moved_if_fenced(error, fence) from None
+
+
+def _moved_if_fenced(error: ZooKeeperConflictError, fence: CheckOp) -> ShmlogError:
+    """The fence's refusal as :class:`ControllerMovedError`; another op's as itself."""
+    # Only the fence names /controller_epoch: no controller op writes it.
+    if error.path != fence.path:
+        return error
+    return ControllerMovedError(
+        f"{fence.path} is no longer at version {fence.version} "
+        f"({type(error).__name__}): a newer controller was elected")

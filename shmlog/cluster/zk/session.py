@@ -47,8 +47,10 @@ of kazoo's handler (:meth:`~ZooKeeperSession.spawn`), so their owner never block
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
-from typing import Any, Callable, Self, Sequence
+import time
+from typing import Any, Callable, Iterable, Self, Sequence
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -77,7 +79,8 @@ from ...common.errors import (
 from . import paths as zk_paths
 from .events import EventKind, EventQueue, SessionState, WatchEvent
 
-__all__ = ["ZooKeeperSession", "CreateOp", "SetDataOp", "DeleteOp", "CheckOp", "Op"]
+__all__ = ["ZooKeeperSession", "DataWatches", "CreateOp", "SetDataOp", "DeleteOp", "CheckOp",
+           "Op", "op_size", "chunk_ops"]
 
 # What a lost connection looks like from a request.
 _CONNECTION_ERRORS = (ConnectionLoss, SessionExpiredError, ConnectionClosedError,
@@ -119,6 +122,31 @@ class CheckOp:
 
 
 Op = CreateOp | SetDataOp | DeleteOp | CheckOp
+
+
+def op_size(op: Op) -> int:
+    """What ``op`` adds to a multi-op's request, counted generously (bytes)."""
+    body = getattr(op, "body", b"")
+    return len(op.path.encode()) + len(body) + limits.ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE
+
+
+def chunk_ops(ops: Sequence[Op], size_max: int = limits.ZOOKEEPER_MULTI_SIZE_MAX,
+              reserved: int = 0) -> list[list[Op]]:
+    """``ops`` cut, in order, into runs whose :func:`op_size` sum stays within
+    ``size_max`` less ``reserved`` (room for ops each run gets besides, a fence); an
+    op too large alone is a run of its own (ZooKeeper judges it). No run is empty;
+    no ops, no runs."""
+    room = size_max - reserved
+    chunks: list[list[Op]] = []
+    size = 0
+    for op in ops:
+        cost = op_size(op)
+        if not chunks or size + cost > room:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(op)
+        size += cost
+    return chunks
 
 
 class ZooKeeperSession:
@@ -255,6 +283,11 @@ class ZooKeeperSession:
         ZooKeeper."""
         self._state_listeners.append(listener)
 
+    def remove_state_listener(self, listener: Callable[[SessionState], None]) -> None:
+        """Call ``listener`` no more."""
+        if listener in self._state_listeners:
+            self._state_listeners.remove(listener)
+
     def _on_session_state(self, state: str) -> None:
         """kazoo's session listener, on its connection thread: flags and queues only."""
         if state == KazooState.CONNECTED:
@@ -299,6 +332,50 @@ class ZooKeeperSession:
     def ensure_path(self, path: str) -> None:
         """Create ``path`` and its parents where missing (idempotent, so retried)."""
         self._read(self._client.ensure_path, path)
+
+    def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, Any] | None]:
+        """:meth:`get` of every path, pipelined (``limits.ZOOKEEPER_READS_IN_FLIGHT_MAX``
+        in flight, not one round trip each); those lost with the connection are read
+        again (bounded, as :meth:`get`).
+
+        Raises
+        ------
+        ZooKeeperConnectionError
+            Some path could not be read within the attempts.
+        """
+        return self._read_many(self._client.get_async, paths, None)
+
+    def children_many(self, paths: Iterable[str]) -> dict[str, list[str]]:
+        """:meth:`children` of every path, pipelined as :meth:`get_many`."""
+        return self._read_many(self._client.get_children_async, paths, [])
+
+    def _read_many(self, start: Callable, paths: Iterable[str], missing_value: Any) -> dict:
+        found: dict[str, Any] = {}
+        missing = list(dict.fromkeys(paths))
+        for attempt in range(limits.ZOOKEEPER_READ_ATTEMPTS_MAX):
+            if attempt:
+                time.sleep(min(1.0, 0.1 * 2 ** attempt))
+            lost = []
+            for first in range(0, len(missing), limits.ZOOKEEPER_READS_IN_FLIGHT_MAX):
+                window = missing[first:first + limits.ZOOKEEPER_READS_IN_FLIGHT_MAX]
+                try:
+                    pending = [(path, start(path)) for path in window]
+                except _CONNECTION_ERRORS:
+                    lost.extend(window)
+                    continue
+                for path, result in pending:
+                    try:
+                        found[path] = result.get()
+                    except NoNodeError:
+                        found[path] = missing_value
+                    except _CONNECTION_ERRORS:
+                        lost.append(path)
+            if not lost:
+                return found
+            missing = lost
+        raise ZooKeeperConnectionError(
+            f"ZooKeeper ({self.hosts}) did not answer reads of {len(missing)} znodes "
+            f"(e.g. {missing[0]}) in {limits.ZOOKEEPER_READ_ATTEMPTS_MAX} attempts")
 
     def _read(self, function: Callable, *args, **kwargs) -> Any:
         """An idempotent request, retried across connection losses (bounded)."""
@@ -398,6 +475,29 @@ class ZooKeeperSession:
             raise _refusal(result, op.path)
         return results
 
+    def multi_chunked(self, ops: Sequence[Op], prefix: Sequence[Op] = ()) -> list:
+        """``ops`` applied as a run of multi-ops that each fit ZooKeeper's request
+        size (:func:`chunk_ops`), in order, each with ``prefix`` first (a fence);
+        one multi when they fit. Each run is atomic, the whole is not: when one is
+        refused, the runs before it stay applied and none after it is tried.
+
+        Returns
+        -------
+        list
+            One result per op of ``ops`` (the prefix's left out).
+
+        Raises
+        ------
+        ZooKeeperConflictError, ZooKeeperConnectionError
+            As :meth:`multi`, for the run refused or lost.
+        """
+        prefix = list(prefix)
+        reserved = sum(op_size(op) for op in prefix)
+        results: list = []
+        for chunk in chunk_ops(ops, reserved=reserved):
+            results.extend(self.multi(prefix + chunk)[len(prefix):])
+        return results
+
     def _write(self, function: Callable, *args, **kwargs) -> Any:
         """A request tried once: a lost connection leaves its outcome unknown."""
         try:
@@ -417,11 +517,117 @@ class ZooKeeperSession:
         returns False. Blocks for the first read: call it from :meth:`spawn`."""
         self._client.DataWatch(path, changed)
 
+    def data_watches(self, changed: Callable[[str, bytes | None, Any], bool | None]
+                     ) -> "DataWatches":
+        """A :class:`DataWatches`: many znodes' data watched without a thread or a
+        blocking read each. Does not block."""
+        return DataWatches(self, changed)
+
     def children_watch(self, path: str, changed: Callable[[list[str]], bool | None]) -> None:
         """kazoo's ChildrenWatch: ``changed(children)`` now and at each change of
         ``path``'s children, on a kazoo thread, until it returns False. Blocks for the
         first read: call it from :meth:`spawn`."""
         self._client.ChildrenWatch(path, changed)
+
+
+class DataWatches:
+    """kazoo's ``DataWatch`` over many znodes, without its thread and blocking read
+    per znode: ``changed(path, body, stat)`` is called for each path added, now and
+    at each change of it ((None, None) while it does not exist), on kazoo's threads
+    (so it must only queue), until it returns False for that path or :meth:`stop`.
+
+    Each read is asynchronous and sets the next watch, so a burst of changes (a
+    controller's election of thousands of partitions) is read in one pipeline
+    instead of one round trip after another on kazoo's event thread. As DataWatch
+    does, every path is read again whenever the session is CONNECTED again (the
+    same session or a new one), so what changed while disconnected is seen; a path
+    may so be reported twice, and ``stat.version`` orders the reports.
+    """
+
+    def __init__(self, session: ZooKeeperSession,
+                 changed: Callable[[str, bytes | None, Any], bool | None]):
+        self._session = session
+        self._client = session._client
+        self._changed = changed
+        # Each path watched -> when it was added (a count): a path added again
+        # while its report was refusing it stays watched.
+        self._paths: dict[str, int] = {}
+        self._added = 0
+        self._lock = threading.Lock()
+        self._stopped = False
+        session.add_state_listener(self._on_state)
+
+    def add(self, paths: Iterable[str]) -> None:
+        """Watch ``paths`` too; each is read now (again, if it was watched already)."""
+        paths = list(paths)
+        with self._lock:
+            for path in paths:
+                self._added += 1
+                self._paths[path] = self._added
+        for path in paths:
+            self._read(path)
+
+    def stop(self) -> None:
+        """Report nothing more."""
+        self._stopped = True
+        self._session.remove_state_listener(self._on_state)
+
+    def _on_state(self, state: SessionState) -> None:
+        # The connection thread must not call ZooKeeper: the reads go from another.
+        if state is SessionState.CONNECTED and not self._stopped:
+            self._session.spawn(self._read_all)
+
+    def _read_all(self) -> None:
+        with self._lock:
+            paths = sorted(self._paths)
+        for path in paths:
+            self._read(path)
+
+    def _read(self, path: str) -> None:
+        if self._stopped or path not in self._paths:
+            return
+        try:
+            result = self._client.get_async(path, watch=self._watched)
+        except _CONNECTION_ERRORS:
+            return                                 # read again when CONNECTED
+        result.rawlink(functools.partial(self._got, path))
+
+    def _watched(self, event) -> None:
+        if event.type != "NONE":                   # NONE: the connection's, see _on_state
+            self._read(event.path)
+
+    def _got(self, path: str, result) -> None:
+        try:
+            body, stat = result.get()
+        except NoNodeError:
+            try:                                   # watch for its creation
+                exists = self._client.exists_async(path, watch=self._watched)
+            except _CONNECTION_ERRORS:
+                return
+            exists.rawlink(functools.partial(self._existed, path))
+            return
+        except _CONNECTION_ERRORS:
+            return                                 # read again when CONNECTED
+        self._report(path, body, stat)
+
+    def _existed(self, path: str, result) -> None:
+        try:
+            stat = result.get()
+        except _CONNECTION_ERRORS:
+            return
+        if stat is not None:                       # created between the two reads
+            self._read(path)
+        else:
+            self._report(path, None, None)
+
+    def _report(self, path: str, body: bytes | None, stat: Any) -> None:
+        added = self._paths.get(path)
+        if self._stopped or added is None:
+            return
+        if self._changed(path, body, stat) is False:
+            with self._lock:
+                if self._paths.get(path) == added:
+                    del self._paths[path]
 
 
 def _add(transaction, op: Op) -> None:

@@ -18,11 +18,13 @@ Rules
 
 Theory of operation
 -------------------
-Reads return what exists now, with the zkVersion a conditional write is checked
-against. A leader's ISR change (:meth:`TopicZnodes.update_partition_state_async`)
-does not block the broker's loop: its outcome arrives on a kazoo thread, to be
-queued. A re-created topic restarts its state versions at 0 (its ``topic_id`` is
-new).
+A topic's partition states are read in one pipeline (``ZooKeeperSession.get_many``),
+not one round trip each: a controller's pass over 10,000 partitions costs the
+answers' decoding, not 10,000 waits. Reads return what exists now, with the
+zkVersion a conditional write is checked against. A leader's ISR change
+(:meth:`TopicZnodes.update_partition_state_async`) does not block the broker's
+loop: its outcome arrives on a kazoo thread, to be queued. A re-created topic
+restarts its state versions at 0 (its ``topic_id`` is new).
 """
 
 from __future__ import annotations
@@ -86,13 +88,22 @@ class TopicZnodes:
 
     def read_partition_states(self, topic: str) -> dict[int, tuple[PartitionState, int]]:
         """Every partition state of ``topic`` that exists: partition → (state, zkVersion)."""
-        states = {}
-        for name in self._session.children(zk_paths.partitions_path(topic)):
-            partition = zk_paths.decode_partition_number(name, zk_paths.partitions_path(topic))
-            found = self.read_partition_state(topic, partition)
-            if found is not None:
-                states[partition] = found
-        return dict(sorted(states.items()))
+        partitions = sorted(
+            zk_paths.decode_partition_number(name, zk_paths.partitions_path(topic))
+            for name in self._session.children(zk_paths.partitions_path(topic)))
+        found = self.read_partition_states_of((topic, partition) for partition in partitions)
+        return {partition: found[(topic, partition)] for partition in partitions
+                if (topic, partition) in found}
+
+    def read_partition_states_of(self, partitions) -> dict[tuple[str, int],
+                                                           tuple[PartitionState, int]]:
+        """(state, zkVersion) of each ``(topic, partition)`` that has a state, read in
+        one pipeline (``ZooKeeperSession.get_many``), not one round trip each."""
+        paths = {name: zk_paths.partition_state_path(*name) for name in partitions}
+        found = self._session.get_many(paths.values())
+        return {name: (zk_paths.decode_partition_state(found[path][0], path),
+                       found[path][1].version)
+                for name, path in paths.items() if found[path] is not None}
 
     def read_topics_to_delete(self) -> list[str]:
         """The topics marked for deletion, sorted."""
@@ -191,8 +202,10 @@ class TopicZnodes:
         states, partitions, assignment, config) and its deletion mark."""
         ops: list[Op] = []
         partitions = zk_paths.partitions_path(topic)
-        for name in sorted(self._session.children(partitions)):
-            for child in sorted(self._session.children(f"{partitions}/{name}")):
+        names = sorted(self._session.children(partitions))
+        children = self._session.children_many(f"{partitions}/{name}" for name in names)
+        for name in names:
+            for child in sorted(children[f"{partitions}/{name}"]):
                 ops.append(DeleteOp(f"{partitions}/{name}/{child}"))
             ops.append(DeleteOp(f"{partitions}/{name}"))
         for path in (partitions, zk_paths.topic_path(topic), zk_paths.topic_config_path(topic),

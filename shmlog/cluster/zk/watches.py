@@ -21,7 +21,9 @@ events about one key may arrive more than once; ``zk_version`` orders them (the
 data version, or for a broker its czxid), and a consumer keeps the newest.
 :func:`watch_cluster` cascades: the broker-id list starts a data watch per broker,
 the topic list one per topic assignment and config, an assignment one per partition
-state. A re-created topic restarts its state versions at 0: a ``TOPIC`` event with
+state. The partition states, thousands of them, share one ``DataWatches`` (reads
+pipelined, no thread per znode); the few other znodes have a DataWatch each. A
+re-created topic restarts its state versions at 0: a ``TOPIC`` event with
 a new ``topic_id`` starts over.
 Two single watches stand apart: the controller's on ``/admin/reassign_partitions``
 (:func:`watch_reassignment`) and each broker's on its own ``/config/brokers/<id>``
@@ -111,10 +113,44 @@ class ClusterWatch:
         self._cancelled = False
         self._brokers: set[int] = set()
         self._topics: dict[str, _TopicWatch] = {}
+        # Every partition state watched: its path -> (its key, the topic's watch).
+        self._states: dict[str, tuple[tuple[str, int], _TopicWatch]] = {}
+        self._state_watches = None
 
     def cancel(self) -> None:
         """Queue nothing more."""
         self._cancelled = True
+        with self._lock:
+            if self._state_watches is not None:
+                self._state_watches.stop()
+
+    def watch_states(self, topic_watch: "_TopicWatch", partitions: Iterable[int]) -> None:
+        """Queue ``PARTITION_STATE`` events for these partitions of the topic, now and
+        at each change, while the topic's watch lives. Does not block."""
+        paths = []
+        with self._lock:
+            if self._cancelled:
+                return
+            if self._state_watches is None:
+                self._state_watches = self._session.data_watches(self._state_changed)
+            for partition in partitions:
+                path = zk_paths.partition_state_path(topic_watch.topic, partition)
+                self._states[path] = ((topic_watch.topic, partition), topic_watch)
+                paths.append(path)
+            watches = self._state_watches
+        watches.add(paths)
+
+    def _state_changed(self, path: str, data: bytes | None, stat: Any) -> bool | None:
+        with self._lock:
+            watched = self._states.get(path)
+            if watched is not None and not watched[1].alive:
+                del self._states[path]            # a re-created topic's watch adds it again
+                watched = None
+        if self._cancelled or watched is None:
+            return False
+        self._events.put(WatchEvent(EventKind.PARTITION_STATE, watched[0], data,
+                                    -1 if stat is None else stat.version))
+        return None
 
     def spawn(self, function: Callable, *args) -> None:
         """Run ``function(*args)`` on a thread of kazoo's handler (it may block)."""
@@ -212,10 +248,8 @@ class _TopicWatch:
         with self.lock:
             new = [partition for partition in partitions if partition not in self.partitions]
             self.partitions.update(new)
-        for partition in new:
-            self.watch.spawn(self.watch.watch_data,
-                             zk_paths.partition_state_path(self.topic, partition),
-                             EventKind.PARTITION_STATE, (self.topic, partition), self.is_alive)
+        if new:
+            self.watch.watch_states(self, new)
 
 
 def _broker_ids(names: Iterable[str]) -> list[int]:
