@@ -149,3 +149,24 @@ def test_a_lapped_journal_and_a_restarted_broker_lose_and_repeat_nothing(data_di
             assert consumer.poll(timeout_ms=20) == {}
     finally:
         broker.stop()
+
+
+def test_pauses_resumes_and_seeks_are_looked_at_without_a_journal_entry(data_dir):
+    """A partition's records published while it was paused come when it is resumed,
+    and a seek back reads again, though the journal named the row only once, before
+    (the fetcher looks at what was moved or resumed from outside: ``touched``)."""
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("wide", WIDE, config=CONFIG)
+        busy = TopicPartition("wide", BUSY[1])
+        with assigned_all(data_dir) as consumer, Producer(data_dir) as producer:
+            consumer.pause(busy)
+            send(producer, BUSY[:2], 5)
+            records = drain(consumer, 5)
+            check_once_in_order(records, BUSY[:1], 0, 5)
+            for _ in range(3):
+                assert consumer.poll(timeout_ms=20) == {}, "paused"
+            consumer.resume(busy)
+            check_once_in_order(drain(consumer, 5), BUSY[1:2], 0, 5)
+            consumer.seek(busy, 2)
+            assert [r.offset for r in drain(consumer, 3)] == [2, 3, 4]
+            assert consumer.poll(timeout_ms=20) == {}
