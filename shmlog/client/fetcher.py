@@ -40,7 +40,7 @@ returns; the rest stay columns for the next call. Both go on from one position p
 partition: ``poll_batch`` first moves each position back over what ``poll``
 buffered, so the two may be mixed and every record comes once, in order.
 
-Which partitions a fetch looks at (:meth:`Fetcher._candidates`): the broker names
+Which partitions a fetch looks at (:class:`FetchChoice`): the broker names
 every row it publishes in the table's journal (``state_layout``), and stores the
 journal's sequence after the slots it covers. A fetch loads the sequence, reads the
 slots from the one it saw last and maps their rows to its partitions through its
@@ -91,8 +91,8 @@ from ..shm import wakeup
 from ..shm.state import JOURNAL_LAPPED
 from .subscription_state import AssignedPartition, SubscriptionState
 
-__all__ = ["Fetcher", "CompletedFetch", "ConsumerRecord", "GroupWork", "ScanCounts",
-           "deserialized"]
+__all__ = ["Fetcher", "FetchChoice", "CompletedFetch", "ConsumerRecord", "GroupWork",
+           "ScanCounts", "deserialized"]
 
 # A ConsumerRecord and its headers list: the objects the garbage collector tracks
 # per record made; and a margin for the others a chunk of iteration makes (its list
@@ -174,6 +174,84 @@ class ScanCounts:
         self.examined_max = max(self.examined_max, examined)
 
 
+class FetchChoice:
+    """Which assigned partitions a fetch looks at (the module's rules; the theory's
+    second part): every one now and then, else those the state table's journal
+    names since the last fetch, those the last look left with more (:attr:`more`,
+    which the fetcher sets after each look) and those touched."""
+
+    def __init__(self, subscriptions: SubscriptionState):
+        self.subscriptions = subscriptions
+        self.counts = ScanCounts()
+        # Partitions a read left short of their high watermark, or found deleted.
+        self.more: set[TopicPartition] = set()
+        # The table whose journal is followed, the sequence seen, the slots read into,
+        # the assignment's version the row map was built for, the row map, each
+        # partition's place in the assignment (the order fetches go in), and when
+        # the next full look is due.
+        self._table = None
+        self._seen = 0
+        self._slots = np.empty(S.JOURNAL_CAPACITY, np.int64)
+        self._assignment_version = -1
+        self._by_row: dict[int, TopicPartition] = {}
+        self._order: dict[TopicPartition, int] = {}
+        self._full_scan_due = 0.0
+
+    def look_at_every_one_next(self) -> None:
+        self._full_scan_due = 0.0
+
+    def candidates(self) -> list[tuple[TopicPartition, AssignedPartition]]:
+        """The assigned partitions this fetch looks at, in the assignment's order:
+        every one (a full look, see the rules for when), or those the journal names
+        since the last fetch, those a read left with more, and those touched."""
+        subscriptions = self.subscriptions
+        table = subscriptions.metadata.table
+        now = time.monotonic()
+        if table is self._table and subscriptions.version == self._assignment_version:
+            sequence, count = table.journal_changes(self._seen, self._slots)
+            if count == JOURNAL_LAPPED:
+                self.counts.laps += 1
+            elif now < self._full_scan_due:
+                self._seen = sequence
+                return self._named(count)
+        return self._full_scan(table, now)
+
+    def _full_scan(self, table, now: float) -> list[tuple[TopicPartition, AssignedPartition]]:
+        """Every assigned partition, after loading the journal's sequence (what is
+        published from now on is named after it) and mapping rows to partitions."""
+        subscriptions = self.subscriptions
+        self._seen = table.journal_sequence()
+        if table is not self._table or subscriptions.version != self._assignment_version:
+            self._table, self._assignment_version = table, subscriptions.version
+            self._by_row = {state.reader.row: partition
+                            for partition, state in subscriptions.assigned.items()}
+            self._order = {partition: index
+                           for index, partition in enumerate(subscriptions.assigned)}
+        self._full_scan_due = now + limits.FETCH_FULL_SCAN_INTERVAL_S
+        subscriptions.touched.clear()
+        self.counts.full_scans += 1
+        return list(subscriptions.assigned.items())
+
+    def _named(self, count: int) -> list[tuple[TopicPartition, AssignedPartition]]:
+        """The partitions of rows in the journal's ``count`` new slots (a row of no
+        partition of ours is ignored), with those left with more and those touched."""
+        subscriptions = self.subscriptions
+        names = self.more | subscriptions.touched
+        subscriptions.touched.clear()
+        if count:
+            by_row = self._by_row
+            for row in set(self._slots[:count].tolist()):
+                partition = by_row.get(row)
+                if partition is not None:
+                    names.add(partition)
+        assigned, order = subscriptions.assigned, self._order
+        chosen = [(partition, assigned[partition])
+                  for partition in sorted(names, key=lambda name: order.get(name, -1))
+                  if partition in assigned]
+        self.counts.journal_fetch(len(chosen))
+        return chosen
+
+
 class Fetcher:
     """Fetches the assigned partitions of a :class:`SubscriptionState`.
 
@@ -206,20 +284,7 @@ class Fetcher:
         self._iterating: tuple[CompletedFetch, list, Iterator] | None = None
         # metrics(): counted per fetch, never per record.
         self._counts = FlowCounts()
-        self.scans = ScanCounts()
-        # Following the state table's journal (the theory): the table followed, the
-        # sequence seen, the slots read into, the assignment's version the row map
-        # was built for, the row map, each partition's place in the assignment (the
-        # order fetches go in), the partitions a read left short of their high
-        # watermark (or found deleted), and when the next full look is due.
-        self._journal_table = None
-        self._journal_seen = 0
-        self._journal_slots = np.empty(S.JOURNAL_CAPACITY, np.int64)
-        self._assignment_version = -1
-        self._by_row: dict[int, TopicPartition] = {}
-        self._order: dict[TopicPartition, int] = {}
-        self._more: set[TopicPartition] = set()
-        self._full_scan_due = 0.0
+        self._choice = FetchChoice(subscriptions)
 
     # -- polls -----------------------------------------------------------------------------
     def poll(self, timeout_ms: int, max_records: int | None, group: GroupWork | None) -> dict:
@@ -314,12 +379,12 @@ class Fetcher:
     def _fetch_columns(self, max_bytes: int) -> dict[TopicPartition, RecordColumns]:
         """The next columns of every assigned partition not paused that has new
         records (up to ``max_bytes`` each); advances their positions. Only the
-        partitions :meth:`_candidates` names are looked at."""
+        partitions :class:`FetchChoice` names are looked at."""
         found = {}
         deleted = None
         more = set()
         try:
-            for partition, state in self._candidates():
+            for partition, state in self._choice.candidates():
                 if state.paused:
                     continue
                 try:
@@ -335,9 +400,9 @@ class Fetcher:
         except BaseException:
             # Cut short (no position to reset to, a damaged batch): what it did not
             # look at is looked at next time, with everything else.
-            self._full_scan_due = 0.0
+            self._choice.look_at_every_one_next()
             raise
-        self._more = more
+        self._choice.more = more
         if deleted is not None and self.subscriptions.subscription is None:
             # Assigned by hand: the application must hear of it (Kafka's consumer
             # raises too). What this poll fetched from the other partitions is put
@@ -349,57 +414,6 @@ class Fetcher:
         # deleted, and the partition goes with the next assignment; until then it
         # has nothing to read (Kafka's behaviour, no error for the application).
         return found
-
-    def _candidates(self) -> list[tuple[TopicPartition, AssignedPartition]]:
-        """The assigned partitions this fetch looks at, in the assignment's order:
-        every one (a full look, see the rules for when), or those the journal names
-        since the last fetch, those a read left with more, and those touched."""
-        subscriptions = self.subscriptions
-        table = subscriptions.metadata.table
-        now = time.monotonic()
-        if table is self._journal_table and subscriptions.version == self._assignment_version:
-            sequence, count = table.journal_changes(self._journal_seen, self._journal_slots)
-            if count == JOURNAL_LAPPED:
-                self.scans.laps += 1
-            elif now < self._full_scan_due:
-                self._journal_seen = sequence
-                return self._named(count)
-        return self._full_scan(table, now)
-
-    def _full_scan(self, table, now: float) -> list[tuple[TopicPartition, AssignedPartition]]:
-        """Every assigned partition, after loading the journal's sequence (what is
-        published from now on is named after it) and mapping rows to partitions."""
-        subscriptions = self.subscriptions
-        self._journal_seen = table.journal_sequence()
-        if table is not self._journal_table or subscriptions.version != self._assignment_version:
-            self._journal_table, self._assignment_version = table, subscriptions.version
-            self._by_row = {state.reader.row: partition
-                            for partition, state in subscriptions.assigned.items()}
-            self._order = {partition: index
-                           for index, partition in enumerate(subscriptions.assigned)}
-        self._full_scan_due = now + limits.FETCH_FULL_SCAN_INTERVAL_S
-        subscriptions.touched.clear()
-        self.scans.full_scans += 1
-        return list(subscriptions.assigned.items())
-
-    def _named(self, count: int) -> list[tuple[TopicPartition, AssignedPartition]]:
-        """The partitions of rows in the journal's ``count`` new slots (a row of no
-        partition of ours is ignored), with those left with more and those touched."""
-        subscriptions = self.subscriptions
-        names = self._more | subscriptions.touched
-        subscriptions.touched.clear()
-        if count:
-            by_row = self._by_row
-            for row in set(self._journal_slots[:count].tolist()):
-                partition = by_row.get(row)
-                if partition is not None:
-                    names.add(partition)
-        assigned, order = subscriptions.assigned, self._order
-        chosen = [(partition, assigned[partition])
-                  for partition in sorted(names, key=lambda name: order.get(name, -1))
-                  if partition in assigned]
-        self.scans.journal_fetch(len(chosen))
-        return chosen
 
     # -- the buffer ------------------------------------------------------------------------
     def _buffered_ready(self) -> list[CompletedFetch]:
@@ -559,11 +573,11 @@ class Fetcher:
             "records-per-request-avg": fetched.records.total / fetches if fetches else 0.0,
             "records-lag-max": self.lag_max(),
             # shmlog's: how fetches chose what to read (the journal, in the theory).
-            "full-scans-total": self.scans.full_scans,
-            "journal-fetches-total": self.scans.journal_fetches,
-            "partitions-examined-total": self.scans.examined,
-            "partitions-examined-max": self.scans.examined_max,
-            "journal-laps-total": self.scans.laps}}
+            "full-scans-total": self._choice.counts.full_scans,
+            "journal-fetches-total": self._choice.counts.journal_fetches,
+            "partitions-examined-total": self._choice.counts.examined,
+            "partitions-examined-max": self._choice.counts.examined_max,
+            "journal-laps-total": self._choice.counts.laps}}
         for topic, (records, size, _) in sorted(fetched.topics.items()):
             found[f"consumer-fetch-manager-metrics.{topic}"] = {
                 "records-consumed-total": records.total,
