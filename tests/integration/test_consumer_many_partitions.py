@@ -35,6 +35,12 @@ def data_dir(tmp_path):
     unlink_shared_memory(path)
 
 
+def create_wide(data_dir) -> None:
+    # 2,000 partitions (three files each) take the broker seconds to create, more on a
+    # loaded host than a request's default wait.
+    Admin(data_dir, timeout_ms=TIMEOUT_S * 4000).create_topic("wide", WIDE, config=CONFIG)
+
+
 def counts(consumer) -> dict:
     return consumer.metrics()["consumer-fetch-manager-metrics"]
 
@@ -106,7 +112,7 @@ def following_the_journal(consumer, producer, partitions, first, per_partition) 
 
 def test_a_poll_looks_only_at_the_partitions_the_journal_names(data_dir):
     with Broker(data_dir):
-        Admin(data_dir).create_topic("wide", WIDE, config=CONFIG)
+        create_wide(data_dir)
         with assigned_all(data_dir) as consumer, Producer(data_dir) as producer:
             following_the_journal(consumer, producer, BUSY[:1], 0, 100)
             following_the_journal(consumer, producer, BUSY, 0, 100)
@@ -123,7 +129,7 @@ def test_a_lapped_journal_and_a_restarted_broker_lose_and_repeat_nothing(data_di
     per_partition = -(-limits.STATE_JOURNAL_CAPACITY // len(spread)) + 2
     broker = Broker(data_dir).start()
     try:
-        Admin(data_dir).create_topic("wide", WIDE, config=CONFIG)
+        create_wide(data_dir)
         with assigned_all(data_dir) as consumer:
             before = counts(consumer)
             # One record a batch, round-robin: every publish names another row than
@@ -156,7 +162,7 @@ def test_pauses_resumes_and_seeks_are_looked_at_without_a_journal_entry(data_dir
     and a seek back reads again, though the journal named the row only once, before
     (the fetcher looks at what was moved or resumed from outside: ``touched``)."""
     with Broker(data_dir):
-        Admin(data_dir).create_topic("wide", WIDE, config=CONFIG)
+        create_wide(data_dir)
         busy = TopicPartition("wide", BUSY[1])
         with assigned_all(data_dir) as consumer, Producer(data_dir) as producer:
             consumer.pause(busy)
