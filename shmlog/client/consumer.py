@@ -446,7 +446,11 @@ class Consumer:
         and their rates per second over the last ``limits.METRICS_RATE_WINDOW_S`` s,
         fetches that found records (``fetch-total``) with their average size and
         record count, and ``records-lag-max``: the largest lag (high watermark minus
-        position) over the assigned partitions now; the same counts per topic in
+        position) over the assigned partitions now; shmlog's own of how fetches
+        chose the partitions they read: ``full-scans-total`` (every one assigned),
+        ``journal-fetches-total`` (those the state table's journal named, see
+        ``fetcher``), ``partitions-examined-total`` and ``partitions-examined-max``
+        over the latter, and ``journal-laps-total``; the same counts per topic in
         ``consumer-fetch-manager-metrics.<topic>``; with a group,
         ``consumer-coordinator-metrics``: commits (``commit-total``,
         ``commit-rate``) and ``assigned-partitions``. Counted once per fetch, never

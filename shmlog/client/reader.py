@@ -76,6 +76,8 @@ def warm_kernels() -> None:
     table.snapshot(0)
     table.high_watermark(0)
     table.segment_generation(0)
+    table.journal_sequence()
+    table.journal_changes(0, np.empty(S.JOURNAL_CAPACITY, np.int64))
     table.consumer_doorbell.wait(lambda: True, 0)      # found at once: never sleeps
     warm_decoding()
     # A segment mapped read-only, and the writable empty placeholder MappedFile
@@ -181,6 +183,9 @@ class PartitionReader:
         self._bases: list[int] = []
         self._generation = None
         self._cursor = (-1, -1, 0)            # (next offset, segment base, byte position)
+        # The high watermark the last read loaded (-1 before one): a position below it
+        # after the read has more to read without the broker publishing anything.
+        self.high_watermark_seen = -1
 
     def _map_generation(self) -> bool:
         """Make the mappings a consistent set for the published generation (listing
@@ -288,7 +293,7 @@ class PartitionReader:
             A batch fails its CRC.
         """
         row = self.snapshot()
-        high_watermark = row.high_watermark
+        high_watermark = self.high_watermark_seen = row.high_watermark
         if not row.log_start_offset <= offset <= high_watermark:
             raise OffsetOutOfRangeError(
                 f"{self.directory}: offset {offset} is outside [{row.log_start_offset}, "

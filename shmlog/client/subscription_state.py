@@ -17,6 +17,13 @@ Rules
   and is not fetched.
 * Every assigned partition has a reader open on the broker's current state table;
   one that is unassigned is closed at once.
+* Whatever moves a position or a pause from outside the fetcher's reads (a seek, a
+  committed offset, a rebalance, a pause or resume) says so: the partition goes into
+  :attr:`SubscriptionState.touched`, which the fetcher looks at on its next fetch
+  along with the rows the broker's journal names. A new assignment or reopened
+  readers move :attr:`SubscriptionState.version` on, and the fetcher then looks at
+  every partition. The fetcher's own moves (``AssignedPartition.advance``, a reset)
+  touch nothing: it reads those partitions as it moves them.
 
 Theory of operation
 -------------------
@@ -42,12 +49,41 @@ __all__ = ["SubscriptionState", "AssignedPartition"]
 
 class AssignedPartition:
     """One assigned partition: its reader, the offset its next fetch starts at (None
-    until known) and whether the application paused it."""
+    until known) and whether the application paused it. Setting either puts the
+    partition into ``touched`` (the fetcher's cue to look at it)."""
 
-    def __init__(self, reader: PartitionReader):
+    __slots__ = ("partition", "reader", "_position", "_paused", "_touched")
+
+    def __init__(self, partition: TopicPartition, reader: PartitionReader,
+                 touched: set[TopicPartition]):
+        self.partition = partition
         self.reader = reader
-        self.position: int | None = None
-        self.paused = False
+        self._position: int | None = None
+        self._paused = False
+        self._touched = touched
+        touched.add(partition)                 # no position yet: a fetch must start it
+
+    @property
+    def position(self) -> int | None:
+        return self._position
+
+    @position.setter
+    def position(self, offset: int | None) -> None:
+        self._position = offset
+        self._touched.add(self.partition)
+
+    def advance(self, offset: int) -> None:
+        """The fetcher's move of the position past what it read (touches nothing)."""
+        self._position = offset
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @paused.setter
+    def paused(self, paused: bool) -> None:
+        self._paused = paused
+        self._touched.add(self.partition)
 
 
 class SubscriptionState:
@@ -65,6 +101,10 @@ class SubscriptionState:
         self.metadata = metadata
         self.auto_offset_reset = auto_offset_reset
         self.assigned: dict[TopicPartition, AssignedPartition] = {}
+        # Partitions whose position or pause changed outside the fetcher's reads, and
+        # a count of changes of the assignment or of its readers (see the rules).
+        self.touched: set[TopicPartition] = set()
+        self.version = 0
         # The group subscription: (topics, pattern), or None (partitions by hand).
         self.subscription: tuple[tuple[str, ...], str | None] | None = None
 
@@ -72,12 +112,16 @@ class SubscriptionState:
         """Assign exactly these partitions: readers of those that go are closed, of
         those that come opened (their positions unknown); the others keep theirs."""
         wanted = [TopicPartition(*partition) for partition in partitions]
+        kept = set(wanted)
         for partition in list(self.assigned):
-            if partition not in wanted:
+            if partition not in kept:
                 self.assigned.pop(partition).reader.close()
+                self.touched.discard(partition)
         for partition in wanted:
             if partition not in self.assigned:
-                self.assigned[partition] = AssignedPartition(self.metadata.open_reader(partition))
+                self.assigned[partition] = AssignedPartition(
+                    partition, self.metadata.open_reader(partition), self.touched)
+        self.version += 1
 
     def reopen_readers(self) -> None:
         """Open every assigned partition's reader again on the table the metadata
@@ -86,6 +130,7 @@ class SubscriptionState:
             reader = self.metadata.open_reader(partition)
             state.reader.close()
             state.reader = reader
+        self.version += 1
 
     def state(self, partition: TopicPartition) -> AssignedPartition:
         try:
@@ -118,10 +163,13 @@ class SubscriptionState:
                 f"auto_offset_reset is 'none'; seek first", offset=-1,
                 log_start_offset=-1, log_end_offset=-1)
         row = state.reader.snapshot()
-        state.position = (row.log_start_offset if self.auto_offset_reset == "earliest"
-                          else row.high_watermark)
+        # Not a touch: the fetcher reads the partition now, or did not know where to.
+        state.advance(row.log_start_offset if self.auto_offset_reset == "earliest"
+                      else row.high_watermark)
 
     def close(self) -> None:
         for state in self.assigned.values():
             state.reader.close()
         self.assigned.clear()
+        self.touched.clear()
+        self.version += 1

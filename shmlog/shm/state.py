@@ -10,6 +10,25 @@ Rules
 * The segment generation is a seqlock over the partition's set of files, whose
   rules ``segment_generation`` holds; this module stores and loads it (release,
   and a fence then acquire: :func:`load_segment_generation`).
+* Every publish names its row in the journal of changed rows after the row's
+  stores (:func:`publish_row`); the journal's sequence is stored (release) by
+  :func:`journal_flush`, which whoever publishes calls before anyone may be told
+  of what was published (a producer's completion, the consumers' doorbell), and
+  :func:`publish_row` itself every ``JOURNAL_UNFLUSHED_MAX`` publishes.
+* The broker trusts nothing a reader could write: its journal cursor is checked
+  (slot positions are masked, a cursor out of its window starts again at the
+  published sequence), so a scribbled control area costs readers a full look at
+  their rows, never memory safety (``state_layout``: the journal).
+
+Theory of operation
+-------------------
+A consumer holding many partitions follows the journal (:func:`journal_changes`):
+from the sequence it saw to the one published, the rows named are those whose
+change it may not have read yet; it reads those, and any it knows have more, and
+once in a while, or when it was lapped, every one (``client/fetcher.py``). A row
+published again before the sequence moves is not named twice: a reader learns of
+the slot only from a sequence stored after the latest publish, so it reads the row
+after that publish, whichever it was.
 """
 
 from __future__ import annotations
@@ -29,11 +48,88 @@ from . import state_layout as S
 from .wakeup import Doorbell
 
 __all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row",
-           "load_high_watermark", "load_segment_generation"]
+           "load_high_watermark", "load_segment_generation", "journal_note", "journal_flush",
+           "journal_changes", "journal_sequence", "JOURNAL_LAPPED"]
+
+# What journal_changes returns for a count when the reader must look at every row: it
+# was lapped (slots it had not read may be written over) or the sequence went back.
+JOURNAL_LAPPED = -1
 
 
 @kernel
-def publish_row(rows, row, log_start_offset, log_end_offset, high_watermark,
+def journal_note(control, row):
+    """Name ``row`` in the journal after a publish of it (the broker's side): a new
+    slot unless one written since the sequence was last stored names it already,
+    and the sequence stored once ``JOURNAL_UNFLUSHED_MAX`` publishes wait on it."""
+    sequence = load_relaxed(control, S.JOURNAL_SEQUENCE_WORD)     # only the broker stores it
+    written = control[S.JOURNAL_WRITTEN_WORD]
+    pending = control[S.JOURNAL_PENDING_WORD]
+    # A cursor out of its window was scribbled on: start again from the sequence.
+    if not (0 <= written - sequence <= pending < S.JOURNAL_UNFLUSHED_MAX):
+        written, pending = sequence, 0
+    named = False
+    for position in range(sequence, written):
+        if load_relaxed(control, S.JOURNAL_SLOTS_WORD + (position & S.JOURNAL_SLOT_MASK)) == row:
+            named = True
+            break
+    if not named:
+        store_relaxed(control, S.JOURNAL_SLOTS_WORD + (written & S.JOURNAL_SLOT_MASK), row)
+        written += 1
+    pending += 1
+    if pending >= S.JOURNAL_UNFLUSHED_MAX:
+        store_release(control, S.JOURNAL_SEQUENCE_WORD, written)
+        pending = 0
+    control[S.JOURNAL_WRITTEN_WORD] = written
+    control[S.JOURNAL_PENDING_WORD] = pending
+
+
+@kernel
+def journal_flush(control):
+    """Publish the journal's slots written so far (release: they, and the rows
+    published before them, are visible to whoever loads the new sequence)."""
+    sequence = load_relaxed(control, S.JOURNAL_SEQUENCE_WORD)
+    written = control[S.JOURNAL_WRITTEN_WORD]
+    if 0 < written - sequence <= S.JOURNAL_UNFLUSHED_MAX:
+        store_release(control, S.JOURNAL_SEQUENCE_WORD, written)
+    else:
+        control[S.JOURNAL_WRITTEN_WORD] = sequence      # nothing written, or scribbled on
+    control[S.JOURNAL_PENDING_WORD] = 0
+
+
+@kernel
+def journal_sequence(control):
+    """The journal's published sequence (acquire: every row publish its slots name
+    is visible). A reader about to look at every row loads it first, so that what
+    changes during the look is named from here on."""
+    return load_acquire(control, S.JOURNAL_SEQUENCE_WORD)
+
+
+@kernel
+def journal_changes(control, seen, out):
+    """The rows named since sequence ``seen`` (the reader's side, a seqlock):
+    (sequence, count) with the rows in ``out[:count]`` (a slot array of
+    ``JOURNAL_CAPACITY``); count is JOURNAL_LAPPED when the slots cannot be trusted
+    (more new than the broker leaves unwritten, or the sequence went back), and the
+    reader must look at every row."""
+    first = load_acquire(control, S.JOURNAL_SEQUENCE_WORD)
+    new = first - seen
+    if new < 0 or new > S.JOURNAL_CAPACITY - S.JOURNAL_UNFLUSHED_MAX:
+        return first, JOURNAL_LAPPED
+    for index in range(new):
+        out[index] = load_relaxed(control, S.JOURNAL_SLOTS_WORD
+                                  + ((seen + index) & S.JOURNAL_SLOT_MASK))
+    # The slot loads cannot move after the second load of the sequence: if it shows
+    # the broker still short of the slots read (plus those it writes ahead), none of
+    # them was written over while they were read.
+    fence()
+    last = load_acquire(control, S.JOURNAL_SEQUENCE_WORD)
+    if last < first or last - seen > S.JOURNAL_CAPACITY - S.JOURNAL_UNFLUSHED_MAX:
+        return last, JOURNAL_LAPPED
+    return first, new
+
+
+@kernel
+def publish_row(rows, control, row, log_start_offset, log_end_offset, high_watermark,
                 active_segment_base_offset, active_segment_size, segment_generation):
     """Store a row's fields, the high watermark last (release: it covers the rest
     and every byte appended below it).
@@ -48,7 +144,11 @@ def publish_row(rows, row, log_start_offset, log_end_offset, high_watermark,
     The generation itself is stored with release too: every rename and unlink of a
     change to the segment files comes before the even generation that ends it, so a
     reader that loads that generation with acquire (load_segment_generation) and
-    then lists the directory sees all of them."""
+    then lists the directory sees all of them.
+
+    The row is then named in the journal (``control``: :func:`journal_note`); the
+    caller stores the journal's sequence (:func:`journal_flush`) before it tells
+    anyone of the publish."""
     base = row * S.ROW_WORDS
     store_relaxed(rows, base + S.ACTIVE_SEGMENT_SIZE_WORD, active_segment_size)
     store_relaxed(rows, base + S.LOG_START_OFFSET_WORD, log_start_offset)
@@ -56,6 +156,7 @@ def publish_row(rows, row, log_start_offset, log_end_offset, high_watermark,
     store_release(rows, base + S.SEGMENT_GENERATION_WORD, segment_generation)
     store_release(rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, active_segment_base_offset)
     store_release(rows, base + S.HIGH_WATERMARK_WORD, high_watermark)
+    journal_note(control, row)
 
 
 @kernel
@@ -193,19 +294,40 @@ class PartitionStateTable:
     def free(self, row: int) -> None:
         row = self._check_row(row)
         base = row * S.ROW_WORDS
-        publish_row(self.rows, row, -1, -1, -1, -1, -1, -1)
+        publish_row(self.rows, self.control, row, -1, -1, -1, -1, -1, -1)
         self.rows[base + S.TOPIC_KEY_WORD] = S.FREE_TOPIC_KEY
+        journal_flush(self.control)
 
     def publish(self, row: int, log_start_offset: int, log_end_offset: int,
                 high_watermark: int, active_segment_base_offset: int,
                 active_segment_size: int, segment_generation: int) -> None:
-        publish_row(self.rows, self._check_row(row), log_start_offset, log_end_offset,
-                    high_watermark, active_segment_base_offset, active_segment_size,
-                    segment_generation)
+        publish_row(self.rows, self.control, self._check_row(row), log_start_offset,
+                    log_end_offset, high_watermark, active_segment_base_offset,
+                    active_segment_size, segment_generation)
+        journal_flush(self.control)
+
+    def flush_journal(self) -> None:
+        """Store the journal's sequence over the rows published so far (after a
+        compiled publish, before telling anyone of it)."""
+        journal_flush(self.control)
 
     # -- reader side ---------------------------------------------------------------
     def high_watermark(self, row: int) -> int:
         return int(load_high_watermark(self.rows, self._check_row(row)))
+
+    def journal_sequence(self) -> int:
+        """The journal's published sequence (see :func:`journal_sequence`)."""
+        return int(journal_sequence(self.control))
+
+    def journal_changes(self, seen: int, out: np.ndarray) -> tuple[int, int]:
+        """The rows named since sequence ``seen``: (sequence, count), the rows in
+        ``out[:count]`` (``out``: int64, ``JOURNAL_CAPACITY`` long); count
+        JOURNAL_LAPPED when every row must be looked at (see
+        :func:`journal_changes`)."""
+        if out.shape != (S.JOURNAL_CAPACITY,) or out.dtype != np.int64:
+            raise LocalProtocolError(f"journal slots are read into int64[{S.JOURNAL_CAPACITY}]")
+        sequence, count = journal_changes(self.control, seen, out)
+        return int(sequence), int(count)
 
     def segment_generation(self, row: int) -> int:
         """The row's segment generation, loaded after a fence (see

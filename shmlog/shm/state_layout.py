@@ -1,7 +1,8 @@
-"""Partition state table layout, version 2: what the broker publishes about every
+"""Partition state table layout, version 3: what the broker publishes about every
 partition it hosts, for consumers on the same host to read without a syscall.
 
-One POSIX shared-memory object: a 4 KiB control page, then one 64-byte row (one
+One POSIX shared-memory object: a 4 KiB control page, the journal of changed rows
+(``limits.STATE_JOURNAL_CAPACITY`` slots of 8 bytes), then one 64-byte row (one
 cache line, so publishing one partition never disturbs readers of another) per
 partition slot. All fields are little-endian int64 words::
 
@@ -24,8 +25,13 @@ partition slot. All fields are little-endian int64 words::
 128 |           appender_sleepers (i64)                             |
 192 |           consumer_sequence (i64): the broker's doorbell      |
 256 |           consumer_sleepers (i64)                             |
+320 |           journal_sequence (i64): slots published             |
+384 |   journal_written (i64)   |   journal_pending (i64)           |  the broker's
     +===============================================================+
-4096| row 0: one cache line, see below                              |
+4096| journal slot 0: a row number (i64)                            |
+4104| journal slot 1 ...                      (JOURNAL_CAPACITY)    |
+    +===============================================================+
+ROWS| row 0: one cache line, see below          (ROWS_OFFSET)       |
     +---------------------------------------------------------------+
     | row 1 ...                                                     |
 
@@ -52,12 +58,29 @@ Row::
 * ``topic_key`` and ``partition`` name the row's owner (``topic_key`` is derived
   from the topic id), so a reader can check it holds the row it asked for;
   ``topic_key`` 0 marks a free row.
+* The journal says which rows changed, in order, so a consumer holding thousands of
+  partitions reads only those: every publish of a row (its high watermark, log
+  start, segments, or its freeing) names the row in slot ``journal_written mod
+  JOURNAL_CAPACITY`` after the row's own stores, unless it is named already among
+  the slots written since ``journal_sequence`` was last stored; ``journal_sequence``
+  (the count of slots covered) is stored with release after the slots it covers,
+  every ``JOURNAL_UNFLUSHED_MAX`` publishes and at the end of each drain pass. A
+  reader that saw sequence ``s`` loads it again (acquire), reads the slots from
+  ``s`` on, fences and loads it once more: slots the broker may have written over
+  meanwhile (more than ``JOURNAL_CAPACITY - JOURNAL_UNFLUSHED_MAX`` new) or a
+  sequence that went backwards mean a full look at every row instead. The rows a
+  reader learns of this way are hints: it checks each against its own (the row
+  still names its partition) as on every read. ``journal_written`` and
+  ``journal_pending`` (publishes since the sequence was stored) are the broker's
+  cursor; readers never look at them.
 """
 
 from __future__ import annotations
 
+from ..common import limits
+
 MAGIC = 0x54534C53                    # "SLST" read as little-endian bytes
-VERSION = 2
+VERSION = 3
 CACHE_LINE_SIZE = 64
 WORD_SIZE = 8
 
@@ -78,7 +101,16 @@ APPENDER_SEQUENCE_OFFSET = CACHE_LINE_SIZE               # padding row: one line
 APPENDER_SLEEPERS_OFFSET = APPENDER_SEQUENCE_OFFSET + CACHE_LINE_SIZE
 CONSUMER_SEQUENCE_OFFSET = APPENDER_SLEEPERS_OFFSET + CACHE_LINE_SIZE
 CONSUMER_SLEEPERS_OFFSET = CONSUMER_SEQUENCE_OFFSET + CACHE_LINE_SIZE
-CONTROL_SIZE = 4096
+JOURNAL_SEQUENCE_OFFSET = CONSUMER_SLEEPERS_OFFSET + CACHE_LINE_SIZE
+JOURNAL_WRITTEN_OFFSET = JOURNAL_SEQUENCE_OFFSET + CACHE_LINE_SIZE     # the broker's line
+JOURNAL_PENDING_OFFSET = JOURNAL_WRITTEN_OFFSET + WORD_SIZE
+CONTROL_PAGE_SIZE = 4096
+JOURNAL_CAPACITY = limits.STATE_JOURNAL_CAPACITY
+JOURNAL_UNFLUSHED_MAX = limits.STATE_JOURNAL_UNFLUSHED_MAX
+JOURNAL_SLOT_MASK = JOURNAL_CAPACITY - 1
+JOURNAL_SLOTS_OFFSET = CONTROL_PAGE_SIZE
+JOURNAL_SLOT_SIZE = WORD_SIZE
+CONTROL_SIZE = JOURNAL_SLOTS_OFFSET + JOURNAL_CAPACITY * JOURNAL_SLOT_SIZE
 ROWS_OFFSET = CONTROL_SIZE
 
 LOG_START_OFFSET_OFFSET = 0
@@ -100,6 +132,10 @@ APPENDER_SEQUENCE_WORD = APPENDER_SEQUENCE_OFFSET // WORD_SIZE
 APPENDER_SLEEPERS_WORD = APPENDER_SLEEPERS_OFFSET // WORD_SIZE
 CONSUMER_SEQUENCE_WORD = CONSUMER_SEQUENCE_OFFSET // WORD_SIZE
 CONSUMER_SLEEPERS_WORD = CONSUMER_SLEEPERS_OFFSET // WORD_SIZE
+JOURNAL_SEQUENCE_WORD = JOURNAL_SEQUENCE_OFFSET // WORD_SIZE
+JOURNAL_WRITTEN_WORD = JOURNAL_WRITTEN_OFFSET // WORD_SIZE
+JOURNAL_PENDING_WORD = JOURNAL_PENDING_OFFSET // WORD_SIZE
+JOURNAL_SLOTS_WORD = JOURNAL_SLOTS_OFFSET // WORD_SIZE
 ROW_WORDS = ROW_SIZE // WORD_SIZE
 LOG_START_OFFSET_WORD = LOG_START_OFFSET_OFFSET // WORD_SIZE
 LOG_END_OFFSET_WORD = LOG_END_OFFSET_OFFSET // WORD_SIZE
@@ -114,7 +150,9 @@ FREE_TOPIC_KEY = 0
 
 assert HEADER_END <= CACHE_LINE_SIZE
 assert ROW_FIELDS_END <= ROW_SIZE
-assert CONSUMER_SLEEPERS_OFFSET + CACHE_LINE_SIZE <= CONTROL_SIZE
+assert JOURNAL_PENDING_OFFSET + WORD_SIZE <= CONTROL_PAGE_SIZE
+assert JOURNAL_CAPACITY & JOURNAL_SLOT_MASK == 0, "a power of two: slots by mask"
+assert 0 < JOURNAL_UNFLUSHED_MAX < JOURNAL_CAPACITY // 2, "readers need room to not be lapped"
 assert ROWS_OFFSET % CACHE_LINE_SIZE == 0
 assert ROW_CAPACITY_OFFSET % WORD_SIZE == 0 and BROKER_PID_OFFSET % WORD_SIZE == 0
 
@@ -122,3 +160,9 @@ assert ROW_CAPACITY_OFFSET % WORD_SIZE == 0 and BROKER_PID_OFFSET % WORD_SIZE ==
 def row_word(row: int, field_word: int) -> int:
     """Index of a row's field in the table viewed as int64 words from ROWS_OFFSET."""
     return row * ROW_WORDS + field_word
+
+
+def journal_slot_word(position: int) -> int:
+    """Index of the journal slot that holds ``position`` (a count of slots written
+    since the table was made) in the control area viewed as int64 words."""
+    return JOURNAL_SLOTS_WORD + (position & JOURNAL_SLOT_MASK)

@@ -332,8 +332,9 @@ class Appender:
             status = drain_rings(rings.words, rings.completions, rings.data, rings.state,
                                  rings.parked, partitions.log_views, partitions.offset_indexes,
                                  partitions.time_indexes, partitions.segment_states,
-                                 partitions.settings, self.table.rows, appends.appended,
-                                 appends.touched, appends.producer_states.sequences,
+                                 partitions.settings, self.table.rows, self.table.control,
+                                 appends.appended, appends.touched,
+                                 appends.producer_states.sequences,
                                  self._cursor, entries_max - handled, self._report)
             handled += int(self._report[REPORT_FINISHED])
             appends.note_compiled_appends()

@@ -15,7 +15,11 @@ Rules
   partition by the identity, or refuses the entry.
 * The row is published (:func:`publish_offsets`, high watermark last) after each
   batch, before the batch's completion is stored, so no producer hears of an offset
-  the state table does not show yet.
+  the state table does not show yet. The journal of changed rows names it then too
+  (``state.publish_row``), and its sequence is stored every
+  ``JOURNAL_UNFLUSHED_MAX`` publishes and before the loop returns, so consumers
+  following the journal learn of it within that many batches, and before the
+  broker rings their doorbell.
 * Per-record work never happens in Python: every entry on the common path (one
   uncompressed batch for a CreateTime partition) is finished here.
 
@@ -52,7 +56,7 @@ from ...ring import ENTRY_CORRUPT, ENTRY_NONE, next_entry
 from ...segments import append_batches
 from ...shm import ring_layout as R
 from ...shm.completion import CompletionCode
-from ...shm.state import publish_row
+from ...shm.state import journal_flush, publish_row
 from ...storage.segment_state import (
     APPENDED,
     BASE_OFFSET_WORD,
@@ -111,14 +115,15 @@ _TO_PYTHON = 2                 # the slow path appends or refuses it
 
 
 @kernel(inline=PER_ENTRY_INLINE)
-def publish_offsets(state_rows, row_settings, row, state):
+def publish_offsets(state_rows, journal, row_settings, row, state):
     """Publish the row from its active segment's state: the log end, and the high
-    watermark its policy gives (stored last, release: see ``publish_row``)."""
+    watermark its policy gives (stored last, release: see ``publish_row``), and name
+    it in the journal (``journal``: the table's control area; the caller flushes)."""
     if row_settings[row, ROW_HIGH_WATERMARK_POLICY] == HighWatermarkPolicy.LOG_END.value:
         row_settings[row, ROW_HIGH_WATERMARK] = state[NEXT_OFFSET_WORD]
-    publish_row(state_rows, row, row_settings[row, ROW_LOG_START_OFFSET], state[NEXT_OFFSET_WORD],
-                row_settings[row, ROW_HIGH_WATERMARK], state[BASE_OFFSET_WORD],
-                state[POSITION_WORD], row_settings[row, ROW_GENERATION])
+    publish_row(state_rows, journal, row, row_settings[row, ROW_LOG_START_OFFSET],
+                state[NEXT_OFFSET_WORD], row_settings[row, ROW_HIGH_WATERMARK],
+                state[BASE_OFFSET_WORD], state[POSITION_WORD], row_settings[row, ROW_GENERATION])
 
 
 @kernel(inline=PER_ENTRY_INLINE)
@@ -174,7 +179,7 @@ def _admit(data, start, end, row_settings, row, sequences, awaits_high_watermark
 
 @kernel(inline=PER_ENTRY_INLINE)
 def _append_fast(data, start, end, log, offset_index, time_index, state, row_settings, row,
-                 state_rows, sequences, appended, touched):
+                 state_rows, journal, sequences, appended, touched):
     """Append an admitted batch to the active segment of ``row``, check the copy,
     remember its sequence and publish the row: (action, result, last offset).
     _TO_PYTHON when the segment must roll or needs space reserved first."""
@@ -200,7 +205,7 @@ def _append_fast(data, start, end, log, offset_index, time_index, state, row_set
                       np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET)),
                       np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
                       base_offset, next_offset - base_offset)
-    publish_offsets(state_rows, row_settings, row, state)     # the batch is in the segment
+    publish_offsets(state_rows, journal, row_settings, row, state)   # the batch is in the segment
     return _COMPLETE, base_offset, next_offset - 1
 
 
@@ -213,13 +218,26 @@ def _stop(report, finished, ring, position, length):
 
 @kernel
 def drain_rings(ring_words, ring_completions, ring_data, rings, parked, logs, offset_indexes,
-                time_indexes, segment_states, row_settings, state_rows, appended, touched,
-                sequences, cursor, entries_max, report):
+                time_indexes, segment_states, row_settings, state_rows, journal, appended,
+                touched, sequences, cursor, entries_max, report):
     """The compiled loop (see the module's theory): rings round-robin from
     ``cursor``, each entry through _row_takes, _admit, _append_fast and finish_entry,
     until every ring is empty (DRAIN_IDLE), about ``entries_max`` entries are finished
     (DRAIN_BUDGET), or an entry is Python's (DRAIN_SLOW) or garbage (DRAIN_POISON);
-    ``report`` says where, and how many entries were finished."""
+    ``report`` says where, and how many entries were finished. The journal's
+    sequence is stored before it returns (``journal``: the table's control area)."""
+    status = _drain(ring_words, ring_completions, ring_data, rings, parked, logs,
+                    offset_indexes, time_indexes, segment_states, row_settings, state_rows,
+                    journal, appended, touched, sequences, cursor, entries_max, report)
+    journal_flush(journal)
+    return status
+
+
+@kernel(inline=PER_ENTRY_INLINE)
+def _drain(ring_words, ring_completions, ring_data, rings, parked, logs, offset_indexes,
+           time_indexes, segment_states, row_settings, state_rows, journal, appended, touched,
+           sequences, cursor, entries_max, report):
+    """drain_rings' loop, which returns at the entry that ends it."""
     report[REPORT_FINISHED] = 0
     finished = 0
     ring_count = rings.shape[0]
@@ -248,8 +266,8 @@ def drain_rings(ring_words, ring_completions, ring_data, rings, parked, logs, of
             if action == _APPEND:
                 action, result, last_offset = _append_fast(
                     data, start, end, logs[row], offset_indexes[row], time_indexes[row],
-                    segment_states[row], row_settings, row, state_rows, sequences, appended,
-                    touched)
+                    segment_states[row], row_settings, row, state_rows, journal, sequences,
+                    appended, touched)
             if action == _TO_PYTHON:
                 _stop(report, finished, ring, position, length)
                 cursor[0] = ring

@@ -285,7 +285,9 @@ class PartitionRows:
         if high_watermark <= settings[ROW_HIGH_WATERMARK]:
             return False
         settings[ROW_HIGH_WATERMARK] = high_watermark
-        publish_offsets(self.table.rows, self.settings, row, self._targets[row].state)
+        publish_offsets(self.table.rows, self.table.control, self.settings, row,
+                        self._targets[row].state)
+        self.table.flush_journal()
         return True
 
     # -- replication's marks -------------------------------------------------------------
