@@ -519,3 +519,9 @@ CONTROL_POLL_MS = 100
 # writes it microseconds after creating the object); one left so for this long lost its
 # maker in between and is reclaimed.
 RING_CREATION_GRACE_S = 60.0
+# The producers one broker drains at once (its producers_max setting's default). Each
+# registered ring is one mapping of the broker's (of vm.max_map_count's 65530), ~10 KiB
+# of its parked-completion table, a row the compiled drain visits every round, and its
+# ring_size of /dev/shm: 1024 producers of the default ring are 1 GiB of /dev/shm, and
+# issue 26 asks for 200 on one broker. Past it a producer gets TooManyProducersError.
+PRODUCERS_MAX_DEFAULT = 1024
