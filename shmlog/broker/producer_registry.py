@@ -40,9 +40,11 @@ stop reading the ring, unmap it, unlink it.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import resource
 
 from ..common import access, limits
 from ..common.child_process import process_alive
@@ -150,7 +152,7 @@ class ProducerRegistry:
         awaits_high_watermark = acks == -1
         if name not in self.rings:
             producer_id = self.producer_ids.allocate()   # first: it may refuse (a cluster's)
-            attached = Ring.attach(name)
+            attached = self._attach(name)
             self.rings[name] = (attached, producer_id)
             appender.add_ring(attached, awaits_high_watermark=awaits_high_watermark)
             log.info("producer ring %s registered (acks %d)", name, acks)
@@ -160,6 +162,28 @@ class ProducerRegistry:
             appender.set_awaits_high_watermark(index, awaits_high_watermark)
         self.host.drain_soon()
         return -1 if index is None else index, producer_id
+
+    def _attach(self, name: str) -> Ring:
+        """Map the ring; a limit of the broker's process hit on the way is a
+        :class:`TooManyProducersError` naming it (CPython's mmap keeps a descriptor
+        per mapping: a ring costs the broker an open file and a mapping)."""
+        try:
+            return Ring.attach(name)
+        except OSError as error:
+            if error.errno in (errno.EMFILE, errno.ENFILE):
+                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                limit = (f"the broker's open files (RLIMIT_NOFILE {soft}/{hard}, one per "
+                         f"producer's ring): raise the broker's limit (ulimit -n, systemd's "
+                         f"LimitNOFILE)")
+            elif error.errno == errno.ENOMEM:
+                limit = ("the broker's memory mappings (vm.max_map_count, one per producer's "
+                         "ring) or its memory: raise sysctl vm.max_map_count")
+            else:
+                raise
+            raise TooManyProducersError(
+                f"cannot map ring {name!r} after {len(self.rings)} producers: {error.strerror}; "
+                f"{limit}, or lower producers_max ({self.producers_max}) so producers are "
+                f"refused before it") from None
 
     def new_producer_id(self, name: str) -> int:
         """A new producer id for a registered ring (Kafka's InitProducerId)."""
