@@ -41,7 +41,10 @@ a process of its own, ``partitions_max`` N + 64) in a fresh data directory:
    100 bytes to each partition and waits for every future; the clock runs from the
    first send to the last future resolved (the producer's construction is reported
    on its own); the figures again, less the bytes the partitions hold
-   (``list_offsets``' sizes): resident memory beyond the data;
+   (``list_offsets``' sizes): resident memory beyond the data. It sends to the first
+   10 partitions, then waits while the broker's RSS settles: if the rest, at that
+   rate, would not fit in half of MemAvailable, they are not sent and the step
+   says so (on main 1,000 partitions would take ~40 GB);
 4. idle CPU: the broker's utime + stime (/proc/PID/stat) over ``--idle-seconds``
    (10 s) of nothing to do, as a share of one core;
 5. restart: a probe process (shmlog imported, the producer's kernels loaded) waits;
@@ -60,10 +63,14 @@ point starts fresh.
 Producers, for each count P of ``--producers`` (default 10, 50, 200), a fresh broker
 (``producers_max`` P, so the limit is reached exactly) and a topic of P partitions:
 
-1. P producer processes are started at once (acks=1, ``ring_size`` from
-   ``--ring-size``, default the producer's); each times its own registration,
-   ``Producer()`` to its first record's acknowledgement, then says "ready";
-2. with all ready (bounded by ``READY_TIMEOUT_S`` + 2 s per producer): the /dev/shm
+1. P producer processes are started in waves of ``--start-concurrency`` (8; the
+   next wave once the last is registered: 200 processes loading numba at once on
+   2 cores starve the broker past a control request's 10 s timeout), with acks=1
+   and ``ring_size`` from ``--ring-size`` (default the producer's); each times its
+   ``Producer()`` (ctor) and its registration, ``Producer()`` to its first
+   record's acknowledgement, then says "ready" (each wave bounded by
+   ``READY_TIMEOUT_S``);
+2. with all ready: the /dev/shm
    the rings take (st_size, and st_blocks: what tmpfs allocated), the broker's RSS,
    open files and mappings per producer (growth over before them);
 3. one more producer is made here: past ``producers_max`` it must be refused with a
@@ -109,8 +116,9 @@ segment reserves and populates 40 MiB of page cache at its first append (the
 prefaulter's step), and keeps an fd per mapping (log, offset index, time index,
 their files).
 
-Producers: see the run's table; with 16 MiB rings, 200 producers take 3.2 GB of
-/dev/shm (allocated whole at creation: ``shared_memory._allocate``).
+Producers: see the run's table; rings are allocated whole at creation
+(``shared_memory._allocate``): 200 producers took 3.2 GB of /dev/shm with the old
+16 MiB default ring, 400 MiB with the 2 MiB one.
 """
 
 from __future__ import annotations
@@ -147,9 +155,17 @@ PRODUCER_SECONDS_DEFAULT = 5.0
 POINT_TIMEOUT_S = 300.0             # one point's every request and child process
 STOP_TIMEOUT_S = 60.0               # a broker's graceful stop, then SIGKILL
 READY_TIMEOUT_S = 120.0             # a child's start-up (a cold numba cache) ...
-READY_PER_PRODUCER_S = 2.0          # ... plus this per producer started at once
+READY_PER_PRODUCER_S = 2.0          # a producers point: this more per producer
+# Producer processes started at once: a wave is started when the last one is
+# registered. All at once, 200 processes loading numba on 2 cores starve the broker
+# of CPU for longer than a control request's 10 s timeout.
+START_CONCURRENCY = 8
 RETRY_SLEEP_S = 0.02                # the restart probe between attempts
 POLL_TIMEOUT_MS = 100
+PROBE_PARTITIONS = 10               # first records sent before the memory is weighed
+PROBE_MEMORY_SHARE = 0.5            # the rest must fit in this share of MemAvailable
+SETTLE_INTERVAL_S = 0.25            # the broker's RSS is sampled this often ...
+SETTLE_TIMEOUT_S = 15.0             # ... until it stops growing, at most this long
 BATCH_ROWS = 100                    # a many-producers send_batch: 100 x 100 B
 IN_FLIGHT_BATCHES = 8               # unacknowledged batches per producer, at most
 # Private memory of a producer process (numba and numpy loaded: 60 MB measured)
@@ -227,20 +243,32 @@ def segment_files(data_dir: str) -> int:
 
 # --- the client processes (each prints JSON lines) ---------------------------------------
 
-def first_records(data_dir: str, topic: str, partitions: int, wait_s: float) -> dict:
-    """One record of RECORD_SIZE bytes to every partition (acks=1, linger 5 ms); the
-    clock runs from the first send until every future resolved."""
-    from shmlog import Producer
+def _send_one_each(producer, topic: str, partitions: range, deadline: float) -> float:
+    """One record to each of ``partitions``; seconds until every future resolved."""
     value = os.urandom(RECORD_SIZE)
+    started = time.perf_counter()
+    futures = [producer.send(topic, value, partition=partition) for partition in partitions]
+    for future in futures:
+        future.get(timeout=max(deadline - time.perf_counter(), 0.001))
+    return time.perf_counter() - started
+
+
+def first_records(data_dir: str, topic: str, partitions: int, wait_s: float) -> dict:
+    """One record of RECORD_SIZE bytes to every partition (acks=1, linger 5 ms): the
+    first PROBE_PARTITIONS, then (if the parent says "go" after weighing the memory
+    they took) the rest; the clock runs from each phase's first send until its every
+    future resolved, the two phases added."""
+    from shmlog import Producer
     constructing = time.perf_counter()
     with Producer(data_dir, acks=1, linger_ms=5, max_block_ms=int(wait_s * 1000)) as producer:
         started = time.perf_counter()
-        futures = [producer.send(topic, value, partition=partition)
-                   for partition in range(partitions)]
         deadline = started + wait_s
-        for future in futures:
-            future.get(timeout=max(deadline - time.perf_counter(), 0.001))
-        seconds = time.perf_counter() - started
+        probe = min(PROBE_PARTITIONS, partitions)
+        seconds = _send_one_each(producer, topic, range(probe), deadline)
+        print("probe", flush=True)
+        if sys.stdin.readline().strip() != "go":
+            return {"seconds": None, "probe_seconds": seconds, "records": probe}
+        seconds += _send_one_each(producer, topic, range(probe, partitions), deadline)
     return {"seconds": seconds, "construct_s": started - constructing, "records": partitions}
 
 
@@ -413,9 +441,9 @@ def finish(processes: Processes, child: subprocess.Popen, role: str, deadline: f
     return json.loads(output.splitlines()[-1])
 
 
-def go(children: list) -> None:
+def go(children: list, line: bytes = b"go\n") -> None:
     for child in children:
-        child.stdin.write(b"go\n")
+        child.stdin.write(line)
         child.stdin.flush()
 
 
@@ -498,16 +526,45 @@ def _create(processes, broker, data_dir, count, options, deadline) -> dict:
 
 
 def _first_records(processes, broker, data_dir, count, options, deadline) -> dict:
+    """One record to each partition; after the first PROBE_PARTITIONS the broker's
+    memory is weighed, and the rest are not sent if, at that rate, they would not fit
+    in half of MemAvailable (on main, 1,000 partitions would take ~40 GB)."""
     from shmlog import Admin
-    left = deadline - time.monotonic()
+    pid = broker.process.pid
+    before = process_figures(pid)["rss"]
     child = processes.start("first_records", data_dir=data_dir, topic="scale",
-                            partitions=count, wait_s=left)
+                            partitions=count, wait_s=deadline - time.monotonic())
+    read_lines([child], b"probe", deadline)
+    probed = min(PROBE_PARTITIONS, count)
+    per_partition = (_settled_rss(pid, deadline) - before) / probed
+    needed, available = per_partition * (count - probed), memory_available()
+    refusal = needed > available * PROBE_MEMORY_SHARE
+    go([child], b"stop\n" if refusal else b"go\n")
     result = finish(processes, child, "first_records", deadline)
+    if refusal:
+        raise MemoryError(f"not sent to the other {count - probed:,} partitions: at "
+                          f"{per_partition / MIB:,.1f} MiB a partition (the first {probed}) "
+                          f"they would take ~{needed / 1e9:,.1f} GB of the broker's memory, "
+                          f"{available / 1e9:,.1f} GB being available")
     sizes = Admin(data_dir, timeout_ms=int(max(deadline - time.monotonic(), 1) * 1000)) \
         .list_offsets("scale")
-    return {**result, **process_figures(broker.process.pid),
+    return {**result, **process_figures(pid),
             "data_bytes": sum(partition["size"] for partition in sizes),
             "segment_files": segment_files(data_dir)}
+
+
+def _settled_rss(pid: int, deadline: float) -> int:
+    """The broker's RSS once it stopped growing (its prefaulter works after the
+    append that asked for it), within SETTLE_TIMEOUT_S."""
+    last = process_figures(pid)["rss"]
+    until = min(deadline, time.monotonic() + SETTLE_TIMEOUT_S)
+    while time.monotonic() < until:
+        time.sleep(SETTLE_INTERVAL_S)
+        now = process_figures(pid)["rss"]
+        if now - last < MIB:
+            return now
+        last = now
+    return last
 
 
 def _idle(processes, broker, data_dir, count, options, deadline) -> dict:
@@ -621,13 +678,14 @@ def _run_producers(point, processes, broker, data_dir, count, options) -> None:
     deadline = time.monotonic() + options.point_timeout + READY_PER_PRODUCER_S * count
     Admin(data_dir).create_topic("producers", count)
     point["before"] = process_figures(broker.process.pid)
-    children = [processes.start("many_producer", data_dir=data_dir, topic="producers",
+    children, ready = [], []
+    for first in range(0, count, options.start_concurrency):
+        wave = [processes.start("many_producer", data_dir=data_dir, topic="producers",
                                 partition=index, seconds=options.producer_seconds,
                                 ring_size=options.ring_size, wait_s=options.point_timeout)
-                for index in range(count)]
-    ready = read_lines(children, b"ready",
-                       min(deadline, time.monotonic() + READY_TIMEOUT_S
-                           + READY_PER_PRODUCER_S * count))
+                for index in range(first, min(first + options.start_concurrency, count))]
+        children += wave
+        ready += read_lines(wave, b"ready", min(deadline, time.monotonic() + READY_TIMEOUT_S))
     point["registration_s"] = [json.loads(line)["registration_s"] for line in ready]
     point["construct_s"] = [json.loads(line)["construct_s"] for line in ready]
     point["registered"] = process_figures(broker.process.pid)
@@ -714,10 +772,12 @@ ROWS = (
     ("RSS added, idle partitions", 1 / MIB, "MiB", _idle_rss, True, "create"),
     ("RSS added beyond data, 1 rec each", 1 / MIB, "MiB", _rss_beyond_data, True,
      "first_records"),
+    ("open files added, idle", 1.0, "", _added(("create", "open_files")), True, "create"),
     ("open files added", 1.0, "", _added(("first_records", "open_files")), True,
      "first_records"),
     ("segment files", 1.0, "", lambda p: figure(p, ("first_records", "segment_files")), True,
      "first_records"),
+    ("mappings added, idle", 1.0, "", _added(("create", "mappings")), True, "create"),
     ("mappings added", 1.0, "", _added(("first_records", "mappings")), True, "first_records"),
     ("idle CPU, % of a core", 1.0, "%", _cpu_percent, True, "idle"),
     ("restart to serving", 1.0, "s", _restart_s, True, "restart"),
@@ -777,9 +837,14 @@ def goals(points: list, maps_max: int) -> dict:
         "RSS added beyond data, 1 rec each": judged(
             lambda p: figure(p, ("first_records", "rss")), lambda b: b < RSS_TOTAL_GOAL,
             "RSS < 1 GB at 10,000"),
+        "open files added, idle": slope_judged(_added(("create", "open_files")),
+                                               lambda f: f <= FILES_PER_PARTITION_GOAL,
+                                               "about 1 per partition"),
         "open files added": slope_judged(_added(("first_records", "open_files")),
                                          lambda f: f <= FILES_PER_PARTITION_GOAL,
                                          "about 1 per partition"),
+        "mappings added, idle": judged(lambda p: figure(p, ("create", "mappings")),
+                                       lambda m: m < maps_max, "< vm.max_map_count at 10,000"),
         "mappings added": judged(lambda p: figure(p, ("first_records", "mappings")),
                                  lambda m: m < maps_max, "< vm.max_map_count at 10,000"),
         "idle CPU, % of a core": judged(_cpu_percent, lambda c: c <= IDLE_CPU_GOAL * 100,
@@ -802,8 +867,8 @@ def _cell(point: dict, value, scale: float, step: str) -> str:
     if amount is not None:
         return f"{amount * scale:,.3g}" if abs(amount * scale) < 1000 else \
             f"{amount * scale:,.0f}"
-    return "error" if figure(point, (step, "error")) or figure(point, ("broker", "error")) \
-        else "-"
+    error = figure(point, (step, "error")) or figure(point, ("broker", "error")) or ""
+    return "error" if error and not error.startswith("not measured") else "-"
 
 
 def report_partitions(points: list, maps_max: int) -> None:
@@ -895,13 +960,15 @@ def report(document: dict) -> None:
           f"(np.copyto, 256 MiB) {document['memcpy_bytes_per_s'] / 1e9:.2f} GB/s; "
           f"vm.max_map_count {document['max_map_count']:,}")
     print()
-    print(f"One broker, one topic of N partitions, one {RECORD_SIZE}-byte record sent to "
-          f"each (acks=1, linger 5 ms); growth between the two largest N:")
-    report_partitions(document["partitions"], document["max_map_count"])
-    print()
-    print("Many producers on one broker, each its own partition, send_batch of "
-          f"{BATCH_ROWS} x {RECORD_SIZE} B:")
-    report_producers(document["producers"])
+    if document["partitions"]:
+        print(f"One broker, one topic of N partitions, one {RECORD_SIZE}-byte record sent to "
+              f"each (acks=1, linger 5 ms); growth between the two largest N measured:")
+        report_partitions(document["partitions"], document["max_map_count"])
+        print()
+    if document["producers"]:
+        print("Many producers on one broker, each its own partition, send_batch of "
+              f"{BATCH_ROWS} x {RECORD_SIZE} B:")
+        report_producers(document["producers"])
     busy = max([point.get("other_cores", 0.0) for point in
                 document["partitions"] + document["producers"]] or [0.0])
     print()
@@ -933,6 +1000,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-producers", action="store_true", help="skip the producers")
     parser.add_argument("--ring-size", type=int, default=None,
                         help="the producers' ring_size (default: the producer's default)")
+    parser.add_argument("--start-concurrency", type=int, default=START_CONCURRENCY,
+                        help=f"producer processes started at once (default "
+                             f"{START_CONCURRENCY})")
     parser.add_argument("--idle-seconds", type=float, default=None)
     parser.add_argument("--producer-seconds", type=float, default=None)
     parser.add_argument("--point-timeout", type=float, default=POINT_TIMEOUT_S,
