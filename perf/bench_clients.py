@@ -177,14 +177,19 @@ def _rate(records: int, value_bytes: int, seconds: float, construct_s: float) ->
             "construct_s": construct_s}
 
 
-def send_records(data_dir: str, topic: str, records: int, linger_ms: int) -> dict:
+def _ring(ring_size: int | None) -> dict:
+    return {} if ring_size is None else {"ring_size": ring_size}
+
+
+def send_records(data_dir: str, topic: str, records: int, linger_ms: int,
+                 ring_size: int | None = None) -> dict:
     """One ``send`` per record; the clock stops when the last future resolved."""
     from shmlog import Producer
     entropy = os.urandom(records * RECORD_SIZE)
     values = [entropy[start:start + RECORD_SIZE]
               for start in range(0, len(entropy), RECORD_SIZE)]
     constructing = time.perf_counter()
-    with Producer(data_dir, acks=1, linger_ms=linger_ms) as producer:
+    with Producer(data_dir, acks=1, linger_ms=linger_ms, **_ring(ring_size)) as producer:
         started = time.perf_counter()
         for value in values:
             future = producer.send(topic, value, partition=0)
@@ -194,9 +199,10 @@ def send_records(data_dir: str, topic: str, records: int, linger_ms: int) -> dic
     return _rate(records, records * RECORD_SIZE, seconds, started - constructing)
 
 
-def send_batches(data_dir: str, topic: str, records: int) -> dict:
+def send_batches(data_dir: str, topic: str, records: int, ring_size: int | None = None) -> dict:
     from shmlog.devtools import perf
-    return perf.produce(data_dir, topic, records, RECORD_SIZE, batch_records=BATCH_RECORDS)
+    return perf.produce(data_dir, topic, records, RECORD_SIZE, batch_records=BATCH_RECORDS,
+                        ring_size=ring_size)
 
 
 def poll_records(data_dir: str, topic: str, records: int) -> dict:
@@ -403,7 +409,8 @@ class OtherLoad:
         return max(0.0, (busy - busy_started) - (own - own_started)) / max(now - started, 1e-9)
 
 
-def measure(data_dir: str, broker_pid: int, records: int, rate: int, seconds: float) -> dict:
+def measure(data_dir: str, broker_pid: int, records: int, rate: int, seconds: float,
+            ring_size: int | None = None) -> dict:
     from shmlog import Admin
     admin = Admin(data_dir)
     for topic in TOPICS:
@@ -411,10 +418,11 @@ def measure(data_dir: str, broker_pid: int, records: int, rate: int, seconds: fl
     batch_records = records * BATCH_RUN_FACTOR
     # figure: (client role, its arguments); the consumers read what the producers sent.
     plan = {"send_linger_0": ("send_records", {"topic": "send_linger_0", "records": records,
-                                               "linger_ms": 0}),
+                                               "linger_ms": 0, "ring_size": ring_size}),
             "send_linger_5": ("send_records", {"topic": "send_linger_5", "records": records,
-                                               "linger_ms": 5}),
-            "send_batch": ("send_batches", {"topic": "send_batch", "records": batch_records}),
+                                               "linger_ms": 5, "ring_size": ring_size}),
+            "send_batch": ("send_batches", {"topic": "send_batch", "records": batch_records,
+                                            "ring_size": ring_size}),
             "poll": ("poll_records", {"topic": "send_linger_5", "records": records}),
             "iteration": ("iterate_records", {"topic": "send_linger_5", "records": records}),
             "poll_batch": ("poll_batches", {"topic": "send_batch", "records": batch_records})}
@@ -514,6 +522,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: {QUICK['records']:,} records, latency at "
                              f"{QUICK['latency_rate']:,}/s for {QUICK['latency_seconds']:g} s")
+    parser.add_argument("--ring-size", type=int, default=None,
+                        help="the producers' ring_size in bytes (default: the producer's "
+                             "default); the ring size is chosen by this run's send figures")
     parser.add_argument("--json", metavar="FILE",
                         default=os.path.join(REPOSITORY, "perf", "results", "bench_clients.json"),
                         help="write the figures here as one JSON object "
@@ -549,7 +560,9 @@ def main(argv=None) -> int:
                     "goals": {"records_per_s": RATE_GOALS, "e2e_p50_us": P50_GOAL_US,
                               "iteration_share_of_poll": ITERATION_SHARE_OF_POLL_GOAL}}
         with Broker(data_dir) as broker:
-            document["results"] = measure(data_dir, broker.process.pid, records, rate, seconds)
+            document["results"] = measure(data_dir, broker.process.pid, records, rate, seconds,
+                                          arguments.ring_size)
+        document["ring_size"] = arguments.ring_size
     finally:
         left = remove_data(data_dir)
     document["shared_memory_left_by_the_run"] = left

@@ -190,7 +190,10 @@ def maker_pid(name: str) -> int:
     magic = int.from_bytes(header[R.MAGIC_OFFSET:R.MAGIC_OFFSET + R.MAGIC_SIZE], "little")
     version = int.from_bytes(header[R.VERSION_OFFSET:R.VERSION_OFFSET + R.VERSION_SIZE],
                              "little")
-    if magic == 0:
+    if magic == 0 or version == 0:
+        # Ring.create stamps the magic, then the version: a header read in between
+        # (many producers starting while the liveness check lists the rings) is one
+        # still being written, not one of another version.
         return MAKER_PENDING
     if magic != R.MAGIC or version != R.VERSION:
         return MAKER_UNKNOWN

@@ -14,6 +14,10 @@ Rules
   under the broker's prefix that nobody registered are registered at start (their
   entries are drained) and reaped once their maker is gone; while running, an
   unregistered ring whose maker is gone is reclaimed by the liveness check.
+* At most ``producers_max`` rings are drained at once: a producer registering past
+  it is refused with :class:`TooManyProducersError` (its ring never mapped here; it
+  removes it). Rings adopted at start or by the liveness check are drained whatever
+  their number: they may hold entries, and nothing put in a ring is left undrained.
 * Rings under the prefix that are not ours to reclaim (another user's who may not
   produce here, an unreadable one, one of another version) are left alone, with a
   warning, once.
@@ -36,13 +40,20 @@ stop reading the ring, unmap it, unlink it.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import resource
 
 from ..common import access, limits
 from ..common.child_process import process_alive
-from ..common.errors import LocalProtocolError, ShmlogError, StorageError
+from ..common.errors import (
+    LocalProtocolError,
+    ShmlogError,
+    StorageError,
+    TooManyProducersError,
+)
 from ..ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
 from ..shm import ring_layout as R
 from ..shm import shared_memory
@@ -99,34 +110,49 @@ class ProducerRegistry:
         The broker's shared-memory prefix: its producers' rings are named under it.
     host : PartitionHost
         Whose appender drains the rings.
+    producers_max : int
+        The most rings registered by their producers at once (the broker's
+        ``producers_max``).
     """
 
-    def __init__(self, prefix: str, host: PartitionHost):
+    def __init__(self, prefix: str, host: PartitionHost, *,
+                 producers_max: int = limits.PRODUCERS_MAX_DEFAULT):
         self.prefix = prefix
         self.host = host
+        self.producers_max = producers_max
         self.rings: dict[str, tuple[Ring, int]] = {}    # ring name -> (ring, producer id)
         self._ignored_rings: set[str] = set()          # under our prefix, not ours to reclaim
         # Replaced by a cluster member's (cluster_producer_ids): any object with allocate().
         self.producer_ids = ProducerIds(host.data_dir)
 
-    def register(self, name: str, acks: int = 1) -> tuple[int, int]:
+    def register(self, name: str, acks: int = 1, *, adopted: bool = False) -> tuple[int, int]:
         """Start draining the ring ``name`` (made under our prefix), its entries
         completed as ``acks`` asks (-1: once the high watermark covers them); (its
         index in the appender's ring table or -1 when it was poisoned already, its
-        producer id). A ring registered already keeps its id; its acks change.
+        producer id). A ring registered already keeps its id; its acks change. An
+        ``adopted`` ring (no producer asked) is drained past ``producers_max``.
 
         Raises
         ------
         LocalProtocolError
             The name is not under our prefix.
+        TooManyProducersError
+            ``producers_max`` rings are drained already (not for an adopted ring).
         """
         if not name.startswith(self.prefix + "-"):
             raise LocalProtocolError(f"ring {name!r} must be named under {self.prefix!r}")
+        if name not in self.rings and not adopted and len(self.rings) >= self.producers_max:
+            raise TooManyProducersError(
+                f"this broker drains {len(self.rings)} producers' rings, its producers_max "
+                f"({self.producers_max}): close a producer first, or start the broker with a "
+                f"larger producers_max (shmlog broker --producers-max N, or producers_max in "
+                f"its config file); each producer takes its ring_size of {shared_memory.DIRECTORY} "
+                f"and one mapping of the broker's")
         appender = self.host.appender
         awaits_high_watermark = acks == -1
         if name not in self.rings:
             producer_id = self.producer_ids.allocate()   # first: it may refuse (a cluster's)
-            attached = Ring.attach(name)
+            attached = self._attach(name)
             self.rings[name] = (attached, producer_id)
             appender.add_ring(attached, awaits_high_watermark=awaits_high_watermark)
             log.info("producer ring %s registered (acks %d)", name, acks)
@@ -136,6 +162,28 @@ class ProducerRegistry:
             appender.set_awaits_high_watermark(index, awaits_high_watermark)
         self.host.drain_soon()
         return -1 if index is None else index, producer_id
+
+    def _attach(self, name: str) -> Ring:
+        """Map the ring; a limit of the broker's process hit on the way is a
+        :class:`TooManyProducersError` naming it (CPython's mmap keeps a descriptor
+        per mapping: a ring costs the broker an open file and a mapping)."""
+        try:
+            return Ring.attach(name)
+        except OSError as error:
+            if error.errno in (errno.EMFILE, errno.ENFILE):
+                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                limit = (f"the broker's open files (RLIMIT_NOFILE {soft}/{hard}, one per "
+                         f"producer's ring): raise the broker's limit (ulimit -n, systemd's "
+                         f"LimitNOFILE)")
+            elif error.errno == errno.ENOMEM:
+                limit = ("the broker's memory mappings (vm.max_map_count, one per producer's "
+                         "ring) or its memory: raise sysctl vm.max_map_count")
+            else:
+                raise
+            raise TooManyProducersError(
+                f"cannot map ring {name!r} after {len(self.rings)} producers: {error.strerror}; "
+                f"{limit}, or lower producers_max ({self.producers_max}) so producers are "
+                f"refused before it") from None
 
     def new_producer_id(self, name: str) -> int:
         """A new producer id for a registered ring (Kafka's InitProducerId)."""
@@ -206,7 +254,7 @@ class ProducerRegistry:
             if pid != MAKER_PENDING and not include_alive and process_alive(pid):
                 continue
             try:
-                self.register(name, acks=ADOPTED_RING_ACKS)
+                self.register(name, acks=ADOPTED_RING_ACKS, adopted=True)
             except ShmlogError as error:
                 self._ignore_ring(name, str(error))
 

@@ -73,7 +73,6 @@ IGNORED: dict[str, tuple[frozenset, str]] = {
     "retries": (_PRODUCER, "a batch goes into a shared-memory ring the broker drains; "
                            "refused batches are sent again by the idempotent producer itself"),
     "max_in_flight_requests_per_connection": (_PRODUCER, _NO_NETWORK),
-    "buffer_memory": (_PRODUCER, "the producer's ring (ring_size) is its buffer"),
     "max_request_size": (_PRODUCER, "the topic's max.message.bytes bounds a batch"),
     "delivery_timeout_ms": (_PRODUCER, "a batch in the ring is appended or refused by the "
                                        "broker; futures wait as long as get(timeout) asks"),

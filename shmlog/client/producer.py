@@ -142,6 +142,21 @@ def _as_bytes(field, what: str) -> bytes:
                              f"encode it first")
 
 
+def _ring_size(ring_size, buffer_memory) -> int:
+    """``ring_size``, or kafka-python's ``buffer_memory`` (the two must agree; the ring
+    is the producer's buffer), or the default."""
+    if ring_size is not None and buffer_memory is not None and ring_size != buffer_memory:
+        raise InvalidConfigError(f"ring_size={ring_size!r} and buffer_memory="
+                                 f"{buffer_memory!r} disagree; give one of them")
+    name, size = ("ring_size", ring_size) if ring_size is not None else \
+        ("buffer_memory", buffer_memory if buffer_memory is not None
+         else limits.RING_SIZE_DEFAULT)
+    try:
+        return check_capacity(size)
+    except LocalProtocolError as error:
+        raise InvalidConfigError(f"{name}: {error}") from None
+
+
 def _compression(compression, compression_type):
     """``compression``, or kafka-python's ``compression_type`` (the two must agree)."""
     if compression_type is None:
@@ -171,6 +186,13 @@ class Producer:
     linger_ms, batch_size, max_block_ms : int
         As in Kafka: how long a batch may wait for more records, how large it may
         grow (bytes), how long ``send`` may block on a full ring.
+    ring_size, buffer_memory : int
+        The producer's ring in /dev/shm, its buffer of batches the broker has not
+        drained yet (bytes, a power of two from 4 KiB; default
+        ``limits.RING_SIZE_DEFAULT``, 2 MiB): allocated whole when the producer is
+        made, so a host of many producers pays it per producer. ``buffer_memory`` is
+        kafka-python's name for it (a batch larger than the ring cannot be sent: keep
+        ``batch_size`` and ``max.message.bytes`` below it).
     enable_idempotence : bool
         Batches carry a broker-given producer id and per-partition sequence numbers,
         so the broker appends a batch once even if it re-reads it after a crash.
@@ -202,7 +224,7 @@ class Producer:
                  linger_ms: int = limits.LINGER_MS_DEFAULT,
                  batch_size: int = limits.BATCH_SIZE_DEFAULT,
                  max_block_ms: int = limits.MAX_BLOCK_MS_DEFAULT,
-                 ring_size: int = limits.RING_SIZE_DEFAULT,
+                 ring_size: int | None = None, buffer_memory: int | None = None,
                  enable_idempotence: bool = True, bootstrap_servers=None,
                  client_id: str | None = None, key_serializer=None, value_serializer=None,
                  **kafka_options):
@@ -226,14 +248,14 @@ class Producer:
         self.batch_size = settings.integer("batch_size", batch_size, 0, limits.BATCH_SIZE_MAX)
         self.max_block_ms = settings.integer("max_block_ms", max_block_ms, 0,
                                              limits.CLIENT_WAIT_MS_MAX)
-        check_capacity(ring_size)
+        self.ring_size = _ring_size(ring_size, buffer_memory)
         settings.flag("enable_idempotence", enable_idempotence)
         metadata = request(self.data_dir, "metadata")
         self._metadata = ProducerMetadata(self.data_dir, metadata)
         # Rung after every put: the broker may be asleep on it.
         table = PartitionStateTable.attach(metadata["state_table"])
         self.ring = Ring.create(f"{metadata['ring_prefix']}-producer-{os.getpid()}-"
-                                f"{uuid.uuid4().hex[:8]}", ring_size,
+                                f"{uuid.uuid4().hex[:8]}", self.ring_size,
                                 group_id=metadata.get("ring_group_id"))
         self.ring.keeps_results = self.acks != 0     # acks=0 never reads a result
         try:

@@ -30,6 +30,7 @@
     ├── CorruptSegmentError           data on disk failed its CRC or structure check
     ├── OffsetOverflowError
     ├── RingFullError                 a ring stayed full for the whole wait
+    ├── TooManyProducersError         the broker drains producers_max rings already
     ├── ClientTimeoutError            a send's get() or a flush ran out of time
     ├── BrokerNotAvailableError       no broker answered in time
     │   ├── BrokerNotRunningError     no broker runs (no control socket): nothing was sent
@@ -161,6 +162,12 @@ class InvalidProducerEpochError(PeerProtocolError):
 class RingFullError(ShmlogError):
     """The ring stayed full for the whole wait (Kafka's ``max.block.ms``): the
     consumer is not keeping up, or is gone."""
+
+
+class TooManyProducersError(ShmlogError):
+    """The broker drains its ``producers_max`` producers' rings already: a new producer
+    is refused at registration (its ring removed), never left undrained. Close a
+    producer, or start the broker with a larger ``producers_max``."""
 
 
 class BrokerNotAvailableError(ShmlogError):

@@ -95,9 +95,15 @@ PARTITIONER_CACHE_KEY_SIZE_MAX = 64
 BATCH_SIZE_DEFAULT = 16384
 LINGER_MS_DEFAULT = 5
 MAX_BLOCK_MS_DEFAULT = 60_000
-# The ring holds batches until the appender drains them: 16 MiB is ~100 ms of
-# producing at memory speed, so a busy appender never stalls a producer.
-RING_SIZE_DEFAULT = 16 << 20
+# The ring holds batches until the appender drains them, and /dev/shm holds the whole
+# ring from the producer's start (kafka-python's buffer_memory is 32 MiB, but of heap,
+# touched only as used): 2 MiB admits the largest batch a topic takes by default
+# (max.message.bytes, 1 MiB) with room for another, and 200 producers on one host
+# (issue 26) take 400 MiB of /dev/shm, not 3.2 GB. bench_clients' send_batch
+# (--ring-size; batches of 1000 records of 100 B, 16 to a 2 MiB ring), 6 runs each,
+# interleaved, on the 2-vCPU VM (a busy one): best 3.57 M records/s with either
+# size, median 2.8 M/s with 2 MiB and 2.5 M/s with 16 MiB: not slower.
+RING_SIZE_DEFAULT = 2 << 20
 # Kafka's num.partitions default: a NewTopic with num_partitions=-1 gets it.
 NUM_PARTITIONS_DEFAULT = 1
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
@@ -480,8 +486,9 @@ REPLICATION_RETRANSMIT_TIMEOUT_MS = 3000
 
 # --- console tools (cli/console.py) -------------------------------------------------------
 # Records `shmlog produce` leaves unacknowledged before it waits for the oldest: a few
-# hundred default batches (16 KiB) of short lines, well inside a 16 MiB ring, so the
-# wait is for a batch the broker appended long ago and throughput is unchanged, while
+# hundred default batches (16 KiB) of short lines, so the wait is for a batch the
+# broker appended long ago (the ring, drained as it fills, holds a fraction of them:
+# a full one blocks the send until there is room) and throughput is unchanged, while
 # memory stays a few MB however long the input (a future per line kept to the end
 # held 286 MB for a million lines).
 CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX = 1 << 16
@@ -577,3 +584,9 @@ CONTROL_POLL_MS = 100
 # writes it microseconds after creating the object); one left so for this long lost its
 # maker in between and is reclaimed.
 RING_CREATION_GRACE_S = 60.0
+# The producers one broker drains at once (its producers_max setting's default). Each
+# registered ring is one mapping of the broker's (of vm.max_map_count's 65530), ~10 KiB
+# of its parked-completion table, a row the compiled drain visits every round, and its
+# ring_size of /dev/shm: 1024 producers of the default ring are 1 GiB of /dev/shm, and
+# issue 26 asks for 200 on one broker. Past it a producer gets TooManyProducersError.
+PRODUCERS_MAX_DEFAULT = 1024

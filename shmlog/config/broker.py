@@ -19,7 +19,7 @@ from typing import Any
 from ..common import access
 from ..common.documented import setting
 from ..common.errors import InvalidConfigError, LocalProtocolError
-from ..common.limits import METRICS_PORT_MAX
+from ..common.limits import METRICS_PORT_MAX, PRODUCERS_MAX_DEFAULT
 from ..common.paths import control_address, default_data_dir
 from .cluster import ClusterConfig
 
@@ -37,6 +37,12 @@ class BrokerConfig:
         16384, doc="Rows of the partition state table in shared memory: the most "
                    "partitions (of all topics, internal ones included) one broker hosts "
                    "(64 bytes of /dev/shm each).")
+    producers_max: int = setting(
+        PRODUCERS_MAX_DEFAULT,
+        doc="The most producers (each with its ring in /dev/shm, which the broker maps) "
+            "one broker drains at once; a producer past it is refused with "
+            "TooManyProducersError at construction. Rings left by a broker that stopped "
+            "are drained whatever their number.")
     retention_check_interval_ms: int = setting(
         300_000, doc="How often retention.ms and retention.bytes are applied (Kafka's "
                      "log.retention.check.interval.ms).")

@@ -36,15 +36,18 @@ def _report(progress: Progress, done: int, started: float, last: list) -> None:
 
 
 def produce(data_dir: str | None, topic: str, records: int, record_size: int, *,
-            batch_records: int = 0, acks: int = 1, progress: Progress = None) -> dict:
+            batch_records: int = 0, acks: int = 1, ring_size: int | None = None,
+            progress: Progress = None) -> dict:
     """Send ``records`` values of ``record_size`` bytes to partition 0: one ``send``
-    per record, or ``send_batch`` of ``batch_records`` rows at a time; the clock stops
-    when the last one is acknowledged (acks=1) or in the ring (acks=0)."""
+    per record, or ``send_batch`` of ``batch_records`` rows at a time, through a ring
+    of ``ring_size`` bytes (None: the producer's default); the clock stops when the
+    last one is acknowledged (acks=1) or in the ring (acks=0)."""
     rows = np.random.default_rng(0).integers(0, 256, (max(batch_records, 1000), record_size),
                                             np.uint8)
     values = [row.tobytes() for row in rows[:1000]]
     last = [time.perf_counter()]
-    with Producer(data_dir, acks=acks) as producer:
+    ring = {} if ring_size is None else {"ring_size": ring_size}
+    with Producer(data_dir, acks=acks, **ring) as producer:
         started = time.perf_counter()
         futures = []
         sent = 0

@@ -160,7 +160,8 @@ class BrokerCore:
                                   table=table)
         self.data_dir = self.host.data_dir
         self.prefix = shared_memory_prefix(self.data_dir)
-        self.producers = ProducerRegistry(self.prefix, self.host)
+        self.producers = ProducerRegistry(self.prefix, self.host,
+                                           producers_max=config.producers_max)
         now = now_ms()
         self.scheduler = Scheduler()
         self.scheduler.every(config.flush_check_interval_ms, self.host.flush_due, now)

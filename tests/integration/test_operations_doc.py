@@ -74,7 +74,7 @@ def test_the_broker_config_file_loads(tmp_path):
     path = tmp_path / "broker.toml"
     path.write_text(config)
     loaded = BrokerConfig.load(str(path))
-    assert loaded.data_dir == str(tmp_path / "data") and loaded.partitions_max == 4096
+    assert loaded.data_dir == str(tmp_path / "data") and loaded.partitions_max == 16384
     assert loaded.data_group is not None
 
 
@@ -82,7 +82,7 @@ def test_the_dev_shm_formula_is_what_a_broker_and_a_producer_take(integration_br
     snippet = blocks("Size /dev/shm", "python")[0]
     namespace: dict = {}
     exec(compile(snippet, "OPERATIONS.md", "exec"), namespace)
-    assert capsys.readouterr().out.strip() == "512.6 MiB"
+    assert capsys.readouterr().out.strip() == "402.7 MiB"
     dev_shm_bytes = namespace["dev_shm_bytes"]
     data_dir, ring_size = integration_broker, 1 << 20
     partitions_max = BrokerConfig().partitions_max          # the shared broker's

@@ -337,3 +337,23 @@ def test_a_partition_gets_the_row_it_asks_for_when_that_row_is_free(world):
     assert appender.register_partition("rows", 2, table.row_capacity) == 1   # outside
     assert appender.register_partition("rows", 3, None) == 2
     assert appender.register_partition("rows", 3, 7) == 2          # registered: its row
+
+
+def test_a_drain_with_a_budget_serves_every_full_ring_alike(world):
+    """Many producers: a drain pass that stops at its budget has taken one entry per
+    ring per round, so no ring waits while another is drained (issue 26's fairness);
+    the next pass goes on round-robin."""
+    logs, table, appender, ring = world
+    rings_count, entries_each = 8, 40
+    logs.create_topic("many", partitions=rings_count)
+    rows = [appender.register_partition("many", partition) for partition in range(rings_count)]
+    for partition, producer in enumerate(ring() for _ in range(rings_count)):
+        destination = appender.destination("many", partition)
+        for number in range(entries_each):
+            producer.put(destination, encode_batch(values(f"r{partition}e{number}", 1)), 1000)
+    for budget in (rings_count * 5, rings_count * 3, rings_count * 20):
+        appender.drain(entries_max=budget)
+        drained = [table.high_watermark(row) for row in rows]
+        assert max(drained) - min(drained) <= 1, drained
+    appender.drain()
+    assert [table.high_watermark(row) for row in rows] == [entries_each] * rings_count

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import time
 
 import pytest
 
 from helpers import ask
+from shmlog.common.errors import TooManyProducersError
 from shmlog.common.paths import shared_memory_prefix
 from shmlog.protocol.control import decode_reply, encode_request
+from shmlog.ring import Ring
 from shmlog.server.broker import WARM_UP_DIRECTORY, BrokerConfig, BrokerCore, warm_kernels
 from shmlog.shm import shared_memory
 
@@ -89,3 +92,51 @@ def test_a_warm_up_that_fails_is_logged_and_not_raised(data_dir, caplog):
         warm_kernels(BrokerConfig(data_dir=data_dir))
     assert "were not all loaded ahead" in caplog.text
 
+
+
+def fill_descriptors() -> list[int]:
+    """Open /dev/null until the open files limit is reached: those descriptors."""
+    opened = []
+    while True:
+        try:
+            opened.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            return opened
+
+
+def test_a_producer_past_a_limit_is_refused_naming_it(data_dir):
+    """Past producers_max, and past the broker's open files (a mapped ring keeps a
+    descriptor), a producer's registration is a TooManyProducersError naming the
+    limit; a slot freed by a producer that left is taken by the next."""
+    core = BrokerCore(BrokerConfig(data_dir=data_dir, producers_max=2))
+    prefix = shared_memory_prefix(data_dir)
+    rings = [Ring.create(f"{prefix}-producer-{os.getpid()}-{number}", 4096)
+             for number in range(4)]
+    try:
+        for ring in rings[:2]:
+            ask(core, "register_producer", ring=ring.name)
+        with pytest.raises(TooManyProducersError, match=r"producers_max \(2\)"):
+            ask(core, "register_producer", ring=rings[2].name)
+        ask(core, "unregister_producer", ring=rings[0].name)
+        ask(core, "register_producer", ring=rings[2].name)
+        core.producers.producers_max = len(rings)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        fillers = []
+        try:
+            # One descriptor left: the ring's shm_open takes it, its mapping's dup fails.
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (max(map(int, os.listdir("/proc/self/fd"))) + 1, hard))
+            fillers += fill_descriptors()
+            os.close(fillers.pop())
+            with pytest.raises(TooManyProducersError, match="RLIMIT_NOFILE"):
+                ask(core, "register_producer", ring=rings[3].name)
+        finally:
+            for descriptor in fillers:
+                os.close(descriptor)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        ask(core, "register_producer", ring=rings[3].name)
+    finally:
+        core.close()
+        for ring in rings:
+            ring.close()
+            ring.unlink()

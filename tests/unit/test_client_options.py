@@ -64,7 +64,7 @@ def test_bootstrap_servers_mistakes_are_typed_errors(bootstrap, servers, named):
 # -- Kafka options ---------------------------------------------------------------------
 @pytest.mark.parametrize("client, options", [
     ("Producer", {"retries": 5, "api_version": (2, 8), "request_timeout_ms": 30_000,
-                  "max_in_flight_requests_per_connection": 5, "buffer_memory": 1 << 25}),
+                  "max_in_flight_requests_per_connection": 5}),
     ("Producer", {"security_protocol": "PLAINTEXT", "sasl_mechanism": None,
                   "transactional_id": None, "compression_type": "zstd"}),
     ("Consumer", {"fetch_min_bytes": 1, "fetch_max_wait_ms": 100, "check_crcs": True,
@@ -136,6 +136,17 @@ def test_kafka_shaped_settings_pass_to_the_broker_request(nowhere, make):
 def test_producer_compression_and_compression_type_must_agree(nowhere):
     with pytest.raises(InvalidConfigError, match="disagree"):
         Producer(nowhere, compression="none", compression_type="zstd")
+
+
+def test_producer_buffer_memory_is_its_ring_size(nowhere):
+    """kafka-python's buffer_memory is the ring's size: checked as ring_size is, and
+    the two must agree."""
+    with pytest.raises(InvalidConfigError, match="disagree"):
+        Producer(nowhere, ring_size=1 << 20, buffer_memory=1 << 21)
+    with pytest.raises(InvalidConfigError, match="buffer_memory: ring capacity must be a power"):
+        Producer(nowhere, buffer_memory=32_000_000)
+    with pytest.raises(BrokerNotAvailableError):          # valid: it asks the broker
+        Producer(nowhere, ring_size=1 << 20, buffer_memory=1 << 20)
 
 
 def test_admin_timeout_and_request_timeout_must_agree(nowhere):

@@ -25,7 +25,7 @@ from shmlog.common.errors import (
     RingFullError,
     ShmlogError,
 )
-from shmlog.ring import Destination, Ring
+from shmlog.ring import MAKER_PENDING, MAKER_UNKNOWN, Destination, Ring, maker_pid
 from shmlog.shm import ring_layout as R
 from shmlog.shm import shared_memory
 
@@ -198,6 +198,21 @@ def test_attach_checks_the_header(ring_name):
         producer.unlink()
     with pytest.raises(ShmlogError, match="no ring named"):
         Ring.attach(ring_name)
+
+
+def test_a_header_half_written_is_pending_not_of_another_version(ring_name):
+    """Ring.create stamps the magic, then the version: the broker's liveness check,
+    listing rings while many producers start, may read one in between."""
+    with Ring.create(ring_name, 4096) as producer:
+        assert maker_pid(ring_name) == os.getpid()
+        header = np.frombuffer(producer._memory, np.uint8, count=R.HEADER_END)
+        header[R.VERSION_OFFSET:R.VERSION_OFFSET + R.VERSION_SIZE] = 0    # magic only
+        assert maker_pid(ring_name) == MAKER_PENDING
+        header[R.VERSION_OFFSET] = R.VERSION + 1
+        assert maker_pid(ring_name) == MAKER_UNKNOWN
+        header[:] = 0
+        assert maker_pid(ring_name) == MAKER_PENDING
+        producer.unlink()
 
 
 @pytest.mark.parametrize("capacity", [0, 1000, 4095, 6000, 1 << 32])
