@@ -18,6 +18,7 @@ from shmlog.common.errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
     RequestTimedOutError,
+    ResourceLimitError,
     StorageError,
     UnknownTopicOrPartitionError,
 )
@@ -41,6 +42,8 @@ CODES = [
     (CompletionCode.NOT_LEADER_OR_FOLLOWER, 109, NotLeaderOrFollowerError, "no longer leads"),
     # Kafka's TimeoutException for a produce request
     (CompletionCode.REQUEST_TIMED_OUT, 110, RequestTimedOutError, "may or may not"),
+    # the broker at its open-files or mappings limit (a StorageError, as Kafka's)
+    (CompletionCode.RESOURCE_LIMIT, 111, ResourceLimitError, "process limit"),
 ]
 
 

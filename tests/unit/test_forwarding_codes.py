@@ -42,6 +42,11 @@ def test_other_bad_batches_are_invalid_records(code):
     assert wire_error(-int(code)) is ErrorCode.INVALID_RECORD
 
 
+def test_a_leader_at_a_process_limit_is_a_storage_error_on_the_wire():
+    assert wire_error(-int(CompletionCode.RESOURCE_LIMIT)) is ErrorCode.KAFKA_STORAGE_ERROR
+    assert completion_result(ErrorCode.KAFKA_STORAGE_ERROR, -1) == -CompletionCode.STORAGE_ERROR
+
+
 def test_an_answer_with_no_refusal_of_ours_is_an_unknown_outcome():
     assert completion_result(ErrorCode.NONE, 42) == 42
     assert completion_result(ErrorCode.STALE_BROKER_EPOCH, -1) == \

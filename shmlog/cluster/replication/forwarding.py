@@ -113,6 +113,8 @@ _WIRE_ERRORS = {
     CompletionCode.REQUEST_TIMED_OUT: ErrorCode.REQUEST_TIMED_OUT,
 }
 _COMPLETION_CODES = {error: code for code, error in _WIRE_ERRORS.items()}
+# A limit of the leader's process is a storage error on the wire, as in Kafka.
+_COMPLETION_CODES[ErrorCode.KAFKA_STORAGE_ERROR] = CompletionCode.STORAGE_ERROR
 # A batch the leader found invalid (this broker checked it, so only what needs the
 # leader's partition, such as a zstd batch's records, gets here): Kafka's two codes.
 _COMPLETION_CODES[ErrorCode.CORRUPT_MESSAGE] = BatchStatus.BAD_CRC
