@@ -20,8 +20,8 @@ through the two largest counts (the verdict then says "extrapolated"). The goals
 * idle CPU <= 2 % of a core;
 * restart to serving in <= 10 s;
 * a consumer assigned every partition pays per poll only for those with data: the
-  consumer journal's figure, measured by its own module; this one keeps the slot
-  (``CONSUMER_POLL_MEASURE``) and prints "not measured" until it is filled.
+  median poll with every partition assigned and one busy, measured by
+  perf/bench_poll_many.py on a broker of its own (``CONSUMER_POLL_MEASURE``).
 
 And the many-producers goal: 200 producer processes on one broker, each with its
 ring: the /dev/shm the rings take, how long registration takes, and drain fairness
@@ -185,11 +185,20 @@ IDLE_CPU_GOAL = 0.02
 RESTART_GOAL_S = 10.0
 FAIRNESS_GOAL = 2.0                 # max/mean and mean/min
 
-# The consumer journal's per-poll figure (another engineer's module): the lead sets
-# this to their measuring function, called as CONSUMER_POLL_MEASURE(data_dir, topic,
-# partitions) with the broker serving and every partition holding one record; it
-# returns a dict of figures, its "per_poll_us" printed in the table.
-CONSUMER_POLL_MEASURE = None
+def _consumer_poll_measure(data_dir: str, topic: str, partitions: int) -> dict:
+    """The consumer's per-poll cost with every one of ``partitions`` assigned and one
+    busy (perf/bench_poll_many.py, on a broker of its own: one partition there holds
+    the batches the polls take); "per_poll_us" is printed in the table."""
+    from bench_poll_many import measure
+    figures = measure(partitions, seconds=1.0)
+    return {**figures, "per_poll_us": figures["busy_poll_s"] * 1e6,
+            "idle_poll_us": figures["idle_poll_s"] * 1e6}
+
+
+# The consumer journal's per-poll figure, called as CONSUMER_POLL_MEASURE(data_dir,
+# topic, partitions) with the broker serving; it returns a dict of figures, its
+# "per_poll_us" printed in the table.
+CONSUMER_POLL_MEASURE = _consumer_poll_measure
 
 
 # --- the broker's process, from /proc -------------------------------------------------
@@ -781,7 +790,7 @@ ROWS = (
     ("mappings added", 1.0, "", _added(("first_records", "mappings")), True, "first_records"),
     ("idle CPU, % of a core", 1.0, "%", _cpu_percent, True, "idle"),
     ("restart to serving", 1.0, "s", _restart_s, True, "restart"),
-    ("consumer poll (journal's slot)", 1.0, "us", _poll_us, False, "consumer_poll"),
+    ("consumer poll, all assigned, 1 busy", 1.0, "us", _poll_us, False, "consumer_poll"),
 )
 
 
@@ -998,6 +1007,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
                         help="producer counts (default 10,50,200)")
     parser.add_argument("--no-partitions", action="store_true", help="skip the partitions")
     parser.add_argument("--no-producers", action="store_true", help="skip the producers")
+    parser.add_argument("--cluster", type=_counts, default=None, metavar="COUNTS",
+                        help="also the cluster figures (perf/bench_scale_cluster.py: three "
+                             "brokers, one topic of each count x RF 3), e.g. 1000,3000")
     parser.add_argument("--ring-size", type=int, default=None,
                         help="the producers' ring_size (default: the producer's default)")
     parser.add_argument("--start-concurrency", type=int, default=START_CONCURRENCY,
@@ -1049,6 +1061,9 @@ def main(argv=None) -> int:
     finally:
         processes.stop_all()
     report(document)
+    if arguments.cluster:
+        from bench_scale_cluster import cluster_section
+        document["cluster"] = cluster_section(arguments.cluster)
     os.makedirs(os.path.dirname(os.path.abspath(arguments.json)), exist_ok=True)
     with open(arguments.json, "w") as target:
         json.dump(document, target, indent=2, default=str)
