@@ -96,25 +96,29 @@ test of the script). ``--json`` writes every raw figure.
 
 Expected figures
 ----------------
-On the 2-vCPU development VM (AMD EPYC, 24 GB, Linux 6.18), November 2026, on main
-before the lead's storage fix (9e54445), ``--partitions 10,100`` (1,000 partitions
-with a record each would take ~40 GB, and 10,000 exceed the fd limit), others ~0:
+``--partitions 10,100,1000 --no-producers`` on the 2-vCPU development VM (24 GB,
+Linux 6.18), November 2026, with main's storage (0b9f882, before the lead's storage
+fix), a busy machine (others 1.6-1.9 cores: times are inflated):
 
-=====================================  ========  ========  ==============  =========
-figure                                 10        100       growth / part.  goal
-=====================================  ========  ========  ==============  =========
-create, one topic                      0.01 s    0.05 s    0.4 ms          met (ext.)
-first record to all                    0.10 s    7.3 s     80 ms           below
-RSS beyond data, per partition         41 MiB    41 MiB    41 MiB          below
-open files                             ~60       ~600      6               below
-mappings                               ~+30      ~+300     3               below
-=====================================  ========  ========  ==============  =========
+==================================  =======  =======  ========  ===========  ==============
+figure                              10       100      1,000     growth/part  goal at 10,000
+==================================  =======  =======  ========  ===========  ==============
+create, one topic                   0.04 s   0.10 s   3.4 s     3.6 ms       below (ext.)
+create, topics of 10                0.01 s   0.37 s   10.1 s    11 ms        below (ext.)
+first record to all                 0.58 s   9.9 s    (skipped) 104 ms       below (ext.)
+RSS added, idle partitions          0.08 MiB 0.79 MiB 8.9 MiB   9 KiB        met
+RSS added beyond data, 1 rec each   402 MiB  4.0 GiB  (skipped) 40 MiB       below
+open files added, idle              60       599      6,000     6            below
+mappings added, idle                30       301      3,004     3            met (ext.)
+idle CPU, % of a core               0.6      0.6      0.7       ~0           met (ext.)
+restart to serving                  3.8 s    5.7 s    9.0 s     3.7 ms       below (ext.)
+==================================  =======  =======  ========  ===========  ==============
 
-The run's own table (printed, and in the JSON) is the reference; the counts above
-are from issue 26's measurement. What bounds them on main: every partition's active
-segment reserves and populates 40 MiB of page cache at its first append (the
-prefaulter's step), and keeps an fd per mapping (log, offset index, time index,
-their files).
+At 1,000 the first records stop after 10 partitions: at 40.3 MiB a partition the
+rest would take ~42 GB. What bounds them on main: every partition's active segment
+reserves and populates 40 MiB of page cache at its first append (8 MiB inline, the
+prefaulter the rest), and keeps a descriptor per mapping (CPython's mmap keeps one)
+and per file: 6 a partition, so 10,000 partitions exceed RLIMIT_NOFILE (20,000 here).
 
 Producers: see the run's table; rings are allocated whole at creation
 (``shared_memory._allocate``): 200 producers took 3.2 GB of /dev/shm with the old
@@ -460,6 +464,12 @@ def failure(error: BaseException) -> dict:
     return {"error": f"{type(error).__name__}: {error}"}
 
 
+def _data_dir(prefix: str) -> str:
+    data_dir = tempfile.mkdtemp(prefix=prefix)
+    print(f"broker data directory {data_dir} (removed at the end)", flush=True)
+    return data_dir
+
+
 def remove_data(data_dir: str) -> list[str]:
     """Remove the data directory and the /dev/shm objects under its broker's prefix
     (a child killed on a timeout leaves its ring); those names."""
@@ -488,7 +498,7 @@ def measure_partitions(processes: Processes, count: int, options) -> dict:
     """Every partitions figure at ``count`` (see the module's method); a step that
     fails leaves its error in its figure's place."""
     point: dict = {"partitions": count}
-    data_dir = tempfile.mkdtemp(prefix=f"shmlog-bench-scale-{count}-")
+    data_dir = _data_dir(f"shmlog-bench-scale-{count}-")
     deadline = time.monotonic() + options.point_timeout
     try:
         broker = processes.broker(data_dir, partitions_max=count + PARTITIONS_MAX_MARGIN)
@@ -615,7 +625,7 @@ def _topics_of_ten(processes: Processes, count: int, options) -> dict:
     """N/10 topics of 10, one by one, on a fresh broker: their creation timed as one."""
     from shmlog import Admin
     from shmlog.client.admin import NewTopic
-    data_dir = tempfile.mkdtemp(prefix=f"shmlog-bench-scale-topics-{count}-")
+    data_dir = _data_dir(f"shmlog-bench-scale-topics-{count}-")
     deadline = time.monotonic() + options.point_timeout
     try:
         broker = processes.broker(data_dir, partitions_max=count + PARTITIONS_MAX_MARGIN)
@@ -661,7 +671,7 @@ def measure_producers(processes: Processes, count: int, options) -> dict:
         return {"producers": count, "error": f"skipped: {count} producers need ~"
                 f"{needed / 1e9:.1f} GB and MemAvailable is {memory_available() / 1e9:.1f} GB"}
     point: dict = {"producers": count, "ring_size": ring}
-    data_dir = tempfile.mkdtemp(prefix=f"shmlog-bench-scale-producers-{count}-")
+    data_dir = _data_dir(f"shmlog-bench-scale-producers-{count}-")
     try:
         broker = processes.broker(data_dir, partitions_max=count + PARTITIONS_MAX_MARGIN,
                                   producers_max=count)

@@ -257,6 +257,7 @@ class Sender:
             if batch in self.accumulator.pending:
                 self.ship(batch)
         next_resume = time.monotonic() + limits.RESUME_AFTER_S
+        sleep = limits.RESULT_POLL_S
         while True:
             with self.lock:
                 if not batch.done:
@@ -269,7 +270,11 @@ class Sender:
             if now >= next_resume:
                 self._resume()
                 next_resume = now + limits.RESUME_AFTER_S
-            time.sleep(limits.RESULT_POLL_S)
+            # Backing off: a waiter polls often at first (an acknowledgement takes tens
+            # of microseconds), then seldom, so 200 producers waiting leave the CPU to
+            # the broker they wait for.
+            time.sleep(sleep)
+            sleep = min(sleep * 2, limits.RESULT_POLL_LONGEST_S)
 
     def _resume(self) -> None:
         """Register the ring again (a no-op with the broker that has it)."""
