@@ -148,6 +148,8 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self._flush_retry_ms = 0           # no flush before this (the last one failed)
+        # Told when flush_due_ms may have moved earlier (the broker's FlushSchedule).
+        self.flush_listener: Callable[[PartitionLog], None] | None = None
         # The leader epochs (see leader_epochs); this log's own paths keep it right.
         self.epochs = LeaderEpochCache(directory)
         # The producers' last batches below the active segment (producer_snapshots).
@@ -167,6 +169,7 @@ class PartitionLog:
     @config.setter
     def config(self, config: TopicConfig) -> None:
         self._local_log.config = config
+        self._tell_flush_listener()            # flush.ms may have come closer
 
     @property
     def generation(self) -> int:
@@ -365,8 +368,21 @@ class PartitionLog:
 
     # -- flushing and rolling ------------------------------------------------------------
     def _after_append(self, message_count: int) -> None:
+        was_clean = not self._unflushed_messages
         self._unflushed_messages += message_count
-        self.maybe_flush()
+        if not self.maybe_flush() and was_clean:
+            self._tell_flush_listener()           # flush.ms runs from now on
+
+    def _tell_flush_listener(self) -> None:
+        if self.flush_listener is not None and self._unflushed_messages:
+            self.flush_listener(self)
+
+    def flush_due_ms(self) -> int | None:
+        """When ``flush.ms`` makes the unflushed records due for a flush (ms; a
+        failed flush's retry time if later), or None when all are flushed."""
+        if not self._unflushed_messages:
+            return None
+        return max(self._last_flush_ms + self.config.flush_ms, self._flush_retry_ms)
 
     def maybe_flush(self, now: int | None = None) -> bool:
         """Flush when ``flush.messages`` or ``flush.ms`` says so (the broker's
@@ -391,6 +407,7 @@ class PartitionLog:
                 self._flush_retry_ms = now + limits.FLUSH_RETRY_INTERVAL_MS
                 log.warning("%s: flush failed (%s); trying again in %d ms", self.directory,
                             error, limits.FLUSH_RETRY_INTERVAL_MS)
+                self._tell_flush_listener()
                 return False
             return True
         return False

@@ -71,6 +71,7 @@ from ..storage.delete_records import delete_target
 from ..storage.durable_files import write_atomically
 from ..storage.log_manager import LogManager, TopicMetadata
 from .appender import DRAIN_ENTRIES_MAX, Appender
+from .flush_schedule import FlushSchedule
 
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")
@@ -153,6 +154,8 @@ class PartitionHost:
             PartitionStateTable.create(self.table_name, partitions_max)
         self.appender = Appender(self.logs, self.table)
         self._partitions: dict[tuple[str, int], HostedPartition] = {}
+        self._ordered: list[HostedPartition] | None = None     # partitions(), until a change
+        self._flushes = FlushSchedule()
         self._listeners: list[Callable[[int], None]] = []
         self._rows_path = os.path.join(self.data_dir, ROWS_FILE)
         rows = self._load_rows()
@@ -193,8 +196,10 @@ class PartitionHost:
             if (topic, partition) not in self._partitions:
                 row = self.appender.register_partition(topic, partition,
                                                        rows.get(f"{topic}/{partition}"))
-                self._partitions[(topic, partition)] = HostedPartition(
+                hosted = self._partitions[(topic, partition)] = HostedPartition(
                     topic, partition, row, self.logs.partition_log(topic, partition))
+                self._flushes.watch(hosted.log)
+                self._ordered = None
 
     def when_topics_change(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(now)`` after every topic created, deleted or grown."""
@@ -219,7 +224,8 @@ class PartitionHost:
         """Stop hosting a topic's partitions (their rows are freed) and delete it."""
         for partition in range(self.logs.describe_topic(name).partitions):
             self.appender.unregister_partition(name, partition)
-            del self._partitions[(name, partition)]
+            self._flushes.forget(self._partitions.pop((name, partition)).log)
+        self._ordered = None
         self.logs.delete_topic(name)
         self._topics_changed()
 
@@ -249,9 +255,17 @@ class PartitionHost:
 
     def partitions(self) -> Iterator[HostedPartition]:
         """Every hosted partition, by topic name, then partition number."""
-        for topic in self.logs.list_topics():
-            for partition in range(self.logs.describe_topic(topic).partitions):
-                yield self._partitions[(topic, partition)]
+        return iter(self.partition_list())
+
+    def partition_list(self) -> list[HostedPartition]:
+        """:meth:`partitions` as a list, kept until the set of partitions changes
+        (the periodic tasks walk it every second: not rebuilt from the topics' metadata
+        each time). The same list object while nothing changed; do not modify it."""
+        if self._ordered is None:
+            self._ordered = [self._partitions[(topic, partition)]
+                             for topic in self.logs.list_topics()
+                             for partition in range(self.logs.describe_topic(topic).partitions)]
+        return self._ordered
 
     def partition_counts(self) -> dict[str, int]:
         """{topic: partition count} for every topic."""
@@ -329,9 +343,9 @@ class PartitionHost:
 
     # -- flushing, retention, cleaning ----------------------------------------------------
     def flush_due(self, now: int) -> None:
-        """Flush the partitions whose flush policy says so."""
-        for hosted in self.partitions():
-            hosted.log.maybe_flush(now)
+        """Flush the partitions whose ``flush.ms`` came (``flush_schedule``: only
+        those are looked at; ``flush.messages`` is met at the append)."""
+        self._flushes.run(now)
 
     def apply_retention(self, now: int | None = None) -> None:
         """Delete the segments retention lets go, in every partition: only below its
