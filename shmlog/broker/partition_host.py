@@ -360,9 +360,7 @@ class PartitionHost:
             return False
         now = now_ms() if now is None else now
         plans = []
-        for hosted in self.partitions():
-            if not hosted.log.config.compact:
-                continue
+        for hosted in self._compacted_partitions():
             planned = cleaner_plan(hosted.log, now)
             if planned is not None:
                 plans.append((planned.dirty_ratio, hosted.topic, hosted.partition, planned))
@@ -373,6 +371,19 @@ class PartitionHost:
         self.cleaner_progress.cleaning = (topic, partition)
         self.cleaner_progress.started = time.monotonic()
         return True
+
+    def _compacted_partitions(self) -> Iterator[HostedPartition]:
+        """The partitions with ``cleanup.policy`` compact: a topic's partitions share
+        its config, so a topic whose first partition is not compacted is passed over
+        whole (thousands of partitions of deleted-policy topics cost nothing here)."""
+        for topic, count in self.partition_counts().items():
+            first = self._partitions.get((topic, 0))
+            if first is None or not first.log.config.compact:
+                continue
+            for partition in range(count):
+                hosted = self._partitions[(topic, partition)]
+                if hosted.log.config.compact:
+                    yield hosted
 
     def swap_cleaned(self) -> bool:
         """Swap in what the cleaner finished, if it has; True when a partition changed."""
