@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from helpers import values_batch
 from shmlog.broker.flush_schedule import FlushSchedule
+from shmlog.server.broker import BrokerConfig, BrokerCore
 from shmlog.storage.topic_config import TopicConfig
 
 HOUR_MS = 3_600_000
@@ -76,3 +77,24 @@ def test_a_forgotten_log_is_not_flushed(open_log):
     schedule.forget(partition_log)
     assert schedule.run(partition_log._last_flush_ms + HOUR_MS) == 0
     assert partition_log.recovery_point == 0 and partition_log.flush_listener is None
+
+
+def test_the_broker_flushes_hosted_partitions_at_their_flush_ms_and_forgets_deleted_ones(
+        data_dir):
+    core = BrokerCore(BrokerConfig(data_dir=data_dir, offsets_topic_num_partitions=1))
+    try:
+        core.host.create_topic("timed", 2, {"flush.ms": HOUR_MS})
+        core.host.create_topic("gone", 1, {"flush.ms": HOUR_MS})
+        core.host.append("timed", 1, values_batch(3, 0))
+        core.host.append("gone", 0, values_batch(2, 1))
+        timed = core.host.partition("timed", 1).log
+        gone = core.host.partition("gone", 0).log
+        core.host.delete_topic("gone")
+        assert gone.flush_listener is None
+        core.host.flush_due(timed._last_flush_ms + HOUR_MS - 1)
+        assert timed.recovery_point == 0
+        core.host.flush_due(timed._last_flush_ms + HOUR_MS)
+        assert timed.recovery_point == 3
+        assert core.host.partition("timed", 0).log.recovery_point == 0, "never written"
+    finally:
+        core.close()
