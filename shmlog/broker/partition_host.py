@@ -37,7 +37,8 @@ appender's doorbell rang since the last drain that left every ring empty (or
 drain that appended. Each drain pass is timed around the compiled call, once per
 pass (``drain_seconds``, for ``broker_stats``), and the cleaner's work is counted
 as it is swapped in (``cleaner_progress``). Its periodic work is the flush policy
-(``flush.messages``, ``flush.ms``), retention (``retention.ms``, ``retention.bytes``)
+(``flush.messages`` at the append; ``flush.ms`` from ``flush_schedule``, which looks
+only at the logs whose time came), retention (``retention.ms``, ``retention.bytes``)
 and compaction: :meth:`PartitionHost.start_cleaning` hands the dirtiest compacted
 partition to the cleaner's thread, and :meth:`PartitionHost.swap_cleaned` swaps its
 result in on the loop's thread, if the partition's segments are still those that
