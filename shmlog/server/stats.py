@@ -76,6 +76,10 @@ __all__ = ["StatsService", "STATS_VERSION"]
 # The layout of the reply; a reader (shmlog status, the Prometheus collector) checks it.
 STATS_VERSION = 1
 
+# The words of a partition's row a sample reads (see _row_words_of).
+_SAMPLED_WORDS = np.array([S.LOG_END_OFFSET_WORD, S.ACTIVE_SEGMENT_BASE_OFFSET_WORD,
+                           S.ACTIVE_SEGMENT_SIZE_WORD], np.int64)
+
 
 class _PartitionRates:
     """One partition's last sample and its rate windows."""
@@ -204,8 +208,7 @@ class StatsService(ImmediateService):
         """(log end, active segment base, active segment size) of each of ``rows``,
         in one gather from the state table (n x 3)."""
         table = self.host.table.rows.reshape(-1, S.ROW_WORDS)
-        return table[rows][:, [S.LOG_END_OFFSET_WORD, S.ACTIVE_SEGMENT_BASE_OFFSET_WORD,
-                               S.ACTIVE_SEGMENT_SIZE_WORD]]
+        return table[rows[:, None], _SAMPLED_WORDS]       # three words a row, not whole rows
 
     @staticmethod
     def _grown_bytes(partition: HostedPartition, rates: _PartitionRates, base: int,
