@@ -140,7 +140,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-records", type=int, default=10)
     parser.add_argument("--record-size", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--json", default="bench_poll_many.json")
+    parser.add_argument("--json", default=os.path.join(REPOSITORY, "perf", "results",
+                                                       "bench_poll_many.json"))
     options = parser.parse_args(argv)
     bound = memcpy_rate()
     print(f"memcpy (np.copyto 256 MiB, best of 5): {bound / 1e9:.2f} GB/s")
@@ -166,6 +167,7 @@ def main(argv=None) -> int:
               f"(mean {result['idle_poll_mean_s'] * 1e6:8.1f})")
     print(f"load average (1, 5, 15 min) at the end: "
           f"{', '.join(f'{load:.1f}' for load in os.getloadavg())} on {os.cpu_count()} CPUs")
+    os.makedirs(os.path.dirname(os.path.abspath(options.json)), exist_ok=True)
     with open(options.json, "w") as out:
         json.dump({"memcpy_bytes_per_s": bound, "results": results, "host": platform.node(),
                    "load": os.getloadavg(), "repository": REPOSITORY}, out, indent=2)
