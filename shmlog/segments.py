@@ -109,7 +109,9 @@ class AppendTarget(NamedTuple):
     topic's configuration (:meth:`PartitionLog.append_target`).
 
     Valid until the log tells its listener of a change (:class:`LogChange`); the
-    writer then takes a new one. After appending through it, the writer gives it
+    writer then takes a new one. A log that was never appended to has no segment
+    file yet: its target's arrays are empty (no room, so the kernel asks for space),
+    and its first batch goes through :meth:`PartitionLog.append`, which makes them. After appending through it, the writer gives it
     back with :meth:`PartitionLog.appended_by_kernel`.
     """
     log: np.ndarray                # the active segment's log, mapped read-write

@@ -39,6 +39,12 @@ the old segment: a full disk fails the roll with nothing changed, and the next
 append tries again. Whoever owns the log hears of every roll (``rolled``: the
 producer snapshot is taken there).
 
+A log that starts empty (a new partition, an empty directory, a truncation that
+restarts the log) has an active segment with no file: it is made by the first
+append, and the generation moves then as for a roll. A new partition is its
+directory alone, and a crash before its first append leaves just that, which the
+loader opens as an empty log; nothing acknowledged can be in a file not made yet.
+
 Compaction writes cleaned segments into ``.cleaning``; a swap
 (:meth:`LocalLog.replace_segments`) commits a manifest, renames the cleaned files
 over the first segment of each group and deletes the others. :func:`finish_swap`
@@ -208,11 +214,22 @@ class LocalLog:
         self.bases.append(segment.base_offset)
 
     def add_segment(self, base_offset: int) -> Segment:
-        """A new, empty active segment holding no blocks (an idle partition holds
-        none; the first append reserves)."""
-        segment = Segment.create(self.directory, base_offset, self.config, pace=self.pace)
+        """A new, empty active segment with no file yet (``Segment.create``'s
+        ``deferred``): an idle partition holds no file, mapping or block; the first
+        append makes them (:meth:`append`)."""
+        segment = Segment.create(self.directory, base_offset, self.config, pace=self.pace,
+                                 deferred=True)
         self.adopt_segment(segment)
         return segment
+
+    def _materialize_active(self) -> None:
+        """Make the pending active segment's files before the first append into it.
+        The generation moves by two, as a roll's does: a reader that listed the
+        directory while it held no file of this segment lists it again before it
+        reads an offset published after this."""
+        if self.segments[-1].materialize():
+            self._directory_changed = True
+            self._generation.rolled()
 
     def reactivate_last(self) -> None:
         """Make the last (sealed) segment the active one again, keeping the state its
@@ -269,6 +286,7 @@ class LocalLog:
         """
         config = self._config
         position = 0
+        self._materialize_active()
         while True:
             segment = self.segments[-1]
             # Bytes this process appended were validated on the way in; they extend the

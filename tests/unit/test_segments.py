@@ -498,10 +498,31 @@ def test_a_cleanly_closed_last_segment_is_still_verified_on_first_read(open_log)
 
 def test_opening_a_partition_populates_nothing_until_it_is_appended_to(open_log, tmp_path):
     partition_log = open_log()
-    path = partition_log.active.log_path
-    assert os.stat(path).st_blocks == 0, "an idle partition holds no disk blocks"
+    active = partition_log.active
+    paths = (active.log_path, active.offset_index_path, active.time_index_path)
+    assert not any(os.path.exists(path) for path in paths), \
+        "an idle partition holds no segment file (the first append makes them)"
+    assert partition_log.read(0).data.size == 0 and partition_log.size == 0
+    generation = partition_log.generation
     partition_log.append(values_batch(1, 0))
-    assert os.stat(path).st_blocks > 0
+    assert all(os.path.exists(path) for path in paths)
+    assert os.stat(active.log_path).st_blocks > 0
+    # A reader that listed the directory before the files existed lists it again.
+    assert partition_log.generation == generation + 2
+    assert [r.value for r in all_records(partition_log)] == \
+        [r.value for r in decode_records(values_batch(1, 0))]
+
+
+def test_a_partition_never_appended_to_reopens_empty_and_appends(open_log):
+    partition_log = open_log()
+    partition_log.close()
+    reopened = open_log()
+    assert reopened.recovery_report.clean and reopened.log_end_offset == 0
+    assert reopened.active.pending
+    reopened.append(values_batch(3, 1))
+    reopened.close()
+    again = open_log()
+    assert again.log_end_offset == 3 and not again.active.pending
 
 
 @pytest.mark.parametrize("topic_codec, producer_codec, stored", [
