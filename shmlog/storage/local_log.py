@@ -116,6 +116,9 @@ class LocalLog:
     rolled : callable
         ``rolled(sealed, base_offset)``, called after every roll with the segment
         just sealed and the new active segment's base offset.
+    new : bool
+        The directory was just made, empty, by the caller: there is no checkpoint
+        to read and no directory to make.
 
     Attributes
     ----------
@@ -130,7 +133,7 @@ class LocalLog:
     """
 
     def __init__(self, directory: str, config: TopicConfig, *,
-                 rolled: Callable[[Segment, int], None]):
+                 rolled: Callable[[Segment, int], None], new: bool = False):
         self.directory = directory
         self._config = config
         self._rolled = rolled
@@ -138,24 +141,28 @@ class LocalLog:
         self._listener: Callable[[LogChange], None] | None = None
         # Moves whenever the set of segment files changes (readers list it again then).
         self._generation = SegmentGeneration(directory)
-        try:
-            access.make_directories(directory)
-        except OSError as error:
-            raise StorageError(f"cannot create {directory}: {error}") from error
+        if not new:
+            try:
+                access.make_directories(directory)
+            except OSError as error:
+                raise StorageError(f"cannot create {directory}: {error}") from error
         self.segments: list[Segment] = []
         self.bases: list[int] = []
         # How far ahead the active segment reserves: passed from segment to segment.
         self.pace = ReservePace(time.monotonic())
-        checkpoint = read_checkpoint(directory)
+        checkpoint = {} if new else read_checkpoint(directory)
         self.recovery_point = checkpoint.get("recovery_point", 0)
         self.log_start_offset = checkpoint.get("log_start_offset", 0)
         # Where the last compaction stopped: records below it are clean.
         self.clean_offset = checkpoint.get("clean_offset", 0)
         # What the file holds, so an unchanged checkpoint is not written again (two
         # fsyncs per partition: thousands of them make a broker's shutdown slow).
-        self._checkpointed = self._checkpoint_fields() if checkpoint else None
-        # Entries made or removed since the directory was last fsynced.
-        self._directory_changed = True
+        # A new log's offsets (all 0) are what a missing file means: nothing to write
+        # until one moves, so a partition never written costs no close-time fsync.
+        self._checkpointed = self._checkpoint_fields() if checkpoint or new else None
+        # Entries made or removed since the directory was last fsynced (a new one
+        # holds none: its first segment's files set this).
+        self._directory_changed = not new
 
     @property
     def config(self) -> TopicConfig:
