@@ -9,10 +9,13 @@ Rules
   takes entries for it. Every partition of every topic in the data directory is
   hosted (one broker, every partition local).
 * A partition keeps its row across restarts (``partition-rows.json``, ``{"<topic>/
-  <partition>": row}``, rewritten whole after every change): producers put the row
-  on ring entries, so entries still in a ring after a crash go where they were
-  meant to. A rows file that cannot be read is ignored (partitions get new rows,
-  and the appender finds misaddressed entries by their identity).
+  <partition>": row}``, rewritten whole after every change, once per request however
+  many topics it creates): producers put the row on ring entries, so entries still
+  in a ring after a crash go where they were meant to. A rows file that cannot be
+  read is ignored (partitions get new rows, and the appender finds misaddressed
+  entries by their identity). It is not fsynced: it matters only to entries in the
+  rings, which live in /dev/shm and die with the machine, as the page cache does;
+  the broker's own crash (kill -9) leaves both.
 * The broker's own records (offset commits) are appended through the appender
   (:meth:`PartitionHost.append`), as a producer's are: the same checks, the same
   publication of the partition's row, and the one place where replication will
@@ -155,6 +158,9 @@ class PartitionHost:
         self._partitions: dict[tuple[str, int], HostedPartition] = {}
         self._listeners: list[Callable[[int], None]] = []
         self._rows_path = os.path.join(self.data_dir, ROWS_FILE)
+        # What the rows file says: {"<topic>/<partition>": row}, kept as partitions
+        # are hosted and dropped, so saving it never walks every partition.
+        self._row_names: dict[str, int] = {}
         rows = self._load_rows()
         for topic in self.logs.list_topics():
             self._host_partitions(topic, rows)
@@ -180,10 +186,7 @@ class PartitionHost:
             if isinstance(rows, dict) else {}
 
     def _save_rows(self) -> None:
-        rows = {f"{hosted.topic}/{hosted.partition}": self.appender.row_of(hosted.topic,
-                                                                           hosted.partition)
-                for hosted in self.partitions()}
-        write_atomically(self._rows_path, json.dumps(rows, sort_keys=True))
+        write_atomically(self._rows_path, json.dumps(self._row_names), sync=False)
 
     # -- hosting -----------------------------------------------------------------------
     def _host_partitions(self, topic: str, rows: dict) -> None:
@@ -191,13 +194,15 @@ class PartitionHost:
         ``rows`` is used when free)."""
         for partition in range(self.logs.describe_topic(topic).partitions):
             if (topic, partition) not in self._partitions:
-                row = self.appender.register_partition(topic, partition,
-                                                       rows.get(f"{topic}/{partition}"))
+                name = f"{topic}/{partition}"
+                row = self.appender.register_partition(topic, partition, rows.get(name))
                 self._partitions[(topic, partition)] = HostedPartition(
                     topic, partition, row, self.logs.partition_log(topic, partition))
+                self._row_names[name] = row
 
     def when_topics_change(self, listener: Callable[[int], None]) -> None:
-        """Call ``listener(now)`` after every topic created, deleted or grown."""
+        """Call ``listener(now)`` after every change of the topics: a topic created,
+        deleted or grown (once for the topics one request created)."""
         self._listeners.append(listener)
 
     def _topics_changed(self) -> None:
@@ -215,11 +220,32 @@ class PartitionHost:
         self._topics_changed()
         return metadata
 
+    def create_topics(self, topics: list[tuple[str, int, dict]]) -> list:
+        """Create several topics, each ``(name, partitions, config)`` (Kafka's
+        CreateTopics: one request, an outcome per topic), and host their partitions;
+        the rows are saved and the listeners told once, for all of them. Per topic,
+        in order, its ``TopicMetadata`` or the ``ShmlogError`` that refused it (the
+        others are created all the same)."""
+        outcomes: list = []
+        try:
+            for name, partitions, config in topics:
+                try:
+                    outcomes.append(self.logs.create_topic(name, partitions, config))
+                except ShmlogError as error:
+                    outcomes.append(error)
+                    continue
+                self._host_partitions(name, {})
+        finally:
+            if any(isinstance(outcome, TopicMetadata) for outcome in outcomes):
+                self._topics_changed()
+        return outcomes
+
     def delete_topic(self, name: str) -> None:
         """Stop hosting a topic's partitions (their rows are freed) and delete it."""
         for partition in range(self.logs.describe_topic(name).partitions):
             self.appender.unregister_partition(name, partition)
             del self._partitions[(name, partition)]
+            self._row_names.pop(f"{name}/{partition}", None)
         self.logs.delete_topic(name)
         self._topics_changed()
 
