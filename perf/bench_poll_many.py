@@ -52,16 +52,9 @@ import sys
 import tempfile
 import time
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
-# The broker processes this starts import shmlog from the same tree as this one.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [REPOSITORY] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                    if path])
-sys.path.insert(0, REPOSITORY)
-
 import numpy as np  # noqa: E402
 from bounds import memcpy_rate  # noqa: E402
+from harness import REPOSITORY  # noqa: E402 - before shmlog: this checkout's, here and in children
 
 from shmlog.client.admin import Admin  # noqa: E402
 from shmlog.client.consumer import Consumer, TopicPartition  # noqa: E402

@@ -134,19 +134,13 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
-# The broker (``python -m shmlog``) and the client processes run this checkout's shmlog.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [REPOSITORY] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path])
-sys.path.insert(0, REPOSITORY)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402 - before shmlog: this checkout's, here and in children
+from harness import REPOSITORY  # noqa: E402
 
 KIB, MIB = 1 << 10, 1 << 20
 RECORD_SIZE = 100
@@ -1066,11 +1060,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     arguments = parse_arguments(argv)
-    if arguments.role:
-        print(json.dumps(ROLES[arguments.role](**json.loads(arguments.arguments))), flush=True)
+    if harness.run_role(arguments, ROLES):
         return 0
-    # A SIGTERM unwinds like an error: children killed, brokers stopped, data removed.
-    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+    harness.unwind_on_sigterm()
     from bench_log import environment
     from bounds import memcpy_rate
     document = {"benchmark": "bench_scale", "environment": environment(tempfile.gettempdir()),

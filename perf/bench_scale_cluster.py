@@ -82,12 +82,7 @@ import sys
 import tempfile
 import time
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
-# The brokers (``python -m shmlog``) run this checkout's shmlog.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [REPOSITORY] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path])
-sys.path.insert(0, REPOSITORY)
+import harness  # noqa: E402,F401 - before shmlog: this checkout's, here and in children
 
 PARTITIONS_DEFAULT = (1_000, 3_000, 10_000)
 REPLICATION_FACTOR = 3

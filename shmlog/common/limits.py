@@ -62,6 +62,11 @@ SEGMENT_RESERVE_AHEAD_MIN = 32 << 10
 # than it is populated), up to this: ~5 ms of appending at memory speed, and the most
 # page cache and disk a partition holds beyond its data.
 SEGMENT_RESERVE_AHEAD_MAX = 32 << 20
+# ... and at least what the partition writes in this long at the rate measured
+# between two background reservations: one is queued when half the distance is
+# left, so a steady stream wakes the prefaulter thread ~8 times a second, not once
+# every few pages (each wake-up takes the broker's GIL from the appender).
+SEGMENT_RESERVE_HORIZON_S = 0.25
 # ... and halving after this long without an append finding the room used up, so a
 # partition that was busy once and is quiet now holds little ahead again.
 SEGMENT_RESERVE_DECAY_S = 10.0

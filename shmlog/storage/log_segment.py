@@ -26,7 +26,8 @@ neither page-fault on every 4 KiB page nor die of ``SIGBUS`` on a full disk: a f
 disk fails the reservation, which raises :class:`StorageError` before any byte
 moves. How far ahead follows the partition's write rate (``reservation``: its
 :class:`ReservePace`, shared by the partition's segments): an append that finds
-the room used up reserves inline and tells the pace it stalled. Each reservation
+the room used up reserves inline and tells the pace it stalled, and each
+background reservation tells it the write position, from which it takes the rate. Each reservation
 of the log reserves index slots in proportion (an entry per
 ``index.interval.bytes`` of log at most), so the append kernel seldom asks for the
 indexes alone (:meth:`Segment.make_room`). A rescan reserves, before it starts,
@@ -392,8 +393,9 @@ class Segment:
             assert self.active, "only the active segment is appended to"
             assert not self.pending, "a pending segment's first append is LocalLog.append's"
             now = time.monotonic()
-            if state[RESERVED_WORD]:
-                self.pace.stalled(now)        # the room ran out under an append
+            # The log's room ran out under an append (not only an index's slots).
+            if state[RESERVED_WORD] and state[RESERVED_WORD] < self.size + length:
+                self.pace.stalled(now)
             self._reserve(self.size + length + self.pace.settle(now))
             self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]) + 1,
                                   int(state[TIME_ENTRIES_WORD]) + 2)
@@ -409,12 +411,15 @@ class Segment:
         prefaulter thread, so appends find their pages ready; queued once less than
         half of it is left."""
         state = self.state
-        ahead = self.pace.settle(time.monotonic())
+        now = time.monotonic()
+        ahead = self.pace.settle(now)
         if self._prefault_pending or self._prefault_refused or not self.active or \
                 state[RESERVED_WORD] >= state[CAPACITY_WORD] or \
                 2 * (state[RESERVED_WORD] - state[POSITION_WORD]) >= ahead:
             return
         self._prefault_pending = True
+        self.pace.prefaulting(now, int(state[POSITION_WORD]))
+        ahead = self.pace.ahead
 
         def job():
             try:
