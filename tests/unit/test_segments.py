@@ -525,6 +525,30 @@ def test_a_partition_never_appended_to_reopens_empty_and_appends(open_log):
     assert again.log_end_offset == 3 and not again.active.pending
 
 
+@pytest.mark.parametrize("left", ["log only", "log with data, no index", "indexes only"])
+def test_a_crash_while_a_segment_s_files_are_made_is_recovered(open_log, left):
+    """The first append makes the log, then the two indexes: a crash (kill -9) can
+    leave any prefix of them, and the next open takes what it finds."""
+    first = open_log()
+    if left == "log with data, no index":
+        first.append(values_batch(3, 0))
+    first.active.materialize()
+    paths = (first.active.log_path, first.active.offset_index_path,
+             first.active.time_index_path)
+    abandon(first)
+    removed = {"log only": paths[1:], "log with data, no index": paths[1:],
+               "indexes only": paths[:1]}[left]
+    for path in removed:
+        os.unlink(path)
+    reopened = open_log()
+    expected = decode_records(values_batch(3, 0)) if left.startswith("log with") else []
+    assert [r.value for r in all_records(reopened)] == [r.value for r in expected]
+    reopened.append(values_batch(2, 1))
+    assert reopened.log_end_offset == len(expected) + 2
+    assert [r.value for r in all_records(reopened)][len(expected):] == \
+        [r.value for r in decode_records(values_batch(2, 1))]
+
+
 @pytest.mark.parametrize("topic_codec, producer_codec, stored", [
     ("producer", None, "NONE"), ("producer", "zstd", "ZSTD"),
     ("zstd", None, "ZSTD"), ("zstd", "zstd", "ZSTD"),
