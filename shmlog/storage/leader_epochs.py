@@ -185,8 +185,9 @@ class LeaderEpochCache:
         self._unsynced = False            # the file was written without an fsync since
         self._corrupt = False
         self.needs_rebuild = False
-        # A directory just made holds no file: nothing to read, nothing to rebuild.
-        entries = [] if new else self._read()
+        if new:
+            return                  # a directory just made holds no file: nothing to read
+        entries = self._read()
         if entries is None:
             self.needs_rebuild = True
         else:

@@ -206,7 +206,10 @@ class LogManager:
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         metadata = TopicMetadata(name, topic_id or uuid.uuid4().hex, partitions, topic_config)
-        access.make_directories(self._topic_dir(name))
+        try:
+            access.make_new_directory(self._topic_dir(name))    # or left by a crash: kept
+        except OSError as error:
+            raise StorageError(f"cannot create {self._topic_dir(name)}: {error}") from error
         self._make_partition_directories(name, 0, partitions)
         try:
             self._save(metadata)
