@@ -158,9 +158,11 @@ class PartitionHost:
         self._partitions: dict[tuple[str, int], HostedPartition] = {}
         self._listeners: list[Callable[[int], None]] = []
         self._rows_path = os.path.join(self.data_dir, ROWS_FILE)
-        # What the rows file says: {"<topic>/<partition>": row}, kept as partitions
-        # are hosted and dropped, so saving it never walks every partition.
-        self._row_names: dict[str, int] = {}
+        # What the rows file says, per topic: its entries as JSON text (``"<topic>/
+        # <partition>": row, ...``), made when its partitions are hosted: saving the
+        # file joins them, and never encodes every partition again (1,000 topics
+        # created one request each spent 40 % of their time there).
+        self._row_entries: dict[str, str] = {}
         rows = self._load_rows()
         for topic in self.logs.list_topics():
             self._host_partitions(topic, rows)
@@ -186,19 +188,25 @@ class PartitionHost:
             if isinstance(rows, dict) else {}
 
     def _save_rows(self) -> None:
-        write_atomically(self._rows_path, json.dumps(self._row_names), sync=False)
+        body = "{" + ", ".join(entries for entries in self._row_entries.values() if entries) + "}"
+        write_atomically(self._rows_path, body, sync=False)
 
     # -- hosting -----------------------------------------------------------------------
     def _host_partitions(self, topic: str, rows: dict) -> None:
         """Host every partition of ``topic`` not hosted yet (a row asked for in
         ``rows`` is used when free)."""
-        for partition in range(self.logs.describe_topic(topic).partitions):
-            if (topic, partition) not in self._partitions:
-                name = f"{topic}/{partition}"
-                row = self.appender.register_partition(topic, partition, rows.get(name))
-                self._partitions[(topic, partition)] = HostedPartition(
-                    topic, partition, row, self.logs.partition_log(topic, partition))
-                self._row_names[name] = row
+        count = self.logs.describe_topic(topic).partitions
+        try:
+            for partition in range(count):
+                if (topic, partition) not in self._partitions:
+                    row = self.appender.register_partition(topic, partition,
+                                                           rows.get(f"{topic}/{partition}"))
+                    self._partitions[(topic, partition)] = HostedPartition(
+                        topic, partition, row, self.logs.partition_log(topic, partition))
+        finally:            # the rows of those hosted, even when one could not be
+            self._row_entries[topic] = json.dumps({
+                f"{topic}/{partition}": hosted.row for partition in range(count)
+                if (hosted := self._partitions.get((topic, partition))) is not None})[1:-1]
 
     def when_topics_change(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(now)`` after every change of the topics: a topic created,
@@ -245,7 +253,7 @@ class PartitionHost:
         for partition in range(self.logs.describe_topic(name).partitions):
             self.appender.unregister_partition(name, partition)
             del self._partitions[(name, partition)]
-            self._row_names.pop(f"{name}/{partition}", None)
+        self._row_entries.pop(name, None)
         self.logs.delete_topic(name)
         self._topics_changed()
 

@@ -24,6 +24,7 @@ broker's clock; the test waits for a deadline 200 ms ahead, with a bound.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -32,7 +33,7 @@ import pytest
 from helpers import ask
 from shmlog.broker.appender import HighWatermarkPolicy
 from shmlog.broker.group_offsets import parse_offset_record
-from shmlog.broker.partition_host import PartitionHost
+from shmlog.broker.partition_host import ROWS_FILE, PartitionHost
 from shmlog.broker.service import Service
 from shmlog.client.reader import PartitionReader
 from shmlog.common.errors import LocalProtocolError, RecordTooLargeError
@@ -173,6 +174,32 @@ def test_create_topics_creates_many_in_one_request_and_answers_per_topic(core):
                                     "b/0": rows[3]}
     with pytest.raises(LocalProtocolError, match="topics"):
         ask(core, "create_topics", topics="a")
+
+
+def test_partitions_keep_their_rows_across_a_restart(tmp_path):
+    data = str(tmp_path / "data")
+
+    def rows_of(host):
+        return {f"{hosted.topic}/{hosted.partition}": hosted.row for hosted in host.partitions()}
+
+    host = PartitionHost(data, partitions_max=16, cleaner_dedupe_buffer_size=1 << 20)
+    try:
+        outcomes = host.create_topics([("a", 2, {}), ("b", 3, {}), ("a", 1, {})])
+        assert type(outcomes[2]).__name__ == "TopicExistsError"
+        host.delete_topic("a")
+        host.create_topic("c", 1, {})                # takes a freed row
+        host.add_partitions("b", 4)
+        rows = rows_of(host)
+    finally:
+        host.close()
+    assert sorted(rows) == ["b/0", "b/1", "b/2", "b/3", "c/0"]
+    with open(os.path.join(data, ROWS_FILE)) as saved:
+        assert json.load(saved) == rows
+    host = PartitionHost(data, partitions_max=16, cleaner_dedupe_buffer_size=1 << 20)
+    try:
+        assert rows_of(host) == rows
+    finally:
+        host.close()
 
 
 def test_a_service_from_outside_plugs_in_its_requests_and_its_deadline(core):
