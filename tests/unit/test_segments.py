@@ -28,6 +28,7 @@ from shmlog.common.errors import (
     CorruptSegmentError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    ResourceLimitError,
     StorageError,
 )
 from shmlog.record import batch_layout as B
@@ -511,6 +512,27 @@ def test_opening_a_partition_populates_nothing_until_it_is_appended_to(open_log,
     assert partition_log.generation == generation + 2
     assert [r.value for r in all_records(partition_log)] == \
         [r.value for r in decode_records(values_batch(1, 0))]
+
+
+def test_a_first_append_refused_its_files_leaves_the_partition_empty_and_pending(
+        open_log, monkeypatch):
+    from shmlog.native import mapping
+    partition_log = open_log()
+    active = partition_log.active
+    generation = partition_log.generation
+
+    def at_the_limit():
+        raise ResourceLimitError("65530 mappings: vm.max_map_count reached",
+                                 limit="vm.max_map_count")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(mapping, "check_room", at_the_limit)
+        with pytest.raises(ResourceLimitError, match="vm.max_map_count"):
+            partition_log.append(values_batch(1, 0))
+    assert active.pending and active.active and partition_log.log_end_offset == 0
+    assert partition_log.generation == generation
+    assert not os.path.exists(active.log_path), "no file of the refused segment is left"
+    assert partition_log.append(values_batch(1, 0)).base_offset == 0, "the next one makes it"
 
 
 def test_a_partition_never_appended_to_reopens_empty_and_appends(open_log):
