@@ -296,9 +296,10 @@ class Admin:
         descriptions with ``validate_only``, which creates nothing).
 
         As Kafka's CreateTopics, the topics travel in one request (several when they
-        would not fit in one frame, ``limits.CREATE_TOPICS_REQUEST_BYTES_MAX``), and
-        the broker creates them in one pass; a cluster's broker takes one topic per
-        request, and gets them so.
+        would not fit in one frame, ``limits.CREATE_TOPICS_REQUEST_BYTES_MAX``, or hold
+        more than ``limits.CREATE_TOPICS_REQUEST_PARTITIONS_MAX`` partitions, each
+        request within ``timeout_ms``), and the broker creates them in one pass; a
+        cluster's broker takes one topic per request, and gets them so.
 
         Raises
         ------
@@ -343,7 +344,8 @@ class Admin:
         """create_topics requests for ``topics``, as few as fit in frames: per topic,
         its description or the error that refused it."""
         outcomes: list = []
-        for chunk in _chunks_by_size(topics, limits.CREATE_TOPICS_REQUEST_BYTES_MAX):
+        for chunk in _chunks(topics, limits.CREATE_TOPICS_REQUEST_BYTES_MAX,
+                             limits.CREATE_TOPICS_REQUEST_PARTITIONS_MAX):
             for entry in self._request("create_topics", timeout_ms, topics=chunk)["topics"]:
                 try:
                     outcomes.append(decode_entry(entry))
@@ -564,18 +566,22 @@ def _new_topic_fields(topic: "NewTopic") -> dict:
     return fields
 
 
-def _chunks_by_size(items: list[dict], size_max: int) -> Iterator[list[dict]]:
-    """``items`` in order, in runs whose JSON takes at most ``size_max`` bytes (an item
-    larger than that alone: the broker refuses it, naming the limit)."""
+def _chunks(topics: list[dict], size_max: int, partitions_max: int) -> Iterator[list[dict]]:
+    """``topics`` (create_topic's fields) in order, in runs whose JSON takes at most
+    ``size_max`` bytes and whose partitions number at most ``partitions_max`` (a topic
+    over either alone: the broker judges it, a frame too large is refused naming
+    the limit)."""
     chunk: list[dict] = []
-    size = 0
-    for item in items:
-        length = len(json.dumps(item)) + 2
-        if chunk and size + length > size_max:
+    size = partitions = 0
+    for topic in topics:
+        length = len(json.dumps(topic)) + 2
+        count = topic["partitions"] if isinstance(topic["partitions"], int) else 1
+        if chunk and (size + length > size_max or partitions + count > partitions_max):
             yield chunk
-            chunk, size = [], 0
-        chunk.append(item)
+            chunk, size, partitions = [], 0, 0
+        chunk.append(topic)
         size += length
+        partitions += count
     if chunk:
         yield chunk
 

@@ -81,16 +81,19 @@ def test_the_entries_of_a_reply_for_several_carry_results_or_typed_errors():
         decode_entry(["not", "an", "entry"])
 
 
-def test_create_topics_requests_are_cut_to_fit_their_frames():
-    from shmlog.client.admin import _chunks_by_size
+def test_create_topics_requests_are_cut_to_fit_their_frames_and_timeouts():
+    from shmlog.client.admin import _chunks
     topics = [{"name": f"t-{index:04d}", "partitions": 10, "config": {}}
               for index in range(1000)]
     size = len(json.dumps(topics[0])) + 2
-    chunks = list(_chunks_by_size(topics, 100 * size))
+    chunks = list(_chunks(topics, 100 * size, 10 ** 6))
     assert [len(chunk) for chunk in chunks] == [100] * 10
     assert [topic for chunk in chunks for topic in chunk] == topics
-    assert len(list(_chunks_by_size(topics, 10 ** 9))) == 1
-    assert [len(chunk) for chunk in _chunks_by_size(topics[:3], 1)] == [1, 1, 1]
+    assert [len(chunk) for chunk in _chunks(topics, 10 ** 9, 4096)] == [409, 409, 182]
+    assert len(list(_chunks(topics, 10 ** 9, 10 ** 6))) == 1
+    assert [len(chunk) for chunk in _chunks(topics[:3], 1, 1)] == [1, 1, 1]
+    odd = [{"name": "x", "partitions": "many", "config": {}}] * 2   # the broker refuses it
+    assert [len(chunk) for chunk in _chunks(odd, 10 ** 9, 1)] == [1, 1]
 
 
 @pytest.mark.parametrize("frame", [b"garbage", b'{"version": 9, "ok": true}', b"[]"])
