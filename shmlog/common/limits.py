@@ -16,6 +16,15 @@ TOPIC_NAME_LENGTH_MAX = 249
 # also ZeroMQ's ZMQ_MAXMSGSIZE on the control socket, so a larger frame is refused
 # from its length prefix (the peer is disconnected) before any of it is buffered.
 CONTROL_FRAME_SIZE_MAX = 1 << 20
+# Admin.create_topics puts at most this many bytes of topics in one create_topics
+# request, half a frame: the rest of the frame is the request's envelope, with room
+# to spare (1,000 topics of 10 partitions with no config take ~70 KB: one request).
+CREATE_TOPICS_REQUEST_BYTES_MAX = CONTROL_FRAME_SIZE_MAX // 2
+# ... and topics of at most this many partitions in all (a topic larger alone), so a
+# request's work stays well inside the Admin's default 10 s timeout on a busy disk:
+# a partition is a mkdir and ~0.1 ms of the broker's time, 4,096 took 1-2 s on the
+# development VM (bench_scale, topics of 10) while others loaded its disk.
+CREATE_TOPICS_REQUEST_PARTITIONS_MAX = 4096
 # The deepest request (a commit: {"offsets": [[topic, partition, offset, metadata]]})
 # nests three levels; 32 leaves room for configs while keeping a frame of nested
 # brackets from exhausting the parser's recursion (it would reach Python's limit at

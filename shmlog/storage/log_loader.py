@@ -227,6 +227,8 @@ class LogLoader:
         segments = self._local_log.segments
         first = max(self._local_log.segment_index_for(offset), 0)
         for index, segment in enumerate(segments[first:]):
+            if not segment.size:
+                continue                  # an empty (perhaps pending) segment: no header
             position = segment.position_of(offset) if index == 0 else 0
             found += epoch_starts(segment.log, position, segment.size, latest_epoch)
             if found:
