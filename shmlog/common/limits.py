@@ -247,7 +247,8 @@ OFFSETS_EXPIRY_RETRY_MS = 60_000
 # first partition): a segment is refused a mapping before the process is that close.
 MAPPINGS_HEADROOM = 2048
 # The process's mappings are counted again (a read of /proc/self/maps, ~1 ms per 10,000)
-# after this many new ones: well inside the headroom, and a cost per mapping of a few us.
+# after half the room left below the limit at the last count, or after this many new
+# ones if that is fewer: well inside the headroom, near the limit too.
 MAPPINGS_RECOUNT_EVERY = 512
 # What vm.max_map_count is taken to be when /proc/sys does not say (the kernel's default).
 MAX_MAP_COUNT_ASSUMED = 65530
