@@ -201,6 +201,31 @@ def test_crash_without_flush_keeps_everything_written(open_log):
     assert reopened.append(values_batch(1, 77)).base_offset == len(expected)
 
 
+def test_recovering_a_crashed_active_segment_reserves_index_for_what_was_written(
+        open_log, tmp_path):
+    """The active segment's file is sparse to its full capacity: recovery scans and
+    reserves index slots up to the file's first hole (what was written), not up to
+    the capacity (megabytes of zero-filled index per partition, thousands of them
+    after a broker's kill -9)."""
+    directory = tmp_path / "partition"
+    for batches in (0, 3):
+        partition_log = open_log(directory)
+        expected = fill(partition_log, batches) if batches else []
+        abandon(partition_log)
+        reopened = open_log(directory)
+        assert reopened.recovery_report.truncated_bytes == 0
+        assert triples(all_records(reopened)) == expected
+        for suffix in (".index", ".timeindex"):
+            for path in log_files(directory, suffix):
+                capacity = os.stat(path).st_size
+                allocated = os.stat(path).st_blocks * 512
+                assert allocated <= 16 * 4096 < capacity, (path, allocated, capacity)
+        assert reopened.append(values_batch(1, 7)).base_offset == len(expected)
+        reopened.close()
+        for path in log_files(directory, ""):
+            os.remove(path)
+
+
 def test_torn_last_batch_at_every_byte_is_cut_exactly(open_log, tmp_path):
     """Cut the active segment at every byte inside its last batch: reopening gives
     exactly the batches before it, and the log accepts appends again."""
