@@ -9,10 +9,13 @@ Rules
   takes entries for it. Every partition of every topic in the data directory is
   hosted (one broker, every partition local).
 * A partition keeps its row across restarts (``partition-rows.json``, ``{"<topic>/
-  <partition>": row}``, rewritten whole after every change): producers put the row
-  on ring entries, so entries still in a ring after a crash go where they were
-  meant to. A rows file that cannot be read is ignored (partitions get new rows,
-  and the appender finds misaddressed entries by their identity).
+  <partition>": row}``, rewritten whole after every change, once per request however
+  many topics it creates): producers put the row on ring entries, so entries still
+  in a ring after a crash go where they were meant to. A rows file that cannot be
+  read is ignored (partitions get new rows, and the appender finds misaddressed
+  entries by their identity). It is not fsynced: it matters only to entries in the
+  rings, which live in /dev/shm and die with the machine, as the page cache does;
+  the broker's own crash (kill -9) leaves both.
 * The broker's own records (offset commits) are appended through the appender
   (:meth:`PartitionHost.append`), as a producer's are: the same checks, the same
   publication of the partition's row, and the one place where replication will
@@ -159,6 +162,11 @@ class PartitionHost:
         self._flushes = FlushSchedule()
         self._listeners: list[Callable[[int], None]] = []
         self._rows_path = os.path.join(self.data_dir, ROWS_FILE)
+        # What the rows file says, per topic: its entries as JSON text (``"<topic>/
+        # <partition>": row, ...``), made when its partitions are hosted: saving the
+        # file joins them, and never encodes every partition again (1,000 topics
+        # created one request each spent 40 % of their time there).
+        self._row_entries: dict[str, str] = {}
         rows = self._load_rows()
         for topic in self.logs.list_topics():
             self._host_partitions(topic, rows)
@@ -184,26 +192,31 @@ class PartitionHost:
             if isinstance(rows, dict) else {}
 
     def _save_rows(self) -> None:
-        rows = {f"{hosted.topic}/{hosted.partition}": self.appender.row_of(hosted.topic,
-                                                                           hosted.partition)
-                for hosted in self.partitions()}
-        write_atomically(self._rows_path, json.dumps(rows, sort_keys=True))
+        body = "{" + ", ".join(entries for entries in self._row_entries.values() if entries) + "}"
+        write_atomically(self._rows_path, body, sync=False)
 
     # -- hosting -----------------------------------------------------------------------
     def _host_partitions(self, topic: str, rows: dict) -> None:
         """Host every partition of ``topic`` not hosted yet (a row asked for in
         ``rows`` is used when free)."""
-        for partition in range(self.logs.describe_topic(topic).partitions):
-            if (topic, partition) not in self._partitions:
-                row = self.appender.register_partition(topic, partition,
-                                                       rows.get(f"{topic}/{partition}"))
-                hosted = self._partitions[(topic, partition)] = HostedPartition(
-                    topic, partition, row, self.logs.partition_log(topic, partition))
-                self._flushes.watch(hosted.log)
-                self._ordered = None
+        count = self.logs.describe_topic(topic).partitions
+        try:
+            for partition in range(count):
+                if (topic, partition) not in self._partitions:
+                    row = self.appender.register_partition(topic, partition,
+                                                           rows.get(f"{topic}/{partition}"))
+                    hosted = self._partitions[(topic, partition)] = HostedPartition(
+                        topic, partition, row, self.logs.partition_log(topic, partition))
+                    self._flushes.watch(hosted.log)
+        finally:            # the rows of those hosted, even when one could not be
+            self._ordered = None
+            self._row_entries[topic] = json.dumps({
+                f"{topic}/{partition}": hosted.row for partition in range(count)
+                if (hosted := self._partitions.get((topic, partition))) is not None})[1:-1]
 
     def when_topics_change(self, listener: Callable[[int], None]) -> None:
-        """Call ``listener(now)`` after every topic created, deleted or grown."""
+        """Call ``listener(now)`` after every change of the topics: a topic created,
+        deleted or grown (once for the topics one request created)."""
         self._listeners.append(listener)
 
     def _topics_changed(self) -> None:
@@ -221,12 +234,33 @@ class PartitionHost:
         self._topics_changed()
         return metadata
 
+    def create_topics(self, topics: list[tuple[str, int, dict]]) -> list:
+        """Create several topics, each ``(name, partitions, config)`` (Kafka's
+        CreateTopics: one request, an outcome per topic), and host their partitions;
+        the rows are saved and the listeners told once, for all of them. Per topic,
+        in order, its ``TopicMetadata`` or the ``ShmlogError`` that refused it (the
+        others are created all the same)."""
+        outcomes: list = []
+        try:
+            for name, partitions, config in topics:
+                try:
+                    outcomes.append(self.logs.create_topic(name, partitions, config))
+                except ShmlogError as error:
+                    outcomes.append(error)
+                    continue
+                self._host_partitions(name, {})
+        finally:
+            if any(isinstance(outcome, TopicMetadata) for outcome in outcomes):
+                self._topics_changed()
+        return outcomes
+
     def delete_topic(self, name: str) -> None:
         """Stop hosting a topic's partitions (their rows are freed) and delete it."""
         for partition in range(self.logs.describe_topic(name).partitions):
             self.appender.unregister_partition(name, partition)
             self._flushes.forget(self._partitions.pop((name, partition)).log)
         self._ordered = None
+        self._row_entries.pop(name, None)
         self.logs.delete_topic(name)
         self._topics_changed()
 
