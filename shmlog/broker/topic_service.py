@@ -46,6 +46,20 @@ from .service import ImmediateService
 __all__ = ["TopicService", "refuse_internal", "delete_records_entries"]
 
 
+def _checked_topic(name, partitions, config, replication_factor) -> tuple[str, int, dict]:
+    """A new topic's (name, partitions, config), its fields checked; partitions are
+    the partition host's to judge."""
+    refuse_internal(name, "created")
+    if replication_factor is not None and require(replication_factor, int,
+                                                  "replication_factor") != 1:
+        # Kafka refuses a factor above the live brokers (INVALID_REPLICATION_FACTOR).
+        raise InvalidReplicationFactorError(
+            f"a single broker keeps one copy of each partition: replication factor "
+            f"{replication_factor} cannot be met for topic {name!r:.100} (a cluster can: "
+            f"see shmlog cluster)")
+    return require(name, str, "name"), partitions, require(config or {}, dict, "config")
+
+
 def refuse_internal(name, done: str) -> None:
     """Clients never create, delete or grow an internal topic (Kafka refuses it too):
     the broker owns it, and a group's commits are found by hashing the group id over
@@ -105,14 +119,7 @@ class TopicService(ImmediateService):
 
     def create_topic(self, name, partitions: int = 1, config: dict | None = None,
                      replication_factor: int | None = None) -> dict:
-        refuse_internal(name, "created")
-        if replication_factor is not None and require(replication_factor, int,
-                                                      "replication_factor") != 1:
-            # Kafka refuses a factor above the live brokers (INVALID_REPLICATION_FACTOR).
-            raise InvalidReplicationFactorError(
-                f"a single broker keeps one copy of each partition: replication factor "
-                f"{replication_factor} cannot be met (a cluster can: see shmlog cluster)")
-        self.host.create_topic(name, partitions, require(config or {}, dict, "config"))
+        self.host.create_topic(*_checked_topic(name, partitions, config, replication_factor))
         return self._topic(name)
 
     def create_topics(self, topics) -> dict:
@@ -143,16 +150,8 @@ class TopicService(ImmediateService):
         if unknown:
             raise LocalProtocolError(f"create_topics: unknown fields {sorted(unknown)} for "
                                      f"topic {topic.get('name')!r:.100}")
-        name = topic.get("name")
-        refuse_internal(name, "created")
-        factor = topic.get("replication_factor")
-        if factor is not None and require(factor, int, "replication_factor") != 1:
-            raise InvalidReplicationFactorError(
-                f"a single broker keeps one copy of each partition: replication factor "
-                f"{factor} cannot be met for topic {name!r:.100} (a cluster can: see "
-                f"shmlog cluster)")
-        return (require(name, str, "name"), topic.get("partitions", 1),
-                require(topic.get("config") or {}, dict, "config"))
+        return _checked_topic(topic.get("name"), topic.get("partitions", 1),
+                              topic.get("config"), topic.get("replication_factor"))
 
     def delete_topic(self, name) -> dict:
         refuse_internal(name, "deleted")
