@@ -27,8 +27,8 @@ disk fails the reservation, which raises :class:`StorageError` before any byte
 moves. How far ahead follows the partition's write rate (``reservation``: its
 :class:`ReservePace`, shared by the partition's segments): an append that finds
 the room used up reserves inline and tells the pace it stalled, and each
-background reservation tells it the write position, from which it takes the rate. Each reservation
-of the log reserves index slots in proportion (an entry per
+background reservation tells it the write position, from which it takes the rate.
+Each reservation of the log reserves index slots in proportion (an entry per
 ``index.interval.bytes`` of log at most), so the append kernel seldom asks for the
 indexes alone (:meth:`Segment.make_room`). A rescan reserves, before it starts,
 the slots its log can need at most. When the background reservation
