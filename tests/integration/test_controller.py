@@ -4,7 +4,9 @@ against a real ZooKeeper: election and fencing (two controllers race and one win
 epoch + 1; a deposed controller's checked write is refused and changes nothing; a
 zombie leader's stale ISR write is refused), the controller's jobs (a new topic's
 states; a broker gone: re-election with epoch + 1, a dead follower out of the ISR; a
-bounced broker; deletion of every znode), cluster-wide producer-id blocks, the
+bounced broker; deletion of every znode), its state cache (a decision from a state
+the cache holds behind ZooKeeper is refused and made again from a fresh read; a
+state written late naming a broker gone is answered), cluster-wide producer-id blocks, the
 cluster id check, the watches' events, and the SUSPENDED state when ZooKeeper stops
 answering (SIGSTOP), cleared when it answers again (SIGCONT).
 
@@ -28,6 +30,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from shmlog.cluster.controller.controller import Controller
+from shmlog.cluster.controller.controller_context import ControllerEpoch, StateCache
+from shmlog.cluster.controller.partition_state_machine import PartitionStateMachine
 from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.zk.client import ClusterZooKeeper
 from shmlog.cluster.zk.events import EventKind, EventQueue, SessionState
@@ -343,6 +347,43 @@ def test_a_bounced_leader_loses_its_leadership_at_a_new_epoch(cluster, hosts):
     assert wait_until(lambda: state_of(sessions[3], "t").leader == 2 and
                       state_of(sessions[3], "t"), "the re-election") \
         == PartitionState(2, 1, (2,), controller.epoch)
+
+
+def test_a_decision_from_a_stale_cached_state_is_made_again_from_a_fresh_read(cluster):
+    sessions = {broker_id: cluster.broker(broker_id) for broker_id in (1, 2, 3)}
+    elected = ControllerEpoch(*sessions[1].try_become_controller(1))
+    cache = StateCache()
+    machine = PartitionStateMachine(sessions[1], 1, cache)    # no watch feeds this cache
+    assignment = new_topic(sessions[1], "t", {0: [1, 2, 3]})
+    machine.reconcile(elected, fresh=True)
+    assert cache.states(assignment) == {0: (PartitionState(1, 0, (1, 2, 3), elected.epoch), 0)}
+    # The leader drops 3 from the ISR; the cache still holds version 0.
+    sessions[1].update_partition_state("t", 0, PartitionState(1, 0, (1, 2), elected.epoch), 0)
+    sessions[2].close()
+    wait_until(lambda: 2 not in sessions[1].read_brokers(), "broker 2's registration gone")
+    machine.reconcile(elected)
+    # From the cache alone the ISR would have been (1, 3), a broker out of sync back in.
+    expected = PartitionState(1, 0, (1,), elected.epoch)
+    assert sessions[1].read_partition_state("t", 0) == (expected, 2)
+    assert cache.states(assignment) == {0: (expected, 2)}
+
+
+def test_a_state_written_late_naming_a_broker_gone_is_answered(cluster):
+    sessions = {broker_id: cluster.broker(broker_id) for broker_id in (1, 2)}
+    controller = cluster.controller(sessions[1], 1)
+    wait_until(lambda: controller.is_active, "an election")
+    new_topic(sessions[1], "t", {0: [1, 2]})
+    wait_until(lambda: state_of(sessions[1], "t"), "t's state")
+    writer = cluster.session()                  # the leader's ISR writer, running late
+    sessions[2].close()
+    shrunk, version = wait_until(lambda: state_of(sessions[1], "t").isr == (1,) and
+                                 sessions[1].read_partition_state("t", 0), "the ISR shrink")
+    # An expansion decided before broker 2 went lands after the controller's shrink.
+    writer.update_partition_state("t", 0, PartitionState(1, 0, (1, 2), shrunk.controller_epoch),
+                                  version)
+    assert wait_until(lambda: state_of(sessions[1], "t").isr == (1,) and
+                      sessions[1].read_partition_state("t", 0), "broker 2 out again") \
+        == (shrunk, version + 2)
 
 
 def test_deletion_removes_every_znode_of_the_topic(cluster):

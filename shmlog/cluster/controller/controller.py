@@ -16,7 +16,7 @@ and the event processing of ``KafkaController``); its jobs are one module each:
 * ``preferred_leader_elector``: *PreferredReplicaElection*, on demand and
   automatic (``onReplicaElection``, ``checkAndTriggerAutoLeaderRebalance``);
 * ``controller_context``: what they share (the epoch won, fresh reads of the live
-  brokers and of those shutting down).
+  brokers and of those shutting down, the partition states as last seen).
 
 Rules
 -----
@@ -32,19 +32,23 @@ Rules
   LOST. While the session is SUSPENDED it writes nothing (it may be deposed
   already); it goes on when CONNECTED again, its writes still fenced.
 * **Every event that can change a decision** (brokers, topics, deletion marks,
-  reconnection, election) makes it reconcile the whole cluster from fresh reads;
-  a reassignment round follows on the events that can move one (the request, a
-  partition state, brokers, a topic, the session), and right after an election.
+  reconnection, election, a state naming a broker that is gone) makes it
+  reconcile the whole cluster: brokers and assignments read fresh, the partition
+  states from its cache (read fresh after an election or a reconnection: see
+  ``controller_context``); a reassignment round follows on the events that can
+  move one (the request, a partition state, brokers, a topic, the session), and
+  right after an election.
 * **What ZooKeeper refuses or loses is never fatal**: a step that failed
   (connection lost, conflicts ran out) is tried again at the next event or idle
   wake-up; a malformed znode is looked at again on the next event.
 
 Theory of operation
 -------------------
-The controller keeps no cache across events but the live brokers' czxids (in the
-partition state machine, to see a bounce) and the epoch it won. A burst of events
-is handled as one: the queue is drained, and one reconciliation answers all of
-them.
+The controller keeps across events the epoch it won, the live brokers' czxids (in
+the partition state machine, to see a bounce) and the partition states
+(``StateCache``: filled by the fresh reads after its election, then fed by every
+event it drains and every write it makes; emptied when it resigns). A burst of events is
+handled as one: the queue is drained, and one reconciliation answers all of them.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ from ..zk import paths as zk_paths
 from ..zk.client import ClusterZooKeeper
 from ..zk.events import EventKind, EventQueue, SessionState, WatchEvent
 from . import leader_balance
-from .controller_context import ControllerEpoch
+from .controller_context import ControllerEpoch, StateCache
 from .partition_reassigner import PartitionReassigner
 from .partition_state_machine import PartitionStateMachine
 from .preferred_leader_elector import PreferredLeaderElector
@@ -120,9 +124,10 @@ class Controller:
         self._watches = []
         self._elected: ControllerEpoch | None = None
         self._dirty = False
-        self._partitions = PartitionStateMachine(zookeeper, broker_id)
+        self._states = StateCache()
+        self._partitions = PartitionStateMachine(zookeeper, broker_id, self._states)
         self._reassigner = PartitionReassigner(zookeeper, broker_id)
-        self._elector = PreferredLeaderElector(zookeeper, broker_id, rebalance)
+        self._elector = PreferredLeaderElector(zookeeper, broker_id, rebalance, self._states)
         #: monotonic time of the last election won (None before), for measurements.
         self.elected_at: float | None = None
 
@@ -209,6 +214,7 @@ class Controller:
 
     def _handle(self, events: list[WatchEvent]) -> None:
         kinds = {event.kind for event in events}
+        named = self._states.watched(events) if self._elected is not None else set()
         for event in events:
             if event.kind is EventKind.SESSION and event.key is SessionState.LOST:
                 self._resign("the ZooKeeper session was lost")
@@ -222,8 +228,9 @@ class Controller:
                 self._dirty = False
                 self._try_elect()
             return
-        if self._dirty or kinds & _RECONCILING or EventKind.SESSION in kinds:
-            self._reconcile()
+        if self._dirty or kinds & _RECONCILING or EventKind.SESSION in kinds or \
+                not named <= self._partitions.live:
+            self._reconcile(fresh=EventKind.SESSION in kinds)
         if self._reassigner.pending or kinds & _REASSIGNING:
             self._reassigner.reassign_partitions(self._elected)
         if kinds & {EventKind.PREFERRED_REPLICA_ELECTION, EventKind.SESSION}:
@@ -257,8 +264,9 @@ class Controller:
         self._elected = ControllerEpoch(*elected)
         self.elected_at = time.monotonic()
         self._partitions.forget_brokers()
+        self._states.clear()
         log.info("broker %d is the controller at epoch %d", self.broker_id, self._elected.epoch)
-        self._reconcile()                                   # Kafka's onControllerFailover
+        self._reconcile(fresh=True)                         # Kafka's onControllerFailover
         self._reassigner.reassign_partitions(self._elected)  # initializePartitionReassignments
         self._elector.schedule_rebalance(self.elected_at)
         self._elector.elect_on_demand(self._elected)        # one asked for before
@@ -269,11 +277,13 @@ class Controller:
                      self._elected.epoch, why)
         self._elected = None
         self._partitions.forget_brokers()
+        self._states.clear()
         self._dirty = False
         self._reassigner.pending = False
 
-    def _reconcile(self) -> None:
-        """Every partition's state, from fresh reads (``partition_state_machine``)."""
+    def _reconcile(self, fresh: bool = False) -> None:
+        """Every partition's state (``partition_state_machine``); its states read
+        fresh when ``fresh``."""
         self._dirty = True                        # until every write went through
-        self._partitions.reconcile(self._elected)
+        self._partitions.reconcile(self._elected, fresh)
         self._dirty = False

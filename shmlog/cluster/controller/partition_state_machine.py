@@ -38,10 +38,16 @@ Rules
 
 Theory of operation
 -------------------
-The machine keeps no cache across events but the live brokers' czxids (to see a
-bounce), forgotten at each election and resignation. A controller elected late
-(after a bounce it did not see) treats the bounced broker as alive, as Kafka's
-failover does.
+The machine keeps, across events, the live brokers' czxids (to see a bounce) and
+the partition states (``controller_context.StateCache``), both forgotten at each
+election and resignation. A controller elected late (after a bounce it did not
+see) treats the bounced broker as alive, as Kafka's failover does.
+
+A broker's failure changes thousands of states at once; the states cached from
+the watch let the controller decide them all without reading one (the topic's
+assignment is the only read per topic), so the time from the broker's session
+expiring to its partitions' new states being written is the decisions and the
+writes. A first attempt refused for a stale version reads the topic fresh.
 """
 
 from __future__ import annotations
@@ -61,7 +67,12 @@ from ..zk.client import ClusterZooKeeper
 from ..zk.paths import NO_LEADER, PartitionState, TopicAssignment
 from ..zk.session import SetDataOp
 from . import leader_balance
-from .controller_context import ControllerEpoch, read_brokers_shutting_down, read_live_brokers
+from .controller_context import (
+    ControllerEpoch,
+    StateCache,
+    read_brokers_shutting_down,
+    read_live_brokers,
+)
 
 __all__ = ["PartitionStateMachine", "elect_leader", "initial_partition_state",
            "partition_state_after", "UNCLEAN_LEADER_ELECTION_CONFIG"]
@@ -168,20 +179,31 @@ class PartitionStateMachine:
         The broker's started session.
     broker_id : int
         This broker's id (for the log).
+    cache : StateCache
+        The controller's partition states (fed by its watch; this machine adds
+        what it reads and writes).
     """
 
-    def __init__(self, zookeeper: ClusterZooKeeper, broker_id: int):
+    def __init__(self, zookeeper: ClusterZooKeeper, broker_id: int, cache: StateCache):
         self.zookeeper = zookeeper
         self.broker_id = broker_id
+        self.cache = cache
         self._live: dict[int, int] = {}
+
+    @property
+    def live(self) -> frozenset[int]:
+        """The live brokers the last :meth:`reconcile` saw."""
+        return frozenset(self._live)
 
     def forget_brokers(self) -> None:
         """Forget the live brokers seen (at an election, or a resignation): the next
         :meth:`reconcile` sees no broker gone or bounced."""
         self._live = {}
 
-    def reconcile(self, elected: ControllerEpoch) -> None:
-        """Every job, from fresh reads (see the module's rules).
+    def reconcile(self, elected: ControllerEpoch, fresh: bool = False) -> None:
+        """Every job, from fresh reads of the brokers and assignments, and of the
+        states too when ``fresh`` or when the cache lacks some (see the module's
+        rules).
 
         Raises
         ------
@@ -208,7 +230,8 @@ class PartitionStateMachine:
             try:
                 assignment = self.zookeeper.read_assignment(topic)
                 if assignment is not None:
-                    self._reconcile_topic(assignment, set(live), bounced, shutting, elected)
+                    self._reconcile_topic(assignment, set(live), bounced, shutting, elected,
+                                          fresh)
             except ZnodeFormatError as error:
                 # One malformed znode must not stop the others' elections; it is
                 # looked at again on the next event.
@@ -217,13 +240,16 @@ class PartitionStateMachine:
 
     def _reconcile_topic(self, assignment: TopicAssignment, live: set[int],
                          bounced: set[int], shutting: frozenset[int],
-                         elected: ControllerEpoch) -> None:
+                         elected: ControllerEpoch, fresh: bool) -> None:
         """TopicChange, BrokerChange and ControlledShutdown for one topic, retried
-        when a leader's ISR write got in between the read and the write."""
+        from a fresh read when a leader's ISR write got in between."""
         topic = assignment.topic
         epoch = elected.epoch
-        for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
-            states = self.zookeeper.read_partition_states(topic)
+        for attempt in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
+            states = None if fresh or attempt else self.cache.states(assignment)
+            if states is None:
+                states = self.zookeeper.read_partition_states(topic)
+                self.cache.remember(assignment, states)
             for partition, (state, _) in states.items():
                 if state.controller_epoch > epoch:
                     raise ControllerMovedError(
@@ -233,12 +259,14 @@ class PartitionStateMachine:
                 UNCLEAN_LEADER_ELECTION_CONFIG, "false").lower() == "true"
             new = {}
             updates = []
+            written: dict[int, tuple[PartitionState, int]] = {}
             changed: list[tuple[int, PartitionState, PartitionState]] = []
             for partition, replicas in assignment.partitions.items():
                 if partition not in states:
                     initial = initial_partition_state(replicas, live - shutting, epoch)
                     if initial is not None:
                         new[partition] = initial
+                        written[partition] = (initial, 0)
                     continue
                 state, version = states[partition]
                 after = leader_balance.state_during_shutdown(
@@ -247,12 +275,14 @@ class PartitionStateMachine:
                 if after != state:
                     updates.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
                                              zk_paths.encode_partition_state(after), version))
+                    written[partition] = (after, version + 1)
                     changed.append((partition, state, after))
             try:
                 ops = updates + (self.zookeeper.partition_state_creation_ops(topic, new)
                                  if new else [])
                 if ops:
                     self.zookeeper.checked_multi_chunked(ops, elected.zk_version)
+                    self.cache.remember(assignment, written)
                     self._log_changes(topic, changed, len(new))
                 return
             except ZooKeeperConflictError as error:          # a stale version, mostly
@@ -281,7 +311,8 @@ class PartitionStateMachine:
         for _ in range(limits.ZOOKEEPER_CONFLICT_ATTEMPTS_MAX):
             try:
                 self.zookeeper.checked_multi_chunked(self.zookeeper.topic_deletion_ops(topic),
-                                             elected.zk_version)
+                                                     elected.zk_version)
+                self.cache.forget(topic)
                 log.info("controller %d: deleted topic %s", self.broker_id, topic)
                 return
             except ZooKeeperConflictError as error:        # a znode came or went: list again

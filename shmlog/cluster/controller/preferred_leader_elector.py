@@ -12,14 +12,18 @@ Rules
   ``auto.leader.rebalance.enable``, the partitions of the brokers above the
   imbalance threshold (``leader_balance.rebalance_candidates``), leaving alone the
   topics marked for deletion and the partitions being reassigned, as Kafka does.
-  The first check is one interval after the election.
+  The first check is one interval after the election. It finds the imbalance from
+  the controller's cached states (``controller_context.StateCache``): a check
+  every few seconds must not read thousands of states.
 * A preferred replica is elected only when it is live, in the ISR and not shutting
-  down (``leader_balance.preferred_election``), from fresh reads; a multi refused
+  down (``leader_balance.preferred_election``), decided from fresh reads of the
+  partitions to elect; a multi refused
   for a stale version is read and decided again (bounded).
 
 Theory of operation
 -------------------
-The elector holds only the time of the next automatic check; the controller asks
+The elector holds the time of the next automatic check, and shares the
+controller's state cache; the controller asks
 :meth:`PreferredLeaderElector.rebalance_due` on each turn of its loop while
 elected, and runs :meth:`PreferredLeaderElector.elect_on_demand` when the znode
 changes, when the session comes back, and right after an election (a request made
@@ -37,7 +41,12 @@ from ..zk import paths as zk_paths
 from ..zk.client import ClusterZooKeeper
 from ..zk.session import DeleteOp, SetDataOp
 from . import leader_balance
-from .controller_context import ControllerEpoch, read_brokers_shutting_down, read_live_brokers
+from .controller_context import (
+    ControllerEpoch,
+    StateCache,
+    read_brokers_shutting_down,
+    read_live_brokers,
+)
 
 __all__ = ["PreferredLeaderElector"]
 
@@ -55,13 +64,16 @@ class PreferredLeaderElector:
         This broker's id (for the log).
     rebalance : leader_balance.RebalancePolicy
         The automatic preferred leader election's settings.
+    cache : StateCache
+        The controller's partition states (the automatic check's leaders).
     """
 
     def __init__(self, zookeeper: ClusterZooKeeper, broker_id: int,
-                 rebalance: leader_balance.RebalancePolicy):
+                 rebalance: leader_balance.RebalancePolicy, cache: StateCache):
         self.zookeeper = zookeeper
         self.broker_id = broker_id
         self.rebalance = rebalance
+        self.cache = cache
         self._next_rebalance: float | None = None
 
     def schedule_rebalance(self, elected_at: float) -> None:
@@ -106,7 +118,10 @@ class PreferredLeaderElector:
         for topic, assignment in self.zookeeper.read_assignments().items():
             if topic in marked:
                 continue
-            states = self.zookeeper.read_partition_states(topic)
+            states = self.cache.states(assignment)
+            if states is None:
+                states = self.zookeeper.read_partition_states(topic)
+                self.cache.remember(assignment, states)
             for partition, replicas in assignment.partitions.items():
                 if partition in assignment.adding_replicas or \
                         partition in assignment.removing_replicas:
@@ -139,6 +154,7 @@ class PreferredLeaderElector:
                            for topic in sorted({topic for topic, _ in partitions})}
             states = self.zookeeper.read_partition_states_of(partitions)
             ops = []
+            written: dict[str, dict[int, tuple]] = {}
             outcomes: dict[str, list] = {}
             for topic, partition in partitions:
                 assignment = assignments[topic]
@@ -154,10 +170,13 @@ class PreferredLeaderElector:
                 if after is not None:
                     ops.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
                                          zk_paths.encode_partition_state(after), found[1]))
+                    written.setdefault(topic, {})[partition] = (after, found[1] + 1)
             try:
                 if ops or extra_ops:
                     # The request's deletion (extra_ops) goes last, in the last multi.
                     self.zookeeper.checked_multi_chunked(ops + extra_ops, elected.zk_version)
+                for topic, states in written.items():
+                    self.cache.remember(assignments[topic], states)
                 for outcome, names in outcomes.items():   # a line per outcome, not per partition
                     log.info("controller %d: preferred election of %d partitions: %s (e.g. %s)",
                              self.broker_id, len(names), outcome,
