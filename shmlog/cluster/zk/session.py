@@ -645,12 +645,12 @@ class PollHandler(SequentialThreadingHandler):
 
     def select(self, rlist, wlist, xlist, timeout=None):
         interest: dict[int, int] = {}
-        objects: dict[int, list] = {}
+        objects: dict[tuple[int, int], list] = {}     # (fd, POLLIN or POLLOUT) -> as given
         for fileobjs, flag in ((rlist, select.POLLIN), (wlist, select.POLLOUT)):
             for fileobj in fileobjs:
                 fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
                 interest[fd] = interest.get(fd, 0) | flag
-                objects.setdefault(fd, []).append(fileobj)
+                objects.setdefault((fd, flag), []).append(fileobj)
         poller = select.poll()
         for fd, flags in interest.items():
             poller.register(fd, flags)
@@ -661,9 +661,9 @@ class PollHandler(SequentialThreadingHandler):
             # As selectors' epoll: anything but "writable" counts as readable, and
             # anything but "readable" as writable (errors and hang-ups are both).
             if happened & ~select.POLLOUT and interest[fd] & select.POLLIN:
-                readable.extend(objects[fd])
+                readable.extend(objects[fd, select.POLLIN])
             elif happened & ~select.POLLIN and interest[fd] & select.POLLOUT:
-                writable.extend(objects[fd])
+                writable.extend(objects[fd, select.POLLOUT])
         return readable, writable, []
 
 
