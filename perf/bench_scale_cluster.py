@@ -29,10 +29,12 @@ partition's cost, not a loaded one's).
   election), then sent SIGTERM: one clock stops when the survivors lead every
   partition (the leaderships moved), another when its process exited (it exits
   once it leads nothing, or after its bounded wait, then closes every log).
-* Resources: each broker's RSS and open descriptors (``/proc``) once the topic is
-  led, and the same before the topic existed (the brokers' own base, with their
-  ``__consumer_offsets`` partitions); and each broker's CPU over ``IDLE_SAMPLE_S``
-  once the topic is led, with nothing sent (the idle partitions' fetches).
+* Resources: each broker's RSS and open descriptors (``/proc``) on the fresh
+  cluster, again once its first group request made ``__consumer_offsets`` (50
+  partitions at RF 3: the goal is <= 5 MB per broker), and once the topic is led;
+  each read after ``SETTLE_S`` at rest. And each broker's CPU over
+  ``IDLE_SAMPLE_S`` once the topic is led, with nothing sent (the idle partitions'
+  fetches).
 
 Every wait is bounded; the cluster and its directory are removed at the end.
 ``perf/bench_scale.py`` calls :func:`cluster_section`.
@@ -142,6 +144,8 @@ POLL_S = 0.2
 ADMIN_TIMEOUT_MS = 300_000       # a 10,000-partition create holds each loop for a minute or more
 TOPIC = "scale"
 IDLE_SAMPLE_S = 10.0
+SETTLE_S = 3.0                       # a broker's loop at rest before its RSS is read
+OFFSETS_GOAL_MIB = 5.0
 
 
 def _admin(cluster, broker_id: int):
@@ -214,6 +218,33 @@ def idle_cpu(cluster, brokers, seconds: float) -> dict[int, float]:
             for broker_id, pid in pids.items()}
 
 
+def settled_resources(cluster, brokers) -> dict[int, tuple[float, int]]:
+    """Each broker's (RSS MiB, open files) once its loop has run a while with nothing
+    asked (what a moment's work left allocated is not the partitions' cost)."""
+    time.sleep(SETTLE_S)
+    return {b: resources(cluster.brokers[b].process.pid) for b in brokers}
+
+
+def make_offsets_topic(cluster, brokers) -> None:
+    """Have the cluster make ``__consumer_offsets`` (its first group request does,
+    as Kafka's does), and wait until every broker sees each of its partitions led."""
+    from shmlog.common.errors import CoordinatorError, RequestTimedOutError, ShmlogError
+    from shmlog.groups import OFFSETS_TOPIC
+    from shmlog.protocol.control_client import request
+
+    def made() -> bool:
+        try:
+            request(cluster.data_dir(1), "fetch_offsets", timeout_ms=10_000, group_id="bench")
+        except (CoordinatorError, RequestTimedOutError):
+            return False
+        try:
+            return all(entry["leader"] in brokers for b in brokers
+                       for entry in _admin(cluster, b).describe_topic(OFFSETS_TOPIC)["partitions"])
+        except ShmlogError:
+            return False
+    _timed(cluster, made, f"{OFFSETS_TOPIC} made and led")
+
+
 def controller_of(cluster) -> int:
     from shmlog.cluster.zk.client import ClusterZooKeeper
     with ClusterZooKeeper(cluster.zookeeper_connect) as zookeeper:
@@ -241,7 +272,9 @@ def measure(server, directory: str, partitions: int) -> dict:
     figures: dict = {"partitions": partitions}
     try:
         brokers = (1, 2, 3)
-        figures["base"] = {b: resources(cluster.brokers[b].process.pid) for b in brokers}
+        figures["bare"] = settled_resources(cluster, brokers)
+        make_offsets_topic(cluster, brokers)
+        figures["base"] = settled_resources(cluster, brokers)
         started = time.monotonic()
         _admin(cluster, 1).create_topic(TOPIC, partitions, {},
                                         replication_factor=REPLICATION_FACTOR)
@@ -299,6 +332,12 @@ def report(figures: dict) -> None:
     print(f"  controlled shutdown of a broker leading {figures['shutdown_leads']}: every "
           f"partition led by a survivor after {figures['shutdown_moved_s']:.2f} s   (goal <= "
           f"{SHUTDOWN_GOAL_S:.0f} s); its process exited after {figures['shutdown_s']:.2f} s")
+    for broker_id in sorted(figures["bare"]):
+        bare_rss, bare_fds = figures["bare"][broker_id]
+        rss, fds = figures["base"][broker_id]
+        print(f"  broker {broker_id}: __consumer_offsets (50 partitions x RF 3) made: RSS "
+              f"{bare_rss:7.1f} -> {rss:7.1f} MiB ({rss - bare_rss:+.1f} MiB, goal <= "
+              f"{OFFSETS_GOAL_MIB:.0f} MB), open files {bare_fds} -> {fds}")
     for broker_id in sorted(figures["led"]):
         base_rss, base_fds = figures["base"][broker_id]
         rss, fds = figures["led"][broker_id]
