@@ -47,7 +47,10 @@ A broker's failure changes thousands of states at once; the states cached from
 the watch let the controller decide them all without reading one (the topic's
 assignment is the only read per topic), so the time from the broker's session
 expiring to its partitions' new states being written is the decisions and the
-writes. A first attempt refused for a stale version reads the topic fresh.
+writes. A first attempt refused for a stale version reads the topic fresh. A
+topic's writes go in the order its partitions need them: new states and new
+leaders before ISRs that only shrink, since each broker learns each state from
+its watch, one notification and one read per state, in the order written.
 """
 
 from __future__ import annotations
@@ -277,9 +280,16 @@ class PartitionStateMachine:
                                              zk_paths.encode_partition_state(after), version))
                     written[partition] = (after, version + 1)
                     changed.append((partition, state, after))
+            # New states and new leaders first: a partition without a leader waits for
+            # its state's write and for each broker's watch to read it, and these are
+            # thousands at a broker's failure; an ISR that only shrinks can wait.
+            leading = [update for update, (_, before, after) in zip(updates, changed)
+                       if after.leader != before.leader]
+            shrinking = [update for update, (_, before, after) in zip(updates, changed)
+                         if after.leader == before.leader]
             try:
-                ops = updates + (self.zookeeper.partition_state_creation_ops(topic, new)
-                                 if new else [])
+                ops = (self.zookeeper.partition_state_creation_ops(topic, new) if new else []) \
+                    + leading + shrinking
                 if ops:
                     self.zookeeper.checked_multi_chunked(ops, elected.zk_version)
                     self.cache.remember(assignment, written)
