@@ -1,7 +1,8 @@
 """The controller's and the watches' ZooKeeper work at thousands of partitions
 (issue 26), against a real ZooKeeper: reads pipelined (``get_many``,
 ``children_many``), writes larger than ZooKeeper's request size cut into fenced
-multis (``checked_multi_chunked``), many znodes watched by one ``DataWatches``, and
+multis (``checked_multi_chunked``, one after another or pipelined), many znodes
+watched by one ``DataWatches``, and
 a controller electing, and re-electing after a broker goes, a topic of
 ``PARTITIONS`` partitions at replication factor 3 in one pass each.
 
@@ -104,6 +105,29 @@ def test_a_write_above_the_request_size_goes_as_fenced_multis(sessions):
     assert found["/big/0"][0] == other and found[f"/big/{PARTITIONS - 1}"][0] == body
     with pytest.raises(ControllerMovedError):     # the fence goes with every multi
         session.checked_multi_chunked(ops[:10], fence + 1)
+
+
+def test_pipelined_multis_are_applied_in_order_and_a_refused_one_stops_no_other(sessions):
+    session = sessions(1)
+    _, fence = session.read_controller_epoch()
+    session.ensure_path("/piped")
+    body = b"x" * 1000
+    creates = [CreateOp(f"/piped/{index}", body) for index in range(PARTITIONS)]
+    # The later multis create under parents the first made: ZooKeeper applies them in order.
+    ops = [CreateOp("/piped/a")] + [CreateOp(f"/piped/a/{index}", body)
+                                    for index in range(PARTITIONS)] + creates
+    assert session.checked_multi_chunked(ops, fence, pipelined=True) == [op.path for op in ops]
+    assert len(session.children("/piped/a")) == PARTITIONS
+    # The first half's multis refused (a stale version in each); the second half's applied.
+    other = b"y" * 1000
+    sets = [SetDataOp(f"/piped/{index}", other, 5 if index < PARTITIONS // 2 else 0)
+            for index in range(PARTITIONS)]
+    with pytest.raises(StaleStateVersionError):
+        session.checked_multi_chunked(sets, fence, pipelined=True)
+    found = session.get_many(op.path for op in sets)
+    assert found["/piped/0"][0] == body and found[f"/piped/{PARTITIONS - 1}"][0] == other
+    with pytest.raises(ControllerMovedError):
+        session.checked_multi_chunked(sets[-10:], fence + 1, pipelined=True)
 
 
 def test_data_watches_report_creation_change_and_deletion(sessions):

@@ -291,7 +291,8 @@ class PartitionStateMachine:
                 ops = (self.zookeeper.partition_state_creation_ops(topic, new) if new else []) \
                     + leading + shrinking
                 if ops:
-                    self.zookeeper.checked_multi_chunked(ops, elected.zk_version)
+                    self.zookeeper.checked_multi_chunked(ops, elected.zk_version,
+                                                         pipelined=True)
                     self.cache.remember(assignment, written)
                     self._log_changes(topic, changed, len(new))
                 return

@@ -182,10 +182,12 @@ class ClusterZooKeeper(ZooKeeperSession):
         """:meth:`ControllerElection.checked_multi`: ``ops`` fenced by the epoch."""
         return self.controller_election.checked_multi(ops, controller_version)
 
-    def checked_multi_chunked(self, ops: Sequence[Op], controller_version: int) -> list:
+    def checked_multi_chunked(self, ops: Sequence[Op], controller_version: int,
+                              pipelined: bool = False) -> list:
         """:meth:`ControllerElection.checked_multi_chunked`: ``ops`` as fenced multis
         that each fit ZooKeeper's request size."""
-        return self.controller_election.checked_multi_chunked(ops, controller_version)
+        return self.controller_election.checked_multi_chunked(ops, controller_version,
+                                                              pipelined)
 
     # --- configs (configs.ConfigZnodes) ------------------------------------------------
 

@@ -136,19 +136,22 @@ class ControllerElection:
         except ZooKeeperConflictError as error:
             raise _moved_if_fenced(error, fence) from None
 
-    def checked_multi_chunked(self, ops: Sequence[Op], controller_version: int) -> list:
+    def checked_multi_chunked(self, ops: Sequence[Op], controller_version: int,
+                              pipelined: bool = False) -> list:
         """:meth:`checked_multi` for writes of any size: ``ops`` go, in order, as
         multis that each fit ZooKeeper's request size
         (``ZooKeeperSession.multi_chunked``), **each fenced**. Each multi is atomic,
         the whole is not: when one is refused, those before it stay applied (each
-        was this controller's, at its epoch) and none after it is tried; the caller
-        reads again and decides again, as after any refusal.
+        was this controller's, at its epoch) and none after it is tried (when
+        ``pipelined``, those after it are tried too: see
+        ``ZooKeeperSession.multi_chunked``); the caller reads again and decides
+        again, as after any refusal.
 
         Returns and raises as :meth:`checked_multi`.
         """
         fence = CheckOp(zk_paths.CONTROLLER_EPOCH_PATH, controller_version)
         try:
-            return self._session.multi_chunked(ops, prefix=[fence])
+            return self._session.multi_chunked(ops, prefix=[fence], pipelined=pipelined)
         except ZooKeeperConflictError as error:
             raise _moved_if_fenced(error, fence) from None
 

@@ -470,23 +470,21 @@ class ZooKeeperSession:
         ZooKeeperConnectionError
             The outcome is unknown.
         """
-        transaction = self._client.transaction()
-        for op in ops:
-            _add(transaction, op)
-        results = self._write(transaction.commit)
-        assert len(results) == len(ops), (results, ops)
-        for result, op in zip(results, ops):
-            if isinstance(result, (RolledBackError, RuntimeInconsistency)) or \
-                    not isinstance(result, Exception):
-                continue
-            raise _refusal(result, op.path)
-        return results
+        return _checked(self._write(self._transaction(ops).commit), ops)
 
-    def multi_chunked(self, ops: Sequence[Op], prefix: Sequence[Op] = ()) -> list:
+    def multi_chunked(self, ops: Sequence[Op], prefix: Sequence[Op] = (),
+                      pipelined: bool = False) -> list:
         """``ops`` applied as a run of multi-ops that each fit ZooKeeper's request
         size (:func:`chunk_ops`), in order, each with ``prefix`` first (a fence);
         one multi when they fit. Each run is atomic, the whole is not: when one is
         refused, the runs before it stay applied and none after it is tried.
+
+        ``pipelined``: every run is sent before the first answer is waited for
+        (ZooKeeper still applies them in order, a session's requests being
+        first-in first-out), so the runs after a refused one are tried too; for
+        runs that each stand alone (partition states, each written against its
+        version). The answers do not wait behind each other's watch notifications,
+        thousands when the runs change thousands of watched states.
 
         Returns
         -------
@@ -496,14 +494,31 @@ class ZooKeeperSession:
         Raises
         ------
         ZooKeeperConflictError, ZooKeeperConnectionError
-            As :meth:`multi`, for the run refused or lost.
+            As :meth:`multi`, for the (first) run refused or lost.
         """
         prefix = list(prefix)
-        reserved = sum(op_size(op) for op in prefix)
+        chunks = [prefix + chunk for chunk in
+                  chunk_ops(ops, reserved=sum(op_size(op) for op in prefix))]
+        if not pipelined:
+            return [result for chunk in chunks for result in self.multi(chunk)[len(prefix):]]
+        sent = [(chunk, self._write(self._transaction(chunk).commit_async))
+                for chunk in chunks]
         results: list = []
-        for chunk in chunk_ops(ops, reserved=reserved):
-            results.extend(self.multi(prefix + chunk)[len(prefix):])
+        refused: ZooKeeperConflictError | None = None
+        for chunk, pending in sent:
+            try:
+                results.extend(_checked(self._write(pending.get), chunk)[len(prefix):])
+            except ZooKeeperConflictError as error:
+                refused = refused or error
+        if refused is not None:
+            raise refused
         return results
+
+    def _transaction(self, ops: Sequence[Op]):
+        transaction = self._client.transaction()
+        for op in ops:
+            _add(transaction, op)
+        return transaction
 
     def _write(self, function: Callable, *args, **kwargs) -> Any:
         """A request tried once: a lost connection leaves its outcome unknown."""
@@ -677,6 +692,18 @@ def _add(transaction, op: Op) -> None:
     else:
         assert isinstance(op, CheckOp), op
         transaction.check(op.path, op.version)
+
+
+def _checked(results: list, ops: Sequence[Op]) -> list:
+    """A multi's results, or the failing op's refusal raised (kazoo's ``commit``
+    returns, per op, the failing op's exception, ``RolledBackError`` before it and
+    ``RuntimeInconsistency`` after it)."""
+    assert len(results) == len(ops), (results, ops)
+    for result, op in zip(results, ops):
+        if isinstance(result, Exception) and \
+                not isinstance(result, (RolledBackError, RuntimeInconsistency)):
+            raise _refusal(result, op.path)
+    return results
 
 
 def _refusal(error: KazooException, path: str) -> ShmlogError:
