@@ -332,15 +332,12 @@ def report(figures: dict) -> None:
     print(f"  controlled shutdown of a broker leading {figures['shutdown_leads']}: every "
           f"partition led by a survivor after {figures['shutdown_moved_s']:.2f} s   (goal <= "
           f"{SHUTDOWN_GOAL_S:.0f} s); its process exited after {figures['shutdown_s']:.2f} s")
-    for broker_id in sorted(figures["bare"]):
-        bare_rss, bare_fds = figures["bare"][broker_id]
-        rss, fds = figures["base"][broker_id]
-        print(f"  broker {broker_id}: __consumer_offsets (50 partitions x RF 3) made: RSS "
-              f"{bare_rss:7.1f} -> {rss:7.1f} MiB ({rss - bare_rss:+.1f} MiB, goal <= "
-              f"{OFFSETS_GOAL_MIB:.0f} MB), open files {bare_fds} -> {fds}")
     for broker_id in sorted(figures["led"]):
-        base_rss, base_fds = figures["base"][broker_id]
-        rss, fds = figures["led"][broker_id]
+        (bare_rss, bare_fds), (base_rss, base_fds), (rss, fds) = (
+            figures[stage][broker_id] for stage in ("bare", "base", "led"))
+        print(f"  broker {broker_id}: __consumer_offsets (50 partitions x RF 3) made: RSS "
+              f"{bare_rss:7.1f} -> {base_rss:7.1f} MiB ({base_rss - bare_rss:+.1f} MiB, goal "
+              f"<= {OFFSETS_GOAL_MIB:.0f} MB), open files {bare_fds} -> {base_fds}")
         print(f"  broker {broker_id}: RSS {base_rss:7.1f} -> {rss:7.1f} MiB, open files "
               f"{base_fds:6d} -> {fds:6d}   (before the topic -> with it); idle CPU "
               f"{figures['idle_cpu'][broker_id] * 100:5.1f} % of a core")
