@@ -53,7 +53,16 @@ from ...config.cluster import ClusterConfig
 from ...record.records import now_ms
 from ...zmq_replication import ReceivedResponse, ReplicationEndpoint
 from .hosted_replicas import HostedReplicas, partition_name
-from .messages import EpochEnd, EpochEndPartition, EpochEndResponse, ErrorCode, Fetch, FetchResponse
+from .messages import (
+    INITIAL_SESSION_EPOCH,
+    NO_SESSION,
+    EpochEnd,
+    EpochEndPartition,
+    EpochEndResponse,
+    ErrorCode,
+    Fetch,
+    FetchResponse,
+)
 from .partition import FetchPhase, PartitionReplica, Role
 from .throttle import ReplicationThrottle
 
@@ -69,6 +78,41 @@ class _Fetcher:
     in_flight: int | None = None          # its correlation id
     partitions: tuple = ()                # what it asked: (replica, leader epoch, offset)
     retry_at: int = 0
+    # Its fetch session (KIP-227): the id, the epoch of the next fetch, and each
+    # partition's request as the leader holds it; the requests of the fetch in flight.
+    session_id: int = NO_SESSION
+    session_epoch: int = INITIAL_SESSION_EPOCH
+    sent: dict = dataclasses.field(default_factory=dict)
+    pending: dict | None = None
+
+    def reset_session(self) -> None:
+        """The next fetch opens a new session, in full (the leader forgot this one,
+        or an answer was lost so its epoch is unknown)."""
+        self.session_id, self.session_epoch, self.sent, self.pending = \
+            NO_SESSION, INITIAL_SESSION_EPOCH, {}, None
+
+    def session_fetch(self, requests: tuple) -> tuple[tuple, int, int, tuple]:
+        """The next fetch's (partitions named, session id, epoch, forgotten): in a
+        session only the requests that changed or were added, and those dropped."""
+        current = {(request.topic_key, request.partition): request for request in requests}
+        self.pending = current
+        if self.session_id == NO_SESSION:
+            return requests, NO_SESSION, INITIAL_SESSION_EPOCH, ()
+        sent = self.sent
+        named = tuple(request for key, request in current.items() if sent.get(key) != request)
+        forgotten = tuple(key for key in sent if key not in current)
+        return named, self.session_id, self.session_epoch, forgotten
+
+    def session_answered(self, session_id: int) -> None:
+        """The leader took the fetch in flight: the session holds its requests."""
+        if self.pending is None:
+            return
+        if session_id == NO_SESSION:
+            self.reset_session()
+            return
+        epoch = INITIAL_SESSION_EPOCH if self.session_id != session_id else self.session_epoch
+        self.session_id, self.session_epoch = session_id, epoch + 1
+        self.sent, self.pending = self.pending, None
 
 
 class ReplicaFetcher:
@@ -164,6 +208,7 @@ class ReplicaFetcher:
         asking = [replica for replica in replicas if replica.phase is FetchPhase.TRUNCATING
                   and replica.take_step(replica.truncation_start())]
         if asking:
+            fetcher.pending = None
             body = EpochEnd(tuple(EpochEndPartition(replica.topic_key, replica.hosted.partition,
                                                     replica.leader_epoch,
                                                     replica.log.epochs.latest_epoch)
@@ -173,10 +218,13 @@ class ReplicaFetcher:
             return
         fetching, requests = self._fetch_requests(replicas, now)
         if not fetching:
+            fetcher.reset_session()        # the leader evicts it once idle
             return
+        named, session_id, epoch, forgotten = fetcher.session_fetch(requests)
         body = Fetch(self.broker_id, any(replica.role is Role.OBSERVER for replica in fetching),
                      self.config.replica_fetch_wait_max_ms, 1,
-                     self.config.replica_fetch_response_max_bytes, requests)
+                     self.config.replica_fetch_response_max_bytes, named, session_id, epoch,
+                     forgotten)
         self._send(fetcher, tuple((replica, replica.leader_epoch, replica.log.log_end_offset)
                                   for replica in fetching), body,
                    self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
@@ -211,6 +259,7 @@ class ReplicaFetcher:
         except ShmlogError as error:
             log.warning("cannot send to broker %d: %s", fetcher.leader_id, error)
             fetcher.retry_at = now_ms() + limits.FETCH_BACKOFF_MS
+            fetcher.pending = None
 
     # -- the leaders' answers -------------------------------------------------------------------
     def _fetcher_for(self, peer_id: int, correlation_id: int) -> _Fetcher | None:
@@ -225,6 +274,7 @@ class ReplicaFetcher:
         fetcher = self._fetcher_for(peer_id, correlation_id)
         if fetcher is not None:
             fetcher.retry_at = now + limits.FETCH_BACKOFF_MS
+            fetcher.reset_session()
 
     def answered(self, event: ReceivedResponse, now: int) -> None:
         """Apply a leader's answer to the request in flight, and send the next."""
@@ -234,7 +284,16 @@ class ReplicaFetcher:
         body = event.message.body
         asked = {entry[0].key: entry for entry in fetcher.partitions}
         if isinstance(body, FetchResponse):
+            if body.error is not ErrorCode.NONE:
+                log.info("broker %d refused fetch session %d (%s): fetching in full",
+                         event.peer_id, fetcher.session_id, body.error.name)
+                fetcher.reset_session()
+                self.send_requests(now)
+                return
+            fetcher.session_answered(body.session_id)
             for answer in body.partitions:
+                if answer.error is not ErrorCode.NONE:     # the leader dropped it: name it again
+                    fetcher.sent.pop((answer.topic_key, answer.partition), None)
                 replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
                                              fetcher, FetchPhase.FETCHING)
                 if replica is not None and answer.records is not None:
@@ -252,6 +311,7 @@ class ReplicaFetcher:
         else:
             log.warning("broker %d answered %s: backing off", event.peer_id, body)
             fetcher.retry_at = now + limits.FETCH_BACKOFF_MS
+            fetcher.reset_session()
             return
         self.send_requests(now)
 

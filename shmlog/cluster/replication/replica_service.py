@@ -115,7 +115,8 @@ class ReplicaService:
         # Producers' entries for partitions led elsewhere, and PRODUCEs from peers.
         self.forwarding = Forwarding(self.appender, endpoint, config, self.hosted.by_key,
                                      lambda broker_id: broker_id in self.view.brokers)
-        self.delete_records = DeleteRecordsServing(self.hosted, endpoint)
+        self.delete_records = DeleteRecordsServing(self.hosted, endpoint,
+                                                   self.fetch_serving.log_start_moved)
         self.dispatcher = Dispatcher(self.hosted, endpoint, self.throttle, self.fetch_serving,
                                      self.fetcher, self.forwarding, self.delete_records)
 
