@@ -84,12 +84,18 @@ class _Fetcher:
     session_epoch: int = INITIAL_SESSION_EPOCH
     sent: dict = dataclasses.field(default_factory=dict)
     pending: dict | None = None
+    # Quiet: its last full look found every partition fetching unthrottled and its
+    # last answer was empty, so the next fetch names nothing (until ``rescan_at``).
+    quiet: bool = False
+    rescan_at: int = 0
+    observer: bool = False
 
     def reset_session(self) -> None:
         """The next fetch opens a new session, in full (the leader forgot this one,
         or an answer was lost so its epoch is unknown)."""
         self.session_id, self.session_epoch, self.sent, self.pending = \
             NO_SESSION, INITIAL_SESSION_EPOCH, {}, None
+        self.quiet = False
 
     def session_fetch(self, requests: tuple) -> tuple[tuple, int, int, tuple]:
         """The next fetch's (partitions named, session id, epoch, forgotten): in a
@@ -176,9 +182,14 @@ class ReplicaFetcher:
         """Send each leader the next request, when none is in flight: EPOCH_END for
         the partitions truncating, else FETCH for those fetching."""
         self._throttled_until = self._replica_retry_at = None
+        regrouped = self._generation != self.hosted.generation
         for leader_id, followed in self._followed_by_leader().items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
             if fetcher.in_flight is not None or now < fetcher.retry_at:
+                continue
+            if fetcher.quiet and not regrouped and now < fetcher.rescan_at and \
+                    self._stopping_to_follow is None:
+                self._send_quiet(fetcher)
                 continue
             asking = []
             for replica in followed:
@@ -190,8 +201,27 @@ class ReplicaFetcher:
                 elif replica.retry_at and replica.phase is not FetchPhase.WAITING:
                     self._replica_retry_at = replica.retry_at if self._replica_retry_at is None \
                         else min(replica.retry_at, self._replica_retry_at)
+            fetcher.quiet = False
             if asking:
                 self._send_next(fetcher, asking, now)
+                fetcher.quiet = fetcher.session_id != NO_SESSION and \
+                    len(asking) == len(followed) and \
+                    len(fetcher.partitions) == len(followed) and \
+                    fetcher.pending is not None and all(
+                        request.partition_max_bytes == self.config.replica_fetch_max_bytes
+                        for request in fetcher.pending.values())
+                if fetcher.quiet and fetcher.rescan_at <= now:
+                    fetcher.rescan_at = now + limits.FETCH_SESSION_RESCAN_MS
+
+    def _send_quiet(self, fetcher: _Fetcher) -> None:
+        """A quiet session's next fetch: it names nothing, and its partitions are the
+        ones the last full look found."""
+        fetcher.pending = fetcher.sent
+        body = Fetch(self.broker_id, fetcher.observer, self.config.replica_fetch_wait_max_ms, 1,
+                     self.config.replica_fetch_response_max_bytes, (), fetcher.session_id,
+                     fetcher.session_epoch, ())
+        self._send(fetcher, fetcher.partitions, body,
+                   self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
 
     def _followed_by_leader(self) -> dict[int, list[PartitionReplica]]:
         """The replicas this broker follows or observes, by leader (regrouped when
@@ -221,7 +251,8 @@ class ReplicaFetcher:
             fetcher.reset_session()        # the leader evicts it once idle
             return
         named, session_id, epoch, forgotten = fetcher.session_fetch(requests)
-        body = Fetch(self.broker_id, any(replica.role is Role.OBSERVER for replica in fetching),
+        fetcher.observer = any(replica.role is Role.OBSERVER for replica in fetching)
+        body = Fetch(self.broker_id, fetcher.observer,
                      self.config.replica_fetch_wait_max_ms, 1,
                      self.config.replica_fetch_response_max_bytes, named, session_id, epoch,
                      forgotten)
@@ -282,7 +313,8 @@ class ReplicaFetcher:
         if fetcher is None:
             return
         body = event.message.body
-        asked = {entry[0].key: entry for entry in fetcher.partitions}
+        asked = {entry[0].key: entry for entry in fetcher.partitions} \
+            if getattr(body, "partitions", None) else {}
         if isinstance(body, FetchResponse):
             if body.error is not ErrorCode.NONE:
                 log.info("broker %d refused fetch session %d (%s): fetching in full",
@@ -291,6 +323,8 @@ class ReplicaFetcher:
                 self.send_requests(now)
                 return
             fetcher.session_answered(body.session_id)
+            if body.partitions:
+                fetcher.quiet = False      # positions moved: the next fetch looks
             for answer in body.partitions:
                 if answer.error is not ErrorCode.NONE:     # the leader dropped it: name it again
                     fetcher.sent.pop((answer.topic_key, answer.partition), None)
