@@ -14,6 +14,16 @@ Rules
 * **The response's bytes** are bounded by the fetch's ``max_bytes``, across its
   partitions in their order; a throttled partition's read is bounded by the leader
   bucket for a replica out of the ISR (``throttle``).
+* **Fetch sessions** (KIP-227, ``fetch_sessions``): a follower's fetch opens a
+  session (epoch 0) or continues one; it is served its named partitions and the
+  session's news only (appended, high watermark or log start moved past what was
+  sent, leadership changed), and answered only those that carry something. A
+  caught-up follower's idle partitions keep their caught-up time through its last
+  session fetch (marked as the partition is next appended to: ``rules``'
+  ``FollowerState.session_fetched``), so the ISR holds as when every fetch named
+  them. A session fetch with nothing to return waits until the session has news
+  or ``max_wait_ms`` passes: an idle long poll costs nothing per partition.
+  A fetch outside a session (epoch -1) is served as below.
 * **Fetches that find nothing wait** (``purgatory``) until a partition's log end or
   high watermark moves past what the follower has, its leadership changes, or
   ``max_wait_ms`` passes; they are answered then, from the log as it is then.
@@ -236,8 +246,9 @@ class FetchServing:
             entry.appended = False
             if has_records:
                 budget -= answer.records.size
-            if answer.error is ErrorCode.NONE and not has_records and \
-                    entry.request.fetch_offset < answer.log_end_offset:
+            if answer.error is ErrorCode.NONE and (
+                    not has_records and entry.request.fetch_offset < answer.log_end_offset
+                    or self._joining(key, peer)):
                 session.news[key] = None
             else:
                 session.news.pop(key, None)
@@ -250,6 +261,14 @@ class FetchServing:
             entry.log_start_sent = answer.log_start_offset
             answers.append(answer)
         return answers
+
+    def _joining(self, key, peer: int) -> bool:
+        """Is ``peer`` an assigned replica outside the partition's ISR? Its session
+        serves the partition every fetch until it joins (an expansion refused while
+        another ISR change was in flight is asked again)."""
+        replica = self.hosted.by_key(key)
+        return replica is not None and peer in replica.replicas and \
+            peer not in replica.leader.isr
 
     def _serve_partition(self, peer: int, observer: bool, request: FetchPartition, budget: int,
                          now: int) -> tuple[FetchResponsePartition, bool]:

@@ -8,6 +8,15 @@ Rules
   its partitions truncates, else a FETCH of every fetching partition (Kafka's
   fetcher thread per source broker). The next goes out as soon as the answer is
   applied, so acks=all costs one round trip plus the follower's append.
+* **Fetch sessions** (KIP-227): the first FETCH to a leader opens a session and
+  names every partition; the next ones name only the partitions added or whose
+  request changed, and list those dropped (``forgotten``). A session error
+  (``FETCH_SESSION_ID_NOT_FOUND``, ``INVALID_FETCH_SESSION_EPOCH``), a failed
+  request or a partition answered with an error makes the next fetch name it (all
+  of them after a session error or failure) again. While a session is quiet (its
+  last answer empty, every partition fetching, none throttled) the next fetch is
+  sent without looking through the partitions, but for a look every
+  ``limits.FETCH_SESSION_RESCAN_MS``.
 * **An answer is applied only if it is still wanted**: the replica follows the same
   leader at the same epoch, in the phase it asked in, from the log end it asked
   from (Kafka's fetcher applies a partition's data only at the epoch and fetch
