@@ -65,7 +65,7 @@ from .messages import (
     FetchResponse,
     FetchResponsePartition,
 )
-from .partition import PartitionReplica
+from .partition import PartitionReplica, Role
 from .purgatory import FetchPurgatory, partition_ready
 from .throttle import ReplicationThrottle
 
@@ -153,6 +153,16 @@ class FetchServing:
         """The leader's log start moved (DeleteRecords): its followers follow it."""
         for session in self.sessions.holding(replica.key):
             if replica.log.log_start_offset != session.partitions[replica.key].log_start_sent:
+                self._news(session, replica.key)
+
+    def isr_changed(self, replica: PartitionReplica) -> None:
+        """The partition's ISR changed: the sessions of its assigned replicas now
+        outside it serve it again, so they may join again when caught up (an idle
+        partition's session would otherwise never look at it)."""
+        if replica.role is not Role.LEADER:
+            return
+        for session in self.sessions.holding(replica.key):
+            if session.peer in replica.replicas and session.peer not in replica.leader.isr:
                 self._news(session, replica.key)
 
     def leadership_changed(self, replica: PartitionReplica) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import random
 from typing import Any, Hashable
 
 from ...common import limits
@@ -78,7 +79,9 @@ class FetchSessionCache:
         self.idle_eviction_ms = idle_eviction_ms
         self._sessions: collections.OrderedDict[int, FetchSession] = collections.OrderedDict()
         self._by_partition: dict[Hashable, dict[int, FetchSession]] = {}
-        self._ids = itertools.count(1)
+        # A random first id: a follower still holding a session of this leader's
+        # previous incarnation finds its id unknown, not another session's.
+        self._ids = itertools.count(random.randrange(1, INT32_MAX // 2))
 
     def __len__(self) -> int:
         return len(self._sessions)

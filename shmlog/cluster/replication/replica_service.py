@@ -110,6 +110,7 @@ class ReplicaService:
         self.fetch_serving = FetchServing(self.hosted, endpoint, self.throttle, self.isr,
                                           wake_consumers)
         self.hosted.listen(self.fetch_serving)
+        self.isr.listen(self.fetch_serving.isr_changed)
         self.fetcher = ReplicaFetcher(self.hosted, endpoint, config, self.throttle,
                                       wake_consumers)
         # Producers' entries for partitions led elsewhere, and PRODUCEs from peers.
