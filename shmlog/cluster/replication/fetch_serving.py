@@ -251,6 +251,9 @@ class FetchServing:
             if entry is None:
                 session.news.pop(key, None)
                 continue
+            # Its news is taken before it is served: what serving it moves (the high
+            # watermark, after its answer was built) is news again.
+            session.news.pop(key, None)
             answer, has_records = self._serve_partition(peer, fetch.observer, entry.request,
                                                         budget, now)
             entry.appended = False
@@ -260,8 +263,6 @@ class FetchServing:
                     not has_records and entry.request.fetch_offset < answer.log_end_offset
                     or self._joining(key, peer)):
                 session.news[key] = None
-            else:
-                session.news.pop(key, None)
             if answer.error is not ErrorCode.NONE:
                 self.sessions.remove_partition(session, key)
             elif not has_records and answer.high_watermark == entry.high_watermark_sent and \
