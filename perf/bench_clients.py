@@ -118,18 +118,13 @@ import os
 import resource
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
-# The broker (``python -m shmlog``) and the client processes run this checkout's shmlog.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [REPOSITORY] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path])
-sys.path.insert(0, REPOSITORY)
+import harness  # noqa: E402 - before shmlog: this checkout's, here and in children
+from harness import REPOSITORY  # noqa: E402
 
 RECORD_SIZE = 100
 STAMP_SIZE = 8                      # value bytes 0-7: time.monotonic_ns() at the send
@@ -539,12 +534,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     arguments = parse_arguments(argv)
-    if arguments.role:
-        print(json.dumps(ROLES[arguments.role](**json.loads(arguments.arguments))), flush=True)
+    if harness.run_role(arguments, ROLES):
         return 0
-    # A SIGTERM (an operator, a harness's timeout) unwinds like an error: the clients
-    # killed, the broker stopped, the data and shared memory removed.
-    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+    harness.unwind_on_sigterm()
     from bench_log import environment
     from bounds import memcpy_rate
 

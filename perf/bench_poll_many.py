@@ -52,16 +52,9 @@ import sys
 import tempfile
 import time
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
-# The broker processes this starts import shmlog from the same tree as this one.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [REPOSITORY] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                    if path])
-sys.path.insert(0, REPOSITORY)
-
 import numpy as np  # noqa: E402
 from bounds import memcpy_rate  # noqa: E402
+from harness import REPOSITORY  # noqa: E402 - before shmlog: this checkout's, here and in children
 
 from shmlog.client.admin import Admin  # noqa: E402
 from shmlog.client.consumer import Consumer, TopicPartition  # noqa: E402
@@ -147,7 +140,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-records", type=int, default=10)
     parser.add_argument("--record-size", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--json", default="bench_poll_many.json")
+    parser.add_argument("--json", default=os.path.join(REPOSITORY, "perf", "results",
+                                                       "bench_poll_many.json"))
     options = parser.parse_args(argv)
     bound = memcpy_rate()
     print(f"memcpy (np.copyto 256 MiB, best of 5): {bound / 1e9:.2f} GB/s")
@@ -173,6 +167,7 @@ def main(argv=None) -> int:
               f"(mean {result['idle_poll_mean_s'] * 1e6:8.1f})")
     print(f"load average (1, 5, 15 min) at the end: "
           f"{', '.join(f'{load:.1f}' for load in os.getloadavg())} on {os.cpu_count()} CPUs")
+    os.makedirs(os.path.dirname(os.path.abspath(options.json)), exist_ok=True)
     with open(options.json, "w") as out:
         json.dump({"memcpy_bytes_per_s": bound, "results": results, "host": platform.node(),
                    "load": os.getloadavg(), "repository": REPOSITORY}, out, indent=2)

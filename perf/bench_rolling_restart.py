@@ -73,11 +73,7 @@ import tempfile
 import threading
 import time
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [REPOSITORY] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path])
-sys.path.insert(0, REPOSITORY)
+from harness import REPOSITORY  # noqa: E402 - before shmlog: this checkout's, here and in children
 
 TOPIC = "rolling"
 PARTITIONS = 3

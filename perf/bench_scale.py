@@ -52,8 +52,10 @@ a process of its own, ``partitions_max`` N + 64) in a fresh data directory:
    probe tries to construct a producer, send one record to the last partition, and
    read it back with a consumer assigned that partition, until both succeed:
    "restart to serving" is the start to that read;
-6. topics of 10: another fresh broker, N/10 topics of 10 partitions made one by
-   one (``Admin.create_topics``), timed as one.
+6. topics of 10: another fresh broker, N/10 topics of 10 partitions made by one
+   ``Admin.create_topics`` (Kafka's AdminClient.createTopics: the list in one
+   request), timed as one; and on another fresh broker, one ``Admin.create_topic``
+   request per topic (as ``kafka-topics --create`` makes them), timed as one.
 
 Each point is bounded by ``--point-timeout`` (default 300 s): a request or child
 process past it fails that figure. A figure that fails (a typed error, a timeout)
@@ -132,19 +134,13 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
-# The broker (``python -m shmlog``) and the client processes run this checkout's shmlog.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [REPOSITORY] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path])
-sys.path.insert(0, REPOSITORY)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402 - before shmlog: this checkout's, here and in children
+from harness import REPOSITORY  # noqa: E402
 
 KIB, MIB = 1 << 10, 1 << 20
 RECORD_SIZE = 100
@@ -511,7 +507,8 @@ def measure_partitions(processes: Processes, count: int, options) -> dict:
     finally:
         processes.stop_all()
         point["shared_memory_left"] = remove_data(data_dir)
-    point["create_topics_of_ten"] = _topics_of_ten(processes, count, options)
+    point["create_topics_of_ten"] = _topics_of_ten(processes, count, options, batch=True)
+    point["create_topics_one_by_one"] = _topics_of_ten(processes, count, options, batch=False)
     return point
 
 
@@ -621,8 +618,9 @@ def _restart(processes, broker, data_dir, count, options, deadline) -> dict:
             "attempts": result["attempts"], **process_figures(broker.process.pid)}
 
 
-def _topics_of_ten(processes: Processes, count: int, options) -> dict:
-    """N/10 topics of 10, one by one, on a fresh broker: their creation timed as one."""
+def _topics_of_ten(processes: Processes, count: int, options, *, batch: bool) -> dict:
+    """N/10 topics of 10 on a fresh broker, in one create_topics (``batch``) or one
+    request each: their creation timed as one."""
     from shmlog import Admin
     from shmlog.client.admin import NewTopic
     data_dir = _data_dir(f"shmlog-bench-scale-topics-{count}-")
@@ -631,8 +629,15 @@ def _topics_of_ten(processes: Processes, count: int, options) -> dict:
         broker = processes.broker(data_dir, partitions_max=count + PARTITIONS_MAX_MARGIN)
         topics = [NewTopic(f"ten-{index}", TOPIC_OF_TEN)
                   for index in range(max(count // TOPIC_OF_TEN, 1))]
-        seconds, _ = timed(lambda timeout_ms: Admin(data_dir, timeout_ms=timeout_ms)
-                           .create_topics(topics), deadline)
+
+        def create(timeout_ms: int) -> None:
+            admin = Admin(data_dir, timeout_ms=timeout_ms)
+            if batch:
+                admin.create_topics(topics)
+                return
+            for topic in topics:
+                admin.create_topic(topic.name, topic.num_partitions)
+        seconds, _ = timed(create, deadline)
         result = {"seconds": seconds, "topics": len(topics),
                   **process_figures(broker.process.pid)}
         processes.stop_broker(broker)
@@ -785,6 +790,9 @@ ROWS = (
     ("create, one topic", 1.0, "s", lambda p: figure(p, ("create", "seconds")), True, "create"),
     ("create, topics of 10", 1.0, "s", lambda p: figure(p, ("create_topics_of_ten", "seconds")),
      True, "create_topics_of_ten"),
+    ("create, topics of 10, one per request", 1.0, "s",
+     lambda p: figure(p, ("create_topics_one_by_one", "seconds")), True,
+     "create_topics_one_by_one"),
     ("first record to all", 1.0, "s", lambda p: figure(p, ("first_records", "seconds")), True,
      "first_records"),
     ("first record, per partition", 1.0, "ms", _per_record_ms, False, "first_records"),
@@ -846,6 +854,8 @@ def goals(points: list, maps_max: int) -> dict:
                                     f"<= {CREATE_GOAL_S:g} s at 10,000"),
         "create, topics of 10": judged(ROWS[1][3], lambda s: s <= CREATE_GOAL_S,
                                        f"<= {CREATE_GOAL_S:g} s at 10,000"),
+        "create, topics of 10, one per request": judged(
+            ROWS[2][3], lambda s: s <= CREATE_GOAL_S, f"<= {CREATE_GOAL_S:g} s at 10,000"),
         "first record to all": judged(first_records, lambda s: s <= FIRST_RECORDS_GOAL_S,
                                       f"<= {FIRST_RECORDS_GOAL_S:g} s at 10,000"),
         "first record, per partition": slope_judged(
@@ -913,7 +923,7 @@ def report_partitions(points: list, maps_max: int) -> None:
               f"{maps_max:,}, open files {figure(point, ('first_records', 'open_files')) or '?'}"
               f", others {point.get('other_cores', float('nan')):.2f} cores")
         for step in ("broker", "create", "first_records", "idle", "consumer_poll", "restart",
-                     "create_topics_of_ten"):
+                     "create_topics_of_ten", "create_topics_one_by_one"):
             error = figure(point, (step, "error"))
             if error:
                 print(f"    {step}: {error}")
@@ -1050,11 +1060,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     arguments = parse_arguments(argv)
-    if arguments.role:
-        print(json.dumps(ROLES[arguments.role](**json.loads(arguments.arguments))), flush=True)
+    if harness.run_role(arguments, ROLES):
         return 0
-    # A SIGTERM unwinds like an error: children killed, brokers stopped, data removed.
-    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+    harness.unwind_on_sigterm()
     from bench_log import environment
     from bounds import memcpy_rate
     document = {"benchmark": "bench_scale", "environment": environment(tempfile.gettempdir()),

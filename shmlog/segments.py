@@ -110,7 +110,10 @@ class AppendTarget(NamedTuple):
 
     Valid until the log tells its listener of a change (:class:`LogChange`); the
     writer then takes a new one. After appending through it, the writer gives it
-    back with :meth:`PartitionLog.appended_by_kernel`.
+    back with :meth:`PartitionLog.appended_by_kernel`. A log never appended to has
+    no segment file yet: its target's arrays are empty (no room, so the kernel asks
+    for space), and its first batch goes through :meth:`PartitionLog.append`, which
+    makes them.
     """
     log: np.ndarray                # the active segment's log, mapped read-write
     offset_index: np.ndarray
@@ -138,21 +141,33 @@ class PartitionLog:
         The id of the topic the partition belongs to (``LogManager`` gives it): a
         topic deleted and created again under the same name has the same directory
         but another id, and a cleaning planned against the old one is refused.
+    new : bool
+        The caller just made the directory, empty (``LogManager``, for a partition it
+        creates): there is nothing to recover, so nothing is listed or read; the
+        log is what loading an empty directory makes, an empty active segment
+        with no file yet.
     """
 
     def __init__(self, directory: str, config: TopicConfig | None = None, *,
-                 topic_id: str | None = None):
+                 topic_id: str | None = None, new: bool = False):
         self.directory = directory
         self.topic_id = topic_id
-        self._local_log = LocalLog(directory, config or TopicConfig(), rolled=self._rolled)
+        self._local_log = LocalLog(directory, config or TopicConfig(), rolled=self._rolled,
+                                   new=new)
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self._flush_retry_ms = 0           # no flush before this (the last one failed)
+        # Told when flush_due_ms may have moved earlier (the broker's FlushSchedule).
+        self.flush_listener: Callable[[PartitionLog], None] | None = None
         # The leader epochs (see leader_epochs); this log's own paths keep it right.
-        self.epochs = LeaderEpochCache(directory)
+        self.epochs = LeaderEpochCache(directory, new=new)
         # The producers' last batches below the active segment (producer_snapshots).
         self._producers = ProducerStateManager(directory)
         self._retention = LogRetention(self._local_log, self.epochs)
+        if new:
+            self._local_log.add_segment(0)
+            self.recovery_report = RecoveryReport(recovery_point=0)
+            return
         self.recovery_report = LogLoader(self._local_log, self.epochs,
                                          self.truncate_fully_and_start_at).load()
         self._producers.load(self._segments, self.log_start_offset)
@@ -167,6 +182,7 @@ class PartitionLog:
     @config.setter
     def config(self, config: TopicConfig) -> None:
         self._local_log.config = config
+        self._tell_flush_listener()            # flush.ms may have come closer
 
     @property
     def generation(self) -> int:
@@ -365,8 +381,21 @@ class PartitionLog:
 
     # -- flushing and rolling ------------------------------------------------------------
     def _after_append(self, message_count: int) -> None:
+        was_clean = not self._unflushed_messages
         self._unflushed_messages += message_count
-        self.maybe_flush()
+        if not self.maybe_flush() and was_clean:
+            self._tell_flush_listener()           # flush.ms runs from now on
+
+    def _tell_flush_listener(self) -> None:
+        if self.flush_listener is not None and self._unflushed_messages:
+            self.flush_listener(self)
+
+    def flush_due_ms(self) -> int | None:
+        """When ``flush.ms`` makes the unflushed records due for a flush (ms; a
+        failed flush's retry time if later), or None when all are flushed."""
+        if not self._unflushed_messages:
+            return None
+        return max(self._last_flush_ms + self.config.flush_ms, self._flush_retry_ms)
 
     def maybe_flush(self, now: int | None = None) -> bool:
         """Flush when ``flush.messages`` or ``flush.ms`` says so (the broker's
@@ -391,6 +420,7 @@ class PartitionLog:
                 self._flush_retry_ms = now + limits.FLUSH_RETRY_INTERVAL_MS
                 log.warning("%s: flush failed (%s); trying again in %d ms", self.directory,
                             error, limits.FLUSH_RETRY_INTERVAL_MS)
+                self._tell_flush_listener()
                 return False
             return True
         return False

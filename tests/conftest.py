@@ -54,6 +54,16 @@ def data_dir(tmp_path):
     unlink_shared_memory(path)
 
 
+@pytest.fixture
+def clean_data_dir(tmp_path):
+    """:func:`data_dir` for tests whose brokers and producers all end cleanly: that
+    they left nothing in /dev/shm is checked (and then removed anyway)."""
+    path = str(tmp_path / "data")
+    yield path
+    leftovers = unlink_shared_memory(path)
+    assert not leftovers, f"left in /dev/shm: {leftovers}"
+
+
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory):
     """One local ZooKeeper (:class:`ZooKeeperServer`, tickTime 500 ms, a free port) for

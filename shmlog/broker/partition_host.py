@@ -9,10 +9,13 @@ Rules
   takes entries for it. Every partition of every topic in the data directory is
   hosted (one broker, every partition local).
 * A partition keeps its row across restarts (``partition-rows.json``, ``{"<topic>/
-  <partition>": row}``, rewritten whole after every change): producers put the row
-  on ring entries, so entries still in a ring after a crash go where they were
-  meant to. A rows file that cannot be read is ignored (partitions get new rows,
-  and the appender finds misaddressed entries by their identity).
+  <partition>": row}``, rewritten whole after every change, once per request however
+  many topics it creates): producers put the row on ring entries, so entries still
+  in a ring after a crash go where they were meant to. A rows file that cannot be
+  read is ignored (partitions get new rows, and the appender finds misaddressed
+  entries by their identity). It is not fsynced: it matters only to entries in the
+  rings, which live in /dev/shm and die with the machine, as the page cache does;
+  the broker's own crash (kill -9) leaves both.
 * The broker's own records (offset commits) are appended through the appender
   (:meth:`PartitionHost.append`), as a producer's are: the same checks, the same
   publication of the partition's row, and the one place where replication will
@@ -37,7 +40,8 @@ appender's doorbell rang since the last drain that left every ring empty (or
 drain that appended. Each drain pass is timed around the compiled call, once per
 pass (``drain_seconds``, for ``broker_stats``), and the cleaner's work is counted
 as it is swapped in (``cleaner_progress``). Its periodic work is the flush policy
-(``flush.messages``, ``flush.ms``), retention (``retention.ms``, ``retention.bytes``)
+(``flush.messages`` at the append; ``flush.ms`` from ``flush_schedule``, which looks
+only at the logs whose time came), retention (``retention.ms``, ``retention.bytes``)
 and compaction: :meth:`PartitionHost.start_cleaning` hands the dirtiest compacted
 partition to the cleaner's thread, and :meth:`PartitionHost.swap_cleaned` swaps its
 result in on the loop's thread, if the partition's segments are still those that
@@ -71,6 +75,7 @@ from ..storage.delete_records import delete_target
 from ..storage.durable_files import write_atomically
 from ..storage.log_manager import LogManager, TopicMetadata
 from .appender import DRAIN_ENTRIES_MAX, Appender
+from .flush_schedule import FlushSchedule
 
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")
@@ -153,8 +158,15 @@ class PartitionHost:
             PartitionStateTable.create(self.table_name, partitions_max)
         self.appender = Appender(self.logs, self.table)
         self._partitions: dict[tuple[str, int], HostedPartition] = {}
+        self._ordered: list[HostedPartition] | None = None     # partitions(), until a change
+        self._flushes = FlushSchedule()
         self._listeners: list[Callable[[int], None]] = []
         self._rows_path = os.path.join(self.data_dir, ROWS_FILE)
+        # What the rows file says, per topic: its entries as JSON text (``"<topic>/
+        # <partition>": row, ...``), made when its partitions are hosted: saving the
+        # file joins them, and never encodes every partition again (1,000 topics
+        # created one request each spent 40 % of their time there).
+        self._row_entries: dict[str, str] = {}
         rows = self._load_rows()
         for topic in self.logs.list_topics():
             self._host_partitions(topic, rows)
@@ -180,24 +192,31 @@ class PartitionHost:
             if isinstance(rows, dict) else {}
 
     def _save_rows(self) -> None:
-        rows = {f"{hosted.topic}/{hosted.partition}": self.appender.row_of(hosted.topic,
-                                                                           hosted.partition)
-                for hosted in self.partitions()}
-        write_atomically(self._rows_path, json.dumps(rows, sort_keys=True))
+        body = "{" + ", ".join(entries for entries in self._row_entries.values() if entries) + "}"
+        write_atomically(self._rows_path, body, sync=False)
 
     # -- hosting -----------------------------------------------------------------------
     def _host_partitions(self, topic: str, rows: dict) -> None:
         """Host every partition of ``topic`` not hosted yet (a row asked for in
         ``rows`` is used when free)."""
-        for partition in range(self.logs.describe_topic(topic).partitions):
-            if (topic, partition) not in self._partitions:
-                row = self.appender.register_partition(topic, partition,
-                                                       rows.get(f"{topic}/{partition}"))
-                self._partitions[(topic, partition)] = HostedPartition(
-                    topic, partition, row, self.logs.partition_log(topic, partition))
+        count = self.logs.describe_topic(topic).partitions
+        try:
+            for partition in range(count):
+                if (topic, partition) not in self._partitions:
+                    row = self.appender.register_partition(topic, partition,
+                                                           rows.get(f"{topic}/{partition}"))
+                    hosted = self._partitions[(topic, partition)] = HostedPartition(
+                        topic, partition, row, self.logs.partition_log(topic, partition))
+                    self._flushes.watch(hosted.log)
+        finally:            # the rows of those hosted, even when one could not be
+            self._ordered = None
+            self._row_entries[topic] = json.dumps({
+                f"{topic}/{partition}": hosted.row for partition in range(count)
+                if (hosted := self._partitions.get((topic, partition))) is not None})[1:-1]
 
     def when_topics_change(self, listener: Callable[[int], None]) -> None:
-        """Call ``listener(now)`` after every topic created, deleted or grown."""
+        """Call ``listener(now)`` after every change of the topics: a topic created,
+        deleted or grown (once for the topics one request created)."""
         self._listeners.append(listener)
 
     def _topics_changed(self) -> None:
@@ -215,11 +234,33 @@ class PartitionHost:
         self._topics_changed()
         return metadata
 
+    def create_topics(self, topics: list[tuple[str, int, dict]]) -> list:
+        """Create several topics, each ``(name, partitions, config)`` (Kafka's
+        CreateTopics: one request, an outcome per topic), and host their partitions;
+        the rows are saved and the listeners told once, for all of them. Per topic,
+        in order, its ``TopicMetadata`` or the ``ShmlogError`` that refused it (the
+        others are created all the same)."""
+        outcomes: list = []
+        try:
+            for name, partitions, config in topics:
+                try:
+                    outcomes.append(self.logs.create_topic(name, partitions, config))
+                except ShmlogError as error:
+                    outcomes.append(error)
+                    continue
+                self._host_partitions(name, {})
+        finally:
+            if any(isinstance(outcome, TopicMetadata) for outcome in outcomes):
+                self._topics_changed()
+        return outcomes
+
     def delete_topic(self, name: str) -> None:
         """Stop hosting a topic's partitions (their rows are freed) and delete it."""
         for partition in range(self.logs.describe_topic(name).partitions):
             self.appender.unregister_partition(name, partition)
-            del self._partitions[(name, partition)]
+            self._flushes.forget(self._partitions.pop((name, partition)).log)
+        self._ordered = None
+        self._row_entries.pop(name, None)
         self.logs.delete_topic(name)
         self._topics_changed()
 
@@ -249,9 +290,17 @@ class PartitionHost:
 
     def partitions(self) -> Iterator[HostedPartition]:
         """Every hosted partition, by topic name, then partition number."""
-        for topic in self.logs.list_topics():
-            for partition in range(self.logs.describe_topic(topic).partitions):
-                yield self._partitions[(topic, partition)]
+        return iter(self.partition_list())
+
+    def partition_list(self) -> list[HostedPartition]:
+        """:meth:`partitions` as a list, kept until the set of partitions changes
+        (the periodic tasks walk it every second: not rebuilt from the topics' metadata
+        each time). The same list object while nothing changed; do not modify it."""
+        if self._ordered is None:
+            self._ordered = [self._partitions[(topic, partition)]
+                             for topic in self.logs.list_topics()
+                             for partition in range(self.logs.describe_topic(topic).partitions)]
+        return self._ordered
 
     def partition_counts(self) -> dict[str, int]:
         """{topic: partition count} for every topic."""
@@ -329,9 +378,9 @@ class PartitionHost:
 
     # -- flushing, retention, cleaning ----------------------------------------------------
     def flush_due(self, now: int) -> None:
-        """Flush the partitions whose flush policy says so."""
-        for hosted in self.partitions():
-            hosted.log.maybe_flush(now)
+        """Flush the partitions whose ``flush.ms`` came (``flush_schedule``: only
+        those are looked at; ``flush.messages`` is met at the append)."""
+        self._flushes.run(now)
 
     def apply_retention(self, now: int | None = None) -> None:
         """Delete the segments retention lets go, in every partition: only below its
@@ -346,9 +395,7 @@ class PartitionHost:
             return False
         now = now_ms() if now is None else now
         plans = []
-        for hosted in self.partitions():
-            if not hosted.log.config.compact:
-                continue
+        for hosted in self._compacted_partitions():
             planned = cleaner_plan(hosted.log, now)
             if planned is not None:
                 plans.append((planned.dirty_ratio, hosted.topic, hosted.partition, planned))
@@ -359,6 +406,19 @@ class PartitionHost:
         self.cleaner_progress.cleaning = (topic, partition)
         self.cleaner_progress.started = time.monotonic()
         return True
+
+    def _compacted_partitions(self) -> Iterator[HostedPartition]:
+        """The partitions with ``cleanup.policy`` compact: a topic's partitions share
+        its config, so a topic whose first partition is not compacted is passed over
+        whole (thousands of partitions of deleted-policy topics cost nothing here)."""
+        for topic, count in self.partition_counts().items():
+            first = self._partitions.get((topic, 0))
+            if first is None or not first.log.config.compact:
+                continue
+            for partition in range(count):
+                hosted = self._partitions[(topic, partition)]
+                if hosted.log.config.compact:
+                    yield hosted
 
     def swap_cleaned(self) -> bool:
         """Swap in what the cleaner finished, if it has; True when a partition changed."""

@@ -1,7 +1,7 @@
-"""The topic requests: metadata, create, delete, list, describe, add partitions,
-alter config, offsets by position or time, and deleting records (Kafka's Metadata,
-CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs, ListOffsets
-and DeleteRecords).
+"""The topic requests: metadata, create (one topic, or many in one request),
+delete, list, describe, add partitions, alter config, offsets by position or time,
+and deleting records (Kafka's Metadata, CreateTopics, DeleteTopics,
+CreatePartitions, IncrementalAlterConfigs, ListOffsets and DeleteRecords).
 
 Rules
 -----
@@ -12,6 +12,10 @@ Rules
   directory: what a consumer maps, and what a producer puts on its ring entries.
 * Every field a client sends is checked (``control.require``) before anything
   changes; the partitions themselves change in the partition host.
+* ``create_topics`` answers per topic, as Kafka's CreateTopics does: each entry is
+  the topic's description or its error (``control.error_entry``); one topic refused
+  leaves the others created. It is a single broker's request: a cluster's broker
+  does not serve it (``ClusterTopicService``), and the client asks per topic.
 
 Theory of operation
 -------------------
@@ -33,7 +37,7 @@ from ..common.errors import (
     UnknownTopicOrPartitionError,
 )
 from ..common.internal_topics import INTERNAL_TOPICS
-from ..protocol.control import require
+from ..protocol.control import error_entry, require
 from ..storage import delete_records as deletion
 from ..storage.topic_config import config_sources
 from .partition_host import PartitionHost
@@ -69,6 +73,7 @@ class TopicService(ImmediateService):
 
     def handlers(self) -> dict:
         return {"metadata": self.metadata, "create_topic": self.create_topic,
+                "create_topics": self.create_topics,
                 "delete_topic": self.delete_topic, "list_topics": self.list_topics,
                 "describe_topic": self.describe_topic, "add_partitions": self.add_partitions,
                 "alter_topic_config": self.alter_topic_config,
@@ -109,6 +114,45 @@ class TopicService(ImmediateService):
                 f"{replication_factor} cannot be met (a cluster can: see shmlog cluster)")
         self.host.create_topic(name, partitions, require(config or {}, dict, "config"))
         return self._topic(name)
+
+    def create_topics(self, topics) -> dict:
+        """Create every topic of ``topics``, a list of ``{"name", "partitions",
+        "config", "replication_factor"}`` (the last three optional, as create_topic's
+        fields), in one pass of the partition host; ``{"topics": [entry, ...]}`` in
+        order, each entry a description (``ok``) or an error."""
+        checked, entries = [], []
+        for topic in require(topics, list, "topics"):
+            try:
+                checked.append(self._new_topic(require(topic, dict, "topics")))
+                entries.append(None)
+            except ShmlogError as error:
+                entries.append(error_entry(error))
+        outcomes = iter(self.host.create_topics(checked))
+        for index, entry in enumerate(entries):
+            if entry is not None:
+                continue
+            outcome = next(outcomes)
+            entries[index] = error_entry(outcome) if isinstance(outcome, ShmlogError) \
+                else {"ok": True, **self._topic(outcome.name)}
+        return {"topics": entries}
+
+    def _new_topic(self, topic: dict) -> tuple[str, int, dict]:
+        """(name, partitions, config) of one topic of a create_topics request, checked
+        as create_topic checks its fields."""
+        unknown = set(topic) - {"name", "partitions", "config", "replication_factor"}
+        if unknown:
+            raise LocalProtocolError(f"create_topics: unknown fields {sorted(unknown)} for "
+                                     f"topic {topic.get('name')!r:.100}")
+        name = topic.get("name")
+        refuse_internal(name, "created")
+        factor = topic.get("replication_factor")
+        if factor is not None and require(factor, int, "replication_factor") != 1:
+            raise InvalidReplicationFactorError(
+                f"a single broker keeps one copy of each partition: replication factor "
+                f"{factor} cannot be met for topic {name!r:.100} (a cluster can: see "
+                f"shmlog cluster)")
+        return (require(name, str, "name"), topic.get("partitions", 1),
+                require(topic.get("config") or {}, dict, "config"))
 
     def delete_topic(self, name) -> dict:
         refuse_internal(name, "deleted")

@@ -27,8 +27,9 @@ name rule on first use, which do).
 from __future__ import annotations
 
 import enum
+import json
 import time
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from ..common import limits, settings
 from ..common.errors import (
@@ -39,10 +40,12 @@ from ..common.errors import (
     ShmlogError,
     TopicExistsError,
     UnsupportedKafkaOptionError,
+    UnsupportedRequestError,
 )
 from ..common.paths import default_data_dir
 from ..common.structs import ConfigSource, OffsetAndMetadata, TopicPartition
 from ..common.topic_names import validate_topic_name
+from ..protocol.control import decode_entry
 from ..protocol.control_client import request
 from ..storage import delete_records as deletion
 from ..storage.topic_config import TopicConfig
@@ -292,6 +295,12 @@ class Admin:
         """Create each :class:`NewTopic`; ``{name: its description}`` (empty
         descriptions with ``validate_only``, which creates nothing).
 
+        As Kafka's CreateTopics, the topics travel in one request (several when they
+        would not fit in one frame, ``limits.CREATE_TOPICS_REQUEST_BYTES_MAX``, or hold
+        more than ``limits.CREATE_TOPICS_REQUEST_PARTITIONS_MAX`` partitions, each
+        request within ``timeout_ms``), and the broker creates them in one pass; a
+        cluster's broker takes one topic per request, and gets them so.
+
         Raises
         ------
         TopicExistsError, InvalidTopicError, InvalidPartitionsError, InvalidConfigError,
@@ -306,26 +315,50 @@ class Admin:
                 raise UnsupportedKafkaOptionError(
                     f"NewTopic {topic.name!r}: replica_assignments is not supported; the "
                     f"broker places replicas (rack-aware round robin, as Kafka)")
-        existing = set(self.list_topics()) if validate_only else set()
+        fields = [_new_topic_fields(topic) for topic in topics]
         created, errors = {}, []
-        for topic in topics:
-            partitions = limits.NUM_PARTITIONS_DEFAULT if topic.num_partitions == -1 \
-                else topic.num_partitions
-            factor = None if topic.replication_factor == -1 else topic.replication_factor
+        if validate_only:
+            existing = set(self.list_topics())
+            for topic in fields:
+                try:
+                    _validate_new_topic(topic["name"], topic["partitions"], topic["config"],
+                                        existing)
+                    created[topic["name"]] = {}
+                except ShmlogError as error:
+                    errors.append(error)
+        else:
             try:
-                if validate_only:
-                    _validate_new_topic(topic.name, partitions, topic.topic_configs, existing)
-                    created[topic.name] = {}
-                    continue
-                created[topic.name] = self._request(
-                    "create_topic", timeout_ms, name=topic.name, partitions=partitions,
-                    config=dict(topic.topic_configs),
-                    **({} if factor is None else {"replication_factor": factor}))
-            except ShmlogError as error:
-                errors.append(error)
+                outcomes = self._create_in_requests(fields, timeout_ms)
+            except UnsupportedRequestError:         # a cluster's broker: one by one
+                outcomes = (self._create_one(topic, timeout_ms) for topic in fields)
+            for topic, outcome in zip(fields, outcomes):
+                if isinstance(outcome, ShmlogError):
+                    errors.append(outcome)
+                else:
+                    created[topic["name"]] = outcome
         if errors:
             raise errors[0]
         return created
+
+    def _create_in_requests(self, topics: list[dict], timeout_ms: int | None) -> list:
+        """create_topics requests for ``topics``, as few as fit in frames: per topic,
+        its description or the error that refused it."""
+        outcomes: list = []
+        for chunk in _chunks(topics, limits.CREATE_TOPICS_REQUEST_BYTES_MAX,
+                             limits.CREATE_TOPICS_REQUEST_PARTITIONS_MAX):
+            for entry in self._request("create_topics", timeout_ms, topics=chunk)["topics"]:
+                try:
+                    outcomes.append(decode_entry(entry))
+                except ShmlogError as error:
+                    outcomes.append(error)
+        return outcomes
+
+    def _create_one(self, topic: dict, timeout_ms: int | None):
+        """One create_topic request: the description, or the error that refused it."""
+        try:
+            return self._request("create_topic", timeout_ms, **topic)
+        except ShmlogError as error:
+            return error
 
     def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
         """Delete each topic; raises the first one's error once all were tried."""
@@ -520,6 +553,37 @@ class Admin:
         ``offset_lag`` and directory."""
         fields = {} if topics is None else {"topics": list(topics)}
         return self._request("describe_log_dirs", **fields)
+
+
+def _new_topic_fields(topic: "NewTopic") -> dict:
+    """A :class:`NewTopic` as create_topic's fields (Kafka's -1s: the defaults)."""
+    fields = {"name": topic.name,
+              "partitions": limits.NUM_PARTITIONS_DEFAULT if topic.num_partitions == -1
+              else topic.num_partitions,
+              "config": dict(topic.topic_configs)}
+    if topic.replication_factor != -1:
+        fields["replication_factor"] = topic.replication_factor
+    return fields
+
+
+def _chunks(topics: list[dict], size_max: int, partitions_max: int) -> Iterator[list[dict]]:
+    """``topics`` (create_topic's fields) in order, in runs whose JSON takes at most
+    ``size_max`` bytes and whose partitions number at most ``partitions_max`` (a topic
+    over either alone: the broker judges it, a frame too large is refused naming
+    the limit)."""
+    chunk: list[dict] = []
+    size = partitions = 0
+    for topic in topics:
+        length = len(json.dumps(topic)) + 2
+        count = topic["partitions"] if isinstance(topic["partitions"], int) else 1
+        if chunk and (size + length > size_max or partitions + count > partitions_max):
+            yield chunk
+            chunk, size, partitions = [], 0, 0
+        chunk.append(topic)
+        size += length
+        partitions += count
+    if chunk:
+        yield chunk
 
 
 def _first_error(actions: list) -> None:

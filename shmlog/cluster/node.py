@@ -89,11 +89,15 @@ class ClusterNode:
                 config.rack, now_ms(), os.getpid(), self.endpoint.public_key),
                 config.cluster_id)
             self.endpoint.broker_epoch = self.broker_epoch
-            self.replication = ReplicaService(host, config, self.zookeeper, self.endpoint)
-            self.producer_ids = ClusterProducerIds(self.zookeeper, config.broker_id)
-            self.controller = Controller(self.zookeeper, config.broker_id, RebalancePolicy(
+            # One cluster watch for the replica service and the controller: a second
+            # would read every partition state a failover changes once more.
+            controller = Controller(self.zookeeper, config.broker_id, RebalancePolicy(
                 config.auto_leader_rebalance_enable, config.leader_imbalance_per_broker_percentage,
-                config.leader_imbalance_check_interval_seconds)).start()
+                config.leader_imbalance_check_interval_seconds), watched_elsewhere=True)
+            self.replication = ReplicaService(host, config, self.zookeeper, self.endpoint,
+                                              also_watching=(controller.events,))
+            self.producer_ids = ClusterProducerIds(self.zookeeper, config.broker_id)
+            self.controller = controller.start()
         except BaseException:
             self.close()
             raise

@@ -84,6 +84,15 @@ class ClusterTopicService(TopicService):
         self._worker = threading.Thread(target=self._run, name="shmlog-topic-admin", daemon=True)
         self._worker.start()
 
+    def handlers(self) -> dict:
+        """A single broker's requests but ``create_topics``: here every topic is
+        created through ZooKeeper and answered when its replicas are up
+        (:meth:`create_topic`); a client asking for several gets
+        ``UnsupportedRequestError`` and asks per topic."""
+        handlers = super().handlers()
+        del handlers["create_topics"]
+        return handlers
+
     # -- requests -----------------------------------------------------------------------
     def create_topic(self, name, partitions: int = 1, config: dict | None = None,
                      replication_factor: int | None = None) -> dict | None:

@@ -42,7 +42,7 @@ from .errors import NotOwnedError, StorageError
 
 __all__ = ["Access", "adopt", "current", "group_id_of", "prepare_data_dir", "protect_data_dir",
            "open_file",
-           "make_directories", "owner_name"]
+           "make_directories", "make_new_directory", "owner_name"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +103,16 @@ def owner_name(uid: int) -> str:
 def make_directories(path: str) -> None:
     """``os.makedirs`` with the policy's directory mode (parents made too)."""
     os.makedirs(path, mode=_current.directory_mode & 0o777, exist_ok=True)
+
+
+def make_new_directory(path: str) -> bool:
+    """Make one directory (its parent exists) with the policy's mode: True when this
+    call made it, False when it was already there."""
+    try:
+        os.mkdir(path, _current.directory_mode & 0o777)
+    except FileExistsError:
+        return False
+    return True
 
 
 def prepare_data_dir(path: str) -> None:

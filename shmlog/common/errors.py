@@ -15,6 +15,7 @@
     │   ├── InvalidReplicaAssignmentError   some brokers have a rack and others not
     │   ├── InvalidReassignmentError   a reassignment names no such partition or broker
     │   ├── ReassignmentInProgressError   a reassignment already moves those partitions
+    │   ├── UnsupportedRequestError   the broker has no such request type (older, or clustered)
     │   └── ClientClosedError         a closed producer or consumer was used
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
@@ -123,6 +124,12 @@ class OffsetOutOfRangeError(LocalProtocolError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class UnsupportedRequestError(LocalProtocolError):
+    """The broker has no handler for the request type: an older broker, or a request
+    only a single broker serves (a cluster's broker answers its own form). A client
+    with another way to ask (``Admin.create_topics``: one topic per request) takes it."""
 
 
 class ClientClosedError(LocalProtocolError):

@@ -16,6 +16,15 @@ TOPIC_NAME_LENGTH_MAX = 249
 # also ZeroMQ's ZMQ_MAXMSGSIZE on the control socket, so a larger frame is refused
 # from its length prefix (the peer is disconnected) before any of it is buffered.
 CONTROL_FRAME_SIZE_MAX = 1 << 20
+# Admin.create_topics puts at most this many bytes of topics in one create_topics
+# request, half a frame: the rest of the frame is the request's envelope, with room
+# to spare (1,000 topics of 10 partitions with no config take ~70 KB: one request).
+CREATE_TOPICS_REQUEST_BYTES_MAX = CONTROL_FRAME_SIZE_MAX // 2
+# ... and topics of at most this many partitions in all (a topic larger alone), so a
+# request's work stays well inside the Admin's default 10 s timeout on a busy disk:
+# a partition is a mkdir and ~0.1 ms of the broker's time, 4,096 took 1-2 s on the
+# development VM (bench_scale, topics of 10) while others loaded its disk.
+CREATE_TOPICS_REQUEST_PARTITIONS_MAX = 4096
 # The deepest request (a commit: {"offsets": [[topic, partition, offset, metadata]]})
 # nests three levels; 32 leaves room for configs while keeping a frame of nested
 # brackets from exhausting the parser's recursion (it would reach Python's limit at
@@ -58,6 +67,11 @@ SEGMENT_RESERVE_AHEAD_MIN = 32 << 10
 # than it is populated), up to this: ~5 ms of appending at memory speed, and the most
 # page cache and disk a partition holds beyond its data.
 SEGMENT_RESERVE_AHEAD_MAX = 32 << 20
+# ... and at least what the partition writes in this long at the rate measured
+# between two background reservations: one is queued when half the distance is
+# left, so a steady stream wakes the prefaulter thread ~8 times a second, not once
+# every few pages (each wake-up takes the broker's GIL from the appender).
+SEGMENT_RESERVE_HORIZON_S = 0.25
 # ... and halving after this long without an append finding the room used up, so a
 # partition that was busy once and is quiet now holds little ahead again.
 SEGMENT_RESERVE_DECAY_S = 10.0
@@ -233,7 +247,8 @@ OFFSETS_EXPIRY_RETRY_MS = 60_000
 # first partition): a segment is refused a mapping before the process is that close.
 MAPPINGS_HEADROOM = 2048
 # The process's mappings are counted again (a read of /proc/self/maps, ~1 ms per 10,000)
-# after this many new ones: well inside the headroom, and a cost per mapping of a few us.
+# after half the room left below the limit at the last count, or after this many new
+# ones if that is fewer: well inside the headroom, near the limit too.
 MAPPINGS_RECOUNT_EVERY = 512
 # What vm.max_map_count is taken to be when /proc/sys does not say (the kernel's default).
 MAX_MAP_COUNT_ASSUMED = 65530

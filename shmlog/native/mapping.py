@@ -169,8 +169,12 @@ def check_room() -> None:
     counter = _counter
     with counter.lock:
         made = counter.live - counter.live_at_count
-        if counter.counted and made < limits.MAPPINGS_RECOUNT_EVERY and \
-                counter.counted + made < counter.limit - limits.MAPPINGS_HEADROOM:
+        room = counter.limit - limits.MAPPINGS_HEADROOM - counter.counted
+        # Counted again after half the room left at the last count (at least every
+        # MAPPINGS_RECOUNT_EVERY): far from the limit, a recount per thousands of
+        # mappings, not one per few hundred (each reads every line of the maps).
+        if counter.counted and made < max(limits.MAPPINGS_RECOUNT_EVERY, room // 2) and \
+                made < room:
             return
         counter.counted = _count_mappings()
         counter.live_at_count = counter.live
@@ -182,7 +186,7 @@ def check_room() -> None:
 
 def _count_mappings() -> int:
     with open("/proc/self/maps", "rb") as maps:
-        return sum(1 for _ in maps)
+        return maps.read().count(b"\n")
 
 
 def _limit_error(what: str) -> ResourceLimitError:

@@ -21,10 +21,15 @@ import json
 from typing import Any, Callable
 
 from ..common import errors, limits
-from ..common.errors import LocalProtocolError, PeerProtocolError, ShmlogError
+from ..common.errors import (
+    LocalProtocolError,
+    PeerProtocolError,
+    ShmlogError,
+    UnsupportedRequestError,
+)
 
 __all__ = ["PROTOCOL_VERSION", "encode_request", "decode_reply", "handle_frame",
-           "encode_result", "REQUEST_SIZE_MAX"]
+           "encode_result", "error_entry", "decode_entry", "REQUEST_SIZE_MAX"]
 
 PROTOCOL_VERSION = 1
 REQUEST_SIZE_MAX = limits.CONTROL_FRAME_SIZE_MAX
@@ -41,9 +46,15 @@ def _encode_reply(body: dict) -> bytes:
     return json.dumps({"version": PROTOCOL_VERSION, **body}).encode()
 
 
-def error_reply(error: Exception) -> bytes:
+def error_entry(error: Exception) -> dict:
+    """An error as a reply carries it (``ok`` false, its class and message): also one
+    entry of a reply that answers for several things at once (create_topics)."""
     name = type(error).__name__ if type(error).__name__ in _ERROR_CLASSES else "ShmlogError"
-    return _encode_reply({"ok": False, "error": name, "message": str(error)})
+    return {"ok": False, "error": name, "message": str(error)}
+
+
+def error_reply(error: Exception) -> bytes:
+    return _encode_reply(error_entry(error))
 
 
 def decode_reply(frame: bytes) -> dict:
@@ -63,6 +74,23 @@ def decode_reply(frame: bytes) -> dict:
     if not isinstance(body, dict) or body.get("version") != PROTOCOL_VERSION:
         raise PeerProtocolError(
             f"the broker replied with an unknown protocol version: {body!r:.200}")
+    return decode_entry(body)
+
+
+def decode_entry(body: dict) -> dict:
+    """The result fields of a reply's body, or of one entry of a reply that answers
+    for several things (``ok``, then a result or an :func:`error_entry`); raises the
+    error it carries.
+
+    Raises
+    ------
+    PeerProtocolError
+        The entry is not an object.
+    ShmlogError (a subclass)
+        The entry carries the broker's refusal.
+    """
+    if not isinstance(body, dict):
+        raise PeerProtocolError(f"the broker sent a malformed entry: {body!r:.200}")
     if body.get("ok") is True:
         return {key: value for key, value in body.items() if key not in ("version", "ok")}
     error_class = _ERROR_CLASSES.get(body.get("error"), ShmlogError)
@@ -121,8 +149,8 @@ def handle_frame(frame: bytes, handlers: dict[str, Callable[..., dict | None]]) 
         body = _parse(frame)
         handler = handlers.get(body["type"])
         if handler is None:
-            raise LocalProtocolError(f"unknown request type {body['type']!r}; known: "
-                                     f"{', '.join(sorted(handlers))}")
+            raise UnsupportedRequestError(f"unknown request type {body['type']!r}; known: "
+                                          f"{', '.join(sorted(handlers))}")
         fields = {key: value for key, value in body.items() if key not in ("version", "type")}
         try:
             inspect.signature(handler).bind(**fields)

@@ -76,6 +76,10 @@ __all__ = ["StatsService", "STATS_VERSION"]
 # The layout of the reply; a reader (shmlog status, the Prometheus collector) checks it.
 STATS_VERSION = 1
 
+# The words of a partition's row a sample reads (see _row_words_of).
+_SAMPLED_WORDS = np.array([S.LOG_END_OFFSET_WORD, S.ACTIVE_SEGMENT_BASE_OFFSET_WORD,
+                           S.ACTIVE_SEGMENT_SIZE_WORD], np.int64)
+
 
 class _PartitionRates:
     """One partition's last sample and its rate windows."""
@@ -118,6 +122,11 @@ class StatsService(ImmediateService):
         self.metrics_url: str | None = None
         now = time.monotonic()
         self._partitions: dict[tuple[str, int, str | None], _PartitionRates] = {}
+        # The hosted list last sampled, its rows and the words seen in them (n x 3):
+        # a sample visits only the rows whose words moved.
+        self._hosted: list[HostedPartition] | None = None
+        self._rows = np.zeros(0, np.int64)
+        self._seen = np.zeros((0, 3), np.int64)
         self._committed: dict[tuple[str, str, int], int] = {}
         self._consumed: dict[tuple[str, str, int], RateWindow] = {}
         self.produced_records = RateWindow(now=now)
@@ -149,20 +158,18 @@ class StatsService(ImmediateService):
         """Record each partition's appends since the last sample. A partition not
         seen before counts from its log start (hosted since the start: everything in
         it was appended since), unless ``existing``: the first sample, of what the
-        logs held when the broker started."""
-        hosted = list(self.host.partitions())
-        words = self._row_words(hosted)
-        seen = set()
+        logs held when the broker started. Only the partitions whose row moved since
+        the last sample are visited (one vectorised compare finds them)."""
+        hosted = self.host.partition_list()
+        if hosted is not self._hosted:
+            self._follow_partitions(hosted, now, existing)
+        words = self._row_words_of(self._rows)
+        moved = np.flatnonzero((words != self._seen).any(axis=1))
         all_records = all_bytes = 0
-        for partition, (end, base, size) in zip(hosted, words):
-            key = (partition.topic, partition.partition, partition.log.topic_id)
-            seen.add(key)
-            rates = self._partitions.get(key)
-            if rates is None:
-                rates = self._partitions[key] = _PartitionRates(end, base, size, now) \
-                    if existing else _PartitionRates(partition.log.log_start_offset,
-                                                     partition.log.segments[0].base_offset,
-                                                     0, now)
+        for index, (end, base, size) in zip(moved.tolist(), words[moved].tolist()):
+            partition = hosted[index]
+            rates = self._partitions[(partition.topic, partition.partition,
+                                      partition.log.topic_id)]
             records = max(0, end - rates.log_end_offset)
             grown = self._grown_bytes(partition, rates, base, size)
             rates.log_end_offset, rates.segment_base, rates.segment_size = end, base, size
@@ -171,21 +178,37 @@ class StatsService(ImmediateService):
                 rates.bytes.record(grown, now)
                 all_records += records
                 all_bytes += grown
+        self._seen[moved] = words[moved]
         self.produced_records.record(all_records, now)
         self.produced_bytes.record(all_bytes, now)
-        for key in self._partitions.keys() - seen:
-            del self._partitions[key]
 
-    def _row_words(self, hosted: list[HostedPartition]) -> list[list[int]]:
-        """(log end, active segment base, active segment size) of each partition's
-        row, in one gather from the state table."""
-        if not hosted:
-            return []
-        rows = self.host.table.rows.reshape(-1, S.ROW_WORDS)
-        picked = rows[np.fromiter((partition.row for partition in hosted), np.int64,
-                                  len(hosted))]
-        return picked[:, [S.LOG_END_OFFSET_WORD, S.ACTIVE_SEGMENT_BASE_OFFSET_WORD,
-                          S.ACTIVE_SEGMENT_SIZE_WORD]].tolist()
+    def _follow_partitions(self, hosted: list[HostedPartition], now: float,
+                           existing: bool) -> None:
+        """The set of partitions changed: rates for the new ones (see
+        :meth:`_sample_partitions`), the gone ones forgotten, and the words seen
+        taken from each partition's rates."""
+        self._rows = np.fromiter((partition.row for partition in hosted), np.int64,
+                                 len(hosted))
+        words = self._row_words_of(self._rows).tolist()
+        rates_of = {}
+        for partition, (end, base, size) in zip(hosted, words):
+            key = (partition.topic, partition.partition, partition.log.topic_id)
+            rates = self._partitions.get(key)
+            if rates is None:
+                rates = _PartitionRates(end, base, size, now) if existing else \
+                    _PartitionRates(partition.log.log_start_offset,
+                                    partition.log.segments[0].base_offset, 0, now)
+            rates_of[key] = rates
+        self._partitions = rates_of
+        self._seen = np.array([(rates.log_end_offset, rates.segment_base, rates.segment_size)
+                               for rates in rates_of.values()], np.int64).reshape(-1, 3)
+        self._hosted = hosted
+
+    def _row_words_of(self, rows: np.ndarray) -> np.ndarray:
+        """(log end, active segment base, active segment size) of each of ``rows``,
+        in one gather from the state table (n x 3)."""
+        table = self.host.table.rows.reshape(-1, S.ROW_WORDS)
+        return table[rows[:, None], _SAMPLED_WORDS]       # three words a row, not whole rows
 
     @staticmethod
     def _grown_bytes(partition: HostedPartition, rates: _PartitionRates, base: int,

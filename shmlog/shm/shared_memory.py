@@ -13,7 +13,7 @@ Rules
   holds its directory's lock); one of another user is refused with
   :class:`NotOwnedError` naming it, since predictable names can be squatted.
 * Every page of an object is allocated when it is created (``posix_fallocate``):
-  a full /dev/shm is a :class:`StorageError` then, never a SIGBUS in whichever
+  a full /dev/shm is a :class:`ResourceLimitError` then, never a SIGBUS in whichever
   process first writes a page tmpfs cannot back.
 """
 
@@ -29,7 +29,13 @@ import posix_ipc
 
 from ..common import limits
 from ..common.access import owner_name
-from ..common.errors import LocalProtocolError, NotOwnedError, ShmlogError, StorageError
+from ..common.errors import (
+    LocalProtocolError,
+    NotOwnedError,
+    ResourceLimitError,
+    ShmlogError,
+    StorageError,
+)
 from ..common.process_limits import open_files_error
 
 __all__ = ["create", "attach", "unlink", "names", "peek", "owner_and_age_s",
@@ -90,7 +96,7 @@ def create(name: str, size: int, what: str, *, mode: int = 0o600, group_id: int 
         Our own object has it (and ``replace_stale`` is false).
     ShmlogError
         The mode or group cannot be set (not a member of the group).
-    StorageError
+    ResourceLimitError
         /dev/shm has no room for ``size`` bytes (nothing is left behind).
     """
     memory = _open_exclusively(name, size, what, replace_stale)
@@ -123,11 +129,12 @@ def _allocate(fd: int, name: str, size: int, what: str) -> None:
             raise ShmlogError(f"cannot allocate {what} {name!r} ({size} bytes): {error}") \
                 from None
         status = os.statvfs(DIRECTORY)
-        raise StorageError(
+        raise ResourceLimitError(
             f"{DIRECTORY} is full: {what} {name!r} needs {size} bytes and "
             f"{status.f_bavail * status.f_frsize} are free; free shared memory (remove what "
-            f"stopped processes left in {DIRECTORY}), make {DIRECTORY} larger, or ask for "
-            f"less (a smaller ring_size, fewer partitions_max)") from None
+            f"stopped processes left in {DIRECTORY}), make {DIRECTORY} larger (mount -o "
+            f"remount,size=...), or ask for less (a smaller ring_size, fewer partitions_max)",
+            limit=DIRECTORY) from None
 
 
 def attach(name: str, minimum_size: int, what: str) -> mmap.mmap:

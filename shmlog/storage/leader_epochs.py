@@ -173,9 +173,11 @@ class LeaderEpochCache:
     ----------
     directory : str
         The partition's directory.
+    new : bool
+        The directory was just made, empty: the cache starts empty without a look.
     """
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, *, new: bool = False):
         self.path = os.path.join(directory, CHECKPOINT_FILE)
         self._epochs: list[int] = []
         self._starts: list[int] = []
@@ -183,6 +185,8 @@ class LeaderEpochCache:
         self._unsynced = False            # the file was written without an fsync since
         self._corrupt = False
         self.needs_rebuild = False
+        if new:
+            return                  # a directory just made holds no file: nothing to read
         entries = self._read()
         if entries is None:
             self.needs_rebuild = True

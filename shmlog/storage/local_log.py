@@ -39,6 +39,12 @@ the old segment: a full disk fails the roll with nothing changed, and the next
 append tries again. Whoever owns the log hears of every roll (``rolled``: the
 producer snapshot is taken there).
 
+A log that starts empty (a new partition, an empty directory, a truncation that
+restarts the log) has an active segment with no file: it is made by the first
+append, and the generation moves then as for a roll. A new partition is its
+directory alone, and a crash before its first append leaves just that, which the
+loader opens as an empty log; nothing acknowledged can be in a file not made yet.
+
 Compaction writes cleaned segments into ``.cleaning``; a swap
 (:meth:`LocalLog.replace_segments`) commits a manifest, renames the cleaned files
 over the first segment of each group and deletes the others. :func:`finish_swap`
@@ -110,6 +116,9 @@ class LocalLog:
     rolled : callable
         ``rolled(sealed, base_offset)``, called after every roll with the segment
         just sealed and the new active segment's base offset.
+    new : bool
+        The directory was just made, empty, by the caller: there is no checkpoint
+        to read and no directory to make.
 
     Attributes
     ----------
@@ -124,7 +133,7 @@ class LocalLog:
     """
 
     def __init__(self, directory: str, config: TopicConfig, *,
-                 rolled: Callable[[Segment, int], None]):
+                 rolled: Callable[[Segment, int], None], new: bool = False):
         self.directory = directory
         self._config = config
         self._rolled = rolled
@@ -132,24 +141,28 @@ class LocalLog:
         self._listener: Callable[[LogChange], None] | None = None
         # Moves whenever the set of segment files changes (readers list it again then).
         self._generation = SegmentGeneration(directory)
-        try:
-            access.make_directories(directory)
-        except OSError as error:
-            raise StorageError(f"cannot create {directory}: {error}") from error
+        if not new:
+            try:
+                access.make_directories(directory)
+            except OSError as error:
+                raise StorageError(f"cannot create {directory}: {error}") from error
         self.segments: list[Segment] = []
         self.bases: list[int] = []
         # How far ahead the active segment reserves: passed from segment to segment.
         self.pace = ReservePace(time.monotonic())
-        checkpoint = read_checkpoint(directory)
+        checkpoint = {} if new else read_checkpoint(directory)
         self.recovery_point = checkpoint.get("recovery_point", 0)
         self.log_start_offset = checkpoint.get("log_start_offset", 0)
         # Where the last compaction stopped: records below it are clean.
         self.clean_offset = checkpoint.get("clean_offset", 0)
         # What the file holds, so an unchanged checkpoint is not written again (two
         # fsyncs per partition: thousands of them make a broker's shutdown slow).
-        self._checkpointed = self._checkpoint_fields() if checkpoint else None
-        # Entries made or removed since the directory was last fsynced.
-        self._directory_changed = True
+        # A new log's offsets (all 0) are what a missing file means: nothing to write
+        # until one moves, so a partition never written costs no close-time fsync.
+        self._checkpointed = self._checkpoint_fields() if checkpoint or new else None
+        # Entries made or removed since the directory was last fsynced (a new one
+        # holds none: its first segment's files set this).
+        self._directory_changed = not new
 
     @property
     def config(self) -> TopicConfig:
@@ -208,11 +221,22 @@ class LocalLog:
         self.bases.append(segment.base_offset)
 
     def add_segment(self, base_offset: int) -> Segment:
-        """A new, empty active segment holding no blocks (an idle partition holds
-        none; the first append reserves)."""
-        segment = Segment.create(self.directory, base_offset, self.config, pace=self.pace)
+        """A new, empty active segment with no file yet (``Segment.create``'s
+        ``deferred``): an idle partition holds no file, mapping or block; the first
+        append makes them (:meth:`append`)."""
+        segment = Segment.create(self.directory, base_offset, self.config, pace=self.pace,
+                                 deferred=True)
         self.adopt_segment(segment)
         return segment
+
+    def _materialize_active(self) -> None:
+        """Make the pending active segment's files before the first append into it.
+        The generation moves by two, as a roll's does: a reader that listed the
+        directory while it held no file of this segment lists it again before it
+        reads an offset published after this."""
+        if self.segments[-1].materialize():
+            self._directory_changed = True
+            self._generation.rolled()
 
     def reactivate_last(self) -> None:
         """Make the last (sealed) segment the active one again, keeping the state its
@@ -269,6 +293,7 @@ class LocalLog:
         """
         config = self._config
         position = 0
+        self._materialize_active()
         while True:
             segment = self.segments[-1]
             # Bytes this process appended were validated on the way in; they extend the

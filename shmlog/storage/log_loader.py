@@ -19,7 +19,9 @@ Theory of operation
 -------------------
 ``checkpoint.json`` holds the recovery point, the offset below which everything
 was flushed. On open, every segment holding offsets at or above it is scanned
-batch by batch (CRC32C and structure, ``segment_append.rescan``); the log is
+batch by batch (CRC32C and structure, ``segment_append.rescan``; an active
+segment's scan ends at its file's first hole, ``SEEK_HOLE``: what was never
+written holds no batch); the log is
 truncated at the first invalid batch, later segments are deleted, the indexes of
 scanned segments are rebuilt, and the report says what was cut. Indexes of older
 segments get a sanity check (``Segment.load_closed``) and are rebuilt when they
@@ -183,9 +185,10 @@ class LogLoader:
         segment.close()
         file_size = _log_file_size(segment)
         segment.active = last
-        status, valid_end = segment.rebuild(file_size if last else None)
+        data_end = _data_end(segment.log_path, file_size) if last else file_size
+        status, valid_end = segment.rebuild(data_end if last else None)
         if last:
-            torn_bytes = _nonzero_extent(segment.log, valid_end, file_size)
+            torn_bytes = _nonzero_extent(segment.log, valid_end, data_end)
             segment.truncate_tail(valid_end)
             if torn_bytes:
                 report.cut(segment.log_path, valid_end, torn_bytes, status)
@@ -227,6 +230,8 @@ class LogLoader:
         segments = self._local_log.segments
         first = max(self._local_log.segment_index_for(offset), 0)
         for index, segment in enumerate(segments[first:]):
+            if not segment.size:
+                continue                  # an empty (perhaps pending) segment: no header
             position = segment.position_of(offset) if index == 0 else 0
             found += epoch_starts(segment.log, position, segment.size, latest_epoch)
             if found:
@@ -236,6 +241,25 @@ class LogLoader:
 
 def _log_file_size(segment: Segment) -> int:
     return os.stat(segment.log_path).st_size
+
+
+def _data_end(path: str, file_size: int) -> int:
+    """Where the first hole of the log file begins (its size when it has none, or
+    when the file system cannot tell): the bytes past it were never written, so a
+    scan of a crashed active segment (a sparse file of full capacity) ends there,
+    and the index slots reserved for that scan are those of the bytes written, not
+    of the capacity (which reserved and zero-filled megabytes of index per empty
+    partition: minutes for thousands of them)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return file_size
+    try:
+        return min(file_size, os.lseek(fd, 0, os.SEEK_HOLE))
+    except OSError:                  # no SEEK_HOLE here: the whole file may hold data
+        return file_size
+    finally:
+        os.close(fd)
 
 
 def _nonzero_extent(log_bytes: np.ndarray, start: int, end: int) -> int:

@@ -130,6 +130,9 @@ class LogManager:
             raise StorageError(f"cannot create {self.topics_dir}: {error}") from error
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._topics: dict[str, TopicMetadata] = {}
+        # Partitions whose directory this object made, empty, and whose log is not
+        # open yet: opening one has nothing to recover (PartitionLog's ``new``).
+        self._new: set[tuple[str, int]] = set()
         self._finish_deletions()
         for name in os.listdir(self.topics_dir):
             path = os.path.join(self.topics_dir, name, TOPIC_FILE)
@@ -203,12 +206,33 @@ class LogManager:
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         metadata = TopicMetadata(name, topic_id or uuid.uuid4().hex, partitions, topic_config)
-        access.make_directories(self._topic_dir(name))
-        for partition in range(partitions):
-            access.make_directories(os.path.join(self._topic_dir(name), str(partition)))
-        self._save(metadata)
+        try:
+            access.make_new_directory(self._topic_dir(name))    # or left by a crash: kept
+        except OSError as error:
+            raise StorageError(f"cannot create {self._topic_dir(name)}: {error}") from error
+        self._make_partition_directories(name, 0, partitions)
+        try:
+            self._save(metadata)
+        except StorageError:
+            self._new.difference_update((name, partition) for partition in range(partitions))
+            raise
         log.info("created topic %s with %d partitions", name, partitions)
         return metadata
+
+    def _make_partition_directories(self, name: str, first: int, end: int) -> None:
+        """Make the directories of partitions ``first`` to ``end - 1`` (before the
+        topic's metadata names them, so a crash never leaves a partition without
+        one); those made here, empty, open without a recovery. One already there
+        (left by a crash before its topic's metadata was written) is opened as
+        any other, through the loader."""
+        directory = self._topic_dir(name)
+        try:
+            for partition in range(first, end):
+                if access.make_new_directory(os.path.join(directory, str(partition))):
+                    self._new.add((name, partition))
+        except OSError as error:
+            raise StorageError(f"cannot create the partition directories of {name!r} in "
+                               f"{directory}: {error}") from error
 
     def describe_topic(self, name: str) -> TopicMetadata:
         try:
@@ -227,6 +251,7 @@ class LogManager:
         """Delete a topic and its data (readers holding mappings keep them)."""
         metadata = self.describe_topic(name)
         for partition in range(metadata.partitions):
+            self._new.discard((name, partition))
             partition_log = self._logs.pop((name, partition), None)
             if partition_log is not None:
                 partition_log.close()
@@ -243,8 +268,7 @@ class LogManager:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {metadata.partitions} partitions; the new count must be "
                 f"larger, got {total}")
-        for partition in range(metadata.partitions, total):
-            access.make_directories(os.path.join(self._topic_dir(name), str(partition)))
+        self._make_partition_directories(name, metadata.partitions, total)
         updated = dataclasses.replace(metadata, partitions=total)
         self._save(updated)
         return updated
@@ -280,7 +304,8 @@ class LogManager:
         if key not in self._logs:
             self._logs[key] = PartitionLog(
                 os.path.join(self._topic_dir(name), str(partition)), metadata.config,
-                topic_id=metadata.topic_id)
+                topic_id=metadata.topic_id, new=key in self._new)
+            self._new.discard(key)
         return self._logs[key]
 
     def flush(self) -> None:

@@ -26,7 +26,8 @@ neither page-fault on every 4 KiB page nor die of ``SIGBUS`` on a full disk: a f
 disk fails the reservation, which raises :class:`StorageError` before any byte
 moves. How far ahead follows the partition's write rate (``reservation``: its
 :class:`ReservePace`, shared by the partition's segments): an append that finds
-the room used up reserves inline and tells the pace it stalled. Each reservation
+the room used up reserves inline and tells the pace it stalled, and each
+background reservation tells it the write position, from which it takes the rate. Each reservation
 of the log reserves index slots in proportion (an entry per
 ``index.interval.bytes`` of log at most), so the append kernel seldom asks for the
 indexes alone (:meth:`Segment.make_room`). A rescan reserves, before it starts,
@@ -93,6 +94,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Segment"]
 
+# What a pending segment's views are: no byte, so no store can land (zero capacity).
+# Writable, as every view the compiled writer holds is (numba types read-only apart).
+_NO_BYTES = np.zeros(0, np.uint8)
+
 assert limits.SEGMENT_RESERVE_AHEAD_MIN % PAGE_SIZE == 0
 assert limits.SEGMENT_RESERVE_AHEAD_MAX >= limits.SEGMENT_RESERVE_AHEAD_MIN
 
@@ -124,6 +129,9 @@ class Segment:
         self._log: MappedFile | None = None
         self._offset_index: MappedFile | None = None
         self._time_index: MappedFile | None = None
+        # An empty active segment whose files are not made yet (see create's
+        # ``deferred``): it reads as empty until materialize() makes them.
+        self.pending = False
         # Reservation (here or on the prefaulter thread) never overlaps sealing,
         # truncating or closing: fallocate on a trimmed file would grow it again.
         self._reserve_lock = threading.Lock()
@@ -136,10 +144,17 @@ class Segment:
 
     @classmethod
     def create(cls, directory: str, base_offset: int, config: TopicConfig,
-               log_reserved: int = 0, pace: ReservePace | None = None) -> "Segment":
+               log_reserved: int = 0, pace: ReservePace | None = None, *,
+               deferred: bool = False) -> "Segment":
         """A new, empty active segment; blocks for its first ``log_reserved`` bytes
         (and, when there are any, the distance ``pace`` keeps ahead) and the index
         slots they can need are reserved before its files are mapped.
+
+        ``deferred`` (with nothing to reserve) makes no file at all: the segment is
+        ``pending`` until :meth:`materialize` (the first append) makes and maps its
+        three files, as Kafka's ``LazyIndex`` defers an index. A partition never
+        written costs its directory only; its views are empty arrays, whose zero
+        capacity sends a compiled writer back to ``LocalLog.append``.
 
         Raises
         ------
@@ -147,6 +162,9 @@ class Segment:
             The disk is full or failed; no file of the segment is left.
         """
         segment = cls(directory, base_offset, config, active=True, pace=pace)
+        if deferred and not log_reserved:
+            segment.pending = True
+            return segment
         try:
             segment.map(log_reserved)
         except StorageError:
@@ -154,12 +172,34 @@ class Segment:
             raise
         return segment
 
+    def materialize(self) -> bool:
+        """Make and map a pending segment's files (nothing to do for any other);
+        True when it made them. The caller moves the segment generation: a reader
+        that listed the directory before found no file of this segment.
+
+        Raises
+        ------
+        StorageError
+            The disk is full or failed; no file is left and the segment is still
+            pending.
+        """
+        if not self.pending:
+            return False
+        self.pending = False
+        try:
+            self.map()
+        except StorageError:
+            self.delete()
+            self.pending, self.active = True, True
+            raise
+        return True
+
     # -- mapping -----------------------------------------------------------------
     def map(self, log_reserved: int = 0) -> None:
         """Map the three files (read-write at full capacity when active, with blocks
         for the first ``log_reserved`` bytes of the log, and the index slots they
         can need, reserved before the files are mapped)."""
-        if self._log is not None:
+        if self._log is not None or self.pending:
             return
         paths = (self.log_path, self.offset_index_path, self.time_index_path)
         capacities, reservations = (None, None, None), (0, 0, 0)
@@ -183,20 +223,21 @@ class Segment:
 
     @property
     def log(self) -> np.ndarray:
+        """The log's mapped bytes (empty while the segment is pending)."""
         self.map()
-        return self._log.bytes
+        return _NO_BYTES if self.pending else self._log.bytes
 
     @property
     def offset_index_bytes(self) -> np.ndarray:
         """The offset index's mapped bytes (the append kernel stores entries there)."""
         self.map()
-        return self._offset_index.bytes
+        return _NO_BYTES if self.pending else self._offset_index.bytes
 
     @property
     def time_index_bytes(self) -> np.ndarray:
         """The time index's mapped bytes (the append kernel stores entries there)."""
         self.map()
-        return self._time_index.bytes
+        return _NO_BYTES if self.pending else self._time_index.bytes
 
     @property
     def size(self) -> int:
@@ -214,19 +255,19 @@ class Segment:
     def age_timestamp(self) -> int:
         """What retention.ms measures: the largest record timestamp, or, when the
         records carry none (-1, as Kafka allows), the log file's modification time."""
-        if self.max_timestamp >= 0:
+        if self.max_timestamp >= 0 or self.pending:
             return self.max_timestamp
         return os.stat(self.log_path).st_mtime_ns // 1_000_000
 
     def offset_entries(self) -> np.ndarray:
         self.map()
         count = int(self.state[OFFSET_ENTRIES_WORD])
-        return self._offset_index.bytes[:count * I.OFFSET_ENTRY_LENGTH].view(I.OFFSET_INDEX_DTYPE)
+        return self.offset_index_bytes[:count * I.OFFSET_ENTRY_LENGTH].view(I.OFFSET_INDEX_DTYPE)
 
     def time_entries(self) -> np.ndarray:
         self.map()
         count = int(self.state[TIME_ENTRIES_WORD])
-        return self._time_index.bytes[:count * I.TIME_ENTRY_LENGTH].view(I.TIME_INDEX_DTYPE)
+        return self.time_index_bytes[:count * I.TIME_ENTRY_LENGTH].view(I.TIME_INDEX_DTYPE)
 
     # -- opening ---------------------------------------------------------------------
     def load_closed(self) -> bool:
@@ -350,9 +391,11 @@ class Segment:
         state = self.state
         with self._reserve_lock:
             assert self.active, "only the active segment is appended to"
+            assert not self.pending, "a pending segment's first append is LocalLog.append's"
             now = time.monotonic()
-            if state[RESERVED_WORD]:
-                self.pace.stalled(now)        # the room ran out under an append
+            # The log's room ran out under an append (not only an index's slots).
+            if state[RESERVED_WORD] and state[RESERVED_WORD] < self.size + length:
+                self.pace.stalled(now)
             self._reserve(self.size + length + self.pace.settle(now))
             self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]) + 1,
                                   int(state[TIME_ENTRIES_WORD]) + 2)
@@ -368,12 +411,15 @@ class Segment:
         prefaulter thread, so appends find their pages ready; queued once less than
         half of it is left."""
         state = self.state
-        ahead = self.pace.settle(time.monotonic())
+        now = time.monotonic()
+        ahead = self.pace.settle(now)
         if self._prefault_pending or self._prefault_refused or not self.active or \
                 state[RESERVED_WORD] >= state[CAPACITY_WORD] or \
                 2 * (state[RESERVED_WORD] - state[POSITION_WORD]) >= ahead:
             return
         self._prefault_pending = True
+        self.pace.prefaulting(now, int(state[POSITION_WORD]))
+        ahead = self.pace.ahead
 
         def job():
             try:
@@ -393,6 +439,9 @@ class Segment:
 
     def _seal(self) -> None:
         state = self.state
+        if self.pending:
+            self.active = False        # no file to trim (never written: a roll skips it)
+            return
         # The slot kept free for the closing entry may be gone in a segment that was
         # sealed before (and reopened): it then has its closing entry already.
         if state[POSITION_WORD] and state[MAX_TIMESTAMP_WORD] > state[INDEXED_TIMESTAMP_WORD] \
@@ -420,6 +469,8 @@ class Segment:
         with self._reserve_lock:
             self._close_mappings()
             self.active = True
+            if self.pending:
+                return                 # nothing on disk: it stays empty and pending
             self.map()
             self._zero_tail(self.size)
         self.verified_end = min(self.verified_end, self.size)

@@ -327,6 +327,8 @@ class ProducerStateManager:
         """The last batch of each producer in the log (those wholly below
         ``log_start_offset`` forgotten), as :meth:`ProducerState.rows`: the state
         below the ``active`` segment and a walk of it."""
+        if not active.size and not len(self._state):
+            return self._state.rows()          # nobody: no copy, no walk (a new partition)
         state = self._state.copy()
         state.remember(active.log, 0, active.size)
         return state.rows(log_start_offset)

@@ -26,15 +26,15 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 CHILD = textwrap.dedent('''
     import os, sys
     from shmlog.shm import shared_memory
-    from shmlog.common.errors import StorageError
+    from shmlog.common.errors import ResourceLimitError
     from shmlog.ring import Ring
     from shmlog.shm.state import PartitionStateTable
 
     def refused(make):
         try:
             made = make()
-        except StorageError as error:
-            return "refused: " + str(error)
+        except ResourceLimitError as error:
+            return f"refused: {error} (limit {error.limit})"
         made.close()
         return "made"
 
@@ -70,5 +70,6 @@ def test_shared_memory_that_does_not_fit_is_refused_at_creation():
     ring, table, left, written = result.stdout.splitlines()
     assert ring.startswith("refused: /dev/shm is full: ring 'shmlog-full-ring' needs"), ring
     assert table.startswith("refused: /dev/shm is full: partition state table"), table
+    assert ring.endswith("(limit /dev/shm)") and table.endswith("(limit /dev/shm)")
     assert left == "left: []", "a refused object must not be left in /dev/shm"
     assert written == "written: 1"

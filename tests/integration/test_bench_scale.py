@@ -30,12 +30,14 @@ BENCHMARK = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 DEADLINE_S = 600
 PARTITIONS = (10, 20)
 PRODUCERS = (2, 3)
-ROWS = ("create, one topic", "create, topics of 10", "first record to all",
+ROWS = ("create, one topic", "create, topics of 10", "create, topics of 10, one per request",
+        "first record to all",
         "first record, per partition", "RSS added, idle partitions",
         "RSS added beyond data, 1 rec each", "open files added, idle", "open files added",
         "segment files", "mappings added, idle", "mappings added", "idle CPU, % of a core",
         "restart to serving")
-STEPS = ("create", "first_records", "idle", "restart", "create_topics_of_ten")
+STEPS = ("create", "first_records", "idle", "restart", "create_topics_of_ten",
+         "create_topics_one_by_one")
 
 
 def run(json_path) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -66,7 +68,7 @@ def test_a_small_run_prints_every_figure_and_leaves_nothing_behind(tmp_path):
     json_path = tmp_path / "bench_scale.json"
     finished, data_dirs = run(json_path)
     assert finished.returncode == 0, finished.stdout + finished.stderr
-    assert len(data_dirs) == 2 * len(PARTITIONS) + len(PRODUCERS)
+    assert len(data_dirs) == 3 * len(PARTITIONS) + len(PRODUCERS)
     lines = finished.stdout.splitlines()
     for label in ROWS:
         # "open files added" must not match "open files added, idle"

@@ -177,6 +177,37 @@ def test_sigterm_drains_and_keeps_every_acknowledged_record(data_dir):
             [b"%d" % number for number in range(500)]
 
 
+def test_topics_created_in_one_request_survive_a_kill_of_the_broker_and_take_records(
+        data_dir):
+    """create_topics returns once every topic is on disk: a broker killed right after
+    (SIGKILL, nothing flushed or closed) comes back with them all; their partitions,
+    never written (a directory each, no segment file), take records at once."""
+    from shmlog import Consumer, Producer
+    from shmlog.client.admin import NewTopic
+    broker = Broker(data_dir).start()
+    try:
+        created = Admin(data_dir).create_topics([NewTopic(f"many-{index}", 3)
+                                                 for index in range(40)])
+        assert len(created) == 40
+        broker.process.send_signal(signal.SIGKILL)
+        broker.process.wait(timeout=DEADLINE_S)
+    finally:
+        broker.stop()
+    directory = os.path.join(data_dir, "topics", "many-39", "2")
+    assert os.listdir(directory) == [], "a partition never written is its directory alone"
+    with Broker(data_dir):
+        assert {f"many-{index}" for index in range(40)} <= set(Admin(data_dir).list_topics())
+        with Producer(data_dir) as producer:
+            assert producer.send("many-39", b"late", partition=2).get(timeout=DEADLINE_S) \
+                .offset == 0
+        with Consumer("many-39", bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+            deadline, seen = time.monotonic() + DEADLINE_S, []
+            while not seen and time.monotonic() < deadline:
+                seen = [record.value for records in consumer.poll(timeout_ms=500).values()
+                        for record in records]
+        assert seen == [b"late"]
+
+
 def test_a_dead_producers_ring_is_reclaimed(data_dir):
     ring_name = shared_memory_prefix(data_dir) + "-doomed"
     with Broker(data_dir, liveness_check_interval_ms=50):

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from helpers import all_records, unlink_shared_memory
+from helpers import all_records
 from shmlog import LogManager
 from shmlog.client.admin import Admin
 from shmlog.client.producer import Producer
@@ -59,11 +59,8 @@ PRODUCER = textwrap.dedent("""
 
 
 @pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    yield path
-    leftovers = unlink_shared_memory(path)
-    assert not leftovers, f"left in /dev/shm: {leftovers}"
+def data_dir(clean_data_dir):
+    return clean_data_dir
 
 
 @pytest.fixture

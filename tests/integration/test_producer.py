@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import all_records, unlink_shared_memory
+from helpers import all_records
 from shmlog import LogManager
 from shmlog.client.admin import Admin
 from shmlog.client.partitioner import partition_for_key
@@ -34,11 +34,8 @@ from shmlog.shm.ring_layout import COMPLETION_SLOTS
 
 
 @pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    yield path
-    leftovers = unlink_shared_memory(path)
-    assert not leftovers, f"left in /dev/shm: {leftovers}"
+def data_dir(clean_data_dir):
+    return clean_data_dir
 
 
 def logged(data_dir, topic, partitions):

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from helpers import all_records, unlink_shared_memory
+from helpers import all_records
 from shmlog import LogManager
 from shmlog.broker.appender import HighWatermarkPolicy
 from shmlog.broker.control_server import ControlEndpoint, remove_control_socket
@@ -45,11 +45,8 @@ LOOP_PAUSE_S = 0.0002
 
 
 @pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    yield path
-    leftovers = unlink_shared_memory(path)
-    assert not leftovers, f"left in /dev/shm: {leftovers}"
+def data_dir(clean_data_dir):
+    return clean_data_dir
 
 
 def logged_values(data_dir, topic):

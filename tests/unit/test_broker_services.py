@@ -23,6 +23,8 @@ broker's clock; the test waits for a deadline 200 ms ahead, with a bound.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import numpy as np
@@ -31,7 +33,7 @@ import pytest
 from helpers import ask
 from shmlog.broker.appender import HighWatermarkPolicy
 from shmlog.broker.group_offsets import parse_offset_record
-from shmlog.broker.partition_host import PartitionHost
+from shmlog.broker.partition_host import ROWS_FILE, PartitionHost
 from shmlog.broker.service import Service
 from shmlog.client.reader import PartitionReader
 from shmlog.common.errors import LocalProtocolError, RecordTooLargeError
@@ -45,8 +47,9 @@ from shmlog.shm.state import PartitionStateTable, topic_key
 # Every request type the broker answered before it was cut into services, and the
 # Kafka tools' requests added since (DeleteRecords, DescribeLogDirs).
 BROKER_REQUESTS = {
-    "ping", "metadata", "create_topic", "delete_topic", "list_topics", "describe_topic",
-    "add_partitions", "alter_topic_config", "register_producer", "unregister_producer",
+    "ping", "metadata", "create_topic", "create_topics", "delete_topic", "list_topics",
+    "describe_topic", "add_partitions", "alter_topic_config", "register_producer",
+    "unregister_producer",
     "init_producer_id", "offset_for_timestamp", "list_offsets", "join_group", "sync_group",
     "heartbeat", "leave_group", "commit_offsets", "fetch_offsets", "list_groups",
     "describe_group", "delete_group", "delete_records", "describe_log_dirs",
@@ -144,6 +147,59 @@ def test_a_core_made_of_services_serves_topics_producers_and_offsets(core):
         assert ring.name not in core.producers.rings
     finally:
         ring.unlink()
+
+
+def test_create_topics_creates_many_in_one_request_and_answers_per_topic(core):
+    heard = []
+    core.host.when_topics_change(heard.append)
+    answer = ask(core, "create_topics", topics=[
+        {"name": "a", "partitions": 3}, {"name": "b"}, {"name": "a"},
+        {"name": "bad name!"}, {"name": OFFSETS_TOPIC}, {"name": "c", "partitions": 0},
+        {"name": "d", "replication_factor": 2}, {"name": "e", "config": {"nope": 1}},
+        {"name": "f", "partitions": 2, "config": {"retention.ms": 1000}, "extra": 1}])
+    entries = answer["topics"]
+    assert [entry["ok"] for entry in entries] == [True, True] + [False] * 7
+    assert [len(entry["partitions"]) for entry in entries[:2]] == [3, 1]
+    assert [entry["error"] for entry in entries[2:]] == [
+        "TopicExistsError", "InvalidTopicError", "InvalidTopicError",
+        "InvalidPartitionsError", "InvalidReplicationFactorError", "InvalidConfigError",
+        "LocalProtocolError"]
+    assert ask(core, "list_topics")["topics"] == ["a", "b"]
+    assert len(heard) == 1, "the listeners hear of one request's topics once"
+    rows = [partition["row"] for entry in entries[:2] for partition in entry["partitions"]]
+    assert rows == [core.host.partition(topic, index).row
+                    for topic, count in (("a", 3), ("b", 1)) for index in range(count)]
+    with open(core.host._rows_path) as saved:
+        assert json.load(saved) == {"a/0": rows[0], "a/1": rows[1], "a/2": rows[2],
+                                    "b/0": rows[3]}
+    with pytest.raises(LocalProtocolError, match="topics"):
+        ask(core, "create_topics", topics="a")
+
+
+def test_partitions_keep_their_rows_across_a_restart(tmp_path):
+    data = str(tmp_path / "data")
+
+    def rows_of(host):
+        return {f"{hosted.topic}/{hosted.partition}": hosted.row for hosted in host.partitions()}
+
+    host = PartitionHost(data, partitions_max=16, cleaner_dedupe_buffer_size=1 << 20)
+    try:
+        outcomes = host.create_topics([("a", 2, {}), ("b", 3, {}), ("a", 1, {})])
+        assert type(outcomes[2]).__name__ == "TopicExistsError"
+        host.delete_topic("a")
+        host.create_topic("c", 1, {})                # takes a freed row
+        host.add_partitions("b", 4)
+        rows = rows_of(host)
+    finally:
+        host.close()
+    assert sorted(rows) == ["b/0", "b/1", "b/2", "b/3", "c/0"]
+    with open(os.path.join(data, ROWS_FILE)) as saved:
+        assert json.load(saved) == rows
+    host = PartitionHost(data, partitions_max=16, cleaner_dedupe_buffer_size=1 << 20)
+    try:
+        assert rows_of(host) == rows
+    finally:
+        host.close()
 
 
 def test_a_service_from_outside_plugs_in_its_requests_and_its_deadline(core):

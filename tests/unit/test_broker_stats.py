@@ -75,6 +75,30 @@ def test_appends_are_counted_per_partition_and_in_all(core):
     assert stats["broker"]["uptime_s"] >= 0
 
 
+def test_samples_follow_partitions_added_deleted_and_created_again(core):
+    """A sample visits only the rows that moved; the set of partitions changing in
+    between (a topic grown, deleted, created again on the freed rows) is still
+    counted right: new partitions from their log start, gone ones forgotten."""
+    core.stats.sample()
+    core.host.append("events", 1, values_batch(4, 1))
+    core.topics.create_topic("later", 1)
+    core.host.append("later", 0, values_batch(6, 2))
+    core.stats.sample()
+    core.stats.sample()                                       # nothing moved: nothing added
+    stats = ask(core, "stats")
+    assert partition(stats, "events", 0)["records_total"] == 0
+    assert partition(stats, "events", 1)["records_total"] == 4
+    assert partition(stats, "later", 0)["records_total"] == 6
+    assert stats["totals"]["produced_records"] == 10
+    ask(core, "delete_topic", name="later")
+    ask(core, "create_topic", name="later", partitions=2)
+    core.host.append("later", 1, values_batch(3, 3))
+    core.stats.sample()
+    stats = ask(core, "stats")
+    assert [partition(stats, "later", number)["records_total"] for number in (0, 1)] == [0, 3]
+    assert stats["totals"]["produced_records"] == 13
+
+
 def test_bytes_appended_across_a_roll_are_counted(core):
     core.topics.create_topic("small", 1, {"segment.bytes": 4096})
     core.stats.sample()

@@ -16,11 +16,14 @@ from shmlog.common.errors import (
     LocalProtocolError,
     PeerProtocolError,
     ShmlogError,
+    UnsupportedRequestError,
 )
 from shmlog.protocol.control import (
     REQUEST_SIZE_MAX,
+    decode_entry,
     decode_reply,
     encode_request,
+    error_entry,
     handle_frame,
     require,
 )
@@ -63,6 +66,34 @@ def test_a_handler_error_travels_with_its_type():
 def test_malformed_requests_get_error_replies(frame, message):
     with pytest.raises(LocalProtocolError, match=message):
         decode_reply(handle_frame(frame, HANDLERS))
+
+
+def test_an_unknown_request_type_is_its_own_error():
+    with pytest.raises(UnsupportedRequestError, match="'nope'; known: echo"):
+        decode_reply(handle_frame(encode_request("nope"), HANDLERS))
+
+
+def test_the_entries_of_a_reply_for_several_carry_results_or_typed_errors():
+    assert decode_entry({"ok": True, "name": "a"}) == {"name": "a"}
+    with pytest.raises(InvalidTopicError, match="no good"):
+        decode_entry(json.loads(json.dumps(error_entry(InvalidTopicError("no good")))))
+    with pytest.raises(PeerProtocolError):
+        decode_entry(["not", "an", "entry"])
+
+
+def test_create_topics_requests_are_cut_to_fit_their_frames_and_timeouts():
+    from shmlog.client.admin import _chunks
+    topics = [{"name": f"t-{index:04d}", "partitions": 10, "config": {}}
+              for index in range(1000)]
+    size = len(json.dumps(topics[0])) + 2
+    chunks = list(_chunks(topics, 100 * size, 10 ** 6))
+    assert [len(chunk) for chunk in chunks] == [100] * 10
+    assert [topic for chunk in chunks for topic in chunk] == topics
+    assert [len(chunk) for chunk in _chunks(topics, 10 ** 9, 4096)] == [409, 409, 182]
+    assert len(list(_chunks(topics, 10 ** 9, 10 ** 6))) == 1
+    assert [len(chunk) for chunk in _chunks(topics[:3], 1, 1)] == [1, 1, 1]
+    odd = [{"name": "x", "partitions": "many", "config": {}}] * 2   # the broker refuses it
+    assert [len(chunk) for chunk in _chunks(odd, 10 ** 9, 1)] == [1, 1]
 
 
 @pytest.mark.parametrize("frame", [b"garbage", b'{"version": 9, "ok": true}', b"[]"])

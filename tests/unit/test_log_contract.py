@@ -51,9 +51,16 @@ def append_through(target, batch):
 
 def test_a_writer_appends_through_its_target_and_gives_it_back(open_log):
     partition_log = open_log(**SMALL)
+    first = partition_log.append_target()
+    # A new log's segment has no file yet: its target has no room, and the writer's
+    # slow path (append) makes the files, then tells the listener (a new target).
+    assert first.segment.pending and first.log.size == 0
+    assert append_through(first, values_batch(10, 0))[0] == NEED_SPACE
+    partition_log.append(values_batch(10, 0))
+    written, seed = decode_records(values_batch(10, 0)), 1
     target = partition_log.append_target()
     assert target.compiled and target.verified and target.segment is partition_log.active
-    written, seed = [], 0
+    assert not target.segment.pending and target.log.size > 0
     while True:
         batch = values_batch(10, seed)
         status, position, batch_status = append_through(target, batch)
@@ -66,7 +73,7 @@ def test_a_writer_appends_through_its_target_and_gives_it_back(open_log):
         written += decode_records(batch)
         seed += 1
     assert int(target.state[NEXT_OFFSET_WORD]) == len(written) == 10 * seed
-    partition_log.appended_by_kernel(target, len(written))
+    partition_log.appended_by_kernel(target, len(written) - 10)
     assert partition_log.log_end_offset == len(written)
     assert target.segment.verified_end == target.segment.size, "the kernel checked its copies"
     assert [r.value for r in all_records(partition_log)] == [r.value for r in written]

@@ -114,6 +114,30 @@ def test_topic_lifecycle_survives_a_restart(tmp_path):
         assert logs.list_topics() == []
 
 
+def test_new_partitions_are_bare_directories_and_only_those_made_here_skip_recovery(tmp_path):
+    data = str(tmp_path / "data")
+    topic_dir = os.path.join(data, "topics", "events")
+    with LogManager(data) as logs:
+        # A partition directory there before its topic (a crash before topic.json):
+        # opened through the loader, which finds what it holds.
+        os.makedirs(os.path.join(topic_dir, "1"))
+        with open(os.path.join(topic_dir, "1", "checkpoint.json"), "w") as checkpoint:
+            checkpoint.write('{"version": 1, "recovery_point": 0, "log_start_offset": 7}')
+        logs.create_topic("events", partitions=3)
+        assert os.listdir(os.path.join(topic_dir, "0")) == [], \
+            "a new partition is its directory alone"
+        fresh, leftover = logs.partition_log("events", 0), logs.partition_log("events", 1)
+        assert fresh.log_end_offset == 0 and fresh.active.pending
+        assert leftover.log_start_offset == 7 == leftover.log_end_offset
+        fresh.append(values_batch(2, 1))
+        logs.partition_log("events", 2)                  # opened, never written
+    assert os.listdir(os.path.join(topic_dir, "2")) == [], "closing wrote nothing there"
+    with LogManager(data) as logs:
+        assert logs.partition_log("events", 0).log_end_offset == 2
+        assert logs.partition_log("events", 1).log_start_offset == 7
+        assert logs.partition_log("events", 2).log_end_offset == 0
+
+
 def test_unknown_topics_and_partitions(manager):
     manager.create_topic("t", partitions=2)
     with pytest.raises(UnknownTopicOrPartitionError):

@@ -94,6 +94,21 @@ def test_reads_stop_at_the_high_watermark_and_resume(setup):
     assert [(r.offset, r.value) for r in records] == [(5, b"v5"), (6, b"v6"), (7, b"v7")]
 
 
+def test_a_reader_follows_a_log_whose_files_its_first_append_makes(setup):
+    logs, appender, tag, reader, send = setup
+    assert os.listdir(reader.directory) == [] and reader.read(0).data.size == 0
+    send(0, 3)
+    assert [r.offset for r in decode_columns(reader.read(0).data).records()] == [0, 1, 2]
+    # A log restarted empty (a follower behind its leader's log start) has no segment
+    # file until its next append: the reader lists the directory again then.
+    logs.partition_log("t", 0).truncate_fully_and_start_at(10)
+    assert not [name for name in os.listdir(reader.directory) if name.endswith(".log")]
+    assert reader.read(10).data.size == 0
+    send(10, 2)
+    records = decode_columns(reader.read(10).data).records()
+    assert [(r.offset, r.value) for r in records] == [(10, b"v10"), (11, b"v11")]
+
+
 def test_seeks_use_the_index_across_rolled_segments(setup):
     logs, appender, tag, reader, send = setup
     for first in range(0, 600, 6):

@@ -28,6 +28,7 @@ from shmlog.common.errors import (
     CorruptSegmentError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    ResourceLimitError,
     StorageError,
 )
 from shmlog.record import batch_layout as B
@@ -198,6 +199,31 @@ def test_crash_without_flush_keeps_everything_written(open_log):
     assert reopened.recovery_report.truncated_bytes == 0
     assert triples(all_records(reopened)) == expected
     assert reopened.append(values_batch(1, 77)).base_offset == len(expected)
+
+
+def test_recovering_a_crashed_active_segment_reserves_index_for_what_was_written(
+        open_log, tmp_path):
+    """The active segment's file is sparse to its full capacity: recovery scans and
+    reserves index slots up to the file's first hole (what was written), not up to
+    the capacity (megabytes of zero-filled index per partition, thousands of them
+    after a broker's kill -9)."""
+    directory = tmp_path / "partition"
+    for batches in (0, 3):
+        partition_log = open_log(directory)
+        expected = fill(partition_log, batches) if batches else []
+        abandon(partition_log)
+        reopened = open_log(directory)
+        assert reopened.recovery_report.truncated_bytes == 0
+        assert triples(all_records(reopened)) == expected
+        for suffix in (".index", ".timeindex"):
+            for path in log_files(directory, suffix):
+                capacity = os.stat(path).st_size
+                allocated = os.stat(path).st_blocks * 512
+                assert allocated <= 16 * 4096 < capacity, (path, allocated, capacity)
+        assert reopened.append(values_batch(1, 7)).base_offset == len(expected)
+        reopened.close()
+        for path in log_files(directory, ""):
+            os.remove(path)
 
 
 def test_torn_last_batch_at_every_byte_is_cut_exactly(open_log, tmp_path):
@@ -498,10 +524,76 @@ def test_a_cleanly_closed_last_segment_is_still_verified_on_first_read(open_log)
 
 def test_opening_a_partition_populates_nothing_until_it_is_appended_to(open_log, tmp_path):
     partition_log = open_log()
-    path = partition_log.active.log_path
-    assert os.stat(path).st_blocks == 0, "an idle partition holds no disk blocks"
+    active = partition_log.active
+    paths = (active.log_path, active.offset_index_path, active.time_index_path)
+    assert not any(os.path.exists(path) for path in paths), \
+        "an idle partition holds no segment file (the first append makes them)"
+    assert partition_log.read(0).data.size == 0 and partition_log.size == 0
+    generation = partition_log.generation
     partition_log.append(values_batch(1, 0))
-    assert os.stat(path).st_blocks > 0
+    assert all(os.path.exists(path) for path in paths)
+    assert os.stat(active.log_path).st_blocks > 0
+    # A reader that listed the directory before the files existed lists it again.
+    assert partition_log.generation == generation + 2
+    assert [r.value for r in all_records(partition_log)] == \
+        [r.value for r in decode_records(values_batch(1, 0))]
+
+
+def test_a_first_append_refused_its_files_leaves_the_partition_empty_and_pending(
+        open_log, monkeypatch):
+    from shmlog.native import mapping
+    partition_log = open_log()
+    active = partition_log.active
+    generation = partition_log.generation
+
+    def at_the_limit():
+        raise ResourceLimitError("65530 mappings: vm.max_map_count reached",
+                                 limit="vm.max_map_count")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(mapping, "check_room", at_the_limit)
+        with pytest.raises(ResourceLimitError, match="vm.max_map_count"):
+            partition_log.append(values_batch(1, 0))
+    assert active.pending and active.active and partition_log.log_end_offset == 0
+    assert partition_log.generation == generation
+    assert not os.path.exists(active.log_path), "no file of the refused segment is left"
+    assert partition_log.append(values_batch(1, 0)).base_offset == 0, "the next one makes it"
+
+
+def test_a_partition_never_appended_to_reopens_empty_and_appends(open_log):
+    partition_log = open_log()
+    partition_log.close()
+    reopened = open_log()
+    assert reopened.recovery_report.clean and reopened.log_end_offset == 0
+    assert reopened.active.pending
+    reopened.append(values_batch(3, 1))
+    reopened.close()
+    again = open_log()
+    assert again.log_end_offset == 3 and not again.active.pending
+
+
+@pytest.mark.parametrize("left", ["log only", "log with data, no index", "indexes only"])
+def test_a_crash_while_a_segment_s_files_are_made_is_recovered(open_log, left):
+    """The first append makes the log, then the two indexes: a crash (kill -9) can
+    leave any prefix of them, and the next open takes what it finds."""
+    first = open_log()
+    if left == "log with data, no index":
+        first.append(values_batch(3, 0))
+    first.active.materialize()
+    paths = (first.active.log_path, first.active.offset_index_path,
+             first.active.time_index_path)
+    abandon(first)
+    removed = {"log only": paths[1:], "log with data, no index": paths[1:],
+               "indexes only": paths[:1]}[left]
+    for path in removed:
+        os.unlink(path)
+    reopened = open_log()
+    expected = decode_records(values_batch(3, 0)) if left.startswith("log with") else []
+    assert [r.value for r in all_records(reopened)] == [r.value for r in expected]
+    reopened.append(values_batch(2, 1))
+    assert reopened.log_end_offset == len(expected) + 2
+    assert [r.value for r in all_records(reopened)][len(expected):] == \
+        [r.value for r in decode_records(values_batch(2, 1))]
 
 
 @pytest.mark.parametrize("topic_codec, producer_codec, stored", [

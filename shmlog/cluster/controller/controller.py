@@ -95,16 +95,25 @@ class Controller:
         This broker's id.
     rebalance : leader_balance.RebalancePolicy
         The automatic preferred leader election's settings (Kafka's defaults).
+    watched_elsewhere : bool
+        The cluster's events (brokers, topics, partition states) come to
+        :attr:`events` from a watch set up by another owner in this process (the
+        broker's replica service, given :attr:`events` before it starts): the
+        controller sets up no watch of its own for them. Two watches in one session
+        read every changed partition state twice, on the connection the
+        controller's own writes wait on.
 
     Use ``Controller(zookeeper, broker_id).start()`` and, at shutdown, ``stop()``
     before closing the session.
     """
 
     def __init__(self, zookeeper: ClusterZooKeeper, broker_id: int,
-                 rebalance: leader_balance.RebalancePolicy = leader_balance.RebalancePolicy()):
+                 rebalance: leader_balance.RebalancePolicy = leader_balance.RebalancePolicy(),
+                 watched_elsewhere: bool = False):
         self.zookeeper = zookeeper
         self.broker_id = broker_id
         self.rebalance = rebalance
+        self._watched_elsewhere = watched_elsewhere
         self._events = EventQueue()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -116,6 +125,11 @@ class Controller:
         self._elector = PreferredLeaderElector(zookeeper, broker_id, rebalance)
         #: monotonic time of the last election won (None before), for measurements.
         self.elected_at: float | None = None
+
+    @property
+    def events(self) -> EventQueue:
+        """The queue the controller's thread reads (for ``watched_elsewhere``)."""
+        return self._events
 
     @property
     def is_active(self) -> bool:
@@ -132,9 +146,10 @@ class Controller:
         assert self._thread is None, "this Controller was started already"
         self.zookeeper.add_events(self._events)
         self._watches = [self.zookeeper.watch_controller(self._events),
-                         self.zookeeper.watch_cluster(self._events),
                          self.zookeeper.watch_reassignment(self._events),
                          self.zookeeper.watch_leader_balance(self._events)]
+        if not self._watched_elsewhere:
+            self._watches.append(self.zookeeper.watch_cluster(self._events))
         self._thread = threading.Thread(target=self._run, name=f"controller-{self.broker_id}",
                                         daemon=True)
         self._thread.start()

@@ -46,7 +46,7 @@ retries of failed requests.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ...broker.partition_host import PartitionHost
 from ...common.errors import ShmlogError
@@ -82,10 +82,14 @@ class ReplicaService:
         Started, this broker registered.
     endpoint : ReplicationEndpoint
         Bound; ``wake`` rings the appender doorbell.
+    also_watching : sequence of EventQueue
+        Other owners' queues given the same cluster events (this broker's
+        controller): one watch per process, not one read per owner of every
+        partition state changed.
     """
 
     def __init__(self, host: PartitionHost, config: ClusterConfig, zookeeper: ClusterZooKeeper,
-                 endpoint: ReplicationEndpoint):
+                 endpoint: ReplicationEndpoint, also_watching: Sequence[EventQueue] = ()):
         self.host = host
         self.appender = host.appender
         self.config = config
@@ -100,7 +104,7 @@ class ReplicaService:
         self.throttle = ReplicationThrottle(self.broker_id)
         self._load_throttle_rates()
         zookeeper.add_events(self.events)
-        self._watch = zookeeper.watch_cluster(self.events)
+        self._watch = zookeeper.watch_cluster(self.events, also_watching)
         self._config_watch = zookeeper.watch_broker_config(self.broker_id, self.events)
         self.isr = IsrManager(self.hosted, zookeeper, config, host.table.appender_doorbell.ring)
         #: ISR changes this broker wrote as leader and ZooKeeper took, by kind

@@ -256,9 +256,10 @@ class ClusterZooKeeper(ZooKeeperSession):
         """:func:`watches.watch_broker_config`: ``/config/brokers/<broker_id>``."""
         return watches.watch_broker_config(self, broker_id, events)
 
-    def watch_cluster(self, events: EventQueue) -> ClusterWatch:
-        """:func:`watches.watch_cluster`: brokers, topics, states, deletion marks."""
-        return watches.watch_cluster(self, events)
+    def watch_cluster(self, events: EventQueue, also: Sequence[EventQueue] = ()) -> ClusterWatch:
+        """:func:`watches.watch_cluster`: brokers, topics, states, deletion marks, on
+        ``events`` and each of ``also``."""
+        return watches.watch_cluster(self, events, also)
 
     def watch_leader_balance(self, events: EventQueue) -> ClusterWatch:
         """:func:`watches.watch_leader_balance`: controlled shutdowns, preferred election."""

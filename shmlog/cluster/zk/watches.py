@@ -25,6 +25,10 @@ state. The partition states, thousands of them, share one ``DataWatches`` (reads
 pipelined, no thread per znode); the few other znodes have a DataWatch each. A
 re-created topic restarts its state versions at 0: a ``TOPIC`` event with
 a new ``topic_id`` starts over.
+One cluster watch serves every owner in a process (``also``: the broker's
+replica service and its controller share it): each watch set in a session is
+one more read of every partition state it changes, and a failover changes
+thousands of them at once, on the controller's own connection.
 Two single watches stand apart: the controller's on ``/admin/reassign_partitions``
 (:func:`watch_reassignment`) and each broker's on its own ``/config/brokers/<id>``
 (:func:`watch_broker_config`, the throttle rates).
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from ...common.errors import ZnodeFormatError
 from . import paths as zk_paths
@@ -75,11 +79,13 @@ def watch_broker_config(session: ZooKeeperSession, broker_id: int,
     return watch
 
 
-def watch_cluster(session: ZooKeeperSession, events: EventQueue) -> "ClusterWatch":
-    """Queue on ``events`` the current state and every later change of the live
-    brokers, topics (assignment, config, partition states) and deletion marks.
-    Does not block; the first events arrive from kazoo's threads."""
-    watch = ClusterWatch(session, events)
+def watch_cluster(session: ZooKeeperSession, events: EventQueue,
+                  also: Sequence[EventQueue] = ()) -> "ClusterWatch":
+    """Queue on ``events`` (and on each of ``also``: one watch for every owner in
+    the process, see the module's theory of operation) the current state and every later change
+    of the live brokers, topics (assignment, config, partition states) and
+    deletion marks. Does not block; the first events arrive from kazoo's threads."""
+    watch = ClusterWatch(session, events, also)
     watch.spawn(watch.watch_children, zk_paths.BROKER_IDS_PATH, EventKind.BROKER_IDS,
                 watch.brokers_listed)
     watch.spawn(watch.watch_children, zk_paths.TOPICS_PATH, EventKind.TOPICS,
@@ -106,9 +112,10 @@ class ClusterWatch:
     :meth:`cancel` ends them (each stops at its next firing, queueing nothing
     more)."""
 
-    def __init__(self, session: ZooKeeperSession, events: EventQueue):
+    def __init__(self, session: ZooKeeperSession, events: EventQueue,
+                 also: Sequence[EventQueue] = ()):
         self._session = session
-        self._events = events
+        self._queues = (events, *also)
         self._lock = threading.Lock()
         self._cancelled = False
         self._brokers: set[int] = set()
@@ -123,6 +130,10 @@ class ClusterWatch:
         with self._lock:
             if self._state_watches is not None:
                 self._state_watches.stop()
+
+    def _put(self, event: WatchEvent) -> None:
+        for events in self._queues:
+            events.put(event)
 
     def watch_states(self, topic_watch: "_TopicWatch", partitions: Iterable[int]) -> None:
         """Queue ``PARTITION_STATE`` events for these partitions of the topic, now and
@@ -148,7 +159,7 @@ class ClusterWatch:
                 watched = None
         if self._cancelled or watched is None:
             return False
-        self._events.put(WatchEvent(EventKind.PARTITION_STATE, watched[0], data,
+        self._put(WatchEvent(EventKind.PARTITION_STATE, watched[0], data,
                                     -1 if stat is None else stat.version))
         return None
 
@@ -167,7 +178,7 @@ class ClusterWatch:
                 return False
             version = -1 if stat is None else (stat.czxid if kind is EventKind.BROKER
                                                else stat.version)
-            self._events.put(WatchEvent(kind, key, data, version))
+            self._put(WatchEvent(kind, key, data, version))
             if seen is not None and data is not None:
                 seen(data)
             return None
@@ -185,7 +196,7 @@ class ClusterWatch:
                 listed(names)
             body = tuple(sorted(_broker_ids(names))) if kind is EventKind.BROKER_IDS \
                 else tuple(names)
-            self._events.put(WatchEvent(kind, path, body, -1))
+            self._put(WatchEvent(kind, path, body, -1))
             return None
         self._session.children_watch(path, changed)
 
