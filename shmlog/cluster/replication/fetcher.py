@@ -16,7 +16,10 @@ Rules
   of them after a session error or failure) again. While a session is quiet (its
   last answer empty, every partition fetching, none throttled) the next fetch is
   sent without looking through the partitions, but for a look every
-  ``limits.FETCH_SESSION_RESCAN_MS``.
+  ``limits.FETCH_SESSION_RESCAN_MS`` and after any change of the replicas hosted,
+  their roles or leaders (``HostedReplicas.generation``), one made while its fetch
+  was in flight included: a partition followed from then is named by its next fetch,
+  else its leader would learn no position for it and drop it from the ISR.
 * **An answer is applied only if it is still wanted**: the replica follows the same
   leader at the same epoch, in the phase it asked in, from the log end it asked
   from (Kafka's fetcher applies a partition's data only at the epoch and fetch
@@ -98,6 +101,9 @@ class _Fetcher:
     quiet: bool = False
     rescan_at: int = 0
     observer: bool = False
+    # The hosted generation its last full look saw: a quiet fetch is sent only while
+    # it is current (the replicas followed, their roles and leaders unchanged since).
+    generation: int = -1
 
     def reset_session(self) -> None:
         """The next fetch opens a new session, in full (the leader forgot this one,
@@ -191,15 +197,18 @@ class ReplicaFetcher:
         """Send each leader the next request, when none is in flight: EPOCH_END for
         the partitions truncating, else FETCH for those fetching."""
         self._throttled_until = self._replica_retry_at = None
-        regrouped = self._generation != self.hosted.generation
         for leader_id, followed in self._followed_by_leader().items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
             if fetcher.in_flight is not None or now < fetcher.retry_at:
                 continue
-            if fetcher.quiet and not regrouped and now < fetcher.rescan_at and \
-                    self._stopping_to_follow is None:
+            # Each fetcher compares the generation its own last look saw: a regroup
+            # while its fetch was in flight must still make its next fetch look (a
+            # partition it now follows is named, not left out until the rescan).
+            if fetcher.quiet and fetcher.generation == self._generation and \
+                    now < fetcher.rescan_at and self._stopping_to_follow is None:
                 self._send_quiet(fetcher)
                 continue
+            fetcher.generation = self._generation
             asking = []
             for replica in followed:
                 if replica.leader_id != leader_id or self._stopped_for_shutdown(replica):
