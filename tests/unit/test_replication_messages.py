@@ -73,6 +73,13 @@ MESSAGES = [
     Message(1, 1000, 11, DeleteRecordsResponse((
         DeleteRecordsResponsePartition(123, 0, ErrorCode.NONE, 200, 150),
         DeleteRecordsResponsePartition(123, 1, ErrorCode.OFFSET_OUT_OF_RANGE, -7, -1)))),
+    # Fetch sessions (KIP-227): an incremental fetch, a session error, a session's answer.
+    Message(2, 1001, 12, Fetch(2, False, 500, 1, 10 << 20, (
+        FetchPartition(123, 0, 4, 1200, 0, 1 << 20),), 77, 3, ((123, 1), (-5, 0)))),
+    Message(1, 1000, 12, FetchResponse((), ErrorCode.INVALID_FETCH_SESSION_EPOCH, 0)),
+    Message(1, 1000, 13, FetchResponse((
+        FetchResponsePartition(123, 0, ErrorCode.NONE, 40, 0, 40, records=RECORDS_B),),
+        ErrorCode.NONE, 77)),
 ]
 
 
@@ -272,3 +279,13 @@ def test_a_forwarded_group_text_is_bounded():
         encode(Message(2, 1, 1, GroupRequest("x" * (limits.GROUP_FORWARD_TEXT_LENGTH_MAX + 1))))
     longest = '"\\' * (limits.GROUP_FORWARD_TEXT_LENGTH_MAX // 2)
     assert decode(encode(Message(1, 1, 1, GroupResponse(longest)))).body.reply == longest
+
+
+@pytest.mark.parametrize("forgotten", [[[1]], [[1, 2, 3]], [["1", 2]], [[1, -1]], "x", [[1, True]]])
+def test_a_malformed_forgotten_list_is_refused(forgotten):
+    frames = encode(MESSAGES[0])
+    body = json.loads(bytes(frames[1]))
+    body["forgotten"] = forgotten
+    frames[1] = json.dumps(body).encode()
+    with pytest.raises(ReplicationProtocolError, match="forgotten"):
+        decode(frames)

@@ -95,6 +95,8 @@ def _check(value: Any, kind: tuple, where: str) -> Any:
         if type(value) is not list:
             raise _refuse(f"{where} must be a list, got {type(value).__name__}")
         return value
+    if name == "names":
+        return _names(value, kind[1], where)
     assert name == "str", kind
     if type(value) is not str or len(value) > kind[1]:
         raise _refuse(f"{where} must be a string of at most {kind[1]} characters, "
@@ -103,6 +105,20 @@ def _check(value: Any, kind: tuple, where: str) -> Any:
 
 
 _ERROR_CODES = frozenset(int(code) for code in ErrorCode)
+
+
+def _names(value: Any, partition_max: int, where: str) -> tuple:
+    """A list of ``[topic_key, partition]`` pairs (a FETCH's forgotten partitions)."""
+    if type(value) not in (list, tuple):
+        raise _refuse(f"{where} must be a list, got {type(value).__name__}")
+    names = []
+    for index, pair in enumerate(value):
+        if type(pair) not in (list, tuple) or len(pair) != 2 or \
+                any(type(number) is not int for number in pair) or \
+                not -2**63 <= pair[0] <= INT64_MAX or not 0 <= pair[1] <= partition_max:
+            raise _refuse(f"{where}[{index}] must be [topic_key, partition], got {pair!r:.80}")
+        names.append((pair[0], pair[1]))
+    return tuple(names)
 
 
 def _fields(obj: Any, schema: dict, where: str) -> dict:
@@ -186,6 +202,8 @@ def _plain(value: Any, where: str) -> Any:
     numpy integers) as int; anything else is the caller's mistake."""
     if type(value) is int or isinstance(value, (bool, str)):
         return value
+    if type(value) is tuple:                   # a FETCH's forgotten pairs
+        return [[_plain(number, where) for number in pair] for pair in value]
     try:
         return operator.index(value)
     except TypeError:

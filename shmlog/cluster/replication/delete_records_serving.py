@@ -21,6 +21,7 @@ peer's DELETE_RECORDS and replies with the wire's error codes.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from ...common.errors import ShmlogError
 from ...storage import delete_records as deletion
@@ -32,7 +33,7 @@ from .messages import (
     DeleteRecordsResponsePartition,
     ErrorCode,
 )
-from .partition import Role
+from .partition import PartitionReplica, Role
 
 log = logging.getLogger("shmlog.broker")
 
@@ -46,11 +47,16 @@ class DeleteRecordsServing:
     ----------
     hosted : HostedReplicas
     endpoint : ReplicationEndpoint
+    log_start_moved : callable
+        Told of each partition whose log start a deletion moved (the leader's fetch
+        serving: its followers' fetch sessions carry it to them).
     """
 
-    def __init__(self, hosted: HostedReplicas, endpoint: ReplicationEndpoint):
+    def __init__(self, hosted: HostedReplicas, endpoint: ReplicationEndpoint,
+                 log_start_moved: Callable[[PartitionReplica], None]):
         self.hosted = hosted
         self.endpoint = endpoint
+        self._log_start_moved = log_start_moved
 
     def delete_records_as_leader(self, topic: str, partition: int,
                                  offset: int) -> tuple[str | None, int, int]:
@@ -67,6 +73,7 @@ class DeleteRecordsServing:
         except ShmlogError as refused:
             log.error("%r: delete-records to %d failed: %s", replica, offset, refused)
             return deletion.KAFKA_STORAGE_ERROR, offset, deletion.UNKNOWN_OFFSET
+        self._log_start_moved(replica)
         followers = [state.log_start_offset
                      for broker_id, state in replica.leader.followers.items()
                      if broker_id in self.hosted.view.brokers]

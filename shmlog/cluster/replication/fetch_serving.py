@@ -14,6 +14,16 @@ Rules
 * **The response's bytes** are bounded by the fetch's ``max_bytes``, across its
   partitions in their order; a throttled partition's read is bounded by the leader
   bucket for a replica out of the ISR (``throttle``).
+* **Fetch sessions** (KIP-227, ``fetch_sessions``): a follower's fetch opens a
+  session (epoch 0) or continues one; it is served its named partitions and the
+  session's news only (appended, high watermark or log start moved past what was
+  sent, leadership changed), and answered only those that carry something. A
+  caught-up follower's idle partitions keep their caught-up time through its last
+  session fetch (marked as the partition is next appended to: ``rules``'
+  ``FollowerState.session_fetched``), so the ISR holds as when every fetch named
+  them. A session fetch with nothing to return waits until the session has news
+  or ``max_wait_ms`` passes: an idle long poll costs nothing per partition.
+  A fetch outside a session (epoch -1) is served as below.
 * **Fetches that find nothing wait** (``purgatory``) until a partition's log end or
   high watermark moves past what the follower has, its leadership changes, or
   ``max_wait_ms`` passes; they are answered then, from the log as it is then.
@@ -38,19 +48,24 @@ from typing import Any, Callable
 
 from ...record.records import now_ms
 from ...zmq_replication import ReceivedRequest, ReplicationEndpoint
+from .fetch_sessions import FetchSession, FetchSessionCache
 from .hosted_replicas import HostedReplicas, partition_name
 from .isr_manager import IsrManager
 from .messages import (
+    INITIAL_SESSION_EPOCH,
+    NO_SESSION,
+    SESSIONLESS_EPOCH,
     EpochEnd,
     EpochEndResponse,
     EpochEndResponsePartition,
     Error,
     ErrorCode,
     Fetch,
+    FetchPartition,
     FetchResponse,
     FetchResponsePartition,
 )
-from .partition import PartitionReplica
+from .partition import PartitionReplica, Role
 from .purgatory import FetchPurgatory, partition_ready
 from .throttle import ReplicationThrottle
 
@@ -63,6 +78,7 @@ __all__ = ["FetchServing"]
 class _WaitingFetch:
     request: ReceivedRequest
     deadline: int
+    session: FetchSession | None = None
 
 
 class FetchServing:
@@ -90,19 +106,31 @@ class FetchServing:
         self._purgatory = FetchPurgatory()
         self._waiting: dict[Any, _WaitingFetch] = {}
         self._high_watermark_sent: dict[tuple[int, tuple[int, int]], int] = {}
+        self.sessions = FetchSessionCache()
 
     def next_deadline(self) -> int | None:
         """When the first parked fetch's wait ends, or None."""
         return self._purgatory.next_deadline_ms()
 
     def expire(self, now: int) -> None:
-        """Answer the parked fetches whose wait ended."""
+        """Answer the parked fetches whose wait ended; evict the sessions idle too long."""
         for key in self._purgatory.expire(now):
             self._answer_waiting(key)
+        for session in self.sessions.evict_idle(now):
+            self._drop_parked(session)
 
     # -- what moves a parked fetch ------------------------------------------------------------
     def leader_appended(self, replica: PartitionReplica, log_end_offset: int, now: int) -> None:
         """The drain appended to a partition this broker leads."""
+        for session in self.sessions.holding(replica.key):
+            entry = session.partitions[replica.key]
+            if not entry.appended:        # the first append since its follower was served
+                entry.appended = True
+                state = replica.leader.followers.get(session.peer) or \
+                    replica.leader.observers.get(session.peer)
+                if state is not None:
+                    state.session_fetched(entry.request.fetch_offset, session.last_used_ms)
+            self._news(session, replica.key)
         self.maybe_advance_high_watermark(replica, now)
         for key in self._purgatory.log_end_moved(replica.key, log_end_offset):
             self._answer_waiting(key)
@@ -111,14 +139,44 @@ class FetchServing:
         """Move the leader's high watermark if it may; wake readers and fetches then."""
         high_watermark = replica.maybe_advance_high_watermark(now, self.hosted.suspended)
         if high_watermark is not None:
-            self._wake_consumers()
-            for key in self._purgatory.high_watermark_moved(replica.key, high_watermark):
-                self._answer_waiting(key)
+            self._high_watermark_moved(replica, high_watermark)
+
+    def _high_watermark_moved(self, replica: PartitionReplica, high_watermark: int) -> None:
+        self._wake_consumers()
+        for session in self.sessions.holding(replica.key):
+            if high_watermark > session.partitions[replica.key].high_watermark_sent:
+                self._news(session, replica.key)
+        for key in self._purgatory.high_watermark_moved(replica.key, high_watermark):
+            self._answer_waiting(key)
+
+    def log_start_moved(self, replica: PartitionReplica) -> None:
+        """The leader's log start moved (DeleteRecords): its followers follow it."""
+        for session in self.sessions.holding(replica.key):
+            if replica.log.log_start_offset != session.partitions[replica.key].log_start_sent:
+                self._news(session, replica.key)
+
+    def isr_changed(self, replica: PartitionReplica) -> None:
+        """The partition's ISR changed: the sessions of its assigned replicas now
+        outside it serve it again, so they may join again when caught up (an idle
+        partition's session would otherwise never look at it)."""
+        if replica.role is not Role.LEADER:
+            return
+        for session in self.sessions.holding(replica.key):
+            if session.peer in replica.replicas and session.peer not in replica.leader.isr:
+                self._news(session, replica.key)
 
     def leadership_changed(self, replica: PartitionReplica) -> None:
         """Answer every fetch parked on the replica: its answer now carries an error."""
+        for session in self.sessions.holding(replica.key):
+            self._news(session, replica.key)
         for key in self._purgatory.leadership_changed(replica.key):
             self._answer_waiting(key)
+
+    def _news(self, session: FetchSession, key) -> None:
+        if self.sessions.mark(session, key):
+            parked = session.parked
+            self._purgatory.remove(parked)
+            self._answer_waiting(parked)
 
     # -- requests from followers ----------------------------------------------------------------
     def _stale_sender(self, event: ReceivedRequest) -> bool:
@@ -134,34 +192,135 @@ class FetchServing:
             self.endpoint.reply(event, Error(ErrorCode.STALE_BROKER_EPOCH,
                                              "a newer incarnation of this broker is registered"))
             return
+        if fetch.session_epoch == SESSIONLESS_EPOCH:
+            self._serve_sessionless(event, fetch, now)
+            return
+        session = self._session_for(event, fetch, now)
+        if session is None:
+            return
+        self._drop_parked(session)        # a peer's earlier fetch it no longer waits for
+        for key in fetch.forgotten:
+            self.sessions.remove_partition(session, key)
+        named = {}
+        for request in fetch.partitions:
+            self.sessions.set_partition(session, request)
+            named[(request.topic_key, request.partition)] = None
+        answers = self._serve_session(session, fetch, named, now)
+        if answers or fetch.max_wait_ms == 0:
+            self.endpoint.reply(event, FetchResponse(tuple(answers), ErrorCode.NONE,
+                                                     session.session_id))
+            return
+        key = (event.route, event.message.correlation_id)
+        self._waiting[key] = _WaitingFetch(event, now + fetch.max_wait_ms, session)
+        self._purgatory.park(key, now + fetch.max_wait_ms, {})
+        session.parked = key
+
+    def _session_for(self, event: ReceivedRequest, fetch: Fetch, now: int
+                     ) -> FetchSession | None:
+        """The session a fetch opens or continues; None when its session error was
+        answered."""
+        peer = event.message.sender_broker_id
+        if fetch.session_epoch == INITIAL_SESSION_EPOCH:
+            session, closed = self.sessions.open(peer, now)
+            for old in closed:
+                self._drop_parked(old)
+            return session
+        session, error = self.sessions.lookup(fetch.session_id, fetch.session_epoch, peer, now)
+        if session is None:
+            self.endpoint.reply(event, FetchResponse((), error, NO_SESSION))
+        return session
+
+    def _drop_parked(self, session: FetchSession) -> None:
+        """A closed session's parked fetch: its follower gave up on it (it opened
+        another session), so it is dropped unanswered."""
+        if session.parked is not None:
+            self._purgatory.remove(session.parked)
+            self._waiting.pop(session.parked, None)
+            session.parked = None
+
+    def _serve_session(self, session: FetchSession, fetch: Fetch, named: dict, now: int
+                       ) -> list[FetchResponsePartition]:
+        """Serve a session's named partitions, then its news: the answers that carry
+        something (records, an error, a moved high watermark or log start). A
+        partition with records it could not send (the bytes ran out) keeps its news;
+        one answered with an error leaves the session (its follower names it again
+        when it asks again)."""
+        peer, budget, answers = session.peer, fetch.max_bytes, []
+        for key in list(named) + [key for key in session.news if key not in named]:
+            entry = session.partitions.get(key)
+            if entry is None:
+                session.news.pop(key, None)
+                continue
+            # Its news is taken before it is served: what serving it moves (the high
+            # watermark, after its answer was built) is news again.
+            session.news.pop(key, None)
+            answer, has_records = self._serve_partition(peer, fetch.observer, entry.request,
+                                                        budget, now)
+            entry.appended = False
+            if has_records:
+                budget -= answer.records.size
+            if answer.error is ErrorCode.NONE and (
+                    not has_records and entry.request.fetch_offset < answer.log_end_offset
+                    or self._joining(key, peer)):
+                session.news[key] = None
+            if answer.error is not ErrorCode.NONE:
+                self.sessions.remove_partition(session, key)
+            elif not has_records and answer.high_watermark == entry.high_watermark_sent and \
+                    answer.log_start_offset == entry.log_start_sent:
+                continue
+            entry.high_watermark_sent = answer.high_watermark
+            entry.log_start_sent = answer.log_start_offset
+            answers.append(answer)
+        return answers
+
+    def _joining(self, key, peer: int) -> bool:
+        """Is ``peer`` an assigned replica outside the partition's ISR? Its session
+        serves the partition every fetch until it joins (an expansion refused while
+        another ISR change was in flight is asked again)."""
+        replica = self.hosted.by_key(key)
+        return replica is not None and peer in replica.replicas and \
+            peer not in replica.leader.isr
+
+    def _serve_partition(self, peer: int, observer: bool, request: FetchPartition, budget: int,
+                         now: int) -> tuple[FetchResponsePartition, bool]:
+        """One partition of a fetch: its answer, and whether it carries records."""
+        replica = self.hosted.by_key((request.topic_key, request.partition))
+        if replica is None:
+            return _unknown_partition(request), False
+        in_sync = peer in replica.leader.isr
+        limit = self.throttle.leader_budget(replica.hosted.topic, replica.hosted.partition,
+                                            in_sync, budget, now)
+        high_watermark = replica.appender.high_watermark(replica.row)
+        answer, has_records = replica.serve_fetch(peer, observer, request, limit, now,
+                                                  self.hosted.suspended)
+        if has_records:
+            self.throttle.leader_sent(replica.hosted.topic, replica.hosted.partition,
+                                      in_sync, answer.records.size, now)
+        if answer.error is ErrorCode.NONE:
+            if answer.high_watermark > high_watermark:     # the fetch itself moved it
+                self._high_watermark_moved(replica, answer.high_watermark)
+            self.isr.maybe_expand(replica, peer, now)
+            self.maybe_advance_high_watermark(replica, now)
+        return answer, has_records
+
+    def _serve_sessionless(self, event: ReceivedRequest, fetch: Fetch, now: int) -> None:
+        """A full fetch outside any session: every partition served, parked on each."""
         peer = event.message.sender_broker_id
         budget = fetch.max_bytes
         answers, found, waits_for = [], False, {}
         for request in fetch.partitions:
-            replica = self.hosted.by_key((request.topic_key, request.partition))
-            if replica is None:
-                answers.append(_unknown_partition(request))
-                found = True
-                continue
-            in_sync = peer in replica.leader.isr
-            limit = self.throttle.leader_budget(replica.hosted.topic, replica.hosted.partition,
-                                                in_sync, budget, now)
-            answer, has_records = replica.serve_fetch(peer, fetch.observer, request, limit, now,
-                                                      self.hosted.suspended)
+            answer, has_records = self._serve_partition(peer, fetch.observer, request, budget,
+                                                        now)
             if has_records:
                 budget -= answer.records.size
-                self.throttle.leader_sent(replica.hosted.topic, replica.hosted.partition,
-                                          in_sync, answer.records.size, now)
-            sent = self._high_watermark_sent.get((peer, replica.key), -1)
+            key = (request.topic_key, request.partition)
+            sent = self._high_watermark_sent.get((peer, key), -1)
             found |= partition_ready(error=answer.error, fetch_offset=request.fetch_offset,
                                      log_end_offset=answer.log_end_offset,
                                      high_watermark=answer.high_watermark,
                                      high_watermark_last_sent=sent)
-            waits_for[replica.key] = (request.fetch_offset, sent)
+            waits_for[key] = (request.fetch_offset, sent)
             answers.append(answer)
-            if answer.error is ErrorCode.NONE:
-                self.isr.maybe_expand(replica, peer, now)
-                self.maybe_advance_high_watermark(replica, now)
         if found or fetch.max_wait_ms == 0:
             self._reply_fetch(event, answers)
             return
@@ -174,6 +333,13 @@ class FetchServing:
         if waiting is None:
             return
         fetch = waiting.request.message.body
+        session = waiting.session
+        if session is not None:               # its news, served now
+            session.parked = None
+            answers = self._serve_session(session, fetch, {}, now_ms())
+            self.endpoint.reply(waiting.request, FetchResponse(tuple(answers), ErrorCode.NONE,
+                                                               session.session_id))
+            return
         budget, answers = fetch.max_bytes, []
         peer, now = waiting.request.message.sender_broker_id, now_ms()
         for request in fetch.partitions:

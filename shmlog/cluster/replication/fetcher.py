@@ -8,6 +8,18 @@ Rules
   its partitions truncates, else a FETCH of every fetching partition (Kafka's
   fetcher thread per source broker). The next goes out as soon as the answer is
   applied, so acks=all costs one round trip plus the follower's append.
+* **Fetch sessions** (KIP-227): the first FETCH to a leader opens a session and
+  names every partition; the next ones name only the partitions added or whose
+  request changed, and list those dropped (``forgotten``). A session error
+  (``FETCH_SESSION_ID_NOT_FOUND``, ``INVALID_FETCH_SESSION_EPOCH``), a failed
+  request or a partition answered with an error makes the next fetch name it (all
+  of them after a session error or failure) again. While a session is quiet (its
+  last answer empty, every partition fetching, none throttled) the next fetch is
+  sent without looking through the partitions, but for a look every
+  ``limits.FETCH_SESSION_RESCAN_MS`` and after any change of the replicas hosted,
+  their roles or leaders (``HostedReplicas.generation``), one made while its fetch
+  was in flight included: a partition followed from then is named by its next fetch,
+  else its leader would learn no position for it and drop it from the ISR.
 * **An answer is applied only if it is still wanted**: the replica follows the same
   leader at the same epoch, in the phase it asked in, from the log end it asked
   from (Kafka's fetcher applies a partition's data only at the epoch and fetch
@@ -53,7 +65,16 @@ from ...config.cluster import ClusterConfig
 from ...record.records import now_ms
 from ...zmq_replication import ReceivedResponse, ReplicationEndpoint
 from .hosted_replicas import HostedReplicas, partition_name
-from .messages import EpochEnd, EpochEndPartition, EpochEndResponse, ErrorCode, Fetch, FetchResponse
+from .messages import (
+    INITIAL_SESSION_EPOCH,
+    NO_SESSION,
+    EpochEnd,
+    EpochEndPartition,
+    EpochEndResponse,
+    ErrorCode,
+    Fetch,
+    FetchResponse,
+)
 from .partition import FetchPhase, PartitionReplica, Role
 from .throttle import ReplicationThrottle
 
@@ -69,6 +90,50 @@ class _Fetcher:
     in_flight: int | None = None          # its correlation id
     partitions: tuple = ()                # what it asked: (replica, leader epoch, offset)
     retry_at: int = 0
+    # Its fetch session (KIP-227): the id, the epoch of the next fetch, and each
+    # partition's request as the leader holds it; the requests of the fetch in flight.
+    session_id: int = NO_SESSION
+    session_epoch: int = INITIAL_SESSION_EPOCH
+    sent: dict = dataclasses.field(default_factory=dict)
+    pending: dict | None = None
+    # Quiet: its last full look found every partition fetching unthrottled and its
+    # last answer was empty, so the next fetch names nothing (until ``rescan_at``).
+    quiet: bool = False
+    rescan_at: int = 0
+    observer: bool = False
+    # The hosted generation its last full look saw: a quiet fetch is sent only while
+    # it is current (the replicas followed, their roles and leaders unchanged since).
+    generation: int = -1
+
+    def reset_session(self) -> None:
+        """The next fetch opens a new session, in full (the leader forgot this one,
+        or an answer was lost so its epoch is unknown)."""
+        self.session_id, self.session_epoch, self.sent, self.pending = \
+            NO_SESSION, INITIAL_SESSION_EPOCH, {}, None
+        self.quiet = False
+
+    def session_fetch(self, requests: tuple) -> tuple[tuple, int, int, tuple]:
+        """The next fetch's (partitions named, session id, epoch, forgotten): in a
+        session only the requests that changed or were added, and those dropped."""
+        current = {(request.topic_key, request.partition): request for request in requests}
+        self.pending = current
+        if self.session_id == NO_SESSION:
+            return requests, NO_SESSION, INITIAL_SESSION_EPOCH, ()
+        sent = self.sent
+        named = tuple(request for key, request in current.items() if sent.get(key) != request)
+        forgotten = tuple(key for key in sent if key not in current)
+        return named, self.session_id, self.session_epoch, forgotten
+
+    def session_answered(self, session_id: int) -> None:
+        """The leader took the fetch in flight: the session holds its requests."""
+        if self.pending is None:
+            return
+        if session_id == NO_SESSION:
+            self.reset_session()
+            return
+        epoch = INITIAL_SESSION_EPOCH if self.session_id != session_id else self.session_epoch
+        self.session_id, self.session_epoch = session_id, epoch + 1
+        self.sent, self.pending = self.pending, None
 
 
 class ReplicaFetcher:
@@ -136,6 +201,14 @@ class ReplicaFetcher:
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
             if fetcher.in_flight is not None or now < fetcher.retry_at:
                 continue
+            # Each fetcher compares the generation its own last look saw: a regroup
+            # while its fetch was in flight must still make its next fetch look (a
+            # partition it now follows is named, not left out until the rescan).
+            if fetcher.quiet and fetcher.generation == self._generation and \
+                    now < fetcher.rescan_at and self._stopping_to_follow is None:
+                self._send_quiet(fetcher)
+                continue
+            fetcher.generation = self._generation
             asking = []
             for replica in followed:
                 if replica.leader_id != leader_id or self._stopped_for_shutdown(replica):
@@ -146,8 +219,27 @@ class ReplicaFetcher:
                 elif replica.retry_at and replica.phase is not FetchPhase.WAITING:
                     self._replica_retry_at = replica.retry_at if self._replica_retry_at is None \
                         else min(replica.retry_at, self._replica_retry_at)
+            fetcher.quiet = False
             if asking:
                 self._send_next(fetcher, asking, now)
+                fetcher.quiet = fetcher.session_id != NO_SESSION and \
+                    len(asking) == len(followed) and \
+                    len(fetcher.partitions) == len(followed) and \
+                    fetcher.pending is not None and all(
+                        request.partition_max_bytes == self.config.replica_fetch_max_bytes
+                        for request in fetcher.pending.values())
+                if fetcher.quiet and fetcher.rescan_at <= now:
+                    fetcher.rescan_at = now + limits.FETCH_SESSION_RESCAN_MS
+
+    def _send_quiet(self, fetcher: _Fetcher) -> None:
+        """A quiet session's next fetch: it names nothing, and its partitions are the
+        ones the last full look found."""
+        fetcher.pending = fetcher.sent
+        body = Fetch(self.broker_id, fetcher.observer, self.config.replica_fetch_wait_max_ms, 1,
+                     self.config.replica_fetch_response_max_bytes, (), fetcher.session_id,
+                     fetcher.session_epoch, ())
+        self._send(fetcher, fetcher.partitions, body,
+                   self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
 
     def _followed_by_leader(self) -> dict[int, list[PartitionReplica]]:
         """The replicas this broker follows or observes, by leader (regrouped when
@@ -164,6 +256,7 @@ class ReplicaFetcher:
         asking = [replica for replica in replicas if replica.phase is FetchPhase.TRUNCATING
                   and replica.take_step(replica.truncation_start())]
         if asking:
+            fetcher.pending = None
             body = EpochEnd(tuple(EpochEndPartition(replica.topic_key, replica.hosted.partition,
                                                     replica.leader_epoch,
                                                     replica.log.epochs.latest_epoch)
@@ -173,10 +266,14 @@ class ReplicaFetcher:
             return
         fetching, requests = self._fetch_requests(replicas, now)
         if not fetching:
+            fetcher.reset_session()        # the leader evicts it once idle
             return
-        body = Fetch(self.broker_id, any(replica.role is Role.OBSERVER for replica in fetching),
+        named, session_id, epoch, forgotten = fetcher.session_fetch(requests)
+        fetcher.observer = any(replica.role is Role.OBSERVER for replica in fetching)
+        body = Fetch(self.broker_id, fetcher.observer,
                      self.config.replica_fetch_wait_max_ms, 1,
-                     self.config.replica_fetch_response_max_bytes, requests)
+                     self.config.replica_fetch_response_max_bytes, named, session_id, epoch,
+                     forgotten)
         self._send(fetcher, tuple((replica, replica.leader_epoch, replica.log.log_end_offset)
                                   for replica in fetching), body,
                    self.config.replica_fetch_wait_max_ms + self.config.replica_socket_timeout_ms)
@@ -211,6 +308,7 @@ class ReplicaFetcher:
         except ShmlogError as error:
             log.warning("cannot send to broker %d: %s", fetcher.leader_id, error)
             fetcher.retry_at = now_ms() + limits.FETCH_BACKOFF_MS
+            fetcher.pending = None
 
     # -- the leaders' answers -------------------------------------------------------------------
     def _fetcher_for(self, peer_id: int, correlation_id: int) -> _Fetcher | None:
@@ -225,6 +323,7 @@ class ReplicaFetcher:
         fetcher = self._fetcher_for(peer_id, correlation_id)
         if fetcher is not None:
             fetcher.retry_at = now + limits.FETCH_BACKOFF_MS
+            fetcher.reset_session()
 
     def answered(self, event: ReceivedResponse, now: int) -> None:
         """Apply a leader's answer to the request in flight, and send the next."""
@@ -232,9 +331,21 @@ class ReplicaFetcher:
         if fetcher is None:
             return
         body = event.message.body
-        asked = {entry[0].key: entry for entry in fetcher.partitions}
+        asked = {entry[0].key: entry for entry in fetcher.partitions} \
+            if getattr(body, "partitions", None) else {}
         if isinstance(body, FetchResponse):
+            if body.error is not ErrorCode.NONE:
+                log.info("broker %d refused fetch session %d (%s): fetching in full",
+                         event.peer_id, fetcher.session_id, body.error.name)
+                fetcher.reset_session()
+                self.send_requests(now)
+                return
+            fetcher.session_answered(body.session_id)
+            if body.partitions:
+                fetcher.quiet = False      # positions moved: the next fetch looks
             for answer in body.partitions:
+                if answer.error is not ErrorCode.NONE:     # the leader dropped it: name it again
+                    fetcher.sent.pop((answer.topic_key, answer.partition), None)
                 replica = self._still_asking(asked.get((answer.topic_key, answer.partition)),
                                              fetcher, FetchPhase.FETCHING)
                 if replica is not None and answer.records is not None:
@@ -252,6 +363,7 @@ class ReplicaFetcher:
         else:
             log.warning("broker %d answered %s: backing off", event.peer_id, body)
             fetcher.retry_at = now + limits.FETCH_BACKOFF_MS
+            fetcher.reset_session()
             return
         self.send_requests(now)
 

@@ -72,6 +72,9 @@ class LeadershipListener(Protocol):
     def maybe_advance_high_watermark(self, replica: PartitionReplica, now: int) -> None:
         """A state was applied: the leader's high watermark may move."""
 
+    def isr_changed(self, replica: PartitionReplica) -> None:
+        """A state was applied: its ISR may have changed."""
+
 
 class HostedReplicas:
     """Every partition this broker hosts, and its role (see the module's rules).
@@ -183,6 +186,7 @@ class HostedReplicas:
             replica.update_min_insync(self.suspended)
             self._listener.leadership_changed(replica)
         self._listener.maybe_advance_high_watermark(replica, now)
+        self._listener.isr_changed(replica)
 
     def host_topic(self, assignment, now: int) -> None:
         """Host the topic's partitions as ZooKeeper assigns them (its id is the

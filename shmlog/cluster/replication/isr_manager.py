@@ -64,6 +64,12 @@ class IsrManager:
         #: ISR changes this broker wrote as leader and ZooKeeper took, by kind (Kafka's
         #: IsrShrinksPerSec and IsrExpandsPerSec, as totals: broker_stats reports them).
         self.changes = dict.fromkeys(IsrChangeKind, 0)
+        self._changed: Callable[[PartitionReplica], None] = lambda replica: None
+
+    def listen(self, changed: Callable[[PartitionReplica], None]) -> None:
+        """Tell ``changed`` of each partition whose ISR change ZooKeeper took (the
+        leader's fetch serving: a follower dropped is served again until it joins)."""
+        self._changed = changed
 
     def work_pending(self) -> bool:
         """Are outcomes queued for :meth:`apply_written`?"""
@@ -112,3 +118,4 @@ class IsrManager:
         replica.isr_change_written(change, outcome)
         self.changes[change.kind] += 1
         replica.update_min_insync(self.hosted.suspended)
+        self._changed(replica)

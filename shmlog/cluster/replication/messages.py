@@ -41,7 +41,8 @@ from ...common import limits
 from .layout import MessageType
 
 __all__ = [
-    "UNKNOWN_OFFSET", "UNDEFINED_EPOCH", "NO_EPOCH", "INT32_MAX", "INT64_MIN", "INT64_MAX",
+    "UNKNOWN_OFFSET", "UNDEFINED_EPOCH", "NO_EPOCH", "INT32_MAX", "NO_SESSION",
+    "SESSIONLESS_EPOCH", "INITIAL_SESSION_EPOCH", "INT64_MIN", "INT64_MAX",
     "ErrorCode", "Message", "Fetch", "FetchPartition", "FetchResponse",
     "FetchResponsePartition", "EpochEnd", "EpochEndPartition", "EpochEndResponse",
     "EpochEndResponsePartition", "Produce", "ProducePartition", "ProduceResponse",
@@ -57,6 +58,11 @@ UNDEFINED_EPOCH = -1
 # A request that carries no current leader epoch (Kafka's RecordBatch.NO_PARTITION_LEADER_EPOCH
 # in a request's current_leader_epoch): its epoch check is skipped.
 NO_EPOCH = -1
+# Fetch sessions (KIP-227, Kafka's FetchMetadata): no session id; the epoch of a full
+# fetch that opens no session (FINAL_EPOCH); the epoch of a full fetch opening one.
+NO_SESSION = 0
+SESSIONLESS_EPOCH = -1
+INITIAL_SESSION_EPOCH = 0
 
 
 class ErrorCode(enum.IntEnum):
@@ -80,6 +86,8 @@ class ErrorCode(enum.IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     KAFKA_STORAGE_ERROR = 56
     FENCED_LEADER_EPOCH = 74
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
     UNKNOWN_LEADER_EPOCH = 75
     STALE_BROKER_EPOCH = 77
     INVALID_RECORD = 87
@@ -123,17 +131,27 @@ class FetchPartition:
 class Fetch:
     """FETCH: a follower (or observer) asks the leader for records past its log end,
     waiting up to ``max_wait_ms`` for some (§3.2). ``replica_id`` must be the
-    sender's broker id."""
+    sender's broker id.
+
+    In a fetch session (KIP-227) ``session_epoch`` 0 opens one (``partitions`` is
+    all of them); a later epoch names only the partitions added or whose request
+    changed, and ``forgotten`` the ``(topic_key, partition)`` pairs leaving it.
+    ``SESSIONLESS_EPOCH`` is a full fetch outside any session."""
     replica_id: int
     observer: bool
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
     partitions: tuple[FetchPartition, ...]
+    session_id: int = NO_SESSION
+    session_epoch: int = SESSIONLESS_EPOCH
+    forgotten: tuple[tuple[int, int], ...] = ()
     SCHEMA: ClassVar[dict] = dict(
         replica_id=("int", 0, INT32_MAX), observer=("bool",),
         max_wait_ms=("int", 0, limits.REPLICATION_FETCH_WAIT_MS_MAX),
-        min_bytes=("int", 0, limits.FETCH_SIZE_MAX), max_bytes=("int", 0, limits.FETCH_SIZE_MAX))
+        min_bytes=("int", 0, limits.FETCH_SIZE_MAX), max_bytes=("int", 0, limits.FETCH_SIZE_MAX),
+        session_id=("int", 0, INT32_MAX), session_epoch=("int", SESSIONLESS_EPOCH, INT32_MAX),
+        forgotten=("names", limits.PARTITIONS_PER_TOPIC_MAX - 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,9 +175,15 @@ class FetchResponsePartition:
 
 @dataclasses.dataclass(frozen=True)
 class FetchResponse:
-    """FETCH_RESPONSE: one entry per partition of the FETCH."""
+    """FETCH_RESPONSE: one entry per partition of the FETCH; in a session, one per
+    partition named or with news (records, a moved high watermark or log start, an
+    error). ``error`` is the session's (``FETCH_SESSION_ID_NOT_FOUND``,
+    ``INVALID_FETCH_SESSION_EPOCH``: fetch in full again), ``session_id`` the
+    session the leader keeps (``NO_SESSION``: none)."""
     partitions: tuple[FetchResponsePartition, ...]
-    SCHEMA: ClassVar[dict] = dict()
+    error: ErrorCode = ErrorCode.NONE
+    session_id: int = NO_SESSION
+    SCHEMA: ClassVar[dict] = dict(error=_ERROR, session_id=("int", 0, INT32_MAX))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -248,9 +248,11 @@ class PartitionReplica:
             log_start_offset=log_.log_start_offset, log_end_offset=log_.log_end_offset)
         if error is not ErrorCode.NONE:
             return self._fetch_answer(request, error), False
+        # Whether it observes is the partition's to say, not the fetch's: one fetch
+        # from a broker carries the partitions it follows and those it observes.
         self.leader.record_fetch(replica_id, request.fetch_offset, now, log_.log_end_offset,
                                  log_start_offset=request.log_start_offset,
-                                 observer=observer or replica_id not in self.replicas)
+                                 observer=replica_id not in self.replicas)
         self.maybe_advance_high_watermark(now, suspended)
         records = self.read(request.fetch_offset, min(max_bytes, request.partition_max_bytes))
         return self._fetch_answer(request, ErrorCode.NONE, records), records.size > 0

@@ -114,12 +114,14 @@ class ReplicaService:
         self.fetch_serving = FetchServing(self.hosted, endpoint, self.throttle, self.isr,
                                           wake_consumers)
         self.hosted.listen(self.fetch_serving)
+        self.isr.listen(self.fetch_serving.isr_changed)
         self.fetcher = ReplicaFetcher(self.hosted, endpoint, config, self.throttle,
                                       wake_consumers)
         # Producers' entries for partitions led elsewhere, and PRODUCEs from peers.
         self.forwarding = Forwarding(self.appender, endpoint, config, self.hosted.by_key,
                                      lambda broker_id: broker_id in self.view.brokers)
-        self.delete_records = DeleteRecordsServing(self.hosted, endpoint)
+        self.delete_records = DeleteRecordsServing(self.hosted, endpoint,
+                                                   self.fetch_serving.log_start_moved)
         self.dispatcher = Dispatcher(self.hosted, endpoint, self.throttle, self.fetch_serving,
                                      self.fetcher, self.forwarding, self.delete_records)
 

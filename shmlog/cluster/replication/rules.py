@@ -98,6 +98,20 @@ class FollowerState:
         self.last_fetch_leader_log_end_offset = leader_log_end_offset
         self.last_fetch_time_ms = now_ms
 
+    def session_fetched(self, fetch_offset: int, fetch_time_ms: int) -> None:
+        """A fetch session (KIP-227) whose fetches since the last one served this
+        partition did not name it (its position unchanged) fetched last at
+        ``fetch_time_ms``, and the partition was not appended to since: each of
+        those fetches found the follower where the last served one did. If that
+        one had it caught up, it stayed caught up through ``fetch_time_ms`` (what
+        Kafka's per-fetch ``updateFollowerFetchState`` of every session partition
+        would have recorded), so the ISR does not drop an idle, caught-up follower
+        as soon as the partition is appended to again."""
+        if fetch_offset == self.log_end_offset and \
+                fetch_offset >= self.last_fetch_leader_log_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, fetch_time_ms)
+            self.last_fetch_time_ms = max(self.last_fetch_time_ms, fetch_time_ms)
+
 
 def out_of_sync_replicas(*, leader_id: int, isr: Iterable[int],
                          followers: Mapping[int, FollowerState], leader_log_end_offset: int,
