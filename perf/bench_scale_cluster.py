@@ -61,47 +61,39 @@ idle CPU per broker (% of a core)              9 to 12 %        12 to 18 %
 (**) before the automatic preferred election skipped brokers shutting down: it
 held the controller's thread, and the broker gave up after its three attempts.
 
-Figures at 3,000 (28 November 2026, the same VM, no test suite beside it: load
-average 1.8 to 7 from the brokers themselves and other engineers' work; before:
-c7b2ba6 on main; after: the scale-failover branch)
------------------------------------------------------------------------------------
-=============================================  ===============  ===============  =====
-figure                                         before           after            goal
-=============================================  ===============  ===============  =====
-create + every leader elected                  23.9 s           17.2 s           30 s
-kill -9: every partition led again             15.2 s           11.2 s           8 s
-killed broker restarted (serving)              132.1 s          12.7 s
-  then back in every ISR                       8.2 s            8.3 s
-controlled shutdown: leaderships moved         14.1 s           9.6 s            10 s
-controlled shutdown: process exited            15.9 s           11.0 s
-=============================================  ===============  ===============  =====
+Figures of one run on a quiet machine (28 November 2026, 11:37, load average 2.0
+before it, nothing else running; session timeout 6 s)
+------------------------------------------------------------------------------------
+=============================================  =======  =======  ========  ======
+figure                                         1,000    3,000    10,000    goal
+=============================================  =======  =======  ========  ======
+create + every leader elected                  1.9 s    5.2 s    16.3 s    30 s
+kill -9: every partition led again             6.0 s    6.9 s    12.5 s    8 s
+killed broker restarted (serving)              3.0 s    5.5 s    15.2 s
+  then back in every ISR                       1.1 s    2.4 s    9.5 s
+controlled shutdown: leaderships moved         0.9 s    2.9 s    9.2 s     10 s
+controlled shutdown: process exited            1.3 s    3.5 s    9.8 s
+__consumer_offsets made: RSS per broker        +1.0     +1.0     +1.0 MiB  5 MB
+RSS with the topic - without (per broker)      +15 MiB  +42 MiB  +124 to +134 MiB
+open files per broker                          35       42       42
+idle CPU per broker (% of a core)              4-5 %    6-7 %    6-7 %
+=============================================  =======  =======  ========  ======
 
-A failover at 3,000 (after), from the brokers' logs: the controller saw the
-broker gone 7.0 s after the kill (ZooKeeper's session expiry, the floor: the
-6 s timeout rounded to the 500 ms tick, then the watch), its first states were
-applied by brokers 2.0 s later (the pipelined re-read of all 3,000 states, the
-decisions, the first 512 KiB multi), the last of its two multis went through
-3.3 s after it saw the broker gone, and the last survivor led its partitions
-0.5 s after that (3.8 s after the expiry: the goal allows 2 s). The clock adds
-the polls' own cost (a describe of 3,000 partitions per broker per poll).
-The restart was log recovery: each crashed, empty active segment's indexes were
-reserved (fallocated and zero-filled) for its sparse 1 GiB capacity, 5 MiB per
-partition; recovery now scans up to the log file's first hole.
+The same morning, before the controller's state cache, kazoo's poll handler and
+the fetch sessions: kill -9 10.9 s at 3,000 and 22.6 s at 10,000, controlled
+shutdown 21.3 s and idle CPU 47 to 75 % of a core per broker at 10,000.
 
-At 10,000 (after; the same day, load average 15 to 21 from other engineers' test
-suites throughout, so every figure is far above a quiet machine's): create +
-every leader elected 70.0 s (the create call 65.2 s: each broker's loop hosts
-10,000 logs in one turn, so ``ADMIN_TIMEOUT_MS`` is 300 s; at 60 s it expired);
-kill -9 of a broker leading 3,334: every partition led again after 45.3 s (the
-controller saw the broker gone 9.5 s after the kill, the brokers applied its
-first states 16.2 s later, its last multi went through 29.1 s after it saw the
-broker gone, the last survivor led all of its partitions 1.7 s after that);
-killed broker restarted 84.3 s (72 s of it opening 10,000 logs before it joins
-ZooKeeper), back in every ISR 30.6 s later; controlled shutdown: every
-partition led by a survivor after 49.2 s (the controller acted on no request
-within the broker's three attempts, 15 s: the broker left and its partitions
-failed over as after a session's end); RSS +158 to +165 MiB per broker; idle CPU
-43 to 51 % of a core per broker.
+What bounds the failover at 10,000 (brokers' logs, one run): the controller saw
+the broker gone 5.5 to 7 s after the kill (the session's expiry, the floor), and
+decided all 10,000 new states in 0.13 s from its cache; writing them (five 512 KiB
+multis, new leaders first) and every broker learning them took 3 to 5 s more.
+Each broker learns each state from its own watch: one notification and one read
+per state, 20,000 packets per broker for 10,000 states, and ZooKeeper answers the
+controller's own broker only after all five multis are committed. So the time
+after the expiry grows with the partitions a failure changes (0.3 ms each at
+3,000, 0.65 ms at 10,000, counted from the kill less the 6 s session); a
+state pushed to the brokers in batches (Kafka's LeaderAndIsr requests), or a
+batched change notification in ZooKeeper, would make it a few reads per failover.
 
 Before this work, at 1,000 partitions: no follower ever caught up (a fetch of
 ~460 partitions overflowed the 64 KiB body limit); a broker's loop walked every
@@ -109,11 +101,9 @@ partition each turn (43 % of its time, idle); becoming leader cost an fsync per
 partition; the controller read each state with its own round trip and would have
 written a 10,000-partition topic's states in one multi over ZooKeeper's 1 MiB
 request limit; each broker set up a kazoo DataWatch, and a thread, per partition.
-What is left at 10,000 partitions (see the report of issue 26): idle fetches name
-every partition of their leader twice a second (each broker's idle CPU grows by
-~9 % of a core per 1,000 partitions: KIP-227's incremental fetch sessions are the
-fix), six descriptors per partition (18,000 at 3,000: the fd limit is 20,000), and
-starting, recovering and closing thousands of logs.
+Idle fetches named every partition of their leader twice a second (each
+broker's idle CPU grew by ~9 % of a core per 1,000 partitions) until KIP-227's
+incremental fetch sessions.
 """
 
 from __future__ import annotations
