@@ -617,6 +617,10 @@ CONTROL_POLL_MS = 100
 # writes it microseconds after creating the object); one left so for this long lost its
 # maker in between and is reclaimed.
 RING_CREATION_GRACE_S = 60.0
+# No process has a pid above Linux's PID_MAX_LIMIT (4,194,304 = 2^22 on 64-bit systems; the
+# pid_max sysctl can only be lowered from it). A ring's pid word is its producer's to
+# write: anything outside 1..this is treated as a producer that is gone (issue 27).
+PID_MAX = 1 << 22
 # The producers one broker drains at once (its producers_max setting's default). Each
 # registered ring is one mapping of the broker's (of vm.max_map_count's 65530), ~10 KiB
 # of its parked-completion table, a row the compiled drain visits every round, and its

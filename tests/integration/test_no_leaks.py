@@ -150,6 +150,25 @@ def test_a_running_broker_reclaims_unregistered_rings_of_dead_processes_only(dat
         assert broker.stop() == 0
 
 
+@pytest.mark.parametrize("pid", [1 << 40, -1, 1 << 31])
+def test_a_producer_that_writes_a_bad_pid_into_its_ring_loses_its_ring_not_the_broker(
+        data_dir, pid):
+    """The ring's pid word is the producer's to write: a value no process can have
+    (above the kernel's pid limit, past what kill(2) takes, or negative, which
+    kill(2) reads as a process group) makes the broker treat the producer as gone
+    and reclaim its ring, never crash or keep the ring (issue 27, row 1)."""
+    with Broker(data_dir, liveness_check_interval_ms=50) as broker:
+        Admin(data_dir).create_topic("t")
+        with Producer(data_dir, ring_size=RING_SIZE) as honest, \
+                Producer(data_dir, ring_size=RING_SIZE) as scribbler:
+            scribbler.send("t", b"before").get(timeout=DEADLINE_S)
+            scribbler.ring.words[R.PRODUCER_PID_WORD] = pid
+            _wait_until_gone(f"{SHM}/{scribbler.ring.name}")
+            assert broker.process.poll() is None
+            honest.send("t", b"after").get(timeout=DEADLINE_S)
+        assert broker.stop() == 0
+
+
 def test_a_clean_stop_removes_the_control_socket(data_dir):
     run_directory = os.path.join(data_dir, "run")
     with Broker(data_dir) as broker:
