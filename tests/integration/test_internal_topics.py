@@ -8,6 +8,8 @@
   (a cleanup policy with ``delete``, its ``compact`` override removed, retention
   settings) is refused (``InternalTopicConfigError``), through ``alter_topic_config``
   and kafka-python's ``alter_configs``; a compaction setting may still change.
+* ``shmlog delete-records`` and ``shmlog topics alter`` (clients of the same
+  requests) fail with the broker's refusal, nothing changed.
 * Every topic request with a list, a dict, an int or None where a topic name goes
   is answered ``LocalProtocolError`` naming the field, and the broker goes on serving.
 
@@ -17,6 +19,9 @@ uses it, and raw control requests for what Admin shapes itself.
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
@@ -35,6 +40,8 @@ from shmlog.server.broker import Broker
 from shmlog.storage import delete_records as deletion
 
 GROUP = "keeper"
+# A CLI command starts a Python process and asks once: seconds on a loaded machine.
+CLI_TIMEOUT_S = 120
 COMMITTED = {("kept", 0): 7, ("kept", 1): 11}
 
 
@@ -125,6 +132,27 @@ def test_commits_survive_a_restart_after_the_refused_configs(committed_broker):
     admin = _restart(committed_broker)
     assert admin.describe_topic(OFFSETS_TOPIC)["config"]["cleanup.policy"] == "compact"
     assert _committed(admin) == COMMITTED
+
+
+def test_the_cli_refuses_too(committed_broker):
+    data_dir = committed_broker[0].data_dir
+    deleted = subprocess.run(
+        [sys.executable, "-m", "shmlog", "delete-records", "--topic", OFFSETS_TOPIC,
+         "--partition", "0", "--offset", "-1", "--data-dir", data_dir],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert deleted.returncode != 0
+    assert f"{OFFSETS_TOPIC}-0\terror: delete-records of {OFFSETS_TOPIC}-0: " \
+           f"{deletion.INVALID_TOPIC_EXCEPTION}" in deleted.stdout, deleted.stdout
+    altered = subprocess.run(
+        [sys.executable, "-m", "shmlog", "topics", "alter", OFFSETS_TOPIC, "--config",
+         "cleanup.policy=delete", "--config", "retention.ms=1", "--data-dir", data_dir],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert altered.returncode != 0
+    assert "internal topic" in altered.stderr and "Nothing was changed" in altered.stderr, \
+        altered.stderr
+    admin = Admin(data_dir)
+    assert admin.describe_topic(OFFSETS_TOPIC)["config"]["cleanup.policy"] == "compact"
+    assert {entry["log_start_offset"] for entry in admin.list_offsets(OFFSETS_TOPIC)} == {0}
 
 
 BAD_NAMES = [["kept"], {"name": "kept"}, 7, None]
