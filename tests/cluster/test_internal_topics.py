@@ -16,8 +16,14 @@ import pytest
 from cluster.workload import ADMIN_TIMEOUT_MS, WAIT_S
 from shmlog.client.admin import Admin
 from shmlog.client.producer import Producer
-from shmlog.common.errors import InternalTopicConfigError, InternalTopicError, ShmlogError
+from shmlog.common.errors import (
+    InternalTopicConfigError,
+    InternalTopicError,
+    LocalProtocolError,
+    ShmlogError,
+)
 from shmlog.common.internal_topics import OFFSETS_TOPIC
+from shmlog.protocol.control_client import request
 from shmlog.storage import delete_records as deletion
 
 TOPIC = "kept-27"
@@ -108,3 +114,19 @@ def test_the_offsets_topic_keeps_its_commits_in_a_cluster(fault_cluster):
         _restart(cluster, broker_id)
     cluster.wait_for(lambda: all(_committed(cluster, b) == COMMITTED for b in BROKERS),
                      WAIT_S, "the group's commit through every broker after the restarts")
+
+
+@pytest.mark.parametrize("bad", [["kept"], {"name": "kept"}, 7, None],
+                         ids=["list", "dict", "int", "none"])
+def test_a_malformed_topic_name_is_a_typed_error_in_a_cluster(fault_cluster, bad):
+    """A cluster member's own handlers (create, delete and alter go through
+    ZooKeeper) check the name's type before anything else (issue 27, row 8)."""
+    admin = _admin(fault_cluster, 1)
+    for call in (lambda: admin.create_topic(bad), lambda: admin.delete_topic(bad),
+                 lambda: admin.describe_topic(bad), lambda: admin.alter_topic_config(bad),
+                 lambda: admin.list_offsets(bad)):
+        with pytest.raises(LocalProtocolError, match="must be str"):
+            call()
+    with pytest.raises(LocalProtocolError, match=r"\[topic, partition, offset\]"):
+        request(fault_cluster.data_dir(1), "delete_records", partitions=[[bad, 0, 0]])
+    assert isinstance(admin.list_topics(), list)                      # still serving
