@@ -8,6 +8,9 @@ Rules
 * Internal topics (``internal_topics.INTERNAL_TOPICS``: ``__consumer_offsets``) are the
   broker's: it creates them on first use (``group_service``); a client cannot
   create, delete or grow them (Kafka's rule).
+* A config change that could drop an internal topic's records is refused
+  (:func:`refuse_internal_config`, ``InternalTopicConfigError``): the topic keeps
+  its config. Other settings of it may change.
 * Metadata names, for every partition, its row in the state table and its
   directory: what a consumer maps, and what a producer puts on its ring entries.
 * Every field a client sends is checked (``control.require``) before anything
@@ -30,8 +33,10 @@ import os
 
 from ..common import access
 from ..common.errors import (
+    InternalTopicConfigError,
+    InternalTopicError,
+    InvalidConfigError,
     InvalidReplicationFactorError,
-    InvalidTopicError,
     LocalProtocolError,
     ShmlogError,
     UnknownTopicOrPartitionError,
@@ -39,11 +44,17 @@ from ..common.errors import (
 from ..common.internal_topics import INTERNAL_TOPICS
 from ..protocol.control import error_entry, require
 from ..storage import delete_records as deletion
-from ..storage.topic_config import config_sources
+from ..storage.topic_config import TopicConfig, config_sources
 from .partition_host import PartitionHost
 from .service import ImmediateService
 
-__all__ = ["TopicService", "refuse_internal", "delete_records_entries"]
+__all__ = ["TopicService", "refuse_internal", "refuse_internal_config", "delete_records_entries"]
+
+# Settings of an internal topic a client may not set, though inert while its policy is
+# compact-only (log_retention deletes by time or size only under "delete"): set, they
+# are a deletion armed for the day the policy changes (a config znode written by hand,
+# a broker without this check), and retention.ms=1 would then drop every commit.
+_INTERNAL_RETENTION_KEYS = frozenset({"retention.ms", "retention.bytes"})
 
 
 def _checked_topic(name, partitions, config, replication_factor) -> tuple[str, int, dict]:
@@ -63,11 +74,43 @@ def _checked_topic(name, partitions, config, replication_factor) -> tuple[str, i
 def refuse_internal(name, done: str) -> None:
     """Clients never create, delete or grow an internal topic (Kafka refuses it too):
     the broker owns it, and a group's commits are found by hashing the group id over
-    its partition count, so another count or a new empty topic loses every commit."""
-    if name in INTERNAL_TOPICS:
-        raise InvalidTopicError(f"{name} is an internal topic (the consumer groups' committed "
+    its partition count, so another count or a new empty topic loses every commit.
+    The name's type is checked first: a list or dict is a malformed request, not a
+    lookup that fails on an unhashable key."""
+    if require(name, str, "name") in INTERNAL_TOPICS:
+        raise InternalTopicError(f"{name} is an internal topic (the consumer groups' committed "
                                 f"offsets); the broker manages it, it cannot be {done} by a "
                                 f"client")
+
+
+def refuse_internal_config(name: str, overrides: dict, changed) -> None:
+    """Refuse a config change of an internal topic that could drop a live commit.
+
+    ``overrides`` is the topic's config as it would be after the change, ``changed``
+    the names the change sets. What can drop a commit: a cleanup policy with
+    ``delete`` in it (a policy set so, or ``compact`` removed and Kafka's default,
+    ``delete``, back): retention then deletes whole segments, a group's latest
+    commit among them, and a restarted coordinator reads back only what is left. A
+    compact-only log keeps every key's latest record, so compaction settings
+    (``min.compaction.lag.ms``, ``delete.retention.ms``, ...) and segment sizes cannot
+    lose a live commit and stay free. Retention settings are refused too (see
+    ``_INTERNAL_RETENTION_KEYS``). Kafka's broker has no such check; its code for a
+    refused config is INVALID_CONFIG, whose class this error extends.
+    """
+    if name not in INTERNAL_TOPICS:
+        return
+    try:
+        resulting = TopicConfig.from_overrides(overrides)
+    except InvalidConfigError:
+        return                                  # refused as any topic's, by the caller
+    armed = sorted(_INTERNAL_RETENTION_KEYS.intersection(changed))
+    if resulting.delete or armed:
+        what = f"cleanup.policy={resulting.cleanup_policy!r}" if resulting.delete else \
+            f"{', '.join(armed)}"
+        raise InternalTopicConfigError(
+            f"{name} is an internal topic (the consumer groups' committed offsets): "
+            f"{what} could let retention delete live commits; its cleanup.policy stays "
+            f"'compact' and its retention settings are the broker's. Nothing was changed")
 
 
 class TopicService(ImmediateService):
@@ -111,7 +154,7 @@ class TopicService(ImmediateService):
 
     def metadata(self, topics: list | None = None) -> dict:
         names = self.host.logs.list_topics() if topics is None else \
-            require(topics, list, "topics")
+            [require(name, str, "topics") for name in require(topics, list, "topics")]
         return {"state_table": self.host.table_name,
                 "broker_epoch": self.host.table.broker_epoch,
                 "ring_prefix": self.prefix, "ring_group_id": access.current().group_id,
@@ -186,8 +229,15 @@ class TopicService(ImmediateService):
         return self._topic(name)
 
     def alter_topic_config(self, name, set: dict | None = None, delete: list | None = None) -> dict:
-        self.host.alter_topic_config(require(name, str, "name"), require(set or {}, dict, "set"),
-                                     tuple(require(delete or [], list, "delete")))
+        name, changes = require(name, str, "name"), require(set or {}, dict, "set")
+        removed = tuple(require(delete or [], list, "delete"))
+        if name in INTERNAL_TOPICS:
+            overrides = self.host.logs.describe_topic(name).config.overrides()
+            overrides.update(changes)
+            for key in removed:
+                overrides.pop(key, None)
+            refuse_internal_config(name, overrides, changes)
+        self.host.alter_topic_config(name, changes, removed)
         return self._topic(name)
 
     def offset_for_timestamp(self, topic, partition, timestamp) -> dict:
@@ -242,6 +292,9 @@ class TopicService(ImmediateService):
                                for topic, partition, offset in delete_records_entries(partitions)]}
 
     def _delete_records_of(self, topic: str, partition: int, offset: int) -> dict:
+        refused = deletion.refuse_internal(topic, partition, offset)
+        if refused is not None:
+            return refused
         try:
             error, target = self.host.delete_records(topic, partition, offset)
         except ShmlogError as refused:

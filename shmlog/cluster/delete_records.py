@@ -11,6 +11,8 @@ Rules
   leader's answer, or ``forward.request.timeout.ms``: a leader that does not
   answer in time gives its partitions ``REQUEST_TIMED_OUT`` (the deletion may or
   may not have happened; asking again is safe: the log start never moves back).
+* An internal topic's partition is refused here, before any leader is asked
+  (``delete_records.refuse_internal``: ``INVALID_TOPIC_EXCEPTION``).
 * A partition without a live leader is answered ``NOT_LEADER_OR_FOLLOWER`` at once
   (retriable: Kafka's client would look the leader up again); one unknown here,
   ``UNKNOWN_TOPIC_OR_PARTITION``.
@@ -77,7 +79,10 @@ class ClusterDeleteRecords:
         by_leader: dict[int, list] = {}
         for topic, partition, offset in entries:
             replica = self.replication.replicas.get((topic, partition))
-            if replica is not None and replica.role is Role.LEADER:
+            refused = deletion.refuse_internal(topic, partition, offset)
+            if refused is not None:
+                answers[(topic, partition)] = refused
+            elif replica is not None and replica.role is Role.LEADER:
                 error, resolved, low = self.replication.delete_records_as_leader(
                     topic, partition, offset)
                 answers[(topic, partition)] = deletion.answer(topic, partition, resolved, low,

@@ -12,7 +12,8 @@ Rules
 * ``delete_topic`` marks the topic in ``/admin/delete_topics`` (the controller
   deletes it); it answers once marked, as Kafka does.
 * ``alter_topic_config`` writes the topic's config znode; every broker takes it
-  from its watch.
+  from its watch. An internal topic's change that could drop commits is refused
+  first (``topic_service.refuse_internal_config``), nothing written.
 * ZooKeeper is never called on the loop thread: each write runs on the service's
   worker thread, and its outcome comes back through the loop.
 * ``delete_records`` is carried out by each partition's leader
@@ -36,7 +37,12 @@ import threading
 from typing import Any, Callable
 
 from ..broker.service import RequestContext
-from ..broker.topic_service import TopicService, delete_records_entries, refuse_internal
+from ..broker.topic_service import (
+    TopicService,
+    delete_records_entries,
+    refuse_internal,
+    refuse_internal_config,
+)
 from ..common import limits
 from ..common.errors import BrokerNotAvailableError, InvalidPartitionsError, ShmlogError
 from ..common.topic_names import validate_topic_name
@@ -143,6 +149,7 @@ class ClusterTopicService(TopicService):
         for key in require(delete or [], list, "delete"):
             config.pop(key, None)
         TopicConfig.from_overrides(config)
+        refuse_internal_config(metadata.name, config, set or {})
         zookeeper = self.replication.zookeeper
         return self._hold(lambda: zookeeper.set_topic_config(metadata.name, config),
                           lambda: self._configured(metadata.name, config))

@@ -5,9 +5,11 @@
     ShmlogError
     ├── LocalProtocolError            our caller asked for something invalid
     │   ├── InvalidTopicError
+    │   │   └── InternalTopicError    create, delete, grow or delete records of an internal topic
     │   ├── InvalidPartitionsError
     │   ├── InvalidConfigError
-    │   │   └── UnsupportedKafkaOptionError   a Kafka client option shmlog cannot honour
+    │   │   ├── UnsupportedKafkaOptionError   a Kafka client option shmlog cannot honour
+    │   │   └── InternalTopicConfigError   a setting that could drop an internal topic's records
     │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
     │   ├── OffsetOutOfRangeError
@@ -95,6 +97,14 @@ class PeerProtocolError(ShmlogError):
 class InvalidTopicError(LocalProtocolError):
     """A topic name breaks Kafka's naming rules, or names an internal topic where a
     producer may not write (Kafka's InvalidTopicException)."""
+
+
+class InternalTopicError(InvalidTopicError):
+    """A client asked to create, delete, grow or delete records of an internal topic
+    (``internal_topics.INTERNAL_TOPICS``): the broker owns it, and each would lose
+    consumer groups' committed offsets. Kafka refuses the same (its
+    InvalidTopicException: INVALID_TOPIC_EXCEPTION, also DeleteRecords' per-partition
+    answer for an internal topic)."""
 
 
 class InvalidPartitionsError(LocalProtocolError):
@@ -473,6 +483,12 @@ class UnsupportedKafkaOptionError(InvalidConfigError):
     """A Kafka client option shmlog does not support (transactions, TLS or SASL, a
     custom partitioner, ...) was given: the message names the option and says why.
     Options shmlog does not know at all are :class:`InvalidConfigError`."""
+
+
+class InternalTopicConfigError(InvalidConfigError):
+    """A config change on an internal topic that could let retention delete records
+    the broker still needs (``__consumer_offsets``' committed offsets): refused as
+    Kafka refuses an invalid config (INVALID_CONFIG); the topic keeps its config."""
 
 
 class ClientTimeoutError(ShmlogError):

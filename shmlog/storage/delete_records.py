@@ -22,6 +22,11 @@ Rules
   request's timeout passed, and the admin client here does that waiting by asking
   again (the request is idempotent: the start never moves back), so no broker
   keeps a purgatory for it.
+* **Internal topics are refused** (Kafka's ``ReplicaManager.deleteRecordsOnLocalLog``):
+  a partition of ``internal_topics.INTERNAL_TOPICS`` is answered
+  ``INVALID_TOPIC_EXCEPTION`` and nothing moves. ``__consumer_offsets`` holds the
+  groups' committed offsets: moving its log start drops every commit below it, and
+  a restarted coordinator reads back only what is above it.
 * Whole segments below the new log start are deleted at once (Kafka leaves them to
   its next retention check); records below it in the segment holding the start stay
   on disk but are unreadable: a reader asking for them gets ``OffsetOutOfRangeError``,
@@ -43,6 +48,7 @@ import json
 from typing import Iterable
 
 from ..common.errors import (
+    InternalTopicError,
     LocalProtocolError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -51,12 +57,13 @@ from ..common.errors import (
     StorageError,
     UnknownTopicOrPartitionError,
 )
+from ..common.internal_topics import INTERNAL_TOPICS
 
 __all__ = ["HIGH_WATERMARK", "OFFSET_OUT_OF_RANGE", "NOT_LEADER_OR_FOLLOWER",
            "UNKNOWN_TOPIC_OR_PARTITION", "REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR",
-           "UNKNOWN_OFFSET",
-           "delete_target", "low_watermark", "partition_error", "parse_offset_json",
-           "answer"]
+           "UNKNOWN_OFFSET", "INVALID_TOPIC_EXCEPTION",
+           "delete_target", "refuse_internal", "low_watermark", "partition_error",
+           "parse_offset_json", "answer"]
 
 # Kafka's DeleteRecordsRequest.HIGH_WATERMARK: delete everything committed.
 HIGH_WATERMARK = -1
@@ -69,12 +76,24 @@ NOT_LEADER_OR_FOLLOWER = "NOT_LEADER_OR_FOLLOWER"
 UNKNOWN_TOPIC_OR_PARTITION = "UNKNOWN_TOPIC_OR_PARTITION"
 REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"
 KAFKA_STORAGE_ERROR = "KAFKA_STORAGE_ERROR"
+INVALID_TOPIC_EXCEPTION = "INVALID_TOPIC_EXCEPTION"
 
 _ERROR_CLASSES = {OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
                   NOT_LEADER_OR_FOLLOWER: NotLeaderOrFollowerError,
                   UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
                   REQUEST_TIMED_OUT: RequestTimedOutError,
-                  KAFKA_STORAGE_ERROR: StorageError}
+                  KAFKA_STORAGE_ERROR: StorageError,
+                  INVALID_TOPIC_EXCEPTION: InternalTopicError}
+
+
+def refuse_internal(topic: str, partition: int, offset: int) -> dict | None:
+    """The answer refusing ``topic``'s partition when the topic is internal (see the
+    module's rules), else None: the broker asks before it routes or deletes."""
+    if topic not in INTERNAL_TOPICS:
+        return None
+    return answer(topic, partition, offset, UNKNOWN_OFFSET, INVALID_TOPIC_EXCEPTION,
+                  f"{topic} is an internal topic (the consumer groups' committed offsets): "
+                  f"deleting its records would drop commits; the broker compacts it itself")
 
 
 def delete_target(requested: int, *, log_start_offset: int,

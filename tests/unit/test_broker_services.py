@@ -161,7 +161,7 @@ def test_create_topics_creates_many_in_one_request_and_answers_per_topic(core):
     assert [entry["ok"] for entry in entries] == [True, True] + [False] * 7
     assert [len(entry["partitions"]) for entry in entries[:2]] == [3, 1]
     assert [entry["error"] for entry in entries[2:]] == [
-        "TopicExistsError", "InvalidTopicError", "InvalidTopicError",
+        "TopicExistsError", "InvalidTopicError", "InternalTopicError",
         "InvalidPartitionsError", "InvalidReplicationFactorError", "InvalidConfigError",
         "LocalProtocolError"]
     assert ask(core, "list_topics")["topics"] == ["a", "b"]

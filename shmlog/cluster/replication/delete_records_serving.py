@@ -63,6 +63,9 @@ class DeleteRecordsServing:
         """Kafka's DeleteRecords on a partition this broker leads (``delete_records``'
         rules): (a Kafka error name or None, the offset resolved, the low watermark
         over this log and its live followers' reported log starts)."""
+        refused = deletion.refuse_internal(topic, partition, offset)
+        if refused is not None:                  # also when a peer forwards one
+            return refused["error"], offset, deletion.UNKNOWN_OFFSET
         replica = self.hosted.replicas.get((topic, partition))
         if replica is None:
             return deletion.UNKNOWN_TOPIC_OR_PARTITION, offset, deletion.UNKNOWN_OFFSET
