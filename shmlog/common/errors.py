@@ -16,7 +16,8 @@
     │   ├── InvalidReassignmentError   a reassignment names no such partition or broker
     │   ├── ReassignmentInProgressError   a reassignment already moves those partitions
     │   ├── UnsupportedRequestError   the broker has no such request type (older, or clustered)
-    │   └── ClientClosedError         a closed producer or consumer was used
+    │   ├── ClientClosedError         a closed producer or consumer was used
+    │   └── NotAssignedError          a consumer was asked about a partition not assigned to it
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
     │   │   ├── UnexpectedAppendOffsetError   a leader's batch starts below the follower's log end
@@ -135,6 +136,12 @@ class UnsupportedRequestError(LocalProtocolError):
 class ClientClosedError(LocalProtocolError):
     """A producer or consumer was used after ``close()`` (Kafka's IllegalStateError):
     create a new one."""
+
+
+class NotAssignedError(LocalProtocolError):
+    """A consumer was asked for the position (or a seek, a pause) of a partition not
+    assigned to it (Kafka's IllegalStateException "No current assignment"); the
+    message says when it was dropped because its topic was deleted."""
 
 
 class CorruptRecordError(PeerProtocolError):
