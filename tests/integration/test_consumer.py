@@ -308,3 +308,16 @@ def test_a_subscribed_topic_deleted_leaves_the_assignment_and_position_agrees(br
         with pytest.raises(NotAssignedError, match="deleted"):
             consumer.position(a_0)
         assert consumer.position(keep_0) == 5
+
+
+def test_kafka_pythons_illegal_state_error_catches_a_position_not_assigned(broker):
+    """kafka-python raises IllegalStateError from position() of a partition not
+    assigned, and from a closed client: shmlog's two are that class."""
+    from shmlog.kafka.errors import IllegalStateError
+    Admin(broker).create_topic("t")
+    consumer = Consumer(bootstrap=broker)
+    with pytest.raises(IllegalStateError, match="not assigned to this consumer"):
+        consumer.position(TopicPartition("t", 0))
+    consumer.close()
+    with pytest.raises(IllegalStateError, match="closed"):
+        consumer.poll()
