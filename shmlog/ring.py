@@ -43,6 +43,7 @@ from .common.errors import CorruptRingError, LocalProtocolError, RecordTooLargeE
 from .native.atomics import (
     load_acquire,
     load_relaxed,
+    py_load_acquire,
     py_store_release,
     store_relaxed,
     store_release,
@@ -328,6 +329,13 @@ class Ring:
                 self._results[self._harvested + index] = (int(results[index]),
                                                           int(timestamps[index]))
         self._harvested = acknowledged
+
+    @property
+    def consumer_error(self) -> int:
+        """Why the consumer stopped reading this ring (a ``CompletionCode``), or 0
+        while it reads it. Loaded with acquire: the completions the consumer stored
+        before it gave up are visible to a harvest after this load."""
+        return int(py_load_acquire(self.words, R.CONSUMER_ERROR_WORD))
 
     @property
     def results_held(self) -> int:

@@ -252,6 +252,10 @@ class Consumer:
         self._fetcher.assign(partitions)
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned now. Subscribed partitions whose topic was deleted
+        are dropped first (a read of each row in shared memory, no request), so the
+        assignment and :meth:`position` agree."""
+        self._fetcher.drop_deleted(list(self._subscriptions.assigned))
         return set(self._subscriptions.assigned)
 
     def paused(self) -> set[TopicPartition]:
@@ -310,7 +314,16 @@ class Consumer:
             self.seek(partition, offset)
 
     def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record this consumer will return for the partition."""
+        """The offset of the next record this consumer will return for the partition.
+
+        Raises
+        ------
+        NotAssignedError
+            The partition is not assigned to this consumer (Kafka's
+            IllegalStateException); a subscribed partition whose topic was deleted
+            is no longer assigned, and the message says it was deleted.
+        UnknownTopicOrPartitionError
+            The partition was assigned by hand and its topic was deleted."""
         return self._fetcher.position(partition)
 
     def offsets_for_times(self, timestamps: dict) -> dict:

@@ -16,6 +16,10 @@ Rules
   offsets are read first, and a failure there leaves the assignment as it was and
   joins again. A partition with a committed offset starts there, not at
   ``auto_offset_reset``; one paused before the join stays paused.
+* A subscribed partition whose topic was deleted leaves the assignment as soon as
+  the consumer sees it (``Fetcher.on_deleted``): the listener hears of it as lost
+  (nothing of it can be committed) and the member joins again, as Kafka's does
+  when its metadata loses a subscribed topic.
 * Commits the consumer makes by itself (auto commit, before a revocation, on
   close) log a refusal and go on; ``commit`` raises it.
 * ``commit_async`` sends its commits on one worker thread, in the order made, and
@@ -134,6 +138,7 @@ class ConsumerCoordinator:
         self._committer: concurrent.futures.ThreadPoolExecutor | None = None
         self._default_commit_callback = default_commit_callback
         self.commit_counts = RateWindow()        # metrics(): per commit
+        fetcher.on_deleted = self._drop_deleted
 
     # -- the subscription --------------------------------------------------------------
     def subscribe(self, topics: tuple[str, ...], pattern: str | None,
@@ -153,6 +158,19 @@ class ConsumerCoordinator:
         # nobody waits for, having left whatever it joined.
         self.member.leave()
         self.joining = None
+
+    def _drop_deleted(self, gone: dict[TopicPartition, str]) -> None:
+        """Subscribed partitions whose topic was deleted leave the assignment now, as
+        lost (no commit: the partition has no log to commit to), and the member
+        joins again so the group's assignment has them no more."""
+        assigned = self.subscriptions.assigned
+        self.fetcher.assign(sorted(set(assigned) - gone.keys()))
+        self.subscriptions.deleted.update(gone)
+        log.info("group %s: %s left the assignment: topic deleted", self.member.group_id,
+                 ", ".join(f"{partition.topic}-{partition.partition}"
+                           for partition in sorted(gone)))
+        self.listener.on_partitions_lost(set(gone))
+        self.member.rejoin_needed = True
 
     # -- a poll's group work -----------------------------------------------------------
     def step(self, started: float, timeout_ms: int) -> None:

@@ -16,8 +16,10 @@ Rules
   :meth:`Fetcher.assign`, a seek, a pause, a poll) what iteration made but has not
   handed out is put back in front of the buffer (:meth:`Fetcher.settle_iteration`).
 * A deleted partition assigned by hand raises :class:`UnknownTopicOrPartitionError`
-  from the fetch, after putting back what the same fetch read from the others; a
-  subscribed one yields nothing until the group takes it away.
+  from the fetch (and from ``position``), after putting back what the same fetch
+  read from the others; a subscribed one leaves the assignment when a fetch,
+  ``position`` or ``assignment`` finds it deleted (:attr:`Fetcher.on_deleted`, the
+  coordinator's: the listener hears of it as lost, and the member joins again).
 * Counted once per fetch, never per record (``metrics``).
 * A fetch looks at the partitions that may have something new, not at every one
   assigned: those whose rows the state table's journal names since the last fetch,
@@ -285,6 +287,9 @@ class Fetcher:
         # metrics(): counted per fetch, never per record.
         self._counts = FlowCounts()
         self._choice = FetchChoice(subscriptions)
+        # The group's: ``on_deleted({partition: why})`` drops subscribed partitions
+        # whose topic was deleted (None without a group).
+        self.on_deleted: Callable[[dict[TopicPartition, str]], None] | None = None
 
     # -- polls -----------------------------------------------------------------------------
     def poll(self, timeout_ms: int, max_records: int | None, group: GroupWork | None) -> dict:
@@ -382,6 +387,7 @@ class Fetcher:
         partitions :class:`FetchChoice` names are looked at."""
         found = {}
         deleted = None
+        gone: dict[TopicPartition, str] = {}
         more = set()
         try:
             for partition, state in self._choice.candidates():
@@ -391,6 +397,7 @@ class Fetcher:
                     columns = self._fetch(partition, state, max_bytes)
                 except UnknownTopicOrPartitionError as error:
                     deleted = error
+                    gone[partition] = str(error)
                     more.add(partition)            # it says so again at every fetch
                     continue
                 if columns is not None:
@@ -410,9 +417,11 @@ class Fetcher:
             for partition, columns in found.items():
                 self.subscriptions.assigned[partition].position = int(columns.offsets[0])
             raise deleted
-        # A group's subscription: the broker rebalances the group when a topic is
-        # deleted, and the partition goes with the next assignment; until then it
-        # has nothing to read (Kafka's behaviour, no error for the application).
+        # A group's subscription: the partition leaves the assignment now (no error
+        # for the application), and the group's next assignment has it no more.
+        if gone and self.on_deleted is not None:
+            self._choice.more = more - gone.keys()
+            self.on_deleted(gone)
         return found
 
     # -- the buffer ------------------------------------------------------------------------
@@ -517,13 +526,32 @@ class Fetcher:
         self.subscriptions.state(partition).position = offset
         self._buffered.pop(TopicPartition(*partition), None)
 
+    def drop_deleted(self, partitions: Iterable[TopicPartition]) -> None:
+        """Of these, drop the subscribed partitions whose topic was deleted (through
+        :attr:`on_deleted`); partitions assigned by hand stay (their reads raise)."""
+        if self.on_deleted is not None and self.subscriptions.subscription is not None:
+            gone = self.subscriptions.found_deleted(partitions)
+            if gone:
+                self.on_deleted(gone)
+
     def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record the consumer will return for the partition."""
+        """The offset of the next record the consumer will return for the partition.
+
+        Raises
+        ------
+        NotAssignedError
+            The partition is not assigned (a subscribed one whose topic was deleted
+            leaves the assignment here, and the error says so).
+        UnknownTopicOrPartitionError
+            The partition, assigned by hand, was deleted."""
+        partition = TopicPartition(*partition)
+        self.drop_deleted((partition,))
         state = self.subscriptions.state(partition)
+        state.reader.snapshot()                # assigned by hand and deleted: raises
         if state.position is None:
             self.subscriptions.reset(TopicPartition(*partition), state)
         self.settle_iteration()
-        fetched = self._buffered.get(TopicPartition(*partition))
+        fetched = self._buffered.get(partition)
         return fetched.next_offset() if fetched is not None else state.position
 
     def positions(self, partitions: Iterable[TopicPartition]) -> dict:

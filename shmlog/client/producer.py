@@ -126,6 +126,7 @@ def warm_kernels() -> None:
     memory = mmap.mmap(-1, DATA_OFFSET + CAPACITY_MIN)
     ring = Ring("warm-up", memory, owner=True)
     ring.result(ring.put(Destination(0, 1, 0), encoded, timeout_ms=0))
+    _ = ring.consumer_error                     # a put checks it (a poisoned ring)
     ring.close()
     table = PartitionStateTable("warm-up", mmap.mmap(-1, S.ROWS_OFFSET + S.ROW_SIZE),
                                 owner=False)
@@ -446,11 +447,24 @@ class Producer:
         self._sender.flush(timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then leave the broker and remove the ring."""
+        """Flush, then leave the broker and remove the ring.
+
+        Without a timeout it still returns: batches the broker will never complete
+        fail (a ring the broker stopped reading, :class:`CorruptRingError`; no broker
+        answering for ``limits.CLOSE_BROKER_WAIT_S``, :class:`BrokerNotAvailableError`)
+        on their futures, and close goes on.
+
+        Raises
+        ------
+        ClientTimeoutError
+            ``timeout`` seconds passed with batches still in flight (the producer is
+            closed all the same).
+        """
         if self._sender.closed:
             return
         try:
-            self.flush(timeout)
+            self._sender.flush(timeout, limits.CLOSE_BROKER_WAIT_S if timeout is None
+                               else None)
         finally:
             self._sender.close()
 

@@ -252,15 +252,24 @@ class PartitionReader:
         Raises
         ------
         UnknownTopicOrPartitionError
-            The partition was deleted: its row is free or another partition's now.
+            The partition was deleted: its row is free, or another partition's now
+            (the message tells which).
         """
         row = self.table.snapshot(self.row)
         # A row being freed publishes -1 offsets before it drops its topic key; a
         # hosted partition's row is published before its metadata is handed out.
+        if row.topic_key == S.FREE_TOPIC_KEY:
+            raise self._deleted(f"the topic was deleted: its state table row {self.row} "
+                                f"is free now")
         if row.topic_key != self.topic_key or row.partition != self.partition:
-            raise self._deleted(f"its state table row {self.row} names another partition now")
+            # Told apart from a free row: the row was freed, then given to another.
+            raise self._deleted(
+                f"the topic was deleted and its state table row {self.row} was reused "
+                f"by another partition (topic key {row.topic_key:#x}, partition "
+                f"{row.partition})")
         if row.high_watermark < 0:
-            raise self._deleted(f"its state table row {self.row} is being freed")
+            raise self._deleted(f"the topic was deleted: its state table row {self.row} "
+                                f"is being freed")
         return row
 
     def deleted(self) -> bool:
@@ -273,7 +282,7 @@ class PartitionReader:
 
     def _deleted(self, why: str) -> UnknownTopicOrPartitionError:
         return UnknownTopicOrPartitionError(
-            f"{self.directory}: the partition was deleted ({why}); consume an existing "
+            f"{self.directory}: the partition is gone ({why}); consume an existing "
             f"topic, or create it again and assign its partitions anew")
 
     def high_watermark(self) -> int:

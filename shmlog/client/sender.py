@@ -35,22 +35,38 @@ held and sent again under a new epoch, :meth:`Sender.harvest`). ``UNKNOWN_PARTIT
 gathering or held for the topic and drops its metadata; ``RECORD_TOO_LARGE`` drops
 its metadata, so later batches are sized to the new max.message.bytes.
 
+A ring the broker stopped reading (it found bytes in it that are no entry, written
+over it by this process: the ring is poisoned, and the broker reclaims it) says so
+in its ``consumer_error`` word, which the appender stores after the completions of
+the entries before the damage: a harvest that finds batches in flight and the word
+set resolves what was completed, then fails every other batch in flight with
+:class:`CorruptRingError`, and a put into such a ring fails at once. No wait (a
+``get()``, a flush, a close) is left waiting for completions that cannot come.
+
 While no completion comes, :meth:`Sender.settle` asks the broker now and then
 (``limits.RESUME_AFTER_S``) to take the ring again: a broker restarted after a crash learns
 of this producer that way and drains what the ring still holds (the sequences keep
-that from appending anything twice).
+that from appending anything twice). A flush or ``get()`` waits for that as long as
+it is told to; a close without a timeout waits ``limits.CLOSE_BROKER_WAIT_S`` of no
+broker answering, then fails what is in flight with :class:`BrokerNotAvailableError`.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 
 import numpy as np
 
 from ..common import limits
-from ..common.errors import ClientTimeoutError, ShmlogError
+from ..common.errors import (
+    BrokerNotAvailableError,
+    ClientTimeoutError,
+    CorruptRingError,
+    ShmlogError,
+)
 from ..common.metrics import FlowCounts
 from ..protocol.control_client import request
 from ..record.records import Compression, restamp_batch
@@ -64,6 +80,14 @@ from .producer_metadata import ProducerMetadata
 from .record_accumulator import RecordAccumulator
 
 __all__ = ["Sender"]
+
+
+def _broker_gone(data_dir: str, waited_s: float, batch: ProducerBatch) -> BrokerNotAvailableError:
+    return BrokerNotAvailableError(
+        f"no broker of {data_dir} answered for {waited_s:.0f} s while the producer closed: "
+        f"the batch of {batch.count} records for {batch.topic}-{batch.partition} was not "
+        f"acknowledged and may or may not be in the log (a broker started later drains "
+        f"no closed producer's ring); send it again once a broker runs")
 
 
 class Sender:
@@ -105,6 +129,8 @@ class Sender:
         self.last_shipped: dict[tuple[str, int], ProducerBatch] = {}
         self.flow = FlowCounts()          # counted per batch put, never per record
         self.closed = False
+        # When a resume request first found no broker since one last answered.
+        self.broker_missing_since: float | None = None
         self.callbacks = CallbackRunner(lock, self.harvest)
         self.linger_thread = threading.Thread(target=self._linger_loop,
                                               name="shmlog-linger", daemon=True)
@@ -141,7 +167,14 @@ class Sender:
 
     def put(self, batch: ProducerBatch, encoded: np.ndarray, count: int) -> None:
         """Put an encoded batch into the ring and ring the broker's doorbell (lock
-        held); with acks=0 it is done, else in flight until harvested."""
+        held); with acks=0 it is done, else in flight until harvested.
+
+        Raises
+        ------
+        CorruptRingError
+            The broker stopped reading the ring (it was poisoned)."""
+        if self.ring.consumer_error:
+            raise self._ring_lost(batch, count)
         batch.count = count
         batch.entry = self.ring.put(batch.destination, encoded, timeout_ms=self.max_block_ms)
         self.table.appender_doorbell.ring()
@@ -175,7 +208,44 @@ class Sender:
 
     # -- completions -------------------------------------------------------------------
     def harvest(self) -> None:
-        """Resolve every in-flight batch the broker has finished (lock held)."""
+        """Resolve every in-flight batch the broker has finished, and fail those it
+        never will: its ring poisoned (lock held)."""
+        self._resolve_completed()
+        if self.in_flight and self.ring.consumer_error:
+            self._resolve_completed()   # those completed before the broker gave up
+            self._fail_in_flight(lambda batch: self._ring_lost(batch, batch.count))
+        if self.epochs.resend:
+            self._recover()
+
+    def _fail_in_flight(self, error_for) -> None:
+        """Fail every batch in flight, and those held to be sent again, with
+        ``error_for(batch)``: the broker will complete none of them (lock held)."""
+        for batch in self.in_flight.values():
+            if batch.encoded is not None:
+                self.epochs.completed((batch.topic, batch.partition))
+                self.retained_bytes -= batch.encoded.size
+            batch.encoded = None
+            batch.error = error_for(batch)
+            self.flow.record_errors(batch.topic, batch.count)
+        self.in_flight.clear()
+        for batch in self.epochs.held():
+            if not batch.done:
+                batch.encoded, batch.error = None, error_for(batch)
+
+    def _ring_lost(self, batch: ProducerBatch, count: int) -> CorruptRingError:
+        """The error of a batch the broker will never complete: it stopped reading
+        the ring (poisoned; see the module's docstring)."""
+        return CorruptRingError(
+            f"ring {self.ring.name!r}: the broker stopped reading it (completion code "
+            f"{self.ring.consumer_error}: bytes in it were no entry, so something in this "
+            f"process wrote over the ring) and reclaims it; the batch of {count} records "
+            f"for {batch.topic}-{batch.partition} was not acknowledged and may not be in "
+            f"the log: close this producer and send it again through a new one",
+            name=self.ring.name)
+
+    def _resolve_completed(self) -> None:
+        """Resolve the in-flight batches the broker has completed, in order (lock
+        held)."""
         while self.in_flight:
             entry = next(iter(self.in_flight))
             outcome = self.ring.result(entry)
@@ -193,8 +263,6 @@ class Sender:
                     batch.log_append_time if batch.log_append_time >= 0 else batch.first_timestamp)
             else:
                 self._refused(batch, -result)
-        if self.epochs.resend:
-            self._recover()
 
     def _refused(self, batch: ProducerBatch, code: int) -> None:
         """A batch the broker did not append (lock held)."""
@@ -248,10 +316,13 @@ class Sender:
                     break
 
     # -- what futures ask --------------------------------------------------------------
-    def settle(self, batch: ProducerBatch, wait_s: float | None) -> bool:
+    def settle(self, batch: ProducerBatch, wait_s: float | None,
+               broker_wait_s: float | None = None) -> bool:
         """Ship the batch if still gathering, then wait for its completion; whether it
         came within ``wait_s`` seconds (None: forever). While none comes, the broker
-        is asked now and then to take the ring again (see the module's docstring)."""
+        is asked now and then to take the ring again (see the module's docstring);
+        with ``broker_wait_s``, after that long with no broker answering, every batch
+        in flight fails with :class:`BrokerNotAvailableError` (and this returns True)."""
         deadline = None if wait_s is None else time.monotonic() + wait_s
         with self.lock:
             if batch in self.accumulator.pending:
@@ -270,6 +341,13 @@ class Sender:
             if now >= next_resume:
                 self._resume()
                 next_resume = now + limits.RESUME_AFTER_S
+                missing = self.broker_missing_since
+                if broker_wait_s is not None and missing is not None and \
+                        now - missing >= broker_wait_s:
+                    with self.lock:
+                        self._fail_in_flight(functools.partial(
+                            _broker_gone, self.data_dir, now - missing))
+                    return True
             # Backing off: a waiter polls often at first (an acknowledgement takes tens
             # of microseconds), then seldom, so 200 producers waiting leave the CPU to
             # the broker they wait for.
@@ -285,7 +363,10 @@ class Sender:
                             timeout_ms=limits.RESUME_REQUEST_MS)
             table = PartitionStateTable.attach(reply["state_table"])
         except ShmlogError:
+            if self.broker_missing_since is None:
+                self.broker_missing_since = time.monotonic()
             return                      # no broker yet: keep waiting
+        self.broker_missing_since = None
         with self.lock:
             self.epochs.registered_again(registration)
             self.table, old = table, self.table     # a new broker has a new table
@@ -303,9 +384,10 @@ class Sender:
         self.callbacks.add(future, function, errback)
 
     # -- flush, linger, close ----------------------------------------------------------
-    def flush(self, timeout: float | None) -> None:
-        """Ship every gathering batch, wait until every batch is done, then run the
-        callbacks due.
+    def flush(self, timeout: float | None, broker_wait_s: float | None = None) -> None:
+        """Ship every gathering batch, wait until every batch is done (or, with
+        ``broker_wait_s``, failed after that long without a broker: :meth:`settle`),
+        then run the callbacks due.
 
         Raises
         ------
@@ -314,13 +396,16 @@ class Sender:
         """
         with self.lock:
             for batch in list(self.accumulator.pending):
-                self.ship(batch)
+                try:
+                    self.ship(batch)
+                except CorruptRingError:
+                    pass                    # poisoned: its futures say so, like the rest
             # Batches waiting to be sent again go back in flight before they are done.
             waiting = list(self.in_flight.values()) + self.epochs.held()
         deadline = None if timeout is None else time.monotonic() + timeout
         for batch in waiting:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self.settle(batch, left):
+            if not self.settle(batch, left, broker_wait_s):
                 raise ClientTimeoutError(f"flush: batches still in flight after {timeout} s")
         if self.callbacks.thread is not None:
             # Also waits for callbacks the callback thread is running now.
@@ -372,7 +457,10 @@ class Sender:
         self.linger_thread.join(timeout=5)
         self.callbacks.join()               # the errbacks of batches the close failed
         try:
-            request(self.data_dir, "unregister_producer", ring=self.ring.name)
+            # No broker answered lately: a short wait, not the usual ten seconds.
+            request(self.data_dir, "unregister_producer", ring=self.ring.name,
+                    **({} if self.broker_missing_since is None
+                       else {"timeout_ms": limits.RESUME_REQUEST_MS}))
         except ShmlogError:
             pass                    # the broker is gone; it reclaims nothing then
         self.ring.unlink()

@@ -7,8 +7,12 @@ Rules
 * A consumer either subscribes through its group (:attr:`SubscriptionState.subscription`
   is set: the group assigns the partitions) or has its partitions assigned by hand
   (``subscription`` is None); a hand-assigned partition that is deleted is an error
-  for the application, a subscribed one just yields nothing until the group's next
-  assignment takes it away (Kafka's behaviour).
+  for the application (poll and position raise), a subscribed one leaves the
+  assignment as soon as the consumer sees its topic deleted (a fetch, ``position``,
+  ``assignment``), and the group joins again: the assignment and the positions then
+  agree, as in Kafka after the rebalance its metadata update starts. Asked for
+  afterwards, the partition is :class:`NotAssignedError`, saying it was deleted
+  (:attr:`SubscriptionState.deleted`, until the partition is assigned again).
 * A position is the offset of the next record to fetch; None until it is known (a
   committed offset, a seek, or a reset). Without one, a partition starts at
   ``auto_offset_reset``: its log start (``earliest``), its high watermark
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..common.errors import LocalProtocolError, OffsetOutOfRangeError
+from ..common.errors import NotAssignedError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..common.structs import TopicPartition
 from ..shm.state import RowSnapshot
 from .consumer_metadata import ConsumerMetadata
@@ -107,6 +111,10 @@ class SubscriptionState:
         self.version = 0
         # The group subscription: (topics, pattern), or None (partitions by hand).
         self.subscription: tuple[tuple[str, ...], str | None] | None = None
+        # Subscribed partitions dropped because their topic was deleted: why (the
+        # reader's error), for NotAssignedError's message; one entry per partition,
+        # gone when the partition is assigned again.
+        self.deleted: dict[TopicPartition, str] = {}
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Assign exactly these partitions: readers of those that go are closed, of
@@ -118,6 +126,7 @@ class SubscriptionState:
                 self.assigned.pop(partition).reader.close()
                 self.touched.discard(partition)
         for partition in wanted:
+            self.deleted.pop(partition, None)
             if partition not in self.assigned:
                 self.assigned[partition] = AssignedPartition(
                     partition, self.metadata.open_reader(partition), self.touched)
@@ -136,7 +145,25 @@ class SubscriptionState:
         try:
             return self.assigned[TopicPartition(*partition)]
         except KeyError:
-            raise LocalProtocolError(f"{partition} is not assigned to this consumer") from None
+            why = self.deleted.get(TopicPartition(*partition))
+            raise NotAssignedError(
+                f"{partition} is not assigned to this consumer" +
+                (f": it left the assignment when its topic was deleted ({why})"
+                 if why is not None else "; assign or subscribe to it first")) from None
+
+    def found_deleted(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, str]:
+        """Of these assigned partitions, those whose topic was deleted, with why
+        (a read of each one's row in shared memory, no system call)."""
+        found = {}
+        for partition in partitions:
+            state = self.assigned.get(partition)
+            if state is None:
+                continue
+            try:
+                state.reader.snapshot()
+            except UnknownTopicOrPartitionError as error:
+                found[partition] = str(error)
+        return found
 
     def paused(self) -> set[TopicPartition]:
         return {partition for partition, state in self.assigned.items() if state.paused}
@@ -172,4 +199,5 @@ class SubscriptionState:
             state.reader.close()
         self.assigned.clear()
         self.touched.clear()
+        self.deleted.clear()
         self.version += 1

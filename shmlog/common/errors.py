@@ -18,7 +18,9 @@
     │   ├── InvalidReassignmentError   a reassignment names no such partition or broker
     │   ├── ReassignmentInProgressError   a reassignment already moves those partitions
     │   ├── UnsupportedRequestError   the broker has no such request type (older, or clustered)
-    │   └── ClientClosedError         a closed producer or consumer was used
+    │   └── IllegalStateError         the client's state does not allow the call (Kafka's)
+    │       ├── ClientClosedError     a closed producer or consumer was used
+    │       └── NotAssignedError      a consumer was asked about a partition not assigned to it
     ├── PeerProtocolError             bytes from another party are invalid
     │   ├── CorruptRecordError        a batch failed validation before append
     │   │   ├── UnexpectedAppendOffsetError   a leader's batch starts below the follower's log end
@@ -142,9 +144,20 @@ class UnsupportedRequestError(LocalProtocolError):
     with another way to ask (``Admin.create_topics``: one topic per request) takes it."""
 
 
-class ClientClosedError(LocalProtocolError):
+class IllegalStateError(LocalProtocolError):
+    """The client's state does not allow the call (Kafka's IllegalStateException):
+    the subclasses say which state."""
+
+
+class ClientClosedError(IllegalStateError):
     """A producer or consumer was used after ``close()`` (Kafka's IllegalStateError):
     create a new one."""
+
+
+class NotAssignedError(IllegalStateError):
+    """A consumer was asked for the position (or a seek, a pause) of a partition not
+    assigned to it (Kafka's IllegalStateException "No current assignment"); the
+    message says when it was dropped because its topic was deleted."""
 
 
 class CorruptRecordError(PeerProtocolError):

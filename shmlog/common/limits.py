@@ -594,6 +594,12 @@ RESULT_POLL_LONGEST_S = 1e-3
 # (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.
 RESUME_AFTER_S = 0.5
 RESUME_REQUEST_MS = 200
+# A producer's close() without a timeout waits this long for a broker that is gone
+# (none answers the resume requests) to come back and complete what it put, then
+# fails the rest with BrokerNotAvailableError and returns: a restarted broker
+# answers within seconds (test_broker's SIGKILL restarts take about 2 s), and
+# Kafka's delivery.timeout.ms (120 s) bounds a batch's wait there.
+CLOSE_BROKER_WAIT_S = 30.0
 
 # --- the broker (server/broker.py, broker/) -----------------------------------------------
 # The longest sleep: bounds how late a timer fires (they are due every second).

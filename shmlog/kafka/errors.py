@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from ..common.errors import (
                              BrokerNotAvailableError,
-                             ClientClosedError,
                              ClientTimeoutError,
                              CommitFailedError,
                              CoordinatorLoadInProgressError,
@@ -20,6 +19,7 @@ from ..common.errors import (
                              CorruptRecordError,
                              GroupIdNotFoundError,
                              IllegalGenerationError,
+                             IllegalStateError,
                              InconsistentGroupProtocolError,
                              InvalidConfigError,
                              InvalidPartitionsError,
@@ -67,6 +67,9 @@ __all__ = [
     "ReassignmentInProgressError",
 ]
 
+# IllegalStateError is shmlog's own: a closed client used (ClientClosedError), a
+# position asked of a partition not assigned (NotAssignedError).
+
 KafkaError = ShmlogError                       # the root of both trees
 BrokerResponseError = ShmlogError              # kafka-python: any error the broker answered
 KafkaTimeoutError = ClientTimeoutError         # get(timeout), flush(timeout)
@@ -75,7 +78,6 @@ KafkaConnectionError = BrokerNotAvailableError
 NodeNotReadyError = BrokerNotAvailableError
 KafkaConfigurationError = InvalidConfigError   # a client setting (UnsupportedKafkaOption too)
 InvalidConfigurationError = InvalidConfigError  # a topic setting the broker refused
-IllegalStateError = ClientClosedError          # a closed client was used
 IllegalArgumentError = LocalProtocolError
 TopicAlreadyExistsError = TopicExistsError
 InvalidReplicationAssignmentError = InvalidReplicaAssignmentError

@@ -16,9 +16,19 @@ import numpy as np
 import pytest
 
 from shmlog.client.admin import Admin
-from shmlog.client.consumer import Consumer, OffsetAndTimestamp, TopicPartition
+from shmlog.client.consumer import (
+    Consumer,
+    ConsumerRebalanceListener,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from shmlog.client.producer import Producer
-from shmlog.common.errors import ClientClosedError, LocalProtocolError, UnknownTopicOrPartitionError
+from shmlog.common.errors import (
+    ClientClosedError,
+    LocalProtocolError,
+    NotAssignedError,
+    UnknownTopicOrPartitionError,
+)
 from shmlog.server.broker import Broker, shared_memory_prefix
 from shmlog.shm import shared_memory
 
@@ -220,9 +230,94 @@ def test_a_topic_deleted_under_a_consumer_assigned_by_hand_is_unknown(broker):
         produce(broker, "b", 5, partition=0)
         produce(broker, "c", 10, partition=0)
         for _ in range(3):
-            with pytest.raises(UnknownTopicOrPartitionError, match="partition was deleted"):
+            with pytest.raises(UnknownTopicOrPartitionError,
+                               match=r"topic was deleted and its state table row \d+ "
+                                     r"was reused by another partition"):
                 consumer.poll(timeout_ms=100)
         with pytest.raises(UnknownTopicOrPartitionError):
             consumer.end_offsets([a_0])             # not b-0's high watermark
         consumer.assign([c_0])
         assert [record.offset for record in drain(consumer, 10)] == list(range(10, 20))
+
+
+def test_a_topic_deleted_under_a_consumer_assigned_by_hand_raises_from_poll_and_position(broker):
+    """Assigned by hand, a deleted topic's partition is an error for the application
+    from position (even with a position known) and poll, with a text saying the
+    topic was deleted and its row is free (no other topic took it)."""
+    admin = Admin(broker)
+    admin.create_topic("a")
+    admin.create_topic("c")
+    produce(broker, "a", 10, partition=0)
+    a_0, c_0 = TopicPartition("a", 0), TopicPartition("c", 0)
+    with Consumer(bootstrap=broker, auto_offset_reset="earliest") as consumer:
+        consumer.assign([a_0, c_0])
+        assert len(drain(consumer, 10)) == 10 and consumer.position(a_0) == 10
+        admin.delete_topic("a")
+        free = r"topic was deleted: its state table row \d+ is free now"
+        with pytest.raises(UnknownTopicOrPartitionError, match=free):
+            consumer.position(a_0)
+        with pytest.raises(UnknownTopicOrPartitionError, match=free):
+            consumer.poll(timeout_ms=100)
+        assert consumer.assignment() == {a_0, c_0}, "by hand: the application drops it"
+        produce(broker, "c", 5, partition=0)
+        consumer.assign([c_0])
+        assert [record.offset for record in drain(consumer, 5)] == list(range(5))
+
+
+class _Lost(ConsumerRebalanceListener):
+    def __init__(self):
+        self.lost: set = set()
+
+    def on_partitions_lost(self, lost):
+        self.lost |= lost
+
+
+def test_a_subscribed_topic_deleted_leaves_the_assignment_and_position_agrees(broker):
+    """Subscribed through a group: once the topic is deleted, assignment() no longer
+    lists its partition and position() says it is not assigned because its topic was
+    deleted (NotAssignedError); the group's next generation leaves it out too, and
+    the other topic is still consumed."""
+    admin = Admin(broker)
+    admin.create_topic("a")
+    admin.create_topic("keep")
+    a_0, keep_0 = TopicPartition("a", 0), TopicPartition("keep", 0)
+    listener = _Lost()
+    with Consumer(bootstrap=broker, group_id="g", auto_offset_reset="earliest",
+                  heartbeat_interval_ms=200) as consumer:
+        consumer.subscribe(["a", "keep"], listener=listener)
+        deadline = time.monotonic() + TIMEOUT_S
+        while consumer.assignment() != {a_0, keep_0} and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=100)
+        assert consumer.assignment() == {a_0, keep_0}
+        generation = consumer.group_metadata().generation_id
+        admin.delete_topic("a")
+        assert consumer.assignment() == {keep_0}
+        with pytest.raises(NotAssignedError, match="left the assignment when its topic "
+                                                   "was deleted"):
+            consumer.position(a_0)
+        assert listener.lost == {a_0}
+        produce(broker, "keep", 5, partition=0)
+        records = []
+        while (len(records) < 5 or consumer.group_metadata().generation_id == generation) \
+                and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=100).values():
+                records += batch
+        assert consumer.group_metadata().generation_id > generation, "the group rebalanced"
+        assert consumer.assignment() == {keep_0}
+        assert [(r.topic, r.offset) for r in records] == [("keep", n) for n in range(5)]
+        with pytest.raises(NotAssignedError, match="deleted"):
+            consumer.position(a_0)
+        assert consumer.position(keep_0) == 5
+
+
+def test_kafka_pythons_illegal_state_error_catches_a_position_not_assigned(broker):
+    """kafka-python raises IllegalStateError from position() of a partition not
+    assigned, and from a closed client: shmlog's two are that class."""
+    from shmlog.kafka.errors import IllegalStateError
+    Admin(broker).create_topic("t")
+    consumer = Consumer(bootstrap=broker)
+    with pytest.raises(IllegalStateError, match="not assigned to this consumer"):
+        consumer.position(TopicPartition("t", 0))
+    consumer.close()
+    with pytest.raises(IllegalStateError, match="closed"):
+        consumer.poll()

@@ -11,6 +11,10 @@ directory; the records are checked in the logs after the broker stopped.
 
 from __future__ import annotations
 
+import mmap
+import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -21,15 +25,20 @@ from shmlog import LogManager
 from shmlog.client.admin import Admin
 from shmlog.client.partitioner import partition_for_key
 from shmlog.client.producer import Producer
+from shmlog.common import limits
 from shmlog.common.errors import (
+    BrokerNotAvailableError,
     ClientClosedError,
+    CorruptRingError,
     InvalidTopicError,
     LocalProtocolError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
 from shmlog.record import batch_layout as B
-from shmlog.server.broker import Broker, request
+from shmlog.server.broker import Broker, request, shared_memory_prefix
+from shmlog.shm import ring_layout as R
+from shmlog.shm import shared_memory
 from shmlog.shm.ring_layout import COMPLETION_SLOTS
 
 
@@ -343,3 +352,63 @@ def test_a_producer_takes_a_new_id_once_its_epochs_are_used_up(data_dir):
         with pytest.raises(LocalProtocolError, match="not registered"):
             request(data_dir, "init_producer_id", ring=producer.ring.name + "-other")
     assert [r.value for r in logged(data_dir, "t", 1)[0]] == acknowledged
+
+
+def test_a_producer_whose_ring_was_poisoned_closes_and_fails_what_was_not_acknowledged(
+        data_dir):
+    """A buggy client moves its ring's tail past bytes that are no entry: the broker
+    poisons the ring and reclaims it, and the producer's close() without a timeout
+    returns (the test's own bound: a thread joined with a timeout), its batches not
+    acknowledged failed with CorruptRingError; another producer is unaffected."""
+    with Broker(data_dir):
+        Admin(data_dir).create_topic("t")
+        other = Producer(data_dir)
+        buggy = Producer(data_dir)
+        assert buggy.send("t", b"before", partition=0).get(timeout=30).offset == 0
+        name = buggy._sender.ring.name
+        descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
+        try:
+            with mmap.mmap(descriptor, R.HEAD_OFFSET) as header:
+                words = np.frombuffer(header, np.int64)
+                words[R.TAIL_WORD] += 64             # 64 bytes of zeros: no entry
+                del words
+        finally:
+            os.close(descriptor)
+        futures = [buggy.send("t", b"after %d" % n, partition=0) for n in range(5)]
+        closing = threading.Thread(target=buggy.close, daemon=True)
+        closing.start()
+        closing.join(timeout=60)
+        assert not closing.is_alive(), "close() without a timeout returned"
+        for future in futures:
+            with pytest.raises(CorruptRingError, match="stopped reading"):
+                future.get(timeout=0)
+        assert other.send("t", b"other", partition=0).get(timeout=30).offset == 1
+        other.close()
+    assert [r.value for r in logged(data_dir, "t", 1)[0]] == [b"before", b"other"]
+
+
+def test_a_producer_whose_broker_is_gone_closes_and_fails_what_was_not_acknowledged(
+        data_dir, monkeypatch):
+    """The broker is killed with batches in the ring: close() without a timeout waits
+    limits.CLOSE_BROKER_WAIT_S for a broker to come back (shortened here), then fails
+    them with BrokerNotAvailableError and returns."""
+    monkeypatch.setattr(limits, "CLOSE_BROKER_WAIT_S", 2.0)
+    broker = Broker(data_dir).start()
+    try:
+        Admin(data_dir).create_topic("t")
+        producer = Producer(data_dir)
+        assert producer.send("t", b"before", partition=0).get(timeout=30).offset == 0
+        broker.process.send_signal(signal.SIGKILL)
+        broker.process.wait(timeout=30)
+        futures = [producer.send("t", b"after %d" % n, partition=0) for n in range(3)]
+        closing = threading.Thread(target=producer.close, daemon=True)
+        closing.start()
+        closing.join(timeout=60)
+        assert not closing.is_alive(), "close() without a timeout returned"
+        for future in futures:
+            with pytest.raises(BrokerNotAvailableError, match="not acknowledged"):
+                future.get(timeout=0)
+    finally:
+        broker.stop()
+        for name in shared_memory.names(shared_memory_prefix(data_dir)):
+            shared_memory.unlink(name)
