@@ -375,16 +375,22 @@ def test_a_producer_whose_ring_was_poisoned_closes_and_fails_what_was_not_acknow
         finally:
             os.close(descriptor)
         futures = [buggy.send("t", b"after %d" % n, partition=0) for n in range(5)]
-        closing = threading.Thread(target=buggy.close, daemon=True)
-        closing.start()
-        closing.join(timeout=60)
-        assert not closing.is_alive(), "close() without a timeout returned"
-        for future in futures:
-            with pytest.raises(CorruptRingError, match="stopped reading"):
-                future.get(timeout=0)
+        _closes_and_fails(buggy, futures, CorruptRingError, "stopped reading")
         assert other.send("t", b"other", partition=0).get(timeout=30).offset == 1
         other.close()
     assert [r.value for r in logged(data_dir, "t", 1)[0]] == [b"before", b"other"]
+
+
+def _closes_and_fails(producer: Producer, futures: list, error: type, match: str) -> None:
+    """``producer.close()`` without a timeout returns (bounded here by a thread's
+    join), and each of ``futures`` failed with ``error``."""
+    closing = threading.Thread(target=producer.close, daemon=True)
+    closing.start()
+    closing.join(timeout=60)
+    assert not closing.is_alive(), "close() without a timeout returned"
+    for future in futures:
+        with pytest.raises(error, match=match):
+            future.get(timeout=0)
 
 
 def test_a_producer_whose_broker_is_gone_closes_and_fails_what_was_not_acknowledged(
@@ -401,13 +407,7 @@ def test_a_producer_whose_broker_is_gone_closes_and_fails_what_was_not_acknowled
         broker.process.send_signal(signal.SIGKILL)
         broker.process.wait(timeout=30)
         futures = [producer.send("t", b"after %d" % n, partition=0) for n in range(3)]
-        closing = threading.Thread(target=producer.close, daemon=True)
-        closing.start()
-        closing.join(timeout=60)
-        assert not closing.is_alive(), "close() without a timeout returned"
-        for future in futures:
-            with pytest.raises(BrokerNotAvailableError, match="not acknowledged"):
-                future.get(timeout=0)
+        _closes_and_fails(producer, futures, BrokerNotAvailableError, "not acknowledged")
     finally:
         broker.stop()
         for name in shared_memory.names(shared_memory_prefix(data_dir)):
