@@ -387,7 +387,7 @@ def _closes_and_fails(producer: Producer, futures: list, error: type, match: str
     closing = threading.Thread(target=producer.close, daemon=True)
     closing.start()
     closing.join(timeout=60)
-    assert not closing.is_alive(), "close() without a timeout returned"
+    assert not closing.is_alive(), "close() without a timeout did not return within 60 s"
     for future in futures:
         with pytest.raises(error, match=match):
             future.get(timeout=0)
