@@ -47,8 +47,10 @@ Theory of operation
 The controller keeps across events the epoch it won, the live brokers' czxids (in
 the partition state machine, to see a bounce) and the partition states
 (``StateCache``: filled by the fresh reads after its election, then fed by every
-event it drains and every write it makes; emptied when it resigns). A burst of events is
-handled as one: the queue is drained, and one reconciliation answers all of them.
+event it drains and every write it makes; emptied when it resigns). A fresh read
+asked for (an election, a reconnection) stays asked for until a reconciliation
+goes through. A burst of events is handled as one: the queue is drained, and one
+reconciliation answers all of them.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ class Controller:
         self._watches = []
         self._elected: ControllerEpoch | None = None
         self._dirty = False
+        self._fresh_needed = False
         self._states = StateCache()
         self._partitions = PartitionStateMachine(zookeeper, broker_id, self._states)
         self._reassigner = PartitionReassigner(zookeeper, broker_id)
@@ -279,11 +282,15 @@ class Controller:
         self._partitions.forget_brokers()
         self._states.clear()
         self._dirty = False
+        self._fresh_needed = False
         self._reassigner.pending = False
 
     def _reconcile(self, fresh: bool = False) -> None:
         """Every partition's state (``partition_state_machine``); its states read
-        fresh when ``fresh``."""
+        fresh when ``fresh`` or when a fresh reconciliation asked for did not go
+        through."""
         self._dirty = True                        # until every write went through
-        self._partitions.reconcile(self._elected, fresh)
+        self._fresh_needed = self._fresh_needed or fresh
+        self._partitions.reconcile(self._elected, self._fresh_needed)
         self._dirty = False
+        self._fresh_needed = False
