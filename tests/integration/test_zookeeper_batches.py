@@ -20,9 +20,10 @@ import pytest
 from shmlog.cluster.controller.controller import Controller
 from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.zk.client import ClusterZooKeeper
-from shmlog.cluster.zk.events import EventKind, EventQueue
+from shmlog.cluster.zk.events import EventQueue
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
 from shmlog.cluster.zk.session import CreateOp, SetDataOp
+from shmlog.cluster.zk.view import ClusterView
 from shmlog.common import limits
 from shmlog.common.errors import ControllerMovedError, StaleStateVersionError
 from shmlog.devtools.local_cluster import poll_until
@@ -168,14 +169,14 @@ def test_a_controller_elects_and_reelects_thousands_of_partitions(sessions):
     controller = Controller(brokers[1], 1).start()
     sessions.controllers.append(controller)
     wait_until(lambda: controller.is_active, "an election")
-    events = EventQueue()
+    events, view = EventQueue(), ClusterView()
     brokers[2].watch_cluster(events)
     seen: dict[tuple[str, int], PartitionState] = {}
 
     def states_seen(condition) -> bool:
-        for event in events.drain():
-            if event.kind is EventKind.PARTITION_STATE and event.body is not None:
-                seen[event.key] = zk_paths.decode_partition_state(event.body)
+        """What a broker's view holds: the states read and those the notices bring."""
+        view.apply_all(events.drain())
+        seen.update((key, state) for key, (state, _) in view.states.items())
         return len(seen) == PARTITIONS and all(condition(state) for state in seen.values())
 
     created_at = time.monotonic()

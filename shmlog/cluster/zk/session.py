@@ -4,8 +4,10 @@
 the broker's loop and its controller, Kafka's ``ZooKeeperClient``) and offers the
 requests the other modules of ``cluster.zk`` are written in: reads retried across a
 connection loss, writes tried once, multi-ops (:class:`CreateOp`, :class:`SetDataOp`,
-:class:`DeleteOp`, :class:`CheckOp`), an asynchronous conditional set, and kazoo's
-watch recipes. What the znodes mean is theirs (``paths`` lays them out).
+:class:`DeleteOp`, :class:`CheckOp`; each multi also gets the notice its ops'
+``notice`` fields make, see :attr:`ZooKeeperSession.announce`), asynchronous
+conditional sets and multis, and kazoo's watch recipes. What the znodes mean is
+theirs (``paths`` lays them out).
 
 Rules
 -----
@@ -100,18 +102,24 @@ _REFUSALS = (BadVersionError, NoNodeError, NodeExistsError)
 
 @dataclasses.dataclass(frozen=True)
 class CreateOp:
-    """Create ``path`` with ``body`` (its parent must exist)."""
+    """Create ``path`` with ``body`` (its parent must exist); ``sequential``: with
+    ZooKeeper's sequence number appended to the name. ``notice``: what the op
+    announces in its multi (``state_changes``; see :meth:`ZooKeeperSession.multi`)."""
     path: str
     body: bytes = b""
     ephemeral: bool = False
+    sequential: bool = False
+    notice: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
 class SetDataOp:
-    """Set ``path``'s body if its version is ``version`` (-1: any)."""
+    """Set ``path``'s body if its version is ``version`` (-1: any); ``notice`` as
+    :class:`CreateOp`'s."""
     path: str
     body: bytes
     version: int
+    notice: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +140,11 @@ Op = CreateOp | SetDataOp | DeleteOp | CheckOp
 
 
 def op_size(op: Op) -> int:
-    """What ``op`` adds to a multi-op's request, counted generously (bytes)."""
+    """What ``op`` adds to a multi-op's request, counted generously (bytes); an op
+    with a notice counts twice, its body being repeated in its multi's notice."""
     body = getattr(op, "body", b"")
-    return len(op.path.encode()) + len(body) + limits.ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE
+    size = len(op.path.encode()) + len(body) + limits.ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE
+    return 2 * size if getattr(op, "notice", None) is not None else size
 
 
 def chunk_ops(ops: Sequence[Op], size_max: int = limits.ZOOKEEPER_MULTI_SIZE_MAX,
@@ -181,6 +191,10 @@ class ZooKeeperSession:
     Requests return kazoo's ``ZnodeStat`` where a stat is asked for (read its
     ``version``, ``czxid`` and ``ephemeralOwner``).
     """
+
+    #: Makes the op a multi adds for the notices its ops carry (``CreateOp.notice``),
+    #: or None when they carry none: ``state_changes.notice_op`` in cluster mode.
+    announce: Callable[[Sequence[Op]], Op | None] | None = None
 
     def __init__(self, hosts: str, *,
                  session_timeout_ms: int = limits.ZOOKEEPER_SESSION_TIMEOUT_MS_DEFAULT,
@@ -470,7 +484,38 @@ class ZooKeeperSession:
         ZooKeeperConnectionError
             The outcome is unknown.
         """
-        return _checked(self._write(self._transaction(ops).commit), ops)
+        announced = self._announced(ops)
+        return _checked(self._write(self._transaction(announced).commit), announced)[:len(ops)]
+
+    def multi_async(self, ops: Sequence[Op], done: Callable[[list | ShmlogError], None]) -> None:
+        """:meth:`multi` without blocking: ``done`` gets, on a kazoo thread (so it
+        must only queue), one outcome per op — its result, the refusal
+        (:class:`ShmlogError`) of the op refused, None for an op rolled back with it
+        — or the :class:`ZooKeeperConnectionError` when the outcome is unknown."""
+        announced = self._announced(ops)
+
+        def finished(result) -> None:
+            try:
+                results = result.get()
+            except _CONNECTION_ERRORS as error:
+                done(ZooKeeperConnectionError(
+                    f"the connection to ZooKeeper was lost during a multi-op writing "
+                    f"{announced[0].path} and {len(announced) - 1} more: its outcome is "
+                    f"unknown ({type(error).__name__})"))
+                return
+            done([None if isinstance(outcome, (RolledBackError, RuntimeInconsistency))
+                  else _refusal(outcome, op.path) if isinstance(outcome, Exception)
+                  else outcome for outcome, op in zip(results, announced)][:len(ops)])
+
+        try:
+            self._transaction(announced).commit_async().rawlink(finished)
+        except _CONNECTION_ERRORS as error:
+            done(ZooKeeperConnectionError(f"not connected to ZooKeeper ({type(error).__name__})"))
+
+    def _announced(self, ops: Sequence[Op]) -> list[Op]:
+        """``ops`` and, when :attr:`announce` makes one of them, their notice last."""
+        notice = self.announce(ops) if self.announce is not None else None
+        return [*ops] if notice is None else [*ops, notice]
 
     def multi_chunked(self, ops: Sequence[Op], prefix: Sequence[Op] = (),
                       pipelined: bool = False) -> list:
@@ -497,17 +542,21 @@ class ZooKeeperSession:
             As :meth:`multi`, for the (first) run refused or lost.
         """
         prefix = list(prefix)
-        chunks = [prefix + chunk for chunk in
-                  chunk_ops(ops, reserved=sum(op_size(op) for op in prefix))]
+        reserved = sum(op_size(op) for op in prefix) + limits.ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE
+        chunks = [prefix + chunk for chunk in chunk_ops(ops, reserved=reserved)]
         if not pipelined:
             return [result for chunk in chunks for result in self.multi(chunk)[len(prefix):]]
-        sent = [(chunk, self._write(self._transaction(chunk).commit_async))
-                for chunk in chunks]
+        sent = []
+        for chunk in chunks:
+            announced = self._announced(chunk)
+            sent.append((chunk, announced,
+                         self._write(self._transaction(announced).commit_async)))
         results: list = []
         refused: ZooKeeperConflictError | None = None
-        for chunk, pending in sent:
+        for chunk, announced, pending in sent:
             try:
-                results.extend(_checked(self._write(pending.get), chunk)[len(prefix):])
+                results.extend(_checked(self._write(pending.get),
+                                        announced)[len(prefix):len(chunk)])
             except ZooKeeperConflictError as error:
                 refused = refused or error
         if refused is not None:
@@ -539,11 +588,12 @@ class ZooKeeperSession:
         returns False. Blocks for the first read: call it from :meth:`spawn`."""
         self._client.DataWatch(path, changed)
 
-    def data_watches(self, changed: Callable[[str, bytes | None, Any], bool | None]
-                     ) -> "DataWatches":
-        """A :class:`DataWatches`: many znodes' data watched without a thread or a
+    def data_watches(self, changed: Callable[[str, bytes | None, Any], bool | None],
+                     watch: bool = True) -> "DataWatches":
+        """A :class:`DataWatches`: many znodes' data watched (or, ``watch`` false,
+        only read, and read again at each reconnection) without a thread or a
         blocking read each. Does not block."""
-        return DataWatches(self, changed)
+        return DataWatches(self, changed, watch)
 
     def children_watch(self, path: str, changed: Callable[[list[str]], bool | None]) -> None:
         """kazoo's ChildrenWatch: ``changed(children)`` now and at each change of
@@ -564,13 +614,18 @@ class DataWatches:
     does, every path is read again whenever the session is CONNECTED again (the
     same session or a new one), so what changed while disconnected is seen; a path
     may so be reported twice, and ``stat.version`` orders the reports.
+
+    ``watch`` false: no watch is set, and a path is reported when added and at each
+    reconnection only (the partition states: their changes come in notices,
+    ``state_changes``, and what a reconnection may have missed, from these reads).
     """
 
     def __init__(self, session: ZooKeeperSession,
-                 changed: Callable[[str, bytes | None, Any], bool | None]):
+                 changed: Callable[[str, bytes | None, Any], bool | None], watch: bool = True):
         self._session = session
         self._client = session._client
         self._changed = changed
+        self._watch = self._watched if watch else None
         # Each path watched -> when it was added (a count): a path added again
         # while its report was refusing it stays watched.
         self._paths: dict[str, int] = {}
@@ -579,15 +634,24 @@ class DataWatches:
         self._stopped = False
         session.add_state_listener(self._on_state)
 
-    def add(self, paths: Iterable[str]) -> None:
-        """Watch ``paths`` too; each is read now (again, if it was watched already)."""
+    def add(self, paths: Iterable[str], read: bool = True) -> None:
+        """Watch ``paths`` too; each is read now (again, if it was watched already),
+        unless ``read`` is false (without watches only: then at the next
+        reconnection)."""
         paths = list(paths)
         with self._lock:
             for path in paths:
                 self._added += 1
                 self._paths[path] = self._added
-        for path in paths:
-            self._read(path)
+        if read or self._watch is not None:
+            for path in paths:
+                self._read(path)
+
+    def remove(self, paths: Iterable[str]) -> None:
+        """Report these paths no more."""
+        with self._lock:
+            for path in paths:
+                self._paths.pop(path, None)
 
     def stop(self) -> None:
         """Report nothing more."""
@@ -597,9 +661,10 @@ class DataWatches:
     def _on_state(self, state: SessionState) -> None:
         # The connection thread must not call ZooKeeper: the reads go from another.
         if state is SessionState.CONNECTED and not self._stopped:
-            self._session.spawn(self._read_all)
+            self._session.spawn(self.read_all)
 
-    def _read_all(self) -> None:
+    def read_all(self) -> None:
+        """Read every path again (the reads are sent, not waited for)."""
         with self._lock:
             paths = sorted(self._paths)
         for path in paths:
@@ -609,7 +674,7 @@ class DataWatches:
         if self._stopped or path not in self._paths:
             return
         try:
-            result = self._client.get_async(path, watch=self._watched)
+            result = self._client.get_async(path, watch=self._watch)
         except _CONNECTION_ERRORS:
             return                                 # read again when CONNECTED
         result.rawlink(functools.partial(self._got, path))
@@ -622,6 +687,9 @@ class DataWatches:
         try:
             body, stat = result.get()
         except NoNodeError:
+            if self._watch is None:
+                self._report(path, None, None)
+                return
             try:                                   # watch for its creation
                 exists = self._client.exists_async(path, watch=self._watched)
             except _CONNECTION_ERRORS:
@@ -684,7 +752,7 @@ class PollHandler(SequentialThreadingHandler):
 
 def _add(transaction, op: Op) -> None:
     if isinstance(op, CreateOp):
-        transaction.create(op.path, op.body, ephemeral=op.ephemeral)
+        transaction.create(op.path, op.body, ephemeral=op.ephemeral, sequence=op.sequential)
     elif isinstance(op, SetDataOp):
         transaction.set_data(op.path, op.body, version=op.version)
     elif isinstance(op, DeleteOp):
