@@ -88,7 +88,7 @@ from ...common.errors import (
 from . import paths as zk_paths
 from .events import EventKind, EventQueue, SessionState, WatchEvent
 
-__all__ = ["ZooKeeperSession", "DataWatches", "CreateOp", "SetDataOp", "DeleteOp", "CheckOp",
+__all__ = ["ZooKeeperSession", "ZnodeReads", "CreateOp", "SetDataOp", "DeleteOp", "CheckOp",
            "Op", "op_size", "chunk_ops"]
 
 # What a lost connection looks like from a request.
@@ -588,12 +588,11 @@ class ZooKeeperSession:
         returns False. Blocks for the first read: call it from :meth:`spawn`."""
         self._client.DataWatch(path, changed)
 
-    def data_watches(self, changed: Callable[[str, bytes | None, Any], bool | None],
-                     watch: bool = True) -> "DataWatches":
-        """A :class:`DataWatches`: many znodes' data watched (or, ``watch`` false,
-        only read, and read again at each reconnection) without a thread or a
-        blocking read each. Does not block."""
-        return DataWatches(self, changed, watch)
+    def znode_reads(self, changed: Callable[[str, bytes | None, Any], bool | None]
+                    ) -> "ZnodeReads":
+        """A :class:`ZnodeReads`: many znodes read, and read again at each
+        reconnection, without a thread or a blocking read each. Does not block."""
+        return ZnodeReads(self, changed)
 
     def children_watch(self, path: str, changed: Callable[[list[str]], bool | None]) -> None:
         """kazoo's ChildrenWatch: ``changed(children)`` now and at each change of
@@ -602,32 +601,26 @@ class ZooKeeperSession:
         self._client.ChildrenWatch(path, changed)
 
 
-class DataWatches:
-    """kazoo's ``DataWatch`` over many znodes, without its thread and blocking read
-    per znode: ``changed(path, body, stat)`` is called for each path added, now and
-    at each change of it ((None, None) while it does not exist), on kazoo's threads
-    (so it must only queue), until it returns False for that path or :meth:`stop`.
+class ZnodeReads:
+    """Many znodes read without a thread or a blocking read each, and read again
+    whenever the session is CONNECTED again (the same session or a new one):
+    ``changed(path, body, stat)`` is called for each path when it is read ((None,
+    None) when it does not exist), on kazoo's threads (so it must only queue),
+    until it returns False for that path or :meth:`stop`.
 
-    Each read is asynchronous and sets the next watch, so a burst of changes (a
-    controller's election of thousands of partitions) is read in one pipeline
-    instead of one round trip after another on kazoo's event thread. As DataWatch
-    does, every path is read again whenever the session is CONNECTED again (the
-    same session or a new one), so what changed while disconnected is seen; a path
-    may so be reported twice, and ``stat.version`` orders the reports.
-
-    ``watch`` false: no watch is set, and a path is reported when added and at each
-    reconnection only (the partition states: their changes come in notices,
-    ``state_changes``, and what a reconnection may have missed, from these reads).
+    No watch is set: the partition states' changes come in notices
+    (``state_changes``), and these reads give what is there when a topic is first
+    seen and what a reconnection may have hidden. A path may so be reported twice,
+    and ``stat.version`` orders the reports.
     """
 
     def __init__(self, session: ZooKeeperSession,
-                 changed: Callable[[str, bytes | None, Any], bool | None], watch: bool = True):
+                 changed: Callable[[str, bytes | None, Any], bool | None]):
         self._session = session
         self._client = session._client
         self._changed = changed
-        self._watch = self._watched if watch else None
-        # Each path watched -> when it was added (a count): a path added again
-        # while its report was refusing it stays watched.
+        # Each path held -> when it was added (a count): a path added again while
+        # its report was refusing it stays held.
         self._paths: dict[str, int] = {}
         self._added = 0
         self._lock = threading.Lock()
@@ -635,20 +628,19 @@ class DataWatches:
         session.add_state_listener(self._on_state)
 
     def add(self, paths: Iterable[str], read: bool = True) -> None:
-        """Watch ``paths`` too; each is read now (again, if it was watched already),
-        unless ``read`` is false (without watches only: then at the next
-        reconnection)."""
+        """Hold ``paths`` too; each is read now (again, if it was held already)
+        unless ``read`` is false (then at the next reconnection or :meth:`read_all`)."""
         paths = list(paths)
         with self._lock:
             for path in paths:
                 self._added += 1
                 self._paths[path] = self._added
-        if read or self._watch is not None:
+        if read:
             for path in paths:
                 self._read(path)
 
     def remove(self, paths: Iterable[str]) -> None:
-        """Report these paths no more."""
+        """Read these paths no more."""
         with self._lock:
             for path in paths:
                 self._paths.pop(path, None)
@@ -674,43 +666,18 @@ class DataWatches:
         if self._stopped or path not in self._paths:
             return
         try:
-            result = self._client.get_async(path, watch=self._watch)
+            result = self._client.get_async(path)
         except _CONNECTION_ERRORS:
             return                                 # read again when CONNECTED
         result.rawlink(functools.partial(self._got, path))
-
-    def _watched(self, event) -> None:
-        if event.type != "NONE":                   # NONE: the connection's, see _on_state
-            self._read(event.path)
 
     def _got(self, path: str, result) -> None:
         try:
             body, stat = result.get()
         except NoNodeError:
-            if self._watch is None:
-                self._report(path, None, None)
-                return
-            try:                                   # watch for its creation
-                exists = self._client.exists_async(path, watch=self._watched)
-            except _CONNECTION_ERRORS:
-                return
-            exists.rawlink(functools.partial(self._existed, path))
-            return
+            body, stat = None, None
         except _CONNECTION_ERRORS:
             return                                 # read again when CONNECTED
-        self._report(path, body, stat)
-
-    def _existed(self, path: str, result) -> None:
-        try:
-            stat = result.get()
-        except _CONNECTION_ERRORS:
-            return
-        if stat is not None:                       # created between the two reads
-            self._read(path)
-        else:
-            self._report(path, None, None)
-
-    def _report(self, path: str, body: bytes | None, stat: Any) -> None:
         added = self._paths.get(path)
         if self._stopped or added is None:
             return

@@ -23,8 +23,8 @@ data version, or for a broker its czxid), and a consumer keeps the newest.
 the topic list one per topic assignment and config.
 **Partition states are not watched one by one** (a failover changes thousands at
 once, and a watch each cost every broker a notification and a read per state):
-an assignment's partitions are read once (one ``DataWatches`` without watches:
-reads pipelined, and all read again at each reconnection), and each later write
+an assignment's partitions are read once (one ``ZnodeReads``: reads pipelined,
+and all read again at each reconnection), and each later write
 is learned from its multi's notice (``state_changes``): one children watch on
 ``/state_changes``, each new notice read as it appears, queued as one
 ``PARTITION_STATES`` event. The children watch starts first and its first listing
@@ -130,7 +130,7 @@ class ClusterWatch:
         self._topics: dict[str, _TopicWatch] = {}
         # Every partition state read: its path -> (its key, the topic's watch).
         self._states: dict[str, tuple[tuple[str, int], _TopicWatch]] = {}
-        self._state_watches = None
+        self._state_reads = None
         # The newest notice's sequence number seen (None: not listed yet; -1: none).
         self._last_notice: int | None = None
         self._listed = False               # has the topic list been seen?
@@ -139,8 +139,8 @@ class ClusterWatch:
         """Queue nothing more."""
         self._cancelled = True
         with self._lock:
-            if self._state_watches is not None:
-                self._state_watches.stop()
+            if self._state_reads is not None:
+                self._state_reads.stop()
 
     def _put(self, event: WatchEvent) -> None:
         for events in self._queues:
@@ -159,15 +159,14 @@ class ClusterWatch:
         with self._lock:
             if self._cancelled:
                 return
-            if self._state_watches is None:
-                self._state_watches = self._session.data_watches(self._state_changed,
-                                                                 watch=False)
+            if self._state_reads is None:
+                self._state_reads = self._session.znode_reads(self._state_changed)
             for partition in partitions:
                 path = zk_paths.partition_state_path(topic_watch.topic, partition)
                 self._states[path] = ((topic_watch.topic, partition), topic_watch)
                 paths.append(path)
-            watches = self._state_watches
-        watches.add(paths, read=read)
+            reads = self._state_reads
+        reads.add(paths, read=read)
 
     def _state_changed(self, path: str, data: bytes | None, stat: Any) -> bool | None:
         with self._lock:
@@ -187,9 +186,9 @@ class ClusterWatch:
             gone = [path for path, (_, owner) in self._states.items() if owner is topic_watch]
             for path in gone:
                 del self._states[path]
-            watches = self._state_watches
-        if watches is not None and gone:
-            watches.remove(gone)
+            reads = self._state_reads
+        if reads is not None and gone:
+            reads.remove(gone)
 
     def watch_notices_then_topics(self) -> None:
         """The notices' children watch, then the topic list's: the notices' first
@@ -237,9 +236,9 @@ class ClusterWatch:
             self._put(WatchEvent(EventKind.PARTITION_STATES, state_changes.STATE_CHANGES_PATH,
                                  changes, sequence))
         with self._lock:
-            watches = None if self._cancelled else self._state_watches
-        if missed and watches is not None:
-            watches.read_all()
+            reads = None if self._cancelled else self._state_reads
+        if missed and reads is not None:
+            reads.read_all()
 
     def spawn(self, function: Callable, *args) -> None:
         """Run ``function(*args)`` on a thread of kazoo's handler (it may block)."""
