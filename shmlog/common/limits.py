@@ -312,6 +312,14 @@ LOGGED_CHANGES_MAX = 10
 BROKER_REGISTRATION_WAIT_SESSIONS = 1.5
 # The controller's thread wakes at least this often with no event, to notice stop().
 CONTROLLER_IDLE_WAIT_S = 0.5
+# A state-change notice (cluster.zk.state_changes) is deleted this long after the
+# controller first listed it. A broker reads each notice within moments of its
+# creation while connected (its children watch fires), and reads every state again
+# after any reconnection, so a minute is ten session timeouts of slack; the notices
+# kept cost each broker's listing of them, a few hundred bytes a write.
+STATE_CHANGE_RETENTION_S = 60.0
+# How often the controller lists the notices to delete the old ones.
+STATE_CHANGE_COLLECT_INTERVAL_S = 10.0
 # stop() waits this long for the controller's thread (a ZooKeeper call in flight is
 # bounded by the session timeout; the client is closed after the join).
 CONTROLLER_STOP_TIMEOUT_S = 30.0
