@@ -619,6 +619,10 @@ WARM_UP_CLEANING_WAIT_S = 120.0
 WARM_UP_POLL_S = 0.001
 # How often the control thread looks up from the socket to see the broker stopping.
 CONTROL_POLL_MS = 100
+# A service whose tick failed (a full disk, the open-files limit) is ticked again after
+# this long, not at every turn of the loop (its deadline did not move): the interval of
+# the liveness and flush checks, the broker's other housekeeping retried at the limit.
+PERIODIC_RETRY_MS = 1_000
 # A ring under our prefix whose header has no producer pid yet is being made (Ring.create
 # writes it microseconds after creating the object); one left so for this long lost its
 # maker in between and is reclaimed.

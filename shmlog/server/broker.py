@@ -253,10 +253,7 @@ class BrokerCore:
     # -- the loop ------------------------------------------------------------------
     def next_deadline(self) -> int | None:
         """The earliest of the periodic tasks' and the services' deadlines (ms)."""
-        due = [deadline for deadline in (self.scheduler.next_due(),
-                                         *(service.next_deadline() for service in self.services))
-               if deadline is not None]
-        return min(due) if due else None
+        return self.scheduler.next_due(self.services)
 
     def seconds_to_next_timer(self) -> float:
         deadline = self.next_deadline()
@@ -276,10 +273,7 @@ class BrokerCore:
         if self.cluster is not None:
             self.cluster.replication.poll(now)
         if not requests_waiting:
-            for service in self.services:
-                deadline = service.next_deadline()
-                if deadline is not None and now >= deadline:
-                    service.tick(now)
+            self.scheduler.tick(self.services, now)     # guarded, as the tasks are
         if self.host.cleaner.busy:
             self.host.swap_cleaned()       # before a cleaning the scheduler may start
         self.scheduler.run_due(now)
