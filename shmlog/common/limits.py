@@ -12,10 +12,29 @@ TOPIC_NAME_LENGTH_MAX = 249
 
 # --- control requests ---------------------------------------------------------------------
 # A control request names topics and configs, never records: 1 MiB is generous, and
-# bounds what a broken or hostile client makes the broker receive and parse. It is
-# also ZeroMQ's ZMQ_MAXMSGSIZE on the control socket, so a larger frame is refused
-# from its length prefix (the peer is disconnected) before any of it is buffered.
+# bounds what a broken or hostile client makes the broker receive and parse. A client
+# refuses to send a larger one (ControlRequestTooLargeError); the broker refuses one
+# sent anyway with the same typed reply, unparsed.
 CONTROL_FRAME_SIZE_MAX = 1 << 20
+# ZeroMQ's ZMQ_MAXMSGSIZE on the control socket: a frame over it disconnects its sender
+# from its length prefix, before any of it is buffered, and so gets no reply. Between
+# CONTROL_FRAME_SIZE_MAX and this a frame is received and answered with the typed error
+# (a client that skipped the check learns why, at once, instead of waiting out its
+# timeout); beyond it, buffering a frame to answer it costs more memory than the
+# answer is worth to a client that sends 4 MiB where 1 MiB is the limit.
+CONTROL_FRAME_RECEIVED_SIZE_MAX = 4 * CONTROL_FRAME_SIZE_MAX
+# Messages ZeroMQ queues from one client connection (ZMQ_RCVHWM) before it stops reading
+# that connection (the client's sends then block): with the frame bound above, at most
+# 16 MiB of one client's pipelined requests is buffered below the broker's own queue.
+CONTROL_PEER_RECEIVE_HWM = 4
+# The broker's own bound per client: requests received and not yet answered, and bytes
+# of requests waiting for the loop. Every shmlog client has one request in flight (a
+# REQ socket); 8 leaves room for other clients' pipelining (Kafka's producer keeps 5 per
+# connection) and 4 frames' bytes. Past either, a request is refused at once with
+# TooManyRequestsInFlightError, not queued: 3,000 pipelined 1 MiB requests grew a
+# broker from 211 MB to 2.7 GB and held another client's ping 3.7 s (issue 27).
+CONTROL_PEER_REQUESTS_MAX = 8
+CONTROL_PEER_BYTES_MAX = 4 * CONTROL_FRAME_SIZE_MAX
 # Admin.create_topics puts at most this many bytes of topics in one create_topics
 # request, half a frame: the rest of the frame is the request's envelope, with room
 # to spare (1,000 topics of 10 partitions with no config take ~70 KB: one request).

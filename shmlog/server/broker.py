@@ -13,8 +13,12 @@ Rules
   socket; nothing a producer was told is appended is lost. A request held back (a
   join waiting for its rebalance) is refused with :class:`BrokerNotAvailableError`.
 * A malformed or unknown control request gets an error reply (a multipart one
-  too); a frame larger than ``limits.CONTROL_FRAME_SIZE_MAX`` disconnects its
-  sender before it is received. Nothing a client sends ends the broker.
+  too); a frame larger than ``limits.CONTROL_FRAME_SIZE_MAX`` gets
+  ``ControlRequestTooLargeError`` at once, one larger than
+  ``limits.CONTROL_FRAME_RECEIVED_SIZE_MAX`` disconnects its sender before it is
+  received, and a client past its bound of requests in flight gets
+  ``TooManyRequestsInFlightError`` (``control_server``). Nothing a client sends
+  ends the broker.
 * Its data, control socket and shared memory are private to its user, or shared
   with one ``data_group`` (see ``access``).
 * A client fails at once when there is no control socket (no broker runs) or it

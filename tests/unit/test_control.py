@@ -61,7 +61,7 @@ def test_a_handler_error_travels_with_its_type():
     (encode_request("echo", name="t", extra=1), "bad fields"),
     (encode_request("echo", name=7), "must be str"),
     (encode_request("echo", name="t", count=True), "must be int"),
-    (b" " * (REQUEST_SIZE_MAX + 1), "exceeds"),
+    (b" " * (REQUEST_SIZE_MAX + 1), "over the control frame limit"),
 ])
 def test_malformed_requests_get_error_replies(frame, message):
     with pytest.raises(LocalProtocolError, match=message):
