@@ -24,6 +24,7 @@ import zmq
 from ..common import access
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError
 from ..common.paths import control_address, control_path
+from ..common.process_limits import open_files_error
 from .control import REQUEST_SIZE_MAX, decode_reply, encode_request, request_too_large
 
 __all__ = ["request"]
@@ -56,6 +57,21 @@ def _denied(path: str) -> str:
             f"user unless its data_group setting shares it with a group of yours")
 
 
+def _request_socket() -> zmq.Socket:
+    """A REQ socket. ZeroMQ needs a descriptor for each socket (its mailbox): the
+    open-files limit refusing one is a ResourceLimitError naming it, as the broker's
+    scrapes and housekeeping expect (a ZMQError is no ShmlogError)."""
+    try:
+        socket = zmq.Context.instance().socket(zmq.REQ)
+    except zmq.ZMQError as error:
+        typed = open_files_error(OSError(error.errno, str(error)))
+        if typed is None:
+            raise
+        raise typed from error
+    socket.setsockopt(zmq.LINGER, 0)
+    return socket
+
+
 def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fields) -> dict:
     """One control request to the broker of ``data_dir``; its reply's fields.
 
@@ -70,6 +86,8 @@ def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fie
         that starts one.
     ControlRequestTooLargeError
         The request is over ``limits.CONTROL_FRAME_SIZE_MAX`` (at once; not sent).
+    ResourceLimitError
+        The open-files limit left no descriptor for the request's socket.
     ShmlogError
         The broker refused the request (its typed error).
     """
@@ -77,9 +95,7 @@ def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fie
     if len(frame) > REQUEST_SIZE_MAX:
         raise request_too_large(len(frame), f"the {request_type!r} request")
     _check_control_socket(data_dir)
-    context = zmq.Context.instance()
-    socket = context.socket(zmq.REQ)
-    socket.setsockopt(zmq.LINGER, 0)
+    socket = _request_socket()
     try:
         socket.connect(control_address(data_dir))
         socket.send(frame)
