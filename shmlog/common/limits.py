@@ -526,6 +526,10 @@ CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX = 1 << 16
 CONSOLE_TERMINAL_ROWS_MIN = 20
 # How long one poll of consume waits: how soon Ctrl-C or --timeout-ms is noticed.
 CONSOLE_CONSUME_POLL_MS = 200
+# How long `dump --verify` waits for the broker of a segment's data directory to say
+# where its partition's row is (a request the broker answers in milliseconds): past it,
+# no broker is taken to serve the segment and the whole file is verified.
+DUMP_METADATA_TIMEOUT_MS = 2_000
 
 # --- kafka-python API fit (producer callbacks, commit_async) ------------------------------
 # How often a producer's callback thread looks for completed batches while futures
