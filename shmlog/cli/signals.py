@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 import time
 from typing import Iterator
 
@@ -51,7 +52,12 @@ def stopped_by_signals() -> Iterator[None]:
 @contextlib.contextmanager
 def interrupts() -> Iterator[None]:
     """Within the block, SIGINT raises KeyboardInterrupt even when this process was
-    started with it ignored (what ``main`` runs every verb in)."""
+    started with it ignored (what ``main`` runs every verb in). Off the main thread
+    (``main`` called from a thread of a program) nothing changes: only the main
+    thread may set a handler, and signals reach only it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
@@ -72,6 +78,8 @@ class StopRequest:
         self._previous = {}
 
     def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is not threading.main_thread():
+            return self                 # no signal reaches this thread: none is noted
         for number in STOP_SIGNALS:
             self._previous[number] = signal.signal(number, self._note)
         return self
