@@ -553,6 +553,15 @@ CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX = 1 << 16
 CONSOLE_TERMINAL_ROWS_MIN = 20
 # How long one poll of consume waits: how soon Ctrl-C or --timeout-ms is noticed.
 CONSOLE_CONSUME_POLL_MS = 200
+# How long `shmlog produce`, stopped by Ctrl-C, waits for the broker to acknowledge what
+# it sent (then closes, counting what was acknowledged): a broker drains a full 2 MiB ring
+# in milliseconds, so this bounds only a stalled one, and Ctrl-C must end the command
+# in a time a person waits.
+CONSOLE_PRODUCE_STOP_FLUSH_S = 10.0
+# How long `dump --verify` waits for the broker of a segment's data directory to say
+# where its partition's row is (a request the broker answers in milliseconds): past it,
+# no broker is taken to serve the segment and the whole file is verified.
+DUMP_METADATA_TIMEOUT_MS = 2_000
 
 # --- kafka-python API fit (producer callbacks, commit_async) ------------------------------
 # How often a producer's callback thread looks for completed batches while futures
