@@ -184,7 +184,9 @@ def _header_lines(stats: dict) -> list[str]:
             f"{totals['consumed_records_per_s']:,.0f} records/s (committed), over the last "
             f"{stats['rate_window_s']} s",
             f"appender: {appender['entries_drained']:,} entries in {drain['count']:,} drain "
-            f"passes, p50 {_quantile(drain, 0.5)}, p99 {_quantile(drain, 0.99)}"]
+            f"passes, p50 {_quantile(drain, 0.5)}, p99 {_quantile(drain, 0.99)}"
+            + (f", {refused:,} appends refused by the log (disk full?)"
+               if (refused := appender.get("appends_refused_storage", 0)) else "")]
 
 
 def _topic_lines(stats: dict) -> list[str]:

@@ -44,6 +44,7 @@
     │   ├── BrokerAccessDeniedError   this user may not connect to the broker
     │   └── ProducerIdsUnavailableError   the next block of producer ids is not drawn yet
     ├── NotOwnedError                 what shmlog must own is another user's (or a symlink)
+    │   └── UnsafeDataDirectoryError  the path to the data directory is a symlink or another's
     ├── StorageError                  the log directory failed (disk full, I/O error)
     │   └── ResourceLimitError        a process or host limit was reached (files, mappings)
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
@@ -233,6 +234,12 @@ class BrokerAccessDeniedError(BrokerNotAvailableError):
 class NotOwnedError(ShmlogError):
     """Something shmlog must own belongs to another user (or is a symbolic link): a
     data directory, its lock, or a shared-memory object under the broker's name."""
+
+
+class UnsafeDataDirectoryError(NotOwnedError):
+    """The data directory, or a directory above it, is a symbolic link, belongs to
+    another user than root or the broker's, or is writable by others without the
+    sticky bit: someone else could point the broker's writes (and modes) elsewhere."""
 
 
 class TopicExistsError(ShmlogError):

@@ -99,6 +99,12 @@ SEGMENT_RESERVE_DECAY_S = 10.0
 # failed file write (and a log line) per append, and the recovery point is back
 # within a second of the disk having room.
 FLUSH_RETRY_INTERVAL_MS = 1000
+# Appends refused by the log (a full disk: every batch of every producer, thousands a
+# second) are logged one line at the first, then one line with their count no more
+# often than this: a full disk once logged a traceback per batch (22,262 lines in
+# 30 s). Half a minute keeps a day-long outage to ~3,000 lines; the count is exact in
+# the stats (appends_refused_storage) whatever the interval.
+APPEND_REFUSAL_LOG_INTERVAL_S = 30.0
 # The map's first size: 64 Ki slots (1.5 MiB), doubled as keys come.
 CLEANER_SLOTS_MIN = 1 << 16
 # Attempts to map a file that shrinks under us (a roll trims it) before giving up.

@@ -146,7 +146,11 @@ def _appender_families(stats: dict) -> list[Metric]:
         sum_value=histogram["sum"])
     entries = _counter("appender_entries_drained", "Ring entries the appender handled.")
     entries.add_metric([], appender["entries_drained"])
-    return [drain, entries]
+    refused = _counter("appender_appends_refused_storage",
+                       "Appends the log refused (a full disk, an I/O error): their batches "
+                       "were failed, nothing of them stored.")
+    refused.add_metric([], appender["appends_refused_storage"])
+    return [drain, entries, refused]
 
 
 def _group_families(stats: dict) -> list[Metric]:
