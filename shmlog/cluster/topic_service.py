@@ -290,7 +290,8 @@ class ClusterTopicService(TopicService):
                     del self._held[ticket]
                     self._replies.append((ticket, ZooKeeperConnectionError(
                         f"ZooKeeper did not answer this request's write within "
-                        f"{limits.CLUSTER_TOPIC_WRITE_WAIT_MS} ms (the connection was lost): "
+                        f"{limits.CLUSTER_TOPIC_WRITE_WAIT_MS} ms (it stopped answering, or the "
+                        f"connection was lost): "
                         f"its outcome is unknown, it may still take effect when ZooKeeper "
                         f"is back; describe the topic before retrying")))
                 continue

@@ -6,7 +6,9 @@ no change), followers go on fetching (a consumer on a follower's host sees new
 records), ``create_topic`` is refused at once with ``MetadataUnavailableError`` and
 the topic never appears; once ZooKeeper is back, nothing acknowledged is lost (the
 history checker over every replica) and the cluster serves again: acks=all and
-topic creation.
+topic creation. And a topic write that ZooKeeper takes but does not answer (it is
+stopped before the session notices) is answered "outcome unknown" within the
+admin's timeout, not "no broker answered".
 
 Method: a ZooKeeper of the test's own (it is killed with SIGKILL and started again on
 its data directory and port: ZooKeeper restores the sessions, so the brokers keep
@@ -39,7 +41,11 @@ from cluster.workload import (
 )
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.common.errors import MetadataUnavailableError, TopicExistsError
+from shmlog.common.errors import (
+    MetadataUnavailableError,
+    TopicExistsError,
+    ZooKeeperConnectionError,
+)
 from shmlog.devtools.local_cluster import LocalCluster
 from shmlog.devtools.zookeeper import ZooKeeperServer
 
@@ -173,6 +179,43 @@ def test_a_zookeeper_outage_stops_only_what_needs_zookeeper(tmp_path):
             reader.stop()
         wait_in_sync(cluster, TOPIC, (1, 2, 3))
         check_replicas(cluster, TOPIC, history)
+    finally:
+        try:
+            stop_cluster(cluster)
+        finally:
+            server.stop()
+
+
+# A session long enough that kazoo notices nothing for longer than a topic write
+# waits (it reports SUSPENDED after 2/3 of it: 6.7 s > limits.CLUSTER_TOPIC_WRITE_WAIT_MS).
+LONG_SESSION_MS = 10_000
+
+
+def test_a_topic_write_zookeeper_does_not_answer_is_answered_outcome_unknown(tmp_path):
+    """ZooKeeper stopped (SIGSTOP: the connection stays up, so the session is not
+    yet suspended and the write is sent): the request is answered within the admin's
+    timeout with ZooKeeperConnectionError saying the outcome is unknown, not "no
+    broker answered"; after SIGCONT the broker serves metadata requests again."""
+    server = ZooKeeperServer(str(tmp_path / "zk"), tick_time_ms=TICK_MS).start()
+    cluster = LocalCluster(str(tmp_path / "cluster"), 1, zookeeper_connect=server.connect_string,
+                           settings={**SETTINGS, "zookeeper.session.timeout.ms": LONG_SESSION_MS},
+                           log_files=True)
+    try:
+        cluster.start()
+        admin = Admin(cluster.data_dir(1), timeout_ms=ADMIN_TIMEOUT_MS)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            asked_at = time.monotonic()
+            try:
+                admin.create_topic(REFUSED_TOPIC, 1, replication_factor=1)
+                raise AssertionError("create_topic succeeded with ZooKeeper stopped")
+            except ZooKeeperConnectionError as error:
+                print(f"\nanswered in {time.monotonic() - asked_at:.1f} s: {error}")
+                assert "outcome is unknown" in str(error)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        create_topic(cluster, AFTER_TOPIC, {}, 1)
+        assert AFTER_TOPIC in admin.list_topics()
     finally:
         try:
             stop_cluster(cluster)
