@@ -12,6 +12,7 @@
     │   │   └── InternalTopicConfigError   a setting that could drop an internal topic's records
     │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
+    │   ├── ControlRequestTooLargeError   a control request is over the frame limit: not sent
     │   ├── OffsetOutOfRangeError
     │   ├── InvalidReplicationFactorError   below 1, or more than the live brokers
     │   ├── InvalidReplicaAssignmentError   some brokers have a rack and others not
@@ -37,6 +38,7 @@
     ├── RingFullError                 a ring stayed full for the whole wait
     ├── TooManyProducersError         the broker drains producers_max rings already
     ├── ClientTimeoutError            a send's get() or a flush ran out of time
+    ├── TooManyRequestsInFlightError  a client has too many control requests unanswered
     ├── BrokerNotAvailableError       no broker answered in time
     │   ├── BrokerNotRunningError     no broker runs (no control socket): nothing was sent
     │   ├── BrokerAccessDeniedError   this user may not connect to the broker
@@ -127,6 +129,12 @@ class RecordTooLargeError(LocalProtocolError):
     """A record batch exceeds ``max.message.bytes`` (or a fixed format limit)."""
 
 
+class ControlRequestTooLargeError(LocalProtocolError):
+    """A control request is longer than ``limits.CONTROL_FRAME_SIZE_MAX``: the client
+    refuses to send it, and the broker refuses one sent anyway at once, unread;
+    nothing was done. Ask for less per request."""
+
+
 class OffsetOutOfRangeError(LocalProtocolError):
     """An offset lies outside ``[log_start_offset, log_end_offset]`` (fields -1 where
     unknown: an error that came from the broker carries only its message)."""
@@ -199,6 +207,13 @@ class TooManyProducersError(ShmlogError):
     """The broker drains its ``producers_max`` producers' rings already: a new producer
     is refused at registration (its ring removed), never left undrained. Close a
     producer, or start the broker with a larger ``producers_max``."""
+
+
+class TooManyRequestsInFlightError(ShmlogError):
+    """The broker holds as many of this client's control requests unanswered as it
+    keeps for one client (``limits.CONTROL_PEER_REQUESTS_MAX`` requests,
+    ``limits.CONTROL_PEER_BYTES_MAX`` bytes waiting): this one was refused at once,
+    not queued, and nothing was done. Wait for replies before sending more."""
 
 
 class BrokerNotAvailableError(ShmlogError):
