@@ -16,6 +16,16 @@ Rules
   first (``topic_service.refuse_internal_config``), nothing written.
 * ZooKeeper is never called on the loop thread: each write runs on the service's
   worker thread, and its outcome comes back through the loop.
+* **While the ZooKeeper session is suspended** (ZooKeeper out of reach) a metadata
+  request (create, delete, alter config) is refused at once with
+  :class:`MetadataUnavailableError`, nothing written: kazoo would queue the write
+  and send it when ZooKeeper is back, so a request refused on a timeout would
+  take effect later. The worker looks again just before it writes. If the
+  connection goes while a write is queued or sent (that narrow window), the
+  request is answered within ``limits.CLUSTER_TOPIC_WRITE_WAIT_MS`` with
+  :class:`ZooKeeperConnectionError`, which says the outcome is unknown (it may
+  still take effect: describe the topic before retrying); the requests queued
+  behind it that were answered meanwhile are dropped unwritten.
 * ``delete_records`` is carried out by each partition's leader
   (``cluster_delete_records``).
 * Metadata gives each partition its leader (-1: none), leader epoch, replicas,
@@ -44,7 +54,13 @@ from ..broker.topic_service import (
     refuse_internal_config,
 )
 from ..common import limits
-from ..common.errors import BrokerNotAvailableError, InvalidPartitionsError, ShmlogError
+from ..common.errors import (
+    BrokerNotAvailableError,
+    InvalidPartitionsError,
+    MetadataUnavailableError,
+    ShmlogError,
+    ZooKeeperConnectionError,
+)
 from ..common.topic_names import validate_topic_name
 from ..protocol.control import require
 from ..record.records import now_ms
@@ -63,7 +79,12 @@ class _Held:
     ticket: Any
     deadline: int
     ready: Callable[[], dict | None]
+    # When its write must have been answered by ZooKeeper (see the module's rules).
+    write_deadline: int = 0
     written: bool = False
+    # Answered before its write was made (the worker then skips it); set on the
+    # loop thread, read on the worker's.
+    answered: bool = False
 
 
 class ClusterTopicService(TopicService):
@@ -204,19 +225,35 @@ class ClusterTopicService(TopicService):
 
     # -- held replies ---------------------------------------------------------------------
     def _hold(self, write: Callable[[], Any], ready: Callable[[], dict | None]) -> None:
+        self._refuse_if_suspended()
         ticket = self.context.ticket
-        self._held[ticket] = _Held(ticket, now_ms() + limits.CLUSTER_TOPIC_WAIT_MS, ready)
+        now = now_ms()
+        held = _Held(ticket, now + limits.CLUSTER_TOPIC_WAIT_MS, ready,
+                     write_deadline=now + limits.CLUSTER_TOPIC_WRITE_WAIT_MS)
+        self._held[ticket] = held
         self._next_look = 0
-        self._work.put((ticket, write))
+        self._work.put((held, write))
         return None
+
+    def _refuse_if_suspended(self) -> None:
+        if self.replication.zookeeper.suspended.is_set():
+            raise MetadataUnavailableError(
+                f"broker {self.replication.broker_id} cannot reach ZooKeeper "
+                f"({self.replication.zookeeper.hosts}) now, so metadata cannot change: "
+                f"nothing was written; retry once ZooKeeper answers (producing and "
+                f"fetching go on meanwhile)")
 
     def _run(self) -> None:
         """The worker: one ZooKeeper write at a time, its outcome queued back."""
         while True:
-            ticket, write = self._work.get()
-            if ticket is None:
+            held, write = self._work.get()
+            if held is None:
                 return
+            ticket = held.ticket
+            if held.answered:
+                continue                       # answered "outcome unknown": never written
             try:
+                self._refuse_if_suspended()
                 write()
                 outcome = None
             except ShmlogError as error:
@@ -248,7 +285,16 @@ class ClusterTopicService(TopicService):
                 held.written = True
         for ticket, held in list(self._held.items()):
             if not held.written:
-                continue                 # the worker owes its outcome (kazoo bounds the write)
+                if now >= held.write_deadline:     # queued in kazoo until ZooKeeper is back
+                    held.answered = True
+                    del self._held[ticket]
+                    self._replies.append((ticket, ZooKeeperConnectionError(
+                        f"ZooKeeper did not answer this request's write within "
+                        f"{limits.CLUSTER_TOPIC_WRITE_WAIT_MS} ms (it stopped answering, or the "
+                        f"connection was lost): "
+                        f"its outcome is unknown, it may still take effect when ZooKeeper "
+                        f"is back; describe the topic before retrying")))
+                continue
             result = held.ready()
             if result is not None:
                 del self._held[ticket]

@@ -50,6 +50,7 @@
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
     ├── ZooKeeperUnavailableError     a local ZooKeeper cannot run here (no pyspark jars, no java)
     │   └── ZooKeeperConnectionError  no session in time, or lost during a write (outcome unknown)
+    ├── MetadataUnavailableError      no ZooKeeper: a metadata change was refused, nothing written
     ├── ZooKeeperStartError           a local ZooKeeper exited or did not serve while starting
     ├── NotEnoughReplicasError        acks=all: too few in-sync replicas, nothing appended
     ├── NotEnoughReplicasAfterAppendError   acks=all: appended, but too few replicas have it
@@ -347,6 +348,15 @@ class ZnodeFormatError(PeerProtocolError):
 class ZooKeeperConnectionError(ZooKeeperUnavailableError):
     """No ZooKeeper session could be had in time, or the connection was lost during
     a request: a write's outcome is unknown (read back before retrying)."""
+
+
+class MetadataUnavailableError(ShmlogError):
+    """A metadata change (create or delete a topic, alter a topic's config) was
+    refused because the broker's ZooKeeper session is suspended: ZooKeeper is out of
+    reach, so the change could not be made now. Nothing was written, and nothing of
+    it appears later. Retriable: send it again once ZooKeeper answers (Kafka's
+    brokers cannot change metadata without ZooKeeper either; produce and fetch go
+    on meanwhile)."""
 
 
 class InconsistentClusterIdError(ShmlogError):

@@ -432,6 +432,12 @@ CLUSTER_ID_LENGTH_MAX = 255
 # take effect (the controller elects leaders within milliseconds; a ZooKeeper session
 # timeout is the worst case a healthy cluster shows).
 CLUSTER_TOPIC_WAIT_MS = 30_000
+# How long a topic request waits for ZooKeeper to answer its write before it is
+# answered "outcome unknown" (the connection went while the write was queued: kazoo
+# sends it when ZooKeeper is back). Below the admin client's 10 s default timeout,
+# so the caller hears that, not "no broker answered"; ZooKeeper answers a write in
+# milliseconds when it is up.
+CLUSTER_TOPIC_WRITE_WAIT_MS = 5_000
 # How often a held reply looks whether what it waits for has happened.
 HELD_REPLY_LOOK_MS = 20
 

@@ -28,6 +28,7 @@ from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
 from shmlog.client.producer import Producer
 from shmlog.common.errors import (
+    MetadataUnavailableError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -82,8 +83,9 @@ def broker_output(cluster: LocalCluster, broker_id: int) -> str:
 
 def create_topic(cluster: LocalCluster, name: str, config: dict, replication_factor: int) -> None:
     """Create a one-partition topic through a running broker, again if the broker's
-    ZooKeeper session failed under it (a loaded machine): a write whose outcome is
-    unknown may have created it."""
+    ZooKeeper session failed under it (a loaded machine) or is not back yet after an
+    outage (refused, nothing written): a write whose outcome is unknown may have
+    created it."""
     deadline = time.monotonic() + WAIT_S
     while True:
         broker_id = min(set(cluster.brokers) - cluster.paused)
@@ -93,7 +95,7 @@ def create_topic(cluster: LocalCluster, name: str, config: dict, replication_fac
             return
         except TopicExistsError:
             return
-        except ZooKeeperUnavailableError:
+        except (ZooKeeperUnavailableError, MetadataUnavailableError):
             assert time.monotonic() < deadline, f"topic {name} not created in {WAIT_S} s"
             time.sleep(0.2)
 

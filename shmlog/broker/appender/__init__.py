@@ -35,9 +35,12 @@ Rules
   under min ISR when the high watermark covers it completes with
   ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` (it is in the log, its sequence used).
   Entries of other rings never look at the mark.
-* A leader that may have been replaced (:meth:`Appender.set_fenced`: its ZooKeeper
-  session is suspended) refuses acks=all entries with ``NOT_LEADER_OR_FOLLOWER``,
-  before the min ISR mark is looked at; acks=0/1 entries are not affected.
+* A leader marked fenced (:meth:`Appender.set_fenced`: it may have been replaced
+  and must acknowledge no acks=all entry, yet not resign) refuses acks=all entries
+  with ``NOT_LEADER_OR_FOLLOWER``, before the min ISR mark is looked at; acks=0/1
+  entries are not affected. Cluster mode no longer sets it on a suspended
+  ZooKeeper session (``cluster.replication.hosted_replicas``: Kafka's leader goes
+  on serving then).
 * A parked completion the high watermark will never cover (its partition went, its
   offsets were truncated away after a leadership change) is refused
   (:meth:`Appender.refuse_parked`, :meth:`Appender.refuse_parked_from`): it

@@ -85,7 +85,7 @@ ROW_HIGH_WATERMARK_POLICY = 12  # a HighWatermarkPolicy
 ROW_HIGH_WATERMARK = 13        # the high watermark published (LOG_END: the log end)
 ROW_UNDER_MIN_ISR = 14         # fewer in-sync replicas than min.insync.replicas (acks=all)
 ROW_NOT_LEADER = 15            # another broker leads it: producers' entries go to Python
-ROW_FENCED = 16                # its leadership may be lost (ZooKeeper suspended): acks=all refused
+ROW_FENCED = 16                # its leadership may be lost (set_fenced): acks=all refused
 ROW_COLUMNS = 17
 
 # Entries handled per call before Python looks up again (signals, shutdown, timers).

@@ -330,8 +330,7 @@ class PartitionRows:
 
     def set_fenced(self, row: int, fenced: bool) -> None:
         """Whether this broker may have lost the partition's leadership without
-        knowing it (its ZooKeeper session is suspended: another leader may be elected
-        a session timeout after ZooKeeper last heard from it). While it is, entries
+        knowing it (another leader may have been elected). While it is, entries
         of acks=all rings bound for it are refused with ``NOT_LEADER_OR_FOLLOWER``
         and nothing of them appended (the ISR cannot shrink without ZooKeeper, so
         min.insync.replicas cannot be judged); acks=0/1 rings are not affected (Kafka

@@ -27,8 +27,9 @@ Rules
 * **Fetches that find nothing wait** (``purgatory``) until a partition's log end or
   high watermark moves past what the follower has, its leadership changes, or
   ``max_wait_ms`` passes; they are answered then, from the log as it is then.
-* **A suspended ZooKeeper session** moves no high watermark (this broker may have
-  been replaced).
+* **A suspended ZooKeeper session** changes nothing here: the high watermark moves
+  with the ISR held (``partition``'s rules say why that is safe), so acks=all is
+  acknowledged and followers' readers see new records through a ZooKeeper outage.
 
 Theory of operation
 -------------------
@@ -137,7 +138,7 @@ class FetchServing:
 
     def maybe_advance_high_watermark(self, replica: PartitionReplica, now: int) -> None:
         """Move the leader's high watermark if it may; wake readers and fetches then."""
-        high_watermark = replica.maybe_advance_high_watermark(now, self.hosted.suspended)
+        high_watermark = replica.maybe_advance_high_watermark(now)
         if high_watermark is not None:
             self._high_watermark_moved(replica, high_watermark)
 
@@ -291,8 +292,7 @@ class FetchServing:
         limit = self.throttle.leader_budget(replica.hosted.topic, replica.hosted.partition,
                                             in_sync, budget, now)
         high_watermark = replica.appender.high_watermark(replica.row)
-        answer, has_records = replica.serve_fetch(peer, observer, request, limit, now,
-                                                  self.hosted.suspended)
+        answer, has_records = replica.serve_fetch(peer, observer, request, limit, now)
         if has_records:
             self.throttle.leader_sent(replica.hosted.topic, replica.hosted.partition,
                                       in_sync, answer.records.size, now)

@@ -11,13 +11,17 @@ Rules
   leader, follower, or observer (a copy for this host's readers, see
   ``partition``). A local topic of the name with another id is another topic: it
   is deleted first.
-* **A suspended ZooKeeper session fences the leader** (this broker may have been
-  replaced: ZooKeeper expires a session T after its last word, kazoo reports
-  SUSPENDED after 2T/3): :attr:`HostedReplicas.suspended` says so to the other
-  parts (no high watermark moves, no ISR change is written), and new acks=all
-  entries are refused with ``NOT_LEADER_OR_FOLLOWER`` (``Appender.set_fenced``;
-  acks=0/1 are served); a LOST session resigns every leadership and fails the
-  acks=all entries parked.
+* **A suspended ZooKeeper session changes no ISR; a lost one resigns** (Kafka's
+  rule). SUSPENDED (the connection is gone, the session may live on: ZooKeeper
+  expires it T after its last word): :attr:`HostedReplicas.suspended` says so, no
+  ISR change is written, and everything else goes on: a leader appends acks=0/1/all
+  and moves its high watermark with the ISR it holds, followers fetch. A ZooKeeper
+  outage so stops only what needs a ZooKeeper write. It stays safe when this
+  broker alone was cut off and replaced: its ISR cannot shrink, and the followers
+  that learn the new leader stop fetching from it, so its acks=all entries wait
+  (``partition``'s rules). LOST (the session expired: the controller may have
+  elected others) resigns every leadership and fails the acks=all entries parked;
+  the states are applied again as the new session reads them.
 * **min.insync.replicas** is the topic's config, else the broker's; a value that is
   not a number is the broker's.
 * **High watermarks are checkpointed** (``high_watermark_checkpoint``) every
@@ -183,7 +187,7 @@ class HostedReplicas:
         if replica.apply_state(state, version, self.view.replicas(*partition_name(replica)),
                                now):
             self.generation += 1
-            replica.update_min_insync(self.suspended)
+            replica.update_min_insync()
             self._listener.leadership_changed(replica)
         self._listener.maybe_advance_high_watermark(replica, now)
         self._listener.isr_changed(replica)
@@ -247,7 +251,7 @@ class HostedReplicas:
         for (topic, _), replica in self.replicas.items():
             if topic == name:
                 replica.min_insync_replicas = self._min_insync(config)
-                replica.update_min_insync(self.suspended)
+                replica.update_min_insync()
 
     def _min_insync(self, config: dict) -> int:
         try:
@@ -257,13 +261,10 @@ class HostedReplicas:
 
     def session_changed(self, state: SessionState) -> None:
         """The ZooKeeper session was suspended, lost or reconnected."""
-        self.suspended = state is SessionState.SUSPENDED
+        self.suspended = state is not SessionState.CONNECTED
         if state is SessionState.LOST:
             self.generation += 1
             log.warning("ZooKeeper session lost: resigning every leadership")
             for replica in self.replicas.values():
                 if replica.role is Role.LEADER:
                     replica.resign()
-            return
-        for replica in self.replicas.values():
-            replica.update_min_insync(self.suspended)

@@ -15,6 +15,9 @@ Rules
   (Kafka's ``isr-expiration`` task); **expand** as a follower's fetch is served.
 * **While the ZooKeeper session is suspended** nothing is written: the change is
   dropped as refused (this broker may have been replaced), and asked again later.
+  The leader so keeps its ISR through a ZooKeeper outage: a follower that falls
+  behind then holds acks=all back until ZooKeeper answers (Kafka's leader cannot
+  shrink its ISR without ZooKeeper either).
 * A refused write (a newer state took the znode) leaves the committed ISR as it
   was: the watch brings the newer state.
 
@@ -146,5 +149,5 @@ class IsrManager:
             return
         replica.isr_change_written(change, outcome)
         self.changes[change.kind] += 1
-        replica.update_min_insync(self.hosted.suspended)
+        replica.update_min_insync()
         self._changed(replica)

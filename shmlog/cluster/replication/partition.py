@@ -22,8 +22,12 @@ Rules
   the new leader's log at the same offsets: they complete when this replica's high
   watermark covers them).
 * **The high watermark** is the lowest log end over the maximal ISR; it moves only
-  forward, never while the ZooKeeper session is suspended (this broker may have been
-  replaced), and never on a follower past ``min(leader's HW, own log end)``.
+  forward, and never on a follower past ``min(leader's HW, own log end)``. It moves
+  while the ZooKeeper session is suspended too (Kafka's leader goes on committing
+  with the ISR it holds): the ISR cannot shrink without a ZooKeeper write, so a
+  leader replaced meanwhile commits nothing its followers lack, and they stop
+  fetching from it (and it refuses their fetches of a newer epoch) once they learn
+  the new leader: its acks=all entries then wait, unacknowledged.
 * **min.insync.replicas**: whenever the ISR or the setting changes, the appender is
   told whether acks=all entries must be refused (``Appender.set_under_min_isr``).
 
@@ -222,22 +226,17 @@ class PartitionReplica:
         self.role, self.phase, self.state, self.state_version = \
             Role.OFFLINE, FetchPhase.WAITING, None, -1
 
-    def update_min_insync(self, suspended: bool = False) -> None:
-        """Tell the appender whether acks=all entries are refused: with
-        ``NOT_ENOUGH_REPLICAS`` by a leader whose ISR is below min.insync.replicas,
-        with ``NOT_LEADER_OR_FOLLOWER`` by one that may have been replaced
-        (suspended: the ISR cannot shrink without ZooKeeper, so its size proves
-        nothing)."""
+    def update_min_insync(self) -> None:
+        """Tell the appender whether acks=all entries are refused with
+        ``NOT_ENOUGH_REPLICAS``: by a leader whose ISR is below min.insync.replicas."""
         if self.role is not Role.LEADER:
             return
-        self.appender.set_fenced(self.row, suspended)
         self.appender.set_under_min_isr(self.row,
                                         len(self.leader.isr) < self.min_insync_replicas)
 
     # -- the leader's side --------------------------------------------------------------------
     def serve_fetch(self, replica_id: int, observer: bool, request: FetchPartition,
-                    max_bytes: int, now: int, suspended: bool
-                    ) -> tuple[FetchResponsePartition, bool]:
+                    max_bytes: int, now: int) -> tuple[FetchResponsePartition, bool]:
         """Answer one partition of a fetch (Kafka's ``Partition.readRecords`` after
         ``updateFollowerFetchState``); also whether it found records to send."""
         log_ = self.log
@@ -253,7 +252,7 @@ class PartitionReplica:
         self.leader.record_fetch(replica_id, request.fetch_offset, now, log_.log_end_offset,
                                  log_start_offset=request.log_start_offset,
                                  observer=replica_id not in self.replicas)
-        self.maybe_advance_high_watermark(now, suspended)
+        self.maybe_advance_high_watermark(now)
         records = self.read(request.fetch_offset, min(max_bytes, request.partition_max_bytes))
         return self._fetch_answer(request, ErrorCode.NONE, records), records.size > 0
 
@@ -300,10 +299,10 @@ class PartitionReplica:
         found_epoch, end = self.log.epochs.end_offset_for(epoch, self.log.log_end_offset)
         return ErrorCode.NONE, found_epoch, end
 
-    def maybe_advance_high_watermark(self, now: int, suspended: bool) -> int | None:
+    def maybe_advance_high_watermark(self, now: int) -> int | None:
         """Move the leader's high watermark to the lowest log end over the maximal
-        ISR; the new one, or None when it did not move (or may not: suspended)."""
-        if self.role is not Role.LEADER or suspended:
+        ISR; the new one, or None when it did not move."""
+        if self.role is not Role.LEADER:
             return None
         current = self.appender.high_watermark(self.row)
         new = self.leader.high_watermark(self.log.log_end_offset, current, now)

@@ -17,10 +17,13 @@ Rules
   ZooKeeper (kazoo runs it on its connection thread; kazoo issue #355): it sets or
   clears :attr:`ZooKeeperSession.suspended`, counts losses, tells the state
   listeners (which only flag or spawn) and queues a ``SESSION`` event.
-* **SUSPENDED means "I may no longer be controller or leader".** kazoo reports it
-  when nothing was read for 2/3 of the negotiated session timeout T; ZooKeeper
-  expires the session (and its ephemerals) only after T, so an owner that stops
-  acting on ``suspended`` is fenced before anyone else can be elected.
+* **SUSPENDED means "I may no longer be controller; I can change no metadata".**
+  kazoo reports it when the connection is lost or nothing was read for 2/3 of the
+  negotiated session timeout T; ZooKeeper expires the session (and its ephemerals)
+  only after T, so a controller that stops acting on ``suspended`` is fenced
+  before another can be elected. A partition leader goes on serving (Kafka's
+  rule: ``replication.hosted_replicas``); it writes no ISR change, and metadata
+  requests are refused (``MetadataUnavailableError``) rather than queued.
 * Reads are retried across a connection loss (bounded); writes are not (a retried
   write may have gone through): a lost connection during a write is
   :class:`ZooKeeperConnectionError`, its outcome unknown.
@@ -183,8 +186,8 @@ class ZooKeeperSession:
     ----------
     suspended : threading.Event
         Set while the session may be gone (SUSPENDED, LOST, not yet connected),
-        cleared on CONNECTED: a leader advances no high watermark and a controller
-        writes nothing while it is set.
+        cleared on CONNECTED: a controller writes nothing, a leader no ISR change,
+        and metadata requests are refused while it is set.
     sessions_lost : int
         How many times the session was LOST.
 
