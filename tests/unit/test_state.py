@@ -16,16 +16,21 @@ import numpy as np
 import pytest
 
 from shmlog.common.errors import LocalProtocolError, PeerProtocolError, ShmlogError
-from shmlog.shm import shared_memory
 from shmlog.shm import state_layout as S
-from shmlog.shm.state import JOURNAL_LAPPED, PartitionStateTable, publish_row, topic_key
+from shmlog.shm.state import (
+    JOURNAL_LAPPED,
+    PartitionStateTable,
+    publish_row,
+    topic_key,
+    unlink_table,
+)
 
 
 @pytest.fixture
 def table_name():
     name = f"shmlog-test-state-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     yield name
-    shared_memory.unlink(name)
+    unlink_table(name)
     assert not os.path.exists(f"/dev/shm/{name}")
 
 
@@ -163,7 +168,7 @@ def test_a_scribbled_journal_costs_a_full_look_never_memory(table_name, garbage)
 
 
 def test_the_layout_keeps_the_journal_between_the_control_page_and_the_rows():
-    assert S.VERSION == 3
+    assert S.VERSION == 4
     assert S.JOURNAL_SLOTS_OFFSET >= S.JOURNAL_PENDING_OFFSET + S.WORD_SIZE
     assert S.ROWS_OFFSET == S.JOURNAL_SLOTS_OFFSET + S.JOURNAL_CAPACITY * S.JOURNAL_SLOT_SIZE
     assert S.journal_slot_word(S.JOURNAL_CAPACITY + 2) == S.JOURNAL_SLOTS_WORD + 2
