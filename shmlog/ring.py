@@ -249,7 +249,8 @@ class Ring:
         Raises
         ------
         CorruptRingError
-            The object is not a ring of this version, or its size disagrees with it.
+            The object is not a ring of this version, its size disagrees with it or
+            is no valid capacity, or its head word is no entry boundary.
         ShmlogError
             No ring of that name exists.
         """
@@ -262,7 +263,21 @@ class Ring:
         if capacity != len(mapped) - R.DATA_OFFSET:
             raise CorruptRingError(f"ring {name!r} says capacity {capacity} but holds "
                                    f"{len(mapped) - R.DATA_OFFSET} data bytes", name=name)
-        return cls(name, mapped, owner=False)
+        try:
+            R.check_capacity(capacity)
+        except LocalProtocolError as error:
+            raise CorruptRingError(f"ring {name!r}: {error}", name=name) from None
+        ring = cls(name, mapped, owner=False)
+        # The head the consumer starts from is the one word of the consumer's line it
+        # reads back: an entry starts on ENTRY_ALIGNMENT, so one that does not (or a
+        # negative count) would have next_entry read a length across the region's end.
+        if ring.consumer_head < 0 or ring.consumer_head % R.ENTRY_ALIGNMENT:
+            head = ring.consumer_head
+            ring.close()
+            raise CorruptRingError(f"ring {name!r} says its consumer released {head} bytes, "
+                                   f"not a count of {R.ENTRY_ALIGNMENT}-byte aligned entries",
+                                   name=name)
+        return ring
 
     # -- producer ------------------------------------------------------------------
     def _payload(self, payload) -> np.ndarray:
