@@ -164,6 +164,11 @@ def harvest_completions(words, completions, first, results, timestamps):
     """Producer: copy the results of entries ``first`` .. acknowledged - 1 into
     ``results``/``timestamps`` (from index 0); return the acknowledged count."""
     acknowledged = load_acquire(words, R.ACKNOWLEDGED_WORD)
+    # The count is input (the ring is 0660 with a data group). One past the entries
+    # put (the room in ``results``) or gone back is no consumer's: nothing is taken
+    # as acknowledged (the sends wait, then time out), never a write past ``results``.
+    if acknowledged < first or acknowledged > first + results.shape[0]:
+        return first
     for entry in range(first, acknowledged):
         slot = (entry % R.COMPLETION_SLOTS) * R.COMPLETION_WORDS
         results[entry - first] = load_relaxed(completions, slot + R.COMPLETION_RESULT_WORD)
@@ -334,7 +339,7 @@ class Ring:
         return entry
 
     def _harvest(self) -> None:
-        pending = self._published - self._harvested
+        pending = max(0, self._published - self._harvested)
         results = np.empty(pending, np.int64)
         timestamps = np.empty(pending, np.int64)
         acknowledged = int(harvest_completions(self.words, self.completions, self._harvested,

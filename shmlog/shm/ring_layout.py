@@ -103,7 +103,8 @@ Entry (8-byte aligned in the data region)::
 Shared memory is input. The producer (and any member of the data group, with a
 group) can write every word of its ring at any time; the broker (the consumer)
 checks each word it reads before it uses it, and a bad word costs the ring, never
-the broker nor another producer's entries or another user's reads::
+the broker nor another producer's entries or another user's reads. The producer
+checks the one word it reads back that decides where it writes (``acknowledged``)::
 
   word              writer     broker reads it       check, and what a bad value costs
   ----              ------     ---------------       ---------------------------------
@@ -126,7 +127,10 @@ the broker nor another producer's entries or another user's reads::
                                                      on): CorruptRingError, not registered
   acknowledged      broker     before its own store  only compared (never lowered): a bad
                                                      value only withholds this producer's
-                                                     acknowledgements
+                                                     acknowledgements; the producer takes it
+                                                     only between what it harvested and what
+                                                     it put (``harvest_completions``), else
+                                                     it takes nothing (its sends time out)
   consumer_error    broker     never                 -
   completion slots  broker     never                 -
   entry_length      producer   every entry           >= ENTRY_HEADER_LENGTH, within the
