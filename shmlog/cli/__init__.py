@@ -1,7 +1,8 @@
 """The ``shmlog`` command. Each subcommand parses its arguments and calls the library.
 
-Exit codes: 0 ok, 1 a problem was found (corruption, a failed request), 2 usage error
-(``exit_codes.py``).
+Exit codes: 0 ok, 1 a problem was found (corruption, a failed request), 2 usage error,
+130 ended by Ctrl-C (128 + the signal's number: ``exit_codes.py``). Ctrl-C ends every
+verb without a traceback, even one started with SIGINT ignored (``signals.py``).
 
 One module per family of verbs, each holding its verbs' arguments (``add_parser``)
 and their thin bodies: ``broker.py`` (run a broker), ``admin.py`` (``topics``,
@@ -28,7 +29,8 @@ import sys
 
 from ..common.errors import ShmlogError
 from . import admin, broker, cluster, console, dump, perf, status, tools, zookeeper
-from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from .exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from .signals import interrupts
 
 __all__ = ["main", "build_parser", "log_level", "package_version", "EXIT_OK", "EXIT_FAILURE",
            "EXIT_USAGE"]
@@ -97,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the verb ``argv`` (default: the command line) names; its exit code.
 
     A usage error exits (status 2) through argparse; a :class:`ShmlogError` is
-    printed and returns 1; a closed stdout (``| head``) ends the verb quietly.
+    printed and returns 1; a closed stdout (``| head``) ends the verb quietly; Ctrl-C
+    returns 130, without a traceback (a verb that runs until stopped handles it
+    itself, and returns 128 + the signal's number).
     """
     parser = build_parser()
     arguments = parser.parse_args(argv)
@@ -107,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=log_level(arguments),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return arguments.run(arguments)
+        with interrupts():
+            return arguments.run(arguments)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except ShmlogError as error:
         print(f"shmlog {arguments.command}: {error}", file=sys.stderr)
         return EXIT_FAILURE

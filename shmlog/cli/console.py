@@ -48,7 +48,8 @@ import time
 
 from ..common import limits
 from ..common.errors import LocalProtocolError, ShmlogError
-from .exit_codes import EXIT_OK
+from .exit_codes import EXIT_OK, exit_on_signal
+from .signals import StopRequest
 
 __all__ = ["add_produce_parser", "add_consume_parser", "LineReader", "RecordFormatter",
            "READER_PROPERTIES", "FORMATTER_PROPERTIES"]
@@ -393,70 +394,93 @@ def _total_size(sources) -> int | None:
 
 def _produce(arguments) -> int:
     """Lines from stdin (or files) become records; a bounded window of their futures
-    is waited on oldest first."""
-    from ..client.producer import Producer
-    reader = _line_reader(arguments)
-    sources = [sys.stdin.buffer] if not arguments.files else []
-    try:
-        for path in arguments.files:
-            try:
-                sources.append(open(path, "rb"))
-            except OSError as error:
-                raise ShmlogError(f"cannot read {path}: {error.strerror}") from None
-        shown = not arguments.quiet and sys.stderr.isatty() and \
-            not (not arguments.files and sys.stdin.isatty())
-        acks = "all" if arguments.acks == "all" else int(arguments.acks)
-        window_max = limits.CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX
-        with Producer(arguments.data_dir, acks=acks, compression=arguments.compression) \
-                as producer:
+    is waited on oldest first. Ctrl-C (or SIGTERM) stops the reading: what was sent
+    is flushed (for at most ``limits.CONSOLE_PRODUCE_STOP_FLUSH_S``), the summary
+    says how many records the broker acknowledged, and the exit status is 128 + the
+    signal's number."""
+    with StopRequest() as stop:      # before the clients load: a signal is never lost
+        from ..client.producer import Producer
+        reader = _line_reader(arguments)
+        sources = [sys.stdin.buffer] if not arguments.files else []
+        try:
+            for path in arguments.files:
+                try:
+                    sources.append(open(path, "rb"))
+                except OSError as error:
+                    raise ShmlogError(f"cannot read {path}: {error.strerror}") from None
+            shown = not arguments.quiet and sys.stderr.isatty() and \
+                not (not arguments.files and sys.stdin.isatty())
+            acks = "all" if arguments.acks == "all" else int(arguments.acks)
+            producer = Producer(arguments.data_dir, acks=acks,
+                                compression=arguments.compression)
             # Timed from here: the rates are the sending's, not the start-up's.
             progress = _RateLine(_total_size(sources) if arguments.files else None, shown)
-            unacknowledged = collections.deque()
             try:
-                for line, size in _lines(sources):
-                    key, value, headers = reader.read(line)
-                    unacknowledged.append(producer.send(arguments.topic, value, key=key,
-                                                        headers=headers,
-                                                        partition=arguments.partition))
-                    if len(unacknowledged) > window_max:
-                        unacknowledged.popleft().get()      # raises the broker's refusal
-                    progress.advance(size)
-                producer.flush()
-                while unacknowledged:
-                    unacknowledged.popleft().get()
+                acknowledged = _send_lines(producer, reader, sources, arguments, progress,
+                                           stop)
             finally:
                 progress.close()
-    finally:
-        for source in sources:
-            if source is not sys.stdin.buffer:
-                source.close()
+                producer.close(timeout=limits.CONSOLE_PRODUCE_STOP_FLUSH_S
+                               if stop.number else None)
+        finally:
+            for source in sources:
+                if source is not sys.stdin.buffer:
+                    source.close()
     if not arguments.quiet:
         print(progress.summary(arguments.topic), file=sys.stderr)
-    return EXIT_OK
+        if stop.number:
+            print(f"stopped by {signal.Signals(stop.number).name}: {acknowledged} records "
+                  f"acknowledged", file=sys.stderr)
+    return exit_on_signal(stop.number) if stop.number else EXIT_OK
+
+
+def _next_line(lines, stop: StopRequest):
+    """The next ``(line, size)``, or None at the end of the input or on a stop
+    signal, which may cut the wait for it short (and only that wait)."""
+    try:
+        try:
+            stop.raising = True
+            return None if stop.number else next(lines)
+        finally:
+            stop.raising = False        # a signal just before this raises once, below
+    except (KeyboardInterrupt, StopIteration):
+        return None
+
+
+def _send_lines(producer, reader: LineReader, sources, arguments, progress: _RateLine,
+                stop: StopRequest) -> int:
+    """Send every line (until a stop signal); the records acknowledged.
+
+    The wait for the next line is the only place a signal raises
+    (``stop.raising``): a line half read is not sent. Stopped, what was sent is
+    flushed (bounded) and the futures done by then are counted."""
+    window_max = limits.CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX
+    unacknowledged = collections.deque()
+    acknowledged = 0
+    lines = _lines(sources)
+    while (read := _next_line(lines, stop)) is not None:
+        line, size = read
+        key, value, headers = reader.read(line)
+        unacknowledged.append(producer.send(arguments.topic, value, key=key, headers=headers,
+                                            partition=arguments.partition))
+        if len(unacknowledged) > window_max:
+            unacknowledged.popleft().get()      # raises the broker's refusal
+            acknowledged += 1
+        progress.advance(size)
+    if not stop.number:
+        producer.flush()
+        while unacknowledged:
+            unacknowledged.popleft().get()
+            acknowledged += 1
+        return acknowledged
+    try:
+        producer.flush(timeout=limits.CONSOLE_PRODUCE_STOP_FLUSH_S)
+    except ShmlogError:
+        pass                            # what did not make it is not counted
+    return acknowledged + sum(future.succeeded() for future in unacknowledged)
 
 
 # -- consume ------------------------------------------------------------------------------
-
-class _Stop:
-    """Set by SIGINT or SIGTERM: the consume loop ends after the records in hand are
-    printed, so the group's commit covers exactly what was printed."""
-
-    def __init__(self):
-        self.requested = False
-        self._previous = {}
-
-    def __enter__(self) -> "_Stop":
-        for number in (signal.SIGINT, signal.SIGTERM):
-            self._previous[number] = signal.signal(number, self._request)
-        return self
-
-    def _request(self, number, frame) -> None:
-        self.requested = True
-
-    def __exit__(self, *exc_info) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-
 
 def _start(consumer, arguments) -> None:
     """Subscribe (or assign one partition), and move to the start asked for."""
@@ -481,20 +505,29 @@ def _start(consumer, arguments) -> None:
 
 
 def _consume(arguments) -> int:
-    """Print records until Ctrl-C, ``--max-messages`` or ``--timeout-ms``."""
+    """Print records until Ctrl-C (or SIGTERM: exit 128 + its number, after the
+    records in hand are printed, so a group's commit covers exactly what was
+    printed), ``--max-messages`` or ``--timeout-ms``."""
+    with StopRequest() as stop:      # before the clients load: a signal is never lost
+        shown = _follow(arguments, stop)
+    print(f"Processed a total of {shown} messages", file=sys.stderr)
+    return exit_on_signal(stop.number) if stop.number else EXIT_OK
+
+
+def _follow(arguments, stop: StopRequest) -> int:
+    """The records printed, polling until a stop signal or a limit."""
     from ..client.consumer import Consumer
     reset = "earliest" if arguments.from_beginning else "latest"
     formatter = _formatter(arguments)
     write = _json_line if arguments.format == "json" else formatter.format
     output = sys.stdout.buffer
     shown = 0
-    with _Stop() as stop, \
-            Consumer(bootstrap=arguments.data_dir, auto_offset_reset=reset,
-                     group_id=arguments.group) as consumer:
+    with Consumer(bootstrap=arguments.data_dir, auto_offset_reset=reset,
+                  group_id=arguments.group) as consumer:
         _start(consumer, arguments)
         last_record = time.monotonic()
-        while not stop.requested and (arguments.max_messages is None
-                                      or shown < arguments.max_messages):
+        while not stop.number and (arguments.max_messages is None
+                                   or shown < arguments.max_messages):
             left = None if arguments.max_messages is None else arguments.max_messages - shown
             batch = consumer.poll(timeout_ms=limits.CONSOLE_CONSUME_POLL_MS, max_records=left)
             if not batch:
@@ -507,8 +540,7 @@ def _consume(arguments) -> int:
             output.flush()
             shown += len(lines)
             last_record = time.monotonic()
-    print(f"Processed a total of {shown} messages", file=sys.stderr)
-    return EXIT_OK
+    return shown
 
 
 def _json_line(record) -> bytes:

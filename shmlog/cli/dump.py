@@ -3,6 +3,12 @@
 
 The reading is ``shmlog.storage.dump``'s (imported when the verb runs: it loads numba);
 this module only prints what it reports. Exit 1 when ``--verify`` found a problem.
+
+A segment of a running broker's data directory (``DATA/topics/TOPIC/PARTITION/``)
+that is its partition's active one is verified up to the end the broker published
+(:func:`published_end`: the row of the partition in the broker's state table),
+because past it the broker may be copying a batch this very moment; a sealed
+segment, or any segment when no broker answers, is verified whole.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import json
 import os
 import sys
 
+from ..common import limits
+from ..common.errors import ShmlogError
 from .exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_parser"]
@@ -43,13 +51,55 @@ def _printable(data: bytes | None, limit: int) -> str:
     return text + ("..." if len(data) > limit else "")
 
 
+def published_end(path: str) -> int | None:
+    """Where the published data of ``path`` ends when it is the active segment of a
+    running broker's partition (0 for a segment newer than the one published: a roll
+    under way); None for a sealed segment, a file outside a data directory's topics,
+    or when no broker answers. Loaded from the state table before the file is read,
+    so every byte below it is a complete batch's (``state_layout``)."""
+    from ..shm.state import PartitionStateTable, topic_key
+    from ..storage.dump import base_offset_of
+    from ..storage.log_manager import TOPICS_DIRECTORY
+    partition_dir = os.path.dirname(os.path.abspath(path))
+    topic_dir = os.path.dirname(partition_dir)
+    topics_dir = os.path.dirname(topic_dir)
+    partition = os.path.basename(partition_dir)
+    if os.path.basename(topics_dir) != TOPICS_DIRECTORY or not partition.isdigit():
+        return None
+    topic = os.path.basename(topic_dir)
+    try:
+        from ..protocol.control_client import request
+        metadata = request(os.path.dirname(topics_dir), "metadata", topics=[topic],
+                           timeout_ms=limits.DUMP_METADATA_TIMEOUT_MS)
+        [entry] = metadata["topics"]
+        rows = [row["row"] for row in entry["partitions"] if row["partition"] == int(partition)]
+        if not rows:
+            return None
+        table = PartitionStateTable.attach(metadata["state_table"])
+    except ShmlogError:
+        return None                   # no broker serves it: the file is all there is
+    try:
+        row = table.snapshot(rows[0])
+    finally:
+        table.close()
+    if (row.topic_key, row.partition) != (topic_key(entry["topic_id"]), int(partition)):
+        return None                   # the partition left the row since the reply
+    base_offset = base_offset_of(path)
+    if base_offset > row.active_segment_base_offset:
+        return 0
+    return row.active_segment_size if base_offset == row.active_segment_base_offset else None
+
+
 def _dump_log(arguments) -> int:
     from ..storage.dump import read_segment
     report = read_segment(arguments.path, with_records=arguments.records or arguments.print_data,
-                          verify=arguments.verify)
+                          verify=arguments.verify,
+                          published_end=published_end(arguments.path) if arguments.verify
+                          else None)
     if arguments.json:
         body = {"path": report.path, "base_offset": report.base_offset,
                 "file_size": report.file_size, "data_end": report.data_end,
+                "published_end": report.published_end,
                 "batches": [info._asdict() for info in report.batches],
                 "problems": report.problems}
         if report.records:
@@ -85,7 +135,10 @@ def _dump_log(arguments) -> int:
             print(f"PROBLEM: {problem}")
         if arguments.verify:
             verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-            print(f"Verified {len(report.batches)} batches, {report.data_end} bytes: {verdict}")
+            live = "" if report.published_end is None else \
+                f" (a live segment: up to the end its broker published, {report.published_end})"
+            print(f"Verified {len(report.batches)} batches, {report.data_end} bytes{live}: "
+                  f"{verdict}")
     return EXIT_OK if report.ok or not arguments.verify else EXIT_FAILURE
 
 
@@ -104,7 +157,8 @@ def _dump_index(arguments) -> int:
         if preallocated:
             print(f"({preallocated} zero entries follow: preallocated space)")
     if arguments.verify:
-        report = read_segment(arguments.path.rsplit(".", 1)[0] + I.LOG_SUFFIX, verify=True)
+        log_path = arguments.path.rsplit(".", 1)[0] + I.LOG_SUFFIX
+        report = read_segment(log_path, verify=True, published_end=published_end(log_path))
         for problem in report.problems:
             print(f"PROBLEM: {problem}", file=sys.stdout if not arguments.json else sys.stderr)
         return EXIT_OK if report.ok else EXIT_FAILURE

@@ -10,8 +10,11 @@ numbers its Prometheus endpoint serves); in a cluster the summary is
 numba, no numpy.
 
 ``--watch [SECONDS]`` redraws every SECONDS (``limits.STATUS_WATCH_INTERVAL_S``)
-until Ctrl-C or SIGTERM, which end it with status 0 (even when it was started with
-SIGINT ignored, as a shell starts a background command), or after ``--iterations`` views. On a
+until Ctrl-C or SIGTERM, which end it with status 130 or 143 (128 + the signal's
+number, as Kafka's tools; even when it was started with SIGINT ignored, as a shell
+starts a background command), or after ``--iterations`` views. A signal cuts the
+sleep between views short; one that comes while a view is read or drawn ends the
+watch once that view is out (``signals.StopRequest``). On a
 terminal each view replaces the last (the screen is cleared, as ``top`` and
 ``watch`` do); otherwise views follow one another, and with ``--json`` each is one
 line (JSON Lines).
@@ -22,12 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 from ..common import limits
 from ..common.errors import ShmlogError
-from .exit_codes import EXIT_OK
-from .signals import stopped_by_signals
+from .exit_codes import EXIT_OK, exit_on_signal
+from .signals import StopRequest
 
 __all__ = ["add_parser", "status_lines", "status_json", "read_status"]
 
@@ -99,18 +101,16 @@ def _status(arguments) -> int:
         return EXIT_OK
     clear = sys.stdout.isatty()
     shown = 0
-    with stopped_by_signals():
-        try:
-            while True:
-                _show(*read_status(arguments.data_dir), arguments.json, watching=True,
-                      clear=clear)
-                shown += 1
-                if arguments.iterations is not None and shown >= arguments.iterations:
-                    return EXIT_OK
-                time.sleep(arguments.watch)
-        except KeyboardInterrupt:          # Ctrl-C (or SIGTERM) ends a watch: not an error
-            print(flush=True)
-            return EXIT_OK
+    with StopRequest() as stop:
+        while not stop.number:
+            _show(*read_status(arguments.data_dir), arguments.json, watching=True,
+                  clear=clear)
+            shown += 1
+            if arguments.iterations is not None and shown >= arguments.iterations:
+                return EXIT_OK
+            stop.sleep(arguments.watch)
+    print(flush=True)
+    return exit_on_signal(stop.number)
 
 
 def _show(stats: dict, summary, as_json: bool, *, watching: bool, clear: bool) -> None:
@@ -184,7 +184,9 @@ def _header_lines(stats: dict) -> list[str]:
             f"{totals['consumed_records_per_s']:,.0f} records/s (committed), over the last "
             f"{stats['rate_window_s']} s",
             f"appender: {appender['entries_drained']:,} entries in {drain['count']:,} drain "
-            f"passes, p50 {_quantile(drain, 0.5)}, p99 {_quantile(drain, 0.99)}"]
+            f"passes, p50 {_quantile(drain, 0.5)}, p99 {_quantile(drain, 0.99)}"
+            + (f", {refused:,} appends refused by the log (disk full?)"
+               if (refused := appender.get("appends_refused_storage", 0)) else "")]
 
 
 def _topic_lines(stats: dict) -> list[str]:

@@ -28,10 +28,19 @@ batches it kept out are held, with their bytes (:meth:`EpochManager.hold`), unti
 nothing of that partition is in flight (:meth:`EpochManager.restartable`). Then the
 epoch is bumped (a new producer id from the broker once the epochs are used up:
 Kafka's InitProducerId), the partition starts again at sequence 0
-(:meth:`EpochManager.restart`) and the sender sends the held batches again, in order.
+(:meth:`EpochManager.restart`) and the sender sends the first held batch again, and
+the others (``following``) once the broker appended it: a broker that holds nothing
+of this producer for the partition takes its first batch at any sequence (Kafka's
+rule too), so were the first refused again, one behind it would be appended ahead
+of it. Batches shipped meanwhile join ``following``; a refusal of the first puts
+them back behind what it holds (:meth:`EpochManager.defer_following`).
 Other partitions move to the new epoch, from sequence 0, the next time they have
-nothing in flight. ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` is not reported: that batch
-is in the log and its sequence used, so nothing is sent again and the epoch stays.
+nothing in flight. A batch refused as too large and split (KIP-126) is such a
+refusal: its parts are held first, before the batches behind it, so they are sent
+again where it was, under the new epoch, with sequences of their own (the refused
+batch used none: the broker deduplicates the parts as any batch).
+``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` is not reported: that batch is in the log and
+its sequence used, so nothing is sent again and the epoch stays.
 """
 
 from __future__ import annotations
@@ -68,6 +77,9 @@ class EpochManager:
         # Partitions whose sequence a refused batch broke: the batches it kept out,
         # to send again under a new epoch once nothing of the partition is in flight.
         self.resend: dict[tuple[str, int], list] = {}
+        # Partitions started again whose first batch is in flight: the batches to send
+        # once the broker appended it (see the module's theory of operation).
+        self.following: dict[tuple[str, int], list] = {}
 
     def identity(self, topic: str, partition: int) -> dict:
         """Producer id, epoch and the next batch's first sequence."""
@@ -92,8 +104,16 @@ class EpochManager:
             self.in_flight_counts[key] = self.in_flight_counts.get(key, 0) + 1
 
     def completed(self, key: tuple[str, int]) -> None:
-        """The broker completed an idempotent batch of the partition (appended or not)."""
-        self.in_flight_counts[key] -= 1
+        """The broker completed a batch of the partition (appended or not): one less in
+        flight, for the idempotent producer (what :meth:`sent` counted)."""
+        if self.producer_id >= 0:
+            self.in_flight_counts[key] -= 1
+
+    def identity_to_restamp(self) -> dict:
+        """An identity to encode a batch with that :meth:`restart` sends again, whose
+        header the sender stamps with the partition's then (``restamp_batch``)."""
+        return {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                "base_sequence": 0}
 
     def hold(self, key: tuple[str, int], batch) -> bool:
         """An out-of-order batch: held to be sent again (True) when a refused batch
@@ -142,9 +162,17 @@ class EpochManager:
         self.sequences = {}
         return True
 
+    def defer_following(self, key: tuple[str, int]) -> None:
+        """The first batch sent again after a restart was refused: the batches that
+        were to follow it are held behind what the refusal holds (lock held)."""
+        following = self.following.pop(key, None)
+        if following:
+            self.resend.setdefault(key, []).extend(following)
+
     def held(self) -> list:
         """The batches held to be sent again, every partition's, in order."""
-        return [batch for held in self.resend.values() for batch in held]
+        return [batch for held in (*self.resend.values(), *self.following.values())
+                for batch in held]
 
     def forget(self, topic: str) -> list:
         """Drop the topic's partitions (the broker hosts it no more); the batches
@@ -152,8 +180,9 @@ class EpochManager:
         for known in (self.sequences, self.epochs):
             for key in [key for key in known if key[0] == topic]:
                 del known[key]
-        return [batch for key in [key for key in self.resend if key[0] == topic]
-                for batch in self.resend.pop(key)]
+        return [batch for waiting in (self.resend, self.following)
+                for key in [key for key in waiting if key[0] == topic]
+                for batch in waiting.pop(key)]
 
     def registered_again(self, registration: dict) -> None:
         """The broker took the ring again (it may have restarted): its producer id."""

@@ -14,6 +14,11 @@ Rules
   completed) and ``add_callback(future, function, errback)``.
 * Callbacks run once each, through :func:`run_callback`, which logs what they raise
   (kafka-python's rule).
+* A batch the broker refused as too large is split (:meth:`ProducerBatch.split`,
+  Kafka's KIP-126): its records go to new batches, its ``parts``, and the batch is
+  done once every part is; a record's future answers from the part that holds it
+  (:meth:`FutureRecordMetadata.located`), so one record too large for the topic
+  fails alone and its neighbours are appended.
 
 Theory of operation
 -------------------
@@ -27,10 +32,21 @@ another, once per batch rather than a Python division per send), keeps the recor
 timestamps for their futures, and drops the columns. The batch then waits in the ring
 until the broker completes it: ``result`` (its :class:`BatchMetadata`) or ``error``
 (the broker's typed error) is set, and its futures are done.
+
+A batch refused as too large (max.message.bytes lowered under a running producer,
+or a ``send_batch`` sized to a limit since lowered) holding more than one record is
+decoded and its records gathered again into parts of at most ``size_max`` bytes
+each, Kafka's batch.size, which the sender caps at half the refused batch, so every
+split at least halves the bytes sent as one batch; a part refused again is split
+again, down to single records. The parts keep the records' order and timestamps;
+the sender sends them where the refused batch was in the partition's order
+(``sender``: the idempotent producer holds them with the batches behind it and sends
+them again under a new epoch from sequence 0, as after any refusal).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import time
@@ -41,7 +57,7 @@ import numpy as np
 from ..common.errors import ClientTimeoutError, LocalProtocolError, ShmlogError
 from ..native.jit import kernel
 from ..record import batch_layout as B
-from ..record.records import Compression, encode_gathered
+from ..record.records import Compression, decode_columns, encode_gathered
 from ..ring import Destination
 
 log = logging.getLogger(__name__)
@@ -82,7 +98,7 @@ class ProducerBatch:
     __slots__ = ("sender", "topic", "partition", "destination", "values", "keys",
                  "headers", "stamps", "room", "started", "count", "timestamps",
                  "first_timestamp", "entry", "encoded", "log_append_time", "result", "error",
-                 "behind", "callbacks")
+                 "behind", "callbacks", "parts")
 
     def __init__(self, sender, topic: str, partition: int, destination: Destination,
                  room: int = 0):
@@ -108,10 +124,63 @@ class ProducerBatch:
         # (future, function, is_errback) added to its futures while not done; None
         # when there are none (the producer's callback thread watches the batch).
         self.callbacks: list | None = None
+        # Once split: (index of its first record here, part), in record order.
+        self.parts: list | None = None
 
     @property
     def done(self) -> bool:
+        if self.parts is not None:
+            return all(part.done for _, part in self.parts)
         return self.result is not None or self.error is not None
+
+    def part_of(self, index: int) -> tuple["ProducerBatch", int]:
+        """The part of a split batch holding its record ``index``, and the record's
+        index there."""
+        found = bisect.bisect_right(self.parts, index, key=lambda part: part[0]) - 1
+        first, part = self.parts[found]
+        return part, index - first
+
+    def leaves(self) -> list["ProducerBatch"]:
+        """The batches that went to the broker for this one's records, in order:
+        itself, or its parts' (split again, perhaps)."""
+        if self.parts is None:
+            return [self]
+        return [leaf for _, part in self.parts for leaf in part.leaves()]
+
+    def split(self, size_max: int) -> list["ProducerBatch"]:
+        """Gather the records of this refused batch (``encoded``, more than one
+        record) again into parts of at most ``size_max`` bytes of records each (a
+        record larger gets a part of its own; two parts at least), which become its
+        ``parts``; returns them, to be encoded and sent. Off the hot path: the
+        broker refused the batch, and the records are decoded one by one."""
+        records = decode_columns(self.encoded, verified=True).records()
+        sizes = [B.RECORD_HEADER_LENGTH + len(record.key or b"") + len(record.value or b"")
+                 + sum(B.HEADER_ENTRY_LENGTH + len(name.encode()) + len(value or b"")
+                       for name, value in record.headers)
+                 for record in records]
+        firsts, size = [0], 0
+        for index, record_size in enumerate(sizes):
+            if size and size + record_size > size_max:
+                firsts.append(index)
+                size = 0
+            size += record_size
+        if len(firsts) < 2:                   # the records are small: halve their count
+            firsts = [0, len(records) // 2]
+        self.parts = []
+        for first, end in zip(firsts, firsts[1:] + [len(records)]):
+            part = ProducerBatch(self.sender, self.topic, self.partition, self.destination)
+            for index, record in enumerate(records[first:end]):
+                part.values.append(record.value)
+                part.stamps.append(-2 - record.timestamp)    # a given timestamp: kept
+                if record.key is not None:
+                    part.keys[index] = record.key
+                if record.headers:
+                    part.headers[index] = tuple((name.encode(), value)
+                                                for name, value in record.headers)
+            part.started = self.started
+            self.parts.append((first, part))
+        self.encoded = None
+        return [part for _, part in self.parts]
 
     def drop_columns(self) -> None:
         self.values = self.keys = self.headers = self.stamps = None
@@ -152,15 +221,25 @@ class FutureRecordMetadata:
         batch = self.batch
         return batch.done or batch.sender.settle(batch, wait_s=0)
 
-    def _wait(self, timeout: float | None) -> ProducerBatch:
+    def located(self) -> tuple[ProducerBatch, int]:
+        """The batch that went to the broker with this record, and the record's index
+        there: its own batch, or, once that was split, the part holding it."""
+        batch, index = self.batch, self.index
+        while batch.parts is not None:
+            batch, index = batch.part_of(index)
+        return batch, index
+
+    def _wait(self, timeout: float | None) -> tuple[ProducerBatch, int]:
         batch = self.batch
         if batch.result is None:
             if not batch.sender.settle(batch, wait_s=timeout):
                 raise ClientTimeoutError(f"no acknowledgement for {batch.topic}-"
                                          f"{batch.partition} within {timeout} s")
+            batch, index = self.located()
             if batch.error is not None:
                 raise batch.error
-        return batch
+            return batch, index
+        return batch, self.index
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait up to ``timeout`` seconds (forever when None).
@@ -170,46 +249,47 @@ class FutureRecordMetadata:
         ClientTimeoutError
             The timeout passed (the batch is still in flight).
         ShmlogError
-            The broker refused the batch (its typed error).
+            The broker refused the batch (its typed error); of a batch split after
+            the broker refused it as too large, the part that holds the record.
         """
-        return self._value(self._wait(timeout))
+        return self._value(*self._wait(timeout))
 
-    def _value(self, batch: ProducerBatch) -> RecordMetadata:
-        """The record's metadata, from its appended batch."""
+    def _value(self, batch: ProducerBatch, index: int) -> RecordMetadata:
+        """The record's metadata, from its appended batch (the part, if split)."""
         result = batch.result
-        offset = result.base_offset + self.index if result.base_offset >= 0 else -1
+        offset = result.base_offset + index if result.base_offset >= 0 else -1
         timestamp = batch.log_append_time
         if timestamp < 0:
-            timestamp = int(batch.timestamps[self.index])    # the record's own (CreateTime)
+            timestamp = int(batch.timestamps[index])    # the record's own (CreateTime)
         return RecordMetadata(result.topic, result.partition, offset, timestamp)
 
     # -- kafka-python's Future -------------------------------------------------------
-    def _known(self) -> ProducerBatch:
-        batch = self.batch
-        if not batch.done:
-            batch.sender.look_for_completions()
-        return batch
+    def _known(self) -> tuple[ProducerBatch, int]:
+        if not self.batch.done:
+            self.batch.sender.look_for_completions()
+        return self.located()
 
     @property
     def is_done(self) -> bool:
-        return self._known().done
+        return self._known()[0].done
 
     @property
     def value(self):
         """The metadata once appended, else None."""
-        batch = self._known()
-        return self._value(batch) if batch.result is not None else None
+        batch, index = self._known()
+        return self._value(batch, index) if batch.done and batch.error is None else None
 
     @property
     def exception(self) -> ShmlogError | None:
         """The error the batch failed with, else None."""
-        return self._known().error
+        return self._known()[0].error
 
     def succeeded(self) -> bool:
-        return self._known().result is not None
+        batch = self._known()[0]
+        return batch.done and batch.error is None
 
     def failed(self) -> bool:
-        return self._known().error is not None
+        return self._known()[0].error is not None
 
     def add_callback(self, function, *args, **kwargs) -> "FutureRecordMetadata":
         """Call ``function(*args, metadata, **kwargs)`` once the record is appended."""
@@ -235,13 +315,13 @@ def _bound(function, args: tuple, kwargs: dict):
 
 def run_callback(future: FutureRecordMetadata, function, errback: bool) -> None:
     """Call one callback of a completed future; what it raises is logged."""
-    batch = future.batch
+    batch, index = future.located()
     try:
         if batch.error is not None:
             if errback:
                 function(batch.error)
         elif not errback:
-            function(future._value(batch))
+            function(future._value(batch, index))
     except Exception:
         log.exception("a producer %s for %s-%d raised", "errback" if errback else "callback",
                       batch.topic, batch.partition)
@@ -249,12 +329,24 @@ def run_callback(future: FutureRecordMetadata, function, errback: bool) -> None:
 
 class FutureBatchMetadata(FutureRecordMetadata):
     """What ``send_batch`` returns: ``get()`` gives the :class:`BatchMetadata`
-    (and callbacks get it too)."""
+    (and callbacks get it too). A batch the broker refused as too large and the
+    sender split answers for all its parts: the first error of one, else the
+    metadata of its records, from the first part's base offset (the parts' records
+    follow in order, though another producer's may come between them)."""
 
     __slots__ = ()
 
     def __init__(self, batch: ProducerBatch):
         self.batch, self.index = batch, 0
 
-    def _value(self, batch: ProducerBatch) -> BatchMetadata:
-        return batch.result
+    def located(self) -> tuple[ProducerBatch, int]:
+        # The whole batch: its first failed part, or (all appended) itself.
+        failed = [leaf for leaf in self.batch.leaves() if leaf.error is not None]
+        return (failed[0] if failed else self.batch), 0
+
+    def _value(self, batch: ProducerBatch, index: int) -> BatchMetadata:
+        if batch.parts is None:
+            return batch.result
+        first = batch.leaves()[0].result
+        return BatchMetadata(batch.topic, batch.partition, first.base_offset, batch.count,
+                             first.timestamp)

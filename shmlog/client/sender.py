@@ -27,13 +27,12 @@ asked for its result (:meth:`Sender.settle`).
 The broker's appender completes each ring entry with the batch's base offset (or an
 error code), which the sender reads from the ring's completion slots: no round trip,
 no syscall. A future's ``get()`` harvests them; so does the callback thread, and a
-put once the bytes of batches kept for a resend exceed the ring's capacity. A refused
-batch fails its futures with the broker's typed error; what the refusal means for
-the partition's sequence is the epoch manager's (KIP-360: the batches it kept out are
-held and sent again under a new epoch, :meth:`Sender.harvest`). ``UNKNOWN_PARTITION``
-(the topic was deleted, or deleted and created again) also fails the batches still
-gathering or held for the topic and drops its metadata; ``RECORD_TOO_LARGE`` drops
-its metadata, so later batches are sized to the new max.message.bytes.
+put once the bytes of batches kept for a resend exceed the ring's capacity (every
+batch's bytes are kept until it completes). What a refusal means - a failure, the
+batches it kept out held and sent again under a new epoch (KIP-360), a batch refused
+as too large split and its parts sent in its place (KIP-126), a topic gone - is
+``refusals``' (:class:`~shmlog.client.refusals.Refusals`), called from
+:meth:`Sender.harvest`.
 
 A ring the broker stopped reading (it found bytes in it that are no entry, written
 over it by this process: the ring is poisoned, and the broker reclaims it) says so
@@ -69,15 +68,15 @@ from ..common.errors import (
 )
 from ..common.metrics import FlowCounts
 from ..protocol.control_client import request
-from ..record.records import Compression, restamp_batch
+from ..record.records import Compression
 from ..ring import Ring
-from ..shm.completion import CompletionCode, completion_error
 from ..shm.state import PartitionStateTable
 from .epoch_manager import EpochManager
 from .producer_batch import BatchMetadata, FutureRecordMetadata, ProducerBatch
 from .producer_callbacks import CallbackRunner
 from .producer_metadata import ProducerMetadata
 from .record_accumulator import RecordAccumulator
+from .refusals import Refusals
 
 __all__ = ["Sender"]
 
@@ -124,7 +123,7 @@ class Sender:
         # By entry number, oldest first (entries complete in order).
         self.in_flight: collections.OrderedDict[int, ProducerBatch] = \
             collections.OrderedDict()
-        self.retained_bytes = 0           # the bytes of in-flight idempotent batches
+        self.retained_bytes = 0           # the bytes of the batches in flight
         # linger.ms=0: each partition's last batch shipped, by (topic, partition).
         self.last_shipped: dict[tuple[str, int], ProducerBatch] = {}
         self.flow = FlowCounts()          # counted per batch put, never per record
@@ -132,6 +131,7 @@ class Sender:
         # When a resume request first found no broker since one last answered.
         self.broker_missing_since: float | None = None
         self.callbacks = CallbackRunner(lock, self.harvest)
+        self.refusals = Refusals(self)       # what becomes of a refused batch
         self.linger_thread = threading.Thread(target=self._linger_loop,
                                               name="shmlog-linger", daemon=True)
 
@@ -165,9 +165,12 @@ class Sender:
             self.last_shipped[(batch.topic, batch.partition)] = batch
         self.release_retained()
 
-    def put(self, batch: ProducerBatch, encoded: np.ndarray, count: int) -> None:
+    def put(self, batch: ProducerBatch, encoded: np.ndarray, count: int,
+            again: bool = False) -> None:
         """Put an encoded batch into the ring and ring the broker's doorbell (lock
-        held); with acks=0 it is done, else in flight until harvested.
+        held); with acks=0 it is done, else in flight until harvested. A batch of a
+        partition whose first batch sent ``again`` after a restart is in flight
+        waits behind it (``epochs.following``).
 
         Raises
         ------
@@ -176,6 +179,12 @@ class Sender:
         if self.ring.consumer_error:
             raise self._ring_lost(batch, count)
         batch.count = count
+        if not again and self.epochs.following:
+            waiting = self.epochs.following.get((batch.topic, batch.partition))
+            if waiting is not None:
+                batch.encoded = encoded       # stamped with its sequence when put
+                waiting.append(batch)
+                return
         batch.entry = self.ring.put(batch.destination, encoded, timeout_ms=self.max_block_ms)
         self.table.appender_doorbell.ring()
         self.flow.record(batch.topic, count, encoded.size)
@@ -185,10 +194,10 @@ class Sender:
                                          batch.first_timestamp)
             return
         self.in_flight[batch.entry] = batch
-        if self.epochs.producer_id >= 0:
-            # Kept until the batch's result: a refused batch before it sends it back.
-            batch.encoded = encoded
-            self.retained_bytes += encoded.size
+        # Kept until the batch's result: a refused batch before it sends it back, and
+        # one refused as too large is split.
+        batch.encoded = encoded
+        self.retained_bytes += encoded.size
 
     def release_retained(self) -> None:
         """Harvest once the bytes kept for a resend exceed the ring's capacity
@@ -215,7 +224,7 @@ class Sender:
             self._resolve_completed()   # those completed before the broker gave up
             self._fail_in_flight(lambda batch: self._ring_lost(batch, batch.count))
         if self.epochs.resend:
-            self._recover()
+            self.refusals.recover()
 
     def _fail_in_flight(self, error_for) -> None:
         """Fail every batch in flight, and those held to be sent again, with
@@ -261,59 +270,10 @@ class Sender:
                 batch.result = BatchMetadata(
                     batch.topic, batch.partition, result, batch.count,
                     batch.log_append_time if batch.log_append_time >= 0 else batch.first_timestamp)
+                if self.epochs.following:
+                    self.refusals.put_following((batch.topic, batch.partition))
             else:
-                self._refused(batch, -result)
-
-    def _refused(self, batch: ProducerBatch, code: int) -> None:
-        """A batch the broker did not append (lock held)."""
-        key = (batch.topic, batch.partition)
-        if code == CompletionCode.OUT_OF_ORDER_SEQUENCE and self.epochs.hold(key, batch):
-            return                      # kept out by a refused batch before it
-        batch.encoded = None
-        batch.error = completion_error(code, batch.topic, batch.partition)
-        self.flow.record_errors(batch.topic, batch.count)
-        if code == CompletionCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-            return      # in the log, its sequence used: the batches behind it follow on
-        if code == CompletionCode.UNKNOWN_PARTITION:
-            route = self.metadata.routes.get(batch.topic)
-            # Only a route to the topic that is gone: one read since then is good.
-            if route is None or route.destinations[0].topic_key == batch.destination.topic_key:
-                self._forget_topic(batch.topic)
-            return
-        if code == CompletionCode.RECORD_TOO_LARGE:
-            # max.message.bytes was lowered: later batches are sized to the new one.
-            self.metadata.forget(batch.topic)
-        self.epochs.sequence_broken(key)
-
-    def _forget_topic(self, topic: str) -> None:
-        """The broker hosts the topic no more (lock held): drop what we knew of it,
-        so the next send reads its metadata again, and fail the batches still
-        gathering or held for it; a topic created again under the name starts afresh."""
-        self.metadata.forget(topic)
-        for key in [key for key in self.last_shipped if key[0] == topic]:
-            del self.last_shipped[key]
-        for batch in self.epochs.forget(topic) + self.accumulator.forget(topic):
-            batch.drop_columns()
-            batch.encoded = None
-            batch.error = completion_error(CompletionCode.UNKNOWN_PARTITION, batch.topic,
-                                           batch.partition)
-
-    def _recover(self) -> None:
-        """Start each partition whose sequence a refused batch broke, once nothing of
-        it is in flight, again under a new epoch from sequence 0, and send the
-        batches the refusal kept out again, in order (lock held)."""
-        for key in self.epochs.restartable():
-            held = self.epochs.restart(key)
-            if held is None:
-                return                  # no broker to give a new id: at the next harvest
-            for index, batch in enumerate(held):
-                restamp_batch(batch.encoded, **self.epochs.identity(*key))
-                try:
-                    self.put(batch, batch.encoded, batch.count)
-                except ShmlogError as error:         # the ring stayed full past max.block.ms
-                    for unsent in held[index:]:
-                        unsent.encoded, unsent.error = None, error
-                    break
+                self.refusals.refused(batch, -result)
 
     # -- what futures ask --------------------------------------------------------------
     def settle(self, batch: ProducerBatch, wait_s: float | None,

@@ -22,6 +22,17 @@ Rules
   root broker would otherwise write where that user plants symbolic links), and the
   lock and the files the broker makes there are opened with ``O_NOFOLLOW``: a
   symbolic link is an error, never a write through to its target.
+* The path to it is safe, as sshd's ``StrictModes`` wants a home directory's: the
+  data directory and every directory above it, from ``/`` down, is a real directory
+  (not a symbolic link), owned by root or by the broker's user, and not writable by
+  group or others unless it has the sticky bit (``/tmp``). Anything else is refused
+  (:class:`UnsafeDataDirectoryError`) before a byte is written: a user who may
+  rename or plant an entry on the path could point the broker, and a root broker's
+  modes, at any directory (``data -> /etc`` made every file there 0600).
+* Modes are set only on what is recognisably the broker's: the entries below the
+  data directory that are regular files or directories owned by the broker's user,
+  each opened with ``O_NOFOLLOW`` and changed through that descriptor; a symbolic
+  link, a device, a socket, another user's file are left as they are.
 
 Theory of operation
 -------------------
@@ -31,17 +42,26 @@ reads :func:`current`. A process that never adopts one (a tool or a test that op
 a :class:`~shmlog.storage.log_manager.LogManager` itself) gets the private policy. The data
 directory's own mode gates everything below it (nobody else can traverse it), so
 files written by older versions with wider modes stay private too.
+
+The path is checked once, at start, walking it from ``/`` with one directory
+descriptor at a time (``openat`` with ``O_DIRECTORY | O_NOFOLLOW``, as ``find
+-P`` walks): a missing directory is made there, by the broker, so it is the
+broker's. Once every directory on the path is root's or the broker's user's and
+writable by nobody else (or sticky, where another's entry cannot replace one of
+ours), nobody else can change what the path names, so the checked path is used from
+then on (it is absolute and holds no ``..``: ``os.path.abspath`` of the setting).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import grp
 import os
 import pwd
 import stat
 
-from .errors import NotOwnedError, StorageError
+from .errors import NotOwnedError, StorageError, UnsafeDataDirectoryError
 
 __all__ = ["Access", "adopt", "current", "group_id_of", "prepare_data_dir", "protect_data_dir",
            "open_file",
@@ -118,26 +138,103 @@ def make_new_directory(path: str) -> bool:
     return True
 
 
-def prepare_data_dir(path: str) -> None:
-    """Create the data directory if needed; refuse it when another user owns it.
+def prepare_data_dir(path: str) -> str:
+    """Check the path to the data directory (making what is missing of it) and refuse
+    it when another user owns it or could change it; the checked absolute path, which
+    is the one to use from then on.
 
     Raises
     ------
+    UnsafeDataDirectoryError
+        The directory or one above it is a symbolic link, is not a directory, belongs
+        to another user than root or the broker's, or is writable by group or others
+        without the sticky bit.
     NotOwnedError
         Another user owns the directory.
     StorageError
         It cannot be made.
     """
+    resolved = os.path.abspath(path)
+    names = [name for name in resolved.split(os.sep) if name]
+    if not names:
+        raise UnsafeDataDirectoryError("the data directory cannot be / itself: give the "
+                                       "broker a directory of its own")
+    descriptor = os.open(os.sep, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        make_directories(path)
-        status = os.stat(path)
-    except OSError as error:
-        raise StorageError(f"cannot create data directory {path}: {error}") from error
+        status, here = os.fstat(descriptor), os.sep
+        for name in names:
+            _check_ancestor(resolved, here, status)
+            here = os.path.join(here, name)
+            child = _open_or_make(descriptor, name, resolved, here)
+            os.close(descriptor)
+            descriptor = child
+            status = os.fstat(descriptor)
+    finally:
+        os.close(descriptor)
     if status.st_uid != os.geteuid():
         raise NotOwnedError(
-            f"data directory {path} belongs to {owner_name(status.st_uid)}, not to the broker's "
-            f"user {owner_name(os.geteuid())}: run the broker as its owner, or give it a "
-            f"directory of its own")
+            f"data directory {resolved} belongs to {owner_name(status.st_uid)}, not to the "
+            f"broker's user {owner_name(os.geteuid())}: run the broker as its owner, or give "
+            f"it a directory of its own")
+    _check_not_writable(resolved, resolved, status)
+    return resolved
+
+
+def _open_or_make(parent: int, name: str, data_dir: str, here: str) -> int:
+    """A descriptor of directory ``name`` in ``parent`` (made with the policy's mode
+    when missing), never through a symbolic link."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(2):
+        try:
+            return os.open(name, flags, dir_fd=parent)
+        except FileNotFoundError:
+            try:
+                os.mkdir(name, _current.directory_mode & 0o777, dir_fd=parent)
+            except FileExistsError:
+                continue                     # made meanwhile: open what is there
+            except OSError as error:
+                raise StorageError(f"cannot create data directory {data_dir} "
+                                   f"({here}: {error})") from error
+        except OSError as error:
+            if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise StorageError(f"cannot open data directory {data_dir} "
+                                   f"({here}: {error})") from error
+            _refuse_non_directory(parent, name, data_dir, here)
+    raise StorageError(f"cannot create data directory {data_dir}: {here} keeps changing")
+
+
+def _refuse_non_directory(parent: int, name: str, data_dir: str, here: str) -> None:
+    status = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if stat.S_ISLNK(status.st_mode):
+        target = os.readlink(name, dir_fd=parent)
+        raise UnsafeDataDirectoryError(
+            f"data directory {data_dir}: {here} is a symbolic link (to {target}, of "
+            f"{owner_name(status.st_uid)}); the broker never follows one on the way to its "
+            f"data, since whoever can plant it could point the broker's writes and modes at "
+            f"any directory: give the real path of a directory of the broker's own")
+    raise UnsafeDataDirectoryError(f"data directory {data_dir}: {here} is not a directory")
+
+
+def _check_ancestor(data_dir: str, here: str, status: os.stat_result) -> None:
+    """A directory above the data directory: root's or the broker's user's, and not
+    writable by others (unless sticky)."""
+    if status.st_uid not in (0, os.geteuid()):
+        raise UnsafeDataDirectoryError(
+            f"data directory {data_dir}: {here} belongs to {owner_name(status.st_uid)}, who "
+            f"could rename it or plant a symbolic link in it and send the broker's writes "
+            f"elsewhere: put the data directory under directories of root or of the "
+            f"broker's user {owner_name(os.geteuid())} only")
+    _check_not_writable(data_dir, here, status)
+
+
+def _check_not_writable(data_dir: str, here: str, status: os.stat_result) -> None:
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not status.st_mode & stat.S_ISVTX:
+        raise UnsafeDataDirectoryError(
+            f"data directory {data_dir}: {here} is writable by "
+            f"{'others' if status.st_mode & stat.S_IWOTH else 'its group'} (mode "
+            f"{stat.S_IMODE(status.st_mode):o}) without the sticky bit, so another user "
+            f"could replace what it holds: chmod go-w {here} (or +t), or choose another "
+            f"data directory")
 
 
 def protect_data_dir(path: str) -> None:
@@ -153,30 +250,50 @@ def protect_data_dir(path: str) -> None:
     """
     access = _current
     try:
-        status = os.stat(path)
+        status = os.stat(path, follow_symlinks=False)
         if stat.S_IMODE(status.st_mode) == access.directory_mode and \
                 (access.group_id is None or status.st_gid == access.group_id):
             return
-        _protect(path, access.directory_mode)
-        for root, directories, files in os.walk(path):
+        _protect(None, path, access.directory_mode)
+        # fwalk: a descriptor per directory, never a symbolic link followed.
+        for _, directories, files, directory in os.fwalk(path, follow_symlinks=False):
             for name in directories:
-                _protect(os.path.join(root, name), access.directory_mode)
+                _protect(directory, name, access.directory_mode)
             for name in files:
-                _protect(os.path.join(root, name), access.file_mode)
+                _protect(directory, name, access.file_mode)
     except OSError as error:
         raise StorageError(f"cannot give data directory {path} mode "
                            f"{access.directory_mode:o} and group {access.group_id}: "
                            f"{error}") from error
 
 
-def _protect(path: str, mode: int) -> None:
-    """Set the policy's group (if any), then ``mode``, of one entry; never through
-    a symbolic link (one is left as it is)."""
-    if os.path.islink(path):
+def _protect(directory: int | None, name: str, mode: int) -> None:
+    """Set the policy's group (if any), then ``mode``, of one entry that is the
+    broker's own: a regular file or directory of its user, changed through a
+    descriptor opened without following a symbolic link. Anything else (a link,
+    a socket, a device, another user's entry) is left as it is."""
+    status = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    if not _ours(status):
         return
-    if _current.group_id is not None:
-        os.chown(path, -1, _current.group_id, follow_symlinks=False)
-    os.chmod(path, mode)
+    try:
+        descriptor = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=directory)
+    except FileNotFoundError:
+        return                                         # gone meanwhile
+    try:
+        opened = os.fstat(descriptor)
+        if not _ours(opened) or (opened.st_dev, opened.st_ino) != (status.st_dev, status.st_ino):
+            return                                     # replaced meanwhile
+        if _current.group_id is not None:
+            os.fchown(descriptor, -1, _current.group_id)
+        os.fchmod(descriptor, mode)
+    finally:
+        os.close(descriptor)
+
+
+def _ours(status: os.stat_result) -> bool:
+    return (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)) and \
+        status.st_uid == os.geteuid()
 
 
 def open_file(path: str, flags: int) -> int:

@@ -12,6 +12,7 @@
     │   │   └── InternalTopicConfigError   a setting that could drop an internal topic's records
     │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
+    │   ├── ControlRequestTooLargeError   a control request is over the frame limit: not sent
     │   ├── OffsetOutOfRangeError
     │   ├── InvalidReplicationFactorError   below 1, or more than the live brokers
     │   ├── InvalidReplicaAssignmentError   some brokers have a rack and others not
@@ -38,11 +39,13 @@
     ├── RingFullError                 a ring stayed full for the whole wait
     ├── TooManyProducersError         the broker drains producers_max rings already
     ├── ClientTimeoutError            a send's get() or a flush ran out of time
+    ├── TooManyRequestsInFlightError  a client has too many control requests unanswered
     ├── BrokerNotAvailableError       no broker answered in time
     │   ├── BrokerNotRunningError     no broker runs (no control socket): nothing was sent
     │   ├── BrokerAccessDeniedError   this user may not connect to the broker
     │   └── ProducerIdsUnavailableError   the next block of producer ids is not drawn yet
     ├── NotOwnedError                 what shmlog must own is another user's (or a symlink)
+    │   └── UnsafeDataDirectoryError  the path to the data directory is a symlink or another's
     ├── StorageError                  the log directory failed (disk full, I/O error)
     │   └── ResourceLimitError        a process or host limit was reached (files, mappings)
     ├── BulkReaderUnavailableError    Spark's bulk reader cannot be compiled here
@@ -125,6 +128,12 @@ class OffsetMetadataTooLargeError(LocalProtocolError):
 
 class RecordTooLargeError(LocalProtocolError):
     """A record batch exceeds ``max.message.bytes`` (or a fixed format limit)."""
+
+
+class ControlRequestTooLargeError(LocalProtocolError):
+    """A control request is longer than ``limits.CONTROL_FRAME_SIZE_MAX``: the client
+    refuses to send it, and the broker refuses one sent anyway at once, unread;
+    nothing was done. Ask for less per request."""
 
 
 class OffsetOutOfRangeError(LocalProtocolError):
@@ -214,6 +223,13 @@ class TooManyProducersError(ShmlogError):
     producer, or start the broker with a larger ``producers_max``."""
 
 
+class TooManyRequestsInFlightError(ShmlogError):
+    """The broker holds as many of this client's control requests unanswered as it
+    keeps for one client (``limits.CONTROL_PEER_REQUESTS_MAX`` requests,
+    ``limits.CONTROL_PEER_BYTES_MAX`` bytes waiting): this one was refused at once,
+    not queued, and nothing was done. Wait for replies before sending more."""
+
+
 class BrokerNotAvailableError(ShmlogError):
     """No broker answered the request in time (none runs, or it is restarting)."""
 
@@ -232,6 +248,12 @@ class BrokerAccessDeniedError(BrokerNotAvailableError):
 class NotOwnedError(ShmlogError):
     """Something shmlog must own belongs to another user (or is a symbolic link): a
     data directory, its lock, or a shared-memory object under the broker's name."""
+
+
+class UnsafeDataDirectoryError(NotOwnedError):
+    """The data directory, or a directory above it, is a symbolic link, belongs to
+    another user than root or the broker's, or is writable by others without the
+    sticky bit: someone else could point the broker's writes (and modes) elsewhere."""
 
 
 class TopicExistsError(ShmlogError):

@@ -12,10 +12,29 @@ TOPIC_NAME_LENGTH_MAX = 249
 
 # --- control requests ---------------------------------------------------------------------
 # A control request names topics and configs, never records: 1 MiB is generous, and
-# bounds what a broken or hostile client makes the broker receive and parse. It is
-# also ZeroMQ's ZMQ_MAXMSGSIZE on the control socket, so a larger frame is refused
-# from its length prefix (the peer is disconnected) before any of it is buffered.
+# bounds what a broken or hostile client makes the broker receive and parse. A client
+# refuses to send a larger one (ControlRequestTooLargeError); the broker refuses one
+# sent anyway with the same typed reply, unparsed.
 CONTROL_FRAME_SIZE_MAX = 1 << 20
+# ZeroMQ's ZMQ_MAXMSGSIZE on the control socket: a frame over it disconnects its sender
+# from its length prefix, before any of it is buffered, and so gets no reply. Between
+# CONTROL_FRAME_SIZE_MAX and this a frame is received and answered with the typed error
+# (a client that skipped the check learns why, at once, instead of waiting out its
+# timeout); beyond it, buffering a frame to answer it costs more memory than the
+# answer is worth to a client that sends 4 MiB where 1 MiB is the limit.
+CONTROL_FRAME_RECEIVED_SIZE_MAX = 4 * CONTROL_FRAME_SIZE_MAX
+# Messages ZeroMQ queues from one client connection (ZMQ_RCVHWM) before it stops reading
+# that connection (the client's sends then block): with the frame bound above, at most
+# 16 MiB of one client's pipelined requests is buffered below the broker's own queue.
+CONTROL_PEER_RECEIVE_HWM = 4
+# The broker's own bound per client: requests received and not yet answered, and bytes
+# of requests waiting for the loop. Every shmlog client has one request in flight (a
+# REQ socket); 8 leaves room for other clients' pipelining (Kafka's producer keeps 5 per
+# connection) and 4 frames' bytes. Past either, a request is refused at once with
+# TooManyRequestsInFlightError, not queued: 3,000 pipelined 1 MiB requests grew a
+# broker from 211 MB to 2.7 GB and held another client's ping 3.7 s (issue 27).
+CONTROL_PEER_REQUESTS_MAX = 8
+CONTROL_PEER_BYTES_MAX = 4 * CONTROL_FRAME_SIZE_MAX
 # Admin.create_topics puts at most this many bytes of topics in one create_topics
 # request, half a frame: the rest of the frame is the request's envelope, with room
 # to spare (1,000 topics of 10 partitions with no config take ~70 KB: one request).
@@ -80,6 +99,12 @@ SEGMENT_RESERVE_DECAY_S = 10.0
 # failed file write (and a log line) per append, and the recovery point is back
 # within a second of the disk having room.
 FLUSH_RETRY_INTERVAL_MS = 1000
+# Appends refused by the log (a full disk: every batch of every producer, thousands a
+# second) are logged one line at the first, then one line with their count no more
+# often than this: a full disk once logged a traceback per batch (22,262 lines in
+# 30 s). Half a minute keeps a day-long outage to ~3,000 lines; the count is exact in
+# the stats (appends_refused_storage) whatever the interval.
+APPEND_REFUSAL_LOG_INTERVAL_S = 30.0
 # The map's first size: 64 Ki slots (1.5 MiB), doubled as keys come.
 CLEANER_SLOTS_MIN = 1 << 16
 # Attempts to map a file that shrinks under us (a roll trims it) before giving up.
@@ -312,6 +337,14 @@ LOGGED_CHANGES_MAX = 10
 BROKER_REGISTRATION_WAIT_SESSIONS = 1.5
 # The controller's thread wakes at least this often with no event, to notice stop().
 CONTROLLER_IDLE_WAIT_S = 0.5
+# A state-change notice (cluster.zk.state_changes) is deleted this long after the
+# controller first listed it. A broker reads each notice within moments of its
+# creation while connected (its children watch fires), and reads every state again
+# after any reconnection, so a minute is ten session timeouts of slack; the notices
+# kept cost each broker's listing of them, a few hundred bytes a write.
+STATE_CHANGE_RETENTION_S = 60.0
+# How often the controller lists the notices to delete the old ones.
+STATE_CHANGE_COLLECT_INTERVAL_S = 10.0
 # stop() waits this long for the controller's thread (a ZooKeeper call in flight is
 # bounded by the session timeout; the client is closed after the join).
 CONTROLLER_STOP_TIMEOUT_S = 30.0
@@ -526,6 +559,15 @@ CONSOLE_PRODUCE_UNACKNOWLEDGED_RECORDS_MAX = 1 << 16
 CONSOLE_TERMINAL_ROWS_MIN = 20
 # How long one poll of consume waits: how soon Ctrl-C or --timeout-ms is noticed.
 CONSOLE_CONSUME_POLL_MS = 200
+# How long `shmlog produce`, stopped by Ctrl-C, waits for the broker to acknowledge what
+# it sent (then closes, counting what was acknowledged): a broker drains a full 2 MiB ring
+# in milliseconds, so this bounds only a stalled one, and Ctrl-C must end the command
+# in a time a person waits.
+CONSOLE_PRODUCE_STOP_FLUSH_S = 10.0
+# How long `dump --verify` waits for the broker of a segment's data directory to say
+# where its partition's row is (a request the broker answers in milliseconds): past it,
+# no broker is taken to serve the segment and the whole file is verified.
+DUMP_METADATA_TIMEOUT_MS = 2_000
 
 # --- kafka-python API fit (producer callbacks, commit_async) ------------------------------
 # How often a producer's callback thread looks for completed batches while futures
@@ -567,6 +609,37 @@ STATUS_WATCH_INTERVAL_S = 2.0
 STATUS_WATCH_INTERVAL_S_MIN = 0.1
 # A Prometheus endpoint on a port above this does not exist (TCP ports are 16-bit).
 METRICS_PORT_MAX = 65_535
+# The endpoint's HTTP server (server/metrics_http.py), one thread for every connection.
+# Connections open at once: a Prometheus holds one per scrape (an HA pair two), an
+# operator's curl one more; 64 is far above that and far below what the broker needs
+# its descriptors for (a 1,024 soft RLIMIT_NOFILE is common). Past it, closed at once.
+METRICS_CONNECTIONS_MAX = 64
+# A scraper sends its request line and headers (a few hundred bytes, one packet) as it
+# connects: a connection that has not within 5 s is idle or a slowloris, and closed.
+METRICS_REQUEST_TIMEOUT_S = 5.0
+# Prometheus' default scrape_timeout is 10 s: a client that took none of its reply for
+# that long has given up on it.
+METRICS_WRITE_TIMEOUT_S = 10.0
+# A request's head: a scrape's is a few hundred bytes; 8 KiB is what common web servers
+# allow for a header line (Apache's LimitRequestFieldSize 8190, nginx's 8k buffers).
+METRICS_REQUEST_SIZE_MAX = 8192
+# listen(2)'s backlog, and the connections accepted per turn of the loop (the kernel
+# caps it at net.core.somaxconn, 4096 on current kernels).
+METRICS_LISTEN_BACKLOG = 64
+# An accept refused by the open-files limit is tried again after this long: the
+# listening socket stays readable meanwhile, and trying at every turn would spin.
+METRICS_ACCEPT_RETRY_S = 0.1
+# How often the server's thread looks up from its sockets: to close connections past
+# their deadline (a tenth of the shortest) and to see the broker stopping.
+METRICS_POLL_S = 0.1
+# A rendered scrape is served again for this long: the broker samples its offsets once
+# a second (METRICS_SAMPLE_INTERVAL_MS), so a newer render shows nearly the same
+# numbers, while each render is a stats request the broker's loop answers between
+# drains: eight scrapers in a loop raised produce p99 from 0.3 to 3.7 ms (issue 27).
+METRICS_SCRAPE_CACHE_S = 1.0
+# Renders kept at once, one per distinct (Accept, Accept-Encoding, name[] filter);
+# Prometheus sends the same headers at every scrape, so one or two are used.
+METRICS_SCRAPE_CACHE_ENTRIES_MAX = 4
 
 # --- the producer (client/, ring.py) ------------------------------------------------------
 # Back-off of a blocked put: spin this many checks, then yield the CPU this many
@@ -619,6 +692,10 @@ WARM_UP_CLEANING_WAIT_S = 120.0
 WARM_UP_POLL_S = 0.001
 # How often the control thread looks up from the socket to see the broker stopping.
 CONTROL_POLL_MS = 100
+# A service whose tick failed (a full disk, the open-files limit) is ticked again after
+# this long, not at every turn of the loop (its deadline did not move): the interval of
+# the liveness and flush checks, the broker's other housekeeping retried at the limit.
+PERIODIC_RETRY_MS = 1_000
 # A ring under our prefix whose header has no producer pid yet is being made (Ring.create
 # writes it microseconds after creating the object); one left so for this long lost its
 # maker in between and is reclaimed.

@@ -9,7 +9,9 @@ bytes, nested at most ``limits.CONTROL_NESTING_DEPTH_MAX`` deep::
            | {"version": 1, "ok": false, "error": "<error class>", "message": "..."}
 
 Rules: a malformed frame, an unknown version or type, or fields of the wrong shape
-get an error reply, and the broker goes on serving. Errors travel by class name,
+get an error reply, and the broker goes on serving. A frame over ``REQUEST_SIZE_MAX``
+is :class:`ControlRequestTooLargeError` (:func:`request_too_large`): the client's
+before it sends, the broker's for one sent anyway. Errors travel by class name,
 limited to the classes in ``shmlog.common.errors``, so a client raises the same typed
 error the broker did. This module is sans-I/O: bytes in, bytes out.
 """
@@ -22,6 +24,7 @@ from typing import Any, Callable
 
 from ..common import errors, limits
 from ..common.errors import (
+    ControlRequestTooLargeError,
     LocalProtocolError,
     PeerProtocolError,
     ShmlogError,
@@ -29,7 +32,8 @@ from ..common.errors import (
 )
 
 __all__ = ["PROTOCOL_VERSION", "encode_request", "decode_reply", "handle_frame",
-           "encode_result", "error_entry", "decode_entry", "REQUEST_SIZE_MAX"]
+           "encode_result", "error_entry", "decode_entry", "REQUEST_SIZE_MAX",
+           "request_too_large"]
 
 PROTOCOL_VERSION = 1
 REQUEST_SIZE_MAX = limits.CONTROL_FRAME_SIZE_MAX
@@ -40,6 +44,15 @@ _ERROR_CLASSES = {name: value for name, value in vars(errors).items()
 
 def encode_request(request_type: str, **fields: Any) -> bytes:
     return json.dumps({"version": PROTOCOL_VERSION, "type": request_type, **fields}).encode()
+
+
+def request_too_large(size: int, what: str = "a control request") -> ControlRequestTooLargeError:
+    """The refusal of a request frame of ``size`` bytes, over ``REQUEST_SIZE_MAX``:
+    the client's before it sends, the broker's for a frame sent anyway."""
+    return ControlRequestTooLargeError(
+        f"{what} of {size} bytes is over the control frame limit of {REQUEST_SIZE_MAX} "
+        f"bytes (limits.CONTROL_FRAME_SIZE_MAX); nothing was done: ask for less per "
+        f"request (fewer topics or configs at once)")
 
 
 def _encode_reply(body: dict) -> bytes:
@@ -103,7 +116,7 @@ def decode_entry(body: dict) -> dict:
 
 def _parse(frame: bytes) -> dict:
     if len(frame) > REQUEST_SIZE_MAX:
-        raise LocalProtocolError(f"request of {len(frame)} bytes exceeds {REQUEST_SIZE_MAX}")
+        raise request_too_large(len(frame))
     try:
         body = json.loads(frame)
     except (UnicodeDecodeError, ValueError) as error:

@@ -10,6 +10,9 @@ Rules
   broker is tried as usual, since a new broker may be starting on it; no answer
   within the timeout is :class:`BrokerNotAvailableError`.
 * A refused request raises the broker's typed error (see ``control``).
+* A request over the control frame limit is refused here, before anything is sent
+  or a broker is looked for (:class:`ControlRequestTooLargeError`, naming the
+  limit): sent, the broker would refuse it anyway.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import zmq
 from ..common import access
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, BrokerNotRunningError
 from ..common.paths import control_address, control_path
-from .control import decode_reply, encode_request
+from ..common.process_limits import open_files_error
+from .control import REQUEST_SIZE_MAX, decode_reply, encode_request, request_too_large
 
 __all__ = ["request"]
 
@@ -53,6 +57,21 @@ def _denied(path: str) -> str:
             f"user unless its data_group setting shares it with a group of yours")
 
 
+def _request_socket() -> zmq.Socket:
+    """A REQ socket. ZeroMQ needs a descriptor for each socket (its mailbox): the
+    open-files limit refusing one is a ResourceLimitError naming it, as the broker's
+    scrapes and housekeeping expect (a ZMQError is no ShmlogError)."""
+    try:
+        socket = zmq.Context.instance().socket(zmq.REQ)
+    except zmq.ZMQError as error:
+        typed = open_files_error(OSError(error.errno, str(error)))
+        if typed is None:
+            raise
+        raise typed from error
+    socket.setsockopt(zmq.LINGER, 0)
+    return socket
+
+
 def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fields) -> dict:
     """One control request to the broker of ``data_dir``; its reply's fields.
 
@@ -65,16 +84,21 @@ def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fie
     BrokerNotAvailableError
         No broker answered within ``timeout_ms``; the message names the command
         that starts one.
+    ControlRequestTooLargeError
+        The request is over ``limits.CONTROL_FRAME_SIZE_MAX`` (at once; not sent).
+    ResourceLimitError
+        The open-files limit left no descriptor for the request's socket.
     ShmlogError
         The broker refused the request (its typed error).
     """
+    frame = encode_request(request_type, **fields)
+    if len(frame) > REQUEST_SIZE_MAX:
+        raise request_too_large(len(frame), f"the {request_type!r} request")
     _check_control_socket(data_dir)
-    context = zmq.Context.instance()
-    socket = context.socket(zmq.REQ)
-    socket.setsockopt(zmq.LINGER, 0)
+    socket = _request_socket()
     try:
         socket.connect(control_address(data_dir))
-        socket.send(encode_request(request_type, **fields))
+        socket.send(frame)
         if not socket.poll(timeout_ms, zmq.POLLIN):
             raise BrokerNotAvailableError(
                 f"no broker answered at {control_address(data_dir)} within {timeout_ms} ms; "

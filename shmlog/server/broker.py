@@ -13,8 +13,12 @@ Rules
   socket; nothing a producer was told is appended is lost. A request held back (a
   join waiting for its rebalance) is refused with :class:`BrokerNotAvailableError`.
 * A malformed or unknown control request gets an error reply (a multipart one
-  too); a frame larger than ``limits.CONTROL_FRAME_SIZE_MAX`` disconnects its
-  sender before it is received. Nothing a client sends ends the broker.
+  too); a frame larger than ``limits.CONTROL_FRAME_SIZE_MAX`` gets
+  ``ControlRequestTooLargeError`` at once, one larger than
+  ``limits.CONTROL_FRAME_RECEIVED_SIZE_MAX`` disconnects its sender before it is
+  received, and a client past its bound of requests in flight gets
+  ``TooManyRequestsInFlightError`` (``control_server``). Nothing a client sends
+  ends the broker.
 * Its data, control socket and shared memory are private to its user, or shared
   with one ``data_group`` (see ``access``).
 * A client fails at once when there is no control socket (no broker runs) or it
@@ -252,10 +256,7 @@ class BrokerCore:
     # -- the loop ------------------------------------------------------------------
     def next_deadline(self) -> int | None:
         """The earliest of the periodic tasks' and the services' deadlines (ms)."""
-        due = [deadline for deadline in (self.scheduler.next_due(),
-                                         *(service.next_deadline() for service in self.services))
-               if deadline is not None]
-        return min(due) if due else None
+        return self.scheduler.next_due(self.services)
 
     def seconds_to_next_timer(self) -> float:
         deadline = self.next_deadline()
@@ -275,10 +276,7 @@ class BrokerCore:
         if self.cluster is not None:
             self.cluster.replication.poll(now)
         if not requests_waiting:
-            for service in self.services:
-                deadline = service.next_deadline()
-                if deadline is not None and now >= deadline:
-                    service.tick(now)
+            self.scheduler.tick(self.services, now)     # guarded, as the tasks are
         if self.host.cleaner.busy:
             self.host.swap_cleaned()       # before a cleaning the scheduler may start
         self.scheduler.run_due(now)

@@ -20,31 +20,43 @@ Rules
   (``rate(shmlog_partition_appended_records_total[1m])``); the windowed rates of
   ``stats`` are for ``shmlog status``.
 
+* Scrapers cannot make the broker work continuously: a rendered scrape is served
+  again for ``limits.METRICS_SCRAPE_CACHE_S`` (the broker samples once a second),
+  and the HTTP server is one thread with bounded connections, time and request
+  size (``metrics_http``). The body is prometheus-client's exposition, as its own
+  server made it (format by ``Accept``, gzip by ``Accept-Encoding``, ``name[]``
+  filters); any other method than GET and OPTIONS is 405.
+
 Theory of operation
 -------------------
 :func:`metric_families` turns one ``stats`` reply into metric families (pure: unit
 tests feed it dicts); :class:`StatsCollector` calls it at every scrape;
-:class:`MetricsServer` runs prometheus-client's HTTP server (a daemon thread of
-its own) over a registry holding only that collector, and stops it at the
-broker's stop.
+:class:`MetricsServer` serves a registry holding only that collector over
+``metrics_http.MetricsHttpServer`` (a daemon thread of its own), caches what it
+rendered, and stops it at the broker's stop.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
+import time
 from typing import Callable, Iterator
+from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder
 
 from ..common import limits
 from ..common.errors import ShmlogError
 from ..protocol.control_client import request
+from .metrics_http import MetricsHttpServer, Reply
 
 log = logging.getLogger("shmlog.broker")
 
@@ -134,7 +146,11 @@ def _appender_families(stats: dict) -> list[Metric]:
         sum_value=histogram["sum"])
     entries = _counter("appender_entries_drained", "Ring entries the appender handled.")
     entries.add_metric([], appender["entries_drained"])
-    return [drain, entries]
+    refused = _counter("appender_appends_refused_storage",
+                       "Appends the log refused (a full disk, an I/O error): their batches "
+                       "were failed, nothing of them stored.")
+    refused.add_metric([], appender["appends_refused_storage"])
+    return [drain, entries, refused]
 
 
 def _group_families(stats: dict) -> list[Metric]:
@@ -238,9 +254,14 @@ class StatsCollector:
         return []
 
 
+def _gzip_accepted(accept_encoding: str) -> bool:
+    return any(entry.split(";")[0].strip().lower() == "gzip"
+               for entry in accept_encoding.split(","))
+
+
 class MetricsServer:
-    """prometheus-client's HTTP server for the broker of ``data_dir``, on a thread of
-    its own.
+    """The broker's metrics over HTTP (``metrics_http``: one thread), for the broker
+    of ``data_dir``.
 
     Parameters
     ----------
@@ -260,13 +281,54 @@ class MetricsServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StatsCollector(
             lambda: request(data_dir, "stats", timeout_ms=limits.METRICS_STATS_TIMEOUT_MS)))
-        self._server, self._thread = start_http_server(port, address, self.registry)
+        self._rendered: dict[tuple, Reply] = {}       # on the server's thread only
+        self._rendered_at = 0.0
+        self._server = MetricsHttpServer(self.respond, port, address)
         bound_address, bound_port = self._server.server_address[:2]
         host = f"[{bound_address}]" if ":" in bound_address else bound_address
         self.url = f"http://{host}:{bound_port}/metrics"
 
+    def respond(self, method: str, target: str, headers: dict[str, str]) -> Reply:
+        """The reply to one request, as prometheus-client's WSGI app gave it."""
+        if method == "OPTIONS":
+            return "200 OK", [("Allow", "OPTIONS,GET")], b""
+        if method != "GET":
+            return ("405 Method Not Allowed", [("Allow", "OPTIONS,GET")],
+                    f"# HTTP 405 Method Not Allowed: {method}; use OPTIONS or GET\n".encode())
+        path, _, query = target.partition("?")
+        if urlsplit(path).path == "/favicon.ico":
+            return "200 OK", [], b""
+        names = tuple(parse_qs(query).get("name[]", ()))
+        return self.scrape(headers.get("accept", ""), headers.get("accept-encoding", ""),
+                           names, time.monotonic())
+
+    def scrape(self, accept: str, accept_encoding: str, names: tuple[str, ...],
+               now: float) -> Reply:
+        """A scrape at ``now`` (monotonic seconds), rendered at most once per
+        ``limits.METRICS_SCRAPE_CACHE_S`` for the same headers: each render asks the
+        broker's loop (see the module)."""
+        if now - self._rendered_at >= limits.METRICS_SCRAPE_CACHE_S:
+            self._rendered.clear()
+            self._rendered_at = now
+        key = (accept, _gzip_accepted(accept_encoding), names)
+        reply = self._rendered.get(key)
+        if reply is None:
+            encoder, content_type = choose_encoder(accept)
+            registry = self.registry.restricted_registry(names) if names else self.registry
+            body, headers = encoder(registry), [("Content-Type", content_type)]
+            if key[1]:
+                body = gzip.compress(body)
+                headers.append(("Content-Encoding", "gzip"))
+            reply = "200 OK", headers, body
+            if len(self._rendered) < limits.METRICS_SCRAPE_CACHE_ENTRIES_MAX:
+                self._rendered[key] = reply
+        return reply
+
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return self._server.connections
+
     def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        """Stop serving and close the sockets (a scrape being rendered ends first)."""
+        self._server.stop(limits.METRICS_STATS_TIMEOUT_MS / 1000)

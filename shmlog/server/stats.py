@@ -20,6 +20,10 @@ Rules
   as negative. What the logs held when the broker started is not counted; a
   partition hosted later (a topic created, a replica assigned) counts from its
   log start.
+* **Appends refused by the log** (``appender.appends_refused_storage``: a full
+  disk, an I/O error) are counted since the start where they are refused, off the
+  hot path (``log_appends.RefusalLog``); the log shows them a line per half minute
+  at most, this counter shows every one.
 * **Consume rates** are what the broker can see: consumers read the mapped
   segments without asking it, so consumption is the movement of committed offsets
   (records/s per group and partition, and broker-wide; a group's first commit
@@ -251,7 +255,9 @@ class StatsService(ImmediateService):
                 "partitions": partitions,
                 "producers": self._producers(),
                 "appender": {"drain_seconds": self.host.drain_seconds.as_dict(),
-                             "entries_drained": self.host.entries_drained},
+                             "entries_drained": self.host.entries_drained,
+                             "appends_refused_storage":
+                                 self.host.appender.appends_refused_storage},
                 "groups": self._groups(partitions, now),
                 "cleaner": self._cleaner(partitions),
                 "cluster": self._cluster()}

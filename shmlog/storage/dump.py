@@ -11,6 +11,17 @@ them is reported. The indexes are read before the log: a broker writes an index
 entry after its batch, so every entry read names a batch the log already holds
 when it is walked, however fast the broker appends meanwhile.
 
+A live broker's active segment is verified up to its published end, no further
+(``published_end``: the ``active_segment_size`` of the partition's row in the
+state table, which the caller loads before anything here is read). The appender
+copies a batch into the segment before it publishes it, so past that end lie
+bytes of a batch still being copied: a zero batch length followed by non-zero
+bytes there is a write in progress, not a torn one. Below it every byte belongs to
+complete batches, so the same sight there (or anywhere in a sealed segment, or
+with no broker running) is still reported. Index entries that name a batch past
+the published end are that batch's, written before its publish: they are not
+checked either.
+
 Nothing here prints: functions return what they found, the CLI formats it.
 """
 
@@ -34,7 +45,7 @@ from ..record.records import (
 )
 from . import index_layout as I
 
-__all__ = ["SegmentReport", "read_segment", "read_index", "used_entries"]
+__all__ = ["SegmentReport", "read_segment", "read_index", "used_entries", "base_offset_of"]
 
 
 @dataclasses.dataclass
@@ -44,6 +55,7 @@ class SegmentReport:
     base_offset: int
     file_size: int
     data_end: int = 0                       # end of the last good batch
+    published_end: int | None = None        # a live active segment's: verified up to here
     batches: list = dataclasses.field(default_factory=list)       # BatchInfo
     records: list = dataclasses.field(default_factory=list)       # RecordColumns per batch
     problems: list = dataclasses.field(default_factory=list)      # str
@@ -53,7 +65,7 @@ class SegmentReport:
         return not self.problems
 
 
-def _base_offset_of(path: str) -> int:
+def base_offset_of(path: str) -> int:
     stem = os.path.basename(path).split(".")[0]
     if not (stem.isdigit() and len(stem) == I.FILE_NAME_DIGITS):
         raise StorageError(f"{path}: not a segment file name (expected 20 digits + suffix)")
@@ -72,7 +84,8 @@ def _map(path: str) -> np.ndarray:
         raise StorageError(f"cannot read {path}: {error}") from error
 
 
-def read_segment(path: str, *, with_records: bool = False, verify: bool = True) -> SegmentReport:
+def read_segment(path: str, *, with_records: bool = False, verify: bool = True,
+                 published_end: int | None = None) -> SegmentReport:
     """Walk every batch of a ``.log`` file; with ``verify`` also check its indexes.
 
     Parameters
@@ -83,12 +96,26 @@ def read_segment(path: str, *, with_records: bool = False, verify: bool = True) 
         Decode each batch's records into ``report.records``.
     verify : bool
         Check the ``.index`` and ``.timeindex`` beside the log against it.
+    published_end : int or None
+        For a live broker's active segment, where its published data ends (loaded
+        before this call): the bytes past it are not read. None reads the whole file.
     """
-    base_offset = _base_offset_of(path)
+    base_offset = base_offset_of(path)
     indexes = _read_indexes(path) if verify else {}
     data = _map(path)
-    report = SegmentReport(path, base_offset, data.size)
+    report = SegmentReport(path, base_offset, data.size, published_end=published_end)
+    if published_end is not None:
+        if published_end > data.size:
+            report.problems.append(f"the broker published {published_end} bytes, but the "
+                                   f"file holds {data.size}")
+        data = data[:published_end]
     _walk(report, data, with_records)
+    if published_end is not None and report.ok and report.data_end != published_end:
+        report.problems.append(f"byte {report.data_end}: the batches end here, below the "
+                               f"published end {published_end} (torn write?)")
+    if published_end is not None:
+        indexes = {path: _published_entries(path, entries, report)
+                   for path, entries in indexes.items()}
     if verify:
         _verify_indexes(report, indexes)
     return report
@@ -165,6 +192,17 @@ def _read_indexes(log_path: str) -> dict:
         # An active segment's index is preallocated: its unused tail is zeros.
         indexes[path] = entries[:used_entries(entries)].copy()
     return indexes
+
+
+def _published_entries(path: str, entries, report: SegmentReport):
+    """The entries of an index (or why there are none) that name published batches:
+    those of a batch still being copied are written before its publish."""
+    if isinstance(entries, str):
+        return entries
+    if path.endswith(I.OFFSET_INDEX_SUFFIX):
+        return entries[entries["position"].astype(np.int64) < report.data_end]
+    published = report.batches[-1].next_offset - report.base_offset if report.batches else 0
+    return entries[entries["relative_offset"].astype(np.int64) < published]
 
 
 def _verify_indexes(report: SegmentReport, indexes: dict) -> None:

@@ -116,12 +116,15 @@ class LogManager:
         Another process holds the directory.
     NotOwnedError
         Another user owns the directory or its lock, or the lock is a symbolic link.
+    UnsafeDataDirectoryError
+        The directory or one above it is a symbolic link, another (non-root) user's,
+        or writable by others without the sticky bit (``access.prepare_data_dir``).
     """
 
     def __init__(self, data_dir: str):
-        self.data_dir = os.path.abspath(data_dir)
+        # Checked once, from / down; the path checked is the one used from now on.
+        self.data_dir = access.prepare_data_dir(data_dir)
         self.topics_dir = os.path.join(self.data_dir, TOPICS_DIRECTORY)
-        access.prepare_data_dir(self.data_dir)
         self._lock_fd = self._lock()
         access.protect_data_dir(self.data_dir)
         try:

@@ -30,10 +30,12 @@ the room used up reserves inline and tells the pace it stalled, and each
 background reservation tells it the write position, from which it takes the rate.
 Each reservation of the log reserves index slots in proportion (an entry per
 ``index.interval.bytes`` of log at most), so the append kernel seldom asks for the
-indexes alone (:meth:`Segment.make_room`). A rescan reserves, before it starts,
-the slots its log can need at most. When the background reservation
-(:meth:`Segment.prefault_ahead`) fails, it stops until an append's own reservation
-succeeds (the disk has room again).
+indexes alone (:meth:`Segment.make_room`). An active segment's rescan reserves,
+before it starts, the slots its log can need at most; a sealed segment's rebuilds
+its indexes in memory and then reserves only what they hold (what its appends
+wrote, whose blocks it has: a full disk still reopens it after a crash). When the
+background reservation (:meth:`Segment.prefault_ahead`) fails, it stops until an
+append's own reservation succeeds (the disk has room again).
 
 Opening: a closed segment's files are adopted as they are when its indexes pass a
 sanity check (:meth:`Segment.load_closed`), else its log is rescanned and both
@@ -311,18 +313,47 @@ class Segment:
             self._map_for_rebuild()
         # The kernel trusts ``end``: never let it past the mapping.
         end = self._log.bytes.size if end is None else min(end, self._log.bytes.size)
-        entries = _index_entries_for(end, self.config.index_interval_bytes)
-        with self._reserve_lock:
-            self._reserve_indexes(entries, entries)      # the most the rescan can write
+        if self.active:
+            entries = _index_entries_for(end, self.config.index_interval_bytes)
+            with self._reserve_lock:
+                self._reserve_indexes(entries, entries)      # the most the rescan can write
+            offsets, times = self._offset_index.bytes, self._time_index.bytes
+        else:
+            # In memory first (pages are only touched as entries are written), then
+            # stored with blocks for what they hold: a sealed segment's rebuilt
+            # indexes are as long as those its appends wrote, whose blocks it has,
+            # so a full disk (a restart after a crash) still opens its log.
+            # (np.zeros is calloc's: untouched pages cost nothing; zeros_like fills.)
+            offsets = np.zeros(self._offset_index.bytes.size, np.uint8)
+            times = np.zeros(self._time_index.bytes.size, np.uint8)
         state = self.state
         state[_RESCANNED_WORDS] = new_segment_state(self.base_offset)[_RESCANNED_WORDS]
-        status, position = rescan(self._log.bytes, end, self._offset_index.bytes,
-                                    self._time_index.bytes, state, self.config.index_interval_bytes)
+        status, position = rescan(self._log.bytes, end, offsets, times, state,
+                                  self.config.index_interval_bytes)
         self.verified_end = int(position)
         if not self.active:
+            self._store_rebuilt_indexes(offsets, times)
             state[POSITION_WORD] = self._log.bytes.size
             self.close_for_append()
         return int(status), int(position)
+
+    def _store_rebuilt_indexes(self, offsets: np.ndarray, times: np.ndarray) -> None:
+        """Copy a sealed segment's indexes, rebuilt in memory, into its files, with
+        blocks reserved for their entries and the time index's closing entry only.
+
+        Raises
+        ------
+        StorageError
+            The disk has no room for them (they grew past what the files held).
+        """
+        state = self.state
+        offset_bytes = int(state[OFFSET_ENTRIES_WORD]) * I.OFFSET_ENTRY_LENGTH
+        time_bytes = int(state[TIME_ENTRIES_WORD]) * I.TIME_ENTRY_LENGTH
+        with self._reserve_lock:
+            self._reserve_indexes(int(state[OFFSET_ENTRIES_WORD]),
+                                  int(state[TIME_ENTRIES_WORD]) + 1)
+        self._offset_index.bytes[:offset_bytes] = offsets[:offset_bytes]
+        self._time_index.bytes[:time_bytes] = times[:time_bytes]
 
     def _map_for_rebuild(self) -> None:
         """Map a sealed segment for rebuilding its indexes: the log read-only (a

@@ -37,6 +37,9 @@ from shmlog.cluster.zk.client import ClusterZooKeeper
 from shmlog.cluster.zk.events import EventKind, EventQueue, SessionState
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
 from shmlog.cluster.zk.session import CreateOp, DeleteOp, SetDataOp
+from shmlog.cluster.zk.state_changes import STATE_CHANGES_PATH, state_set_op
+from shmlog.cluster.zk.view import ClusterView
+from shmlog.common import limits
 from shmlog.common.errors import (
     ControllerMovedError,
     InconsistentClusterIdError,
@@ -158,7 +161,6 @@ def test_a_deposed_controllers_write_is_refused_and_changes_nothing(cluster, hos
     _, fence_a = session_a.read_controller_epoch()          # A's fence, as A holds it
     new_topic(session_a, "t", {0: [1, 2]})
     wait_until(lambda: state_of(session_a, "t"), "the state of t")
-    path = zk_paths.partition_state_path("t", 0)
     state, version = session_a.read_partition_state("t", 0)
 
     epoch_a = controller_a.epoch
@@ -173,8 +175,8 @@ def test_a_deposed_controllers_write_is_refused_and_changes_nothing(cluster, hos
 
     bogus = PartitionState(1, state.leader_epoch + 7, (1,), 1)
     with pytest.raises(ControllerMovedError):
-        session_a.checked_multi([SetDataOp(path, zk_paths.encode_partition_state(bogus),
-                                           -1)], fence_a)
+        session_a.checked_multi([state_set_op("t", session_b.read_assignment("t").topic_id, 0,
+                                              bogus, version)], fence_a)
     now, _ = session_b.read_partition_state("t", 0)
     assert now.leader_epoch < state.leader_epoch + 7
     assert now != bogus
@@ -243,19 +245,22 @@ def test_a_zombie_leaders_isr_write_is_refused(cluster):
     sessions[1].close()                                # broker 1 is gone for the cluster
     wait_until(lambda: state_of(sessions[2], "t").leader == 2, "the re-election")
     shrunk = PartitionState(1, state.leader_epoch, (1,), state.controller_epoch)
+    topic_id = sessions[2].read_assignment("t").topic_id
     with pytest.raises(StaleStateVersionError):
-        zombie.update_partition_state("t", 0, shrunk, version)
+        zombie.update_partition_state("t", topic_id, 0, shrunk, version)
     assert state_of(sessions[2], "t").leader == 2
     # The leader's own conditional write goes through at the version it holds.
     current, current_version = sessions[2].read_partition_state("t", 0)
-    written = sessions[2].update_partition_state("t", 0, current, current_version)
+    written = sessions[2].update_partition_state("t", topic_id, 0, current, current_version)
     assert written == current_version + 1
     # The same without blocking: the outcome comes back on a kazoo thread.
     outcomes = queue.SimpleQueue()
-    zombie.update_partition_state_async("t", 0, shrunk, version, outcomes.put)
-    assert isinstance(outcomes.get(timeout=TIMEOUT_S), StaleStateVersionError)
-    sessions[2].update_partition_state_async("t", 0, current, written, outcomes.put)
-    assert outcomes.get(timeout=TIMEOUT_S) == written + 1
+    zombie.update_partition_states_async([("t", topic_id, 0, shrunk, version)], outcomes.put)
+    refused, = outcomes.get(timeout=TIMEOUT_S)
+    assert isinstance(refused, StaleStateVersionError)
+    sessions[2].update_partition_states_async([("t", topic_id, 0, current, written)],
+                                              outcomes.put)
+    assert outcomes.get(timeout=TIMEOUT_S) == [written + 1]
 
 
 def test_a_new_topics_states_name_the_first_live_replica(cluster):
@@ -358,7 +363,8 @@ def test_a_decision_from_a_stale_cached_state_is_made_again_from_a_fresh_read(cl
     machine.reconcile(elected, fresh=True)
     assert cache.states(assignment) == {0: (PartitionState(1, 0, (1, 2, 3), elected.epoch), 0)}
     # The leader drops 3 from the ISR; the cache still holds version 0.
-    sessions[1].update_partition_state("t", 0, PartitionState(1, 0, (1, 2), elected.epoch), 0)
+    sessions[1].update_partition_state("t", assignment.topic_id, 0,
+                                       PartitionState(1, 0, (1, 2), elected.epoch), 0)
     sessions[2].close()
     wait_until(lambda: 2 not in sessions[1].read_brokers(), "broker 2's registration gone")
     machine.reconcile(elected)
@@ -379,8 +385,8 @@ def test_a_state_written_late_naming_a_broker_gone_is_answered(cluster):
     shrunk, version = wait_until(lambda: state_of(sessions[1], "t").isr == (1,) and
                                  sessions[1].read_partition_state("t", 0), "the ISR shrink")
     # An expansion decided before broker 2 went lands after the controller's shrink.
-    writer.update_partition_state("t", 0, PartitionState(1, 0, (1, 2), shrunk.controller_epoch),
-                                  version)
+    writer.update_partition_state("t", sessions[1].read_assignment("t").topic_id, 0,
+                                  PartitionState(1, 0, (1, 2), shrunk.controller_epoch), version)
     assert wait_until(lambda: state_of(sessions[1], "t").isr == (1,) and
                       sessions[1].read_partition_state("t", 0), "broker 2 out again") \
         == (shrunk, version + 2)
@@ -427,11 +433,11 @@ def test_producer_id_blocks_from_two_clients_never_overlap(cluster):
 
 def test_watches_queue_the_clusters_changes(cluster):
     session = cluster.broker(1)
-    events = EventQueue()
+    events, view = EventQueue(), ClusterView()
     session.watch_cluster(events)
     controller = cluster.controller(session, 1)
     wait_until(lambda: controller.is_active, "an election")
-    new_topic(session, "t", {0: [1]})
+    assignment = new_topic(session, "t", {0: [1]})
     seen = []
 
     def saw(kind, key):
@@ -441,10 +447,14 @@ def test_watches_queue_the_clusters_changes(cluster):
 
     wait_until(lambda: saw(EventKind.BROKER, 1), "the broker's event")
     wait_until(lambda: saw(EventKind.TOPIC, "t"), "the topic's event")
-    wait_until(lambda: saw(EventKind.PARTITION_STATE, ("t", 0)), "the state's event")
-    state_event = [event for event in seen if event.kind is EventKind.PARTITION_STATE
-                   and event.body is not None][-1]
-    assert zk_paths.decode_partition_state(state_event.body).leader == 1
+    # The state's creation comes in its notice (the topic's first read may find none).
+    wait_until(lambda: saw(EventKind.PARTITION_STATES, STATE_CHANGES_PATH), "the notice")
+    notice = [event for event in seen if event.kind is EventKind.PARTITION_STATES][-1]
+    change, = notice.body
+    assert (change.topic, change.topic_id, change.partition, change.state.leader,
+            change.zk_version) == ("t", assignment.topic_id, 0, 1, 0)
+    view.apply_all(seen)
+    assert view.state("t", 0) == (change.state, 0)
     broker_event = [event for event in seen if event.kind is EventKind.BROKER][-1]
     assert broker_event.zk_version == session.broker_epoch
 
@@ -477,3 +487,35 @@ def test_suspended_while_zookeeper_is_stopped(tmp_path):
         finally:
             controller.stop()
             session.close()
+
+
+def test_notices_are_deleted_after_their_retention_and_a_missed_one_means_a_reread(
+        cluster, monkeypatch):
+    """Goal: the controller deletes the state-change notices once they are
+    STATE_CHANGE_RETENTION_S old (here 0), and a broker whose notice was gone
+    before it read it reads every state again, so it misses nothing."""
+    monkeypatch.setattr(limits, "STATE_CHANGE_RETENTION_S", 0.0)
+    monkeypatch.setattr(limits, "STATE_CHANGE_COLLECT_INTERVAL_S", 0.0)
+    session = cluster.broker(1)
+    controller = cluster.controller(session, 1)
+    wait_until(lambda: controller.is_active, "an election")
+    new_topic(session, "t", {0: [1], 1: [1]})
+    wait_until(lambda: len(session.read_partition_states("t")) == 2, "t's states")
+    wait_until(lambda: session.read_state_change_notices() == [], "the notices deleted")
+
+    events, view = EventQueue(), ClusterView()
+    watch = cluster.broker(2).watch_cluster(events)
+
+    def states_in_view() -> dict:
+        view.apply_all(events.drain())
+        return {partition: view.state("t", partition) for partition in (0, 1)}
+
+    wait_until(lambda: all(states_in_view().values()), "the states read by a new broker")
+    # A notice listed but deleted before its read: the watch reads every state again.
+    before = dict(states_in_view())
+    watch._read_notices([10 ** 9])
+    reread = wait_until(lambda: [event for event in events.drain()
+                                 if event.kind is EventKind.PARTITION_STATE], "the re-read")
+    assert {event.key for event in reread} == {("t", 0), ("t", 1)}
+    view.apply_all(reread)
+    assert states_in_view() == before

@@ -90,7 +90,8 @@ def new_topic(session, topic: str, partitions: dict) -> None:
 def set_isr(session, topic: str, partition: int, isr: tuple) -> None:
     """What the leader writes when a follower catches up (epoch kept)."""
     state, version = session.read_partition_state(topic, partition)
-    session.update_partition_state(topic, partition, PartitionState(
+    topic_id = session.read_assignment(topic).topic_id
+    session.update_partition_state(topic, topic_id, partition, PartitionState(
         state.leader, state.leader_epoch, isr, state.controller_epoch), version)
 
 

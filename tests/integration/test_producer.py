@@ -290,12 +290,13 @@ def test_producing_to_the_offsets_topic_is_refused(data_dir):
 
 def refuse_one_batch(admin, producer, acknowledged: list) -> None:
     """Lower max.message.bytes under the producer (its cached limit is the old one),
-    so the broker refuses a large batch while small ones are in flight behind it;
-    then raise it again. The refused batch fails with the broker's error, the ones
-    behind it are sent again and acknowledged, and the producer has read the new
-    limit (it refuses the next large batch at the call)."""
+    so the broker refuses a batch of one record too large while small ones are in
+    flight behind it; then raise it again. The refused batch fails with the broker's
+    error (one record alone: nothing to split, KIP-126), the ones behind it are sent
+    again and acknowledged, and the producer has read the new limit (it refuses the
+    next large batch at the call)."""
     admin.alter_topic_config("t", set={"max.message.bytes": 4096})
-    refused = producer.send_batch("t", [b"x" * 1000] * 8, partition=0)
+    refused = producer.send_batch("t", [b"x" * 8000], partition=0)
     behind = [producer.send_batch("t", [b"behind-%d" % n, b"more"], partition=0)
               for n in range(3)]
     with pytest.raises(RecordTooLargeError):

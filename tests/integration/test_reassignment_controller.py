@@ -83,7 +83,8 @@ def started(session: ClusterZooKeeper) -> TopicAssignment:
 def join_isr(session: ClusterZooKeeper, broker_id: int) -> None:
     """Broker ``broker_id`` joins the ISR, written as the leader writes it."""
     state, version = session.read_partition_state("t", 0)
-    session.update_partition_state("t", 0, PartitionState(
+    topic_id = session.read_assignment("t").topic_id
+    session.update_partition_state("t", topic_id, 0, PartitionState(
         state.leader, state.leader_epoch, state.isr + (broker_id,), state.controller_epoch),
         version)
 

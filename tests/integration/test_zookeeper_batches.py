@@ -2,7 +2,7 @@
 (issue 26), against a real ZooKeeper: reads pipelined (``get_many``,
 ``children_many``), writes larger than ZooKeeper's request size cut into fenced
 multis (``checked_multi_chunked``, one after another or pipelined), many znodes
-watched by one ``DataWatches``, and
+read by one ``ZnodeReads``, and
 a controller electing, and re-electing after a broker goes, a topic of
 ``PARTITIONS`` partitions at replication factor 3 in one pass each.
 
@@ -20,9 +20,10 @@ import pytest
 from shmlog.cluster.controller.controller import Controller
 from shmlog.cluster.zk import paths as zk_paths
 from shmlog.cluster.zk.client import ClusterZooKeeper
-from shmlog.cluster.zk.events import EventKind, EventQueue
+from shmlog.cluster.zk.events import EventQueue
 from shmlog.cluster.zk.paths import BrokerRegistration, PartitionState, TopicAssignment
 from shmlog.cluster.zk.session import CreateOp, SetDataOp
+from shmlog.cluster.zk.view import ClusterView
 from shmlog.common import limits
 from shmlog.common.errors import ControllerMovedError, StaleStateVersionError
 from shmlog.devtools.local_cluster import poll_until
@@ -130,37 +131,40 @@ def test_pipelined_multis_are_applied_in_order_and_a_refused_one_stops_no_other(
         session.checked_multi_chunked(sets[-10:], fence + 1, pipelined=True)
 
 
-def test_data_watches_report_creation_change_and_deletion(sessions):
+def test_znode_reads_report_each_path_when_added_and_again_on_demand(sessions):
     session, writer = sessions(), sessions()
-    events = EventQueue()
     reports: dict[str, list] = {}
 
     def changed(path, body, stat):
         reports.setdefault(path, []).append((body, None if stat is None else stat.version))
-        events.put(None)
         return False if body == b"stop" else None
 
-    writer.ensure_path("/watched")
-    paths = [f"/watched/{index}" for index in range(PARTITIONS)]
+    writer.ensure_path("/read")
+    paths = [f"/read/{index}" for index in range(PARTITIONS)]
     writer.multi_chunked([CreateOp(path, b"0") for path in paths[:-1]])
-    watches = session.data_watches(changed)
-    watches.add(paths)
+    reads = session.znode_reads(changed)
+    reads.add(paths)
     wait_until(lambda: len(reports) == PARTITIONS, "every path's first report")
     assert reports[paths[0]] == [(b"0", 0)] and reports[paths[-1]] == [(None, None)]
+    reads.add(["/read/later"], read=False)                  # held, not read yet
     writer.multi_chunked([SetDataOp(path, b"1", 0) for path in paths[:-1]])
     writer.create(paths[-1], b"new")
-    wait_until(lambda: all(reports[path][-1] == (b"1", 1) for path in paths[:-1]),
-               "every change reported")
-    wait_until(lambda: reports[paths[-1]][-1] == (b"new", 0), "the creation reported")
+    writer.create("/read/later", b"late")
     writer.delete(paths[0])
-    wait_until(lambda: reports[paths[0]][-1] == (None, None), "the deletion reported")
-    writer.set(paths[1], b"stop")                 # its callback ends its watch
-    wait_until(lambda: reports[paths[1]][-1][0] == b"stop", "the last report of path 1")
+    writer.set(paths[1], b"stop")                 # its callback ends its reads
+    reads.remove([paths[2]])
+    reads.read_all()                              # what a reconnection does
+    wait_until(lambda: reports.get("/read/later") == [(b"late", 0)], "the held path's read")
+    wait_until(lambda: all(reports[path][-1] == (b"1", 1) for path in paths[3:-1]),
+               "every change read")
+    assert reports[paths[-1]][-1] == (b"new", 0) and reports[paths[0]][-1] == (None, None)
+    assert reports[paths[1]][-1] == (b"stop", 2) and reports[paths[2]] == [(b"0", 0)]
     writer.set(paths[1], b"after")
-    writer.set(paths[2], b"2")
-    wait_until(lambda: reports[paths[2]][-1][0] == b"2", "path 2's change")
-    assert reports[paths[1]][-1][0] == b"stop"
-    watches.stop()
+    reads.read_all()
+    wait_until(lambda: reports[paths[3]][-1] == (b"1", 1) and len(reports[paths[3]]) == 3,
+               "the second re-read")
+    assert reports[paths[1]][-1][0] == b"stop", "a path its callback refused is read no more"
+    reads.stop()
 
 
 def test_a_controller_elects_and_reelects_thousands_of_partitions(sessions):
@@ -168,14 +172,14 @@ def test_a_controller_elects_and_reelects_thousands_of_partitions(sessions):
     controller = Controller(brokers[1], 1).start()
     sessions.controllers.append(controller)
     wait_until(lambda: controller.is_active, "an election")
-    events = EventQueue()
+    events, view = EventQueue(), ClusterView()
     brokers[2].watch_cluster(events)
     seen: dict[tuple[str, int], PartitionState] = {}
 
     def states_seen(condition) -> bool:
-        for event in events.drain():
-            if event.kind is EventKind.PARTITION_STATE and event.body is not None:
-                seen[event.key] = zk_paths.decode_partition_state(event.body)
+        """What a broker's view holds: the states read and those the notices bring."""
+        view.apply_all(events.drain())
+        seen.update((key, state) for key, (state, _) in view.states.items())
         return len(seen) == PARTITIONS and all(condition(state) for state in seen.values())
 
     created_at = time.monotonic()

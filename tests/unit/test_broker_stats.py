@@ -26,7 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import ask, values_batch
 from shmlog.cli.status import status_lines
-from shmlog.common.errors import LocalProtocolError
+from shmlog.common import limits
+from shmlog.common.errors import LocalProtocolError, ShmlogError
 from shmlog.record.records import encode_batch
 from shmlog.ring import Ring
 from shmlog.server.broker import BrokerConfig, BrokerCore
@@ -216,7 +217,8 @@ def test_a_cluster_members_families():
                         "producers": 0},
              "partitions": [], "producers": [], "groups": [],
              "appender": {"drain_seconds": {"buckets": [[0.001, 0], ["+Inf", 0]], "count": 0,
-                                            "sum": 0.0}, "entries_drained": 0},
+                                            "sum": 0.0}, "entries_drained": 0,
+                          "appends_refused_storage": 0},
              "cleaner": {"cleanings": 0, "failures": 0, "bytes_before": 0, "bytes_after": 0,
                          "last_seconds": None, "cleaning": None, "partitions": []},
              "cluster": {"broker_id": 2, "controller": True, "live_brokers": [1, 2, 3],
@@ -271,5 +273,31 @@ def test_a_scrape_the_broker_does_not_answer_says_so(data_dir):
         [family] = text_string_to_metric_families(text)
         assert (family.name, [sample.value for sample in family.samples]) == \
             ("shmlog_stats_up", [0])
+    finally:
+        server.stop()
+
+
+def test_scrapes_share_a_render_for_a_while_and_only_get_renders(data_dir):
+    """Scrapers in a loop cannot make the broker's loop answer stats continuously:
+    one render per limits.METRICS_SCRAPE_CACHE_S and set of headers."""
+    asked = []
+    server = MetricsServer(data_dir, 0, "127.0.0.1")
+    try:
+        server.registry = CollectorRegistry(auto_describe=False)
+
+        def read_stats():
+            asked.append(1)
+            raise ShmlogError("no broker here")             # a scrape of stats_up 0
+
+        server.registry.register(StatsCollector(read_stats))
+        cache_s = limits.METRICS_SCRAPE_CACHE_S
+        first = server.scrape("", "", (), 100.0)
+        assert server.scrape("", "", (), 100.0 + cache_s / 2) is first and len(asked) == 1
+        assert server.scrape("", "gzip", (), 100.0 + cache_s / 2)[1][-1] == \
+            ("Content-Encoding", "gzip")                     # other headers: their render
+        server.scrape("", "", (), 100.0 + cache_s)
+        assert len(asked) == 3
+        assert server.respond("POST", "/metrics", {})[0] == "405 Method Not Allowed"
+        assert server.respond("GET", "/favicon.ico", {}) == ("200 OK", [], b"")
     finally:
         server.stop()

@@ -8,6 +8,9 @@ client's own ``decode_reply``.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -61,7 +64,7 @@ def test_a_handler_error_travels_with_its_type():
     (encode_request("echo", name="t", extra=1), "bad fields"),
     (encode_request("echo", name=7), "must be str"),
     (encode_request("echo", name="t", count=True), "must be int"),
-    (b" " * (REQUEST_SIZE_MAX + 1), "exceeds"),
+    (b" " * (REQUEST_SIZE_MAX + 1), "over the control frame limit"),
 ])
 def test_malformed_requests_get_error_replies(frame, message):
     with pytest.raises(LocalProtocolError, match=message):
@@ -123,3 +126,33 @@ def test_nesting_within_the_limit_reaches_the_handler():
     # A commit's offsets nest this deep: the handler, not the parser, judges the field.
     with pytest.raises(LocalProtocolError, match="must be str"):
         decode_reply(handle_frame(encode_request("echo", name=[[["t", 0, 5, "m"]]]), HANDLERS))
+
+
+NO_DESCRIPTOR_CHILD = textwrap.dedent("""
+    import os, resource, sys
+    from shmlog.common.errors import ResourceLimitError
+    from shmlog.common.paths import control_path
+    from shmlog.protocol.control_client import request
+    path = control_path(sys.argv[1])
+    os.makedirs(os.path.dirname(path))
+    open(path, "w").close()                 # a socket file to try: a broker may start
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    held = []
+    try:
+        while True:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError:
+        pass
+    try:
+        request(sys.argv[1], "ping", timeout_ms=100)
+    except ResourceLimitError as error:
+        print(error.limit, error, sep="\\n")
+""")
+
+
+def test_no_descriptor_for_the_requests_socket_is_a_typed_error_naming_the_limit(tmp_path):
+    child = subprocess.run([sys.executable, "-c", NO_DESCRIPTOR_CHILD, str(tmp_path / "data")],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    limit, message = child.stdout.splitlines()
+    assert limit == "RLIMIT_NOFILE" and "ulimit -n" in message

@@ -34,7 +34,8 @@ from shmlog.cluster.replication.messages import EpochEnd, Fetch, Message
 from shmlog.cluster.replication.partition import Role
 from shmlog.cluster.replication.throttle import ReplicationThrottle
 from shmlog.cluster.zk.paths import PartitionState, TopicAssignment
-from shmlog.cluster.zk.view import ClusterView
+from shmlog.cluster.zk.view import ClusterView, PartitionStateChanged
+from shmlog.common import limits
 from shmlog.config.cluster import ClusterConfig
 from shmlog.record.records import now_ms
 from shmlog.zmq_replication import ReceivedRequest, ReceivedResponse
@@ -191,3 +192,26 @@ def test_a_partition_followed_while_a_quiet_fetch_is_in_flight_is_named_by_the_n
     named = {(request.topic_key, request.partition) for _, body in wire.sent[sent:]
              if isinstance(body, Fetch) for request in body.partitions}
     assert named == {led.key}, "only b-0 is named: a-0's request is as the leader holds it"
+
+
+def test_a_dead_leaders_backed_off_fetcher_leaves_no_deadline_once_nothing_follows_it(cluster):
+    """Goal: after a failover away from a dead leader, the follower's loop has no
+    deadline left from that leader (a backed-off fetcher's retry, long past, made the
+    survivors' loops spin at a full core after every kill -9)."""
+    view, wire, brokers = cluster
+    follower = brokers[FOLLOWER]
+    now = now_ms()
+    create(view, brokers, "a", (LEADER, FOLLOWER), now)
+    follower.fetcher.send_requests(now)
+    wire.queue.clear()                                     # the leader died: no answer
+    follower.fetcher.failed(LEADER, follower.fetcher._fetchers[LEADER].in_flight, now)
+    assert follower.fetcher.next_deadline() == now + limits.FETCH_BACKOFF_MS
+
+    # The controller moves the leadership to the follower.
+    state = PartitionState(FOLLOWER, 1, (FOLLOWER,), 1)
+    view.states[("a", 0)] = (state, 1)
+    follower.hosted.apply_partition_state(PartitionStateChanged("a", 0, state, 1), now)
+    assert follower.replica("a").role is Role.LEADER
+    later = now + limits.FETCH_BACKOFF_MS + 1
+    follower.fetcher.send_requests(later)
+    assert follower.fetcher.next_deadline() is None, "a deadline nothing will send on"

@@ -196,6 +196,11 @@ class Appender:
         on: :meth:`PartitionRows.set_leader_epoch`."""
         self._partitions.set_leader_epoch(row, leader_epoch)
 
+    @property
+    def appends_refused_storage(self) -> int:
+        """Appends the logs refused (``StorageError``: a full disk) since the start."""
+        return self._appends.refusals.count
+
     def take_appended(self) -> list[tuple[int, int]]:
         """The partitions appended to since the last call, as (row, log end offset
         now), in the order first appended to; each once."""

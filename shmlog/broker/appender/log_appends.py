@@ -18,6 +18,11 @@ Rules
 * Every partition appended to, by any path, is remembered until
   :meth:`LogAppends.take_appended` takes it: replication answers waiting follower
   fetches from it.
+* An append the log refuses (``StorageError``: a full disk, an I/O error, a limit)
+  is counted (:attr:`RefusalLog.count`, the stats' ``appends_refused_storage``) and
+  logged without a traceback: one line at the first refusal, then one line per
+  :data:`limits.APPEND_REFUSAL_LOG_INTERVAL_S` at most, saying how many were refused
+  since (a full disk refuses every batch; a line each flooded the log).
 
 Theory of operation
 -------------------
@@ -32,9 +37,12 @@ after a truncation (:meth:`LogAppends.rebuild_producer_state`).
 from __future__ import annotations
 
 import logging
+import time
+from typing import Callable
 
 import numpy as np
 
+from ...common import limits
 from ...common.errors import (
     CorruptRecordError,
     RecordTooLargeError,
@@ -54,7 +62,7 @@ from .producer_state import (
 
 log = logging.getLogger("shmlog.broker.appender")     # the appender's log, joined by its parts
 
-__all__ = ["LogAppends"]
+__all__ = ["LogAppends", "RefusalLog"]
 
 
 class LogAppends:
@@ -71,6 +79,7 @@ class LogAppends:
         self.touched = np.zeros(capacity + 1, np.int64)
         # Rows appended to since take_appended last took them (a dict: ordered, unique).
         self._appended_rows: dict[int, None] = {}
+        self.refusals = RefusalLog()
 
     def note_compiled_appends(self) -> None:
         """Give the logs the compiled loop appended to their targets back, and
@@ -123,10 +132,10 @@ class LogAppends:
         except RecordTooLargeError:
             return -CompletionCode.RECORD_TOO_LARGE, -1, -1
         except ResourceLimitError as error:
-            log.error("append to %s refused: %s", partition_log.directory, error)
+            self.refusals.refused(partition_log.directory, error)
             return -CompletionCode.RESOURCE_LIMIT, -1, -1
-        except StorageError:
-            log.exception("append to %s failed", partition_log.directory)
+        except StorageError as error:
+            self.refusals.refused(partition_log.directory, error)
             return -CompletionCode.STORAGE_ERROR, -1, -1
         self.producer_states.remember(row, producer_id, producer_epoch, base_sequence,
                                       appended.base_offset,
@@ -197,3 +206,28 @@ class LogAppends:
         appended twice."""
         self.producer_states.remember_producers(row,
                                                 self.rows.partition_log(row).producer_batches())
+
+
+class RefusalLog:
+    """The log lines of appends the log refused: the first, then a count of those
+    since, once per :data:`limits.APPEND_REFUSAL_LOG_INTERVAL_S` at most (the clock
+    is passed in, so the rule is testable alone). ``count`` is every refusal."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.count = 0
+        self._clock = clock
+        self._unreported = 0
+        self._reported_at: float | None = None
+
+    def refused(self, directory: str, error: Exception) -> None:
+        self.count += 1
+        now = self._clock()
+        if self._reported_at is not None and \
+                now - self._reported_at < limits.APPEND_REFUSAL_LOG_INTERVAL_S:
+            self._unreported += 1
+            return
+        since = "" if not self._unreported else \
+            f" ({self._unreported} more refused since the last report)"
+        log.error("append to %s refused: %s%s (%d refused since the broker started)",
+                  directory, error, since, self.count)
+        self._reported_at, self._unreported = now, 0

@@ -41,6 +41,8 @@ Rules
 * **What ZooKeeper refuses or loses is never fatal**: a step that failed
   (connection lost, conflicts ran out) is tried again at the next event or idle
   wake-up; a malformed znode is looked at again on the next event.
+* **It deletes the old state-change notices** (``NoticeCollector``), every
+  ``limits.STATE_CHANGE_COLLECT_INTERVAL_S``, while elected and connected.
 
 Theory of operation
 -------------------
@@ -71,7 +73,7 @@ from ..zk import paths as zk_paths
 from ..zk.client import ClusterZooKeeper
 from ..zk.events import EventKind, EventQueue, SessionState, WatchEvent
 from . import leader_balance
-from .controller_context import ControllerEpoch, StateCache
+from .controller_context import ControllerEpoch, NoticeCollector, StateCache
 from .partition_reassigner import PartitionReassigner
 from .partition_state_machine import PartitionStateMachine
 from .preferred_leader_elector import PreferredLeaderElector
@@ -84,8 +86,9 @@ log = logging.getLogger(__name__)
 _RECONCILING = {EventKind.BROKER_IDS, EventKind.BROKER, EventKind.TOPICS, EventKind.TOPIC,
                 EventKind.DELETE_TOPICS, EventKind.TOPIC_CONFIG, EventKind.CONTROLLED_SHUTDOWN}
 # The events that can move a partition reassignment on.
-_REASSIGNING = {EventKind.REASSIGN_PARTITIONS, EventKind.PARTITION_STATE, EventKind.BROKER_IDS,
-                EventKind.BROKER, EventKind.TOPIC, EventKind.SESSION}
+_REASSIGNING = {EventKind.REASSIGN_PARTITIONS, EventKind.PARTITION_STATE,
+                EventKind.PARTITION_STATES, EventKind.BROKER_IDS, EventKind.BROKER,
+                EventKind.TOPIC, EventKind.SESSION}
 
 
 class Controller:
@@ -128,6 +131,7 @@ class Controller:
         self._dirty = False
         self._fresh_needed = False
         self._states = StateCache()
+        self._notices = NoticeCollector(zookeeper)
         self._partitions = PartitionStateMachine(zookeeper, broker_id, self._states)
         self._reassigner = PartitionReassigner(zookeeper, broker_id)
         self._elector = PreferredLeaderElector(zookeeper, broker_id, rebalance, self._states)
@@ -199,6 +203,9 @@ class Controller:
                 self._guarded(self._handle, events)
             if self._elected is not None and self._elector.rebalance_due():
                 self._guarded(self._elector.auto_rebalance, self._elected)
+            if self._elected is not None and self._notices.due(time.monotonic()) and \
+                    not self.zookeeper.suspended.is_set():
+                self._guarded(self._notices.collect, time.monotonic())
 
     def _guarded(self, function, *args) -> None:
         """Run one step; what ZooKeeper refuses or loses is handled, never fatal."""
@@ -251,6 +258,12 @@ class Controller:
                 if state.controller_epoch > epoch:
                     raise ControllerMovedError(f"{event.key} was written by controller epoch "
                                                f"{state.controller_epoch} > {epoch}")
+            elif event.kind is EventKind.PARTITION_STATES:
+                for change in event.body:
+                    if change.state.controller_epoch > epoch:
+                        raise ControllerMovedError(
+                            f"{change.topic}-{change.partition} was written by controller "
+                            f"epoch {change.state.controller_epoch} > {epoch}")
         if any(event.kind is EventKind.CONTROLLER for event in events):
             current = self.zookeeper.read_controller()
             if current is None or current.broker_id != self.broker_id:
@@ -281,6 +294,7 @@ class Controller:
         self._elected = None
         self._partitions.forget_brokers()
         self._states.clear()
+        self._notices.clear()
         self._dirty = False
         self._fresh_needed = False
         self._reassigner.pending = False

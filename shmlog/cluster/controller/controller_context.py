@@ -31,7 +31,8 @@ import dataclasses
 import logging
 from typing import Iterable
 
-from ...common.errors import ZnodeFormatError
+from ...common import limits
+from ...common.errors import ZnodeFormatError, ZooKeeperConflictError
 from ..zk import paths as zk_paths
 from ..zk.client import ClusterZooKeeper
 from ..zk.events import EventKind, WatchEvent
@@ -123,6 +124,9 @@ class StateCache:
         for event in events:
             if event.kind is EventKind.PARTITION_STATE:
                 named |= self._state_watched(event)
+            elif event.kind is EventKind.PARTITION_STATES:
+                for change in event.body:
+                    named |= self._change_noticed(change)
             elif event.kind is EventKind.TOPIC:
                 self._topic_watched(event)
             elif event.kind is EventKind.TOPICS:
@@ -148,6 +152,20 @@ class StateCache:
         cached[partition] = (state, event.zk_version)
         return {state.leader, *state.isr} - {NO_LEADER}
 
+    def _change_noticed(self, change) -> set[int]:
+        """A state from a notice (``state_changes.StateChange``): one naming another
+        topic id than the one held is an old incarnation's; under no id held yet it
+        is kept untrusted, as a watched state is."""
+        topic = change.topic
+        if self._topic_ids.setdefault(topic, None) not in (None, change.topic_id):
+            return set()
+        cached = self._states.setdefault(topic, {})
+        held = cached.get(change.partition)
+        if held is not None and held[1] >= change.zk_version:
+            return set()
+        cached[change.partition] = (change.state, change.zk_version)
+        return {change.state.leader, *change.state.isr} - {NO_LEADER}
+
     def _topic_watched(self, event: WatchEvent) -> None:
         topic = event.key
         if event.body is None:
@@ -160,3 +178,40 @@ class StateCache:
         if self._topic_ids.get(topic) != topic_id:
             self.forget(topic)         # created again (versions start over), or first seen
             self._topic_ids[topic] = topic_id
+
+
+class NoticeCollector:
+    """Deletes the state-change notices (``zk.state_changes``) once they are
+    ``limits.STATE_CHANGE_RETENTION_S`` old, counted from when this controller
+    first listed them: no clock but its own, and a new controller waits the whole
+    time again before deleting anything."""
+
+    def __init__(self, zookeeper: ClusterZooKeeper):
+        self.zookeeper = zookeeper
+        self._first_listed: dict[str, float] = {}
+        self._next_at = 0.0
+
+    def clear(self) -> None:
+        """Forget the notices listed (a resignation)."""
+        self._first_listed = {}
+        self._next_at = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self._next_at
+
+    def collect(self, now: float) -> None:
+        """List the notices; delete those listed a retention ago."""
+        self._next_at = now + limits.STATE_CHANGE_COLLECT_INTERVAL_S
+        names = self.zookeeper.read_state_change_notices()
+        self._first_listed = {name: self._first_listed.get(name, now) for name in names}
+        old = sorted(name for name, listed in self._first_listed.items()
+                     if now - listed >= limits.STATE_CHANGE_RETENTION_S)
+        if not old:
+            return
+        try:
+            self.zookeeper.delete_state_change_notices(old)
+        except ZooKeeperConflictError as error:     # one deleted already: list again next time
+            log.info("state-change notices: %s; listing them again later", error)
+            return
+        for name in old:
+            del self._first_listed[name]

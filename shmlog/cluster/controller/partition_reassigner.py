@@ -44,6 +44,7 @@ from ..zk import paths as zk_paths
 from ..zk.client import ClusterZooKeeper
 from ..zk.paths import TopicAssignment
 from ..zk.session import DeleteOp, SetDataOp
+from ..zk.state_changes import state_set_op
 from . import reassignment
 from .controller_context import ControllerEpoch
 from .reassignment import MovingAssignment, StepKind
@@ -159,8 +160,8 @@ class PartitionReassigner:
             adding[partition], removing[partition] = found.assignment.adding, \
                 found.assignment.removing
             if found.state is not None:
-                ops.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
-                                     zk_paths.encode_partition_state(found.state), state_version))
+                ops.append(state_set_op(topic, assignment.topic_id, partition, found.state,
+                                        state_version))
             if found.kind is StepKind.COMPLETE:
                 done.add(partition)
             log.info("controller %d: reassigning %s-%d to %s: %s %s", self.broker_id, topic,

@@ -68,7 +68,7 @@ from ...common.errors import (
 from ..zk import paths as zk_paths
 from ..zk.client import ClusterZooKeeper
 from ..zk.paths import NO_LEADER, PartitionState, TopicAssignment
-from ..zk.session import SetDataOp
+from ..zk.state_changes import state_set_op
 from . import leader_balance
 from .controller_context import (
     ControllerEpoch,
@@ -276,8 +276,8 @@ class PartitionStateMachine:
                     partition_state_after(state, replicas, live, bounced, unclean, epoch),
                     replicas, live, shutting, epoch)
                 if after != state:
-                    updates.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
-                                             zk_paths.encode_partition_state(after), version))
+                    updates.append(state_set_op(topic, assignment.topic_id, partition, after,
+                                                version))
                     written[partition] = (after, version + 1)
                     changed.append((partition, state, after))
             # New states and new leaders first: a partition without a leader waits for
@@ -288,7 +288,8 @@ class PartitionStateMachine:
             shrinking = [update for update, (_, before, after) in zip(updates, changed)
                          if after.leader == before.leader]
             try:
-                ops = (self.zookeeper.partition_state_creation_ops(topic, new) if new else []) \
+                ops = (self.zookeeper.partition_state_creation_ops(topic, assignment.topic_id,
+                                                                   new) if new else []) \
                     + leading + shrinking
                 if ops:
                     self.zookeeper.checked_multi_chunked(ops, elected.zk_version,

@@ -39,7 +39,8 @@ from ...common import limits
 from ...common.errors import StaleStateVersionError, ZnodeFormatError, ZooKeeperConflictError
 from ..zk import paths as zk_paths
 from ..zk.client import ClusterZooKeeper
-from ..zk.session import DeleteOp, SetDataOp
+from ..zk.session import DeleteOp
+from ..zk.state_changes import state_set_op
 from . import leader_balance
 from .controller_context import (
     ControllerEpoch,
@@ -168,8 +169,8 @@ class PreferredLeaderElector:
                     live, shutting, elected.epoch)
                 outcomes.setdefault(outcome.value, []).append(f"{topic}-{partition}")
                 if after is not None:
-                    ops.append(SetDataOp(zk_paths.partition_state_path(topic, partition),
-                                         zk_paths.encode_partition_state(after), found[1]))
+                    ops.append(state_set_op(topic, assignment.topic_id, partition, after,
+                                            found[1]))
                     written.setdefault(topic, {})[partition] = (after, found[1] + 1)
             try:
                 if ops or extra_ops:

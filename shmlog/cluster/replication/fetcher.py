@@ -197,7 +197,9 @@ class ReplicaFetcher:
         """Send each leader the next request, when none is in flight: EPOCH_END for
         the partitions truncating, else FETCH for those fetching."""
         self._throttled_until = self._replica_retry_at = None
-        for leader_id, followed in self._followed_by_leader().items():
+        followed_by_leader = self._followed_by_leader()
+        self._forget_unfollowed(followed_by_leader)
+        for leader_id, followed in followed_by_leader.items():
             fetcher = self._fetchers.setdefault(leader_id, _Fetcher(leader_id))
             if fetcher.in_flight is not None or now < fetcher.retry_at:
                 continue
@@ -230,6 +232,14 @@ class ReplicaFetcher:
                         for request in fetcher.pending.values())
                 if fetcher.quiet and fetcher.rescan_at <= now:
                     fetcher.rescan_at = now + limits.FETCH_SESSION_RESCAN_MS
+
+    def _forget_unfollowed(self, followed_by_leader: dict) -> None:
+        """Drop the fetchers of leaders no longer followed once nothing is in flight:
+        a dead leader's fetcher, backed off, would otherwise hold a retry deadline
+        long past that nothing sends on, and the broker's loop would spin on it."""
+        for leader_id in [leader_id for leader_id, fetcher in self._fetchers.items()
+                          if leader_id not in followed_by_leader and fetcher.in_flight is None]:
+            del self._fetchers[leader_id]
 
     def _send_quiet(self, fetcher: _Fetcher) -> None:
         """A quiet session's next fetch: it names nothing, and its partitions are the

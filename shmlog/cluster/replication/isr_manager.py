@@ -4,10 +4,13 @@ change reaches ZooKeeper (Kafka 2.8's ``ReplicaManager.maybeShrinkIsr``,
 
 Rules
 -----
-* **The leader writes its ISR changes** to its partition's state znode,
+* **The leader writes its ISR changes** to its partitions' state znodes,
   conditionally on the zkVersion it holds, without blocking the loop (kazoo's async
-  call, its outcome queued back). One change at a time per partition
-  (``rules.LeaderReplicaState``).
+  multi, its outcome queued back): a loop turn's changes go in one multi, with one
+  state-change notice (``zk.state_changes``). One change at a time per partition
+  (``rules.LeaderReplicaState``). A multi is refused whole when one of its states
+  was written since (a new election): that one's change is refused, the others are
+  written again at the next turn.
 * **Shrink** is checked for every partition every ``replica.lag.time.max.ms / 2``
   (Kafka's ``isr-expiration`` task); **expand** as a follower's fetch is served.
 * **While the ZooKeeper session is suspended** nothing is written: the change is
@@ -17,7 +20,8 @@ Rules
 
 Theory of operation
 -------------------
-:meth:`IsrManager.write` hands the change to ZooKeeper; the outcome comes back on a
+:meth:`IsrManager.write` queues the change and :meth:`IsrManager.send` (at the end of
+each loop turn) hands the turn's changes to ZooKeeper; the outcome comes back on a
 kazoo thread, which only queues it and rings the appender doorbell.
 :meth:`IsrManager.apply_written`, on the loop thread, drains that queue into each
 partition's state and counts the changes ZooKeeper took.
@@ -59,6 +63,7 @@ class IsrManager:
         self.zookeeper = zookeeper
         self.config = config
         self._wake = wake
+        self._unsent: list[tuple[PartitionReplica, PendingIsrChange]] = []   # this turn's
         self._written: queue.SimpleQueue = queue.SimpleQueue()     # ISR write outcomes
         self.next_shrink_check = 0
         #: ISR changes this broker wrote as leader and ZooKeeper took, by kind (Kafka's
@@ -87,27 +92,51 @@ class IsrManager:
         self.write(replica, replica.isr_change(now, follower_id))
 
     def write(self, replica: PartitionReplica, change: PendingIsrChange | None) -> None:
-        """Write an ISR change to the partition's state znode, without waiting: its
-        outcome comes back through :meth:`apply_written`."""
+        """Queue an ISR change for the partition's state znode: :meth:`send` writes
+        the turn's changes together, and their outcomes come back through
+        :meth:`apply_written`."""
         if change is None:
             return
         if self.hosted.suspended:
             replica.isr_change_written(change, None)
             return
-        topic, partition = partition_name(replica)
+        self._unsent.append((replica, change))
+
+    def send(self) -> None:
+        """Write the queued ISR changes in one multi, with one notice, without
+        waiting (a follower rejoining thousands of partitions is one write, and one
+        notice for every broker to read, not thousands)."""
+        batch, self._unsent = self._unsent, []
+        writes, sent = [], []
+        for replica, change in batch:
+            topic, partition = partition_name(replica)
+            assignment = self.hosted.view.topics.get(topic)
+            if assignment is None:                   # deleted meanwhile: nothing to write
+                replica.isr_change_written(change, None)
+                continue
+            writes.append((topic, assignment.topic_id, partition, replica.state_for(change),
+                           replica.state_version))
+            sent.append((replica, change))
+        if not writes:
+            return
         wake = self._wake
 
-        def done(outcome) -> None:                   # on a kazoo thread: queue only
-            self._written.put((replica, change, outcome))
+        def done(outcomes) -> None:                  # on a kazoo thread: queue only
+            self._written.put((sent, outcomes))
             wake()
-        self.zookeeper.update_partition_state_async(topic, partition, replica.state_for(change),
-                                                    replica.state_version, done)
+        self.zookeeper.update_partition_states_async(writes, done)
 
     def apply_written(self) -> None:
-        """Apply the outcomes of the writes ZooKeeper answered (on the loop thread)."""
+        """Apply the outcomes of the writes ZooKeeper answered (on the loop thread); a
+        change refused only because another of its multi was is queued again."""
         while not self._written.empty():
-            replica, change, outcome = self._written.get_nowait()
-            self._isr_written(replica, change, outcome)
+            sent, outcomes = self._written.get_nowait()
+            for index, (replica, change) in enumerate(sent):
+                outcome = outcomes if isinstance(outcomes, ShmlogError) else outcomes[index]
+                if outcome is None:
+                    self._unsent.append((replica, change))
+                else:
+                    self._isr_written(replica, change, outcome)
 
     def _isr_written(self, replica: PartitionReplica, change: PendingIsrChange, outcome) -> None:
         if isinstance(outcome, ShmlogError):

@@ -166,6 +166,7 @@ class ReplicaService:
         self.hosted.checkpoint_if_due(now)
         self.fetcher.send_requests(now)
         self.forwarding.poll(now)
+        self.isr.send()
 
     def work_pending(self) -> bool:
         """Is anything queued for :meth:`poll`?"""
@@ -187,6 +188,7 @@ class ReplicaService:
         self.forwarding.poll(now)          # after the states: see forwarding's rules
         if self.dispatcher.groups is not None:
             self.dispatcher.groups.poll(now)   # commits the high watermark now covers
+        self.isr.send()                        # the turn's ISR changes, in one write
 
     def _guarded(self, handle, item, now: int) -> None:
         """Handle one change or message; a refusal of our own storage (a full disk, a

@@ -50,6 +50,7 @@ from .paths import (
 )
 from .producer_id_blocks import ProducerIdBlocks
 from .session import Op, ZooKeeperSession
+from .state_changes import notice_op
 from .topics import TopicZnodes
 from .watches import ClusterWatch
 
@@ -79,6 +80,7 @@ class ClusterZooKeeper(ZooKeeperSession):
         self.configs = ConfigZnodes(self)
         self.producer_id_blocks = ProducerIdBlocks(self)
         self.admin = AdminZnodes(self)
+        self.announce = notice_op                     # every state written is announced
 
     # --- registration (brokers.BrokerZnodes) -------------------------------------------
 
@@ -140,25 +142,33 @@ class ClusterZooKeeper(ZooKeeperSession):
         """:meth:`TopicZnodes.mark_topic_deleted`."""
         self.topics.mark_topic_deleted(topic)
 
-    def update_partition_state(self, topic: str, partition: int, state: PartitionState,
-                               version: int) -> int:
+    def update_partition_state(self, topic: str, topic_id: str, partition: int,
+                               state: PartitionState, version: int) -> int:
         """:meth:`TopicZnodes.update_partition_state`: the new zkVersion."""
-        return self.topics.update_partition_state(topic, partition, state, version)
+        return self.topics.update_partition_state(topic, topic_id, partition, state, version)
 
-    def update_partition_state_async(self, topic: str, partition: int, state: PartitionState,
-                                     version: int,
-                                     done: Callable[[int | ShmlogError], None]) -> None:
-        """:meth:`TopicZnodes.update_partition_state_async`."""
-        self.topics.update_partition_state_async(topic, partition, state, version, done)
+    def update_partition_states_async(
+            self, writes: Sequence[tuple[str, str, int, PartitionState, int]],
+            done: Callable[[list | ShmlogError], None]) -> None:
+        """:meth:`TopicZnodes.update_partition_states_async`."""
+        self.topics.update_partition_states_async(writes, done)
 
-    def partition_state_creation_ops(self, topic: str,
+    def partition_state_creation_ops(self, topic: str, topic_id: str,
                                      states: dict[int, PartitionState]) -> list[Op]:
         """:meth:`TopicZnodes.partition_state_creation_ops`."""
-        return self.topics.partition_state_creation_ops(topic, states)
+        return self.topics.partition_state_creation_ops(topic, topic_id, states)
 
     def topic_deletion_ops(self, topic: str) -> list[Op]:
         """:meth:`TopicZnodes.topic_deletion_ops`."""
         return self.topics.topic_deletion_ops(topic)
+
+    def read_state_change_notices(self) -> list[str]:
+        """:meth:`TopicZnodes.read_state_change_notices`."""
+        return self.topics.read_state_change_notices()
+
+    def delete_state_change_notices(self, names: Sequence[str]) -> None:
+        """:meth:`TopicZnodes.delete_state_change_notices`."""
+        self.topics.delete_state_change_notices(names)
 
     # --- the controller (controller_election.ControllerElection) -----------------------
 

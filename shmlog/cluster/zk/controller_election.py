@@ -12,6 +12,8 @@ Rules
   elected); another op's refusal is the session's :class:`ZooKeeperConflictError`
   (a stale version: :class:`StaleStateVersionError`). Nothing of a refused multi is
   applied.
+* **Every state it writes carries its notice** (``state_changes``): a state op
+  without one is refused before anything is sent.
 * **An election is one transaction**: the ephemeral ``/controller`` and
   ``/controller_epoch`` set to epoch+1 at the version read; of two brokers running
   at once, one wins.
@@ -45,6 +47,7 @@ from ...common.errors import (
 from . import paths as zk_paths
 from .paths import ControllerRegistration
 from .session import CheckOp, CreateOp, Op, SetDataOp, ZooKeeperSession
+from .state_changes import is_state_path
 
 __all__ = ["ControllerElection"]
 
@@ -130,6 +133,7 @@ class ControllerElection:
         ZooKeeperConnectionError
             The outcome is unknown.
         """
+        _require_notices(ops)
         fence = CheckOp(zk_paths.CONTROLLER_EPOCH_PATH, controller_version)
         try:
             return self._session.multi([fence, *ops])[1:]
@@ -149,11 +153,22 @@ class ControllerElection:
 
         Returns and raises as :meth:`checked_multi`.
         """
+        _require_notices(ops)
         fence = CheckOp(zk_paths.CONTROLLER_EPOCH_PATH, controller_version)
         try:
             return self._session.multi_chunked(ops, prefix=[fence], pipelined=pipelined)
         except ZooKeeperConflictError as error:
             raise _moved_if_fenced(error, fence) from None
+
+
+def _require_notices(ops: Sequence[Op]) -> None:
+    """A partition state written without its notice would reach no broker (see
+    ``state_changes``): such an op is a bug in its writer."""
+    for op in ops:
+        if isinstance(op, (CreateOp, SetDataOp)) and op.notice is None and \
+                is_state_path(op.path):
+            raise AssertionError(f"{op.path} is written without its state-change notice: "
+                                 f"build it with state_changes.state_set_op/state_create_op")
 
 
 def _moved_if_fenced(error: ZooKeeperConflictError, fence: CheckOp) -> ShmlogError:

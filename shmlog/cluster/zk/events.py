@@ -47,6 +47,9 @@ class EventKind(enum.Enum):
     TOPIC = "topic"                      # key topic; body the assignment's bytes | None
     TOPIC_CONFIG = "topic_config"        # key topic; body bytes | None
     PARTITION_STATE = "partition_state"  # key (topic, partition); body bytes | None
+    # A state-change notice (state_changes): key STATE_CHANGES_PATH; body
+    # tuple[StateChange, ...] (decoded); version the notice's sequence number.
+    PARTITION_STATES = "partition_states"
     DELETE_TOPICS = "delete_topics"      # key DELETE_TOPICS_PATH; body tuple[str, ...]
     REGISTERED = "registered"            # key broker id; version the new broker epoch
     REASSIGN_PARTITIONS = "reassign_partitions"   # key REASSIGN_PARTITIONS_PATH; body bytes | None

@@ -25,6 +25,8 @@ Cluster metadata lives in ZooKeeper as Kafka kept it before KRaft (Kafka 2.8's
     /admin/controlled_shutdown/<id>  ephemeral  {"version":1,"broker_epoch":"<czxid>"}
     /admin/preferred_replica_election           {"version":1,"partitions":
                                                  [{"topic":"t","partition":0}]}
+    /state_changes/change-<seq>      sequential  {"version":1,"states":[["t","<topic id>",0,
+                                                 <zkVersion>,{<the state's body>}]]}
 
 Rules
 -----
@@ -90,7 +92,8 @@ __all__ = [
     "decode_broker_registration", "encode_controller", "decode_controller",
     "encode_controller_epoch", "decode_controller_epoch", "encode_topic_assignment",
     "decode_topic_assignment", "encode_topic_config", "decode_topic_config",
-    "encode_partition_state", "decode_partition_state", "encode_producer_id_block",
+    "encode_partition_state", "decode_partition_state", "partition_state_from_fields",
+    "STATE_CHANGES_PATH", "encode_producer_id_block",
     "decode_producer_id_block", "decode_broker_id", "decode_partition_number",
 ]
 
@@ -114,10 +117,13 @@ REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 BROKER_CONFIGS_PATH = "/config/brokers"
 CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
+# Each multi-op that writes partition states leaves a notice of them here
+# (``state_changes``): how the brokers learn them.
+STATE_CHANGES_PATH = "/state_changes"
 # What every broker makes sure exists at start (Kafka's createTopLevelPaths); the
 # producer-id block starts empty, which reads as "no block handed out yet".
 BASE_PATHS = (BROKER_IDS_PATH, TOPICS_PATH, TOPIC_CONFIGS_PATH, DELETE_TOPICS_PATH,
-              CLUSTER_PATH, PRODUCER_ID_BLOCK_PATH, CONTROLLED_SHUTDOWN_PATH)
+              CLUSTER_PATH, PRODUCER_ID_BLOCK_PATH, CONTROLLED_SHUTDOWN_PATH, STATE_CHANGES_PATH)
 
 # The leader of a partition that has none (Kafka's LeaderAndIsr.NoLeader).
 NO_LEADER = -1
@@ -511,7 +517,12 @@ def encode_partition_state(state: PartitionState) -> bytes:
 
 def decode_partition_state(body: bytes, what: str = "partition state") -> PartitionState:
     """A partition's ``state`` body; ``what`` (its path) names it in errors."""
-    fields = _object(body, what)
+    return partition_state_from_fields(_object(body, what), what)
+
+
+def partition_state_from_fields(fields: dict, what: str) -> PartitionState:
+    """A partition state from its body's JSON object (a state-change notice carries
+    them so), checked as :func:`decode_partition_state` checks a body."""
     _version(fields, PARTITION_STATE_VERSION, what)
     leader = _integer(fields, "leader", what, NO_LEADER, BROKER_ID_MAX)
     isr = _broker_ids(_field(fields, "isr", list, what), "isr", what)

@@ -4,8 +4,10 @@
 the broker's loop and its controller, Kafka's ``ZooKeeperClient``) and offers the
 requests the other modules of ``cluster.zk`` are written in: reads retried across a
 connection loss, writes tried once, multi-ops (:class:`CreateOp`, :class:`SetDataOp`,
-:class:`DeleteOp`, :class:`CheckOp`), an asynchronous conditional set, and kazoo's
-watch recipes. What the znodes mean is theirs (``paths`` lays them out).
+:class:`DeleteOp`, :class:`CheckOp`; each multi also gets the notice its ops'
+``notice`` fields make, see :attr:`ZooKeeperSession.announce`), asynchronous
+conditional sets and multis, and kazoo's watch recipes. What the znodes mean is
+theirs (``paths`` lays them out).
 
 Rules
 -----
@@ -86,7 +88,7 @@ from ...common.errors import (
 from . import paths as zk_paths
 from .events import EventKind, EventQueue, SessionState, WatchEvent
 
-__all__ = ["ZooKeeperSession", "DataWatches", "CreateOp", "SetDataOp", "DeleteOp", "CheckOp",
+__all__ = ["ZooKeeperSession", "ZnodeReads", "CreateOp", "SetDataOp", "DeleteOp", "CheckOp",
            "Op", "op_size", "chunk_ops"]
 
 # What a lost connection looks like from a request.
@@ -100,18 +102,24 @@ _REFUSALS = (BadVersionError, NoNodeError, NodeExistsError)
 
 @dataclasses.dataclass(frozen=True)
 class CreateOp:
-    """Create ``path`` with ``body`` (its parent must exist)."""
+    """Create ``path`` with ``body`` (its parent must exist); ``sequential``: with
+    ZooKeeper's sequence number appended to the name. ``notice``: what the op
+    announces in its multi (``state_changes``; see :meth:`ZooKeeperSession.multi`)."""
     path: str
     body: bytes = b""
     ephemeral: bool = False
+    sequential: bool = False
+    notice: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
 class SetDataOp:
-    """Set ``path``'s body if its version is ``version`` (-1: any)."""
+    """Set ``path``'s body if its version is ``version`` (-1: any); ``notice`` as
+    :class:`CreateOp`'s."""
     path: str
     body: bytes
     version: int
+    notice: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +140,11 @@ Op = CreateOp | SetDataOp | DeleteOp | CheckOp
 
 
 def op_size(op: Op) -> int:
-    """What ``op`` adds to a multi-op's request, counted generously (bytes)."""
+    """What ``op`` adds to a multi-op's request, counted generously (bytes); an op
+    with a notice counts twice, its body being repeated in its multi's notice."""
     body = getattr(op, "body", b"")
-    return len(op.path.encode()) + len(body) + limits.ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE
+    size = len(op.path.encode()) + len(body) + limits.ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE
+    return 2 * size if getattr(op, "notice", None) is not None else size
 
 
 def chunk_ops(ops: Sequence[Op], size_max: int = limits.ZOOKEEPER_MULTI_SIZE_MAX,
@@ -181,6 +191,10 @@ class ZooKeeperSession:
     Requests return kazoo's ``ZnodeStat`` where a stat is asked for (read its
     ``version``, ``czxid`` and ``ephemeralOwner``).
     """
+
+    #: Makes the op a multi adds for the notices its ops carry (``CreateOp.notice``),
+    #: or None when they carry none: ``state_changes.notice_op`` in cluster mode.
+    announce: Callable[[Sequence[Op]], Op | None] | None = None
 
     def __init__(self, hosts: str, *,
                  session_timeout_ms: int = limits.ZOOKEEPER_SESSION_TIMEOUT_MS_DEFAULT,
@@ -470,7 +484,38 @@ class ZooKeeperSession:
         ZooKeeperConnectionError
             The outcome is unknown.
         """
-        return _checked(self._write(self._transaction(ops).commit), ops)
+        announced = self._announced(ops)
+        return _checked(self._write(self._transaction(announced).commit), announced)[:len(ops)]
+
+    def multi_async(self, ops: Sequence[Op], done: Callable[[list | ShmlogError], None]) -> None:
+        """:meth:`multi` without blocking: ``done`` gets, on a kazoo thread (so it
+        must only queue), one outcome per op — its result, the refusal
+        (:class:`ShmlogError`) of the op refused, None for an op rolled back with it
+        — or the :class:`ZooKeeperConnectionError` when the outcome is unknown."""
+        announced = self._announced(ops)
+
+        def finished(result) -> None:
+            try:
+                results = result.get()
+            except _CONNECTION_ERRORS as error:
+                done(ZooKeeperConnectionError(
+                    f"the connection to ZooKeeper was lost during a multi-op writing "
+                    f"{announced[0].path} and {len(announced) - 1} more: its outcome is "
+                    f"unknown ({type(error).__name__})"))
+                return
+            done([None if isinstance(outcome, (RolledBackError, RuntimeInconsistency))
+                  else _refusal(outcome, op.path) if isinstance(outcome, Exception)
+                  else outcome for outcome, op in zip(results, announced)][:len(ops)])
+
+        try:
+            self._transaction(announced).commit_async().rawlink(finished)
+        except _CONNECTION_ERRORS as error:
+            done(ZooKeeperConnectionError(f"not connected to ZooKeeper ({type(error).__name__})"))
+
+    def _announced(self, ops: Sequence[Op]) -> list[Op]:
+        """``ops`` and, when :attr:`announce` makes one of them, their notice last."""
+        notice = self.announce(ops) if self.announce is not None else None
+        return [*ops] if notice is None else [*ops, notice]
 
     def multi_chunked(self, ops: Sequence[Op], prefix: Sequence[Op] = (),
                       pipelined: bool = False) -> list:
@@ -497,17 +542,21 @@ class ZooKeeperSession:
             As :meth:`multi`, for the (first) run refused or lost.
         """
         prefix = list(prefix)
-        chunks = [prefix + chunk for chunk in
-                  chunk_ops(ops, reserved=sum(op_size(op) for op in prefix))]
+        reserved = sum(op_size(op) for op in prefix) + limits.ZOOKEEPER_MULTI_OP_OVERHEAD_SIZE
+        chunks = [prefix + chunk for chunk in chunk_ops(ops, reserved=reserved)]
         if not pipelined:
             return [result for chunk in chunks for result in self.multi(chunk)[len(prefix):]]
-        sent = [(chunk, self._write(self._transaction(chunk).commit_async))
-                for chunk in chunks]
+        sent = []
+        for chunk in chunks:
+            announced = self._announced(chunk)
+            sent.append((chunk, announced,
+                         self._write(self._transaction(announced).commit_async)))
         results: list = []
         refused: ZooKeeperConflictError | None = None
-        for chunk, pending in sent:
+        for chunk, announced, pending in sent:
             try:
-                results.extend(_checked(self._write(pending.get), chunk)[len(prefix):])
+                results.extend(_checked(self._write(pending.get),
+                                        announced)[len(prefix):len(chunk)])
             except ZooKeeperConflictError as error:
                 refused = refused or error
         if refused is not None:
@@ -539,11 +588,11 @@ class ZooKeeperSession:
         returns False. Blocks for the first read: call it from :meth:`spawn`."""
         self._client.DataWatch(path, changed)
 
-    def data_watches(self, changed: Callable[[str, bytes | None, Any], bool | None]
-                     ) -> "DataWatches":
-        """A :class:`DataWatches`: many znodes' data watched without a thread or a
-        blocking read each. Does not block."""
-        return DataWatches(self, changed)
+    def znode_reads(self, changed: Callable[[str, bytes | None, Any], bool | None]
+                    ) -> "ZnodeReads":
+        """A :class:`ZnodeReads`: many znodes read, and read again at each
+        reconnection, without a thread or a blocking read each. Does not block."""
+        return ZnodeReads(self, changed)
 
     def children_watch(self, path: str, changed: Callable[[list[str]], bool | None]) -> None:
         """kazoo's ChildrenWatch: ``changed(children)`` now and at each change of
@@ -552,18 +601,17 @@ class ZooKeeperSession:
         self._client.ChildrenWatch(path, changed)
 
 
-class DataWatches:
-    """kazoo's ``DataWatch`` over many znodes, without its thread and blocking read
-    per znode: ``changed(path, body, stat)`` is called for each path added, now and
-    at each change of it ((None, None) while it does not exist), on kazoo's threads
-    (so it must only queue), until it returns False for that path or :meth:`stop`.
+class ZnodeReads:
+    """Many znodes read without a thread or a blocking read each, and read again
+    whenever the session is CONNECTED again (the same session or a new one):
+    ``changed(path, body, stat)`` is called for each path when it is read ((None,
+    None) when it does not exist), on kazoo's threads (so it must only queue),
+    until it returns False for that path or :meth:`stop`.
 
-    Each read is asynchronous and sets the next watch, so a burst of changes (a
-    controller's election of thousands of partitions) is read in one pipeline
-    instead of one round trip after another on kazoo's event thread. As DataWatch
-    does, every path is read again whenever the session is CONNECTED again (the
-    same session or a new one), so what changed while disconnected is seen; a path
-    may so be reported twice, and ``stat.version`` orders the reports.
+    No watch is set: the partition states' changes come in notices
+    (``state_changes``), and these reads give what is there when a topic is first
+    seen and what a reconnection may have hidden. A path may so be reported twice,
+    and ``stat.version`` orders the reports.
     """
 
     def __init__(self, session: ZooKeeperSession,
@@ -571,23 +619,31 @@ class DataWatches:
         self._session = session
         self._client = session._client
         self._changed = changed
-        # Each path watched -> when it was added (a count): a path added again
-        # while its report was refusing it stays watched.
+        # Each path held -> when it was added (a count): a path added again while
+        # its report was refusing it stays held.
         self._paths: dict[str, int] = {}
         self._added = 0
         self._lock = threading.Lock()
         self._stopped = False
         session.add_state_listener(self._on_state)
 
-    def add(self, paths: Iterable[str]) -> None:
-        """Watch ``paths`` too; each is read now (again, if it was watched already)."""
+    def add(self, paths: Iterable[str], read: bool = True) -> None:
+        """Hold ``paths`` too; each is read now (again, if it was held already)
+        unless ``read`` is false (then at the next reconnection or :meth:`read_all`)."""
         paths = list(paths)
         with self._lock:
             for path in paths:
                 self._added += 1
                 self._paths[path] = self._added
-        for path in paths:
-            self._read(path)
+        if read:
+            for path in paths:
+                self._read(path)
+
+    def remove(self, paths: Iterable[str]) -> None:
+        """Read these paths no more."""
+        with self._lock:
+            for path in paths:
+                self._paths.pop(path, None)
 
     def stop(self) -> None:
         """Report nothing more."""
@@ -597,9 +653,10 @@ class DataWatches:
     def _on_state(self, state: SessionState) -> None:
         # The connection thread must not call ZooKeeper: the reads go from another.
         if state is SessionState.CONNECTED and not self._stopped:
-            self._session.spawn(self._read_all)
+            self._session.spawn(self.read_all)
 
-    def _read_all(self) -> None:
+    def read_all(self) -> None:
+        """Read every path again (the reads are sent, not waited for)."""
         with self._lock:
             paths = sorted(self._paths)
         for path in paths:
@@ -609,40 +666,18 @@ class DataWatches:
         if self._stopped or path not in self._paths:
             return
         try:
-            result = self._client.get_async(path, watch=self._watched)
+            result = self._client.get_async(path)
         except _CONNECTION_ERRORS:
             return                                 # read again when CONNECTED
         result.rawlink(functools.partial(self._got, path))
-
-    def _watched(self, event) -> None:
-        if event.type != "NONE":                   # NONE: the connection's, see _on_state
-            self._read(event.path)
 
     def _got(self, path: str, result) -> None:
         try:
             body, stat = result.get()
         except NoNodeError:
-            try:                                   # watch for its creation
-                exists = self._client.exists_async(path, watch=self._watched)
-            except _CONNECTION_ERRORS:
-                return
-            exists.rawlink(functools.partial(self._existed, path))
-            return
+            body, stat = None, None
         except _CONNECTION_ERRORS:
             return                                 # read again when CONNECTED
-        self._report(path, body, stat)
-
-    def _existed(self, path: str, result) -> None:
-        try:
-            stat = result.get()
-        except _CONNECTION_ERRORS:
-            return
-        if stat is not None:                       # created between the two reads
-            self._read(path)
-        else:
-            self._report(path, None, None)
-
-    def _report(self, path: str, body: bytes | None, stat: Any) -> None:
         added = self._paths.get(path)
         if self._stopped or added is None:
             return
@@ -684,7 +719,7 @@ class PollHandler(SequentialThreadingHandler):
 
 def _add(transaction, op: Op) -> None:
     if isinstance(op, CreateOp):
-        transaction.create(op.path, op.body, ephemeral=op.ephemeral)
+        transaction.create(op.path, op.body, ephemeral=op.ephemeral, sequence=op.sequential)
     elif isinstance(op, SetDataOp):
         transaction.set_data(op.path, op.body, version=op.version)
     elif isinstance(op, DeleteOp):

@@ -21,15 +21,16 @@ Theory of operation
 A topic's partition states are read in one pipeline (``ZooKeeperSession.get_many``),
 not one round trip each: a controller's pass over 10,000 partitions costs the
 answers' decoding, not 10,000 waits. Reads return what exists now, with the
-zkVersion a conditional write is checked against. A leader's ISR change
-(:meth:`TopicZnodes.update_partition_state_async`) does not block the broker's
-loop: its outcome arrives on a kazoo thread, to be queued. A re-created topic
+zkVersion a conditional write is checked against. A leader's ISR changes
+(:meth:`TopicZnodes.update_partition_states_async`) do not block the broker's
+loop: their outcomes arrive on a kazoo thread, to be queued. Every state written
+carries its notice (``state_changes``), which is how the brokers learn it. A re-created topic
 restarts its state versions at 0 (its ``topic_id`` is new).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 from ...common.errors import (
     ShmlogError,
@@ -41,6 +42,7 @@ from ...common.errors import (
 from . import paths as zk_paths
 from .paths import PartitionState, TopicAssignment
 from .session import CreateOp, DeleteOp, Op, ZooKeeperSession
+from .state_changes import STATE_CHANGES_PATH, state_create_op, state_set_op
 
 __all__ = ["TopicZnodes"]
 
@@ -109,7 +111,22 @@ class TopicZnodes:
         """The topics marked for deletion, sorted."""
         return sorted(self._session.children(zk_paths.DELETE_TOPICS_PATH))
 
+    def read_state_change_notices(self) -> list[str]:
+        """The names of the state-change notices there now (``state_changes``)."""
+        return self._session.children(STATE_CHANGES_PATH)
+
     # --- writes ------------------------------------------------------------------------
+
+    def delete_state_change_notices(self, names: Sequence[str]) -> None:
+        """Delete these notices (the controller's clean-up); one gone already (a
+        previous controller's clean-up) leaves the others of its multi for the next.
+
+        Raises
+        ------
+        ZooKeeperConflictError, ZooKeeperConnectionError
+            As ``ZooKeeperSession.multi``.
+        """
+        self._session.multi_chunked([DeleteOp(f"{STATE_CHANGES_PATH}/{name}") for name in names])
 
     def create_topic(self, assignment: TopicAssignment, config: dict[str, str]) -> None:
         """Write the topic's config and assignment in one transaction (the
@@ -145,12 +162,12 @@ class TopicZnodes:
         except ZnodeExistsError:
             pass
 
-    def update_partition_state(self, topic: str, partition: int, state: PartitionState,
-                               version: int) -> int:
+    def update_partition_state(self, topic: str, topic_id: str, partition: int,
+                               state: PartitionState, version: int) -> int:
         """Write a partition's state if its zkVersion is still ``version`` (a
         leader's ISR change: it keeps the leader, the leader epoch and the
-        ``controller_epoch`` of the state it read). Blocks: call from a thread that
-        may, or use :meth:`update_partition_state_async`.
+        ``controller_epoch`` of the state it read), with its notice. Blocks: call
+        from a thread that may, or use :meth:`update_partition_states_async`.
 
         Returns
         -------
@@ -166,26 +183,34 @@ class TopicZnodes:
         ZooKeeperConnectionError
             The outcome is unknown: re-read.
         """
-        return self._session.set(zk_paths.partition_state_path(topic, partition),
-                                 zk_paths.encode_partition_state(state), version=version).version
+        op = state_set_op(topic, topic_id, partition, state, version)
+        return self._session.multi([op])[0].version
 
-    def update_partition_state_async(self, topic: str, partition: int, state: PartitionState,
-                                     version: int,
-                                     done: Callable[[int | ShmlogError], None]) -> None:
-        """:meth:`update_partition_state` without blocking: ``done`` gets the new
-        zkVersion or the error, on a kazoo thread (so it must only queue)."""
-        def finished(outcome: Any) -> None:
-            done(outcome if isinstance(outcome, ShmlogError) else outcome.version)
+    def update_partition_states_async(
+            self, writes: Sequence[tuple[str, str, int, PartitionState, int]],
+            done: Callable[[list | ShmlogError], None]) -> None:
+        """Write states as :meth:`update_partition_state` does, each (topic, topic id,
+        partition, state, zkVersion) of ``writes``, in one multi with one notice,
+        without blocking. ``done`` gets, on a kazoo thread (so it must only queue),
+        one outcome per write (its new zkVersion; the refusal of the one refused,
+        which refuses them all; None for one refused only with it: write it again)
+        or the :class:`ZooKeeperConnectionError` when the outcome is unknown."""
+        def finished(outcomes: list | ShmlogError) -> None:
+            if isinstance(outcomes, ShmlogError):
+                done(outcomes)
+            else:
+                done([outcome if outcome is None or isinstance(outcome, ShmlogError)
+                      else outcome.version for outcome in outcomes])
 
-        self._session.set_async(zk_paths.partition_state_path(topic, partition),
-                                zk_paths.encode_partition_state(state), version, finished)
+        self._session.multi_async([state_set_op(*write) for write in writes], finished)
 
     # --- the controller's ops ----------------------------------------------------------
 
-    def partition_state_creation_ops(self, topic: str,
+    def partition_state_creation_ops(self, topic: str, topic_id: str,
                                      states: dict[int, PartitionState]) -> list[Op]:
-        """The ops that create ``states`` (and the ``partitions`` znodes above them that
-        do not exist yet), for ``ControllerElection.checked_multi``."""
+        """The ops that create ``states`` of the topic incarnation ``topic_id`` (and
+        the ``partitions`` znodes above them that do not exist yet), for
+        ``ControllerElection.checked_multi``."""
         ops: list[Op] = []
         if self._session.exists(zk_paths.partitions_path(topic)) is None:
             ops.append(CreateOp(zk_paths.partitions_path(topic)))
@@ -193,8 +218,7 @@ class TopicZnodes:
         for partition, state in sorted(states.items()):
             if str(partition) not in existing:
                 ops.append(CreateOp(zk_paths.partition_path(topic, partition)))
-            ops.append(CreateOp(zk_paths.partition_state_path(topic, partition),
-                                zk_paths.encode_partition_state(state)))
+            ops.append(state_create_op(topic, topic_id, partition, state))
         return ops
 
     def topic_deletion_ops(self, topic: str) -> list[Op]:

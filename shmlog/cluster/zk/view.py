@@ -3,15 +3,17 @@
 Every broker keeps one :class:`ClusterView`: the live brokers and their epochs, the
 topics with their assignments and configs, and every partition's state (leader,
 leader epoch, ISR). It is Kafka's metadata cache, fed not by the controller's
-UpdateMetadata requests but by ZooKeeper's watches (``watches.ClusterWatch``), so
-it is as current as ZooKeeper and a restarted broker needs nothing replayed.
+UpdateMetadata requests but by ZooKeeper's watches and the state-change notices
+(``watches.ClusterWatch``, ``state_changes``), so it is as current as ZooKeeper
+and a restarted broker needs nothing replayed.
 
 Rules
 -----
 * Newest wins, per znode: a partition state is applied only when its zkVersion is
   above the one held (kazoo's watches may fire twice, and a re-read after a
   reconnection may deliver an old body after a new one). A topic re-created under
-  its name has a new topic id; its states start again from version 0.
+  its name has a new topic id; its states start again from version 0, and a
+  notice naming the old id is ignored.
 * A body that does not decode (an operator's hand edit, a newer broker's format) is
   logged and ignored: the view keeps what it had.
 * Each applied event returns the :class:`Change` s it made, so the replica service
@@ -220,6 +222,23 @@ class ClusterView:
         self.states[event.key] = (state, event.zk_version)
         return [PartitionStateChanged(topic, partition, state, event.zk_version)]
 
+    def _partition_states(self, event: WatchEvent) -> list[Change]:
+        """A notice's states: each taken as its znode's event would be, if it names
+        the topic incarnation held (an old one's notice, read late, is not news)."""
+        changes: list[Change] = []
+        for change in event.body:
+            assignment = self.topics.get(change.topic)
+            if assignment is None or assignment.topic_id != change.topic_id:
+                continue
+            key = (change.topic, change.partition)
+            held = self.states.get(key)
+            if held is not None and held[1] >= change.zk_version:
+                continue
+            self.states[key] = (change.state, change.zk_version)
+            changes.append(PartitionStateChanged(change.topic, change.partition, change.state,
+                                                 change.zk_version))
+        return changes
+
     def _broker_config(self, event: WatchEvent) -> list[Change]:
         config = {} if event.body is None else \
             zk_paths.decode_broker_config(event.key, event.body)
@@ -238,6 +257,7 @@ _HANDLERS = {
     EventKind.TOPIC: ClusterView._topic,
     EventKind.TOPIC_CONFIG: ClusterView._topic_config,
     EventKind.PARTITION_STATE: ClusterView._partition_state,
+    EventKind.PARTITION_STATES: ClusterView._partition_states,
     EventKind.DELETE_TOPICS: ClusterView._delete_topics,
     EventKind.BROKER_CONFIG: ClusterView._broker_config,
 }

@@ -20,11 +20,19 @@ data_watch``, ``children_watch``): they re-read and re-arm after a reconnection,
 events about one key may arrive more than once; ``zk_version`` orders them (the
 data version, or for a broker its czxid), and a consumer keeps the newest.
 :func:`watch_cluster` cascades: the broker-id list starts a data watch per broker,
-the topic list one per topic assignment and config, an assignment one per partition
-state. The partition states, thousands of them, share one ``DataWatches`` (reads
-pipelined, no thread per znode); the few other znodes have a DataWatch each. A
-re-created topic restarts its state versions at 0: a ``TOPIC`` event with
-a new ``topic_id`` starts over.
+the topic list one per topic assignment and config.
+**Partition states are not watched one by one** (a failover changes thousands at
+once, and a watch each cost every broker a notification and a read per state):
+an assignment's partitions are read once (one ``ZnodeReads``: reads pipelined,
+and all read again at each reconnection), and each later write
+is learned from its multi's notice (``state_changes``): one children watch on
+``/state_changes``, each new notice read as it appears, queued as one
+``PARTITION_STATES`` event. The children watch starts first and its first listing
+is the baseline: every state written after it comes in a later notice, and every
+state written before it is in the znode that the topic's read then finds. A notice
+gone before it was read (deleted after ``limits.STATE_CHANGE_RETENTION_S``) makes
+every state be read again. A re-created topic restarts its state versions at 0: a
+``TOPIC`` event with a new ``topic_id`` starts over.
 One cluster watch serves every owner in a process (``also``: the broker's
 replica service and its controller share it): each watch set in a session is
 one more read of every partition state it changes, and a failover changes
@@ -40,8 +48,9 @@ import logging
 import threading
 from typing import Any, Callable, Iterable, Sequence
 
-from ...common.errors import ZnodeFormatError
+from ...common.errors import ShmlogError, ZnodeFormatError
 from . import paths as zk_paths
+from . import state_changes
 from .events import EventKind, EventQueue, WatchEvent
 from .session import ZooKeeperSession
 
@@ -88,8 +97,7 @@ def watch_cluster(session: ZooKeeperSession, events: EventQueue,
     watch = ClusterWatch(session, events, also)
     watch.spawn(watch.watch_children, zk_paths.BROKER_IDS_PATH, EventKind.BROKER_IDS,
                 watch.brokers_listed)
-    watch.spawn(watch.watch_children, zk_paths.TOPICS_PATH, EventKind.TOPICS,
-                watch.topics_listed)
+    watch.spawn(watch.watch_notices_then_topics)
     watch.spawn(watch.watch_children, zk_paths.DELETE_TOPICS_PATH,
                 EventKind.DELETE_TOPICS, None)
     return watch
@@ -120,36 +128,45 @@ class ClusterWatch:
         self._cancelled = False
         self._brokers: set[int] = set()
         self._topics: dict[str, _TopicWatch] = {}
-        # Every partition state watched: its path -> (its key, the topic's watch).
+        # Every partition state read: its path -> (its key, the topic's watch).
         self._states: dict[str, tuple[tuple[str, int], _TopicWatch]] = {}
-        self._state_watches = None
+        self._state_reads = None
+        # The newest notice's sequence number seen (None: not listed yet; -1: none).
+        self._last_notice: int | None = None
+        self._listed = False               # has the topic list been seen?
 
     def cancel(self) -> None:
         """Queue nothing more."""
         self._cancelled = True
         with self._lock:
-            if self._state_watches is not None:
-                self._state_watches.stop()
+            if self._state_reads is not None:
+                self._state_reads.stop()
 
     def _put(self, event: WatchEvent) -> None:
         for events in self._queues:
             events.put(event)
 
-    def watch_states(self, topic_watch: "_TopicWatch", partitions: Iterable[int]) -> None:
-        """Queue ``PARTITION_STATE`` events for these partitions of the topic, now and
-        at each change, while the topic's watch lives. Does not block."""
+    def watch_states(self, topic_watch: "_TopicWatch", partitions: Iterable[int],
+                     read: bool) -> None:
+        """Queue ``PARTITION_STATE`` events for these partitions of the topic, now
+        (``read``) and at each reconnection, while the topic's watch lives (their
+        changes come in notices). Does not block.
+
+        Only the states of a topic listed at the start are read now: those of a topic
+        (or partition) that appears later are created after the notices' baseline,
+        so they come in notices, and a read would find nothing yet."""
         paths = []
         with self._lock:
             if self._cancelled:
                 return
-            if self._state_watches is None:
-                self._state_watches = self._session.data_watches(self._state_changed)
+            if self._state_reads is None:
+                self._state_reads = self._session.znode_reads(self._state_changed)
             for partition in partitions:
                 path = zk_paths.partition_state_path(topic_watch.topic, partition)
                 self._states[path] = ((topic_watch.topic, partition), topic_watch)
                 paths.append(path)
-            watches = self._state_watches
-        watches.add(paths)
+            reads = self._state_reads
+        reads.add(paths, read=read)
 
     def _state_changed(self, path: str, data: bytes | None, stat: Any) -> bool | None:
         with self._lock:
@@ -162,6 +179,66 @@ class ClusterWatch:
         self._put(WatchEvent(EventKind.PARTITION_STATE, watched[0], data,
                                     -1 if stat is None else stat.version))
         return None
+
+    def forget_states(self, topic_watch: "_TopicWatch") -> None:
+        """Read the states of a topic gone no more."""
+        with self._lock:
+            gone = [path for path, (_, owner) in self._states.items() if owner is topic_watch]
+            for path in gone:
+                del self._states[path]
+            reads = self._state_reads
+        if reads is not None and gone:
+            reads.remove(gone)
+
+    def watch_notices_then_topics(self) -> None:
+        """The notices' children watch, then the topic list's: the notices' first
+        listing is the baseline that the topics' first reads are taken after (see
+        the module's theory of operation)."""
+        self._session.children_watch(state_changes.STATE_CHANGES_PATH, self._notices_listed)
+        self.watch_children(zk_paths.TOPICS_PATH, EventKind.TOPICS, self.topics_listed)
+
+    def _notices_listed(self, names: list[str]) -> bool | None:
+        """On a kazoo thread: the new notices are read on another (it may block)."""
+        if self._cancelled:
+            return False
+        sequences = sorted(sequence for sequence in map(state_changes.notice_sequence, names)
+                           if sequence is not None)
+        with self._lock:
+            last = self._last_notice
+            self._last_notice = max(sequences[-1] if sequences else -1,
+                                    -1 if last is None else last)
+        new = [] if last is None else [sequence for sequence in sequences if sequence > last]
+        if new:
+            self.spawn(self._read_notices, new)
+        return None
+
+    def _read_notices(self, sequences: list[int]) -> None:
+        """Queue the notices' states; one gone before it was read (or unreadable)
+        makes every state be read again."""
+        paths = [f"{state_changes.STATE_CHANGE_PREFIX}{sequence:010d}" for sequence in sequences]
+        try:
+            found = self._session.get_many(paths)
+        except ShmlogError as error:           # the reconnection reads every state again
+            log.warning("state-change notices not read: %s", error)
+            return
+        missed = False
+        for sequence, path in zip(sequences, paths):
+            if self._cancelled:
+                return
+            try:
+                if found[path] is None:
+                    raise ZnodeFormatError(f"{path} was deleted before it was read")
+                changes = state_changes.decode_notice(found[path][0], path)
+            except ZnodeFormatError as error:
+                log.warning("%s: reading every partition state again", error)
+                missed = True
+                continue
+            self._put(WatchEvent(EventKind.PARTITION_STATES, state_changes.STATE_CHANGES_PATH,
+                                 changes, sequence))
+        with self._lock:
+            reads = None if self._cancelled else self._state_reads
+        if missed and reads is not None:
+            reads.read_all()
 
     def spawn(self, function: Callable, *args) -> None:
         """Run ``function(*args)`` on a thread of kazoo's handler (it may block)."""
@@ -213,11 +290,15 @@ class ClusterWatch:
     def topics_listed(self, names: list[str]) -> None:
         """Watches for the topics that appeared; those of the topics gone end."""
         with self._lock:
-            for topic in set(self._topics) - set(names):
-                self._topics.pop(topic).alive = False
+            gone = [self._topics.pop(topic) for topic in set(self._topics) - set(names)]
+            for topic_watch in gone:
+                topic_watch.alive = False
             new = [topic for topic in names if topic not in self._topics]
+            initial, self._listed = not self._listed, True
             for topic in new:
-                self._topics[topic] = _TopicWatch(self, topic)
+                self._topics[topic] = _TopicWatch(self, topic, initial)
+        for topic_watch in gone:
+            self.forget_states(topic_watch)
         for topic in new:
             topic_watch = self._topics.get(topic)
             if topic_watch is not None:
@@ -228,9 +309,11 @@ class _TopicWatch:
     """One topic's watches: its assignment, its config, and a state per partition
     its assignment names; all end when the topic leaves the topic list."""
 
-    def __init__(self, watch: ClusterWatch, topic: str):
+    def __init__(self, watch: ClusterWatch, topic: str, initial: bool):
         self.watch = watch
         self.topic = topic
+        # Listed at the start: its states may predate the notices' baseline.
+        self.initial = initial
         self.alive = True
         self.partitions: set[int] = set()
         self.lock = threading.Lock()
@@ -257,10 +340,11 @@ class _TopicWatch:
             log.warning("%s", error)                  # the owner sees it when it decodes
             return
         with self.lock:
+            first = not self.partitions
             new = [partition for partition in partitions if partition not in self.partitions]
             self.partitions.update(new)
         if new:
-            self.watch.watch_states(self, new)
+            self.watch.watch_states(self, new, read=first and self.initial)
 
 
 def _broker_ids(names: Iterable[str]) -> list[int]:
