@@ -88,7 +88,7 @@ Row::
   cursor; readers never look at them.
 
 Who writes each word, who reads it, and the check (a member of the data group can
-write only the doorbell object; the broker's own user, root, can write anything)::
+write only the doorbell object; the broker's own user and root can write anything)::
 
   word                      writer        reader                check on read
   ----                      ------        ------                -------------
