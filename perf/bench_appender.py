@@ -53,7 +53,7 @@ from shmlog.broker.appender import Appender  # noqa: E402
 from shmlog.record.records import encode_batch  # noqa: E402
 from shmlog.ring import Ring  # noqa: E402
 from shmlog.shm import shared_memory  # noqa: E402
-from shmlog.shm.state import PartitionStateTable  # noqa: E402
+from shmlog.shm.state import PartitionStateTable, unlink_table  # noqa: E402
 
 MIB = 1 << 20
 RING_SIZE = 16 * MIB
@@ -124,8 +124,8 @@ def run(records_total: int, batch_records: int, record_size: int, pages_ready: b
             producer.wait(timeout=30)
         logs.close()
         table.close()
-        for name in (prefix + "-state", prefix + "-ring"):
-            shared_memory.unlink(name)
+        unlink_table(prefix + "-state")
+        shared_memory.unlink(prefix + "-ring")
         shutil.rmtree(directory, ignore_errors=True)
 
 

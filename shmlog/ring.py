@@ -164,6 +164,11 @@ def harvest_completions(words, completions, first, results, timestamps):
     """Producer: copy the results of entries ``first`` .. acknowledged - 1 into
     ``results``/``timestamps`` (from index 0); return the acknowledged count."""
     acknowledged = load_acquire(words, R.ACKNOWLEDGED_WORD)
+    # The count is input (the ring is 0660 with a data group). One past the entries
+    # put (the room in ``results``) or gone back is no consumer's: nothing is taken
+    # as acknowledged (the sends wait, then time out), never a write past ``results``.
+    if acknowledged < first or acknowledged > first + results.shape[0]:
+        return first
     for entry in range(first, acknowledged):
         slot = (entry % R.COMPLETION_SLOTS) * R.COMPLETION_WORDS
         results[entry - first] = load_relaxed(completions, slot + R.COMPLETION_RESULT_WORD)
@@ -249,7 +254,8 @@ class Ring:
         Raises
         ------
         CorruptRingError
-            The object is not a ring of this version, or its size disagrees with it.
+            The object is not a ring of this version, its size disagrees with it or
+            is no valid capacity, or its head word is no entry boundary.
         ShmlogError
             No ring of that name exists.
         """
@@ -262,7 +268,21 @@ class Ring:
         if capacity != len(mapped) - R.DATA_OFFSET:
             raise CorruptRingError(f"ring {name!r} says capacity {capacity} but holds "
                                    f"{len(mapped) - R.DATA_OFFSET} data bytes", name=name)
-        return cls(name, mapped, owner=False)
+        try:
+            R.check_capacity(capacity)
+        except LocalProtocolError as error:
+            raise CorruptRingError(f"ring {name!r}: {error}", name=name) from None
+        ring = cls(name, mapped, owner=False)
+        # The head the consumer starts from is the one word of the consumer's line it
+        # reads back: an entry starts on ENTRY_ALIGNMENT, so one that does not (or a
+        # negative count) would have next_entry read a length across the region's end.
+        if ring.consumer_head < 0 or ring.consumer_head % R.ENTRY_ALIGNMENT:
+            head = ring.consumer_head
+            ring.close()
+            raise CorruptRingError(f"ring {name!r} says its consumer released {head} bytes, "
+                                   f"not a count of {R.ENTRY_ALIGNMENT}-byte aligned entries",
+                                   name=name)
+        return ring
 
     # -- producer ------------------------------------------------------------------
     def _payload(self, payload) -> np.ndarray:
@@ -319,7 +339,7 @@ class Ring:
         return entry
 
     def _harvest(self) -> None:
-        pending = self._published - self._harvested
+        pending = max(0, self._published - self._harvested)
         results = np.empty(pending, np.int64)
         timestamps = np.empty(pending, np.int64)
         acknowledged = int(harvest_completions(self.words, self.completions, self._harvested,

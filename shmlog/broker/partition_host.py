@@ -65,7 +65,6 @@ from ..common.metrics import Histogram
 from ..common.paths import shared_memory_prefix
 from ..record.records import now_ms
 from ..segments import PartitionLog
-from ..shm import shared_memory
 from ..shm.completion import completion_error
 from ..shm.state import PartitionStateTable
 from ..storage.cleaner import CleanerThread
@@ -457,4 +456,4 @@ class PartitionHost:
         owner = self.table.owner
         self.table.close()
         if owner:
-            shared_memory.unlink(self.table_name)
+            self.table.unlink()

@@ -57,6 +57,7 @@ from ..common.errors import (
 from ..ring import MAKER_PENDING, MAKER_UNKNOWN, Ring, maker_pid
 from ..shm import ring_layout as R
 from ..shm import shared_memory
+from ..shm.state import bells_name
 from ..storage.durable_files import write_atomically
 from .partition_host import PartitionHost
 
@@ -234,7 +235,8 @@ class ProducerRegistry:
         names = shared_memory.names(self.prefix + "-")
         self._ignored_rings &= set(names)
         for name in names:
-            if name == self.host.table_name or name in self.rings or \
+            if name in (self.host.table_name, bells_name(self.host.table_name)) or \
+                    name in self.rings or \
                     name in self._ignored_rings:
                 continue
             try:

@@ -25,12 +25,12 @@ pid gone, it attaches again, has the consumer reopen its readers on the new tabl
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from typing import Callable
 
 from ..common import limits
+from ..common.child_process import process_alive
 from ..common.errors import ShmlogError, UnknownTopicOrPartitionError
 from ..common.structs import TopicPartition
 from ..protocol.control_client import request
@@ -80,12 +80,9 @@ class ConsumerMetadata:
         if now < self._next_liveness_check:
             return
         self._next_liveness_check = now + limits.BROKER_CHECK_INTERVAL_S
-        try:
-            os.kill(self._broker_pid, 0)
-            return
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+        # The pid is read from the table: a value no process has (only the broker's
+        # user or root can write one) is a broker gone, never kill(2) of a group.
+        if process_alive(self._broker_pid):
             return
         try:
             self.attach(reopen)

@@ -80,7 +80,6 @@ from ..record.records import (
     restamp_batch,
 )
 from ..ring import Destination, Ring
-from ..shm import state_layout as S
 from ..shm.ring_layout import CAPACITY_MIN, DATA_OFFSET, check_capacity
 from ..shm.state import PartitionStateTable
 from . import options as client_options
@@ -128,8 +127,7 @@ def warm_kernels() -> None:
     ring.result(ring.put(Destination(0, 1, 0), encoded, timeout_ms=0))
     _ = ring.consumer_error                     # a put checks it (a poisoned ring)
     ring.close()
-    table = PartitionStateTable("warm-up", mmap.mmap(-1, S.ROWS_OFFSET + S.ROW_SIZE),
-                                owner=False)
+    table = PartitionStateTable.scratch("warm-up", 1, writable=False)
     table.appender_doorbell.ring()               # no sleepers: no syscall
     table.close()
 

@@ -15,6 +15,8 @@ Rules
   and may be given to another partition, so a row that no longer names it, or a
   directory that is gone, is :class:`UnknownTopicOrPartitionError`, never a read
   of another partition's offsets nor a damaged-data error.
+* The row's words are range-checked before use (``state.check_row``): a word no
+  broker publishes is :class:`StateTableInconsistentError`, naming the table.
 * A listing is trusted only as the segment generation's seqlock says
   (``segment_generation``: the reader's side, :func:`follow`, is run here).
 
@@ -47,7 +49,6 @@ empty inputs of the types a read passes, and a consumer calls it when it is made
 from __future__ import annotations
 
 import bisect
-import mmap
 import os
 
 import numpy as np
@@ -57,7 +58,7 @@ from ..common.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..record import batch_layout as B
 from ..record.records import warm_decoding
 from ..shm import state_layout as S
-from ..shm.state import PartitionStateTable, RowSnapshot
+from ..shm.state import PartitionStateTable, RowSnapshot, check_row
 from ..storage import index_layout as I
 from ..storage.mapped_file import MappedFile
 from ..storage.segment_generation import follow
@@ -71,8 +72,7 @@ def warm_kernels() -> None:
     decoding a partition and waiting for records run, for the argument types they
     run with (a segment is a read-only mapping; an inflated batch is a writable
     array), so that no poll compiles. Idempotent; a few ms once they are loaded."""
-    mapped = mmap.mmap(-1, S.ROWS_OFFSET + S.ROW_SIZE)
-    table = PartitionStateTable("warm-up", mapped, owner=False)
+    table = PartitionStateTable.scratch("warm-up", 1, writable=False)   # as attach maps it
     table.snapshot(0)
     table.high_watermark(0)
     table.segment_generation(0)
@@ -254,6 +254,8 @@ class PartitionReader:
         UnknownTopicOrPartitionError
             The partition was deleted: its row is free, or another partition's now
             (the message tells which).
+        StateTableInconsistentError
+            A word of the row is out of its range (``state.check_row``).
         """
         row = self.table.snapshot(self.row)
         # A row being freed publishes -1 offsets before it drops its topic key; a
@@ -270,7 +272,7 @@ class PartitionReader:
         if row.high_watermark < 0:
             raise self._deleted(f"the topic was deleted: its state table row {self.row} "
                                 f"is being freed")
-        return row
+        return check_row(self.table.name, self.row, row)
 
     def deleted(self) -> bool:
         """Was the partition deleted (its row freed or given to another)?"""

@@ -3,16 +3,19 @@
 Rules
 -----
 * Private by default: the data directory and every directory below it 0700, every
-  file 0600, the control socket and the shared-memory objects (state table, rings)
-  0600. Only the broker's user reads a record.
+  file 0600, the control socket and the shared-memory objects (state table and its
+  doorbells, rings) 0600. Only the broker's user reads a record.
 * ``data_group`` (a broker setting) shares with one group, as PostgreSQL's
   ``initdb --allow-group-access`` does: directories 0750 with the set-group-id bit
   (what is made below inherits the group, so no file needs a chgrp), files 0640
   (only the broker writes them; the group's consumers map them read-only), and
   0660, group-owned, for what the group must write: the control socket (connect(2)
-  needs write permission) and the shared memory (producers ring the state table's
-  appender doorbell and consumers count themselves as its sleepers; the broker
-  writes the head and completions of a group producer's ring).
+  needs write permission), the producers' rings (the broker writes the head and
+  completions of a group producer's ring) and the state table's doorbells
+  (producers ring the appender's, consumers count themselves as sleepers). The
+  state table itself is written by the broker only, so it takes the file mode
+  (0640): a member of the group maps it read-only and cannot make another user's
+  consumers misread (``shm/state_layout``).
 * Modes are given explicitly where a file is made, and the broker's umask (077, or
   027 with a group) makes anything made without one no wider.
 * A data directory is the broker's own: one owned by another user is refused (a
@@ -80,7 +83,7 @@ class Access:
 
     @property
     def writable_mode(self) -> int:
-        """The control socket and the shared-memory objects."""
+        """The control socket and the shared memory clients write (rings, doorbells)."""
         return 0o600 if self.group_id is None else 0o660
 
     @property

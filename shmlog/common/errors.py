@@ -27,6 +27,7 @@
     │   │   ├── UnexpectedAppendOffsetError   a leader's batch starts below the follower's log end
     │   │   └── OffsetsOutOfOrderError        a leader's batches' offsets do not increase
     │   ├── CorruptRingError          a ring holds bytes no producer could have written
+    │   ├── StateTableInconsistentError   a state table row holds words no broker published
     │   ├── OutOfOrderSequenceError   an idempotent producer's sequence skipped or went back
     │   ├── InvalidProducerEpochError an idempotent producer's epoch is older than one appended
     │   ├── ZnodeFormatError          a znode's body is not what zk_paths lays out
@@ -187,6 +188,19 @@ class CorruptRingError(PeerProtocolError):
         super().__init__(message)
         self.name = name
         self.position = position
+
+
+class StateTableInconsistentError(PeerProtocolError):
+    """A row of the broker's partition state table holds a word no broker publishes
+    (a negative size or generation, an offset past the log end): it was tampered
+    with by a process that may write the table, the broker's user or root, since the
+    data group may only read it. The segment files are not at fault; a broker
+    restart makes a new table."""
+
+    def __init__(self, message: str, *, table: str = "", row: int = -1):
+        super().__init__(message)
+        self.table = table
+        self.row = row
 
 
 class OutOfOrderSequenceError(PeerProtocolError):

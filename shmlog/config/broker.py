@@ -74,9 +74,9 @@ class BrokerConfig:
         10_080, doc="How long an empty group's committed offsets are kept (Kafka's "
                     "offsets.retention.minutes).")
     data_group: str | None = setting(
-        None, doc="Share the data with this Unix group (directories 0750, files 0640, the "
-                  "control socket and shared memory 0660); unset keeps it private to the "
-                  "broker's user.")
+        None, doc="Share the data with this Unix group (directories 0750, files and the "
+                  "partition state table 0640, the control socket, rings and doorbells "
+                  "0660); unset keeps it private to the broker's user.")
     metrics_port: int | None = setting(
         None, doc="Serve Prometheus metrics over HTTP on this port (0: a free one, which "
                   "shmlog status shows); off unless set.")

@@ -118,7 +118,6 @@ from ..record.records import encode_batch, now_ms
 from ..ring import Destination, Ring
 from ..segments import warm_follower_kernels
 from ..shm import ring_layout as R
-from ..shm import state_layout as S
 from ..shm import wakeup
 from ..shm.completion import CompletionCode
 from ..shm.state import PartitionStateTable
@@ -329,8 +328,8 @@ def warm_kernels(config: BrokerConfig) -> None:
     quiet = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
-        table = PartitionStateTable(WARM_UP_DIRECTORY, mmap.mmap(
-            -1, S.ROWS_OFFSET + limits.WARM_UP_ROWS * S.ROW_SIZE), owner=False)
+        table = PartitionStateTable.scratch(WARM_UP_DIRECTORY, limits.WARM_UP_ROWS,
+                                            writable=True)
         core = BrokerCore(dataclasses.replace(config, data_dir=directory, cluster=None,
                                               offsets_topic_num_partitions=1), table=table)
         try:

@@ -99,6 +99,51 @@ Entry (8-byte aligned in the data region)::
 * The consumer trusts nothing in the data region: a length that is too short, runs
   past the tail or past the end of the region marks the ring corrupt; the entries
   before it stand, nothing after it is read.
+
+Shared memory is input. The producer (and any member of the data group, with a
+group) can write every word of its ring at any time; the broker (the consumer)
+checks each word it reads before it uses it, and a bad word costs the ring, never
+the broker nor another producer's entries or another user's reads. The producer
+checks the one word it reads back that decides where it writes (``acknowledged``)::
+
+  word              writer     broker reads it       check, and what a bad value costs
+  ----              ------     ---------------       ---------------------------------
+  magic, version    producer   at attach             this layout's: CorruptRingError, the
+                                                     ring is not registered (or left alone)
+  capacity          producer   at attach             the object's data size, and a power of
+                                                     two in [CAPACITY_MIN, CAPACITY_MAX]:
+                                                     CorruptRingError, not registered
+  producer_pid      producer   liveness check        0 < pid <= limits.PID_MAX and alive
+                                                     (process_alive): else the producer is
+                                                     gone, its ring drained and reclaimed
+  tail              producer   every drain (acq.)    0 <= tail - head <= capacity: else the
+                                                     ring is poisoned (consumer_error) and
+                                                     unmapped
+  published         producer   stats only            none needed: reported as read, never
+                                                     used (Python ints: no overflow)
+  producer_closed   producer   never                 -
+  head              broker     at attach; stats      >= 0 and ENTRY_ALIGNMENT-aligned (the
+                                                     consumer's own copy is used from then
+                                                     on): CorruptRingError, not registered
+  acknowledged      broker     before its own store  only compared (never lowered): a bad
+                                                     value only withholds this producer's
+                                                     acknowledgements; the producer takes it
+                                                     only between what it harvested and what
+                                                     it put (``harvest_completions``), else
+                                                     it takes nothing (its sends time out)
+  consumer_error    broker     never                 -
+  completion slots  broker     never                 -
+  entry_length      producer   every entry           >= ENTRY_HEADER_LENGTH, within the
+                                                     region and below the tail: else poison
+  entry_number      producer   every entry           >= 0: else poison; its slot is taken
+                                                     modulo COMPLETION_SLOTS (this ring's)
+  row               producer   every entry           below the appender's rows, and the
+                                                     partition its identity names: else the
+                                                     slow path finds it by the identity
+  topic_key,        producer   every entry           compared with hosted partitions: none
+  partition                                          is the entry refused (UNKNOWN_PARTITION)
+  payload           producer   every entry           the batch checks (``validation``), and
+                                                     its CRC on the copy in the log
 """
 
 from __future__ import annotations

@@ -137,8 +137,10 @@ def _allocate(fd: int, name: str, size: int, what: str) -> None:
             limit=DIRECTORY) from None
 
 
-def attach(name: str, minimum_size: int, what: str) -> mmap.mmap:
-    """Map an existing object whole.
+def attach(name: str, minimum_size: int, what: str, *, writable: bool = True) -> mmap.mmap:
+    """Map an existing object whole: for reading and writing, or (``writable``
+    false) read-only, opened ``O_RDONLY``, so an object whose mode lets this user
+    only read it can be mapped (numpy views of it are read-only too).
 
     Raises
     ------
@@ -147,7 +149,7 @@ def attach(name: str, minimum_size: int, what: str) -> mmap.mmap:
         than ``minimum_size``.
     """
     try:
-        memory = posix_ipc.SharedMemory(_path(name))
+        memory = posix_ipc.SharedMemory(_path(name), read_only=not writable)
     except posix_ipc.ExistentialError:
         raise ShmlogError(f"no {what} named {name!r} in {DIRECTORY}") from None
     except posix_ipc.PermissionsError:
@@ -158,7 +160,8 @@ def attach(name: str, minimum_size: int, what: str) -> mmap.mmap:
         size = memory.size
         if size < minimum_size:
             raise ShmlogError(f"{what} {name!r} is {size} bytes, smaller than any valid one")
-        return mmap.mmap(memory.fd, size)
+        return mmap.mmap(memory.fd, size,
+                         access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
     finally:
         memory.close_fd()
 

@@ -2,8 +2,17 @@
 
 Rules
 -----
-* The broker owns the table and is its only writer; consumers attach read-only in
-  spirit (the mapping is shared, but they never store into it).
+* The broker owns the table and is its only writer, and the permissions enforce
+  it: the table is made with the data directory's file mode (0600, or 0640 with a
+  ``data_group``), and clients map it read-only. The only words clients write, the
+  doorbells, live in an object of their own (``state_layout``: the doorbell
+  object), 0660 with a group. A member of the data group can therefore ring or
+  miscount a doorbell (a wake-up too many, or a sleep until its timeout), never
+  change what a consumer of another user reads.
+* A reader checks the words of its row before it uses them (:func:`check_row`):
+  only the broker's user or root can write them, but a word out of its range is
+  :class:`StateTableInconsistentError` naming the table, never an overflow, a
+  false damaged-data error or a silent empty read.
 * Publishing a row writes every other field, then the high watermark with a release
   store. Reading loads the high watermark with an acquire load first, so all bytes
   below it in the segment files are visible (see ``state_layout``).
@@ -34,20 +43,22 @@ after that publish, whichever it was.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import time
 
 import numpy as np
 
-from ..common import access
-from ..common.errors import LocalProtocolError, PeerProtocolError
+from ..common import access, limits
+from ..common.errors import LocalProtocolError, PeerProtocolError, StateTableInconsistentError
 from ..native.atomics import fence, load_acquire, load_relaxed, store_relaxed, store_release
 from ..native.jit import kernel
 from . import shared_memory
 from . import state_layout as S
 from .wakeup import Doorbell
 
-__all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row",
+__all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row", "check_row",
+           "bells_name", "unlink_table",
            "load_high_watermark", "load_segment_generation", "journal_note", "journal_flush",
            "journal_changes", "journal_sequence", "JOURNAL_LAPPED"]
 
@@ -199,6 +210,65 @@ class RowSnapshot:
     active_segment_size: int
 
 
+def check_row(table: str, row: int, snapshot: RowSnapshot) -> RowSnapshot:
+    """``snapshot`` of a live row (high watermark >= 0), its words checked against
+    what the broker can publish: offsets in [0, OFFSET_MAX], the active segment's
+    base at or below the log end, its size within a segment's, the generation not
+    negative.
+
+    Raises
+    ------
+    StateTableInconsistentError
+        A word is out of its range (the table was written by another than the broker).
+    """
+    # One expression on the common path: this runs on every read of a partition.
+    if 0 <= snapshot.log_start_offset <= _OFFSET_TOP and 0 <= snapshot.high_watermark \
+            <= _OFFSET_TOP and 0 <= snapshot.active_segment_base_offset \
+            <= snapshot.log_end_offset <= _OFFSET_TOP and 0 <= snapshot.active_segment_size \
+            <= limits.SEGMENT_SIZE_MAX and snapshot.segment_generation >= 0:
+        return snapshot
+    wrong = _wrong_word(snapshot)
+    if wrong is not None:
+        raise StateTableInconsistentError(
+            f"partition state table {table!r}, row {row}: {wrong}, which no broker "
+            f"publishes; the table was tampered with (only the broker's user or root may "
+            f"write it). The segment files are not at fault: restart the broker (it makes "
+            f"a new table) and find who writes to /dev/shm/{table}", table=table, row=row)
+    return snapshot
+
+
+# The largest offset a row may hold: one below OFFSET_MAX, so a reader may add one.
+_OFFSET_TOP = limits.OFFSET_MAX - 1
+
+
+def _wrong_word(snapshot: RowSnapshot) -> str | None:
+    """What is wrong with a live row's words, or None."""
+    for name in ("log_start_offset", "log_end_offset", "high_watermark",
+                 "active_segment_base_offset"):
+        value = getattr(snapshot, name)
+        if not 0 <= value <= _OFFSET_TOP:
+            return f"{name} is {value}"
+    if snapshot.active_segment_base_offset > snapshot.log_end_offset:
+        return (f"the active segment's base offset {snapshot.active_segment_base_offset} is "
+                f"past the log end {snapshot.log_end_offset}")
+    if not 0 <= snapshot.active_segment_size <= limits.SEGMENT_SIZE_MAX:
+        return f"the active segment's size is {snapshot.active_segment_size}"
+    if snapshot.segment_generation < 0:
+        return f"the segment generation is {snapshot.segment_generation}"
+    return None
+
+
+def bells_name(table_name: str) -> str:
+    """The name of the doorbell object of the table ``table_name``."""
+    return table_name + S.BELLS_SUFFIX
+
+
+def unlink_table(name: str) -> None:
+    """Remove the table ``name`` and its doorbells from /dev/shm; no error if gone."""
+    shared_memory.unlink(name)
+    shared_memory.unlink(bells_name(name))
+
+
 def topic_key(topic_id: str) -> int:
     """A non-zero int64 naming a topic in the table (from its hex id)."""
     key = int(topic_id[:16], 16) & 0x7FFF_FFFF_FFFF_FFFF
@@ -206,44 +276,67 @@ def topic_key(topic_id: str) -> int:
 
 
 class PartitionStateTable:
-    """The table, mapped: ``create`` it in the broker, ``attach`` to it elsewhere."""
+    """The table and its doorbells, mapped: ``create`` them in the broker, ``attach``
+    to them elsewhere (the table read-only)."""
 
-    def __init__(self, name: str, mapped, *, owner: bool):
+    def __init__(self, name: str, mapped, bells, *, owner: bool):
         self.name = name
         self._mapped = mapped
+        self._bells = bells
         self.owner = owner
         self.control = np.frombuffer(mapped, np.int64, count=S.CONTROL_SIZE // S.WORD_SIZE)
         self.row_capacity = (len(mapped) - S.ROWS_OFFSET) // S.ROW_SIZE
         self.rows = np.frombuffer(mapped, np.int64, offset=S.ROWS_OFFSET,
                                   count=self.row_capacity * S.ROW_WORDS)
+        self.bells = np.frombuffer(bells, np.int64, count=S.BELLS_WORDS)
         # Producers ring the first after publishing a ring entry; the broker rings the
         # second after publishing records.
-        self.appender_doorbell = Doorbell(self.control, S.APPENDER_SEQUENCE_WORD,
+        self.appender_doorbell = Doorbell(self.bells, S.APPENDER_SEQUENCE_WORD,
                                           S.APPENDER_SLEEPERS_WORD)
-        self.consumer_doorbell = Doorbell(self.control, S.CONSUMER_SEQUENCE_WORD,
+        self.consumer_doorbell = Doorbell(self.bells, S.CONSUMER_SEQUENCE_WORD,
                                           S.CONSUMER_SLEEPERS_WORD)
 
     @classmethod
+    def scratch(cls, name: str, row_capacity: int, *, writable: bool) -> "PartitionStateTable":
+        """A table in anonymous memory, all zeros (a warm-up's): ``writable`` as the
+        broker maps its table, or read-only as a client does, so that the kernels
+        compiled are those of that side."""
+        mapped = mmap.mmap(-1, S.ROWS_OFFSET + row_capacity * S.ROW_SIZE,
+                           access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        return cls(name, mapped, mmap.mmap(-1, S.BELLS_SIZE), owner=False)
+
+    @classmethod
     def create(cls, name: str, row_capacity: int) -> "PartitionStateTable":
-        """Make the table (its mode and group from ``access.current()``), replacing
-        one of ours of that name: only the owner of the data directory calls this.
+        """Make the table and its doorbells, replacing objects of ours of those
+        names: only the owner of the data directory calls this. The table gets the
+        policy's file mode (``access.current()``: the group may only read it), the
+        doorbells its writable mode.
 
         Raises
         ------
         NotOwnedError
-            Another user's object has the name.
+            Another user's object has one of the names.
         """
         if not isinstance(row_capacity, int) or row_capacity < 1:
             raise LocalProtocolError(
                 f"row capacity must be a positive integer, got {row_capacity!r}")
-        # A table of ours left under this name is a dead broker's: the caller holds the
-        # data directory's lock, so nobody uses it.
+        # Objects of ours left under these names are a dead broker's: the caller holds
+        # the data directory's lock, so nobody uses them.
         policy = access.current()
         mapped = shared_memory.create(name, S.ROWS_OFFSET + row_capacity * S.ROW_SIZE,
-                                      "partition state table", mode=policy.writable_mode,
+                                      "partition state table", mode=policy.file_mode,
                                       group_id=policy.group_id, replace_stale=True)
+        try:
+            bells = shared_memory.create(bells_name(name), S.BELLS_SIZE, "state table doorbells",
+                                         mode=policy.writable_mode, group_id=policy.group_id,
+                                         replace_stale=True)
+        except BaseException:
+            mapped.close()
+            shared_memory.unlink(name)
+            raise
+        shared_memory.write_magic_and_version(bells, S.BELLS_MAGIC, S.BELLS_VERSION)
         shared_memory.write_magic_and_version(mapped, S.MAGIC, S.VERSION)
-        table = cls(name, mapped, owner=True)
+        table = cls(name, mapped, bells, owner=True)
         table.control[S.ROW_CAPACITY_WORD] = row_capacity
         table.control[S.BROKER_PID_WORD] = os.getpid()
         table.control[S.BROKER_EPOCH_WORD] = time.time_ns()
@@ -251,23 +344,37 @@ class PartitionStateTable:
 
     @classmethod
     def attach(cls, name: str) -> "PartitionStateTable":
-        """Map the broker's table, checking its header.
+        """Map the broker's table (read-only) and its doorbells, checking their headers.
 
         Raises
         ------
         PeerProtocolError
-            The object is not a state table of this version.
+            An object is not a state table (or doorbells) of this version.
         ShmlogError
             There is no such table (no broker is running under that name).
         """
-        mapped = shared_memory.attach(name, S.ROWS_OFFSET + S.ROW_SIZE, "partition state table")
-        magic, version = shared_memory.read_magic_and_version(mapped)
-        if magic != S.MAGIC or version != S.VERSION:
-            raise PeerProtocolError(f"{name!r} is not a version-{S.VERSION} partition state "
-                                    f"table (magic {magic:#x}, version {version})")
-        table = cls(name, mapped, owner=False)
+        mapped = shared_memory.attach(name, S.ROWS_OFFSET + S.ROW_SIZE, "partition state table",
+                                      writable=False)
+        try:
+            bells = shared_memory.attach(bells_name(name), S.BELLS_SIZE,
+                                         "state table doorbells")
+        except BaseException:
+            mapped.close()
+            raise
+        for what, memory, magic, version in (("partition state table", mapped, S.MAGIC,
+                                              S.VERSION),
+                                             ("state table doorbells", bells, S.BELLS_MAGIC,
+                                              S.BELLS_VERSION)):
+            found_magic, found_version = shared_memory.read_magic_and_version(memory)
+            if found_magic != magic or found_version != version:
+                mapped.close()
+                bells.close()
+                raise PeerProtocolError(f"{name!r} has no version-{version} {what} (magic "
+                                        f"{found_magic:#x}, version {found_version})")
+        table = cls(name, mapped, bells, owner=False)
         if table.control[S.ROW_CAPACITY_WORD] != table.row_capacity:
             said = table.control[S.ROW_CAPACITY_WORD]
+            table.close()
             raise PeerProtocolError(f"state table {name!r} says {said} rows but holds "
                                     f"{table.row_capacity}")
         return table
@@ -345,14 +452,17 @@ class PartitionStateTable:
 
     # -- lifetime ------------------------------------------------------------------
     def unlink(self) -> None:
-        shared_memory.unlink(self.name)
+        """Remove the table and its doorbells from /dev/shm (closed or not)."""
+        unlink_table(self.name)
 
     def close(self) -> None:
-        self.control = self.rows = self.appender_doorbell = self.consumer_doorbell = None
-        try:
-            self._mapped.close()
-        except BufferError:
-            pass
+        self.control = self.rows = self.bells = None
+        self.appender_doorbell = self.consumer_doorbell = None
+        for memory in (self._mapped, self._bells):
+            try:
+                memory.close()
+            except BufferError:
+                pass
 
     def __enter__(self):
         return self

@@ -1,10 +1,15 @@
-"""Partition state table layout, version 3: what the broker publishes about every
+"""Partition state table layout, version 4: what the broker publishes about every
 partition it hosts, for consumers on the same host to read without a syscall.
 
-One POSIX shared-memory object: a 4 KiB control page, the journal of changed rows
-(``limits.STATE_JOURNAL_CAPACITY`` slots of 8 bytes), then one 64-byte row (one
-cache line, so publishing one partition never disturbs readers of another) per
-partition slot. All fields are little-endian int64 words::
+Two POSIX shared-memory objects. The *table* (``<prefix>-state``) is the broker's
+alone: only its user may write it (0600, or 0640 with a ``data_group``, so the
+group maps it read-only). It holds a 4 KiB control page, the journal of changed
+rows (``limits.STATE_JOURNAL_CAPACITY`` slots of 8 bytes), then one 64-byte row
+(one cache line, so publishing one partition never disturbs readers of another)
+per partition slot. The *doorbells* (``<table name>-bells``, :data:`BELLS_SUFFIX`)
+hold the only words clients write: producers ring the appender's doorbell and
+consumers count themselves among the sleepers on theirs, so that object is 0660
+with a group (``access``). All fields are little-endian int64 words::
 
      0                   1                   2                   3
      0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
@@ -21,10 +26,8 @@ partition slot. All fields are little-endian int64 words::
     +---------------------------------------------------------------+
  32 |                   (padding to the cache line)                 |
     +===============================================================+
- 64 |           appender_sequence (i64): producers' doorbell        |  one line each
-128 |           appender_sleepers (i64)                             |
-192 |           consumer_sequence (i64): the broker's doorbell      |
-256 |           consumer_sleepers (i64)                             |
+ 64 |   (four lines, reserved: the doorbells of version 3, whose    |
+    |    words moved to the doorbell object below)                  |
 320 |           journal_sequence (i64): slots published             |
 384 |   journal_written (i64)   |   journal_pending (i64)           |  the broker's
     +===============================================================+
@@ -35,13 +38,23 @@ ROWS| row 0: one cache line, see below          (ROWS_OFFSET)       |
     +---------------------------------------------------------------+
     | row 1 ...                                                     |
 
+Doorbell object (``BELLS_SIZE`` bytes; the words keep their version-3 offsets)::
+
+  0 | magic "SLDB" (u32) | version (u16) | reserved (u16)            |
+ 64 | appender_sequence (i64): producers' doorbell                   |  one line each
+128 | appender_sleepers (i64)                                        |
+192 | consumer_sequence (i64): the broker's doorbell                 |
+256 | consumer_sleepers (i64)                                        |
+
 Row::
 
    0 | log_start_offset | 8 | log_end_offset | 16 | high_watermark |
   24 | active_segment_base_offset | 32 | segment_generation |
   40 | topic_key | 48 | partition | 56 | active_segment_size |
 
-* The broker is the only writer. It writes a row's other fields first and the high
+* The broker is the only writer of the table, and the permissions say so: a
+  client maps it read-only, and a member of the data group cannot open it for
+  writing (EACCES). It writes a row's other fields first and the high
   watermark last, with a release store: "a high watermark covers bytes already in
   the segment files". A reader loads the high watermark with acquire ordering and
   may then read every record below it from the mapped segments.
@@ -73,6 +86,32 @@ Row::
   still names its partition) as on every read. ``journal_written`` and
   ``journal_pending`` (publishes since the sequence was stored) are the broker's
   cursor; readers never look at them.
+
+Who writes each word, who reads it, and the check (a member of the data group can
+write only the doorbell object; the broker's own user and root can write anything)::
+
+  word                      writer        reader                check on read
+  ----                      ------        ------                -------------
+  magic, version            broker        clients (attach)      equal to this layout's
+  row_capacity              broker        clients (attach)      equal to the rows mapped
+  broker_pid                broker        consumers (liveness)  process_alive: 0 < pid <= PID_MAX
+  broker_epoch              broker        nobody on a hot path  -
+  journal_sequence          broker        consumers             moved back or too far: lapped,
+                                                                every row is read instead
+  journal_written, _pending broker        broker                window checked (state.journal_note)
+  journal slots             broker        consumers             hints: rows outside the table
+                                                                or not the reader's are skipped
+  row: topic_key, partition broker        consumers             must name the reader's partition,
+                                                                else UnknownTopicOrPartitionError
+  row: offsets, generation, broker        consumers             ranges (state.check_row): else
+       active segment base,                                     StateTableInconsistentError
+       active segment size
+  appender_sequence         producers,    broker (futex value)  none needed: any value only
+                            broker                              wakes, or lets sleep until the
+  appender_sleepers         broker        producers             timeout, a bounded wait
+  consumer_sequence         broker        consumers (futex)     same
+  consumer_sleepers         consumers     broker                same: a wrong count costs a
+                                                                wake-up or a futex call
 """
 
 from __future__ import annotations
@@ -80,7 +119,10 @@ from __future__ import annotations
 from ..common import limits
 
 MAGIC = 0x54534C53                    # "SLST" read as little-endian bytes
-VERSION = 3
+VERSION = 4
+BELLS_MAGIC = 0x42444C53              # "SLDB" read as little-endian bytes
+BELLS_VERSION = 1
+BELLS_SUFFIX = "-bells"
 CACHE_LINE_SIZE = 64
 WORD_SIZE = 8
 
@@ -97,10 +139,13 @@ BROKER_PID_SIZE = 8
 BROKER_EPOCH_OFFSET = BROKER_PID_OFFSET + BROKER_PID_SIZE
 BROKER_EPOCH_SIZE = 8
 HEADER_END = BROKER_EPOCH_OFFSET + BROKER_EPOCH_SIZE
-APPENDER_SEQUENCE_OFFSET = CACHE_LINE_SIZE               # padding row: one line each
+# The doorbell object's words (one line each), and the table's lines they used to
+# hold in version 3, reserved there now so the journal keeps its place.
+APPENDER_SEQUENCE_OFFSET = CACHE_LINE_SIZE
 APPENDER_SLEEPERS_OFFSET = APPENDER_SEQUENCE_OFFSET + CACHE_LINE_SIZE
 CONSUMER_SEQUENCE_OFFSET = APPENDER_SLEEPERS_OFFSET + CACHE_LINE_SIZE
 CONSUMER_SLEEPERS_OFFSET = CONSUMER_SEQUENCE_OFFSET + CACHE_LINE_SIZE
+BELLS_SIZE = CONSUMER_SLEEPERS_OFFSET + CACHE_LINE_SIZE
 JOURNAL_SEQUENCE_OFFSET = CONSUMER_SLEEPERS_OFFSET + CACHE_LINE_SIZE
 JOURNAL_WRITTEN_OFFSET = JOURNAL_SEQUENCE_OFFSET + CACHE_LINE_SIZE     # the broker's line
 JOURNAL_PENDING_OFFSET = JOURNAL_WRITTEN_OFFSET + WORD_SIZE
@@ -136,6 +181,7 @@ JOURNAL_SEQUENCE_WORD = JOURNAL_SEQUENCE_OFFSET // WORD_SIZE
 JOURNAL_WRITTEN_WORD = JOURNAL_WRITTEN_OFFSET // WORD_SIZE
 JOURNAL_PENDING_WORD = JOURNAL_PENDING_OFFSET // WORD_SIZE
 JOURNAL_SLOTS_WORD = JOURNAL_SLOTS_OFFSET // WORD_SIZE
+BELLS_WORDS = BELLS_SIZE // WORD_SIZE
 ROW_WORDS = ROW_SIZE // WORD_SIZE
 LOG_START_OFFSET_WORD = LOG_START_OFFSET_OFFSET // WORD_SIZE
 LOG_END_OFFSET_WORD = LOG_END_OFFSET_OFFSET // WORD_SIZE

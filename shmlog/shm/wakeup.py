@@ -21,6 +21,13 @@ the new sequence (and the futex refuses to sleep on a stale value). A waiter alw
 passes a timeout, so a ringer that dies between its two steps costs a delay,
 never a hang. Where the futex syscall is unknown (not Linux on x86-64 or arm64) a
 waiter sleeps in short naps instead.
+
+The words are input: every client of the broker writes them (the state table's
+doorbell object is 0660 with a data group), so any value must be harmless, and is.
+A sequence is only bumped (wrapping, in compiled code) and compared by the futex;
+a sleepers count only decides whether the ringer makes the wake-up call. Garbage
+costs a futex call too many, or a sleeper left to its timeout: a delay, never a
+lost record, a crash or an overflow (``int`` of an int64 word never overflows).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from shmlog.native.atomics import py_load_acquire
 from shmlog.ring import Ring
 from shmlog.shm import ring_layout as R
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, bells_name
 
 DEADLINE_S = 120
 
@@ -54,7 +54,7 @@ def world(tmp_path):
     prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     logs = LogManager(str(tmp_path / "data"))
     table = PartitionStateTable.create(prefix + "-state", 16)
-    names = [prefix + "-state"]
+    names = [prefix + "-state", bells_name(prefix + "-state")]
     children = []
     yield logs, table, Appender(logs, table), prefix, names, children
     for child in children:

@@ -38,7 +38,7 @@ def _mapped_rings(broker: Broker) -> set[str]:
     prefix = f"{SHM}/{shared_memory_prefix(broker.data_dir)}-"
     with open(f"/proc/{broker.process.pid}/maps") as maps:
         return {line.split()[5] for line in maps
-                if prefix in line and not line.split()[5].endswith("-state")}
+                if prefix in line and not line.split()[5].endswith(("-state", "-state-bells"))}
 
 
 def _wait_until_gone(path: str) -> None:

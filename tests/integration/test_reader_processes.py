@@ -24,7 +24,7 @@ from shmlog.client.reader import PartitionReader
 from shmlog.common.errors import OffsetOutOfRangeError
 from shmlog.record.records import decode_columns
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, bells_name
 
 DEADLINE_S = 120
 RECORDS = 30_000
@@ -63,7 +63,7 @@ def names():
     prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     created = [prefix + "-state", prefix + "-ring"]
     yield created
-    for name in created:
+    for name in created + [bells_name(created[0])]:
         shared_memory.unlink(name)
 
 

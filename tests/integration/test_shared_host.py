@@ -17,6 +17,7 @@ stopped and the shared memory and directories removed.
 
 from __future__ import annotations
 
+import errno
 import functools
 import grp
 import os
@@ -29,12 +30,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import posix_ipc
 import pytest
 
 from helpers import unlink_shared_memory
 from shmlog.client.admin import Admin
+from shmlog.client.consumer import Consumer
 from shmlog.client.group_member import GroupMember, MemberConfig
 from shmlog.client.producer import Producer
 from shmlog.common.errors import (
@@ -45,7 +48,8 @@ from shmlog.common.errors import (
 )
 from shmlog.server.broker import Broker, request, shared_memory_prefix
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm import state_layout as S
+from shmlog.shm.state import PartitionStateTable, bells_name
 from shmlog.storage.log_manager import LogManager
 
 DEADLINE_S = 60
@@ -155,6 +159,7 @@ def test_the_data_is_private_by_default(data_dir):
         _produce(data_dir, 0o600)
         prefix = shared_memory_prefix(data_dir)
         assert _mode(os.path.join(SHM, prefix + "-state")) == 0o600
+        assert _mode(os.path.join(SHM, bells_name(prefix + "-state"))) == 0o600
         assert _mode(control_path(data_dir)) == 0o600
         assert _mode(os.path.dirname(control_path(data_dir))) == 0o700
         assert broker.stop() == 0
@@ -183,8 +188,11 @@ def test_a_data_group_shares_the_data_with_that_group_only(data_dir):
     with Broker(data_dir, data_group=GROUP) as broker:
         _produce(data_dir, 0o660)
         table = shared_memory_prefix(data_dir) + "-state"
+        # The group reads the table and writes only its doorbells (issue 27, row 2).
         table_status = os.stat(os.path.join(SHM, table))
-        assert (stat.S_IMODE(table_status.st_mode), table_status.st_gid) == (0o660, group_id)
+        assert (stat.S_IMODE(table_status.st_mode), table_status.st_gid) == (0o640, group_id)
+        bells_status = os.stat(os.path.join(SHM, bells_name(table)))
+        assert (stat.S_IMODE(bells_status.st_mode), bells_status.st_gid) == (0o660, group_id)
         socket_status = os.stat(control_path(data_dir))
         assert (stat.S_IMODE(socket_status.st_mode), socket_status.st_gid) == (0o660, group_id)
         _assert_shared_with(data_dir, group_id)
@@ -202,6 +210,46 @@ def test_a_data_group_shares_the_data_with_that_group_only(data_dir):
             as_nobody(lambda: Admin(data_dir).list_topics())
         with pytest.raises(PermissionError):
             as_nobody(lambda: open(segment, "rb"))
+        assert broker.stop() == 0
+
+
+def test_a_data_group_member_can_write_only_the_doorbells(data_dir):
+    """A member of the data group maps the state table read-only: opening it for
+    writing is EACCES. What it may write, the doorbells, it fills with garbage, and
+    a consumer of another user (this process) still reads every record (issue 27,
+    row 2)."""
+    _group_id()
+    with Broker(data_dir, data_group=GROUP) as broker:
+        Admin(data_dir).create_topic("t")
+        table = shared_memory_prefix(data_dir) + "-state"
+        with Producer(data_dir) as producer:
+            producer.send("t", b"before", partition=0).get(timeout=DEADLINE_S)
+
+        def member():
+            try:
+                os.close(os.open(os.path.join(SHM, table), os.O_RDWR))
+                refused = 0
+            except PermissionError as error:
+                refused = error.errno
+            with PartitionStateTable.attach(table) as attached:
+                read_only = not attached.rows.flags.writeable
+                for word, value in ((S.APPENDER_SEQUENCE_WORD, 2**63 - 1),
+                                    (S.APPENDER_SLEEPERS_WORD, -2**63),
+                                    (S.CONSUMER_SEQUENCE_WORD, -1),
+                                    (S.CONSUMER_SLEEPERS_WORD, -2**63)):
+                    attached.bells[word] = value
+            return refused, read_only
+
+        assert as_nobody(member, groups=[_group_id()]) == (errno.EACCES, True)
+        with Producer(data_dir) as producer:
+            producer.send("t", b"after", partition=0).get(timeout=DEADLINE_S)
+        with Consumer("t", bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
+            values = []
+            deadline = time.monotonic() + DEADLINE_S
+            while len(values) < 2 and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=50).values():
+                    values += [record.value for record in records]
+        assert values == [b"before", b"after"]
         assert broker.stop() == 0
 
 

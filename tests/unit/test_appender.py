@@ -25,7 +25,7 @@ from shmlog.record.records import BatchStatus, encode_batch
 from shmlog.ring import Ring
 from shmlog.shm import ring_layout as R
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, bells_name
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def world(tmp_path):
     names = []
     logs = LogManager(str(tmp_path / "data"))
     table = PartitionStateTable.create(prefix + "-state", 64)
-    names.append(prefix + "-state")
+    names += [prefix + "-state", bells_name(prefix + "-state")]
     appender = Appender(logs, table)
 
     def ring(capacity=1 << 20):

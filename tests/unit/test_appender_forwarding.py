@@ -26,7 +26,7 @@ from shmlog.record.records import BatchStatus, encode_batch
 from shmlog.ring import Ring, put_entry
 from shmlog.shm import ring_layout as R
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, bells_name
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def world(tmp_path):
     """A log manager with topics "led" and "elsewhere" (led by another broker), a
     state table, an appender whose forwarder collects entries, and a ring factory."""
     prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    names = [prefix + "-state"]
+    names = [prefix + "-state", bells_name(prefix + "-state")]
     logs = LogManager(str(tmp_path / "data"))
     table = PartitionStateTable.create(names[0], 16)
     appender = Appender(logs, table)

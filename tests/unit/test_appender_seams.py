@@ -32,7 +32,7 @@ from shmlog.record.records import decode_records, encode_batch, iter_batches
 from shmlog.ring import Ring, put_entry
 from shmlog.shm import ring_layout as R
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, bells_name
 
 EXTERNAL = HighWatermarkPolicy.EXTERNAL
 
@@ -42,7 +42,7 @@ def world(tmp_path):
     """A log manager, a state table, an appender, a ring factory and a reader
     factory; all cleaned up."""
     prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    names = [prefix + "-state"]
+    names = [prefix + "-state", bells_name(prefix + "-state")]
     logs = LogManager(str(tmp_path / "data"))
     table = PartitionStateTable.create(names[0], 16)
     appender = Appender(logs, table)

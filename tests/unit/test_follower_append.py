@@ -37,8 +37,7 @@ from shmlog.common.errors import (
 from shmlog.record import batch_layout as B
 from shmlog.record.records import encode_batch, iter_batches, now_ms
 from shmlog.segments import PartitionLog, warm_follower_kernels
-from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, unlink_table
 from shmlog.storage import cleaner
 from shmlog.storage import index_layout as I
 from shmlog.storage.topic_config import TopicConfig
@@ -197,7 +196,7 @@ def replica(tmp_path):
     appender.set_high_watermark_policy(row, HighWatermarkPolicy.EXTERNAL)
     yield logs, table, appender, row
     logs.close()
-    shared_memory.unlink(name)
+    unlink_table(name)
 
 
 def producer_batch(sequence: int, seed: int, producer_id: int = 7, epoch: int = 0):

@@ -31,7 +31,7 @@ from shmlog.common.errors import LocalProtocolError
 from shmlog.record import batch_layout as B
 from shmlog.ring import Ring
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, bells_name
 from shmlog.storage.leader_epochs import (
     CHECKPOINT_FILE,
     UNDEFINED_EPOCH,
@@ -268,7 +268,7 @@ def test_compiled_appends_through_the_appender_assign_the_row_epoch(tmp_path):
         producer.close()
     finally:
         logs.close()
-        for name in (prefix + "-state", prefix + "-ring"):
+        for name in (prefix + "-state", bells_name(prefix + "-state"), prefix + "-ring"):
             shared_memory.unlink(name)
 
 

@@ -26,7 +26,7 @@ from shmlog.record.records import decode_records
 from shmlog.ring import Ring
 from shmlog.segments import LogChange, append_batches
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, bells_name
 from shmlog.storage.segment_generation import SegmentGeneration, follow
 from shmlog.storage.segment_state import (
     APPENDED,
@@ -198,7 +198,7 @@ def hosted(tmp_path):
     appender.add_ring(Ring.attach(prefix + "-ring"))
     yield logs, table, appender, row, producer
     logs.close()
-    for name in (prefix + "-state", prefix + "-ring"):
+    for name in (prefix + "-state", bells_name(prefix + "-state"), prefix + "-ring"):
         shared_memory.unlink(name)
 
 

@@ -28,8 +28,7 @@ from shmlog.broker.appender import Appender
 from shmlog.record import batch_layout as B
 from shmlog.record.records import encode_batch
 from shmlog.segments import PartitionLog
-from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable
+from shmlog.shm.state import PartitionStateTable, unlink_table
 from shmlog.storage.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
 from shmlog.storage.topic_config import TopicConfig
 
@@ -76,7 +75,7 @@ class Broker:
 
     def close(self):
         self.logs.close()
-        shared_memory.unlink(self.name)
+        unlink_table(self.name)
 
 
 @pytest.fixture

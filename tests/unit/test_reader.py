@@ -29,7 +29,7 @@ from shmlog.record import batch_layout as B
 from shmlog.record.records import decode_columns, encode_batch
 from shmlog.ring import Ring
 from shmlog.shm import shared_memory
-from shmlog.shm.state import PartitionStateTable, topic_key
+from shmlog.shm.state import PartitionStateTable, bells_name, topic_key, unlink_table
 from shmlog.storage import cleaner
 
 
@@ -56,7 +56,7 @@ def setup(tmp_path):
     yield logs, appender, tag, reader, send
     reader.close()
     logs.close()
-    for name in (prefix + "-state", prefix + "-ring"):
+    for name in (prefix + "-state", bells_name(prefix + "-state"), prefix + "-ring"):
         shared_memory.unlink(name)
 
 
@@ -216,7 +216,7 @@ def compacted(tmp_path):
     for reader in readers:
         reader.close()
     logs.close()
-    shared_memory.unlink(prefix + "-state")
+    unlink_table(prefix + "-state")
 
 
 def consume(reader, offset: int, end: int, max_bytes: int = 1 << 20, reads_max: int = 1000):

@@ -228,3 +228,22 @@ def test_names_are_validated_and_unique(ring_name):
         with pytest.raises(LocalProtocolError, match="already exists"):
             Ring.create(ring_name, 4096)
         ring.unlink()
+
+
+@pytest.mark.parametrize("acknowledged", [2**40, 2**63 - 1, 3, -5])
+def test_an_acknowledged_count_no_consumer_stores_is_not_taken(ring_name, acknowledged):
+    """The count is input (another member of the data group can write the ring): one
+    past the entries put, or gone back, acknowledges nothing and writes nothing past
+    the producer's result buffers; a true count afterwards is taken again."""
+    with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
+        assert producer.try_put(to(1), b"a") == 0
+        assert producer.try_put(to(2), b"b") == 1
+        consumer.next()
+        consumer.complete(100)
+        assert producer.result(0) == (100, -1)
+        producer.words[R.ACKNOWLEDGED_WORD] = acknowledged
+        assert producer.result(1) is None and producer.unacknowledged == 1
+        producer.words[R.ACKNOWLEDGED_WORD] = 1
+        consumer.next()
+        consumer.complete(101)
+        assert producer.result(1) == (101, -1)

@@ -7,6 +7,7 @@ Method: real POSIX shared memory, unlinked at teardown (and checked gone).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import re
@@ -15,17 +16,30 @@ import uuid
 import numpy as np
 import pytest
 
-from shmlog.common.errors import LocalProtocolError, PeerProtocolError, ShmlogError
-from shmlog.shm import shared_memory
+from shmlog.common.errors import (
+    LocalProtocolError,
+    PeerProtocolError,
+    ShmlogError,
+    StateTableInconsistentError,
+)
 from shmlog.shm import state_layout as S
-from shmlog.shm.state import JOURNAL_LAPPED, PartitionStateTable, publish_row, topic_key
+from shmlog.shm.state import (
+    JOURNAL_LAPPED,
+    PartitionStateTable,
+    RowSnapshot,
+    bells_name,
+    check_row,
+    publish_row,
+    topic_key,
+    unlink_table,
+)
 
 
 @pytest.fixture
 def table_name():
     name = f"shmlog-test-state-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     yield name
-    shared_memory.unlink(name)
+    unlink_table(name)
     assert not os.path.exists(f"/dev/shm/{name}")
 
 
@@ -163,7 +177,7 @@ def test_a_scribbled_journal_costs_a_full_look_never_memory(table_name, garbage)
 
 
 def test_the_layout_keeps_the_journal_between_the_control_page_and_the_rows():
-    assert S.VERSION == 3
+    assert S.VERSION == 4
     assert S.JOURNAL_SLOTS_OFFSET >= S.JOURNAL_PENDING_OFFSET + S.WORD_SIZE
     assert S.ROWS_OFFSET == S.JOURNAL_SLOTS_OFFSET + S.JOURNAL_CAPACITY * S.JOURNAL_SLOT_SIZE
     assert S.journal_slot_word(S.JOURNAL_CAPACITY + 2) == S.JOURNAL_SLOTS_WORD + 2
@@ -173,3 +187,30 @@ def test_the_layout_keeps_the_journal_between_the_control_page_and_the_rows():
             / "BulkSource.java").read_text()
     rows = re.search(r"ROWS = ([^,]+),", java).group(1)
     assert eval(rows, {}) == S.ROWS_OFFSET, rows
+
+
+def test_a_row_word_no_broker_publishes_is_named_as_tampering():
+    good = RowSnapshot(log_start_offset=0, log_end_offset=10, high_watermark=10,
+                       active_segment_base_offset=5, segment_generation=2, topic_key=7,
+                       partition=0, active_segment_size=300)
+    assert check_row("table", 3, good) is good
+    for field, value in (("log_start_offset", -1), ("log_end_offset", 2**63 - 1),
+                         ("high_watermark", 2**63 - 1), ("active_segment_base_offset", 11),
+                         ("active_segment_base_offset", -3), ("active_segment_size", -1),
+                         ("active_segment_size", 2**31), ("segment_generation", -2)):
+        with pytest.raises(StateTableInconsistentError, match="tampered") as raised:
+            check_row("table", 3, dataclasses.replace(good, **{field: value}))
+        assert (raised.value.table, raised.value.row) == ("table", 3)
+
+
+def test_a_client_maps_the_table_read_only_and_only_the_doorbells_writable(table_name):
+    with PartitionStateTable.create(table_name, 2) as table, \
+            PartitionStateTable.attach(table_name) as reader:
+        assert not reader.rows.flags.writeable and not reader.control.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            reader.rows[0] = 1
+        reader.appender_doorbell.ring()                   # a producer's one write
+        assert table.appender_doorbell.sequence == 1
+        assert os.path.exists(f"/dev/shm/{bells_name(table_name)}")
+    unlink_table(table_name)
+    assert not os.path.exists(f"/dev/shm/{bells_name(table_name)}")

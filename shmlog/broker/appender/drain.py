@@ -5,6 +5,8 @@ Rules
 * The loop never raises and never calls Python: what it cannot finish in compiled
   code it hands back (``DRAIN_SLOW``, ``DRAIN_POISON``) with the entry's place in
   the report, and Python calls it again.
+* Every ring word it reads is input, checked before use (``ring_layout``'s table of
+  words): a bad one poisons that ring (``DRAIN_POISON``), never the loop.
 * It reads a ring's entries only after their tail is published (``ring.next_entry``),
   checks a batch's header, bounds and codec in the ring, and its CRC and records on
   the copy in the log (``segments.append_batches``), where the producer can no
