@@ -35,7 +35,11 @@ The faults are the ways a host fails a Kafka cluster:
   min.insync.replicas);
 * a partition of a broker from ZooKeeper only (its session expires if the cut
   outlasts it; its peers still reach it: the controller moves its leaderships, and
-  it must not go on acknowledging as leader).
+  it must not go on acknowledging as leader);
+* kill -9 of ZooKeeper itself, started again on its data after the hold (leaders
+  go on acknowledging while their ISRs need no change; every session may expire
+  meanwhile). A broker killed while it is down is started again once it is back:
+  it could not register before.
 
 Cuts are :meth:`netns.Topology.cut` in the broker's own namespace, so two cut
 brokers never share a rule table; a heal removes all cuts of that broker.
@@ -60,6 +64,7 @@ class FaultKind(enum.Enum):
     PAUSE_LONG = "SIGSTOP past session"
     CUT_PEERS = "cut from peers"
     CUT_ZOOKEEPER = "cut from ZooKeeper"
+    KILL_ZOOKEEPER = "kill -9 of ZooKeeper"
 
 
 ALL_FAULT_KINDS = tuple(FaultKind)
@@ -72,6 +77,7 @@ HOLD_S = {
     FaultKind.PAUSE_LONG: (5.0, 7.0),
     FaultKind.CUT_PEERS: (1.0, 7.0),
     FaultKind.CUT_ZOOKEEPER: (1.0, 7.0),
+    FaultKind.KILL_ZOOKEEPER: (1.0, 7.0),
 }
 HOLD_S_MAX = max(high for _, high in HOLD_S.values())
 # The quiet time after a step's last heal before the next step (seconds, uniform).
@@ -135,8 +141,10 @@ class Applied:
 
     def __str__(self) -> str:
         healed = "not healed" if self.healed_at is None else f"healed {self.healed_at:6.1f} s"
-        return (f"{self.applied_at:6.1f} s  {self.fault.kind.value:<20} broker "
-                f"{self.fault.target}  (hold {self.fault.hold_s:.1f} s)  {healed}")
+        whom = "ZooKeeper" if self.fault.kind is FaultKind.KILL_ZOOKEEPER \
+            else f"broker {self.fault.target}"
+        return (f"{self.applied_at:6.1f} s  {self.fault.kind.value:<20} {whom}  "
+                f"(hold {self.fault.hold_s:.1f} s)  {healed}")
 
 
 class Nemesis:
@@ -150,13 +158,19 @@ class Nemesis:
     topology : netns.Topology
     members : mapping of broker id to member name
     zookeeper_member : str
+    zookeeper : test_partitioned_follower.NamespacedZooKeeper, optional
+        ZooKeeper's server, for the ``KILL_ZOOKEEPER`` faults.
     """
 
     def __init__(self, cluster, topology, members: Mapping[int, str],
-                 zookeeper_member: str = "zk"):
+                 zookeeper_member: str = "zk", zookeeper=None):
         self.cluster, self.topology = cluster, topology
         self.members = dict(members)
         self.zookeeper_member = zookeeper_member
+        self.zookeeper = zookeeper
+        self._zookeeper_down = False
+        # Brokers whose restart waits for ZooKeeper (one cannot register without it).
+        self._restart_after_zookeeper: list[Applied] = []
         self.played: list[Applied] = []
         self.steps_played = 0
         self._started = time.monotonic()
@@ -214,7 +228,10 @@ class Nemesis:
         entry = Applied(fault, self.elapsed_s())
         self.played.append(entry)
         member = self.members[fault.target]
-        if fault.kind is FaultKind.KILL:
+        if fault.kind is FaultKind.KILL_ZOOKEEPER:
+            self.zookeeper.kill()
+            self._zookeeper_down = True
+        elif fault.kind is FaultKind.KILL:
             self.cluster.kill(fault.target)
         elif fault.kind in (FaultKind.PAUSE_SHORT, FaultKind.PAUSE_LONG):
             self.cluster.pause(fault.target)
@@ -227,7 +244,18 @@ class Nemesis:
 
     def _heal(self, entry: Applied) -> None:
         fault = entry.fault
-        if fault.kind is FaultKind.KILL:
+        if fault.kind is FaultKind.KILL_ZOOKEEPER:
+            self.zookeeper.start()
+            self._zookeeper_down = False
+            waiting, self._restart_after_zookeeper = self._restart_after_zookeeper, []
+            for broker in waiting:
+                self.cluster.start_broker(broker.fault.target)
+                broker.healed_at = self.elapsed_s()
+        elif fault.kind is FaultKind.KILL and self._zookeeper_down:
+            if entry not in self._restart_after_zookeeper:
+                self._restart_after_zookeeper.append(entry)
+            return                             # healed when ZooKeeper is back
+        elif fault.kind is FaultKind.KILL:
             self.cluster.start_broker(fault.target)
         elif fault.kind in (FaultKind.PAUSE_SHORT, FaultKind.PAUSE_LONG):
             self.cluster.resume(fault.target)
@@ -236,7 +264,12 @@ class Nemesis:
         entry.healed_at = self.elapsed_s()
 
     def heal_all(self) -> None:
-        """Remove every cut, resume every paused broker, restart every killed one."""
+        """Start ZooKeeper again if killed, remove every cut, resume every paused
+        broker, restart every killed one."""
+        if self._zookeeper_down:
+            self.zookeeper.start()
+            self._zookeeper_down = False
+        self._restart_after_zookeeper = []
         for broker_id, member in self.members.items():
             self.topology.heal(member)
             if broker_id in self.cluster.paused:

@@ -45,7 +45,7 @@ from cluster.test_groups_across_hosts import (
     settled,
     start_member,
 )
-from cluster.test_partitioned_follower import ip_command, start_zookeeper
+from cluster.test_partitioned_follower import NamespacedZooKeeper, ip_command
 from cluster.workload import (
     WAIT_S,
     LeaderFollowingProducer,
@@ -91,8 +91,9 @@ def run_seed() -> int:
     return int(given) if given else random.SystemRandom().randrange(2 ** 32)
 
 
-def start_cluster(topology, directory: str) -> LocalCluster:
-    connect = start_zookeeper(topology, os.path.join(directory, "zookeeper"))
+def start_cluster(topology, directory: str) -> tuple[LocalCluster, NamespacedZooKeeper]:
+    zookeeper = NamespacedZooKeeper(topology, os.path.join(directory, "zookeeper"))
+    connect = zookeeper.start()
     cluster = LocalCluster(
         os.path.join(directory, "cluster"), 3, zookeeper_connect=connect,
         settings=CLUSTER_SETTINGS, broker_settings=BROKER_SETTINGS,
@@ -100,7 +101,7 @@ def start_cluster(topology, directory: str) -> LocalCluster:
         launch_prefixes={broker_id: [ip_command(), "netns", "exec", topology.namespace(member)]
                          for broker_id, member in MEMBERS.items()},
         log_files=True)
-    return cluster.start()
+    return cluster.start(), zookeeper
 
 
 class Run:
@@ -230,8 +231,8 @@ def run_nemesis(topology, directory: str, duration_s: float, kinds) -> None:
     steps = make_schedule(seed, duration_s, tuple(MEMBERS), kinds)
     print(f"\nnemesis seed {seed} ({SEED_VARIABLE}={seed} plays it again), {duration_s:.0f} s "
           f"of faults, kinds: {', '.join(kind.value for kind in kinds)}")
-    cluster = start_cluster(topology, directory)
-    nemesis = Nemesis(cluster, topology, MEMBERS)
+    cluster, zookeeper = start_cluster(topology, directory)
+    nemesis = Nemesis(cluster, topology, MEMBERS, zookeeper=zookeeper)
     run = Run(cluster, directory)
     try:
         run.start()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -61,16 +62,44 @@ def ip_command() -> str:
 
 def start_zookeeper(topology, directory: str) -> str:
     """ZooKeeper in namespace zk (``shmlog zookeeper``); its connect string."""
-    address = topology.address("zk")
-    server = topology.run_in("zk", [sys.executable, "-m", "shmlog", "zookeeper", "--data-dir",
-                                    directory, "--host", address, "--port",
-                                    str(ZOOKEEPER_PORT), "--tick-time-ms", "500"],
-                             stdout=subprocess.PIPE, text=True)
-    ready, _, _ = select.select([server.stdout], [], [], ZOOKEEPER_START_TIMEOUT_S)
-    assert ready, f"ZooKeeper did not start within {ZOOKEEPER_START_TIMEOUT_S} s"
-    line = server.stdout.readline()
-    assert line.startswith("ZooKeeper serves"), line
-    return f"{address}:{ZOOKEEPER_PORT}"
+    return NamespacedZooKeeper(topology, directory).start()
+
+
+class NamespacedZooKeeper:
+    """``shmlog zookeeper`` in namespace zk, on ``directory``: started, killed -9 (its
+    JVM, as a crashed host would lose it) and started again on the same data."""
+
+    def __init__(self, topology, directory: str):
+        self.topology, self.directory = topology, directory
+        self.wrapper: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        """Start it and wait until it serves; its connect string."""
+        address = self.topology.address("zk")
+        self.wrapper = self.topology.run_in(
+            "zk", [sys.executable, "-m", "shmlog", "zookeeper", "--data-dir", self.directory,
+                   "--host", address, "--port", str(ZOOKEEPER_PORT), "--tick-time-ms", "500"],
+            stdout=subprocess.PIPE, text=True)
+        ready, _, _ = select.select([self.wrapper.stdout], [], [], ZOOKEEPER_START_TIMEOUT_S)
+        assert ready, f"ZooKeeper did not start within {ZOOKEEPER_START_TIMEOUT_S} s"
+        line = self.wrapper.stdout.readline()
+        assert line.startswith("ZooKeeper serves"), line
+        return f"{address}:{ZOOKEEPER_PORT}"
+
+    def kill(self) -> None:
+        """SIGKILL the JVM; its wrapper then exits."""
+        for child in _children(self.wrapper.pid):
+            os.kill(child, signal.SIGKILL)
+        self.wrapper.wait(timeout=ZOOKEEPER_START_TIMEOUT_S)
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (/proc's children lists of its threads)."""
+    children = []
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{thread}/children") as listed:
+            children.extend(int(child) for child in listed.read().split())
+    return children
 
 
 def isr_seen_by(cluster, broker_id: int) -> list[int]:
