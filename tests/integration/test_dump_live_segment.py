@@ -32,22 +32,27 @@ from shmlog.server.broker import Broker
 
 TIMEOUT_S = 120
 RUNS = 30
-CONFIG = {"segment.bytes": str(64 << 20)}
+CONFIG = {"segment.bytes": str(8 << 20)}
 
+# A steady stream of about 1 MB/s, not a flood: the active segment lives for seconds
+# (few rolls) and each verify reads at most its 8 MiB. The producer ends by itself
+# when the test's process is gone (a worker killed by a timeout runs no finally).
 PRODUCER = textwrap.dedent("""
+    import os
     import sys
     import time
     from shmlog.client.producer import Producer
+    parent = os.getppid()
     with Producer(sys.argv[1], linger_ms=1) as producer:
         producer.send("live", b"first").get(timeout=60)
         print("ready", flush=True)
         number = 0
-        while True:
+        while os.getppid() == parent:
             producer.send("live", b"%d:" % number + b"v" * (number * 37 % 900))
             number += 1
-            if number % 500 == 0:
+            if number % 250 == 0:
                 producer.flush()
-                time.sleep(0.005)           # a steady stream, not a flood: few rolls
+                time.sleep(0.1)
 """)
 
 
