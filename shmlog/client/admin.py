@@ -162,7 +162,9 @@ class Admin:
         The broker's data directory; default ``$SHMLOG_DATA_DIR`` or the default
         directory ``shmlog broker`` uses.
     timeout_ms : int
-        How long to wait for each reply (kafka-python's ``request_timeout_ms``).
+        How long to wait for each reply (kafka-python's ``request_timeout_ms``);
+        10 s by default, and ``limits.ADMIN_TOPIC_CHANGE_WAIT_MS`` for a topic
+        change (a cluster's broker answers one once it took effect).
     bootstrap_servers : str or [str], optional
         kafka-python's name for ``bootstrap``.
     client_id : str, optional
@@ -189,6 +191,8 @@ class Admin:
             raise InvalidConfigError(f"timeout_ms={timeout_ms} and request_timeout_ms="
                                      f"{request_timeout_ms} disagree; give one of them")
         timeout_ms = timeout_ms if timeout_ms is not None else request_timeout_ms
+        self._change_timeout_ms = limits.ADMIN_TOPIC_CHANGE_WAIT_MS if timeout_ms is None \
+            else None
         self.timeout_ms = settings.integer("timeout_ms", 10_000 if timeout_ms is None
                                            else timeout_ms, 0, limits.CLIENT_WAIT_MS_MAX)
         self.client_id = settings.optional_text("client_id", client_id)
@@ -197,6 +201,10 @@ class Admin:
         return request(self.data_dir, request_type,
                        timeout_ms=self.timeout_ms if timeout_ms is None else timeout_ms,
                        **fields)
+
+    def _change(self, timeout_ms: int | None) -> int | None:
+        """A topic change's timeout: the one given, else :attr:`_change_timeout_ms`."""
+        return timeout_ms if timeout_ms is not None else self._change_timeout_ms
 
     def close(self) -> None:
         """Nothing to release (each request uses its own socket): kafka-python's shape."""
@@ -214,11 +222,11 @@ class Admin:
         partition are spread over the live brokers (the broker's
         ``default.replication.factor`` when None)."""
         fields = {} if replication_factor is None else {"replication_factor": replication_factor}
-        return self._request("create_topic", name=name, partitions=partitions,
-                             config=dict(config or {}), **fields)
+        return self._request("create_topic", self._change_timeout_ms, name=name,
+                             partitions=partitions, config=dict(config or {}), **fields)
 
     def delete_topic(self, name: str) -> None:
-        self._request("delete_topic", name=name)
+        self._request("delete_topic", self._change_timeout_ms, name=name)
 
     def list_topics(self) -> list[str]:
         return self._request("list_topics")["topics"]
@@ -228,12 +236,12 @@ class Admin:
         return self._request("describe_topic", name=name)
 
     def add_partitions(self, name: str, total: int) -> dict:
-        return self._request("add_partitions", name=name, total=total)
+        return self._request("add_partitions", self._change_timeout_ms, name=name, total=total)
 
     def alter_topic_config(self, name: str, set: Mapping[str, Any] | None = None,
                            delete: list[str] | None = None) -> dict:
-        return self._request("alter_topic_config", name=name, set=dict(set or {}),
-                             delete=list(delete or []))
+        return self._request("alter_topic_config", self._change_timeout_ms, name=name,
+                             set=dict(set or {}), delete=list(delete or []))
 
     def metadata(self) -> dict:
         return self._request("metadata")
@@ -346,7 +354,8 @@ class Admin:
         outcomes: list = []
         for chunk in _chunks(topics, limits.CREATE_TOPICS_REQUEST_BYTES_MAX,
                              limits.CREATE_TOPICS_REQUEST_PARTITIONS_MAX):
-            for entry in self._request("create_topics", timeout_ms, topics=chunk)["topics"]:
+            answer = self._request("create_topics", self._change(timeout_ms), topics=chunk)
+            for entry in answer["topics"]:
                 try:
                     outcomes.append(decode_entry(entry))
                 except ShmlogError as error:
@@ -356,12 +365,13 @@ class Admin:
     def _create_one(self, topic: dict, timeout_ms: int | None):
         """One create_topic request: the description, or the error that refused it."""
         try:
-            return self._request("create_topic", timeout_ms, **topic)
+            return self._request("create_topic", self._change(timeout_ms), **topic)
         except ShmlogError as error:
             return error
 
     def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
         """Delete each topic; raises the first one's error once all were tried."""
+        timeout_ms = self._change(timeout_ms)
         _first_error([lambda name=name: self._request("delete_topic", timeout_ms, name=name)
                       for name in topics])
 
@@ -378,7 +388,8 @@ class Admin:
 
         def grow(name: str, total: int) -> None:
             if not validate_only:
-                self._request("add_partitions", timeout_ms, name=name, total=total)
+                self._request("add_partitions", self._change(timeout_ms), name=name,
+                              total=total)
                 return
             current = len(self.describe_topic(name)["partitions"])
             if isinstance(total, bool) or not isinstance(total, int) or total <= current:

@@ -432,6 +432,10 @@ CLUSTER_ID_LENGTH_MAX = 255
 # take effect (the controller elects leaders within milliseconds; a ZooKeeper session
 # timeout is the worst case a healthy cluster shows).
 CLUSTER_TOPIC_WAIT_MS = 30_000
+# How long Admin waits for the answer to a topic change (create, delete, partitions,
+# config) unless given a timeout: past the broker's own wait above, so on a loaded
+# cluster the broker's answer comes first, never a false "no broker answered".
+ADMIN_TOPIC_CHANGE_WAIT_MS = CLUSTER_TOPIC_WAIT_MS + 10_000
 # How long a topic request waits for ZooKeeper to answer its write before it is
 # answered "outcome unknown" (the connection went while the write was queued: kazoo
 # sends it when ZooKeeper is back). Below the admin client's 10 s default timeout,

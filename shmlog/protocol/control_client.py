@@ -101,8 +101,9 @@ def request(data_dir: str, request_type: str, *, timeout_ms: int = 10_000, **fie
         socket.send(frame)
         if not socket.poll(timeout_ms, zmq.POLLIN):
             raise BrokerNotAvailableError(
-                f"no broker answered at {control_address(data_dir)} within {timeout_ms} ms; "
-                f"start one with: shmlog broker --data-dir {data_dir}")
+                f"no broker answered at {control_address(data_dir)} within {timeout_ms} ms "
+                f"(one may be busy, or was killed and left its socket); if none runs, start "
+                f"one with: shmlog broker --data-dir {data_dir}")
         return decode_reply(socket.recv())
     finally:
         socket.close()
