@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import subprocess
 
 import numpy as np
@@ -101,3 +102,13 @@ def ask(core, request_type: str, **fields) -> dict:
     reply = core.handle("test", encode_request(request_type, **fields))
     assert reply is not None, f"{request_type} was not answered at once"
     return decode_reply(reply)
+
+
+def nobody() -> tuple[int, int]:
+    """The uid and gid of the user 'nobody' (another user for a test run as root);
+    the test is skipped on a host without one."""
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("this host has no user 'nobody'")
+    return entry.pw_uid, entry.pw_gid

@@ -25,12 +25,11 @@ import contextlib
 import os
 
 import pytest
+from test_full_disk import producing, read_all
 
 from helpers import fill_disk, small_tmpfs, unlink_shared_memory
 from shmlog.client.admin import Admin
-from shmlog.client.consumer import Consumer, TopicPartition
-from shmlog.client.producer import Producer
-from shmlog.common.errors import ShmlogError, StorageError
+from shmlog.common.errors import StorageError
 from shmlog.server.broker import Broker, request
 
 TMPFS_SIZE = 16 << 20
@@ -80,28 +79,6 @@ def produce_until_refused(producer, acknowledged: dict, batches_max: int = 1000)
             return error
         acknowledged.update(zip(range(base_offset, base_offset + len(values)), values))
     raise AssertionError(f"{batches_max} batches of ~40 KiB went onto a 16 MiB disk")
-
-
-def read_all(data_dir, count: int) -> dict[int, bytes]:
-    with Consumer(bootstrap=data_dir, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(TOPIC, 0)])
-        records = {}
-        for _ in range(2000):
-            for batch in consumer.poll(timeout_ms=20).values():
-                records.update((record.offset, record.value) for record in batch)
-            if len(records) >= count:
-                break
-        return records
-
-
-@contextlib.contextmanager
-def producing(data_dir):
-    producer = Producer(data_dir, linger_ms=0)
-    try:
-        yield producer
-    finally:
-        with contextlib.suppress(ShmlogError):      # a killed broker acknowledges nothing
-            producer.close(timeout=TIMEOUT_S)
 
 
 def fill_the_rest(disk) -> None:

@@ -16,7 +16,6 @@ directories removed.
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import stat
 import subprocess
@@ -25,7 +24,7 @@ import tempfile
 
 import pytest
 
-from helpers import unlink_shared_memory
+from helpers import nobody, unlink_shared_memory
 from shmlog.common.errors import UnsafeDataDirectoryError
 from shmlog.server.broker import Broker
 from shmlog.storage.log_manager import LogManager
@@ -48,17 +47,9 @@ def base():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _nobody() -> tuple[int, int]:
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("this host has no user 'nobody'")
-    return entry.pw_uid, entry.pw_gid
-
-
 def as_nobody(*command: str) -> None:
     """Run ``command`` as nobody (the child drops root before it execs)."""
-    uid, gid = _nobody()
+    uid, gid = nobody()
 
     def drop() -> None:
         os.setgroups([])
@@ -183,7 +174,7 @@ def test_a_data_directory_on_a_safe_path_serves_and_only_its_own_files_change_mo
     with open(theirs, "w") as target:
         target.write("nobody's\n")
     os.chmod(theirs, 0o644)
-    os.chown(theirs, *_nobody())
+    os.chown(theirs, *nobody())
     os.symlink(os.path.join(victim, "passwd"), os.path.join(data_dir, "link"))
     before = snapshot(victim)
 

@@ -22,7 +22,6 @@ import functools
 import grp
 import os
 import pickle
-import pwd
 import select
 import shutil
 import stat
@@ -35,7 +34,7 @@ import time
 import posix_ipc
 import pytest
 
-from helpers import unlink_shared_memory
+from helpers import nobody, unlink_shared_memory
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer
 from shmlog.client.group_member import GroupMember, MemberConfig
@@ -70,14 +69,6 @@ def data_dir():
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _nobody() -> tuple[int, int]:
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("this host has no user 'nobody'")
-    return entry.pw_uid, entry.pw_gid
-
-
 def _group_id() -> int:
     try:
         return grp.getgrnam(GROUP).gr_gid
@@ -88,7 +79,7 @@ def _group_id() -> int:
 def as_nobody(action, *, groups=()):
     """What ``action()`` returns, or the exception it raises, when run in a child
     process as user nobody (with supplementary ``groups``)."""
-    uid, gid = _nobody()
+    uid, gid = nobody()
     reader, writer = os.pipe()
     pid = os.fork()
     if pid == 0:                                    # the child: never returns
@@ -296,7 +287,7 @@ def test_a_squatted_shared_memory_name_is_refused_naming_it(data_dir):
         error = _start_failing(data_dir)
         assert f"{table!r} is taken by an object of nobody" in error
         assert f"rm /dev/shm/{table}" in error
-        assert os.stat(os.path.join(SHM, table)).st_uid == _nobody()[0]
+        assert os.stat(os.path.join(SHM, table)).st_uid == nobody()[0]
     finally:
         shared_memory.unlink(table)
     with Broker(data_dir) as broker:        # with the object gone, it starts
@@ -313,7 +304,7 @@ def test_a_stale_state_table_of_our_own_is_replaced(data_dir):
 
 def test_a_data_directory_of_another_user_is_refused(data_dir):
     os.makedirs(data_dir)
-    os.chown(data_dir, *_nobody())
+    os.chown(data_dir, *nobody())
     error = _start_failing(data_dir)
     assert f"data directory {data_dir} belongs to nobody" in error
     with pytest.raises(NotOwnedError, match="belongs to nobody"):
@@ -338,7 +329,7 @@ def test_a_lock_file_of_another_user_is_refused(data_dir):
     lock = os.path.join(data_dir, "broker.lock")
     with open(lock, "w") as planted:
         planted.write("not yours\n")
-    os.chown(lock, *_nobody())
+    os.chown(lock, *nobody())
     with pytest.raises(NotOwnedError, match="belongs to nobody"):
         LogManager(data_dir)
     with open(lock) as planted:
