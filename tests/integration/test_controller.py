@@ -519,3 +519,30 @@ def test_notices_are_deleted_after_their_retention_and_a_missed_one_means_a_rere
     assert {event.key for event in reread} == {("t", 0), ("t", 1)}
     view.apply_all(reread)
     assert states_in_view() == before
+
+
+def test_a_topic_whose_states_come_with_its_assignment_is_learned_whole(cluster):
+    """Goal: a broker learns every state of a topic whose notice it may read before
+    its assignment's event (a fast controller: here the states, their notice and the
+    assignment are one multi), for many topics in a row: the topic's own read, sent
+    after its assignment's event, finds what a notice dropped by the view named."""
+    session, writer = cluster.broker(1), cluster.session()
+    events, view = EventQueue(), ClusterView()
+    session.watch_cluster(events)
+    state = PartitionState(1, 0, (1,), 1)
+    topics = [f"fast-{index}" for index in range(20)]
+    for topic in topics:
+        topic_id = zk_paths.new_topic_id()
+        assignment = TopicAssignment(topic, topic_id, {0: (1,), 1: (1,)})
+        writer.multi([CreateOp(zk_paths.topic_config_path(topic), zk_paths.encode_topic_config({})),
+                      CreateOp(zk_paths.topic_path(topic),
+                               zk_paths.encode_topic_assignment(assignment)),
+                      *writer.partition_state_creation_ops(topic, topic_id,
+                                                           {0: state, 1: state})])
+
+    def learned() -> bool:
+        view.apply_all(events.drain())
+        return all(view.state(topic, partition) == (state, 0)
+                   for topic in topics for partition in (0, 1))
+
+    wait_until(learned, "every state of every topic in the broker's view")

@@ -630,17 +630,15 @@ class ZnodeReads:
         self._stopped = False
         session.add_state_listener(self._on_state)
 
-    def add(self, paths: Iterable[str], read: bool = True) -> None:
-        """Hold ``paths`` too; each is read now (again, if it was held already)
-        unless ``read`` is false (then at the next reconnection or :meth:`read_all`)."""
+    def add(self, paths: Iterable[str]) -> None:
+        """Hold ``paths`` too; each is read now (again, if it was held already)."""
         paths = list(paths)
         with self._lock:
             for path in paths:
                 self._added += 1
                 self._paths[path] = self._added
-        if read:
-            for path in paths:
-                self._read(path)
+        for path in paths:
+            self._read(path)
 
     def remove(self, paths: Iterable[str]) -> None:
         """Read these paths no more."""

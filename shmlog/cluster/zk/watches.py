@@ -29,7 +29,10 @@ is learned from its multi's notice (``state_changes``): one children watch on
 ``/state_changes``, each new notice read as it appears, queued as one
 ``PARTITION_STATES`` event. The children watch starts first and its first listing
 is the baseline: every state written after it comes in a later notice, and every
-state written before it is in the znode that the topic's read then finds. A notice
+state written before it is in the znode that the topic's read then finds. A
+topic's states are read whenever its assignment is first seen (or with a new id):
+a notice read before that assignment's event is dropped by the view, and the read,
+sent after the event, finds what the notice named. A notice
 gone before it was read (deleted after ``limits.STATE_CHANGE_RETENTION_S``) makes
 every state be read again. A re-created topic restarts its state versions at 0: a
 ``TOPIC`` event with a new ``topic_id`` starts over.
@@ -133,7 +136,6 @@ class ClusterWatch:
         self._state_reads = None
         # The newest notice's sequence number seen (None: not listed yet; -1: none).
         self._last_notice: int | None = None
-        self._listed = False               # has the topic list been seen?
 
     def cancel(self) -> None:
         """Queue nothing more."""
@@ -146,15 +148,16 @@ class ClusterWatch:
         for events in self._queues:
             events.put(event)
 
-    def watch_states(self, topic_watch: "_TopicWatch", partitions: Iterable[int],
-                     read: bool) -> None:
-        """Queue ``PARTITION_STATE`` events for these partitions of the topic, now
-        (``read``) and at each reconnection, while the topic's watch lives (their
-        changes come in notices). Does not block.
+    def watch_states(self, topic_watch: "_TopicWatch", partitions: Iterable[int]) -> None:
+        """Queue ``PARTITION_STATE`` events for these partitions of the topic, now and
+        at each reconnection, while the topic's watch lives (their changes come in
+        notices). Does not block.
 
-        Only the states of a topic listed at the start are read now: those of a topic
-        (or partition) that appears later are created after the notices' baseline,
-        so they come in notices, and a read would find nothing yet."""
+        A topic's partitions are read when its assignment is first seen (or seen
+        with a new topic id), even if their states do not exist yet: a notice of
+        them read before the assignment's event was queued is dropped by the view
+        (a topic it does not know), and this read, sent after that event, finds
+        what the notice named."""
         paths = []
         with self._lock:
             if self._cancelled:
@@ -166,7 +169,7 @@ class ClusterWatch:
                 self._states[path] = ((topic_watch.topic, partition), topic_watch)
                 paths.append(path)
             reads = self._state_reads
-        reads.add(paths, read=read)
+        reads.add(paths)
 
     def _state_changed(self, path: str, data: bytes | None, stat: Any) -> bool | None:
         with self._lock:
@@ -294,9 +297,8 @@ class ClusterWatch:
             for topic_watch in gone:
                 topic_watch.alive = False
             new = [topic for topic in names if topic not in self._topics]
-            initial, self._listed = not self._listed, True
             for topic in new:
-                self._topics[topic] = _TopicWatch(self, topic, initial)
+                self._topics[topic] = _TopicWatch(self, topic)
         for topic_watch in gone:
             self.forget_states(topic_watch)
         for topic in new:
@@ -309,11 +311,10 @@ class _TopicWatch:
     """One topic's watches: its assignment, its config, and a state per partition
     its assignment names; all end when the topic leaves the topic list."""
 
-    def __init__(self, watch: ClusterWatch, topic: str, initial: bool):
+    def __init__(self, watch: ClusterWatch, topic: str):
         self.watch = watch
         self.topic = topic
-        # Listed at the start: its states may predate the notices' baseline.
-        self.initial = initial
+        self.topic_id: str | None = None
         self.alive = True
         self.partitions: set[int] = set()
         self.lock = threading.Lock()
@@ -335,16 +336,18 @@ class _TopicWatch:
 
     def _assignment_seen(self, data: bytes) -> None:
         try:
-            partitions = zk_paths.decode_topic_assignment(self.topic, data).partitions
+            assignment = zk_paths.decode_topic_assignment(self.topic, data)
         except ZnodeFormatError as error:
             log.warning("%s", error)                  # the owner sees it when it decodes
             return
         with self.lock:
-            first = not self.partitions
-            new = [partition for partition in partitions if partition not in self.partitions]
+            renewed = assignment.topic_id != self.topic_id     # first seen, or re-created
+            self.topic_id = assignment.topic_id
+            new = [partition for partition in assignment.partitions
+                   if renewed or partition not in self.partitions]
             self.partitions.update(new)
         if new:
-            self.watch.watch_states(self, new, read=first and self.initial)
+            self.watch.watch_states(self, new)
 
 
 def _broker_ids(names: Iterable[str]) -> list[int]:
