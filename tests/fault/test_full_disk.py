@@ -23,16 +23,13 @@ import mmap
 import os
 import random
 
-import pytest
-
-from helpers import fill_disk, small_tmpfs, unlink_shared_memory
+from helpers import fill_disk
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
 from shmlog.client.producer import Producer
 from shmlog.common.errors import ShmlogError, StorageError
 from shmlog.server.broker import Broker
 
-TMPFS_SIZE = 16 << 20
 SEGMENT_BYTES = 256 << 10
 RECORDS_PER_BATCH = 40
 RECORD_SIZE = 100              # ~4 KiB batches: about an index entry per batch
@@ -60,21 +57,6 @@ def pytest_generate_tests(metafunc):
         brokers = [slacks[start:start + ROUNDS_PER_BROKER]
                    for start in range(0, len(slacks), ROUNDS_PER_BROKER)]
         metafunc.parametrize("slacks", brokers, ids=[f"broker{n}" for n in range(len(brokers))])
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    with small_tmpfs(mount_point, TMPFS_SIZE):
-        yield mount_point
-
-
-@pytest.fixture
-def data_dir(small_disk):
-    path = str(small_disk / "data")
-    yield path
-    unlink_shared_memory(path)
 
 
 def batch_values(number: int) -> list[bytes]:

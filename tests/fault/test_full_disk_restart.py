@@ -24,15 +24,13 @@ from __future__ import annotations
 import contextlib
 import os
 
-import pytest
 from test_full_disk import producing, read_all
 
-from helpers import fill_disk, small_tmpfs, unlink_shared_memory
+from helpers import fill_disk
 from shmlog.client.admin import Admin
 from shmlog.common.errors import StorageError
 from shmlog.server.broker import Broker, request
 
-TMPFS_SIZE = 16 << 20
 SLACK = 6_500_000              # the issue's free space: a few segments' worth
 SEGMENT_BYTES = 1_500_000      # a sealed segment's time index needs two pages
 RECORDS_PER_BATCH = 100
@@ -41,21 +39,6 @@ REFUSALS = 1000
 LOG_LINES_MAX = 5
 TIMEOUT_S = 30
 TOPIC = "full"
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    with small_tmpfs(mount_point, TMPFS_SIZE):
-        yield mount_point
-
-
-@pytest.fixture
-def data_dir(small_disk):
-    path = str(small_disk / "data")
-    yield path
-    unlink_shared_memory(path)
 
 
 def batch_values(number: int, size: int = RECORD_SIZE) -> list[bytes]:
