@@ -112,3 +112,10 @@ def nobody() -> tuple[int, int]:
     except KeyError:
         pytest.skip("this host has no user 'nobody'")
     return entry.pw_uid, entry.pw_gid
+
+
+def kafka_listener_address(data_dir) -> str:
+    """host:port of a running broker's first Kafka listener, as ``shmlog status``
+    shows it."""
+    from shmlog.protocol.control_client import request
+    return request(str(data_dir), "stats")["broker"]["kafka_listeners"][0]

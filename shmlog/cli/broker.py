@@ -29,7 +29,8 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
     for field in dataclasses.fields(BrokerConfig):
         if field.name != "data_dir" and field.name not in BrokerConfig.TABLE_SETTINGS:
             broker.add_argument(f"--{field.name.replace('_', '-')}",
-                                type=str if field.name in BrokerConfig.TEXT_SETTINGS else int,
+                                type=int if field.name not in BrokerConfig.TEXT_SETTINGS
+                                and field.name not in BrokerConfig.BOOLEAN_SETTINGS else str,
                                 help=f"{doc_of(field)} Default {field.default}."
                                 .replace("%", "%%"))        # argparse formats help with %
     broker.set_defaults(run=_broker)

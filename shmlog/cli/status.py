@@ -176,9 +176,12 @@ def _header_lines(stats: dict) -> list[str]:
     broker, totals, appender = stats["broker"], stats["totals"], stats["appender"]
     drain = appender["drain_seconds"]
     metrics = broker["metrics_url"] or "off (shmlog broker --metrics-port N)"
+    kafka = ", ".join(broker.get("kafka_listeners") or []) or \
+        "off (shmlog broker --listeners PLAINTEXT://127.0.0.1:9092)"
     return [f"broker {broker['pid']}  up {_duration(broker['uptime_s'])}  "
             f"data {broker['data_dir']}",
             f"metrics {metrics}",
+            f"kafka {kafka}",
             f"produce {totals['produced_records_per_s']:,.0f} records/s "
             f"{_bytes(totals['produced_bytes_per_s'])}/s, consume "
             f"{totals['consumed_records_per_s']:,.0f} records/s (committed), over the last "

@@ -31,6 +31,7 @@
     │   ├── OutOfOrderSequenceError   an idempotent producer's sequence skipped or went back
     │   ├── InvalidProducerEpochError an idempotent producer's epoch is older than one appended
     │   ├── ZnodeFormatError          a znode's body is not what zk_paths lays out
+    │   ├── KafkaRequestError         a Kafka client's request is malformed or unservable
     │   └── ReplicationProtocolError  a peer broker's replication message is malformed
     ├── TopicExistsError
     ├── UnknownTopicOrPartitionError
@@ -357,6 +358,12 @@ class InconsistentGroupProtocolError(GroupError):
 class ZnodeFormatError(PeerProtocolError):
     """A znode's body (written by another broker, or by hand) is not what
     ``zk_paths`` lays out: malformed JSON, a missing field, a value out of range."""
+
+
+class KafkaRequestError(PeerProtocolError):
+    """A Kafka client's request cannot be served: its frame is malformed, over
+    ``socket.request.max.bytes``, or of an API or version the broker does not
+    advertise. Kafka closes such a connection; so does the listener, logging this."""
 
 
 class ZooKeeperConnectionError(ZooKeeperUnavailableError):

@@ -720,3 +720,30 @@ PID_MAX = 1 << 22
 # ring_size of /dev/shm: 1024 producers of the default ring are 1 GiB of /dev/shm, and
 # issue 26 asks for 200 on one broker. Past it a producer gets TooManyProducersError.
 PRODUCERS_MAX_DEFAULT = 1024
+
+# -- the Kafka listener (shmlog/wire) ---------------------------------------------------
+# Kafka's socket.request.max.bytes default (100 MiB): a request's 4-byte size is checked
+# against it before a byte of its body is read; one over it closes the connection.
+KAFKA_REQUEST_SIZE_MAX_DEFAULT = 100 * 1024 * 1024
+# Kafka's connections.max.idle.ms default (10 minutes): a connection with nothing in
+# flight and nothing received for this long is closed.
+KAFKA_CONNECTIONS_IDLE_MS_DEFAULT = 600_000
+# Connections one client address may hold at once (Kafka's max.connections.per.ip; its
+# default is unbounded). Each is a descriptor of the broker's, a receive buffer of at most
+# one request, and a selector entry: 1,000 per address keeps one runaway client on one
+# host from taking the broker's descriptors, and a connection over it is closed at once.
+KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT = 1_000
+# One recv of the listener's thread (a socket buffer's worth): requests larger than this
+# are read in several, into a buffer of the request's own size.
+KAFKA_RECEIVE_CHUNK_SIZE = 64 * 1024
+# How long the listener's thread waits in select() before it looks at the idle
+# connections and at the broker stopping.
+KAFKA_LISTENER_POLL_S = 0.5
+# After accept() fails for want of descriptors (EMFILE, ENFILE), the listener stops
+# accepting for this long (the waiting connections stay queued in the kernel's backlog)
+# rather than spin on a socket that stays readable.
+KAFKA_ACCEPT_BACKOFF_S = 0.5
+# The listener's backlog of connections not yet accepted (socket.listen).
+KAFKA_LISTEN_BACKLOG = 128
+# Buffers one sendmsg() of the listener writes at most (Linux's IOV_MAX, UIO_MAXIOV).
+KAFKA_SEND_BUFFERS_MAX = 1024

@@ -19,7 +19,13 @@ from typing import Any
 from ..common import access
 from ..common.documented import setting
 from ..common.errors import InvalidConfigError, LocalProtocolError
-from ..common.limits import METRICS_PORT_MAX, PRODUCERS_MAX_DEFAULT
+from ..common.limits import (
+    KAFKA_CONNECTIONS_IDLE_MS_DEFAULT,
+    KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT,
+    KAFKA_REQUEST_SIZE_MAX_DEFAULT,
+    METRICS_PORT_MAX,
+    PRODUCERS_MAX_DEFAULT,
+)
 from ..common.paths import control_address, default_data_dir
 from .cluster import ClusterConfig
 
@@ -84,12 +90,38 @@ class BrokerConfig:
         "127.0.0.1", doc="The address the metrics endpoint listens on: loopback unless "
                          "told (the metrics name topics and groups, which a host's other "
                          "users may not see).")
+    listeners: str | None = setting(
+        None, doc="Kafka's listeners: where Kafka clients connect, comma-separated "
+                  "PROTOCOL://host:port (e.g. PLAINTEXT://127.0.0.1:9092; port 0: a free "
+                  "one, which shmlog status shows). Off unless set.")
+    advertised_listeners: str | None = setting(
+        None, doc="Kafka's advertised.listeners: the host:port clients are told to "
+                  "connect to, when it differs from listeners (behind NAT, a container).")
+    socket_request_max_bytes: int = setting(
+        KAFKA_REQUEST_SIZE_MAX_DEFAULT,
+        doc="The largest request a Kafka client may send (Kafka's "
+            "socket.request.max.bytes); a larger one closes its connection.")
+    connections_max_idle_ms: int = setting(
+        KAFKA_CONNECTIONS_IDLE_MS_DEFAULT,
+        doc="A Kafka client's connection idle this long is closed (Kafka's "
+            "connections.max.idle.ms).")
+    max_connections_per_ip: int = setting(
+        KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT,
+        doc="The most Kafka connections one client address may hold (Kafka's "
+            "max.connections.per.ip); one over it is closed at once.")
+    auto_create_topics_enable: bool = setting(
+        True, doc="Create a topic a Kafka client asks Metadata for, if it does not exist "
+                  "(Kafka's auto.create.topics.enable), with num_partitions partitions.")
+    num_partitions: int = setting(
+        1, doc="Partitions of a topic created on first use (Kafka's num.partitions).")
     cluster: ClusterConfig | None = setting(
         None, doc="The [cluster] table of the config file (see Cluster settings); "
                   "without it the broker is a single-host broker, with no ZooKeeper.")
 
     _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms", "metrics_port")
-    TEXT_SETTINGS = ("data_dir", "data_group", "metrics_address")
+    TEXT_SETTINGS = ("data_dir", "data_group", "metrics_address", "listeners",
+                     "advertised_listeners")
+    BOOLEAN_SETTINGS = ("auto_create_topics_enable",)
     # Settings that are whole tables of the file, not flags.
     TABLE_SETTINGS = ("cluster",)
 
@@ -133,6 +165,9 @@ class BrokerConfig:
             if key not in known:
                 raise LocalProtocolError(f"unknown broker setting {key!r}; known: "
                                          f"{', '.join(sorted(known))}")
+            if key in cls.BOOLEAN_SETTINGS:
+                values[key] = value = _boolean(key, value)
+                continue
             expected = str if key in cls.TEXT_SETTINGS else int
             least = 0 if key in cls._MAY_BE_ZERO else 1
             if isinstance(value, bool) or not isinstance(value, expected) or \
@@ -156,6 +191,15 @@ class BrokerConfig:
         """Who may read the data (see ``access``)."""
         return access.Access(None if self.data_group is None
                              else access.group_id_of(self.data_group))
+
+
+def _boolean(key: str, value: Any) -> bool:
+    """A boolean setting: true or false in TOML, or as a flag's text."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise LocalProtocolError(f"broker setting {key} must be true or false, got {value!r}")
 
 
 def broker_config_entries(config: BrokerConfig) -> dict[str, dict[str, Any]]:

@@ -480,7 +480,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
                 for number in (signal.SIGTERM, signal.SIGINT)}
     open_files = raise_open_files_limit()    # before the logs open
     core = BrokerCore(config)
-    control = metrics = None
+    control = metrics = kafka = None
     try:
         warm_kernels(config)             # before the socket: a client never waits for it
         address = control_address(core.data_dir)
@@ -490,6 +490,8 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
                  os.getpid(), core.data_dir, address, *open_files)
         if config.metrics_port is not None:
             metrics = _serve_metrics(core)
+        if config.listeners:
+            kafka = _serve_kafka(core)
         if ready is not None:
             ready()
         idle_since = None
@@ -505,6 +507,9 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             answered = control.answer(core.handle)
             for ticket, reply in core.take_replies():
                 control.send(ticket, reply)
+            if kafka is not None:
+                answered |= kafka.answer()
+                kafka.poll(now_ms())
             if answered or handled:
                 idle_since = None
                 continue
@@ -512,13 +517,17 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             if idle_since is None:
                 idle_since = now
             wakeup.pause(now - idle_since, core.host.table.appender_doorbell,
-                         lambda: core.host.work_pending() or control.waiting,
-                         min(core.seconds_to_next_timer(), limits.BROKER_IDLE_SLEEP_LONGEST_S))
+                         lambda: core.host.work_pending() or control.waiting or
+                         (kafka is not None and kafka.waiting),
+                         min(_seconds_to_next_timer(core, kafka),
+                             limits.BROKER_IDLE_SLEEP_LONGEST_S))
         log.info("broker %d stopping on %s: draining rings, flushing and closing the logs",
                  os.getpid(), signal.Signals(stopping[0]).name)
     finally:
         if metrics is not None:
             metrics.stop()               # first: its scrapes ask the control socket
+        if kafka is not None:
+            kafka.stop()
         if control is not None:
             for ticket in core.pending_tickets():
                 control.send(ticket, error_reply(BrokerNotAvailableError("the broker is stopping")))
@@ -527,6 +536,23 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         core.close()
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def _serve_kafka(core: BrokerCore):
+    """Start the Kafka listener of ``core``'s config (``wire``); its KafkaListener."""
+    from ..wire.kafka_listener import KafkaListener
+    kafka = KafkaListener(core)
+    core.stats.kafka_listeners = [f"{host}:{port}" for host, port in kafka.addresses]
+    return kafka
+
+
+def _seconds_to_next_timer(core: BrokerCore, kafka) -> float:
+    """Seconds until the loop has timed work: the core's, or a Kafka request held."""
+    seconds = core.seconds_to_next_timer()
+    deadline = kafka.next_deadline() if kafka is not None else None
+    if deadline is not None:
+        seconds = min(seconds, max(0.0, (deadline - now_ms()) / 1000))
+    return seconds
 
 
 def _serve_metrics(core: BrokerCore):

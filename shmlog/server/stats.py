@@ -115,6 +115,8 @@ class StatsService(ImmediateService):
     metrics_url : str or None
         Where the broker's Prometheus endpoint serves (``serve`` sets it), shown by
         ``shmlog status``.
+    kafka_listeners : list of str
+        The host:port each Kafka listener is bound to (``serve`` sets them).
     """
 
     def __init__(self, host: PartitionHost, producers: ProducerRegistry, coordinator,
@@ -124,6 +126,7 @@ class StatsService(ImmediateService):
         self.coordinator = coordinator
         self.cluster = cluster
         self.metrics_url: str | None = None
+        self.kafka_listeners: list[str] = []
         now = time.monotonic()
         self._partitions: dict[tuple[str, int, str | None], _PartitionRates] = {}
         # The hosted list last sampled, its rows and the words seen in them (n x 3):
@@ -266,7 +269,7 @@ class StatsService(ImmediateService):
         started_ms = self.host.table.broker_epoch // 1_000_000     # the epoch is ns
         return {"pid": os.getpid(), "data_dir": self.host.data_dir,
                 "started_ms": started_ms, "uptime_s": max(0.0, (now_ms() - started_ms) / 1000),
-                "metrics_url": self.metrics_url}
+                "metrics_url": self.metrics_url, "kafka_listeners": self.kafka_listeners}
 
     def _partition(self, hosted: HostedPartition, now: float) -> dict:
         log = hosted.log

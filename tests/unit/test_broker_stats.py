@@ -242,8 +242,9 @@ def test_the_status_view_lines(core):
     lines = status_lines(ask(core, "stats"))
     assert lines[0].startswith(f"broker {os.getpid()}  up ")
     assert lines[1] == "metrics off (shmlog broker --metrics-port N)"
+    assert lines[2] == "kafka off (shmlog broker --listeners PLAINTEXT://127.0.0.1:9092)"
     assert re.fullmatch(r"appender: \d+ entries in \d+ drain passes, p50 (-|<= [\d.]+ (us|ms|s)), "
-                        r"p99 (-|<= [\d.]+ (us|ms|s))", lines[3]), lines[3]
+                        r"p99 (-|<= [\d.]+ (us|ms|s))", lines[4]), lines[4]
     header = next(index for index, line in enumerate(lines) if line.startswith("TOPIC"))
     assert lines[header].split() == ["TOPIC", "PARTITION", "START", "END", "HW", "SIZE",
                                      "SEGMENTS", "RECORDS/S", "BYTES/S"]

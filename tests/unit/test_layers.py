@@ -41,6 +41,7 @@ LAYERS = (
     ("config",),            # broker and cluster settings
     ("broker",),            # the appender, partition host, services
     ("cluster",),           # zk/, controller/, replication/, groups and topics across hosts
+    ("wire",),              # Kafka's wire protocol: the listener and the APIs it serves
     ("server",),            # the composition root: Broker
     ("devtools",),          # local ZooKeeper and cluster, netns, perf
     ("kafka", "spark", "cli"),

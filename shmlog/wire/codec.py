@@ -1,0 +1,171 @@
+"""The one door to Kafka's message classes: requests decoded and responses encoded
+with kafka-python's ``kafka.protocol`` (built from Kafka's own JSON schemas; the
+version is pinned in setup.cfg), behind names of our own.
+
+Rules
+-----
+* No other module imports ``kafka.protocol``: a new kafka-python is checked here.
+* kafka-python's classes take every version from 0; the broker serves only the
+  ranges :mod:`apis` advertises, and :func:`decode_request` decodes only what it is
+  asked to (the caller checked the range).
+* Anything a client's bytes can make go wrong while decoding is a
+  :class:`KafkaRequestError` naming the API, version and correlation id: the
+  connection is closed (as Kafka does), never the broker.
+* The request header is read by hand (it is the same for every API, and a header we
+  cannot serve must still give its correlation id); bodies go through the classes.
+
+Theory of operation
+-------------------
+A request frame is ``api_key int16, api_version int16, correlation_id int32,
+client_id nullable string`` (header v1), then, for a flexible version, tagged fields
+(header v2), then the body. A response is ``correlation_id int32`` (header v0), plus
+tagged fields when the API's version is flexible (header v1), then the body, except
+that ApiVersions' response header is always v0 (a client that does not know the
+broker's versions must read it). :func:`encode_response` returns the framed bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import pkgutil
+import struct
+
+from kafka.protocol import __path__ as _PROTOCOL_PATH  # noqa: N811 - the package's path
+from kafka.protocol.api_message import ApiMessage
+
+from ..common.errors import KafkaRequestError
+
+__all__ = ["RequestHeader", "read_header", "decode_request", "encode_response",
+           "response_class", "request_class", "API_VERSIONS_KEY"]
+
+API_VERSIONS_KEY = 18
+_HEADER = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+_SIZE = struct.Struct(">i")
+
+
+def _message_classes() -> tuple[dict[int, type], dict[int, type]]:
+    """{api key: request class}, {api key: response class}: every message class of
+    kafka-python's protocol package."""
+    requests, responses = {}, {}
+    for found in pkgutil.walk_packages(_PROTOCOL_PATH, "kafka.protocol."):
+        module = importlib.import_module(found.name)
+        for value in vars(module).values():
+            if inspect.isclass(value) and issubclass(value, ApiMessage) \
+                    and value is not ApiMessage and getattr(value, "_json", None) \
+                    and value._class_version is None:
+                (requests if value.is_request() else responses)[value.API_KEY] = value
+    return requests, responses
+
+
+_REQUESTS, _RESPONSES = _message_classes()
+
+
+def request_class(api_key: int) -> type | None:
+    """The request class of ``api_key`` (None: kafka-python has none)."""
+    return _REQUESTS.get(api_key)
+
+
+def response_class(api_key: int) -> type:
+    """The response class of ``api_key``: build responses with it (``cls(version=v,
+    field=...)``; nested structs are its attributes, e.g.
+    ``MetadataResponse.MetadataResponseBroker``)."""
+    return _RESPONSES[api_key]
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestHeader:
+    """A request's header: what every API's request starts with."""
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int                # where the body starts in the frame
+
+    def describe(self) -> str:
+        cls = _REQUESTS.get(self.api_key)
+        name = cls.name if cls is not None else f"API {self.api_key}"
+        return f"{name} v{self.api_version} (correlation id {self.correlation_id})"
+
+
+def _varint(frame, position: int) -> tuple[int, int]:
+    """An unsigned varint at ``position``: (value, position after it)."""
+    value = shift = 0
+    while True:
+        if position >= len(frame) or shift > 28:
+            raise KafkaRequestError("a varint in the request header runs past its end")
+        byte = frame[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+def _flexible(api_key: int, api_version: int) -> bool:
+    cls = _REQUESTS.get(api_key)
+    return cls is not None and cls.flexible_version_q(api_version)
+
+
+def read_header(frame: memoryview) -> RequestHeader:
+    """The header of one request frame (the bytes after its size).
+
+    Raises
+    ------
+    KafkaRequestError
+        The frame is too short for its header, or its client id or tagged fields
+        run past its end.
+    """
+    if len(frame) < _HEADER.size + _INT16.size:
+        raise KafkaRequestError(f"a request of {len(frame)} bytes is shorter than a header")
+    api_key, api_version, correlation_id = _HEADER.unpack_from(frame, 0)
+    position = _HEADER.size
+    (length,) = _INT16.unpack_from(frame, position)
+    position += _INT16.size
+    client_id = None
+    if length >= 0:
+        if position + length > len(frame):
+            raise KafkaRequestError(f"the client id's {length} bytes run past the request's end "
+                                    f"(correlation id {correlation_id})")
+        client_id = bytes(frame[position:position + length]).decode("utf-8", "replace")
+        position += length
+    if _flexible(api_key, api_version):
+        count, position = _varint(frame, position)
+        for _ in range(count):
+            _, position = _varint(frame, position)            # the tag
+            size, position = _varint(frame, position)
+            position += size
+        if position > len(frame):
+            raise KafkaRequestError(f"the header's tagged fields run past the request's end "
+                                    f"(correlation id {correlation_id})")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, position)
+
+
+def decode_request(header: RequestHeader, frame: memoryview):
+    """The body of ``frame`` decoded as ``header`` says (a kafka-python message).
+
+    Raises
+    ------
+    KafkaRequestError
+        The body does not decode as that API's version.
+    """
+    cls = _REQUESTS[header.api_key]
+    try:
+        return cls.decode(frame[header.body_offset:], version=header.api_version)
+    except Exception as error:       # noqa: BLE001 - any decoding failure is the client's
+        raise KafkaRequestError(f"{header.describe()}: the body does not decode: "
+                                f"{type(error).__name__}: {error}") from None
+
+
+def encode_response(header: RequestHeader, response, version: int | None = None) -> bytes:
+    """``response`` framed: its size, its header for ``header``'s request, its body at
+    ``version`` (the request's, unless given: ApiVersions answers an unsupported
+    version with a v0 body)."""
+    version = header.api_version if version is None else version
+    body = response.encode(version=version)
+    flexible_header = header.api_key != API_VERSIONS_KEY and \
+        _RESPONSES[header.api_key].flexible_version_q(version)
+    head = _SIZE.pack(header.correlation_id) + (b"\x00" if flexible_header else b"")
+    return _SIZE.pack(len(head) + len(body)) + head + bytes(body)

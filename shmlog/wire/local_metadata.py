@@ -1,0 +1,90 @@
+"""What a single broker tells Kafka clients about itself: one broker (node 0) at its
+advertised listener, leading every partition it hosts at leader epoch 0.
+
+Rules
+-----
+* The cluster id is derived from the data directory's real path (22 characters of
+  URL-safe base64, Kafka's format): the same across restarts of the broker.
+* Topics are created through the broker's topic service, with its checks, as
+  ``shmlog topics create`` creates them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import uuid
+
+from ..common.errors import ShmlogError
+from ..common.internal_topics import INTERNAL_TOPICS
+from ..common.topic_names import validate_topic_name
+
+__all__ = ["LocalMetadata", "SINGLE_BROKER_ID", "cluster_id_of"]
+
+SINGLE_BROKER_ID = 0
+
+
+def cluster_id_of(data_dir: str) -> str:
+    """A single broker's cluster id: a UUID-sized digest of its data directory."""
+    digest = hashlib.sha256(os.path.realpath(data_dir).encode()).digest()
+    digest = digest[:len(uuid.UUID(int=0).bytes)]          # a UUID's 16 bytes
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+class LocalMetadata:
+    """The metadata of the broker ``core`` (a BrokerCore without a cluster), which
+    clients reach at ``advertised`` (host, port)."""
+
+    def __init__(self, core, advertised: tuple[str, int]) -> None:
+        self.core = core
+        self.advertised = advertised
+        self.cluster_id = cluster_id_of(core.data_dir)
+        self.auto_create = core.config.auto_create_topics_enable
+        self._ids: dict[str, str] = {}              # topic id -> name, as last seen
+
+    # -- brokers -----------------------------------------------------------------------
+    def brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(node id, host, port, rack) of every broker."""
+        return [(SINGLE_BROKER_ID, self.advertised[0], self.advertised[1], None)]
+
+    def controller_id(self) -> int:
+        return SINGLE_BROKER_ID
+
+    # -- topics ------------------------------------------------------------------------
+    def topic_names(self) -> list[str]:
+        return self.core.host.logs.list_topics()
+
+    def topic_name_of(self, topic_id: str) -> str | None:
+        if topic_id not in self._ids:
+            self._ids = {self.core.host.logs.describe_topic(name).topic_id: name
+                         for name in self.topic_names()}
+        return self._ids.get(topic_id)
+
+    def topic(self, name: str):
+        """(topic id, internal, [(partition, error code, leader, leader epoch, replicas,
+        in-sync replicas)]) of topic ``name``, or None if there is none."""
+        try:
+            described = self.core.host.logs.describe_topic(name)
+        except ShmlogError:
+            return None
+        me = [SINGLE_BROKER_ID]
+        return (described.topic_id, name in INTERNAL_TOPICS,
+                [(partition, 0, SINGLE_BROKER_ID, 0, me, me)
+                 for partition in range(described.partitions)])
+
+    def leader_epoch(self, topic: str, partition: int) -> int | None:
+        """The partition's leader epoch if this broker leads it, else None (a single
+        broker leads every partition it hosts, at epoch 0)."""
+        return 0
+
+    def valid_name(self, name: str) -> bool:
+        try:
+            validate_topic_name(name)
+        except ShmlogError:
+            return False
+        return True
+
+    def create_topic(self, name: str) -> None:
+        """Create ``name`` with the broker's ``num_partitions`` (auto-creation)."""
+        self.core.topics.create_topic(name, self.core.config.num_partitions)
