@@ -25,7 +25,9 @@ subscription, there is no round trip through a leader, and a pattern subscriptio
 resolved where topics are created, so a new matching topic rebalances at once.
 
 A join moves the group to ``PREPARING_REBALANCE`` (from ``EMPTY`` after
-``group_initial_rebalance_delay_ms``); the joins wait, holding their tickets, until
+``group_initial_rebalance_delay_ms``), except, as in Kafka, a stable group's
+follower joining again with nothing changed, which is told the current generation
+at once; the joins wait, holding their tickets, until
 every known member has joined or the rebalance timeout (the members' largest
 ``max.poll.interval.ms``) has passed. Then members that did not join are dropped,
 the generation advances, the assignor chosen from those every member offers runs
@@ -83,6 +85,14 @@ class CoordinatorConfig:
     # Kafka's offsets.retention.minutes (7 days), in ms: how long the committed
     # offsets of a group without members outlive its last member or last commit.
     offsets_retention_ms: int = 7 * 24 * 3_600_000
+
+
+def _same_join(member: MemberMetadata, wanted: MemberMetadata) -> bool:
+    """Whether a join asks for nothing ``member`` does not have already."""
+    return (member.topics, member.pattern, member.assignors, member.session_timeout_ms,
+            member.rebalance_timeout_ms, member.owned) == \
+        (wanted.topics, wanted.pattern, wanted.assignors, wanted.session_timeout_ms,
+         wanted.rebalance_timeout_ms, wanted.owned)
 
 
 class GroupCoordinator:
@@ -151,6 +161,15 @@ class GroupCoordinator:
                 f"group {group_id!r} uses assignors {sorted(set(others[0].assignors))}; "
                 f"this member offers {list(wanted.assignors)}")
         member = group.members.get(member_id) if member_id else None
+        if member is not None and group.state is GroupState.STABLE and \
+                member_id != group.leader and _same_join(member, wanted):
+            # Kafka's rule: a follower that joins again with nothing changed is told
+            # the current generation; it starts no rebalance (a client that gave up
+            # waiting on its join and sent it again would otherwise start one more).
+            member.heard_ms = now
+            self._reply(ticket, {"member_id": member_id, "generation": group.generation,
+                                 "leader": group.leader, "protocol": group.protocol})
+            return PENDING
         if member is not None:
             if member.join_ticket is not None:     # a join it gave up on (timed out)
                 self._reply(member.join_ticket, RebalanceInProgressError(
@@ -371,7 +390,7 @@ class GroupCoordinator:
                               if name in common)
         group.partition_counts = self._partition_counts(group, topics)
         subscriptions = {member.member_id: Subscription(
-            member.member_id, self._subscribed(member, topics), member.owned,
+            member.member_id, self.subscribed_topics(member, topics), member.owned,
             member.owned_generation) for member in members}
         result = assign(group.protocol, group.partition_counts, subscriptions)
         # Whatever the assignor: a partition a member still holds (it says so, and
@@ -409,8 +428,9 @@ class GroupCoordinator:
             self._prepare_rebalance(group, now)
         self._maybe_complete(group, now)
 
-    def _subscribed(self, member: MemberMetadata,
-                    topics: Mapping[str, int]) -> tuple[str, ...]:
+    def subscribed_topics(self, member: MemberMetadata,
+                          topics: Mapping[str, int]) -> tuple[str, ...]:
+        """The topics ``member`` subscribes to among ``topics`` (its pattern's too)."""
         if member.pattern is None:
             return member.topics
         pattern = re.compile(member.pattern)
@@ -422,7 +442,7 @@ class GroupCoordinator:
     def _partition_counts(self, group: GroupMetadata,
                           topics: Mapping[str, int]) -> dict[str, int]:
         subscribed = {topic for member in group.members.values()
-                      for topic in self._subscribed(member, topics)}
+                      for topic in self.subscribed_topics(member, topics)}
         return {topic: topics[topic] for topic in sorted(subscribed) if topic in topics}
 
     # -- helpers ------------------------------------------------------------------------

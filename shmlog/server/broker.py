@@ -89,7 +89,7 @@ from ..broker.partition_host import PartitionHost
 from ..broker.producer_registry import ProducerRegistry
 from ..broker.producer_service import ProducerService
 from ..broker.scheduler import Scheduler
-from ..broker.service import RequestContext, Service
+from ..broker.service import CallbackTicket, RequestContext, Service
 from ..broker.topic_service import TopicService
 from ..common import access, child_process, limits
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
@@ -245,13 +245,22 @@ class BrokerCore:
             self.context.ticket = None
 
     def take_replies(self) -> list[tuple[Any, bytes]]:
-        """Replies that were held back and are due now: (ticket, reply frame)."""
-        return [(ticket, encode_result(result))
-                for service in self.services for ticket, result in service.take_replies()]
+        """Replies that were held back and are due now: (ticket, reply frame). A
+        reply to a request made in this process (a :class:`CallbackTicket`'s) is
+        handed to its callback here instead."""
+        replies = []
+        for service in self.services:
+            for ticket, result in service.take_replies():
+                if isinstance(ticket, CallbackTicket):
+                    ticket.callback(result)
+                else:
+                    replies.append((ticket, encode_result(result)))
+        return replies
 
     def pending_tickets(self) -> list:
-        """Tickets of requests held back and not answered yet."""
-        return [ticket for service in self.services for ticket in service.pending_tickets()]
+        """Tickets of control requests held back and not answered yet."""
+        return [ticket for service in self.services for ticket in service.pending_tickets()
+                if not isinstance(ticket, CallbackTicket)]
 
     # -- the loop ------------------------------------------------------------------
     def next_deadline(self) -> int | None:

@@ -6,6 +6,8 @@ Rules
 * Off unless ``listeners`` is set. Each listener is ``PLAINTEXT://host:port`` (port
   0: a free one); ``advertised_listeners`` gives what clients are told, in the same
   order, when it differs.
+* Consumer groups (``group_apis``, ``offset_apis``) are served by a broker alone;
+  a cluster member's listener does not offer them.
 * The loop drives it: :meth:`KafkaListener.answer` every turn, :meth:`KafkaListener.poll`
   after every drain (held requests may be due), and its deadline joins the loop's.
 """
@@ -18,8 +20,10 @@ import socket
 
 from ..common.errors import InvalidConfigError
 from .apis import KafkaApis
+from .group_apis import GroupApis
 from .local_metadata import LocalMetadata
 from .metadata_api import MetadataApi
+from .offset_apis import OffsetApis
 from .socket_server import KafkaSocketServer
 
 __all__ = ["KafkaListener", "parse_endpoints"]
@@ -79,7 +83,15 @@ class KafkaListener:
         self.addresses = self.server.addresses
         self.advertised = advertised[0] if advertised else _reachable(self.addresses[0])
         metadata = LocalMetadata(core, self.advertised)
-        self.apis = KafkaApis(self.server, [MetadataApi(metadata)])
+        areas = [MetadataApi(metadata)]
+        if core.cluster is None:
+            # A cluster's groups are coordinated by their offsets partition's leader:
+            # these areas know one broker's coordinator only.
+            node_id, host, port, _ = metadata.brokers()[0]
+            areas += [GroupApis(core, (node_id, host, port),
+                                lambda *response: self.apis.respond(*response)),
+                      OffsetApis(core)]
+        self.apis = KafkaApis(self.server, areas)
         log.info("broker %d: Kafka listener on %s", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses))
 
