@@ -75,8 +75,15 @@ FIND_COORDINATOR_KEY, JOIN_GROUP_KEY, HEARTBEAT_KEY, LEAVE_GROUP_KEY = 10, 11, 1
 SYNC_GROUP_KEY, DESCRIBE_GROUPS_KEY, LIST_GROUPS_KEY = 14, 15, 16
 
 _GROUP_KEY_TYPE, _TRANSACTION_KEY_TYPE = 0, 1
-# DescribeGroups' authorized operations when the client did not ask for them.
-_OPERATIONS_NOT_ASKED = -2147483648
+# DescribeGroups' authorized operations when the client did not ask for them:
+# kafka-python's bit set, None for Kafka's INT32_MIN ("not given").
+_OPERATIONS_NOT_ASKED = None
+
+
+def _protocol_type(group) -> str:
+    """A group's protocol type: ``consumer`` while it has members; a group of
+    committed offsets only has none (a client reads it as a simple consumer group)."""
+    return codec.CONSUMER_PROTOCOL_TYPE if group.members else ""
 
 
 def static_member(request, header, body) -> int | None:
@@ -314,7 +321,7 @@ class GroupApis:
         return described(
             error_code=NONE, error_message=None, group_id=group_id,
             group_state=group.state.value,
-            protocol_type=codec.CONSUMER_PROTOCOL_TYPE if group.members else "",
+            protocol_type=_protocol_type(group),
             protocol_data=group.protocol or "",
             members=[described.DescribedGroupMember(
                 member_id=member.member_id, group_instance_id=None,
@@ -329,7 +336,7 @@ class GroupApis:
         cls = codec.response_class(LIST_GROUPS_KEY)
         wanted = set(body.states_filter or ()) if header.api_version >= 4 else set()
         groups = [cls.ListedGroup(group_id=group.group_id,
-                                  protocol_type=codec.CONSUMER_PROTOCOL_TYPE,
+                                  protocol_type=_protocol_type(group),
                                   group_state=group.state.value)
                   for group in sorted(self.coordinator.groups.values(),
                                       key=lambda group: group.group_id)
