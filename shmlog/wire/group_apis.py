@@ -58,6 +58,7 @@ from .apis import LATER
 from .error_codes import (
     COORDINATOR_NOT_AVAILABLE,
     INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
     INVALID_REQUEST,
     INVALID_SESSION_TIMEOUT,
     MEMBER_ID_REQUIRED,
@@ -185,7 +186,9 @@ class GroupApis:
 
     def _refuse_join(self, request, header, body) -> int | None:
         """The error code of a join this broker cannot take, else None."""
-        if body.protocol_type != codec.CONSUMER_PROTOCOL_TYPE:
+        if not body.group_id:
+            why, code = "an empty group id", INVALID_GROUP_ID
+        elif body.protocol_type != codec.CONSUMER_PROTOCOL_TYPE:
             why, code = f"protocol type {body.protocol_type!r} (only " \
                         f"{codec.CONSUMER_PROTOCOL_TYPE!r} is served)", INCONSISTENT_GROUP_PROTOCOL
         elif not any(protocol.name in ASSIGNORS for protocol in body.protocols):

@@ -524,10 +524,12 @@ def test_a_member_that_stops_heartbeating_is_removed(broker):
     pytest.param({"group_instance_id": "static-1"}, 35, id="static-member"),
     pytest.param({"protocol_type": "connect"}, 23, id="not-a-consumer-group"),
     pytest.param({"session_ms": 500}, 26, id="session-below-the-broker-minimum"),
+    pytest.param({"group": ""}, 24, id="empty-group-id"),
 ])
 def test_joins_the_coordinator_cannot_honour_are_refused(broker, fields, code):
     data_dir, address = broker
-    topic, group = _topic_with_data(data_dir, partitions=1, records=1), _name("refused")
+    topic = _topic_with_data(data_dir, partitions=1, records=1)
+    group = fields.pop("group", _name("refused"))
     raw = _Raw(address)
     try:
         assert _join(raw, group, topic, 5, member_id="member-1", **fields).error_code == code
