@@ -20,6 +20,7 @@ from ..common.errors import InvalidConfigError
 from .apis import KafkaApis
 from .local_metadata import LocalMetadata
 from .metadata_api import MetadataApi
+from .offsets_api import OffsetsApi
 from .socket_server import KafkaSocketServer
 
 __all__ = ["KafkaListener", "parse_endpoints"]
@@ -79,7 +80,7 @@ class KafkaListener:
         self.addresses = self.server.addresses
         self.advertised = advertised[0] if advertised else _reachable(self.addresses[0])
         metadata = LocalMetadata(core, self.advertised)
-        self.apis = KafkaApis(self.server, [MetadataApi(metadata)])
+        self.apis = KafkaApis(self.server, [MetadataApi(metadata), OffsetsApi(core, metadata)])
         log.info("broker %d: Kafka listener on %s", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses))
 
