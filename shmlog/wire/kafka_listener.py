@@ -6,6 +6,9 @@ Rules
 * Off unless ``listeners`` is set. Each listener is ``PLAINTEXT://host:port`` (port
   0: a free one); ``advertised_listeners`` gives what clients are told, in the same
   order, when it differs.
+* Its sockets are bound before the broker joins a cluster, so the broker registers
+  the ports it got (Kafka's ``endpoints`` in its broker znode), and it answers once
+  the broker is warm (:meth:`KafkaListener.serve`).
 * The loop drives it: :meth:`KafkaListener.answer` every turn, :meth:`KafkaListener.poll`
   after every drain (held requests may be due), and its deadline joins the loop's.
 """
@@ -18,10 +21,12 @@ import socket
 
 from ..common.errors import InvalidConfigError
 from .apis import KafkaApis
+from .cluster_metadata import ClusterMetadata
 from .local_metadata import LocalMetadata
 from .metadata_api import MetadataApi
 from .offsets_api import OffsetsApi
 from .socket_server import KafkaSocketServer
+from .tickets import WireTicket
 
 __all__ = ["KafkaListener", "parse_endpoints"]
 
@@ -62,10 +67,10 @@ def _reachable(address: tuple[str, int]) -> tuple[str, int]:
 
 
 class KafkaListener:
-    """The Kafka listener of broker ``core`` (a BrokerCore), as its config says."""
+    """The Kafka listener a broker's ``config`` asks for: bound at construction (so
+    a cluster member registers the ports it got), serving from :meth:`serve`."""
 
-    def __init__(self, core) -> None:
-        config = core.config
+    def __init__(self, config) -> None:
         endpoints = parse_endpoints(config.listeners, "listeners")
         advertised = parse_endpoints(config.advertised_listeners, "advertised_listeners") \
             if config.advertised_listeners else None
@@ -73,20 +78,28 @@ class KafkaListener:
             raise InvalidConfigError(f"advertised_listeners names {len(advertised)} listeners "
                                      f"and listeners {len(endpoints)}: give one per listener")
         self.server = KafkaSocketServer(
-            endpoints, core.host.table.appender_doorbell,
-            request_size_max=config.socket_request_max_bytes,
+            endpoints, request_size_max=config.socket_request_max_bytes,
             idle_ms=config.connections_max_idle_ms,
             connections_per_address_max=config.max_connections_per_ip)
         self.addresses = self.server.addresses
         self.advertised = advertised[0] if advertised else _reachable(self.addresses[0])
-        metadata = LocalMetadata(core, self.advertised)
+        #: What a cluster member registers: Kafka's ``endpoints``.
+        self.endpoints = (f"PLAINTEXT://{self.advertised[0]}:{self.advertised[1]}",)
+        self.apis: KafkaApis | None = None
+
+    def serve(self, core) -> None:
+        """Answer Kafka clients for broker ``core`` (a BrokerCore) from now on."""
+        metadata = LocalMetadata(core, self.advertised) if core.cluster is None \
+            else ClusterMetadata(core, self.advertised)
         self.apis = KafkaApis(self.server, [MetadataApi(metadata), OffsetsApi(core, metadata)])
-        log.info("broker %d: Kafka listener on %s", os.getpid(),
-                 ", ".join(f"{host}:{port}" for host, port in self.addresses))
+        self.server.serve(core.host.table.appender_doorbell)
+        log.info("broker %d: Kafka listener on %s (advertised as %s:%d)", os.getpid(),
+                 ", ".join(f"{host}:{port}" for host, port in self.addresses),
+                 *self.advertised)
 
     @property
     def waiting(self) -> bool:
-        return self.apis.waiting
+        return self.server.waiting
 
     def answer(self) -> bool:
         return self.apis.answer()
@@ -96,6 +109,14 @@ class KafkaListener:
 
     def next_deadline(self) -> int | None:
         return self.apis.next_deadline()
+
+    def owns(self, ticket) -> bool:
+        """Is ``ticket`` a Kafka request's (held by a broker service)?"""
+        return isinstance(ticket, WireTicket)
+
+    def resolve(self, ticket: WireTicket, result) -> None:
+        """A held Kafka request's result came: its handler answers."""
+        ticket.on_result(result)
 
     def stop(self) -> None:
         self.server.stop()
