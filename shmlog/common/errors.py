@@ -32,6 +32,7 @@
     │   ├── InvalidProducerEpochError an idempotent producer's epoch is older than one appended
     │   ├── ZnodeFormatError          a znode's body is not what zk_paths lays out
     │   ├── KafkaRequestError         a Kafka client's request is malformed or unservable
+    │   ├── UnsupportedCodecError     a Kafka batch uses a codec shmlog does not store
     │   └── ReplicationProtocolError  a peer broker's replication message is malformed
     ├── TopicExistsError
     ├── UnknownTopicOrPartitionError
@@ -364,6 +365,12 @@ class KafkaRequestError(PeerProtocolError):
     """A Kafka client's request cannot be served: its frame is malformed, over
     ``socket.request.max.bytes``, or of an API or version the broker does not
     advertise. Kafka closes such a connection; so does the listener, logging this."""
+
+
+class UnsupportedCodecError(PeerProtocolError):
+    """A Kafka client's record batch is compressed with a codec shmlog does not store
+    (snappy, lz4: it stores none and zstd, and takes gzip); nothing of it was
+    written. The client can set ``compression.type`` to zstd, gzip or none."""
 
 
 class ZooKeeperConnectionError(ZooKeeperUnavailableError):
