@@ -58,36 +58,36 @@ from ..native.jit import (
 )
 from . import batch_layout as B
 from .compression import ZSTD_LEVEL
+from .kafka_layout import (
+    HEADER_FIXED,
+    K_ATTRIBUTES,
+    K_BASE_OFFSET,
+    K_BASE_SEQUENCE,
+    K_BASE_TIMESTAMP,
+    K_CODEC_MASK,
+    K_CONTROL_BIT,
+    K_CRC,
+    K_GZIP,
+    K_LAST_OFFSET_DELTA,
+    K_LEADER_EPOCH,
+    K_LENGTH,
+    K_LENGTH_OVERHEAD,
+    K_LZ4,
+    K_MAGIC,
+    K_MAX_TIMESTAMP,
+    K_PRODUCER_EPOCH,
+    K_PRODUCER_ID,
+    K_RECORD_COUNT,
+    K_SNAPPY,
+    K_TIMESTAMP_TYPE_BIT,
+    K_TRANSACTIONAL_BIT,
+    K_ZSTD,
+    KAFKA_HEADER_LENGTH,
+    KAFKA_MAGIC,
+    RECORD_FIXED,
+)
 
 __all__ = ["KafkaBatchStatus", "from_kafka", "to_kafka", "KAFKA_HEADER_LENGTH"]
-
-# Kafka's record batch v2 header (DefaultRecordBatch): field offsets.
-K_BASE_OFFSET = 0
-K_LENGTH = 8                 # counts the bytes after itself
-K_LEADER_EPOCH = 12
-K_MAGIC = 16
-K_CRC = 17
-K_ATTRIBUTES = 21            # the CRC covers from here to the end
-K_LAST_OFFSET_DELTA = 23
-K_BASE_TIMESTAMP = 27
-K_MAX_TIMESTAMP = 35
-K_PRODUCER_ID = 43
-K_PRODUCER_EPOCH = 51
-K_BASE_SEQUENCE = 53
-K_RECORD_COUNT = 57
-KAFKA_HEADER_LENGTH = 61
-K_LENGTH_OVERHEAD = 12       # base offset and length: not counted by the length
-KAFKA_MAGIC = 2
-K_CODEC_MASK = 0x07
-K_GZIP, K_SNAPPY, K_LZ4, K_ZSTD = 1, 2, 3, 4
-K_TIMESTAMP_TYPE_BIT = 0x08
-K_TRANSACTIONAL_BIT = 0x10
-K_CONTROL_BIT = 0x20
-# shmlog's record: length, offset delta, timestamp delta, key and value lengths,
-# header count; a header entry: key and value lengths.
-RECORD_FIXED = 28
-HEADER_FIXED = 8
-
 
 class KafkaBatchStatus(enum.IntEnum):
     """Why a Kafka batch was refused (kernels return these)."""
