@@ -264,6 +264,8 @@ def _kafka_records(source, start, end, count, out, out_position, write):
 @kernel
 def _check_kafka_header(batch, size):
     """(status, records end) of the Kafka batch ``batch[:size]`` (CRC checked)."""
+    if size > K_MAGIC and batch[K_MAGIC] != KAFKA_MAGIC:
+        return _BAD_MAGIC, 0                 # a message set of magic 0 or 1: same place
     if size < KAFKA_HEADER_LENGTH:
         return _TRUNCATED, 0
     length = np.int64(np.int32(_be32(batch, K_LENGTH)))
@@ -272,8 +274,6 @@ def _check_kafka_header(batch, size):
         return _TRUNCATED, 0
     if end != size:
         return _NOT_ONE_BATCH, 0
-    if batch[K_MAGIC] != KAFKA_MAGIC:
-        return _BAD_MAGIC, 0
     if crc32c_kernel(batch, K_ATTRIBUTES, end) != _be32(batch, K_CRC):
         return _BAD_CRC, 0
     attributes = _be16(batch, K_ATTRIBUTES)

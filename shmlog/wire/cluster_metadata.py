@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 
+from ..cluster.replication.forwarding import append_as_leader
 from ..cluster.replication.partition import Role
 from ..common.errors import ShmlogError, TopicExistsError
 from ..common.internal_topics import INTERNAL_TOPICS
@@ -106,6 +107,17 @@ class ClusterMetadata:
         if replica is None or replica.role is not Role.LEADER or replica.state is None:
             return None
         return replica.state.leader_epoch
+
+    def append(self, topic: str, partition: int, batch, acks: int, deadline: int,
+               answer) -> None:
+        """Append a client's converted batch as leader, as a forwarded produce is
+        (``forwarding.append_as_leader``): ``answer(error code, base offset, append
+        time)`` at once, or for acks=all once the high watermark covers it."""
+        replica = self.replication.hosted.replicas.get((topic, partition))
+        append_as_leader(self.core.host.appender, self.replication.forwarding.purgatory,
+                         replica, batch, acks, deadline,
+                         lambda error, base_offset, append_time:
+                         answer(int(error), base_offset, append_time))
 
     def valid_name(self, name: str) -> bool:
         try:

@@ -106,6 +106,7 @@ _ERRORS = (
     (E.NotEnoughReplicasError, NOT_ENOUGH_REPLICAS),
     (E.RequestTimedOutError, REQUEST_TIMED_OUT),
     (E.StorageError, KAFKA_STORAGE_ERROR),
+    (E.CorruptSegmentError, KAFKA_STORAGE_ERROR),
     (E.NotCoordinatorError, NOT_COORDINATOR),
     (E.CoordinatorError, COORDINATOR_NOT_AVAILABLE),
     (E.LocalProtocolError, INVALID_REQUEST),

@@ -22,9 +22,11 @@ import socket
 from ..common.errors import InvalidConfigError
 from .apis import KafkaApis
 from .cluster_metadata import ClusterMetadata
+from .fetch_api import FetchApi
 from .local_metadata import LocalMetadata
 from .metadata_api import MetadataApi
 from .offsets_api import OffsetsApi
+from .produce_api import ProduceApi
 from .socket_server import KafkaSocketServer
 from .tickets import WireTicket
 
@@ -92,6 +94,8 @@ class KafkaListener:
         metadata = LocalMetadata(core, self.advertised) if core.cluster is None \
             else ClusterMetadata(core, self.advertised)
         self.apis = KafkaApis(self.server, [MetadataApi(metadata), OffsetsApi(core, metadata)])
+        self.apis.add_area(ProduceApi(core, metadata, self.apis.respond))
+        self.apis.add_area(FetchApi(core, metadata, self.apis.respond))
         self.server.serve(core.host.table.appender_doorbell)
         log.info("broker %d: Kafka listener on %s (advertised as %s:%d)", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses),

@@ -34,7 +34,7 @@ from .error_codes import (
     for_error,
 )
 
-__all__ = ["OffsetsApi"]
+__all__ = ["OffsetsApi", "Refused", "led_partition"]
 
 LIST_OFFSETS_KEY = 2
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
@@ -44,7 +44,7 @@ MAX_TIMESTAMP = -3
 _NO_EPOCH = -1
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A partition's answer is this error code (raised inside a handler only)."""
 
     def __init__(self, code: int) -> None:
@@ -65,18 +65,7 @@ class OffsetsApi:
                 OFFSET_FOR_LEADER_EPOCH_KEY: (2, 4, self.offset_for_leader_epoch)}
 
     def _led(self, topic: str, partition: int, current_epoch: int):
-        """The hosted partition and its leader epoch, if this broker leads it at an
-        epoch the client may ask about."""
-        try:
-            hosted = self.core.host.partition(topic, partition)
-        except ShmlogError:
-            raise _Refused(UNKNOWN_TOPIC_OR_PARTITION) from None
-        epoch = self.metadata.leader_epoch(topic, partition)
-        if epoch is None:
-            raise _Refused(NOT_LEADER_OR_FOLLOWER)
-        if current_epoch >= 0 and current_epoch != epoch:
-            raise _Refused(FENCED_LEADER_EPOCH if current_epoch < epoch else UNKNOWN_LEADER_EPOCH)
-        return hosted, epoch
+        return led_partition(self.core, self.metadata, topic, partition, current_epoch)
 
     # -- ListOffsets -------------------------------------------------------------------
     def list_offsets(self, request, header, body):
@@ -89,7 +78,7 @@ class OffsetsApi:
                     error, (timestamp, offset, epoch) = NONE, self._offset(
                         topic.name, asked.partition_index,
                         getattr(asked, "current_leader_epoch", _NO_EPOCH), asked.timestamp)
-                except _Refused as refused:
+                except Refused as refused:
                     error, (timestamp, offset, epoch) = refused.code, (-1, -1, _NO_EPOCH)
                 except ShmlogError as failed:          # a damaged segment's timestamps
                     error, (timestamp, offset, epoch) = for_error(failed), (-1, -1, _NO_EPOCH)
@@ -135,13 +124,35 @@ class OffsetsApi:
                         found = hosted.log.epochs.end_offset_for(asked.leader_epoch,
                                                                  hosted.log.log_end_offset)
                     error = NONE
-                except _Refused as refused:
+                except Refused as refused:
                     error, found = refused.code, (_NO_EPOCH, -1)
                 answers.append(cls.OffsetForLeaderTopicResult.EpochEndOffset(
                     error_code=error, partition=asked.partition, leader_epoch=found[0],
                     end_offset=found[1]))
             topics.append(cls.OffsetForLeaderTopicResult(topic=topic.topic, partitions=answers))
         return cls(version=header.api_version, throttle_time_ms=0, topics=topics)
+
+
+def led_partition(core, metadata, topic: str, partition: int, current_epoch: int):
+    """The hosted partition and its leader epoch, if this broker leads it at an epoch
+    the client may ask about (``current_epoch``: -1 asks about any).
+
+    Raises
+    ------
+    Refused
+        UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH or
+        UNKNOWN_LEADER_EPOCH.
+    """
+    try:
+        hosted = core.host.partition(topic, partition)
+    except ShmlogError:
+        raise Refused(UNKNOWN_TOPIC_OR_PARTITION) from None
+    epoch = metadata.leader_epoch(topic, partition)
+    if epoch is None:
+        raise Refused(NOT_LEADER_OR_FOLLOWER)
+    if current_epoch >= 0 and current_epoch != epoch:
+        raise Refused(FENCED_LEADER_EPOCH if current_epoch < epoch else UNKNOWN_LEADER_EPOCH)
+    return hosted, epoch
 
 
 def _epoch_at(entries: list[tuple[int, int]], offset: int, current: int) -> int:
