@@ -222,6 +222,26 @@ def test_a_resent_batch_is_acknowledged_once_and_a_gap_is_refused(kafka_broker):
     assert _produce_raw(address, b"\x00" * 70).error_code == 87      # INVALID_RECORD
 
 
+def test_every_request_in_flight_resent_is_acknowledged_with_its_first_offsets(kafka_broker):
+    # What an idempotent client does after a reconnection: re-send the (up to five)
+    # requests it had in flight, in order.
+    data_dir, address = kafka_broker
+    Admin(data_dir).create_topic("resent", 1)
+    batches = [_batch(88, 3 * index, [b"%d-%d" % (index, n) for n in range(3)], codec=4)
+               for index in range(5)]
+    first = [_produce_raw(address, batch, topic="resent").base_offset for batch in batches]
+    again = [_produce_raw(address, batch, topic="resent") for batch in batches]
+    assert first == [0, 3, 6, 9, 12]
+    assert [(answer.error_code, answer.base_offset) for answer in again] == \
+        [(0, offset) for offset in first]
+    consumer = KafkaClientConsumer({"bootstrap.servers": address, "group.id": "unused"})
+    try:                                                # none appended twice
+        assert consumer.get_watermark_offsets(KafkaClientPartition("resent", 0),
+                                              timeout=WAIT_S) == (0, 15)
+    finally:
+        consumer.close()
+
+
 def test_snappy_and_lz4_get_unsupported_compression_type(kafka_broker):
     data_dir, address = kafka_broker
     Admin(data_dir).create_topic("codecs", 1)
