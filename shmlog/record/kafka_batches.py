@@ -333,6 +333,13 @@ def _inflate(codec: int, data) -> bytes:
                       f"its records do not inflate: {error}") from None
 
 
+def _signed32(value: int) -> int:
+    """A big-endian field's u32 (``_be32`` called from Python) as Kafka's i32: NumPy
+    2 raises OverflowError for ``np.int32`` of a value >= 2**31, which a hostile
+    batch's count or last offset delta is."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
 def from_kafka(records) -> np.ndarray:
     """The one Kafka record batch in ``records`` (a Produce's partition data) as a
     shmlog batch, ready for the appender.
@@ -350,7 +357,7 @@ def from_kafka(records) -> np.ndarray:
     if status != _OK:
         raise _refuse(status, f"{batch.size} bytes")
     codec = int(_be16(batch, K_ATTRIBUTES)) & K_CODEC_MASK
-    count = int(np.int32(_be32(batch, K_RECORD_COUNT)))
+    count = _signed32(_be32(batch, K_RECORD_COUNT))
     if codec in (K_SNAPPY, K_LZ4):
         raise UnsupportedCodecError(
             f"a Kafka record batch is compressed with {'snappy' if codec == K_SNAPPY else 'lz4'}"
@@ -365,7 +372,7 @@ def from_kafka(records) -> np.ndarray:
         raise _refuse(_BAD_RECORDS, f"it counts {count} records")
     empty = np.zeros(0, np.uint8)
     status, size, last_delta = _kafka_records(source, start, stop, count, empty, 0, False)
-    if status != _OK or (count and last_delta != np.int32(_be32(batch, K_LAST_OFFSET_DELTA))):
+    if status != _OK or (count and last_delta != _signed32(_be32(batch, K_LAST_OFFSET_DELTA))):
         raise _refuse(_BAD_RECORDS, "its records do not parse as their header says")
     out = np.empty(B.HEADER_LENGTH + size, np.uint8)
     _kafka_records(source, start, stop, count, out, B.HEADER_LENGTH, True)

@@ -140,6 +140,18 @@ def test_records_that_do_not_parse_are_refused_though_the_crc_matches():
     assert refused.value.status == KafkaBatchStatus.BAD_RECORDS
 
 
+@pytest.mark.parametrize("field", [slice(23, 27), slice(57, 61)],
+                         ids=["last_offset_delta", "record_count"])
+def test_an_i32_field_with_its_high_bit_set_is_refused_not_overflowed(field):
+    # Found by the fuzz below: np.int32 of the field's u32 raised OverflowError.
+    data = bytearray(kafka_batch())
+    data[field] = (0x80000004).to_bytes(4, "big")
+    _recrc(data)
+    with pytest.raises(CorruptRecordError) as refused:
+        from_kafka(bytes(data))
+    assert refused.value.status == KafkaBatchStatus.BAD_RECORDS
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_hostile_bytes_are_refused_or_stored_valid(data):
