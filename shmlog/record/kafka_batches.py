@@ -519,20 +519,30 @@ def _write_run(log, start, end, out):
     return at
 
 
-def to_kafka(log: np.ndarray) -> np.ndarray:
+def to_kafka(log: np.ndarray, max_bytes: int = -1) -> np.ndarray:
     """The stored batches ``log`` holds, whole and back to back (a read of the
     partition's log, as the appender stored them), as Kafka record batches, back to
-    back, uncompressed."""
+    back, uncompressed.
+
+    With ``max_bytes`` >= 0, only as many whole batches as fit in it in Kafka's form,
+    and at least the first: a stored zstd batch goes out inflated, so a read bounded
+    by its stored bytes may hold many times more (40 zstd batches of 1,000 zero
+    kilobytes: a 1 MiB read of the log, 40 MB as Kafka's), and a Fetch's budgets count what
+    is sent."""
     size, compressed = _run_size(log, 0, log.size)
-    if compressed < 0:
+    if compressed < 0 and (max_bytes < 0 or size <= max_bytes):
         out = np.empty(size, np.uint8)
         _write_run(log, 0, log.size, out)
         return out
     pieces = []
-    position = 0
-    while position < log.size:                # some batches need inflating: one by one
+    position = taken = 0
+    while position < log.size:                # batch by batch: inflating, or a budget
         length = int(log[position:position + 4].view("<u4")[0])
-        pieces.append(_batch_to_kafka(log[position:position + length]))
+        piece = _batch_to_kafka(log[position:position + length])
+        if pieces and 0 <= max_bytes < taken + piece.size:
+            break
+        pieces.append(piece)
+        taken += piece.size
         position += length
     return np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
 

@@ -26,7 +26,8 @@ Theory of operation
 -------------------
 Each partition is read with ``PartitionLog.read`` (a view of the mapped segment,
 bounded by the budgets and the high watermark) and converted by
-``kafka_batches.to_kafka`` (one compiled pass for a run of uncompressed batches);
+``kafka_batches.to_kafka`` (one compiled pass for a run of uncompressed batches; as
+many as fit the budget in Kafka's form, which for a stored zstd batch is inflated);
 ``fetch_response`` writes the response around the converted buffers.
 """
 
@@ -147,7 +148,10 @@ class FetchApi:
             answer.error_code = for_error(error)
             return answer
         if read.data.size and (first or read.data.size <= limit):
-            answer.records = [to_kafka(read.data)]
+            # The budgets count the bytes sent: a stored zstd batch goes out inflated.
+            converted = to_kafka(read.data, limit)
+            if first or converted.size <= limit:
+                answer.records = [converted]
         return answer
 
     def _encode(self, header, topics: list) -> list:

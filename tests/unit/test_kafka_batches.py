@@ -91,6 +91,28 @@ def test_a_run_of_batches_converts_whole_and_round_trips():
     assert to_kafka(np.zeros(0, np.uint8)).size == 0
 
 
+@pytest.mark.parametrize("codecs", [(0, 0, 0), (4, 0, 4)], ids=["none", "zstd"])
+def test_a_budget_takes_whole_kafka_batches_and_at_least_the_first(codecs):
+    run = np.concatenate([from_kafka(kafka_batch(codec=codec)) for codec in codecs])
+    sizes = [to_kafka(from_kafka(kafka_batch(codec=codec))).size for codec in codecs]
+    for budget, batches in ((-1, 3), (sum(sizes), 3), (sum(sizes) - 1, 2),
+                            (sizes[0] + sizes[1], 2), (sizes[0], 1), (sizes[0] - 1, 1), (0, 1)):
+        converted = to_kafka(run, budget)
+        assert converted.size == sum(sizes[:batches])
+        assert kafka_fields(converted) == EXPECTED * batches
+
+
+def test_a_budget_counts_a_zstd_batch_inflated():
+    # Stored: ~1 KB each; as Kafka's (uncompressed): ~1 MB each.
+    run = np.concatenate([R.encode_batch([bytes(1000)] * 1000, compression="zstd")
+                          for _ in range(4)])
+    assert run.size < 20_000
+    assert to_kafka(run).size > 4_000_000
+    converted = to_kafka(run, 2_500_000)
+    assert 2_000_000 < converted.size <= 2_500_000
+    assert len(kafka_fields(converted)) == 2000
+
+
 def test_stored_and_back_is_the_kafka_batch_byte_for_byte():
     original = kafka_batch(producer=(3, 0, 0))
     assert bytes(to_kafka(from_kafka(original))) == original

@@ -8,7 +8,8 @@ Method: the module's broker (``kafka_broker``); batches of known stored sizes wr
 with shmlog's Producer (``send_batch``: one batch each); raw Fetch requests (v4 and
 v12, encoded by kafka-python's classes) on a socket; the batches of each partition's
 records counted with ``kafka.record.MemoryRecords``. The limits a test sets are the
-stored sizes of the batches, as the log reads them.
+stored sizes of the batches, as the log reads them, or (zstd batches, which go out
+inflated) the sizes sent.
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ def write(data_dir: str, topic: str, batches: dict[int, list[list[bytes]]]) -> d
     return sizes
 
 
+def exactly(sock: socket.socket, count: int) -> bytes:
+    """``count`` bytes (MSG_WAITALL on a socket with a timeout may return fewer)."""
+    data = bytearray()
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {count} bytes")
+        data += chunk
+    return bytes(data)
+
+
 def fetch(address: str, topic: str, partitions: list[tuple[int, int, int]], max_bytes: int,
           version: int) -> dict[int, list[list[bytes]]]:
     """Fetch ``(partition, fetch offset, partition_max_bytes)`` once; returns each
@@ -60,8 +72,8 @@ def fetch(address: str, topic: str, partitions: list[tuple[int, int, int]], max_
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
         sock.sendall(request.encode(header=True, framed=True))
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        frame = struct.pack(">i", size) + sock.recv(size, socket.MSG_WAITALL)
+        size = struct.unpack(">i", exactly(sock, 4))[0]
+        frame = struct.pack(">i", size) + exactly(sock, size)
     response = FetchResponse.decode(frame, version=version, header=True, framed=True)
     found = {}
     for answer in response.responses[0].partitions:
@@ -124,3 +136,21 @@ def test_a_later_partition_gets_what_the_first_left(kafka_broker, topic, version
     got = fetch(kafka_broker[1], name, [(0, small, BIG), (1, 0, BIG)],
                 sizes[0][1] + sizes[1][0] + sizes[1][1] // 2, version)
     assert got == {0: [batches[0][1]], 1: batches[1][:1]}
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_the_budget_counts_zstd_batches_as_sent_inflated(kafka_broker, version):
+    # 10 batches of 1,000 zero kilobytes: ~1 KB each stored, ~1 MB each as Kafka's.
+    data_dir, address = kafka_broker
+    name = f"inflated-{version}"
+    Admin(data_dir).create_topic(name, 2)
+    with Producer(data_dir, compression="zstd") as producer:
+        for partition in (0, 1):
+            for _ in range(10):
+                producer.send_batch(name, [bytes(1000)] * 1000, partition=partition)
+        producer.flush(timeout=WAIT_S)
+    got = fetch(address, name, [(0, 0, 5 << 20), (1, 0, 5 << 20)], 2_500_000, version)
+    assert [len(got[0]), len(got[1])] == [2, 0]         # not all 10 (10 MB) of the first
+    got = fetch(address, name, [(0, 0, 100), (1, 0, 100)], 100, version)
+    assert [len(got[0]), len(got[1])] == [1, 0]         # the first batch, whole
+    assert got[0][0] == [bytes(1000)] * 1000
