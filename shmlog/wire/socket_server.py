@@ -21,7 +21,7 @@ Rules
 * **Nothing a client sends stops the thread**: a reset, a half-written request, a
   request to a connection that is gone (its response is dropped).
 * Responses are lists of buffers written with ``sendmsg`` as they are (a Fetch
-  response's record batches are views of the segments: never copied here).
+  response's record batches, converted once for Kafka: never copied here).
 
 Theory of operation
 -------------------
