@@ -33,6 +33,12 @@ NOT_COORDINATOR = 16
 INVALID_TOPIC_EXCEPTION = 17
 NOT_ENOUGH_REPLICAS = 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+COORDINATOR_LOAD_IN_PROGRESS = 14
 INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
 TOPIC_ALREADY_EXISTS = 36
@@ -48,6 +54,8 @@ UNKNOWN_PRODUCER_ID = 59
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 UNSUPPORTED_COMPRESSION_TYPE = 76
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
 INVALID_RECORD = 87
 
 _COMPLETIONS = {
@@ -108,7 +116,17 @@ _ERRORS = (
     (E.StorageError, KAFKA_STORAGE_ERROR),
     (E.CorruptSegmentError, KAFKA_STORAGE_ERROR),
     (E.NotCoordinatorError, NOT_COORDINATOR),
+    (E.CoordinatorLoadInProgressError, COORDINATOR_LOAD_IN_PROGRESS),
     (E.CoordinatorError, COORDINATOR_NOT_AVAILABLE),
+    (E.UnknownMemberIdError, UNKNOWN_MEMBER_ID),
+    (E.IllegalGenerationError, ILLEGAL_GENERATION),
+    (E.RebalanceInProgressError, REBALANCE_IN_PROGRESS),
+    # A commit of a partition this generation gives another member: the member's
+    # view is stale, so it rejoins (Kafka's answer to a fenced commit).
+    (E.CommitFailedError, ILLEGAL_GENERATION),
+    (E.InconsistentGroupProtocolError, INCONSISTENT_GROUP_PROTOCOL),
+    (E.GroupIdNotFoundError, GROUP_ID_NOT_FOUND),
+    (E.NonEmptyGroupError, NON_EMPTY_GROUP),
     (E.LocalProtocolError, INVALID_REQUEST),
 )
 
