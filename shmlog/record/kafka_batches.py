@@ -307,6 +307,11 @@ def _stored_header(batch, out, records_length, codec, record_count, last_delta):
     store_u32(out, B.CRC_OFFSET, crc32c_kernel(out, B.CRC_COVERED_OFFSET, length))
 
 
+def _signed32(value: int) -> int:
+    """An int32 field read unsigned (outside a kernel), as its signed value."""
+    return (value ^ 0x80000000) - 0x80000000
+
+
 def _refuse(status: int, what: str) -> CorruptRecordError:
     name = KafkaBatchStatus(status).name
     return CorruptRecordError(f"a Kafka record batch was refused ({name}): {what}",
@@ -350,7 +355,7 @@ def from_kafka(records) -> np.ndarray:
     if status != _OK:
         raise _refuse(status, f"{batch.size} bytes")
     codec = int(_be16(batch, K_ATTRIBUTES)) & K_CODEC_MASK
-    count = int(np.int32(_be32(batch, K_RECORD_COUNT)))
+    count = _signed32(int(_be32(batch, K_RECORD_COUNT)))
     if codec in (K_SNAPPY, K_LZ4):
         raise UnsupportedCodecError(
             f"a Kafka record batch is compressed with {'snappy' if codec == K_SNAPPY else 'lz4'}"
@@ -365,7 +370,8 @@ def from_kafka(records) -> np.ndarray:
         raise _refuse(_BAD_RECORDS, f"it counts {count} records")
     empty = np.zeros(0, np.uint8)
     status, size, last_delta = _kafka_records(source, start, stop, count, empty, 0, False)
-    if status != _OK or (count and last_delta != np.int32(_be32(batch, K_LAST_OFFSET_DELTA))):
+    if status != _OK or \
+            (count and last_delta != _signed32(int(_be32(batch, K_LAST_OFFSET_DELTA)))):
         raise _refuse(_BAD_RECORDS, "its records do not parse as their header says")
     out = np.empty(B.HEADER_LENGTH + size, np.uint8)
     _kafka_records(source, start, stop, count, out, B.HEADER_LENGTH, True)
