@@ -20,6 +20,7 @@ import os
 import socket
 
 from ..common.errors import InvalidConfigError
+from .admin_apis import AdminApis
 from .apis import KafkaApis
 from .cluster_metadata import ClusterMetadata
 from .fetch_api import FetchApi
@@ -101,6 +102,7 @@ class KafkaListener:
         node = (metadata.broker_id, *self.advertised)                 # this broker
         self.apis.add_area(GroupApis(core, node, self.apis.respond))
         self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
+        self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
         self.server.serve(core.host.table.appender_doorbell)
         log.info("broker %d: Kafka listener on %s (advertised as %s:%d)", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses),
