@@ -11,10 +11,11 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
 .PHONY: demo test lint bench clean system-packages kernels spark-reader
 
-# The network-partition tests (tests/cluster) need ip and nft, and root; without
-# them they skip, saying why. A tool that is missing is installed only when we are
-# root and have apt-get (a fresh machine lacks nft); a failed install is a warning.
-SYSTEM_PACKAGES := ip:iproute2 nft:nftables
+# The network-partition tests (tests/cluster) need ip and nft, and root; the Kafka
+# listener's tests run kcat (librdkafka's command-line client). Without them those
+# tests skip, saying why. A tool that is missing is installed only when we are root
+# and have apt-get (a fresh machine lacks nft and kcat); a failed install is a warning.
+SYSTEM_PACKAGES := ip:iproute2 nft:nftables kcat:kcat
 
 # Each step says what it does first: a first make is minutes of installing and
 # compiling, which should not pass in silence.
@@ -68,9 +69,9 @@ system-packages:
 	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$package >/dev/null || \
 	      { apt-get update -q >/dev/null && \
 	        DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$package >/dev/null; }; } || \
-	      echo "warning: could not install $$package: the network-partition tests will skip"; \
+	      echo "warning: could not install $$package: the tests that run $$tool will skip"; \
 	  else \
-	    echo "note: $$tool is missing (not root, or no apt-get): the network-partition tests will skip"; \
+	    echo "note: $$tool is missing (not root, or no apt-get): the tests that run it will skip"; \
 	  fi; \
 	done
 

@@ -307,6 +307,11 @@ def _stored_header(batch, out, records_length, codec, record_count, last_delta):
     store_u32(out, B.CRC_OFFSET, crc32c_kernel(out, B.CRC_COVERED_OFFSET, length))
 
 
+def _signed32(value: int) -> int:
+    """An int32 field read unsigned (outside a kernel), as its signed value."""
+    return (value ^ 0x80000000) - 0x80000000
+
+
 def _refuse(status: int, what: str) -> CorruptRecordError:
     name = KafkaBatchStatus(status).name
     return CorruptRecordError(f"a Kafka record batch was refused ({name}): {what}",
@@ -333,13 +338,6 @@ def _inflate(codec: int, data) -> bytes:
                       f"its records do not inflate: {error}") from None
 
 
-def _signed32(value: int) -> int:
-    """A big-endian field's u32 (``_be32`` called from Python) as Kafka's i32: NumPy
-    2 raises OverflowError for ``np.int32`` of a value >= 2**31, which a hostile
-    batch's count or last offset delta is."""
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
 def from_kafka(records) -> np.ndarray:
     """The one Kafka record batch in ``records`` (a Produce's partition data) as a
     shmlog batch, ready for the appender.
@@ -357,7 +355,7 @@ def from_kafka(records) -> np.ndarray:
     if status != _OK:
         raise _refuse(status, f"{batch.size} bytes")
     codec = int(_be16(batch, K_ATTRIBUTES)) & K_CODEC_MASK
-    count = _signed32(_be32(batch, K_RECORD_COUNT))
+    count = _signed32(int(_be32(batch, K_RECORD_COUNT)))
     if codec in (K_SNAPPY, K_LZ4):
         raise UnsupportedCodecError(
             f"a Kafka record batch is compressed with {'snappy' if codec == K_SNAPPY else 'lz4'}"
@@ -372,7 +370,8 @@ def from_kafka(records) -> np.ndarray:
         raise _refuse(_BAD_RECORDS, f"it counts {count} records")
     empty = np.zeros(0, np.uint8)
     status, size, last_delta = _kafka_records(source, start, stop, count, empty, 0, False)
-    if status != _OK or (count and last_delta != _signed32(_be32(batch, K_LAST_OFFSET_DELTA))):
+    if status != _OK or \
+            (count and last_delta != _signed32(int(_be32(batch, K_LAST_OFFSET_DELTA)))):
         raise _refuse(_BAD_RECORDS, "its records do not parse as their header says")
     out = np.empty(B.HEADER_LENGTH + size, np.uint8)
     _kafka_records(source, start, stop, count, out, B.HEADER_LENGTH, True)
@@ -527,8 +526,8 @@ def to_kafka(log: np.ndarray, max_bytes: int = -1) -> np.ndarray:
     With ``max_bytes`` >= 0, only as many whole batches as fit in it in Kafka's form,
     and at least the first: a stored zstd batch goes out inflated, so a read bounded
     by its stored bytes may hold many times more (40 zstd batches of 1,000 zero
-    kilobytes: a 1 MiB read of the log, 40 MB as Kafka's), and a Fetch's budgets count what
-    is sent."""
+    kilobytes: a 1 MiB read of the log, 40 MB as Kafka's), and a Fetch's budgets
+    count what is sent."""
     size, compressed = _run_size(log, 0, log.size)
     if compressed < 0 and (max_bytes < 0 or size <= max_bytes):
         out = np.empty(size, np.uint8)

@@ -34,11 +34,16 @@ import struct
 
 from kafka.protocol import __path__ as _PROTOCOL_PATH  # noqa: N811 - the package's path
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
 
 from ..common.errors import KafkaRequestError
 
 __all__ = ["RequestHeader", "read_header", "decode_request", "encode_response",
-           "response_class", "request_class", "API_VERSIONS_KEY"]
+           "response_class", "request_class", "API_VERSIONS_KEY", "Subscription",
+           "decode_subscription", "encode_assignment", "encode_subscription"]
 
 API_VERSIONS_KEY = 18
 _HEADER = struct.Struct(">hhi")
@@ -169,3 +174,55 @@ def encode_response(header: RequestHeader, response, version: int | None = None)
         _RESPONSES[header.api_key].flexible_version_q(version)
     head = _SIZE.pack(header.correlation_id) + (b"\x00" if flexible_header else b"")
     return _SIZE.pack(len(head) + len(body)) + head + bytes(body)
+
+
+# -- the consumer protocol's embedded messages (JoinGroup's and SyncGroup's bytes) ---------
+@dataclasses.dataclass(frozen=True)
+class Subscription:
+    """What a Kafka consumer's ConsumerProtocolSubscription says."""
+    topics: list[str]
+    owned: list[list]                 # [[topic, partition], ...]
+    generation: int                   # -1 when it names none (before v2)
+
+
+def decode_subscription(data: bytes | None) -> Subscription:
+    """A JoinGroup protocol's metadata (ConsumerProtocolSubscription, any version).
+
+    Raises
+    ------
+    KafkaRequestError
+        The bytes are not one.
+    """
+    try:
+        decoded = ConsumerProtocolSubscription.decode(bytes(data or b""))
+        owned = [[entry.topic, partition] for entry in (decoded.owned_partitions or [])
+                 for partition in entry.partitions]
+        generation = getattr(decoded, "generation_id", -1)
+        return Subscription(list(decoded.topics), owned, -1 if generation is None else generation)
+    except Exception as error:       # noqa: BLE001 - any decoding failure is the client's
+        raise KafkaRequestError(f"a consumer subscription does not decode: {error}") from None
+
+
+def encode_subscription(topics, owned=()) -> bytes:
+    """ConsumerProtocolSubscription v1 bytes (DescribeGroups' member metadata)."""
+    message = ConsumerProtocolSubscription(
+        version=1, topics=list(topics), user_data=None,
+        owned_partitions=_by_topic(ConsumerProtocolSubscription.TopicPartition, owned))
+    return bytes(message.encode(version=1))
+
+
+def encode_assignment(partitions) -> bytes:
+    """A member's assignment ([[topic, partition], ...]) as ConsumerProtocolAssignment
+    v0 bytes (SyncGroup's, DescribeGroups')."""
+    message = ConsumerProtocolAssignment(
+        version=0, user_data=None,
+        assigned_partitions=_by_topic(ConsumerProtocolAssignment.TopicPartition, partitions))
+    return bytes(message.encode(version=0))
+
+
+def _by_topic(cls, partitions) -> list:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return [cls(topic=topic, partitions=sorted(numbers))
+            for topic, numbers in sorted(grouped.items())]

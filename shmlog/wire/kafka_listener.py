@@ -20,9 +20,12 @@ import os
 import socket
 
 from ..common.errors import InvalidConfigError
+from .admin_apis import AdminApis
 from .apis import KafkaApis
 from .cluster_metadata import ClusterMetadata
 from .fetch_api import FetchApi
+from .group_apis import GroupApis
+from .group_offsets_apis import GroupOffsetsApis
 from .local_metadata import LocalMetadata
 from .metadata_api import MetadataApi
 from .offsets_api import OffsetsApi
@@ -96,6 +99,10 @@ class KafkaListener:
         self.apis = KafkaApis(self.server, [MetadataApi(metadata), OffsetsApi(core, metadata)])
         self.apis.add_area(ProduceApi(core, metadata, self.apis.respond))
         self.apis.add_area(FetchApi(core, metadata, self.apis.respond))
+        node = (metadata.broker_id, *self.advertised)                 # this broker
+        self.apis.add_area(GroupApis(core, node, self.apis.respond))
+        self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
+        self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
         self.server.serve(core.host.table.appender_doorbell)
         log.info("broker %d: Kafka listener on %s (advertised as %s:%d)", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses),

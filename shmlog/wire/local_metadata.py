@@ -40,6 +40,7 @@ class LocalMetadata:
     def __init__(self, core, advertised: tuple[str, int]) -> None:
         self.core = core
         self.advertised = advertised
+        self.broker_id = SINGLE_BROKER_ID
         self.cluster_id = cluster_id_of(core.data_dir)
         self.auto_create = core.config.auto_create_topics_enable
         self._ids: dict[str, str] = {}              # topic id -> name, as last seen

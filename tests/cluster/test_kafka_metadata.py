@@ -70,3 +70,16 @@ def test_a_topic_is_created_on_first_use_and_then_led(fault_cluster):
         assert time.monotonic() < deadline, f"not led in {WAIT_S} s: {topic.error}"
         time.sleep(0.2)
     assert len(topic.partitions) == 1
+
+
+def test_admin_client_creates_and_deletes_a_replicated_topic(fault_cluster):
+    from confluent_kafka.admin import NewTopic
+    cluster = fault_cluster
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    [made] = client.create_topics([NewTopic("kafka-admin-made", 3, 3)],
+                                  request_timeout=WAIT_S).values()
+    assert made.result(WAIT_S) is None          # answered once the cluster has it
+    described = Admin(cluster.data_dir(3)).describe_topic("kafka-admin-made")
+    assert len(described["partitions"]) == 3
+    [gone] = client.delete_topics(["kafka-admin-made"], request_timeout=WAIT_S).values()
+    assert gone.result(WAIT_S) is None

@@ -1,0 +1,214 @@
+"""Kafka's classic consumer-group protocol over shmlog's group coordinator:
+FindCoordinator (0-3), JoinGroup (0-9), SyncGroup (0-5), Heartbeat (0-4) and
+LeaveGroup (0-5). Offsets and group listings are in ``group_offsets_apis``.
+
+Rules
+-----
+* **One coordinator for both kinds of member.** Every request goes to the broker's
+  own group service, as shmlog's own consumers' requests do (a cluster member
+  forwards it to the group's coordinator), so one group may mix shmlog Consumers
+  and Kafka clients, and ``shmlog groups`` shows Kafka clients' groups and lag.
+* **The coordinator assigns** (shmlog's design; KIP-848's too). A Kafka member's
+  join carries its subscription (Kafka's ConsumerProtocolSubscription: topics, owned
+  partitions, generation) under each assignor it offers; the coordinator picks an
+  assignor every member offers (range, roundrobin, cooperative-sticky) and computes
+  the assignment. The JoinGroup response therefore names a leader that is no
+  member, so every client is a follower, and SyncGroup hands each member the
+  coordinator's assignment (a ConsumerProtocolAssignment), whatever a client sends.
+  A member offering none of those assignors, or a protocol type other than
+  ``consumer`` (Kafka Connect's), gets INCONSISTENT_GROUP_PROTOCOL.
+* FindCoordinator names the broker asked (any broker serves any group: a cluster
+  member forwards to the coordinator). For a transactional id (key type 1) it
+  answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not exist yet.
+* Static membership (``group.instance.id``) is not kept: such a member joins as a
+  dynamic one (it is rebalanced out when its session ends), and the broker logs it.
+* A join waits for its rebalance (held, answered when the coordinator completes
+  it); every other request is answered at once, or when its forward returns.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..client.assignors import ASSIGNORS
+from ..common.errors import ShmlogError
+from . import codec
+from .apis import LATER
+from .error_codes import (
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_SESSION_TIMEOUT,
+    NONE,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    for_error,
+)
+from .tickets import ask_service
+
+__all__ = ["GroupApis", "GroupServiceArea", "call_group_service", "COORDINATOR_LEADER"]
+
+log = logging.getLogger("shmlog.broker.kafka")
+
+FIND_COORDINATOR_KEY = 10
+JOIN_GROUP_KEY = 11
+HEARTBEAT_KEY = 12
+LEAVE_GROUP_KEY = 13
+SYNC_GROUP_KEY = 14
+CONSUMER_PROTOCOL = "consumer"
+TRANSACTION_KEY_TYPE = 1
+#: The leader every JoinGroup response names: no member, so no client assigns.
+COORDINATOR_LEADER = "shmlog-coordinator"
+
+
+def call_group_service(core, name: str, respond, **fields):
+    """Ask the broker's group service ``name`` (a control request); the reply (a
+    dict) or the refusal (a ShmlogError) goes to ``respond``, which returns the
+    response: now, or :data:`LATER` when the service answers later."""
+    try:
+        reply = ask_service(core, core.groups.handlers()[name], respond, **fields)
+    except ShmlogError as refused:
+        return respond(refused)
+    if reply is None:
+        return LATER
+    return respond(reply)
+
+
+class GroupServiceArea:
+    """An area whose requests the broker's group service answers: ``respond`` sends
+    a response that comes later (``KafkaApis.respond``)."""
+
+    def __init__(self, core, respond) -> None:
+        self.core = core
+        self._respond = respond
+
+    def _call(self, name: str, request, header, build, **fields):
+        """Ask the group service; ``build(result)`` makes the response, returned now
+        or sent once the service answers (then :data:`LATER` is returned)."""
+        answered = []
+
+        def respond(result):
+            response = build(result)
+            if answered:                      # the service answered later
+                self._respond(request, header, response)
+            return response
+
+        outcome = call_group_service(self.core, name, respond, **fields)
+        answered.append(True)
+        return outcome
+
+
+class GroupApis(GroupServiceArea):
+    """The membership APIs on broker ``core``: ``node`` is (node id, host, port) of
+    this broker's listener, ``respond`` sends a held response (``KafkaApis.respond``)."""
+
+    def __init__(self, core, node: tuple[int, str, int], respond) -> None:
+        super().__init__(core, respond)
+        self.node = node
+        self._static_logged = False
+
+    def apis(self) -> dict:
+        return {FIND_COORDINATOR_KEY: (0, 3, self.find_coordinator),
+                JOIN_GROUP_KEY: (0, 9, self.join_group),
+                SYNC_GROUP_KEY: (0, 5, self.sync_group),
+                HEARTBEAT_KEY: (0, 4, self.heartbeat),
+                LEAVE_GROUP_KEY: (0, 5, self.leave_group)}
+
+    # -- FindCoordinator ---------------------------------------------------------------
+    def find_coordinator(self, request, header, body):
+        cls = codec.response_class(FIND_COORDINATOR_KEY)
+        node_id, host, port = self.node
+        if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE:
+            return cls(version=header.api_version, throttle_time_ms=0,
+                       error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                       error_message="transactions do not exist yet in shmlog",
+                       node_id=-1, host="", port=-1)
+        return cls(version=header.api_version, throttle_time_ms=0, error_code=NONE,
+                   error_message=None, node_id=node_id, host=host, port=port)
+
+    # -- JoinGroup ---------------------------------------------------------------------
+    def join_group(self, request, header, body):
+        cls = codec.response_class(JOIN_GROUP_KEY)
+        version = header.api_version
+
+        def refused(code: int):
+            return cls(version=version, throttle_time_ms=0, error_code=code, generation_id=-1,
+                       protocol_type=None, protocol_name="", leader="", skip_assignment=False,
+                       member_id=body.member_id, members=[])
+
+        if getattr(body, "group_instance_id", None) is not None and not self._static_logged:
+            self._static_logged = True
+            log.info("Kafka listener: group %r: static membership (group.instance.id %r) is "
+                     "not kept; its members join as dynamic ones", body.group_id,
+                     body.group_instance_id)
+        offered = [protocol for protocol in body.protocols if protocol.name in ASSIGNORS]
+        if body.protocol_type != CONSUMER_PROTOCOL or not offered:
+            return refused(INCONSISTENT_GROUP_PROTOCOL)
+        try:
+            subscription = codec.decode_subscription(offered[0].metadata)
+        except ShmlogError:
+            return refused(INCONSISTENT_GROUP_PROTOCOL)
+
+        def build(result):
+            if isinstance(result, ShmlogError):
+                return refused(for_error(result))
+            return cls(version=version, throttle_time_ms=0, error_code=NONE,
+                       generation_id=result["generation"], protocol_type=CONSUMER_PROTOCOL,
+                       protocol_name=result["protocol"], leader=COORDINATOR_LEADER,
+                       skip_assignment=False, member_id=result["member_id"], members=[])
+
+        session = body.session_timeout_ms
+        config = self.core.config
+        if not config.group_min_session_timeout_ms <= session <= \
+                config.group_max_session_timeout_ms:
+            return refused(INVALID_SESSION_TIMEOUT)
+        rebalance = getattr(body, "rebalance_timeout_ms", -1)
+        return self._call("join_group", request, header, build, group_id=body.group_id,
+                          member_id=body.member_id, client_id=header.client_id or "",
+                          topics=subscription.topics,
+                          assignors=[protocol.name for protocol in offered],
+                          session_timeout_ms=session,
+                          rebalance_timeout_ms=rebalance if rebalance > 0 else session,
+                          owned=subscription.owned, generation=subscription.generation,
+                          client_host=request.peer)
+
+    # -- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
+    def sync_group(self, request, header, body):
+        cls = codec.response_class(SYNC_GROUP_KEY)
+
+        def build(result):
+            if isinstance(result, ShmlogError):
+                return cls(version=header.api_version, throttle_time_ms=0,
+                           error_code=for_error(result), protocol_type=None, protocol_name=None,
+                           assignment=b"")
+            return cls(version=header.api_version, throttle_time_ms=0, error_code=NONE,
+                       protocol_type=CONSUMER_PROTOCOL, protocol_name=result["protocol"],
+                       assignment=codec.encode_assignment(result["assignment"]))
+
+        return self._call("sync_group", request, header, build, group_id=body.group_id,
+                          member_id=body.member_id, generation=body.generation_id)
+
+    def heartbeat(self, request, header, body):
+        cls = codec.response_class(HEARTBEAT_KEY)
+
+        def build(result):
+            code = for_error(result) if isinstance(result, ShmlogError) else NONE
+            return cls(version=header.api_version, throttle_time_ms=0, error_code=code)
+
+        return self._call("heartbeat", request, header, build, group_id=body.group_id,
+                          member_id=body.member_id, generation=body.generation_id)
+
+    def leave_group(self, request, header, body):
+        cls = codec.response_class(LEAVE_GROUP_KEY)
+        version = header.api_version
+        members = [member.member_id for member in body.members] if version >= 3 \
+            else [body.member_id]
+        codes = []
+        for member_id in members:          # each answered at once (forwards too, held)
+            outcome = call_group_service(
+                self.core, "leave_group",
+                lambda result: for_error(result) if isinstance(result, ShmlogError) else NONE,
+                group_id=body.group_id, member_id=member_id)
+            codes.append(NONE if outcome is LATER else outcome)
+        return cls(version=version, throttle_time_ms=0,
+                   error_code=codes[0] if version < 3 else NONE,
+                   members=[cls.MemberResponse(member_id=member_id, group_instance_id=None,
+                                               error_code=code)
+                            for member_id, code in zip(members, codes)])
