@@ -747,3 +747,8 @@ KAFKA_ACCEPT_BACKOFF_S = 0.5
 KAFKA_LISTEN_BACKLOG = 128
 # Buffers one sendmsg() of the listener writes at most (Linux's IOV_MAX, UIO_MAXIOV).
 KAFKA_SEND_BUFFERS_MAX = 1024
+# What a zstd frame may add to data it cannot compress (its header, block headers and
+# checksum: zstd's ZSTD_COMPRESSBOUND adds about 1/256 plus a few hundred bytes): a Kafka
+# batch's records are split into stored batches this much under max.message.bytes
+# before they are compressed (record.kafka_batches).
+ZSTD_FRAME_OVERHEAD_MAX = 8 * 1024

@@ -117,7 +117,7 @@ class ClusterMetadata:
         append_as_leader(self.core.host.appender, self.replication.forwarding.purgatory,
                          replica, batch, acks, deadline,
                          lambda error, base_offset, append_time:
-                         answer(int(error), base_offset, append_time))
+                         answer(int(error), base_offset, append_time), split=True)
 
     def valid_name(self, name: str) -> bool:
         try:
