@@ -41,6 +41,7 @@ LAYERS = (
     ("config",),            # broker and cluster settings
     ("broker",),            # the appender, partition host, services
     ("cluster",),           # zk/, controller/, replication/, groups and topics across hosts
+    ("wire",),              # Kafka's wire protocol: listeners, SASL, TLS, requests
     ("server",),            # the composition root: Broker
     ("devtools",),          # local ZooKeeper and cluster, netns, perf
     ("kafka", "spark", "cli"),
