@@ -187,8 +187,7 @@ class ScramServer(SaslServer):
             raise SaslMessageError(f"{self.mechanism}: client-first is n,,n=NAME,r=NONCE "
                                    f"(RFC 5802, no channel binding)")
         self._user = _name(first["name"], self.mechanism)
-        if first["authzid"] is not None and first["authzid"] and \
-                _name(first["authzid"], self.mechanism) != self._user:
+        if first["authzid"] and _name(first["authzid"], self.mechanism) != self._user:
             raise SaslAuthenticationError("Authentication failed: the authorization id "
                                           "differs from the username")
         if not _NONCE.fullmatch(first["nonce"]):
