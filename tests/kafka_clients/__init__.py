@@ -13,12 +13,15 @@ Rules
   and what it was doing; an in-process client is given the bound in its own
   settings and closed before the function returns. Nothing is left running.
 * **What the client reported, as it reported it**: ``produce`` gives one
-  :class:`Delivery` per record, in the order given (the offset the client reported,
-  ``None`` where it reports none: acks=0, or kcat, which never reports offsets; the
-  client's error text, ``None`` when it reported success). ``consume`` returns what
-  it read before the bound, in the order read, and does not raise when that is
-  fewer than asked: the caller asserts. ``metadata`` raises when the client gets
-  none within the bound.
+  :class:`Delivery` per record, in the order given: the offset the client reported
+  (``None`` where it reports none: kcat never does; at acks=0, which the broker
+  does not answer, librdkafka, aiokafka and kafkajs report none and kafka-python
+  reports offsets it counted itself), and the client's error text (``None`` when
+  it reported success). ``consume`` returns what it read before the bound, in the
+  order read, and does not raise when that is fewer than asked: the caller
+  asserts. ``metadata`` lists every topic (naming none, so that no client's
+  request creates one; ``topics`` filters the answer) and raises TimeoutError
+  when the client gets no answer within the bound.
 * A client that cannot do what was asked (kcat sets no timestamp and sends no
   empty value; see each module's ``CAN``) raises :class:`ValueError` before it
   starts, rather than sending something else.

@@ -5,7 +5,8 @@ Rules
 -----
 * Every client is stopped in a ``finally`` inside the bounded coroutine, so a call
   that times out still closes its sockets before :class:`TimeoutError` is raised.
-* acks=0: aiokafka reports offset -1, given as ``None``.
+* acks=0: aiokafka's send resolves to nothing: no offset (``None``), and the
+  partition asked for.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ async def produce_async(bootstrap, topic, records, acks, idempotence, timeout_s)
                 sent = await future
             except KafkaError as error:
                 deliveries.append(Delivery(record.partition, None, repr(error)))
+                continue
+            if sent is None:        # acks=0: aiokafka reports nothing
+                deliveries.append(Delivery(record.partition, None, None))
                 continue
             deliveries.append(Delivery(sent.partition, sent.offset if sent.offset >= 0 else None,
                                        None))

@@ -6,8 +6,7 @@ Rules
   acknowledged by then is reported failed), ``flush``/``poll`` timeouts, and the
   metadata request's timeout. Producers are flushed and consumers closed before
   returning, so librdkafka's threads end with the call.
-* acks=0: librdkafka reports success without an offset (OFFSET_INVALID), which is
-  given as ``None``.
+* acks=0: librdkafka reports success without an offset, given as ``None``.
 """
 
 from __future__ import annotations
@@ -48,7 +47,8 @@ def produce(bootstrap: str, topic: str, records, *, acks: str = "all",
     def reporter(index):
         def report(error, message):
             offset = message.offset()
-            reports[index] = Delivery(message.partition(), offset if offset >= 0 else None,
+            reports[index] = Delivery(message.partition(),
+                                      offset if offset is not None and offset >= 0 else None,
                                       None if error is None else str(error))
         return report
 

@@ -6,7 +6,8 @@ Rules
   ``request_timeout_ms`` for a producer (``delivery_timeout_ms`` reports a record
   not acknowledged in time), each future's ``get``, the consumer's poll loop and
   its close, the admin client's bootstrap. Every client is closed before return.
-* acks=0: kafka-python reports offset -1, given as ``None``.
+* acks=0: kafka-python reports offsets it counted itself (no broker answer backs
+  them); a negative one would be given as ``None``.
 """
 
 from __future__ import annotations

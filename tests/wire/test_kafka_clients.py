@@ -30,11 +30,13 @@ BASE_MS = 1_700_000_000_000
 
 
 class Target:
-    """A broker's bootstrap address, and how to create a topic on it."""
+    """A broker's bootstrap address, how to create a topic on it, and whether it is
+    shmlog's."""
 
-    def __init__(self, bootstrap: str, create):
+    def __init__(self, bootstrap: str, create, shmlog: bool):
         self.bootstrap = bootstrap
         self.create = create
+        self.shmlog = shmlog
 
     def topic(self, stem: str, partitions: int = PARTITIONS) -> str:
         name = f"{stem}-{uuid.uuid4().hex[:8]}"
@@ -57,10 +59,22 @@ def create_with_librdkafka(bootstrap: str):
 def kafka_target(request):
     external = os.environ.get(BOOTSTRAP_VARIABLE)
     if external:
-        return Target(external, create_with_librdkafka(external))
+        return Target(external, create_with_librdkafka(external), shmlog=False)
     data_dir, address = request.getfixturevalue("kafka_broker")
-    return Target(address, lambda name, partitions: Admin(data_dir).create_topic(name,
-                                                                                 partitions))
+    return Target(address, lambda name, partitions: Admin(data_dir).create_topic(name, partitions),
+                  shmlog=True)
+
+
+def expect_known_failures(request, client, target: Target) -> None:
+    """What shmlog's listener does not serve yet, marked strictly (a fix shows as
+    XPASS, failing the run, so the mark is taken off): kafkajs reads only through a
+    group, and offers its own assignor ("RoundRobinAssigner"), which the group
+    coordinator refuses with INCONSISTENT_GROUP_PROTOCOL (shmlog/wire/group_apis.py
+    takes range, roundrobin and cooperative-sticky only)."""
+    if target.shmlog and client.NAME == "kafkajs":
+        request.applymarker(pytest.mark.xfail(
+            strict=True, raises=RuntimeError,
+            reason="shmlog's group coordinator refuses kafkajs' RoundRobinAssigner"))
 
 
 @pytest.fixture(params=sorted(CLIENTS))
@@ -98,7 +112,8 @@ def test_metadata_lists_the_brokers_and_every_partitions_leader(kafka_target, cl
 
 @pytest.mark.parametrize("acks, idempotence", [("0", False), ("1", False), ("all", False),
                                                ("all", True)])
-def test_produced_records_are_read_back_assigned(kafka_target, client, acks, idempotence):
+def test_produced_records_are_read_back_assigned(request, kafka_target, client, acks, idempotence):
+    expect_known_failures(request, client, kafka_target)
     if idempotence and "idempotence" not in client.CAN:
         pytest.skip(f"{client.NAME} has no idempotent producer")
     topic = kafka_target.topic(f"produce-{acks}")
@@ -108,11 +123,10 @@ def test_produced_records_are_read_back_assigned(kafka_target, client, acks, ide
     assert [delivery.error for delivery in deliveries] == [None] * len(sent), deliveries
     assert [delivery.partition for delivery in deliveries] == [r.partition for r in sent]
     reported = [delivery.offset for delivery in deliveries]
-    if acks == "0" or client.NAME == "kcat":
+    if client.NAME == "kcat" or (acks == "0" and client.NAME != "kafka-python"):
         assert reported == [None] * len(sent)
-    else:
-        expected = [index // PARTITIONS for index in range(len(sent))]
-        assert reported == expected
+    elif acks != "0":       # kafka-python counts acks=0 offsets itself: nothing to check
+        assert reported == [index // PARTITIONS for index in range(len(sent))]
     read = client.consume(kafka_target.bootstrap, topic, len(sent),
                           offsets={partition: 0 for partition in range(PARTITIONS)},
                           timeout_s=TIMEOUT_S)
@@ -125,7 +139,8 @@ def test_produced_records_are_read_back_assigned(kafka_target, client, acks, ide
         assert sorted(r.timestamp_ms for r in read) == [r.timestamp_ms for r in sent]
 
 
-def test_an_assigned_reader_starts_at_the_offsets_given(kafka_target, client):
+def test_an_assigned_reader_starts_at_the_offsets_given(request, kafka_target, client):
+    expect_known_failures(request, client, kafka_target)
     topic = kafka_target.topic("from-offsets")
     sent = records_for(client)
     CLIENTS["librdkafka"].produce(kafka_target.bootstrap, topic,
@@ -138,7 +153,8 @@ def test_an_assigned_reader_starts_at_the_offsets_given(kafka_target, client):
          (1, 2, b"value 5"), (1, 3, b"value 7")]
 
 
-def test_a_group_member_reads_every_partition(kafka_target, client):
+def test_a_group_member_reads_every_partition(request, kafka_target, client):
+    expect_known_failures(request, client, kafka_target)
     topic = kafka_target.topic("group")
     sent = [Record(b"value %d" % index, b"key %d" % index, partition=index % PARTITIONS)
             for index in range(10)]
