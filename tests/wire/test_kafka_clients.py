@@ -65,18 +65,6 @@ def kafka_target(request):
                   shmlog=True)
 
 
-def expect_known_failures(request, client, target: Target) -> None:
-    """What shmlog's listener does not serve yet, marked strictly (a fix shows as
-    XPASS, failing the run, so the mark is taken off): kafkajs reads only through a
-    group, and offers its own assignor ("RoundRobinAssigner"), which the group
-    coordinator refuses with INCONSISTENT_GROUP_PROTOCOL (shmlog/wire/group_apis.py
-    takes range, roundrobin and cooperative-sticky only)."""
-    if target.shmlog and client.NAME == "kafkajs":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, raises=RuntimeError,
-            reason="shmlog's group coordinator refuses kafkajs' RoundRobinAssigner"))
-
-
 @pytest.fixture(params=sorted(CLIENTS))
 def client(request):
     module = CLIENTS[request.param]
@@ -113,7 +101,6 @@ def test_metadata_lists_the_brokers_and_every_partitions_leader(kafka_target, cl
 @pytest.mark.parametrize("acks, idempotence", [("0", False), ("1", False), ("all", False),
                                                ("all", True)])
 def test_produced_records_are_read_back_assigned(request, kafka_target, client, acks, idempotence):
-    expect_known_failures(request, client, kafka_target)
     if idempotence and "idempotence" not in client.CAN:
         pytest.skip(f"{client.NAME} has no idempotent producer")
     topic = kafka_target.topic(f"produce-{acks}")
@@ -140,7 +127,6 @@ def test_produced_records_are_read_back_assigned(request, kafka_target, client, 
 
 
 def test_an_assigned_reader_starts_at_the_offsets_given(request, kafka_target, client):
-    expect_known_failures(request, client, kafka_target)
     topic = kafka_target.topic("from-offsets")
     sent = records_for(client)
     CLIENTS["librdkafka"].produce(kafka_target.bootstrap, topic,
@@ -154,7 +140,6 @@ def test_an_assigned_reader_starts_at_the_offsets_given(request, kafka_target, c
 
 
 def test_a_group_member_reads_every_partition(request, kafka_target, client):
-    expect_known_failures(request, client, kafka_target)
     topic = kafka_target.topic("group")
     sent = [Record(b"value %d" % index, b"key %d" % index, partition=index % PARTITIONS)
             for index in range(10)]
