@@ -9,12 +9,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
-.PHONY: demo test lint bench clean system-packages kernels spark-reader
+.PHONY: demo test lint bench clean system-packages kernels spark-reader node-clients
 
-# The network-partition tests (tests/cluster) need ip and nft, and root; without
-# them they skip, saying why. A tool that is missing is installed only when we are
-# root and have apt-get (a fresh machine lacks nft); a failed install is a warning.
-SYSTEM_PACKAGES := ip:iproute2 nft:nftables
+# The network-partition tests (tests/cluster) need ip and nft, and root; the Kafka
+# listener's tests run kcat (librdkafka's command-line client). Without them those
+# tests skip, saying why. A tool that is missing is installed only when we are root
+# and have apt-get (a fresh machine lacks nft and kcat); a failed install is a warning.
+SYSTEM_PACKAGES := ip:iproute2 nft:nftables kcat:kcat
 
 # Each step says what it does first: a first make is minutes of installing and
 # compiling, which should not pass in silence.
@@ -50,7 +51,7 @@ LINTED := shmlog tests perf tools examples
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 
-test: lint kernels spark-reader system-packages
+test: lint kernels spark-reader system-packages node-clients
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(STAMP)
@@ -68,11 +69,27 @@ system-packages:
 	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$package >/dev/null || \
 	      { apt-get update -q >/dev/null && \
 	        DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$package >/dev/null; }; } || \
-	      echo "warning: could not install $$package: the network-partition tests will skip"; \
+	      echo "warning: could not install $$package: the tests that run $$tool will skip"; \
 	  else \
-	    echo "note: $$tool is missing (not root, or no apt-get): the network-partition tests will skip"; \
+	    echo "note: $$tool is missing (not root, or no apt-get): the tests that run it will skip"; \
 	  fi; \
 	done
 
+# kafkajs for the Kafka listener's tests (tests/kafka_clients/kafkajs.py), from the
+# committed lock file (version pinned) into a git-ignored node_modules; run again only
+# when the lock file changes (its copy in node_modules says which was installed).
+# Without node and npm the kafkajs tests skip, saying why.
+NODE_CLIENTS := tests/kafka_clients/node
+
+node-clients:
+	@if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then \
+	  echo "note: node or npm is missing (Debian: nodejs, npm): the kafkajs tests will skip"; \
+	elif ! cmp -s $(NODE_CLIENTS)/package-lock.json $(NODE_CLIENTS)/node_modules/.installed-lock; then \
+	  echo "shmlog: installing kafkajs for the tests (npm ci in $(NODE_CLIENTS))"; \
+	  (cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error >/dev/null && \
+	   cp package-lock.json node_modules/.installed-lock) || \
+	    echo "warning: npm ci failed in $(NODE_CLIENTS): the kafkajs tests will skip"; \
+	fi
+
 clean:
-	rm -rf $(VENV) .cache demo-data build *.egg-info
+	rm -rf $(VENV) .cache demo-data build *.egg-info $(NODE_CLIENTS)/node_modules

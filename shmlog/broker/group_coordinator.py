@@ -390,7 +390,7 @@ class GroupCoordinator:
                               if name in common)
         group.partition_counts = self._partition_counts(group, topics)
         subscriptions = {member.member_id: Subscription(
-            member.member_id, self.subscribed_topics(member, topics), member.owned,
+            member.member_id, self._subscribed(member, topics), member.owned,
             member.owned_generation) for member in members}
         result = assign(group.protocol, group.partition_counts, subscriptions)
         # Whatever the assignor: a partition a member still holds (it says so, and
@@ -428,9 +428,8 @@ class GroupCoordinator:
             self._prepare_rebalance(group, now)
         self._maybe_complete(group, now)
 
-    def subscribed_topics(self, member: MemberMetadata,
-                          topics: Mapping[str, int]) -> tuple[str, ...]:
-        """The topics ``member`` subscribes to among ``topics`` (its pattern's too)."""
+    def _subscribed(self, member: MemberMetadata,
+                    topics: Mapping[str, int]) -> tuple[str, ...]:
         if member.pattern is None:
             return member.topics
         pattern = re.compile(member.pattern)
@@ -442,7 +441,7 @@ class GroupCoordinator:
     def _partition_counts(self, group: GroupMetadata,
                           topics: Mapping[str, int]) -> dict[str, int]:
         subscribed = {topic for member in group.members.values()
-                      for topic in self.subscribed_topics(member, topics)}
+                      for topic in self._subscribed(member, topics)}
         return {topic: topics[topic] for topic in sorted(subscribed) if topic in topics}
 
     # -- helpers ------------------------------------------------------------------------

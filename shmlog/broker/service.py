@@ -12,10 +12,6 @@ Rules
   (:attr:`RequestContext.ticket`, set by the broker while the handler runs) and
   hands the reply back from :meth:`Service.take_replies`; the broker sends those
   after every turn, and at a stop refuses the tickets of :meth:`Service.pending_tickets`.
-  A request made inside the broker process (the Kafka listener's, ``wire``) carries
-  a :class:`CallbackTicket`: the broker hands its reply to the ticket's callback
-  instead of the control socket, and does not refuse it at a stop (its listener
-  closes its connections).
 * Time is the broker's (milliseconds, ``records.now_ms``), passed in.
   :meth:`Service.tick` runs on the loop's thread once ``now`` reached
   :meth:`Service.next_deadline`, but not while control requests wait to be
@@ -41,17 +37,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from ..common.errors import ShmlogError
 
-__all__ = ["Service", "ImmediateService", "RequestContext", "CallbackTicket"]
-
-
-class CallbackTicket:
-    """The ticket of a request made inside the broker process: its held reply (the
-    fields, or the error) is handed to ``callback`` on the loop's thread."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Callable[[dict | ShmlogError], None]) -> None:
-        self.callback = callback
+__all__ = ["Service", "ImmediateService", "RequestContext"]
 
 
 class RequestContext:

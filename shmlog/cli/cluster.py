@@ -347,4 +347,5 @@ def _print_cluster(cluster) -> None:
     first = cluster.data_dir(1)
     print(f"clients of broker N's host: --data-dir {os.path.dirname(first)}/broker-N, "
           f"Producer(\"{first}\"), Consumer(bootstrap=\"{first}\"), ...", flush=True)
+    print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}", flush=True)
     print("cluster up (Ctrl-C or SIGTERM stops it)", flush=True)

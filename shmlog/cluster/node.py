@@ -48,7 +48,9 @@ __all__ = ["ClusterNode"]
 
 
 class ClusterNode:
-    """Join the cluster ``config`` names, for the partitions of ``host``.
+    """Join the cluster ``config`` names, for the partitions of ``host``; its
+    registration names ``kafka_endpoints``, the advertised Kafka listeners
+    (``PROTOCOL://host:port``), for the other brokers' Metadata answers.
 
     Attributes
     ----------
@@ -72,7 +74,8 @@ class ClusterNode:
         The replication endpoint cannot be bound.
     """
 
-    def __init__(self, config: ClusterConfig, host: PartitionHost):
+    def __init__(self, config: ClusterConfig, host: PartitionHost,
+                 kafka_endpoints: tuple[str, ...] = ()):
         self.config = config
         security = CurveSecurity.from_config(config)       # before anything is started
         self.zookeeper = ClusterZooKeeper(
@@ -86,7 +89,8 @@ class ClusterNode:
                                                 security=security)
             self.broker_epoch = self.zookeeper.register_broker(BrokerRegistration(
                 config.broker_id, config.advertised_host, config.replication_endpoint,
-                config.rack, now_ms(), os.getpid(), self.endpoint.public_key),
+                config.rack, now_ms(), os.getpid(), self.endpoint.public_key,
+                tuple(kafka_endpoints)),
                 config.cluster_id)
             self.endpoint.broker_epoch = self.broker_epoch
             # One cluster watch for the replica service and the controller: a second

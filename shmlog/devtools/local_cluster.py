@@ -83,6 +83,10 @@ class LocalCluster:
     curve : bool
         Brokers talk CurveZMQ with keys made under ``keys/`` (default); False: plain
         TCP.
+
+    Each broker also gets a Kafka listener, ``PLAINTEXT://<its host>:<a free port>``
+    (:meth:`kafka_address`; the port is kept across its restarts), unless
+    ``broker_settings`` names ``listeners``.
     """
 
     def __init__(self, directory: str, brokers: int = 3, *, zookeeper_connect: str | None = None,
@@ -113,6 +117,7 @@ class LocalCluster:
         self.log_files = log_files
         self.curve = curve
         self._ports: dict[int, int] = {}
+        self._kafka_ports: dict[int, int] = {}
 
     # -- naming ----------------------------------------------------------------------------
     @property
@@ -151,6 +156,19 @@ class LocalCluster:
                 if broker_id not in self._launch_prefixes else _free_port("127.0.0.1")
         return f"tcp://{self.host(broker_id)}:{self._ports[broker_id]}"
 
+    def kafka_address(self, broker_id: int) -> str:
+        """``host:port`` of broker ``broker_id``'s Kafka listener (a Kafka client's
+        bootstrap server)."""
+        if broker_id not in self._kafka_ports:
+            self._kafka_ports[broker_id] = _free_port(self.host(broker_id)) \
+                if broker_id not in self._launch_prefixes else _free_port("127.0.0.1")
+        return f"{self.host(broker_id)}:{self._kafka_ports[broker_id]}"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every broker's Kafka listener, comma-separated (``bootstrap.servers``)."""
+        return ",".join(self.kafka_address(broker_id) for broker_id in range(1, self.count + 1))
+
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> "LocalCluster":
         access.make_directories(self.directory)
@@ -179,6 +197,8 @@ class LocalCluster:
 
     def _write_config(self, broker_id: int) -> None:
         lines = [f"{key} = {_toml_value(value)}" for key, value in self.broker_settings.items()]
+        if "listeners" not in self.broker_settings:
+            lines.append(f'listeners = "PLAINTEXT://{self.kafka_address(broker_id)}"')
         lines += ["[cluster]",
                  f'"cluster.id" = "{self.cluster_id}"',
                  f'"broker.id" = {broker_id}',

@@ -35,6 +35,9 @@ __all__ = ["BYTES", "WORDS", "byte_arrays", "word_arrays", "set_item", "append_i
 BYTES = numba.typeof(np.zeros(1, np.uint8))     # a contiguous uint8 array
 WORDS = numba.typeof(np.zeros(1, np.int64))     # a contiguous int64 array
 _FOUR_WORDS = types.UniTuple(types.int64, 4)
+# An idempotent producer's state in a partition: its epoch, the next sequence, and its
+# last five batches' (first sequence, base offset) (``broker.appender.producer_state``).
+_SEQUENCE_WORDS = types.UniTuple(types.int64, 12)
 _ROW_AND_PRODUCER = types.UniTuple(types.int64, 2)
 
 
@@ -76,8 +79,8 @@ def producer_table():
 
 @kernel
 def sequence_table():
-    """An empty dict of (row, producer id) -> four int64 (the appender's)."""
-    return Dict.empty(key_type=_ROW_AND_PRODUCER, value_type=_FOUR_WORDS)
+    """An empty dict of (row, producer id) -> twelve int64 (the appender's)."""
+    return Dict.empty(key_type=_ROW_AND_PRODUCER, value_type=_SEQUENCE_WORDS)
 
 
 @kernel

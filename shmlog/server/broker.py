@@ -89,7 +89,7 @@ from ..broker.partition_host import PartitionHost
 from ..broker.producer_registry import ProducerRegistry
 from ..broker.producer_service import ProducerService
 from ..broker.scheduler import Scheduler
-from ..broker.service import CallbackTicket, RequestContext, Service
+from ..broker.service import RequestContext, Service
 from ..broker.topic_service import TopicService
 from ..common import access, child_process, limits
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
@@ -142,6 +142,10 @@ class BrokerCore:
     table : PartitionStateTable, optional
         A state table to use instead of the broker's own (the warm-up's, in
         anonymous memory).
+    kafka_endpoints : tuple of str
+        The advertised Kafka listeners (``PROTOCOL://host:port``) a cluster member
+        registers, bound before it joins (``serve``), as Kafka binds its sockets
+        before it registers.
 
     Attributes
     ----------
@@ -155,7 +159,8 @@ class BrokerCore:
         Prometheus endpoint show.
     """
 
-    def __init__(self, config: BrokerConfig, *, table: PartitionStateTable | None = None):
+    def __init__(self, config: BrokerConfig, *, table: PartitionStateTable | None = None,
+                 kafka_endpoints: tuple[str, ...] = ()):
         self.config = config
         access.adopt(config.data_access)               # before anything is made
         self.host = PartitionHost(config.data_dir, partitions_max=config.partitions_max,
@@ -180,7 +185,7 @@ class BrokerCore:
         if config.cluster is None:
             self.topics = self.add_service(TopicService(self.host, self.prefix))
         else:
-            self.topics = self.add_service(self._join(config))
+            self.topics = self.add_service(self._join(config, kafka_endpoints))
         self.producer_service = self.add_service(ProducerService(self.producers))
         if self.cluster is None:
             self.groups = self.add_service(GroupService(config, self.host, self.context))
@@ -193,11 +198,11 @@ class BrokerCore:
         self.producers.adopt_left_rings(include_alive=True)
         self.producers.reap_dead_producers()
 
-    def _join(self, config: BrokerConfig) -> Service:
+    def _join(self, config: BrokerConfig, kafka_endpoints: tuple[str, ...]) -> Service:
         """Join the cluster of ``config.cluster``; the topic service of a member."""
         from ..cluster.node import ClusterNode  # kazoo: only a member loads it
         from ..cluster.topic_service import ClusterTopicService
-        self.cluster = ClusterNode(config.cluster, self.host)
+        self.cluster = ClusterNode(config.cluster, self.host, kafka_endpoints)
         self.producers.producer_ids = self.cluster.producer_ids    # cluster-wide ids
         self.add_service(self.cluster.replication)
         return ClusterTopicService(self.host, self.prefix, self.cluster.replication,
@@ -245,22 +250,18 @@ class BrokerCore:
             self.context.ticket = None
 
     def take_replies(self) -> list[tuple[Any, bytes]]:
-        """Replies that were held back and are due now: (ticket, reply frame). A
-        reply to a request made in this process (a :class:`CallbackTicket`'s) is
-        handed to its callback here instead."""
-        replies = []
-        for service in self.services:
-            for ticket, result in service.take_replies():
-                if isinstance(ticket, CallbackTicket):
-                    ticket.callback(result)
-                else:
-                    replies.append((ticket, encode_result(result)))
-        return replies
+        """Replies that were held back and are due now: (ticket, reply frame)."""
+        return [(ticket, encode_result(result)) for ticket, result in self.take_results()]
+
+    def take_results(self) -> list[tuple[Any, Any]]:
+        """Results of requests that were held back, due now: (ticket, reply fields or
+        the ShmlogError refusing it), for whichever front end owns the ticket."""
+        return [(ticket, result)
+                for service in self.services for ticket, result in service.take_replies()]
 
     def pending_tickets(self) -> list:
-        """Tickets of control requests held back and not answered yet."""
-        return [ticket for service in self.services for ticket in service.pending_tickets()
-                if not isinstance(ticket, CallbackTicket)]
+        """Tickets of requests held back and not answered yet."""
+        return [ticket for service in self.services for ticket in service.pending_tickets()]
 
     # -- the loop ------------------------------------------------------------------
     def next_deadline(self) -> int | None:
@@ -488,8 +489,14 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     previous = {number: signal.signal(number, lambda received, _: stopping.append(received))
                 for number in (signal.SIGTERM, signal.SIGINT)}
     open_files = raise_open_files_limit()    # before the logs open
-    core = BrokerCore(config)
-    control = metrics = kafka = None
+    kafka = _bind_kafka(config)              # before joining: its ports are registered
+    try:
+        core = BrokerCore(config, kafka_endpoints=kafka.endpoints if kafka else ())
+    except BaseException:
+        if kafka is not None:
+            kafka.stop()
+        raise
+    control = metrics = None
     try:
         warm_kernels(config)             # before the socket: a client never waits for it
         address = control_address(core.data_dir)
@@ -499,8 +506,9 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
                  os.getpid(), core.data_dir, address, *open_files)
         if config.metrics_port is not None:
             metrics = _serve_metrics(core)
-        if config.listeners:
-            kafka = _serve_kafka(core)
+        if kafka is not None:
+            kafka.serve(core)
+            core.stats.kafka_listeners = [f"{host}:{port}" for host, port in kafka.addresses]
         if ready is not None:
             ready()
         idle_since = None
@@ -514,8 +522,11 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
                     break
             handled = core.run_once(requests_waiting=control.waiting)
             answered = control.answer(core.handle)
-            for ticket, reply in core.take_replies():
-                control.send(ticket, reply)
+            for ticket, result in core.take_results():
+                if kafka is not None and kafka.owns(ticket):
+                    kafka.resolve(ticket, result)
+                else:
+                    control.send(ticket, encode_result(result))
             if kafka is not None:
                 answered |= kafka.answer()
                 kafka.poll(now_ms())
@@ -539,7 +550,9 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             kafka.stop()
         if control is not None:
             for ticket in core.pending_tickets():
-                control.send(ticket, error_reply(BrokerNotAvailableError("the broker is stopping")))
+                if kafka is None or not kafka.owns(ticket):   # Kafka connections just close
+                    control.send(ticket,
+                                 error_reply(BrokerNotAvailableError("the broker is stopping")))
             control.stop()
             remove_control_socket(core.data_dir)
         core.close()
@@ -547,12 +560,13 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             signal.signal(number, handler)
 
 
-def _serve_kafka(core: BrokerCore):
-    """Start the Kafka listener of ``core``'s config (``wire``); its KafkaListener."""
+def _bind_kafka(config: BrokerConfig):
+    """The Kafka listener ``config`` asks for (``wire``), bound, not yet serving; None
+    when ``listeners`` is unset."""
+    if not config.listeners:
+        return None
     from ..wire.kafka_listener import KafkaListener
-    kafka = KafkaListener(core)
-    core.stats.kafka_listeners = [f"{host}:{port}" for host, port in kafka.addresses]
-    return kafka
+    return KafkaListener(config)
 
 
 def _seconds_to_next_timer(core: BrokerCore, kafka) -> float:

@@ -64,13 +64,19 @@ class KafkaApis:
 
     def __init__(self, server: KafkaSocketServer, areas: list) -> None:
         self.server = server
-        self.areas = list(areas)
+        self.areas: list = []
         self._table: ApiTable = {codec.API_VERSIONS_KEY: (0, 4, self.api_versions)}
-        for area in self.areas:
-            added = area.apis()
-            clashes = added.keys() & self._table.keys()
-            assert not clashes, f"Kafka APIs served twice: {sorted(clashes)}"
-            self._table.update(added)
+        for area in areas:
+            self.add_area(area)
+
+    def add_area(self, area) -> None:
+        """Serve ``area``'s APIs too (an area that answers later is given
+        :meth:`respond` at its construction)."""
+        added = area.apis()
+        clashes = added.keys() & self._table.keys()
+        assert not clashes, f"Kafka APIs served twice: {sorted(clashes)}"
+        self._table.update(added)
+        self.areas.append(area)
 
     @property
     def versions(self) -> dict[int, tuple[int, int]]:

@@ -22,12 +22,6 @@ client_id nullable string`` (header v1), then, for a flexible version, tagged fi
 tagged fields when the API's version is flexible (header v1), then the body, except
 that ApiVersions' response header is always v0 (a client that does not know the
 broker's versions must read it). :func:`encode_response` returns the framed bytes.
-
-A consumer group's members describe themselves in Kafka's *consumer protocol*
-(``ConsumerProtocolSubscription`` in a JoinGroup's protocol metadata,
-``ConsumerProtocolAssignment`` in a SyncGroup's assignment; neither is flexible, and
-a newer version than known is read as the newest known, as Kafka's clients do):
-:func:`decode_subscription`, :func:`encode_subscription` and :func:`encode_assignment`.
 """
 
 from __future__ import annotations
@@ -48,12 +42,10 @@ from kafka.protocol.consumer.metadata import (
 from ..common.errors import KafkaRequestError
 
 __all__ = ["RequestHeader", "read_header", "decode_request", "encode_response",
-           "response_class", "request_class", "API_VERSIONS_KEY", "CONSUMER_PROTOCOL_TYPE",
-           "ConsumerSubscription", "decode_subscription", "encode_subscription",
-           "encode_assignment"]
+           "response_class", "request_class", "API_VERSIONS_KEY", "Subscription",
+           "decode_subscription", "encode_assignment", "encode_subscription"]
 
 API_VERSIONS_KEY = 18
-CONSUMER_PROTOCOL_TYPE = "consumer"      # a consumer group's JoinGroup protocol type
 _HEADER = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
@@ -184,58 +176,53 @@ def encode_response(header: RequestHeader, response, version: int | None = None)
     return _SIZE.pack(len(head) + len(body)) + head + bytes(body)
 
 
-# -- the consumer protocol ---------------------------------------------------------------
-
+# -- the consumer protocol's embedded messages (JoinGroup's and SyncGroup's bytes) ---------
 @dataclasses.dataclass(frozen=True)
-class ConsumerSubscription:
-    """What a member's ConsumerProtocolSubscription says."""
-    topics: tuple[str, ...]
-    owned: tuple[tuple[str, int], ...]       # the partitions it still holds (v1+)
-    generation: int                          # of ``owned`` (v2+; -1 before)
+class Subscription:
+    """What a Kafka consumer's ConsumerProtocolSubscription says."""
+    topics: list[str]
+    owned: list[list]                 # [[topic, partition], ...]
+    generation: int                   # -1 when it names none (before v2)
 
 
-def decode_subscription(data: bytes) -> ConsumerSubscription:
-    """A member's ConsumerProtocolSubscription.
+def decode_subscription(data: bytes | None) -> Subscription:
+    """A JoinGroup protocol's metadata (ConsumerProtocolSubscription, any version).
 
     Raises
     ------
     KafkaRequestError
-        ``data`` is not one.
+        The bytes are not one.
     """
     try:
-        decoded = ConsumerProtocolSubscription.decode(bytes(data))
-        owned = tuple((entry.topic, partition) for entry in decoded.owned_partitions or ()
-                      for partition in entry.partitions) \
-            if decoded.version >= 1 else ()
-        generation = decoded.generation_id if decoded.version >= 2 else -1
-        return ConsumerSubscription(tuple(decoded.topics), owned, generation)
+        decoded = ConsumerProtocolSubscription.decode(bytes(data or b""))
+        owned = [[entry.topic, partition] for entry in (decoded.owned_partitions or [])
+                 for partition in entry.partitions]
+        generation = getattr(decoded, "generation_id", -1)
+        return Subscription(list(decoded.topics), owned, -1 if generation is None else generation)
     except Exception as error:       # noqa: BLE001 - any decoding failure is the client's
-        raise KafkaRequestError(f"a consumer protocol subscription does not decode: "
-                                f"{type(error).__name__}: {error}") from None
+        raise KafkaRequestError(f"a consumer subscription does not decode: {error}") from None
 
 
-def _by_topic(partitions) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        grouped.setdefault(topic, []).append(partition)
-    return grouped
-
-
-def encode_subscription(topics, owned, generation: int) -> bytes:
-    """A ConsumerProtocolSubscription (v2: topics, owned partitions and their
-    generation) of a member that did not send one (a shmlog consumer)."""
-    entry = ConsumerProtocolSubscription.TopicPartition
-    return bytes(ConsumerProtocolSubscription(
-        version=2, topics=list(topics), user_data=None, generation_id=generation,
-        owned_partitions=[entry(topic=topic, partitions=partitions)
-                          for topic, partitions in _by_topic(owned).items()]).encode(version=2))
+def encode_subscription(topics, owned=()) -> bytes:
+    """ConsumerProtocolSubscription v1 bytes (DescribeGroups' member metadata)."""
+    message = ConsumerProtocolSubscription(
+        version=1, topics=list(topics), user_data=None,
+        owned_partitions=_by_topic(ConsumerProtocolSubscription.TopicPartition, owned))
+    return bytes(message.encode(version=1))
 
 
 def encode_assignment(partitions) -> bytes:
-    """A ConsumerProtocolAssignment (v0, no user data) of ``[(topic, partition)]``."""
-    entry = ConsumerProtocolAssignment.TopicPartition
-    return bytes(ConsumerProtocolAssignment(
+    """A member's assignment ([[topic, partition], ...]) as ConsumerProtocolAssignment
+    v0 bytes (SyncGroup's, DescribeGroups')."""
+    message = ConsumerProtocolAssignment(
         version=0, user_data=None,
-        assigned_partitions=[entry(topic=topic, partitions=partitions)
-                             for topic, partitions in _by_topic(partitions).items()]
-    ).encode(version=0))
+        assigned_partitions=_by_topic(ConsumerProtocolAssignment.TopicPartition, partitions))
+    return bytes(message.encode(version=0))
+
+
+def _by_topic(cls, partitions) -> list:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return [cls(topic=topic, partitions=sorted(numbers))
+            for topic, numbers in sorted(grouped.items())]

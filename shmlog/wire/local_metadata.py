@@ -18,7 +18,7 @@ import uuid
 
 from ..common.errors import ShmlogError
 from ..common.internal_topics import INTERNAL_TOPICS
-from ..common.topic_names import validate_topic_name
+from .error_codes import INVALID_TOPIC_EXCEPTION, NONE, UNKNOWN_TOPIC_OR_PARTITION, for_completion
 
 __all__ = ["LocalMetadata", "SINGLE_BROKER_ID", "cluster_id_of"]
 
@@ -39,6 +39,7 @@ class LocalMetadata:
     def __init__(self, core, advertised: tuple[str, int]) -> None:
         self.core = core
         self.advertised = advertised
+        self.broker_id = SINGLE_BROKER_ID
         self.cluster_id = cluster_id_of(core.data_dir)
         self.auto_create = core.config.auto_create_topics_enable
         self._ids: dict[str, str] = {}              # topic id -> name, as last seen
@@ -78,12 +79,23 @@ class LocalMetadata:
         broker leads every partition it hosts, at epoch 0)."""
         return 0
 
-    def valid_name(self, name: str) -> bool:
+    def append(self, topic: str, partition: int, batch, acks: int, deadline: int,
+               answer) -> None:
+        """Append a client's converted batch as leader: ``answer(error code, base
+        offset, append time)`` at once (on one broker acks=all is acks=1)."""
         try:
-            validate_topic_name(name)
+            hosted = self.core.host.partition(topic, partition)
         except ShmlogError:
-            return False
-        return True
+            answer(UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+            return
+        if topic in INTERNAL_TOPICS:             # the broker's own appends only
+            answer(INVALID_TOPIC_EXCEPTION, -1, -1)
+            return
+        result, append_time = self.core.host.appender.append(hosted.row, batch)
+        if result < 0:
+            answer(for_completion(-result), -1, -1)
+        else:
+            answer(NONE, result, append_time)
 
     def create_topic(self, name: str) -> None:
         """Create ``name`` with the broker's ``num_partitions`` (auto-creation)."""

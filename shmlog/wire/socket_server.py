@@ -21,7 +21,7 @@ Rules
 * **Nothing a client sends stops the thread**: a reset, a half-written request, a
   request to a connection that is gone (its response is dropped).
 * Responses are lists of buffers written with ``sendmsg`` as they are (a Fetch
-  response's record batches are views of the segments: never copied here).
+  response's record batches, converted once for Kafka: never copied here).
 
 Theory of operation
 -------------------
@@ -86,15 +86,17 @@ class _Connection:
 
 class KafkaSocketServer(threading.Thread):
     """Listens on ``endpoints`` [(host, port)] (port 0: any free port; see
-    :attr:`addresses`) and passes requests to the loop that rings ``doorbell``."""
+    :attr:`addresses`) from construction; from :meth:`serve` on, accepts and passes
+    requests to the loop that sleeps on ``doorbell`` (a broker binds before it
+    registers in a cluster, and serves once it can answer)."""
 
-    def __init__(self, endpoints: list[tuple[str, int]], doorbell, *,
+    def __init__(self, endpoints: list[tuple[str, int]], *,
                  request_size_max: int = limits.KAFKA_REQUEST_SIZE_MAX_DEFAULT,
                  idle_ms: int = limits.KAFKA_CONNECTIONS_IDLE_MS_DEFAULT,
                  connections_per_address_max: int =
                  limits.KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT) -> None:
         super().__init__(name="shmlog-kafka-listener", daemon=True)
-        self.doorbell = doorbell
+        self.doorbell = None
         self.request_size_max = request_size_max
         self.idle_s = idle_ms / 1000
         self.connections_per_address_max = connections_per_address_max
@@ -121,6 +123,10 @@ class KafkaSocketServer(threading.Thread):
         self._accepting_after = 0.0
         self._next_idle_check = 0.0
         self._stopping = threading.Event()
+
+    def serve(self, doorbell) -> None:
+        """Start accepting and reading; ring ``doorbell`` for each request queued."""
+        self.doorbell = doorbell
         self.start()
 
     def _listen(self, host: str, port: int) -> socket.socket:
@@ -174,8 +180,9 @@ class KafkaSocketServer(threading.Thread):
         """Stop accepting and reading, close every connection (responses not yet
         written are dropped: the broker is stopping)."""
         self._stopping.set()
-        self._wake()
-        self.join(timeout=10)
+        if self.is_alive():
+            self._wake()
+            self.join(timeout=10)
         for connection in list(self._connections.values()):
             self._drop(connection)
         self._close_listening()

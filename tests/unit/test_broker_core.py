@@ -1,6 +1,5 @@
 """The broker's loop in-process (``BrokerCore``, no socket): a busy loop does not
-expire group members whose heartbeats are waiting to be answered; a held reply to a
-request made in the broker's process (a ``CallbackTicket``'s) goes to its callback; the warm-up
+expire group members whose heartbeats are waiting to be answered; the warm-up
 (``warm_kernels``) leaves nothing behind, and one that fails is logged, not raised.
 
 Method: a ``BrokerCore`` on a temporary data directory, driven as ``serve`` drives
@@ -21,11 +20,9 @@ import time
 import pytest
 
 from helpers import ask
-from shmlog.broker.service import CallbackTicket
 from shmlog.common.errors import TooManyProducersError
 from shmlog.common.paths import shared_memory_prefix
 from shmlog.protocol.control import decode_reply, encode_request
-from shmlog.record.records import now_ms
 from shmlog.ring import Ring
 from shmlog.server.broker import WARM_UP_DIRECTORY, BrokerConfig, BrokerCore, warm_kernels
 from shmlog.shm import shared_memory
@@ -77,30 +74,6 @@ def test_a_member_that_sent_nothing_is_expired(core):
     time.sleep(2 * SESSION_TIMEOUT_MS / 1000)
     core.run_once()
     assert members(core) == []
-
-
-def test_a_held_reply_to_a_callback_ticket_goes_to_its_callback(core):
-    """A join made in the broker's process (the Kafka listener's) waits like a control
-    request's; its reply goes to its ticket's callback, not to the control socket's
-    replies, while a control request's reply in the same turn is returned as before."""
-    answers = []
-    ticket = CallbackTicket(answers.append)
-    core.groups.coordinator.join_group("g", "member-1", "kafka", ["events"],
-                                       session_timeout_ms=SESSION_TIMEOUT_MS * 50,
-                                       ticket=ticket, now=now_ms())
-    assert core.pending_tickets() == []          # never refused over the control socket
-    core.run_once()
-    assert core.take_replies() == [] and answers[0]["member_id"] == "member-1"
-    assert core.handle("joiner", encode_request(
-        "join_group", group_id="g", member_id="member-2", client_id="test",
-        topics=["events"], session_timeout_ms=SESSION_TIMEOUT_MS * 50)) is None
-    core.groups.coordinator.join_group("g", "member-1", "kafka", ["events"],
-                                       session_timeout_ms=SESSION_TIMEOUT_MS * 50,
-                                       ticket=ticket, now=now_ms())
-    core.run_once()
-    replies = core.take_replies()
-    assert [answered for answered, _ in replies] == ["joiner"]
-    assert answers[1]["generation"] == decode_reply(replies[0][1])["generation"] == 2
 
 
 def test_the_warm_up_leaves_nothing_behind(data_dir):

@@ -141,6 +141,29 @@ def test_a_new_member_rebalances_the_group_and_partitions_never_overlap():
         harness.call("heartbeat", group_id="g", member_id=first, generation=1)
 
 
+def test_a_followers_unchanged_join_gets_the_current_generation_and_no_rebalance():
+    """Kafka's rule: a stable group's follower joining again with nothing changed (a
+    client that gave up on its join and sent it again) is told the current generation
+    at once; the leader's join, or a follower's with a change, rebalances."""
+    harness = Harness(delay_ms=100)              # both join the first rebalance
+    harness.join("a")
+    harness.join("b")
+    harness.advance(100)
+    joined = {reply["member_id"]: reply for reply in harness.replies().values()}
+    generation, leader = joined["a"]["generation"], joined["a"]["leader"]
+    follower = "b" if leader == "a" else "a"
+    ticket = harness.join(follower)
+    assert harness.replies() == {ticket: {"member_id": follower, "generation": generation,
+                                          "leader": leader, "protocol": "range"}}
+    assert harness.state() is GroupState.STABLE
+    harness.join(follower, topics=("t", "u"))                # a change: a rebalance
+    assert harness.state() is GroupState.PREPARING_REBALANCE
+    harness.join(leader)
+    assert {reply["generation"] for reply in harness.replies().values()} == {generation + 1}
+    harness.join(leader)                                     # the leader's: a rebalance
+    assert harness.state() is GroupState.PREPARING_REBALANCE
+
+
 def test_a_silent_member_is_expired_and_its_partitions_move():
     harness = Harness()
     harness.join()

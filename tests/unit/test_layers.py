@@ -16,8 +16,8 @@ the tree and once on small samples that break each rule, so a check that finds n
 is known to be able to find something.
 
 The light-client rule is kept here too: the modules of ``client/`` and ``kafka/`` reach,
-through every import they make (lazy ones too), none of the broker's, the cluster's or
-the server's packages, and none of the log's writer.
+through every import they make (lazy ones too), none of the broker's, the cluster's, the
+wire protocol's or the server's packages, and none of the log's writer.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def test_imports_resolve_to_modules_at_any_depth():
 # names over them) loads none of the broker's side, none of the cluster's, and none of
 # the log's writer: a consumer reads segments through the read path alone.
 LIGHT = ("client", "kafka")
-SERVER_SIDE = ("broker", "cluster", "server", "devtools")
+SERVER_SIDE = ("broker", "cluster", "wire", "server", "devtools")
 WRITER = ("shmlog.segments", "shmlog.storage.log_segment", "shmlog.storage.local_log",
           "shmlog.storage.log_loader", "shmlog.storage.log_validator",
           "shmlog.storage.log_retention", "shmlog.storage.segment_append",

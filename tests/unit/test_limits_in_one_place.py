@@ -29,7 +29,6 @@ LIMIT_NAME = re.compile(r"_(S|MS|US|NS|HOURS|BYTES|KIB|MIB|SIZE|LENGTH|MAX|MIN|C
 # Numbers named like limits that are facts, not choices: a format's field width, the
 # kernel's, or an algorithm's shape. {(module, name): why it stays}
 FACTS = {
-    ("shmlog.wire.error_codes", "INVALID_SESSION_TIMEOUT"): "Kafka's error code 26, by its name",
     ("shmlog.storage.topic_config", "LONG_MAX"): "Java's long, Kafka's config bound",
     ("shmlog.common.paths", "SOCKET_PATH_LENGTH_MAX"): "sun_path holds 107 bytes and a NUL",
     ("shmlog.storage.leader_epochs", "EPOCH_MAX"): "the batch header's epoch is an i32",
@@ -50,6 +49,7 @@ FACTS = {
     ("shmlog.native.crc32c", "LANE_LONG_SIZE"): "the interleaved CRC's lane shape",
     ("shmlog.native.crc32c", "LANE_SHORT_SIZE"): "the interleaved CRC's lane shape",
     ("shmlog.record.columns", "FIELD_RUN_RECORDS_MIN"): "where one decoding path beats another",
+    ("shmlog.wire.error_codes", "INVALID_SESSION_TIMEOUT"): "Kafka's error code 26, a name",
 }
 
 

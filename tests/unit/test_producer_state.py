@@ -201,3 +201,26 @@ def test_a_walk_without_producers_is_not_repeated(tmp_path):
     assert snapshot_offsets(directory) == [reopened.active.base_offset]
     assert reopened.producer_batches().shape == (0, 5)
     reopened.close()
+
+
+def test_the_last_five_batches_are_recognised_and_the_sixth_is_not():
+    from shmlog.broker.appender.producer_state import (
+        BATCHES_RETAINED,
+        SEQUENCE_DUPLICATE,
+        SEQUENCE_NEW,
+        SEQUENCE_OUT_OF_ORDER,
+        ProducerStateTable,
+    )
+    table = ProducerStateTable()
+    for batch in range(BATCHES_RETAINED + 1):          # six batches of 10 records
+        assert table.check(3, 42, 0, batch * 10) == (SEQUENCE_NEW, -1)
+        table.remember(3, 42, 0, batch * 10, 1000 + batch * 10, 10)
+    for batch in range(1, BATCHES_RETAINED + 1):       # the last five: duplicates
+        assert table.check(3, 42, 0, batch * 10) == (SEQUENCE_DUPLICATE, 1000 + batch * 10)
+    assert table.check(3, 42, 0, 0) == (SEQUENCE_OUT_OF_ORDER, -1)       # forgotten
+    assert table.check(3, 42, 0, 60) == (SEQUENCE_NEW, -1)               # the next
+    assert table.check(3, 42, 0, 70) == (SEQUENCE_OUT_OF_ORDER, -1)      # a gap
+    table.remember(3, 42, 1, 0, 2000, 5)               # a new epoch starts again
+    assert table.check(3, 42, 1, 50) == (SEQUENCE_OUT_OF_ORDER, -1)
+    assert table.check(3, 42, 1, 0) == (SEQUENCE_DUPLICATE, 2000)
+    assert table.check(3, 43, 0, 50) == (SEQUENCE_NEW, -1)               # another producer

@@ -48,11 +48,22 @@ def test_new_topic_ids_are_32_hex_digits_and_decode():
     BrokerRegistration(1, "host-a", "tcp://10.0.0.1:9093", "r1", 1700000000000, 42),
     BrokerRegistration(2, "host-b", "tcp://10.0.0.2:9093"),
     BrokerRegistration(3, "host-c", "tcp://10.0.0.3:9093", None, 1, 7, "x" * 40),
+    BrokerRegistration(4, "host-d", "tcp://10.0.0.4:9093", None, 1, 7, None,
+                       ("PLAINTEXT://host-d:9092",)),
 ])
 def test_broker_registration_round_trips(value):
     body = zk_paths.encode_broker_registration(value)
     assert zk_paths.decode_broker_registration(value.broker_id, body) == value
     assert (b"curve_public_key" in body) == (value.curve_public_key is not None)
+    assert (b'"endpoints"' in body) == bool(value.kafka_endpoints)   # Kafka's name for them
+
+
+@pytest.mark.parametrize("endpoints", ['"PLAINTEXT://h:1"', '["h:1"]', "[7]"])
+def test_a_registration_with_bad_kafka_endpoints_is_refused(endpoints):
+    body = b'{"version":1,"host":"h","replication":"tcp://h:1","rack":null,' \
+           b'"timestamp":"0","pid":1,"endpoints":%s}' % endpoints.encode()
+    with pytest.raises(ZnodeFormatError, match="endpoints"):
+        zk_paths.decode_broker_registration(1, body)
 
 
 @pytest.mark.parametrize("public_key", ["", "x" * 39, "x" * 41, "x" * 39 + "~", 7])

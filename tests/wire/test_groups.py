@@ -1,577 +1,210 @@
-"""Consumer groups over the Kafka listener: librdkafka (confluent-kafka) and
-kafka-python groups splitting a topic's partitions, a group mixing a shmlog Consumer
-and a Kafka client, commits and their fetch, DescribeGroups and ListGroups through
-librdkafka's admin client, a member removed when it stops heartbeating, and one
-leaving at close; every advertised version of each group API, on raw sockets.
+"""Consumer groups over Kafka's protocol: librdkafka and kafka-python members share a
+topic's partitions and read each record once, commit and fetch offsets that
+shmlog's own coordinator keeps (``shmlog groups`` sees them), one group mixes a
+shmlog Consumer and a librdkafka member, a member that closes hands its partitions
+over, AdminClient lists and describes groups, and an assignor shmlog does not run is
+refused as Kafka refuses it.
 
-Method: one broker process per module with a Kafka listener on a free loopback port,
-no initial rebalance delay and a low minimum session timeout (so a silent member
-goes within seconds); data put with shmlog's own Producer (Fetch is not served yet,
-so assignments are read from the clients' callbacks and ``assignment()``); raw
-requests encoded, and responses decoded, with kafka-python's message classes. Every
-wait is bounded; each test uses its own topic and group.
+Method: the module's broker, with no initial rebalance delay; records put with
+shmlog's own Producer; members polled in turn from this thread; every wait bounded.
 """
 
 from __future__ import annotations
 
-import queue
-import socket
-import struct
-import threading
 import time
-import uuid
 
 import pytest
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import ConsumerGroupState, KafkaException, TopicPartition
-from confluent_kafka import KafkaError as LibrdkafkaError
+from confluent_kafka import Consumer as KafkaClientConsumer
+from confluent_kafka import TopicPartition as KafkaClientPartition
 from confluent_kafka.admin import AdminClient
-from kafka import KafkaConsumer as PythonConsumer
-from kafka import TopicPartition as PythonPartition
-from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
-from kafka.protocol.admin.groups import (
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
-    ListGroupsRequest,
-    ListGroupsResponse,
-)
-from kafka.protocol.consumer.group import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
-from kafka.protocol.consumer.metadata import (
-    ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
-)
-from kafka.protocol.metadata.find_coordinator import (
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-)
-from kafka.structs import OffsetAndMetadata
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from kafka.errors import KafkaError
 
 from helpers import kafka_listener_address, unlink_shared_memory
 from shmlog import Admin, Consumer, Producer
-from shmlog import TopicPartition as ShmlogPartition
+from shmlog.protocol.control_client import request
 from shmlog.server.broker import Broker
 
-WAIT_S = 20.0
-# A session short enough that a silent member goes quickly (the broker's minimum is
-# lowered to allow it).
-SHORT_SESSION_MS = 1_500
+WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    """(data directory, "host:port"): a broker serving Kafka, groups without delay."""
+def group_broker(tmp_path_factory):
+    """(data directory, "host:port"): groups rebalance at once (no initial delay)."""
     data_dir = str(tmp_path_factory.mktemp("kafka-groups") / "data")
     with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0",
-                group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=1_000):
+                group_initial_rebalance_delay_ms=0):
         yield data_dir, kafka_listener_address(data_dir)
     unlink_shared_memory(data_dir)
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _topic_with_data(data_dir: str, partitions: int = 4, records: int = 3) -> str:
-    """A new topic of ``partitions``, each with ``records`` records (shmlog's Producer)."""
-    topic = _name("groups")
+def put(data_dir: str, topic: str, partitions: int, per_partition: int) -> None:
     Admin(data_dir).create_topic(topic, partitions)
     with Producer(data_dir) as producer:
         for partition in range(partitions):
-            for index in range(records):
-                producer.send(topic, f"{partition}-{index}".encode(), partition=partition)
+            for index in range(per_partition):
+                producer.send(topic, b"%d-%d" % (partition, index), partition=partition)
         producer.flush(timeout=WAIT_S)
-    return topic
 
 
-def _wait_for(condition, poll=lambda: None, what="the condition"):
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {WAIT_S} s for {what}"
-        poll()
-        time.sleep(0.02)
+def member(address: str, group: str, **config) -> KafkaClientConsumer:
+    return KafkaClientConsumer({"bootstrap.servers": address, "group.id": group,
+                                "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                                "enable.auto.commit": False, **config})
 
 
-def _split(assignments: list[set]) -> bool:
-    """Whether every member holds something and together they hold 4 partitions once."""
-    union = set().union(*assignments)
-    return all(assignments) and len(union) == 4 == sum(len(held) for held in assignments)
+def poll_until(members, count: int, done=lambda: True) -> list[tuple[int, int]]:
+    """(partition, offset) of what ``members`` read, polling each in turn, until
+    ``count`` different records are read and ``done()``."""
+    read, deadline = [], time.monotonic() + WAIT_S
+    while len(set(read)) < count or not done():
+        assert time.monotonic() < deadline, f"read {len(set(read))} of {count} in {WAIT_S} s"
+        for consumer in members:
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                read.append((message.partition(), message.offset()))
+    return read
 
 
-# -- librdkafka ------------------------------------------------------------------------
-
-class _LibrdkafkaMember:
-    """A confluent-kafka consumer of a group; its assignment as the callbacks say."""
-
-    def __init__(self, address: str, group: str, topic: str, name: str, **settings):
-        self.assigned: set[int] = set()
-        self.consumer = KafkaConsumer({"bootstrap.servers": address, "group.id": group,
-                                       "client.id": name, "enable.auto.commit": False,
-                                       "session.timeout.ms": 30_000, **settings})
-        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
-
-    def _on_assign(self, consumer, partitions):
-        self.assigned |= {partition.partition for partition in partitions}
-
-    def _on_revoke(self, consumer, partitions):
-        self.assigned -= {partition.partition for partition in partitions}
-
-    def poll(self) -> None:
-        self.consumer.poll(0.05)
+def assignments(members) -> list[set[int]]:
+    return [{partition.partition for partition in consumer.assignment()} for consumer in members]
 
 
-def _commit_librdkafka(member: _LibrdkafkaMember, offsets: list, others=()) -> None:
-    """A synchronous commit through ``member``, again while its group rebalances (a
-    leader joins again once its metadata catches up with what it assigned)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        try:
-            member.consumer.commit(offsets=offsets, asynchronous=False)
-            return
-        except KafkaException as error:
-            if error.args[0].code() not in (LibrdkafkaError.REBALANCE_IN_PROGRESS,
-                                            LibrdkafkaError.ILLEGAL_GENERATION):
-                raise
-            assert time.monotonic() < deadline, "the group never settled for a commit"
-            for polled in (member, *others):
-                polled.poll()
-
-
-def test_a_librdkafka_group_splits_the_partitions_commits_and_leaves(broker):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir), _name("rdkafka")
-    first = _LibrdkafkaMember(address, group, topic, "first")
-    second = _LibrdkafkaMember(address, group, topic, "second")
+def test_two_librdkafka_members_share_the_partitions_and_commit(group_broker):
+    data_dir, address = group_broker
+    put(data_dir, "shared", 4, 10)
+    members = [member(address, "pair") for _ in range(2)]
+    for consumer in members:
+        consumer.subscribe(["shared"])
     try:
-        _wait_for(lambda: _split([first.assigned, second.assigned]),
-                  lambda: (first.poll(), second.poll()), "two members holding 4 partitions")
-        assert {p.partition for p in first.consumer.assignment()} == first.assigned
-        owned = min(first.assigned)
-        _commit_librdkafka(first, [TopicPartition(topic, owned, 2)], others=[second])
-        committed = first.consumer.committed([TopicPartition(topic, p) for p in range(4)],
-                                             timeout=WAIT_S)
-        assert {(p.partition, p.offset) for p in committed if p.offset >= 0} == {(owned, 2)}
-        # The same store shmlog's own consumers commit to: `shmlog groups describe`.
-        _wait_for(lambda: Admin(data_dir).describe_consumer_group(group)["state"] == "Stable",
-                  lambda: (first.poll(), second.poll()), "the group to be stable")
-        described = Admin(data_dir).describe_consumer_group(group)
-        assert len(described["members"]) == 2
-        lag = {entry["partition"]: entry for entry in described["partitions"]}
-        assert lag[owned]["committed"] == 2 and lag[owned]["lag"] == 1
-        # Leave at close: the other member takes everything long before the 30 s
-        # session would have run out.
-        first.consumer.close()
-        _wait_for(lambda: second.assigned == {0, 1, 2, 3}, second.poll,
-                  "the remaining member to hold every partition")
-        assert len(Admin(data_dir).describe_consumer_group(group)["members"]) == 1
+        read = poll_until(members, 40, lambda: all(assignments(members)))
+        # Every record is read. Not each once: without an initial rebalance delay the
+        # first member may join alone and read before the second joins, and the
+        # partitions then handed over are read again from the start (nothing was
+        # committed), as with Kafka's eager protocol.
+        assert set(read) == {(p, o) for p in range(4) for o in range(10)}
+        first, second = assignments(members)
+        assert first | second == {0, 1, 2, 3} and not first & second
+        for consumer in members:
+            consumer.commit(offsets=[KafkaClientPartition("shared", p, 7)
+                                     for p in (partition.partition
+                                               for partition in consumer.assignment())],
+                            asynchronous=False)
+        committed = members[0].committed([KafkaClientPartition("shared", p) for p in range(4)],
+                                         timeout=WAIT_S)
+        assert [partition.offset for partition in committed] == [7, 7, 7, 7]
     finally:
-        first.consumer.close()
-        second.consumer.close()
+        for consumer in members:
+            consumer.close()
+    described = request(data_dir, "describe_group", group_id="pair")
+    assert [(entry["partition"], entry["committed"], entry["lag"])
+            for entry in described["partitions"]] == [(p, 7, 3) for p in range(4)]
 
 
-def test_librdkafka_admin_lists_and_describes_groups(broker):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir), _name("described")
-    member = _LibrdkafkaMember(address, group, topic, "described-member")
-    admin = AdminClient({"bootstrap.servers": address})
+def test_a_member_that_closes_hands_its_partitions_over(group_broker):
+    data_dir, address = group_broker
+    put(data_dir, "handover", 2, 1)
+    members = [member(address, "handover") for _ in range(2)]
+    for consumer in members:
+        consumer.subscribe(["handover"])
+    poll_until(members, 2, lambda: all(assignments(members)))
+    members[0].close()
     try:
-        _wait_for(lambda: member.assigned == {0, 1, 2, 3}, member.poll, "the assignment")
-        listed = admin.list_consumer_groups(request_timeout=WAIT_S).result(timeout=WAIT_S)
-        mine = [entry for entry in listed.valid if entry.group_id == group]
-        assert len(mine) == 1 and mine[0].state == ConsumerGroupState.STABLE
-        assert not mine[0].is_simple_consumer_group
-        described = admin.describe_consumer_groups([group], request_timeout=WAIT_S)[group] \
-            .result(timeout=WAIT_S)
-        assert described.state == ConsumerGroupState.STABLE
-        assert described.partition_assignor == "range"
-        [only] = described.members
-        assert only.client_id == "described-member" and only.host == "127.0.0.1"
-        assert {(p.topic, p.partition) for p in only.assignment.topic_partitions} == \
-            {(topic, partition) for partition in range(4)}
-        assert described.coordinator.id == 0
+        poll_until(members[1:], 0, lambda: assignments(members[1:]) == [{0, 1}])
     finally:
-        member.consumer.close()
-    _wait_for(lambda: admin.describe_consumer_groups([group], request_timeout=WAIT_S)[group]
-              .result(timeout=WAIT_S).state == ConsumerGroupState.EMPTY,
-              what="the group to be empty after its member left")
+        members[1].close()
 
 
-# -- kafka-python --------------------------------------------------------------------
-
-class _PythonMember(threading.Thread):
-    """A kafka-python consumer polled on a thread of its own (its methods are not
-    for two threads at once): :meth:`call` runs a function on that thread."""
-
-    def __init__(self, address: str, group: str, topic: str, name: str):
-        super().__init__(daemon=True)
-        self.consumer = PythonConsumer(topic, bootstrap_servers=address, group_id=group,
-                                       client_id=name, enable_auto_commit=False,
-                                       session_timeout_ms=30_000, heartbeat_interval_ms=500,
-                                       request_timeout_ms=10_000)
-        self.calls: queue.Queue = queue.Queue()
-        self.stopping = threading.Event()
-        self.assigned: set[int] = set()
-        self.poll_errors: list = []
-        self.start()
-
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                try:
-                    call, answer = self.calls.get_nowait()
-                    try:
-                        answer.put((True, call(self.consumer)))
-                    except Exception as error:      # noqa: BLE001 - handed to the caller
-                        answer.put((False, error))
-                except queue.Empty:
-                    pass
-                try:
-                    self.consumer.poll(timeout_ms=100)
-                except KafkaError as error:
-                    # What a poll raises for the APIs not served yet (Fetch, ListOffsets)
-                    # must not end the member: its group membership is what is tested.
-                    self.poll_errors.append(error)
-                self.assigned = {partition.partition
-                                 for partition in self.consumer.assignment()}
-        finally:
-            self.consumer.close()
-
-    def call(self, function):
-        answer: queue.Queue = queue.Queue()
-        self.calls.put((function, answer))
-        done, value = answer.get(timeout=WAIT_S)
-        if not done:
-            raise value
-        return value
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(timeout=WAIT_S)
-
-
-def _commit_until_stable(member: _PythonMember, offsets: dict) -> None:
-    """Commit through ``member`` (kafka-python refuses while its group rebalances:
-    a leader rejoins once its metadata catches up with what it assigned)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        try:
-            member.call(lambda consumer: consumer.commit(offsets))
-            return
-        except (RebalanceInProgressError, CommitFailedError):
-            assert time.monotonic() < deadline, "the group never settled for a commit"
-            time.sleep(0.1)
-
-
-def test_a_kafka_python_group_splits_the_partitions_and_commits(broker):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir), _name("kafka-python")
-    # Committed positions first, so the members start from them (ListOffsets is not
-    # served yet): a commit of a consumer with no group membership (generation -1).
-    simple = PythonConsumer(bootstrap_servers=address, group_id=group,
-                            enable_auto_commit=False, request_timeout_ms=10_000)
+def test_a_group_mixes_a_shmlog_consumer_and_a_kafka_client(group_broker):
+    data_dir, address = group_broker
+    put(data_dir, "mixed", 4, 5)
+    ours = Consumer("mixed", bootstrap=data_dir, group_id="mixed",
+                    auto_offset_reset="earliest", session_timeout_ms=6000,
+                    partition_assignment_strategy=("range",))
+    theirs = member(address, "mixed", **{"partition.assignment.strategy": "range"})
+    theirs.subscribe(["mixed"])
     try:
-        simple.assign([PythonPartition(topic, partition) for partition in range(4)])
-        simple.commit({PythonPartition(topic, partition): OffsetAndMetadata(0, "", -1)
-                       for partition in range(4)})
-    finally:
-        simple.close()
-    members = [_PythonMember(address, group, topic, name) for name in ("one", "two")]
-    try:
-        _wait_for(lambda: _split([member.assigned for member in members]),
-                  what="two kafka-python members holding 4 partitions")
-        owned = PythonPartition(topic, min(members[0].assigned))
-        _commit_until_stable(members[0], {owned: OffsetAndMetadata(3, "done", -1)})
-        committed = members[0].call(lambda consumer: consumer.committed(owned, metadata=True))
-        assert (committed.offset, committed.metadata, committed.leader_epoch) == \
-            (3, "done", -1)
-        assert Admin(data_dir).list_consumer_group_offsets(group)[(topic, owned.partition)] \
-            == (3, "done")
-    finally:
-        for member in members:
-            member.stop()
-    _wait_for(lambda: not Admin(data_dir).describe_consumer_group(group)["members"],
-              what="both kafka-python members to leave at close")
+        ours_read: list = []
+        deadline = time.monotonic() + WAIT_S
 
+        def both_assigned() -> bool:
+            for batch in ours.poll(timeout_ms=50).values():
+                ours_read.extend((record.partition, record.offset) for record in batch)
+            return bool(ours.assignment()) and bool(theirs.assignment())
 
-# -- a mixed group -------------------------------------------------------------------
-
-def test_a_group_of_a_shmlog_consumer_and_a_kafka_client_shares_the_partitions(broker):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir), _name("mixed")
-    ours = Consumer(topic, bootstrap=data_dir, group_id=group, auto_offset_reset="earliest",
-                    enable_auto_commit=False)
-    theirs = _LibrdkafkaMember(address, group, topic, "kafka-side")
-    try:
-        def ours_held() -> set:
-            return {partition.partition for partition in ours.assignment()}
-        _wait_for(lambda: _split([ours_held(), theirs.assigned]),
-                  lambda: (ours.poll(timeout_ms=20), theirs.poll()),
-                  "a shmlog consumer and a librdkafka consumer holding 4 partitions")
-        described = Admin(data_dir).describe_consumer_group(group)
-        assert described["protocol"] == "range" and len(described["members"]) == 2
-        # Each side's commits are the other's to read.
-        mine = min(ours_held())
-        ours.commit({ShmlogPartition(topic, mine): 1})
-        committed = theirs.consumer.committed([TopicPartition(topic, mine)], timeout=WAIT_S)
-        assert committed[0].offset == 1
+        theirs_read = poll_until([theirs], 0, both_assigned)
+        while len(ours_read) + len(theirs_read) < 20:
+            assert time.monotonic() < deadline
+            theirs_read += poll_until([theirs], 0)
+            both_assigned()
+        mine = {partition.partition for partition in ours.assignment()}
+        assert mine | assignments([theirs])[0] == {0, 1, 2, 3}
+        assert not mine & assignments([theirs])[0]
+        assert sorted(ours_read + theirs_read) == [(p, o) for p in range(4) for o in range(5)]
     finally:
-        theirs.consumer.close()
         ours.close()
+        theirs.close()
 
 
-# -- raw requests: every version served ------------------------------------------------
-
-class _Raw:
-    """One connection speaking requests built with kafka-python's classes."""
-
-    def __init__(self, address: str):
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
-        self.correlation = 0
-
-    def ask(self, request, response_class, version: int):
-        self.correlation += 1
-        flexible = request.flexible_version_q(version)
-        header = struct.pack(">hhih", request.API_KEY, version, self.correlation, 4) + b"test"
-        payload = header + (b"\x00" if flexible else b"") + bytes(request.encode(version=version))
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        body = self._exactly(size)
-        assert struct.unpack(">i", body[:4])[0] == self.correlation
-        return response_class.decode(body[5 if flexible else 4:], version=version)
-
-    def _exactly(self, count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _subscription(topic: str) -> bytes:
-    return bytes(ConsumerProtocolSubscription(version=0, topics=[topic], user_data=None)
-                 .encode(version=0))
-
-
-def _join(raw: _Raw, group: str, topic: str, version: int, member_id: str = "",
-          session_ms: int = 10_000, **fields):
-    request = JoinGroupRequest(
-        version=version, group_id=group, session_timeout_ms=session_ms,
-        rebalance_timeout_ms=session_ms, member_id=member_id,
-        group_instance_id=fields.pop("group_instance_id", None),
-        protocol_type=fields.pop("protocol_type", "consumer"), reason=None,
-        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range",
-                                                             metadata=_subscription(topic))])
-    return raw.ask(request, JoinGroupResponse, version)
-
-
-def _join_as_new_member(raw: _Raw, group: str, topic: str, version: int, **fields):
-    """Join, with the MEMBER_ID_REQUIRED round of v4+; the JoinGroup response."""
-    joined = _join(raw, group, topic, version, **fields)
-    if version >= 4:
-        assert joined.error_code == 79 and joined.member_id      # MEMBER_ID_REQUIRED
-        joined = _join(raw, group, topic, version, member_id=joined.member_id, **fields)
-    return joined
-
-
-@pytest.mark.parametrize("version", range(10))
-def test_a_member_joins_syncs_heartbeats_and_leaves_at_every_version(broker, version):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir, partitions=2, records=1), _name("raw")
-    raw = _Raw(address)
+def test_kafka_python_consumes_as_a_group_and_commits(group_broker):
+    data_dir, address = group_broker
+    put(data_dir, "kafka-python-group", 2, 5)
+    consumer = KafkaConsumer("kafka-python-group", bootstrap_servers=address,
+                             group_id="kp", auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=int(WAIT_S * 1000))
     try:
-        find_version = min(version, 3)
-        found = raw.ask(FindCoordinatorRequest(version=find_version, key=group, key_type=0),
-                        FindCoordinatorResponse, find_version)
-        assert found.error_code == 0 and found.node_id == 0
-        joined = _join_as_new_member(raw, group, topic, version)
-        assert joined.error_code == 0 and joined.leader == joined.member_id
-        assert joined.protocol_name == "range" and joined.generation_id >= 1
-        [member] = joined.members                   # the leader sees every member
-        assert member.member_id == joined.member_id
-        assert ConsumerProtocolSubscription.decode(member.metadata).topics == [topic]
-        sync_version = min(version, 5)
-        synced = raw.ask(SyncGroupRequest(
-            version=sync_version, group_id=group, generation_id=joined.generation_id,
-            member_id=joined.member_id, group_instance_id=None, protocol_type="consumer",
-            protocol_name="range", assignments=[]), SyncGroupResponse, sync_version)
-        assert synced.error_code == 0
-        assert ConsumerProtocolAssignment.decode(synced.assignment).assigned_partitions[0] \
-            .partitions == [0, 1]
-        beat_version = min(version, 4)
-        beat = raw.ask(HeartbeatRequest(version=beat_version, group_id=group,
-                                        generation_id=joined.generation_id,
-                                        member_id=joined.member_id, group_instance_id=None),
-                       HeartbeatResponse, beat_version)
-        assert beat.error_code == 0
-        leave_version = min(version, 5)
-        left = raw.ask(LeaveGroupRequest(
-            version=leave_version, group_id=group, member_id=joined.member_id,
-            members=[LeaveGroupRequest.MemberIdentity(member_id=joined.member_id,
-                                                      group_instance_id=None, reason="done")]),
-            LeaveGroupResponse, leave_version)
-        assert left.error_code == 0
-        if leave_version >= 3:
-            assert [(m.member_id, m.error_code) for m in left.members] == \
-                [(joined.member_id, 0)]
-        assert Admin(data_dir).describe_consumer_group(group)["members"] == []
+        values = []
+        for message in consumer:
+            values.append(message.value)
+            if len(values) == 10:
+                break
+        consumer.commit()
     finally:
-        raw.close()
+        consumer.close()
+    assert sorted(values) == sorted(b"%d-%d" % (p, i) for p in range(2) for i in range(5))
+    fetched = request(data_dir, "fetch_offsets", group_id="kp")["offsets"]
+    assert [(topic, partition, offset) for topic, partition, offset, _ in fetched] == \
+        [("kafka-python-group", 0, 5), ("kafka-python-group", 1, 5)]
 
 
-@pytest.mark.parametrize("version", range(6))
-def test_describe_and_list_groups_at_every_version(broker, version):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir, partitions=2, records=1), _name("listed")
-    raw = _Raw(address)
+def test_admin_lists_and_describes_groups(group_broker):
+    data_dir, address = group_broker
+    put(data_dir, "described", 1, 1)
+    consumer = member(address, "described")
+    consumer.subscribe(["described"])
     try:
-        joined = _join_as_new_member(raw, group, topic, 5)
-        described = raw.ask(DescribeGroupsRequest(version=version, groups=[group, "no-such"],
-                                                  include_authorized_operations=False),
-                            DescribeGroupsResponse, version)
-        mine, missing = described.groups
-        assert (mine.error_code, mine.group_state, mine.protocol_type, mine.protocol_data) == \
-            (0, "Stable", "consumer", "range")
-        [member] = mine.members
-        assert (member.member_id, member.client_id, member.client_host) == \
-            (joined.member_id, "test", "127.0.0.1")
-        assert member.member_metadata == _subscription(topic)
-        assert ConsumerProtocolAssignment.decode(member.member_assignment) \
-            .assigned_partitions[0].partitions == [0, 1]
-        assert (missing.error_code, missing.group_state, missing.members) == (0, "Dead", [])
-        list_version = min(version, 4)
-        listed = raw.ask(ListGroupsRequest(version=list_version, states_filter=["Stable"]),
-                         ListGroupsResponse, list_version)
-        assert listed.error_code == 0
-        entry = {g.group_id: g for g in listed.groups}[group]
-        assert entry.protocol_type == "consumer"
-        if list_version >= 4:
-            assert entry.group_state == "Stable"
-            empty = raw.ask(ListGroupsRequest(version=4, states_filter=["Empty"]),
-                            ListGroupsResponse, 4)
-            assert group not in {g.group_id for g in empty.groups}
+        poll_until([consumer], 1)
+        admin = AdminClient({"bootstrap.servers": address})
+        listed = {group.group_id for group in admin.list_consumer_groups().result(WAIT_S).valid}
+        assert "described" in listed
+        described = admin.describe_consumer_groups(["described"])["described"].result(WAIT_S)
+        assert described.state.name == "STABLE"
+        [only] = described.members
+        assert {partition.partition for partition in only.assignment.topic_partitions} == {0}
     finally:
-        raw.close()
+        consumer.close()
 
 
-@pytest.mark.parametrize("version", range(2, 9))
-def test_offset_commit_then_offset_fetch_at_every_version(broker, version):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir, partitions=2, records=5), _name("offsets")
-    raw = _Raw(address)
-    commit_partition = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+def test_an_assignor_shmlog_does_not_run_is_refused(group_broker):
+    data_dir, address = group_broker
+    put(data_dir, "sticky", 1, 1)
+    consumer = KafkaConsumer("sticky", bootstrap_servers=address, group_id="sticky",
+                             partition_assignment_strategy=[StickyPartitionAssignor],
+                             consumer_timeout_ms=5_000)
     try:
-        committed = raw.ask(OffsetCommitRequest(
-            version=version, group_id=group, generation_id_or_member_epoch=-1, member_id="",
-            group_instance_id=None, retention_time_ms=-1,
-            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
-                commit_partition(partition_index=1, committed_offset=4,
-                                 committed_leader_epoch=7, committed_metadata=f"v{version}")
-            ])]), OffsetCommitResponse, version)
-        assert [(p.partition_index, p.error_code) for t in committed.topics
-                for p in t.partitions] == [(1, 0)]
-        fetch_version = version - 1                       # 1 to 7
-        fetched = raw.ask(OffsetFetchRequest(
-            version=fetch_version, group_id=group, require_stable=False,
-            topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=topic,
-                                                               partition_indexes=[0, 1])]),
-            OffsetFetchResponse, fetch_version)
-        answers = {p.partition_index: p for t in fetched.topics for p in t.partitions}
-        assert (answers[0].committed_offset, answers[0].error_code) == (-1, 0)
-        assert (answers[1].committed_offset, answers[1].metadata) == (4, f"v{version}")
-        if fetch_version >= 5:                            # no epoch is kept
-            assert answers[1].committed_leader_epoch == -1
-        if fetch_version >= 2:                            # every committed partition
-            everything = raw.ask(OffsetFetchRequest(version=fetch_version, group_id=group,
-                                                    topics=None, require_stable=True),
-                                 OffsetFetchResponse, fetch_version)
-            assert everything.error_code == 0
-            assert [(t.name, p.partition_index, p.committed_offset)
-                    for t in everything.topics for p in t.partitions] == [(topic, 1, 4)]
+        with pytest.raises(KafkaError, match="InconsistentGroupProtocol"):
+            consumer.poll(timeout_ms=int(WAIT_S * 1000))
     finally:
-        raw.close()
+        consumer.close()
 
 
-def test_a_commit_without_membership_to_a_group_with_members_is_refused(broker):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir, partitions=1, records=2), _name("guarded")
-    raw, other = _Raw(address), _Raw(address)
+def test_a_transactional_producer_gets_a_clear_error_from_find_coordinator(group_broker):
+    _, address = group_broker
+    producer = KafkaProducer(bootstrap_servers=address, transactional_id="tx",
+                             max_block_ms=int(WAIT_S * 1000))
     try:
-        _join_as_new_member(raw, group, topic, 5)
-        refused = other.ask(OffsetCommitRequest(
-            version=8, group_id=group, generation_id_or_member_epoch=-1, member_id="",
-            group_instance_id=None, topics=[OffsetCommitRequest.OffsetCommitRequestTopic(
-                name=topic, partitions=[OffsetCommitRequest.OffsetCommitRequestTopic
-                                        .OffsetCommitRequestPartition(
-                                            partition_index=0, committed_offset=1,
-                                            committed_leader_epoch=-1,
-                                            committed_metadata=None)])]),
-            OffsetCommitResponse, 8)
-        assert refused.topics[0].partitions[0].error_code == 25        # UNKNOWN_MEMBER_ID
+        with pytest.raises(KafkaError, match="TransactionalIdAuthorizationFailed"):
+            producer.init_transactions()
     finally:
-        raw.close()
-        other.close()
-
-
-def test_a_member_that_stops_heartbeating_is_removed(broker):
-    data_dir, address = broker
-    topic, group = _topic_with_data(data_dir, partitions=2, records=1), _name("silent")
-    raw = _Raw(address)
-    try:
-        joined = _join_as_new_member(raw, group, topic, 5, session_ms=SHORT_SESSION_MS)
-        assert joined.error_code == 0
-        # Silent from here on: the coordinator drops it once its session runs out.
-        _wait_for(lambda: not Admin(data_dir).describe_consumer_group(group)["members"],
-                  what="the silent member to be removed")
-        beat = raw.ask(HeartbeatRequest(version=4, group_id=group,
-                                        generation_id=joined.generation_id,
-                                        member_id=joined.member_id, group_instance_id=None),
-                       HeartbeatResponse, 4)
-        assert beat.error_code == 25                                   # UNKNOWN_MEMBER_ID
-    finally:
-        raw.close()
-
-
-@pytest.mark.parametrize("fields, code", [
-    pytest.param({"group_instance_id": "static-1"}, 35, id="static-member"),
-    pytest.param({"protocol_type": "connect"}, 23, id="not-a-consumer-group"),
-    pytest.param({"session_ms": 500}, 26, id="session-below-the-broker-minimum"),
-    pytest.param({"group": ""}, 24, id="empty-group-id"),
-])
-def test_joins_the_coordinator_cannot_honour_are_refused(broker, fields, code):
-    data_dir, address = broker
-    topic = _topic_with_data(data_dir, partitions=1, records=1)
-    group = fields.pop("group", _name("refused"))
-    raw = _Raw(address)
-    try:
-        assert _join(raw, group, topic, 5, member_id="member-1", **fields).error_code == code
-        assert group not in {g["group_id"] for g in Admin(data_dir).list_consumer_groups()}
-    finally:
-        raw.close()
-
-
-def test_find_coordinator_for_a_transaction_is_not_available(broker):
-    raw = _Raw(broker[1])
-    try:
-        found = raw.ask(FindCoordinatorRequest(version=3, key="a-transaction", key_type=1),
-                        FindCoordinatorResponse, 3)
-        assert found.error_code == 15 and "transactions" in found.error_message
-    finally:
-        raw.close()
+        producer.close(timeout=WAIT_S)

@@ -1,11 +1,13 @@
-"""Idempotent producers: what the appender remembers of each producer's last batch per
-partition, and the verdict on a batch's sequence (Kafka's ``ProducerStateManager``).
+"""Idempotent producers: what the appender remembers of each producer's last batches
+per partition, and the verdict on a batch's sequence (Kafka's ``ProducerStateManager``).
 
 Rules
 -----
-* One table for every hosted partition: (row, producer id) -> (the last appended
-  batch's producer epoch, its first sequence, its base offset, the next sequence
-  expected). A batch without a producer id (-1) is never checked nor remembered.
+* One table for every hosted partition: (row, producer id) -> the producer's epoch,
+  the next sequence expected, and its last :data:`BATCHES_RETAINED` batches' (first
+  sequence, base offset), newest last (Kafka's ``NUM_BATCHES_TO_RETAIN``: a client
+  keeps up to five requests in flight, and after a reconnection re-sends them all).
+  A batch without a producer id (-1) is never checked nor remembered.
 * The compiled loop reads and writes the table itself (:attr:`ProducerStateTable.sequences`,
   through :func:`check_sequence` and :func:`remember_sequence`); Python goes through
   :class:`ProducerStateTable`. Both run on the draining thread only.
@@ -16,19 +18,22 @@ Theory of operation
 -------------------
 A batch with a producer id carries the per-partition sequence number of its first
 record, and the producer's epoch. Under the same epoch, a batch whose first sequence
-equals the last batch's is a re-send of it (a broker died after appending it but
-before acknowledging it, and the new broker found it still in the ring): it is
-acknowledged with the original base offset and not appended again; a sequence that
-is neither that nor the next expected is out of order. A higher epoch must start
-again at sequence 0 (KIP-360: a producer whose batch was refused bumps its epoch and
-resets the partition's sequence once nothing of it is in flight, since the refused
-batch left a gap); a lower epoch is fenced (``INVALID_PRODUCER_EPOCH``).
+is one of the remembered batches' is a re-send of it (a broker died after appending
+it but before acknowledging it, or a client re-sent its requests in flight after a
+reconnection): it is acknowledged with that batch's base offset and not appended
+again; a sequence that is neither that nor the next expected is out of order. A
+higher epoch must start again at sequence 0 (KIP-360: a producer whose batch was
+refused bumps its epoch and resets the partition's sequence once nothing of it is in
+flight, since the refused batch left a gap), and forgets the old epoch's batches; a
+lower epoch is fenced (``INVALID_PRODUCER_EPOCH``). Each entry is 12 words (96
+bytes) per producer and partition.
 
 The memory is rebuilt from the whole log when a partition is opened, and after a
-truncation: the producer snapshot below the active segment and a walk of that
-segment (``PartitionLog.producer_batches``, ``producer_snapshots``). A follower's
-appends are remembered unchecked (:meth:`ProducerStateTable.remember_batches`), so
-the replica that becomes leader knows every producer's last batch.
+truncation: the producer snapshot below the active segment (the last batch of each
+producer, as Kafka's snapshot keeps) and a walk of that segment, which remembers its
+batches in order (``PartitionLog.producer_batches``, ``producer_snapshots``). A
+follower's appends are remembered unchecked (:meth:`ProducerStateTable.remember_batches`),
+so the replica that becomes leader knows every producer's last batches.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ from ...record.records import batch_frame
 from ...shm.completion import SEQUENCE_MODULUS, CompletionCode
 
 __all__ = ["ProducerStateTable", "check_sequence", "remember_sequence", "sequence_refusal",
-           "SEQUENCE_NEW", "SEQUENCE_DUPLICATE", "SEQUENCE_OUT_OF_ORDER", "SEQUENCE_FENCED"]
+           "SEQUENCE_NEW", "SEQUENCE_DUPLICATE", "SEQUENCE_OUT_OF_ORDER", "SEQUENCE_FENCED",
+           "BATCHES_RETAINED"]
 
 # A batch's sequence verdict
 SEQUENCE_NEW = 0               # append, then remember
@@ -51,20 +57,27 @@ SEQUENCE_OUT_OF_ORDER = 2
 SEQUENCE_FENCED = 3            # an epoch older than the remembered one
 
 
+BATCHES_RETAINED = 5                 # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+_EMPTY = -1                          # a batch slot not used yet
+
+
 @kernel
 def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence):
     """(verdict, base offset to acknowledge a duplicate with)."""
     key = (row, producer_id)
     if producer_id < 0 or key not in sequences:
         return SEQUENCE_NEW, -1
-    epoch, last_sequence, last_base_offset, next_sequence = sequences[key]
+    entry = sequences[key]
+    epoch = entry[0]
     if producer_epoch < epoch:
         return SEQUENCE_FENCED, -1
     if producer_epoch > epoch:
         return (SEQUENCE_NEW if base_sequence == 0 else SEQUENCE_OUT_OF_ORDER), -1
-    if base_sequence == last_sequence:
-        return SEQUENCE_DUPLICATE, last_base_offset
-    if base_sequence != next_sequence:
+    for slot in range(BATCHES_RETAINED):
+        first = entry[2 + 2 * slot]
+        if first != _EMPTY and first == base_sequence:
+            return SEQUENCE_DUPLICATE, entry[3 + 2 * slot]
+    if base_sequence != entry[1]:
         return SEQUENCE_OUT_OF_ORDER, -1
     return SEQUENCE_NEW, -1
 
@@ -72,9 +85,17 @@ def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence):
 @kernel
 def remember_sequence(sequences, row, producer_id, producer_epoch, base_sequence, base_offset,
                       record_count):
-    if producer_id >= 0:
-        sequences[(row, producer_id)] = (producer_epoch, base_sequence, base_offset,
-                                         (base_sequence + record_count) % SEQUENCE_MODULUS)
+    if producer_id < 0:
+        return
+    key = (row, producer_id)
+    following = (base_sequence + record_count) % SEQUENCE_MODULUS
+    if key in sequences and sequences[key][0] == producer_epoch:
+        old = sequences[key]          # the oldest of the five makes room
+        sequences[key] = (producer_epoch, following, old[4], old[5], old[6], old[7],
+                          old[8], old[9], old[10], old[11], base_sequence, base_offset)
+    else:                             # new, or a new epoch: its batches start again
+        sequences[key] = (producer_epoch, following, _EMPTY, _EMPTY, _EMPTY, _EMPTY,
+                          _EMPTY, _EMPTY, _EMPTY, _EMPTY, base_sequence, base_offset)
 
 
 @kernel
@@ -99,7 +120,8 @@ def _forget_sequences(sequences, row):
 
 @kernel
 def _rebuild_sequences(log, end, row, sequences):
-    """Remember the last batch of every producer in a (valid) segment."""
+    """Remember every producer's batches of a (valid) segment, in order (so its last
+    ``BATCHES_RETAINED``)."""
     position = 0
     while position < end:
         status, length = batch_frame(log, position, end)
@@ -128,8 +150,8 @@ class ProducerStateTable:
     rules), by the partition's row."""
 
     def __init__(self):
-        # (row, producer id) -> (last batch's epoch, its first sequence, its base offset,
-        # next sequence); the compiled loop takes it as it is.
+        # (row, producer id) -> (epoch, next sequence, five (first sequence, base
+        # offset), newest last); the compiled loop takes it as it is.
         self.sequences = typed.sequence_table()
 
     def check(self, row: int, producer_id: int, producer_epoch: int,
@@ -145,8 +167,8 @@ class ProducerStateTable:
                           base_offset, record_count)
 
     def remember_batches(self, row: int, batches: np.ndarray) -> None:
-        """Remember the last batch of every producer in ``batches`` (whole, valid
-        batches appended to the partition at ``row``), unchecked."""
+        """Remember every producer's batches in ``batches`` (whole, valid batches
+        appended to the partition at ``row``), unchecked."""
         _rebuild_sequences(batches, batches.size, row, self.sequences)
 
     def remember_producers(self, row: int, producers: np.ndarray) -> None:

@@ -229,6 +229,9 @@ class BrokerRegistration:
     timestamp_ms: int = 0
     pid: int = 0
     curve_public_key: str | None = None
+    #: Where Kafka clients reach it: its advertised listeners, ``PROTOCOL://host:port``
+    #: (Kafka's ``endpoints``); empty when it has no Kafka listener.
+    kafka_endpoints: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,6 +387,8 @@ def encode_broker_registration(registration: BrokerRegistration) -> bytes:
             "timestamp": str(registration.timestamp_ms), "pid": registration.pid}
     if registration.curve_public_key is not None:      # optional: older readers ignore it
         body["curve_public_key"] = registration.curve_public_key
+    if registration.kafka_endpoints:                   # optional too
+        body["endpoints"] = list(registration.kafka_endpoints)
     return _dumps(body)
 
 
@@ -399,10 +404,16 @@ def decode_broker_registration(broker_id: int, body: bytes) -> BrokerRegistratio
     if public_key is not None and not is_z85_key(public_key):
         raise ZnodeFormatError(f"{what}: 'curve_public_key' is {public_key!r:.100}, expected "
                                f"a CURVE public key in Z85 (40 characters) or absent")
+    endpoints = fields.get("endpoints", [])
+    if not isinstance(endpoints, list) or not all(isinstance(entry, str) and "://" in entry
+                                                  for entry in endpoints):
+        raise ZnodeFormatError(f"{what}: 'endpoints' is {endpoints!r:.100}, expected a list of "
+                               f"PROTOCOL://host:port")
     return BrokerRegistration(broker_id, _field(fields, "host", str, what),
                               _field(fields, "replication", str, what), rack,
                               _decimal(fields, "timestamp", what, 0),
-                              _integer(fields, "pid", what, 0, default=0), public_key)
+                              _integer(fields, "pid", what, 0, default=0), public_key,
+                              tuple(endpoints))
 
 
 def encode_controller(registration: ControllerRegistration) -> bytes:

@@ -1,0 +1,118 @@
+"""Kafka clients against a cluster through a failover: librdkafka's idempotent
+producer at acks=all keeps producing while the partition's leader is killed -9, and
+every record it was told is written is there afterwards, exactly once, as a
+librdkafka consumer and shmlog's own consumer read it; a produce or fetch sent to a
+follower gets NOT_LEADER_OR_FOLLOWER.
+
+Method: the shared fault cluster (session timeout 3 s), a topic of one partition at
+RF 3 with min.insync.replicas 2; the producer runs in a thread, sending a numbered
+record every few milliseconds, and records which numbers were acknowledged; the
+leader is killed once a few hundred are, then restarted (the fixture would too).
+Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+from confluent_kafka import Consumer as KafkaClientConsumer
+from confluent_kafka import Producer as KafkaClientProducer
+from confluent_kafka import TopicPartition as KafkaClientPartition
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from cluster.workload import WAIT_S, leader_of, wait_for_leader
+from shmlog import Admin
+
+TOPIC = "kafka-failover"
+
+
+def _acked_producer(cluster, stop: threading.Event, acked: set, errors: list) -> None:
+    producer = KafkaClientProducer({"bootstrap.servers": cluster.bootstrap_servers,
+                                    "enable.idempotence": True, "acks": "all",
+                                    "linger.ms": 2, "message.timeout.ms": 60_000})
+
+    def delivered(error, message) -> None:
+        if error is None:
+            acked.add(int(message.value()))
+        else:
+            errors.append(error)
+
+    number = 0
+    while not stop.is_set():
+        producer.produce(TOPIC, str(number).encode(), on_delivery=delivered)
+        producer.poll(0.003)
+        number += 1
+    assert producer.flush(WAIT_S) == 0
+
+
+def _read_all(cluster, count_at_least: int) -> list[int]:
+    consumer = KafkaClientConsumer({"bootstrap.servers": cluster.bootstrap_servers,
+                                    "group.id": "unused", "enable.auto.commit": False})
+    try:
+        consumer.assign([KafkaClientPartition(TOPIC, 0, 0)])
+        found, deadline = [], time.monotonic() + WAIT_S
+        while len(found) < count_at_least and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                found.append(int(message.value()))
+        return found
+    finally:
+        consumer.close()
+
+
+def test_acks_all_survives_a_leader_killed_and_nothing_is_doubled(fault_cluster):
+    cluster = fault_cluster
+    Admin(cluster.data_dir(1), timeout_ms=int(WAIT_S * 1000)).create_topic(
+        TOPIC, 1, {"min.insync.replicas": "2"}, replication_factor=3)
+    leader, _ = wait_for_leader(cluster, TOPIC)
+    stop, acked, errors = threading.Event(), set(), []
+    producing = threading.Thread(target=_acked_producer, args=(cluster, stop, acked, errors))
+    producing.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(acked) < 300:
+            assert time.monotonic() < deadline and producing.is_alive()
+            time.sleep(0.05)
+        cluster.kill(leader)
+        wait_for_leader(cluster, TOPIC, not_in=(leader,))
+        before = len(acked)
+        while len(acked) < before + 300:                 # acknowledged by the new leader
+            assert time.monotonic() < deadline + WAIT_S and producing.is_alive()
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        producing.join(WAIT_S + 10)
+    assert errors == []
+    cluster.start_broker(leader)
+    read = _read_all(cluster, len(acked))
+    assert len(read) == len(set(read))                   # idempotent: nothing twice
+    assert acked <= set(read)                            # nothing acknowledged lost
+
+
+def test_a_follower_refuses_produce_with_not_leader(fault_cluster):
+    cluster = fault_cluster
+    Admin(cluster.data_dir(1), timeout_ms=int(WAIT_S * 1000)).create_topic(
+        "kafka-not-leader", 1, replication_factor=3)
+    leader, _ = wait_for_leader(cluster, "kafka-not-leader")
+    follower = next(broker for broker in (1, 2, 3) if broker != leader)
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 16)
+    builder.append(0, timestamp=1, key=None, value=b"x", headers=[])
+    data = ProduceRequest.TopicProduceData
+    request = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5_000, topic_data=[
+        data(name="kafka-not-leader", partition_data=[
+            data.PartitionProduceData(index=0, records=bytes(builder.build()))])])
+    request.with_header(correlation_id=1, client_id="raw")
+    host, port = cluster.kafka_address(follower).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
+        sock.sendall(request.encode(header=True, framed=True))
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        payload = sock.recv(size, socket.MSG_WAITALL)
+    answer = ProduceResponse.decode(payload[5:], version=9).responses[0].partition_responses[0]
+    assert answer.error_code == 6                         # NOT_LEADER_OR_FOLLOWER
+    assert leader_of(cluster, "kafka-not-leader") is not None

@@ -1,0 +1,85 @@
+"""A cluster's Kafka listeners as a Kafka client sees them: every broker at its
+advertised listener (registered in its broker znode), each partition's leader,
+replicas and in-sync replicas as ZooKeeper holds them, the same answer from any
+broker, a topic created on first use, and the leader moved after a broker is gone.
+
+Method: the shared fault cluster (each broker has a listener: LocalCluster gives
+one); librdkafka's AdminClient asks each broker in turn; a replicated topic made
+and waited in sync; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka.admin import AdminClient
+
+from cluster.workload import WAIT_S
+from shmlog import Admin
+
+TOPIC = "kafka-metadata"
+
+
+def metadata(cluster, broker_id: int, topic: str | None = None):
+    """What broker ``broker_id`` alone answers (bootstrapped from it only)."""
+    client = AdminClient({"bootstrap.servers": cluster.kafka_address(broker_id),
+                          "topic.metadata.refresh.interval.ms": 1000})
+    return client.list_topics(topic=topic, timeout=WAIT_S)
+
+
+def partitions_of(answer, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    return {number: (partition.leader, sorted(partition.replicas), sorted(partition.isrs))
+            for number, partition in answer.topics[topic].partitions.items()}
+
+
+def test_every_broker_lists_every_listener_and_the_same_leaders(fault_cluster):
+    cluster = fault_cluster
+    Admin(cluster.data_dir(1), timeout_ms=int(WAIT_S * 1000)).create_topic(
+        TOPIC, 6, replication_factor=3)
+    deadline = time.monotonic() + WAIT_S
+    while True:              # until every broker answers every partition led, ISR whole
+        answers = [metadata(cluster, broker_id, TOPIC) for broker_id in (1, 2, 3)]
+        if all(len(answer.topics[TOPIC].partitions) == 6 and
+               all(leader > 0 and isr == [1, 2, 3]
+                   for leader, _, isr in partitions_of(answer, TOPIC).values())
+               for answer in answers):
+            break
+        assert time.monotonic() < deadline, "the topic was not led and in sync in time"
+        time.sleep(0.2)
+    expected = {broker_id: tuple(cluster.kafka_address(broker_id).rsplit(":", 1))
+                for broker_id in (1, 2, 3)}
+    for answer in answers:
+        assert {broker.id: (broker.host, str(broker.port))
+                for broker in answer.brokers.values()} == expected
+        assert answer.cluster_id == cluster.cluster_id
+    leaders = partitions_of(answers[0], TOPIC)
+    assert all(partitions_of(answer, TOPIC) == leaders for answer in answers[1:])
+    assert {leader for leader, _, _ in leaders.values()} == {1, 2, 3}
+    assert all(replicas == [1, 2, 3] and isr == [1, 2, 3]
+               for _, replicas, isr in leaders.values())
+
+
+def test_a_topic_is_created_on_first_use_and_then_led(fault_cluster):
+    cluster = fault_cluster
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        topic = metadata(cluster, 2, "kafka-made-on-first-use").topics["kafka-made-on-first-use"]
+        if topic.error is None and all(partition.leader > 0
+                                       for partition in topic.partitions.values()):
+            break
+        assert time.monotonic() < deadline, f"not led in {WAIT_S} s: {topic.error}"
+        time.sleep(0.2)
+    assert len(topic.partitions) == 1
+
+
+def test_admin_client_creates_and_deletes_a_replicated_topic(fault_cluster):
+    from confluent_kafka.admin import NewTopic
+    cluster = fault_cluster
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    [made] = client.create_topics([NewTopic("kafka-admin-made", 3, 3)],
+                                  request_timeout=WAIT_S).values()
+    assert made.result(WAIT_S) is None          # answered once the cluster has it
+    described = Admin(cluster.data_dir(3)).describe_topic("kafka-admin-made")
+    assert len(described["partitions"]) == 3
+    [gone] = client.delete_topics(["kafka-admin-made"], request_timeout=WAIT_S).values()
+    assert gone.result(WAIT_S) is None
