@@ -348,14 +348,18 @@ def _inflate_gzip(data) -> tuple[bytes, bool, int]:
 
 def _inflate_zstd(data) -> tuple[bytes, bool, int]:
     """(inflated bytes, whether the frame ended, bytes after it). A frame that
-    declares its size is checked against the bound and inflated whole; one that does
-    not, a step at a time (``limits.ZSTD_UNSIZED_FRAME_STEP_SIZE``)."""
+    declares its size is checked against the bound and inflated at once (libzstd
+    holds it to that size; a cut frame or bytes after it raise); one that does not,
+    a step at a time (``limits.ZSTD_UNSIZED_FRAME_STEP_SIZE``)."""
     data = memoryview(data)
     declared = zstandard.frame_content_size(data)
     _check_inflated_size(declared)
-    step = data.nbytes if declared >= 0 else limits.ZSTD_UNSIZED_FRAME_STEP_SIZE
-    inflater = zstandard.ZstdDecompressor(
-        max_window_size=limits.DECOMPRESSED_RECORDS_SIZE_MAX).decompressobj()
+    decompressor = zstandard.ZstdDecompressor(
+        max_window_size=limits.DECOMPRESSED_RECORDS_SIZE_MAX)
+    if declared >= 0:
+        return decompressor.decompress(data, allow_extra_data=False), True, 0
+    inflater = decompressor.decompressobj()
+    step = limits.ZSTD_UNSIZED_FRAME_STEP_SIZE
     pieces, total, fed = [], 0, 0
     while not inflater.eof and fed < data.nbytes:
         pieces.append(inflater.decompress(data[fed:fed + step]))
