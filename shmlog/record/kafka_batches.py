@@ -10,8 +10,9 @@ Rules
   So a batch's idempotence fields mean the same on both sides.
 * **Checked before trusted.** A Kafka batch's CRC32C is checked first; its varints,
   lengths and record count must fit exactly (no byte left over, nothing read past
-  its end); it must be one batch, magic 2, neither transactional nor control
-  (shmlog has no transactions yet). Any failure is :class:`CorruptRecordError`
+  its end); it must be one batch, magic 2, not transactional (shmlog has no
+  transactions yet) and not a control batch (Kafka refuses those from clients:
+  only the broker writes them). Any failure is :class:`CorruptRecordError`
   with a :class:`KafkaBatchStatus`; the caller maps it to Kafka's error code.
 * **Codecs.** A Kafka batch compressed with gzip or zstd is inflated (bounded by
   ``limits.DECOMPRESSED_RECORDS_SIZE_MAX`` as it inflates) and stored as zstd;
@@ -99,8 +100,9 @@ class KafkaBatchStatus(enum.IntEnum):
     BAD_CRC = 3
     BAD_RECORDS = 4          # a varint or length does not fit, or the count is wrong
     NOT_ONE_BATCH = 5        # bytes follow the batch
-    TRANSACTIONAL = 6        # a transactional or control batch: no transactions yet
+    TRANSACTIONAL = 6        # a transactional batch: no transactions yet
     BAD_COMPRESSION = 7
+    CONTROL = 8              # a control batch: only the broker writes those (Kafka's rule)
 
 
 _OK = int(KafkaBatchStatus.OK)
@@ -110,6 +112,7 @@ _BAD_CRC = int(KafkaBatchStatus.BAD_CRC)
 _BAD_RECORDS = int(KafkaBatchStatus.BAD_RECORDS)
 _NOT_ONE_BATCH = int(KafkaBatchStatus.NOT_ONE_BATCH)
 _TRANSACTIONAL = int(KafkaBatchStatus.TRANSACTIONAL)
+_CONTROL = int(KafkaBatchStatus.CONTROL)
 
 
 # -- big-endian fields and zigzag varints -------------------------------------------------
@@ -279,8 +282,10 @@ def _check_kafka_header(batch, size):
     if crc32c_kernel(batch, K_ATTRIBUTES, end) != _be32(batch, K_CRC):
         return _BAD_CRC, 0
     attributes = _be16(batch, K_ATTRIBUTES)
-    if attributes & (K_TRANSACTIONAL_BIT | K_CONTROL_BIT):
+    if attributes & K_TRANSACTIONAL_BIT:
         return _TRANSACTIONAL, 0
+    if attributes & K_CONTROL_BIT:
+        return _CONTROL, 0
     return _OK, end
 
 

@@ -158,6 +158,15 @@ def test_a_transactional_batch_is_refused():
     assert refused.value.status == KafkaBatchStatus.TRANSACTIONAL
 
 
+def test_a_control_batch_is_refused_as_kafka_refuses_it_from_clients():
+    data = bytearray(kafka_batch())
+    data[22] |= 0x20                          # the control bit, then a fresh CRC
+    _recrc(data)
+    with pytest.raises(CorruptRecordError) as refused:
+        from_kafka(bytes(data))
+    assert refused.value.status == KafkaBatchStatus.CONTROL
+
+
 def test_records_that_do_not_parse_are_refused_though_the_crc_matches():
     data = bytearray(kafka_batch())
     data[61] = 0x7F                            # the first record's length, past the end
