@@ -421,7 +421,7 @@ def from_kafka(records) -> np.ndarray:
         _stored_header(batch, out, size, B.CODEC_NONE, count, last_delta)
         return out
     frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True).compress(
-        out[B.HEADER_LENGTH:].tobytes())
+        out[B.HEADER_LENGTH:])
     stored = np.empty(B.HEADER_LENGTH + len(frame), np.uint8)
     stored[B.HEADER_LENGTH:] = np.frombuffer(frame, np.uint8)
     _stored_header(batch, stored, len(frame), B.CODEC_ZSTD, count, last_delta)
@@ -632,7 +632,7 @@ def _inflate_stored(log: np.ndarray, positions: np.ndarray, sizes: np.ndarray,
         position = int(positions[index])
         batch = log[position:int(positions[index + 1])]
         records = np.frombuffer(zstandard.ZstdDecompressor().decompress(
-            batch[B.HEADER_LENGTH:].tobytes(),
+            batch[B.HEADER_LENGTH:],
             max_output_size=limits.DECOMPRESSED_RECORDS_SIZE_MAX), np.uint8)
         count = int(batch[B.RECORD_COUNT_OFFSET:B.RECORD_COUNT_OFFSET + 4].view("<i4")[0])
         sizes[index] = KAFKA_HEADER_LENGTH + _kafka_size_of_records(records, 0, records.size,
