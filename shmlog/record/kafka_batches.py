@@ -387,8 +387,9 @@ def from_kafka(records) -> np.ndarray:
     Raises
     ------
     CorruptRecordError
-        The batch is malformed, fails its CRC, is more or less than one batch, or is
-        transactional (``status``: a :class:`KafkaBatchStatus`).
+        The batch is malformed, fails its CRC, is more or less than one batch, its
+        records do not inflate, or it is transactional or a control batch
+        (``status``: a :class:`KafkaBatchStatus`).
     UnsupportedCodecError
         It is compressed with snappy or lz4.
     """
