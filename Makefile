@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
-.PHONY: demo test lint bench clean system-packages kernels spark-reader
+.PHONY: demo test lint bench clean system-packages kernels spark-reader node-clients
 
 # The network-partition tests (tests/cluster) need ip and nft, and root; the Kafka
 # listener's tests run kcat (librdkafka's command-line client). Without them those
@@ -51,7 +51,7 @@ LINTED := shmlog tests perf tools examples
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 
-test: lint kernels spark-reader system-packages
+test: lint kernels spark-reader system-packages node-clients
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(STAMP)
@@ -75,5 +75,21 @@ system-packages:
 	  fi; \
 	done
 
+# kafkajs for the Kafka listener's tests (tests/kafka_clients/kafkajs.py), from the
+# committed lock file (version pinned) into a git-ignored node_modules; run again only
+# when the lock file changes (its copy in node_modules says which was installed).
+# Without node and npm the kafkajs tests skip, saying why.
+NODE_CLIENTS := tests/kafka_clients/node
+
+node-clients:
+	@if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then \
+	  echo "note: node or npm is missing (Debian: nodejs, npm): the kafkajs tests will skip"; \
+	elif ! cmp -s $(NODE_CLIENTS)/package-lock.json $(NODE_CLIENTS)/node_modules/.installed-lock; then \
+	  echo "shmlog: installing kafkajs for the tests (npm ci in $(NODE_CLIENTS))"; \
+	  (cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error >/dev/null && \
+	   cp package-lock.json node_modules/.installed-lock) || \
+	    echo "warning: npm ci failed in $(NODE_CLIENTS): the kafkajs tests will skip"; \
+	fi
+
 clean:
-	rm -rf $(VENV) .cache demo-data build *.egg-info
+	rm -rf $(VENV) .cache demo-data build *.egg-info $(NODE_CLIENTS)/node_modules

@@ -9,7 +9,8 @@
     │   ├── InvalidPartitionsError
     │   ├── InvalidConfigError
     │   │   ├── UnsupportedKafkaOptionError   a Kafka client option shmlog cannot honour
-    │   │   └── InternalTopicConfigError   a setting that could drop an internal topic's records
+    │   │   ├── InternalTopicConfigError   a setting that could drop an internal topic's records
+    │   │   └── InsecureListenerError   a listener other hosts reach, without TLS and SASL unwritten
     │   ├── OffsetMetadataTooLargeError   a commit's metadata is over the limit
     │   ├── RecordTooLargeError
     │   ├── ControlRequestTooLargeError   a control request is over the frame limit: not sent
@@ -70,6 +71,9 @@
     ├── LeaderElectionTimeoutError    the controller did not carry out an election in time
     ├── ReplicaNotCoveringError       a Spark task's broker holds no copy of the range
     ├── NetnsError                    an ip or nft command on network namespaces failed
+    ├── SaslAuthenticationError       a Kafka client's SASL login failed (Kafka's code 58)
+    │   ├── SaslMessageError          its SASL message is malformed or out of turn
+    │   └── UnsupportedSaslMechanismError   it asked for a mechanism not enabled here
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -568,3 +572,29 @@ class ClientTimeoutError(ShmlogError):
     """A client's wait ran out: a send's acknowledgement (``get(timeout)``) or a
     ``flush(timeout)`` (Kafka's KafkaTimeoutError). What it waited for may still
     complete later."""
+
+
+# --- Kafka's wire protocol: listeners and SASL (shmlog/wire) ------------------------------
+
+class InsecureListenerError(InvalidConfigError):
+    """A Kafka listener bound where other hosts reach it (not a loopback address) has a
+    security protocol other than SASL_SSL that no setting the operator wrote names for
+    it (it came from a default): shmlog serves other hosts without TLS and SASL only
+    when told to in so many words (``wire.listeners``)."""
+
+
+class SaslAuthenticationError(ShmlogError):
+    """A Kafka client's SASL authentication failed (Kafka's SaslAuthenticationException,
+    SASL_AUTHENTICATION_FAILED): a wrong password, an unknown user (the message does not
+    say which), a proof that does not verify. The connection is closed after the
+    answer; the client may log in again."""
+
+
+class SaslMessageError(SaslAuthenticationError):
+    """A client's SASL message breaks its mechanism's syntax (RFC 4616, RFC 5802) or
+    came after the exchange ended: answered as a failed authentication, as Kafka does."""
+
+
+class UnsupportedSaslMechanismError(SaslAuthenticationError):
+    """A client asked for a SASL mechanism this listener does not enable
+    (``sasl.enabled.mechanisms``; Kafka's UNSUPPORTED_SASL_MECHANISM)."""

@@ -526,6 +526,40 @@ CURVE_KEY_FILE_SIZE_MAX = 64 << 10
 # REPLICATION_RECONNECT_INTERVAL_MS_MAX at most).
 CURVE_KEYS_RELOAD_INTERVAL_S = 1.0
 
+# --- Kafka clients' SASL (wire/sasl.py, wire/credentials.py) ------------------------------
+# SCRAM's PBKDF2 iterations: Kafka's bounds (its ScramMechanism's minIterations, 4096,
+# the least RFC 7677 allows, and maxIterations, 16384). A credential outside them is
+# refused when the credentials file is read.
+SCRAM_ITERATIONS_MIN = 4096
+SCRAM_ITERATIONS_MAX = 16384
+# What a new credential gets: twice the minimum. A login costs the client this many
+# HMACs; PLAIN, checked against the SCRAM credential, costs the broker as many (5.5 ms
+# of SHA-512, 2.3 ms of SHA-256 on the development VM; a SCRAM login costs it 60-80 us).
+SCRAM_ITERATIONS_DEFAULT = 8192
+# A new credential's salt, and the broker's part of a SCRAM nonce, in bytes of the
+# secrets module: RFC 5802 asks for unpredictable ones, and these are 256 and 192 bits
+# (Kafka's ScramFormatter makes each of 130 random bits).
+SCRAM_SALT_SIZE = 32
+SCRAM_NONCE_SIZE = 24
+# One SASL message from a client (SaslAuthenticate's auth_bytes): RFC 4616 makes a
+# server accept 255-byte names and passwords, and a SCRAM message holds a name, a
+# nonce and a proof of a few dozen bytes; 8 KiB leaves room to spare and bounds what
+# an unauthenticated client makes the broker parse (Kafka's own bound, before login,
+# is sasl.server.max.receive.size, 512 KiB, for every mechanism including GSSAPI).
+SASL_MESSAGE_SIZE_MAX = 8 << 10
+# A user name in the credentials file: RFC 4616's 255 octets of a PLAIN authcid.
+SASL_USERNAME_SIZE_MAX = 255
+# The credentials file: a SCRAM-SHA-512 user is ~400 bytes of TOML, so 16 MiB holds
+# tens of thousands of users and bounds what a wrong path (a log, a device) makes the
+# broker read.
+SASL_CREDENTIALS_FILE_SIZE_MAX = 16 << 20
+
+# --- Kafka clients' TLS (wire/tls.py) -------------------------------------------------------
+# A PEM certificate chain, key or CA bundle: a chain of a few certificates is a few
+# KiB and the system CA bundle ~200 KiB; 4 MiB bounds what a wrong path makes the
+# broker read.
+TLS_PEM_FILE_SIZE_MAX = 4 << 20
+
 # --- Spark (shmlog.spark) -----------------------------------------------------------------
 # How long a Spark task waits for its broker's copy of a partition to cover its range:
 # a follower's high watermark trails the leader's (which the plan used) by one fetch
@@ -754,3 +788,8 @@ KAFKA_ACCEPT_BACKOFF_S = 0.5
 KAFKA_LISTEN_BACKLOG = 128
 # Buffers one sendmsg() of the listener writes at most (Linux's IOV_MAX, UIO_MAXIOV).
 KAFKA_SEND_BUFFERS_MAX = 1024
+# What a zstd frame may add to data it cannot compress (its header, block headers and
+# checksum: zstd's ZSTD_COMPRESSBOUND adds about 1/256 plus a few hundred bytes): a Kafka
+# batch's records are split into stored batches this much under max.message.bytes
+# before they are compressed (record.kafka_batches).
+ZSTD_FRAME_OVERHEAD_MAX = 8 * 1024

@@ -380,9 +380,10 @@ def _check_inflated_size(size: int) -> None:
         raise ValueError(f"inflates past {limits.DECOMPRESSED_RECORDS_SIZE_MAX} bytes")
 
 
-def from_kafka(records) -> np.ndarray:
-    """The one Kafka record batch in ``records`` (a Produce's partition data) as a
-    shmlog batch, ready for the appender.
+def from_kafka(records, batch_size_max: int | None = None) -> np.ndarray:
+    """The one Kafka record batch in ``records`` (a Produce's partition data) as
+    shmlog batches, ready for the appender: one batch, or several back to back when
+    its stored form would pass ``batch_size_max`` (see :func:`_split`).
 
     Raises
     ------
@@ -418,15 +419,108 @@ def from_kafka(records) -> np.ndarray:
         raise _refuse(_BAD_RECORDS, "its records do not parse as their header says")
     out = np.empty(B.HEADER_LENGTH + size, np.uint8)
     _kafka_records(source, start, stop, count, out, B.HEADER_LENGTH, True)
-    if codec == 0:
-        _stored_header(batch, out, size, B.CODEC_NONE, count, last_delta)
-        return out
+    _stored_header(batch, out, size, B.CODEC_NONE, count, last_delta)
+    budget = out.size if batch_size_max is None else batch_size_max
+    if codec != 0 and batch_size_max is not None:   # what zstd may add to random bytes
+        budget -= min(limits.ZSTD_FRAME_OVERHEAD_MAX, budget // 8)
+    pieces = _split(out, count, budget)
+    if codec != 0:
+        pieces = [_compress(piece) for piece in pieces]
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def _compress(batch: np.ndarray) -> np.ndarray:
+    """An uncompressed stored batch as zstd (header kept but its length, codec, CRC)."""
     frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True).compress(
-        out[B.HEADER_LENGTH:])
+        batch[B.HEADER_LENGTH:])
     stored = np.empty(B.HEADER_LENGTH + len(frame), np.uint8)
+    stored[:B.HEADER_LENGTH] = batch[:B.HEADER_LENGTH]
     stored[B.HEADER_LENGTH:] = np.frombuffer(frame, np.uint8)
-    _stored_header(batch, stored, len(frame), B.CODEC_ZSTD, count, last_delta)
+    _restamp(stored, B.CODEC_ZSTD)
     return stored
+
+
+@kernel
+def _restamp(batch, codec):
+    """Set a stored batch's length and codec and write its CRC again."""
+    store_u32(batch, B.BATCH_LENGTH_OFFSET, batch.size)
+    attributes = load_u16(batch, B.ATTRIBUTES_OFFSET)
+    store_u16(batch, B.ATTRIBUTES_OFFSET, (attributes & ~B.CODEC_MASK) | codec)
+    store_u32(batch, B.CRC_OFFSET, crc32c_kernel(batch, B.CRC_COVERED_OFFSET, batch.size))
+
+
+@kernel
+def _chunk_ends(batch, count, budget):
+    """Where the records of ``batch`` split into runs whose batches stay within
+    ``budget`` bytes (each run at least one record): the end position of each run."""
+    ends = np.empty(max(count, 1), np.int64)
+    runs = 0
+    position = B.HEADER_LENGTH
+    run_start = position
+    for _ in range(count):
+        length = load_u32(batch, position)
+        if position > run_start and B.HEADER_LENGTH + position + length - run_start > budget:
+            ends[runs] = position
+            runs += 1
+            run_start = position
+        position += length
+    ends[runs] = position
+    return ends[:runs + 1]
+
+
+@kernel
+def _make_chunk(batch, start, end, out):
+    """``out``: a stored batch of the records ``batch[start:end]``, their offset deltas
+    made relative to the first, the header's counts, sequence and largest
+    timestamp set for them (its CRC after)."""
+    out[:B.HEADER_LENGTH] = batch[:B.HEADER_LENGTH]
+    first_delta = np.int64(load_u32(batch, start + 4))
+    base_sequence = load_i32(batch, B.BASE_SEQUENCE_OFFSET)
+    first_timestamp = load_i64(batch, B.FIRST_TIMESTAMP_OFFSET)
+    largest = np.int64(-(1 << 62))
+    position = start
+    at = B.HEADER_LENGTH
+    count = 0
+    last = np.int64(0)
+    while position < end:
+        length = load_u32(batch, position)
+        copy_bytes(out, at, batch, position, length)
+        last = np.int64(load_u32(batch, position + 4)) - first_delta
+        store_u32(out, at + 4, last)
+        largest = max(largest, load_i64(batch, position + 8))
+        position += length
+        at += length
+        count += 1
+    store_u32(out, B.BATCH_LENGTH_OFFSET, at)
+    store_i32(out, B.RECORD_COUNT_OFFSET, count)
+    store_i32(out, B.LAST_OFFSET_DELTA_OFFSET, last)
+    if base_sequence >= 0:
+        store_i32(out, B.BASE_SEQUENCE_OFFSET,
+                  (np.int64(base_sequence) + first_delta) % (np.int64(1) << 31))
+    store_i64(out, B.MAX_TIMESTAMP_OFFSET, first_timestamp + largest)
+    store_u32(out, B.CRC_OFFSET, crc32c_kernel(out, B.CRC_COVERED_OFFSET, at))
+
+
+def _split(batch: np.ndarray, count: int, budget: int) -> list[np.ndarray]:
+    """An uncompressed stored batch as batches of at most ``budget`` bytes (a record
+    alone larger stays alone, for the appender to refuse).
+
+    A Kafka batch within ``max.message.bytes`` may not be once stored (shmlog's record
+    fields are fixed-width, Kafka's varints: 100-byte values take about 20 % more), so
+    its records go in several batches, appended together: offsets and sequences run
+    on from batch to batch, the first has the Kafka batch's first sequence, so a
+    re-sent Kafka batch is found a duplicate of the first and acknowledged with its
+    offset."""
+    if batch.size <= budget:
+        return [batch]
+    pieces = []
+    start = B.HEADER_LENGTH
+    for end in _chunk_ends(batch, count, budget):
+        piece = np.empty(B.HEADER_LENGTH + int(end) - start, np.uint8)
+        _make_chunk(batch, start, int(end), piece)
+        pieces.append(piece)
+        start = int(end)
+    return pieces
 
 
 # -- shmlog records -> Kafka records ------------------------------------------------------

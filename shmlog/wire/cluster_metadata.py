@@ -25,7 +25,6 @@ from ..cluster.replication.forwarding import append_as_leader
 from ..cluster.replication.partition import Role
 from ..common.errors import ShmlogError, TopicExistsError
 from ..common.internal_topics import INTERNAL_TOPICS
-from ..common.topic_names import validate_topic_name
 from .error_codes import LEADER_NOT_AVAILABLE, NONE
 from .tickets import ask_service
 
@@ -117,14 +116,7 @@ class ClusterMetadata:
         append_as_leader(self.core.host.appender, self.replication.forwarding.purgatory,
                          replica, batch, acks, deadline,
                          lambda error, base_offset, append_time:
-                         answer(int(error), base_offset, append_time))
-
-    def valid_name(self, name: str) -> bool:
-        try:
-            validate_topic_name(name)
-        except ShmlogError:
-            return False
-        return True
+                         answer(int(error), base_offset, append_time), split=True)
 
     def create_topic(self, name: str) -> None:
         """Ask the cluster to create ``name`` with ``num_partitions`` partitions (its

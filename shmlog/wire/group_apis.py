@@ -11,7 +11,8 @@ Rules
 * **The coordinator assigns** (shmlog's design; KIP-848's too). A Kafka member's
   join carries its subscription (Kafka's ConsumerProtocolSubscription: topics, owned
   partitions, generation) under each assignor it offers; the coordinator picks an
-  assignor every member offers (range, roundrobin, cooperative-sticky) and computes
+  assignor every member offers (range, roundrobin, cooperative-sticky; kafkajs's
+  RoundRobinAssigner is roundrobin) and computes
   the assignment. The JoinGroup response therefore names a leader that is no
   member, so every client is a follower, and SyncGroup hands each member the
   coordinator's assignment (a ConsumerProtocolAssignment), whatever a client sends.
@@ -54,6 +55,9 @@ LEAVE_GROUP_KEY = 13
 SYNC_GROUP_KEY = 14
 CONSUMER_PROTOCOL = "consumer"
 TRANSACTION_KEY_TYPE = 1
+#: Clients' names for the assignors shmlog runs (the protocol name a client offers,
+#: answered back as it offered it): kafkajs calls round robin its RoundRobinAssigner.
+ASSIGNOR_ALIASES = {"RoundRobinAssigner": "roundrobin"}
 #: The leader every JoinGroup response names: no member, so no client assigns.
 COORDINATOR_LEADER = "shmlog-coordinator"
 
@@ -138,7 +142,8 @@ class GroupApis(GroupServiceArea):
             log.info("Kafka listener: group %r: static membership (group.instance.id %r) is "
                      "not kept; its members join as dynamic ones", body.group_id,
                      body.group_instance_id)
-        offered = [protocol for protocol in body.protocols if protocol.name in ASSIGNORS]
+        offered = [protocol for protocol in body.protocols
+                   if ASSIGNOR_ALIASES.get(protocol.name, protocol.name) in ASSIGNORS]
         if body.protocol_type != CONSUMER_PROTOCOL or not offered:
             return refused(INCONSISTENT_GROUP_PROTOCOL)
         try:
@@ -149,9 +154,12 @@ class GroupApis(GroupServiceArea):
         def build(result):
             if isinstance(result, ShmlogError):
                 return refused(for_error(result))
+            chosen = next((protocol.name for protocol in offered
+                           if ASSIGNOR_ALIASES.get(protocol.name, protocol.name) ==
+                           result["protocol"]), result["protocol"])
             return cls(version=version, throttle_time_ms=0, error_code=NONE,
                        generation_id=result["generation"], protocol_type=CONSUMER_PROTOCOL,
-                       protocol_name=result["protocol"], leader=COORDINATOR_LEADER,
+                       protocol_name=chosen, leader=COORDINATOR_LEADER,
                        skip_assignment=False, member_id=result["member_id"], members=[])
 
         session = body.session_timeout_ms
@@ -163,7 +171,8 @@ class GroupApis(GroupServiceArea):
         return self._call("join_group", request, header, build, group_id=body.group_id,
                           member_id=body.member_id, client_id=header.client_id or "",
                           topics=subscription.topics,
-                          assignors=[protocol.name for protocol in offered],
+                          assignors=[ASSIGNOR_ALIASES.get(protocol.name, protocol.name)
+                                     for protocol in offered],
                           session_timeout_ms=session,
                           rebalance_timeout_ms=rebalance if rebalance > 0 else session,
                           owned=subscription.owned, generation=subscription.generation,

@@ -3,9 +3,10 @@ serves (``apis`` and the area modules), put together for the broker's loop.
 
 Rules
 -----
-* Off unless ``listeners`` is set. Each listener is ``PLAINTEXT://host:port`` (port
-  0: a free one); ``advertised_listeners`` gives what clients are told, in the same
-  order, when it differs.
+* Off unless ``listeners`` is set, in Kafka's syntax (``listeners``: names,
+  ``listener.security.protocol.map``'s defaults, and the exposure rule); PLAINTEXT
+  listeners only so far (port 0: a free one). Clients are told the first
+  listener's advertised address (``advertised_listeners``, by default the listener).
 * Its sockets are bound before the broker joins a cluster, so the broker registers
   the ports it got (Kafka's ``endpoints`` in its broker znode), and it answers once
   the broker is warm (:meth:`KafkaListener.serve`).
@@ -26,6 +27,7 @@ from .cluster_metadata import ClusterMetadata
 from .fetch_api import FetchApi
 from .group_apis import GroupApis
 from .group_offsets_apis import GroupOffsetsApis
+from .listeners import resolve
 from .local_metadata import LocalMetadata
 from .metadata_api import MetadataApi
 from .offsets_api import OffsetsApi
@@ -33,42 +35,32 @@ from .produce_api import ProduceApi
 from .socket_server import KafkaSocketServer
 from .tickets import WireTicket
 
-__all__ = ["KafkaListener", "parse_endpoints"]
+__all__ = ["KafkaListener"]
 
 log = logging.getLogger("shmlog.broker.kafka")
 
-_PROTOCOLS = ("PLAINTEXT",)
+_SERVED = ("PLAINTEXT",)
 
 
-def parse_endpoints(text: str, setting: str) -> list[tuple[str, int]]:
-    """[(host, port)] of a comma-separated ``PROTOCOL://host:port`` list.
+def _bind_addresses(config) -> tuple[list[tuple[str, int]], object]:
+    """[(host, port)] to bind, and the advertised listener, of ``config``'s
+    ``listeners`` and ``advertised_listeners`` (Kafka's syntax and rules:
+    ``listeners.resolve``).
 
     Raises
     ------
     InvalidConfigError
-        An entry is not of that form, or names a protocol not served.
+        A setting is malformed, or names a protocol not served yet.
     """
-    endpoints = []
-    for entry in (part.strip() for part in text.split(",") if part.strip()):
-        protocol, separator, address = entry.partition("://")
-        host, colon, port = address.rpartition(":")
-        if not separator or not colon or not port.isdigit() or int(port) > 65535:
-            raise InvalidConfigError(f"{setting}: {entry!r} is not PROTOCOL://host:port "
-                                     f"(e.g. PLAINTEXT://127.0.0.1:9092)")
-        if protocol.upper() not in _PROTOCOLS:
-            raise InvalidConfigError(f"{setting}: {entry!r}: this broker serves "
-                                     f"{', '.join(_PROTOCOLS)} listeners")
-        endpoints.append((host.strip("[]") or "0.0.0.0", int(port)))
-    if not endpoints:
-        raise InvalidConfigError(f"{setting} names no listener")
-    return endpoints
-
-
-def _reachable(address: tuple[str, int]) -> tuple[str, int]:
-    """What to tell clients of a listener bound to ``address``: a wildcard address
-    is no place to connect to, so the host's name (as Kafka does)."""
-    host, port = address
-    return (socket.getfqdn() if host in ("0.0.0.0", "::") else host), port
+    resolved = resolve(config.listeners, config.advertised_listeners)
+    for listener in resolved.bound:
+        if listener.security_protocol not in _SERVED:
+            raise InvalidConfigError(
+                f"listeners: {listener} is {listener.security_protocol}; this broker serves "
+                f"{', '.join(_SERVED)} listeners only so far (TLS and SASL are to come): "
+                f"keep the listener on loopback")
+    return [(listener.host or "0.0.0.0", listener.port) for listener in resolved.bound], \
+        resolved.advertised_for(resolved.bound[0].name)
 
 
 class KafkaListener:
@@ -76,18 +68,16 @@ class KafkaListener:
     a cluster member registers the ports it got), serving from :meth:`serve`."""
 
     def __init__(self, config) -> None:
-        endpoints = parse_endpoints(config.listeners, "listeners")
-        advertised = parse_endpoints(config.advertised_listeners, "advertised_listeners") \
-            if config.advertised_listeners else None
-        if advertised is not None and len(advertised) != len(endpoints):
-            raise InvalidConfigError(f"advertised_listeners names {len(advertised)} listeners "
-                                     f"and listeners {len(endpoints)}: give one per listener")
+        endpoints, advertised = _bind_addresses(config)
         self.server = KafkaSocketServer(
             endpoints, request_size_max=config.socket_request_max_bytes,
             idle_ms=config.connections_max_idle_ms,
             connections_per_address_max=config.max_connections_per_ip)
         self.addresses = self.server.addresses
-        self.advertised = advertised[0] if advertised else _reachable(self.addresses[0])
+        # A port 0 (any free one) is advertised as the one bound, an empty host (all
+        # interfaces) as the host's name, as Kafka does.
+        self.advertised = (advertised.host or socket.getfqdn(),
+                           advertised.port or self.addresses[0][1])
         #: What a cluster member registers: Kafka's ``endpoints``.
         self.endpoints = (f"PLAINTEXT://{self.advertised[0]}:{self.advertised[1]}",)
         self.apis: KafkaApis | None = None

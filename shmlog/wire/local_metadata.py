@@ -18,7 +18,6 @@ import uuid
 
 from ..common.errors import ShmlogError
 from ..common.internal_topics import INTERNAL_TOPICS
-from ..common.topic_names import validate_topic_name
 from .error_codes import INVALID_TOPIC_EXCEPTION, NONE, UNKNOWN_TOPIC_OR_PARTITION, for_completion
 
 __all__ = ["LocalMetadata", "SINGLE_BROKER_ID", "cluster_id_of"]
@@ -97,13 +96,6 @@ class LocalMetadata:
             answer(for_completion(-result), -1, -1)
         else:
             answer(NONE, result, append_time)
-
-    def valid_name(self, name: str) -> bool:
-        try:
-            validate_topic_name(name)
-        except ShmlogError:
-            return False
-        return True
 
     def create_topic(self, name: str) -> None:
         """Create ``name`` with the broker's ``num_partitions`` (auto-creation)."""

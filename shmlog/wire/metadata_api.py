@@ -30,6 +30,7 @@ import logging
 import uuid
 
 from ..common.errors import ShmlogError
+from ..common.topic_names import validate_topic_name
 from . import codec
 from .error_codes import (
     INVALID_TOPIC_EXCEPTION,
@@ -44,6 +45,14 @@ __all__ = ["MetadataApi"]
 log = logging.getLogger("shmlog.broker.kafka")
 
 METADATA_KEY = 3
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except ShmlogError:
+        return False
+    return True
 
 
 class MetadataApi:
@@ -94,7 +103,7 @@ class MetadataApi:
 
     def _missing(self, cls, name: str, allow_create: bool):
         error = UNKNOWN_TOPIC_OR_PARTITION
-        if name and not self.metadata.valid_name(name):
+        if name and not _valid_name(name):
             error = INVALID_TOPIC_EXCEPTION
         elif allow_create and self.metadata.auto_create:
             try:

@@ -151,7 +151,11 @@ class ProduceApi:
         """Convert and append one partition's batch; whether it was handed to the
         appender (``answer`` is called now, or later for acks=all)."""
         try:
-            batch = from_kafka(records if records is not None else b"")
+            limit = self.core.host.partition(topic, partition).log.config.batch_size_max
+        except ShmlogError:
+            limit = None                        # no such partition: the append says so
+        try:
+            batch = from_kafka(records if records is not None else b"", limit)
         except UnsupportedCodecError as refused:
             log.info("Kafka listener: %s-%d: %s", topic, partition, refused)
             answer(UNSUPPORTED_COMPRESSION_TYPE, -1, -1)

@@ -209,6 +209,21 @@ def test_hostile_bytes_are_refused_or_stored_valid(data):
                                   BatchStatus.BAD_OFFSET, BatchStatus.BAD_RECORD_COUNT)
 
 
+@pytest.mark.parametrize("codec", [0, 4], ids=["none", "zstd"])
+def test_a_batch_over_the_limit_once_stored_is_split_with_sequences_running_on(codec):
+    records = [(b"k", bytes([index % 251]) * 200, []) for index in range(100)]
+    original = kafka_batch(records, codec=codec, producer=(5, 1, 1000))
+    stored = from_kafka(original, 6_000)
+    infos = R.validate_batches(stored)
+    assert len(infos) > 3 and all(info.batch_length <= 6_000 for info in infos)
+    assert [info.base_sequence for info in infos] == \
+        [1000 + sum(info.record_count for info in infos[:index]) for index in range(len(infos))]
+    assert sum(info.record_count for info in infos) == 100
+    assert [(record.key, record.value) for record in R.decode_records(stored)] == \
+        [(key, value) for key, value, _ in records]
+    assert from_kafka(original, 10 << 20).size == from_kafka(original).size   # one batch
+
+
 def _with_records_region(codec: int, region: bytes) -> bytes:
     """A Kafka batch of ``codec`` whose records region is ``region``, its length and
     CRC made right: what a client that compressed its records so would send."""

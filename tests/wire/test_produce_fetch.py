@@ -276,3 +276,30 @@ def test_a_transactional_producer_is_refused_clearly(kafka_broker):
         transactional_id=None, transaction_timeout_ms=60_000, producer_id=-1,
         producer_epoch=-1), InitProducerIdResponse)
     assert idempotent.error_code == 0 and idempotent.producer_id >= 0
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_kafka_batches_of_a_megabyte_are_taken_though_they_grow_when_stored(kafka_broker,
+                                                                           compression):
+    # librdkafka fills batches up to max.message.bytes (1 MB); stored, 100-byte records
+    # take ~20 % more: the broker stores such a batch in pieces, never refuses it.
+    data_dir, address = kafka_broker
+    topic = f"full-batches-{compression}"
+    Admin(data_dir).create_topic(topic, 1)
+    producer = KafkaClientProducer({"bootstrap.servers": address, "linger.ms": 100,
+                                    "batch.size": 1_000_000, "enable.idempotence": True,
+                                    "compression.type": compression})
+    errors, delivered = [], []
+    values = [bytes([index % 256]) + bytes(range(99)) for index in range(30_000)]
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=lambda error, message: (
+                    errors if error else delivered).append(error or message.offset()))
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(WAIT_S) == 0
+    assert errors == [] and sorted(delivered) == list(range(30_000))
+    read = librdkafka_records(address, topic, 1, 30_000)
+    assert [message.value() for message in read] == values

@@ -217,9 +217,12 @@ class ProducePurgatory:
 
 def append_as_leader(appender: Appender, purgatory: ProducePurgatory,
                      replica: PartitionReplica | None, batch: np.ndarray, acks: int,
-                     deadline: int, answer: Answer) -> None:
+                     deadline: int, answer: Answer, *, split: bool = False) -> None:
     """Append one produced batch to a partition this broker leads and answer it now,
-    or once the high watermark covers it (acks=-1); see the module's rules."""
+    or once the high watermark covers it (acks=-1); see the module's rules.
+    ``split``: ``batch`` may be several batches back to back, one Kafka client's
+    batch stored in pieces (``record.kafka_batches``: one producer, sequences running
+    on), appended together."""
     if replica is None:
         answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
         return
@@ -235,20 +238,30 @@ def append_as_leader(appender: Appender, purgatory: ProducePurgatory,
         return
     # One batch, as a ring entry must be: the sequence check reads the first header only.
     status, batch_length = check_batch(batch, 0, batch.size, False, False)
-    if status != 0 or batch_length != batch.size:
+    if status != 0 or (batch_length != batch.size and not split):
         answer(wire_error(-(status or CompletionCode.NOT_ONE_BATCH)), -1, -1)
         return
     result, append_time = appender.append(row, batch)
     if result < 0:
         answer(wire_error(result), -1, -1)
         return
-    last_offset = result + int(batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0]
-                               ["last_offset_delta"])
+    last_offset = result + _offset_span(batch) - 1
     if acks == -1 and appender.high_watermark(row) <= last_offset:
         purgatory.park(_DelayedProduce(replica, replica.leader_epoch, last_offset, result,
                                        append_time, deadline, answer))
         return
     answer(ErrorCode.NONE, result, append_time)
+
+
+def _offset_span(batch: np.ndarray) -> int:
+    """How many offsets the batches back to back in ``batch`` take (one batch's is
+    its last offset delta + 1)."""
+    span = position = 0
+    while position < batch.size:
+        header = batch[position:position + B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0]
+        span += int(header["last_offset_delta"]) + 1
+        position += int(header["batch_length"])
+    return span
 
 
 class _ProduceReply:

@@ -1,0 +1,144 @@
+"""aiokafka, in the test's process: each call runs its own event loop
+(``asyncio.run``) with the whole call under one bound (``asyncio.wait_for``).
+
+Rules
+-----
+* Every client is stopped in a ``finally`` inside the bounded coroutine, so a call
+  that times out still closes its sockets before :class:`TimeoutError` is raised.
+* acks=0: aiokafka's send resolves to nothing: no offset (``None``), and the
+  partition asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from . import (
+    ClusterMetadata,
+    Consumed,
+    Delivery,
+    check_consume_arguments,
+    check_produce_arguments,
+)
+
+NAME = "aiokafka"
+CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups"})
+POLL_MS = 200
+# What a stop takes at most, on top of the call's bound (closing sockets, leaving a group).
+STOP_S = 10.0
+
+
+def missing() -> str | None:
+    try:
+        import aiokafka  # noqa: F401
+    except ImportError:
+        return "aiokafka is not installed (setup.cfg's test extra installs it)"
+    return None
+
+
+def bounded(what: str, coroutine, timeout_s: float):
+    async def run():
+        try:
+            return await asyncio.wait_for(coroutine, timeout_s + STOP_S)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"aiokafka: {what} still running after {timeout_s} s") from None
+    return asyncio.run(run())
+
+
+def produce(bootstrap: str, topic: str, records, *, acks: str = "all",
+            idempotence: bool = False, timeout_s: float = 30.0) -> list[Delivery]:
+    check_produce_arguments(NAME, CAN, records, acks, idempotence)
+    return bounded(f"producing to {topic} at {bootstrap}",
+                   produce_async(bootstrap, topic, records, acks, idempotence, timeout_s),
+                   timeout_s)
+
+
+async def produce_async(bootstrap, topic, records, acks, idempotence, timeout_s):
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap,
+                                acks=acks if acks == "all" else int(acks),
+                                enable_idempotence=idempotence,
+                                request_timeout_ms=int(timeout_s * 1000))
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=record.value, key=record.key,
+                                       partition=record.partition,
+                                       timestamp_ms=record.timestamp_ms,
+                                       headers=list(record.headers) or None)
+                   for record in records]
+        deliveries = []
+        for future, record in zip(futures, records, strict=True):
+            try:
+                sent = await future
+            except KafkaError as error:
+                deliveries.append(Delivery(record.partition, None, repr(error)))
+                continue
+            if sent is None:        # acks=0: aiokafka reports nothing
+                deliveries.append(Delivery(record.partition, None, None))
+                continue
+            deliveries.append(Delivery(sent.partition, sent.offset if sent.offset >= 0 else None,
+                                       None))
+        return deliveries
+    finally:
+        await producer.stop()
+
+
+def consume(bootstrap: str, topic: str, count: int, *, offsets: dict[int, int] | None = None,
+            group_id: str | None = None, timeout_s: float = 30.0) -> list[Consumed]:
+    check_consume_arguments(offsets, group_id)
+    return bounded(f"consuming {topic} at {bootstrap}",
+                   consume_async(bootstrap, topic, count, offsets, group_id, timeout_s),
+                   timeout_s)
+
+
+async def consume_async(bootstrap, topic, count, offsets, group_id, timeout_s):
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    deadline = time.monotonic() + timeout_s
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                request_timeout_ms=int(timeout_s * 1000))
+    await consumer.start()
+    found: list[Consumed] = []
+    try:
+        if offsets is None:
+            consumer.subscribe([topic])
+        else:
+            consumer.assign([TopicPartition(topic, partition) for partition in offsets])
+            for partition, offset in offsets.items():
+                consumer.seek(TopicPartition(topic, partition), offset)
+        while len(found) < count and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=POLL_MS)).values():
+                found += [Consumed(r.partition, r.offset, r.key, r.value,
+                                   tuple(r.headers or ()), r.timestamp) for r in batch]
+    finally:
+        await consumer.stop()
+    return found
+
+
+def metadata(bootstrap: str, topics=None, *, timeout_s: float = 30.0) -> ClusterMetadata:
+    return bounded(f"asking {bootstrap} for metadata", metadata_async(bootstrap, topics, timeout_s),
+                   timeout_s)
+
+
+async def metadata_async(bootstrap, topics, timeout_s):
+    from aiokafka import TopicPartition
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.errors import KafkaError
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        await client.bootstrap()
+        cluster = await client.fetch_all_metadata()
+        if not cluster.brokers():
+            raise KafkaError("no brokers in the metadata")
+    except KafkaError as error:
+        raise TimeoutError(f"aiokafka had no metadata from {bootstrap} within "
+                           f"{timeout_s} s: {error!r}") from None
+    finally:
+        await client.close()
+    names = [name for name in cluster.topics() if not topics or name in topics]
+    return ClusterMetadata(
+        {broker.nodeId: f"{broker.host}:{broker.port}" for broker in cluster.brokers()},
+        {name: {partition: cluster.leader_for_partition(TopicPartition(name, partition))
+                for partition in cluster.partitions_for_topic(name)} for name in names})

@@ -1,0 +1,117 @@
+"""librdkafka through confluent-kafka, in the test's process.
+
+Rules
+-----
+* Every librdkafka wait is given the bound: ``message.timeout.ms`` (a record not
+  acknowledged by then is reported failed), ``flush``/``poll`` timeouts, and the
+  metadata request's timeout. Producers are flushed and consumers closed before
+  returning, so librdkafka's threads end with the call.
+* acks=0: librdkafka reports success without an offset, given as ``None``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import (
+    ClusterMetadata,
+    Consumed,
+    Delivery,
+    check_consume_arguments,
+    check_produce_arguments,
+)
+
+NAME = "librdkafka"
+CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups"})
+# librdkafka's poll gives back control this often, to check the deadline.
+POLL_S = 0.2
+
+
+def missing() -> str | None:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return "confluent-kafka is not installed (setup.cfg's test extra installs it)"
+    return None
+
+
+def produce(bootstrap: str, topic: str, records, *, acks: str = "all",
+            idempotence: bool = False, timeout_s: float = 30.0) -> list[Delivery]:
+    from confluent_kafka import Producer
+    check_produce_arguments(NAME, CAN, records, acks, idempotence)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks,
+                         "enable.idempotence": idempotence,
+                         "message.timeout.ms": int(timeout_s * 1000)})
+    reports: list[Delivery | None] = [None] * len(records)
+
+    def reporter(index):
+        def report(error, message):
+            offset = message.offset()
+            reports[index] = Delivery(message.partition(),
+                                      offset if offset is not None and offset >= 0 else None,
+                                      None if error is None else str(error))
+        return report
+
+    deadline = time.monotonic() + timeout_s
+    for index, record in enumerate(records):
+        options = {"key": record.key, "value": record.value, "on_delivery": reporter(index)}
+        if record.headers:
+            options["headers"] = list(record.headers)
+        if record.partition is not None:
+            options["partition"] = record.partition
+        if record.timestamp_ms is not None:
+            options["timestamp"] = record.timestamp_ms
+        producer.produce(topic, **options)
+        producer.poll(0)
+    left = producer.flush(max(0.0, deadline - time.monotonic()))
+    if left:
+        # The bound passed with records queued: purge them (their callbacks report
+        # the purge) so that nothing is sent after the call returns.
+        producer.purge()
+        producer.flush(POLL_S)
+    return [report or Delivery(record.partition, None, "no delivery report")
+            for report, record in zip(reports, records, strict=True)]
+
+
+def consume(bootstrap: str, topic: str, count: int, *, offsets: dict[int, int] | None = None,
+            group_id: str | None = None, timeout_s: float = 30.0) -> list[Consumed]:
+    from confluent_kafka import Consumer, TopicPartition
+    check_consume_arguments(offsets, group_id)
+    consumer = Consumer({"bootstrap.servers": bootstrap,
+                         # librdkafka wants a group id even to assign; it commits nothing.
+                         "group.id": group_id or "kafka-clients-assigned",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    found: list[Consumed] = []
+    try:
+        if offsets is None:
+            consumer.subscribe([topic])
+        else:
+            consumer.assign([TopicPartition(topic, partition, offset)
+                             for partition, offset in offsets.items()])
+        deadline = time.monotonic() + timeout_s
+        while len(found) < count and time.monotonic() < deadline:
+            message = consumer.poll(POLL_S)
+            if message is None or message.error() is not None:
+                continue
+            found.append(Consumed(message.partition(), message.offset(), message.key(),
+                                  message.value(), tuple(message.headers() or ()),
+                                  message.timestamp()[1]))
+    finally:
+        consumer.close()
+    return found
+
+
+def metadata(bootstrap: str, topics=None, *, timeout_s: float = 30.0) -> ClusterMetadata:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        listing = admin.list_topics(timeout=timeout_s)
+    except KafkaException as error:
+        raise TimeoutError(f"librdkafka had no metadata from {bootstrap} within "
+                           f"{timeout_s} s: {error}") from None
+    return ClusterMetadata(
+        {broker.id: f"{broker.host}:{broker.port}" for broker in listing.brokers.values()},
+        {name: {p.id: p.leader for p in topic.partitions.values()}
+         for name, topic in listing.topics.items()
+         if topic.error is None and (not topics or name in topics)})
