@@ -72,6 +72,13 @@ RECORD_HEADER_COUNT_MAX = 1 << 20
 # beyond this, so a "zip bomb" batch cannot exhaust memory (64 x Kafka's 1 MiB default
 # max.message.bytes, enough for any sane compression ratio on that budget).
 DECOMPRESSED_RECORDS_SIZE_MAX = 64 << 20
+# A zstd frame that does not declare its size (Java's producer streams its frames) is
+# fed to the decompressor this many bytes at a time and its output counted after each
+# step, so a bomb stops within one step of the bound above: a step yields at most 64
+# blocks of 128 KiB (a block takes 4 bytes at best, its header and one RLE byte), 8 MiB.
+# A frame that declares its size is checked against the bound first and fed whole
+# (libzstd holds a frame to its declared size).
+ZSTD_UNSIZED_FRAME_STEP_SIZE = 256
 
 # --- segments -----------------------------------------------------------------------------
 # (The limits that follow from the layouts are at the end of the module.)

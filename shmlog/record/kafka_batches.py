@@ -10,16 +10,20 @@ Rules
   So a batch's idempotence fields mean the same on both sides.
 * **Checked before trusted.** A Kafka batch's CRC32C is checked first; its varints,
   lengths and record count must fit exactly (no byte left over, nothing read past
-  its end); it must be one batch, magic 2, neither transactional nor control
-  (shmlog has no transactions yet). Any failure is :class:`CorruptRecordError`
+  its end); it must be one batch, magic 2, not transactional (shmlog has no
+  transactions yet) and not a control batch (Kafka refuses those from clients:
+  only the broker writes them). Any failure is :class:`CorruptRecordError`
   with a :class:`KafkaBatchStatus`; the caller maps it to Kafka's error code.
 * **Codecs.** A Kafka batch compressed with gzip or zstd is inflated (bounded by
-  ``limits.DECOMPRESSED_RECORDS_SIZE_MAX``) and stored as zstd; uncompressed stays
-  uncompressed. snappy and lz4 are refused (:class:`UnsupportedCodecError`): shmlog
-  stores only none and zstd and adds no dependency for them. Stored batches go back
-  to Kafka uncompressed (a stored zstd batch is inflated on the way).
-* **No per-record Python.** A run of stored batches is converted in one kernel call
-  when none is compressed; Python works per batch only to inflate or deflate.
+  ``limits.DECOMPRESSED_RECORDS_SIZE_MAX`` as it inflates) and stored as zstd;
+  uncompressed stays uncompressed. Its records must be exactly one gzip member or
+  zstd frame, whole, with no byte after it (what every Kafka client writes). snappy
+  and lz4 are refused (:class:`UnsupportedCodecError`): shmlog stores only none and
+  zstd and adds no dependency for them. Stored batches go back to Kafka
+  uncompressed (a stored zstd batch is inflated on the way).
+* **No per-record Python.** A run of stored batches is sized in one kernel call and
+  written in another, compressed or not, within a budget or not; Python works per
+  batch only to inflate or deflate.
 
 Theory of operation
 -------------------
@@ -34,7 +38,6 @@ on too (``CRC_COVERED_OFFSET``); each side's is computed over its own layout.
 from __future__ import annotations
 
 import enum
-import gzip
 import zlib
 
 import numpy as np
@@ -97,8 +100,9 @@ class KafkaBatchStatus(enum.IntEnum):
     BAD_CRC = 3
     BAD_RECORDS = 4          # a varint or length does not fit, or the count is wrong
     NOT_ONE_BATCH = 5        # bytes follow the batch
-    TRANSACTIONAL = 6        # a transactional or control batch: no transactions yet
+    TRANSACTIONAL = 6        # a transactional batch: no transactions yet
     BAD_COMPRESSION = 7
+    CONTROL = 8              # a control batch: only the broker writes those (Kafka's rule)
 
 
 _OK = int(KafkaBatchStatus.OK)
@@ -108,6 +112,7 @@ _BAD_CRC = int(KafkaBatchStatus.BAD_CRC)
 _BAD_RECORDS = int(KafkaBatchStatus.BAD_RECORDS)
 _NOT_ONE_BATCH = int(KafkaBatchStatus.NOT_ONE_BATCH)
 _TRANSACTIONAL = int(KafkaBatchStatus.TRANSACTIONAL)
+_CONTROL = int(KafkaBatchStatus.CONTROL)
 
 
 # -- big-endian fields and zigzag varints -------------------------------------------------
@@ -277,8 +282,10 @@ def _check_kafka_header(batch, size):
     if crc32c_kernel(batch, K_ATTRIBUTES, end) != _be32(batch, K_CRC):
         return _BAD_CRC, 0
     attributes = _be16(batch, K_ATTRIBUTES)
-    if attributes & (K_TRANSACTIONAL_BIT | K_CONTROL_BIT):
+    if attributes & K_TRANSACTIONAL_BIT:
         return _TRANSACTIONAL, 0
+    if attributes & K_CONTROL_BIT:
+        return _CONTROL, 0
     return _OK, end
 
 
@@ -319,23 +326,58 @@ def _refuse(status: int, what: str) -> CorruptRecordError:
 
 
 def _inflate(codec: int, data) -> bytes:
-    """A Kafka batch's compressed records, inflated (bounded)."""
-    bound = limits.DECOMPRESSED_RECORDS_SIZE_MAX
+    """A Kafka batch's compressed records, inflated: ``data`` must be exactly one
+    gzip member or one zstd frame (what every Kafka client writes: a batch is one
+    compressing stream) with no byte after it, and inflate to at most
+    ``limits.DECOMPRESSED_RECORDS_SIZE_MAX`` bytes, checked as it inflates."""
     try:
-        if codec == K_GZIP:
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            inflated = inflater.decompress(bytes(data), bound + 1)
-            if len(inflated) > bound or inflater.unconsumed_tail:
-                raise ValueError(f"inflates past {bound} bytes")
-            return inflated
-        with zstandard.ZstdDecompressor().stream_reader(bytes(data)) as reader:
-            inflated = reader.read(bound + 1)
-        if len(inflated) > bound:
-            raise ValueError(f"inflates past {bound} bytes")
-        return inflated
-    except (zlib.error, zstandard.ZstdError, ValueError, EOFError, gzip.BadGzipFile) as error:
+        inflated, complete, after = (_inflate_gzip if codec == K_GZIP else _inflate_zstd)(data)
+        if not complete:
+            raise ValueError("the data ends inside the compressed stream")
+        if after:
+            raise ValueError(f"{after} bytes follow the compressed stream")
+    except (zlib.error, zstandard.ZstdError, ValueError) as error:
         raise _refuse(int(KafkaBatchStatus.BAD_COMPRESSION),
                       f"its records do not inflate: {error}") from None
+    return inflated
+
+
+def _inflate_gzip(data) -> tuple[bytes, bool, int]:
+    """(inflated bytes, whether the member ended, bytes after it). zlib checks the
+    member's trailer (CRC-32 and length) before it says the member ended."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    inflated = inflater.decompress(data, limits.DECOMPRESSED_RECORDS_SIZE_MAX + 1)
+    _check_inflated_size(len(inflated))
+    return inflated, inflater.eof, len(inflater.unused_data)
+
+
+def _inflate_zstd(data) -> tuple[bytes, bool, int]:
+    """(inflated bytes, whether the frame ended, bytes after it). A frame that
+    declares its size is checked against the bound and inflated at once (libzstd
+    holds it to that size; a cut frame or bytes after it raise); one that does not,
+    a step at a time (``limits.ZSTD_UNSIZED_FRAME_STEP_SIZE``)."""
+    data = memoryview(data)
+    declared = zstandard.frame_content_size(data)
+    _check_inflated_size(declared)
+    decompressor = zstandard.ZstdDecompressor(
+        max_window_size=limits.DECOMPRESSED_RECORDS_SIZE_MAX)
+    if declared >= 0:
+        return decompressor.decompress(data, allow_extra_data=False), True, 0
+    inflater = decompressor.decompressobj()
+    step = limits.ZSTD_UNSIZED_FRAME_STEP_SIZE
+    pieces, total, fed = [], 0, 0
+    while not inflater.eof and fed < data.nbytes:
+        pieces.append(inflater.decompress(data[fed:fed + step]))
+        fed += step
+        total += len(pieces[-1])
+        _check_inflated_size(total)
+    after = len(inflater.unused_data) + max(data.nbytes - fed, 0)
+    return b"".join(pieces), inflater.eof, after
+
+
+def _check_inflated_size(size: int) -> None:
+    if size > limits.DECOMPRESSED_RECORDS_SIZE_MAX:
+        raise ValueError(f"inflates past {limits.DECOMPRESSED_RECORDS_SIZE_MAX} bytes")
 
 
 def from_kafka(records, batch_size_max: int | None = None) -> np.ndarray:
@@ -346,8 +388,9 @@ def from_kafka(records, batch_size_max: int | None = None) -> np.ndarray:
     Raises
     ------
     CorruptRecordError
-        The batch is malformed, fails its CRC, is more or less than one batch, or is
-        transactional (``status``: a :class:`KafkaBatchStatus`).
+        The batch is malformed, fails its CRC, is more or less than one batch, its
+        records do not inflate, or it is transactional or a control batch
+        (``status``: a :class:`KafkaBatchStatus`).
     UnsupportedCodecError
         It is compressed with snappy or lz4.
     """
@@ -389,7 +432,7 @@ def from_kafka(records, batch_size_max: int | None = None) -> np.ndarray:
 def _compress(batch: np.ndarray) -> np.ndarray:
     """An uncompressed stored batch as zstd (header kept but its length, codec, CRC)."""
     frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True).compress(
-        batch[B.HEADER_LENGTH:].tobytes())
+        batch[B.HEADER_LENGTH:])
     stored = np.empty(B.HEADER_LENGTH + len(frame), np.uint8)
     stored[:B.HEADER_LENGTH] = batch[:B.HEADER_LENGTH]
     stored[B.HEADER_LENGTH:] = np.frombuffer(frame, np.uint8)
@@ -580,78 +623,115 @@ def _write_kafka_header(header, out, at, records_size):
 
 
 @kernel
-def _run_size(log, start, end):
-    """(Kafka bytes of the stored batches in ``log[start:end]``, position of the
-    first compressed one or -1): the run converts in one call when -1."""
-    position = start
-    size = 0
+def _batch_sizes(log, end, positions, sizes):
+    """Walk the stored batches in ``log[:end]`` (validated when stored; a zero length,
+    space never written, ends them): each one's position, and its size as Kafka's
+    (-1 for a compressed one: sized once inflated); ``positions`` gets the end of the
+    last as its last entry. Returns the number of batches."""
+    position = 0
+    count = 0
     while position < end:
-        length = load_u32(log, position + B.BATCH_LENGTH_OFFSET)
+        length = np.int64(load_u32(log, position + B.BATCH_LENGTH_OFFSET))
+        if length < B.HEADER_LENGTH or length > end - position:
+            break                  # zero padding (never written): the end of the data
+        positions[count] = position
         if load_u16(log, position + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK:
-            return size, position
-        size += KAFKA_HEADER_LENGTH + _kafka_size_of_records(
-            log, position + B.HEADER_LENGTH, position + length,
-            load_i32(log, position + B.RECORD_COUNT_OFFSET))
+            sizes[count] = -1
+        else:
+            sizes[count] = KAFKA_HEADER_LENGTH + _kafka_size_of_records(
+                log, position + B.HEADER_LENGTH, position + length,
+                load_i32(log, position + B.RECORD_COUNT_OFFSET))
+        count += 1
         position += length
-    return size, -1
+    positions[count] = position
+    return count
 
 
 @kernel
-def _write_run(log, start, end, out):
-    position = start
-    at = 0
-    while position < end:
-        length = load_u32(log, position + B.BATCH_LENGTH_OFFSET)
-        count = load_i32(log, position + B.RECORD_COUNT_OFFSET)
-        records_at = position + B.HEADER_LENGTH
-        size = _kafka_size_of_records(log, records_at, position + length, count)
-        _write_kafka_records(log, records_at, count, out, at + KAFKA_HEADER_LENGTH)
-        header = log[position:position + B.HEADER_LENGTH]
-        at = _write_kafka_header(header, out, at, size)
-        position += length
-    return at
+def _write_uncompressed(log, positions, sizes, starts, count, out):
+    """Write the first ``count`` stored batches as Kafka's at ``out[starts[i]:]``, all
+    but the compressed ones (``sizes[i]`` -1 in ``_batch_sizes``: their slots are
+    left for :func:`_write_inflated`)."""
+    for index in range(count):
+        position = positions[index]
+        if load_u16(log, position + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK:
+            continue
+        records_size = sizes[index] - KAFKA_HEADER_LENGTH
+        _write_kafka_records(log, position + B.HEADER_LENGTH,
+                             load_i32(log, position + B.RECORD_COUNT_OFFSET), out,
+                             starts[index] + KAFKA_HEADER_LENGTH)
+        _write_kafka_header(log[position:position + B.HEADER_LENGTH], out, starts[index],
+                            records_size)
+
+
+@kernel
+def _write_inflated(header, records, out, at, size):
+    """Write the stored batch whose header is ``header`` and whose inflated records
+    are ``records`` as a Kafka batch of ``size`` bytes at ``out[at:]``."""
+    count = load_i32(header, B.RECORD_COUNT_OFFSET)
+    _write_kafka_records(records, 0, count, out, at + KAFKA_HEADER_LENGTH)
+    _write_kafka_header(header, out, at, size - KAFKA_HEADER_LENGTH)
 
 
 def to_kafka(log: np.ndarray, max_bytes: int = -1) -> np.ndarray:
     """The stored batches ``log`` holds, whole and back to back (a read of the
     partition's log, as the appender stored them), as Kafka record batches, back to
-    back, uncompressed.
+    back, uncompressed: a stored zstd batch is inflated and goes out as Kafka's codec
+    none (sending it as Kafka's zstd would need the records re-encoded and compressed
+    again; a later option).
 
     With ``max_bytes`` >= 0, only as many whole batches as fit in it in Kafka's form,
     and at least the first: a stored zstd batch goes out inflated, so a read bounded
     by its stored bytes may hold many times more (40 zstd batches of 1,000 zero
     kilobytes: a 1 MiB read of the log, 40 MB as Kafka's), and a Fetch's budgets
-    count what is sent."""
-    size, compressed = _run_size(log, 0, log.size)
-    if compressed < 0 and (max_bytes < 0 or size <= max_bytes):
-        out = np.empty(size, np.uint8)
-        _write_run(log, 0, log.size, out)
-        return out
-    pieces = []
-    position = taken = 0
-    while position < log.size:                # batch by batch: inflating, or a budget
-        length = int(log[position:position + 4].view("<u4")[0])
-        piece = _batch_to_kafka(log[position:position + length])
-        if pieces and 0 <= max_bytes < taken + piece.size:
-            break
-        pieces.append(piece)
-        taken += piece.size
-        position += length
-    return np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+    count what is sent.
 
-
-def _batch_to_kafka(batch: np.ndarray) -> np.ndarray:
-    if not int(batch[B.ATTRIBUTES_OFFSET]) & B.CODEC_MASK:
-        size, _ = _run_size(batch, 0, batch.size)
-        out = np.empty(size, np.uint8)
-        _write_run(batch, 0, batch.size, out)
-        return out
-    records = np.frombuffer(zstandard.ZstdDecompressor().decompress(
-        batch[B.HEADER_LENGTH:].tobytes(), max_output_size=limits.DECOMPRESSED_RECORDS_SIZE_MAX),
-        np.uint8)
-    count = int(batch[B.RECORD_COUNT_OFFSET:B.RECORD_COUNT_OFFSET + 4].view("<i4")[0])
-    size = _kafka_size_of_records(records, 0, records.size, count)
-    out = np.empty(KAFKA_HEADER_LENGTH + size, np.uint8)
-    _write_kafka_records(records, 0, count, out, KAFKA_HEADER_LENGTH)
-    _write_kafka_header(np.ascontiguousarray(batch[:B.HEADER_LENGTH]), out, 0, size)
+    Two kernel calls for the whole run: one sizes every batch (exactly, so the output
+    is allocated once), one writes the uncompressed ones. Python works per compressed
+    batch only, to inflate it (and no further than the budget reaches).
+    """
+    log = np.ascontiguousarray(log)
+    capacity = log.size // B.HEADER_LENGTH + 1
+    positions = np.empty(capacity + 1, np.int64)
+    sizes = np.empty(capacity, np.int64)
+    count = _batch_sizes(log, log.size, positions, sizes)
+    sizes = sizes[:count]
+    sized, inflated = _inflate_stored(log, positions, sizes, max_bytes)
+    ends = np.cumsum(sizes[:sized])
+    kept = ends.size
+    if max_bytes >= 0:
+        kept = max(int(np.searchsorted(ends, max_bytes, side="right")), min(kept, 1))
+    out = np.empty(int(ends[kept - 1]) if kept else 0, np.uint8)
+    starts = ends[:kept] - sizes[:kept]
+    _write_uncompressed(log, positions, sizes, starts, kept, out)
+    for index, records in inflated.items():
+        if index < kept:
+            position = int(positions[index])
+            _write_inflated(log[position:position + B.HEADER_LENGTH], records, out,
+                            int(starts[index]), int(sizes[index]))
     return out
+
+
+def _inflate_stored(log: np.ndarray, positions: np.ndarray, sizes: np.ndarray,
+                    max_bytes: int) -> tuple[int, dict]:
+    """Inflate the compressed batches among ``sizes`` (-1) in order and size them
+    (in place), as far as the budget reaches: (how many batches are sized, from the
+    first: all unless the budget ran out before a compressed one; {index: its
+    inflated records})."""
+    inflated = {}
+    total = known = 0
+    for index in np.flatnonzero(sizes < 0).tolist():
+        total += int(sizes[known:index].sum())
+        if max_bytes >= 0 and index and total >= max_bytes:
+            return index, inflated             # the batches before it fill the budget
+        position = int(positions[index])
+        batch = log[position:int(positions[index + 1])]
+        records = np.frombuffer(zstandard.ZstdDecompressor().decompress(
+            batch[B.HEADER_LENGTH:],
+            max_output_size=limits.DECOMPRESSED_RECORDS_SIZE_MAX), np.uint8)
+        count = int(batch[B.RECORD_COUNT_OFFSET:B.RECORD_COUNT_OFFSET + 4].view("<i4")[0])
+        sizes[index] = KAFKA_HEADER_LENGTH + _kafka_size_of_records(records, 0, records.size,
+                                                                    count)
+        inflated[index] = records
+        known = index
+    return sizes.size, inflated

@@ -9,15 +9,20 @@ crashes or other exceptions.
 
 from __future__ import annotations
 
+import gzip
+
 import numpy as np
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from shmlog.common import limits
 from shmlog.common.errors import CorruptRecordError, UnsupportedCodecError
 from shmlog.record import records as R
+from shmlog.record.batch_layout import BATCH_HEADER_DTYPE
 from shmlog.record.kafka_batches import KafkaBatchStatus, from_kafka, to_kafka
 from shmlog.record.validation import BatchStatus
 
@@ -153,6 +158,15 @@ def test_a_transactional_batch_is_refused():
     assert refused.value.status == KafkaBatchStatus.TRANSACTIONAL
 
 
+def test_a_control_batch_is_refused_as_kafka_refuses_it_from_clients():
+    data = bytearray(kafka_batch())
+    data[22] |= 0x20                          # the control bit, then a fresh CRC
+    _recrc(data)
+    with pytest.raises(CorruptRecordError) as refused:
+        from_kafka(bytes(data))
+    assert refused.value.status == KafkaBatchStatus.CONTROL
+
+
 def test_records_that_do_not_parse_are_refused_though_the_crc_matches():
     data = bytearray(kafka_batch())
     data[61] = 0x7F                            # the first record's length, past the end
@@ -177,7 +191,7 @@ def test_an_i32_field_with_its_high_bit_set_is_refused_not_overflowed(field):
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_hostile_bytes_are_refused_or_stored_valid(data):
-    original = bytearray(kafka_batch(codec=data.draw(st.sampled_from([0, 4]))))
+    original = bytearray(kafka_batch(codec=data.draw(st.sampled_from([0, 1, 4]))))
     for _ in range(data.draw(st.integers(1, 4))):
         position = data.draw(st.integers(0, len(original) - 1))
         original[position] = data.draw(st.integers(0, 255))
@@ -208,3 +222,121 @@ def test_a_batch_over_the_limit_once_stored_is_split_with_sequences_running_on(c
     assert [(record.key, record.value) for record in R.decode_records(stored)] == \
         [(key, value) for key, value, _ in records]
     assert from_kafka(original, 10 << 20).size == from_kafka(original).size   # one batch
+
+
+def _with_records_region(codec: int, region: bytes) -> bytes:
+    """A Kafka batch of ``codec`` whose records region is ``region``, its length and
+    CRC made right: what a client that compressed its records so would send."""
+    data = bytearray(kafka_batch(codec=codec)[:61]) + region
+    data[8:12] = (len(data) - 12).to_bytes(4, "big")
+    _recrc(data)
+    return bytes(data)
+
+
+def _region(codec: int) -> bytes:
+    return kafka_batch(codec=codec)[61:]
+
+
+@pytest.mark.parametrize("codec", [1, 4], ids=["gzip", "zstd"])
+@pytest.mark.parametrize("damage", ["empty", "cut 1", "cut 8", "junk after",
+                                    "a second stream"])
+def test_a_compressed_region_not_one_whole_stream_is_refused(codec, damage):
+    region = _region(codec)
+    region = {"empty": b"", "cut 1": region[:-1], "cut 8": region[:-8],
+              "junk after": region + b"junk", "a second stream": region + region}[damage]
+    with pytest.raises(CorruptRecordError) as refused:
+        from_kafka(_with_records_region(codec, region))
+    assert refused.value.status == KafkaBatchStatus.BAD_COMPRESSION
+
+
+def _zstd_unsized(data: bytes) -> bytes:
+    compressor = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    return compressor.compress(data) + compressor.flush()
+
+
+def test_a_zstd_frame_that_does_not_declare_its_size_is_taken():
+    # Java's producer streams its zstd frames: they do not declare their size.
+    records = zstandard.ZstdDecompressor().decompress(_region(4))
+    stored = from_kafka(_with_records_region(4, _zstd_unsized(records)))
+    assert shmlog_fields(stored) == EXPECTED
+
+
+@pytest.mark.parametrize("bomb", ["gzip", "zstd", "zstd unsized", "zstd lying"])
+def test_records_inflating_past_the_bound_are_refused(bomb):
+    zeros = bytes(limits.DECOMPRESSED_RECORDS_SIZE_MAX + 1)
+    if bomb == "gzip":
+        codec, region = 1, gzip.compress(zeros, compresslevel=1)
+    elif bomb == "zstd":
+        codec, region = 4, zstandard.ZstdCompressor().compress(zeros)
+    elif bomb == "zstd unsized":
+        codec, region = 4, _zstd_unsized(zeros)
+    else:                          # declares 1,000 bytes in its 4-byte size field
+        codec, region = 4, bytearray(zstandard.ZstdCompressor().compress(bytes(10 << 20)))
+        assert region[4] >> 6 == 2 and not region[4] & 0x20        # window byte, then size
+        region[6:10] = (1000).to_bytes(4, "little")
+        assert zstandard.frame_content_size(bytes(region)) == 1000
+    with pytest.raises(CorruptRecordError) as refused:
+        from_kafka(_with_records_region(codec, bytes(region)))
+    assert refused.value.status == KafkaBatchStatus.BAD_COMPRESSION
+
+
+MANY = [(None if index % 7 == 0 else b"key-%d" % index,
+         None if index % 11 == 0 else b"" if index % 13 == 0 else bytes([index % 256]) * index,
+         [("h%d" % header, None if header == 1 else b"v" * header)
+          for header in range(index % 4)])
+        for index in range(1000)]
+
+
+@pytest.mark.parametrize("codec", [0, 1, 4], ids=["none", "gzip", "zstd"])
+def test_a_thousand_records_are_stored_and_sent_back_with_every_field(codec):
+    original = kafka_batch(MANY, codec=codec, producer=(1 << 40, 32767, (1 << 31) - 1000))
+    stored = from_kafka(original)
+    expected = [(index, key, value, headers, BASE_MS + index)
+                for index, (key, value, headers) in enumerate(MANY)]
+    assert shmlog_fields(stored) == expected
+    info = R.validate_batches(stored)[0]
+    assert (info.producer_id, info.producer_epoch, info.base_sequence, info.record_count,
+            info.last_offset_delta, info.first_timestamp, info.max_timestamp) == \
+        (1 << 40, 32767, (1 << 31) - 1000, 1000, 999, BASE_MS, BASE_MS + 999)
+    assert kafka_fields(to_kafka(stored)) == expected
+
+
+def test_a_stored_batch_to_kafka_and_back_is_itself_byte_for_byte():
+    stored = R.encode_batch([b"v%d" % index for index in range(50)],
+                            keys=[None] * 25 + [b""] * 25,
+                            headers=[[("a", None), ("b", b"")]] * 50,
+                            timestamps=[BASE_MS - index % 3 for index in range(50)],
+                            producer_id=12, producer_epoch=3, base_sequence=100)
+    header = stored[:BATCH_HEADER_DTYPE.itemsize].view(BATCH_HEADER_DTYPE)
+    header["base_offset"], header["leader_epoch"] = 123_456_789, 17   # as the log assigns
+    assert bytes(from_kafka(to_kafka(stored))) == bytes(stored)
+    batch = MemoryRecords(bytes(to_kafka(stored))).next_batch()
+    assert (batch.base_offset, batch.leader_epoch) == (123_456_789, 17)
+
+
+def test_log_append_time_is_carried_both_ways():
+    data = bytearray(kafka_batch())
+    data[22] |= 0x08                          # the timestamp type bit, then a fresh CRC
+    _recrc(data)
+    stored = from_kafka(bytes(data))
+    assert R.validate_batches(stored)[0].timestamp_type == 1
+    batch = MemoryRecords(bytes(to_kafka(stored))).next_batch()
+    assert batch.timestamp_type == 1
+    assert [record.timestamp for record in batch] == [BASE_MS + len(RECORDS) - 1] * len(RECORDS)
+
+
+def test_a_run_ends_at_zero_padding():
+    run = np.concatenate([from_kafka(kafka_batch()), from_kafka(kafka_batch(codec=4)),
+                          np.zeros(500, np.uint8)])
+    assert kafka_fields(to_kafka(run)) == EXPECTED * 2
+
+
+def test_a_long_mixed_run_converts_within_its_budget():
+    codecs = [4 if index % 5 == 2 else 0 for index in range(40)]
+    run = np.concatenate([from_kafka(kafka_batch(codec=codec)) for codec in codecs])
+    whole = to_kafka(run)
+    assert kafka_fields(whole) == EXPECTED * 40
+    size = whole.size // 40                     # every batch has the same Kafka size
+    for batches in (1, 2, 3, 17, 39):
+        assert bytes(to_kafka(run, batches * size + size - 1)) == \
+            bytes(whole[:batches * size])
