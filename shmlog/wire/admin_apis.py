@@ -28,7 +28,6 @@ from ..common.topic_names import validate_topic_name
 from ..storage import delete_records as deletion
 from ..storage.topic_config import TopicConfig
 from . import codec
-from .apis import LATER
 from .error_codes import (
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
@@ -37,7 +36,7 @@ from .error_codes import (
     UNKNOWN_TOPIC_OR_PARTITION,
     for_error,
 )
-from .tickets import ask_service
+from .tickets import Gather, ask_service
 
 __all__ = ["AdminApis"]
 
@@ -46,29 +45,6 @@ DELETE_TOPICS_KEY = 20
 DELETE_RECORDS_KEY = 21
 CREATE_PARTITIONS_KEY = 37
 DESCRIBE_CLUSTER_KEY = 60
-
-
-class _Gather:
-    """The results of a request's items, by index; ``complete(results)`` makes the
-    response once every item is in."""
-
-    def __init__(self, count: int, complete, send) -> None:
-        self.results: dict[int, object] = {}
-        self.count = count
-        self.complete = complete
-        self.send = send
-        self.held = False
-
-    def put(self, index: int, result) -> None:
-        self.results[index] = result
-        if self.held and len(self.results) == self.count:
-            self.send(self.complete(self.results))
-
-    def outcome(self):
-        if len(self.results) == self.count:
-            return self.complete(self.results)
-        self.held = True
-        return LATER
 
 
 class AdminApis:
@@ -87,7 +63,7 @@ class AdminApis:
                 CREATE_PARTITIONS_KEY: (0, 3, self.create_partitions),
                 DESCRIBE_CLUSTER_KEY: (0, 1, self.describe_cluster)}
 
-    def _ask(self, gather: _Gather, index: int, handler, **fields) -> None:
+    def _ask(self, gather: Gather, index: int, handler, **fields) -> None:
         """One item through a topic service handler, its result into ``gather``."""
         try:
             result = ask_service(self.core, handler, lambda later: gather.put(index, later),
@@ -127,7 +103,7 @@ class AdminApis:
                     replication_factor=-1, configs=[]))
             return cls(version=header.api_version, throttle_time_ms=0, topics=answers)
 
-        gather = _Gather(len(topics), complete,
+        gather = Gather(len(topics), complete,
                          lambda response: self._respond(request, header, response))
         for index, topic in enumerate(topics):
             config = {entry.name: entry.value for entry in topic.configs}
@@ -176,7 +152,7 @@ class AdminApis:
                                                         error_message=message))
             return cls(version=header.api_version, throttle_time_ms=0, responses=answers)
 
-        gather = _Gather(len(names), complete,
+        gather = Gather(len(names), complete,
                          lambda response: self._respond(request, header, response))
         for index, name in enumerate(names):
             self._ask(gather, index, self.core.topics.delete_topic, name=name)
@@ -195,7 +171,7 @@ class AdminApis:
                     name=topic.name, error_code=error, error_message=message))
             return cls(version=header.api_version, throttle_time_ms=0, results=answers)
 
-        gather = _Gather(len(topics), complete,
+        gather = Gather(len(topics), complete,
                          lambda response: self._respond(request, header, response))
         for index, topic in enumerate(topics):
             if topic.assignments:
@@ -241,7 +217,7 @@ class AdminApis:
                 topic_class(name=name, partitions=partitions)
                 for name, partitions in answers.items()])
 
-        gather = _Gather(1, complete, lambda response: self._respond(request, header, response))
+        gather = Gather(1, complete, lambda response: self._respond(request, header, response))
         self._ask(gather, 0, self.core.topics.delete_records,
                   partitions=[list(entry) for entry in asked])
         return gather.outcome()

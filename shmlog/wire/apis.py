@@ -37,13 +37,14 @@ from ..common.errors import KafkaRequestError
 from . import codec
 from .error_codes import UNSUPPORTED_VERSION
 from .socket_server import KafkaSocketServer, WireRequest
+from .tickets import LATER
 
 __all__ = ["KafkaApis", "NO_RESPONSE", "LATER", "ApiTable", "AtVersion"]
 
 log = logging.getLogger("shmlog.broker.kafka")
 
 NO_RESPONSE = object()     # the request gets no response (Produce with acks=0)
-LATER = object()           # the handler keeps the request and answers it later
+# LATER: the handler keeps the request and answers it later (``tickets``).
 
 
 

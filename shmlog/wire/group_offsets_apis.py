@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from ..common.errors import GroupIdNotFoundError, ShmlogError
 from . import codec
-from .apis import LATER
 from .error_codes import NONE, for_error
 from .group_apis import CONSUMER_PROTOCOL, GroupServiceArea, call_group_service
+from .tickets import Gather
 
 __all__ = ["GroupOffsetsApis"]
 
@@ -99,27 +99,22 @@ class GroupOffsetsApis(GroupServiceArea):
     # -- DescribeGroups ------------------------------------------------------------------
     def describe_groups(self, request, header, body):
         cls = codec.response_class(DESCRIBE_GROUPS_KEY)
-        described: dict[str, object] = {}
-        held = []
+        group_ids = list(dict.fromkeys(body.groups))
 
-        def complete():
+        def complete(results):
+            described = {group_id: results[index] for index, group_id in enumerate(group_ids)}
             return cls(version=header.api_version, throttle_time_ms=0,
                        groups=[described[group_id] for group_id in body.groups])
 
-        def describe(group_id: str):
-            def on_result(result) -> None:
-                described[group_id] = self._described(cls, group_id, result)
-                if held and len(described) == len(set(body.groups)):
-                    self._respond(request, header, complete())
-            return on_result
-
-        for group_id in dict.fromkeys(body.groups):
-            call_group_service(self.core, "describe_group", describe(group_id),
-                               group_id=group_id)
-        if len(described) == len(set(body.groups)):
-            return complete()
-        held.append(True)              # a cluster member asks the coordinators
-        return LATER
+        gather = Gather(len(group_ids), complete,
+                        lambda response: self._respond(request, header, response))
+        for index, group_id in enumerate(group_ids):     # a cluster member asks coordinators
+            call_group_service(
+                self.core, "describe_group",
+                lambda result, index=index, group_id=group_id:
+                gather.put(index, self._described(cls, group_id, result)),
+                group_id=group_id)
+        return gather.outcome()
 
     @staticmethod
     def _described(cls, group_id: str, result):

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["WireTicket", "ask_service"]
+#: What a handler returns when it answers later (``apis`` serves it under this name).
+LATER = object()
+
+__all__ = ["WireTicket", "ask_service", "Gather", "LATER"]
 
 
 class WireTicket:
@@ -39,3 +42,27 @@ def ask_service(core, handler: Callable[..., dict | None], on_result: Callable[[
         return handler(**fields)
     finally:
         core.context.ticket = None
+
+
+class Gather:
+    """The results of a Kafka request's items, by index, some of them answered later
+    by a service: ``complete(results)`` makes the response once every item is in,
+    returned by :meth:`outcome` or, when it came later, passed to ``send``."""
+
+    def __init__(self, count: int, complete, send) -> None:
+        self.results: dict[int, object] = {}
+        self.count = count
+        self.complete = complete
+        self.send = send
+        self.held = False
+
+    def put(self, index: int, result) -> None:
+        self.results[index] = result
+        if self.held and len(self.results) == self.count:
+            self.send(self.complete(self.results))
+
+    def outcome(self):
+        if len(self.results) == self.count:
+            return self.complete(self.results)
+        self.held = True
+        return LATER
