@@ -559,6 +559,33 @@ SASL_CREDENTIALS_FILE_SIZE_MAX = 16 << 20
 # KiB and the system CA bundle ~200 KiB; 4 MiB bounds what a wrong path makes the
 # broker read.
 TLS_PEM_FILE_SIZE_MAX = 4 << 20
+# Plaintext bytes the listener hands one SSLSocket.send(): small response buffers
+# (a Fetch response is many) are joined up to this size so each becomes part of a full
+# TLS record (16 KiB of plaintext, RFC 8446 section 5.1) rather than a record each;
+# four records per call keeps a large response to few calls.
+KAFKA_TLS_WRITE_CHUNK_SIZE = 64 << 10
+# How long a connection to a TLS or SASL listener has to finish its TLS handshake and
+# its SASL login (the listener closes it then): librdkafka's own bound for the same
+# setup is socket.connection.setup.timeout.ms, 30 s; a handshake is two round trips
+# and a login two more, milliseconds even across continents, so 10 s bounds what a
+# stalled or hostile client holds (a descriptor, a handshake's state) and leaves a
+# slow link time to spare. The broker setting connection_setup_timeout_ms changes it.
+KAFKA_CONNECTION_SETUP_MS_DEFAULT = 10_000
+
+# --- Kafka clients' SASL logins, served (wire/authenticator.py) -------------------------
+# What a client may send before it is logged in: Kafka's sasl.server.max.receive.size
+# default (512 KiB). A larger request frame closes the connection before it is read.
+KAFKA_UNAUTHENTICATED_REQUEST_SIZE_MAX = 512 << 10
+# Threads that check SASL messages (PLAIN's PBKDF2 costs the broker 2-6 ms: see
+# SCRAM_ITERATIONS_DEFAULT), off the broker's loop and the listener's thread: two keep
+# logins going on a 2-core host without taking both cores from the appender.
+SASL_WORKER_THREADS_COUNT = 2
+# Logins waiting for those threads: each connection has at most one waiting (one
+# request in flight), so this bounds a flood of connections logging in at once; at
+# 5 ms a PLAIN login, 256 waiting is 0.6 s of the two threads' work. A login over it
+# is answered SASL_AUTHENTICATION_FAILED, saying the broker is busy (the client
+# connects again: librdkafka and kafka-python retry with backoff).
+SASL_LOGINS_WAITING_MAX = 256
 
 # --- Spark (shmlog.spark) -----------------------------------------------------------------
 # How long a Spark task waits for its broker's copy of a partition to cover its range:

@@ -20,6 +20,7 @@ from ..common import access
 from ..common.documented import setting
 from ..common.errors import InvalidConfigError, LocalProtocolError
 from ..common.limits import (
+    KAFKA_CONNECTION_SETUP_MS_DEFAULT,
     KAFKA_CONNECTIONS_IDLE_MS_DEFAULT,
     KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT,
     KAFKA_REQUEST_SIZE_MAX_DEFAULT,
@@ -109,6 +110,49 @@ class BrokerConfig:
         KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT,
         doc="The most Kafka connections one client address may hold (Kafka's "
             "max.connections.per.ip); one over it is closed at once.")
+    listener_security_protocol_map: str | None = setting(
+        None, doc="Kafka's listener.security.protocol.map: comma-separated NAME:PROTOCOL "
+                  "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) for listeners named otherwise "
+                  "(EXTERNAL:SASL_SSL); written, it replaces the default map of each "
+                  "protocol to itself. A listener off loopback must be SASL_SSL unless "
+                  "its protocol is written here or in listeners.")
+    connection_setup_timeout_ms: int = setting(
+        KAFKA_CONNECTION_SETUP_MS_DEFAULT,
+        doc="A connection to a TLS or SASL listener that has not finished its TLS "
+            "handshake and SASL login within this is closed (librdkafka's client-side "
+            "bound is socket.connection.setup.timeout.ms).")
+    ssl_certificate_location: str | None = setting(
+        None, doc="The TLS listeners' certificate chain, a PEM file, leaf first "
+                  "(librdkafka's ssl.certificate.location; Kafka's JKS keystores are not "
+                  "read). Required for an SSL or SASL_SSL listener.")
+    ssl_key_location: str | None = setting(
+        None, doc="Its private key, a PEM file readable by the broker's user only (chmod "
+                  "600); a symbolic link is followed. Required for an SSL or SASL_SSL "
+                  "listener.")
+    ssl_key_password: str | None = setting(
+        None, doc="The password of an encrypted ssl_key_location (never shown by "
+                  "describe_configs).")
+    ssl_ca_location: str | None = setting(
+        None, doc="CA certificates (PEM) client certificates are checked against; needed "
+                  "by ssl_client_auth.")
+    ssl_client_auth: str | None = setting(
+        None, doc="Kafka's ssl.client.auth: none, requested or required (a client "
+                  "certificate signed by ssl_ca_location). Unset: none.")
+    ssl_enabled_protocols: str | None = setting(
+        None, doc="Kafka's ssl.enabled.protocols: TLSv1.2 and/or TLSv1.3, comma-separated; "
+                  "unset: both. Older versions are refused (RFC 8996).")
+    ssl_cipher_suites: str | None = setting(
+        None, doc="OpenSSL's cipher list for TLS 1.2 (librdkafka's ssl.cipher.suites); "
+                  "unset: Python's defaults (forward secrecy, AEAD).")
+    sasl_enabled_mechanisms: str | None = setting(
+        None, doc="Kafka's sasl.enabled.mechanisms for SASL listeners: PLAIN, "
+                  "SCRAM-SHA-256, SCRAM-SHA-512, comma-separated. Unset: SCRAM-SHA-256 "
+                  "and SCRAM-SHA-512 (PLAIN sends the password itself: written only).")
+    sasl_credentials_file: str | None = setting(
+        None, doc="The users SASL listeners log in (TOML of SCRAM credentials, no "
+                  "passwords; python -m shmlog.wire.credentials USER prints an entry), "
+                  "mode 600, no symbolic link. Required for a SASL_SSL or SASL_PLAINTEXT "
+                  "listener; read when the broker starts.")
     auto_create_topics_enable: bool = setting(
         True, doc="Create a topic a Kafka client asks Metadata for, if it does not exist "
                   "(Kafka's auto.create.topics.enable), with num_partitions partitions.")
@@ -120,7 +164,12 @@ class BrokerConfig:
 
     _MAY_BE_ZERO = ("group_initial_rebalance_delay_ms", "metrics_port")
     TEXT_SETTINGS = ("data_dir", "data_group", "metrics_address", "listeners",
-                     "advertised_listeners")
+                     "advertised_listeners", "listener_security_protocol_map",
+                     "ssl_certificate_location", "ssl_key_location", "ssl_key_password",
+                     "ssl_ca_location", "ssl_client_auth", "ssl_enabled_protocols",
+                     "ssl_cipher_suites", "sasl_enabled_mechanisms", "sasl_credentials_file")
+    # Settings whose value is a secret: describe_broker_config never shows it.
+    SECRET_SETTINGS = ("ssl_key_password",)
     BOOLEAN_SETTINGS = ("auto_create_topics_enable",)
     # Settings that are whole tables of the file, not flags.
     TABLE_SETTINGS = ("cluster",)
@@ -222,6 +271,9 @@ def broker_config_entries(config: BrokerConfig) -> dict[str, dict[str, Any]]:
                 default = field.default_factory()
             else:
                 default = dataclasses.MISSING            # required: always set
+            source = "default" if value == default else "broker"
+            if field.name in BrokerConfig.SECRET_SETTINGS and value is not None:
+                value = None                             # Kafka's sensitive: null
             entries[field.name.replace("_", ".") if kafka_names else field.name] = {
-                "value": value, "source": "default" if value == default else "broker"}
+                "value": value, "source": source}
     return entries

@@ -4,8 +4,10 @@ as the member's view of ZooKeeper has them.
 
 Rules
 -----
-* A broker is listed with the first ``PLAINTEXT://`` endpoint it registered; a
-  broker without a Kafka listener is not listed, and a partition it leads is
+* A broker is listed with the endpoint it registered for the listener name this
+  broker's clients connect to (Kafka's rule: a client is told each broker's same
+  listener; ``SASL_SSL://`` when clients log in over TLS here); a broker without
+  such a listener is not listed, and a partition it leads is
   answered LEADER_NOT_AVAILABLE (no client could reach its leader), as is a
   partition with no leader.
 * The controller a client is told of is this broker: any member takes the admin
@@ -32,25 +34,28 @@ __all__ = ["ClusterMetadata"]
 
 log = logging.getLogger("shmlog.broker.kafka")
 
-_PLAINTEXT = "PLAINTEXT://"
-
-
-def kafka_address(endpoints: tuple[str, ...]) -> tuple[str, int] | None:
-    """(host, port) of the first PLAINTEXT endpoint of a broker's registration."""
+def kafka_address(endpoints: tuple[str, ...], listener_name: str = "PLAINTEXT") \
+        -> tuple[str, int] | None:
+    """(host, port) of the endpoint of listener ``listener_name`` in a broker's
+    registration (``NAME://host:port``), None when it has none."""
+    prefix = f"{listener_name.upper()}://"
     for endpoint in endpoints:
-        if endpoint.upper().startswith(_PLAINTEXT):
-            host, _, port = endpoint[len(_PLAINTEXT):].rpartition(":")
+        if endpoint.upper().startswith(prefix):
+            host, _, port = endpoint[len(prefix):].rpartition(":")
             if port.isdigit():
                 return host.strip("[]"), int(port)
     return None
 
 
 class ClusterMetadata:
-    """The metadata a member (``core``, a BrokerCore in a cluster) answers with."""
+    """The metadata a member (``core``, a BrokerCore in a cluster) answers with, to
+    clients of its listener ``listener_name``."""
 
-    def __init__(self, core, advertised: tuple[str, int]) -> None:
+    def __init__(self, core, advertised: tuple[str, int],
+                 listener_name: str = "PLAINTEXT") -> None:
         self.core = core
         self.advertised = advertised
+        self.listener_name = listener_name
         self.broker_id = core.config.cluster.broker_id
         self.cluster_id = core.config.cluster.cluster_id
         self.auto_create = core.config.auto_create_topics_enable
@@ -60,7 +65,8 @@ class ClusterMetadata:
     # -- brokers -----------------------------------------------------------------------
     def _addresses(self) -> dict[int, tuple[str, int]]:
         return {broker_id: address for broker_id, live in self.replication.view.brokers.items()
-                if (address := kafka_address(live.registration.kafka_endpoints)) is not None}
+                if (address := kafka_address(live.registration.kafka_endpoints,
+                                             self.listener_name)) is not None}
 
     def brokers(self) -> list[tuple[int, str, int, str | None]]:
         racks = {broker_id: live.registration.rack

@@ -4,9 +4,15 @@ serves (``apis`` and the area modules), put together for the broker's loop.
 Rules
 -----
 * Off unless ``listeners`` is set, in Kafka's syntax (``listeners``: names,
-  ``listener.security.protocol.map``'s defaults, and the exposure rule); PLAINTEXT
-  listeners only so far (port 0: a free one). Clients are told the first
-  listener's advertised address (``advertised_listeners``, by default the listener).
+  ``listener_security_protocol_map``, and the exposure rule: a listener off
+  loopback is SASL_SSL unless its protocol is written); port 0: a free one. Every
+  security protocol is served: TLS from the ``ssl_*`` settings (``tls``), SASL from
+  ``sasl_enabled_mechanisms`` and ``sasl_credentials_file`` (``authenticator``),
+  each read when the broker starts, so a bad file fails the start, not a client.
+  Clients are told the first listener's advertised address
+  (``advertised_listeners``, by default the listener), and a cluster member
+  registers every listener's (Kafka's ``endpoints``: ``NAME://host:port``), its
+  peers telling clients the same listener's address.
 * Its sockets are bound before the broker joins a cluster, so the broker registers
   the ports it got (Kafka's ``endpoints`` in its broker znode), and it answers once
   the broker is warm (:meth:`KafkaListener.serve`).
@@ -20,10 +26,11 @@ import logging
 import os
 import socket
 
-from ..common.errors import InvalidConfigError
 from .admin_apis import AdminApis
 from .apis import KafkaApis
+from .authenticator import SaslSettings, SaslStateApi
 from .cluster_metadata import ClusterMetadata
+from .connections import Security
 from .fetch_api import FetchApi
 from .group_apis import GroupApis
 from .group_offsets_apis import GroupOffsetsApis
@@ -34,33 +41,52 @@ from .offsets_api import OffsetsApi
 from .produce_api import ProduceApi
 from .socket_server import KafkaSocketServer
 from .tickets import WireTicket
+from .tls import TlsSettings, server_context
 
 __all__ = ["KafkaListener"]
 
 log = logging.getLogger("shmlog.broker.kafka")
 
-_SERVED = ("PLAINTEXT",)
+_TLS_SETTINGS = ("ssl_certificate_location", "ssl_key_location", "ssl_key_password",
+                 "ssl_ca_location", "ssl_client_auth", "ssl_enabled_protocols",
+                 "ssl_cipher_suites")
 
 
-def _bind_addresses(config) -> tuple[list[tuple[str, int]], object]:
-    """[(host, port)] to bind, and the advertised listener, of ``config``'s
-    ``listeners`` and ``advertised_listeners`` (Kafka's syntax and rules:
-    ``listeners.resolve``).
+def _bind_addresses(config) -> tuple[list[tuple[str, int, Security]], list]:
+    """[(host, port, security)] to bind, and the advertised listeners (the first is
+    the one clients are told of), of ``config``'s listener settings (Kafka's syntax
+    and rules: ``listeners.resolve``).
 
     Raises
     ------
     InvalidConfigError
-        A setting is malformed, or names a protocol not served yet.
+        A setting is malformed, a listener breaks the exposure rule, or a TLS or SASL
+        listener's settings or files are missing or invalid.
     """
-    resolved = resolve(config.listeners, config.advertised_listeners)
-    for listener in resolved.bound:
-        if listener.security_protocol not in _SERVED:
-            raise InvalidConfigError(
-                f"listeners: {listener} is {listener.security_protocol}; this broker serves "
-                f"{', '.join(_SERVED)} listeners only so far (TLS and SASL are to come): "
-                f"keep the listener on loopback")
-    return [(listener.host or "0.0.0.0", listener.port) for listener in resolved.bound], \
-        resolved.advertised_for(resolved.bound[0].name)
+    resolved = resolve(config.listeners, config.advertised_listeners,
+                       config.listener_security_protocol_map)
+    tls = sasl = None
+    if any(listener.tls for listener in resolved.bound):
+        tls = server_context(TlsSettings.from_mapping(
+            {name.replace("_", "."): getattr(config, name) for name in _TLS_SETTINGS
+             if getattr(config, name) is not None}))
+    if any(listener.sasl for listener in resolved.bound):
+        sasl = SaslSettings.from_config(config.sasl_enabled_mechanisms,
+                                        config.sasl_credentials_file)
+    bound = [(listener.host or "0.0.0.0", listener.port,
+              Security(listener.security_protocol, tls if listener.tls else None,
+                       sasl if listener.sasl else None)) for listener in resolved.bound]
+    return bound, [_advertised(resolved, listener) for listener in resolved.bound]
+
+
+def _advertised(resolved, listener):
+    """The advertised listener of bound ``listener``: itself when advertised.listeners
+    does not name it (Kafka then registers none for it; shmlog registers where it is
+    bound, so that every listener's clients are told a way in)."""
+    try:
+        return resolved.advertised_for(listener.name)
+    except KeyError:
+        return listener
 
 
 class KafkaListener:
@@ -72,21 +98,27 @@ class KafkaListener:
         self.server = KafkaSocketServer(
             endpoints, request_size_max=config.socket_request_max_bytes,
             idle_ms=config.connections_max_idle_ms,
-            connections_per_address_max=config.max_connections_per_ip)
+            connections_per_address_max=config.max_connections_per_ip,
+            setup_timeout_ms=config.connection_setup_timeout_ms)
         self.addresses = self.server.addresses
         # A port 0 (any free one) is advertised as the one bound, an empty host (all
         # interfaces) as the host's name, as Kafka does.
-        self.advertised = (advertised.host or socket.getfqdn(),
-                           advertised.port or self.addresses[0][1])
-        #: What a cluster member registers: Kafka's ``endpoints``.
-        self.endpoints = (f"PLAINTEXT://{self.advertised[0]}:{self.advertised[1]}",)
+        addresses = [(listener.name, listener.host or socket.getfqdn(), listener.port or port)
+                     for listener, (_, port) in zip(advertised, self.addresses, strict=True)]
+        #: The name of the listener clients are told of (the first).
+        self.listener_name = addresses[0][0]
+        self.advertised = addresses[0][1:]
+        #: What a cluster member registers: Kafka's ``endpoints``, NAME://host:port.
+        self.endpoints = tuple(f"{name}://[{host}]:{port}" if ":" in host
+                               else f"{name}://{host}:{port}" for name, host, port in addresses)
         self.apis: KafkaApis | None = None
 
     def serve(self, core) -> None:
         """Answer Kafka clients for broker ``core`` (a BrokerCore) from now on."""
         metadata = LocalMetadata(core, self.advertised) if core.cluster is None \
-            else ClusterMetadata(core, self.advertised)
-        self.apis = KafkaApis(self.server, [MetadataApi(metadata), OffsetsApi(core, metadata)])
+            else ClusterMetadata(core, self.advertised, self.listener_name)
+        self.apis = KafkaApis(self.server, [MetadataApi(metadata), OffsetsApi(core, metadata),
+                                            SaslStateApi()])
         self.apis.add_area(ProduceApi(core, metadata, self.apis.respond))
         self.apis.add_area(FetchApi(core, metadata, self.apis.respond))
         node = (metadata.broker_id, *self.advertised)                 # this broker

@@ -21,7 +21,14 @@ Rules
 * **Nothing a client sends stops the thread**: a reset, a half-written request, a
   request to a connection that is gone (its response is dropped).
 * Responses are lists of buffers written with ``sendmsg`` as they are (a Fetch
-  response's record batches, converted once for Kafka: never copied here).
+  response's record batches, converted once for Kafka: never copied here); over TLS
+  they go through the ``ssl`` object (``connections``).
+* **Secured as the listener says** (``connections.Security``): on a TLS listener
+  (SSL, SASL_SSL) each connection's handshake is driven here without blocking, and
+  on a SASL listener (SASL_PLAINTEXT, SASL_SSL) no request but ApiVersions reaches
+  the broker's loop before the client logged in (``authenticator``; the checks run
+  on its worker threads). A connection has ``connection_setup_timeout_ms`` to finish
+  both, or it is closed.
 
 Theory of operation
 -------------------
@@ -33,7 +40,8 @@ and the doorbell the broker's loop sleeps on is rung; the loop takes requests wi
 :meth:`KafkaSocketServer.take` and answers with :meth:`KafkaSocketServer.send` (a
 response), :meth:`KafkaSocketServer.no_response` or :meth:`KafkaSocketServer.close`.
 Connection ids never repeat, so a response for a connection that closed meanwhile
-finds nothing and is dropped.
+finds nothing and is dropped. A login's result comes back from a SASL worker
+through the same outbox, as an ``authenticator.Action``.
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ import time
 
 from ..common import limits
 from ..common.errors import KafkaRequestError
+from .authenticator import Action, SaslWorker
+from .connections import PLAINTEXT, Connection, Security
 
 __all__ = ["KafkaSocketServer", "WireRequest"]
 
@@ -68,56 +78,55 @@ class WireRequest:
     peer: str                    # the client's address, for the log
 
 
-class _Connection:
-    __slots__ = ("id", "sock", "peer", "received", "in_flight", "outgoing", "last_active",
-                 "frames_waiting", "events")
+class _Listening:
+    """A listening socket and how its connections are secured."""
+    __slots__ = ("sock", "security")
 
-    def __init__(self, connection_id: int, sock: socket.socket, peer: str) -> None:
-        self.id = connection_id
+    def __init__(self, sock: socket.socket, security: Security) -> None:
         self.sock = sock
-        self.peer = peer
-        self.received = bytearray()
-        self.frames_waiting: collections.deque[bytes] = collections.deque()
-        self.in_flight = False
-        self.outgoing: collections.deque[memoryview] = collections.deque()
-        self.last_active = time.monotonic()
-        self.events = 0                   # what the selector watches for
+        self.security = security
 
 
 class KafkaSocketServer(threading.Thread):
-    """Listens on ``endpoints`` [(host, port)] (port 0: any free port; see
-    :attr:`addresses`) from construction; from :meth:`serve` on, accepts and passes
-    requests to the loop that sleeps on ``doorbell`` (a broker binds before it
-    registers in a cluster, and serves once it can answer)."""
+    """Listens on ``endpoints`` [(host, port) or (host, port, Security)] (port 0:
+    any free port; see :attr:`addresses`; no Security: PLAINTEXT) from construction;
+    from :meth:`serve` on, accepts and passes requests to the loop that sleeps on
+    ``doorbell`` (a broker binds before it registers in a cluster, and serves once
+    it can answer)."""
 
-    def __init__(self, endpoints: list[tuple[str, int]], *,
+    def __init__(self, endpoints: list[tuple], *,
                  request_size_max: int = limits.KAFKA_REQUEST_SIZE_MAX_DEFAULT,
                  idle_ms: int = limits.KAFKA_CONNECTIONS_IDLE_MS_DEFAULT,
                  connections_per_address_max: int =
-                 limits.KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT) -> None:
+                 limits.KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT,
+                 setup_timeout_ms: int = limits.KAFKA_CONNECTION_SETUP_MS_DEFAULT) -> None:
         super().__init__(name="shmlog-kafka-listener", daemon=True)
         self.doorbell = None
         self.request_size_max = request_size_max
         self.idle_s = idle_ms / 1000
+        self.setup_s = setup_timeout_ms / 1000
         self.connections_per_address_max = connections_per_address_max
         self._selector = selectors.DefaultSelector()
-        self._listening: list[socket.socket] = []
+        self._listening: list[_Listening] = []
         try:
-            for host, port in endpoints:
-                self._listening.append(self._listen(host, port))
+            for host, port, *security in endpoints:
+                self._listening.append(self._listen(host, port,
+                                                    security[0] if security else PLAINTEXT))
         except OSError:
             self._close_listening()
             raise
         #: The (host, port) each endpoint is bound to, in order.
-        self.addresses = [sock.getsockname()[:2] for sock in self._listening]
+        self.addresses = [item.sock.getsockname()[:2] for item in self._listening]
+        self._sasl_worker: SaslWorker | None = None
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_reader.setblocking(False)
         self._wake_writer.setblocking(False)
         self._selector.register(self._wake_reader, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
         self._requests: collections.deque[WireRequest] = collections.deque()
-        self._outbox: collections.deque[tuple[int, list | None]] = collections.deque()
-        self._connections: dict[int, _Connection] = {}
+        self._outbox: collections.deque[tuple[int, list | Action | None]] = \
+            collections.deque()
+        self._connections: dict[int, Connection] = {}
         self._per_address: collections.Counter[str] = collections.Counter()
         self._ids = itertools.count(1)
         self._accepting_after = 0.0
@@ -127,17 +136,24 @@ class KafkaSocketServer(threading.Thread):
     def serve(self, doorbell) -> None:
         """Start accepting and reading; ring ``doorbell`` for each request queued."""
         self.doorbell = doorbell
+        if any(item.security.sasl is not None for item in self._listening):
+            self._sasl_worker = SaslWorker(self._post)
         self.start()
 
-    def _listen(self, host: str, port: int) -> socket.socket:
+    def _listen(self, host: str, port: int, security: Security) -> _Listening:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(limits.KAFKA_LISTEN_BACKLOG)
-        sock.setblocking(False)
-        self._selector.register(sock, selectors.EVENT_READ, "listen")
-        return sock
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(limits.KAFKA_LISTEN_BACKLOG)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        listening = _Listening(sock, security)
+        self._selector.register(sock, selectors.EVENT_READ, listening)
+        return listening
 
     # -- the loop's side -------------------------------------------------------------
     @property
@@ -165,7 +181,7 @@ class KafkaSocketServer(threading.Thread):
         """Close the connection (its request could not be served)."""
         self._post(connection_id, None)
 
-    def _post(self, connection_id: int, buffers: list | None) -> None:
+    def _post(self, connection_id: int, buffers: list | Action | None) -> None:
         with self._lock:
             self._outbox.append((connection_id, buffers))
         self._wake()
@@ -183,6 +199,8 @@ class KafkaSocketServer(threading.Thread):
         if self.is_alive():
             self._wake()
             self.join(timeout=10)
+        if self._sasl_worker is not None:
+            self._sasl_worker.stop()
         for connection in list(self._connections.values()):
             self._drop(connection)
         self._close_listening()
@@ -191,8 +209,8 @@ class KafkaSocketServer(threading.Thread):
         self._selector.close()
 
     def _close_listening(self) -> None:
-        for sock in self._listening:
-            sock.close()
+        for item in self._listening:
+            item.sock.close()
 
     # -- the thread ------------------------------------------------------------------
     def run(self) -> None:
@@ -200,8 +218,8 @@ class KafkaSocketServer(threading.Thread):
             for key, events in self._selector.select(limits.KAFKA_LISTENER_POLL_S):
                 if key.data is None:
                     self._drain_wakes()
-                elif key.data == "listen":
-                    self._accept(key.fileobj)
+                elif isinstance(key.data, _Listening):
+                    self._accept(key.data)
                 else:
                     self._serve(key.data, events)
             self._answer_outbox()
@@ -215,10 +233,10 @@ class KafkaSocketServer(threading.Thread):
         except BlockingIOError:
             pass
 
-    def _accept(self, listening: socket.socket) -> None:
+    def _accept(self, listening: _Listening) -> None:
         while True:
             try:
-                sock, address = listening.accept()
+                sock, address = listening.sock.accept()
             except BlockingIOError:
                 return
             except OSError as error:
@@ -227,7 +245,7 @@ class KafkaSocketServer(threading.Thread):
                 log.warning("Kafka listener %s: accept failed (%s): the broker is at its "
                             "open-files limit (RLIMIT_NOFILE; raise it with ulimit -n, or "
                             "LimitNOFILE under systemd); not accepting for %.1f s",
-                            listening.getsockname(), error.strerror,
+                            listening.sock.getsockname(), error.strerror,
                             limits.KAFKA_ACCEPT_BACKOFF_S)
                 self._pause_accepting()
                 return
@@ -237,39 +255,67 @@ class KafkaSocketServer(threading.Thread):
                             "already (max.connections.per.ip)", peer, self._per_address[peer])
                 sock.close()
                 continue
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            connection = _Connection(next(self._ids), sock, peer)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if listening.security.tls is not None:
+                    sock = listening.security.tls.wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False)
+            except OSError:
+                sock.close()                  # reset before it was served
+                continue
+            connection = Connection(next(self._ids), sock, peer, listening.security,
+                                    self.setup_s)
             self._connections[connection.id] = connection
             self._per_address[peer] += 1
             self._watch(connection)
 
     def _pause_accepting(self) -> None:
         self._accepting_after = time.monotonic() + limits.KAFKA_ACCEPT_BACKOFF_S
-        for sock in self._listening:
-            self._selector.unregister(sock)
+        for item in self._listening:
+            self._selector.unregister(item.sock)
 
     def _resume_accepting(self) -> None:
         if self._accepting_after and time.monotonic() >= self._accepting_after:
             self._accepting_after = 0.0
-            for sock in self._listening:
-                self._selector.register(sock, selectors.EVENT_READ, "listen")
+            for item in self._listening:
+                self._selector.register(item.sock, selectors.EVENT_READ, item)
 
-    def _serve(self, connection: _Connection, events: int) -> None:
+    def _serve(self, connection: Connection, events: int) -> None:
         if connection.id not in self._connections:
             return                        # closed earlier in this round
+        if connection.handshaking:
+            self._handshake(connection)
+            return
         if events & selectors.EVENT_WRITE:
-            self._write(connection)
+            if connection.outgoing:
+                self._write(connection)
+            elif connection.read_wants_write:
+                self._read(connection)
         if events & selectors.EVENT_READ and connection.id in self._connections:
             self._read(connection)
 
-    def _read(self, connection: _Connection) -> None:
+    def _handshake(self, connection: Connection) -> None:
         try:
-            data = connection.sock.recv(limits.KAFKA_RECEIVE_CHUNK_SIZE)
-        except BlockingIOError:
+            done = connection.handshake()
+        except OSError as error:
+            # Port scanners, clients speaking plaintext, certificates refused: one
+            # line each, at info (a warning per scanner would drown the log).
+            log.info("Kafka listener: closed the connection from %s: its TLS handshake "
+                     "failed: %s", connection.peer, error)
+            self._drop(connection)
             return
-        except OSError:
-            data = b""
+        connection.last_active = time.monotonic()
+        if done:
+            self._read(connection)        # a request may have come with its Finished
+        else:
+            self._watch(connection)
+
+    def _read(self, connection: Connection) -> None:
+        data = connection.receive()
+        if data is None:
+            self._watch(connection)
+            return
         if not data:
             self._drop(connection)        # the client closed (or reset) it
             return
@@ -284,37 +330,77 @@ class KafkaSocketServer(threading.Thread):
             return
         self._hand_over(connection)
 
-    def _split_frames(self, connection: _Connection) -> None:
+    def _split_frames(self, connection: Connection) -> None:
         received = connection.received
+        size_max = self.request_size_max if connection.logged_in else \
+            min(self.request_size_max, limits.KAFKA_UNAUTHENTICATED_REQUEST_SIZE_MAX)
         while len(received) >= _SIZE.size:
             (size,) = _SIZE.unpack_from(received, 0)
-            if size < 0 or size > self.request_size_max:
+            if size < 0 or size > size_max:
                 raise KafkaRequestError(
-                    f"a request of {size} bytes is over socket.request.max.bytes "
-                    f"({self.request_size_max})" if size > 0 else
-                    f"a request's size field is {size}")
+                    f"a request of {size} bytes is over {self._size_setting(connection)} "
+                    f"({size_max})" if size > 0 else f"a request's size field is {size}")
             if len(received) < _SIZE.size + size:
                 return
             connection.frames_waiting.append(bytes(received[_SIZE.size:_SIZE.size + size]))
             del received[:_SIZE.size + size]
 
-    def _hand_over(self, connection: _Connection) -> None:
+    def _size_setting(self, connection: Connection) -> str:
+        return "socket.request.max.bytes" if connection.logged_in else \
+            "what a client not logged in may send (Kafka's sasl.server.max.receive.size)"
+
+    def _hand_over(self, connection: Connection) -> None:
         """Give the loop the connection's next request, unless one is in flight; read
-        the connection only while none is."""
+        the connection only while none is. Before a SASL login, its authenticator
+        says what becomes of the request."""
         if not connection.in_flight and connection.frames_waiting:
             connection.in_flight = True
+            frame = connection.frames_waiting.popleft()
+            if not connection.logged_in:
+                action = connection.auth.on_frame(frame)
+                if not action.to_loop:
+                    self._act(connection, action)
+                    return
             with self._lock:
-                self._requests.append(WireRequest(connection.id,
-                                                  connection.frames_waiting.popleft(),
-                                                  connection.peer))
+                self._requests.append(WireRequest(connection.id, frame, connection.peer))
             self.doorbell.ring()
         self._watch(connection)
 
-    def _watch(self, connection: _Connection) -> None:
-        """Watch the connection for reading unless a request is in flight, and for
-        writing while a response waits to be written."""
-        events = (0 if connection.in_flight else selectors.EVENT_READ) | \
-            (selectors.EVENT_WRITE if connection.outgoing else 0)
+    def _act(self, connection: Connection, action: Action) -> None:
+        """Carry out what a connection's authenticator said (the request is in
+        flight until its answer is written)."""
+        if action.work is not None:
+            if not self._sasl_worker.submit(connection.id, action.work):
+                log.warning("Kafka listener: refused a SASL login from %s: %s",
+                            connection.peer, action.refusal.reason)
+                self._act(connection, action.refusal)
+            else:
+                self._watch(connection)
+            return
+        if action.close:
+            log.info("Kafka listener: closed the connection from %s: %s", connection.peer,
+                     action.reason)
+            if not action.buffers:
+                self._drop(connection)
+                return
+            connection.close_after_write = True
+        elif connection.logged_in:
+            connection.setup_deadline = None
+            log.info("Kafka listener: %s logged in as %s (SASL %s)", connection.peer,
+                     connection.auth.principal, connection.auth.mechanism)
+        connection.outgoing.extend(memoryview(buffer).cast("B") for buffer in action.buffers)
+        self._write(connection)
+
+    def _watch(self, connection: Connection) -> None:
+        """Watch the connection for what its TLS handshake waits for; else for reading
+        unless a request is in flight, and for writing while a response waits to be
+        written (or OpenSSL must write before it reads on)."""
+        if connection.handshaking:
+            events = connection.wants
+        else:
+            events = (0 if connection.in_flight else selectors.EVENT_READ) | \
+                (selectors.EVENT_WRITE if connection.outgoing or connection.read_wants_write
+                 else 0)
         if events == connection.events:
             return
         if connection.events == 0:
@@ -335,6 +421,9 @@ class KafkaSocketServer(threading.Thread):
             if buffers is None:
                 self._drop(connection)
                 continue
+            if isinstance(buffers, Action):
+                self._act(connection, buffers)
+                continue
             connection.outgoing.extend(memoryview(buffer).cast("B") for buffer in buffers
                                        if len(buffer))
             if connection.outgoing:
@@ -342,32 +431,25 @@ class KafkaSocketServer(threading.Thread):
             else:
                 self._request_done(connection)
 
-    def _write(self, connection: _Connection) -> None:
-        outgoing = connection.outgoing
-        while outgoing:
+    def _write(self, connection: Connection) -> None:
+        while connection.outgoing:
             try:
-                sent = connection.sock.sendmsg(
-                    list(itertools.islice(outgoing, limits.KAFKA_SEND_BUFFERS_MAX)))
-            except BlockingIOError:
-                break
+                sent = connection.send()
             except OSError:
                 self._drop(connection)
                 return
-            while sent and outgoing:
-                head = outgoing[0]
-                if sent >= len(head):
-                    sent -= len(head)
-                    outgoing.popleft()
-                else:
-                    outgoing[0] = head[sent:]
-                    sent = 0
+            if sent is None:
+                break
+            connection.sent(sent)
         connection.last_active = time.monotonic()
-        if outgoing:
+        if connection.outgoing:
             self._watch(connection)
+        elif connection.close_after_write:
+            self._drop(connection)
         else:
             self._request_done(connection)
 
-    def _request_done(self, connection: _Connection) -> None:
+    def _request_done(self, connection: Connection) -> None:
         connection.in_flight = False
         self._hand_over(connection)
 
@@ -377,13 +459,20 @@ class KafkaSocketServer(threading.Thread):
             return
         self._next_idle_check = now + limits.KAFKA_LISTENER_POLL_S
         horizon = now - self.idle_s
-        for connection in [c for c in self._connections.values()
-                           if not c.in_flight and not c.outgoing and c.last_active < horizon]:
-            log.info("Kafka listener: closed the connection from %s, idle for %.0f s "
-                     "(connections.max.idle.ms)", connection.peer, self.idle_s)
-            self._drop(connection)
+        for connection in list(self._connections.values()):
+            if connection.setup_deadline is not None and now > connection.setup_deadline:
+                log.info("Kafka listener: closed the connection from %s: its %s did not "
+                         "finish within %.1f s (connection_setup_timeout_ms)",
+                         connection.peer, "TLS handshake" if connection.handshaking
+                         else "SASL login", self.setup_s)
+                self._drop(connection)
+            elif not connection.in_flight and not connection.outgoing and \
+                    connection.last_active < horizon:
+                log.info("Kafka listener: closed the connection from %s, idle for %.0f s "
+                         "(connections.max.idle.ms)", connection.peer, self.idle_s)
+                self._drop(connection)
 
-    def _drop(self, connection: _Connection) -> None:
+    def _drop(self, connection: Connection) -> None:
         if self._connections.pop(connection.id, None) is None:
             return
         self._per_address[connection.peer] -= 1
@@ -391,4 +480,4 @@ class KafkaSocketServer(threading.Thread):
             del self._per_address[connection.peer]
         if connection.events:
             self._selector.unregister(connection.sock)
-        connection.sock.close()
+        connection.close()
