@@ -230,5 +230,6 @@ class AdminApis:
                    controller_id=self.metadata.controller_id(),
                    brokers=[cls.DescribeClusterBroker(broker_id=node, host=host, port=port,
                                                       rack=rack)
-                            for node, host, port, rack in self.metadata.brokers()])
+                            for node, host, port, rack in
+                            self.metadata.brokers(request.listener)])
 

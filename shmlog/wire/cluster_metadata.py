@@ -63,16 +63,18 @@ class ClusterMetadata:
         self._creating: set[str] = set()             # asked for, not answered yet
 
     # -- brokers -----------------------------------------------------------------------
-    def _addresses(self) -> dict[int, tuple[str, int]]:
+    def _addresses(self, listener: str) -> dict[int, tuple[str, int]]:
         return {broker_id: address for broker_id, live in self.replication.view.brokers.items()
                 if (address := kafka_address(live.registration.kafka_endpoints,
-                                             self.listener_name)) is not None}
+                                             listener)) is not None}
 
-    def brokers(self) -> list[tuple[int, str, int, str | None]]:
+    def brokers(self, listener: str | None = None) -> list[tuple[int, str, int, str | None]]:
+        """(node id, host, port, rack) of every live broker, at its endpoint of
+        ``listener`` (by default the one this broker's clients are told of)."""
         racks = {broker_id: live.registration.rack
                  for broker_id, live in self.replication.view.brokers.items()}
-        return [(broker_id, host, port, racks[broker_id])
-                for broker_id, (host, port) in sorted(self._addresses().items())]
+        return [(broker_id, host, port, racks[broker_id]) for broker_id, (host, port)
+                in sorted(self._addresses(listener or self.listener_name).items())]
 
     def controller_id(self) -> int:
         return self.broker_id

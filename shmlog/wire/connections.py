@@ -46,8 +46,10 @@ __all__ = ["Security", "Connection", "PLAINTEXT"]
 @dataclasses.dataclass(frozen=True)
 class Security:
     """How one listener secures its connections: TLS with ``tls`` (a server
-    context), SASL logins with ``sasl``; ``protocol`` is its Kafka name."""
+    context), SASL logins with ``sasl``; ``protocol`` is its Kafka name, ``listener``
+    the listener's name (what its clients are told of: Metadata's brokers)."""
     protocol: str = "PLAINTEXT"
+    listener: str = "PLAINTEXT"
     tls: ssl.SSLContext | None = None
     sasl: SaslSettings | None = None
 

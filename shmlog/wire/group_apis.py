@@ -101,11 +101,14 @@ class GroupServiceArea:
 
 class GroupApis(GroupServiceArea):
     """The membership APIs on broker ``core``: ``node`` is (node id, host, port) of
-    this broker's listener, ``respond`` sends a held response (``KafkaApis.respond``)."""
+    this broker's listener (``nodes``: of each listener by name, for a client of that
+    listener), ``respond`` sends a held response (``KafkaApis.respond``)."""
 
-    def __init__(self, core, node: tuple[int, str, int], respond) -> None:
+    def __init__(self, core, node: tuple[int, str, int], respond,
+                 nodes: dict[str, tuple[int, str, int]] | None = None) -> None:
         super().__init__(core, respond)
         self.node = node
+        self.nodes = nodes or {}
         self._static_logged = False
 
     def apis(self) -> dict:
@@ -118,7 +121,7 @@ class GroupApis(GroupServiceArea):
     # -- FindCoordinator ---------------------------------------------------------------
     def find_coordinator(self, request, header, body):
         cls = codec.response_class(FIND_COORDINATOR_KEY)
-        node_id, host, port = self.node
+        node_id, host, port = self.nodes.get(request.listener, self.node)
         if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE:
             return cls(version=header.api_version, throttle_time_ms=0,
                        error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,

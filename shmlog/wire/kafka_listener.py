@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 
+from ..common.errors import InvalidConfigError
 from .admin_apis import AdminApis
 from .apis import KafkaApis
 from .authenticator import SaslSettings, SaslStateApi
@@ -47,6 +49,7 @@ __all__ = ["KafkaListener"]
 
 log = logging.getLogger("shmlog.broker.kafka")
 
+_SSL_NAME = re.compile(r"\bssl(?:\.[a-z]+)+")
 _TLS_SETTINGS = ("ssl_certificate_location", "ssl_key_location", "ssl_key_password",
                  "ssl_ca_location", "ssl_client_auth", "ssl_enabled_protocols",
                  "ssl_cipher_suites")
@@ -67,14 +70,19 @@ def _bind_addresses(config) -> tuple[list[tuple[str, int, Security]], list]:
                        config.listener_security_protocol_map)
     tls = sasl = None
     if any(listener.tls for listener in resolved.bound):
-        tls = server_context(TlsSettings.from_mapping(
-            {name.replace("_", "."): getattr(config, name) for name in _TLS_SETTINGS
-             if getattr(config, name) is not None}))
+        try:
+            tls = server_context(TlsSettings.from_mapping(
+                {name.replace("_", "."): getattr(config, name) for name in _TLS_SETTINGS
+                 if getattr(config, name) is not None}))
+        except InvalidConfigError as error:
+            # tls names the settings as librdkafka does; the broker's are spelt with _.
+            raise InvalidConfigError(_SSL_NAME.sub(lambda match: match[0].replace(".", "_"),
+                                                   str(error))) from None
     if any(listener.sasl for listener in resolved.bound):
         sasl = SaslSettings.from_config(config.sasl_enabled_mechanisms,
                                         config.sasl_credentials_file)
     bound = [(listener.host or "0.0.0.0", listener.port,
-              Security(listener.security_protocol, tls if listener.tls else None,
+              Security(listener.security_protocol, listener.name, tls if listener.tls else None,
                        sasl if listener.sasl else None)) for listener in resolved.bound]
     return bound, [_advertised(resolved, listener) for listener in resolved.bound]
 
@@ -105,9 +113,11 @@ class KafkaListener:
         # interfaces) as the host's name, as Kafka does.
         addresses = [(listener.name, listener.host or socket.getfqdn(), listener.port or port)
                      for listener, (_, port) in zip(advertised, self.addresses, strict=True)]
-        #: The name of the listener clients are told of (the first).
+        #: The name of the listener clients are told of by default (the first).
         self.listener_name = addresses[0][0]
         self.advertised = addresses[0][1:]
+        #: {listener name: (host, port)}: each listener's clients are told their own.
+        self.by_listener = {name: (host, port) for name, host, port in addresses}
         #: What a cluster member registers: Kafka's ``endpoints``, NAME://host:port.
         self.endpoints = tuple(f"{name}://[{host}]:{port}" if ":" in host
                                else f"{name}://{host}:{port}" for name, host, port in addresses)
@@ -115,14 +125,17 @@ class KafkaListener:
 
     def serve(self, core) -> None:
         """Answer Kafka clients for broker ``core`` (a BrokerCore) from now on."""
-        metadata = LocalMetadata(core, self.advertised) if core.cluster is None \
-            else ClusterMetadata(core, self.advertised, self.listener_name)
+        metadata = LocalMetadata(core, self.advertised, self.by_listener) \
+            if core.cluster is None else ClusterMetadata(core, self.advertised,
+                                                         self.listener_name)
         self.apis = KafkaApis(self.server, [MetadataApi(metadata), OffsetsApi(core, metadata),
                                             SaslStateApi()])
         self.apis.add_area(ProduceApi(core, metadata, self.apis.respond))
         self.apis.add_area(FetchApi(core, metadata, self.apis.respond))
         node = (metadata.broker_id, *self.advertised)                 # this broker
-        self.apis.add_area(GroupApis(core, node, self.apis.respond))
+        nodes = {name: (metadata.broker_id, *address)
+                 for name, address in self.by_listener.items()}
+        self.apis.add_area(GroupApis(core, node, self.apis.respond, nodes))
         self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
         self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
         self.server.serve(core.host.table.appender_doorbell)

@@ -34,20 +34,24 @@ def cluster_id_of(data_dir: str) -> str:
 
 class LocalMetadata:
     """The metadata of the broker ``core`` (a BrokerCore without a cluster), which
-    clients reach at ``advertised`` (host, port)."""
+    clients reach at ``advertised`` (host, port), or a listener's clients at
+    ``by_listener[name]`` (each listener's clients are told their own listener)."""
 
-    def __init__(self, core, advertised: tuple[str, int]) -> None:
+    def __init__(self, core, advertised: tuple[str, int],
+                 by_listener: dict[str, tuple[str, int]] | None = None) -> None:
         self.core = core
         self.advertised = advertised
+        self.by_listener = by_listener or {}
         self.broker_id = SINGLE_BROKER_ID
         self.cluster_id = cluster_id_of(core.data_dir)
         self.auto_create = core.config.auto_create_topics_enable
         self._ids: dict[str, str] = {}              # topic id -> name, as last seen
 
     # -- brokers -----------------------------------------------------------------------
-    def brokers(self) -> list[tuple[int, str, int, str | None]]:
-        """(node id, host, port, rack) of every broker."""
-        return [(SINGLE_BROKER_ID, self.advertised[0], self.advertised[1], None)]
+    def brokers(self, listener: str | None = None) -> list[tuple[int, str, int, str | None]]:
+        """(node id, host, port, rack) of every broker, for a client of ``listener``."""
+        host, port = self.by_listener.get(listener, self.advertised)
+        return [(SINGLE_BROKER_ID, host, port, None)]
 
     def controller_id(self) -> int:
         return SINGLE_BROKER_ID

@@ -77,7 +77,8 @@ class MetadataApi:
         return cls(version=version, throttle_time_ms=0,
                    brokers=[cls.MetadataResponseBroker(node_id=node, host=host, port=port,
                                                        rack=rack)
-                            for node, host, port, rack in self.metadata.brokers()],
+                            for node, host, port, rack in
+                            self.metadata.brokers(request.listener)],
                    cluster_id=self.metadata.cluster_id, controller_id=self.metadata.controller_id(),
                    topics=topics)
 

@@ -76,6 +76,7 @@ class WireRequest:
     connection_id: int
     frame: bytes
     peer: str                    # the client's address, for the log
+    listener: str = "PLAINTEXT"  # the name of the listener it came to
 
 
 class _Listening:
@@ -362,7 +363,8 @@ class KafkaSocketServer(threading.Thread):
                     self._act(connection, action)
                     return
             with self._lock:
-                self._requests.append(WireRequest(connection.id, frame, connection.peer))
+                self._requests.append(WireRequest(connection.id, frame, connection.peer,
+                                                  connection.security.listener))
             self.doorbell.ring()
         self._watch(connection)
 
@@ -386,7 +388,7 @@ class KafkaSocketServer(threading.Thread):
             connection.close_after_write = True
         elif connection.logged_in:
             connection.setup_deadline = None
-            log.info("Kafka listener: %s logged in as %s (SASL %s)", connection.peer,
+            log.debug("Kafka listener: %s logged in as %s (SASL %s)", connection.peer,
                      connection.auth.principal, connection.auth.mechanism)
         connection.outgoing.extend(memoryview(buffer).cast("B") for buffer in action.buffers)
         self._write(connection)
