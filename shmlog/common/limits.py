@@ -576,6 +576,11 @@ KAFKA_CONNECTION_SETUP_MS_DEFAULT = 10_000
 # What a client may send before it is logged in: Kafka's sasl.server.max.receive.size
 # default (512 KiB). A larger request frame closes the connection before it is read.
 KAFKA_UNAUTHENTICATED_REQUEST_SIZE_MAX = 512 << 10
+# After a failed login's answer is written, its connection is closed this much later
+# (Kafka's connection.failed.authentication.delay.ms default): a client reads the
+# answer before it sees the connection end (kafka-python otherwise reports a bare
+# disconnection, at random), and a password guesser waits between tries.
+KAFKA_FAILED_LOGIN_CLOSE_DELAY_S = 0.1
 # Threads that check SASL messages (PLAIN's PBKDF2 costs the broker 2-6 ms: see
 # SCRAM_ITERATIONS_DEFAULT), off the broker's loop and the listener's thread: two keep
 # logins going on a 2-core host without taking both cores from the appender.

@@ -61,7 +61,8 @@ class Connection:
     """One accepted connection and what the listener's thread knows of it."""
     __slots__ = ("id", "sock", "peer", "security", "received", "in_flight", "outgoing",
                  "last_active", "frames_waiting", "events", "handshaking", "wants",
-                 "setup_deadline", "auth", "close_after_write", "read_wants_write")
+                 "setup_deadline", "auth", "close_after_write", "read_wants_write",
+                 "close_at")
 
     def __init__(self, connection_id: int, sock: socket.socket, peer: str,
                  security: Security, setup_s: float) -> None:
@@ -81,6 +82,7 @@ class Connection:
         self.setup_deadline = self.last_active + setup_s \
             if self.handshaking or self.auth is not None else None
         self.close_after_write = False    # an answer that ends the connection
+        self.close_at: float | None = None  # when such a connection is closed
         self.read_wants_write = False     # OpenSSL must write before it reads on
 
     @property

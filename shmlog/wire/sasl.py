@@ -29,6 +29,12 @@ Rules
   (delegation tokens, which shmlog does not have: refused); the server's nonce is
   ``limits.SCRAM_NONCE_SIZE`` bytes of ``secrets``, iteration counts are the
   credential's (at least 4096, the file is checked when read).
+* Client-final's nonce is the one sent, or, as librdkafka 2.0.0-2.0.2 send it (the
+  version of Debian 12's kcat), the client's nonce and then the one sent: Kafka's
+  brokers took any nonce that *ends with* the one sent, so that bug went unseen.
+  shmlog takes that one form only; either way the proof is checked over the
+  message as sent, whose end is this exchange's fresh nonce, so it grants nothing
+  a replay could use.
 * A client message longer than ``limits.SASL_MESSAGE_SIZE_MAX`` is refused unparsed.
 
 Theory of operation
@@ -213,7 +219,8 @@ class ScramServer(SaslServer):
             raise SaslMessageError(f"{self.mechanism}: client-final is c=BINDING,r=NONCE,"
                                    f"p=PROOF (RFC 5802)")
         expected_nonce = self._server_first.split(b",", 1)[0][2:]
-        if not hmac.compare_digest(final["nonce"], expected_nonce):
+        if not hmac.compare_digest(final["nonce"], expected_nonce) and \
+                not hmac.compare_digest(final["nonce"], self._first["nonce"] + expected_nonce):
             raise SaslMessageError(f"{self.mechanism}: client-final's nonce is not the one "
                                    f"sent")
         if final["binding"] != base64.b64encode(self._first["gs2"]):

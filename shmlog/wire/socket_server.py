@@ -128,6 +128,7 @@ class KafkaSocketServer(threading.Thread):
         self._outbox: collections.deque[tuple[int, list | Action | None]] = \
             collections.deque()
         self._connections: dict[int, Connection] = {}
+        self._closing: collections.deque[Connection] = collections.deque()   # by close_at
         self._per_address: collections.Counter[str] = collections.Counter()
         self._ids = itertools.count(1)
         self._accepting_after = 0.0
@@ -216,7 +217,10 @@ class KafkaSocketServer(threading.Thread):
     # -- the thread ------------------------------------------------------------------
     def run(self) -> None:
         while not self._stopping.is_set():
-            for key, events in self._selector.select(limits.KAFKA_LISTENER_POLL_S):
+            timeout = limits.KAFKA_LISTENER_POLL_S if not self._closing else \
+                max(0.0, min(limits.KAFKA_LISTENER_POLL_S,
+                             self._closing[0].close_at - time.monotonic()))
+            for key, events in self._selector.select(timeout):
                 if key.data is None:
                     self._drain_wakes()
                 elif isinstance(key.data, _Listening):
@@ -224,6 +228,7 @@ class KafkaSocketServer(threading.Thread):
                 else:
                     self._serve(key.data, events)
             self._answer_outbox()
+            self._close_failed_logins()
             self._close_idle()
             self._resume_accepting()
 
@@ -447,13 +452,22 @@ class KafkaSocketServer(threading.Thread):
         if connection.outgoing:
             self._watch(connection)
         elif connection.close_after_write:
-            self._drop(connection)
+            # Kafka's connection.failed.authentication.delay.ms: the client reads the
+            # answer before the end; the connection stays in flight, so unread.
+            connection.close_at = time.monotonic() + limits.KAFKA_FAILED_LOGIN_CLOSE_DELAY_S
+            self._closing.append(connection)
+            self._watch(connection)
         else:
             self._request_done(connection)
 
     def _request_done(self, connection: Connection) -> None:
         connection.in_flight = False
         self._hand_over(connection)
+
+    def _close_failed_logins(self) -> None:
+        now = time.monotonic()
+        while self._closing and self._closing[0].close_at <= now:
+            self._drop(self._closing.popleft())
 
     def _close_idle(self) -> None:
         now = time.monotonic()

@@ -190,6 +190,28 @@ def test_scram_takes_an_authorization_id_of_its_own_name_and_other_extensions(us
     assert final.principal == "alice"
 
 
+@pytest.mark.parametrize("mechanism", SCRAMS)
+def test_scram_takes_librdkafka_2_0s_doubled_client_nonce_and_no_other_prefix(users, mechanism):
+    """librdkafka 2.0.0-2.0.2 (Debian 12's kcat) send the client's nonce, then the
+    combined nonce; Kafka's brokers took it (their check was endsWith)."""
+    hash_name = credentials.SCRAM_HASHES[mechanism]
+    for prefix, logs_in in ((b"abc", True), (b"abd", False), (b"", True)):
+        server, nonce = started(users, mechanism)
+        salt, iterations = users.scram("alice", mechanism).salt, \
+            users.scram("alice", mechanism).iterations
+        salted = credentials.salted_password(b"alice-secret", salt, iterations, hash_name)
+        server_first = b"r=%s,s=%s,i=%d" % (nonce, base64.b64encode(salt), iterations)
+        without_proof = b"c=biws,r=" + prefix + nonce
+        proof = client_proof(salted, b",".join((b"n=alice,r=abc", server_first,
+                                                without_proof)), hash_name)
+        final = without_proof + b",p=" + base64.b64encode(proof)
+        if logs_in:
+            assert server.respond(final).principal == "alice"
+        else:
+            with pytest.raises(SaslMessageError, match="nonce"):
+                server.respond(final)
+
+
 def client_proof(salted: bytes, auth_message: bytes, hash_name: str) -> bytes:
     """RFC 5802's ClientProof: ClientKey xor HMAC(H(ClientKey), AuthMessage)."""
     client_key = hmac.digest(salted, b"Client Key", hash_name)
