@@ -83,8 +83,12 @@ class LocalCluster:
     curve : bool
         Brokers talk CurveZMQ with keys made under ``keys/`` (default); False: plain
         TCP.
+    kafka_security_protocol : str
+        The security protocol of each broker's Kafka listener (default PLAINTEXT;
+        SSL and SASL_SSL need their ``ssl_*`` and ``sasl_*`` settings in
+        ``broker_settings``, a certificate valid for every broker's host).
 
-    Each broker also gets a Kafka listener, ``PLAINTEXT://<its host>:<a free port>``
+    Each broker also gets a Kafka listener, ``PROTOCOL://<its host>:<a free port>``
     (:meth:`kafka_address`; the port is kept across its restarts), unless
     ``broker_settings`` names ``listeners``.
     """
@@ -94,7 +98,7 @@ class LocalCluster:
                  startup_timeout_s: float = 120.0, hosts: Mapping[int, str] | None = None,
                  launch_prefixes: Mapping[int, Sequence[str]] | None = None,
                  log_files: bool = False, broker_settings: dict | None = None,
-                 curve: bool = True):
+                 curve: bool = True, kafka_security_protocol: str = "PLAINTEXT"):
         self.directory = os.path.abspath(directory)
         self.count = brokers
         self.settings = dict(settings or {})
@@ -116,6 +120,7 @@ class LocalCluster:
                                  for broker_id, prefix in (launch_prefixes or {}).items()}
         self.log_files = log_files
         self.curve = curve
+        self.kafka_security_protocol = kafka_security_protocol
         self._ports: dict[int, int] = {}
         self._kafka_ports: dict[int, int] = {}
 
@@ -198,7 +203,8 @@ class LocalCluster:
     def _write_config(self, broker_id: int) -> None:
         lines = [f"{key} = {_toml_value(value)}" for key, value in self.broker_settings.items()]
         if "listeners" not in self.broker_settings:
-            lines.append(f'listeners = "PLAINTEXT://{self.kafka_address(broker_id)}"')
+            lines.append(f'listeners = "{self.kafka_security_protocol}://'
+                         f'{self.kafka_address(broker_id)}"')
         lines += ["[cluster]",
                  f'"cluster.id" = "{self.cluster_id}"',
                  f'"broker.id" = {broker_id}',

@@ -63,10 +63,12 @@ class ClusterMetadata:
         self._creating: set[str] = set()             # asked for, not answered yet
 
     # -- brokers -----------------------------------------------------------------------
-    def _addresses(self, listener: str) -> dict[int, tuple[str, int]]:
+    def _addresses(self, listener: str | None = None) -> dict[int, tuple[str, int]]:
+        """{broker id: (host, port)} of the live brokers with an endpoint of
+        ``listener`` (by default the one this broker's clients are told of)."""
         return {broker_id: address for broker_id, live in self.replication.view.brokers.items()
                 if (address := kafka_address(live.registration.kafka_endpoints,
-                                             listener)) is not None}
+                                             listener or self.listener_name)) is not None}
 
     def brokers(self, listener: str | None = None) -> list[tuple[int, str, int, str | None]]:
         """(node id, host, port, rack) of every live broker, at its endpoint of
@@ -74,7 +76,7 @@ class ClusterMetadata:
         racks = {broker_id: live.registration.rack
                  for broker_id, live in self.replication.view.brokers.items()}
         return [(broker_id, host, port, racks[broker_id]) for broker_id, (host, port)
-                in sorted(self._addresses(listener or self.listener_name).items())]
+                in sorted(self._addresses(listener).items())]
 
     def controller_id(self) -> int:
         return self.broker_id
