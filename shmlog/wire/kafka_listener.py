@@ -81,6 +81,14 @@ def _bind_addresses(config) -> tuple[list[tuple[str, int, Security]], list]:
     if any(listener.sasl for listener in resolved.bound):
         sasl = SaslSettings.from_config(config.sasl_enabled_mechanisms,
                                         config.sasl_credentials_file)
+    for listener in resolved.bound:
+        if not listener.loopback and listener.security_protocol != "SASL_SSL":
+            log.warning("Kafka listener %s serves other hosts with %s, as written (%s): "
+                        "their clients %s", listener, listener.security_protocol,
+                        "listeners" if listener.name == listener.security_protocol
+                        else "listener_security_protocol_map",
+                        "are not logged in" if not listener.sasl else
+                        "log in without TLS")
     bound = [(listener.host or "0.0.0.0", listener.port,
               Security(listener.security_protocol, listener.name, tls if listener.tls else None,
                        sasl if listener.sasl else None)) for listener in resolved.bound]

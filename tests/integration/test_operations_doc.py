@@ -78,6 +78,40 @@ def test_the_broker_config_file_loads(tmp_path):
     assert loaded.data_group is not None
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the certificate")
+def test_the_kafka_listener_security_config_makes_its_listeners(tmp_path, caplog):
+    from shmlog.wire.credentials import user_entry
+    from shmlog.wire.kafka_listener import KafkaListener
+    config = blocks("Kafka listener security", "toml")[0]
+    certificate, key, users = tmp_path / "broker.pem", tmp_path / "broker.key", \
+        tmp_path / "users.toml"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
+                    str(certificate), "-days", "2", "-subj", "/CN=broker-1.example.com"],
+                   check=True, capture_output=True, timeout=TIMEOUT_S)
+    users.write_text(user_entry("alice", "secret", iterations=4096))
+    for secret in (key, users):
+        secret.chmod(0o600)
+    # This host's files, and free loopback ports (the block binds every interface).
+    for written, here in (("/var/lib/shmlog", tmp_path / "data"),
+                          ("/etc/shmlog/tls/broker-1.pem", certificate),
+                          ("/etc/shmlog/tls/broker-1.key", key),
+                          ("/etc/shmlog/kafka-users.toml", users),
+                          ('"EXTERNAL://0.0.0.0:9093,LOCAL://127.0.0.1:9092"',
+                           '"EXTERNAL://127.0.0.1:0,LOCAL://127.0.0.1:0"')):
+        assert written in config
+        config = config.replace(written, str(here))
+    path = tmp_path / "broker.toml"
+    path.write_text(config)
+    listener = KafkaListener(BrokerConfig.load(str(path)))
+    try:
+        assert [name for name, *_ in (endpoint.split("://") for endpoint in listener.endpoints)] \
+            == ["EXTERNAL", "LOCAL"]
+        assert listener.endpoints[0] == "EXTERNAL://broker-1.example.com:9093"
+    finally:
+        listener.stop()
+
+
 def test_the_dev_shm_formula_is_what_a_broker_and_a_producer_take(integration_broker, capsys):
     snippet = blocks("Size /dev/shm", "python")[0]
     namespace: dict = {}
