@@ -75,7 +75,8 @@ def test_a_written_plaintext_listener_off_loopback_starts_with_a_warning(caplog)
     # The exposure rule (listeners.py): a protocol written for the listener is allowed
     # off loopback; the broker says so. (Bound for an instant, never served.)
     with caplog.at_level("WARNING", logger="shmlog.broker.kafka"):
-        listener = KafkaListener(BrokerConfig.load(listeners="PLAINTEXT://0.0.0.0:0"))
+        listener = KafkaListener(BrokerConfig.load(
+            listeners="PLAINTEXT://0.0.0.0:0", advertised_listeners="PLAINTEXT://broker-1:9092"))
     listener.stop()
     assert any("serves other hosts with PLAINTEXT, as written (listeners)" in record.message
                for record in caplog.records)
