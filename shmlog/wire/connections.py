@@ -35,12 +35,16 @@ import itertools
 import selectors
 import socket
 import ssl
+import struct
 import time
 
 from ..common import limits
+from ..common.errors import KafkaRequestError
 from .authenticator import Authenticator, SaslSettings
 
 __all__ = ["Security", "Connection", "PLAINTEXT"]
+
+_SIZE = struct.Struct(">i")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +93,32 @@ class Connection:
     def logged_in(self) -> bool:
         """May its requests go to the broker's loop (a SASL login done, or none)?"""
         return self.auth is None or self.auth.done
+
+    def split_frames(self, request_size_max: int) -> None:
+        """Move every whole request frame received to :attr:`frames_waiting`.
+
+        Raises
+        ------
+        KafkaRequestError
+            A frame's size is negative or over ``request_size_max`` (over
+            ``limits.KAFKA_UNAUTHENTICATED_REQUEST_SIZE_MAX`` before a login), checked
+            before its body is read.
+        """
+        received = self.received
+        size_max = request_size_max if self.logged_in else \
+            min(request_size_max, limits.KAFKA_UNAUTHENTICATED_REQUEST_SIZE_MAX)
+        while len(received) >= _SIZE.size:
+            (size,) = _SIZE.unpack_from(received, 0)
+            if size < 0 or size > size_max:
+                setting = "socket.request.max.bytes" if self.logged_in else \
+                    "what a client not logged in may send (Kafka's sasl.server.max.receive.size)"
+                raise KafkaRequestError(f"a request of {size} bytes is over {setting} "
+                                        f"({size_max})" if size > 0 else
+                                        f"a request's size field is {size}")
+            if len(received) < _SIZE.size + size:
+                return
+            self.frames_waiting.append(bytes(received[_SIZE.size:_SIZE.size + size]))
+            del received[:_SIZE.size + size]
 
     def handshake(self) -> bool:
         """Take the TLS handshake as far as the socket allows: True when it is done,

@@ -53,7 +53,6 @@ import itertools
 import logging
 import selectors
 import socket
-import struct
 import threading
 import time
 
@@ -66,7 +65,6 @@ __all__ = ["KafkaSocketServer", "WireRequest"]
 
 log = logging.getLogger("shmlog.broker.kafka")
 
-_SIZE = struct.Struct(">i")
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -328,32 +326,13 @@ class KafkaSocketServer(threading.Thread):
         connection.last_active = time.monotonic()
         connection.received += data
         try:
-            self._split_frames(connection)
+            connection.split_frames(self.request_size_max)
         except KafkaRequestError as error:
             log.warning("Kafka listener: closed the connection from %s: %s", connection.peer,
                         error)
             self._drop(connection)
             return
         self._hand_over(connection)
-
-    def _split_frames(self, connection: Connection) -> None:
-        received = connection.received
-        size_max = self.request_size_max if connection.logged_in else \
-            min(self.request_size_max, limits.KAFKA_UNAUTHENTICATED_REQUEST_SIZE_MAX)
-        while len(received) >= _SIZE.size:
-            (size,) = _SIZE.unpack_from(received, 0)
-            if size < 0 or size > size_max:
-                raise KafkaRequestError(
-                    f"a request of {size} bytes is over {self._size_setting(connection)} "
-                    f"({size_max})" if size > 0 else f"a request's size field is {size}")
-            if len(received) < _SIZE.size + size:
-                return
-            connection.frames_waiting.append(bytes(received[_SIZE.size:_SIZE.size + size]))
-            del received[:_SIZE.size + size]
-
-    def _size_setting(self, connection: Connection) -> str:
-        return "socket.request.max.bytes" if connection.logged_in else \
-            "what a client not logged in may send (Kafka's sasl.server.max.receive.size)"
 
     def _hand_over(self, connection: Connection) -> None:
         """Give the loop the connection's next request, unless one is in flight; read
