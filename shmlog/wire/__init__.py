@@ -9,4 +9,7 @@ are converted at the edge (``record.kafka_batches``, compiled, nothing per recor
 Python): Produce turns a client's record batch v2 into shmlog's layout for the
 appender, and Fetch turns stored batches back into Kafka's, whose buffers the
 hand-written response (``fetch_response``) passes to ``sendmsg`` without a copy.
+Security is Kafka's four protocols per listener (``listeners``): TLS driven by the
+socket thread (``connections``, ``tls``), SASL logins before any other request
+(``authenticator``, ``sasl``, ``credentials``), files checked as ``files`` says.
 """

@@ -158,10 +158,18 @@ class Connection:
             return b""
         if not data or self.security.tls is None:
             return data
-        chunks = [data]
+        # One SSL recv gives one TLS record (16 KiB at most): read records up to a
+        # chunk, and then whatever OpenSSL decrypted beyond it, which would wait
+        # unseen (the socket is no more readable for it).
+        chunks, total = [data], len(data)
         try:
-            while (pending := self.sock.pending()) > 0:
-                chunks.append(self.sock.recv(pending))
+            while total < limits.KAFKA_RECEIVE_CHUNK_SIZE or self.sock.pending():
+                more = self.sock.recv(max(self.sock.pending(),
+                                          limits.KAFKA_RECEIVE_CHUNK_SIZE - total))
+                if not more:
+                    break                  # the end: the next receive sees it
+                chunks.append(more)
+                total += len(more)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
             pass                           # what was decrypted is all there was
         except OSError:
