@@ -4,11 +4,13 @@ PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, and over SSL without SASL; a wrong passw
 is refused with Kafka's SASL_AUTHENTICATION_FAILED and its message, and nothing is
 produced; before login no request but ApiVersions and the SASL ones is served; a
 client stalled mid-handshake holds up no one and is closed after
-connection_setup_timeout_ms; each listener's clients are told their own listener.
+connection_setup_timeout_ms; each listener's clients are told their own listener;
+a listener that requires client certificates lets in only a client with one; and
+kafka-python logs in over SASL_PLAINTEXT.
 
 Method: one broker process for the module with three loopback listeners
 (SASL_SSL, SSL, PLAINTEXT, in that order: ``shmlog status``'s stats give their
-ports in order), a certificate for localhost and 127.0.0.1 made with the ``openssl``
+ports in order), a second with SSL requiring client certificates and SASL_PLAINTEXT, a certificate for localhost and 127.0.0.1 made with the ``openssl``
 command (the test skips, saying so, where it is absent), and a credentials file of
 one user made with ``shmlog.wire.credentials``. Raw-socket requests are written
 with kafka-python's message classes inside Python's ``ssl``. Every wait is bounded.
@@ -53,8 +55,9 @@ KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    """{"data_dir", "ca", "SASL_SSL", "SSL", "PLAINTEXT" (host:port each)} of a
-    broker serving the three listeners."""
+    """{"data_dir", "ca" (the server's self-signed certificate), "key" (its key),
+    "SASL_SSL", "SSL", "PLAINTEXT" (host:port each)} of a broker serving the three
+    listeners."""
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command makes the test certificate")
     directory = tmp_path_factory.mktemp("kafka-security")
@@ -75,7 +78,7 @@ def secured(tmp_path_factory):
                 sasl_credentials_file=str(users), sasl_enabled_mechanisms=",".join(MECHANISMS),
                 connection_setup_timeout_ms=SETUP_TIMEOUT_MS):
         addresses = control_request(data_dir, "stats")["broker"]["kafka_listeners"]
-        yield {"data_dir": data_dir, "ca": str(certificate),
+        yield {"data_dir": data_dir, "ca": str(certificate), "key": str(key),
                **dict(zip(("SASL_SSL", "SSL", "PLAINTEXT"), addresses, strict=True))}
     unlink_shared_memory(data_dir)
 
@@ -297,3 +300,69 @@ def test_each_listener_tells_its_clients_its_own_address(secured):
         timeout=WAIT_S)
     assert [f"{broker.host}:{broker.port}" for broker in listing.brokers.values()] == \
         [secured["PLAINTEXT"]]
+
+
+# -- client certificates (ssl_client_auth) and SASL without TLS -------------------------
+@pytest.fixture(scope="module")
+def client_auth(secured, tmp_path_factory):
+    """{"data_dir", "ca", "client" (certificate, key), "SSL", "SASL_PLAINTEXT"} of a
+    broker that requires client certificates (signed by the client's own
+    self-signed one) on its SSL listener."""
+    directory = tmp_path_factory.mktemp("client-auth")
+    client_certificate, client_key = directory / "client.pem", directory / "client.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(client_key),
+                    "-out", str(client_certificate), "-days", "2", "-subj", "/CN=client-1"],
+                   check=True, capture_output=True, timeout=WAIT_S)
+    users = directory / "users.toml"
+    users.write_text(user_entry(USER, PASSWORD, iterations=4096))
+    users.chmod(0o600)
+    data_dir = str(directory / "data")
+    with Broker(data_dir, listeners="SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                ssl_certificate_location=secured["ca"], ssl_key_location=secured["key"],
+                ssl_client_auth="required",
+                ssl_ca_location=str(client_certificate), sasl_credentials_file=str(users)):
+        addresses = control_request(data_dir, "stats")["broker"]["kafka_listeners"]
+        yield {"data_dir": data_dir, "ca": secured["ca"],
+               "client": (str(client_certificate), str(client_key)),
+               **dict(zip(("SSL", "SASL_PLAINTEXT"), addresses, strict=True))}
+    unlink_shared_memory(data_dir)
+
+
+def test_a_required_client_certificate_lets_its_client_in_and_no_other(client_auth):
+    options = {"bootstrap.servers": client_auth["SSL"], "security.protocol": "SSL",
+               "ssl.ca.location": client_auth["ca"]}
+    with_certificate = {**options, "ssl.certificate.location": client_auth["client"][0],
+                        "ssl.key.location": client_auth["client"][1]}
+    assert librdkafka_round_trip(with_certificate, "client-certified", 2) == \
+        [b"client-certified-0", b"client-certified-1"]
+    errors = []
+    producer = Producer({**options, "message.timeout.ms": 3000,
+                         "error_cb": lambda error: errors.append(str(error))})
+    reports = []
+    producer.produce("uncertified", b"never", on_delivery=lambda error, _: reports.append(error))
+    producer.flush(WAIT_S)
+    del producer
+    assert reports and reports[0] is not None
+    assert errors                              # librdkafka saw the connection refused
+    assert "uncertified" not in Admin(client_auth["data_dir"]).list_topics()
+
+
+def test_kafka_python_logs_in_over_sasl_plaintext(client_auth):
+    options = {"bootstrap_servers": client_auth["SASL_PLAINTEXT"],
+               "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+               "sasl_plain_username": USER, "sasl_plain_password": PASSWORD,
+               "request_timeout_ms": int(WAIT_S * 1000)}
+    producer = KafkaProducer(**options)
+    try:
+        producer.send("sasl-plaintext", b"logged in").get(timeout=WAIT_S)
+    finally:
+        producer.close(timeout=WAIT_S)
+    consumer = KafkaConsumer(**options, consumer_timeout_ms=int(WAIT_S * 1000))
+    try:
+        partition = KafkaTopicPartition("sasl-plaintext", 0)
+        consumer.assign([partition])
+        consumer.seek(partition, 0)
+        assert next(iter(consumer)).value == b"logged in"
+    finally:
+        consumer.close()
