@@ -10,7 +10,8 @@ kafka-python logs in over SASL_PLAINTEXT.
 
 Method: one broker process for the module with three loopback listeners
 (SASL_SSL, SSL, PLAINTEXT, in that order: ``shmlog status``'s stats give their
-ports in order), a second with SSL requiring client certificates and SASL_PLAINTEXT, a certificate for localhost and 127.0.0.1 made with the ``openssl``
+ports in order), a second with SSL requiring client certificates and
+SASL_PLAINTEXT; a certificate for localhost and 127.0.0.1 made with the ``openssl``
 command (the test skips, saying so, where it is absent), and a credentials file of
 one user made with ``shmlog.wire.credentials``. Raw-socket requests are written
 with kafka-python's message classes inside Python's ``ssl``. Every wait is bounded.
