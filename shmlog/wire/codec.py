@@ -38,6 +38,7 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
+from kafka.protocol.schemas.fields.codecs import Bytes, String
 
 from ..common.errors import KafkaRequestError
 
@@ -158,10 +159,43 @@ def decode_request(header: RequestHeader, frame: memoryview):
     """
     cls = _REQUESTS[header.api_key]
     try:
-        return cls.decode(frame[header.body_offset:], version=header.api_version)
+        body = cls.decode(frame[header.body_offset:], version=header.api_version)
     except Exception as error:       # noqa: BLE001 - any decoding failure is the client's
         raise KafkaRequestError(f"{header.describe()}: the body does not decode: "
                                 f"{type(error).__name__}: {error}") from None
+    null = _null_field(cls._struct, body, header.api_version)
+    if null is not None:
+        raise KafkaRequestError(f"{header.describe()}: {null} is null, which that version "
+                                f"does not allow")
+    return body
+
+
+def _null_field(struct, value, version: int) -> str | None:
+    """The name of the first field of ``value`` (a decoded ``struct``, nested ones
+    too) that is null where ``version`` does not allow it, or None. kafka-python
+    decodes a length of -1 as null whatever the schema says; Kafka's own readers
+    refuse it, and the handlers rely on what the schema promises."""
+    for field in struct.untagged_fields(version):
+        found = getattr(value, field.name)
+        if found is None:
+            if _length_prefixed(field) and not field.nullable_for_version_q(version):
+                return field.name
+        elif field.is_struct_array() or field.is_struct():
+            for item in found if field.is_struct_array() else (found,):
+                inner = _null_field(field, item, version)
+                if inner is not None:
+                    return f"{field.name}.{inner}"
+        elif field.is_array() and _length_prefixed(field.array_of) and None in found:
+            return f"an item of {field.name}"
+    return None
+
+
+def _length_prefixed(field) -> bool:
+    """Whether a null of ``field`` came as a length of -1 (an array, struct, string or
+    bytes): a UUID of zeros also decodes as None, and means "none" (Kafka's
+    ZERO_UUID), not null."""
+    kind = getattr(field, "_type", None)
+    return kind is None or isinstance(kind, String) or kind is Bytes
 
 
 def encode_response(header: RequestHeader, response, version: int | None = None) -> bytes:
