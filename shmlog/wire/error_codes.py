@@ -57,6 +57,7 @@ UNKNOWN_LEADER_EPOCH = 75
 UNSUPPORTED_COMPRESSION_TYPE = 76
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
+FENCED_INSTANCE_ID = 82
 INVALID_RECORD = 87
 
 _COMPLETIONS = {
@@ -123,6 +124,7 @@ _ERRORS = (
     (E.UnknownMemberIdError, UNKNOWN_MEMBER_ID),
     (E.IllegalGenerationError, ILLEGAL_GENERATION),
     (E.RebalanceInProgressError, REBALANCE_IN_PROGRESS),
+    (E.FencedInstanceIdError, FENCED_INSTANCE_ID),
     # A commit of a partition this generation gives another member: the member's
     # view is stale, so it rejoins (Kafka's answer to a fenced commit).
     (E.CommitFailedError, ILLEGAL_GENERATION),

@@ -21,15 +21,15 @@ Rules
 * FindCoordinator names the broker asked (any broker serves any group: a cluster
   member forwards to the coordinator). For a transactional id (key type 1) it
   answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not exist yet.
-* Static membership (``group.instance.id``) is not kept: such a member joins as a
-  dynamic one (it is rebalanced out when its session ends), and the broker logs it.
+* Static membership (``group.instance.id``, KIP-345) is the coordinator's
+  (``broker/static_members.py``): every request that carries an instance id passes
+  it on; a restarted member gets its assignment back without a rebalance, a
+  replaced one gets FENCED_INSTANCE_ID, and LeaveGroup (v3+) may name the instance.
 * A join waits for its rebalance (held, answered when the coordinator completes
   it); every other request is answered at once, or when its forward returns.
 """
 
 from __future__ import annotations
-
-import logging
 
 from ..client.assignors import ASSIGNORS
 from ..common.errors import ShmlogError
@@ -45,8 +45,6 @@ from .error_codes import (
 from .tickets import ask_service
 
 __all__ = ["GroupApis", "GroupServiceArea", "call_group_service", "COORDINATOR_LEADER"]
-
-log = logging.getLogger("shmlog.broker.kafka")
 
 FIND_COORDINATOR_KEY = 10
 JOIN_GROUP_KEY = 11
@@ -106,7 +104,6 @@ class GroupApis(GroupServiceArea):
     def __init__(self, core, node: tuple[int, str, int], respond) -> None:
         super().__init__(core, respond)
         self.node = node
-        self._static_logged = False
 
     def apis(self) -> dict:
         return {FIND_COORDINATOR_KEY: (0, 3, self.find_coordinator),
@@ -137,11 +134,6 @@ class GroupApis(GroupServiceArea):
                        protocol_type=None, protocol_name="", leader="", skip_assignment=False,
                        member_id=body.member_id, members=[])
 
-        if getattr(body, "group_instance_id", None) is not None and not self._static_logged:
-            self._static_logged = True
-            log.info("Kafka listener: group %r: static membership (group.instance.id %r) is "
-                     "not kept; its members join as dynamic ones", body.group_id,
-                     body.group_instance_id)
         offered = [protocol for protocol in body.protocols
                    if ASSIGNOR_ALIASES.get(protocol.name, protocol.name) in ASSIGNORS]
         if body.protocol_type != CONSUMER_PROTOCOL or not offered:
@@ -176,7 +168,8 @@ class GroupApis(GroupServiceArea):
                           session_timeout_ms=session,
                           rebalance_timeout_ms=rebalance if rebalance > 0 else session,
                           owned=subscription.owned, generation=subscription.generation,
-                          client_host=request.peer)
+                          client_host=request.peer,
+                          group_instance_id=getattr(body, "group_instance_id", None))
 
     # -- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
     def sync_group(self, request, header, body):
@@ -192,7 +185,8 @@ class GroupApis(GroupServiceArea):
                        assignment=codec.encode_assignment(result["assignment"]))
 
         return self._call("sync_group", request, header, build, group_id=body.group_id,
-                          member_id=body.member_id, generation=body.generation_id)
+                          member_id=body.member_id, generation=body.generation_id,
+                          group_instance_id=getattr(body, "group_instance_id", None))
 
     def heartbeat(self, request, header, body):
         cls = codec.response_class(HEARTBEAT_KEY)
@@ -202,22 +196,24 @@ class GroupApis(GroupServiceArea):
             return cls(version=header.api_version, throttle_time_ms=0, error_code=code)
 
         return self._call("heartbeat", request, header, build, group_id=body.group_id,
-                          member_id=body.member_id, generation=body.generation_id)
+                          member_id=body.member_id, generation=body.generation_id,
+                          group_instance_id=getattr(body, "group_instance_id", None))
 
     def leave_group(self, request, header, body):
         cls = codec.response_class(LEAVE_GROUP_KEY)
         version = header.api_version
-        members = [member.member_id for member in body.members] if version >= 3 \
-            else [body.member_id]
+        # v3+: members by id, or by instance id (a static member's)
+        members = [(member.member_id, member.group_instance_id) for member in body.members] \
+            if version >= 3 else [(body.member_id, None)]
         codes = []
-        for member_id in members:          # each answered at once (forwards too, held)
+        for member_id, instance in members:  # each answered at once (forwards too, held)
             outcome = call_group_service(
                 self.core, "leave_group",
                 lambda result: for_error(result) if isinstance(result, ShmlogError) else NONE,
-                group_id=body.group_id, member_id=member_id)
+                group_id=body.group_id, member_id=member_id, group_instance_id=instance)
             codes.append(NONE if outcome is LATER else outcome)
         return cls(version=version, throttle_time_ms=0,
                    error_code=codes[0] if version < 3 else NONE,
-                   members=[cls.MemberResponse(member_id=member_id, group_instance_id=None,
+                   members=[cls.MemberResponse(member_id=member_id, group_instance_id=instance,
                                                error_code=code)
-                            for member_id, code in zip(members, codes)])
+                            for (member_id, instance), code in zip(members, codes)])
