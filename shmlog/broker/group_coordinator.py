@@ -424,14 +424,15 @@ class GroupCoordinator:
             return
         topics = self._topics()
         members = sorted(group.members.values(), key=lambda member: member.member_id)
+        key = static_members.assignor_key     # a static member's place is its instance's
         if group.leader not in group.members:
             group.leader = members[0].member_id
         common = set.intersection(*(set(member.assignors) for member in members))
         group.protocol = next(name for name in group.members[group.leader].assignors
                               if name in common)
         group.partition_counts = self._partition_counts(group, topics)
-        subscriptions = {member.member_id: Subscription(
-            member.member_id, self._subscribed(member, topics), member.owned,
+        subscriptions = {key(member): Subscription(
+            key(member), self._subscribed(member, topics), member.owned,
             member.owned_generation) for member in members}
         result = assign(group.protocol, group.partition_counts, subscriptions)
         # Whatever the assignor: a partition a member still holds (it says so, and
@@ -444,7 +445,7 @@ class GroupCoordinator:
         held_back = False
         group.transition(GroupState.STABLE)
         for member in members:
-            offered = result.assignment.get(member.member_id, ())
+            offered = result.assignment.get(key(member), ())
             member.assignment = tuple(partition for partition in offered
                                       if held.get(partition, member.member_id)
                                       == member.member_id)

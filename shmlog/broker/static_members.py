@@ -16,6 +16,10 @@ Rules
   :class:`FencedInstanceIdError`, before any other check: the client must stop, not
   join again as a new member (which would take the instance back, and so on).
 * LeaveGroup may name the instance instead of the member id (Kafka's v3+).
+* **The assignor sees instances.** The assignors order members by the key they are
+  given; a static member's is its instance id (:func:`assignor_key`), as Kafka
+  orders them, so a restart's new member id does not move the member's place, and
+  a later rebalance gives it what it had where it can.
 
 Theory of operation
 -------------------
@@ -33,7 +37,8 @@ from ..common.errors import FencedInstanceIdError, LocalProtocolError
 from ..groups import new_member_id
 from .group_metadata import GroupMetadata, MemberMetadata
 
-__all__ = ["instance_id", "fence", "take_over", "same_subscription", "remember", "forget"]
+__all__ = ["instance_id", "fence", "take_over", "same_subscription", "remember", "forget",
+           "assignor_key"]
 
 
 def instance_id(value) -> str | None:
@@ -99,3 +104,12 @@ def forget(group: GroupMetadata, member: MemberMetadata) -> None:
     if member.instance_id is not None and \
             group.static_members.get(member.instance_id) == member.member_id:
         del group.static_members[member.instance_id]
+
+
+def assignor_key(member: MemberMetadata) -> str:
+    """The name the assignor knows ``member`` by: "0 " and its instance id if it is
+    static, else "1 " and its member id. Static members come first, in instance order
+    (dynamic ones coming and going do not shift them), and no instance id can be
+    taken for a member id."""
+    return f"0 {member.instance_id}" if member.instance_id is not None else \
+        f"1 {member.member_id}"

@@ -569,3 +569,27 @@ def test_a_static_member_leaves_by_instance_id_and_an_expired_one_frees_its_inst
     assert group.static_members == {} and group.members == {}
     with pytest.raises(LocalProtocolError, match="group_instance_id"):
         harness.join(group_instance_id="")
+
+
+def test_the_assignor_orders_static_members_by_instance_id_across_restarts():
+    """Kafka's order: by instance id, not by member id (a restart's new id would
+    otherwise move the member's place, and its partitions, at the next rebalance)."""
+    harness = Harness(delay_ms=100)
+    harness.join(group_instance_id="a", client_id="zzz")     # its member id sorts last
+    harness.join(group_instance_id="b", client_id="aaa")
+    harness.advance(100)
+    by_instance = {member.instance_id: member
+                   for member in harness.coordinator.groups["g"].members.values()}
+    assert by_instance["a"].assignment == (("t", 0), ("t", 1), ("t", 2))
+    harness.join(group_instance_id="a", client_id="zzz")     # restarted: no rebalance
+    harness.replies()
+    harness.join()                                            # a dynamic member: one
+    for member in list(harness.coordinator.groups["g"].members.values()):
+        if member.instance_id is not None:
+            harness.join(member.member_id, group_instance_id=member.instance_id,
+                         client_id=member.client_id)
+    harness.replies()
+    assignment = {member.instance_id: member.assignment
+                  for member in harness.coordinator.groups["g"].members.values()}
+    assert assignment == {"a": (("t", 0), ("t", 1)), "b": (("t", 2), ("t", 3)),
+                          None: (("t", 4), ("t", 5))}
