@@ -24,7 +24,8 @@ Rules
 * Static membership (``group.instance.id``) is not kept: such a member joins as a
   dynamic one (it is rebalanced out when its session ends), and the broker logs it.
 * A join waits for its rebalance (held, answered when the coordinator completes
-  it); every other request is answered at once, or when its forward returns.
+  it); every other request is answered at once, or when its forward returns (a
+  LeaveGroup of several members once every one of them has left).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from .error_codes import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     for_error,
 )
-from .tickets import ask_service
+from .tickets import Gather, ask_service
 
 __all__ = ["GroupApis", "GroupServiceArea", "call_group_service", "COORDINATOR_LEADER"]
 
@@ -209,15 +210,22 @@ class GroupApis(GroupServiceArea):
         version = header.api_version
         members = [member.member_id for member in body.members] if version >= 3 \
             else [body.member_id]
-        codes = []
-        for member_id in members:          # each answered at once (forwards too, held)
-            outcome = call_group_service(
-                self.core, "leave_group",
-                lambda result: for_error(result) if isinstance(result, ShmlogError) else NONE,
-                group_id=body.group_id, member_id=member_id)
-            codes.append(NONE if outcome is LATER else outcome)
-        return cls(version=version, throttle_time_ms=0,
-                   error_code=codes[0] if version < 3 else NONE,
-                   members=[cls.MemberResponse(member_id=member_id, group_instance_id=None,
-                                               error_code=code)
-                            for member_id, code in zip(members, codes)])
+
+        def complete(results: dict):
+            codes = [for_error(results[index]) if isinstance(results[index], ShmlogError)
+                     else NONE for index in range(len(members))]
+            return cls(version=version, throttle_time_ms=0,
+                       error_code=codes[0] if version < 3 else NONE,
+                       members=[cls.MemberResponse(member_id=member_id, group_instance_id=None,
+                                                   error_code=code)
+                                for member_id, code in zip(members, codes)])
+
+        gather = Gather(len(members), complete,
+                        lambda response: self._respond(request, header, response))
+        for index, member_id in enumerate(members):   # a forward's result comes later
+            def put(result, index=index):
+                gather.put(index, result)
+                return result
+            call_group_service(self.core, "leave_group", put, group_id=body.group_id,
+                               member_id=member_id)
+        return gather.outcome()
