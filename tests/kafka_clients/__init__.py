@@ -29,10 +29,15 @@ Rules
 Theory of operation
 -------------------
 ``CLIENTS`` maps each client's name to its module; each module has ``produce``,
-``consume``, ``metadata``, ``CAN`` (the features it has: idempotence, timestamps,
-null keys...) and ``missing()`` (why it cannot run here, or ``None``). A test takes
-``client = CLIENTS[name]``, skips with ``client.missing()`` and calls the three
+``consume``, ``metadata``, ``group``, ``CAN`` (the features it has: idempotence,
+timestamps, null keys...), ``ASSIGNORS`` (the partition assignors its consumers
+offer, by Kafka's names) and ``missing()`` (why it cannot run here, or ``None``). A
+test takes ``client = CLIENTS[name]``, skips with ``client.missing()`` and calls the
 functions with the same arguments whatever the client.
+
+``group`` starts a group of members subscribed to a topic with one assignor and
+returns them running (:class:`.members.Members`): the test produces meanwhile, reads
+what each member read so far, and stops them; members commit as they go.
 
 ``consume`` reads either ``offsets`` ({partition: first offset}: assigned, no
 group) or as member ``group_id`` of a group subscribed to the topic (starting at
@@ -96,6 +101,12 @@ def check_consume_arguments(offsets, group_id) -> None:
     if (offsets is None) == (group_id is None):
         raise ValueError("consume takes either offsets ({partition: offset}, assigned) "
                          "or a group_id (subscribed), not both and not neither")
+
+
+def check_group_arguments(client: str, assignors: frozenset, assignor: str) -> None:
+    if assignor not in assignors:
+        raise ValueError(f"{client} has no {assignor} assignor (it has: "
+                         f"{', '.join(sorted(assignors))})")
 
 
 def check_produce_arguments(client: str, can: frozenset, records, acks: str,

@@ -7,6 +7,9 @@ Rules
   that times out still closes its sockets before :class:`TimeoutError` is raised.
 * acks=0: aiokafka's send resolves to nothing: no offset (``None``), and the
   partition asked for.
+* A group's members (:func:`group`) run on one thread of their own, in one event
+  loop that runs for as long as they do (aiokafka heartbeats and rebalances in
+  tasks of that loop).
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ from . import (
     Consumed,
     Delivery,
     check_consume_arguments,
+    check_group_arguments,
     check_produce_arguments,
 )
+from .members import Members
 
 NAME = "aiokafka"
 CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups"})
+# aiokafka's own assignors (its "sticky" is the eager one shmlog does not run).
+ASSIGNORS = frozenset({"range", "roundrobin"})
 POLL_MS = 200
 # What a stop takes at most, on top of the call's bound (closing sockets, leaving a group).
 STOP_S = 10.0
@@ -110,8 +117,7 @@ async def consume_async(bootstrap, topic, count, offsets, group_id, timeout_s):
                 consumer.seek(TopicPartition(topic, partition), offset)
         while len(found) < count and time.monotonic() < deadline:
             for batch in (await consumer.getmany(timeout_ms=POLL_MS)).values():
-                found += [Consumed(r.partition, r.offset, r.key, r.value,
-                                   tuple(r.headers or ()), r.timestamp) for r in batch]
+                found += [consumed(record) for record in batch]
     finally:
         await consumer.stop()
     return found
@@ -142,3 +148,52 @@ async def metadata_async(bootstrap, topics, timeout_s):
         {broker.nodeId: f"{broker.host}:{broker.port}" for broker in cluster.brokers()},
         {name: {partition: cluster.leader_for_partition(TopicPartition(name, partition))
                 for partition in cluster.partitions_for_topic(name)} for name in names})
+
+
+def consumed(record) -> Consumed:
+    return Consumed(record.partition, record.offset, record.key, record.value,
+                    tuple(record.headers or ()), record.timestamp)
+
+
+def group(bootstrap: str, topic: str, *, group_id: str, members: int = 3,
+          assignor: str = "range", timeout_s: float = 60.0) -> Members:
+    check_group_arguments(NAME, ASSIGNORS, assignor)
+    running = Members(members, timeout_s)
+    running.thread(lambda: asyncio.run(_group(running, bootstrap, topic, group_id, assignor)))
+    return running
+
+
+async def _group(running: Members, bootstrap, topic, group_id, assignor) -> None:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    strategy = {"range": RangePartitionAssignor,
+                "roundrobin": RoundRobinPartitionAssignor}[assignor]
+    consumers = [AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
+                                  client_id=f"member-{index}", enable_auto_commit=False,
+                                  auto_offset_reset="earliest",
+                                  partition_assignment_strategy=(strategy,))
+                 for index in range(running.count)]
+    try:
+        for consumer in consumers:
+            await consumer.start()
+            consumer.subscribe([topic])
+        await asyncio.gather(*(_member(running, index, consumer)
+                               for index, consumer in enumerate(consumers)))
+    finally:
+        for consumer in consumers:
+            await asyncio.wait_for(consumer.stop(), STOP_S)
+
+
+async def _member(running: Members, index: int, consumer) -> None:
+    from aiokafka.errors import KafkaError
+    while running.running():
+        try:
+            read = [consumed(record)
+                    for batch in (await consumer.getmany(timeout_ms=POLL_MS)).values()
+                    for record in batch]
+            running.add(index, read)
+            if read:
+                await consumer.commit()
+        except KafkaError as error:
+            running.error(index, error)

@@ -12,6 +12,9 @@ Rules
   returned.
 * Output is returned whole (bytes); a non-zero exit is the caller's to judge (kcat
   exits 1 when a delivery failed, and says which on stderr).
+* A child that runs alongside the test (a group member: :func:`start_logging`)
+  writes its output to files the caller reads while it runs; :func:`end` stops it
+  (SIGTERM, then SIGKILL) and reaps it.
 """
 
 from __future__ import annotations
@@ -56,6 +59,30 @@ def run_bounded(what: str, argv: list[str], timeout_s: float, *, stdin: bytes = 
         child.communicate(timeout=REAP_TIMEOUT_S)
         raise
     return Finished(child.returncode, stdout, stderr)
+
+
+def start_logging(argv: list[str], stdout_path: str, stderr_path: str, *,
+                  cwd: str | None = None) -> subprocess.Popen:
+    """``argv`` started in a process group of its own, its output going to the two
+    files, its stdin a pipe left open (closing it is a stop request to a child that
+    reads it)."""
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
+                                cwd=cwd, start_new_session=True)
+
+
+def end(child: subprocess.Popen, *, by_stdin: bool = False) -> int:
+    """Stop a child of :func:`start_logging`: its stdin closed, and SIGTERM unless
+    ``by_stdin`` (the child ends when its stdin does); SIGKILL when it has not ended
+    STOP_TIMEOUT_S later. Its exit code."""
+    child.stdin.close()
+    if not by_stdin:
+        kill_group(child, signal.SIGTERM)
+    try:
+        return child.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_group(child)
+        return child.wait(REAP_TIMEOUT_S)
 
 
 def stop(child: subprocess.Popen) -> Finished:
