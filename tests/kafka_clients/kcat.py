@@ -15,8 +15,9 @@ Rules
 * kcat reports no offsets: a delivered record's offset is ``None``; when a run
   fails (exit code not 0) each of its records carries kcat's stderr as the error.
 * A group's members (:func:`group`) are ``kcat -G`` processes committing with
-  librdkafka's auto-commit (every 100 ms, and at close), ended with SIGTERM (kcat
-  then leaves its group).
+  librdkafka's auto-commit (every 100 ms, and at close), printing unbuffered (``-u``:
+  the caller reads the output while they run), ended with SIGTERM (kcat then leaves
+  its group).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def consume(bootstrap: str, topic: str, count: int, *, offsets: dict[int, int] |
 def group(bootstrap: str, topic: str, *, group_id: str, members: int = 3,
           assignor: str = "range", timeout_s: float = 60.0) -> Members:
     check_group_arguments(NAME, ASSIGNORS, assignor)
-    return ChildMembers([[executable(), "-b", bootstrap, "-q", "-f", CONSUME_FORMAT,
+    return ChildMembers([[executable(), "-b", bootstrap, "-q", "-u", "-f", CONSUME_FORMAT,
                           "-X", f"client.id=member-{index}",
                           "-X", f"partition.assignment.strategy={assignor}",
                           "-X", "auto.offset.reset=earliest", "-X", "enable.auto.commit=true",
