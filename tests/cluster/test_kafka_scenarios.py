@@ -30,6 +30,8 @@ from shmlog.server.broker import Broker
 WAIT_S = 60.0
 PARTITIONS = 6
 PER_PARTITION = 5
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: asked again.
+COORDINATOR_MOVING = (14, 15, 16)
 # The assignors the issue names; a client having neither runs its own (kafkajs).
 ASSIGNORS = ("range", "cooperative-sticky")
 
@@ -123,13 +125,23 @@ def committed(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
 
 
 def wait_until(condition, what: str, members=None):
-    deadline = time.monotonic() + WAIT_S
+    """``condition()``'s first true answer, asked until the bound; a retriable error
+    of the AdminClient (a coordinator moving or not elected yet) is asked again."""
+    from confluent_kafka import KafkaException
+    deadline, last = time.monotonic() + WAIT_S, None
     while True:
-        found = condition()
+        try:
+            found = condition()
+        except KafkaException as error:
+            if error.args[0].code() not in COORDINATOR_MOVING and \
+                    not error.args[0].retriable():
+                raise
+            found, last = None, error
         if found:
             return found
         errors = members.errors if members is not None else []
-        assert time.monotonic() < deadline, f"waited {WAIT_S} s for {what}; errors: {errors}"
+        assert time.monotonic() < deadline, \
+            f"waited {WAIT_S} s for {what}; members' errors: {errors}; last refusal: {last}"
         time.sleep(0.2)
 
 

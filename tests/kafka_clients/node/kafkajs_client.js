@@ -15,7 +15,7 @@ const text = (buffer) => (buffer === null || buffer === undefined ? null : buffe
 function client(request) {
   return new Kafka({
     clientId: request.client_id || 'shmlog-tests',
-    brokers: [request.bootstrap],
+    brokers: request.bootstrap.split(','),
     connectionTimeout: request.timeout_ms,
     requestTimeout: request.timeout_ms,
     retry: { retries: 3, maxRetryTime: request.timeout_ms },
