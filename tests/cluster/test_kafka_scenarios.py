@@ -5,7 +5,9 @@ three with each assignor it has of range and cooperative-sticky (kafkajs: its on
 one, roundrobin): the group settles with every partition held once, each record
 produced afterwards is read exactly once, by the member holding its partition,
 the members' commits reach the partitions' ends, and the members leave the group
-empty when stopped.
+empty when stopped; and each client with Kafka's consumer API (librdkafka,
+kafka-python, aiokafka) assigns, finds an offset by time, seeks, pauses and
+resumes a partition, and commits, through the harness's ``reader``.
 
 Method: the target is a broker of this module (no initial rebalance delay) or the
 shared fault cluster (its topics at replication factor 3, led by all three
@@ -30,6 +32,7 @@ from shmlog.server.broker import Broker
 WAIT_S = 60.0
 PARTITIONS = 6
 PER_PARTITION = 5
+BASE_MS = 1_700_000_000_000
 # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: asked again.
 COORDINATOR_MOVING = (14, 15, 16)
 # The assignors the issue names; a client having neither runs its own (kafkajs).
@@ -114,12 +117,13 @@ def held(description, topic: str) -> dict[str, set[int]]:
             for member in description.members}
 
 
-def committed(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
+def committed(bootstrap: str, group_id: str, topic: str,
+              partitions: int = PARTITIONS) -> dict[int, int]:
     from confluent_kafka import ConsumerGroupTopicPartitions as Asked
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    asked = Asked(group_id, [TopicPartition(topic, p) for p in range(PARTITIONS)])
+    asked = Asked(group_id, [TopicPartition(topic, p) for p in range(partitions)])
     answer = admin.list_consumer_group_offsets([asked])[group_id].result(WAIT_S)
     return {partition.partition: partition.offset for partition in answer.topic_partitions}
 
@@ -199,3 +203,48 @@ def test_a_group_of_three_reads_each_record_once_and_commits(target, name, assig
         assert {r.partition for r in each} == holdings[f"member-{index}"], (index, holdings)
     wait_until(lambda: not describe(target.bootstrap, group_id).members,
                "the members to leave the group")
+
+
+def read_until(reader, count: int) -> list:
+    """What ``reader`` polls until ``count`` records (or the bound: the caller asserts)."""
+    found, deadline = [], time.monotonic() + WAIT_S
+    while len(found) < count and time.monotonic() < deadline:
+        found += reader.poll()
+    return found
+
+
+def places(records) -> list[tuple[int, int]]:
+    return sorted((record.partition, record.offset) for record in records)
+
+
+@pytest.mark.parametrize("name", sorted(name for name in CLIENTS
+                                        if "positions" in CLIENTS[name].CAN))
+def test_commit_seek_offsets_for_times_and_pause(target, name):
+    client = skip_missing(name)
+    topic = target.topic("positions", 2)
+    group_id = f"positions-{uuid.uuid4().hex[:8]}"
+    # Partition 0 holds offsets 0-9 stamped BASE + 20k, partition 1 BASE + 10 + 20k.
+    sent = [Record(b"value %d" % index, partition=index % 2, timestamp_ms=BASE_MS + 10 * index)
+            for index in range(20)]
+    deliveries = client.produce(target.bootstrap, topic, sent, timeout_s=WAIT_S)
+    assert [delivery.error for delivery in deliveries] == [None] * len(sent)
+    reader = client.reader(target.bootstrap, topic, group_id=group_id, timeout_s=WAIT_S)
+    try:
+        reader.assign({0: 0, 1: 0})
+        assert places(read_until(reader, 20)) == [(p, o) for p in (0, 1) for o in range(10)]
+        assert reader.offsets_for_times({0: BASE_MS + 45, 1: BASE_MS + 1_000}) == \
+            {0: 3, 1: None}
+        reader.seek(0, 3)
+        assert places(read_until(reader, 7)) == [(0, offset) for offset in range(3, 10)]
+        reader.pause([1])
+        more = [Record(b"more %d" % index, partition=index % 2) for index in range(4)]
+        deliveries = client.produce(target.bootstrap, topic, more, timeout_s=WAIT_S)
+        assert [delivery.error for delivery in deliveries] == [None] * len(more)
+        assert places(read_until(reader, 2)) == [(0, 10), (0, 11)]    # 1 paused: none of it
+        reader.resume([1])
+        assert places(read_until(reader, 2)) == [(1, 10), (1, 11)]
+        reader.commit({0: 12, 1: 7})
+        assert reader.committed([0, 1]) == {0: 12, 1: 7}
+    finally:
+        reader.close()
+    assert committed(target.bootstrap, group_id, topic, 2) == {0: 12, 1: 7}

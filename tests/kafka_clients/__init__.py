@@ -39,6 +39,14 @@ functions with the same arguments whatever the client.
 returns them running (:class:`.members.Members`): the test produces meanwhile, reads
 what each member read so far, and stops them; members commit as they go.
 
+A client that can (``"positions"`` in ``CAN``: the in-process ones) also has
+``reader(bootstrap, topic, group_id=...)``: a consumer given partitions, with the
+calls of Kafka's consumer API that move or keep positions, the same for each
+client: ``assign({partition: offset})``, ``poll()`` (what one poll gives),
+``seek(partition, offset)``, ``offsets_for_times({partition: ms})`` (None where no
+record is that late), ``pause``/``resume(partitions)``, ``commit({partition:
+offset})``, ``committed(partitions)`` (None where nothing is) and ``close()``.
+
 ``consume`` reads either ``offsets`` ({partition: first offset}: assigned, no
 group) or as member ``group_id`` of a group subscribed to the topic (starting at
 the group's committed offsets, else the earliest). kafkajs has no assignment

@@ -15,6 +15,7 @@ Rules
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from . import (
@@ -28,7 +29,8 @@ from . import (
 from .members import Members
 
 NAME = "aiokafka"
-CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups"})
+CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups",
+                 "positions"})
 # aiokafka's own assignors (its "sticky" is the eager one shmlog does not run).
 ASSIGNORS = frozenset({"range", "roundrobin"})
 POLL_MS = 200
@@ -197,3 +199,88 @@ async def _member(running: Members, index: int, consumer) -> None:
                 await consumer.commit()
         except KafkaError as error:
             running.error(index, error)
+
+
+def reader(bootstrap: str, topic: str, *, group_id: str, timeout_s: float = 30.0):
+    """A consumer of ``topic`` given its partitions (no group membership) that commits
+    to ``group_id``: :class:`.Reader`'s calls, each run in the reader's own event
+    loop (on a thread of its own, running for as long as the reader is open)."""
+    return _Reader(bootstrap, topic, group_id, timeout_s)
+
+
+class _Reader:
+    def __init__(self, bootstrap, topic, group_id, timeout_s) -> None:
+        from aiokafka import AIOKafkaConsumer
+        self.topic, self.timeout_s = topic, timeout_s
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def start():
+            consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
+                                        enable_auto_commit=False, auto_offset_reset="earliest",
+                                        request_timeout_ms=int(timeout_s * 1000))
+            await consumer.start()
+            return consumer
+        try:
+            self.consumer = self._run(start)
+        except BaseException:
+            self._end_loop()
+            raise
+
+    def _run(self, function):
+        """``function()`` in the loop, awaited when it gives a coroutine; its result."""
+        async def call():
+            result = function()
+            return await result if asyncio.iscoroutine(result) else result
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(
+            self.timeout_s + STOP_S)
+
+    def _place(self, partition: int):
+        from aiokafka import TopicPartition
+        return TopicPartition(self.topic, partition)
+
+    def assign(self, offsets: dict[int, int]) -> None:
+        def assign():
+            self.consumer.assign([self._place(partition) for partition in offsets])
+            for partition, offset in offsets.items():
+                self.consumer.seek(self._place(partition), offset)
+        self._run(assign)
+
+    def poll(self) -> list[Consumed]:
+        batches = self._run(lambda: self.consumer.getmany(timeout_ms=POLL_MS))
+        return [consumed(record) for batch in batches.values() for record in batch]
+
+    def seek(self, partition: int, offset: int) -> None:
+        self._run(lambda: self.consumer.seek(self._place(partition), offset))
+
+    def offsets_for_times(self, times: dict[int, int]) -> dict[int, int | None]:
+        found = self._run(lambda: self.consumer.offsets_for_times(
+            {self._place(partition): stamp for partition, stamp in times.items()}))
+        return {place.partition: None if answer is None else answer.offset
+                for place, answer in found.items()}
+
+    def pause(self, partitions) -> None:
+        self._run(lambda: self.consumer.pause(*(self._place(p) for p in partitions)))
+
+    def resume(self, partitions) -> None:
+        self._run(lambda: self.consumer.resume(*(self._place(p) for p in partitions)))
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        self._run(lambda: self.consumer.commit(
+            {self._place(partition): offset for partition, offset in offsets.items()}))
+
+    def committed(self, partitions) -> dict[int, int | None]:
+        return {partition: self._run(lambda p=partition: self.consumer.committed(self._place(p)))
+                for partition in partitions}
+
+    def close(self) -> None:
+        try:
+            self._run(self.consumer.stop)
+        finally:
+            self._end_loop()
+
+    def _end_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(STOP_S)
+        self.loop.close()

@@ -27,7 +27,8 @@ from . import (
 from .members import Members
 
 NAME = "librdkafka"
-CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups"})
+CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups",
+                 "positions"})
 ASSIGNORS = frozenset({"range", "roundrobin", "cooperative-sticky"})
 # librdkafka's poll gives back control this often, to check the deadline.
 POLL_S = 0.2
@@ -165,3 +166,54 @@ class _Group(Members):
         finally:
             for consumer in self.consumers:
                 consumer.close()
+
+
+def reader(bootstrap: str, topic: str, *, group_id: str, timeout_s: float = 30.0):
+    """A consumer of ``topic`` given its partitions (no group membership) that commits
+    to ``group_id``: :class:`.Reader`'s calls."""
+    return _Reader(bootstrap, topic, group_id, timeout_s)
+
+
+class _Reader:
+    def __init__(self, bootstrap, topic, group_id, timeout_s) -> None:
+        from confluent_kafka import Consumer
+        self.topic, self.timeout_s = topic, timeout_s
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id,
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+
+    def _partitions(self, offsets: dict):
+        from confluent_kafka import TopicPartition
+        return [TopicPartition(self.topic, partition, offset)
+                for partition, offset in offsets.items()]
+
+    def assign(self, offsets: dict[int, int]) -> None:
+        self.consumer.assign(self._partitions(offsets))
+
+    def poll(self) -> list[Consumed]:
+        return [consumed(message) for message in self.consumer.consume(100, POLL_S)
+                if message.error() is None]
+
+    def seek(self, partition: int, offset: int) -> None:
+        [place] = self._partitions({partition: offset})
+        self.consumer.seek(place)
+
+    def offsets_for_times(self, times: dict[int, int]) -> dict[int, int | None]:
+        found = self.consumer.offsets_for_times(self._partitions(times), self.timeout_s)
+        return {place.partition: place.offset if place.offset >= 0 else None for place in found}
+
+    def pause(self, partitions) -> None:
+        self.consumer.pause(self._partitions({partition: -1001 for partition in partitions}))
+
+    def resume(self, partitions) -> None:
+        self.consumer.resume(self._partitions({partition: -1001 for partition in partitions}))
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        self.consumer.commit(offsets=self._partitions(offsets), asynchronous=False)
+
+    def committed(self, partitions) -> dict[int, int | None]:
+        found = self.consumer.committed(
+            self._partitions({partition: -1001 for partition in partitions}), self.timeout_s)
+        return {place.partition: place.offset if place.offset >= 0 else None for place in found}
+
+    def close(self) -> None:
+        self.consumer.close()

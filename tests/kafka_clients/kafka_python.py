@@ -28,7 +28,8 @@ from . import (
 from .members import Members
 
 NAME = "kafka-python"
-CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups"})
+CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups",
+                 "positions"})
 ASSIGNORS = frozenset({"range", "roundrobin", "cooperative-sticky"})
 POLL_MS = 200
 CLOSE_S = 5.0
@@ -162,3 +163,59 @@ def _member(running: Members, index: int, bootstrap, topic, group_id, assignor) 
                 running.error(index, error)
     finally:
         consumer.close(autocommit=False, timeout_ms=int(CLOSE_S * 1000))
+
+
+def reader(bootstrap: str, topic: str, *, group_id: str, timeout_s: float = 30.0):
+    """A consumer of ``topic`` given its partitions (no group membership) that commits
+    to ``group_id``: :class:`.Reader`'s calls."""
+    return _Reader(bootstrap, topic, group_id, timeout_s)
+
+
+class _Reader:
+    def __init__(self, bootstrap, topic, group_id, timeout_s) -> None:
+        from kafka import KafkaConsumer
+        self.topic, self.timeout_ms = topic, int(timeout_s * 1000)
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
+                                      enable_auto_commit=False, auto_offset_reset="earliest",
+                                      request_timeout_ms=self.timeout_ms)
+
+    def _place(self, partition: int):
+        from kafka import TopicPartition
+        return TopicPartition(self.topic, partition)
+
+    def assign(self, offsets: dict[int, int]) -> None:
+        self.consumer.assign([self._place(partition) for partition in offsets])
+        for partition, offset in offsets.items():
+            self.consumer.seek(self._place(partition), offset)
+
+    def poll(self) -> list[Consumed]:
+        return [consumed(record) for batch in self.consumer.poll(timeout_ms=POLL_MS).values()
+                for record in batch]
+
+    def seek(self, partition: int, offset: int) -> None:
+        self.consumer.seek(self._place(partition), offset)
+
+    def offsets_for_times(self, times: dict[int, int]) -> dict[int, int | None]:
+        found = self.consumer.offsets_for_times(
+            {self._place(partition): stamp for partition, stamp in times.items()},
+            timeout_ms=self.timeout_ms)
+        return {place.partition: None if answer is None else answer.offset
+                for place, answer in found.items()}
+
+    def pause(self, partitions) -> None:
+        self.consumer.pause(*(self._place(partition) for partition in partitions))
+
+    def resume(self, partitions) -> None:
+        self.consumer.resume(*(self._place(partition) for partition in partitions))
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        from kafka.structs import OffsetAndMetadata
+        self.consumer.commit({self._place(partition): OffsetAndMetadata(offset, "", -1)
+                              for partition, offset in offsets.items()})
+
+    def committed(self, partitions) -> dict[int, int | None]:
+        return {partition: self.consumer.committed(self._place(partition))
+                for partition in partitions}
+
+    def close(self) -> None:
+        self.consumer.close(autocommit=False, timeout_ms=int(CLOSE_S * 1000))
