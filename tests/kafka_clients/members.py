@@ -142,9 +142,8 @@ class ChildMembers(Members):
 
     def _end_children(self) -> None:
         with self._ended:
-            for child in self._children:
-                if child.returncode is None:
-                    end(child, by_stdin=self._by_stdin)
+            end([child for child in self._children if not child.stdin.closed],
+                by_stdin=self._by_stdin)
 
     def _finish(self) -> None:
         try:

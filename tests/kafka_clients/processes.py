@@ -13,8 +13,8 @@ Rules
 * Output is returned whole (bytes); a non-zero exit is the caller's to judge (kcat
   exits 1 when a delivery failed, and says which on stderr).
 * A child that runs alongside the test (a group member: :func:`start_logging`)
-  writes its output to files the caller reads while it runs; :func:`end` stops it
-  (SIGTERM, then SIGKILL) and reaps it.
+  writes its output to files the caller reads while it runs; :func:`end` stops such
+  children, all asked at once (SIGTERM or stdin closed, then SIGKILL), and reaps them.
 """
 
 from __future__ import annotations
@@ -71,13 +71,20 @@ def start_logging(argv: list[str], stdout_path: str, stderr_path: str, *,
                                 cwd=cwd, start_new_session=True)
 
 
-def end(child: subprocess.Popen, *, by_stdin: bool = False) -> int:
-    """Stop a child of :func:`start_logging`: its stdin closed, and SIGTERM unless
-    ``by_stdin`` (the child ends when its stdin does); SIGKILL when it has not ended
-    STOP_TIMEOUT_S later. Its exit code."""
-    child.stdin.close()
-    if not by_stdin:
-        kill_group(child, signal.SIGTERM)
+def end(children: list[subprocess.Popen], *, by_stdin: bool = False) -> None:
+    """Stop children of :func:`start_logging`, all asked at once: stdin closed, and
+    SIGTERM unless ``by_stdin`` (a child that ends when its stdin does); each killed
+    (SIGKILL) when it has not ended STOP_TIMEOUT_S later, and reaped."""
+    for child in children:
+        child.stdin.close()
+        if not by_stdin:
+            kill_group(child, signal.SIGTERM)
+    for child in children:
+        reap(child)
+
+
+def reap(child: subprocess.Popen) -> int:
+    """Wait STOP_TIMEOUT_S for a child asked to end, then kill it; its exit code."""
     try:
         return child.wait(STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
