@@ -18,9 +18,13 @@ Rules
   coordinator's assignment (a ConsumerProtocolAssignment), whatever a client sends.
   A member offering none of those assignors, or a protocol type other than
   ``consumer`` (Kafka Connect's), gets INCONSISTENT_GROUP_PROTOCOL.
-* FindCoordinator names the broker asked (any broker serves any group: a cluster
-  member forwards to the coordinator). For a transactional id (key type 1) it
-  answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not exist yet.
+* FindCoordinator names the group's coordinator: in a cluster the leader of the
+  group's ``__consumer_offsets`` partition (COORDINATOR_NOT_AVAILABLE while it has
+  none, or the topic is being made, which the first FindCoordinator starts, as in
+  Kafka); on one broker, itself. A member that asks another broker anyway is still
+  served: that broker forwards to the coordinator. For a transactional id (key
+  type 1) it answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not
+  exist yet.
 * Static membership (``group.instance.id``) is not kept: such a member joins as a
   dynamic one (it is rebalanced out when its session ends), and the broker logs it.
 * A join waits for its rebalance (held, answered when the coordinator completes
@@ -37,6 +41,7 @@ from ..common.errors import ShmlogError
 from . import codec
 from .apis import LATER
 from .error_codes import (
+    COORDINATOR_NOT_AVAILABLE,
     INCONSISTENT_GROUP_PROTOCOL,
     INVALID_SESSION_TIMEOUT,
     NONE,
@@ -101,12 +106,13 @@ class GroupServiceArea:
 
 
 class GroupApis(GroupServiceArea):
-    """The membership APIs on broker ``core``: ``node`` is (node id, host, port) of
-    this broker's listener, ``respond`` sends a held response (``KafkaApis.respond``)."""
+    """The membership APIs on broker ``core``: ``metadata`` names a group's
+    coordinator (a LocalMetadata or ClusterMetadata), ``respond`` sends a held
+    response (``KafkaApis.respond``)."""
 
-    def __init__(self, core, node: tuple[int, str, int], respond) -> None:
+    def __init__(self, core, metadata, respond) -> None:
         super().__init__(core, respond)
-        self.node = node
+        self.metadata = metadata
         self._static_logged = False
 
     def apis(self) -> dict:
@@ -119,12 +125,18 @@ class GroupApis(GroupServiceArea):
     # -- FindCoordinator ---------------------------------------------------------------
     def find_coordinator(self, request, header, body):
         cls = codec.response_class(FIND_COORDINATOR_KEY)
-        node_id, host, port = self.node
         if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE:
             return cls(version=header.api_version, throttle_time_ms=0,
                        error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                        error_message="transactions do not exist yet in shmlog",
                        node_id=-1, host="", port=-1)
+        coordinator = self.metadata.coordinator(body.key)
+        if coordinator is None:
+            return cls(version=header.api_version, throttle_time_ms=0,
+                       error_code=COORDINATOR_NOT_AVAILABLE,
+                       error_message="the group's coordinator is not available yet",
+                       node_id=-1, host="", port=-1)
+        node_id, host, port = coordinator
         return cls(version=header.api_version, throttle_time_ms=0, error_code=NONE,
                    error_message=None, node_id=node_id, host=host, port=port)
 
