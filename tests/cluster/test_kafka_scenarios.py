@@ -24,10 +24,9 @@ import uuid
 
 import pytest
 
-from helpers import kafka_listener_address, unlink_shared_memory
+from helpers import kafka_broker_process
 from kafka_clients import CLIENTS, Record
 from shmlog import Admin
-from shmlog.server.broker import Broker
 
 WAIT_S = 60.0
 PARTITIONS = 6
@@ -64,11 +63,9 @@ class Target:
 
 @pytest.fixture(scope="module")
 def one_broker(tmp_path_factory):
-    data_dir = str(tmp_path_factory.mktemp("kafka-scenarios") / "data")
-    with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0",
-                group_initial_rebalance_delay_ms=0):
-        yield data_dir, kafka_listener_address(data_dir)
-    unlink_shared_memory(data_dir)
+    with kafka_broker_process(str(tmp_path_factory.mktemp("kafka-scenarios") / "data"),
+                              group_initial_rebalance_delay_ms=0) as broker:
+        yield broker
 
 
 @pytest.fixture(params=["one broker", "three brokers"])

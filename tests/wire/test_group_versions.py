@@ -52,10 +52,9 @@ from kafka.protocol.metadata.find_coordinator import (
 )
 from kafka.structs import OffsetAndMetadata
 
-from helpers import kafka_listener_address, unlink_shared_memory
+from helpers import kafka_broker_process
 from kafka_clients.raw import RawConnection
 from shmlog import Admin, Producer
-from shmlog.server.broker import Broker
 from shmlog.wire.group_apis import COORDINATOR_LEADER
 
 WAIT_S = 20.0
@@ -67,11 +66,10 @@ SHORT_SESSION_MS = 1_500
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """(data directory, "host:port"): a broker serving Kafka, groups without delay."""
-    data_dir = str(tmp_path_factory.mktemp("kafka-group-versions") / "data")
-    with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0",
-                group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=1_000):
-        yield data_dir, kafka_listener_address(data_dir)
-    unlink_shared_memory(data_dir)
+    with kafka_broker_process(str(tmp_path_factory.mktemp("kafka-group-versions") / "data"),
+                              group_initial_rebalance_delay_ms=0,
+                              group_min_session_timeout_ms=1_000) as broker:
+        yield broker
 
 
 def _name(prefix: str) -> str:
