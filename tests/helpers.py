@@ -114,6 +114,19 @@ def nobody() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+@contextlib.contextmanager
+def kafka_broker_process(data_dir: str, **settings):
+    """A broker process on ``data_dir`` serving Kafka on a free loopback port, with
+    ``settings`` (BrokerConfig's); yields (data directory, "host:port"), and unlinks
+    its shared memory once it stopped."""
+    from shmlog.server.broker import Broker
+    try:
+        with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0", **settings):
+            yield data_dir, kafka_listener_address(data_dir)
+    finally:
+        unlink_shared_memory(data_dir)
+
+
 def kafka_listener_address(data_dir) -> str:
     """host:port of a running broker's first Kafka listener, as ``shmlog status``
     shows it."""

@@ -786,6 +786,13 @@ KAFKA_LISTENER_POLL_S = 0.5
 KAFKA_ACCEPT_BACKOFF_S = 0.5
 # The listener's backlog of connections not yet accepted (socket.listen).
 KAFKA_LISTEN_BACKLOG = 128
+# A connection's next request, already received, goes to the broker's loop as the loop
+# answers the one before (no wake of the listener's thread in between: a client that
+# pipelines small requests, as librdkafka's producer does, has them answered in one pass
+# of the loop) while at most this many bytes of its responses wait to be written; past
+# it, the next waits for the writes (a client that sends and does not read holds at
+# most this much of the broker's memory). A Fetch response is up to fetch.max.bytes.
+KAFKA_PIPELINED_UNSENT_MAX = 1024 * 1024
 # Buffers one sendmsg() of the listener writes at most (Linux's IOV_MAX, UIO_MAXIOV).
 KAFKA_SEND_BUFFERS_MAX = 1024
 # What a zstd frame may add to data it cannot compress (its header, block headers and

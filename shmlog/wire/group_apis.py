@@ -18,15 +18,20 @@ Rules
   coordinator's assignment (a ConsumerProtocolAssignment), whatever a client sends.
   A member offering none of those assignors, or a protocol type other than
   ``consumer`` (Kafka Connect's), gets INCONSISTENT_GROUP_PROTOCOL.
-* FindCoordinator names the broker asked (any broker serves any group: a cluster
-  member forwards to the coordinator). For a transactional id (key type 1) it
-  answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not exist yet.
+* FindCoordinator names the group's coordinator: in a cluster the leader of the
+  group's ``__consumer_offsets`` partition (COORDINATOR_NOT_AVAILABLE while it has
+  none, or the topic is being made, which the first FindCoordinator starts, as in
+  Kafka); on one broker, itself. A member that asks another broker anyway is still
+  served: that broker forwards to the coordinator. For a transactional id (key
+  type 1) it answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not
+  exist yet.
 * Static membership (``group.instance.id``, KIP-345) is the coordinator's
   (``broker/static_members.py``): every request that carries an instance id passes
   it on; a restarted member gets its assignment back without a rebalance, a
   replaced one gets FENCED_INSTANCE_ID, and LeaveGroup (v3+) may name the instance.
 * A join waits for its rebalance (held, answered when the coordinator completes
-  it); every other request is answered at once, or when its forward returns.
+  it); every other request is answered at once, or when its forward returns (a
+  LeaveGroup of several members once every one of them has left).
 """
 
 from __future__ import annotations
@@ -36,13 +41,14 @@ from ..common.errors import ShmlogError
 from . import codec
 from .apis import LATER
 from .error_codes import (
+    COORDINATOR_NOT_AVAILABLE,
     INCONSISTENT_GROUP_PROTOCOL,
     INVALID_SESSION_TIMEOUT,
     NONE,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     for_error,
 )
-from .tickets import ask_service
+from .tickets import Gather, ask_service
 
 __all__ = ["GroupApis", "GroupServiceArea", "call_group_service", "COORDINATOR_LEADER"]
 
@@ -98,12 +104,13 @@ class GroupServiceArea:
 
 
 class GroupApis(GroupServiceArea):
-    """The membership APIs on broker ``core``: ``node`` is (node id, host, port) of
-    this broker's listener, ``respond`` sends a held response (``KafkaApis.respond``)."""
+    """The membership APIs on broker ``core``: ``metadata`` names a group's
+    coordinator (a LocalMetadata or ClusterMetadata), ``respond`` sends a held
+    response (``KafkaApis.respond``)."""
 
-    def __init__(self, core, node: tuple[int, str, int], respond) -> None:
+    def __init__(self, core, metadata, respond) -> None:
         super().__init__(core, respond)
-        self.node = node
+        self.metadata = metadata
 
     def apis(self) -> dict:
         return {FIND_COORDINATOR_KEY: (0, 3, self.find_coordinator),
@@ -115,12 +122,18 @@ class GroupApis(GroupServiceArea):
     # -- FindCoordinator ---------------------------------------------------------------
     def find_coordinator(self, request, header, body):
         cls = codec.response_class(FIND_COORDINATOR_KEY)
-        node_id, host, port = self.node
         if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE:
             return cls(version=header.api_version, throttle_time_ms=0,
                        error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                        error_message="transactions do not exist yet in shmlog",
                        node_id=-1, host="", port=-1)
+        coordinator = self.metadata.coordinator(body.key)
+        if coordinator is None:
+            return cls(version=header.api_version, throttle_time_ms=0,
+                       error_code=COORDINATOR_NOT_AVAILABLE,
+                       error_message="the group's coordinator is not available yet",
+                       node_id=-1, host="", port=-1)
+        node_id, host, port = coordinator
         return cls(version=header.api_version, throttle_time_ms=0, error_code=NONE,
                    error_message=None, node_id=node_id, host=host, port=port)
 
@@ -205,15 +218,22 @@ class GroupApis(GroupServiceArea):
         # v3+: members by id, or by instance id (a static member's)
         members = [(member.member_id, member.group_instance_id) for member in body.members] \
             if version >= 3 else [(body.member_id, None)]
-        codes = []
-        for member_id, instance in members:  # each answered at once (forwards too, held)
-            outcome = call_group_service(
-                self.core, "leave_group",
-                lambda result: for_error(result) if isinstance(result, ShmlogError) else NONE,
-                group_id=body.group_id, member_id=member_id, group_instance_id=instance)
-            codes.append(NONE if outcome is LATER else outcome)
-        return cls(version=version, throttle_time_ms=0,
-                   error_code=codes[0] if version < 3 else NONE,
-                   members=[cls.MemberResponse(member_id=member_id, group_instance_id=instance,
-                                               error_code=code)
-                            for (member_id, instance), code in zip(members, codes)])
+
+        def complete(results: dict):
+            codes = [for_error(results[index]) if isinstance(results[index], ShmlogError)
+                     else NONE for index in range(len(members))]
+            return cls(version=version, throttle_time_ms=0,
+                       error_code=codes[0] if version < 3 else NONE,
+                       members=[cls.MemberResponse(member_id=member_id,
+                                                   group_instance_id=instance, error_code=code)
+                                for (member_id, instance), code in zip(members, codes)])
+
+        gather = Gather(len(members), complete,
+                        lambda response: self._respond(request, header, response))
+        for index, (member_id, instance) in enumerate(members):  # a forward's comes later
+            def put(result, index=index):
+                gather.put(index, result)
+                return result
+            call_group_service(self.core, "leave_group", put, group_id=body.group_id,
+                               member_id=member_id, group_instance_id=instance)
+        return gather.outcome()

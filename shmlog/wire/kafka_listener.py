@@ -89,8 +89,7 @@ class KafkaListener:
         self.apis = KafkaApis(self.server, [MetadataApi(metadata), OffsetsApi(core, metadata)])
         self.apis.add_area(ProduceApi(core, metadata, self.apis.respond))
         self.apis.add_area(FetchApi(core, metadata, self.apis.respond))
-        node = (metadata.broker_id, *self.advertised)                 # this broker
-        self.apis.add_area(GroupApis(core, node, self.apis.respond))
+        self.apis.add_area(GroupApis(core, metadata, self.apis.respond))
         self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
         self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
         self.server.serve(core.host.table.appender_doorbell)

@@ -49,6 +49,10 @@ class LocalMetadata:
         """(node id, host, port, rack) of every broker."""
         return [(SINGLE_BROKER_ID, self.advertised[0], self.advertised[1], None)]
 
+    def coordinator(self, group_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the broker coordinating ``group_id``: this one."""
+        return (self.broker_id, *self.advertised)
+
     def controller_id(self) -> int:
         return SINGLE_BROKER_ID
 

@@ -8,11 +8,14 @@ Rules
   ``socket.request.max.bytes`` before a byte of its body is read (or a buffer for it
   made); a size over it, or negative, closes the connection (Kafka's
   ``InvalidReceiveException``).
-* **One request in flight per connection** (Kafka mutes a channel while its request
-  is handled): the next is not handed to the loop until the last one's response is
-  written (or the loop said none comes: acks=0), so responses go in request order,
-  and a connection holds at most one request and what followed it in one read.
-  While a request is in flight its connection is not read.
+* **One request at a time per connection** (Kafka mutes a channel while its
+  request is handled): the next goes to the loop once the loop has answered the one
+  before (or said none comes: acks=0), so responses go in request order. A request
+  the client pipelined behind it, already read, goes at once, from the loop's own
+  thread, while less than ``limits.KAFKA_PIPELINED_UNSENT_MAX`` of the connection's
+  responses wait to be written; otherwise after they are. A connection is read only
+  when it has nothing with the loop, nothing read and waiting, and nothing to write:
+  it holds at most what one read brought and one chunk of responses.
 * **Bounded.** At most ``connections_per_address_max`` connections per client
   address (a connection over it is closed at once); a connection with nothing in
   flight that received nothing for ``connections.max.idle.ms`` is closed. accept()
@@ -27,9 +30,10 @@ Theory of operation
 -------------------
 Everything about a socket happens on this thread, in one ``selectors`` loop over
 the listening sockets, the connections and one end of a socket pair the loop
-writes to when it passes a response back (so a sleeping select wakes). A complete
-request goes into :attr:`KafkaSocketServer.requests` with its connection's id,
-and the doorbell the broker's loop sleeps on is rung; the loop takes requests with
+writes to when it passes a response back to an empty outbox (so a sleeping select
+wakes; a wake is pending otherwise). A complete request goes into the requests
+queue with its connection's id, and the doorbell the broker's loop sleeps on is
+rung; the loop takes requests with
 :meth:`KafkaSocketServer.take` and answers with :meth:`KafkaSocketServer.send` (a
 response), :meth:`KafkaSocketServer.no_response` or :meth:`KafkaSocketServer.close`.
 Connection ids never repeat, so a response for a connection that closed meanwhile
@@ -39,6 +43,7 @@ finds nothing and is dropped.
 from __future__ import annotations
 
 import collections
+import ctypes
 import dataclasses
 import errno
 import itertools
@@ -58,6 +63,10 @@ log = logging.getLogger("shmlog.broker.kafka")
 
 _SIZE = struct.Struct(">i")
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# The loop's wake byte is written holding the GIL (PyDLL: the write never blocks, the
+# socket pair being non-blocking). A socket's send() lets the GIL go, and the loop's
+# thread would then wait for it behind this listener's thread once per response.
+_libc_holding_gil = ctypes.PyDLL(None, use_errno=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,16 +78,20 @@ class WireRequest:
 
 
 class _Connection:
-    __slots__ = ("id", "sock", "peer", "received", "in_flight", "outgoing", "last_active",
-                 "frames_waiting", "events")
+    __slots__ = ("id", "sock", "peer", "received", "in_loop", "unsent", "outgoing",
+                 "last_active", "frames_waiting", "events")
 
     def __init__(self, connection_id: int, sock: socket.socket, peer: str) -> None:
         self.id = connection_id
         self.sock = sock
         self.peer = peer
         self.received = bytearray()
+        # Shared with the loop's thread, under the server's lock: the requests read and
+        # not yet handed over, whether one is with the loop, and how many bytes of the
+        # responses it passed back are not written yet.
         self.frames_waiting: collections.deque[bytes] = collections.deque()
-        self.in_flight = False
+        self.in_loop = False
+        self.unsent = 0
         self.outgoing: collections.deque[memoryview] = collections.deque()
         self.last_active = time.monotonic()
         self.events = 0                   # what the selector watches for
@@ -166,15 +179,32 @@ class KafkaSocketServer(threading.Thread):
         self._post(connection_id, None)
 
     def _post(self, connection_id: int, buffers: list | None) -> None:
+        size = sum(memoryview(buffer).nbytes for buffer in buffers) if buffers else 0
         with self._lock:
+            wake = not self._outbox          # else a wake is pending: the thread drains all
             self._outbox.append((connection_id, buffers))
-        self._wake()
+            connection = self._connections.get(connection_id)
+            if connection is not None and buffers is not None:
+                connection.in_loop = False
+                connection.unsent += size
+                self._pass_next(connection)  # taken by the loop in this same pass
+        if wake:
+            self._wake()
+
+    def _pass_next(self, connection: _Connection) -> bool:
+        """Queue the connection's next request for the loop if it may go now (with
+        the lock held); whether it went."""
+        if connection.in_loop or not connection.frames_waiting or \
+                connection.unsent > limits.KAFKA_PIPELINED_UNSENT_MAX:
+            return False
+        connection.in_loop = True
+        self._requests.append(WireRequest(connection.id, connection.frames_waiting.popleft(),
+                                          connection.peer))
+        return True
 
     def _wake(self) -> None:
-        try:
-            self._wake_writer.send(b"\0")
-        except BlockingIOError:
-            pass                         # a wake is pending already
+        # -1 (EAGAIN) when the pair is full: a wake is pending already.
+        _libc_holding_gil.write(self._wake_writer.fileno(), b"\0", 1)
 
     def stop(self) -> None:
         """Stop accepting and reading, close every connection (responses not yet
@@ -242,7 +272,7 @@ class KafkaSocketServer(threading.Thread):
             connection = _Connection(next(self._ids), sock, peer)
             self._connections[connection.id] = connection
             self._per_address[peer] += 1
-            self._watch(connection)
+            self._watch(connection, idle=True)
 
     def _pause_accepting(self) -> None:
         self._accepting_after = time.monotonic() + limits.KAFKA_ACCEPT_BACKOFF_S
@@ -286,6 +316,15 @@ class KafkaSocketServer(threading.Thread):
 
     def _split_frames(self, connection: _Connection) -> None:
         received = connection.received
+        frames = []
+        try:
+            self._split(received, frames)
+        finally:
+            if frames:
+                with self._lock:
+                    connection.frames_waiting.extend(frames)
+
+    def _split(self, received: bytearray, frames: list) -> None:
         while len(received) >= _SIZE.size:
             (size,) = _SIZE.unpack_from(received, 0)
             if size < 0 or size > self.request_size_max:
@@ -295,25 +334,24 @@ class KafkaSocketServer(threading.Thread):
                     f"a request's size field is {size}")
             if len(received) < _SIZE.size + size:
                 return
-            connection.frames_waiting.append(bytes(received[_SIZE.size:_SIZE.size + size]))
+            frames.append(bytes(received[_SIZE.size:_SIZE.size + size]))
             del received[:_SIZE.size + size]
 
     def _hand_over(self, connection: _Connection) -> None:
-        """Give the loop the connection's next request, unless one is in flight; read
-        the connection only while none is."""
-        if not connection.in_flight and connection.frames_waiting:
-            connection.in_flight = True
-            with self._lock:
-                self._requests.append(WireRequest(connection.id,
-                                                  connection.frames_waiting.popleft(),
-                                                  connection.peer))
+        """Give the loop the connection's next request if it may go (see
+        :meth:`_pass_next`); watch the connection as it now stands."""
+        with self._lock:
+            handed = self._pass_next(connection)
+            idle = not (connection.in_loop or connection.frames_waiting or connection.unsent)
+        if handed:
             self.doorbell.ring()
-        self._watch(connection)
+        self._watch(connection, idle)
 
-    def _watch(self, connection: _Connection) -> None:
-        """Watch the connection for reading unless a request is in flight, and for
-        writing while a response waits to be written."""
-        events = (0 if connection.in_flight else selectors.EVENT_READ) | \
+    def _watch(self, connection: _Connection, idle: bool) -> None:
+        """Watch the connection for reading when it is ``idle`` (nothing with the
+        loop, waiting or unwritten), and for writing while a response waits to be
+        written."""
+        events = (selectors.EVENT_READ if idle else 0) | \
             (selectors.EVENT_WRITE if connection.outgoing else 0)
         if events == connection.events:
             return
@@ -340,7 +378,7 @@ class KafkaSocketServer(threading.Thread):
             if connection.outgoing:
                 self._write(connection)
             else:
-                self._request_done(connection)
+                self._hand_over(connection)
 
     def _write(self, connection: _Connection) -> None:
         outgoing = connection.outgoing
@@ -353,6 +391,8 @@ class KafkaSocketServer(threading.Thread):
             except OSError:
                 self._drop(connection)
                 return
+            with self._lock:
+                connection.unsent -= sent
             while sent and outgoing:
                 head = outgoing[0]
                 if sent >= len(head):
@@ -362,13 +402,6 @@ class KafkaSocketServer(threading.Thread):
                     outgoing[0] = head[sent:]
                     sent = 0
         connection.last_active = time.monotonic()
-        if outgoing:
-            self._watch(connection)
-        else:
-            self._request_done(connection)
-
-    def _request_done(self, connection: _Connection) -> None:
-        connection.in_flight = False
         self._hand_over(connection)
 
     def _close_idle(self) -> None:
@@ -378,7 +411,8 @@ class KafkaSocketServer(threading.Thread):
         self._next_idle_check = now + limits.KAFKA_LISTENER_POLL_S
         horizon = now - self.idle_s
         for connection in [c for c in self._connections.values()
-                           if not c.in_flight and not c.outgoing and c.last_active < horizon]:
+                           if not (c.in_loop or c.frames_waiting or c.unsent)
+                           and c.last_active < horizon]:
             log.info("Kafka listener: closed the connection from %s, idle for %.0f s "
                      "(connections.max.idle.ms)", connection.peer, self.idle_s)
             self._drop(connection)

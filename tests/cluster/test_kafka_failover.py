@@ -1,8 +1,10 @@
 """Kafka clients against a cluster through a failover: librdkafka's idempotent
 producer at acks=all keeps producing while the partition's leader is killed -9, and
 every record it was told is written is there afterwards, exactly once, as a
-librdkafka consumer and shmlog's own consumer read it; a produce or fetch sent to a
-follower gets NOT_LEADER_OR_FOLLOWER.
+librdkafka consumer reads it; kafka-python's and aiokafka's idempotent producers
+(through the client harness, tests/kafka_clients) do the same through a kill -9 of
+the leader, as their own consumers read it; a produce sent to a follower gets
+NOT_LEADER_OR_FOLLOWER.
 
 Method: the shared fault cluster (session timeout 3 s), a topic of one partition at
 RF 3 with min.insync.replicas 2; the producer runs in a thread, sending a numbered
@@ -17,7 +19,9 @@ import socket
 import struct
 import threading
 import time
+import uuid
 
+import pytest
 from confluent_kafka import Consumer as KafkaClientConsumer
 from confluent_kafka import Producer as KafkaClientProducer
 from confluent_kafka import TopicPartition as KafkaClientPartition
@@ -25,9 +29,12 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from cluster.workload import WAIT_S, leader_of, wait_for_leader
+from kafka_clients import CLIENTS, Record
 from shmlog import Admin
 
 TOPIC = "kafka-failover"
+# Records per round of a harness producer (one producer each).
+ROUND = 50
 
 
 def _acked_producer(cluster, stop: threading.Event, acked: set, errors: list) -> None:
@@ -91,6 +98,74 @@ def test_acks_all_survives_a_leader_killed_and_nothing_is_doubled(fault_cluster)
     read = _read_all(cluster, len(acked))
     assert len(read) == len(set(read))                   # idempotent: nothing twice
     assert acked <= set(read)                            # nothing acknowledged lost
+
+
+def _harness_producer(client, cluster, topic: str, stop: threading.Event, acked: set,
+                      refused: list) -> None:
+    """Rounds of numbered records through ``client``'s idempotent acks=all producer
+    (a new producer each round) until ``stop``: a record reported written joins
+    ``acked``, one reported failed goes to ``refused`` (never sent again)."""
+    number = 0
+    while not stop.is_set():
+        records = [Record(b"%d" % (number + index), partition=0) for index in range(ROUND)]
+        deliveries = client.produce(cluster.bootstrap_servers, topic, records, acks="all",
+                                    idempotence=True, timeout_s=WAIT_S / 2)
+        for record, delivery in zip(records, deliveries, strict=True):
+            if delivery.error is None:
+                acked.add(int(record.value))
+            else:
+                refused.append(delivery.error)
+        number += ROUND
+
+
+@pytest.mark.parametrize("name", ["kafka-python", "aiokafka"])
+def test_a_python_client_loses_nothing_acknowledged_through_a_leader_killed(fault_cluster,
+                                                                          name):
+    client = CLIENTS[name]
+    if client.missing():
+        pytest.skip(client.missing())
+    cluster = fault_cluster
+    topic = f"kafka-failover-{name}-{uuid.uuid4().hex[:6]}"
+    Admin(cluster.data_dir(1), timeout_ms=int(WAIT_S * 1000)).create_topic(
+        topic, 1, {"min.insync.replicas": "2"}, replication_factor=3)
+    leader, _ = wait_for_leader(cluster, topic)
+    stop, acked, refused = threading.Event(), set(), []
+    producing = threading.Thread(target=_harness_producer,
+                                 args=(client, cluster, topic, stop, acked, refused))
+    producing.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(acked) < 2 * ROUND:
+            assert time.monotonic() < deadline and producing.is_alive(), refused[-3:]
+            time.sleep(0.05)
+        cluster.kill(leader)
+        wait_for_leader(cluster, topic, not_in=(leader,))
+        before = len(acked)
+        while len(acked) < before + 2 * ROUND:            # acknowledged by the new leader
+            assert time.monotonic() < deadline + WAIT_S and producing.is_alive(), refused[-3:]
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        producing.join(WAIT_S + 10)
+    cluster.start_broker(leader)
+    end = _end_offset(cluster, topic)
+    read = [int(record.value) for record in
+            client.consume(cluster.bootstrap_servers, topic, end, offsets={0: 0},
+                           timeout_s=WAIT_S)]
+    assert len(read) == end                              # the whole log, as the client reads it
+    assert len(read) == len(set(read))                   # idempotent: nothing twice
+    assert acked <= set(read)                            # nothing acknowledged lost
+
+
+def _end_offset(cluster, topic: str) -> int:
+    """The partition's high watermark, as librdkafka asks the leader for it."""
+    consumer = KafkaClientConsumer({"bootstrap.servers": cluster.bootstrap_servers,
+                                    "group.id": "unused"})
+    try:
+        return consumer.get_watermark_offsets(KafkaClientPartition(topic, 0),
+                                              timeout=WAIT_S)[1]
+    finally:
+        consumer.close()
 
 
 def test_a_follower_refuses_produce_with_not_leader(fault_cluster):
