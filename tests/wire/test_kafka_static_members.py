@@ -41,10 +41,9 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolSubscription,
 )
 
-from helpers import kafka_listener_address, unlink_shared_memory
+from helpers import kafka_broker_process
 from shmlog import Admin, Producer
 from shmlog.protocol.control_client import request
-from shmlog.server.broker import Broker
 
 WAIT_S = 30.0
 SESSION_MS = 30_000           # a restart comes back well within it
@@ -56,11 +55,9 @@ REBALANCE_IN_PROGRESS = 27
 @pytest.fixture(scope="module")
 def static_broker(tmp_path_factory):
     """(data directory, "host:port"): groups rebalance at once (no initial delay)."""
-    data_dir = str(tmp_path_factory.mktemp("kafka-static") / "data")
-    with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0",
-                group_initial_rebalance_delay_ms=0):
-        yield data_dir, kafka_listener_address(data_dir)
-    unlink_shared_memory(data_dir)
+    with kafka_broker_process(str(tmp_path_factory.mktemp("kafka-static") / "data"),
+                              group_initial_rebalance_delay_ms=0) as served:
+        yield served
 
 
 def _topic(data_dir: str, partitions: int = 4) -> str:
