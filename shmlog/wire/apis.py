@@ -15,7 +15,8 @@ Rules
   request and answers it through :meth:`KafkaApis.respond` (a long poll, acks=all).
 * A client's bytes never end the loop: a body that does not decode, or a handler
   that fails on what it was sent, closes that connection and logs why; a bug in a
-  handler is logged with its traceback and closes the connection too.
+  handler, or a response that does not encode, is logged with its traceback and
+  closes the connection too.
 * Everything runs on the broker's loop thread; handlers need no locks.
 
 Theory of operation
@@ -136,6 +137,15 @@ class KafkaApis:
         self._send(request, header, response)
 
     def _send(self, request: WireRequest, header: codec.RequestHeader, response) -> None:
+        try:
+            self._encode_and_send(request, header, response)
+        except Exception:              # noqa: BLE001 - a bug must not end the broker
+            log.exception("Kafka listener: the response to %s from %s did not encode; its "
+                          "connection is closed", header.describe(), request.peer)
+            self.server.close(request.connection_id)
+
+    def _encode_and_send(self, request: WireRequest, header: codec.RequestHeader,
+                         response) -> None:
         if response is NO_RESPONSE:
             self.server.no_response(request.connection_id)
         elif isinstance(response, list):
