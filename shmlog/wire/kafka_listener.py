@@ -17,7 +17,9 @@ import os
 import socket
 
 from ..common.errors import InvalidConfigError
+from .admin_apis import AdminApis
 from .apis import KafkaApis
+from .config_apis import ConfigApis
 from .local_metadata import LocalMetadata
 from .metadata_api import MetadataApi
 from .socket_server import KafkaSocketServer
@@ -79,7 +81,9 @@ class KafkaListener:
         self.addresses = self.server.addresses
         self.advertised = advertised[0] if advertised else _reachable(self.addresses[0])
         metadata = LocalMetadata(core, self.advertised)
-        self.apis = KafkaApis(self.server, [MetadataApi(metadata)])
+        broker_id = metadata.brokers()[0][0]
+        self.apis = KafkaApis(self.server, [MetadataApi(metadata), AdminApis(core, metadata),
+                                            ConfigApis(core, broker_id)])
         log.info("broker %d: Kafka listener on %s", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses))
 
