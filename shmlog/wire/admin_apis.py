@@ -25,6 +25,9 @@ Rules
 * **Timeouts.** Nothing here waits: a single broker creates, deletes, grows and
   moves a log start before it answers (its low watermark is its own log start), so
   ``timeout_ms`` cannot run out and every answer is final.
+* **A single broker's.** A cluster member's topic service answers a topic change
+  once ZooKeeper carried it out (a held reply); these handlers answer at once, so
+  a member's listener does not serve them (``kafka_listener``).
 * DescribeCluster lists the brokers Metadata lists; a request for the controllers'
   endpoints (v1+, endpoint type 2) is MISMATCHED_ENDPOINT_TYPE, as a Kafka broker
   answers. With no authorizer every operation on the cluster is allowed, so the

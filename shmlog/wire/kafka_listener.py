@@ -6,6 +6,9 @@ Rules
 * Off unless ``listeners`` is set. Each listener is ``PLAINTEXT://host:port`` (port
   0: a free one); ``advertised_listeners`` gives what clients are told, in the same
   order, when it differs.
+* The admin APIs (``admin_apis``, ``config_apis``) are a single broker's: a cluster
+  member's topic service answers topic changes once ZooKeeper carried them out,
+  which those handlers do not wait for, so a member does not advertise them.
 * The loop drives it: :meth:`KafkaListener.answer` every turn, :meth:`KafkaListener.poll`
   after every drain (held requests may be due), and its deadline joins the loop's.
 """
@@ -81,9 +84,10 @@ class KafkaListener:
         self.addresses = self.server.addresses
         self.advertised = advertised[0] if advertised else _reachable(self.addresses[0])
         metadata = LocalMetadata(core, self.advertised)
-        broker_id = metadata.brokers()[0][0]
-        self.apis = KafkaApis(self.server, [MetadataApi(metadata), AdminApis(core, metadata),
-                                            ConfigApis(core, broker_id)])
+        areas = [MetadataApi(metadata)]
+        if core.cluster is None:       # a member's topic changes are answered later
+            areas += [AdminApis(core, metadata), ConfigApis(core, metadata.brokers()[0][0])]
+        self.apis = KafkaApis(self.server, areas)
         log.info("broker %d: Kafka listener on %s", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses))
 
