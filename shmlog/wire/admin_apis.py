@@ -170,7 +170,8 @@ class AdminApis:
         if factor is not None and factor != 1:
             raise InvalidReplicationFactorError(
                 f"a single broker keeps one copy of each partition: replication factor "
-                f"{factor} cannot be met for topic {name!r:.100}")
+                f"{factor} cannot be met for topic {name!r:.100} (a cluster can: see shmlog "
+                f"cluster)")
         validate_topic_name(name)
         _check_partition_count(fields["partitions"])
         TopicConfig.from_overrides(fields["config"])
@@ -283,7 +284,7 @@ class AdminApis:
             error = entry["error"]
             topics.setdefault(entry["topic"], []).append(result.DeleteRecordsPartitionResult(
                 partition_index=entry["partition"], low_watermark=entry["low_watermark"],
-                error_code=E.NONE if error is None else getattr(E, error, E.UNKNOWN_SERVER_ERROR)))
+                error_code=E.NONE if error is None else E.for_name(error)))
         return cls(version=header.api_version, throttle_time_ms=0,
                    topics=[result(name=name, partitions=partitions)
                            for name, partitions in topics.items()])

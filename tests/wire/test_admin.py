@@ -42,6 +42,7 @@ from kafka.protocol.admin import (
 )
 
 from shmlog import Admin, Producer
+from shmlog.common.errors import ShmlogError
 from shmlog.common.internal_topics import INTERNAL_TOPICS
 from shmlog.wire import codec
 from shmlog.wire import error_codes as E
@@ -156,6 +157,64 @@ def test_kafka_python_creates_topics(kafka_broker, python_admin):
                                        raise_errors=False)
     assert again["topics"][0]["error_code"] == E.TOPIC_ALREADY_EXISTS
     assert "already exists" in again["topics"][0]["error_message"]
+
+
+def test_the_wire_and_shmlog_admin_refuse_alike(kafka_broker, python_admin):
+    """The same refusal, with the same message, whether asked over the wire (created
+    or only validated) or through shmlog's own Admin."""
+    data_dir, _ = kafka_broker
+    admin = Admin(data_dir)
+    admin.create_topic("alike", 1)
+    cases = {"alike": {"num_partitions": 1}, "bad name!": {"num_partitions": 1},
+             "alike-many": {"num_partitions": 20_000},
+             "alike-config": {"num_partitions": 1, "configs": {"retention.ms": "soon"}},
+             "alike-copies": {"num_partitions": 1, "replication_factor": 3},
+             OFFSETS_TOPIC: {"num_partitions": 1}}
+    for name, fields in cases.items():
+        with pytest.raises(ShmlogError) as shmlog_refusal:
+            admin.create_topic(name, fields["num_partitions"], config=fields.get("configs"),
+                               replication_factor=fields.get("replication_factor"))
+        for validate_only in (False, True):
+            answer = python_admin.create_topics({name: fields}, validate_only=validate_only,
+                                                raise_errors=False)
+            (entry,) = answer["topics"]
+            refusal = shmlog_refusal.value
+            assert (entry["error_code"], entry["error_message"]) == \
+                (E.for_error(refusal), str(refusal)), (name, validate_only)
+
+
+def test_growth_and_config_changes_refused_alike(kafka_broker, python_admin):
+    """CreatePartitions and IncrementalAlterConfigs refuse as shmlog's Admin does,
+    with its messages, whether applied or only validated."""
+    from kafka.admin import NewPartitions as PythonNewPartitions
+    data_dir, _ = kafka_broker
+    admin = Admin(data_dir)
+    admin.create_topic("alike-grown", 2)
+    for name, total in (("alike-grown", 2), ("alike-grown", 20_000), ("alike-never", 3),
+                        (OFFSETS_TOPIC, 60)):
+        with pytest.raises(ShmlogError) as shmlog_refusal:
+            admin.add_partitions(name, total)
+        for validate_only in (False, True):
+            answer = python_admin.create_partitions({name: PythonNewPartitions(total)},
+                                                    validate_only=validate_only,
+                                                    raise_errors=False)
+            (result,) = answer.results
+            refusal = shmlog_refusal.value
+            assert (result.error_code, result.error_message) == \
+                (E.for_error(refusal), str(refusal)), (name, total, validate_only)
+    topic = ConfigResourceType.TOPIC
+    for name, configs in (("alike-grown", {"retention.ms": "soon"}),
+                          ("alike-grown", {"no.such.setting": "1"}),
+                          ("alike-never", {"retention.ms": "1"})):
+        with pytest.raises(ShmlogError) as shmlog_refusal:
+            admin.alter_topic_config(name, set=configs)
+        for validate_only in (False, True):
+            answer = python_admin.alter_configs(
+                [KafkaPythonConfigResource(topic, name, dict(configs))],
+                validate_only=validate_only, raise_on_unknown=False, incremental=True)
+            assert str(shmlog_refusal.value) in answer["topic"][name], (name, validate_only)
+    assert len(admin.describe_topic("alike-grown")["partitions"]) == 2
+    assert admin.describe_topic("alike-grown")["overrides"] == {}
 
 
 # -- DeleteTopics ---------------------------------------------------------------------------
@@ -664,6 +723,15 @@ def test_incremental_alter_configs_every_version(kafka_broker, version):
     assert [r.error_code for r in response.responses] == \
         [0, E.INVALID_REQUEST, E.INVALID_REQUEST, E.INVALID_REQUEST]
     assert Admin(data_dir).describe_topic(name)["overrides"] == {"flush.ms": 500}
+
+
+def test_delete_records_error_names_have_codes():
+    from shmlog.storage import delete_records as deletion
+    for name in (deletion.OFFSET_OUT_OF_RANGE, deletion.NOT_LEADER_OR_FOLLOWER,
+                 deletion.UNKNOWN_TOPIC_OR_PARTITION, deletion.REQUEST_TIMED_OUT,
+                 deletion.KAFKA_STORAGE_ERROR, deletion.INVALID_TOPIC_EXCEPTION):
+        assert E.for_name(name) == getattr(E, name) != E.UNKNOWN_SERVER_ERROR
+    assert E.for_name("NO_SUCH_ERROR") == E.for_name("for_name") == E.UNKNOWN_SERVER_ERROR
 
 
 def test_error_codes_are_kafkas():
