@@ -227,9 +227,14 @@ class AdminApis:
         if code == E.NONE:
             try:
                 refuse_internal(name, "deleted")
-                described = self.core.host.logs.describe_topic(name)
-                topic_id = uuid.UUID(hex=described.topic_id)
+                described = uuid.UUID(hex=self.core.host.logs.describe_topic(name).topic_id)
+                if topic_id not in (None, _NO_UUID, described):
+                    # An id seen before the name was deleted and made again: not this topic.
+                    raise _UnknownTopicId(f"no topic has the id {topic_id}")
+                topic_id = described
                 self.core.topics.delete_topic(name)
+            except _UnknownTopicId as error:
+                code, message = E.UNKNOWN_TOPIC_ID, str(error)
             except ShmlogError as error:
                 code, message = E.for_error(error), str(error)
         return cls.DeletableTopicResult(name=name, topic_id=topic_id or _NO_UUID,
@@ -345,6 +350,11 @@ class AdminApis:
 
     def _broker_id(self) -> int:
         return self.metadata.brokers()[0][0]
+
+
+class _UnknownTopicId(Exception):
+    """A topic id that names no topic here (stays inside this module: DeleteTopics
+    answers it UNKNOWN_TOPIC_ID)."""
 
 
 def _repeated(names: list) -> list:

@@ -587,6 +587,24 @@ def test_delete_topics_every_version(kafka_broker, version):
     assert name not in admin.list_topics()
 
 
+def test_delete_topics_by_a_stale_id_deletes_nothing(kafka_broker):
+    """A topic deleted and made again under its name has a new id: the old id names
+    no topic (UNKNOWN_TOPIC_ID), and the new topic stays."""
+    data_dir, address = kafka_broker
+    admin = Admin(data_dir)
+    admin.create_topic("reborn", 1)
+    old_id = uuid.UUID(hex=admin.describe_topic("reborn")["topic_id"])
+    state = DeleteTopicsRequest.DeleteTopicState
+    response = _ask(address, DeleteTopicsRequest(version=6, timeout_ms=5000, topics=[
+        state(name=None, topic_id=old_id)]), 6)
+    assert [r.error_code for r in response.responses] == [0]
+    admin.create_topic("reborn", 1)
+    response = _ask(address, DeleteTopicsRequest(version=6, timeout_ms=5000, topics=[
+        state(name=None, topic_id=old_id)]), 6)
+    assert [r.error_code for r in response.responses] == [E.UNKNOWN_TOPIC_ID]
+    assert "reborn" in admin.list_topics()
+
+
 @pytest.mark.parametrize("version", _versions(37))
 def test_create_partitions_every_version(kafka_broker, version):
     data_dir, address = kafka_broker
