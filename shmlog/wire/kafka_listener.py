@@ -24,6 +24,7 @@ from ..common.errors import InvalidConfigError
 from .admin_apis import AdminApis
 from .apis import KafkaApis
 from .cluster_metadata import ClusterMetadata
+from .config_apis import ConfigApis
 from .fetch_api import FetchApi
 from .group_apis import GroupApis
 from .group_offsets_apis import GroupOffsetsApis
@@ -92,6 +93,7 @@ class KafkaListener:
         self.apis.add_area(GroupApis(core, metadata, self.apis.respond))
         self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
         self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
+        self.apis.add_area(ConfigApis(core, metadata.broker_id, self.apis.respond))
         self.server.serve(core.host.table.appender_doorbell)
         log.info("broker %d: Kafka listener on %s (advertised as %s:%d)", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses),

@@ -83,3 +83,36 @@ def test_admin_client_creates_and_deletes_a_replicated_topic(fault_cluster):
     assert len(described["partitions"]) == 3
     [gone] = client.delete_topics(["kafka-admin-made"], request_timeout=WAIT_S).values()
     assert gone.result(WAIT_S) is None
+
+
+def test_admin_client_reads_and_changes_a_replicated_topics_settings(fault_cluster):
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+    cluster = fault_cluster
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    [made] = client.create_topics([NewTopic("kafka-admin-configs", 2, 3,
+                                            config={"retention.ms": "60000"})],
+                                  request_timeout=WAIT_S).values()
+    made.result(WAIT_S)
+    try:
+        topic = ConfigResource(ResourceType.TOPIC, "kafka-admin-configs")
+        [described] = client.describe_configs([topic], request_timeout=WAIT_S).values()
+        assert described.result(WAIT_S)["retention.ms"].value == "60000"
+        change = ConfigResource(ResourceType.TOPIC, "kafka-admin-configs", incremental_configs=[
+            ConfigEntry("retention.ms", "120000",
+                        incremental_operation=AlterConfigOpType.SET)])
+        [altered] = client.incremental_alter_configs([change]).values()
+        assert altered.result(WAIT_S) is None          # answered once ZooKeeper has it
+        for broker_id in range(1, cluster.count + 1):  # every member applies it
+            deadline = time.monotonic() + WAIT_S
+            while str(Admin(cluster.data_dir(broker_id)).describe_topic(
+                    "kafka-admin-configs")["overrides"].get("retention.ms")) != "120000":
+                assert time.monotonic() < deadline, f"broker {broker_id} kept the old value"
+                time.sleep(0.2)
+    finally:
+        client.delete_topics(["kafka-admin-configs"], request_timeout=WAIT_S)
