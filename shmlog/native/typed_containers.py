@@ -27,14 +27,18 @@ import numpy as np
 from numba import types
 from numba.typed import Dict, List
 
+from ..common import limits
 from .jit import kernel
 
-__all__ = ["BYTES", "WORDS", "byte_arrays", "word_arrays", "set_item", "append_item",
+__all__ = ["BYTES", "WORDS", "WINDOW", "byte_arrays", "word_arrays", "set_item", "append_item",
            "producer_table", "sequence_table", "table_size"]
 
 BYTES = numba.typeof(np.zeros(1, np.uint8))     # a contiguous uint8 array
 WORDS = numba.typeof(np.zeros(1, np.int64))     # a contiguous int64 array
-_FOUR_WORDS = types.UniTuple(types.int64, 4)
+# A producer's window of last batches, laid out by ``storage.producer_window``: its
+# epoch, next sequence and batches held, then each batch's first sequence, last
+# sequence and base offset.
+WINDOW = types.UniTuple(types.int64, 3 + 3 * limits.PRODUCER_BATCHES_MAX)
 _ROW_AND_PRODUCER = types.UniTuple(types.int64, 2)
 
 
@@ -70,14 +74,14 @@ def append_item(items, item):
 
 @kernel
 def producer_table():
-    """An empty dict of producer id -> four int64 (``producer_snapshots``)."""
-    return Dict.empty(key_type=types.int64, value_type=_FOUR_WORDS)
+    """An empty dict of producer id -> its window (``producer_snapshots``)."""
+    return Dict.empty(key_type=types.int64, value_type=WINDOW)
 
 
 @kernel
 def sequence_table():
-    """An empty dict of (row, producer id) -> four int64 (the appender's)."""
-    return Dict.empty(key_type=_ROW_AND_PRODUCER, value_type=_FOUR_WORDS)
+    """An empty dict of (row, producer id) -> the producer's window (the appender's)."""
+    return Dict.empty(key_type=_ROW_AND_PRODUCER, value_type=WINDOW)
 
 
 @kernel

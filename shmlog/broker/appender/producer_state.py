@@ -1,11 +1,13 @@
-"""Idempotent producers: what the appender remembers of each producer's last batch per
+"""Idempotent producers: what the appender remembers of each producer's last batches per
 partition, and the verdict on a batch's sequence (Kafka's ``ProducerStateManager``).
 
 Rules
 -----
-* One table for every hosted partition: (row, producer id) -> (the last appended
-  batch's producer epoch, its first sequence, its base offset, the next sequence
-  expected). A batch without a producer id (-1) is never checked nor remembered.
+* One table for every hosted partition: (row, producer id) -> the producer's window
+  (``storage.producer_window``): its epoch, the next sequence expected, and its last
+  :data:`limits.PRODUCER_BATCHES_MAX` appended batches' first and last sequences and
+  base offsets (Kafka's ``NUM_BATCHES_TO_RETAIN``). A batch without a producer id
+  (-1) is never checked nor remembered.
 * The compiled loop reads and writes the table itself (:attr:`ProducerStateTable.sequences`,
   through :func:`check_sequence` and :func:`remember_sequence`); Python goes through
   :class:`ProducerStateTable`. Both run on the draining thread only.
@@ -15,20 +17,26 @@ Rules
 Theory of operation
 -------------------
 A batch with a producer id carries the per-partition sequence number of its first
-record, and the producer's epoch. Under the same epoch, a batch whose first sequence
-equals the last batch's is a re-send of it (a broker died after appending it but
-before acknowledging it, and the new broker found it still in the ring): it is
-acknowledged with the original base offset and not appended again; a sequence that
-is neither that nor the next expected is out of order. A higher epoch must start
+record, and the producer's epoch. Under the same epoch, a batch whose first and last
+sequences are those of one of the last five batches is a re-send of it (a Kafka
+producer keeps up to five requests in flight per connection and re-sends them when
+it drops; or a broker died after appending a batch but before acknowledging it, and
+the new broker found it still in the ring): it is acknowledged with that batch's
+own base offset and not appended again. Any other sequence but the next expected is
+out of order, a re-send of a batch older than those five too (Kafka answers it
+``OUT_OF_ORDER_SEQUENCE_NUMBER``: its ``checkSequence`` compares the first sequence
+with the last batch's alone once no batch held matches). A higher epoch must start
 again at sequence 0 (KIP-360: a producer whose batch was refused bumps its epoch and
 resets the partition's sequence once nothing of it is in flight, since the refused
 batch left a gap); a lower epoch is fenced (``INVALID_PRODUCER_EPOCH``).
 
 The memory is rebuilt from the whole log when a partition is opened, and after a
-truncation: the producer snapshot below the active segment and a walk of that
-segment (``PartitionLog.producer_batches``, ``producer_snapshots``). A follower's
-appends are remembered unchecked (:meth:`ProducerStateTable.remember_batches`), so
-the replica that becomes leader knows every producer's last batch.
+truncation: the producer snapshot below the active segment (each producer's last
+five batches) and a walk of that segment (``PartitionLog.producer_batches``,
+``producer_snapshots``), so every window comes back as far as the log still holds
+its batches. A follower's appends are remembered unchecked
+(:meth:`ProducerStateTable.remember_batches`), so the replica that becomes leader
+knows every producer's last five batches.
 """
 
 from __future__ import annotations
@@ -39,7 +47,17 @@ from ...native import typed_containers as typed
 from ...native.jit import kernel, load_i16, load_i32, load_i64
 from ...record import batch_layout as B
 from ...record.records import batch_frame
-from ...shm.completion import SEQUENCE_MODULUS, CompletionCode
+from ...shm.completion import CompletionCode
+from ...storage.producer_window import (
+    EMPTY_WINDOW,
+    EPOCH,
+    HELD,
+    NEXT_SEQUENCE,
+    last_sequence,
+    window_duplicate,
+    window_of,
+    window_push,
+)
 
 __all__ = ["ProducerStateTable", "check_sequence", "remember_sequence", "sequence_refusal",
            "SEQUENCE_NEW", "SEQUENCE_DUPLICATE", "SEQUENCE_OUT_OF_ORDER", "SEQUENCE_FENCED"]
@@ -52,19 +70,24 @@ SEQUENCE_FENCED = 3            # an epoch older than the remembered one
 
 
 @kernel
-def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence):
-    """(verdict, base offset to acknowledge a duplicate with)."""
-    key = (row, producer_id)
-    if producer_id < 0 or key not in sequences:
+def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence,
+                   last_offset_delta):
+    """(verdict, base offset to acknowledge a duplicate with) of a batch whose
+    records span ``base_sequence`` to ``base_sequence + last_offset_delta``."""
+    window = window_of(sequences, (row, producer_id)) if producer_id >= 0 \
+        else EMPTY_WINDOW
+    if window[HELD] == 0:
         return SEQUENCE_NEW, -1
-    epoch, last_sequence, last_base_offset, next_sequence = sequences[key]
+    epoch = window[EPOCH]
     if producer_epoch < epoch:
         return SEQUENCE_FENCED, -1
     if producer_epoch > epoch:
         return (SEQUENCE_NEW if base_sequence == 0 else SEQUENCE_OUT_OF_ORDER), -1
-    if base_sequence == last_sequence:
-        return SEQUENCE_DUPLICATE, last_base_offset
-    if base_sequence != next_sequence:
+    duplicate_offset = window_duplicate(window, base_sequence,
+                                        last_sequence(base_sequence, last_offset_delta))
+    if duplicate_offset >= 0:
+        return SEQUENCE_DUPLICATE, duplicate_offset
+    if base_sequence != window[NEXT_SEQUENCE]:
         return SEQUENCE_OUT_OF_ORDER, -1
     return SEQUENCE_NEW, -1
 
@@ -72,9 +95,13 @@ def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence):
 @kernel
 def remember_sequence(sequences, row, producer_id, producer_epoch, base_sequence, base_offset,
                       record_count):
+    """Remember a batch of ``record_count`` records appended at ``base_offset``: the
+    newest of its producer's window."""
     if producer_id >= 0:
-        sequences[(row, producer_id)] = (producer_epoch, base_sequence, base_offset,
-                                         (base_sequence + record_count) % SEQUENCE_MODULUS)
+        key = (row, producer_id)
+        sequences[key] = window_push(window_of(sequences, key), producer_epoch,
+                                     base_sequence, last_sequence(base_sequence, record_count - 1),
+                                     base_offset)
 
 
 @kernel
@@ -99,7 +126,8 @@ def _forget_sequences(sequences, row):
 
 @kernel
 def _rebuild_sequences(log, end, row, sequences):
-    """Remember the last batch of every producer in a (valid) segment."""
+    """Remember every producer's batches in a (valid) segment, in order: each window
+    ends with that producer's last ones."""
     position = 0
     while position < end:
         status, length = batch_frame(log, position, end)
@@ -117,7 +145,7 @@ def _rebuild_sequences(log, end, row, sequences):
 def _remember_producers(sequences, row, producers):
     """Remember the producers' last batches a log gives
     (``PartitionLog.producer_batches``: id, epoch, base sequence, base offset, last
-    offset delta per row) for the partition at ``row``."""
+    offset delta per row; a producer's rows in log order) for the partition at ``row``."""
     for index in range(producers.shape[0]):
         remember_sequence(sequences, row, producers[index, 0], producers[index, 1],
                           producers[index, 2], producers[index, 3], producers[index, 4] + 1)
@@ -128,15 +156,16 @@ class ProducerStateTable:
     rules), by the partition's row."""
 
     def __init__(self):
-        # (row, producer id) -> (last batch's epoch, its first sequence, its base offset,
-        # next sequence); the compiled loop takes it as it is.
+        # (row, producer id) -> the producer's window (storage.producer_window); the
+        # compiled loop takes it as it is.
         self.sequences = typed.sequence_table()
 
-    def check(self, row: int, producer_id: int, producer_epoch: int,
-              base_sequence: int) -> tuple[int, int]:
+    def check(self, row: int, producer_id: int, producer_epoch: int, base_sequence: int,
+              last_offset_delta: int) -> tuple[int, int]:
         """The verdict on a batch's sequence (``SEQUENCE_*``), and the base offset to
         acknowledge it with when it is a duplicate (else -1)."""
-        return check_sequence(self.sequences, row, producer_id, producer_epoch, base_sequence)
+        return check_sequence(self.sequences, row, producer_id, producer_epoch, base_sequence,
+                              last_offset_delta)
 
     def remember(self, row: int, producer_id: int, producer_epoch: int, base_sequence: int,
                  base_offset: int, record_count: int) -> None:
@@ -145,8 +174,8 @@ class ProducerStateTable:
                           base_offset, record_count)
 
     def remember_batches(self, row: int, batches: np.ndarray) -> None:
-        """Remember the last batch of every producer in ``batches`` (whole, valid
-        batches appended to the partition at ``row``), unchecked."""
+        """Remember every producer's batches in ``batches`` (whole, valid batches
+        appended to the partition at ``row``), unchecked."""
         _rebuild_sequences(batches, batches.size, row, self.sequences)
 
     def remember_producers(self, row: int, producers: np.ndarray) -> None:
