@@ -255,6 +255,19 @@ def test_rebuild_producer_state_forgets_what_a_truncation_removed(replica):
     assert logs.partition_log("t", 0).log_end_offset == 8
 
 
+def test_a_truncation_leaves_the_window_of_the_batches_it_kept(replica):
+    logs, table, appender, row = replica
+    batches = [producer_batch(4 * index, index) for index in range(5)]      # at 0, 4, ... 16
+    appender.append_replicated(row, leader_bytes(*batches))
+    logs.partition_log("t", 0).truncate_to(12)
+    appender.rebuild_producer_state(row)
+    # The three kept are duplicates; the two cut are appended again, in order.
+    assert [appender.append(row, batch)[0] for batch in batches] == [0, 4, 8, 12, 16]
+    assert logs.partition_log("t", 0).log_end_offset == 20
+    assert [appender.append(row, batch)[0] for batch in batches] == [0, 4, 8, 12, 16]
+    assert logs.partition_log("t", 0).log_end_offset == 20
+
+
 def test_append_replicated_wants_an_external_high_watermark(replica):
     logs, table, appender, row = replica
     appender.set_high_watermark_policy(row, HighWatermarkPolicy.LOG_END)

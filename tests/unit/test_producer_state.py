@@ -28,11 +28,19 @@ import pytest
 from helpers import abandon
 from shmlog import LogManager
 from shmlog.broker.appender import Appender, CompletionCode
+from shmlog.broker.appender.producer_state import (
+    SEQUENCE_DUPLICATE,
+    SEQUENCE_FENCED,
+    SEQUENCE_NEW,
+    SEQUENCE_OUT_OF_ORDER,
+    ProducerStateTable,
+)
 from shmlog.common.limits import PRODUCER_BATCHES_MAX
 from shmlog.native import typed_containers as typed
 from shmlog.record import batch_layout as B
 from shmlog.record.records import encode_batch
 from shmlog.segments import PartitionLog
+from shmlog.shm.completion import SEQUENCE_MODULUS
 from shmlog.shm.state import PartitionStateTable, unlink_table
 from shmlog.storage.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
 from shmlog.storage.producer_window import WINDOW_WORDS
@@ -159,6 +167,33 @@ def test_the_last_five_batches_are_recognised_after_a_restart(broker, reopen):
         [offsets[index] if index in known else out_of_order for index in range(1, 7)]
     assert broker.log.log_end_offset == end
     assert broker.append(producer_batch(7, 28)) == end                 # and it goes on
+
+
+def test_the_window_follows_sequences_across_their_wrap():
+    """Sequences wrap to 0 after SEQUENCE_MODULUS - 1: a batch across the wrap is held
+    with its last sequence past it, its re-send recognised, and 0's batch follows."""
+    table = ProducerStateTable()
+    top = SEQUENCE_MODULUS - 1
+    firsts = [top - 9, top - 5, top - 1, 2, 6, 10]         # four records each; across: top - 1
+    for index, first in enumerate(firsts):
+        assert table.check(0, 7, 0, first, 3) == (SEQUENCE_NEW, -1)
+        table.remember(0, 7, 0, first, 100 + 4 * index, 4)
+    assert [table.check(0, 7, 0, first, 3) for first in firsts[1:]] == \
+        [(SEQUENCE_DUPLICATE, 100 + 4 * index) for index in range(1, 6)]
+    assert table.check(0, 7, 0, firsts[0], 3) == (SEQUENCE_OUT_OF_ORDER, -1)     # sixth-last
+    assert table.check(0, 7, 0, top - 1, 2) == (SEQUENCE_OUT_OF_ORDER, -1)       # ends elsewhere
+    assert table.check(0, 7, 0, 14, 0) == (SEQUENCE_NEW, -1)
+    assert table.check(1, 7, 0, 14, 0) == (SEQUENCE_NEW, -1)             # another partition's
+
+
+def test_a_new_epoch_starts_the_window_again():
+    table = ProducerStateTable()
+    for index in range(3):
+        table.remember(0, 7, 0, 4 * index, 4 * index, 4)
+    table.remember(0, 7, 1, 0, 12, 4)                                   # KIP-360's bump
+    assert table.check(0, 7, 1, 0, 3) == (SEQUENCE_DUPLICATE, 12)
+    assert table.check(0, 7, 0, 4, 3)[0] == SEQUENCE_FENCED
+    assert table.check(0, 7, 1, 4, 3) == (SEQUENCE_NEW, -1)
 
 
 def test_a_producer_window_is_as_wide_as_the_dicts_hold():
