@@ -25,13 +25,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import types
+from numba.extending import intrinsic
 from numba.typed import Dict, List
 
 from ..common import limits
 from .jit import kernel
 
 __all__ = ["BYTES", "WORDS", "WINDOW", "byte_arrays", "word_arrays", "set_item", "append_item",
-           "producer_table", "sequence_table", "table_size"]
+           "producer_table", "sequence_table", "table_size", "get_or"]
 
 BYTES = numba.typeof(np.zeros(1, np.uint8))     # a contiguous uint8 array
 WORDS = numba.typeof(np.zeros(1, np.int64))     # a contiguous int64 array
@@ -88,3 +89,24 @@ def sequence_table():
 def table_size(table):
     """``len(table)`` for a dict made here."""
     return len(table)
+
+
+@intrinsic
+def _present(typingctx, optional):
+    """The value of an optional known not to be None (numba's own cast, which
+    checks that it is not)."""
+    if not isinstance(optional, types.Optional):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return context.cast(builder, args[0], signature.args[0], signature.return_type)
+    return optional.type(optional), codegen
+
+
+@kernel(inline="always")
+def get_or(table, key, default):
+    """``table.get(key, default)`` in one lookup, typed as the dict's values: numba
+    types ``get`` as optional even with a default, which a tuple's slices and
+    indexes do not take, and ``key in table`` before ``table[key]`` looks twice
+    (~100 ns against ~30 for one, measured on the appender's sequence table)."""
+    return _present(table.get(key, default))
