@@ -463,6 +463,11 @@ LEADER_EPOCH_ENTRIES_MAX = 1_000_000
 # Producers a header walk keeps in a local array before it falls back to the typed
 # dict: a probe of a few int64s costs a few nanoseconds a batch, a dict store ~30.
 WALK_PRODUCERS_MAX = 64
+# Batches remembered per idempotent producer and partition, whose re-send is acknowledged
+# with its original offset (storage/producer_window.py): Kafka's NUM_BATCHES_TO_RETAIN
+# (ProducerStateEntry), since its producers keep up to 5 requests in flight per connection
+# (max.in.flight.requests.per.connection <= 5 with idempotence), any of which may be re-sent.
+PRODUCER_BATCHES_MAX = 5
 
 # --- forwarding (cluster/replication/forwarding.py: a partition another broker leads) -----
 # After a forwarded batch's request failed or was answered with a retriable error, it

@@ -117,11 +117,11 @@ class LogAppends:
         producer_id = int(header["producer_id"]) if header is not None else -1
         producer_epoch = int(header["producer_epoch"]) if header is not None else -1
         base_sequence = int(header["base_sequence"]) if header is not None else -1
+        last_offset_delta = int(header["last_offset_delta"]) if header is not None else 0
         verdict, duplicate_offset = self.producer_states.check(row, producer_id, producer_epoch,
-                                                               base_sequence)
+                                                               base_sequence, last_offset_delta)
         if verdict == SEQUENCE_DUPLICATE:
-            return (int(duplicate_offset), -1,
-                    int(duplicate_offset) + int(header["last_offset_delta"]))
+            return int(duplicate_offset), -1, int(duplicate_offset) + last_offset_delta
         if verdict != SEQUENCE_NEW:
             return int(sequence_refusal(verdict)), -1, -1
         try:
@@ -148,8 +148,8 @@ class LogAppends:
         (``PartitionLog.append_as_follower``: offsets, epochs and timestamps kept):
         the row is published (its log end; the high watermark stays where
         ``advance_high_watermark`` put it), and the partition is among those
-        :meth:`take_appended` gives. Each producer's last batch is remembered
-        without checking its sequence (Kafka checks sequences only for a client's
+        :meth:`take_appended` gives. Each producer's batches are remembered
+        without checking their sequences (Kafka checks sequences only for a client's
         appends, ``origin == Client``), so a producer's re-send to this replica once
         it leads is found a duplicate.
 
@@ -200,9 +200,9 @@ class LogAppends:
         self.remember_log(row)
 
     def remember_log(self, row: int) -> None:
-        """Remember the last batch of each producer in the partition's log, in every
+        """Remember the last batches of each producer in the partition's log, in every
         segment (``producer_snapshots``), not the active one alone: a producer whose
-        last batch sits in an older segment would be forgotten, and its re-send
+        last batches sit in an older segment would be forgotten, and a re-send
         appended twice."""
         self.producer_states.remember_producers(row,
                                                 self.rows.partition_log(row).producer_batches())
