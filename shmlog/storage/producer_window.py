@@ -14,7 +14,11 @@ Rules
   again with that batch alone (Kafka's ``maybeUpdateProducerEpoch`` clears the
   batches), and the oldest goes when a batch comes to a full window.
 * A batch held is a duplicate of a new one when both its first and last sequence
-  match (Kafka's ``batchWithSequenceRange``); the caller checks the epoch first.
+  match (Kafka's ``batchWithSequenceRange``); so is a run of batches held, from one
+  whose first sequence is the new one's to one (as new or newer) whose last is:
+  a Kafka client's batch stored in pieces (``kafka_batches.from_kafka``), which a
+  leader remembers whole but a restart (the log's walk) and a follower remember
+  piece by piece. The caller checks the epoch first.
 * Sequences wrap to 0 after ``SEQUENCE_MODULUS - 1``, as Kafka's ``incrementSequence``.
 * :data:`EMPTY_WINDOW` holds nothing (``HELD`` 0): the start of every producer.
 
@@ -92,13 +96,19 @@ def window_push(window, epoch, first_sequence, last_sequence, base_offset):
 
 @kernel(inline="always")
 def window_duplicate(window, first_sequence, last_sequence):
-    """The base offset of the batch held whose first and last sequence are those
-    given, or -1."""
+    """The base offset of the batch held whose first sequence is ``first_sequence``
+    when it, or a batch held after it, ends at ``last_sequence``; else -1.
+
+    Under one epoch the batches held run on without a gap (any other sequence is
+    refused before it is remembered), so the batches from the first match to the
+    last are the pieces of the batch asked about, or that batch itself."""
+    ends_at = -1                    # the oldest age seen so far ending at last_sequence
     for age in range(window[HELD]):
         batch = BATCHES + BATCH_WORDS * age
-        if window[batch + FIRST_SEQUENCE] == first_sequence \
-                and window[batch + LAST_SEQUENCE] == last_sequence:
-            return window[batch + BASE_OFFSET]
+        if window[batch + LAST_SEQUENCE] == last_sequence and ends_at < 0:
+            ends_at = age
+        if window[batch + FIRST_SEQUENCE] == first_sequence:
+            return window[batch + BASE_OFFSET] if ends_at >= 0 else -1
     return -1
 
 

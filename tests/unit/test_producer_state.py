@@ -196,6 +196,62 @@ def test_a_new_epoch_starts_the_window_again():
     assert table.check(0, 7, 1, 4, 3) == (SEQUENCE_NEW, -1)
 
 
+def pieces(producer_id: int, sequence: int, count: int) -> np.ndarray:
+    """A Kafka client's batch of ``4 * count`` records as ``kafka_batches.from_kafka``
+    stores it when it passes max.message.bytes: ``count`` batches back to back, one
+    producer, sequences running on from ``sequence``."""
+    return np.concatenate([producer_batch(producer_id, sequence + 4 * index)
+                           for index in range(count)])
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_batch_stored_in_pieces_is_one_resent_batch_before_and_after_a_restart(broker,
+                                                                               crash):
+    """Appended, it is one batch of the window (first sequence to its last piece's
+    last): its re-send is deduped with its first offset. After a restart the log's
+    walk remembers its pieces one by one, and the re-send matches their run."""
+    first = broker.append(pieces(7, 0, 3))
+    second = broker.append(pieces(7, 12, 2))
+    end = broker.log.log_end_offset
+    assert (first, second, end) == (0, 12, 20)
+    assert [broker.append(pieces(7, 0, 3)), broker.append(pieces(7, 12, 2))] == [0, 12]
+    assert broker.append(pieces(7, 0, 2)) == -CompletionCode.OUT_OF_ORDER_SEQUENCE  # ends inside
+    broker.restart(crash=crash)
+    assert [broker.append(pieces(7, 0, 3)), broker.append(pieces(7, 12, 2))] == [0, 12]
+    assert broker.log.log_end_offset == end
+    assert broker.append(pieces(7, 20, 2)) == end                       # and it goes on
+
+
+def test_a_run_of_pieces_held_is_the_batch_they_were():
+    """Pieces remembered one by one (a follower's appends, the log's walk): a batch
+    from the first of a run to the last of a later one is the run's duplicate, at
+    its first piece's offset; one that starts or ends between pieces is not."""
+    table = ProducerStateTable()
+    held = [producer_batch(7, 4 * index) for index in range(4)]   # sequences 0-15
+    for index, piece in enumerate(held):             # at offsets 0-15, as the leader's log
+        piece[B.BASE_OFFSET_OFFSET:B.BASE_OFFSET_OFFSET + 8] = \
+            np.frombuffer(np.int64(4 * index).tobytes(), np.uint8)
+    table.remember_batches(0, np.concatenate(held))
+    assert table.check(0, 7, 0, 0, 15) == (SEQUENCE_DUPLICATE, 0)
+    assert table.check(0, 7, 0, 4, 7) == (SEQUENCE_DUPLICATE, 4)
+    assert table.check(0, 7, 0, 0, 9) == (SEQUENCE_OUT_OF_ORDER, -1)
+    assert table.check(0, 7, 0, 2, 13) == (SEQUENCE_OUT_OF_ORDER, -1)
+    assert table.check(0, 7, 0, 12, 3) == (SEQUENCE_DUPLICATE, 12)      # the last piece
+    assert table.check(0, 7, 0, 16, 3) == (SEQUENCE_NEW, -1)
+
+
+def test_a_batch_of_more_pieces_than_the_window_after_a_restart_is_refused_not_doubled(broker):
+    """The walk after a restart holds the last five pieces: a re-send of a batch of
+    more is out of order (the producer's error), never appended a second time."""
+    assert broker.append(pieces(7, 0, PRODUCER_BATCHES_MAX + 2)) == 0
+    end = broker.log.log_end_offset
+    assert broker.append(pieces(7, 0, PRODUCER_BATCHES_MAX + 2)) == 0     # whole: deduped
+    broker.restart()
+    assert broker.append(pieces(7, 0, PRODUCER_BATCHES_MAX + 2)) == \
+        -CompletionCode.OUT_OF_ORDER_SEQUENCE
+    assert broker.log.log_end_offset == end
+
+
 def test_a_producer_window_is_as_wide_as_the_dicts_hold():
     assert typed.WINDOW.count == WINDOW_WORDS
 

@@ -22,7 +22,13 @@ sequences are those of one of the last five batches is a re-send of it (a Kafka
 producer keeps up to five requests in flight per connection and re-sends them when
 it drops; or a broker died after appending a batch but before acknowledging it, and
 the new broker found it still in the ring): it is acknowledged with that batch's
-own base offset and not appended again. Any other sequence but the next expected is
+own base offset and not appended again. A Kafka client's batch the broker stored in
+pieces (``kafka_batches.from_kafka``: its stored form passed ``max.message.bytes``)
+is checked and remembered as its client sent it, from its first sequence to its
+last piece's last (``LogAppends.append_batch``); where its pieces are remembered
+one by one (the log's walk after a restart, a follower's appends), a re-send
+matches the run of them (``producer_window.window_duplicate``), as long as the
+window still holds its first piece. Any other sequence but the next expected is
 out of order, a re-send of a batch older than those five too (Kafka answers it
 ``OUT_OF_ORDER_SEQUENCE_NUMBER``: its ``checkSequence`` compares the first sequence
 with the last batch's alone once no batch held matches). A higher epoch must start
