@@ -3,7 +3,8 @@ producer at acks=all keeps producing while the partition's leader is killed -9, 
 every record it was told is written is there afterwards, exactly once, as a
 librdkafka consumer reads it; kafka-python's and aiokafka's idempotent producers
 (through the client harness, tests/kafka_clients) do the same through a kill -9 of
-the leader, as their own consumers read it; a produce sent to a follower gets
+the leader, as their own consumers read it; a batch stored in pieces and re-sent to
+the new leader is not appended twice; a produce sent to a follower gets
 NOT_LEADER_OR_FOLLOWER.
 
 Method: the shared fault cluster (session timeout 3 s), a topic of one partition at
@@ -28,7 +29,7 @@ from confluent_kafka import TopicPartition as KafkaClientPartition
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from cluster.workload import WAIT_S, leader_of, wait_for_leader
+from cluster.workload import WAIT_S, leader_of, wait_for_leader, wait_in_sync
 from kafka_clients import CLIENTS, Record
 from shmlog import Admin
 
@@ -191,3 +192,67 @@ def test_a_follower_refuses_produce_with_not_leader(fault_cluster):
     answer = ProduceResponse.decode(payload[5:], version=9).responses[0].partition_responses[0]
     assert answer.error_code == 6                         # NOT_LEADER_OR_FOLLOWER
     assert leader_of(cluster, "kafka-not-leader") is not None
+
+
+def _produce_to(address: str, topic: str, records: bytes):
+    """One acks=all Produce of ``records`` to partition 0 of ``topic`` at ``address``."""
+    data = ProduceRequest.TopicProduceData
+    request = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=int(WAIT_S * 1000),
+                                topic_data=[data(name=topic, partition_data=[
+                                    data.PartitionProduceData(index=0, records=records)])])
+    request.with_header(correlation_id=1, client_id="raw")
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=WAIT_S + 5) as sock:
+        sock.sendall(request.encode(header=True, framed=True))
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        payload = sock.recv(size, socket.MSG_WAITALL)
+    return ProduceResponse.decode(payload[5:], version=9).responses[0].partition_responses[0]
+
+
+def _until_acknowledged(address: str, topic: str, records: bytes):
+    """``_produce_to`` again, as a client re-sends, while the answer is one a client
+    retries (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS(_AFTER_APPEND):
+    a leader settling, followers slow to start on a loaded machine)."""
+    deadline = time.monotonic() + 3 * WAIT_S
+    while (answer := _produce_to(address, topic, records)).error_code in (6, 7, 19, 20):
+        assert time.monotonic() < deadline, f"still {answer.error_code}"
+        time.sleep(0.2)
+    return answer
+
+
+def _idempotent_batch(sequence: int, values: list[bytes]) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=4242, producer_epoch=0,
+                                        base_sequence=sequence, batch_size=1 << 20)
+    for index, value in enumerate(values):
+        builder.append(index, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def test_a_batch_stored_in_pieces_resent_to_the_new_leader_is_not_doubled(fault_cluster):
+    """A Kafka batch over max.message.bytes once stored is appended in pieces; the
+    followers remember the pieces one by one. Its leader killed -9, the batch
+    re-sent to the new leader is acknowledged with its first offset (the run of
+    pieces matched), not appended again."""
+    cluster = fault_cluster
+    topic = "kafka-pieces-failover"
+    Admin(cluster.data_dir(1), timeout_ms=int(WAIT_S * 1000)).create_topic(
+        topic, 1, {"min.insync.replicas": "2", "max.message.bytes": "4000"},
+        replication_factor=3)
+    leader, _ = wait_for_leader(cluster, topic)
+    wait_in_sync(cluster, topic, (1, 2, 3))          # every copy remembers the pieces
+    batch = _idempotent_batch(0, [bytes([index]) * 300 for index in range(40)])  # 3+ pieces
+    first = _until_acknowledged(cluster.kafka_address(leader), topic, batch)
+    assert (first.error_code, first.base_offset) == (0, 0)      # acks=all: on the ISR
+    wait_in_sync(cluster, topic, (1, 2, 3))          # a follower slow to start caught up
+    cluster.kill(leader)
+    try:
+        new_leader, _ = wait_for_leader(cluster, topic, not_in=(leader,))
+        address = cluster.kafka_address(new_leader)
+        again = _until_acknowledged(address, topic, batch)
+        assert (again.error_code, again.base_offset) == (0, 0)
+        follows = _until_acknowledged(address, topic, _idempotent_batch(40, [b"next"]))
+        assert (follows.error_code, follows.base_offset) == (0, 40)
+        assert _end_offset(cluster, topic) == 41                # nothing appended twice
+    finally:
+        cluster.start_broker(leader)
