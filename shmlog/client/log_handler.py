@@ -155,7 +155,8 @@ class LogHandler(logging.Handler):
                  overflow: str = "drop", block_ms: int = limits.MAX_BLOCK_MS_DEFAULT,
                  close_timeout_s: float = limits.LOG_HANDLER_CLOSE_TIMEOUT_S_DEFAULT,
                  **producer_options):
-        super().__init__(level)
+        # Every setting is checked before Handler.__init__ registers the handler with
+        # logging (whose shutdown at exit flushes and closes every handler it has).
         if not isinstance(topic, str) or not topic:
             raise InvalidConfigError(f"topic must be a topic's name, got {topic!r:.100}")
         self.topic = topic
@@ -167,6 +168,7 @@ class LogHandler(logging.Handler):
         self.block_ms = settings.integer("block_ms", block_ms, 0, limits.CLIENT_WAIT_MS_MAX)
         self.close_timeout_s = _seconds("close_timeout_s", close_timeout_s)
         self._bootstrap, self._producer_options = bootstrap, producer_options
+        super().__init__(level)
         self._fresh_state()
         # Made here, in the caller's thread, so that a missing broker or topic is the
         # constructor's error; a forked child makes its own in its shipping thread.
