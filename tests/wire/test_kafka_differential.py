@@ -9,7 +9,9 @@ read back; ListOffsets earliest, latest and by time; a group's committed offsets
 and the errors a client sees for an unknown topic, a produce to a partition the
 topic does not have, a fetch at an offset past the end, and a create of a topic that
 exists (the last three also as the broker's own error code, asked with kafka-python's
-request classes, since the clients check partitions before they send).
+request classes, since the clients check partitions before they send), and the
+broker's code for a Produce to a topic never created and for a Fetch and a
+ListOffsets of a partition the topic lacks.
 
 Normalisation, each with its reason, is in :func:`shape` and beside each scenario:
 what brokers may legitimately choose differently (node ids, cluster ids, the
@@ -28,6 +30,7 @@ import uuid
 
 import pytest
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -59,6 +62,11 @@ KNOWN_TANSU_DIFFERENCES = {
         "Tansu accepts a Produce to a partition the topic does not have (error 0), where "
         "Kafka answers UNKNOWN_TOPIC_OR_PARTITION (3): the records go nowhere a consumer "
         "of the topic's partitions reads"),
+    "requests naming what does not exist": (
+        "Tansu answers error 0 (NONE) to a Produce to a topic that does not exist, to a "
+        "Fetch of a partition the topic does not have, and to a ListOffsets of one (with "
+        "an offset, 1), where Kafka answers UNKNOWN_TOPIC_OR_PARTITION (3) to each: a "
+        "client is never told its topic or partition is wrong"),
     "list offsets": (
         "Tansu's ListOffsets latest is not the high watermark its own Fetch reports (1 "
         "for a partition holding offsets 0-2 produced as one batch), and by timestamp it "
@@ -390,6 +398,49 @@ def _fetch_code(address: str, topic: str, offset: int,
         return None
     answer = response.responses[0].partitions[0]
     return answer.error_code, answer.high_watermark
+
+
+def _fetch_partition_code(address: str, topic: str, partition: int) -> int | None:
+    """The error code of a Fetch v4 of ``partition`` at offset 0 (waiting
+    FETCH_WAIT_MS: Tansu answers nothing to one that does not wait), or None when
+    the answer names no partition."""
+    request = FetchRequest(
+        version=4, replica_id=-1, max_wait_ms=FETCH_WAIT_MS, min_bytes=1, max_bytes=1 << 20,
+        isolation_level=0, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=0,
+                                                   partition_max_bytes=1 << 20)])])
+    with RawConnection(address) as raw:
+        response = raw.ask(request, FetchResponse, 4)
+    return response.responses[0].partitions[0].error_code if response.responses else None
+
+
+def _list_offsets_partition_code(address: str, topic: str, partition: int) -> int:
+    """The error code of a ListOffsets v1 (latest) of ``partition``."""
+    request = ListOffsetsRequest(version=1, replica_id=-1, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=partition, timestamp=-1)])])
+    with RawConnection(address) as raw:
+        response = raw.ask(request, ListOffsetsResponse, 1)
+    return response.topics[0].partitions[0].error_code
+
+
+def test_requests_naming_a_topic_or_partition_that_does_not_exist(brokers):
+    """A Produce to a topic never created (Produce does not create topics, even with
+    auto.create.topics.enable), and a Fetch and a ListOffsets of a partition the
+    topic lacks: Kafka answers UNKNOWN_TOPIC_OR_PARTITION to each."""
+
+    def scenario(address, topic):
+        create(address, topic)
+        missing = PARTITIONS + 5
+        return (_produce_code(address, f"{topic}-never-created", 0),
+                _fetch_partition_code(address, topic, missing),
+                _list_offsets_partition_code(address, topic, missing))
+
+    seen = both(brokers, scenario)
+    assert seen["shmlog"] == (KAFKA_ERRORS["UNKNOWN_TOPIC_OR_PARTITION"],) * 3
+    assert seen["tansu"] == (KAFKA_ERRORS["NONE"],) * 3, \
+        KNOWN_TANSU_DIFFERENCES["requests naming what does not exist"]
 
 
 def test_a_produce_to_a_partition_the_topic_lacks_is_unknown_topic_or_partition(brokers):
