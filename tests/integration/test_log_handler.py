@@ -30,6 +30,7 @@ import time
 
 import pytest
 
+from helpers import read_partition
 from shmlog import Admin, Consumer, InvalidConfigError, LogHandler, UnknownTopicOrPartitionError
 from shmlog.client.consumer import TopicPartition
 
@@ -44,18 +45,7 @@ def make_topic(data_dir: str, name: str, **config) -> str:
 
 def read(data_dir: str, topic: str, count: int) -> list:
     """The first ``count`` records of the topic (fewer if they do not come in WAIT_S)."""
-    consumer = Consumer(bootstrap=data_dir)
-    records: list = []
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        deadline = time.monotonic() + WAIT_S
-        while len(records) < count and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=200).values():
-                records += batch
-    finally:
-        consumer.close()
-    return records
+    return read_partition(data_dir, topic, count, WAIT_S)
 
 
 def end_offset(data_dir: str, topic: str) -> int:

@@ -25,8 +25,8 @@ import time
 
 import pytest
 
-from shmlog import Admin, Consumer
-from shmlog.client.consumer import TopicPartition
+from helpers import read_partition
+from shmlog import Admin
 
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 RSYSLOGD = shutil.which("rsyslogd", path=SBIN_PATH)
@@ -94,18 +94,8 @@ def rsyslogd(tmp_path, kafka_broker):
 
 
 def read(data_dir: str, topic: str, count: int) -> list:
-    consumer = Consumer(bootstrap=data_dir)
-    records: list = []
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        deadline = time.monotonic() + WAIT_S
-        while len(records) < count and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=200).values():
-                records += batch
-    finally:
-        consumer.close()
-    return records
+    """The first ``count`` records of the topic (fewer if they do not come in WAIT_S)."""
+    return read_partition(data_dir, topic, count, WAIT_S)
 
 
 def test_omkafka_ships_syslog_lines_into_a_topic(kafka_broker, rsyslogd):
