@@ -152,6 +152,23 @@ MAX_BLOCK_MS_DEFAULT = 60_000
 RING_SIZE_DEFAULT = 2 << 20
 # Kafka's num.partitions default: a NewTopic with num_partitions=-1 gets it.
 NUM_PARTITIONS_DEFAULT = 1
+# The logging handler (client/log_handler.py): records formatted and waiting for its
+# shipping thread. 10,000 lines of ~200 bytes are ~4 MB of Python objects, and ride
+# through a broker's restart (~2 s, test_broker's SIGKILL restarts) at 5,000 lines/s
+# without a drop; past it a record is dropped and counted (overflow="drop", the
+# default) or its logging call waits (overflow="block"). The setting's bound keeps a
+# typo from asking for gigabytes of buffered lines.
+LOG_HANDLER_BUFFER_RECORDS_DEFAULT = 10_000
+LOG_HANDLER_BUFFER_RECORDS_MAX = 10_000_000
+# The shipping thread hands at most this many records to the producer between two
+# looks at the handler's waits (a flush, a logging call blocked for room): ~0.5 ms of
+# sends at ~2 us each, so a blocked call waits no longer than that for room.
+LOG_HANDLER_SHIP_CHUNK_RECORDS = 256
+# How long a flush() or close() of the handler waits for its records to be acknowledged
+# (logging.shutdown at exit calls both): a live broker acknowledges a full buffer in
+# milliseconds and a restarted one within seconds, while an exiting program should
+# not wait the producer's own CLOSE_BROKER_WAIT_S (30 s) for a broker that is gone.
+LOG_HANDLER_CLOSE_TIMEOUT_S_DEFAULT = 10.0
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1 << 20

@@ -13,8 +13,6 @@ bounded.
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 import uuid
 
@@ -34,6 +32,7 @@ from kafka.protocol.consumer.metadata import (
 )
 
 from cluster.workload import WAIT_S
+from kafka_clients.raw import RawConnection
 from shmlog import Admin
 
 SESSION_MS = 30_000
@@ -41,38 +40,7 @@ FENCED_INSTANCE_ID = 82
 COORDINATOR_ERRORS = (14, 15, 16)   # load in progress, not available, not coordinator
 
 
-class _Raw:
-    """One connection to one broker's listener, speaking kafka-python's classes."""
-
-    def __init__(self, address: str):
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
-        self.correlation = 0
-
-    def ask(self, message, response_class, version: int):
-        self.correlation += 1
-        flexible = message.flexible_version_q(version)
-        header = struct.pack(">hhih", message.API_KEY, version, self.correlation, 3) + b"raw"
-        payload = header + (b"\x00" if flexible else b"") + bytes(message.encode(version=version))
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        body = self._exactly(size)
-        assert struct.unpack(">i", body[:4])[0] == self.correlation
-        return response_class.decode(body[5 if flexible else 4:], version=version)
-
-    def _exactly(self, count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            assert chunk, "the broker closed the connection"
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _join(raw: _Raw, group: str, topic: str):
+def _join(raw: RawConnection, group: str, topic: str):
     """A static join of instance "i" (retried while the coordinator is not ready)."""
     subscription = bytes(ConsumerProtocolSubscription(version=0, topics=[topic],
                                                       user_data=None).encode(version=0))
@@ -90,7 +58,7 @@ def _join(raw: _Raw, group: str, topic: str):
         time.sleep(0.2)
 
 
-def _assigned(raw: _Raw, group: str, joined) -> set[int]:
+def _assigned(raw: RawConnection, group: str, joined) -> set[int]:
     synced = raw.ask(SyncGroupRequest(version=3, group_id=group,
                                       generation_id=joined.generation_id,
                                       member_id=joined.member_id, group_instance_id="i",
@@ -105,7 +73,8 @@ def test_a_static_member_restarts_through_another_broker_and_the_old_one_is_fenc
     cluster = fault_cluster
     topic, group = f"static-{uuid.uuid4().hex[:8]}", f"static-{uuid.uuid4().hex[:8]}"
     Admin(cluster.data_dir(1), timeout_ms=int(WAIT_S * 1000)).create_topic(topic, 2)
-    one, two, three = (_Raw(cluster.kafka_address(broker_id)) for broker_id in (1, 2, 3))
+    one, two, three = (RawConnection(cluster.kafka_address(broker_id), WAIT_S)
+                       for broker_id in (1, 2, 3))
     try:
         first = _join(one, group, topic)
         assert _assigned(one, group, first) == {0, 1}

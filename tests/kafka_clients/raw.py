@@ -8,6 +8,17 @@ import socket
 import struct
 
 
+def receive_exactly(sock: socket.socket, count: int) -> bytes:
+    """``count`` bytes from ``sock``; ConnectionError if it closes first."""
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {count} bytes")
+        data += chunk
+    return data
+
+
 class RawConnection:
     """One connection speaking requests built with kafka-python's classes."""
 
@@ -22,19 +33,10 @@ class RawConnection:
         header = struct.pack(">hhih", request.API_KEY, version, self.correlation, 4) + b"test"
         payload = header + (b"\x00" if flexible else b"") + bytes(request.encode(version=version))
         self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        body = self._exactly(size)
+        size = struct.unpack(">i", receive_exactly(self.sock, 4))[0]
+        body = receive_exactly(self.sock, size)
         assert struct.unpack(">i", body[:4])[0] == self.correlation
         return response_class.decode(body[5 if flexible else 4:], version=version)
-
-    def _exactly(self, count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            data += chunk
-        return data
 
     def close(self) -> None:
         self.sock.close()

@@ -41,6 +41,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsRequest,
 )
 
+from kafka_clients.raw import receive_exactly
 from shmlog import Admin, Producer
 from shmlog.common.internal_topics import INTERNAL_TOPICS
 from shmlog.wire import codec
@@ -413,16 +414,6 @@ def _connect(address: str) -> socket.socket:
     return sock
 
 
-def _exactly(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {count} bytes")
-        data += chunk
-    return data
-
-
 def _ask(address: str, request, version: int):
     """``request`` sent at ``version`` on a raw socket; its response decoded."""
     api_key = request.API_KEY
@@ -432,8 +423,8 @@ def _ask(address: str, request, version: int):
     payload = header + bytes(request.encode(version=version))
     with _connect(address) as sock:
         sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _exactly(sock, 4))[0]
-        response = _exactly(sock, size)
+        size = struct.unpack(">i", receive_exactly(sock, 4))[0]
+        response = receive_exactly(sock, size)
     assert struct.unpack(">i", response[:4])[0] == 99
     cls = codec.response_class(api_key)
     return cls.decode(response[5 if cls.flexible_version_q(version) else 4:], version=version)

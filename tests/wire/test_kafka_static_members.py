@@ -14,8 +14,6 @@ read with the ``describe_group`` control request; every wait bounded.
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 import uuid
 
@@ -42,6 +40,7 @@ from kafka.protocol.consumer.metadata import (
 )
 
 from helpers import kafka_broker_process
+from kafka_clients.raw import RawConnection
 from shmlog import Admin, Producer
 from shmlog.protocol.control_client import request
 
@@ -210,38 +209,7 @@ def test_a_restarted_kafka_python_member_gets_its_partitions_back(static_broker)
 
 # -- raw sockets ---------------------------------------------------------------------
 
-class _Raw:
-    """One connection speaking requests built with kafka-python's classes."""
-
-    def __init__(self, address: str):
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
-        self.correlation = 0
-
-    def ask(self, message, response_class, version: int):
-        self.correlation += 1
-        flexible = message.flexible_version_q(version)
-        header = struct.pack(">hhih", message.API_KEY, version, self.correlation, 3) + b"raw"
-        payload = header + (b"\x00" if flexible else b"") + bytes(message.encode(version=version))
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        body = self._exactly(size)
-        assert struct.unpack(">i", body[:4])[0] == self.correlation
-        return response_class.decode(body[5 if flexible else 4:], version=version)
-
-    def _exactly(self, count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            assert chunk, "the broker closed the connection"
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _join(raw: _Raw, group: str, topic: str, instance: str, member_id: str = ""):
+def _join(raw: RawConnection, group: str, topic: str, instance: str, member_id: str = ""):
     subscription = bytes(ConsumerProtocolSubscription(version=0, topics=[topic],
                                                       user_data=None).encode(version=0))
     joined = raw.ask(JoinGroupRequest(
@@ -252,7 +220,7 @@ def _join(raw: _Raw, group: str, topic: str, instance: str, member_id: str = "")
     return joined
 
 
-def _sync(raw: _Raw, group: str, joined, instance: str):
+def _sync(raw: RawConnection, group: str, joined, instance: str):
     synced = raw.ask(SyncGroupRequest(version=3, group_id=group,
                                       generation_id=joined.generation_id,
                                       member_id=joined.member_id, group_instance_id=instance,
@@ -267,7 +235,7 @@ def test_a_replaced_member_is_fenced_on_every_request_and_a_static_member_leaves
         static_broker):
     data_dir, address = static_broker
     topic, group = _topic(data_dir, partitions=2), f"raw-{uuid.uuid4().hex[:8]}"
-    raw = _Raw(address)
+    raw = RawConnection(address, WAIT_S)
     try:
         first = _join(raw, group, topic, "i")
         assert first.error_code == 0
