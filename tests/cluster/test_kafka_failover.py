@@ -31,6 +31,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from cluster.workload import WAIT_S, leader_of, wait_for_leader, wait_in_sync
 from kafka_clients import CLIENTS, Record
+from kafka_clients.raw import receive_exactly
 from shmlog import Admin
 
 TOPIC = "kafka-failover"
@@ -179,33 +180,25 @@ def test_a_follower_refuses_produce_with_not_leader(fault_cluster):
                                         producer_id=-1, producer_epoch=-1, base_sequence=-1,
                                         batch_size=1 << 16)
     builder.append(0, timestamp=1, key=None, value=b"x", headers=[])
-    data = ProduceRequest.TopicProduceData
-    request = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5_000, topic_data=[
-        data(name="kafka-not-leader", partition_data=[
-            data.PartitionProduceData(index=0, records=bytes(builder.build()))])])
-    request.with_header(correlation_id=1, client_id="raw")
-    host, port = cluster.kafka_address(follower).rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
-        sock.sendall(request.encode(header=True, framed=True))
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        payload = sock.recv(size, socket.MSG_WAITALL)
-    answer = ProduceResponse.decode(payload[5:], version=9).responses[0].partition_responses[0]
+    answer = _produce_to(cluster.kafka_address(follower), "kafka-not-leader",
+                         bytes(builder.build()), acks=1)
     assert answer.error_code == 6                         # NOT_LEADER_OR_FOLLOWER
     assert leader_of(cluster, "kafka-not-leader") is not None
 
 
-def _produce_to(address: str, topic: str, records: bytes):
-    """One acks=all Produce of ``records`` to partition 0 of ``topic`` at ``address``."""
+def _produce_to(address: str, topic: str, records: bytes, acks: int = -1):
+    """One Produce (v9) of ``records`` to partition 0 of ``topic`` at ``address``:
+    the partition's answer."""
     data = ProduceRequest.TopicProduceData
-    request = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=int(WAIT_S * 1000),
+    request = ProduceRequest[9](transactional_id=None, acks=acks, timeout_ms=int(WAIT_S * 1000),
                                 topic_data=[data(name=topic, partition_data=[
                                     data.PartitionProduceData(index=0, records=records)])])
     request.with_header(correlation_id=1, client_id="raw")
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=WAIT_S + 5) as sock:
         sock.sendall(request.encode(header=True, framed=True))
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        payload = sock.recv(size, socket.MSG_WAITALL)
+        size = struct.unpack(">i", receive_exactly(sock, 4))[0]
+        payload = receive_exactly(sock, size)
     return ProduceResponse.decode(payload[5:], version=9).responses[0].partition_responses[0]
 
 
