@@ -12,10 +12,13 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 .PHONY: demo test lint bench clean system-packages kernels spark-reader node-clients
 
 # The network-partition tests (tests/cluster) need ip and nft, and root; the Kafka
-# listener's tests run kcat (librdkafka's command-line client). Without them those
-# tests skip, saying why. A tool that is missing is installed only when we are root
-# and have apt-get (a fresh machine lacks nft and kcat); a failed install is a warning.
-SYSTEM_PACKAGES := ip:iproute2 nft:nftables kcat:kcat
+# listener's tests run kcat (librdkafka's command-line client) and rsyslogd with its
+# omkafka module (rsyslog-kafka: a module, so named by the path of its file, a glob),
+# and so does the README's rsyslog block. Without them those tests skip, saying why.
+# A tool that is missing is installed only when we are root and have apt-get (a
+# fresh machine lacks nft, kcat and rsyslog); a failed install is a warning.
+SYSTEM_PACKAGES := ip:iproute2 nft:nftables kcat:kcat rsyslogd:rsyslog \
+  /usr/lib/*/rsyslog/omkafka.so:rsyslog-kafka
 
 # Each step says what it does first: a first make is minutes of installing and
 # compiling, which should not pass in silence.
@@ -61,9 +64,12 @@ bench: $(STAMP)
 	$(BIN)/python perf/bench_spark.py
 
 system-packages:
-	@for pair in $(SYSTEM_PACKAGES); do \
+	@set -f; for pair in $(SYSTEM_PACKAGES); do \
 	  tool=$${pair%%:*}; package=$${pair#*:}; \
-	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$tool >/dev/null 2>&1 && continue; \
+	  case $$tool in \
+	    /*) (set +f; ls $$tool) >/dev/null 2>&1 && continue;; \
+	    *) PATH="$$PATH:/usr/sbin:/sbin" command -v $$tool >/dev/null 2>&1 && continue;; \
+	  esac; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing $$package (for $$tool)"; \
 	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$package >/dev/null || \

@@ -71,6 +71,7 @@ if TYPE_CHECKING:                    # what static analysers and IDEs see
         OffsetAndTimestamp,
         TopicPartition,
     )
+    from .client.log_handler import LogHandler
     from .client.producer import Producer
     from .client.producer_batch import BatchMetadata, RecordMetadata
     from .record.records import Record, RecordColumns, decode_columns, decode_records, encode_batch
@@ -82,7 +83,7 @@ if TYPE_CHECKING:                    # what static analysers and IDEs see
 __version__ = "0.1.0"
 
 __all__ = [
-    "Producer", "Consumer", "Admin", "Broker", "RecordMetadata", "BatchMetadata",
+    "Producer", "Consumer", "Admin", "Broker", "LogHandler", "RecordMetadata", "BatchMetadata",
     "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata",
     "ConsumerRebalanceListener", "GroupMetadata",
     "GroupError", "CommitFailedError", "PartitionNotAssignedError", "IllegalGenerationError",
@@ -115,6 +116,7 @@ _LAZY = {
     "TopicMetadata": "storage.log_manager",
     "BatchMetadata": "client.producer_batch",
     "Producer": "client.producer",
+    "LogHandler": "client.log_handler",
     "RecordMetadata": "client.producer_batch",
     "Record": "record.records",
     "RecordColumns": "record.records",

@@ -236,9 +236,10 @@ class PartitionLog:
         self._producers.rolled(sealed, base_offset, self.log_start_offset)
 
     def producer_batches(self) -> np.ndarray:
-        """The last batch of each idempotent producer in the log (those wholly below
-        the log start forgotten), one int64 row each in ``producer_snapshots``'
-        columns: producer id, epoch, base sequence, base offset, last offset delta.
+        """The last batches of each idempotent producer in the log (its window,
+        ``producer_window``; those wholly below the log start forgotten), one int64
+        row each in ``producer_snapshots``' columns: producer id, epoch, base
+        sequence, base offset, last offset delta; a producer's rows in log order.
         What the appender remembers at open and after a truncation: the snapshot
         below the active segment and a walk of the active segment."""
         return self._producers.batches(self.active, self.log_start_offset)

@@ -114,6 +114,41 @@ def nobody() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+def read_partition(data_dir: str, topic: str, count: int, timeout_s: float,
+                   partition: int = 0) -> list:
+    """The first ``count`` records of a partition, read with shmlog's Consumer from
+    the beginning (fewer if they do not all come within ``timeout_s``)."""
+    import time
+
+    from shmlog import Consumer
+    from shmlog.client.consumer import TopicPartition
+    consumer = Consumer(bootstrap=data_dir)
+    records: list = []
+    try:
+        consumer.assign([TopicPartition(topic, partition)])
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + timeout_s
+        while len(records) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=200).values():
+                records += batch
+    finally:
+        consumer.close()
+    return records
+
+
+@contextlib.contextmanager
+def kafka_broker_process(data_dir: str, **settings):
+    """A broker process on ``data_dir`` serving Kafka on a free loopback port, with
+    ``settings`` (BrokerConfig's); yields (data directory, "host:port"), and unlinks
+    its shared memory once it stopped."""
+    from shmlog.server.broker import Broker
+    try:
+        with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0", **settings):
+            yield data_dir, kafka_listener_address(data_dir)
+    finally:
+        unlink_shared_memory(data_dir)
+
+
 def kafka_listener_address(data_dir) -> str:
     """host:port of a running broker's first Kafka listener, as ``shmlog status``
     shows it."""

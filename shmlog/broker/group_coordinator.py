@@ -64,6 +64,7 @@ from ..groups import (
     require_partition,
 )
 from ..protocol.control import require
+from . import static_members
 from .group_metadata import GroupMetadata, MemberMetadata
 from .group_offsets import GroupMetadataManager, commit_entries
 
@@ -93,6 +94,37 @@ def _same_join(member: MemberMetadata, wanted: MemberMetadata) -> bool:
             member.rebalance_timeout_ms, member.owned) == \
         (wanted.topics, wanted.pattern, wanted.assignors, wanted.session_timeout_ms,
          wanted.rebalance_timeout_ms, wanted.owned)
+
+
+def _join_fields(config: CoordinatorConfig, client_id, topics, pattern, assignors,
+                 session_timeout_ms, rebalance_timeout_ms, owned, generation,
+                 now) -> MemberMetadata:
+    """A join's fields, checked, as a member without an id yet."""
+    topics = tuple(sorted(set(require(topic, str, "topics[]")
+                              for topic in require(topics, (list, tuple), "topics"))))
+    if pattern is not None:
+        try:
+            re.compile(require(pattern, str, "pattern"))
+        except re.error as error:
+            raise LocalProtocolError(f"pattern {pattern!r} is not a regular "
+                                     f"expression: {error}") from None
+    offered = tuple(require(name, str, "assignors[]")
+                    for name in require(assignors, (list, tuple), "assignors"))
+    if not offered or any(name not in ASSIGNORS for name in offered):
+        raise LocalProtocolError(f"assignors must be some of {', '.join(ASSIGNORS)}, "
+                                 f"got {offered}")
+    session = require(session_timeout_ms, int, "session_timeout_ms")
+    if not (config.group_min_session_timeout_ms <= session
+            <= config.group_max_session_timeout_ms):
+        raise LocalProtocolError(
+            f"session_timeout_ms {session} is outside the broker's "
+            f"[{config.group_min_session_timeout_ms}, "
+            f"{config.group_max_session_timeout_ms}] (group_min/max_session_timeout_ms)")
+    return MemberMetadata(
+        "", require(client_id, str, "client_id")[:limits.CLIENT_ID_LENGTH_MAX], topics, pattern,
+        offered, session, max(require(rebalance_timeout_ms, int, "rebalance_timeout_ms"), 1),
+        tuple(require_partition(entry) for entry in require(owned, (list, tuple), "owned")),
+        heard_ms=now, owned_generation=require(generation, int, "generation"))
 
 
 class GroupCoordinator:
@@ -142,18 +174,28 @@ class GroupCoordinator:
     # -- the protocol ------------------------------------------------------------------
     def join_group(self, group_id, member_id="", client_id="", topics=(), pattern=None,
                    assignors=("range",), session_timeout_ms=45_000,
-                   rebalance_timeout_ms=300_000, owned=(), generation=-1, client_host="", *,
-                   ticket, now):
+                   rebalance_timeout_ms=300_000, owned=(), generation=-1, client_host="",
+                   group_instance_id=None, *, ticket, now):
         """Join (or rejoin) a group; answered when the rebalance completes with
         {member_id, generation, leader, protocol}. ``owned`` lists the partitions the
         member still holds (cooperative), from its ``generation``; ``client_host``
-        is the member's host name (shown by describe, as Kafka's HOST column)."""
+        is the member's host name (shown by describe, as Kafka's HOST column);
+        ``group_instance_id`` makes it a static member (``static_members.py``)."""
         group_id = require_group_id(group_id)
         member_id = require(member_id, str, "member_id")
-        wanted = self._subscription(client_id, topics, pattern, assignors, session_timeout_ms,
-                                    rebalance_timeout_ms, owned, generation, now)
+        wanted = _join_fields(self.config, client_id, topics, pattern, assignors,
+                              session_timeout_ms, rebalance_timeout_ms, owned, generation, now)
         wanted.client_host = require(client_host, str, "client_host")[:limits.CLIENT_ID_LENGTH_MAX]
+        wanted.instance_id = static_members.instance_id(group_instance_id)
         group = self.offsets.group_or_new(group_id)
+        if wanted.instance_id is not None:
+            if member_id:
+                static_members.fence(group, member_id, wanted.instance_id)
+            elif (member := static_members.take_over(group, wanted.instance_id, self._reply)):
+                member_id = member.member_id
+                if group.state is GroupState.STABLE and \
+                        static_members.same_subscription(member, wanted):
+                    return self._restarted(group, member, wanted, ticket, now)
         others = [member for member in group.members.values() if member.member_id != member_id]
         if others and not set(wanted.assignors) & set.intersection(*(set(other.assignors)
                                                                      for other in others)):
@@ -187,64 +229,60 @@ class GroupCoordinator:
         else:
             wanted.member_id = new_member_id(wanted.client_id)
         member = group.members[wanted.member_id] = wanted
+        static_members.remember(group, member)
         member.join_ticket, member.joined = ticket, True
         if group.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now)
         self._maybe_complete(group, now)
         return PENDING
 
-    def _subscription(self, client_id, topics, pattern, assignors, session_timeout_ms,
-                      rebalance_timeout_ms, owned, generation, now) -> MemberMetadata:
-        """A join's fields, checked, as a member without an id yet."""
-        topics = tuple(sorted(set(require(topic, str, "topics[]")
-                                  for topic in require(topics, (list, tuple), "topics"))))
-        if pattern is not None:
-            try:
-                re.compile(require(pattern, str, "pattern"))
-            except re.error as error:
-                raise LocalProtocolError(f"pattern {pattern!r} is not a regular "
-                                         f"expression: {error}") from None
-        offered = tuple(require(name, str, "assignors[]")
-                        for name in require(assignors, (list, tuple), "assignors"))
-        if not offered or any(name not in ASSIGNORS for name in offered):
-            raise LocalProtocolError(f"assignors must be some of {', '.join(ASSIGNORS)}, "
-                                     f"got {offered}")
-        session = require(session_timeout_ms, int, "session_timeout_ms")
-        if not (self.config.group_min_session_timeout_ms <= session
-                <= self.config.group_max_session_timeout_ms):
-            raise LocalProtocolError(
-                f"session_timeout_ms {session} is outside the broker's "
-                f"[{self.config.group_min_session_timeout_ms}, "
-                f"{self.config.group_max_session_timeout_ms}] (group_min/max_session_timeout_ms)")
-        return MemberMetadata(
-            "", require(client_id, str, "client_id")[:limits.CLIENT_ID_LENGTH_MAX], topics, pattern,
-            offered, session, max(require(rebalance_timeout_ms, int, "rebalance_timeout_ms"), 1),
-            tuple(require_partition(entry) for entry in require(owned, (list, tuple), "owned")),
-            heard_ms=now, owned_generation=require(generation, int, "generation"))
+    def _restarted(self, group: GroupMetadata, member: MemberMetadata,
+                   wanted: MemberMetadata, ticket, now: int):
+        """A static member back (restarted) in a stable group, asking what its instance
+        had: it keeps its assignment under its new id, and nobody rebalances."""
+        member.client_id, member.client_host = wanted.client_id, wanted.client_host
+        member.session_timeout_ms = wanted.session_timeout_ms
+        member.rebalance_timeout_ms = wanted.rebalance_timeout_ms
+        member.owned, member.heard_ms = wanted.owned, now
+        log.info("group %s: static member %s is back as %s, with its assignment",
+                 group.group_id, member.instance_id, member.member_id)
+        self._reply(ticket, {"member_id": member.member_id, "generation": group.generation,
+                             "leader": group.leader, "protocol": group.protocol})
+        return PENDING
 
-    def sync_group(self, group_id, member_id, generation, *, ticket, now):
+    def sync_group(self, group_id, member_id, generation, group_instance_id=None, *,
+                   ticket, now):
         """The member's assignment in ``generation`` (which must be the group's)."""
-        group, member = self._member(group_id, member_id, generation, now)
+        group, member = self._member(group_id, member_id, generation, now, group_instance_id)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group.group_id!r} is rebalancing; join again")
         return {"assignment": [list(entry) for entry in member.assignment],
                 "protocol": group.protocol}
 
-    def heartbeat(self, group_id, member_id, generation, *, ticket, now):
-        group, _ = self._member(group_id, member_id, generation, now)
+    def heartbeat(self, group_id, member_id, generation, group_instance_id=None, *,
+                  ticket, now):
+        group, _ = self._member(group_id, member_id, generation, now, group_instance_id)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group.group_id!r} is rebalancing; join again")
         return {}
 
-    def leave_group(self, group_id, member_id, *, ticket, now):
+    def leave_group(self, group_id, member_id, group_instance_id=None, *, ticket, now):
+        """Leave; a static member may name its instance instead of its member id."""
         group = self.offsets.group(group_id)
-        member = group.members.get(require(member_id, str, "member_id"))
+        member_id = require(member_id, str, "member_id")
+        instance = static_members.instance_id(group_instance_id)
+        if instance is not None and member_id:
+            static_members.fence(group, member_id, instance)
+        elif instance is not None:
+            member_id = group.static_members.get(instance, "")
+        member = group.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"group {group.group_id!r} has no member {member_id!r}")
         self._remove(group, member, "left the group", now)
         return {}
 
-    def commit_offsets(self, group_id, offsets, member_id="", generation=-1, *, ticket, now):
+    def commit_offsets(self, group_id, offsets, member_id="", generation=-1,
+                       group_instance_id=None, *, ticket, now):
         """Store offsets: ``offsets`` is [[topic, partition, offset, metadata], ...].
         With no member id and generation -1 (a consumer without a subscription, a
         tool), only while the group has no members."""
@@ -256,7 +294,8 @@ class GroupCoordinator:
                 raise NonEmptyGroupError(
                     f"group {group_id!r} has active members: only they commit its offsets")
         else:
-            group, member = self._member(group_id, member_id, generation, now)
+            group, member = self._member(group_id, member_id, generation, now,
+                                         group_instance_id)
             # The generation alone does not fence a commit of a partition that this
             # generation gave to another member (a stale position, an application
             # committing what it never held): only the owner commits it. A partition
@@ -294,6 +333,7 @@ class GroupCoordinator:
                 "generation": group.generation, "protocol": group.protocol,
                 "leader": group.leader,
                 "members": [{"member_id": member.member_id, "client_id": member.client_id,
+                             "group_instance_id": member.instance_id,
                              "client_host": member.client_host,
                              "topics": list(member.topics), "pattern": member.pattern,
                              "assignment": [list(entry) for entry in member.assignment]}
@@ -375,6 +415,7 @@ class GroupCoordinator:
             log.info("group %s: member %s did not join within the rebalance timeout",
                      group.group_id, member.member_id)
             del group.members[member.member_id]
+            static_members.forget(group, member)
         group.generation += 1
         if not group.members:
             group.transition(GroupState.EMPTY)
@@ -383,14 +424,15 @@ class GroupCoordinator:
             return
         topics = self._topics()
         members = sorted(group.members.values(), key=lambda member: member.member_id)
+        key = static_members.assignor_key     # a static member's place is its instance's
         if group.leader not in group.members:
             group.leader = members[0].member_id
         common = set.intersection(*(set(member.assignors) for member in members))
         group.protocol = next(name for name in group.members[group.leader].assignors
                               if name in common)
         group.partition_counts = self._partition_counts(group, topics)
-        subscriptions = {member.member_id: Subscription(
-            member.member_id, self._subscribed(member, topics), member.owned,
+        subscriptions = {key(member): Subscription(
+            key(member), self._subscribed(member, topics), member.owned,
             member.owned_generation) for member in members}
         result = assign(group.protocol, group.partition_counts, subscriptions)
         # Whatever the assignor: a partition a member still holds (it says so, and
@@ -403,7 +445,7 @@ class GroupCoordinator:
         held_back = False
         group.transition(GroupState.STABLE)
         for member in members:
-            offered = result.assignment.get(member.member_id, ())
+            offered = result.assignment.get(key(member), ())
             member.assignment = tuple(partition for partition in offered
                                       if held.get(partition, member.member_id)
                                       == member.member_id)
@@ -421,6 +463,7 @@ class GroupCoordinator:
     def _remove(self, group: GroupMetadata, member: MemberMetadata, why: str, now: int) -> None:
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
         del group.members[member.member_id]
+        static_members.forget(group, member)
         if member.join_ticket is not None:
             self._reply(member.join_ticket,
                         UnknownMemberIdError(f"member {member.member_id} {why}"))
@@ -448,10 +491,13 @@ class GroupCoordinator:
     def _reply(self, ticket, reply) -> None:
         self._replies.append((ticket, reply))
 
-    def _member(self, group_id, member_id, generation,
-                now) -> tuple[GroupMetadata, MemberMetadata]:
-        """The group and member a request speaks for, fenced by generation."""
+    def _member(self, group_id, member_id, generation, now,
+                instance=None) -> tuple[GroupMetadata, MemberMetadata]:
+        """The group and member a request speaks for, fenced by instance (a replaced
+        static member) and by generation."""
         group = self.groups.get(require_group_id(group_id))
+        if group is not None:
+            static_members.fence(group, member_id, static_members.instance_id(instance))
         member = group.members.get(require(member_id, str, "member_id")) if group else None
         if member is None:
             raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; "

@@ -17,10 +17,10 @@ Theory of operation
 One :class:`GroupMetadata` per group the broker coordinates, kept in the offsets
 manager's ``groups``: its state, generation, chosen assignor (``protocol``) and
 leader, its members by id, the rebalance's deadlines, its committed offsets by
-partition (:class:`CommittedOffset`) and, while it has no members, since when (for
-their expiry). Membership lives only here (it is not stored): a broker that
-restarts, or a new coordinator after a failover, knows the committed offsets and
-no members; they join again.
+partition (:class:`CommittedOffset`), its static members' instance ids and,
+while it has no members, since when (for their expiry). Membership lives only
+here (it is not stored): a broker that restarts, or a new coordinator after a
+failover, knows the committed offsets and no members; they join again.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class MemberMetadata:
     join_ticket: Any = None                # a join waiting for the rebalance
     joined: bool = False                   # joined the rebalance in progress
     client_host: str = ""                  # the member's host name, as it said (describe)
+    instance_id: str | None = None         # group.instance.id: a static member (KIP-345)
     assignment: tuple[tuple[str, int], ...] = ()
 
 
@@ -71,6 +72,8 @@ class GroupMetadata:
     offsets: dict[tuple[str, int], CommittedOffset] = dataclasses.field(default_factory=dict)
     partition_counts: dict[str, int] = dataclasses.field(default_factory=dict)
     empty_since_ms: int = 0                # when its last member went (offsets expiry)
+    # {group.instance.id: the member id speaking for it} (``static_members.py``)
+    static_members: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def transition(self, state: GroupState) -> None:
         check_transition(self.state, state)

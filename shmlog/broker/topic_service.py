@@ -267,7 +267,7 @@ class TopicService(ImmediateService):
 
     def describe_log_dirs(self, topics: list | None = None) -> dict:
         """Kafka's DescribeLogDirs for this broker's one log directory: per partition
-        (of ``topics``, default every topic) its offsets, bytes, segments and offset
+        hosted here (of ``topics``, default every topic) its offsets, bytes, segments and offset
         lag (Kafka's: how far the log end is below the high watermark, 0 for a
         current log; a follower's lag behind its leader is in its high watermark)."""
         names = self.host.logs.list_topics() if topics is None else \
@@ -276,7 +276,10 @@ class TopicService(ImmediateService):
         for name in names:
             metadata = self.host.logs.describe_topic(name)
             for partition in range(metadata.partitions):
-                hosted = self.host.partition(metadata.name, partition)
+                try:
+                    hosted = self.host.partition(metadata.name, partition)
+                except UnknownTopicOrPartitionError:
+                    continue                  # a cluster member hosts some partitions only
                 entry = {"topic": metadata.name, **self._offsets_of(hosted),
                          "directory": hosted.log.directory}
                 entry["offset_lag"] = max(entry["high_watermark"] - entry["log_end_offset"], 0)

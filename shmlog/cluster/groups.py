@@ -278,6 +278,14 @@ class ClusterGroupService:
             return None
         return result
 
+    def ensure_offsets_topic(self) -> bool:
+        """Whether ``__consumer_offsets`` exists in this broker's view; if not, have it
+        made (as a group request does, and Kafka's first FindCoordinator)."""
+        if OFFSETS_TOPIC in self.replication.view.topics:
+            return True
+        self._create_offsets_topic()
+        return False
+
     def _partition_of(self, group_id: str) -> int:
         """The group's offsets partition; creates the offsets topic if there is none."""
         assignment = self.replication.view.topics.get(OFFSETS_TOPIC)

@@ -78,6 +78,7 @@
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
         ├── RebalanceInProgressError  the group is rebalancing: join again
+        ├── FencedInstanceIdError     another member took this group.instance.id
         ├── CommitFailedError         a commit was fenced by a rebalance
         │   └── PartitionNotAssignedError   the partition is another member's now
         ├── JoinCancelledError        the consumer left during its join
@@ -329,6 +330,13 @@ class IllegalGenerationError(GroupError):
 
 class RebalanceInProgressError(GroupError):
     """The group is rebalancing: the member must join again to stay in it."""
+
+
+class FencedInstanceIdError(GroupError):
+    """A static member (``group.instance.id``) spoke with a member id that is no longer
+    its instance's: a newer member with the same instance id joined and took its
+    place (KIP-345). This one must stop; give each running consumer its own
+    ``group.instance.id``."""
 
 
 class CommitFailedError(GroupError):

@@ -152,6 +152,23 @@ MAX_BLOCK_MS_DEFAULT = 60_000
 RING_SIZE_DEFAULT = 2 << 20
 # Kafka's num.partitions default: a NewTopic with num_partitions=-1 gets it.
 NUM_PARTITIONS_DEFAULT = 1
+# The logging handler (client/log_handler.py): records formatted and waiting for its
+# shipping thread. 10,000 lines of ~200 bytes are ~4 MB of Python objects, and ride
+# through a broker's restart (~2 s, test_broker's SIGKILL restarts) at 5,000 lines/s
+# without a drop; past it a record is dropped and counted (overflow="drop", the
+# default) or its logging call waits (overflow="block"). The setting's bound keeps a
+# typo from asking for gigabytes of buffered lines.
+LOG_HANDLER_BUFFER_RECORDS_DEFAULT = 10_000
+LOG_HANDLER_BUFFER_RECORDS_MAX = 10_000_000
+# The shipping thread hands at most this many records to the producer between two
+# looks at the handler's waits (a flush, a logging call blocked for room): ~0.5 ms of
+# sends at ~2 us each, so a blocked call waits no longer than that for room.
+LOG_HANDLER_SHIP_CHUNK_RECORDS = 256
+# How long a flush() or close() of the handler waits for its records to be acknowledged
+# (logging.shutdown at exit calls both): a live broker acknowledges a full buffer in
+# milliseconds and a restarted one within seconds, while an exiting program should
+# not wait the producer's own CLOSE_BROKER_WAIT_S (30 s) for a broker that is gone.
+LOG_HANDLER_CLOSE_TIMEOUT_S_DEFAULT = 10.0
 # Kafka's max.poll.records and max.partition.fetch.bytes defaults.
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1 << 20
@@ -463,6 +480,11 @@ LEADER_EPOCH_ENTRIES_MAX = 1_000_000
 # Producers a header walk keeps in a local array before it falls back to the typed
 # dict: a probe of a few int64s costs a few nanoseconds a batch, a dict store ~30.
 WALK_PRODUCERS_MAX = 64
+# Batches remembered per idempotent producer and partition, whose re-send is acknowledged
+# with its original offset (storage/producer_window.py): Kafka's NUM_BATCHES_TO_RETAIN
+# (ProducerStateEntry), since its producers keep up to 5 requests in flight per connection
+# (max.in.flight.requests.per.connection <= 5 with idempotence), any of which may be re-sent.
+PRODUCER_BATCHES_MAX = 5
 
 # --- forwarding (cluster/replication/forwarding.py: a partition another broker leads) -----
 # After a forwarded batch's request failed or was answered with a retriable error, it
@@ -818,6 +840,13 @@ KAFKA_LISTENER_POLL_S = 0.5
 KAFKA_ACCEPT_BACKOFF_S = 0.5
 # The listener's backlog of connections not yet accepted (socket.listen).
 KAFKA_LISTEN_BACKLOG = 128
+# A connection's next request, already received, goes to the broker's loop as the loop
+# answers the one before (no wake of the listener's thread in between: a client that
+# pipelines small requests, as librdkafka's producer does, has them answered in one pass
+# of the loop) while at most this many bytes of its responses wait to be written; past
+# it, the next waits for the writes (a client that sends and does not read holds at
+# most this much of the broker's memory). A Fetch response is up to fetch.max.bytes.
+KAFKA_PIPELINED_UNSENT_MAX = 1024 * 1024
 # Buffers one sendmsg() of the listener writes at most (Linux's IOV_MAX, UIO_MAXIOV).
 KAFKA_SEND_BUFFERS_MAX = 1024
 # What a zstd frame may add to data it cannot compress (its header, block headers and

@@ -25,19 +25,21 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import types
+from numba.extending import intrinsic
 from numba.typed import Dict, List
 
+from ..common import limits
 from .jit import kernel
 
-__all__ = ["BYTES", "WORDS", "byte_arrays", "word_arrays", "set_item", "append_item",
-           "producer_table", "sequence_table", "table_size"]
+__all__ = ["BYTES", "WORDS", "WINDOW", "byte_arrays", "word_arrays", "set_item", "append_item",
+           "producer_table", "sequence_table", "table_size", "get_or"]
 
 BYTES = numba.typeof(np.zeros(1, np.uint8))     # a contiguous uint8 array
 WORDS = numba.typeof(np.zeros(1, np.int64))     # a contiguous int64 array
-_FOUR_WORDS = types.UniTuple(types.int64, 4)
-# An idempotent producer's state in a partition: its epoch, the next sequence, and its
-# last five batches' (first sequence, base offset) (``broker.appender.producer_state``).
-_SEQUENCE_WORDS = types.UniTuple(types.int64, 12)
+# A producer's window of last batches, laid out by ``storage.producer_window``: its
+# epoch, next sequence and batches held, then each batch's first sequence, last
+# sequence and base offset.
+WINDOW = types.UniTuple(types.int64, 3 + 3 * limits.PRODUCER_BATCHES_MAX)
 _ROW_AND_PRODUCER = types.UniTuple(types.int64, 2)
 
 
@@ -73,17 +75,38 @@ def append_item(items, item):
 
 @kernel
 def producer_table():
-    """An empty dict of producer id -> four int64 (``producer_snapshots``)."""
-    return Dict.empty(key_type=types.int64, value_type=_FOUR_WORDS)
+    """An empty dict of producer id -> its window (``producer_snapshots``)."""
+    return Dict.empty(key_type=types.int64, value_type=WINDOW)
 
 
 @kernel
 def sequence_table():
-    """An empty dict of (row, producer id) -> twelve int64 (the appender's)."""
-    return Dict.empty(key_type=_ROW_AND_PRODUCER, value_type=_SEQUENCE_WORDS)
+    """An empty dict of (row, producer id) -> the producer's window (the appender's)."""
+    return Dict.empty(key_type=_ROW_AND_PRODUCER, value_type=WINDOW)
 
 
 @kernel
 def table_size(table):
     """``len(table)`` for a dict made here."""
     return len(table)
+
+
+@intrinsic
+def _present(typingctx, optional):
+    """The value of an optional known not to be None (numba's own cast, which
+    checks that it is not)."""
+    if not isinstance(optional, types.Optional):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return context.cast(builder, args[0], signature.args[0], signature.return_type)
+    return optional.type(optional), codegen
+
+
+@kernel(inline="always")
+def get_or(table, key, default):
+    """``table.get(key, default)`` in one lookup, typed as the dict's values: numba
+    types ``get`` as optional even with a default, which a tuple's slices and
+    indexes do not take, and ``key in table`` before ``table[key]`` looks twice
+    (~100 ns against ~30 for one, measured on the appender's sequence table)."""
+    return _present(table.get(key, default))

@@ -7,6 +7,8 @@ Rules
   ``validation.check_batch`` (or was just encoded here).
 * The byte layout is ``batch_layout``'s; this module only names what Python code
   reads from it (offsets, codec, timestamp type, control bit).
+* :func:`offset_span` reads lengths it does not trust (it runs before the log
+  validates an entry): a length that cannot be a batch's ends its walk, never loops.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from ..common.errors import LocalProtocolError
 from . import batch_layout as L
 
-__all__ = ["Compression", "BatchInfo", "batch_info"]
+__all__ = ["Compression", "BatchInfo", "batch_info", "offset_span"]
 
 
 class Compression(enum.Enum):
@@ -86,3 +88,20 @@ def batch_info(buffer: np.ndarray, position: int) -> BatchInfo:
                      int(header["last_offset_delta"]), int(header["base_sequence"]),
                      int(header["producer_id"]), int(header["first_timestamp"]),
                      int(header["max_timestamp"]))
+
+
+def offset_span(buffer: np.ndarray) -> int:
+    """How many offsets the batches back to back in ``buffer`` take, each its last
+    offset delta + 1: one batch's, or a Kafka client's batch stored in pieces
+    (``kafka_batches.from_kafka``), whose sequences run on as its offsets do, so
+    the span also counts the sequences the client's batch used. The walk stops at
+    a length that cannot be a whole batch (unvalidated bytes: the log refuses them)."""
+    span = position = 0
+    while position + L.HEADER_LENGTH <= buffer.size:
+        header = buffer[position:position + L.HEADER_LENGTH].view(L.BATCH_HEADER_DTYPE)[0]
+        length = int(header["batch_length"])
+        if length < L.HEADER_LENGTH or position + length > buffer.size:
+            break
+        span += int(header["last_offset_delta"]) + 1
+        position += length
+    return span

@@ -5,7 +5,8 @@ in ``batch_layout``). Import its names from here; each lives in the module of it
   outside passes (:func:`batch_frame`, :func:`check_batch`,
   :func:`check_produced_batch`);
 * ``batch_header``: a batch's header as Python values (:class:`BatchInfo`,
-  :func:`batch_info`) and its codec (:class:`Compression`);
+  :func:`batch_info`), the offsets batches back to back take (:func:`offset_span`)
+  and its codec (:class:`Compression`);
 * ``compression``: zstd batches inflated and checked, batches stored with another
   codec (:func:`inflate_records`, :func:`check_inflated`, :func:`recompress_batch`,
   :func:`inflate_batch`);
@@ -28,7 +29,7 @@ batch (``compression``), so every walk over batches reads headers without
 inflating.
 """
 
-from .batch_header import BatchInfo, Compression, batch_info
+from .batch_header import BatchInfo, Compression, batch_info, offset_span
 from .columns import Record, RecordColumns, gather_fields
 from .compression import (
     ZSTD_LEVEL,
@@ -60,5 +61,5 @@ __all__ = [
     "iter_batches", "decode_columns", "decode_records", "warm_decoding",
     "batch_frame", "check_batch", "check_produced_batch", "check_inflated", "inflate_records",
     "batch_info", "inflate_batch", "recompress_batch", "restamp_batch", "now_ms", "ZSTD_LEVEL",
-    "gather_fields",
+    "gather_fields", "offset_span",
 ]

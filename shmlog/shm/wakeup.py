@@ -49,6 +49,10 @@ _FUTEX_WAIT = 0                    # shared (not FUTEX_PRIVATE): the word is in 
 _FUTEX_WAKE = 1
 _WAKE_EVERYONE = 0x7FFFFFFF
 _libc = ctypes.CDLL(None, use_errno=True) if _FUTEX_SYSCALL is not None else None
+# The wake-up call holds the GIL through it (PyDLL): it never blocks, and a thread that
+# let the GIL go for it (CDLL does) waits for the GIL again behind whichever thread took
+# it, which for the Kafka listener's thread ringing the broker's loop is that loop.
+_libc_holding_gil = ctypes.PyDLL(None, use_errno=True) if _FUTEX_SYSCALL is not None else None
 
 
 class _Timespec(ctypes.Structure):
@@ -68,7 +72,9 @@ def pause(idle_s: float, doorbell: "Doorbell", attempt, sleep_s: float, *,
     return doorbell.wait(attempt, sleep_s)
 
 
-@kernel
+# These kernels are a few atomic instructions: they keep the GIL (nogil=False), since a
+# thread that lets it go for nanoseconds of work waits for it again behind another.
+@kernel(nogil=False)
 def _ring(words, sequence_word, sleepers_word):
     """Announce new work; True when somebody sleeps and needs the futex woken."""
     fetch_add(words, sequence_word, 1)
@@ -76,7 +82,7 @@ def _ring(words, sequence_word, sleepers_word):
     return load_acquire(words, sleepers_word) > 0
 
 
-@kernel
+@kernel(nogil=False)
 def _lie_down(words, sequence_word, sleepers_word):
     """Count this process among the sleepers; the sequence it may sleep on."""
     fetch_add(words, sleepers_word, 1)
@@ -84,12 +90,12 @@ def _lie_down(words, sequence_word, sleepers_word):
     return load_acquire(words, sequence_word)
 
 
-@kernel
+@kernel(nogil=False)
 def _get_up(words, sleepers_word):
     fetch_add(words, sleepers_word, -1)
 
 
-@kernel
+@kernel(nogil=False)
 def _sequence(words, sequence_word):
     return load_acquire(words, sequence_word)
 
@@ -112,8 +118,9 @@ class Doorbell:
 
     def ring(self) -> None:
         """Announce work made before this call; wake whoever sleeps on the bell."""
-        if _ring(self.words, self.sequence_word, self.sleepers_word) and _libc is not None:
-            _libc.syscall(_FUTEX_SYSCALL, self._address, _FUTEX_WAKE, _WAKE_EVERYONE,
+        if _ring(self.words, self.sequence_word, self.sleepers_word) and \
+                _libc_holding_gil is not None:
+            _libc_holding_gil.syscall(_FUTEX_SYSCALL, self._address, _FUTEX_WAKE, _WAKE_EVERYONE,
                           None, None, 0)
 
     def wait(self, attempt, timeout_s: float):

@@ -1,19 +1,23 @@
-"""Producer-state snapshots: the last batch of every idempotent producer below a
+"""Producer-state snapshots: the last batches of every idempotent producer below a
 segment's base offset, so an open (or a truncation) finds every producer without
 reading the whole log (Kafka's ``ProducerStateManager`` snapshots).
 
 Rules
 -----
-* What is remembered of a producer is its last batch in the log: its producer
-  epoch, first sequence, base offset and last offset delta; what the appender's
-  duplicate and sequence checks need (``appender``: a re-send of that batch is
-  acknowledged with its offset, not appended again).
+* What is remembered of a producer is its window (``producer_window``): its last
+  :data:`limits.PRODUCER_BATCHES_MAX` batches in the log under its latest epoch,
+  each batch's producer epoch, first sequence, base offset and last offset delta;
+  what the appender's duplicate and sequence checks need (``appender``: a re-send
+  of any of those batches is acknowledged with its offset, not appended again).
 * A snapshot ``<20-digit offset>.producers.json`` in the partition directory holds
-  that for every batch below its offset, and is written when a segment rolls at
+  that for every producer below its offset, and is written when a segment rolls at
   that offset (Kafka's ``<offset>.snapshot`` at each roll)::
 
-      {"version": 1, "producers": [[producer_id, epoch, base_sequence,
+      {"version": 2, "producers": [[producer_id, epoch, base_sequence,
                                     base_offset, last_offset_delta], ...]}
+
+  one row per batch remembered, a producer's rows in log order. Version 1 (one
+  row per producer: its last batch) is still read, as a window of that batch.
 
   It is replaced whole (a temporary file renamed over it), but not fsynced: a
   snapshot a crash lost or left empty is one the next open ignores, so the roll
@@ -23,7 +27,9 @@ Rules
   failed write, an old log without snapshots, or a crash between a roll and its
   snapshot costs a longer walk at the next open, never a forgotten producer.
 * A producer whose last batch lies wholly below the log start is forgotten, as
-  Kafka evicts it (``ProducerStateManager.truncateHead``): retention removed it.
+  Kafka evicts it (``ProducerStateManager.truncateHead``): retention removed it;
+  so is any older batch of a window that lies wholly below the log start, as a
+  walk of the log would no longer find it.
 
 Theory of operation
 -------------------
@@ -33,12 +39,16 @@ acks=all batch parked while other producers go on, a producer idle since), and
 forgetting it makes its re-send a second copy. A walk of every segment at every
 open is correct but reads the whole log. A snapshot per roll costs one header
 walk of the segment just sealed, while its pages are still in memory, and a small
-file; an open then loads one file and walks the active segment, as before.
+file; an open then loads one file and walks the active segment, as before. A
+snapshot keeps each producer's whole window, not its last batch alone as Kafka's
+does: a restart then recognises a re-send of any of the last five batches, those
+below the active segment too, with no walk further back.
 
-:class:`ProducerState` keeps the producers in a numba typed dict that compiled
-walks fill (:func:`_remember_batches`, stepping with ``records.batch_frame``) and
-that crosses into Python only as an array (``rows``), never by iteration, and is
-made and measured by ``typed_containers``' kernels (see there why).
+:class:`ProducerState` keeps the producers' windows in a numba typed dict (producer
+id -> window) that compiled walks fill (:func:`_remember_batches`, stepping with
+``records.batch_frame``) and that crosses into Python only as an array (``rows``),
+never by iteration, and is made and measured by ``typed_containers``' kernels (see
+there why).
 
 :class:`ProducerStateManager` keeps one partition log's state below its active
 segment, with the snapshots, as the log changes: loaded at an open and after a
@@ -60,7 +70,18 @@ from ..native import typed_containers as typed
 from ..native.jit import kernel, load_i16, load_i32, load_i64
 from ..record import batch_layout as B
 from ..record.records import batch_frame
+from ..shm.completion import SEQUENCE_MODULUS
 from . import index_layout as I
+from .producer_window import (
+    EMPTY_WINDOW,
+    EPOCH,
+    HELD,
+    last_sequence,
+    window_batch,
+    window_last_offset,
+    window_of,
+    window_push,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +89,8 @@ __all__ = ["ProducerState", "ProducerStateManager", "SNAPSHOT_SUFFIX", "snapshot
            "read_snapshot", "write_snapshot", "delete_snapshots"]
 
 SNAPSHOT_SUFFIX = ".producers.json"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSIONS_READ = (1, 2)      # 1: one row per producer, its last batch
 # Columns of ProducerState.rows() and of a snapshot's entries.
 PRODUCER_ID = 0
 PRODUCER_EPOCH = 1
@@ -81,17 +103,17 @@ COLUMNS = 5
 
 @kernel
 def _remember_batches(log, start, end, min_offset, table):
-    """Remember the last batch of each producer among the batches of
+    """Add to each producer's window in ``table`` its batches among those of
     ``log[start:end]`` whose base offset is at least ``min_offset`` (what a
-    snapshot at ``min_offset`` already holds is not walked over again); stops at
-    the end of the data or at a batch it cannot frame.
+    snapshot at ``min_offset`` already holds is not walked over again), in order;
+    stops at the end of the data or at a batch it cannot frame.
 
-    The first ``limits.WALK_PRODUCERS_MAX`` producers met are kept in local arrays (the
-    last one hit probed first) and put into ``table`` at the end; any other goes
-    to ``table`` at once. A producer is in one or the other for the whole walk,
-    so its last batch wins either way."""
+    The first ``limits.WALK_PRODUCERS_MAX`` producers met have their windows kept in
+    local variables (the last one hit probed first) and put back into ``table`` at
+    the end; any other's is changed in ``table`` at once. A producer is in one or
+    the other for the whole walk, so its window takes every batch either way."""
     ids = np.empty(limits.WALK_PRODUCERS_MAX, np.int64)
-    entries = np.empty((limits.WALK_PRODUCERS_MAX, 4), np.int64)
+    windows = [EMPTY_WINDOW for _ in range(limits.WALK_PRODUCERS_MAX)]
     known = 0
     hit = 0
     position = start
@@ -105,6 +127,9 @@ def _remember_batches(log, start, end, min_offset, table):
         if producer_id < 0 or base_offset < min_offset:
             continue
         batch = position - length
+        epoch = np.int64(load_i16(log, batch + B.PRODUCER_EPOCH_OFFSET))
+        first = np.int64(load_i32(log, batch + B.BASE_SEQUENCE_OFFSET))
+        last = last_sequence(first, np.int64(load_i32(log, batch + B.LAST_OFFSET_DELTA_OFFSET)))
         if known == 0 or ids[hit] != producer_id:
             hit = 0
             while hit < known and ids[hit] != producer_id:
@@ -112,46 +137,61 @@ def _remember_batches(log, start, end, min_offset, table):
             if hit == known:
                 if known == limits.WALK_PRODUCERS_MAX:
                     hit = 0
-                    table[producer_id] = (
-                        np.int64(load_i16(log, batch + B.PRODUCER_EPOCH_OFFSET)),
-                        np.int64(load_i32(log, batch + B.BASE_SEQUENCE_OFFSET)), base_offset,
-                        np.int64(load_i32(log, batch + B.LAST_OFFSET_DELTA_OFFSET)))
+                    table[producer_id] = window_push(window_of(table, producer_id),
+                                                     epoch, first, last, base_offset)
                     continue
                 ids[known] = producer_id
+                windows[known] = window_of(table, producer_id)
                 known += 1
-        entries[hit, 0] = load_i16(log, batch + B.PRODUCER_EPOCH_OFFSET)
-        entries[hit, 1] = load_i32(log, batch + B.BASE_SEQUENCE_OFFSET)
-        entries[hit, 2] = base_offset
-        entries[hit, 3] = load_i32(log, batch + B.LAST_OFFSET_DELTA_OFFSET)
+        windows[hit] = window_push(windows[hit], epoch, first, last, base_offset)
     for index in range(known):
-        table[ids[index]] = (entries[index, 0], entries[index, 1], entries[index, 2],
-                             entries[index, 3])
+        table[ids[index]] = windows[index]
 
 
 @kernel
 def _export(table, min_last_offset, out):
-    """Write the producers whose last batch ends at or after ``min_last_offset``
-    into ``out`` (one row each, ``COLUMNS`` wide); how many."""
+    """Write the batches held whose last offset is at least ``min_last_offset`` into
+    ``out`` (one row each, ``COLUMNS`` wide, a producer's oldest first); how many."""
     count = 0
-    for producer_id, entry in table.items():
-        if entry[2] + entry[3] >= min_last_offset:
-            out[count, 0] = producer_id
-            out[count, 1] = entry[0]
-            out[count, 2] = entry[1]
-            out[count, 3] = entry[2]
-            out[count, 4] = entry[3]
-            count += 1
+    for producer_id, window in table.items():
+        for age in range(window[HELD] - 1, -1, -1):
+            if window_last_offset(window, age) >= min_last_offset:
+                first, last, base_offset = window_batch(window, age)
+                out[count, PRODUCER_ID] = producer_id
+                out[count, PRODUCER_EPOCH] = window[EPOCH]
+                out[count, BASE_SEQUENCE] = first
+                out[count, BASE_OFFSET] = base_offset
+                out[count, LAST_OFFSET_DELTA] = (last - first) % SEQUENCE_MODULUS
+                count += 1
+    return count
+
+
+@kernel
+def _batches_held(table):
+    count = 0
+    for window in table.values():
+        count += window[HELD]
     return count
 
 
 @kernel
 def _import(table, rows):
+    """Add the batches of ``rows`` (a producer's in log order) to their windows."""
     for index in range(rows.shape[0]):
-        table[rows[index, 0]] = (rows[index, 1], rows[index, 2], rows[index, 3], rows[index, 4])
+        producer_id = rows[index, PRODUCER_ID]
+        first = rows[index, BASE_SEQUENCE]
+        table[producer_id] = window_push(
+            window_of(table, producer_id), rows[index, PRODUCER_EPOCH], first,
+            last_sequence(first, rows[index, LAST_OFFSET_DELTA]), rows[index, BASE_OFFSET])
+
+
+def _in_log_order(rows: np.ndarray) -> np.ndarray:
+    """``rows`` by producer id, then base offset."""
+    return rows[np.lexsort((rows[:, BASE_OFFSET], rows[:, PRODUCER_ID]))]
 
 
 class ProducerState:
-    """The last batch of each producer in a stretch of a log (see the rules).
+    """The last batches of each producer in a stretch of a log (see the rules).
 
     Parameters
     ----------
@@ -162,24 +202,28 @@ class ProducerState:
     def __init__(self, rows: np.ndarray | None = None):
         self._table = typed.producer_table()
         if rows is not None and rows.size:
-            _import(self._table, np.ascontiguousarray(rows, np.int64))
+            _import(self._table, _in_log_order(np.ascontiguousarray(rows, np.int64)))
 
     def __len__(self) -> int:
+        """How many producers."""
         return typed.table_size(self._table)
+
+    def batches_held(self) -> int:
+        """How many batches, of every producer."""
+        return _batches_held(self._table)
 
     def remember(self, log: np.ndarray, start: int, end: int, min_offset: int = 0) -> None:
         """Walk the batches of ``log[start:end]`` (a segment's bytes, from a batch
         boundary) whose base offset is at least ``min_offset``: each producer's
-        last one is remembered."""
+        last ones are remembered."""
         _remember_batches(log, int(start), min(int(end), log.size), int(min_offset), self._table)
 
     def rows(self, min_last_offset: int = 0) -> np.ndarray:
-        """The producers whose last batch ends at or after ``min_last_offset``, one
-        int64 row each: producer id, epoch, base sequence, base offset, last
-        offset delta (the module's column constants), by producer id."""
-        out = np.empty((len(self), COLUMNS), np.int64)
-        rows = out[:_export(self._table, int(min_last_offset), out)]
-        return rows[np.argsort(rows[:, PRODUCER_ID], kind="stable")]
+        """The batches held that end at or after ``min_last_offset``, one int64 row
+        each: producer id, epoch, base sequence, base offset, last offset delta (the
+        module's column constants), by producer id, then in log order."""
+        out = np.empty((self.batches_held(), COLUMNS), np.int64)
+        return _in_log_order(out[:_export(self._table, int(min_last_offset), out)])
 
     def copy(self) -> "ProducerState":
         return ProducerState(self.rows())
@@ -232,13 +276,14 @@ def read_snapshot(directory: str, offset: int) -> np.ndarray | None:
         log.warning("ignoring unreadable %s (%s)", path, error)
         return None
     producers = body.get("producers") if isinstance(body, dict) \
-        and body.get("version") == SNAPSHOT_VERSION else None
+        and body.get("version") in SNAPSHOT_VERSIONS_READ else None
     if not isinstance(producers, list) or not all(
             isinstance(row, list) and len(row) == COLUMNS
             and all(isinstance(value, int) and not isinstance(value, bool)
                     and -limits.OFFSET_MAX <= value <= limits.OFFSET_MAX for value in row)
             for row in producers):
-        log.warning("ignoring %s: not a version-%d producer snapshot", path, SNAPSHOT_VERSION)
+        log.warning("ignoring %s: not a producer snapshot of version %s", path,
+                    " or ".join(map(str, SNAPSHOT_VERSIONS_READ)))
         return None
     return np.array(producers, np.int64).reshape(-1, COLUMNS)
 
@@ -304,7 +349,7 @@ class ProducerStateManager:
             self._write_snapshot(active_base, log_start_offset)
 
     def rolled(self, sealed, base_offset: int, log_start_offset: int) -> None:
-        """Kafka's snapshot at each roll: every producer's last batch below the new
+        """Kafka's snapshot at each roll: every producer's last batches below the new
         active segment's ``base_offset``, ``sealed`` the segment just sealed."""
         self._state.remember(sealed.log, 0, sealed.size)
         self._write_snapshot(base_offset, log_start_offset)
@@ -314,7 +359,7 @@ class ProducerStateManager:
         producers whose last batch lies below the log start (Kafka's eviction), so
         neither the state nor its snapshots grow with every producer ever seen."""
         rows = self._state.rows(log_start_offset)
-        if len(rows) < len(self._state):
+        if len(rows) < self._state.batches_held():
             self._state = ProducerState(rows)
         try:
             write_snapshot(self.directory, offset, rows)
@@ -324,7 +369,7 @@ class ProducerStateManager:
                         error)
 
     def batches(self, active, log_start_offset: int) -> np.ndarray:
-        """The last batch of each producer in the log (those wholly below
+        """The last batches of each producer in the log (those wholly below
         ``log_start_offset`` forgotten), as :meth:`ProducerState.rows`: the state
         below the ``active`` segment and a walk of it."""
         if not active.size and not len(self._state):

@@ -27,6 +27,7 @@ from ..cluster.replication.forwarding import append_as_leader
 from ..cluster.replication.partition import Role
 from ..common.errors import ShmlogError, TopicExistsError
 from ..common.internal_topics import INTERNAL_TOPICS
+from ..groups import OFFSETS_TOPIC, offsets_partition
 from .error_codes import LEADER_NOT_AVAILABLE, NONE
 from .tickets import ask_service
 
@@ -80,6 +81,22 @@ class ClusterMetadata:
 
     def controller_id(self) -> int:
         return self.broker_id
+
+    def coordinator(self, group_id: str, listener: str | None = None) \
+            -> tuple[int, str, int] | None:
+        """(node id, host, port) of the broker coordinating ``group_id``: the leader
+        of its ``__consumer_offsets`` partition, at its endpoint of ``listener``; None
+        while there is none reachable (the topic is then made if it does not exist
+        yet)."""
+        if not self.core.groups.ensure_offsets_topic():
+            return None
+        answer = self.topic(OFFSETS_TOPIC)
+        if answer is None:
+            return None
+        partitions = answer[2]
+        _, code, leader, *_ = partitions[offsets_partition(group_id, len(partitions))]
+        address = self._addresses(listener).get(leader) if code == NONE else None
+        return (leader, *address) if address is not None else None
 
     # -- topics ------------------------------------------------------------------------
     def topic_names(self) -> list[str]:

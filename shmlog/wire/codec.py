@@ -31,6 +31,7 @@ import importlib
 import inspect
 import pkgutil
 import struct
+from typing import NamedTuple
 
 from kafka.protocol import __path__ as _PROTOCOL_PATH  # noqa: N811 - the package's path
 from kafka.protocol.api_message import ApiMessage
@@ -38,6 +39,7 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
+from kafka.protocol.schemas.fields.codecs import Bytes, String
 
 from ..common.errors import KafkaRequestError
 
@@ -158,10 +160,78 @@ def decode_request(header: RequestHeader, frame: memoryview):
     """
     cls = _REQUESTS[header.api_key]
     try:
-        return cls.decode(frame[header.body_offset:], version=header.api_version)
+        body = cls.decode(frame[header.body_offset:], version=header.api_version)
     except Exception as error:       # noqa: BLE001 - any decoding failure is the client's
         raise KafkaRequestError(f"{header.describe()}: the body does not decode: "
                                 f"{type(error).__name__}: {error}") from None
+    null = _null_field(_checks(cls._struct, header.api_version), body)
+    if null is not None:
+        raise KafkaRequestError(f"{header.describe()}: {null} is null, which that version "
+                                f"does not allow")
+    return body
+
+
+class _Check(NamedTuple):
+    """What to look at in one field of a decoded struct (see :func:`_checks`)."""
+    name: str
+    refuse_null: bool                 # a null here came as a length of -1, not allowed
+    items: bool                       # an array of strings or bytes: no null item
+    inner: tuple                      # a struct (array): the checks of its fields
+    many: bool                        # ``inner`` applies to each item of an array
+
+
+# {(id of a schema struct, version): its checks}; kafka-python's structs live as
+# long as their classes (the process) and are not hashable, hence their ids.
+_CHECKS: dict[tuple[int, int], tuple] = {}
+
+
+def _checks(struct, version: int) -> tuple:
+    """The fields of ``struct`` at ``version`` that may hold a null the schema does
+    not allow, directly or in what they hold (computed once per struct and version:
+    a request then visits only those, e.g. no Produce partition at all)."""
+    key = (id(struct), version)
+    if key not in _CHECKS:
+        found = []
+        for field in struct.untagged_fields(version):
+            refuse_null = _length_prefixed(field) and \
+                not field.nullable_for_version_q(version)
+            nested = field.is_struct_array() or field.is_struct()
+            inner = _checks(field, version) if nested else ()
+            items = not nested and field.is_array() and _length_prefixed(field.array_of)
+            if refuse_null or inner or items:
+                found.append(_Check(field.name, refuse_null, items, inner,
+                                    field.is_struct_array()))
+        _CHECKS[key] = tuple(found)
+    return _CHECKS[key]
+
+
+def _null_field(checks: tuple, value) -> str | None:
+    """The name of the first field of ``value`` (nested ones too) that is null where
+    its version does not allow it, or None. kafka-python decodes a length of -1 as
+    null whatever the schema says; Kafka's own readers refuse it, and the handlers
+    rely on what the schema promises."""
+    for check in checks:
+        found = getattr(value, check.name)
+        if found is None:
+            if check.refuse_null:
+                return check.name
+        elif check.items:
+            if None in found:
+                return f"an item of {check.name}"
+        elif check.inner:
+            for item in found if check.many else (found,):
+                inner = _null_field(check.inner, item)
+                if inner is not None:
+                    return f"{check.name}.{inner}"
+    return None
+
+
+def _length_prefixed(field) -> bool:
+    """Whether a null of ``field`` came as a length of -1 (an array, struct, string or
+    bytes): a UUID of zeros also decodes as None, and means "none" (Kafka's
+    ZERO_UUID), not null."""
+    kind = getattr(field, "_type", None)
+    return kind is None or isinstance(kind, String) or kind is Bytes
 
 
 def encode_response(header: RequestHeader, response, version: int | None = None) -> bytes:

@@ -63,8 +63,8 @@ PLAINTEXT = Security()
 
 class Connection:
     """One accepted connection and what the listener's thread knows of it."""
-    __slots__ = ("id", "sock", "peer", "security", "received", "in_flight", "outgoing",
-                 "last_active", "frames_waiting", "events", "handshaking", "wants",
+    __slots__ = ("id", "sock", "peer", "security", "received", "in_loop", "unsent",
+                 "outgoing", "last_active", "frames_waiting", "events", "handshaking", "wants",
                  "setup_deadline", "auth", "close_after_write", "read_wants_write",
                  "close_at")
 
@@ -75,8 +75,12 @@ class Connection:
         self.peer = peer
         self.security = security
         self.received = bytearray()
+        # Shared with the loop's thread, under the server's lock: the requests read and
+        # not yet handed over, whether one is with the loop (or, before a login, with
+        # the authenticator), and how many bytes of the responses are not written yet.
         self.frames_waiting: collections.deque[bytes] = collections.deque()
-        self.in_flight = False
+        self.in_loop = False
+        self.unsent = 0
         self.outgoing: collections.deque[memoryview] = collections.deque()
         self.last_active = time.monotonic()
         self.events = 0                   # what the selector watches for
@@ -94,8 +98,10 @@ class Connection:
         """May its requests go to the broker's loop (a SASL login done, or none)?"""
         return self.auth is None or self.auth.done
 
-    def split_frames(self, request_size_max: int) -> None:
-        """Move every whole request frame received to :attr:`frames_waiting`.
+    def split_frames(self, request_size_max: int, frames: list[bytes]) -> None:
+        """Move every whole request frame received to ``frames`` (the caller adds
+        them to :attr:`frames_waiting` under the server's lock, those before an
+        error too).
 
         Raises
         ------
@@ -117,7 +123,7 @@ class Connection:
                                         f"a request's size field is {size}")
             if len(received) < _SIZE.size + size:
                 return
-            self.frames_waiting.append(bytes(received[_SIZE.size:_SIZE.size + size]))
+            frames.append(bytes(received[_SIZE.size:_SIZE.size + size]))
             del received[:_SIZE.size + size]
 
     def handshake(self) -> bool:

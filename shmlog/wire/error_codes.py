@@ -17,7 +17,7 @@ from ..common import errors as E
 from ..record.validation import BatchStatus
 from ..shm.completion import CompletionCode
 
-__all__ = ["for_completion", "for_error"]
+__all__ = ["for_completion", "for_error", "for_name"]
 
 NONE = 0
 UNKNOWN_SERVER_ERROR = -1
@@ -60,7 +60,11 @@ UNKNOWN_LEADER_EPOCH = 75
 UNSUPPORTED_COMPRESSION_TYPE = 76
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
+FENCED_INSTANCE_ID = 82
 INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100
+MISMATCHED_ENDPOINT_TYPE = 114
+UNSUPPORTED_ENDPOINT_TYPE = 115
 
 _COMPLETIONS = {
     CompletionCode.UNKNOWN_PARTITION: UNKNOWN_TOPIC_OR_PARTITION,
@@ -126,6 +130,7 @@ _ERRORS = (
     (E.UnknownMemberIdError, UNKNOWN_MEMBER_ID),
     (E.IllegalGenerationError, ILLEGAL_GENERATION),
     (E.RebalanceInProgressError, REBALANCE_IN_PROGRESS),
+    (E.FencedInstanceIdError, FENCED_INSTANCE_ID),
     # A commit of a partition this generation gives another member: the member's
     # view is stale, so it rejoins (Kafka's answer to a fenced commit).
     (E.CommitFailedError, ILLEGAL_GENERATION),
@@ -143,3 +148,11 @@ def for_error(error: BaseException) -> int:
         if isinstance(error, cls):
             return code
     return UNKNOWN_SERVER_ERROR
+
+
+def for_name(name: str) -> int:
+    """The code of a Kafka error named as Kafka's ``Errors`` names it (the names
+    shmlog's replies carry, e.g. ``delete_records``' ``"OFFSET_OUT_OF_RANGE"``);
+    UNKNOWN_SERVER_ERROR for a name without a code here."""
+    code = globals().get(name) if name.isupper() else None
+    return code if isinstance(code, int) else UNKNOWN_SERVER_ERROR

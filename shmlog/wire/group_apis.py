@@ -18,35 +18,39 @@ Rules
   coordinator's assignment (a ConsumerProtocolAssignment), whatever a client sends.
   A member offering none of those assignors, or a protocol type other than
   ``consumer`` (Kafka Connect's), gets INCONSISTENT_GROUP_PROTOCOL.
-* FindCoordinator names the broker asked (any broker serves any group: a cluster
-  member forwards to the coordinator). For a transactional id (key type 1) it
-  answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not exist yet.
-* Static membership (``group.instance.id``) is not kept: such a member joins as a
-  dynamic one (it is rebalanced out when its session ends), and the broker logs it.
+* FindCoordinator names the group's coordinator: in a cluster the leader of the
+  group's ``__consumer_offsets`` partition (COORDINATOR_NOT_AVAILABLE while it has
+  none, or the topic is being made, which the first FindCoordinator starts, as in
+  Kafka); on one broker, itself. A member that asks another broker anyway is still
+  served: that broker forwards to the coordinator. For a transactional id (key
+  type 1) it answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not
+  exist yet.
+* Static membership (``group.instance.id``, KIP-345) is the coordinator's
+  (``broker/static_members.py``): every request that carries an instance id passes
+  it on; a restarted member gets its assignment back without a rebalance, a
+  replaced one gets FENCED_INSTANCE_ID, and LeaveGroup (v3+) may name the instance.
 * A join waits for its rebalance (held, answered when the coordinator completes
-  it); every other request is answered at once, or when its forward returns.
+  it); every other request is answered at once, or when its forward returns (a
+  LeaveGroup of several members once every one of them has left).
 """
 
 from __future__ import annotations
-
-import logging
 
 from ..client.assignors import ASSIGNORS
 from ..common.errors import ShmlogError
 from . import codec
 from .apis import LATER
 from .error_codes import (
+    COORDINATOR_NOT_AVAILABLE,
     INCONSISTENT_GROUP_PROTOCOL,
     INVALID_SESSION_TIMEOUT,
     NONE,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     for_error,
 )
-from .tickets import ask_service
+from .tickets import Gather, ask_service
 
 __all__ = ["GroupApis", "GroupServiceArea", "call_group_service", "COORDINATOR_LEADER"]
-
-log = logging.getLogger("shmlog.broker.kafka")
 
 FIND_COORDINATOR_KEY = 10
 JOIN_GROUP_KEY = 11
@@ -100,16 +104,13 @@ class GroupServiceArea:
 
 
 class GroupApis(GroupServiceArea):
-    """The membership APIs on broker ``core``: ``node`` is (node id, host, port) of
-    this broker's listener (``nodes``: of each listener by name, for a client of that
-    listener), ``respond`` sends a held response (``KafkaApis.respond``)."""
+    """The membership APIs on broker ``core``: ``metadata`` names a group's
+    coordinator (a LocalMetadata or ClusterMetadata), ``respond`` sends a held
+    response (``KafkaApis.respond``)."""
 
-    def __init__(self, core, node: tuple[int, str, int], respond,
-                 nodes: dict[str, tuple[int, str, int]] | None = None) -> None:
+    def __init__(self, core, metadata, respond) -> None:
         super().__init__(core, respond)
-        self.node = node
-        self.nodes = nodes or {}
-        self._static_logged = False
+        self.metadata = metadata
 
     def apis(self) -> dict:
         return {FIND_COORDINATOR_KEY: (0, 3, self.find_coordinator),
@@ -121,12 +122,18 @@ class GroupApis(GroupServiceArea):
     # -- FindCoordinator ---------------------------------------------------------------
     def find_coordinator(self, request, header, body):
         cls = codec.response_class(FIND_COORDINATOR_KEY)
-        node_id, host, port = self.nodes.get(request.listener, self.node)
         if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE:
             return cls(version=header.api_version, throttle_time_ms=0,
                        error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                        error_message="transactions do not exist yet in shmlog",
                        node_id=-1, host="", port=-1)
+        coordinator = self.metadata.coordinator(body.key, request.listener)
+        if coordinator is None:
+            return cls(version=header.api_version, throttle_time_ms=0,
+                       error_code=COORDINATOR_NOT_AVAILABLE,
+                       error_message="the group's coordinator is not available yet",
+                       node_id=-1, host="", port=-1)
+        node_id, host, port = coordinator
         return cls(version=header.api_version, throttle_time_ms=0, error_code=NONE,
                    error_message=None, node_id=node_id, host=host, port=port)
 
@@ -140,11 +147,6 @@ class GroupApis(GroupServiceArea):
                        protocol_type=None, protocol_name="", leader="", skip_assignment=False,
                        member_id=body.member_id, members=[])
 
-        if getattr(body, "group_instance_id", None) is not None and not self._static_logged:
-            self._static_logged = True
-            log.info("Kafka listener: group %r: static membership (group.instance.id %r) is "
-                     "not kept; its members join as dynamic ones", body.group_id,
-                     body.group_instance_id)
         offered = [protocol for protocol in body.protocols
                    if ASSIGNOR_ALIASES.get(protocol.name, protocol.name) in ASSIGNORS]
         if body.protocol_type != CONSUMER_PROTOCOL or not offered:
@@ -179,7 +181,8 @@ class GroupApis(GroupServiceArea):
                           session_timeout_ms=session,
                           rebalance_timeout_ms=rebalance if rebalance > 0 else session,
                           owned=subscription.owned, generation=subscription.generation,
-                          client_host=request.peer)
+                          client_host=request.peer,
+                          group_instance_id=getattr(body, "group_instance_id", None))
 
     # -- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
     def sync_group(self, request, header, body):
@@ -195,7 +198,8 @@ class GroupApis(GroupServiceArea):
                        assignment=codec.encode_assignment(result["assignment"]))
 
         return self._call("sync_group", request, header, build, group_id=body.group_id,
-                          member_id=body.member_id, generation=body.generation_id)
+                          member_id=body.member_id, generation=body.generation_id,
+                          group_instance_id=getattr(body, "group_instance_id", None))
 
     def heartbeat(self, request, header, body):
         cls = codec.response_class(HEARTBEAT_KEY)
@@ -205,22 +209,31 @@ class GroupApis(GroupServiceArea):
             return cls(version=header.api_version, throttle_time_ms=0, error_code=code)
 
         return self._call("heartbeat", request, header, build, group_id=body.group_id,
-                          member_id=body.member_id, generation=body.generation_id)
+                          member_id=body.member_id, generation=body.generation_id,
+                          group_instance_id=getattr(body, "group_instance_id", None))
 
     def leave_group(self, request, header, body):
         cls = codec.response_class(LEAVE_GROUP_KEY)
         version = header.api_version
-        members = [member.member_id for member in body.members] if version >= 3 \
-            else [body.member_id]
-        codes = []
-        for member_id in members:          # each answered at once (forwards too, held)
-            outcome = call_group_service(
-                self.core, "leave_group",
-                lambda result: for_error(result) if isinstance(result, ShmlogError) else NONE,
-                group_id=body.group_id, member_id=member_id)
-            codes.append(NONE if outcome is LATER else outcome)
-        return cls(version=version, throttle_time_ms=0,
-                   error_code=codes[0] if version < 3 else NONE,
-                   members=[cls.MemberResponse(member_id=member_id, group_instance_id=None,
-                                               error_code=code)
-                            for member_id, code in zip(members, codes)])
+        # v3+: members by id, or by instance id (a static member's)
+        members = [(member.member_id, member.group_instance_id) for member in body.members] \
+            if version >= 3 else [(body.member_id, None)]
+
+        def complete(results: dict):
+            codes = [for_error(results[index]) if isinstance(results[index], ShmlogError)
+                     else NONE for index in range(len(members))]
+            return cls(version=version, throttle_time_ms=0,
+                       error_code=codes[0] if version < 3 else NONE,
+                       members=[cls.MemberResponse(member_id=member_id,
+                                                   group_instance_id=instance, error_code=code)
+                                for (member_id, instance), code in zip(members, codes)])
+
+        gather = Gather(len(members), complete,
+                        lambda response: self._respond(request, header, response))
+        for index, (member_id, instance) in enumerate(members):  # a forward's comes later
+            def put(result, index=index):
+                gather.put(index, result)
+                return result
+            call_group_service(self.core, "leave_group", put, group_id=body.group_id,
+                               member_id=member_id, group_instance_id=instance)
+        return gather.outcome()

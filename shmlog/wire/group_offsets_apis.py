@@ -65,7 +65,8 @@ class GroupOffsetsApis(GroupServiceArea):
 
         return self._call("commit_offsets", request, header, build, group_id=body.group_id,
                           offsets=offsets, member_id=body.member_id or "",
-                          generation=body.generation_id_or_member_epoch)
+                          generation=body.generation_id_or_member_epoch,
+                          group_instance_id=getattr(body, "group_instance_id", None))
 
     # -- OffsetFetch ---------------------------------------------------------------------
     def offset_fetch(self, request, header, body):
@@ -132,7 +133,8 @@ class GroupOffsetsApis(GroupServiceArea):
             group_state=result["state"], protocol_type=CONSUMER_PROTOCOL,
             protocol_data=result["protocol"] or "",
             members=[group_class.DescribedGroupMember(
-                member_id=member["member_id"], group_instance_id=None,
+                member_id=member["member_id"],
+                group_instance_id=member.get("group_instance_id"),
                 client_id=member["client_id"], client_host=member["client_host"],
                 member_metadata=codec.encode_subscription(member["topics"]),
                 member_assignment=codec.encode_assignment(member["assignment"]))

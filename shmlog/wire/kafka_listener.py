@@ -9,10 +9,10 @@ Rules
   security protocol is served: TLS from the ``ssl_*`` settings (``tls``), SASL from
   ``sasl_enabled_mechanisms`` and ``sasl_credentials_file`` (``authenticator``),
   each read when the broker starts, so a bad file fails the start, not a client.
-  Clients are told the first listener's advertised address
-  (``advertised_listeners``, by default the listener), and a cluster member
-  registers every listener's (Kafka's ``endpoints``: ``NAME://host:port``), its
-  peers telling clients the same listener's address.
+  Each listener's clients are told its advertised address (``advertised_listeners``,
+  by default the listener), and a cluster member registers every listener's
+  (Kafka's ``endpoints``: ``NAME://host:port``), its peers telling a listener's
+  clients their endpoint of the same name.
 * Its sockets are bound before the broker joins a cluster, so the broker registers
   the ports it got (Kafka's ``endpoints`` in its broker znode), and it answers once
   the broker is warm (:meth:`KafkaListener.serve`).
@@ -32,6 +32,7 @@ from .admin_apis import AdminApis
 from .apis import KafkaApis
 from .authenticator import SaslSettings, SaslStateApi
 from .cluster_metadata import ClusterMetadata
+from .config_apis import ConfigApis
 from .connections import Security
 from .fetch_api import FetchApi
 from .group_apis import GroupApis
@@ -140,12 +141,10 @@ class KafkaListener:
                                             SaslStateApi()])
         self.apis.add_area(ProduceApi(core, metadata, self.apis.respond))
         self.apis.add_area(FetchApi(core, metadata, self.apis.respond))
-        node = (metadata.broker_id, *self.advertised)                 # this broker
-        nodes = {name: (metadata.broker_id, *address)
-                 for name, address in self.by_listener.items()}
-        self.apis.add_area(GroupApis(core, node, self.apis.respond, nodes))
+        self.apis.add_area(GroupApis(core, metadata, self.apis.respond))
         self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
         self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
+        self.apis.add_area(ConfigApis(core, metadata.broker_id, self.apis.respond))
         self.server.serve(core.host.table.appender_doorbell)
         log.info("broker %d: Kafka listener on %s (advertised as %s:%d)", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses),

@@ -53,6 +53,11 @@ class LocalMetadata:
         host, port = self.by_listener.get(listener, self.advertised)
         return [(SINGLE_BROKER_ID, host, port, None)]
 
+    def coordinator(self, group_id: str, listener: str | None = None) -> tuple[int, str, int]:
+        """(node id, host, port) of the broker coordinating ``group_id``: this one, at
+        ``listener``."""
+        return (self.broker_id, *self.by_listener.get(listener, self.advertised))
+
     def controller_id(self) -> int:
         return SINGLE_BROKER_ID
 

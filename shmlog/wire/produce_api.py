@@ -36,7 +36,7 @@ from ..common.errors import CorruptRecordError, ShmlogError, UnsupportedCodecErr
 from ..record.kafka_batches import KafkaBatchStatus, from_kafka
 from ..record.records import now_ms
 from . import codec
-from .apis import LATER, NO_RESPONSE
+from .apis import NO_RESPONSE
 from .error_codes import (
     COORDINATOR_NOT_AVAILABLE,
     CORRUPT_MESSAGE,
@@ -45,6 +45,7 @@ from .error_codes import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNSUPPORTED_COMPRESSION_TYPE,
 )
+from .tickets import Gather
 
 __all__ = ["ProduceApi"]
 
@@ -57,43 +58,6 @@ INIT_PRODUCER_ID_KEY = 22
 _REFUSALS = {KafkaBatchStatus.BAD_CRC: CORRUPT_MESSAGE,
              KafkaBatchStatus.TRUNCATED: CORRUPT_MESSAGE,
              KafkaBatchStatus.BAD_COMPRESSION: CORRUPT_MESSAGE}
-
-
-class _ProduceAnswers:
-    """One Produce request's answers, partition by partition; the response goes once
-    every partition is answered (some may wait for acks=all)."""
-
-    def __init__(self, api: "ProduceApi", request, header, body) -> None:
-        self.api = api
-        self.request, self.header, self.body = request, header, body
-        self.answers: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-        self.expected = sum(len(topic.partition_data) for topic in body.topic_data)
-        self.held = False
-
-    def answer_for(self, topic_index: int, partition_index: int, log_start: int):
-        def answer(error: int, base_offset: int, append_time: int) -> None:
-            self.answers[(topic_index, partition_index)] = \
-                (int(error), base_offset, append_time, log_start if error == NONE else -1)
-            if self.held and len(self.answers) == self.expected:
-                self.api.respond(self)
-        return answer
-
-    def response(self):
-        cls = codec.response_class(PRODUCE_KEY)
-        partition_class = cls.TopicProduceResponse.PartitionProduceResponse
-        topics = []
-        for topic_index, topic in enumerate(self.body.topic_data):
-            partitions = []
-            for partition_index, data in enumerate(topic.partition_data):
-                error, base_offset, append_time, log_start = \
-                    self.answers[(topic_index, partition_index)]
-                partitions.append(partition_class(
-                    index=data.index, error_code=error, base_offset=base_offset,
-                    log_append_time_ms=append_time, log_start_offset=log_start,
-                    record_errors=[], error_message=None))
-            topics.append(cls.TopicProduceResponse(name=topic.name,
-                                                   partition_responses=partitions))
-        return cls(version=self.header.api_version, responses=topics, throttle_time_ms=0)
 
 
 class ProduceApi:
@@ -112,48 +76,67 @@ class ProduceApi:
 
     # -- Produce -----------------------------------------------------------------------
     def produce(self, request, header, body):
-        answers = _ProduceAnswers(self, request, header, body)
+        items = [(topic.name, data) for topic in body.topic_data for data in topic.partition_data]
+        gather = Gather(len(items), lambda answers: self._response(header, body, answers),
+                        lambda response: self._respond(request, header, response))
         if body.transactional_id is not None:
             log.warning("Kafka listener: refused a transactional produce from %s "
                         "(transactions do not exist yet)", request.peer)
         deadline = now_ms() + max(body.timeout_ms, 0)
         appended = False
-        for topic_index, topic in enumerate(body.topic_data):
-            for partition_index, data in enumerate(topic.partition_data):
-                answer = answers.answer_for(topic_index, partition_index,
-                                            self._log_start(topic.name, data.index))
-                if body.transactional_id is not None:
-                    answer(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1)
-                    continue
-                appended |= self._append(topic.name, data.index, data.records, body.acks,
-                                         deadline, answer)
+        for index, (topic, data) in enumerate(items):
+            hosted = self._hosted_log(topic, data.index)
+            log_start = hosted.log_start_offset if hosted is not None else -1
+
+            def answer(error: int, base_offset: int, append_time: int, index=index,
+                       log_start=log_start) -> None:
+                gather.put(index, (int(error), base_offset, append_time,
+                                   log_start if error == NONE else -1))
+
+            if body.transactional_id is not None:
+                answer(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1)
+                continue
+            limit = hosted.config.batch_size_max if hosted is not None else None
+            appended |= self._append(topic, data.index, data.records, limit, body.acks,
+                                     deadline, answer)
         if appended:
             self.core.host.table.consumer_doorbell.ring()
         if body.acks == 0:
-            return NO_RESPONSE
-        if len(answers.answers) < answers.expected:
-            answers.held = True                 # acks=all: the purgatory answers the rest
-            return LATER
-        return answers.response()
+            return NO_RESPONSE                  # Kafka's acks=0: no response at all
+        return gather.outcome()                 # acks=all: the purgatory answers the rest
 
-    def respond(self, answers: _ProduceAnswers) -> None:
-        if answers.body.acks != 0:
-            self._respond(answers.request, answers.header, answers.response())
-
-    def _log_start(self, topic: str, partition: int) -> int:
+    def _hosted_log(self, topic: str, partition: int):
+        """The partition's log on this broker; None when it has none (the append then
+        says why: unknown, or led elsewhere)."""
         try:
-            return self.core.host.partition(topic, partition).log.log_start_offset
+            return self.core.host.partition(topic, partition).log
         except ShmlogError:
-            return -1
+            return None
 
-    def _append(self, topic: str, partition: int, records, acks: int, deadline: int,
-                answer) -> bool:
-        """Convert and append one partition's batch; whether it was handed to the
-        appender (``answer`` is called now, or later for acks=all)."""
-        try:
-            limit = self.core.host.partition(topic, partition).log.config.batch_size_max
-        except ShmlogError:
-            limit = None                        # no such partition: the append says so
+    @staticmethod
+    def _response(header, body, answers: dict):
+        cls = codec.response_class(PRODUCE_KEY)
+        partition_class = cls.TopicProduceResponse.PartitionProduceResponse
+        index = 0
+        topics = []
+        for topic in body.topic_data:
+            partitions = []
+            for data in topic.partition_data:
+                error, base_offset, append_time, log_start = answers[index]
+                index += 1
+                partitions.append(partition_class(
+                    index=data.index, error_code=error, base_offset=base_offset,
+                    log_append_time_ms=append_time, log_start_offset=log_start,
+                    record_errors=[], error_message=None))
+            topics.append(cls.TopicProduceResponse(name=topic.name,
+                                                   partition_responses=partitions))
+        return cls(version=header.api_version, responses=topics, throttle_time_ms=0)
+
+    def _append(self, topic: str, partition: int, records, limit: int | None, acks: int,
+                deadline: int, answer) -> bool:
+        """Convert and append one partition's batch (stored batches at most ``limit``
+        bytes; None: the partition is not here, and the append says so); whether it
+        was handed to the appender (``answer`` is called now, or later for acks=all)."""
         try:
             batch = from_kafka(records if records is not None else b"", limit)
         except UnsupportedCodecError as refused:
@@ -165,6 +148,7 @@ class ProduceApi:
             return False
         self.metadata.append(topic, partition, batch, acks, deadline, answer)
         return True
+
     # -- InitProducerId ----------------------------------------------------------------
     def init_producer_id(self, request, header, body):
         cls = codec.response_class(INIT_PRODUCER_ID_KEY)

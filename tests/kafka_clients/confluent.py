@@ -7,6 +7,9 @@ Rules
   metadata request's timeout. Producers are flushed and consumers closed before
   returning, so librdkafka's threads end with the call.
 * acks=0: librdkafka reports success without an offset, given as ``None``.
+* A group's members (:func:`group`) are polled in turn on one thread (librdkafka
+  joins and heartbeats on threads of its own); each commits synchronously what a
+  poll gave it.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ from . import (
     Consumed,
     Delivery,
     check_consume_arguments,
+    check_group_arguments,
     check_produce_arguments,
 )
+from .members import Members
 
 NAME = "librdkafka"
-CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups"})
+CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups",
+                 "positions"})
+ASSIGNORS = frozenset({"range", "roundrobin", "cooperative-sticky"})
 # librdkafka's poll gives back control this often, to check the deadline.
 POLL_S = 0.2
 
@@ -93,9 +100,7 @@ def consume(bootstrap: str, topic: str, count: int, *, offsets: dict[int, int] |
             message = consumer.poll(POLL_S)
             if message is None or message.error() is not None:
                 continue
-            found.append(Consumed(message.partition(), message.offset(), message.key(),
-                                  message.value(), tuple(message.headers() or ()),
-                                  message.timestamp()[1]))
+            found.append(consumed(message))
     finally:
         consumer.close()
     return found
@@ -115,3 +120,100 @@ def metadata(bootstrap: str, topics=None, *, timeout_s: float = 30.0) -> Cluster
         {name: {p.id: p.leader for p in topic.partitions.values()}
          for name, topic in listing.topics.items()
          if topic.error is None and (not topics or name in topics)})
+
+
+def consumed(message) -> Consumed:
+    return Consumed(message.partition(), message.offset(), message.key(), message.value(),
+                    tuple(message.headers() or ()), message.timestamp()[1])
+
+
+def group(bootstrap: str, topic: str, *, group_id: str, members: int = 3,
+          assignor: str = "range", timeout_s: float = 60.0) -> Members:
+    check_group_arguments(NAME, ASSIGNORS, assignor)
+    return _Group(bootstrap, topic, group_id, members, assignor, timeout_s)
+
+
+class _Group(Members):
+    def __init__(self, bootstrap, topic, group_id, members, assignor, timeout_s) -> None:
+        from confluent_kafka import Consumer
+        super().__init__(members, timeout_s)
+        self.consumers = []
+        for index in range(members):
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id,
+                                 "client.id": f"member-{index}",
+                                 "partition.assignment.strategy": assignor,
+                                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+            self.consumers.append(consumer)
+            consumer.subscribe([topic])
+        self.thread(self._poll)
+
+    def _poll(self) -> None:
+        from confluent_kafka import KafkaException
+        try:
+            while self.running():
+                for index, consumer in enumerate(self.consumers):
+                    message = consumer.poll(POLL_S / len(self.consumers))
+                    if message is None:
+                        continue
+                    if message.error() is not None:
+                        self.error(index, message.error())
+                        continue
+                    self.add(index, [consumed(message)])
+                    try:
+                        consumer.commit(message=message, asynchronous=False)
+                    except KafkaException as error:
+                        self.error(index, error)
+        finally:
+            for consumer in self.consumers:
+                consumer.close()
+
+
+def reader(bootstrap: str, topic: str, *, group_id: str, timeout_s: float = 30.0):
+    """A consumer of ``topic`` given its partitions (no group membership) that commits
+    to ``group_id``: :class:`.Reader`'s calls."""
+    return _Reader(bootstrap, topic, group_id, timeout_s)
+
+
+class _Reader:
+    def __init__(self, bootstrap, topic, group_id, timeout_s) -> None:
+        from confluent_kafka import Consumer
+        self.topic, self.timeout_s = topic, timeout_s
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id,
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+
+    def _partitions(self, offsets: dict):
+        from confluent_kafka import TopicPartition
+        return [TopicPartition(self.topic, partition, offset)
+                for partition, offset in offsets.items()]
+
+    def assign(self, offsets: dict[int, int]) -> None:
+        self.consumer.assign(self._partitions(offsets))
+
+    def poll(self) -> list[Consumed]:
+        return [consumed(message) for message in self.consumer.consume(100, POLL_S)
+                if message.error() is None]
+
+    def seek(self, partition: int, offset: int) -> None:
+        [place] = self._partitions({partition: offset})
+        self.consumer.seek(place)
+
+    def offsets_for_times(self, times: dict[int, int]) -> dict[int, int | None]:
+        found = self.consumer.offsets_for_times(self._partitions(times), self.timeout_s)
+        return {place.partition: place.offset if place.offset >= 0 else None for place in found}
+
+    def pause(self, partitions) -> None:
+        self.consumer.pause(self._partitions({partition: -1001 for partition in partitions}))
+
+    def resume(self, partitions) -> None:
+        self.consumer.resume(self._partitions({partition: -1001 for partition in partitions}))
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        self.consumer.commit(offsets=self._partitions(offsets), asynchronous=False)
+
+    def committed(self, partitions) -> dict[int, int | None]:
+        found = self.consumer.committed(
+            self._partitions({partition: -1001 for partition in partitions}), self.timeout_s)
+        return {place.partition: place.offset if place.offset >= 0 else None for place in found}
+
+    def close(self) -> None:
+        self.consumer.close()

@@ -14,6 +14,10 @@ Rules
   so headers come back grouped by name (in order of first appearance).
 * Each record is sent by a send of its own (kafkajs reports one base offset per
   partition, and not where its partitioner put a record); acks=0 reports none.
+* A group's members (:func:`group`) are node processes (``kafkajs_client.js
+  member``), each printing a line of JSON per record as it reads it and committing
+  each record; closing its stdin ends it (it leaves its group). kafkajs has one
+  assignor, its RoundRobinAssigner (Kafka's roundrobin).
 """
 
 from __future__ import annotations
@@ -28,12 +32,15 @@ from . import (
     Consumed,
     Delivery,
     check_consume_arguments,
+    check_group_arguments,
     check_produce_arguments,
 )
+from .members import ChildMembers, Members
 from .processes import run_bounded
 
 NAME = "kafkajs"
 CAN = frozenset({"idempotence", "timestamps", "null values", "assign", "groups"})
+ASSIGNORS = frozenset({"roundrobin"})
 DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
 SCRIPT = os.path.join(DIRECTORY, "kafkajs_client.js")
 # Node's start and kafkajs' disconnect, on top of the request's own timeout.
@@ -87,9 +94,29 @@ def consume(bootstrap: str, topic: str, count: int, *, offsets: dict[int, int] |
         "action": "consume", "bootstrap": bootstrap, "topic": topic, "count": count,
         "offsets": None if offsets is None else {str(p): o for p, o in offsets.items()},
         "group_id": group_id}, timeout_s)
-    return [Consumed(m["partition"], m["offset"], decoded(m["key"]), decoded(m["value"]),
-                     tuple((name, decoded(value)) for name, value in m["headers"]),
-                     m["timestamp_ms"]) for m in answer]
+    return [consumed(m) for m in answer]
+
+
+def consumed(m: dict) -> Consumed:
+    return Consumed(m["partition"], m["offset"], decoded(m["key"]), decoded(m["value"]),
+                    tuple((name, decoded(value)) for name, value in m["headers"]),
+                    m["timestamp_ms"])
+
+
+def group(bootstrap: str, topic: str, *, group_id: str, members: int = 3,
+          assignor: str = "roundrobin", timeout_s: float = 60.0) -> Members:
+    check_group_arguments(NAME, ASSIGNORS, assignor)
+    request = {"bootstrap": bootstrap, "topic": topic, "group_id": group_id,
+               "timeout_ms": int(timeout_s * 1000)}
+    return ChildMembers([["node", SCRIPT, "member",
+                          json.dumps({**request, "client_id": f"member-{index}"})]
+                         for index in range(members)],
+                        parse_lines, timeout_s, cwd=DIRECTORY, by_stdin=True)
+
+
+def parse_lines(output: bytes) -> list[Consumed]:
+    """A member's lines of JSON; a last line cut short is left out."""
+    return [consumed(json.loads(line)) for line in output.split(b"\n")[:-1]]
 
 
 def metadata(bootstrap: str, topics=None, *, timeout_s: float = 30.0) -> ClusterMetadata:

@@ -14,6 +14,10 @@ Rules
   ``n=v`` CSV, so a header must be text without ``,``, ``=`` or a line break.
 * kcat reports no offsets: a delivered record's offset is ``None``; when a run
   fails (exit code not 0) each of its records carries kcat's stderr as the error.
+* A group's members (:func:`group`) are ``kcat -G`` processes committing with
+  librdkafka's auto-commit (every 100 ms, and at close), printing unbuffered (``-u``:
+  the caller reads the output while they run), ended with SIGTERM (kcat then leaves
+  its group).
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ from . import (
     Consumed,
     Delivery,
     check_consume_arguments,
+    check_group_arguments,
     check_produce_arguments,
 )
+from .members import ChildMembers, Members
 from .processes import run_bounded
 
 NAME = "kcat"
 CAN = frozenset({"idempotence", "assign", "groups"})
+ASSIGNORS = frozenset({"range", "roundrobin", "cooperative-sticky"})
 # Between records and between key and value on kcat's stdin (kcat's -D / -K escapes).
 RECORD_DELIMITER = b"\x1e\x1d\x1e"
 KEY_DELIMITER = b"\x1f\x1d\x1f"
@@ -131,6 +138,17 @@ def consume(bootstrap: str, topic: str, count: int, *, offsets: dict[int, int] |
                                f"{done.stderr.decode(errors='replace')[-2000:]}")
         found += parse(done.stdout)
     return found
+
+
+def group(bootstrap: str, topic: str, *, group_id: str, members: int = 3,
+          assignor: str = "range", timeout_s: float = 60.0) -> Members:
+    check_group_arguments(NAME, ASSIGNORS, assignor)
+    return ChildMembers([[executable(), "-b", bootstrap, "-q", "-u", "-f", CONSUME_FORMAT,
+                          "-X", f"client.id=member-{index}",
+                          "-X", f"partition.assignment.strategy={assignor}",
+                          "-X", "auto.offset.reset=earliest", "-X", "enable.auto.commit=true",
+                          "-X", "auto.commit.interval.ms=100", "-G", group_id, topic]
+                         for index in range(members)], parse, timeout_s)
 
 
 def run_until(what: str, argv: list[str], timeout_s: float) -> bytes:

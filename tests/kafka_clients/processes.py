@@ -12,6 +12,9 @@ Rules
   returned.
 * Output is returned whole (bytes); a non-zero exit is the caller's to judge (kcat
   exits 1 when a delivery failed, and says which on stderr).
+* A child that runs alongside the test (a group member: :func:`start_logging`)
+  writes its output to files the caller reads while it runs; :func:`end` stops such
+  children, all asked at once (SIGTERM or stdin closed, then SIGKILL), and reaps them.
 """
 
 from __future__ import annotations
@@ -56,6 +59,37 @@ def run_bounded(what: str, argv: list[str], timeout_s: float, *, stdin: bytes = 
         child.communicate(timeout=REAP_TIMEOUT_S)
         raise
     return Finished(child.returncode, stdout, stderr)
+
+
+def start_logging(argv: list[str], stdout_path: str, stderr_path: str, *,
+                  cwd: str | None = None) -> subprocess.Popen:
+    """``argv`` started in a process group of its own, its output going to the two
+    files, its stdin a pipe left open (closing it is a stop request to a child that
+    reads it)."""
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
+                                cwd=cwd, start_new_session=True)
+
+
+def end(children: list[subprocess.Popen], *, by_stdin: bool = False) -> None:
+    """Stop children of :func:`start_logging`, all asked at once: stdin closed, and
+    SIGTERM unless ``by_stdin`` (a child that ends when its stdin does); each killed
+    (SIGKILL) when it has not ended STOP_TIMEOUT_S later, and reaped."""
+    for child in children:
+        child.stdin.close()
+        if not by_stdin:
+            kill_group(child, signal.SIGTERM)
+    for child in children:
+        reap(child)
+
+
+def reap(child: subprocess.Popen) -> int:
+    """Wait STOP_TIMEOUT_S for a child asked to end, then kill it; its exit code."""
+    try:
+        return child.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_group(child)
+        return child.wait(REAP_TIMEOUT_S)
 
 
 def stop(child: subprocess.Popen) -> Finished:

@@ -2,7 +2,8 @@
 high watermarks, the slow path (zstd, LogAppendTime, rolls), bad input, entries
 that land by the partition they name whatever row they carry (a lost row map, a
 reused row), internal topics refused, and idempotent producers' sequences and
-epochs (duplicates, gaps, KIP-360 epoch bumps, fencing).
+epochs (duplicates of any of the last five batches, gaps, KIP-360 epoch bumps,
+fencing).
 
 Method: real rings in /dev/shm, a real state table and real partition logs on
 disk, all in this process; what the producer side of each ring sees (entry results)
@@ -323,6 +324,57 @@ def test_a_higher_epoch_starts_again_at_sequence_0_and_a_lower_one_is_fenced(wor
             [-CompletionCode.INVALID_PRODUCER_EPOCH, 3]
         assert [r.value for r in all_records(reopened.partition_log("t", 0))] == \
             [b"a", b"b", b"c", b"d"]
+    finally:
+        reopened.close()
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])      # compiled path, slow path
+def test_resends_of_the_last_five_batches_are_acknowledged_with_their_own_offsets(
+        world, tmp_path, compression):
+    """Kafka's window (``NUM_BATCHES_TO_RETAIN``): a re-send of any of a producer's last
+    five batches is acknowledged with that batch's base offset and not appended; the
+    sixth-last, a gap, or a batch that starts as one held but ends elsewhere is out of
+    order (as Kafka answers them); after a restart, the window is rebuilt from the log."""
+    logs, table, appender, ring = world
+    logs.create_topic("t")
+    appender.register_partition("t", 0)
+    to = appender.destination("t", 0)
+    producer = ring()
+    sent = []                     # producer 7's batches: two records each, from sequence 0
+    for index in range(7):        # another producer's batch before each: offsets 1, 4, 7, ...
+        producer.put(to, identified([b"other"], 8, index, 0, compression), 1000)
+        sent.append(identified([b"%d" % index, b"%d'" % index], 7, 2 * index, 0, compression))
+        producer.put(to, sent[-1], 1000)
+    assert appender.drain() == 14
+    offsets = [3 * index + 1 for index in range(7)]
+    logged = [r.value for r in all_records(logs.partition_log("t", 0))]
+
+    def results(batches, drain):
+        entries = [producer.put(to, batch, 1000) for batch in batches]
+        assert drain.drain() == len(entries)
+        return [producer.result(entry) for entry in entries]
+
+    # The last five, out of order of sending: each its own offsets, nothing appended.
+    assert results([sent[index] for index in (4, 2, 6, 3, 5)], appender) == \
+        [(offsets[index], -1) for index in (4, 2, 6, 3, 5)]
+    out_of_order = -CompletionCode.OUT_OF_ORDER_SEQUENCE
+    assert [result[0] for result in results(
+        [sent[1], sent[0],                                        # the sixth-last and older
+         identified([b"gap"], 7, 16, 0, compression),             # 14 is expected
+         identified([b"6"], 7, 12, 0, compression)], appender)] == [out_of_order] * 4
+    assert [r.value for r in all_records(logs.partition_log("t", 0))] == logged
+    assert results([identified([b"next"], 7, 14, 0, compression)], appender)[0][0] == 21
+    sent.append(identified([b"next"], 7, 14, 0, compression))
+    offsets.append(21)
+    logs.close()
+    reopened = LogManager(str(tmp_path / "data"))
+    try:
+        restarted = Appender(reopened, table)
+        restarted.register_partition("t", 0)        # rebuilds the windows from the log
+        restarted.add_ring(Ring.attach(producer.name))
+        assert [result[0] for result in results(sent[3:], restarted)] == offsets[3:]
+        assert results([sent[2]], restarted)[0][0] == out_of_order
+        assert reopened.partition_log("t", 0).log_end_offset == 22
     finally:
         reopened.close()
 

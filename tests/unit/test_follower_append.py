@@ -7,9 +7,9 @@ epochs and LogAppendTime stamps kept), whatever the chunks it is fetched in and
 across segment rolls; a first base below the log end and offsets out of order
 are refused with nothing appended, as is what ``append`` refuses; the epoch cache
 learns the leader's epochs; ``Appender.append_replicated`` publishes the log end
-but not the high watermark and remembers producers, so a client's re-send once
-the follower leads is a duplicate; ``Appender.rebuild_producer_state`` forgets
-what a truncation removed.
+but not the high watermark and remembers producers, so a client's re-send of any
+of its last five batches once the follower leads is a duplicate;
+``Appender.rebuild_producer_state`` forgets what a truncation removed.
 
 Method: real partition logs on disk (a leader's, written through ``append`` and
 compacted by the real cleaner, and a follower's), compared through ``read``; a
@@ -227,20 +227,21 @@ def test_append_replicated_publishes_the_log_end_not_the_high_watermark(replica)
     assert appender.advance_high_watermark(row, 100) == 8
 
 
-def test_a_clients_resend_after_a_replicated_append_is_a_duplicate(replica):
+def test_a_clients_resends_of_the_last_five_replicated_batches_are_duplicates(replica):
     logs, table, appender, row = replica
-    appender.append_replicated(row, leader_bytes(producer_batch(0, 0), producer_batch(4, 1)))
-    # This replica leads now; the producer re-sends its last batch, then goes on.
+    batches = [producer_batch(4 * index, index) for index in range(7)]      # at 0, 4, ... 24
+    appender.append_replicated(row, leader_bytes(*batches[:3]))
+    appender.append_replicated(row, leader_bytes(*batches[3:], base=12))
+    # This replica leads now; the producer re-sends its last five batches (a Kafka
+    # producer's five in flight): each is acknowledged with its own offset.
     appender.set_leader_epoch(row, 4)
-    assert appender.append(row, producer_batch(4, 1))[0] == 4
-    assert logs.partition_log("t", 0).log_end_offset == 8
-    assert appender.append(row, producer_batch(8, 2))[0] == 8
-    # Any of its last five batches re-sent is a duplicate (a client re-sends every
-    # request it had in flight); a sequence past the next expected is a gap.
-    assert appender.append(row, producer_batch(0, 0))[0] == 0
-    assert appender.append(row, producer_batch(20, 3))[0] == \
-        -CompletionCode.OUT_OF_ORDER_SEQUENCE
-    assert logs.partition_log("t", 0).epochs.entries() == [(3, 0), (4, 8)]
+    for index in range(2, 7):
+        assert appender.append(row, batches[index])[0] == 4 * index
+    assert logs.partition_log("t", 0).log_end_offset == 28
+    # The sixth-last is no longer known: out of order, as Kafka answers it.
+    assert appender.append(row, batches[1])[0] == -CompletionCode.OUT_OF_ORDER_SEQUENCE
+    assert appender.append(row, producer_batch(28, 7))[0] == 28
+    assert logs.partition_log("t", 0).epochs.entries() == [(3, 0), (4, 28)]
 
 
 def test_rebuild_producer_state_forgets_what_a_truncation_removed(replica):
@@ -252,6 +253,19 @@ def test_rebuild_producer_state_forgets_what_a_truncation_removed(replica):
     assert appender.append(row, producer_batch(4, 1))[0] == 4
     assert appender.append(row, producer_batch(4, 1))[0] == 4         # now a duplicate
     assert logs.partition_log("t", 0).log_end_offset == 8
+
+
+def test_a_truncation_leaves_the_window_of_the_batches_it_kept(replica):
+    logs, table, appender, row = replica
+    batches = [producer_batch(4 * index, index) for index in range(5)]      # at 0, 4, ... 16
+    appender.append_replicated(row, leader_bytes(*batches))
+    logs.partition_log("t", 0).truncate_to(12)
+    appender.rebuild_producer_state(row)
+    # The three kept are duplicates; the two cut are appended again, in order.
+    assert [appender.append(row, batch)[0] for batch in batches] == [0, 4, 8, 12, 16]
+    assert logs.partition_log("t", 0).log_end_offset == 20
+    assert [appender.append(row, batch)[0] for batch in batches] == [0, 4, 8, 12, 16]
+    assert logs.partition_log("t", 0).log_end_offset == 20
 
 
 def test_append_replicated_wants_an_external_high_watermark(replica):

@@ -1,7 +1,8 @@
 """The group coordinator's rules, driven in-process with a hand-moved clock: its
 transition table, rebalances on join, leave, session expiry, rebalance timeout and
 topic changes, fencing by generation and ownership, committed offsets, their records
-and their expiry."""
+and their expiry; static members (group.instance.id): back after a restart without a
+rebalance, fenced when replaced, leaving by instance id."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from shmlog.broker.group_metadata import GroupMetadata as _Group
 from shmlog.broker.group_offsets import offset_record, parse_offset_record
 from shmlog.common import limits
 from shmlog.common.errors import (
+    FencedInstanceIdError,
     GroupIdNotFoundError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -494,3 +496,100 @@ def test_offsets_committed_without_members_expire_per_commit_and_after_a_restart
     failing.advance(RETENTION_MS)
     assert failing.call("fetch_offsets", group_id="tool")["offsets"] == [["t", 0, 1, ""]]
     assert failing.coordinator.next_deadline() == failing.now + OFFSETS_EXPIRY_RETRY_MS
+
+
+# -- static membership (group.instance.id, KIP-345) --------------------------------------
+
+def _static_pair(harness: Harness) -> dict:
+    """Instances "a" and "b" joined in one rebalance: instance -> join reply."""
+    tickets = {harness.join(group_instance_id=instance): instance for instance in "ab"}
+    harness.advance(100)
+    return {tickets[ticket]: reply for ticket, reply in harness.replies().items()}
+
+
+def test_a_restarted_static_member_gets_its_assignment_back_without_a_rebalance():
+    harness = Harness(delay_ms=100)
+    joined = _static_pair(harness)
+    old_a, b, generation = joined["a"]["member_id"], joined["b"]["member_id"], \
+        joined["b"]["generation"]
+    held = harness.assignment(old_a, generation)
+    ticket = harness.join(group_instance_id="a")              # a restarted process
+    reply = harness.replies()[ticket]
+    new_a = reply["member_id"]
+    assert new_a != old_a and reply["generation"] == generation
+    assert harness.state() is GroupState.STABLE
+    assert harness.assignment(new_a, generation) == held
+    harness.call("heartbeat", group_id="g", member_id=b, generation=generation,
+                 group_instance_id="b")
+    # the process it replaced is fenced, whatever it sends, and does not come back
+    for method, fields in [("heartbeat", {"generation": generation}),
+                           ("sync_group", {"generation": generation}),
+                           ("commit_offsets", {"generation": generation,
+                                               "offsets": [["t", held[0][1], 5, ""]]}),
+                           ("leave_group", {})]:
+        with pytest.raises(FencedInstanceIdError, match="replaced"):
+            harness.call(method, group_id="g", member_id=old_a, group_instance_id="a",
+                         **fields)
+    with pytest.raises(FencedInstanceIdError):
+        harness.join(old_a, group_instance_id="a")
+    with pytest.raises(UnknownMemberIdError):                 # without its instance id
+        harness.call("heartbeat", group_id="g", member_id=old_a, generation=generation)
+    assert harness.state() is GroupState.STABLE and harness.replies() == {}
+    described = harness.call("describe_group", group_id="g")["members"]
+    assert sorted((m["group_instance_id"], m["member_id"]) for m in described) == \
+        [("a", new_a), ("b", b)]
+
+
+def test_a_static_member_back_with_another_subscription_or_mid_rebalance_rejoins():
+    harness = Harness(delay_ms=100)
+    joined = _static_pair(harness)
+    generation = joined["a"]["generation"]
+    harness.join(group_instance_id="a", topics=("t", "u"))     # a change: a rebalance
+    assert harness.state() is GroupState.PREPARING_REBALANCE
+    waiting = harness.join(group_instance_id="a")             # replaced again meanwhile
+    assert isinstance(harness.replies()[waiting - 1], FencedInstanceIdError)
+    harness.join(joined["b"]["member_id"], group_instance_id="b")
+    replies = harness.replies()
+    assert replies[waiting]["generation"] == generation + 1
+    assert set(harness.coordinator.groups["g"].static_members) == {"a", "b"}
+
+
+def test_a_static_member_leaves_by_instance_id_and_an_expired_one_frees_its_instance():
+    harness = Harness(delay_ms=100)
+    joined = _static_pair(harness)
+    with pytest.raises(UnknownMemberIdError):
+        harness.call("leave_group", group_id="g", member_id="", group_instance_id="c")
+    harness.call("leave_group", group_id="g", member_id="", group_instance_id="a")
+    group = harness.coordinator.groups["g"]
+    assert list(group.static_members) == ["b"] and harness.state() is \
+        GroupState.PREPARING_REBALANCE
+    ticket = harness.join(joined["b"]["member_id"], group_instance_id="b")
+    assert harness.replies()[ticket]["generation"] == joined["b"]["generation"] + 1
+    harness.advance(SESSION_MS + 1)                           # b falls silent
+    assert group.static_members == {} and group.members == {}
+    with pytest.raises(LocalProtocolError, match="group_instance_id"):
+        harness.join(group_instance_id="")
+
+
+def test_the_assignor_orders_static_members_by_instance_id_across_restarts():
+    """Kafka's order: by instance id, not by member id (a restart's new id would
+    otherwise move the member's place, and its partitions, at the next rebalance)."""
+    harness = Harness(delay_ms=100)
+    harness.join(group_instance_id="a", client_id="zzz")     # its member id sorts last
+    harness.join(group_instance_id="b", client_id="aaa")
+    harness.advance(100)
+    by_instance = {member.instance_id: member
+                   for member in harness.coordinator.groups["g"].members.values()}
+    assert by_instance["a"].assignment == (("t", 0), ("t", 1), ("t", 2))
+    harness.join(group_instance_id="a", client_id="zzz")     # restarted: no rebalance
+    harness.replies()
+    harness.join()                                            # a dynamic member: one
+    for member in list(harness.coordinator.groups["g"].members.values()):
+        if member.instance_id is not None:
+            harness.join(member.member_id, group_instance_id=member.instance_id,
+                         client_id=member.client_id)
+    harness.replies()
+    assignment = {member.instance_id: member.assignment
+                  for member in harness.coordinator.groups["g"].members.values()}
+    assert assignment == {"a": (("t", 0), ("t", 1)), "b": (("t", 2), ("t", 3)),
+                          None: (("t", 4), ("t", 5))}

@@ -4,7 +4,9 @@ still known after the partition is opened again or truncated, so its re-send is
 acknowledged with the original offset, not appended twice.
 
 Goal: "roll, reopen, re-send the last batch: deduped", after a clean close and
-after a crash, with the producer snapshots there, missing or damaged; after a
+after a crash, with the producer snapshots there, missing or damaged; each of the
+last five batches (Kafka's window) recognised after a restart, from snapshots of
+this version or the one before; after a
 truncation that keeps or removes the producer's batch; retention forgetting a
 producer whose batches are gone; the header walk against a plain Python model.
 
@@ -15,6 +17,7 @@ closing (mappings dropped, nothing flushed or sealed).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import uuid
@@ -24,12 +27,23 @@ import pytest
 
 from helpers import abandon
 from shmlog import LogManager
-from shmlog.broker.appender import Appender
+from shmlog.broker.appender import Appender, CompletionCode
+from shmlog.broker.appender.producer_state import (
+    SEQUENCE_DUPLICATE,
+    SEQUENCE_FENCED,
+    SEQUENCE_NEW,
+    SEQUENCE_OUT_OF_ORDER,
+    ProducerStateTable,
+)
+from shmlog.common.limits import PRODUCER_BATCHES_MAX
+from shmlog.native import typed_containers as typed
 from shmlog.record import batch_layout as B
 from shmlog.record.records import encode_batch
 from shmlog.segments import PartitionLog
+from shmlog.shm.completion import SEQUENCE_MODULUS
 from shmlog.shm.state import PartitionStateTable, unlink_table
 from shmlog.storage.producer_snapshots import SNAPSHOT_SUFFIX, ProducerState, snapshot_offsets
+from shmlog.storage.producer_window import WINDOW_WORDS
 from shmlog.storage.topic_config import TopicConfig
 
 SMALL = {"segment.bytes": 8 << 10, "index.interval.bytes": 256, "segment.index.bytes": 4096}
@@ -109,6 +123,139 @@ def test_a_resend_after_roll_and_reopen_is_a_duplicate(broker, crash):
     assert first == 0
 
 
+def as_version_1(directory: str) -> None:
+    """Rewrite every producer snapshot as an older broker wrote it: version 1, each
+    producer's last batch alone."""
+    for offset in snapshot_offsets(directory):
+        path = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+        with open(path) as source:
+            body = json.load(source)
+        assert body["version"] == 2
+        last = {row[0]: row for row in body["producers"]}     # a producer's rows in log order
+        with open(path, "w") as target:
+            json.dump({"version": 1, "producers": sorted(last.values())}, target)
+
+
+@pytest.mark.parametrize("reopen", ["clean", "crash", "no snapshots", "version 1"])
+def test_the_last_five_batches_are_recognised_after_a_restart(broker, reopen):
+    """The window comes back from the log: four of producer 7's last five batches lie
+    below the active segment (the snapshot's, or a walk's when there is none) and
+    the last one in it. A version-1 snapshot (an older broker's) knew only the last
+    batch below the active segment: the ones before it are then out of order."""
+    sent, offsets = [], []
+    for index in range(7):
+        if index == 6:
+            bury(broker, 30, rolls=1)           # the last batch alone in the active segment
+        sent.append(producer_batch(7, 4 * index))
+        offsets.append(broker.append(sent[-1]))
+        bury(broker, 12, rolls=0)
+    assert offsets[5] < broker.log.active.base_offset <= offsets[6]
+    assert offsets[2] < broker.log.segments[-2].base_offset           # two segments' worth
+    end = broker.log.log_end_offset
+    directory = broker.log.directory
+    broker.restart(crash=reopen == "crash")
+    if reopen == "no snapshots":
+        for offset in snapshot_offsets(directory):
+            os.unlink(os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}"))
+    if reopen == "version 1":
+        as_version_1(directory)
+    if reopen in ("no snapshots", "version 1"):
+        broker.restart()
+    out_of_order = -CompletionCode.OUT_OF_ORDER_SEQUENCE
+    known = range(5, 7) if reopen == "version 1" else range(2, 7)
+    assert [broker.append(sent[index]) for index in range(1, 7)] == \
+        [offsets[index] if index in known else out_of_order for index in range(1, 7)]
+    assert broker.log.log_end_offset == end
+    assert broker.append(producer_batch(7, 28)) == end                 # and it goes on
+
+
+def test_the_window_follows_sequences_across_their_wrap():
+    """Sequences wrap to 0 after SEQUENCE_MODULUS - 1: a batch across the wrap is held
+    with its last sequence past it, its re-send recognised, and 0's batch follows."""
+    table = ProducerStateTable()
+    top = SEQUENCE_MODULUS - 1
+    firsts = [top - 9, top - 5, top - 1, 2, 6, 10]         # four records each; across: top - 1
+    for index, first in enumerate(firsts):
+        assert table.check(0, 7, 0, first, 3) == (SEQUENCE_NEW, -1)
+        table.remember(0, 7, 0, first, 100 + 4 * index, 4)
+    assert [table.check(0, 7, 0, first, 3) for first in firsts[1:]] == \
+        [(SEQUENCE_DUPLICATE, 100 + 4 * index) for index in range(1, 6)]
+    assert table.check(0, 7, 0, firsts[0], 3) == (SEQUENCE_OUT_OF_ORDER, -1)     # sixth-last
+    assert table.check(0, 7, 0, top - 1, 2) == (SEQUENCE_OUT_OF_ORDER, -1)       # ends elsewhere
+    assert table.check(0, 7, 0, 14, 0) == (SEQUENCE_NEW, -1)
+    assert table.check(1, 7, 0, 14, 0) == (SEQUENCE_NEW, -1)             # another partition's
+
+
+def test_a_new_epoch_starts_the_window_again():
+    table = ProducerStateTable()
+    for index in range(3):
+        table.remember(0, 7, 0, 4 * index, 4 * index, 4)
+    table.remember(0, 7, 1, 0, 12, 4)                                   # KIP-360's bump
+    assert table.check(0, 7, 1, 0, 3) == (SEQUENCE_DUPLICATE, 12)
+    assert table.check(0, 7, 0, 4, 3)[0] == SEQUENCE_FENCED
+    assert table.check(0, 7, 1, 4, 3) == (SEQUENCE_NEW, -1)
+
+
+def pieces(producer_id: int, sequence: int, count: int) -> np.ndarray:
+    """A Kafka client's batch of ``4 * count`` records as ``kafka_batches.from_kafka``
+    stores it when it passes max.message.bytes: ``count`` batches back to back, one
+    producer, sequences running on from ``sequence``."""
+    return np.concatenate([producer_batch(producer_id, sequence + 4 * index)
+                           for index in range(count)])
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_batch_stored_in_pieces_is_one_resent_batch_before_and_after_a_restart(broker,
+                                                                               crash):
+    """Appended, it is one batch of the window (first sequence to its last piece's
+    last): its re-send is deduped with its first offset. After a restart the log's
+    walk remembers its pieces one by one, and the re-send matches their run."""
+    first = broker.append(pieces(7, 0, 3))
+    second = broker.append(pieces(7, 12, 2))
+    end = broker.log.log_end_offset
+    assert (first, second, end) == (0, 12, 20)
+    assert [broker.append(pieces(7, 0, 3)), broker.append(pieces(7, 12, 2))] == [0, 12]
+    assert broker.append(pieces(7, 0, 2)) == -CompletionCode.OUT_OF_ORDER_SEQUENCE  # ends inside
+    broker.restart(crash=crash)
+    assert [broker.append(pieces(7, 0, 3)), broker.append(pieces(7, 12, 2))] == [0, 12]
+    assert broker.log.log_end_offset == end
+    assert broker.append(pieces(7, 20, 2)) == end                       # and it goes on
+
+
+def test_a_run_of_pieces_held_is_the_batch_they_were():
+    """Pieces remembered one by one (a follower's appends, the log's walk): a batch
+    from the first of a run to the last of a later one is the run's duplicate, at
+    its first piece's offset; one that starts or ends between pieces is not."""
+    table = ProducerStateTable()
+    held = [producer_batch(7, 4 * index) for index in range(4)]   # sequences 0-15
+    for index, piece in enumerate(held):             # at offsets 0-15, as the leader's log
+        piece[B.BASE_OFFSET_OFFSET:B.BASE_OFFSET_OFFSET + 8] = \
+            np.frombuffer(np.int64(4 * index).tobytes(), np.uint8)
+    table.remember_batches(0, np.concatenate(held))
+    assert table.check(0, 7, 0, 0, 15) == (SEQUENCE_DUPLICATE, 0)
+    assert table.check(0, 7, 0, 4, 7) == (SEQUENCE_DUPLICATE, 4)
+    assert table.check(0, 7, 0, 0, 9) == (SEQUENCE_OUT_OF_ORDER, -1)
+    assert table.check(0, 7, 0, 2, 13) == (SEQUENCE_OUT_OF_ORDER, -1)
+    assert table.check(0, 7, 0, 12, 3) == (SEQUENCE_DUPLICATE, 12)      # the last piece
+    assert table.check(0, 7, 0, 16, 3) == (SEQUENCE_NEW, -1)
+
+
+def test_a_batch_of_more_pieces_than_the_window_after_a_restart_is_refused_not_doubled(broker):
+    """The walk after a restart holds the last five pieces: a re-send of a batch of
+    more is out of order (the producer's error), never appended a second time."""
+    assert broker.append(pieces(7, 0, PRODUCER_BATCHES_MAX + 2)) == 0
+    end = broker.log.log_end_offset
+    assert broker.append(pieces(7, 0, PRODUCER_BATCHES_MAX + 2)) == 0     # whole: deduped
+    broker.restart()
+    assert broker.append(pieces(7, 0, PRODUCER_BATCHES_MAX + 2)) == \
+        -CompletionCode.OUT_OF_ORDER_SEQUENCE
+    assert broker.log.log_end_offset == end
+
+
+def test_a_producer_window_is_as_wide_as_the_dicts_hold():
+    assert typed.WINDOW.count == WINDOW_WORDS
+
+
 def test_without_snapshots_the_open_walks_the_whole_log(broker):
     last = broker.append(producer_batch(7, 0))
     bury(broker)
@@ -177,15 +324,17 @@ def test_the_header_walk_matches_a_plain_model():
             encode_batch([b"v"] * 4)
         batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)["base_offset"] = base
         batches.append(batch)
-        if producer_id >= 0 and base >= 400:
-            model[producer_id] = [producer_id, 3, sequence, base, 3]
+        if producer_id >= 0 and base >= 400:          # each producer's last five batches
+            model[producer_id] = (model.get(producer_id, []) +
+                                  [[producer_id, 3, sequence, base, 3]])[-PRODUCER_BATCHES_MAX:]
     state = ProducerState()
     data = np.concatenate(batches)
     state.remember(data, 0, data.size, min_offset=400)
-    assert state.rows().tolist() == [model[key] for key in sorted(model)]
-    assert ProducerState(state.rows()).rows().tolist() == state.rows().tolist()
+    expected = [row for key in sorted(model) for row in model[key]]
+    assert state.rows().tolist() == expected
+    assert ProducerState(state.rows()).rows().tolist() == expected
     assert state.rows(min_last_offset=1000).tolist() == \
-        [model[key] for key in sorted(model) if model[key][3] + 3 >= 1000]
+        [row for row in expected if row[3] + 3 >= 1000]
 
 
 def test_a_walk_without_producers_is_not_repeated(tmp_path):
@@ -205,22 +354,22 @@ def test_a_walk_without_producers_is_not_repeated(tmp_path):
 
 def test_the_last_five_batches_are_recognised_and_the_sixth_is_not():
     from shmlog.broker.appender.producer_state import (
-        BATCHES_RETAINED,
         SEQUENCE_DUPLICATE,
         SEQUENCE_NEW,
         SEQUENCE_OUT_OF_ORDER,
         ProducerStateTable,
     )
+    from shmlog.common import limits
     table = ProducerStateTable()
-    for batch in range(BATCHES_RETAINED + 1):          # six batches of 10 records
-        assert table.check(3, 42, 0, batch * 10) == (SEQUENCE_NEW, -1)
+    for batch in range(limits.PRODUCER_BATCHES_MAX + 1):          # six batches of 10 records
+        assert table.check(3, 42, 0, batch * 10, 9) == (SEQUENCE_NEW, -1)
         table.remember(3, 42, 0, batch * 10, 1000 + batch * 10, 10)
-    for batch in range(1, BATCHES_RETAINED + 1):       # the last five: duplicates
-        assert table.check(3, 42, 0, batch * 10) == (SEQUENCE_DUPLICATE, 1000 + batch * 10)
-    assert table.check(3, 42, 0, 0) == (SEQUENCE_OUT_OF_ORDER, -1)       # forgotten
-    assert table.check(3, 42, 0, 60) == (SEQUENCE_NEW, -1)               # the next
-    assert table.check(3, 42, 0, 70) == (SEQUENCE_OUT_OF_ORDER, -1)      # a gap
+    for batch in range(1, limits.PRODUCER_BATCHES_MAX + 1):       # the last five: duplicates
+        assert table.check(3, 42, 0, batch * 10, 9) == (SEQUENCE_DUPLICATE, 1000 + batch * 10)
+    assert table.check(3, 42, 0, 0, 9) == (SEQUENCE_OUT_OF_ORDER, -1)       # forgotten
+    assert table.check(3, 42, 0, 60, 9) == (SEQUENCE_NEW, -1)               # the next
+    assert table.check(3, 42, 0, 70, 9) == (SEQUENCE_OUT_OF_ORDER, -1)      # a gap
     table.remember(3, 42, 1, 0, 2000, 5)               # a new epoch starts again
-    assert table.check(3, 42, 1, 50) == (SEQUENCE_OUT_OF_ORDER, -1)
-    assert table.check(3, 42, 1, 0) == (SEQUENCE_DUPLICATE, 2000)
-    assert table.check(3, 43, 0, 50) == (SEQUENCE_NEW, -1)               # another producer
+    assert table.check(3, 42, 1, 50, 4) == (SEQUENCE_OUT_OF_ORDER, -1)
+    assert table.check(3, 42, 1, 0, 4) == (SEQUENCE_DUPLICATE, 2000)
+    assert table.check(3, 43, 0, 50, 9) == (SEQUENCE_NEW, -1)            # another producer

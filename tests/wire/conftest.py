@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import kafka_listener_address, unlink_shared_memory
-from shmlog.server.broker import Broker
+from helpers import kafka_broker_process
 
 
 @pytest.fixture(scope="module")
 def kafka_broker(tmp_path_factory):
     """(data directory, "host:port") of a broker serving Kafka on 127.0.0.1."""
-    data_dir = str(tmp_path_factory.mktemp("kafka-broker") / "data")
-    with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0"):
-        yield data_dir, kafka_listener_address(data_dir)
-    unlink_shared_memory(data_dir)
+    with kafka_broker_process(str(tmp_path_factory.mktemp("kafka-broker") / "data")) as broker:
+        yield broker

@@ -14,8 +14,6 @@ test uses its own topic and group.
 from __future__ import annotations
 
 import queue
-import socket
-import struct
 import threading
 import time
 import uuid
@@ -54,9 +52,9 @@ from kafka.protocol.metadata.find_coordinator import (
 )
 from kafka.structs import OffsetAndMetadata
 
-from helpers import kafka_listener_address, unlink_shared_memory
+from helpers import kafka_broker_process
+from kafka_clients.raw import RawConnection
 from shmlog import Admin, Producer
-from shmlog.server.broker import Broker
 from shmlog.wire.group_apis import COORDINATOR_LEADER
 
 WAIT_S = 20.0
@@ -68,11 +66,10 @@ SHORT_SESSION_MS = 1_500
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """(data directory, "host:port"): a broker serving Kafka, groups without delay."""
-    data_dir = str(tmp_path_factory.mktemp("kafka-group-versions") / "data")
-    with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0",
-                group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=1_000):
-        yield data_dir, kafka_listener_address(data_dir)
-    unlink_shared_memory(data_dir)
+    with kafka_broker_process(str(tmp_path_factory.mktemp("kafka-group-versions") / "data"),
+                              group_initial_rebalance_delay_ms=0,
+                              group_min_session_timeout_ms=1_000) as broker:
+        yield broker
 
 
 def _name(prefix: str) -> str:
@@ -203,44 +200,12 @@ def test_a_kafka_python_group_splits_the_partitions_and_commits(broker):
 
 # -- raw requests: every version served ------------------------------------------------
 
-class _Raw:
-    """One connection speaking requests built with kafka-python's classes."""
-
-    def __init__(self, address: str):
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
-        self.correlation = 0
-
-    def ask(self, request, response_class, version: int):
-        self.correlation += 1
-        flexible = request.flexible_version_q(version)
-        header = struct.pack(">hhih", request.API_KEY, version, self.correlation, 4) + b"test"
-        payload = header + (b"\x00" if flexible else b"") + bytes(request.encode(version=version))
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        body = self._exactly(size)
-        assert struct.unpack(">i", body[:4])[0] == self.correlation
-        return response_class.decode(body[5 if flexible else 4:], version=version)
-
-    def _exactly(self, count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def _subscription(topic: str) -> bytes:
     return bytes(ConsumerProtocolSubscription(version=0, topics=[topic], user_data=None)
                  .encode(version=0))
 
 
-def _join(raw: _Raw, group: str, topic: str, version: int, member_id: str = "",
+def _join(raw: RawConnection, group: str, topic: str, version: int, member_id: str = "",
           session_ms: int = 10_000, **fields):
     request = JoinGroupRequest(
         version=version, group_id=group, session_timeout_ms=session_ms,
@@ -252,7 +217,7 @@ def _join(raw: _Raw, group: str, topic: str, version: int, member_id: str = "",
     return raw.ask(request, JoinGroupResponse, version)
 
 
-def _join_as_new_member(raw: _Raw, group: str, topic: str, version: int, **fields):
+def _join_as_new_member(raw: RawConnection, group: str, topic: str, version: int, **fields):
     """Join as a new member (the coordinator names it); the JoinGroup response."""
     joined = _join(raw, group, topic, version, **fields)
     assert joined.error_code == 0 and joined.member_id
@@ -263,7 +228,7 @@ def _join_as_new_member(raw: _Raw, group: str, topic: str, version: int, **field
 def test_a_member_joins_syncs_heartbeats_and_leaves_at_every_version(broker, version):
     data_dir, address = broker
     topic, group = _topic_with_data(data_dir, partitions=2, records=1), _name("raw")
-    raw = _Raw(address)
+    raw = RawConnection(address)
     try:
         find_version = min(version, 3)
         found = raw.ask(FindCoordinatorRequest(version=find_version, key=group, key_type=0),
@@ -306,7 +271,7 @@ def test_a_member_joins_syncs_heartbeats_and_leaves_at_every_version(broker, ver
 def test_describe_and_list_groups_at_every_version(broker, version):
     data_dir, address = broker
     topic, group = _topic_with_data(data_dir, partitions=2, records=1), _name("listed")
-    raw = _Raw(address)
+    raw = RawConnection(address)
     try:
         joined = _join_as_new_member(raw, group, topic, 5)
         described = raw.ask(DescribeGroupsRequest(version=version, groups=[group, "no-such"],
@@ -341,7 +306,7 @@ def test_describe_and_list_groups_at_every_version(broker, version):
 def test_offset_commit_then_offset_fetch_at_every_version(broker, version):
     data_dir, address = broker
     topic, group = _topic_with_data(data_dir, partitions=2, records=5), _name("offsets")
-    raw = _Raw(address)
+    raw = RawConnection(address)
     commit_partition = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
     try:
         committed = raw.ask(OffsetCommitRequest(
@@ -378,7 +343,7 @@ def test_offset_commit_then_offset_fetch_at_every_version(broker, version):
 def test_a_commit_without_membership_to_a_group_with_members_is_refused(broker):
     data_dir, address = broker
     topic, group = _topic_with_data(data_dir, partitions=1, records=2), _name("guarded")
-    raw, other = _Raw(address), _Raw(address)
+    raw, other = RawConnection(address), RawConnection(address)
     try:
         _join_as_new_member(raw, group, topic, 5)
         refused = other.ask(OffsetCommitRequest(
@@ -400,7 +365,7 @@ def test_a_commit_without_membership_to_a_group_with_members_is_refused(broker):
 def test_a_member_that_stops_heartbeating_is_removed(broker):
     data_dir, address = broker
     topic, group = _topic_with_data(data_dir, partitions=2, records=1), _name("silent")
-    raw = _Raw(address)
+    raw = RawConnection(address)
     try:
         joined = _join_as_new_member(raw, group, topic, 5, session_ms=SHORT_SESSION_MS)
         assert joined.error_code == 0
@@ -424,7 +389,7 @@ def test_joins_the_coordinator_cannot_honour_are_refused(broker, fields, code):
     data_dir, address = broker
     topic = _topic_with_data(data_dir, partitions=1, records=1)
     group = fields.pop("group", _name("refused"))
-    raw = _Raw(address)
+    raw = RawConnection(address)
     try:
         assert _join(raw, group, topic, 5, member_id="member-1", **fields).error_code == code
         assert group not in {g["group_id"] for g in Admin(data_dir).list_consumer_groups()}

@@ -21,10 +21,9 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import KafkaError
 
-from helpers import kafka_listener_address, unlink_shared_memory
+from helpers import kafka_broker_process
 from shmlog import Admin, Consumer, Producer
 from shmlog.protocol.control_client import request
-from shmlog.server.broker import Broker
 
 WAIT_S = 30.0
 
@@ -32,11 +31,9 @@ WAIT_S = 30.0
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory):
     """(data directory, "host:port"): groups rebalance at once (no initial delay)."""
-    data_dir = str(tmp_path_factory.mktemp("kafka-groups") / "data")
-    with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0",
-                group_initial_rebalance_delay_ms=0):
-        yield data_dir, kafka_listener_address(data_dir)
-    unlink_shared_memory(data_dir)
+    with kafka_broker_process(str(tmp_path_factory.mktemp("kafka-groups") / "data"),
+                              group_initial_rebalance_delay_ms=0) as broker:
+        yield broker
 
 
 def put(data_dir: str, topic: str, partitions: int, per_partition: int) -> None:

@@ -21,6 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from helpers import kafka_listener_address
+from kafka_clients.raw import receive_exactly
 from shmlog import Admin
 from shmlog.server.broker import Broker
 from shmlog.wire.local_metadata import cluster_id_of
@@ -45,18 +46,8 @@ def _frame(api_key: int, version: int, correlation_id: int, body: bytes = b"",
 
 
 def _receive(sock: socket.socket) -> bytes:
-    size = struct.unpack(">i", _exactly(sock, 4))[0]
-    return _exactly(sock, size)
-
-
-def _exactly(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {count} bytes")
-        data += chunk
-    return data
+    size = struct.unpack(">i", receive_exactly(sock, 4))[0]
+    return receive_exactly(sock, size)
 
 
 def _closed_by_broker(sock: socket.socket) -> bool:

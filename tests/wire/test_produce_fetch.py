@@ -2,8 +2,9 @@
 kafka-python produce (idempotent, zstd, gzip, acks 0/1/all) and shmlog's own
 Consumer reads every field back; shmlog's own Producer writes and the Kafka clients
 read every field; a long poll is woken by an append; a re-sent batch is not appended
-twice; and what shmlog refuses (snappy, a transactional producer, an unknown
-partition, an out-of-range offset) gets Kafka's error.
+twice, one stored in pieces included; and what shmlog refuses (snappy, a
+transactional producer, an unknown partition, an out-of-range offset) gets Kafka's
+error.
 
 Method: the module's broker (``kafka_broker``), a topic per test; every wait bounded.
 """
@@ -32,6 +33,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from shmlog import Admin, Consumer, Producer
 from shmlog.client.consumer import TopicPartition as ShmlogPartition
 from shmlog.native.crc32c import crc32c
+from shmlog.record.kafka_batches import from_kafka
+from shmlog.record.records import validate_batches
 
 WAIT_S = 20.0
 BASE_MS = 1_700_000_000_000
@@ -303,3 +306,26 @@ def test_kafka_batches_of_a_megabyte_are_taken_though_they_grow_when_stored(kafk
     assert errors == [] and sorted(delivered) == list(range(30_000))
     read = librdkafka_records(address, topic, 1, 30_000)
     assert [message.value() for message in read] == values
+
+
+def test_a_resent_batch_stored_in_pieces_is_acknowledged_once(kafka_broker):
+    # A batch whose stored form passes max.message.bytes is stored in pieces
+    # (from_kafka); its re-send is matched on its first sequence and its last
+    # piece's last, and acknowledged with its first offset, not appended again.
+    data_dir, address = kafka_broker
+    Admin(data_dir).create_topic("pieces", 1, config={"max.message.bytes": 4_000})
+    values = [bytes([index]) * 300 for index in range(40)]
+    batches = [_batch(91, 0, values), _batch(91, 40, [b"next"])]
+    assert len(validate_batches(from_kafka(batches[0], 4_000))) >= 3      # stored in pieces
+    first = [_produce_raw(address, batch, topic="pieces") for batch in batches]
+    again = [_produce_raw(address, batch, topic="pieces") for batch in batches]
+    assert [(answer.error_code, answer.base_offset) for answer in first + again] == \
+        [(0, 0), (0, 40)] * 2
+    consumer = KafkaClientConsumer({"bootstrap.servers": address, "group.id": "unused"})
+    try:                                                # none appended twice
+        assert consumer.get_watermark_offsets(KafkaClientPartition("pieces", 0),
+                                              timeout=WAIT_S) == (0, 41)
+    finally:
+        consumer.close()
+    assert [record.value for record in shmlog_records(data_dir, "pieces", 1, 41)] == \
+        values + [b"next"]

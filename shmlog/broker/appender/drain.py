@@ -163,14 +163,14 @@ def _admit(data, start, end, row_settings, row, sequences, awaits_high_watermark
         return _COMPLETE, -CompletionCode.NOT_ONE_BATCH.value, -1
     if batch_length > row_settings[row, ROW_BATCH_SIZE_MAX]:
         return _COMPLETE, -CompletionCode.RECORD_TOO_LARGE.value, -1
+    last_offset_delta = np.int64(load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET))
     verdict, duplicate_offset = check_sequence(
         sequences, row, load_i64(data, start + B.PRODUCER_ID_OFFSET),
         np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET)),
-        np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET)))
+        np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET)), last_offset_delta)
     if verdict == SEQUENCE_DUPLICATE:
         # Acknowledged with the original's offsets (so once they are committed).
-        return (_COMPLETE, duplicate_offset,
-                duplicate_offset + np.int64(load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET)))
+        return _COMPLETE, duplicate_offset, duplicate_offset + last_offset_delta
     if verdict != SEQUENCE_NEW:
         return _COMPLETE, sequence_refusal(verdict), -1
     codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK

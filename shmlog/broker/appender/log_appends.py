@@ -50,6 +50,7 @@ from ...common.errors import (
     StorageError,
 )
 from ...record import batch_layout as B
+from ...record.batch_header import offset_span
 from ...shm.completion import CompletionCode
 from .layout import ROW_LEADER_EPOCH
 from .partition_rows import PartitionRows
@@ -110,18 +111,24 @@ class LogAppends:
     def append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
         """Append one batch through the partition's log, unless its sequence says it
         is a duplicate or out of order: (completion result, broker append time, last
-        offset of the batch the result names or -1)."""
+        offset of the batch the result names or -1). ``batch`` may be one Kafka
+        client's batch stored in pieces (``kafka_batches.from_kafka``): checked and
+        remembered as the one batch its client sent."""
         partition_log = self.rows.partition_log(row)
         header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
             if batch.size >= B.HEADER_LENGTH else None
         producer_id = int(header["producer_id"]) if header is not None else -1
         producer_epoch = int(header["producer_epoch"]) if header is not None else -1
         base_sequence = int(header["base_sequence"]) if header is not None else -1
+        # A Kafka client's batch stored in pieces is checked as the client sent it:
+        # its first sequence, and the last of its last piece (its sequences run on).
+        span = offset_span(batch) if header is not None else 0
+        last_offset_delta = span - 1 if span else \
+            (int(header["last_offset_delta"]) if header is not None else 0)
         verdict, duplicate_offset = self.producer_states.check(row, producer_id, producer_epoch,
-                                                               base_sequence)
+                                                               base_sequence, last_offset_delta)
         if verdict == SEQUENCE_DUPLICATE:
-            return (int(duplicate_offset), -1,
-                    int(duplicate_offset) + int(header["last_offset_delta"]))
+            return int(duplicate_offset), -1, int(duplicate_offset) + last_offset_delta
         if verdict != SEQUENCE_NEW:
             return int(sequence_refusal(verdict)), -1, -1
         try:
@@ -148,8 +155,8 @@ class LogAppends:
         (``PartitionLog.append_as_follower``: offsets, epochs and timestamps kept):
         the row is published (its log end; the high watermark stays where
         ``advance_high_watermark`` put it), and the partition is among those
-        :meth:`take_appended` gives. Each producer's last batch is remembered
-        without checking its sequence (Kafka checks sequences only for a client's
+        :meth:`take_appended` gives. Each producer's batches are remembered
+        without checking their sequences (Kafka checks sequences only for a client's
         appends, ``origin == Client``), so a producer's re-send to this replica once
         it leads is found a duplicate.
 
@@ -200,9 +207,9 @@ class LogAppends:
         self.remember_log(row)
 
     def remember_log(self, row: int) -> None:
-        """Remember the last batch of each producer in the partition's log, in every
+        """Remember the last batches of each producer in the partition's log, in every
         segment (``producer_snapshots``), not the active one alone: a producer whose
-        last batch sits in an older segment would be forgotten, and its re-send
+        last batches sit in an older segment would be forgotten, and a re-send
         appended twice."""
         self.producer_states.remember_producers(row,
                                                 self.rows.partition_log(row).producer_batches())

@@ -1,13 +1,13 @@
-"""Idempotent producers: what the appender remembers of each producer's last batches
-per partition, and the verdict on a batch's sequence (Kafka's ``ProducerStateManager``).
+"""Idempotent producers: what the appender remembers of each producer's last batches per
+partition, and the verdict on a batch's sequence (Kafka's ``ProducerStateManager``).
 
 Rules
 -----
-* One table for every hosted partition: (row, producer id) -> the producer's epoch,
-  the next sequence expected, and its last :data:`BATCHES_RETAINED` batches' (first
-  sequence, base offset), newest last (Kafka's ``NUM_BATCHES_TO_RETAIN``: a client
-  keeps up to five requests in flight, and after a reconnection re-sends them all).
-  A batch without a producer id (-1) is never checked nor remembered.
+* One table for every hosted partition: (row, producer id) -> the producer's window
+  (``storage.producer_window``): its epoch, the next sequence expected, and its last
+  :data:`limits.PRODUCER_BATCHES_MAX` appended batches' first and last sequences and
+  base offsets (Kafka's ``NUM_BATCHES_TO_RETAIN``). A batch without a producer id
+  (-1) is never checked nor remembered.
 * The compiled loop reads and writes the table itself (:attr:`ProducerStateTable.sequences`,
   through :func:`check_sequence` and :func:`remember_sequence`); Python goes through
   :class:`ProducerStateTable`. Both run on the draining thread only.
@@ -17,23 +17,32 @@ Rules
 Theory of operation
 -------------------
 A batch with a producer id carries the per-partition sequence number of its first
-record, and the producer's epoch. Under the same epoch, a batch whose first sequence
-is one of the remembered batches' is a re-send of it (a broker died after appending
-it but before acknowledging it, or a client re-sent its requests in flight after a
-reconnection): it is acknowledged with that batch's base offset and not appended
-again; a sequence that is neither that nor the next expected is out of order. A
-higher epoch must start again at sequence 0 (KIP-360: a producer whose batch was
-refused bumps its epoch and resets the partition's sequence once nothing of it is in
-flight, since the refused batch left a gap), and forgets the old epoch's batches; a
-lower epoch is fenced (``INVALID_PRODUCER_EPOCH``). Each entry is 12 words (96
-bytes) per producer and partition.
+record, and the producer's epoch. Under the same epoch, a batch whose first and last
+sequences are those of one of the last five batches is a re-send of it (a Kafka
+producer keeps up to five requests in flight per connection and re-sends them when
+it drops; or a broker died after appending a batch but before acknowledging it, and
+the new broker found it still in the ring): it is acknowledged with that batch's
+own base offset and not appended again. A Kafka client's batch the broker stored in
+pieces (``kafka_batches.from_kafka``: its stored form passed ``max.message.bytes``)
+is checked and remembered as its client sent it, from its first sequence to its
+last piece's last (``LogAppends.append_batch``); where its pieces are remembered
+one by one (the log's walk after a restart, a follower's appends), a re-send
+matches the run of them (``producer_window.window_duplicate``), as long as the
+window still holds its first piece. Any other sequence but the next expected is
+out of order, a re-send of a batch older than those five too (Kafka answers it
+``OUT_OF_ORDER_SEQUENCE_NUMBER``: its ``checkSequence`` compares the first sequence
+with the last batch's alone once no batch held matches). A higher epoch must start
+again at sequence 0 (KIP-360: a producer whose batch was refused bumps its epoch and
+resets the partition's sequence once nothing of it is in flight, since the refused
+batch left a gap); a lower epoch is fenced (``INVALID_PRODUCER_EPOCH``).
 
 The memory is rebuilt from the whole log when a partition is opened, and after a
-truncation: the producer snapshot below the active segment (the last batch of each
-producer, as Kafka's snapshot keeps) and a walk of that segment, which remembers its
-batches in order (``PartitionLog.producer_batches``, ``producer_snapshots``). A
-follower's appends are remembered unchecked (:meth:`ProducerStateTable.remember_batches`),
-so the replica that becomes leader knows every producer's last batches.
+truncation: the producer snapshot below the active segment (each producer's last
+five batches) and a walk of that segment (``PartitionLog.producer_batches``,
+``producer_snapshots``), so every window comes back as far as the log still holds
+its batches. A follower's appends are remembered unchecked
+(:meth:`ProducerStateTable.remember_batches`), so the replica that becomes leader
+knows every producer's last five batches.
 """
 
 from __future__ import annotations
@@ -44,11 +53,20 @@ from ...native import typed_containers as typed
 from ...native.jit import kernel, load_i16, load_i32, load_i64
 from ...record import batch_layout as B
 from ...record.records import batch_frame
-from ...shm.completion import SEQUENCE_MODULUS, CompletionCode
+from ...shm.completion import CompletionCode
+from ...storage.producer_window import (
+    EMPTY_WINDOW,
+    EPOCH,
+    HELD,
+    NEXT_SEQUENCE,
+    last_sequence,
+    window_duplicate,
+    window_of,
+    window_push,
+)
 
 __all__ = ["ProducerStateTable", "check_sequence", "remember_sequence", "sequence_refusal",
-           "SEQUENCE_NEW", "SEQUENCE_DUPLICATE", "SEQUENCE_OUT_OF_ORDER", "SEQUENCE_FENCED",
-           "BATCHES_RETAINED"]
+           "SEQUENCE_NEW", "SEQUENCE_DUPLICATE", "SEQUENCE_OUT_OF_ORDER", "SEQUENCE_FENCED"]
 
 # A batch's sequence verdict
 SEQUENCE_NEW = 0               # append, then remember
@@ -57,27 +75,25 @@ SEQUENCE_OUT_OF_ORDER = 2
 SEQUENCE_FENCED = 3            # an epoch older than the remembered one
 
 
-BATCHES_RETAINED = 5                 # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
-_EMPTY = -1                          # a batch slot not used yet
-
-
 @kernel
-def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence):
-    """(verdict, base offset to acknowledge a duplicate with)."""
-    key = (row, producer_id)
-    if producer_id < 0 or key not in sequences:
+def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence,
+                   last_offset_delta):
+    """(verdict, base offset to acknowledge a duplicate with) of a batch whose
+    records span ``base_sequence`` to ``base_sequence + last_offset_delta``."""
+    window = window_of(sequences, (row, producer_id)) if producer_id >= 0 \
+        else EMPTY_WINDOW
+    if window[HELD] == 0:
         return SEQUENCE_NEW, -1
-    entry = sequences[key]
-    epoch = entry[0]
+    epoch = window[EPOCH]
     if producer_epoch < epoch:
         return SEQUENCE_FENCED, -1
     if producer_epoch > epoch:
         return (SEQUENCE_NEW if base_sequence == 0 else SEQUENCE_OUT_OF_ORDER), -1
-    for slot in range(BATCHES_RETAINED):
-        first = entry[2 + 2 * slot]
-        if first != _EMPTY and first == base_sequence:
-            return SEQUENCE_DUPLICATE, entry[3 + 2 * slot]
-    if base_sequence != entry[1]:
+    duplicate_offset = window_duplicate(window, base_sequence,
+                                        last_sequence(base_sequence, last_offset_delta))
+    if duplicate_offset >= 0:
+        return SEQUENCE_DUPLICATE, duplicate_offset
+    if base_sequence != window[NEXT_SEQUENCE]:
         return SEQUENCE_OUT_OF_ORDER, -1
     return SEQUENCE_NEW, -1
 
@@ -85,17 +101,13 @@ def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence):
 @kernel
 def remember_sequence(sequences, row, producer_id, producer_epoch, base_sequence, base_offset,
                       record_count):
-    if producer_id < 0:
-        return
-    key = (row, producer_id)
-    following = (base_sequence + record_count) % SEQUENCE_MODULUS
-    if key in sequences and sequences[key][0] == producer_epoch:
-        old = sequences[key]          # the oldest of the five makes room
-        sequences[key] = (producer_epoch, following, old[4], old[5], old[6], old[7],
-                          old[8], old[9], old[10], old[11], base_sequence, base_offset)
-    else:                             # new, or a new epoch: its batches start again
-        sequences[key] = (producer_epoch, following, _EMPTY, _EMPTY, _EMPTY, _EMPTY,
-                          _EMPTY, _EMPTY, _EMPTY, _EMPTY, base_sequence, base_offset)
+    """Remember a batch of ``record_count`` records appended at ``base_offset``: the
+    newest of its producer's window."""
+    if producer_id >= 0:
+        key = (row, producer_id)
+        sequences[key] = window_push(window_of(sequences, key), producer_epoch,
+                                     base_sequence, last_sequence(base_sequence, record_count - 1),
+                                     base_offset)
 
 
 @kernel
@@ -120,8 +132,8 @@ def _forget_sequences(sequences, row):
 
 @kernel
 def _rebuild_sequences(log, end, row, sequences):
-    """Remember every producer's batches of a (valid) segment, in order (so its last
-    ``BATCHES_RETAINED``)."""
+    """Remember every producer's batches in a (valid) segment, in order: each window
+    ends with that producer's last ones."""
     position = 0
     while position < end:
         status, length = batch_frame(log, position, end)
@@ -139,7 +151,7 @@ def _rebuild_sequences(log, end, row, sequences):
 def _remember_producers(sequences, row, producers):
     """Remember the producers' last batches a log gives
     (``PartitionLog.producer_batches``: id, epoch, base sequence, base offset, last
-    offset delta per row) for the partition at ``row``."""
+    offset delta per row; a producer's rows in log order) for the partition at ``row``."""
     for index in range(producers.shape[0]):
         remember_sequence(sequences, row, producers[index, 0], producers[index, 1],
                           producers[index, 2], producers[index, 3], producers[index, 4] + 1)
@@ -150,15 +162,16 @@ class ProducerStateTable:
     rules), by the partition's row."""
 
     def __init__(self):
-        # (row, producer id) -> (epoch, next sequence, five (first sequence, base
-        # offset), newest last); the compiled loop takes it as it is.
+        # (row, producer id) -> the producer's window (storage.producer_window); the
+        # compiled loop takes it as it is.
         self.sequences = typed.sequence_table()
 
-    def check(self, row: int, producer_id: int, producer_epoch: int,
-              base_sequence: int) -> tuple[int, int]:
+    def check(self, row: int, producer_id: int, producer_epoch: int, base_sequence: int,
+              last_offset_delta: int) -> tuple[int, int]:
         """The verdict on a batch's sequence (``SEQUENCE_*``), and the base offset to
         acknowledge it with when it is a duplicate (else -1)."""
-        return check_sequence(self.sequences, row, producer_id, producer_epoch, base_sequence)
+        return check_sequence(self.sequences, row, producer_id, producer_epoch, base_sequence,
+                              last_offset_delta)
 
     def remember(self, row: int, producer_id: int, producer_epoch: int, base_sequence: int,
                  base_offset: int, record_count: int) -> None:

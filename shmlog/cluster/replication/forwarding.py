@@ -77,8 +77,7 @@ from ...common import limits
 from ...common.errors import ShmlogError
 from ...common.internal_topics import INTERNAL_TOPICS
 from ...config.cluster import ClusterConfig
-from ...record import batch_layout as B
-from ...record.records import BatchStatus, check_batch, now_ms
+from ...record.records import BatchStatus, check_batch, now_ms, offset_span
 from ...shm.completion import CompletionCode
 from ...zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpoint, RequestFailed
 from ..zk.paths import NO_LEADER
@@ -236,7 +235,8 @@ def append_as_leader(appender: Appender, purgatory: ProducePurgatory,
     if acks == -1 and appender.under_min_isr(row):
         answer(ErrorCode.NOT_ENOUGH_REPLICAS, -1, -1)       # nothing appended, no sequence used
         return
-    # One batch, as a ring entry must be: the sequence check reads the first header only.
+    # One batch, as a ring entry must be; a Kafka client's batch stored in pieces is
+    # checked whole (its first sequence, its last piece's last: LogAppends.append_batch).
     status, batch_length = check_batch(batch, 0, batch.size, False, False)
     if status != 0 or (batch_length != batch.size and not split):
         answer(wire_error(-(status or CompletionCode.NOT_ONE_BATCH)), -1, -1)
@@ -245,23 +245,12 @@ def append_as_leader(appender: Appender, purgatory: ProducePurgatory,
     if result < 0:
         answer(wire_error(result), -1, -1)
         return
-    last_offset = result + _offset_span(batch) - 1
+    last_offset = result + offset_span(batch) - 1
     if acks == -1 and appender.high_watermark(row) <= last_offset:
         purgatory.park(_DelayedProduce(replica, replica.leader_epoch, last_offset, result,
                                        append_time, deadline, answer))
         return
     answer(ErrorCode.NONE, result, append_time)
-
-
-def _offset_span(batch: np.ndarray) -> int:
-    """How many offsets the batches back to back in ``batch`` take (one batch's is
-    its last offset delta + 1)."""
-    span = position = 0
-    while position < batch.size:
-        header = batch[position:position + B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0]
-        span += int(header["last_offset_delta"]) + 1
-        position += int(header["batch_length"])
-    return span
 
 
 class _ProduceReply:

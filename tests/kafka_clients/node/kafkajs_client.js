@@ -3,6 +3,9 @@
 // JSON on stdout. Keys, values and header values travel as base64 (null stays null).
 // kafkajs logs to stderr only, so stdout holds the answer alone. The caller bounds
 // the whole process; the script also stops itself at the request's timeout_ms.
+// A group member (`node kafkajs_client.js member '<request as JSON>'`) instead runs
+// until its stdin ends (or its timeout_ms), printing each record it reads as a line
+// of JSON as it reads it, and committing each record read (autoCommitThreshold 1).
 'use strict';
 const { Kafka, logLevel } = require('kafkajs');
 
@@ -11,8 +14,8 @@ const text = (buffer) => (buffer === null || buffer === undefined ? null : buffe
 
 function client(request) {
   return new Kafka({
-    clientId: 'shmlog-tests',
-    brokers: [request.bootstrap],
+    clientId: request.client_id || 'shmlog-tests',
+    brokers: request.bootstrap.split(','),
     connectionTimeout: request.timeout_ms,
     requestTimeout: request.timeout_ms,
     retry: { retries: 3, maxRetryTime: request.timeout_ms },
@@ -120,6 +123,32 @@ async function consume(request) {
   return found;
 }
 
+async function member(request) {
+  const consumer = client(request).consumer({ groupId: request.group_id, allowAutoTopicCreation: false });
+  const stopped = new Promise((resolve) => {
+    process.stdin.on('end', resolve);
+    process.stdin.on('error', resolve);
+    setTimeout(resolve, request.timeout_ms);
+    process.stdin.resume();
+  });
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topics: [request.topic], fromBeginning: true });
+    await consumer.run({
+      autoCommit: true,
+      autoCommitThreshold: 1,
+      eachMessage: async ({ partition, message: m }) => {
+        process.stdout.write(`${JSON.stringify({
+          partition, offset: Number(m.offset), key: text(m.key), value: text(m.value),
+          headers: flatHeaders(m.headers), timestamp_ms: Number(m.timestamp) })}\n`);
+      },
+    });
+    await stopped;
+  } finally {
+    await consumer.disconnect();
+  }
+}
+
 async function metadata(request) {
   const admin = client(request).admin();
   await admin.connect();
@@ -136,6 +165,10 @@ async function metadata(request) {
 }
 
 async function main() {
+  if (process.argv[2] === 'member') {
+    await member(JSON.parse(process.argv[3]));
+    return;
+  }
   const chunks = [];
   for await (const chunk of process.stdin) chunks.push(chunk);
   const request = JSON.parse(Buffer.concat(chunks).toString());
