@@ -367,3 +367,26 @@ def test_kafka_python_logs_in_over_sasl_plaintext(client_auth):
         assert next(iter(consumer)).value == b"logged in"
     finally:
         consumer.close()
+
+
+def test_a_group_member_on_the_second_listener_is_sent_to_its_coordinator_there(secured):
+    # FindCoordinator answers with the listener's own address: the SSL member would
+    # fail to reach a coordinator named at the SASL_SSL listener.
+    options = librdkafka_options(secured)
+    producer = Producer({**options, "message.timeout.ms": int(WAIT_S * 1000)})
+    producer.produce("grouped-over-ssl", b"for the group")
+    assert producer.flush(WAIT_S) == 0
+    consumer = Consumer({**options, "group.id": "ssl-group", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    found = []
+    try:
+        consumer.subscribe(["grouped-over-ssl"])
+        deadline = time.monotonic() + WAIT_S
+        while not found and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                found.append(message.value())
+        assert found == [b"for the group"]
+        consumer.commit(asynchronous=False)          # through the coordinator
+    finally:
+        consumer.close()
