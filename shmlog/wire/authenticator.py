@@ -39,7 +39,7 @@ The socket server asks :meth:`Authenticator.on_frame` what to do with each frame
 a connection not logged in; the :class:`Action` says: answer these buffers (and
 perhaps close), close, pass the frame to the loop, or run ``work`` on a worker,
 whose result is another Action (delivered back to the listener's thread through
-its outbox). One request is in flight per connection, so the worker and the
+its outbox). A connection has one request handled at a time, so the worker and the
 listener's thread never touch one Authenticator at once. :attr:`Authenticator.done`
 turns true on the worker when the mechanism's last step verifies; the socket
 server reads it after the result came back, and from then on hands the
