@@ -136,6 +136,31 @@ def read_partition(data_dir: str, topic: str, count: int, timeout_s: float,
     return records
 
 
+def tls_and_users(directory, common_name: str, alt_names: str, user: str, password: str,
+                  timeout_s: float):
+    """(certificate, key, users file) made in ``directory`` for a secured listener: a
+    self-signed EC certificate by the ``openssl`` command (``alt_names`` its
+    subjectAltName, e.g. ``"IP:127.0.0.1"``) and a SASL credentials file holding
+    ``user``; the key and the credentials private (0600). Skips the test when
+    ``openssl`` is absent."""
+    import shutil
+
+    from shmlog.wire.credentials import user_entry
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command makes the test certificate")
+    certificate, key = directory / "server.pem", directory / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
+                    str(certificate), "-days", "2", "-subj", f"/CN={common_name}", "-addext",
+                    f"subjectAltName={alt_names}"],
+                   check=True, capture_output=True, timeout=timeout_s)
+    key.chmod(0o600)
+    users = directory / "users.toml"
+    users.write_text(user_entry(user, password, iterations=4096))
+    users.chmod(0o600)
+    return certificate, key, users
+
+
 @contextlib.contextmanager
 def kafka_broker_process(data_dir: str, **settings):
     """A broker process on ``data_dir`` serving Kafka on a free loopback port, with

@@ -12,8 +12,6 @@ bounded.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 
 import pytest
@@ -22,27 +20,17 @@ from confluent_kafka.admin import AdminClient
 
 from cluster import workload
 from cluster.workload import WAIT_S
+from helpers import tls_and_users
 from shmlog import Admin
-from shmlog.wire.credentials import user_entry
 
 USER, PASSWORD = "cluster-user", "cluster secret"
 
 
 @pytest.fixture(scope="module")
 def secured_cluster(zookeeper, tmp_path_factory):
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command makes the test certificate")
     directory = tmp_path_factory.mktemp("sasl-ssl-cluster")
-    certificate, key = directory / "brokers.pem", directory / "brokers.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
-                    str(certificate), "-days", "2", "-subj", "/CN=shmlog-test", "-addext",
-                    "subjectAltName=IP:127.0.0.1,IP:127.0.0.2"],
-                   check=True, capture_output=True, timeout=WAIT_S)
-    key.chmod(0o600)
-    users = directory / "users.toml"
-    users.write_text(user_entry(USER, PASSWORD, iterations=4096))
-    users.chmod(0o600)
+    certificate, key, users = tls_and_users(directory, "shmlog-test",
+                                            "IP:127.0.0.1,IP:127.0.0.2", USER, PASSWORD, WAIT_S)
     cluster = workload.start_cluster(
         str(directory / "cluster"), zookeeper, brokers=2, kafka_security_protocol="SASL_SSL",
         broker_settings={"ssl_certificate_location": str(certificate),

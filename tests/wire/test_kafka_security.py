@@ -41,7 +41,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from helpers import unlink_shared_memory
+from helpers import tls_and_users, unlink_shared_memory
 from shmlog import Admin
 from shmlog.protocol.control_client import request as control_request
 from shmlog.server.broker import Broker
@@ -59,19 +59,9 @@ def secured(tmp_path_factory):
     """{"data_dir", "ca" (the server's self-signed certificate), "key" (its key),
     "SASL_SSL", "SSL", "PLAINTEXT" (host:port each)} of a broker serving the three
     listeners."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command makes the test certificate")
     directory = tmp_path_factory.mktemp("kafka-security")
-    certificate, key = directory / "server.pem", directory / "server.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
-                    str(certificate), "-days", "2", "-subj", "/CN=localhost", "-addext",
-                    "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True, timeout=WAIT_S)
-    key.chmod(0o600)
-    users = directory / "users.toml"
-    users.write_text(user_entry(USER, PASSWORD, iterations=4096))
-    users.chmod(0o600)
+    certificate, key, users = tls_and_users(directory, "localhost", "DNS:localhost,IP:127.0.0.1",
+                                            USER, PASSWORD, WAIT_S)
     data_dir = str(directory / "data")
     with Broker(data_dir, listeners="SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,"
                                     "PLAINTEXT://127.0.0.1:0",
