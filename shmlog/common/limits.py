@@ -269,6 +269,12 @@ IDLE_SPIN_S = 50e-6
 IDLE_YIELD_S = 1e-3
 # Without a futex: how long a waiter sleeps between looks.
 IDLE_NAP_S = 200e-6
+# A DoorbellRelay's thread sleeps on the doorbell at most this long before it looks
+# whether it is still armed (a ring wakes it at once; this only bounds a lost wake-up
+# call from a ringer killed between its two steps, as a sleeper's own timeout does).
+DOORBELL_RELAY_NAP_S = 0.1
+# How long stopping a relay waits for its thread (it wakes within a nap).
+DOORBELL_RELAY_STOP_S = 5.0
 
 # --- consumer groups ----------------------------------------------------------------------
 # Bytes of metadata (UTF-8) a committed offset may carry: Kafka's
@@ -604,7 +610,7 @@ KAFKA_UNAUTHENTICATED_REQUEST_SIZE_MAX = 512 << 10
 # disconnection, at random), and a password guesser waits between tries.
 KAFKA_FAILED_LOGIN_CLOSE_DELAY_S = 0.1
 # Threads that check SASL messages (PLAIN's PBKDF2 costs the broker 2-6 ms: see
-# SCRAM_ITERATIONS_DEFAULT), off the broker's loop and the listener's thread: two keep
+# SCRAM_ITERATIONS_DEFAULT), off the broker's loop (which serves the listener's sockets): two keep
 # logins going on a 2-core host without taking both cores from the appender.
 SASL_WORKER_THREADS_COUNT = 2
 # Logins waiting for those threads: each connection has at most one waiting (one
@@ -828,11 +834,11 @@ KAFKA_CONNECTIONS_IDLE_MS_DEFAULT = 600_000
 # one request, and a selector entry: 1,000 per address keeps one runaway client on one
 # host from taking the broker's descriptors, and a connection over it is closed at once.
 KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT = 1_000
-# One recv of the listener's thread (a socket buffer's worth): requests larger than this
+# One recv of the listener (a socket buffer's worth): requests larger than this
 # are read in several, into a buffer of the request's own size.
 KAFKA_RECEIVE_CHUNK_SIZE = 64 * 1024
-# How long the listener's thread waits in select() before it looks at the idle
-# connections and at the broker stopping.
+# How often the listener looks for connections idle past connections.max.idle.ms (a
+# look walks every connection; idleness is counted in minutes).
 KAFKA_LISTENER_POLL_S = 0.5
 # After accept() fails for want of descriptors (EMFILE, ENFILE), the listener stops
 # accepting for this long (the waiting connections stay queued in the kernel's backlog)
@@ -840,12 +846,12 @@ KAFKA_LISTENER_POLL_S = 0.5
 KAFKA_ACCEPT_BACKOFF_S = 0.5
 # The listener's backlog of connections not yet accepted (socket.listen).
 KAFKA_LISTEN_BACKLOG = 128
-# A connection's next request, already received, goes to the broker's loop as the loop
-# answers the one before (no wake of the listener's thread in between: a client that
-# pipelines small requests, as librdkafka's producer does, has them answered in one pass
-# of the loop) while at most this many bytes of its responses wait to be written; past
-# it, the next waits for the writes (a client that sends and does not read holds at
-# most this much of the broker's memory). A Fetch response is up to fetch.max.bytes.
+# A connection's next request, already received, goes to the handlers as the one before
+# is answered (a client that pipelines small requests, as librdkafka's producer does,
+# has them answered in one pass of the loop) while at most this many bytes of its
+# responses wait to be written; past it, the next waits for the writes (a client that
+# sends and does not read holds at most this much of the broker's memory). A Fetch
+# response is up to fetch.max.bytes.
 KAFKA_PIPELINED_UNSENT_MAX = 1024 * 1024
 # Buffers one sendmsg() of the listener writes at most (Linux's IOV_MAX, UIO_MAXIOV).
 KAFKA_SEND_BUFFERS_MAX = 1024

@@ -55,7 +55,10 @@ Producers ring the state table's appender doorbell after every entry they put, s
 the loop drains only when something was put (or a request or timer asks). When
 nothing was put for a while (``wakeup.pause``) it sleeps on that doorbell (a
 futex) until a producer or a control request rings it, or the next deadline is
-due: an idle broker costs no CPU and wakes in microseconds. After every drain that
+due: an idle broker costs no CPU and wakes in microseconds. With a Kafka listener the
+loop does its socket work too (``wire.socket_server``: no hand-over between threads
+per request) and sleeps in ``select`` on those sockets, the doorbell's rings passed
+on by a relay thread. After every drain that
 appended records it rings the consumers' doorbell. :class:`Broker` runs a broker in a
 child process for scripts, notebooks and tests.
 
@@ -540,7 +543,8 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
                          lambda: core.host.work_pending() or control.waiting or
                          (kafka is not None and kafka.waiting),
                          min(_seconds_to_next_timer(core, kafka),
-                             limits.BROKER_IDLE_SLEEP_LONGEST_S))
+                             limits.BROKER_IDLE_SLEEP_LONGEST_S),
+                         sleep=kafka.sleep if kafka is not None else None)
         log.info("broker %d stopping on %s: draining rings, flushing and closing the logs",
                  os.getpid(), signal.Signals(stopping[0]).name)
     finally:

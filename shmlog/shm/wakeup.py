@@ -36,13 +36,14 @@ import ctypes
 import errno
 import os
 import platform
+import threading
 import time
 
 from ..common import limits
 from ..native.atomics import fence, fetch_add, load_acquire
 from ..native.jit import kernel
 
-__all__ = ["Doorbell", "pause"]
+__all__ = ["Doorbell", "DoorbellRelay", "pause"]
 
 _FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT = 0                    # shared (not FUTEX_PRIVATE): the word is in shared memory
@@ -51,7 +52,7 @@ _WAKE_EVERYONE = 0x7FFFFFFF
 _libc = ctypes.CDLL(None, use_errno=True) if _FUTEX_SYSCALL is not None else None
 # The wake-up call holds the GIL through it (PyDLL): it never blocks, and a thread that
 # let the GIL go for it (CDLL does) waits for the GIL again behind whichever thread took
-# it, which for the Kafka listener's thread ringing the broker's loop is that loop.
+# it, which for a thread ringing the broker's loop is that loop.
 _libc_holding_gil = ctypes.PyDLL(None, use_errno=True) if _FUTEX_SYSCALL is not None else None
 
 
@@ -60,15 +61,20 @@ class _Timespec(ctypes.Structure):
 
 
 def pause(idle_s: float, doorbell: "Doorbell", attempt, sleep_s: float, *,
-          spin_s: float = limits.IDLE_SPIN_S, yield_s: float = limits.IDLE_YIELD_S):
+          spin_s: float = limits.IDLE_SPIN_S, yield_s: float = limits.IDLE_YIELD_S,
+          sleep=None):
     """One pause of a loop that has found nothing for ``idle_s`` seconds: nothing
-    (spinning), a yield of the CPU, or a sleep of up to ``sleep_s`` on ``doorbell``.
-    Returns what ``attempt`` found if it was tried (see :meth:`Doorbell.wait`)."""
+    (spinning), a yield of the CPU, or a sleep of up to ``sleep_s`` on ``doorbell``
+    (or with ``sleep(attempt, sleep_s)``, a loop's own way of sleeping that the
+    doorbell also ends: :class:`DoorbellRelay`). Returns what ``attempt`` found if
+    it was tried (see :meth:`Doorbell.wait`)."""
     if idle_s < spin_s:
         return None
     if idle_s < yield_s:
         os.sched_yield()
         return None
+    if sleep is not None:
+        return sleep(attempt, sleep_s)
     return doorbell.wait(attempt, sleep_s)
 
 
@@ -123,25 +129,100 @@ class Doorbell:
             _libc_holding_gil.syscall(_FUTEX_SYSCALL, self._address, _FUTEX_WAKE, _WAKE_EVERYONE,
                           None, None, 0)
 
+    def lie_down(self) -> int:
+        """Count the caller among the sleepers (ringers then make the wake-up call);
+        the sequence it may sleep on. Each call is paired with :meth:`get_up`."""
+        return int(_lie_down(self.words, self.sequence_word, self.sleepers_word))
+
+    def get_up(self) -> None:
+        _get_up(self.words, self.sleepers_word)
+
+    def sleep_on(self, seen: int, timeout_s: float) -> None:
+        """Sleep until the sequence is no longer ``seen`` (at once if it is not) or
+        ``timeout_s`` passes, the GIL let go. Whoever sleeps has lain down, or sleeps
+        for somebody who has (:class:`DoorbellRelay`)."""
+        if _libc is None:
+            time.sleep(min(timeout_s, limits.IDLE_NAP_S))
+            return
+        seconds = int(timeout_s)
+        timeout = _Timespec(seconds, int((timeout_s - seconds) * 1e9))
+        expected = ctypes.c_uint32(seen & 0xFFFFFFFF)
+        if _libc.syscall(_FUTEX_SYSCALL, self._address, _FUTEX_WAIT, expected,
+                         ctypes.byref(timeout), None, 0) != 0:
+            code = ctypes.get_errno()
+            if code not in (errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR):
+                raise OSError(code, f"futex wait: {os.strerror(code)}")
+
     def wait(self, attempt, timeout_s: float):
         """Sleep until the bell rings or ``timeout_s`` passes, unless ``attempt()``,
         tried once after lying down, finds work: then its result, else None."""
-        seen = int(_lie_down(self.words, self.sequence_word, self.sleepers_word))
+        seen = self.lie_down()
         try:
             found = attempt()
             if found or timeout_s <= 0:
                 return found
-            if _libc is None:
-                time.sleep(min(timeout_s, limits.IDLE_NAP_S))
-                return None
-            seconds = int(timeout_s)
-            timeout = _Timespec(seconds, int((timeout_s - seconds) * 1e9))
-            expected = ctypes.c_uint32(seen & 0xFFFFFFFF)
-            if _libc.syscall(_FUTEX_SYSCALL, self._address, _FUTEX_WAIT, expected,
-                             ctypes.byref(timeout), None, 0) != 0:
-                code = ctypes.get_errno()
-                if code not in (errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR):
-                    raise OSError(code, f"futex wait: {os.strerror(code)}")
+            self.sleep_on(seen, timeout_s)
             return None
         finally:
-            _get_up(self.words, self.sleepers_word)
+            self.get_up()
+
+
+class DoorbellRelay:
+    """Lets a loop that sleeps in ``select`` (on sockets) be woken by a doorbell too:
+    while the loop sleeps it *arms* the relay with the sequence it saw after lying
+    down, and the relay's thread sleeps on the doorbell for it and calls ``wake``
+    (which makes one of the loop's descriptors readable) once the bell has rung.
+
+    One wake per arming: after relaying, the thread waits to be armed again, so a
+    loop slow to disarm costs no spinning. A ring that came before the thread slept
+    is seen at once (the futex refuses a stale sequence), so none is lost between
+    the loop's last look and its select; the loop's own lying down is what makes
+    ringers call the futex, which also wakes this thread.
+    """
+
+    def __init__(self, doorbell: Doorbell, wake, name: str) -> None:
+        self._doorbell = doorbell
+        self._wake = wake
+        self._changed = threading.Condition(threading.Lock())
+        self._armed = False
+        self._seen = 0
+        self._arming = 0                  # counts armings: one wake for each at most
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def arm(self, seen: int) -> None:
+        with self._changed:
+            self._armed, self._seen = True, seen
+            self._arming += 1
+            self._changed.notify()
+
+    def disarm(self) -> None:
+        with self._changed:
+            self._armed = False
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopping = True
+            self._changed.notify()
+        self._doorbell.ring()             # out of a sleep on the bell
+        self._thread.join(timeout=limits.DOORBELL_RELAY_STOP_S)
+
+    def _run(self) -> None:
+        relayed = 0
+        while True:
+            with self._changed:
+                while not (self._stopping or (self._armed and self._arming != relayed)):
+                    self._changed.wait()
+                if self._stopping:
+                    return
+                seen, arming = self._seen, self._arming
+            self._doorbell.sleep_on(seen, limits.DOORBELL_RELAY_NAP_S)
+            if self._doorbell.sequence == seen:
+                continue                  # a nap's end: sleep on while armed
+            with self._changed:
+                if self._armed and self._arming == arming:
+                    relayed = arming
+                    self._wake()

@@ -90,7 +90,9 @@ class KafkaApis:
         return self.server.waiting
 
     def answer(self) -> bool:
-        """Answer the requests waiting (on the loop's thread); whether there were any."""
+        """Do what the sockets allow now and answer the requests read (on the loop's
+        thread); whether there were any."""
+        self.server.pump()
         answered = False
         while (request := self.server.take()) is not None:
             answered = True

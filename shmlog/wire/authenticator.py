@@ -1,5 +1,6 @@
 """SASL logins on a Kafka listener (Kafka's ``SaslServerAuthenticator``): what the
-listener's thread does with a connection's requests until its client is logged in.
+listener's socket server does with a connection's requests until its client is
+logged in.
 
 Rules
 -----
@@ -18,8 +19,8 @@ Rules
   request after a v1 handshake, or, after a v0 handshake, as bare size-prefixed
   tokens answered the same way (Kafka 0.10's framing, which Kafka still serves).
 * Checking a message (PLAIN's PBKDF2 costs milliseconds) runs on a
-  :class:`SaslWorker` thread, never on the listener's thread (which serves every
-  other connection) nor on the broker's loop. The workers are few
+  :class:`SaslWorker` thread, never on the broker's loop (which serves every
+  other connection). The workers are few
   (``limits.SASL_WORKER_THREADS_COUNT``) and their queue bounded
   (``limits.SASL_LOGINS_WAITING_MAX``): a login over it is refused as failed, saying
   the broker is busy.
@@ -38,9 +39,9 @@ Theory of operation
 The socket server asks :meth:`Authenticator.on_frame` what to do with each frame of
 a connection not logged in; the :class:`Action` says: answer these buffers (and
 perhaps close), close, pass the frame to the loop, or run ``work`` on a worker,
-whose result is another Action (delivered back to the listener's thread through
-its outbox). A connection has one request handled at a time, so the worker and the
-listener's thread never touch one Authenticator at once. :attr:`Authenticator.done`
+whose result is another Action (delivered back to the loop through the socket
+server's outbox). A connection has one request handled at a time, so the worker and
+the loop never touch one Authenticator at once. :attr:`Authenticator.done`
 turns true on the worker when the mechanism's last step verifies; the socket
 server reads it after the result came back, and from then on hands the
 connection's requests to the loop.
@@ -117,7 +118,7 @@ class SaslSettings:
 
 @dataclasses.dataclass(frozen=True)
 class Action:
-    """What the listener's thread does with a frame of a connection not logged in:
+    """What the socket server does with a frame of a connection not logged in:
     write ``buffers`` (a framed answer), then close if ``close``; or pass the frame
     to the broker's loop (``to_loop``); or run ``work`` on a worker (its result is
     the Action), doing ``refusal`` instead when the workers are too busy."""
@@ -166,7 +167,7 @@ class Authenticator:
         except KafkaRequestError as error:
             return Action(close=True, reason=str(error))
 
-    # -- the listener's thread -----------------------------------------------------------
+    # -- the broker's loop ------------------------------------------------------------
     def _handshake(self, header: codec.RequestHeader, frame: bytes) -> Action:
         _check_version(header, _HANDSHAKE_VERSIONS)
         body = codec.decode_request(header, memoryview(frame))

@@ -1,11 +1,11 @@
-"""One Kafka client's connection as the listener's thread holds it: its socket, plain
+"""One Kafka client's connection as the listener's socket server holds it: its socket, plain
 or TLS, its non-blocking TLS handshake, and what it received and has to write.
 
 Rules
 -----
 * Nothing here blocks: every socket is non-blocking, and each call does what the
   socket takes now and says what it waits for (:meth:`Connection.handshake`,
-  :meth:`Connection.receive`, :meth:`Connection.send`). The listener's thread
+  :meth:`Connection.receive`, :meth:`Connection.send`). The broker's loop
   serves every connection, so one that stalls (mid-handshake, mid-request) holds
   nothing but itself.
 * TLS through the ``ssl`` object, never around it: the handshake is
@@ -62,7 +62,7 @@ PLAINTEXT = Security()
 
 
 class Connection:
-    """One accepted connection and what the listener's thread knows of it."""
+    """One accepted connection and what the socket server knows of it."""
     __slots__ = ("id", "sock", "peer", "security", "received", "in_loop", "unsent",
                  "outgoing", "last_active", "frames_waiting", "events", "handshaking", "wants",
                  "setup_deadline", "auth", "close_after_write", "read_wants_write",
@@ -75,9 +75,9 @@ class Connection:
         self.peer = peer
         self.security = security
         self.received = bytearray()
-        # Shared with the loop's thread, under the server's lock: the requests read and
-        # not yet handed over, whether one is with the loop (or, before a login, with
-        # the authenticator), and how many bytes of the responses are not written yet.
+        # The requests read and not yet handed over, whether one is with the handlers
+        # (or, before a login, with the authenticator), and how many bytes of the
+        # responses are not written yet.
         self.frames_waiting: collections.deque[bytes] = collections.deque()
         self.in_loop = False
         self.unsent = 0

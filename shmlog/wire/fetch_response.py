@@ -28,7 +28,7 @@ encoder walks topics and partitions once, appending to one ``bytearray``; at a
 partition with record buffers it closes that piece into the output, puts the buffers
 after it untouched, and opens a new piece for what follows (v12's tagged fields, the
 next partition). So a response is ``2 + 2 x partitions with records`` pieces at most
-(the socket thread writes them ``KAFKA_SEND_BUFFERS_MAX`` at a time), whatever the
+(the socket server writes them ``KAFKA_SEND_BUFFERS_MAX`` at a time), whatever the
 number of partitions without records. The size prefix is reserved in the first piece
 and packed last, from the bytes counted on the way.
 """

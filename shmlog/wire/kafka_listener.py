@@ -157,6 +157,11 @@ class KafkaListener:
     def answer(self) -> bool:
         return self.apis.answer()
 
+    def sleep(self, attempt, timeout_s: float):
+        """The loop's sleep once idle: on its sockets and its doorbell at once
+        (``KafkaSocketServer.sleep``)."""
+        return self.server.sleep(attempt, timeout_s)
+
     def poll(self, now: int) -> None:
         self.apis.poll(now)
 

@@ -1,25 +1,31 @@
-"""Doorbells across processes: a sleeper is woken by every ring, none is lost.
+"""Doorbells across processes: a sleeper is woken by every ring, none is lost, also
+when it sleeps in select() with a DoorbellRelay watching the bell for it.
 
 Method: two processes play ping-pong through a shared mapping. Each publishes the
 next number in its own word, rings the other side's doorbell and sleeps on its
 own until the answer comes. A lost wakeup (a ring that came between a sleeper's
 look and its futex wait, and was missed) shows as a wait that runs to its timeout
 of LOST_AFTER_S, which is ten thousand times longer than a wake-up takes; the
-child counts those. Every wait is bounded; the child is always reaped.
+child counts those. The relay's test has the parent sleep as the Kafka listener's
+loop does: lie down, arm the relay, select() on a socket pair the relay writes to.
+Every wait is bounded; the child is always reaped.
 """
 
 from __future__ import annotations
 
+import select
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import numpy as np
 import pytest
 
 from shmlog.shm import shared_memory
-from shmlog.shm.wakeup import Doorbell
+from shmlog.shm.wakeup import Doorbell, DoorbellRelay
 
 ROUNDS = 3000
 LOST_AFTER_S = 5.0
@@ -77,6 +83,53 @@ def test_no_ring_is_lost_between_two_processes(page):
     assert lost == 0, f"{lost} wakeups were lost"
     assert words[PARENT_BELL[0]] == words[CHILD_BELL[0]] == ROUNDS, "every ring is counted"
     assert words[PARENT_BELL[1]] == words[CHILD_BELL[1]] == 0, "every sleeper got up"
+
+
+def _select_until(bell: Doorbell, relay: DoorbellRelay, reader: socket.socket, done) -> bool:
+    """Sleep in select() until ``done()``, the relay passing the bell's rings on, as
+    KafkaSocketServer.sleep does; False if a sleep ran to LOST_AFTER_S."""
+    while not done():
+        seen = bell.lie_down()
+        try:
+            if done():
+                return True
+            relay.arm(seen)
+            started = time.monotonic()
+            readable = select.select([reader], [], [], LOST_AFTER_S)[0]
+            relay.disarm()
+        finally:
+            bell.get_up()
+        if readable:
+            reader.recv(4096)
+        elif time.monotonic() - started >= LOST_AFTER_S:
+            return False                   # slept it out: the ring was not passed on
+    return True
+
+
+def test_a_relay_wakes_a_select_for_every_ring(page):
+    name, words = page
+    mine, theirs = Doorbell(words, *PARENT_BELL), Doorbell(words, *CHILD_BELL)
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    relay = DoorbellRelay(mine, lambda: writer.send(b"\0"), "test-relay")
+    relay.start()
+    child = subprocess.Popen([sys.executable, "-c", PLAYER, name, str(ROUNDS), str(LOST_AFTER_S)],
+                             stdout=subprocess.PIPE)
+    try:
+        for number in range(1, ROUNDS + 1):
+            words[PING] = number
+            theirs.ring()
+            assert _select_until(mine, relay, reader, lambda number=number:
+                                 words[PONG] >= number), f"a ring was lost at ping {number}"
+        lost = int(child.communicate(timeout=60)[0])
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+        relay.stop()
+        reader.close()
+        writer.close()
+    assert lost == 0, f"{lost} wakeups were lost"
+    assert words[PARENT_BELL[1]] == 0, "the loop got up after every sleep"
 
 
 def test_a_wait_returns_what_the_attempt_found_without_sleeping(page):

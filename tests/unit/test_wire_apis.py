@@ -2,7 +2,7 @@
 encode (a bug) closes its own connection, is logged, and the next request is
 answered.
 
-Method: KafkaApis over a stand-in for the socket thread (a list of request frames in,
+Method: KafkaApis over a stand-in for the socket server (a list of request frames in,
 the connections written or closed recorded), with one area serving Heartbeat whose
 handler answers as it is told; frames encoded with kafka-python's request class.
 """
@@ -22,13 +22,16 @@ HEARTBEAT_KEY = 12
 
 
 class _Sockets:
-    """What KafkaApis asks of the socket thread, recorded."""
+    """What KafkaApis asks of the socket server, recorded."""
 
     def __init__(self, requests) -> None:
         self.requests = list(requests)
         self.sent: list[int] = []
         self.closed: list[int] = []
         self.waiting = False
+
+    def pump(self) -> None:
+        pass                      # no sockets: the requests are given
 
     def take(self):
         return self.requests.pop(0) if self.requests else None
