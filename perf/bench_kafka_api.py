@@ -20,7 +20,12 @@ fresh process of its own (``--role``), for each client library in turn
 
 * produce: ``--records`` distinct values of 100 random bytes (made before the clock),
   one ``produce()``/``send()`` per record, acks=all, linger 5 ms, 1 MB batches; timed
-  from the first call until ``flush`` returned.
+  from the first call until ``flush`` returned. The calls alone (until the last
+  returned) are timed too: the client's own bound, which a broker that keeps up
+  leaves as the figure.
+* Each broker's CPU time over a produce or consume (``/proc/PID/stat``: the
+  shmlog broker's process, Tansu's), per record: what each broker spends, whatever
+  bounds the rate.
 * consume: a consumer assigned the partition at offset 0 reads them all back
   (confluent: ``consume(n, 1.0)``, n up to 10,000 and never more than are left;
   kafka-python: ``poll(max_records=10000)``),
@@ -106,6 +111,7 @@ def produce(client: str, address: str, topic: str, records: int) -> dict:
             producer.produce(topic, value, partition=0)
             if index & 0xFFF == 0:
                 producer.poll(0)
+        calls_s = time.perf_counter() - started
         left = producer.flush(LOOP_DEADLINE_S)
     else:
         from kafka import KafkaProducer
@@ -115,11 +121,13 @@ def produce(client: str, address: str, topic: str, records: int) -> dict:
         started = time.perf_counter()
         for value in values:
             producer.send(topic, value=value, partition=0)
+        calls_s = time.perf_counter() - started
         producer.flush(timeout=LOOP_DEADLINE_S)
         left = 0
         producer.close()
     seconds = time.perf_counter() - started
-    return {"records": records - left, "seconds": seconds, "rate": (records - left) / seconds}
+    return {"records": records - left, "seconds": seconds, "rate": (records - left) / seconds,
+            "calls_s": calls_s}
 
 
 def consume(client: str, address: str, topic: str, records: int, tuned: bool) -> dict:
@@ -323,18 +331,26 @@ def end_to_end(client: str, address: str, rate: int, seconds: float, fetch_wait_
         _stop(consumer)
 
 
-def measure(client: str, address: str, arguments) -> dict:
+def _timed(broker_pid: int, role: str, **arguments) -> dict:
+    """A client process's figures, and the broker's CPU seconds over its run."""
+    from bench_clients import _cpu_seconds
+    before = _cpu_seconds(broker_pid)
+    found = _finish(_start(role, **arguments), role)
+    return found | {"broker_cpu_s": _cpu_seconds(broker_pid) - before}
+
+
+def measure(client: str, address: str, broker_pid: int, arguments) -> dict:
     found = {}
     topic = _topic(address, "rate")
-    found["produce"] = _finish(_start("produce", client=client, address=address, topic=topic,
-                                      records=arguments.records), "produce")
+    found["produce"] = _timed(broker_pid, "produce", client=client, address=address,
+                              topic=topic, records=arguments.records)
     written = found["produce"]["records"]
-    found["consume"] = _finish(_start("consume", client=client, address=address, topic=topic,
-                                      records=written, tuned=False), "consume")
+    found["consume"] = _timed(broker_pid, "consume", client=client, address=address,
+                              topic=topic, records=written, tuned=False)
     if client == "confluent":
-        found["consume, tuned"] = _finish(_start("consume", client=client, address=address,
-                                                 topic=topic, records=written, tuned=True),
-                                          "consume")
+        found["consume, tuned"] = _timed(broker_pid, "consume", client=client,
+                                         address=address, topic=topic, records=written,
+                                         tuned=True)
     for label, wait, linger, flight in LATENCY_VARIANTS[client]:
         found[label] = end_to_end(client, address, arguments.rate, arguments.seconds,
                                   wait, linger, flight)
@@ -349,6 +365,16 @@ def report(client: str, shmlog: dict, tansu: dict) -> None:
         print(f"  {phase:<40} shmlog {ours:>11,.0f} rec/s  Tansu {theirs:>11,.0f} rec/s  "
               f"ratio {ours / theirs:5.2f} (goal >= {goal}: "
               f"{'met' if ours / theirs >= goal else 'below'})")
+        cpu = [1e6 * side[phase]["broker_cpu_s"] / side[phase]["records"]
+               for side in (shmlog, tansu)]
+        print(f"  {'':<40} broker CPU per record: shmlog {cpu[0]:.2f} us, Tansu {cpu[1]:.2f} us")
+        if phase == "produce":
+            # The client's own bound: its produce()/send() calls alone, timed before
+            # the flush. When they take nearly all the time, the broker kept up and the
+            # figure is the client's, whichever broker it writes to.
+            calls = [side[phase]["records"] / side[phase]["calls_s"] for side in (shmlog, tansu)]
+            print(f"  {'':<40} the client's calls alone: shmlog run {calls[0]:,.0f} rec/s, "
+                  f"Tansu run {calls[1]:,.0f} rec/s (the bound of this figure)")
     for label in [key for key in shmlog if key.startswith("fetch.wait")]:
         for span in ("whole", "after_first_second"):
             ours, theirs = shmlog[label].get(span), tansu[label].get(span)
@@ -402,11 +428,12 @@ def main(argv=None) -> int:
     try:
         data_dir = os.path.join(directory, "data")
         with Broker(data_dir, listeners="PLAINTEXT://127.0.0.1:0") as broker, \
-                tansu.running() as (_, tansu_address):
+                tansu.running() as (tansu_process, tansu_address):
             ours = request(broker.data_dir, "stats")["broker"]["kafka_listeners"][0]
             for client in arguments.clients.split(","):
-                results[client] = {"shmlog": measure(client, ours, arguments),
-                                   "tansu": measure(client, tansu_address, arguments)}
+                results[client] = {
+                    "shmlog": measure(client, ours, broker.process.pid, arguments),
+                    "tansu": measure(client, tansu_address, tansu_process.pid, arguments)}
                 report(client, results[client]["shmlog"], results[client]["tansu"])
     finally:
         remove_data(os.path.join(directory, "data"))
