@@ -62,25 +62,36 @@ def page():
     shared_memory.unlink(name)
 
 
-def test_no_ring_is_lost_between_two_processes(page):
-    name, words = page
-    mine, theirs = Doorbell(words, *PARENT_BELL), Doorbell(words, *CHILD_BELL)
+def _ping_pong(name: str, words, await_pong) -> None:
+    """Play ROUNDS of ping-pong with a child PLAYER; ``await_pong(number)`` waits for
+    the child's answer to ping ``number`` as the test's sleeper sleeps."""
+    theirs = Doorbell(words, *CHILD_BELL)
     child = subprocess.Popen([sys.executable, "-c", PLAYER, name, str(ROUNDS), str(LOST_AFTER_S)],
                              stdout=subprocess.PIPE)
     try:
         for number in range(1, ROUNDS + 1):
             words[PING] = number
             theirs.ring()
-            for _ in range(1000):
-                if words[PONG] >= number:
-                    break
-                mine.wait(lambda number=number: words[PONG] >= number, LOST_AFTER_S)
+            await_pong(number)
             assert words[PONG] == number, f"no pong for ping {number}"
         lost = int(child.communicate(timeout=60)[0])
     finally:
         child.kill()
         child.wait(timeout=30)
     assert lost == 0, f"{lost} wakeups were lost"
+
+
+def test_no_ring_is_lost_between_two_processes(page):
+    name, words = page
+    mine = Doorbell(words, *PARENT_BELL)
+
+    def await_pong(number: int) -> None:
+        for _ in range(1000):
+            if words[PONG] >= number:
+                return
+            mine.wait(lambda: words[PONG] >= number, LOST_AFTER_S)
+
+    _ping_pong(name, words, await_pong)
     assert words[PARENT_BELL[0]] == words[CHILD_BELL[0]] == ROUNDS, "every ring is counted"
     assert words[PARENT_BELL[1]] == words[CHILD_BELL[1]] == 0, "every sleeper got up"
 
@@ -108,27 +119,22 @@ def _select_until(bell: Doorbell, relay: DoorbellRelay, reader: socket.socket, d
 
 def test_a_relay_wakes_a_select_for_every_ring(page):
     name, words = page
-    mine, theirs = Doorbell(words, *PARENT_BELL), Doorbell(words, *CHILD_BELL)
+    mine = Doorbell(words, *PARENT_BELL)
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     relay = DoorbellRelay(mine, lambda: writer.send(b"\0"), "test-relay")
     relay.start()
-    child = subprocess.Popen([sys.executable, "-c", PLAYER, name, str(ROUNDS), str(LOST_AFTER_S)],
-                             stdout=subprocess.PIPE)
+
+    def await_pong(number: int) -> None:
+        assert _select_until(mine, relay, reader, lambda: words[PONG] >= number), \
+            f"a ring was lost at ping {number}"
+
     try:
-        for number in range(1, ROUNDS + 1):
-            words[PING] = number
-            theirs.ring()
-            assert _select_until(mine, relay, reader, lambda number=number:
-                                 words[PONG] >= number), f"a ring was lost at ping {number}"
-        lost = int(child.communicate(timeout=60)[0])
+        _ping_pong(name, words, await_pong)
     finally:
-        child.kill()
-        child.wait(timeout=30)
         relay.stop()
         reader.close()
         writer.close()
-    assert lost == 0, f"{lost} wakeups were lost"
     assert words[PARENT_BELL[1]] == 0, "the loop got up after every sleep"
 
 
