@@ -76,6 +76,7 @@ remaining length, which :meth:`settle_iteration` gives back to the buffer.
 
 from __future__ import annotations
 
+import functools
 import gc
 import operator
 import time
@@ -357,7 +358,7 @@ class Fetcher:
             slice_s = limits.JOIN_CHECK_INTERVAL_S if group is not None and \
                 group.joining is not None else limits.BROKER_CHECK_INTERVAL_S
             found = wakeup.pause(now - self._last_found, metadata.table.consumer_doorbell,
-                                 attempt, min(deadline - now, slice_s))
+                                 attempt, functools.partial(min, deadline - now, slice_s))
             if found:
                 return found
 

@@ -542,8 +542,8 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             wakeup.pause(now - idle_since, core.host.table.appender_doorbell,
                          lambda: core.host.work_pending() or control.waiting or
                          (kafka is not None and kafka.waiting),
-                         min(_seconds_to_next_timer(core, kafka),
-                             limits.BROKER_IDLE_SLEEP_LONGEST_S),
+                         lambda: min(_seconds_to_next_timer(core, kafka),
+                                     limits.BROKER_IDLE_SLEEP_LONGEST_S),
                          sleep=kafka.sleep if kafka is not None else None)
         log.info("broker %d stopping on %s: draining rings, flushing and closing the logs",
                  os.getpid(), signal.Signals(stopping[0]).name)

@@ -60,22 +60,23 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
-def pause(idle_s: float, doorbell: "Doorbell", attempt, sleep_s: float, *,
+def pause(idle_s: float, doorbell: "Doorbell", attempt, longest_sleep, *,
           spin_s: float = limits.IDLE_SPIN_S, yield_s: float = limits.IDLE_YIELD_S,
           sleep=None):
     """One pause of a loop that has found nothing for ``idle_s`` seconds: nothing
-    (spinning), a yield of the CPU, or a sleep of up to ``sleep_s`` on ``doorbell``
-    (or with ``sleep(attempt, sleep_s)``, a loop's own way of sleeping that the
-    doorbell also ends: :class:`DoorbellRelay`). Returns what ``attempt`` found if
-    it was tried (see :meth:`Doorbell.wait`)."""
+    (spinning), a yield of the CPU, or a sleep on ``doorbell`` of at most
+    ``longest_sleep()`` seconds (asked only then: a loop's timers cost a spinning
+    pass nothing), or with ``sleep(attempt, seconds)``, a loop's own way of sleeping
+    that the doorbell also ends (:class:`DoorbellRelay`). Returns what ``attempt``
+    found if it was tried (see :meth:`Doorbell.wait`)."""
     if idle_s < spin_s:
         return None
     if idle_s < yield_s:
         os.sched_yield()
         return None
     if sleep is not None:
-        return sleep(attempt, sleep_s)
-    return doorbell.wait(attempt, sleep_s)
+        return sleep(attempt, longest_sleep())
+    return doorbell.wait(attempt, longest_sleep())
 
 
 # These kernels are a few atomic instructions: they keep the GIL (nogil=False), since a
