@@ -23,7 +23,11 @@ each batch's header is checked as ``validation.check_batch`` checks it (its CRC
 unless verified), and the records of an uncompressed batch are checked and
 indexed in the same pass (:func:`_index_batch`), into columns sized beforehand
 from the batches' record counts (:func:`_record_capacity`: exact for valid
-batches, so nothing is cut or copied afterwards). Header entries are indexed
+batches, so nothing is cut or copied afterwards). The walk asks for the bytes
+``limits.DECODE_PREFETCH_BYTES`` ahead of the record it checks: each record's
+position depends on the one before, so without it every line not yet in the core's
+cache would stall the walk (a consumer's read was just CRC-checked, which leaves it
+in the last-level cache). Header entries are indexed
 after the walk, once their number is known, by a step over the records that have
 any (:func:`_index_headers`; none at all costs nothing).
 The columns hold offsets, timestamps and key/value positions that point into the
@@ -44,7 +48,7 @@ import zstandard
 
 from ..common import limits
 from ..common.errors import CorruptRecordError
-from ..native.jit import kernel, load_i32, load_i64, load_u16, load_u32
+from ..native.jit import kernel, load_i32, load_i64, load_u16, load_u32, prefetch
 from . import batch_layout as L
 from .batch_header import BatchInfo, Compression, batch_info
 from .columns import Record, RecordColumns
@@ -153,6 +157,7 @@ def _index_batch(buffer, position, length, index, header, offsets, timestamps,
     count = 0
     previous_delta = -1
     while record < end:
+        prefetch(buffer, record + limits.DECODE_PREFETCH_BYTES)
         if end - record < L.RECORD_HEADER_LENGTH:
             return _BAD_RECORD, index, header
         record_length = np.int64(load_u32(buffer, record + L.RECORD_LENGTH_OFFSET))

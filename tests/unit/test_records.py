@@ -25,6 +25,8 @@ The tests that first showed defects (since fixed) stand at the end.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import pathlib
 import struct
 import sys
@@ -984,6 +986,31 @@ def test_bytes_after_the_zstd_frame_are_rejected():
 def test_non_sequence_values_are_a_local_protocol_error(values):
     with pytest.raises(LocalProtocolError):
         encode_batch(values)
+
+
+PROT_NONE = 0          # <sys/mman.h>; Python's mmap module does not export it
+
+
+def test_decoding_reads_and_prefetches_nothing_past_the_end_of_a_mapping():
+    """Batches that end where the mapping does, before a page no access may touch
+    (PROT_NONE): decoding, whose walk prefetches ahead of each record
+    (``limits.DECODE_PREFETCH_BYTES``), neither faults nor reads past the end."""
+    page = mmap.PAGESIZE
+    guarded = mmap.mmap(-1, 2 * page)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    base = ctypes.addressof(ctypes.c_char.from_buffer(guarded))
+    assert libc.mprotect(base + page, page, PROT_NONE) == 0, ctypes.get_errno()
+    batches = shmlog_encode(MIXED[:2]) + shmlog_encode([(7, b"k", b"v" * 100, [])] * 5)
+    view = np.frombuffer(guarded, np.uint8, page)
+    view[page - len(batches):] = np.frombuffer(batches, np.uint8)
+    tail = view[page - len(batches):]
+    tail.flags.writeable = False
+    for verified in (False, True):
+        assert [r.value for r in decode_columns(tail, verified=verified).records()] == \
+            [b"value", b"a value"] + [b"v" * 100] * 5
+    del view, tail
+    guarded.close()
 
 
 def test_decode_columns_of_verified_input_stops_at_zero_padding():
