@@ -342,11 +342,16 @@ def decode_columns(buffer, *, start_offset: int | None = None,
 def _inflated(data: np.ndarray, end: int) -> np.ndarray:
     """The validated batches of ``data[:end]`` with zstd ones inflated (their
     records walked on the way), back to back."""
+    return np.concatenate([inflate_batch(data, batch_info(data, int(position)))
+                           for position in _batch_positions(data, end)])
+
+
+def _batch_positions(data: np.ndarray, end: int) -> np.ndarray:
+    """Where the validated batches of ``data[:end]`` start."""
     positions = np.empty(max(1, end // L.HEADER_LENGTH), np.int64)
     status, count, _ = walk_batches(data, 0, end, False, False, positions)
     assert status == _OK, "the batches were validated"
-    return np.concatenate([inflate_batch(data, batch_info(data, int(position)))
-                           for position in positions[:count]])
+    return positions[:count]
 
 
 def warm_decoding() -> None:
@@ -358,6 +363,7 @@ def warm_decoding() -> None:
     log.flags.writeable = False
     for data in (inflated, log):
         decode_columns(data, start_offset=0, verified=True)
+        _batch_positions(data, 0)          # where zstd batches are, to inflate them
     # A read-only array from bytes: the type inflate_records returns.
     frame = np.frombuffer(zstandard.ZstdCompressor().compress(b""), np.uint8)
     walk_records(frame[:0], 0, 0, 0, 0, 0, 0, True)
