@@ -98,9 +98,12 @@ What bounds each figure on two vCPUs (profiled):
 * iteration: a poll's fixed cost per chunk of at most 250 records (a chunk that
   keeps the garbage collector's youngest generation below its threshold) plus
   ~30 ns a record for the generator.
-* ``poll_batch``: the column decode (a record-structure check, a counting pass and
-  a column pass, ~25 ns per record: bench_log.py's read + decode figure) and the
-  consumer's per-fetch Python work.
+* ``poll_batch``: reading each record's bytes from memory once. Per 100-byte record
+  (py-spy and timers over 10 M records, 1 MiB reads, 28 M/s): ~20 ns the first
+  read's CRC32C of each batch (``collect_batches``; of it ~4.5 ns the kernel mapping
+  the page-cache pages on first touch, the rest memory bandwidth, ~11 GB/s here),
+  ~10 ns the column decode (one walk that checks and indexes the records, from the
+  last-level cache where the CRC left them) and a few ns of per-fetch Python.
 * latency: producer, broker and consumer share two vCPUs, so one of them is always
   waiting for a CPU, and waking a process whose vCPU went idle takes 15-90 us on
   this VM (a bare futex ping-pong measures the same). In the first second no kernel

@@ -28,7 +28,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
-    "kernel", "copy_bytes",
+    "kernel", "copy_bytes", "prefetch",
     "load_u16", "load_u32", "load_i16", "load_i32", "load_i64", "load_u64",
     "store_u16", "store_u32", "store_i16", "store_i32", "store_i64", "store_u64",
 ]
@@ -140,3 +140,27 @@ def copy_bytes(typingctx, target, target_position, source, source_position, leng
         return context.get_dummy_value()
 
     return types.none(target, target_position, source, source_position, length), codegen
+
+
+@intrinsic
+def prefetch(typingctx, buffer, position):
+    """Hint the CPU to load the cache line at ``buffer[position]`` (``llvm.prefetch``,
+    for reading, into every cache level): a walk whose next position depends on the
+    bytes it reads stalls on each line it has not reached yet, and asking for one a
+    few records ahead overlaps those waits. A prefetch never faults, so ``position``
+    may lie past the end of ``buffer`` (it is then a no-op at worst)."""
+    if not _is_byte_buffer(buffer) or not isinstance(position, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer = _element_pointer(context, builder, signature.args[0], args[0],
+                                   signature.args[1], args[1], 8)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, ir.IntType(32),
+                                                            ir.IntType(32), ir.IntType(32)]),
+            "llvm.prefetch.p0i8")
+        builder.call(function, [pointer, ir.Constant(ir.IntType(32), 0),
+                                ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
+        return context.get_dummy_value()
+
+    return types.none(buffer, position), codegen

@@ -4,24 +4,39 @@ walks that give their headers (:class:`BatchInfo`).
 
 Rules
 -----
-* Decoding trusts only validated bytes: every batch is checked here first (its CRC
-  unless the caller verified it, and always the structure of every record), and
-  the first bad one is raised as ``CorruptRecordError`` with its status and byte
-  position.
+* Decoding trusts only validated bytes: every batch is checked here (its CRC
+  unless the caller verified it, and always the structure of every record) before
+  any column is returned, and the first bad one is raised as
+  ``CorruptRecordError`` with its status and byte position.
 * Zero padding after the last batch (preallocated space never written) ends the
   data; bytes after a whole batch that are not a batch are an error.
 * No per-record work in Python: counting and indexing the records are kernels.
+* The walk that indexes records (:func:`_index_batch`) makes every check of
+  ``validation.walk_records``, in its order, so it fails with the same status
+  (``tests/unit/test_records.py`` flips every byte to prove it): a check added
+  there is added here too.
 
 Theory of operation
 -------------------
-:func:`decode_columns` walks the batches once (``validation.walk_batches``),
-inflates any zstd batch into a decoding buffer (``compression.inflate_batch``),
-counts the records and headers (:func:`_count_records`), allocates the columns and
-fills them in a second compiled pass (:func:`_index_records`): offsets, timestamps
-and key/value positions that point into the batch bytes themselves, so reading a
-mapped segment copies no record data (zstd batches are inflated first; that copy
-is unavoidable). :func:`validate_batches` and :func:`iter_batches` give the batches'
-headers instead, for callers that handle batches whole.
+:func:`decode_columns` makes one compiled walk over the batches (:func:`_decode`):
+each batch's header is checked as ``validation.check_batch`` checks it (its CRC
+unless verified), and the records of an uncompressed batch are checked and
+indexed in the same pass (:func:`_index_batch`), into columns sized beforehand
+from the batches' record counts (:func:`_record_capacity`: exact for valid
+batches, so nothing is cut or copied afterwards). The walk asks for the bytes
+``limits.DECODE_PREFETCH_BYTES`` ahead of the record it checks: each record's
+position depends on the one before, so without it every line not yet in the core's
+cache would stall the walk (a consumer's read was just CRC-checked, which leaves it
+in the last-level cache). Header entries are indexed
+after the walk, once their number is known, by a step over the records that have
+any (:func:`_index_headers`; none at all costs nothing).
+The columns hold offsets, timestamps and key/value positions that point into the
+batch bytes themselves, so reading a mapped segment copies no record data. When a
+zstd batch is among them, the batches are inflated into a decoding buffer
+(``compression.inflate_batch``, which walks the inflated records) and that buffer
+is walked instead (that copy is unavoidable). :func:`validate_batches` and
+:func:`iter_batches` give the batches' headers instead, for callers that handle
+batches whole.
 """
 
 from __future__ import annotations
@@ -31,8 +46,9 @@ from typing import Iterator
 import numpy as np
 import zstandard
 
+from ..common import limits
 from ..common.errors import CorruptRecordError
-from ..native.jit import kernel, load_i32, load_i64, load_u16, load_u32
+from ..native.jit import kernel, load_i32, load_i64, load_u16, load_u32, prefetch
 from . import batch_layout as L
 from .batch_header import BatchInfo, Compression, batch_info
 from .columns import Record, RecordColumns
@@ -44,6 +60,9 @@ __all__ = ["validate_batches", "iter_batches", "decode_columns", "decode_records
 
 _OK = int(BatchStatus.OK)
 _END_OF_DATA = int(BatchStatus.END_OF_DATA)
+_BAD_RECORD = int(BatchStatus.BAD_RECORD)
+_BAD_RECORD_COUNT = int(BatchStatus.BAD_RECORD_COUNT)
+_BAD_TIMESTAMP = int(BatchStatus.BAD_TIMESTAMP)
 
 
 def _as_bytes(buffer) -> np.ndarray:
@@ -93,79 +112,193 @@ def iter_batches(buffer) -> Iterator[BatchInfo]:
 
 
 @kernel
-def _count_records(buffer, start, end):
-    """Records and headers in uncompressed batches from ``start`` (already valid)."""
-    records = 0
-    headers = 0
-    position = start
+def _record_capacity(buffer, end):
+    """Records the uncompressed batches framed from 0 hold at most: each one's
+    ``record_count``, bounded by what its bytes can hold. Exact for valid batches
+    (their records number ``record_count``), so the columns are sized once and never
+    cut; a count a batch lies about is caught by the walk, which writes no record
+    past this."""
+    total = 0
+    position = 0
     while position < end:
         status, length = batch_frame(buffer, position, end)
         if status != _OK:
-            break              # zero padding: the end of the data
-        record = position + L.RECORDS_OFFSET
-        while record < position + length:
-            records += 1
-            headers += np.int64(load_u32(buffer, record + L.HEADER_COUNT_OFFSET))
-            record += np.int64(load_u32(buffer, record + L.RECORD_LENGTH_OFFSET))
+            break
+        attributes = load_u16(buffer, position + L.ATTRIBUTES_OFFSET)
+        if attributes & L.CODEC_MASK == L.CODEC_NONE:
+            declared = np.int64(load_i32(buffer, position + L.RECORD_COUNT_OFFSET))
+            room = (length - L.RECORDS_OFFSET) // L.RECORD_HEADER_LENGTH
+            total += min(max(declared, 0), room)
         position += length
-    return records, headers
+    return total
 
 
 @kernel
-def _index_records(buffer, start, end, offsets, timestamps, timestamp_types, key_positions,
-                   key_lengths, value_positions, value_lengths, header_starts, header_counts,
-                   header_key_positions, header_key_lengths, header_value_positions,
-                   header_value_lengths):
-    """Fill the column arrays from uncompressed, validated batches."""
+def _index_batch(buffer, position, length, index, header, offsets, timestamps,
+                 timestamp_types, key_positions, key_lengths, value_positions, value_lengths,
+                 header_starts, header_counts):
+    """Walk the records of the uncompressed batch at ``position`` (its header
+    checked) with every check of ``validation.walk_records``, in its order, and
+    write each record's columns at ``index`` on (none past the columns' end: a
+    batch holding more records than it declares fails its count).
+
+    Returns (status, next index, next header entry).
+    """
+    end = position + length
+    record_count = np.int64(load_i32(buffer, position + L.RECORD_COUNT_OFFSET))
+    last_offset_delta = np.int64(load_i32(buffer, position + L.LAST_OFFSET_DELTA_OFFSET))
+    base_offset = load_i64(buffer, position + L.BASE_OFFSET_OFFSET)
+    first_timestamp = load_i64(buffer, position + L.FIRST_TIMESTAMP_OFFSET)
+    max_timestamp = load_i64(buffer, position + L.MAX_TIMESTAMP_OFFSET)
+    create_time = (load_u16(buffer, position + L.ATTRIBUTES_OFFSET) & L.TIMESTAMP_TYPE_BIT) == 0
+    timestamp_type = L.TIMESTAMP_CREATE_TIME if create_time else L.TIMESTAMP_LOG_APPEND_TIME
+    capacity = offsets.size
+    record = position + L.RECORDS_OFFSET
+    count = 0
+    previous_delta = -1
+    while record < end:
+        prefetch(buffer, record + limits.DECODE_PREFETCH_BYTES)
+        if end - record < L.RECORD_HEADER_LENGTH:
+            return _BAD_RECORD, index, header
+        record_length = np.int64(load_u32(buffer, record + L.RECORD_LENGTH_OFFSET))
+        if record_length < L.RECORD_HEADER_LENGTH or record_length > end - record:
+            return _BAD_RECORD, index, header
+        offset_delta = np.int64(load_u32(buffer, record + L.OFFSET_DELTA_OFFSET))
+        if offset_delta <= previous_delta or offset_delta > last_offset_delta:
+            return _BAD_RECORD, index, header
+        previous_delta = offset_delta
+        timestamp = max_timestamp
+        if create_time:
+            timestamp = first_timestamp + load_i64(buffer, record + L.TIMESTAMP_DELTA_OFFSET)
+            if timestamp > max_timestamp or timestamp < L.NO_TIMESTAMP:
+                return _BAD_TIMESTAMP, index, header
+        key_length = np.int64(load_i32(buffer, record + L.KEY_LENGTH_OFFSET))
+        value_length = np.int64(load_i32(buffer, record + L.VALUE_LENGTH_OFFSET))
+        entries = np.int64(load_u32(buffer, record + L.HEADER_COUNT_OFFSET))
+        if key_length < L.NULL_LENGTH or value_length < L.NULL_LENGTH:
+            return _BAD_RECORD, index, header
+        if entries > limits.RECORD_HEADER_COUNT_MAX:
+            return _BAD_RECORD, index, header
+        record_end = record + record_length
+        key = record + L.RECORD_HEADER_LENGTH
+        value = key + max(key_length, 0)
+        field = value + max(value_length, 0)
+        if field > record_end:
+            return _BAD_RECORD, index, header
+        for _ in range(entries):
+            if record_end - field < L.HEADER_ENTRY_LENGTH:
+                return _BAD_RECORD, index, header
+            name_length = np.int64(load_u32(buffer, field + L.HEADER_KEY_LENGTH_OFFSET))
+            entry_length = np.int64(load_i32(buffer, field + L.HEADER_VALUE_LENGTH_OFFSET))
+            if entry_length < L.NULL_LENGTH:
+                return _BAD_RECORD, index, header
+            field += L.HEADER_ENTRY_LENGTH + name_length + max(entry_length, 0)
+            if field > record_end:
+                return _BAD_RECORD, index, header
+        if field != record_end:
+            return _BAD_RECORD, index, header
+        if index < capacity:
+            offsets[index] = base_offset + offset_delta
+            timestamps[index] = timestamp
+            timestamp_types[index] = timestamp_type
+            key_positions[index] = key
+            key_lengths[index] = key_length
+            value_positions[index] = value
+            value_lengths[index] = value_length
+            header_starts[index] = header
+            header_counts[index] = entries
+        index += 1
+        header += entries
+        count += 1
+        record = record_end
+    if count != record_count:
+        return _BAD_RECORD_COUNT, index, header
+    return _OK, index, header
+
+
+@kernel
+def _index_headers(buffer, count, value_positions, value_lengths, header_starts,
+                   header_counts, header_key_positions, header_key_lengths,
+                   header_value_positions, header_value_lengths):
+    """Fill the header entry columns of ``count`` records walked by :func:`_index_batch`
+    (a record's entries follow its value)."""
+    for index in range(count):
+        entries = header_counts[index]
+        if entries == 0:
+            continue
+        field = value_positions[index] + max(np.int64(value_lengths[index]), 0)
+        header = header_starts[index]
+        for _ in range(entries):
+            name_length = np.int64(load_u32(buffer, field + L.HEADER_KEY_LENGTH_OFFSET))
+            value_length = np.int64(load_i32(buffer, field + L.HEADER_VALUE_LENGTH_OFFSET))
+            field += L.HEADER_ENTRY_LENGTH
+            header_key_positions[header] = field
+            header_key_lengths[header] = name_length
+            field += name_length
+            header_value_positions[header] = field
+            header_value_lengths[header] = value_length
+            field += max(value_length, 0)
+            header += 1
+
+
+@kernel
+def _decode(buffer, check_crc):
+    """Validate the batches of ``buffer`` from 0 (as ``validation.walk_batches`` with
+    records checked, the CRC with ``check_crc``) and index the records of the
+    uncompressed ones, in one walk. A zstd batch's header is checked and its records
+    left to inflating.
+
+    Returns (status, end, compressed, columns): ``end`` is where the walk stopped
+    (the bad batch's position, zero padding or ``buffer.size``); ``compressed``
+    whether a zstd batch was seen; ``columns`` the 13 arrays of
+    :class:`RecordColumns` after ``data``.
+    """
+    end = buffer.size
+    capacity = _record_capacity(buffer, end)
+    offsets = np.empty(capacity, np.int64)
+    timestamps = np.empty(capacity, np.int64)
+    timestamp_types = np.empty(capacity, np.int8)
+    key_positions = np.empty(capacity, np.int64)
+    key_lengths = np.empty(capacity, np.int32)
+    value_positions = np.empty(capacity, np.int64)
+    value_lengths = np.empty(capacity, np.int32)
+    header_starts = np.empty(capacity, np.int64)
+    header_counts = np.empty(capacity, np.int32)
+    status = _OK
+    compressed = False
     index = 0
     header = 0
-    position = start
+    position = 0
     while position < end:
-        status, length = batch_frame(buffer, position, end)
+        status, length = check_batch(buffer, position, end, check_crc, False)
         if status != _OK:
-            break              # zero padding: the end of the data
-        base_offset = load_i64(buffer, position + L.BASE_OFFSET_OFFSET)
-        attributes = load_u16(buffer, position + L.ATTRIBUTES_OFFSET)
-        first_timestamp = load_i64(buffer, position + L.FIRST_TIMESTAMP_OFFSET)
-        log_append_time = (attributes & L.TIMESTAMP_TYPE_BIT) != 0
-        max_timestamp = load_i64(buffer, position + L.MAX_TIMESTAMP_OFFSET)
-        record = position + L.RECORDS_OFFSET
-        while record < position + length:
-            offsets[index] = base_offset + load_u32(buffer, record + L.OFFSET_DELTA_OFFSET)
-            if log_append_time:
-                timestamps[index] = max_timestamp
-                timestamp_types[index] = L.TIMESTAMP_LOG_APPEND_TIME
-            else:
-                delta = load_i64(buffer, record + L.TIMESTAMP_DELTA_OFFSET)
-                timestamps[index] = first_timestamp + delta
-                timestamp_types[index] = L.TIMESTAMP_CREATE_TIME
-            key_length = load_i32(buffer, record + L.KEY_LENGTH_OFFSET)
-            value_length = load_i32(buffer, record + L.VALUE_LENGTH_OFFSET)
-            field = record + L.RECORD_HEADER_LENGTH
-            key_positions[index] = field
-            key_lengths[index] = key_length
-            field += max(key_length, 0)
-            value_positions[index] = field
-            value_lengths[index] = value_length
-            field += max(value_length, 0)
-            count = load_u32(buffer, record + L.HEADER_COUNT_OFFSET)
-            header_starts[index] = header
-            header_counts[index] = count
-            for _ in range(count):
-                header_key_length = load_u32(buffer, field + L.HEADER_KEY_LENGTH_OFFSET)
-                header_value_length = load_i32(buffer, field + L.HEADER_VALUE_LENGTH_OFFSET)
-                field += L.HEADER_ENTRY_LENGTH
-                header_key_positions[header] = field
-                header_key_lengths[header] = header_key_length
-                field += header_key_length
-                header_value_positions[header] = field
-                header_value_lengths[header] = header_value_length
-                field += max(header_value_length, 0)
-                header += 1
-            index += 1
-            record += np.int64(load_u32(buffer, record + L.RECORD_LENGTH_OFFSET))
+            break
+        if load_u16(buffer, position + L.ATTRIBUTES_OFFSET) & L.CODEC_MASK != L.CODEC_NONE:
+            compressed = True
+        else:
+            status, index, header = _index_batch(
+                buffer, position, length, index, header, offsets, timestamps,
+                timestamp_types, key_positions, key_lengths, value_positions, value_lengths,
+                header_starts, header_counts)
+            if status != _OK:
+                break
         position += length
-    return index
+    if status != _OK and status != _END_OF_DATA:
+        header = 0             # nothing is indexed: the caller raises
+        index = 0
+    header_key_positions = np.empty(header, np.int64)
+    header_key_lengths = np.empty(header, np.int32)
+    header_value_positions = np.empty(header, np.int64)
+    header_value_lengths = np.empty(header, np.int32)
+    if header:
+        _index_headers(buffer, index, value_positions, value_lengths, header_starts,
+                       header_counts, header_key_positions, header_key_lengths,
+                       header_value_positions, header_value_lengths)
+    return (status, position, compressed, offsets[:index], timestamps[:index],
+            timestamp_types[:index], key_positions[:index], key_lengths[:index],
+            value_positions[:index], value_lengths[:index], header_starts[:index],
+            header_counts[:index], header_key_positions, header_key_lengths,
+            header_value_positions, header_value_lengths)
 
 
 def decode_columns(buffer, *, start_offset: int | None = None,
@@ -190,37 +323,35 @@ def decode_columns(buffer, *, start_offset: int | None = None,
         A batch fails validation.
     """
     data = _as_bytes(buffer)
-    positions = np.empty(max(1, data.size // L.HEADER_LENGTH), np.int64)
-    status, count, end = walk_batches(data, 0, data.size, not verified, True, positions)
+    status, end, compressed, *arrays = _decode(data, not verified)
     if status != _OK and status != _END_OF_DATA:
         raise CorruptRecordError(f"invalid record batch at position {end}: "
                                  f"{BatchStatus(status).name}", status=status, position=end)
-    positions = positions[:count]
-    codecs = data[positions + L.ATTRIBUTES_OFFSET] & L.CODEC_MASK
-    if np.any(codecs != L.CODEC_NONE):
-        data = np.concatenate([inflate_batch(data, batch_info(data, int(position)))
-                               for position in positions])
+    if compressed:
+        data = _inflated(data, end)
+        status, end, compressed, *arrays = _decode(data, False)
+        assert status == _OK and not compressed, "inflated records were walked already"
     else:
         data = data[:end]
-    record_count, header_count = _count_records(data, 0, data.size)
-    columns = RecordColumns(
-        data, np.empty(record_count, np.int64), np.empty(record_count, np.int64),
-        np.empty(record_count, np.int8), np.empty(record_count, np.int64),
-        np.empty(record_count, np.int32), np.empty(record_count, np.int64),
-        np.empty(record_count, np.int32), np.empty(record_count, np.int64),
-        np.empty(record_count, np.int32), np.empty(header_count, np.int64),
-        np.empty(header_count, np.int32), np.empty(header_count, np.int64),
-        np.empty(header_count, np.int32))
-    filled = _index_records(data, 0, data.size, columns.offsets, columns.timestamps,
-                            columns.timestamp_types, columns.key_positions, columns.key_lengths,
-                            columns.value_positions, columns.value_lengths, columns.header_starts,
-                            columns.header_counts, columns.header_key_positions,
-                            columns.header_key_lengths, columns.header_value_positions,
-                            columns.header_value_lengths)
-    assert filled == record_count
+    columns = RecordColumns(data, *arrays)
     if start_offset is not None:
         columns = columns.from_offset(start_offset)
     return columns
+
+
+def _inflated(data: np.ndarray, end: int) -> np.ndarray:
+    """The validated batches of ``data[:end]`` with zstd ones inflated (their
+    records walked on the way), back to back."""
+    return np.concatenate([inflate_batch(data, batch_info(data, int(position)))
+                           for position in _batch_positions(data, end)])
+
+
+def _batch_positions(data: np.ndarray, end: int) -> np.ndarray:
+    """Where the validated batches of ``data[:end]`` start."""
+    positions = np.empty(max(1, end // L.HEADER_LENGTH), np.int64)
+    status, count, _ = walk_batches(data, 0, end, False, False, positions)
+    assert status == _OK, "the batches were validated"
+    return positions[:count]
 
 
 def warm_decoding() -> None:
@@ -232,6 +363,7 @@ def warm_decoding() -> None:
     log.flags.writeable = False
     for data in (inflated, log):
         decode_columns(data, start_offset=0, verified=True)
+        _batch_positions(data, 0)          # where zstd batches are, to inflate them
     # A read-only array from bytes: the type inflate_records returns.
     frame = np.frombuffer(zstandard.ZstdCompressor().compress(b""), np.uint8)
     walk_records(frame[:0], 0, 0, 0, 0, 0, 0, True)

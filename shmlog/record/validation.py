@@ -9,7 +9,8 @@ Rules
   never raise. The Python callers (``decoding``, ``compression``, ``segments``, the
   appender) raise ``CorruptRecordError`` or complete with the code.
 * Decoding trusts only bytes that passed :func:`check_batch` with its records
-  walked: the decoding kernels do no bounds checks of their own.
+  walked. ``decoding`` walks the records of the batches it decodes itself, with
+  every check of :func:`walk_records` in the same order: change both together.
 
 Theory of operation
 -------------------

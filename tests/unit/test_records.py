@@ -25,6 +25,8 @@ The tests that first showed defects (since fixed) stand at the end.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import pathlib
 import struct
 import sys
@@ -47,6 +49,7 @@ from reference import (  # noqa: E402
 )
 from shmlog.common import limits  # noqa: E402
 from shmlog.common.errors import CorruptRecordError, LocalProtocolError, RecordTooLargeError  # noqa: E402
+from shmlog.native.crc32c import crc32c  # noqa: E402
 from shmlog.record.records import (  # noqa: E402
     BatchStatus,
     Compression,
@@ -60,6 +63,7 @@ from shmlog.record.records import (  # noqa: E402
     restamp_batch,
     validate_batches,
 )
+from shmlog.record.validation import walk_batches  # noqa: E402
 
 # Byte positions, restated from the diagram (the reference's own copy of the layout).
 BATCH_LENGTH_POSITION = 0
@@ -637,8 +641,10 @@ def test_forged_batch_with_a_correct_crc_is_refused(case):
     assert caught.value.position == 0
     with pytest.raises(CorruptRecordError):
         decode_records(batch)
-    with pytest.raises(CorruptRecordError):
-        decode_columns(batch)
+    for verified in (False, True):
+        with pytest.raises(CorruptRecordError) as caught:
+            decode_columns(batch, verified=verified)
+        assert (BatchStatus(caught.value.status), caught.value.position) == (status, 0)
 
 
 ZSTD_FORGED = [case for case, (_, fields, _) in FORGED.items()
@@ -654,6 +660,66 @@ def test_forged_records_inside_a_zstd_frame_are_refused(case):
     assert BatchStatus(caught.value.status) is status
     with pytest.raises(CorruptRecordError):
         decode_records(batch)
+
+
+def _walk_verdict(buffer: bytes, check_crc: bool):
+    """(status, position) of the validating walk over ``buffer`` with records
+    checked (``validation.walk_batches``): what decoding must raise, or (OK, end)."""
+    data = np.frombuffer(buffer, np.uint8)
+    positions = np.empty(max(1, data.size // HEADER_SIZE), np.int64)
+    status, _, end = walk_batches(data, 0, data.size, check_crc, True, positions)
+    return BatchStatus(status), int(end)
+
+
+# Uncompressed batches of every record shape: nulls, empty fields, headers (null and
+# empty values, an empty name), sparse offsets, LogAppendTime.
+DECODED_BATCHES = (
+    shmlog_encode(MIXED),
+    reference_encode([(5, None, b"a", []), (9, b"k", None, [("h", b"")])], base_offset=40,
+                     log_append_time=True),
+    build_batch(_one_record(key=b"ab", value=b"cd", headers=[("h", b"x")])
+                + _one_record(offset_delta=3, key=None, value=b"gh"),
+                record_count=2, last_offset_delta=4, first_timestamp=0, max_timestamp=0,
+                base_offset=50),
+)
+
+
+@pytest.mark.parametrize("verified", (False, True))
+def test_decoding_checks_every_byte_as_the_validating_walk_does(verified):
+    """Every byte of three back-to-back batches flipped, with the CRC recomputed (a
+    forger's batch, which only the structure checks can catch) or not: decoding
+    refuses exactly what ``walk_batches`` refuses, with its status and position,
+    and decodes what it accepts as the reference does. Decoding walks the records
+    in its own kernel; this proves it keeps every check of the validating walk."""
+    for index, batch in enumerate(DECODED_BATCHES):
+        before = b"".join(DECODED_BATCHES[:index])
+        after = b"".join(DECODED_BATCHES[index + 1:])
+        for position in range(len(batch)):
+            for mask, forged in ((0x01, True), (0xFF, True), (0x80, False)):
+                flipped = bytearray(batch)
+                flipped[position] ^= mask
+                if forged:     # shmlog's CRC: the reference's bitwise one is too slow here
+                    struct.pack_into("<I", flipped, CRC_POSITION,
+                                     crc32c(bytes(flipped[CRC_COVERED_POSITION:])))
+                flipped = bytes(flipped)
+                buffer = before + flipped + after
+                status, end = _walk_verdict(buffer, check_crc=not verified)
+                case = (index, position, mask)
+                if status not in (BatchStatus.OK, BatchStatus.END_OF_DATA):
+                    with pytest.raises(CorruptRecordError) as caught:
+                        decode_columns(buffer, verified=verified)
+                    assert (caught.value.status, caught.value.position) == (status, end), case
+                    continue
+                columns = decode_columns(buffer, verified=verified)
+                if verified or mask != 0x01:
+                    continue           # decoded as unverified is (the CRC aside); one mask will do
+                try:
+                    want = reference_decode(buffer[:end])
+                except UnicodeDecodeError:
+                    continue           # a header name no longer UTF-8: the reference refuses
+                got = [(r.offset, r.timestamp, r.key, r.value, r.headers)
+                       for r in columns.records()]
+                assert got == want, case
 
 
 def test_patched_key_length_with_recomputed_crc_is_bad_record():
@@ -920,6 +986,31 @@ def test_bytes_after_the_zstd_frame_are_rejected():
 def test_non_sequence_values_are_a_local_protocol_error(values):
     with pytest.raises(LocalProtocolError):
         encode_batch(values)
+
+
+PROT_NONE = 0          # <sys/mman.h>; Python's mmap module does not export it
+
+
+def test_decoding_reads_and_prefetches_nothing_past_the_end_of_a_mapping():
+    """Batches that end where the mapping does, before a page no access may touch
+    (PROT_NONE): decoding, whose walk prefetches ahead of each record
+    (``limits.DECODE_PREFETCH_BYTES``), neither faults nor reads past the end."""
+    page = mmap.PAGESIZE
+    guarded = mmap.mmap(-1, 2 * page)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    base = ctypes.addressof(ctypes.c_char.from_buffer(guarded))
+    assert libc.mprotect(base + page, page, PROT_NONE) == 0, ctypes.get_errno()
+    batches = shmlog_encode(MIXED[:2]) + shmlog_encode([(7, b"k", b"v" * 100, [])] * 5)
+    view = np.frombuffer(guarded, np.uint8, page)
+    view[page - len(batches):] = np.frombuffer(batches, np.uint8)
+    tail = view[page - len(batches):]
+    tail.flags.writeable = False
+    for verified in (False, True):
+        assert [r.value for r in decode_columns(tail, verified=verified).records()] == \
+            [b"value", b"a value"] + [b"v" * 100] * 5
+    del view, tail
+    guarded.close()
 
 
 def test_decode_columns_of_verified_input_stops_at_zero_padding():
