@@ -68,16 +68,23 @@ One broker for the whole run; one topic per figure, created up front.
   topic is deleted after its figure.
 * appender drain alone: ``--records`` records in batches of 1000 x 100 B, in
   ceil(``--records`` / 256 000) rings (a stopped broker completes nothing, and a
-  producer has at most ``COMPLETION_SLOTS`` = 256 entries unacknowledged), each
-  sized to hold its share, all bound for partition 0 of a fresh topic. A filler
-  process makes the producers and appends one batch (the segment made and its
-  first pages populated, as in a log already running); then the parent stops the
-  real broker process (SIGSTOP), the filler puts every batch into the rings and
-  says "filled", and the clock runs from the broker's SIGCONT until the partition's
-  high watermark (read from the state table, waiting on the consumers' doorbell the
-  broker rings after each drain that appended) covers every record. The broker is
-  resumed whatever happens. Printed in records/s, value GB/s beside memcpy, and
-  the batches' GB/s (what the appender copies into the log: 128 B a record).
+  producer has at most ``COMPLETION_SLOTS`` = 256 entries unacknowledged), the
+  records split evenly, each ring sized to hold its share, all bound for partition
+  0 of a fresh topic (one partition: the appender is one thread, and a Kafka user
+  reads "how fast can the broker take one partition's burst"). A filler process
+  makes the producers and appends one batch (the partition's segment made); then
+  the parent stops the real broker process (SIGSTOP), the filler puts every batch
+  into the rings and says "filled", and the clock runs from the broker's SIGCONT
+  until the partition's high watermark (read from the state table, waiting on the
+  consumers' doorbell the broker rings after each drain that appended) covers
+  every record. The broker is resumed whatever happens. Twice (``DRAIN_ROUNDS``):
+  first with the partition idle before, then right after that first drain - the
+  figure of a partition kept busy, which a host with many producers' cores sees:
+  a partition keeps room reserved and populated ahead of its writes at a distance
+  that follows its write rate (``storage/reservation.py``), least for one idle
+  before, most right after a burst. Printed in records/s, value GB/s beside
+  memcpy, and the batches' GB/s (what the appender copies into the log: 128 B a
+  record).
 
 Beside each figure, "others": how many cores processes other than the benchmark's
 own (itself, its clients, its broker) kept busy meanwhile, from /proc/stat; above
@@ -185,6 +192,9 @@ OTHER_CORES_WARNING = 0.2
 QUICK = {"records": 2_000, "latency_rate": 1_000, "latency_seconds": 1.5}
 SCALE_PRODUCERS = (1, 2, 4)         # producer processes sending at once
 SCALE_LINGER_MS = 5                 # the per-record scaling figure's: the "linger 5 ms" row's
+# The drain figure's rounds: the partition idle before (it was written once, and
+# keeps its least reserved ahead), then right after the first (its most).
+DRAIN_ROUNDS = ("after_idle", "after_a_drain")
 DRAIN_FILL_BLOCK_MS = 2_000         # a fill that finds its ring full fails this fast
 DRAIN_WAKE_S = 0.1                  # the drain's watcher looks again at least this often
 
@@ -203,6 +213,8 @@ LABELS = {"send_linger_0": "send, acks=1, linger 0 ms",
           "poll_batch": "poll_batch, columns"}
 SCALE_LABELS = {"send": f"send, acks=1, linger {SCALE_LINGER_MS} ms",
                 "send_batch": f"send_batch, {BATCH_RECORDS} per call"}
+DRAIN_LABELS = {"after_idle": "drain, the partition idle before",
+                "after_a_drain": "drain, right after another"}
 SPANS = (("whole", "whole run"), ("first_second", "first second"),
          ("after_first_second", "after the first second"))
 
@@ -390,43 +402,47 @@ def scale_producer(data_dir: str, topic: str, partition: int, records: int,
     return {"records": records, "started": started, "finished": finished}
 
 
-def drain_filler(data_dir: str, topic: str, rings: int, records_per_ring: int) -> dict:
+def drain_filler(data_dir: str, topic: str, rings: int, records_per_ring: int,
+                 rounds: int) -> dict:
     """The drain figure's producers, ``rings`` of them in this process. One batch is
-    appended first (the partition's segment made and its first pages populated, as
-    in a running log); then "ready", and on "fill" (the broker is stopped) each
-    ring gets ``records_per_ring`` in batches of ``BATCH_RECORDS`` without waiting;
-    "filled"; on "finish" every batch's acknowledgement is checked."""
+    appended first (the partition's segment made and its first pages populated);
+    then, ``rounds`` times: "ready", and on "fill" (the broker is stopped) each ring
+    gets ``records_per_ring`` in batches of ``BATCH_RECORDS`` without waiting;
+    "filled"; on "drained" every batch's acknowledgement is checked (which frees the
+    rings' completion slots for the next round)."""
     import numpy as np
 
     from shmlog import Producer
     rows = np.random.default_rng(0).integers(0, 256, (BATCH_RECORDS, RECORD_SIZE), np.uint8)
     ring_size = drain_ring_size(rows, records_per_ring)
-    producers, last = [], []
+    producers, batch_bytes = [], []
     try:
         for _ in range(rings):
             producers.append(Producer(data_dir, acks=1, ring_size=ring_size,
                                       max_block_ms=DRAIN_FILL_BLOCK_MS))
             producers[-1].batch_bytes_max(topic)
         producers[0].send_batch(topic, rows, partition=0).get(timeout=LOOP_DEADLINE_S)
-        before = sum(_bytes_put(producer) for producer in producers)
-        print("ready", flush=True)
-        _await_command(b"fill", READY_TIMEOUT_S)
-        for producer in producers:
-            for first in range(0, records_per_ring, BATCH_RECORDS):
-                future = producer.send_batch(
-                    topic, rows[:min(BATCH_RECORDS, records_per_ring - first)], partition=0)
-            last.append(future)
-        batch_bytes = sum(_bytes_put(producer) for producer in producers) - before
-        print("filled", flush=True)
-        _await_command(b"finish", LOOP_DEADLINE_S)
-        for producer, future in zip(producers, last):
-            producer.flush(timeout=LOOP_DEADLINE_S)
-            future.get(timeout=LOOP_DEADLINE_S)
+        for _ in range(rounds):
+            before = sum(_bytes_put(producer) for producer in producers)
+            print("ready", flush=True)
+            _await_command(b"fill", READY_TIMEOUT_S)
+            last = []
+            for producer in producers:
+                for first in range(0, records_per_ring, BATCH_RECORDS):
+                    future = producer.send_batch(
+                        topic, rows[:min(BATCH_RECORDS, records_per_ring - first)], partition=0)
+                last.append(future)
+            batch_bytes.append(sum(_bytes_put(producer) for producer in producers) - before)
+            print("filled", flush=True)
+            _await_command(b"drained", LOOP_DEADLINE_S)
+            for producer, future in zip(producers, last):
+                producer.flush(timeout=LOOP_DEADLINE_S)
+                future.get(timeout=LOOP_DEADLINE_S)
     finally:
         for producer in producers:
             producer.close(timeout=LOOP_DEADLINE_S)
-    return {"rings": rings, "ring_size": ring_size, "records": rings * records_per_ring,
-            "batch_bytes": batch_bytes, "warm_up_records": BATCH_RECORDS}
+    return {"rings": rings, "ring_size": ring_size, "batch_bytes": batch_bytes,
+            "warm_up_records": BATCH_RECORDS}
 
 
 def drain_ring_size(rows, records_per_ring: int) -> int:
@@ -629,8 +645,9 @@ def producer_scaling(data_dir: str, broker_pid: int, producers: int, records: in
 
 
 def appender_drain(data_dir: str, broker_pid: int, records: int) -> dict:
-    """Rings filled while the broker is stopped (SIGSTOP), then drained: timed from
-    its SIGCONT until the partition's high watermark covers every record."""
+    """Rings filled while the broker is stopped (SIGSTOP), then drained, once per
+    ``DRAIN_ROUNDS``: each timed from the broker's SIGCONT until the partition's high
+    watermark covers every record."""
     from shmlog import Admin, Consumer, TopicPartition
     from shmlog.protocol.control_client import request
     from shmlog.shm.ring_layout import COMPLETION_SLOTS
@@ -645,36 +662,48 @@ def appender_drain(data_dir: str, broker_pid: int, records: int) -> dict:
     # than the clock ticks /proc/stat counts in.
     others = OtherLoad(broker_pid)
     filler = _start("drain_filler", commanded=True, data_dir=data_dir, topic="drain",
-                    rings=rings, records_per_ring=per_ring)
-    stopped = False
+                    rings=rings, records_per_ring=per_ring, rounds=len(DRAIN_ROUNDS))
+    drained = []
     try:
         with Consumer(bootstrap=data_dir) as consumer, \
                 PartitionStateTable.attach(request(data_dir, "metadata")["state_table"]) as table:
             consumer.assign([partition])
-            _await_line(filler.stdout.fileno(), b"ready", READY_TIMEOUT_S)
-            os.kill(broker_pid, signal.SIGSTOP)
-            stopped = True
-            _command(filler, b"fill")
-            _await_line(filler.stdout.fileno(), b"filled", LOOP_DEADLINE_S)
-            first = consumer.end_offsets([partition])[partition]
-            target = first + rings * per_ring
-            started = time.perf_counter()
-            os.kill(broker_pid, signal.SIGCONT)
-            stopped = False
-            reached = _await_end_offset(consumer, table, partition, target)
-            seconds = time.perf_counter() - started
-        _command(filler, b"finish")
+            for _ in DRAIN_ROUNDS:
+                _await_line(filler.stdout.fileno(), b"ready", READY_TIMEOUT_S)
+                drained.append(_drain_once(filler, broker_pid, consumer, table, partition,
+                                           rings * per_ring))
+                _command(filler, b"drained")
         filled = _finish(filler, "drain_filler")
         other_cores = others.cores()
     finally:
-        if stopped:
-            os.kill(broker_pid, signal.SIGCONT)
         _stop(filler)
-    moved = reached - first
-    return {**_rate(moved, moved * RECORD_SIZE, seconds, 0.0), **filled,
-            "records_planned": rings * per_ring,
-            "batch_bytes_per_s": filled["batch_bytes"] / max(seconds, 1e-9),
-            "other_cores": other_cores}
+    result = {name: {**_rate(moved, moved * RECORD_SIZE, seconds, 0.0),
+                     "records_planned": rings * per_ring, "batch_bytes": batch_bytes,
+                     "batch_bytes_per_s": batch_bytes / max(seconds, 1e-9),
+                     "other_cores": other_cores}
+              for name, (moved, seconds), batch_bytes in zip(DRAIN_ROUNDS, drained,
+                                                              filled["batch_bytes"])}
+    for figures in result.values():
+        del figures["construct_s"]
+    return {**result, "rings": rings, "ring_size": filled["ring_size"],
+            "warm_up_records": filled["warm_up_records"]}
+
+
+def _drain_once(filler, broker_pid: int, consumer, table, partition,
+                records: int) -> tuple[int, float]:
+    """One round: the broker stopped, the rings filled, the broker resumed (whatever
+    happens) and the clock run until the high watermark covers ``records`` more;
+    the records it covered and the seconds."""
+    try:                            # SIGCONT to a running broker does nothing
+        os.kill(broker_pid, signal.SIGSTOP)
+        _command(filler, b"fill")
+        _await_line(filler.stdout.fileno(), b"filled", LOOP_DEADLINE_S)
+        first = consumer.end_offsets([partition])[partition]
+        started = time.perf_counter()
+    finally:
+        os.kill(broker_pid, signal.SIGCONT)
+    reached = _await_end_offset(consumer, table, partition, first + records)
+    return reached - first, time.perf_counter() - started
 
 
 def _await_end_offset(consumer, table, partition, target: int) -> int:
@@ -775,7 +804,7 @@ def report(document: dict) -> None:
 
 def scaling_results(scaling: dict) -> list[dict]:
     return [result for runs in scaling["producer_scaling"].values() for result in runs] + \
-        [scaling["drain"]]
+        [scaling["drain"][name] for name in DRAIN_ROUNDS]
 
 
 def report_scaling(document: dict) -> None:
@@ -798,17 +827,18 @@ def report_scaling(document: dict) -> None:
                   f"{result['records_per_s'] / max(single, 1e-9):8.2f} "
                   f"{result['other_cores']:6.2f}")
     drain = scaling["drain"]
-    print()
     rings = f"{drain['rings']} ring{'s' if drain['rings'] > 1 else ''}"
+    print()
     print(f"appender drain alone: {rings} of {drain['ring_size'] / 2**20:g} MiB filled while "
-          f"the broker was stopped (SIGSTOP; {drain['batch_bytes'] / 1e6:,.1f} MB of "
-          f"batches), timed from its SIGCONT until the high watermark covered them")
-    print(f"{'figure':<36} {'records':>13} {'M rec/s':>8} {'GB/s':>7} {'of memcpy':>9} "
+          f"the broker was stopped (SIGSTOP), timed from its SIGCONT until the high watermark "
+          f"covered them; twice, into one partition")
+    print(f"{'figure':<39} {'records':>10} {'M rec/s':>8} {'GB/s':>7} {'of memcpy':>9} "
           f"{'batch GB/s':>10} {'others':>6}")
-    print(f"{'drain, ' + str(BATCH_RECORDS) + ' per batch, one partition':<36} "
-          f"{drain['records']:>13,} {drain['records_per_s'] / 1e6:8.3f} "
-          f"{drain['bytes_per_s'] / 1e9:7.3f} {drain['bytes_per_s'] / bound:9.2%} "
-          f"{drain['batch_bytes_per_s'] / 1e9:10.3f} {drain['other_cores']:6.2f}")
+    for name, label in DRAIN_LABELS.items():
+        result = drain[name]
+        print(f"{label:<39} {result['records']:>10,} {result['records_per_s'] / 1e6:8.3f} "
+              f"{result['bytes_per_s'] / 1e9:7.3f} {result['bytes_per_s'] / bound:9.2%} "
+              f"{result['batch_bytes_per_s'] / 1e9:10.3f} {result['other_cores']:6.2f}")
     for result in scaling_results(scaling):
         if result["records"] < result["records_planned"]:
             print(f"WARNING: a scaling figure moved only {result['records']:,} of "

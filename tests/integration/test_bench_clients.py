@@ -37,7 +37,8 @@ RATE_LINES = ("send, acks=1, linger 0 ms", "send, acks=1, linger 5 ms",
 LATENCY_LINES = ("whole run", "first second", "after the first second")
 SCALE_PRODUCERS = (1, 2, 4)
 SCALE_LINES = {"send": "send, acks=1, linger 5 ms", "send_batch": "send_batch, 1000 per call"}
-DRAIN_LINE = "drain, 1000 per batch, one partition"
+DRAIN_LINES = {"after_idle": "drain, the partition idle before",
+               "after_a_drain": "drain, right after another"}
 PER_RECORD = ("send_linger_0", "send_linger_5", "poll", "iteration")
 BATCH = ("send_batch", "poll_batch")
 
@@ -90,8 +91,9 @@ def test_a_quick_run_prints_every_figure_and_leaves_nothing_behind(tmp_path):
             assert len(row) == 1, (name, finished.stdout)
             # memcpy share, the mean producer's rate, the ratio to one, others
             assert re.search(r"[\d.]+%(\s+[\d.]+){3}$", row[0]), row[0]
-    row = [line for line in lines if line.startswith(DRAIN_LINE)]
-    assert len(row) == 1 and re.search(r"[\d.]+%(\s+[\d.]+){2}$", row[0]), finished.stdout
+    for label in DRAIN_LINES.values():
+        row = [line for line in lines if line.startswith(label)]
+        assert len(row) == 1 and re.search(r"[\d.]+%(\s+[\d.]+){2}$", row[0]), finished.stdout
     assert any(line.startswith("appender drain alone: 1 ring of") for line in lines)
     assert "WARNING" not in finished.stdout
     assert any(line.startswith("others: cores other processes kept busy") for line in lines)
@@ -124,10 +126,13 @@ def test_a_quick_run_prints_every_figure_and_leaves_nothing_behind(tmp_path):
             assert len(run["per_producer_records_per_s"]) == run["producers"], (mode, run)
             assert run["records_per_s"] > 0 and run["other_cores"] >= 0, (mode, run)
     drain = document["scaling"]["drain"]
-    assert drain["records"] == QUICK_RECORDS and drain["rings"] == 1, drain
-    # 100-byte values in batches: the batches' bytes are more than the values'
-    assert drain["batch_bytes"] > drain["bytes"] == QUICK_RECORDS * 100, drain
-    assert drain["records_per_s"] > 0 and drain["other_cores"] >= 0, drain
+    assert drain["rings"] == 1, drain
+    for name in DRAIN_LINES:
+        figures = drain[name]
+        assert figures["records"] == QUICK_RECORDS, (name, figures)
+        # 100-byte values in batches: the batches' bytes are more than the values'
+        assert figures["batch_bytes"] > figures["bytes"] == QUICK_RECORDS * 100, (name, figures)
+        assert figures["records_per_s"] > 0 and figures["other_cores"] >= 0, (name, figures)
 
     assert not os.path.exists(data_dir)
     assert left == [] and document["shared_memory_left_by_the_run"] == []
