@@ -152,6 +152,47 @@ What bounds each figure on two vCPUs (profiled):
   tail is the new partition's first append, which reserves and populates the
   segment's first 8 MiB inline (~10-25 ms here) and has the prefaulter populate
   32 MiB more beside the three processes.
+
+Producer scaling and the drain alone, two runs of the defaults on the 2-vCPU VM, by
+then on an Intel Xeon host (memcpy 12.2 GB/s), November 2026: the first
+(e60d67f: one drain round) with others <= 0.2 cores in every scaling figure, the
+second (162bfe4) with others ~0.9 cores during the "2 producers" rows and 0.7
+during the drain:
+
+=========================================  =============  =============  ===========
+figure                                     first run      second run     of memcpy
+=========================================  =============  =============  ===========
+1 producer, send, linger 5 ms              1.45 M/s       1.11 M/s       0.9-1.2 %
+2 producers, send (each)                   1.83 (0.99)    1.03 (0.54)    0.8-1.5 %
+4 producers, send (each)                   2.14 (0.55)    1.61 (0.46)    1.3-1.8 %
+1 producer, send_batch, 1000 per call      7.53 M/s       7.38 M/s       6.0-6.2 %
+2 producers, send_batch (each)             10.1 (5.08)    6.16 (3.14)    5.0-8.3 %
+4 producers, send_batch (each)             10.0 (2.61)    10.3 (2.79)    8.2-8.4 %
+drain, the partition idle before           8.65 M/s       9.14 M/s       7.1-7.5 %
+drain, right after another                 -              11.7 M/s       9.6 %
+=========================================  =============  =============  ===========
+
+* producer scaling: two cores. A per-record producer is a CPython loop on one core;
+  the appender needs little of the other for 16 KiB batches, so a second producer
+  adds ~0.4 M/s and four take turns on the two cores. With ``send_batch`` one
+  producer's encoding, the appender's copy and the kernel populating the segments'
+  fresh pages (~1-1.3 GB/s of batches on this VM) share the two cores; a second
+  producer takes what the first left idle (x1.3 when the machine is quiet), four
+  take no more. The last of four producers gets its "go" 5-12 ms after the first
+  (``start_spread_s`` in the JSON), inside the figure.
+* drain alone: the segment's fresh pages. Profiles of the broker during a drain
+  (``perf record -g -p``, 5 kHz; shares of all its samples): the partition idle
+  before, 72 % in its prefaulter thread, nearly all the kernel's memset of new
+  page-cache pages (``MADV_POPULATE_WRITE``), and 27 % in the appender's thread:
+  19 % kernel (faulting in and zeroing the pages the prefaulter had not reached),
+  4 % memmove (the copy into the segment), 3 % compiled kernels, 1.4 % Python.
+  Right after another drain, 56 % in the prefaulter (the kernel populating page
+  cache) and 40 % in the appender: 17 % memmove, 8 % kernel, 8 % compiled kernels
+  (validation, CRC), 4.5 % Python. The appender waits on the pages: 1.2-1.5 GB/s
+  of batches is how fast this VM hands out page cache, and a partition idle
+  before keeps the least reserved ahead and stalls while its pace doubles. With
+  pages populated before the clock, bench_appender.py's appender runs at 40-60 M
+  records/s.
 """
 
 from __future__ import annotations
