@@ -17,6 +17,12 @@ slower than ``poll``. The issue's other goals are ratios to other systems (a Kaf
 client over TCP, Redis Streams) run on the same workload outside this project; the
 JSON output (``--json``) holds the raw figures to compute them from.
 
+Two figures say what a host with more cores would see (issue 29, step 3): the
+aggregate rate of 1, 2 and 4 producer processes sending at once, and the broker's
+appender draining rings alone, with no producer running beside it. They have no
+goal: they are printed beside memcpy and the host's core count (on two cores,
+more than one producer beside the appender cannot scale).
+
 Method
 ------
 One broker for the whole run; one topic per figure, created up front.
@@ -45,15 +51,53 @@ One broker for the whole run; one topic per figure, created up front.
   first second (the processes' start-up shows there: kernels loaded, pages first
   touched) and for those sent after it.
 
+* producer scaling: for N = 1, 2 and 4, a fresh topic of N partitions and N producer
+  processes (acks=1), producer i sending to partition i - what a Kafka user runs to
+  read "aggregate producer throughput": one topic, as many partitions as producers,
+  none waiting on another's partition. Each producer appends one batch (one record
+  with ``send``) first, which makes its partition's segment and populates its first
+  pages, as in a log already running. The records are split evenly, each producer
+  sending ``--records // N`` with ``send`` (linger ``SCALE_LINGER_MS``: the "linger
+  5 ms" figure's) or 10 x ``--records // N`` with ``send_batch`` (1000 rows of 100
+  B a call), so every N moves as many records. Each producer, constructed and its
+  topic's route read, says "ready" and waits; once all are ready the parent takes
+  the time (CLOCK_MONOTONIC, every process's) and writes "go" to each one's stdin;
+  the figure runs to the last producer's last acknowledgement (``flush`` then
+  ``get``). Printed: the aggregate rate, the mean of each producer's own rate (its
+  "go" to its last acknowledgement) and the ratio to one producer's aggregate. The
+  topic is deleted after its figure.
+* appender drain alone: ``--records`` records in batches of 1000 x 100 B, in
+  ceil(``--records`` / 256 000) rings (a stopped broker completes nothing, and a
+  producer has at most ``COMPLETION_SLOTS`` = 256 entries unacknowledged), the
+  records split evenly, each ring sized to hold its share, all bound for partition
+  0 of a fresh topic (one partition: the appender is one thread, and a Kafka user
+  reads "how fast can the broker take one partition's burst"). A filler process
+  makes the producers and appends one batch (the partition's segment made); then
+  the parent stops the real broker process (SIGSTOP), the filler puts every batch
+  into the rings and says "filled", and the clock runs from the broker's SIGCONT
+  until the partition's high watermark (read from the state table, waiting on the
+  consumers' doorbell the broker rings after each drain that appended) covers
+  every record. The broker is resumed whatever happens. Twice (``DRAIN_ROUNDS``):
+  first with the partition idle before, then right after that first drain - the
+  figure of a partition kept busy, which a host with many producers' cores sees:
+  a partition keeps room reserved and populated ahead of its writes at a distance
+  that follows its write rate (``storage/reservation.py``), least for one idle
+  before, most right after a burst. Printed in records/s, value GB/s beside
+  memcpy, and the batches' GB/s (what the appender copies into the log: 128 B a
+  record).
+
 Beside each figure, "others": how many cores processes other than the benchmark's
 own (itself, its clients, its broker) kept busy meanwhile, from /proc/stat; above
-``OTHER_CORES_WARNING`` the report says the machine was not quiet.
+``OTHER_CORES_WARNING`` the report says the machine was not quiet. For the scaling
+figures it covers the producers' start-up too, and for the drain the filler's whole
+run (a drain of ``--quick``'s size is shorter than /proc/stat's clock ticks).
 
 Every wait is bounded: each client process by ``CHILD_TIMEOUT_S`` (then killed),
-each loop inside by a deadline. The broker's data directory (a temporary one) and
-its /dev/shm objects are removed at the end, also when something failed or a
-SIGTERM came. ``--quick`` runs tiny counts (a smoke test of the script: its figures
-are mostly start-up).
+each loop inside by a deadline, each line a process waits for from another (a
+"ready", a "go") by ``READY_TIMEOUT_S`` or ``LOOP_DEADLINE_S``. The broker's data
+directory (a temporary one) and its /dev/shm objects are removed at the end, also
+when something failed or a SIGTERM came. ``--quick`` runs tiny counts (a smoke test
+of the script: its figures are mostly start-up).
 
 Expected figures and what bounds them
 -------------------------------------
@@ -111,6 +155,47 @@ What bounds each figure on two vCPUs (profiled):
   tail is the new partition's first append, which reserves and populates the
   segment's first 8 MiB inline (~10-25 ms here) and has the prefaulter populate
   32 MiB more beside the three processes.
+
+Producer scaling and the drain alone, two runs of the defaults on the 2-vCPU VM, by
+then on an Intel Xeon host (memcpy 12.2 GB/s), November 2026: the first
+(e60d67f: one drain round) with others <= 0.2 cores in every scaling figure, the
+second (162bfe4) with others ~0.9 cores during the "2 producers" rows and 0.7
+during the drain:
+
+=========================================  =============  =============  ===========
+figure                                     first run      second run     of memcpy
+=========================================  =============  =============  ===========
+1 producer, send, linger 5 ms              1.45 M/s       1.11 M/s       0.9-1.2 %
+2 producers, send (each)                   1.83 (0.99)    1.03 (0.54)    0.8-1.5 %
+4 producers, send (each)                   2.14 (0.55)    1.61 (0.46)    1.3-1.8 %
+1 producer, send_batch, 1000 per call      7.53 M/s       7.38 M/s       6.0-6.2 %
+2 producers, send_batch (each)             10.1 (5.08)    6.16 (3.14)    5.0-8.3 %
+4 producers, send_batch (each)             10.0 (2.61)    10.3 (2.79)    8.2-8.4 %
+drain, the partition idle before           8.65 M/s       9.14 M/s       7.1-7.5 %
+drain, right after another                 -              11.7 M/s       9.6 %
+=========================================  =============  =============  ===========
+
+* producer scaling: two cores. A per-record producer is a CPython loop on one core;
+  the appender needs little of the other for 16 KiB batches, so a second producer
+  adds ~0.4 M/s and four take turns on the two cores. With ``send_batch`` one
+  producer's encoding, the appender's copy and the kernel populating the segments'
+  fresh pages (~1-1.3 GB/s of batches on this VM) share the two cores; a second
+  producer takes what the first left idle (x1.3 when the machine is quiet), four
+  take no more. The last of four producers gets its "go" 5-12 ms after the first
+  (``start_spread_s`` in the JSON), inside the figure.
+* drain alone: the segment's fresh pages. Profiles of the broker during a drain
+  (``perf record -g -p``, 5 kHz; shares of all its samples): the partition idle
+  before, 72 % in its prefaulter thread, nearly all the kernel's memset of new
+  page-cache pages (``MADV_POPULATE_WRITE``), and 27 % in the appender's thread:
+  19 % kernel (faulting in and zeroing the pages the prefaulter had not reached),
+  4 % memmove (the copy into the segment), 3 % compiled kernels, 1.4 % Python.
+  Right after another drain, 56 % in the prefaulter (the kernel populating page
+  cache) and 40 % in the appender: 17 % memmove, 8 % kernel, 8 % compiled kernels
+  (validation, CRC), 4.5 % Python. The appender waits on the pages: 1.2-1.5 GB/s
+  of batches is how fast this VM hands out page cache, and a partition idle
+  before keeps the least reserved ahead and stalls while its pace doubles. With
+  pages populated before the clock, bench_appender.py's appender runs at 40-60 M
+  records/s.
 """
 
 from __future__ import annotations
@@ -121,6 +206,7 @@ import os
 import resource
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -148,6 +234,13 @@ LOOP_DEADLINE_S = 300.0             # a client's own loop, inside CHILD_TIMEOUT_
 # report says so (as bench_log.py does).
 OTHER_CORES_WARNING = 0.2
 QUICK = {"records": 2_000, "latency_rate": 1_000, "latency_seconds": 1.5}
+SCALE_PRODUCERS = (1, 2, 4)         # producer processes sending at once
+SCALE_LINGER_MS = 5                 # the per-record scaling figure's: the "linger 5 ms" row's
+# The drain figure's rounds: the partition idle before (it was written once, and
+# keeps its least reserved ahead), then right after the first (its most).
+DRAIN_ROUNDS = ("after_idle", "after_a_drain")
+DRAIN_FILL_BLOCK_MS = 2_000         # a fill that finds its ring full fails this fast
+DRAIN_WAKE_S = 0.1                  # the drain's watcher looks again at least this often
 
 TOPICS = ("send_linger_0", "send_linger_5", "send_batch", "latency")
 # records/s. Per-record send: issue 12's goal. The others: the design's, for a host
@@ -162,6 +255,10 @@ LABELS = {"send_linger_0": "send, acks=1, linger 0 ms",
           "poll": "poll, record objects",
           "iteration": "iteration (for record in consumer)",
           "poll_batch": "poll_batch, columns"}
+SCALE_LABELS = {"send": f"send, acks=1, linger {SCALE_LINGER_MS} ms",
+                "send_batch": f"send_batch, {BATCH_RECORDS} per call"}
+DRAIN_LABELS = {"after_idle": "drain, the partition idle before",
+                "after_a_drain": "drain, right after another"}
 SPANS = (("whole", "whole run"), ("first_second", "first second"),
          ("after_first_second", "after the first second"))
 
@@ -304,19 +401,131 @@ def latency_producer(data_dir: str, topic: str, rate: int, seconds: float) -> di
     return {"sent": sent, "achieved_rate": sent / elapsed}
 
 
+def _await_command(expected: bytes, timeout_s: float) -> None:
+    """In a client process: wait for the parent's line ``expected`` on stdin."""
+    _await_line(sys.stdin.fileno(), expected, timeout_s, "the benchmark")
+
+
+def scale_producer(data_dir: str, topic: str, partition: int, records: int,
+                   batch_records: int) -> dict:
+    """One of the producers started together: constructed, and its first record
+    (or batch) appended, it says "ready" and waits for "go"; then ``records`` to
+    ``partition``, one ``send`` per record (linger ``SCALE_LINGER_MS``) or
+    ``send_batch`` of ``batch_records`` rows, until the last is acknowledged. Its
+    start and finish on CLOCK_MONOTONIC, which the parent shares."""
+    import numpy as np
+
+    from shmlog import Producer
+    if batch_records:
+        rows = np.random.default_rng(partition).integers(
+            0, 256, (batch_records, RECORD_SIZE), np.uint8)
+    else:
+        entropy = os.urandom(records * RECORD_SIZE)
+        values = [entropy[start:start + RECORD_SIZE]
+                  for start in range(0, len(entropy), RECORD_SIZE)]
+    with Producer(data_dir, acks=1, linger_ms=SCALE_LINGER_MS) as producer:
+        # The partition's segment made and its first pages populated before "go", as
+        # in a log already running (the appender does that inline, ~10-25 ms here).
+        if batch_records:
+            producer.send_batch(topic, rows, partition=partition).get(timeout=LOOP_DEADLINE_S)
+        else:
+            producer.send(topic, values[0], partition=partition).get(timeout=LOOP_DEADLINE_S)
+        print("ready", flush=True)
+        _await_command(b"go", READY_TIMEOUT_S)
+        started = time.monotonic()
+        if batch_records:
+            for first in range(0, records, batch_records):
+                future = producer.send_batch(
+                    topic, rows[:min(batch_records, records - first)], partition=partition)
+        else:
+            for value in values:
+                future = producer.send(topic, value, partition=partition)
+        producer.flush(timeout=LOOP_DEADLINE_S)
+        future.get(timeout=LOOP_DEADLINE_S)
+        finished = time.monotonic()
+    return {"records": records, "started": started, "finished": finished}
+
+
+def drain_filler(data_dir: str, topic: str, rings: int, records_per_ring: int,
+                 rounds: int) -> dict:
+    """The drain figure's producers, ``rings`` of them in this process. One batch is
+    appended first (the partition's segment made and its first pages populated);
+    then, ``rounds`` times: "ready", and on "fill" (the broker is stopped) each ring
+    gets ``records_per_ring`` in batches of ``BATCH_RECORDS`` without waiting;
+    "filled"; on "drained" every batch's acknowledgement is checked (which frees the
+    rings' completion slots for the next round)."""
+    import numpy as np
+
+    from shmlog import Producer
+    rows = np.random.default_rng(0).integers(0, 256, (BATCH_RECORDS, RECORD_SIZE), np.uint8)
+    ring_size = drain_ring_size(rows, records_per_ring)
+    producers, batch_bytes = [], []
+    try:
+        for _ in range(rings):
+            producers.append(Producer(data_dir, acks=1, ring_size=ring_size,
+                                      max_block_ms=DRAIN_FILL_BLOCK_MS))
+            producers[-1].batch_bytes_max(topic)
+        producers[0].send_batch(topic, rows, partition=0).get(timeout=LOOP_DEADLINE_S)
+        for _ in range(rounds):
+            before = sum(_bytes_put(producer) for producer in producers)
+            print("ready", flush=True)
+            _await_command(b"fill", READY_TIMEOUT_S)
+            last = []
+            for producer in producers:
+                for first in range(0, records_per_ring, BATCH_RECORDS):
+                    future = producer.send_batch(
+                        topic, rows[:min(BATCH_RECORDS, records_per_ring - first)], partition=0)
+                last.append(future)
+            batch_bytes.append(sum(_bytes_put(producer) for producer in producers) - before)
+            print("filled", flush=True)
+            _await_command(b"drained", LOOP_DEADLINE_S)
+            for producer, future in zip(producers, last):
+                producer.flush(timeout=LOOP_DEADLINE_S)
+                future.get(timeout=LOOP_DEADLINE_S)
+    finally:
+        for producer in producers:
+            producer.close(timeout=LOOP_DEADLINE_S)
+    return {"rings": rings, "ring_size": ring_size, "batch_bytes": batch_bytes,
+            "warm_up_records": BATCH_RECORDS}
+
+
+def drain_ring_size(rows, records_per_ring: int) -> int:
+    """The smallest ring (a power of two) that holds ``records_per_ring`` records in
+    entries of ``rows`` as a batch, and one entry more: an entry does not wrap, so
+    the space left at the region's end when the next does not fit is padding."""
+    from shmlog.record.records import encode_batch
+    from shmlog.shm import ring_layout
+    entry = ring_layout.aligned_entry_size(encode_batch(rows, None, None).size)
+    needed = (-(-records_per_ring // len(rows)) + 1) * entry
+    return max(ring_layout.CAPACITY_MIN, 1 << (needed - 1).bit_length())
+
+
+def _bytes_put(producer) -> int:
+    """The bytes of the batches ``producer`` put into its ring (what the appender
+    copies into the log)."""
+    return producer.metrics()["producer-metrics"]["byte-total"]
+
+
 ROLES = {function.__name__: function for function in (
     send_records, send_batches, poll_records, iterate_records, poll_batches,
-    latency_consumer, latency_producer)}
+    latency_consumer, latency_producer, scale_producer, drain_filler)}
 
 
 # --- running them --------------------------------------------------------------------
 
-def _start(role: str, **arguments) -> subprocess.Popen:
+def _start(role: str, commanded: bool = False, **arguments) -> subprocess.Popen:
+    """A client process; ``commanded``: its stdin a pipe the parent writes commands
+    to (``_command``)."""
     # Unbuffered: the parent reads the "ready" line byte by byte, leaving the rest
     # in the pipe for communicate().
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", role,
                              "--arguments", json.dumps(arguments)],
-                            stdout=subprocess.PIPE, bufsize=0)
+                            stdout=subprocess.PIPE, bufsize=0,
+                            stdin=subprocess.PIPE if commanded else None)
+
+
+def _command(process: subprocess.Popen, command: bytes) -> None:
+    process.stdin.write(command + b"\n")
 
 
 def _finish(process: subprocess.Popen, role: str, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
@@ -337,24 +546,29 @@ def _stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.kill()
     process.wait(timeout=30)
-    if process.stdout:
-        process.stdout.close()
+    for pipe in (process.stdin, process.stdout):
+        if pipe:
+            pipe.close()
 
 
-def _await_line(process: subprocess.Popen, expected: bytes, timeout_s: float) -> None:
+def _await_line(descriptor: int, expected: bytes, timeout_s: float,
+                sender: str = "a client process") -> None:
+    """Read a line from ``descriptor`` byte by byte (what follows stays in the
+    pipe: a client's figures, which ``communicate`` reads) and check it is
+    ``expected``."""
     deadline = time.monotonic() + timeout_s
     line = b""
     while not line.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([process.stdout], [], [], left)[0]:
-            raise RuntimeError(f"no {expected!r} from a client process within {timeout_s} s")
-        byte = process.stdout.read(1)
+        if left <= 0 or not select.select([descriptor], [], [], left)[0]:
+            raise RuntimeError(f"no {expected!r} from {sender} within {timeout_s} s")
+        byte = os.read(descriptor, 1)
         if not byte:
-            raise RuntimeError(f"a client process exited (status {process.wait(30)}) "
-                               f"before saying {expected!r}")
+            raise RuntimeError(f"{sender} closed its pipe (it exited: its errors are "
+                               f"above) before saying {expected!r}")
         line += byte
     if line.strip() != expected:
-        raise RuntimeError(f"a client process said {line!r}, expected {expected!r}")
+        raise RuntimeError(f"{sender} said {line!r}, expected {expected!r}")
 
 
 def run(role: str, **arguments) -> dict:
@@ -368,7 +582,7 @@ def end_to_end(data_dir: str, rate: int, seconds: float) -> dict:
                       wait_s=seconds * 3 + 30)
     producer = None
     try:
-        _await_line(consumer, b"ready", READY_TIMEOUT_S)
+        _await_line(consumer.stdout.fileno(), b"ready", READY_TIMEOUT_S)
         producer = _start("latency_producer", data_dir=data_dir, topic="latency", rate=rate,
                           seconds=seconds)
         produced = _finish(producer, "latency_producer")
@@ -436,6 +650,135 @@ def measure(data_dir: str, broker_pid: int, records: int, rate: int, seconds: fl
     return results
 
 
+def producer_scaling(data_dir: str, broker_pid: int, producers: int, records: int,
+                     batch_records: int) -> dict:
+    """``producers`` processes at once, each ``records // producers`` to a partition
+    of its own of a fresh topic; timed from the parent's "go" (every one ready) to
+    the last acknowledgement. The topic is deleted afterwards (its files go)."""
+    from shmlog import Admin
+    topic = f"scale_{'batch' if batch_records else 'send'}_{producers}"
+    admin = Admin(data_dir)
+    admin.create_topic(topic, producers)
+    share = records // producers
+    others = OtherLoad(broker_pid)       # the producers' start-up inside: their CPU counts
+    processes = []
+    try:
+        for partition in range(producers):
+            processes.append(_start("scale_producer", commanded=True, data_dir=data_dir,
+                                    topic=topic, partition=partition, records=share,
+                                    batch_records=batch_records))
+        for process in processes:
+            _await_line(process.stdout.fileno(), b"ready", READY_TIMEOUT_S)
+        started = time.monotonic()
+        for process in processes:
+            _command(process, b"go")
+        each = [_finish(process, "scale_producer") for process in processes]
+    finally:
+        for process in processes:
+            _stop(process)
+    other_cores = others.cores()
+    admin.delete_topic(topic)
+    moved = sum(result["records"] for result in each)
+    result = _rate(moved, moved * RECORD_SIZE, max(r["finished"] for r in each) - started, 0.0)
+    del result["construct_s"]
+    return {**result, "producers": producers, "records_planned": share * producers,
+            "per_producer_records_per_s": [r["records"] / max(r["finished"] - r["started"], 1e-9)
+                                           for r in each],
+            "start_spread_s": max(r["started"] for r in each) - started,
+            "other_cores": other_cores}
+
+
+def appender_drain(data_dir: str, broker_pid: int, records: int) -> dict:
+    """Rings filled while the broker is stopped (SIGSTOP), then drained, once per
+    ``DRAIN_ROUNDS``: each timed from the broker's SIGCONT until the partition's high
+    watermark covers every record."""
+    from shmlog import Admin, Consumer, TopicPartition
+    from shmlog.protocol.control_client import request
+    from shmlog.shm.ring_layout import COMPLETION_SLOTS
+    from shmlog.shm.state import PartitionStateTable
+    Admin(data_dir).create_topic("drain")
+    # A stopped broker completes nothing: a ring holds at most COMPLETION_SLOTS entries.
+    per_ring_max = COMPLETION_SLOTS * BATCH_RECORDS
+    rings = -(-records // per_ring_max)
+    per_ring = -(-records // rings)
+    partition = TopicPartition("drain", 0)
+    # Over the filler's whole run (waited for): a drain of --quick's size is shorter
+    # than the clock ticks /proc/stat counts in.
+    others = OtherLoad(broker_pid)
+    filler = _start("drain_filler", commanded=True, data_dir=data_dir, topic="drain",
+                    rings=rings, records_per_ring=per_ring, rounds=len(DRAIN_ROUNDS))
+    drained = []
+    try:
+        with Consumer(bootstrap=data_dir) as consumer, \
+                PartitionStateTable.attach(request(data_dir, "metadata")["state_table"]) as table:
+            consumer.assign([partition])
+            for _ in DRAIN_ROUNDS:
+                _await_line(filler.stdout.fileno(), b"ready", READY_TIMEOUT_S)
+                drained.append(_drain_once(filler, broker_pid, consumer, table, partition,
+                                           rings * per_ring))
+                _command(filler, b"drained")
+        filled = _finish(filler, "drain_filler")
+        other_cores = others.cores()
+    finally:
+        _stop(filler)
+    result = {name: {**_rate(moved, moved * RECORD_SIZE, seconds, 0.0),
+                     "records_planned": rings * per_ring, "batch_bytes": batch_bytes,
+                     "batch_bytes_per_s": batch_bytes / max(seconds, 1e-9),
+                     "other_cores": other_cores}
+              for name, (moved, seconds), batch_bytes in zip(DRAIN_ROUNDS, drained,
+                                                              filled["batch_bytes"])}
+    for figures in result.values():
+        del figures["construct_s"]
+    return {**result, "rings": rings, "ring_size": filled["ring_size"],
+            "warm_up_records": filled["warm_up_records"]}
+
+
+def _drain_once(filler, broker_pid: int, consumer, table, partition,
+                records: int) -> tuple[int, float]:
+    """One round: the broker stopped, the rings filled, the broker resumed (whatever
+    happens) and the clock run until the high watermark covers ``records`` more;
+    the records it covered and the seconds."""
+    try:                            # SIGCONT to a running broker does nothing
+        os.kill(broker_pid, signal.SIGSTOP)
+        _command(filler, b"fill")
+        _await_line(filler.stdout.fileno(), b"filled", LOOP_DEADLINE_S)
+        first = consumer.end_offsets([partition])[partition]
+        started = time.perf_counter()
+    finally:
+        os.kill(broker_pid, signal.SIGCONT)
+    reached = _await_end_offset(consumer, table, partition, first + records)
+    return reached - first, time.perf_counter() - started
+
+
+def _await_end_offset(consumer, table, partition, target: int) -> int:
+    """Sleep on the consumers' doorbell (rung after every drain that appended) until
+    the partition's high watermark reaches ``target``; that high watermark."""
+    deadline = time.monotonic() + LOOP_DEADLINE_S
+
+    def reached() -> bool:
+        return consumer.end_offsets([partition])[partition] >= target
+
+    while not reached():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(f"the appender did not drain the rings within "
+                               f"{LOOP_DEADLINE_S} s (high watermark "
+                               f"{consumer.end_offsets([partition])[partition]:,} of "
+                               f"{target:,})")
+        table.consumer_doorbell.wait(reached, min(left, DRAIN_WAKE_S))
+    return consumer.end_offsets([partition])[partition]
+
+
+def measure_scaling(data_dir: str, broker_pid: int, records: int) -> dict:
+    """The producer scaling figures, then the appender's drain alone."""
+    results = {}
+    for mode, total, batch_records in (("send", records, 0),
+                                       ("send_batch", records * BATCH_RUN_FACTOR, BATCH_RECORDS)):
+        results[mode] = [producer_scaling(data_dir, broker_pid, producers, total, batch_records)
+                         for producers in SCALE_PRODUCERS]
+    return {"producer_scaling": results, "drain": appender_drain(data_dir, broker_pid, records)}
+
+
 def remove_data(data_dir: str) -> list[str]:
     """Remove the data directory and every /dev/shm object its broker or clients
     left (a client killed on a timeout leaves its ring); those names."""
@@ -494,11 +837,60 @@ def report(document: dict) -> None:
         if moved < planned:
             print(f"WARNING: {name} moved only {moved:,} of {planned:,} records: its figures "
                   f"cover those")
-    busy = max(result["other_cores"] for result in results.values())
+    report_scaling(document)
+    busy = max([result["other_cores"] for result in results.values()] +
+               [result["other_cores"] for result in scaling_results(document["scaling"])])
     print()
     print("others: cores other processes kept busy meanwhile (on average)"
           + (f"; the machine was not quiet (up to {busy:.2f} cores): these figures are not "
              f"comparable with a quiet run's" if busy > OTHER_CORES_WARNING else ""))
+
+
+def scaling_results(scaling: dict) -> list[dict]:
+    return [result for runs in scaling["producer_scaling"].values() for result in runs] + \
+        [scaling["drain"][name] for name in DRAIN_ROUNDS]
+
+
+def report_scaling(document: dict) -> None:
+    scaling, bound = document["scaling"], document["memcpy_bytes_per_s"]
+    cores = document["environment"]["cpu_count"]
+    print()
+    print(f"producer scaling on {cores} cores (the broker's appender takes one): N producer "
+          f"processes at once, one topic of N partitions, one each; the records split evenly; "
+          f"from a common start to the last acknowledgement")
+    print(f"{'figure':<39} {'records':>10} {'M rec/s':>8} {'GB/s':>7} "
+          f"{'of memcpy':>9} {'each M/s':>8} {'x 1 prod':>8} {'others':>6}")
+    for mode, label in SCALE_LABELS.items():
+        runs = scaling["producer_scaling"][mode]
+        single = runs[0]["records_per_s"]
+        for result in runs:
+            each = result["per_producer_records_per_s"]
+            print(f"{scale_label(result['producers'], label):<39} {result['records']:>10,} "
+                  f"{result['records_per_s'] / 1e6:8.3f} {result['bytes_per_s'] / 1e9:7.3f} "
+                  f"{result['bytes_per_s'] / bound:9.2%} {sum(each) / len(each) / 1e6:8.3f} "
+                  f"{result['records_per_s'] / max(single, 1e-9):8.2f} "
+                  f"{result['other_cores']:6.2f}")
+    drain = scaling["drain"]
+    rings = f"{drain['rings']} ring{'s' if drain['rings'] > 1 else ''}"
+    print()
+    print(f"appender drain alone: {rings} of {drain['ring_size'] / 2**20:g} MiB filled while "
+          f"the broker was stopped (SIGSTOP), timed from its SIGCONT until the high watermark "
+          f"covered them; twice, into one partition")
+    print(f"{'figure':<39} {'records':>10} {'M rec/s':>8} {'GB/s':>7} {'of memcpy':>9} "
+          f"{'batch GB/s':>10} {'others':>6}")
+    for name, label in DRAIN_LABELS.items():
+        result = drain[name]
+        print(f"{label:<39} {result['records']:>10,} {result['records_per_s'] / 1e6:8.3f} "
+              f"{result['bytes_per_s'] / 1e9:7.3f} {result['bytes_per_s'] / bound:9.2%} "
+              f"{result['batch_bytes_per_s'] / 1e9:10.3f} {result['other_cores']:6.2f}")
+    for result in scaling_results(scaling):
+        if result["records"] < result["records_planned"]:
+            print(f"WARNING: a scaling figure moved only {result['records']:,} of "
+                  f"{result['records_planned']:,} records")
+
+
+def scale_label(producers: int, label: str) -> str:
+    return f"{producers} producer{'s' if producers > 1 else ''}, {label}"
 
 
 def goal_text(name: str, results: dict) -> str:
@@ -557,6 +949,7 @@ def main(argv=None) -> int:
         with Broker(data_dir) as broker:
             document["results"] = measure(data_dir, broker.process.pid, records, rate, seconds,
                                           arguments.ring_size)
+            document["scaling"] = measure_scaling(data_dir, broker.process.pid, records)
         document["ring_size"] = arguments.ring_size
     finally:
         left = remove_data(data_dir)

@@ -1,6 +1,7 @@
 """``perf/bench_clients.py --quick`` runs to the end and reports every figure: each
 per-record and batch rate beside memcpy, its goal and the load of other processes,
 the e2e latency percentiles for the whole run, its first second and after it, the
+aggregate rates of 1, 2 and 4 producers and the appender's drain rate alone, the
 same figures in its JSON file, and nothing left behind (no data directory, no
 /dev/shm object of its broker).
 
@@ -34,6 +35,10 @@ RATE_LINES = ("send, acks=1, linger 0 ms", "send, acks=1, linger 5 ms",
               "send_batch, 1000 per call", "poll, record objects",
               "iteration (for record in consumer)", "poll_batch, columns")
 LATENCY_LINES = ("whole run", "first second", "after the first second")
+SCALE_PRODUCERS = (1, 2, 4)
+SCALE_LINES = {"send": "send, acks=1, linger 5 ms", "send_batch": "send_batch, 1000 per call"}
+DRAIN_LINES = {"after_idle": "drain, the partition idle before",
+               "after_a_drain": "drain, right after another"}
 PER_RECORD = ("send_linger_0", "send_linger_5", "poll", "iteration")
 BATCH = ("send_batch", "poll_batch")
 
@@ -78,6 +83,19 @@ def test_a_quick_run_prints_every_figure_and_leaves_nothing_behind(tmp_path):
         assert len(row) == 1, (label, finished.stdout)
         assert len(re.findall(r"\d+\.\d", row[0])) == 4 and row[0].endswith(("met", "below"))
 
+    assert any(re.match(r"producer scaling on \d+ cores", line) for line in lines)
+    for label in SCALE_LINES.values():
+        for producers in SCALE_PRODUCERS:
+            name = f"{producers} producer{'s' if producers > 1 else ''}, {label}"
+            row = [line for line in lines if line.startswith(name)]
+            assert len(row) == 1, (name, finished.stdout)
+            # memcpy share, the mean producer's rate, the ratio to one, others
+            assert re.search(r"[\d.]+%(\s+[\d.]+){3}$", row[0]), row[0]
+    for label in DRAIN_LINES.values():
+        row = [line for line in lines if line.startswith(label)]
+        assert len(row) == 1 and re.search(r"[\d.]+%(\s+[\d.]+){2}$", row[0]), finished.stdout
+    assert any(line.startswith("appender drain alone: 1 ring of") for line in lines)
+    assert "WARNING" not in finished.stdout
     assert any(line.startswith("others: cores other processes kept busy") for line in lines)
 
     document = json.loads(json_path.read_text())
@@ -99,6 +117,22 @@ def test_a_quick_run_prints_every_figure_and_leaves_nothing_behind(tmp_path):
         figures = e2e[span]
         assert 0 < figures["p50_us"] <= figures["p99_us"] <= figures["p999_us"] <= \
             figures["max_us"], span
+
+    scaling = document["scaling"]["producer_scaling"]
+    for mode, moved in (("send", QUICK_RECORDS), ("send_batch", QUICK_BATCH_RECORDS)):
+        assert [run["producers"] for run in scaling[mode]] == list(SCALE_PRODUCERS), mode
+        for run in scaling[mode]:
+            assert run["records"] == moved and run["bytes"] == moved * 100, (mode, run)
+            assert len(run["per_producer_records_per_s"]) == run["producers"], (mode, run)
+            assert run["records_per_s"] > 0 and run["other_cores"] >= 0, (mode, run)
+    drain = document["scaling"]["drain"]
+    assert drain["rings"] == 1, drain
+    for name in DRAIN_LINES:
+        figures = drain[name]
+        assert figures["records"] == QUICK_RECORDS, (name, figures)
+        # 100-byte values in batches: the batches' bytes are more than the values'
+        assert figures["batch_bytes"] > figures["bytes"] == QUICK_RECORDS * 100, (name, figures)
+        assert figures["records_per_s"] > 0 and figures["other_cores"] >= 0, (name, figures)
 
     assert not os.path.exists(data_dir)
     assert left == [] and document["shared_memory_left_by_the_run"] == []
