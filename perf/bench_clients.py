@@ -659,7 +659,7 @@ def producer_scaling(data_dir: str, broker_pid: int, producers: int, records: in
     topic = f"scale_{'batch' if batch_records else 'send'}_{producers}"
     admin = Admin(data_dir)
     admin.create_topic(topic, producers)
-    share = records // producers
+    share = max(1, records // producers)
     others = OtherLoad(broker_pid)       # the producers' start-up inside: their CPU counts
     processes = []
     try:
@@ -908,7 +908,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=None,
                         help=f"records per per-record figure (default {RECORDS_DEFAULT:,}; "
-                             f"the batch figures move {BATCH_RUN_FACTOR}x as many)")
+                             f"the batch figures move {BATCH_RUN_FACTOR}x as many, the "
+                             f"scaling figures split them among their producers, the "
+                             f"drain figure drains as many)")
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: {QUICK['records']:,} records, latency at "
                              f"{QUICK['latency_rate']:,}/s for {QUICK['latency_seconds']:g} s")
