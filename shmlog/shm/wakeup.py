@@ -154,15 +154,17 @@ class Doorbell:
             if code not in (errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR):
                 raise OSError(code, f"futex wait: {os.strerror(code)}")
 
-    def wait(self, attempt, timeout_s: float):
+    def wait(self, attempt, timeout_s: float, sleep=None):
         """Sleep until the bell rings or ``timeout_s`` passes, unless ``attempt()``,
-        tried once after lying down, finds work: then its result, else None."""
+        tried once after lying down, finds work: then its result, else None.
+        ``sleep(seen, timeout_s)`` replaces :meth:`sleep_on` for a loop that sleeps
+        its own way and has the bell end it (:class:`DoorbellRelay`)."""
         seen = self.lie_down()
         try:
             found = attempt()
             if found or timeout_s <= 0:
                 return found
-            self.sleep_on(seen, timeout_s)
+            (sleep or self.sleep_on)(seen, timeout_s)
             return None
         finally:
             self.get_up()

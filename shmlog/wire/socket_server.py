@@ -271,19 +271,16 @@ class KafkaSocketServer(_Logins):
         and do what the sockets then allow; unless ``attempt()``, tried once the
         doorbell counts this loop among its sleepers, finds work: then its result
         (as ``Doorbell.wait``)."""
-        seen = self.doorbell.lie_down()
+        return self.doorbell.wait(attempt, timeout_s, sleep=self._select_relayed)
+
+    def _select_relayed(self, seen: int, timeout_s: float) -> None:
+        """One turn that waits up to ``timeout_s``, the relay armed with the doorbell's
+        sequence ``seen`` (this loop lies among its sleepers meanwhile)."""
+        self._relay.arm(seen)
         try:
-            found = attempt()
-            if found or timeout_s <= 0:
-                return found
-            self._relay.arm(seen)
-            try:
-                self._turn(timeout_s)
-            finally:
-                self._relay.disarm()
-            return None
+            self._turn(timeout_s)
         finally:
-            self.doorbell.get_up()
+            self._relay.disarm()
 
     def _post(self, connection_id: int, action: Action) -> None:
         """A SASL worker's login result, from its thread: the loop's next turn
