@@ -187,6 +187,8 @@ FETCH_BYTES_DEFAULT = 1 << 20
 PERF_IDLE_TIMEOUT_MS = 10_000
 # A SIGKILLed process is gone within milliseconds; this bounds the wait for it.
 LOCAL_CLUSTER_KILLED_WAIT_S = 10.0
+# How often a starting LocalCluster asks its brokers whether they see each other.
+LOCAL_CLUSTER_VIEW_POLL_S = 0.05
 # shmlog perf's progress line: once a second, as Kafka's perf tools report.
 PERF_PROGRESS_EVERY_S = 1.0
 # One poll's wait: short, so the idle timeout is checked often.

@@ -37,6 +37,7 @@ from ..common import access, limits
 from ..common.errors import ShmlogError
 from ..common.paths import shared_memory_prefix
 from ..config import curve_keys
+from ..protocol.control_client import request
 from ..server.broker import Broker
 from ..shm import shared_memory
 from .zookeeper import ZooKeeperServer
@@ -189,6 +190,7 @@ class LocalCluster:
                 self.brokers[broker_id] = self._broker(broker_id).launch()
             for broker_id in range(1, self.count + 1):
                 self.brokers[broker_id].wait_until_serving()
+            self._wait_until_known(range(1, self.count + 1))
         except BaseException:
             self.stop()
             raise
@@ -241,7 +243,21 @@ class LocalCluster:
         self._make_keys(broker_id)       # the others read their keys directory again
         self._write_config(broker_id)
         self.start_broker(broker_id)
+        self._wait_until_known((broker_id,))
         return broker_id
+
+    def _wait_until_known(self, broker_ids) -> None:
+        """Wait until every running broker lists ``broker_ids`` among the live brokers:
+        a broker answers before its registration has reached the others' views, and a
+        topic created through one that does not see them yet is refused a replication
+        factor the cluster has."""
+        wanted = {str(broker_id) for broker_id in broker_ids}
+
+        def known() -> bool:
+            return all(wanted <= set(request(self.data_dir(broker_id), "metadata")["brokers"])
+                       for broker_id in set(self.brokers) - self.paused)
+        self.wait_for(known, self.startup_timeout_s, f"brokers {sorted(broker_ids)} to be "
+                      f"known to every broker", interval_s=limits.LOCAL_CLUSTER_VIEW_POLL_S)
 
     def kill(self, broker_id: int) -> None:
         """SIGKILL a broker (no clean leave: its session must expire)."""
