@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import threading
 import time
 
 import numpy as np
@@ -71,9 +70,7 @@ SECURITIES = ("plaintext", "curve")
 
 class Side:
     def __init__(self, broker_id: int, security: CurveSecurity | None = None):
-        self.bell = threading.Event()
-        self.endpoint = ReplicationEndpoint(broker_id, 1, "tcp://127.0.0.1:*", self.bell.set,
-                                            security)
+        self.endpoint = ReplicationEndpoint(broker_id, 1, "tcp://127.0.0.1:*", security)
         self.pending: list = []
 
     def next(self, kind: type, timeout_s: float = 10.0):
@@ -88,8 +85,7 @@ class Side:
                 raise RuntimeError(f"unexpected event {event}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no {kind.__name__}")
-            self.bell.wait(0.1)
-            self.bell.clear()
+            self.endpoint.wait(0.1)
 
 
 def fetch() -> Fetch:

@@ -1,5 +1,5 @@
-"""The replication transport: one thread that owns every ZeroMQ socket a broker uses
-to talk to its peers. Sockets and frames only; the rules, the messages and their codec
+"""The replication transport: every ZeroMQ socket a broker uses to talk to its
+peers, driven by the broker's loop. Sockets and frames only; the rules, the messages and their codec
 live in ``cluster/replication/`` (``rules``, ``messages``, ``codec``, ``layout``).
 
 Rules
@@ -28,7 +28,7 @@ Rules
   peer's other requests in flight fail too. A reply whose correlation id is not in
   flight (late, or never asked) is dropped.
 * CurveZMQ (``security``, the default of a cluster config): the ROUTER is a CURVE
-  server, and a ZAP handler on this thread (bound to the endpoint's own context's
+  server, and a ZAP handler here (bound to the endpoint's own context's
   ``inproc://zeromq.zap.01``, which libzmq asks during every handshake) accepts
   only the allowed public keys. Each DEALER is a CURVE client that connects only
   to a peer whose published key is allowed: a peer whose registration names
@@ -38,7 +38,7 @@ Rules
   (:attr:`ReplicationEndpoint.refused_count`, from the ROUTER's monitor) and logged,
   rate-limited. Without ``security`` the sockets are plain TCP.
 * Allowed keys can be added while the broker runs: a key not in the set (a
-  handshake, a registration) makes the thread read ``curve.allowed.public.keys.dir``
+  handshake, a registration) makes the endpoint read ``curve.allowed.public.keys.dir``
   again, at most once per ``limits.CURVE_KEYS_RELOAD_INTERVAL_S``, and a peer refused
   for its key is connected to once its key file is there. Growing a cluster is:
   copy the new broker's ``.key`` into every broker's directory, then start it.
@@ -46,38 +46,42 @@ Rules
   ends a connection whose handshake the server refused and never retries it: a
   DEALER refused by a peer that did not allow this broker's key yet is reopened by
   its first request's timeout, as a dead peer's is.
-* Whatever a peer sends never ends the thread: a request that does not decode is
+* Whatever a peer sends never stops the endpoint: a request that does not decode is
   answered with an ERROR (its correlation id if the envelope was readable, else
   0) and logged; a malformed reply, or a request sent as a reply, is logged and
   dropped. An ERROR is never answered.
 
 Theory of operation
 -------------------
-The owner (the broker's loop) calls :meth:`ReplicationEndpoint.request`,
-:meth:`~ReplicationEndpoint.reply` and :meth:`~ReplicationEndpoint.set_peers` from
-its own thread: each encodes on the caller's thread and passes the frames through an
-in-process PUSH socket, which the endpoint's thread polls with its other sockets
-(zero-copy: a records view travels as it is). What arrives is decoded on the
-endpoint's thread into :class:`ReceivedRequest`, :class:`ReceivedResponse` and
-:class:`RequestFailed` events, queued for the owner, and ``wake()`` (the broker's
-doorbell) is called, as ``control_server.ControlEndpoint`` does. Records arrive as
-uint8 numpy views of the received frames (``copy=False``): no copy between the
-socket and the log's append.
+The owner (the broker's loop) does the socket work itself, on its own thread, as
+the Kafka listener's does: a thread owning the sockets and handing each message to
+the loop cost a thread wake-up and a GIL hand-over each way (with the loop spinning
+on the GIL, up to the interpreter's switch interval), several per replication round
+trip. Every loop turn :meth:`ReplicationEndpoint.take` pumps: whatever the sockets
+hold now is received and decoded into :class:`ReceivedRequest`,
+:class:`ReceivedResponse` and :class:`RequestFailed` events (no waiting: libzmq's
+``EVENTS`` of each socket, no syscall unless its descriptor was signalled), ZAP
+handshakes are answered and requests past their deadline fail.
+:meth:`~ReplicationEndpoint.request`, :meth:`~ReplicationEndpoint.reply` and
+:meth:`~ReplicationEndpoint.set_peers` send at once (libzmq's I/O thread writes). Once
+idle the loop sleeps in its ``wakeup.LoopSelector``, which watches every socket's
+descriptor (:meth:`ReplicationEndpoint.attach`); :attr:`ReplicationEndpoint.waiting`,
+asked last before it sleeps, reads each socket's ``EVENTS``, after which anything
+that arrives signals the descriptor. Records arrive as uint8 numpy views of the
+received frames (``copy=False``): no copy between the socket and the log's append.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import heapq
 import itertools
-import json
 import logging
-import queue
 import struct
-import threading
 import time
-from typing import Callable, Mapping
+from typing import Mapping
 
 import zmq
 from zmq.utils.z85 import encode as z85_encode
@@ -95,11 +99,6 @@ __all__ = ["ReplicationEndpoint", "ReceivedRequest", "ReceivedResponse", "Reques
 
 log = logging.getLogger("shmlog.replication")
 
-# Commands the owner sends the thread (first frame: a kind byte, then its fields).
-_REQUEST = struct.Struct("<cidq")       # b"Q", peer id, deadline (monotonic s), correlation id
-_REPLY = b"R"                           # b"R" + the requester's routing id
-_PEERS = b"P"                           # b"P" + JSON {broker id: [endpoint, public key]}
-_STOP = b"S"
 _I32_MAX = 2**31 - 1
 # Where libzmq asks a context's ZAP handler (ZeroMQ RFC 27), and its answers.
 _ZAP_ADDRESS = "inproc://zeromq.zap.01"
@@ -209,7 +208,7 @@ class RequestFailed:
 
 
 class ReplicationEndpoint:
-    """This broker's replication sockets and the thread that owns them.
+    """This broker's replication sockets, driven by their owner's loop.
 
     Parameters
     ----------
@@ -219,21 +218,16 @@ class ReplicationEndpoint:
     address
         The ROUTER's endpoint (``tcp://host:port``; port ``*`` picks a free one:
         :attr:`address` then holds the one bound).
-    wake
-        Called (on the endpoint's thread) after events were queued: the broker's
-        doorbell ``ring``.
     security
         CurveZMQ keys (:class:`CurveSecurity`); None: plain TCP.
     """
 
-    _instances = itertools.count()
-
     def __init__(self, broker_id: int, broker_epoch: int, address: str,
-                 wake: Callable[[], None] | None = None, security: CurveSecurity | None = None):
+                 security: CurveSecurity | None = None):
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.security = security
-        self.refused_count = 0          # handshakes refused (written by the thread)
+        self.refused_count = 0          # handshakes refused
         self._context = zmq.Context()
         router = self._context.socket(zmq.ROUTER)
         configure_socket(router)
@@ -250,18 +244,9 @@ class ReplicationEndpoint:
             self._context.term()
             raise
         self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
-        inbox_address = f"inproc://shmlog-replication-{next(self._instances)}"
-        inbox = self._context.socket(zmq.PULL)
-        inbox.setsockopt(zmq.RCVHWM, limits.REPLICATION_OUTBOUND_QUEUED_MAX)
-        inbox.bind(inbox_address)
-        self._outbox = self._context.socket(zmq.PUSH)           # the owner's
-        self._outbox.setsockopt(zmq.SNDHWM, limits.REPLICATION_OUTBOUND_QUEUED_MAX)
-        self._outbox.connect(inbox_address)
-        self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._correlation_ids = itertools.count(1)
         self._closed = False
-        self._thread = _EndpointThread(self, router, inbox, self._events, wake, guards)
-        self._thread.start()
+        self._sockets = _Sockets(self, router, guards)
 
     @property
     def public_key(self) -> str | None:
@@ -270,32 +255,56 @@ class ReplicationEndpoint:
 
     @property
     def running(self) -> bool:
-        """Is the endpoint's thread running (False once closed)?"""
-        return self._thread.is_alive()
+        """Is the endpoint open (False once closed)?"""
+        return not self._closed
+
+    # -- the owner's loop -----------------------------------------------------------------
+    def attach(self, selector) -> None:
+        """Have ``selector`` (the owner's ``wakeup.LoopSelector``) watch every socket
+        here from now on, those opened later too: its sleep ends when one has
+        something to do, and the next :meth:`pump` does it."""
+        self._sockets.attach(selector)
+
+    def pump(self) -> None:
+        """Do what the sockets allow now, without waiting: receive (queueing events
+        for :meth:`take`, up to ``limits.REPLICATION_INBOUND_QUEUED_MAX``), answer
+        handshakes, send what waited for a connection, expire requests."""
+        self._check_open()
+        self._sockets.pump()
 
     @property
     def waiting(self) -> bool:
-        """Is an event waiting for the owner?"""
-        return not self._events.empty()
+        """Is an event waiting, or a socket ready to be pumped? (What the owner asks
+        last before it sleeps: a socket's readiness, read here, is what makes its
+        descriptor signal anything that comes after.)"""
+        return bool(self._sockets.events) or (not self._closed and self._sockets.ready())
 
     def take(self, limit: int = limits.REPLICATION_INBOUND_QUEUED_MAX) -> list:
-        """The events received so far (at most ``limit``), oldest first:
+        """Pump, then the events received so far (at most ``limit``), oldest first:
         :class:`ReceivedRequest`, :class:`ReceivedResponse`, :class:`RequestFailed`."""
-        events = []
-        while len(events) < limit:
-            try:
-                events.append(self._events.get_nowait())
-            except queue.Empty:
-                break
-        return events
+        if not self._closed:
+            self._sockets.pump()
+        events = self._sockets.events
+        taken = []
+        while events and len(taken) < limit:
+            taken.append(events.popleft())
+        return taken
 
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until a socket has something to do or ``timeout_s`` passes, then
+        pump: for an owner without a loop of its own (tools, tests, benchmarks)."""
+        self._check_open()
+        self._sockets.wait(timeout_s)
+        self._sockets.pump()
+
+    # -- commands ---------------------------------------------------------------------------
     def request(self, peer_id: int, body,
                 timeout_ms: int = limits.REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT) -> int:
         """Send a request (a FETCH, EPOCH_END or PRODUCE body) to broker
         ``peer_id``; returns its correlation id. Its reply comes back as a
-        :class:`ReceivedResponse`, or a :class:`RequestFailed` after ``timeout_ms``
-        (from the owner's thread only). A fetcher passes its ``max_wait_ms`` plus
-        ``replica.socket.timeout.ms`` (design note §3.1).
+        :class:`ReceivedResponse`, or a :class:`RequestFailed` after ``timeout_ms``.
+        A fetcher passes its ``max_wait_ms`` plus ``replica.socket.timeout.ms``
+        (design note §3.1).
 
         Raises
         ------
@@ -310,29 +319,16 @@ class ReplicationEndpoint:
                                          f"got {value!r:.80}")
         correlation_id = next(self._correlation_ids)
         frames = encode(Message(self.broker_id, self.broker_epoch, correlation_id, body))
-        deadline = time.monotonic() + timeout_ms / 1000
-        command = _REQUEST.pack(b"Q", peer_id, deadline, correlation_id)
-        if not self._pass([command] + frames):
-            self._events.put(RequestFailed(peer_id, correlation_id, RequestFailure.BACKLOG_FULL))
+        self._sockets.send_request(peer_id, time.monotonic() + timeout_ms / 1000,
+                                   correlation_id, frames)
         return correlation_id
 
     def reply(self, to: ReceivedRequest, body) -> None:
-        """Answer a request with ``body`` (from the owner's thread only)."""
+        """Answer a request with ``body``."""
         self._check_open()
         frames = encode(Message(self.broker_id, self.broker_epoch,
                                 to.message.correlation_id, body))
-        if not self._pass([_REPLY + to.route] + frames):
-            log.warning("reply %d to %r dropped: the replication thread is not keeping up",
-                        to.message.correlation_id, to.route)
-
-    def _pass(self, frames: list) -> bool:
-        """Hand frames to the thread without ever blocking the owner; False if its
-        queue is full (the thread stopped, or is far behind)."""
-        try:
-            self._outbox.send_multipart(frames, zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            return False
-        return True
+        self._sockets.send_reply(to.route, frames)
 
     def set_peers(self, peers: Mapping[int, str],
                   public_keys: Mapping[int, str | None] | None = None) -> None:
@@ -353,23 +349,15 @@ class ReplicationEndpoint:
             if public_key is not None and not isinstance(public_key, str):
                 raise LocalProtocolError(f"a public key is a Z85 string, got {public_key!r:.60}")
             if peer_id != self.broker_id:
-                table[str(peer_id)] = [endpoint, public_key]
-        if not self._pass([_PEERS + json.dumps(table).encode()]):
-            log.error("the peers update was dropped: the replication thread is not keeping up")
+                table[peer_id] = (endpoint, public_key)
+        self._sockets.set_peers(table)
 
     def close(self) -> None:
-        """Stop the thread (bounded by ``limits.REPLICATION_CLOSE_TIMEOUT_S``) and
-        close every socket; unanswered requests are dropped."""
+        """Close every socket; unanswered requests are dropped."""
         if self._closed:
             return
         self._closed = True
-        self._pass([_STOP])              # a thread that is gone needs no telling
-        self._thread.join(timeout=limits.REPLICATION_CLOSE_TIMEOUT_S)
-        self._outbox.close(linger=0)
-        if self._thread.is_alive():
-            log.error("the replication thread did not stop within %.1f s; its sockets leak",
-                      limits.REPLICATION_CLOSE_TIMEOUT_S)
-            return
+        self._sockets.close()
         self._context.term()
 
     def _check_open(self) -> None:
@@ -418,129 +406,98 @@ class _Peer:
     backlog: list                        # frames waiting for the connection
 
 
-class _EndpointThread(threading.Thread):
-    """The thread that owns the sockets (every method runs on it)."""
+class _Sockets:
+    """The endpoint's sockets and what is in flight on them (every method runs on
+    the owner's thread)."""
 
-    def __init__(self, endpoint: ReplicationEndpoint, router: zmq.Socket, inbox: zmq.Socket,
-                 events: queue.SimpleQueue, wake: Callable[[], None] | None,
+    def __init__(self, endpoint: ReplicationEndpoint, router: zmq.Socket,
                  guards: list[zmq.Socket]):
-        super().__init__(name=f"shmlog-replication-{endpoint.broker_id}", daemon=True)
         self.endpoint = endpoint
         self.router = router
-        self.inbox = inbox
-        self.events = events
-        self.wake = wake
+        self.events: collections.deque = collections.deque()
         self.peers: dict[int, _Peer] = {}
-        self.by_socket: dict[zmq.Socket, _Peer] = {}
         self.in_flight: dict[int, tuple[int, float]] = {}   # correlation id -> (peer, deadline)
         self.deadlines: list[tuple[float, int]] = []
-        self.queued = 0                                      # events since the last wake
         self.warnings = _Warnings()
         self.security = endpoint.security
         self.refused_peers: dict[int, tuple[str, str | None]] = {}   # logged, not connected
         self.zap, self.monitor = guards if guards else (None, None)
         self.key_warnings, self.handshake_warnings = _Warnings(), _Warnings()
         self.keys_read_at = time.monotonic()                 # security's keys, as of then
-        self.poller = zmq.Poller()
-        self.poller.register(inbox, zmq.POLLIN)
-        for guard in guards:
-            self.poller.register(guard, zmq.POLLIN)
-        self.watched: dict[zmq.Socket, int] = {}            # and how, besides the inbox
+        self.selector = None                                 # the owner's, once attached
 
-    def run(self) -> None:
-        try:
-            while self._turn():
-                pass
-        except Exception:                 # a bug: say so where the broker's log shows it
-            log.exception("the replication thread failed")
-            raise
-        finally:
-            for socket in [self.router, self.inbox] + [peer.socket for peer in self.peers.values()]:
-                socket.close(linger=0)
-            if self.zap is not None:
-                self.zap.close(linger=0)
-                self.monitor.close(linger=0)
+    def sockets(self) -> list[zmq.Socket]:
+        return [socket for socket in (self.zap, self.monitor, self.router)
+                if socket is not None] + [peer.socket for peer in self.peers.values()]
 
-    def _turn(self) -> bool:
-        """One poll and what it found; False once the owner asked to stop."""
-        reading = zmq.POLLIN if self.events.qsize() < limits.REPLICATION_INBOUND_QUEUED_MAX else 0
-        self._watch(self.router, reading)
-        for peer in self.peers.values():
-            self._watch(peer.socket, reading | (zmq.POLLOUT if peer.backlog else 0))
-        ready = dict(self.poller.poll(self._poll_timeout_ms()))
-        if self.inbox in ready and not self._commands():
-            return False
-        if self.zap in ready:
-            self._authenticate(self.zap.recv_multipart())
-        if self.monitor in ready:
-            self._refused(self.monitor.recv_multipart())
-        if ready.get(self.router, 0) & zmq.POLLIN:
+    def attach(self, selector) -> None:
+        self.selector = selector
+        for socket in self.sockets():
+            selector.watch(socket.getsockopt(zmq.FD))
+
+    # --- one pump ----------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Everything the sockets allow now (no waiting). ``EVENTS`` is read from
+        each: libzmq's descriptor of a socket signals only changes since it was."""
+        if self.zap is not None:
+            while self.zap.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self._authenticate(self.zap.recv_multipart())
+            while self.monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self._refused(self.monitor.recv_multipart())
+        room = limits.REPLICATION_INBOUND_QUEUED_MAX - len(self.events)
+        while room > 0 and self.router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self._serve(self.router.recv_multipart(copy=False))
-        for socket, flags in ready.items():
-            peer = self.by_socket.get(socket)
-            if peer is None:
-                continue
-            if flags & zmq.POLLOUT:
+            room -= 1
+        for peer in list(self.peers.values()):
+            events = peer.socket.getsockopt(zmq.EVENTS)
+            if peer.backlog and events & zmq.POLLOUT:
                 self._flush(peer)
-            if flags & zmq.POLLIN:
-                self._response(peer, socket.recv_multipart(copy=False))
-        self._expire(time.monotonic())
+            while room > 0 and events & zmq.POLLIN:
+                self._response(peer, peer.socket.recv_multipart(copy=False))
+                room -= 1
+                events = peer.socket.getsockopt(zmq.EVENTS)
+        if self.deadlines:
+            self._expire(time.monotonic())
         if self.refused_peers:
             self._retry_refused()
-        if self.queued:
-            self.queued = 0
-            if self.wake is not None:
-                self.wake()
-        return True
 
-    def _watch(self, socket: zmq.Socket, flags: int) -> None:
-        """Poll ``socket`` for ``flags`` (0: not at all) from the next poll on."""
-        if self.watched.get(socket, 0) == flags:
-            return
-        if flags:
-            self.poller.register(socket, flags)
-            self.watched[socket] = flags
-        else:
-            self.poller.unregister(socket)
-            del self.watched[socket]
+    def ready(self) -> bool:
+        """Would a pump find something to do now?"""
+        if len(self.events) >= limits.REPLICATION_INBOUND_QUEUED_MAX:
+            return False
+        for socket in self.sockets():
+            if socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return True
+        return any(peer.backlog and peer.socket.getsockopt(zmq.EVENTS) & zmq.POLLOUT
+                   for peer in self.peers.values())
 
-    def _poll_timeout_ms(self) -> int:
-        while self.deadlines and self.deadlines[0][1] not in self.in_flight:
-            heapq.heappop(self.deadlines)
-        timeout = limits.REPLICATION_POLL_MS
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until a socket has something to do or ``timeout_s`` passes."""
+        poller = zmq.Poller()
+        for socket in self.sockets():
+            poller.register(socket, zmq.POLLIN)
+        for peer in self.peers.values():
+            if peer.backlog:
+                poller.register(peer.socket, zmq.POLLIN | zmq.POLLOUT)
         if self.deadlines:
-            until_ms = int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1
-            timeout = min(timeout, max(0, until_ms))
-        return timeout
+            timeout_s = min(timeout_s, max(0.0, self.deadlines[0][0] - time.monotonic()))
+        poller.poll(int(timeout_s * 1000) + 1)
+
+    def close(self) -> None:
+        for socket in self.sockets():
+            self._forget(socket)
+            socket.close(linger=0)
+
+    def _forget(self, socket: zmq.Socket) -> None:
+        """Stop the owner's selector watching ``socket`` (about to close)."""
+        if self.selector is not None:
+            self.selector.unwatch(socket.getsockopt(zmq.FD))
 
     def _emit(self, event) -> None:
-        self.events.put(event)
-        self.queued += 1
+        self.events.append(event)
 
-    # --- the owner's commands --------------------------------------------------------
-
-    def _commands(self) -> bool:
-        """Carry out every command waiting; False on stop."""
-        while True:
-            try:
-                frames = self.inbox.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return True
-            command = frames[0].bytes
-            kind = command[:1]
-            if kind == _STOP:
-                return False
-            if kind == b"Q":
-                _, peer_id, deadline, correlation_id = _REQUEST.unpack(command)
-                self._send_request(peer_id, deadline, correlation_id, frames[1:])
-            elif kind == _REPLY:
-                self._send_reply(command[1:], frames[1:])
-            else:
-                assert kind == _PEERS, command[:16]
-                self._set_peers({int(peer_id): tuple(address)
-                                 for peer_id, address in json.loads(command[1:]).items()})
-
-    def _send_request(self, peer_id: int, deadline: float, correlation_id: int,
+    def send_request(self, peer_id: int, deadline: float, correlation_id: int,
                       frames: list) -> None:
         peer = self.peers.get(peer_id)
         if peer is None:
@@ -563,13 +520,13 @@ class _EndpointThread(threading.Thread):
                 return
             del peer.backlog[0]
 
-    def _send_reply(self, route: bytes, frames: list) -> None:
+    def send_reply(self, route: bytes, frames: list) -> None:
         try:
             self.router.send_multipart([route] + frames, zmq.NOBLOCK, copy=False)
         except zmq.ZMQError as error:    # gone (EHOSTUNREACH) or not reading (EAGAIN)
             self.warnings.warn("reply to %r dropped: %s", route, error)
 
-    def _set_peers(self, peers: dict[int, tuple[str, str | None]]) -> None:
+    def set_peers(self, peers: dict[int, tuple[str, str | None]]) -> None:
         """Connect to the peers given (endpoint, public key), drop the others."""
         for peer_id, peer in list(self.peers.items()):
             if peers.get(peer_id) != (peer.endpoint, peer.public_key):
@@ -613,16 +570,15 @@ class _EndpointThread(threading.Thread):
             log.error("cannot connect to broker %d at %r: %s", peer_id, endpoint, error)
             socket.close(linger=0)
             return
-        peer = _Peer(peer_id, endpoint, public_key, socket, [])
-        self.peers[peer_id] = peer
-        self.by_socket[socket] = peer
+        self.peers[peer_id] = _Peer(peer_id, endpoint, public_key, socket, [])
+        if self.selector is not None:
+            self.selector.watch(socket.getsockopt(zmq.FD))
 
     def _drop_peer(self, peer: _Peer, reason: RequestFailure = RequestFailure.PEER_RESET) -> None:
         """Close a peer's DEALER (dropping what libzmq queued for it) and fail its
         requests in flight."""
         del self.peers[peer.peer_id]
-        del self.by_socket[peer.socket]
-        self._watch(peer.socket, 0)
+        self._forget(peer.socket)
         peer.socket.close(linger=0)
         for correlation_id, (peer_id, _) in list(self.in_flight.items()):
             if peer_id == peer.peer_id:
@@ -726,7 +682,7 @@ class _EndpointThread(threading.Thread):
         body = Error(ErrorCode.INVALID_REQUEST, reason)
         frames = encode(Message(self.endpoint.broker_id, self.endpoint.broker_epoch,
                                 correlation_id, body))
-        self._send_reply(route, frames)
+        self.send_reply(route, frames)
 
     def _response(self, peer: _Peer, frames: list) -> None:
         """A message on a peer's DEALER: the reply to a request in flight, or dropped."""

@@ -85,7 +85,6 @@ class ClusterNode:
         self.shutdown: ControlledShutdown | None = None
         try:
             self.endpoint = ReplicationEndpoint(config.broker_id, 0, config.replication_endpoint,
-                                                wake=host.table.appender_doorbell.ring,
                                                 security=security)
             self.broker_epoch = self.zookeeper.register_broker(BrokerRegistration(
                 config.broker_id, config.advertised_host, config.replication_endpoint,

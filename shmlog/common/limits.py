@@ -410,11 +410,6 @@ REPLICATION_RECORDS_SIZE_MAX = 64 << 20
 REPLICATION_FETCH_WAIT_MS_MAX = 30_000
 # An ERROR's message (characters): a sentence naming the field and its value.
 REPLICATION_ERROR_MESSAGE_LENGTH_MAX = 1024
-# How often the replication thread looks up from its sockets to see a close; it also
-# wakes at once when the owner sends, so this only bounds close().
-REPLICATION_POLL_MS = 100
-# close() waits this long for the thread to end (it ends within one poll).
-REPLICATION_CLOSE_TIMEOUT_S = 5.0
 # A DEALER reconnects after 100 ms, backing off to 1 s while its peer stays down:
 # failover is about a ZooKeeper session timeout (seconds), so 1 s adds little.
 REPLICATION_RECONNECT_INTERVAL_MS = 100
@@ -427,17 +422,13 @@ REPLICATION_SOCKET_QUEUED_MAX = 64
 # keeps libzmq from queueing to a peer not connected); past it, or past its
 # timeout, the request fails at once.
 REPLICATION_PEER_BACKLOG_MAX = 64
-# Received messages queued for the owner: past it the thread stops reading its
+# Received messages queued for the owner: past it a pump stops reading the
 # sockets, so libzmq's queues (and then TCP) push back on the peers instead of
 # this process buffering without bound.
 REPLICATION_INBOUND_QUEUED_MAX = 1024
 # Warnings about malformed messages from peers are logged at most this often (the
 # next one counts those suppressed): a peer looping on garbage cannot flood the log.
 REPLICATION_WARNING_INTERVAL_S = 1.0
-# Messages the owner may hand the replication thread before it has moved them to
-# their sockets: it moves each within one poll, so a full queue means the thread is
-# gone or far behind, and the owner's send fails at once instead of blocking the loop.
-REPLICATION_OUTBOUND_QUEUED_MAX = 1024
 # A request's timeout when its caller names none: Kafka's replica.socket.timeout.ms
 # default (a fetch adds its max_wait_ms to it).
 REPLICATION_REQUEST_TIMEOUT_MS_DEFAULT = 30_000

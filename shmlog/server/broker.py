@@ -276,9 +276,15 @@ class BrokerCore:
         return max(0.0, (deadline - now_ms()) / 1000) if deadline is not None \
             else limits.BROKER_IDLE_SLEEP_LONGEST_S
 
+    def work_pending(self) -> bool:
+        """Is anything waiting for :meth:`run_once` (put into a ring, asked of us,
+        or come from a peer)?"""
+        return self.host.work_pending() or (self.cluster is not None and
+                                            self.cluster.replication.work_pending())
+
     def run_once(self, requests_waiting: bool = False) -> int:
         """Drain the rings if needed; run whatever periodic work is due. Returns how
-        many entries were handled.
+        many ring entries and peers' messages were handled.
 
         ``requests_waiting``: control requests were received and not yet answered.
         Services are then not ticked (``service``): the heartbeats among them were
@@ -287,7 +293,7 @@ class BrokerCore:
         handled = self.host.drain()
         now = now_ms()
         if self.cluster is not None:
-            self.cluster.replication.poll(now)
+            handled += self.cluster.replication.poll(now)
         if not requests_waiting:
             self.scheduler.tick(self.services, now)     # guarded, as the tasks are
         if self.host.cleaner.busy:
@@ -499,7 +505,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         if kafka is not None:
             kafka.stop()
         raise
-    control = metrics = None
+    control = metrics = selector = None
     try:
         warm_kernels(config)             # before the socket: a client never waits for it
         address = control_address(core.data_dir)
@@ -512,6 +518,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
         if kafka is not None:
             kafka.serve(core)
             core.stats.kafka_listeners = [f"{host}:{port}" for host, port in kafka.addresses]
+        selector = _loop_selector(core, kafka)
         if ready is not None:
             ready()
         idle_since = None
@@ -540,11 +547,11 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             if idle_since is None:
                 idle_since = now
             wakeup.pause(now - idle_since, core.host.table.appender_doorbell,
-                         lambda: core.host.work_pending() or control.waiting or
+                         lambda: core.work_pending() or control.waiting or
                          (kafka is not None and kafka.waiting),
                          lambda: min(_seconds_to_next_timer(core, kafka),
                                      limits.BROKER_IDLE_SLEEP_LONGEST_S),
-                         sleep=kafka.sleep if kafka is not None else None)
+                         sleep=selector.sleep if selector is not None else None)
         log.info("broker %d stopping on %s: draining rings, flushing and closing the logs",
                  os.getpid(), signal.Signals(stopping[0]).name)
     finally:
@@ -560,6 +567,8 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             control.stop()
             remove_control_socket(core.data_dir)
         core.close()
+        if selector is not None:
+            selector.close()             # last: the core's sockets leave it as they close
         for number, handler in previous.items():
             signal.signal(number, handler)
 
@@ -574,12 +583,24 @@ def _bind_kafka(config: BrokerConfig):
 
 
 def _seconds_to_next_timer(core: BrokerCore, kafka) -> float:
-    """Seconds until the loop has timed work: the core's, or a Kafka request held."""
+    """Seconds until the loop has timed work: the core's, or the Kafka listener's."""
     seconds = core.seconds_to_next_timer()
-    deadline = kafka.next_deadline() if kafka is not None else None
-    if deadline is not None:
-        seconds = min(seconds, max(0.0, (deadline - now_ms()) / 1000))
-    return seconds
+    listener = kafka.seconds_to_next_timer() if kafka is not None else None
+    return seconds if listener is None else min(seconds, listener)
+
+
+def _loop_selector(core: BrokerCore, kafka) -> wakeup.LoopSelector | None:
+    """What the idle loop sleeps in when it has sockets of its own (a Kafka
+    listener's, a cluster member's replication sockets): those and the doorbell at
+    once. None without: it sleeps on the doorbell alone."""
+    if kafka is None and core.cluster is None:
+        return None
+    selector = wakeup.LoopSelector(core.host.table.appender_doorbell, "shmlog-loop-doorbell")
+    if kafka is not None:
+        selector.watch(kafka.fileno())
+    if core.cluster is not None:
+        core.cluster.endpoint.attach(selector)
+    return selector
 
 
 def _serve_metrics(core: BrokerCore):

@@ -36,6 +36,8 @@ import ctypes
 import errno
 import os
 import platform
+import selectors
+import socket
 import threading
 import time
 
@@ -43,7 +45,7 @@ from ..common import limits
 from ..native.atomics import fence, fetch_add, load_acquire
 from ..native.jit import kernel
 
-__all__ = ["Doorbell", "DoorbellRelay", "pause"]
+__all__ = ["Doorbell", "DoorbellRelay", "LoopSelector", "pause"]
 
 _FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT = 0                    # shared (not FUTEX_PRIVATE): the word is in shared memory
@@ -53,7 +55,9 @@ _libc = ctypes.CDLL(None, use_errno=True) if _FUTEX_SYSCALL is not None else Non
 # The wake-up call holds the GIL through it (PyDLL): it never blocks, and a thread that
 # let the GIL go for it (CDLL does) waits for the GIL again behind whichever thread took
 # it, which for a thread ringing the broker's loop is that loop.
-_libc_holding_gil = ctypes.PyDLL(None, use_errno=True) if _FUTEX_SYSCALL is not None else None
+# So is the write of a wake byte into a non-blocking socket pair (LoopSelector).
+_libc_keeping_gil = ctypes.PyDLL(None, use_errno=True)
+_libc_holding_gil = _libc_keeping_gil if _FUTEX_SYSCALL is not None else None
 
 
 class _Timespec(ctypes.Structure):
@@ -229,3 +233,63 @@ class DoorbellRelay:
                 if self._armed and self._arming == arming:
                     relayed = arming
                     self._wake()
+
+
+class LoopSelector:
+    """A loop's sleep on descriptors and on a doorbell at once.
+
+    The loop's own descriptors (a listener's selector, a ZeroMQ socket's ``FD``:
+    anything that reads as ready when its owner has work) are watched in one epoll,
+    with one end of a socket pair that a :class:`DoorbellRelay` writes a byte into
+    when ``doorbell`` rings while the loop sleeps. A sleep only returns: the loop's
+    next turn has each owner do what its descriptors allow (``pump``), so a
+    descriptor an owner leaves ready (level-triggered) ends the next sleep at once.
+    """
+
+    def __init__(self, doorbell: Doorbell, name: str) -> None:
+        self.doorbell = doorbell
+        self._selector = selectors.DefaultSelector()
+        self._reader, self._writer = socket.socketpair()
+        self._reader.setblocking(False)
+        self._writer.setblocking(False)
+        self._selector.register(self._reader, selectors.EVENT_READ)
+        self._relay = DoorbellRelay(doorbell, self.wake, name)
+        self._relay.start()
+
+    def watch(self, descriptor) -> None:
+        """Wake the loop when ``descriptor`` (a file object or number) reads as ready."""
+        self._selector.register(descriptor, selectors.EVENT_READ)
+
+    def unwatch(self, descriptor) -> None:
+        self._selector.unregister(descriptor)
+
+    def wake(self) -> None:
+        """End the loop's sleep, or its next one (from any thread)."""
+        # -1 (EAGAIN) when the pair is full: a wake is pending already.
+        _libc_keeping_gil.write(self._writer.fileno(), b"\0", 1)
+
+    def sleep(self, attempt, timeout_s: float):
+        """Sleep until a watched descriptor is ready, the doorbell rings or
+        ``timeout_s`` passes; unless ``attempt()``, tried once the doorbell counts
+        this loop among its sleepers, finds work: then its result (as
+        :meth:`Doorbell.wait`)."""
+        return self.doorbell.wait(attempt, timeout_s, sleep=self._select_relayed)
+
+    def _select_relayed(self, seen: int, timeout_s: float) -> None:
+        self._relay.arm(seen)
+        try:
+            woken = self._selector.select(timeout_s)
+        finally:
+            self._relay.disarm()
+        if any(key.fileobj is self._reader for key, _ in woken):
+            try:
+                while self._reader.recv(4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        self._relay.stop()
+        self._selector.close()
+        self._reader.close()
+        self._writer.close()

@@ -28,6 +28,7 @@ import re
 import socket
 
 from ..common.errors import InvalidConfigError
+from ..record.records import now_ms
 from .admin_apis import AdminApis
 from .apis import KafkaApis
 from .authenticator import SaslSettings, SaslStateApi
@@ -145,7 +146,7 @@ class KafkaListener:
         self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
         self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
         self.apis.add_area(ConfigApis(core, metadata.broker_id, self.apis.respond))
-        self.server.serve(core.host.table.appender_doorbell)
+        self.server.serve()
         log.info("broker %d: Kafka listener on %s (advertised as %s:%d)", os.getpid(),
                  ", ".join(f"{host}:{port}" for host, port in self.addresses),
                  *self.advertised)
@@ -157,16 +158,21 @@ class KafkaListener:
     def answer(self) -> bool:
         return self.apis.answer()
 
-    def sleep(self, attempt, timeout_s: float):
-        """The loop's sleep once idle: on its sockets and its doorbell at once
-        (``KafkaSocketServer.sleep``)."""
-        return self.server.sleep(attempt, timeout_s)
+    def fileno(self) -> int:
+        """What the loop's sleep watches for this listener (its sockets' epoll)."""
+        return self.server.fileno()
+
+    def seconds_to_next_timer(self) -> float | None:
+        """Seconds until a held request's deadline or the sockets' next timer."""
+        seconds = self.server.seconds_to_next_timer()
+        deadline = self.apis.next_deadline()
+        if deadline is not None:
+            held = max(0.0, (deadline - now_ms()) / 1000)
+            seconds = held if seconds is None else min(seconds, held)
+        return seconds
 
     def poll(self, now: int) -> None:
         self.apis.poll(now)
-
-    def next_deadline(self) -> int | None:
-        return self.apis.next_deadline()
 
     def owns(self, ticket) -> bool:
         """Is ``ticket`` a Kafka request's (held by a broker service)?"""

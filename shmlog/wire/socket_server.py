@@ -40,9 +40,9 @@ CPython that hand-over costs two thread wake-ups and two GIL hand-overs per
 request (measured: 0.5-0.9 ms for an ApiVersions round trip, against 50 us of
 work). So the loop that answers also does the socket work: every turn it looks at
 the sockets without waiting (:meth:`KafkaSocketServer.pump`, one ``epoll_wait``),
-and once idle it sleeps in ``select`` on them (:meth:`KafkaSocketServer.sleep`)
-instead of on its doorbell, which a ``wakeup.DoorbellRelay`` thread watches for it
-and turns into a byte on a socket pair in the same selector. A request read whole
+and once idle it sleeps on them and on its doorbell at once: its
+``wakeup.LoopSelector`` watches this server's selector (:meth:`KafkaSocketServer.fileno`,
+an epoll that reads as ready when a socket here is). A request read whole
 goes into the requests queue with its connection's id; the loop takes requests
 with :meth:`KafkaSocketServer.take` and answers with :meth:`KafkaSocketServer.send`
 (a response, written at once, as far as the socket takes it),
@@ -67,7 +67,6 @@ import time
 
 from ..common import limits
 from ..common.errors import KafkaRequestError
-from ..shm.wakeup import DoorbellRelay
 from .authenticator import Action, SaslWorker
 from .connections import PLAINTEXT, Connection, Security
 
@@ -156,9 +155,8 @@ class _Logins:
 class KafkaSocketServer(_Logins):
     """Listens on ``endpoints`` [(host, port) or (host, port, Security)] (port 0:
     any free port; see :attr:`addresses`; no Security: PLAINTEXT) from construction;
-    from :meth:`serve` on, accepts and reads as the loop that also sleeps on
-    ``doorbell`` drives it (a broker binds before it registers in a cluster, and
-    serves once it can answer)."""
+    from :meth:`serve` on, accepts and reads as the loop drives it (a broker binds
+    before it registers in a cluster, and serves once it can answer)."""
 
     def __init__(self, endpoints: list[tuple], *,
                  request_size_max: int = limits.KAFKA_REQUEST_SIZE_MAX_DEFAULT,
@@ -166,8 +164,6 @@ class KafkaSocketServer(_Logins):
                  connections_per_address_max: int =
                  limits.KAFKA_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT,
                  setup_timeout_ms: int = limits.KAFKA_CONNECTION_SETUP_MS_DEFAULT) -> None:
-        self.doorbell = None
-        self._relay: DoorbellRelay | None = None
         self.request_size_max = request_size_max
         self.idle_s = idle_ms / 1000
         self.setup_s = setup_timeout_ms / 1000
@@ -199,14 +195,24 @@ class KafkaSocketServer(_Logins):
         self._accepting_after = 0.0
         self._next_idle_check = 0.0
 
-    def serve(self, doorbell) -> None:
-        """Accept and read from now on, the loop sleeping on ``doorbell`` and the
-        sockets (:meth:`sleep`)."""
-        self.doorbell = doorbell
+    def serve(self) -> None:
+        """Accept and read from now on, as the loop pumps (:meth:`pump`) and sleeps
+        on :meth:`fileno` among its descriptors."""
         if any(item.security.sasl is not None for item in self._listening):
             self._sasl_worker = SaslWorker(self._post)
-        self._relay = DoorbellRelay(doorbell, self._wake, "shmlog-kafka-doorbell")
-        self._relay.start()
+
+    def fileno(self) -> int:
+        """A descriptor that reads as ready while a socket here has something to do
+        (this server's epoll), for the loop's sleep."""
+        return self._selector.fileno()
+
+    def seconds_to_next_timer(self) -> float | None:
+        """Seconds until this server has timed work (a refused login's close, the
+        end of an accept back-off), None when it has none."""
+        deadlines = [self._closing[0].close_at] if self._closing else []
+        if self._accepting_after:
+            deadlines.append(self._accepting_after)
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _listen(self, host: str, port: int, security: Security) -> _Listening:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -264,23 +270,20 @@ class KafkaSocketServer(_Logins):
     def pump(self) -> None:
         """Do what the sockets allow now, without waiting: accept, read (queueing
         the requests read whole), write."""
-        self._turn(0.0)
-
-    def sleep(self, attempt, timeout_s: float):
-        """Sleep until a socket is ready, the doorbell rings or ``timeout_s`` passes,
-        and do what the sockets then allow; unless ``attempt()``, tried once the
-        doorbell counts this loop among its sleepers, finds work: then its result
-        (as ``Doorbell.wait``)."""
-        return self.doorbell.wait(attempt, timeout_s, sleep=self._select_relayed)
-
-    def _select_relayed(self, seen: int, timeout_s: float) -> None:
-        """One turn that waits up to ``timeout_s``, the relay armed with the doorbell's
-        sequence ``seen`` (this loop lies among its sleepers meanwhile)."""
-        self._relay.arm(seen)
-        try:
-            self._turn(timeout_s)
-        finally:
-            self._relay.disarm()
+        for key, events in self._selector.select(0):
+            if key.data is None:
+                self._drain_wakes()
+            elif isinstance(key.data, _Listening):
+                self._accept(key.data)
+            else:
+                self._serve(key.data, events)
+        if self._outbox:
+            self._answer_outbox()
+        if self._closing:
+            self._close_failed_logins()
+        self._close_idle()
+        if self._accepting_after:
+            self._resume_accepting()
 
     def _post(self, connection_id: int, action: Action) -> None:
         """A SASL worker's login result, from its thread: the loop's next turn
@@ -309,8 +312,6 @@ class KafkaSocketServer(_Logins):
     def stop(self) -> None:
         """Stop accepting and reading, close every connection (responses not yet
         written are dropped: the broker is stopping)."""
-        if self._relay is not None:
-            self._relay.stop()
         if self._sasl_worker is not None:
             self._sasl_worker.stop()
         for connection in list(self._connections.values()):
@@ -325,24 +326,6 @@ class KafkaSocketServer(_Logins):
             item.sock.close()
 
     # -- one turn ---------------------------------------------------------------------
-    def _turn(self, timeout_s: float) -> None:
-        if self._closing:
-            timeout_s = max(0.0, min(timeout_s, self._closing[0].close_at - time.monotonic()))
-        for key, events in self._selector.select(timeout_s):
-            if key.data is None:
-                self._drain_wakes()
-            elif isinstance(key.data, _Listening):
-                self._accept(key.data)
-            else:
-                self._serve(key.data, events)
-        if self._outbox:
-            self._answer_outbox()
-        if self._closing:
-            self._close_failed_logins()
-        self._close_idle()
-        if self._accepting_after:
-            self._resume_accepting()
-
     def _drain_wakes(self) -> None:
         try:
             while self._wake_reader.recv(4096):

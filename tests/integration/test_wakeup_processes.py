@@ -1,23 +1,24 @@
 """Doorbells across processes: a sleeper is woken by every ring, none is lost, also
-when it sleeps in select() with a DoorbellRelay watching the bell for it.
+when it sleeps in a LoopSelector's select() with its relay watching the bell for it.
 
 Method: two processes play ping-pong through a shared mapping. Each publishes the
 next number in its own word, rings the other side's doorbell and sleeps on its
 own until the answer comes. A lost wakeup (a ring that came between a sleeper's
 look and its futex wait, and was missed) shows as a wait that runs to its timeout
 of LOST_AFTER_S, which is ten thousand times longer than a wake-up takes; the
-child counts those. The relay's test has the parent sleep as the Kafka listener's
-loop does: lie down, arm the relay, select() on a socket pair the relay writes to.
+child counts those. The LoopSelector's test has the parent sleep as the broker's
+loop does (its relay writes into a socket pair the select() watches), and a
+descriptor it watches ends its sleep as a ring does.
 Every wait is bounded; the child is always reaped.
 """
 
 from __future__ import annotations
 
-import select
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -25,7 +26,7 @@ import numpy as np
 import pytest
 
 from shmlog.shm import shared_memory
-from shmlog.shm.wakeup import Doorbell, DoorbellRelay
+from shmlog.shm.wakeup import Doorbell, LoopSelector
 
 ROUNDS = 3000
 LOST_AFTER_S = 5.0
@@ -96,46 +97,50 @@ def test_no_ring_is_lost_between_two_processes(page):
     assert words[PARENT_BELL[1]] == words[CHILD_BELL[1]] == 0, "every sleeper got up"
 
 
-def _select_until(bell: Doorbell, relay: DoorbellRelay, reader: socket.socket, done) -> bool:
-    """Sleep in select() until ``done()``, the relay passing the bell's rings on, as
-    KafkaSocketServer.sleep does; False if a sleep ran to LOST_AFTER_S."""
+def _sleep_until(selector: LoopSelector, done) -> bool:
+    """Sleep in the selector's select() until ``done()``, its relay passing the
+    bell's rings on, as the broker's loop does; False if a sleep ran to
+    LOST_AFTER_S."""
     while not done():
-        seen = bell.lie_down()
-        try:
-            if done():
-                return True
-            relay.arm(seen)
-            started = time.monotonic()
-            readable = select.select([reader], [], [], LOST_AFTER_S)[0]
-            relay.disarm()
-        finally:
-            bell.get_up()
-        if readable:
-            reader.recv(4096)
-        elif time.monotonic() - started >= LOST_AFTER_S:
+        started = time.monotonic()
+        if selector.sleep(done, LOST_AFTER_S):
+            return True
+        if time.monotonic() - started >= LOST_AFTER_S and not done():
             return False                   # slept it out: the ring was not passed on
     return True
 
 
-def test_a_relay_wakes_a_select_for_every_ring(page):
+def test_a_loop_selector_wakes_for_every_ring(page):
     name, words = page
     mine = Doorbell(words, *PARENT_BELL)
-    reader, writer = socket.socketpair()
-    writer.setblocking(False)
-    relay = DoorbellRelay(mine, lambda: writer.send(b"\0"), "test-relay")
-    relay.start()
+    selector = LoopSelector(mine, "test-loop")
 
     def await_pong(number: int) -> None:
-        assert _select_until(mine, relay, reader, lambda: words[PONG] >= number), \
+        assert _sleep_until(selector, lambda: words[PONG] >= number), \
             f"a ring was lost at ping {number}"
 
     try:
         _ping_pong(name, words, await_pong)
     finally:
-        relay.stop()
+        selector.close()
+    assert words[PARENT_BELL[1]] == 0, "the loop got up after every sleep"
+
+
+def test_a_loop_selector_wakes_for_a_watched_descriptor(page):
+    _, words = page
+    selector = LoopSelector(Doorbell(words, *PARENT_BELL), "test-loop")
+    reader, writer = socket.socketpair()
+    selector.watch(reader)
+    try:
+        threading.Timer(0.05, writer.send, (b"x",)).start()
+        started = time.monotonic()
+        selector.sleep(lambda: None, LOST_AFTER_S)
+        assert time.monotonic() - started < LOST_AFTER_S, "slept through a ready descriptor"
+        assert reader.recv(1) == b"x", "the owner's byte is left for the owner"
+    finally:
+        selector.close()
         reader.close()
         writer.close()
-    assert words[PARENT_BELL[1]] == 0, "the loop got up after every sleep"
 
 
 def test_a_wait_returns_what_the_attempt_found_without_sleeping(page):

@@ -16,7 +16,6 @@ bounded; times are never asserted.
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import pytest
@@ -37,7 +36,9 @@ from shmlog.zmq_replication import (
 WAIT_S = 10.0
 # How long a stranger waits for an answer that must not come (a trusted peer's answer
 # takes milliseconds: see the control case in the same test).
-SILENCE_MS = 1500
+SILENCE_S = 1.5
+# How long a wait sleeps on its own endpoint before it pumps every endpoint again.
+POLL_S = 0.01
 
 
 def key_pair() -> tuple[str, str]:
@@ -46,21 +47,47 @@ def key_pair() -> tuple[str, str]:
 
 
 class Node:
+    """An endpoint, pumped as its broker's loop would: every wait pumps every open
+    node (a CURVE handshake needs the server's ZAP answer, sent from its pump)."""
+
+    open: list["Node"] = []
+
     def __init__(self, broker_id: int, keys: tuple[str, str], allowed: set[str]):
-        self.bell = threading.Event()
         self.keys = keys
-        self.endpoint = ReplicationEndpoint(broker_id, 1, "tcp://127.0.0.1:*", self.bell.set,
+        self.endpoint = ReplicationEndpoint(broker_id, 1, "tcp://127.0.0.1:*",
                                             CurveSecurity(*keys, frozenset(allowed)))
+        self.events: list = []
+        Node.open.append(self)
 
     def next(self, kind: type):
         deadline = time.monotonic() + WAIT_S
         while True:
-            for event in self.endpoint.take():
+            for node in Node.open:
+                node.events += node.endpoint.take()
+            for event in self.events:
                 if isinstance(event, kind):
+                    self.events.remove(event)
                     return event
             assert time.monotonic() < deadline, f"no {kind.__name__} within {WAIT_S} s"
-            self.bell.wait(0.05)
-            self.bell.clear()
+            self.endpoint.wait(POLL_S)
+
+    def close(self) -> None:
+        Node.open.remove(self)
+        self.endpoint.close()
+
+
+def pumping(endpoints, until, timeout_s: float) -> bool:
+    """Pump ``endpoints`` until ``until()`` is true (True) or ``timeout_s`` passed
+    (False)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for endpoint in endpoints:
+            endpoint.pump()
+        if until():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
 
 
 @pytest.fixture
@@ -71,7 +98,7 @@ def pair():
     nodes = [Node(1, keys[0], allowed), Node(2, keys[1], allowed)]
     yield nodes
     for node in nodes:
-        node.endpoint.close()
+        node.close()
 
 
 def fetch(broker_id: int) -> Fetch:
@@ -109,15 +136,14 @@ def test_allowed_peers_talk_and_strangers_get_nothing(pair):
         # The control: the same request from a holder of an allowed key is served.
         request = leader.next(ReceivedRequest)
         leader.endpoint.reply(request, FetchResponse(()))
-        assert trusted.poll(WAIT_S * 1000)
+        assert pumping([leader.endpoint], lambda: trusted.poll(0), WAIT_S)
         assert decode(trusted.recv_multipart()).correlation_id == 5
-        for socket in strangers:
-            assert not socket.poll(SILENCE_MS)
-        assert leader.endpoint.take() == []
-        deadline = time.monotonic() + WAIT_S
-        while leader.endpoint.refused_count < 2:       # one of each, retried since
-            assert time.monotonic() < deadline, leader.endpoint.refused_count
-            time.sleep(0.02)
+        assert not pumping([leader.endpoint],
+                           lambda: any(socket.poll(0) for socket in strangers), SILENCE_S)
+        assert leader.endpoint.take() == [] and leader.events == []
+        refused_both = pumping([leader.endpoint], lambda: leader.endpoint.refused_count >= 2,
+                               WAIT_S)                     # one of each, retried since
+        assert refused_both, leader.endpoint.refused_count
     finally:
         context.destroy(linger=0)
     round_trip(leader, follower)                       # still serving its peer
@@ -145,9 +171,7 @@ def test_a_peer_publishing_a_key_not_allowed_is_never_connected_to(pair):
 
 
 def test_plain_tcp_endpoints_need_no_keys():
-    bell = threading.Event()
-    endpoints = [ReplicationEndpoint(broker_id, 1, "tcp://127.0.0.1:*", bell.set)
-                 for broker_id in (1, 2)]
+    endpoints = [ReplicationEndpoint(broker_id, 1, "tcp://127.0.0.1:*") for broker_id in (1, 2)]
     try:
         assert endpoints[0].public_key is None
         endpoints[1].set_peers({1: endpoints[0].address})
@@ -185,8 +209,7 @@ def test_a_key_copied_into_the_allowed_directory_is_taken_while_running(tmp_path
     newcomer_dir = tmp_path / "newcomer"
     newcomer_dir.mkdir()
     newcomer = curve_keys.write_key_pair(str(newcomer_dir), "broker-2")
-    bell = threading.Event()
-    endpoint = ReplicationEndpoint(1, 1, "tcp://127.0.0.1:*", bell.set, CurveSecurity(
+    endpoint = ReplicationEndpoint(1, 1, "tcp://127.0.0.1:*", CurveSecurity(
         own.public_key, own.secret_key, frozenset([own.public_key]), str(tmp_path)))
     context = zmq.Context()
     try:
@@ -195,21 +218,18 @@ def test_a_key_copied_into_the_allowed_directory_is_taken_while_running(tmp_path
         address = f"tcp://127.0.0.1:{listener.bind_to_random_port('tcp://127.0.0.1')}"
         endpoint.set_peers({2: address}, {2: newcomer.public_key})
         early = newcomer_socket(context, endpoint, newcomer)
-        deadline = time.monotonic() + WAIT_S
-        while endpoint.refused_count < 1:                 # refused while unknown
-            assert time.monotonic() < deadline, "the unknown key was not refused"
-            time.sleep(0.02)
+        assert pumping([endpoint], lambda: endpoint.refused_count >= 1, WAIT_S), \
+            "the unknown key was not refused"
         early.close(linger=0)
         assert not listener.poll(0)
         os.replace(newcomer_dir / "broker-2.key", tmp_path / "broker-2.key")
-        assert listener.poll(WAIT_S * 1000), "the registration's key, allowed now, not connected"
+        assert pumping([endpoint], lambda: listener.poll(0), WAIT_S), \
+            "the registration's key, allowed now, not connected"
         # libzmq ends a connection whose handshake was refused (no retry): a new one.
         client = newcomer_socket(context, endpoint, newcomer)
         client.send_multipart(encode(Message(2, 1, 5, fetch(2))))
-        deadline = time.monotonic() + WAIT_S
-        while not endpoint.waiting:                       # its reconnection is accepted
-            assert time.monotonic() < deadline, "the newcomer's request never arrived"
-            bell.wait(0.05)
+        assert pumping([endpoint], lambda: endpoint.waiting, WAIT_S), \
+            "the newcomer's request never arrived"             # its reconnection is accepted
         assert isinstance(endpoint.take()[0], ReceivedRequest)
     finally:
         context.destroy(linger=0)

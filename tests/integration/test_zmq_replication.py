@@ -3,16 +3,15 @@
 Goal: requests and replies travel between brokers' endpoints with their correlation
 ids and records byte-exact; a peer that goes away costs a reported timeout and a
 reconnect, not a hang; whatever a raw socket sends never stops an endpoint from
-serving the next good request; close() ends the thread.
+serving the next good request; close() closes the sockets.
 Method: endpoints on 127.0.0.1 with ports picked by the kernel, in this process
-(each endpoint's thread owns its sockets, as in a broker); a raw DEALER plays a
+(each pumped by its owner, as a broker's loop pumps its own); a raw DEALER plays a
 hostile peer. Every wait is bounded; times are never asserted.
 """
 
 from __future__ import annotations
 
 import struct
-import threading
 import time
 
 import numpy as np
@@ -46,20 +45,27 @@ from shmlog.zmq_replication import (
 
 WAIT_S = 10.0
 ANY_PORT = "tcp://127.0.0.1:*"
+# How long a wait sleeps on its own endpoint before it pumps every node again.
+POLL_S = 0.01
 
 
 class Node:
-    """An endpoint and the events it received."""
+    """An endpoint and the events it received. A broker's loop pumps its endpoint;
+    here every wait pumps every open node (what one sends before its peer's
+    connection is up goes out on its own next pump)."""
+
+    open: list["Node"] = []
 
     def __init__(self, broker_id: int, broker_epoch: int = 100, address: str = ANY_PORT):
-        self.bell = threading.Event()
-        self.endpoint = ReplicationEndpoint(broker_id, broker_epoch, address, wake=self.bell.set)
+        self.endpoint = ReplicationEndpoint(broker_id, broker_epoch, address)
         self.events: list = []
+        Node.open.append(self)
 
     def wait_for(self, kind: type, count: int = 1) -> list:
         deadline = time.monotonic() + WAIT_S
         while True:
-            self.events += self.endpoint.take()
+            for node in Node.open:
+                node.events += node.endpoint.take()
             found = [event for event in self.events if isinstance(event, kind)]
             if len(found) >= count:
                 for event in found[:count]:
@@ -67,10 +73,11 @@ class Node:
                 return found[:count]
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"no {kind.__name__} within {WAIT_S} s; have {self.events}"
-            self.bell.wait(min(remaining, 0.05))
-            self.bell.clear()
+            self.endpoint.wait(min(remaining, POLL_S))
 
     def close(self) -> None:
+        if self in Node.open:
+            Node.open.remove(self)
         self.endpoint.close()
 
 
@@ -203,18 +210,27 @@ def raw_peer(nodes, monkeypatch):
     context = zmq.Context()
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
-    socket.setsockopt(zmq.RCVTIMEO, 1000)
     socket.connect(leader.endpoint.address)
     yield leader, socket
     socket.close(linger=0)
     context.term()
 
 
-def _answer(socket) -> Message | None:
-    try:
-        return decode(socket.recv_multipart())
-    except zmq.Again:
-        return None
+def _receive(socket, node: Node, timeout_s: float) -> list | None:
+    """What the raw ``socket`` receives within ``timeout_s`` (None: nothing), the
+    endpoint of ``node`` pumped meanwhile, as its broker's loop would."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        node.endpoint.pump()
+        if socket.poll(POLL_S * 1000):
+            return socket.recv_multipart()
+    return None
+
+
+def _answer(socket, leader: Node) -> Message | None:
+    """The leader's answer to what the raw socket sent, if any comes within a second."""
+    frames = _receive(socket, leader, 1.0)
+    return None if frames is None else decode(frames)
 
 
 @pytest.mark.parametrize("frames, correlation_id", [
@@ -231,7 +247,7 @@ def test_malformed_requests_get_an_error_and_the_endpoint_serves_on(raw_peer, fr
                                                                     correlation_id):
     leader, socket = raw_peer
     socket.send_multipart(frames)
-    answer = _answer(socket)
+    answer = _answer(socket, leader)
     assert answer is not None and answer.message_type is MessageType.ERROR
     assert answer.body.error is ErrorCode.INVALID_REQUEST
     assert answer.correlation_id == correlation_id
@@ -243,16 +259,16 @@ def test_malformed_requests_get_an_error_and_the_endpoint_serves_on(raw_peer, fr
 def test_errors_and_oversized_frames_are_dropped_without_an_answer(raw_peer):
     leader, socket = raw_peer
     socket.send_multipart(encode(Message(5, 1, 0, Error(ErrorCode.INVALID_REQUEST, "x"))))
-    assert _answer(socket) is None                              # an ERROR is never answered
+    assert _answer(socket, leader) is None                      # an ERROR is never answered
     socket.send_multipart([_envelope(), b"{}", b"r" * ((1 << 20) + 1)])
-    assert _answer(socket) is None                              # refused by MAXMSGSIZE
+    assert _answer(socket, leader) is None                      # refused by MAXMSGSIZE
     socket.send_multipart(encode(Message(5, 1, 44, fetch(5))))  # the DEALER reconnects
     [request] = leader.wait_for(ReceivedRequest)
     assert request.message.correlation_id == 44
     assert not leader.events
 
 
-def test_close_ends_the_thread_and_refuses_more(nodes):
+def test_close_closes_the_sockets_and_refuses_more(nodes):
     node, other = nodes(1), nodes(2)
     node.endpoint.set_peers({2: other.endpoint.address, 3: "tcp://127.0.0.1:9"})
     node.endpoint.request(3, fetch(1), 60_000)                  # waits for a peer never there
@@ -270,13 +286,12 @@ def test_duplicated_unasked_and_malformed_replies_are_dropped(nodes):
     context = zmq.Context()
     leader = context.socket(zmq.ROUTER)
     leader.setsockopt(zmq.LINGER, 0)
-    leader.setsockopt(zmq.RCVTIMEO, 5000)
     port = leader.bind_to_random_port("tcp://127.0.0.1")
     try:
         follower = nodes(2)
         follower.endpoint.set_peers({1: f"tcp://127.0.0.1:{port}"})
         asked = follower.endpoint.request(1, fetch(2), 5000)
-        route, *frames = leader.recv_multipart()
+        route, *frames = _receive(leader, follower, WAIT_S)
         assert route == b"2:100" and decode(frames).correlation_id == asked
         reply = encode(Message(1, 1, asked, FetchResponse(())))
         for junk in ([b"garbage"], encode(Message(1, 1, asked + 50, FetchResponse(()))),
@@ -285,7 +300,7 @@ def test_duplicated_unasked_and_malformed_replies_are_dropped(nodes):
         [response] = follower.wait_for(ReceivedResponse)
         assert response.message.correlation_id == asked
         again = follower.endpoint.request(1, fetch(2), 5000)
-        route, *frames = leader.recv_multipart()
+        route, *frames = _receive(leader, follower, WAIT_S)
         leader.send_multipart([route] + encode(Message(1, 1, again, FetchResponse(()))))
         [response] = follower.wait_for(ReceivedResponse)
         assert response.message.correlation_id == again

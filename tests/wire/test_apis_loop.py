@@ -16,9 +16,6 @@ import socket
 import struct
 import time
 
-import numpy as np
-
-from shmlog.shm.wakeup import Doorbell
 from shmlog.wire import codec
 from shmlog.wire.apis import KafkaApis
 from shmlog.wire.socket_server import KafkaSocketServer
@@ -63,9 +60,8 @@ def _answer_until(apis: KafkaApis, sock: socket.socket) -> bytes:
 
 
 def test_a_response_that_does_not_encode_closes_only_its_connection():
-    words = np.zeros(16, dtype=np.int64)
     server = KafkaSocketServer([("127.0.0.1", 0)])
-    server.serve(Doorbell(words, 0, 8))
+    server.serve()
     try:
         apis = KafkaApis(server, [_BrokenArea()])
         host, port = server.addresses[0]

@@ -173,11 +173,13 @@ class ReplicaService:
         return bool(self.events.waiting or self.endpoint.waiting or self.isr.work_pending())
 
     # -- every loop turn ----------------------------------------------------------------------
-    def poll(self, now: int) -> None:
-        """Apply what ZooKeeper, the peers and the drain brought since the last turn."""
+    def poll(self, now: int) -> int:
+        """Apply what ZooKeeper, the peers and the drain brought since the last turn;
+        how many messages came from peers."""
         for change in self.view.apply_all(self.events.drain()):
             self._guarded(self.dispatcher.on_change, change, now)
-        for event in self.endpoint.take():
+        messages = self.endpoint.take()
+        for event in messages:
             self._guarded(self.dispatcher.on_message, event, now)
         self.isr.apply_written()
         for row, log_end_offset in self.appender.take_appended():
@@ -189,6 +191,7 @@ class ReplicaService:
         if self.dispatcher.groups is not None:
             self.dispatcher.groups.poll(now)   # commits the high watermark now covers
         self.isr.send()                        # the turn's ISR changes, in one write
+        return len(messages)
 
     def _guarded(self, handle, item, now: int) -> None:
         """Handle one change or message; a refusal of our own storage (a full disk, a
