@@ -41,6 +41,7 @@ from .common import limits
 from .common.access import Access
 from .common.errors import CorruptRingError, LocalProtocolError, RecordTooLargeError, RingFullError
 from .native.atomics import (
+    fence,
     load_acquire,
     load_relaxed,
     py_load_acquire,
@@ -51,6 +52,7 @@ from .native.atomics import (
 from .native.jit import copy_bytes, kernel, load_i64, load_u32, store_i64, store_u32
 from .shm import ring_layout as R
 from .shm import shared_memory
+from .shm.wakeup import Doorbell
 
 __all__ = ["Ring", "Destination", "put_entry", "next_entry", "complete_entry",
            "harvest_completions", "maker_pid", "MAKER_UNKNOWN", "MAKER_PENDING", "PUT_OK",
@@ -150,13 +152,17 @@ def next_entry(words, data, capacity, head):
 def complete_entry(words, completions, entry_number, result, timestamp):
     """Consumer: record entry ``entry_number``'s result, then acknowledge it (release:
     the slot is written before the producer can see the new count). Entries are
-    completed in order; completing one again rewrites its slot."""
+    completed in order; completing one again rewrites its slot. Returns whether a
+    producer sleeps on the count (``ring_layout``: the consumer then wakes it)."""
     slot = (entry_number % R.COMPLETION_SLOTS) * R.COMPLETION_WORDS
     store_relaxed(completions, slot + R.COMPLETION_RESULT_WORD, result)
     store_relaxed(completions, slot + R.COMPLETION_TIMESTAMP_WORD, timestamp)
     # A re-read entry (a consumer restarted before releasing it) must not lower the count.
     if entry_number + 1 > load_relaxed(words, R.ACKNOWLEDGED_WORD):
         store_release(words, R.ACKNOWLEDGED_WORD, entry_number + 1)
+    # Dekker's, with the sleeper's raise, fence, load (wakeup.Doorbell).
+    fence()
+    return load_relaxed(words, R.COMPLETION_SLEEPERS_WORD) != 0
 
 
 @kernel
@@ -229,6 +235,9 @@ class Ring:
         self._published = int(self.words[R.PUBLISHED_WORD])
         self._harvested = int(self.words[R.ACKNOWLEDGED_WORD])
         self._results: dict[int, tuple[int, int]] = {}
+        # What a producer waiting for completions sleeps on (see ring_layout).
+        self.completion_bell = Doorbell(self.words, R.ACKNOWLEDGED_WORD,
+                                        R.COMPLETION_SLEEPERS_WORD)
         # False for a producer that never asks (acks=0): results are then dropped as
         # they are harvested, or they would pile up, one per entry, for ever.
         self.keeps_results = True
@@ -370,6 +379,18 @@ class Ring:
         return self._results.pop(entry, None)
 
     @property
+    def harvested(self) -> int:
+        """Producer: the entries whose results were copied out so far."""
+        return self._harvested
+
+    def await_completions(self, timeout_s: float) -> bool:
+        """Producer: sleep until the consumer acknowledges an entry not harvested
+        yet, or ``timeout_s`` passes; whether one is acknowledged (the GIL let go)."""
+        return bool(self.completion_bell.wait(
+            lambda: py_load_acquire(self.words, R.ACKNOWLEDGED_WORD) != self._harvested,
+            timeout_s))
+
+    @property
     def unacknowledged(self) -> int:
         """Entries put whose results are not yet known."""
         self._harvest()
@@ -405,8 +426,9 @@ class Ring:
         a negative error code) and acknowledge it to the producer."""
         if not self._taken_numbers:
             raise LocalProtocolError("complete() without an entry taken and not completed")
-        complete_entry(self.words, self.completions, self._taken_numbers.pop(0), result,
-                       timestamp)
+        if complete_entry(self.words, self.completions, self._taken_numbers.pop(0), result,
+                          timestamp):
+            self.completion_bell.wake()
 
     def release(self) -> None:
         """Hand the space of every entry taken so far back to the producer."""

@@ -126,6 +126,7 @@ def warm_kernels() -> None:
     ring = Ring("warm-up", memory, owner=True)
     ring.result(ring.put(Destination(0, 1, 0), encoded, timeout_ms=0))
     _ = ring.consumer_error                     # a put checks it (a poisoned ring)
+    ring.await_completions(0.0)                 # a get() sleeps on the completions
     ring.close()
     table = PartitionStateTable.scratch("warm-up", 1, writable=False)
     table.appender_doorbell.ring()               # no sleepers: no syscall

@@ -288,13 +288,13 @@ class Sender:
             if batch in self.accumulator.pending:
                 self.ship(batch)
         next_resume = time.monotonic() + limits.RESUME_AFTER_S
-        sleep = limits.RESULT_POLL_S
         while True:
             with self.lock:
                 if not batch.done:
                     self.harvest()
                 if batch.done:
                     return True
+                harvested = self.ring.harvested
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return False
@@ -308,11 +308,12 @@ class Sender:
                         self._fail_in_flight(functools.partial(
                             _broker_gone, self.data_dir, now - missing))
                     return True
-            # Backing off: a waiter polls often at first (an acknowledgement takes tens
-            # of microseconds), then seldom, so 200 producers waiting leave the CPU to
-            # the broker they wait for.
-            time.sleep(sleep)
-            sleep = min(sleep * 2, limits.RESULT_POLL_LONGEST_S)
+            # Asleep on the ring's acknowledged count, which the broker wakes when it
+            # moves (ring_layout); a count that reads as moved while nothing can be
+            # harvested (garbage in the ring) sleeps the timeout out instead.
+            if self.ring.await_completions(limits.RESULT_WAIT_S) and \
+                    harvested == self.ring.harvested:
+                time.sleep(limits.RESULT_WAIT_S)
 
     def _resume(self) -> None:
         """Register the ring again (a no-op with the broker that has it)."""

@@ -769,12 +769,14 @@ SHARED_MEMORY_NAME_LENGTH_MAX = 200
 # Kafka's metadata.max.age.ms default: a topic's cached metadata (its rows, its
 # max.message.bytes) is read again at the first batch after this long.
 METADATA_MAX_AGE_S = 300.0
-# How long a future's get() sleeps between looks at the completion slots: first, and at
-# most (doubling in between, as a ring put's sleeps do). At a fixed 50 us, 200 producers
-# waiting at once polled 4 M times a second and starved the broker of CPU on 2 cores
-# (bench_scale: 88 records/s each); a millisecond at most leaves it the CPU.
+# How often the linger thread of a linger.ms=0 producer looks whether the batch ahead
+# of its gathering ones was completed.
 RESULT_POLL_S = 50e-6
-RESULT_POLL_LONGEST_S = 1e-3
+# A future's get() sleeps on its ring's completions (the broker wakes it: ring_layout)
+# this long at most before it looks again: what a wake lost to a broker that stopped
+# costs. Polling instead, 200 producers waiting at once starved the broker of CPU on
+# 2 cores (bench_scale: 88 records/s each at a fixed 50 us).
+RESULT_WAIT_S = 10e-3
 # After this long without an acknowledgement, ask the broker to take the ring again
 # (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.
 RESUME_AFTER_S = 0.5

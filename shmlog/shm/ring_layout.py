@@ -29,7 +29,8 @@ invalidate the line the consumer polls, and the other way round::
 144 |                   consumer_error (i64)                        |
 152 |                   (padding to the cache line)                 |
     +===============================================================+
-192 |                   (rest of the control page)                  |
+192 |              completion_sleepers (i64, producers)             |  the sleepers' line
+200 |                   (rest of the control page)                  |
     +===============================================================+
 4096| completion slots: COMPLETION_SLOTS x (result i64, timestamp i64)|
     +===============================================================+
@@ -94,6 +95,14 @@ Entry (8-byte aligned in the data region)::
   ``COMPLETION_SLOTS`` entries whose results it has not yet copied, so no slot is
   overwritten before it is read, and a consumer holding results back never holds
   more than that many.
+* Waiting for completions: a producer that waits for one sleeps on the low 32 bits
+  of ``acknowledged`` (a futex: every store to it is a new value), counted in
+  ``completion_sleepers`` while it does, with ``wakeup.Doorbell``'s handshake (the
+  count raised, a fence, the count of acknowledged entries loaded, the futex
+  refusing a stale one). The consumer, after each store to ``acknowledged``, fences
+  and loads ``completion_sleepers``; non-zero, it makes the futex wake-up call once
+  it has finished its pass over the rings. A layout-3 ring whose producer never
+  waits this way keeps the word 0, so a consumer makes no calls for it.
 * ``producer_closed`` (producer) says no entry will follow; ``consumer_error``
   (consumer, non-zero) says the consumer has stopped reading this ring and why.
 * The consumer trusts nothing in the data region: a length that is too short, runs
@@ -132,6 +141,10 @@ checks the one word it reads back that decides where it writes (``acknowledged``
                                                      it put (``harvest_completions``), else
                                                      it takes nothing (its sends time out)
   consumer_error    broker     never                 -
+  completion_       producer   after each store to   only decides whether the broker makes
+  sleepers                     acknowledged          a futex wake-up call after its pass: a
+                                                     bad value costs a call too many, or a
+                                                     sleeper left to its timeout
   completion slots  broker     never                 -
   entry_length      producer   every entry           >= ENTRY_HEADER_LENGTH, within the
                                                      region and below the tail: else poison
@@ -173,6 +186,7 @@ PRODUCER_CLOSED_OFFSET = PUBLISHED_OFFSET + WORD_SIZE
 HEAD_OFFSET = TAIL_OFFSET + CACHE_LINE_SIZE            # padding row: consumer's line
 ACKNOWLEDGED_OFFSET = HEAD_OFFSET + WORD_SIZE
 CONSUMER_ERROR_OFFSET = ACKNOWLEDGED_OFFSET + WORD_SIZE
+COMPLETION_SLEEPERS_OFFSET = HEAD_OFFSET + CACHE_LINE_SIZE   # padding row: the sleepers'
 CONTROL_SIZE = 4096
 
 # 256 results in flight per producer: far more batches than a producer keeps
@@ -193,6 +207,7 @@ PRODUCER_CLOSED_WORD = PRODUCER_CLOSED_OFFSET // WORD_SIZE
 HEAD_WORD = HEAD_OFFSET // WORD_SIZE
 ACKNOWLEDGED_WORD = ACKNOWLEDGED_OFFSET // WORD_SIZE
 CONSUMER_ERROR_WORD = CONSUMER_ERROR_OFFSET // WORD_SIZE
+COMPLETION_SLEEPERS_WORD = COMPLETION_SLEEPERS_OFFSET // WORD_SIZE
 COMPLETION_WORDS = COMPLETION_SIZE // WORD_SIZE
 COMPLETION_RESULT_WORD = COMPLETION_RESULT_OFFSET // WORD_SIZE
 COMPLETION_TIMESTAMP_WORD = COMPLETION_TIMESTAMP_OFFSET // WORD_SIZE

@@ -129,10 +129,15 @@ class Doorbell:
 
     def ring(self) -> None:
         """Announce work made before this call; wake whoever sleeps on the bell."""
-        if _ring(self.words, self.sequence_word, self.sleepers_word) and \
-                _libc_holding_gil is not None:
+        if _ring(self.words, self.sequence_word, self.sleepers_word):
+            self.wake()
+
+    def wake(self) -> None:
+        """The wake-up call alone, for a sequence word whose owner moved it (a ring's
+        acknowledged count) and found sleepers after its fence."""
+        if _libc_holding_gil is not None:
             _libc_holding_gil.syscall(_FUTEX_SYSCALL, self._address, _FUTEX_WAKE, _WAKE_EVERYONE,
-                          None, None, 0)
+                                      None, None, 0)
 
     def lie_down(self) -> int:
         """Count the caller among the sleepers (ringers then make the wake-up call);

@@ -350,6 +350,7 @@ class Appender:
                 self._poison(*map(int, self._report[:3]))
             elif status == DRAIN_IDLE:
                 break
+        rings.wake_sleepers()
         return handled
 
     def _append_slowly(self, ring: int, position: int, length: int) -> None:

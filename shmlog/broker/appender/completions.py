@@ -58,6 +58,7 @@ from .layout import (
     RING_HEAD,
     RING_PARKED_COUNT,
     RING_PARKED_FIRST,
+    RING_WAKE,
     ROW_HIGH_WATERMARK,
     ROW_UNDER_MIN_ISR,
 )
@@ -104,8 +105,8 @@ def finish_entry(words, completions, rings, parked, row_settings, ring, number, 
     if rings[ring, RING_PARKED_COUNT] > 0 or (rings[ring, RING_AWAITS_HIGH_WATERMARK]
                                              and not _covered(row_settings, row, last_offset)):
         _park(rings, parked, ring, number, result, timestamp, row, last_offset)
-    else:
-        complete_entry(words, completions, number, result, timestamp)
+    elif complete_entry(words, completions, number, result, timestamp):
+        rings[ring, RING_WAKE] = 1
     rings[ring, RING_HEAD] = head
     # Release: the entry's bytes were copied (or refused) before the producer may reuse
     # them. A parked completion needs none of them: it holds its result.
@@ -130,8 +131,9 @@ def complete_parked(ring_words, ring_completions, rings, parked, row_settings):
             if last_offset >= 0 and rings[ring, RING_AWAITS_HIGH_WATERMARK] \
                     and row_settings[row, ROW_UNDER_MIN_ISR]:
                 result = -CompletionCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND.value
-            complete_entry(ring_words[ring], ring_completions[ring], entry[PARKED_NUMBER],
-                           result, entry[PARKED_TIMESTAMP])
+            if complete_entry(ring_words[ring], ring_completions[ring], entry[PARKED_NUMBER],
+                              result, entry[PARKED_TIMESTAMP]):
+                rings[ring, RING_WAKE] = 1
             rings[ring, RING_PARKED_FIRST] = (first + 1) % PARKED_COMPLETIONS_MAX
             rings[ring, RING_PARKED_COUNT] -= 1
 

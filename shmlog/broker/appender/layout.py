@@ -49,7 +49,8 @@ RING_ACTIVE = 2
 RING_AWAITS_HIGH_WATERMARK = 3  # completions wait until the high watermark covers the batch
 RING_PARKED_FIRST = 4          # the ring's queue of parked completions: its oldest ...
 RING_PARKED_COUNT = 5          # ... and how many
-RING_COLUMNS = 6
+RING_WAKE = 6                  # its producer sleeps on completions stored this pass
+RING_COLUMNS = 7
 
 # columns of a parked completion (the per-ring queues: ring x slot x column)
 PARKED_NUMBER = 0              # the entry's number

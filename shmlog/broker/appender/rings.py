@@ -36,6 +36,7 @@ from .layout import (
     RING_HEAD,
     RING_PARKED_COUNT,
     RING_PARKED_FIRST,
+    RING_WAKE,
 )
 
 __all__ = ["RingTable"]
@@ -82,6 +83,7 @@ class RingTable:
         self.state[index, RING_ACTIVE] = 1
         self.state[index, RING_AWAITS_HIGH_WATERMARK] = int(awaits_high_watermark)
         self.state[index, RING_PARKED_FIRST] = self.state[index, RING_PARKED_COUNT] = 0
+        self.state[index, RING_WAKE] = 0
         return index
 
     def remove(self, index: int) -> None:
@@ -167,9 +169,23 @@ class RingTable:
                                                   int(result), int(append_time)))
 
     def complete_parked(self, row_settings: np.ndarray) -> None:
-        """Store the parked completions now decided, each ring's in order."""
+        """Store the parked completions now decided, each ring's in order; wake the
+        producers that sleep on them."""
         completions.complete_parked(self.words, self.completions, self.state, self.parked,
                                     row_settings)
+        self.wake_sleepers()
+
+    def wake_sleepers(self) -> None:
+        """Wake the producers that slept on completions stored since the last call
+        (the kernels mark their rings: ``RING_WAKE``)."""
+        marked = self.state[:, RING_WAKE]
+        if not marked.any():
+            return
+        for index in np.flatnonzero(marked):
+            marked[index] = 0
+            ring = self._rings[index]
+            if ring is not None:
+                ring.completion_bell.wake()
 
     def refuse_parked_from(self, row: int, first_offset: int, code: CompletionCode,
                            row_settings: np.ndarray) -> None:
