@@ -385,10 +385,13 @@ class Ring:
 
     def await_completions(self, timeout_s: float) -> bool:
         """Producer: sleep until the consumer acknowledges an entry not harvested
-        yet, or ``timeout_s`` passes; whether one is acknowledged (the GIL let go)."""
-        return bool(self.completion_bell.wait(
-            lambda: py_load_acquire(self.words, R.ACKNOWLEDGED_WORD) != self._harvested,
-            timeout_s))
+        yet, or ``timeout_s`` passes; whether one is acknowledged (the GIL let go).
+        A count that cannot be a consumer's (``harvest_completions`` would take
+        nothing) is no acknowledgement: the sleep runs to its timeout."""
+        def acknowledged() -> bool:
+            return self._harvested < py_load_acquire(self.words, R.ACKNOWLEDGED_WORD) \
+                <= self._published
+        return bool(self.completion_bell.wait(acknowledged, timeout_s)) or acknowledged()
 
     @property
     def unacknowledged(self) -> int:

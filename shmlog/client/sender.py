@@ -294,7 +294,6 @@ class Sender:
                     self.harvest()
                 if batch.done:
                     return True
-                harvested = self.ring.harvested
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return False
@@ -309,11 +308,8 @@ class Sender:
                             _broker_gone, self.data_dir, now - missing))
                     return True
             # Asleep on the ring's acknowledged count, which the broker wakes when it
-            # moves (ring_layout); a count that reads as moved while nothing can be
-            # harvested (garbage in the ring) sleeps the timeout out instead.
-            if self.ring.await_completions(limits.RESULT_WAIT_S) and \
-                    harvested == self.ring.harvested:
-                time.sleep(limits.RESULT_WAIT_S)
+            # moves (ring_layout).
+            self.ring.await_completions(limits.RESULT_WAIT_S)
 
     def _resume(self) -> None:
         """Register the ring again (a no-op with the broker that has it)."""
@@ -392,11 +388,18 @@ class Sender:
 
     def _ship_unblocked(self) -> None:
         """linger.ms=0: ship the gathering batches whose batch before them the broker
-        has completed, then look again shortly (lock held; released while waiting)."""
+        has completed, then sleep until it completes another (lock held; released
+        while asleep). What still gathers waits behind a batch in the ring: a
+        completion is what unblocks it (a send to a partition with nothing in the
+        ring ships at once, from ``send``)."""
         self.harvest()
         self._ship_each(self.accumulator.unblocked())
         if self.accumulator.pending:
-            self.accumulator.wake.wait(limits.RESULT_POLL_S)
+            self.lock.release()
+            try:
+                self.ring.await_completions(limits.RESULT_WAIT_S)
+            finally:
+                self.lock.acquire()
 
     def _ship_each(self, batches) -> None:
         """Ship each batch; one the ring refused past max.block.ms fails (lock held)."""

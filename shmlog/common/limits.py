@@ -769,13 +769,11 @@ SHARED_MEMORY_NAME_LENGTH_MAX = 200
 # Kafka's metadata.max.age.ms default: a topic's cached metadata (its rows, its
 # max.message.bytes) is read again at the first batch after this long.
 METADATA_MAX_AGE_S = 300.0
-# How often the linger thread of a linger.ms=0 producer looks whether the batch ahead
-# of its gathering ones was completed.
-RESULT_POLL_S = 50e-6
-# A future's get() sleeps on its ring's completions (the broker wakes it: ring_layout)
-# this long at most before it looks again: what a wake lost to a broker that stopped
-# costs. Polling instead, 200 producers waiting at once starved the broker of CPU on
-# 2 cores (bench_scale: 88 records/s each at a fixed 50 us).
+# A future's get(), and a linger.ms=0 producer's linger thread waiting for the batch
+# ahead of those it gathers, sleep on the ring's completions (the broker wakes them:
+# ring_layout) this long at most before they look again: what a wake lost to a broker
+# that stopped costs. Polling instead, 200 producers waiting at once starved the broker
+# of CPU on 2 cores (bench_scale: 88 records/s each at a fixed 50 us).
 RESULT_WAIT_S = 10e-3
 # After this long without an acknowledgement, ask the broker to take the ring again
 # (it may have restarted); a request waits at most RESUME_REQUEST_MS for an answer.

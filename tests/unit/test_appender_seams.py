@@ -15,6 +15,8 @@ head) and what the table and the reader show are checked.
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 
 import pytest
@@ -480,3 +482,45 @@ def test_a_fenced_leader_refuses_acks_all_with_not_leader_and_serves_acks_1(worl
     assert appender.drain() == 1
     appender.advance_high_watermark(row, 2)
     assert strict.result(again) == (1, -1), "sequence 0 is still the next one"
+
+
+# A wait that runs this long was not woken: the appender lost its wake-up.
+LOST_AFTER_S = 10.0
+
+
+def _asleep_on_completions(producer: Ring) -> tuple[threading.Thread, list]:
+    """A thread of the producer asleep on its ring's completions (returns once it
+    lay down); what its wait found, and when, lands in the list."""
+    woken: list = []
+    waiter = threading.Thread(target=lambda: woken.append(
+        (producer.await_completions(LOST_AFTER_S), time.monotonic())))
+    waiter.start()
+    deadline = time.monotonic() + LOST_AFTER_S
+    while not producer.words[R.COMPLETION_SLEEPERS_WORD]:
+        assert time.monotonic() < deadline and waiter.is_alive(), "the producer never lay down"
+        time.sleep(0.001)
+    return waiter, woken
+
+
+def test_a_producer_asleep_on_its_completions_is_woken_by_a_drain_and_by_a_high_watermark(
+        world):
+    """A completion stored by the compiled drain, and one parked until the high
+    watermark covers its batch, each wake the producer that sleeps on them."""
+    logs, table, appender, ring, _ = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.set_high_watermark_policy(row, EXTERNAL)
+    eager, patient = ring(), ring(awaits_high_watermark=True)
+    for producer, complete in ((eager, appender.drain),
+                               (patient, lambda: appender.advance_high_watermark(row, 2))):
+        entry = producer.put(appender.destination("t", 0), batch(b"v"), 1000)
+        if producer is patient:
+            assert appender.drain() == 1 and producer.result(entry) is None   # parked
+        waiter, woken = _asleep_on_completions(producer)
+        asked = time.monotonic()
+        complete()
+        waiter.join(LOST_AFTER_S + 5)
+        [(found, at)] = woken
+        assert found and at - asked < LOST_AFTER_S, "the wake-up was lost"
+        assert producer.result(entry) is not None
+        assert producer.words[R.COMPLETION_SLEEPERS_WORD] == 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 import collections
 import os
 import random
+import threading
+import time
 import uuid
 
 import numpy as np
@@ -247,3 +249,45 @@ def test_an_acknowledged_count_no_consumer_stores_is_not_taken(ring_name, acknow
         consumer.next()
         consumer.complete(101)
         assert producer.result(1) == (101, -1)
+
+
+# A wait that runs this long was not woken: its completion's wake-up was lost.
+LOST_AFTER_S = 10.0
+
+
+def test_a_producer_asleep_on_its_completions_is_woken_by_each(ring_name):
+    """A producer sleeps on the acknowledged count, counted among the ring's
+    completion sleepers; each completion stored wakes it, none is lost, and it gets
+    up (the count back to 0) every time."""
+    with Ring.create(ring_name, 4096) as producer, Ring.attach(ring_name) as consumer:
+        for number in range(50):
+            assert producer.try_put(to(number), b"x") == number
+            consumer.next()
+            woken: list = []
+
+            def wait(woken=woken):
+                woken.append((producer.await_completions(LOST_AFTER_S), time.monotonic()))
+            waiter = threading.Thread(target=wait)
+            asked = time.monotonic()
+            waiter.start()
+            deadline = time.monotonic() + LOST_AFTER_S
+            while not producer.words[R.COMPLETION_SLEEPERS_WORD] and waiter.is_alive():
+                assert time.monotonic() < deadline, "the producer never lay down"
+                time.sleep(0.001)
+            consumer.complete(number)
+            waiter.join(LOST_AFTER_S + 5)
+            [(found, at)] = woken
+            assert found and at - asked < LOST_AFTER_S, f"the wake of completion {number} was lost"
+            assert producer.result(number) == (number, -1)
+            assert producer.words[R.COMPLETION_SLEEPERS_WORD] == 0
+        consumer.release()
+        producer.unlink()
+
+
+@pytest.mark.parametrize("acknowledged", [2**40, -5])
+def test_a_count_no_consumer_stores_does_not_end_a_producer_s_sleep(ring_name, acknowledged):
+    with Ring.create(ring_name, 4096) as producer:
+        assert producer.try_put(to(1), b"a") == 0
+        producer.words[R.ACKNOWLEDGED_WORD] = acknowledged
+        assert not producer.await_completions(0.01)
+        producer.unlink()
