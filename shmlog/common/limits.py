@@ -109,6 +109,10 @@ SEGMENT_RESERVE_HORIZON_S = 0.25
 # ... and halving after this long without an append finding the room used up, so a
 # partition that was busy once and is quiet now holds little ahead again.
 SEGMENT_RESERVE_DECAY_S = 10.0
+# The buffer of zeros a reservation writes new pages from (mapped_file), a write of it
+# at a time: 1 MiB writes made page cache fastest here (0.04 s for 512 MiB; 8 MiB
+# writes of a 64 KiB buffer named 128 times, 1.1 s).
+ZEROS_BUFFER_BYTES = 1 << 20
 # A flush that failed (a full disk cannot take the checkpoint) is tried again no
 # sooner than this: once a second per partition keeps a full disk from costing a
 # failed file write (and a log line) per append, and the recovery point is back

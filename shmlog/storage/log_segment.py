@@ -394,7 +394,11 @@ class Segment:
         if target > reserved:
             entries = _index_entries_for(target, self.config.index_interval_bytes)
             self._reserve_indexes(entries, entries)
-            self._log.reserve(reserved, target)
+            # Past the data and past what was reserved, nothing is stored: appends
+            # store only below the reservation, and bytes past the data are
+            # written over by the next append anyway.
+            fresh_from = max(reserved, int(state[POSITION_WORD]))
+            self._log.reserve(reserved, target, fresh_from)
             state[RESERVED_WORD] = target
 
     def _reserve_indexes(self, offset_entries: int, time_entries: int) -> None:

@@ -729,3 +729,35 @@ def test_a_failing_background_reservation_is_reported_once_not_per_append(small_
     complaints = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(complaints) == 1 and "disk full" in complaints[0], complaints
     assert partition_log.log_end_offset == count
+
+
+def test_a_reservation_writes_zeros_only_past_what_is_stored(tmp_path):
+    # A file whose data ends mid-page: reserving from the page it ends in, with the
+    # data's end as where nothing is stored, keeps every stored byte and makes the
+    # whole pages past it read as zeros, in the mapping and in the file.
+    page = mapped_file.PAGE_SIZE
+    path = str(tmp_path / "log")
+    stored = page + 1000
+    capacity = 8 * page
+    data = np.frombuffer(random.Random(7).randbytes(stored), np.uint8)
+    written = mapped_file.MappedFile(path, capacity)
+    written.bytes[:stored] = data
+    written.bytes[stored:3 * page] = 0xEE                 # no data: bytes past its end
+    written.reserve(page, capacity, fresh_from=stored)
+    assert np.array_equal(written.bytes[:stored], data)
+    assert not written.bytes[2 * page:].any(), "whole pages past the data are zeros"
+    assert (written.bytes[stored:2 * page] == 0xEE).all(), \
+        "the page the data ends in is only populated"
+    written.close()
+    with open(path, "rb") as stored_file:
+        on_disk = stored_file.read()
+    assert len(on_disk) == capacity and on_disk[:stored] == data.tobytes()
+
+
+def test_a_new_file_reserved_before_it_is_mapped_reads_as_zeros(tmp_path):
+    reserved = 5 * mapped_file.PAGE_SIZE + 100          # not whole pages: the rest faults
+    made = mapped_file.MappedFile(str(tmp_path / "log"), 1 << 20, reserved=reserved)
+    assert made.bytes.size == 1 << 20 and not made.bytes.any()
+    made.bytes[:reserved] = 1
+    made.close()
+    assert os.path.getsize(tmp_path / "log") == 1 << 20
