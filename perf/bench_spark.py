@@ -109,7 +109,8 @@ def prepared_batch(data_dir: str, path: str) -> int:
 
     from shmlog.spark import OffsetRange, ReadOptions, read_range
     options = ReadOptions.parse({"subscribe": "bench", "bootstrap": data_dir})
-    batch = next(read_range(OffsetRange("bench", 0, 0, 1 << 40), options))
+    end = Admin(data_dir).list_offsets("bench")[0]["log_end_offset"]   # a task's plan ends there
+    batch = next(read_range(OffsetRange("bench", 0, 0, end), options))
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
         writer.write_batch(batch)
     return batch.num_rows
