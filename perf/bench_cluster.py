@@ -42,49 +42,49 @@ The producer runs in this process, on the leader's "host" (its data directory).
   throughput and the latency at ``LATENCY_RATE``) of a cluster whose brokers talk
   plain TCP and of one talking CurveZMQ (``LocalCluster``'s default), one after the
   other in one run, and CurveZMQ's ratio to plain TCP.
-  Measured (``--records 200000``) under a load average of 18 (other work): send_batch
-  acks=all 0.12 M/s plain, 0.17 M/s CurveZMQ (the load's noise exceeds CurveZMQ's
-  cost); acks=all latency p50 10.1 -> 10.7 ms, p99 46.5 -> 50.9 ms (x1.05, x1.09).
+  Measured quiet, 2026-11-29, two runs the same hour: send_batch acks=all CurveZMQ
+  over plain x0.83 (1.79 / 2.15 M/s) and x0.66 (2.30 / 3.49 M/s); latency p50 x1.07
+  and x1.04, p99 x1.18 and x0.96. libzmq encrypts on one I/O thread per context.
 
 Every wait is bounded; the cluster and its directory are removed at the end.
 
 Expected figures and what bounds them
 -------------------------------------
-One run of the defaults on the 2-vCPU development VM (memcpy 16.8 GB/s), November
-2026, on a quiet machine (load average below 0.1 before the run; three brokers,
-ZooKeeper's JVM and the producer share the 2 cores):
+One run of the defaults on the 2-vCPU development VM (memcpy 20.8 GB/s), 2026-11-29,
+quiet (load average 0.9 before the run; three brokers, ZooKeeper's JVM and the
+producer share the 2 cores):
 
 ==========================================  ===============  ========================
 figure                                      result           goal
 ==========================================  ===============  ========================
-send_batch, acks=1 / acks=all               2.68 / 0.68 M/s  acks=all >= 50 %: 25 %
-send_batch, acks=1 until replicated         0.77 M/s         (acks=all: 88 % of it)
-send (one per record), acks=1 / acks=all    0.22 / 0.13 M/s  acks=all >= 50 %: 57 %
-send, acks=1 until replicated               0.20 M/s         (acks=all: 63 % of it)
-acks=all latency at 1000/s, p50 / p99       4.9 / 9.7 ms     p99 <= 2 ms: below
-acks=1 latency (reference), p50 / p99       0.33 / 2.5 ms    -
-failover after kill -9 of the leader        2.7-4.2 s        (session timeout 2 s)
-catch-up of a follower down for 100 MB      205 MB/s         -
+send_batch, acks=1 / acks=all               10.05 / 2.47 M/s acks=all >= 50 %: 25 %
+send_batch, acks=1 until replicated         2.09 M/s         (acks=all: 118 % of it)
+send (one per record), acks=1 / acks=all    0.82 / 0.37 M/s  acks=all >= 50 %: 45 %
+acks=all latency at 1000/s, p50 / p99       1.58 / 2.48 ms   p99 <= 2 ms: below
+acks=1 latency (reference), p50 / p99       0.25 / 1.1 ms    -
+failover after kill -9 of the leader        2.4-2.5 s        (session timeout 2 s)
+catch-up of a follower down for 100 MB      482 MB/s         -
 ==========================================  ===============  ========================
 
-Runs vary: two earlier runs the same hour gave send_batch acks=1 4.41 and 2.81 M/s,
-acks=all 0.77 and 0.73 M/s, acks=all p50/p99 4.0/7.1 and 4.9/9.4 ms, catch-up 455
-and 92 MB/s. acks=all's batch throughput is what three copies cost on two cores: it
-is 88 % of acks=1's once acks=1 is timed until the followers hold the records too.
+acks=all's batch throughput is what three copies cost on two cores: it is above
+acks=1's once acks=1 is timed until the followers hold the records too.
 
-What bounds the latency, measured on the same VM: a bare pyzmq DEALER/ROUTER round
-trip between two processes takes 211 us at p50 (futex wake-ups are slow on this
-VM); with each side's socket owned by a thread that hands messages to and from the
-process's main thread, as ``zmq_replication`` does, 500 us; through
-``ReplicationEndpoint`` with its codec, about 1 ms (``perf/bench_replication.py``).
+What bounds the latency: each replication message crosses libzmq's I/O thread on
+both sides (a bare pyzmq DEALER/ROUTER round trip between two threads takes ~220 us
+here, and ``ReplicationEndpoint``'s, pumped by its owner, 221 us:
+``perf/bench_replication.py``), and a follower spends most of its share of the
+round trip in Python: handing the next fetch to libzmq (a wake-up of its I/O thread)
+and appending the records (py-spy, 2026-11-29). Until 2026-11-29 each endpoint had a
+socket thread handing every message to the loop and back, and a future's ``get()``
+polled with a backoff instead of sleeping on its ring's completions: acks=all
+p50/p99 was then 2.5/4.7 ms.
 
 An acks=all record needs every in-sync follower's next fetch: the leader's loop
 answers their waiting fetches after the drain, each follower's loop appends and
-fetches again, and only that fetch moves the high watermark: about six wake-ups of
-processes and threads across three brokers, each of which waits for a CPU on a
-loaded 2-core machine (a futex wake alone takes 15-90 us on this VM when it is
-quiet). Failover is the session timeout (ZooKeeper notices the dead broker) plus
-the election and the new leader's first fetch round. Catch-up moves 1 MiB fetches
+fetches again, and only that fetch moves the high watermark: wake-ups of processes
+and threads across three brokers, each of which waits for a CPU on a 2-core machine.
+Failover is the session timeout (ZooKeeper notices the dead broker) plus the
+election and the new leader's first fetch round. Catch-up moves 1 MiB fetches
 (``replica.fetch.max.bytes``), each a round trip, copied into the follower's log
 with the leader's offsets.
 """

@@ -9,9 +9,10 @@ frames (the ceiling of a follower's catch-up through the transport alone).
 
 Method
 ------
-Two endpoints in this process over TCP on 127.0.0.1, each with its own socket
-thread, as two brokers have; this thread owns both (it sends the FETCH, waits for
-the leader's event, replies, waits for the follower's event). Records are a numpy
+Two endpoints in this process over TCP on 127.0.0.1, each with its own ZeroMQ
+context (its own I/O thread), as two brokers have; this thread pumps both, as a
+broker's loop pumps its own (it sends the FETCH, waits on the leader's sockets,
+replies, waits on the follower's). Records are a numpy
 array sent zero-copy and received as a view of the frame. Latency: p50/p99 over
 ``--round-trips``; throughput: ``--fetches`` of 1 MiB, one in flight, then
 ``--in-flight`` at once. Prints the figures next to this host's memcpy; writes JSON
@@ -22,20 +23,20 @@ both endpoints on plain TCP and once with CURVE keys (each allowing the other's)
 in one run, and each CURVE figure's ratio to plain TCP's. ``--security curve`` or
 ``plaintext`` measures one.
 
-CurveZMQ's cost, measured on the same VM under a load average of 13-20 (other work):
-small round trips p50 +10-35 % (581 -> 777 us, 675 -> 749 us); 1 MiB responses fall
-to 0.15-0.3 GB/s (0.29-0.73 of plain TCP's 0.42-0.55 GB/s): libzmq encrypts and
-authenticates every byte (XSalsa20-Poly1305) on the context's one I/O thread, and
-copies each message into and out of the cipher. That bounds a follower's catch-up
-through CurveZMQ; acks=all's latency, whose messages are small, barely moves
-(``perf/bench_cluster.py --curve-cost``).
+Measured on a quiet 2-vCPU VM (memcpy 20 GB/s), 2026-11-29, endpoints on the
+owner's loop: round trip p50 221 us, p99 263 us (a bare pyzmq DEALER/ROUTER round
+trip between two threads takes ~220 us there: what is left is libzmq's I/O thread
+hops and TCP on loopback, not this code); 1 MiB responses at 2.6 GB/s one in
+flight, 2.3 GB/s four in flight. With a socket thread per endpoint handing each
+message to its owner (until then), under a load average of 2-4: p50 550-820 us,
+p99 1.8-4.9 ms, 0.7-1.0 GB/s.
 
-Expected on the 2-vCPU development VM: a round trip of a few hundred microseconds
-(four thread hand-offs, two TCP hops and four codec passes in Python; a bare pyzmq
-DEALER/ROUTER round trip between two threads takes ~220 us there under load), and
-1 MiB responses at ~0.7-1 GB/s (one copy into the kernel and one out on loopback),
-well under memcpy. Measured while other work kept the load average at 2-4:
-p50 550-820 us, p99 1.8-4.9 ms, 0.7-1.0 GB/s.
+CurveZMQ's cost, the same run: round trips p50 x1.04, p99 x1.10; 1 MiB responses
+0.94 GB/s one in flight (x0.36 of plain TCP), 1.19 GB/s four in flight (x0.51):
+libzmq encrypts and authenticates every byte (XSalsa20-Poly1305) on the context's
+one I/O thread, and copies each message into and out of the cipher. That bounds a
+follower's catch-up through CurveZMQ; acks=all's latency, whose messages are small,
+barely moves (``perf/bench_cluster.py --curve-cost``).
 """
 
 from __future__ import annotations
