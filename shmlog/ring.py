@@ -378,11 +378,6 @@ class Ring:
             self._harvest()
         return self._results.pop(entry, None)
 
-    @property
-    def harvested(self) -> int:
-        """Producer: the entries whose results were copied out so far."""
-        return self._harvested
-
     def await_completions(self, timeout_s: float) -> bool:
         """Producer: sleep until the consumer acknowledges an entry not harvested
         yet, or ``timeout_s`` passes; whether one is acknowledged (the GIL let go).
