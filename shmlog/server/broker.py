@@ -12,6 +12,9 @@ Rules
   ring, flushes and closes the logs, and removes its shared memory and its control
   socket; nothing a producer was told is appended is lost. A request held back (a
   join waiting for its rebalance) is refused with :class:`BrokerNotAvailableError`.
+* SIGQUIT writes every thread's stack to its standard error (``faulthandler``), and
+  it serves on: what a broker that stopped answering is doing (Java's thread dump
+  on the same signal).
 * A malformed or unknown control request gets an error reply (a multipart one
   too); a frame larger than ``limits.CONTROL_FRAME_SIZE_MAX`` gets
   ``ControlRequestTooLargeError`` at once, one larger than
@@ -74,6 +77,7 @@ kernels, so a broker that answers is warm.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import gc
 import logging
 import mmap
@@ -497,6 +501,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
     stopping = []
     previous = {number: signal.signal(number, lambda received, _: stopping.append(received))
                 for number in (signal.SIGTERM, signal.SIGINT)}
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
     open_files = raise_open_files_limit()    # before the logs open
     kafka = _bind_kafka(config)              # before joining: its ports are registered
     try:
@@ -571,6 +576,7 @@ def serve(config: BrokerConfig, *, ready=None) -> None:
             selector.close()             # last: the core's sockets leave it as they close
         for number, handler in previous.items():
             signal.signal(number, handler)
+        faulthandler.unregister(signal.SIGQUIT)
 
 
 def _bind_kafka(config: BrokerConfig):

@@ -32,6 +32,7 @@ from cluster.workload import (
     WAIT_S,
     LeaderFollowingProducer,
     ReplicaReader,
+    broker_output,
     check_replicas,
     create_topic,
     stop_cluster,
@@ -42,6 +43,7 @@ from cluster.workload import (
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, TopicPartition
 from shmlog.common.errors import (
+    BrokerNotAvailableError,
     MetadataUnavailableError,
     TopicExistsError,
     ZooKeeperConnectionError,
@@ -212,6 +214,12 @@ def test_a_topic_write_zookeeper_does_not_answer_is_answered_outcome_unknown(tmp
             except ZooKeeperConnectionError as error:
                 print(f"\nanswered in {time.monotonic() - asked_at:.1f} s: {error}")
                 assert "outcome is unknown" in str(error)
+            except BrokerNotAvailableError:
+                # Unanswered: what the broker's threads were doing goes with the failure.
+                cluster.brokers[1].process.send_signal(signal.SIGQUIT)
+                time.sleep(1)
+                raise AssertionError("the broker did not answer; its threads:\n" +
+                                     broker_output(cluster, 1)[-20_000:]) from None
         finally:
             os.kill(server.process.pid, signal.SIGCONT)
         create_topic(cluster, AFTER_TOPIC, {}, 1)

@@ -300,3 +300,17 @@ def test_the_perf_commands(data_dir):
         assert latency.returncode == 0, latency.stderr
         figures = json.loads(latency.stdout)
         assert figures["records"] == 1000 and 0 < figures["p50_us"] <= figures["p99_us"]
+
+
+def test_sigquit_writes_every_thread_s_stack_and_the_broker_serves_on(tmp_path):
+    output = tmp_path / "broker.out"
+    with Broker(str(tmp_path / "data"), output=str(output)) as broker:
+        broker.process.send_signal(signal.SIGQUIT)
+        deadline = time.monotonic() + 30
+        while "most recent call first" not in output.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "no thread dump within 30 s"
+            time.sleep(0.05)
+        dump = output.read_text(errors="replace")
+        assert "serve" in dump and dump.count("Thread 0x") >= 2, dump[-3000:]
+        Admin(str(tmp_path / "data")).create_topic("after-the-dump")
+        assert "after-the-dump" in Admin(str(tmp_path / "data")).list_topics()
