@@ -805,8 +805,10 @@ def report(document: dict) -> None:
           f"{environment['cpu_model']}, {environment['cpu_count']} cores, python "
           f"{environment['python']}, numpy {environment['numpy']}, numba {environment['numba']}")
     print(f"load average at start {environment['load_average_at_start'][0]:.2f}")
-    print(f"memcpy (np.copyto, 256 MiB) {bound / 1e9:.2f} GB/s; records of {RECORD_SIZE} "
-          f"random bytes, one partition, the broker and every client a process of its own")
+    print(f"memcpy (np.copyto, 256 MiB) {bound / 1e9:.2f} GB/s; first touch of fresh "
+          f"memory (np.ones, 1 GiB) {document['first_touch_bytes_per_s'] / 1e9:.2f} GB/s; "
+          f"records of {RECORD_SIZE} random bytes, one partition, the broker and every "
+          f"client a process of its own")
     print()
     print(f"{'figure':<36} {'records':>10} {'M rec/s':>8} {'GB/s':>7} {'of memcpy':>9} "
           f"{'others':>6}   goal")
@@ -939,7 +941,7 @@ def main(argv=None) -> int:
         return 0
     harness.unwind_on_sigterm()
     from bench_log import environment
-    from bounds import memcpy_rate
+    from bounds import first_touch_rate, memcpy_rate
 
     from shmlog import Broker
     records = arguments.records or (QUICK["records"] if arguments.quick else RECORDS_DEFAULT)
@@ -949,7 +951,8 @@ def main(argv=None) -> int:
     print(f"broker data directory {data_dir} (removed at the end)", flush=True)
     try:
         document = {"benchmark": "bench_clients", "environment": environment(data_dir),
-                    "memcpy_bytes_per_s": memcpy_rate(), "record_size": RECORD_SIZE,
+                    "memcpy_bytes_per_s": memcpy_rate(),
+                    "first_touch_bytes_per_s": first_touch_rate(), "record_size": RECORD_SIZE,
                     "goals": {"records_per_s": RATE_GOALS, "e2e_p50_us": P50_GOAL_US,
                               "iteration_share_of_poll": ITERATION_SHARE_OF_POLL_GOAL}}
         with Broker(data_dir) as broker:
