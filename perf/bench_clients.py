@@ -133,8 +133,17 @@ What bounds each figure on two vCPUs (profiled):
   in the ring, and records sent meanwhile ship together (Kafka's sender), so a busy
   producer does not pay a batch's fixed cost per record.
 * ``send_batch``: three consumers of CPU on two cores - the producer encoding, the
-  appender copying, the kernel zeroing the segment's fresh page-cache pages, which
-  this VM does at 0.45-0.67 GB/s (see bench_log.py).
+  appender copying, and the segment's fresh page-cache pages. Those are the bound
+  on this VM: its host backs a guest page only when it is first touched, and takes
+  back what the guest frees or leaves idle for a minute (virtio-balloon free page
+  reporting, a DAMON pageout scheme), so the first write of a page costs a host
+  fault. ``np.ones`` over 6 GiB ran at 0.43 GiB/s the first time and 14 GiB/s
+  straight after (2026-11-29). Profiled then (``perf record -a``, four 1 GB runs of
+  ``send_batch`` in a row: 15.6, 14.1, 5.1, 2.9 M/s), 36 % of both cores went to
+  ``copy_folio_from_iter_atomic`` under the prefaulter's ``pwrite`` of zeros: the
+  first touch of each page, not the copy. The report prints this run's first-touch
+  rate (``bounds.first_touch_rate``) beside memcpy; with the pages backed,
+  ``send_batch`` runs at 14-18 M/s.
 * ``poll``: CPython object churn. A poll makes records only for what it returns,
   with C-level operations (records.py): per record ~0.16 us for the named tuple,
   ~0.06 us for its own headers list, ~0.03 us for the value, then the garbage

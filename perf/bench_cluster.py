@@ -288,7 +288,8 @@ def curve_cost(server, directory: str, records: int) -> dict:
 
 
 def report(results: dict, memcpy: float) -> None:
-    print(f"memcpy {memcpy / 1e9:.1f} GB/s; {results['host']}")
+    print(f"memcpy {memcpy / 1e9:.1f} GB/s; first touch of fresh memory (np.ones, 1 GiB) "
+          f"{results['first_touch_bytes_per_s'] / 1e9:.2f} GB/s; {results['host']}")
     rates = results["throughput"]
     for kind in ("send_batch", "send"):
         one, all_ = rates[f"{kind}-acks_1"], rates[f"{kind}-acks_all"]
@@ -338,11 +339,11 @@ def main() -> int:
     arguments = parser.parse_args()
     if arguments.quick:
         arguments.records, arguments.catch_up_mb = QUICK["records"], QUICK["catch_up_mb"]
-    from bounds import memcpy_rate
+    from bounds import first_touch_rate, memcpy_rate
 
     from shmlog.devtools.local_cluster import LocalCluster
     from shmlog.devtools.zookeeper import ZooKeeperServer
-    memcpy = memcpy_rate()
+    memcpy, first_touch = memcpy_rate(), first_touch_rate()
     directory = tempfile.mkdtemp(prefix="shmlog-bench-cluster-")
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
@@ -361,7 +362,8 @@ def main() -> int:
                              settings=SETTINGS) as cluster:
             results = {"host": f"{platform.node()}, {os.cpu_count()} CPUs, "
                                f"Python {platform.python_version()}",
-                       "memcpy_bytes_per_s": memcpy, "settings": SETTINGS}
+                       "memcpy_bytes_per_s": memcpy, "first_touch_bytes_per_s": first_touch,
+                       "settings": SETTINGS}
             results["throughput"] = throughput(cluster, arguments.records)
             results["latency"] = latency(cluster, "all")
             results["latency_acks_1"] = latency(cluster, 1)
