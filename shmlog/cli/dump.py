@@ -119,7 +119,8 @@ def _dump_log(arguments) -> int:
                   f"{'LogAppendTime' if info.timestamp_type else 'CreateTime'}: "
                   f"{info.max_timestamp} compression: {info.compression.name.lower()} "
                   f"producerId: {info.producer_id} producerEpoch: {info.producer_epoch} "
-                  f"baseSequence: {info.base_sequence} isControl: {info.is_control} "
+                  f"baseSequence: {info.base_sequence} "
+                  f"isTransactional: {info.is_transactional} isControl: {info.is_control} "
                   f"crc: {info.crc} isValid: true")
             if report.records:
                 for record in report.records[number].records():
@@ -127,7 +128,9 @@ def _dump_log(arguments) -> int:
                             f"keySize: {-1 if record.key is None else len(record.key)} "
                             f"valueSize: {-1 if record.value is None else len(record.value)} "
                             f"headers: {[name for name, _ in record.headers]}")
-                    if arguments.print_data:
+                    if info.is_control:
+                        line += _marker_text(record)
+                    elif arguments.print_data:
                         line += (f" key: {_printable(record.key, arguments.max_bytes)} "
                                  f"payload: {_printable(record.value, arguments.max_bytes)}")
                     print(line)
@@ -140,6 +143,16 @@ def _dump_log(arguments) -> int:
             print(f"Verified {len(report.batches)} batches, {report.data_end} bytes{live}: "
                   f"{verdict}")
     return EXIT_OK if report.ok or not arguments.verify else EXIT_FAILURE
+
+
+def _marker_text(record) -> str:
+    """What a control record says, as Kafka's DumpLogSegments prints it."""
+    from ..record.control import control_record
+    try:
+        kind, coordinator_epoch = control_record(record.key, record.value, record.offset)
+    except ShmlogError as error:
+        return f" controlRecord: unreadable ({error})"
+    return f" endTxnMarker: {kind.name} coordinatorEpoch: {coordinator_epoch}"
 
 
 def _dump_index(arguments) -> int:

@@ -78,6 +78,10 @@ class BatchInfo(NamedTuple):
     def is_control(self) -> bool:
         return bool(self.attributes & L.CONTROL_BIT)
 
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & L.TRANSACTIONAL_BIT)
+
 
 def batch_info(buffer: np.ndarray, position: int) -> BatchInfo:
     """Read the header at ``position`` (the caller has validated the batch)."""

@@ -51,7 +51,9 @@ back in a segment, with no padding between them).
   records. A batch whose CRC does not match is torn or corrupt and is never served;
   recovery truncates the log at the first such batch of an unflushed segment.
 * ``attributes``: bits 0-2 codec (0 none, 4 zstd: Kafka's numbering), bit 3
-  timestamp type (1 = LogAppendTime), bit 4 control batch. Other bits must be 0.
+  timestamp type (1 = LogAppendTime), bit 4 control batch, bit 5 transactional (a
+  batch of a transaction, or its end marker: ``control.py``). Other bits must be 0.
+  (Kafka numbers the last two the other way round: ``kafka_layout``.)
 * ``last_offset_delta`` is ``record_count - 1`` when written; compaction may drop
   records, so the next offset after a batch is ``base_offset + last_offset_delta + 1``
   and never depends on ``record_count``.
@@ -140,7 +142,8 @@ CODEC_NONE = 0
 CODEC_ZSTD = 4                        # Kafka's codec number for zstd
 TIMESTAMP_TYPE_BIT = 0x08             # set: LogAppendTime; clear: CreateTime
 CONTROL_BIT = 0x10
-ATTRIBUTES_KNOWN_MASK = CODEC_MASK | TIMESTAMP_TYPE_BIT | CONTROL_BIT
+TRANSACTIONAL_BIT = 0x20
+ATTRIBUTES_KNOWN_MASK = CODEC_MASK | TIMESTAMP_TYPE_BIT | CONTROL_BIT | TRANSACTIONAL_BIT
 
 TIMESTAMP_CREATE_TIME = 0             # Kafka's timestampType values, as Spark shows them
 TIMESTAMP_LOG_APPEND_TIME = 1

@@ -383,7 +383,7 @@ def _timestamps(timestamps, timestamp_ms, count: int) -> np.ndarray:
 
 def _encode(values, keys, headers, timestamps: np.ndarray, codec: "Compression",
             producer_id: int, producer_epoch: int, base_sequence: int,
-            control: bool) -> np.ndarray:
+            attributes: int) -> np.ndarray:
     """One batch from its columns (:func:`_column`, :func:`_header_columns`)."""
     value_bytes, value_lengths = values
     key_bytes, key_lengths = keys
@@ -398,7 +398,7 @@ def _encode(values, keys, headers, timestamps: np.ndarray, codec: "Compression",
     out = np.empty(L.HEADER_LENGTH + records_size, np.uint8)
     length = _encode_batch(out, value_bytes, value_lengths, key_bytes, key_lengths, timestamps,
                            header_counts, header_bytes, header_name_lengths,
-                           header_value_lengths, L.CONTROL_BIT if control else 0, producer_id,
+                           header_value_lengths, attributes, producer_id,
                            producer_epoch, base_sequence)
     assert length == out.size, "the columns' lengths disagree with their bytes"
     if codec is Compression.ZSTD:
@@ -409,7 +409,8 @@ def _encode(values, keys, headers, timestamps: np.ndarray, codec: "Compression",
 def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_ms=None,
                  compression=None, producer_id: int = L.NO_PRODUCER_ID,
                  producer_epoch: int = L.NO_PRODUCER_EPOCH,
-                 base_sequence: int = L.NO_SEQUENCE, control: bool = False) -> np.ndarray:
+                 base_sequence: int = L.NO_SEQUENCE, control: bool = False,
+                 transactional: bool = False) -> np.ndarray:
     """Encode records as one batch (base offset 0: the log assigns the real one).
 
     Parameters
@@ -427,6 +428,8 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
         Idempotent-producer identity; -1 when not used.
     control : bool
         Mark the batch as a control batch.
+    transactional : bool
+        Mark the batch as part of a transaction (or, with ``control``, its end).
 
     Returns
     -------
@@ -450,7 +453,9 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
     header_columns = _header_columns(_checked_headers(headers, count), count)
     return _encode(value_column, key_column, header_columns,
                    _timestamps(timestamps, timestamp_ms, count), codec, producer_id,
-                   producer_epoch, base_sequence, control)
+                   producer_epoch, base_sequence,
+                   (L.CONTROL_BIT if control else 0) |
+                   (L.TRANSACTIONAL_BIT if transactional else 0))
 
 
 def encode_gathered(values: list, keys: dict, headers: dict, timestamps: np.ndarray, *,
@@ -476,4 +481,4 @@ def encode_gathered(values: list, keys: dict, headers: dict, timestamps: np.ndar
         key_column = _column(every_key, count, "keys", bytes_only=True)
     return _encode(_column(values, count, "values", bytes_only=True), key_column,
                    _header_columns(headers.items(), count), timestamps, compression,
-                   producer_id, producer_epoch, base_sequence, False)
+                   producer_id, producer_epoch, base_sequence, 0)

@@ -609,7 +609,9 @@ def _write_kafka_header(header, out, at, records_size):
     if stored & B.TIMESTAMP_TYPE_BIT:
         attributes |= K_TIMESTAMP_TYPE_BIT
     if stored & B.CONTROL_BIT:
-        attributes |= K_CONTROL_BIT | K_TRANSACTIONAL_BIT
+        attributes |= K_CONTROL_BIT
+    if stored & (B.TRANSACTIONAL_BIT | B.CONTROL_BIT):   # Kafka's markers are transactional
+        attributes |= K_TRANSACTIONAL_BIT
     _put_be(out, at + K_ATTRIBUTES, attributes, 2)
     _put_be(out, at + K_LAST_OFFSET_DELTA, load_i32(header, B.LAST_OFFSET_DELTA_OFFSET), 4)
     _put_be(out, at + K_BASE_TIMESTAMP, load_i64(header, B.FIRST_TIMESTAMP_OFFSET), 8)

@@ -27,6 +27,8 @@ from shmlog import cli
 from shmlog.client.admin import Admin
 from shmlog.client.producer import Producer
 from shmlog.record import batch_layout as B
+from shmlog.record.control import EndTransactionMarker, encode_marker
+from shmlog.record.records import encode_batch
 from shmlog.server.broker import SOCKET_PATH_LENGTH_MAX, Broker, shared_memory_prefix
 from shmlog.shm import shared_memory
 from shmlog.storage import index_layout as I
@@ -58,6 +60,22 @@ def test_dump_lists_batches_and_records(segment):
     assert "compression: zstd" in done.stdout
     assert "payload: v1-0-" in done.stdout
     assert lines[-1].endswith(": OK")
+
+
+def test_dump_shows_transactional_batches_and_their_markers(open_log):
+    partition_log = open_log()
+    partition_log.append(encode_batch([b"in-a-transaction"], producer_id=9, producer_epoch=2,
+                                      base_sequence=0, transactional=True))
+    partition_log.append(encode_marker(EndTransactionMarker(9, 2, True, 4)))
+    path = partition_log.active.log_path
+    partition_log.close()
+    done = shmlog("dump", "--records", "--print-data", path)
+    assert done.returncode == 0, done.stderr
+    batches = [line for line in done.stdout.splitlines() if line.startswith("baseOffset:")]
+    assert ["isTransactional: True isControl: False" in batches[0],
+            "isTransactional: True isControl: True" in batches[1]] == [True, True]
+    assert "| offset: 1 " in done.stdout
+    assert "endTxnMarker: COMMIT coordinatorEpoch: 4" in done.stdout
 
 
 def test_dump_json_is_machine_readable(segment):

@@ -608,7 +608,7 @@ FORGED = {
                                  BatchStatus.BAD_TIMESTAMP),
     "max_timestamp below first_timestamp": (TWO, {"first_timestamp": 5, "max_timestamp": 4},
                                             BatchStatus.BAD_TIMESTAMP),
-    "unknown attribute bit": (TWO, {"attributes": 0x20}, BatchStatus.BAD_ATTRIBUTES),
+    "unknown attribute bit": (TWO, {"attributes": 0x40}, BatchStatus.BAD_ATTRIBUTES),
     "gzip codec": (TWO, {"attributes": 1}, BatchStatus.BAD_ATTRIBUTES),
     "reserved byte set": (TWO, {"reserved": 1}, BatchStatus.BAD_ATTRIBUTES),
 }
