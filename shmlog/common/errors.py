@@ -31,6 +31,7 @@
     │   ├── StateTableInconsistentError   a state table row holds words no broker published
     │   ├── OutOfOrderSequenceError   an idempotent producer's sequence skipped or went back
     │   ├── InvalidProducerEpochError an idempotent producer's epoch is older than one appended
+    │   ├── InvalidTxnStateError      a transactional batch from a producer with no transaction open
     │   ├── ZnodeFormatError          a znode's body is not what zk_paths lays out
     │   ├── KafkaRequestError         a Kafka client's request is malformed or unservable
     │   ├── UnsupportedCodecError     a Kafka batch uses a codec shmlog does not store
@@ -218,6 +219,11 @@ class InvalidProducerEpochError(PeerProtocolError):
     """An idempotent producer's batch carried an older epoch than one the broker has
     already appended from that producer id (Kafka's InvalidProducerEpochException):
     it is fenced."""
+
+
+class InvalidTxnStateError(PeerProtocolError):
+    """A batch marked transactional came from a producer that has no transaction
+    open on its partition (Kafka's InvalidTxnStateException): nothing was appended."""
 
 
 class RingFullError(ShmlogError):

@@ -28,6 +28,7 @@ from ..common.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidTopicError,
+    InvalidTxnStateError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -60,6 +61,11 @@ class CompletionCode(enum.IntEnum):
     NOT_LEADER_OR_FOLLOWER = 109  # leadership lost, or the batch truncated away: not in the log
     REQUEST_TIMED_OUT = 110    # a forwarded batch the leader never answered: outcome unknown
     RESOURCE_LIMIT = 111       # a process limit (open files, mappings) refused: nothing appended
+    # Transactions (KIP-98): a producer writes no control batch (the coordinator writes
+    # the markers: Kafka's INVALID_RECORD) and no transactional batch outside a
+    # transaction it opened on the partition (Kafka's INVALID_TXN_STATE).
+    INVALID_TXN_STATE = 112
+    CONTROL_FROM_PRODUCER = 113
 
 
 SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
@@ -98,6 +104,12 @@ def completion_error(code: int, topic: str, partition: int) -> ShmlogError:
     if code == CompletionCode.REQUEST_TIMED_OUT:
         return RequestTimedOutError(f"the leader of {where} did not answer for a forwarded "
                                     f"batch in time: it may or may not be in the log")
+    if code == CompletionCode.INVALID_TXN_STATE:
+        return InvalidTxnStateError(f"the broker refused a transactional batch for {where}: "
+                                    f"the producer has no transaction open on it")
+    if code == CompletionCode.CONTROL_FROM_PRODUCER:
+        return CorruptRecordError(f"the broker refused a control batch for {where}: only the "
+                                  f"transaction coordinator writes those", status=int(code))
     if code == CompletionCode.OUT_OF_ORDER_SEQUENCE:
         return OutOfOrderSequenceError(f"the broker expected another sequence number for "
                                        f"{where}: batches were lost or reordered")

@@ -22,6 +22,7 @@ from helpers import all_records
 from shmlog import LogManager
 from shmlog.broker.appender import Appender, CompletionCode
 from shmlog.record import batch_layout as B
+from shmlog.record.control import EndTransactionMarker, encode_marker
 from shmlog.record.records import BatchStatus, encode_batch
 from shmlog.ring import Ring
 from shmlog.shm import ring_layout as R
@@ -114,6 +115,13 @@ def test_bad_entries_are_completed_with_errors_and_never_appended(world):
         (to, two_batches, -CompletionCode.NOT_ONE_BATCH),
         (to, encode_batch([b"x" * 3000]), -CompletionCode.RECORD_TOO_LARGE),
         (to, np.frombuffer(b"garbage!" * 10, np.uint8), -BatchStatus.BAD_MAGIC),
+        # Transactions' bytes: a producer writes no marker, and no transactional batch
+        # outside a transaction it opened (none can be open yet).
+        (to, encode_marker(EndTransactionMarker(7, 0, True, 0)),
+         -CompletionCode.CONTROL_FROM_PRODUCER),
+        (to, encode_batch([b"in-a-transaction"], producer_id=7, producer_epoch=0,
+                          base_sequence=0, transactional=True),
+         -CompletionCode.INVALID_TXN_STATE),
         (to, encode_batch([b"good-2"]), 1),
     ]
     entries = [producer.put(case_destination, payload, 1000)

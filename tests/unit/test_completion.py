@@ -12,6 +12,7 @@ from shmlog.common.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidTopicError,
+    InvalidTxnStateError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -44,6 +45,9 @@ CODES = [
     (CompletionCode.REQUEST_TIMED_OUT, 110, RequestTimedOutError, "may or may not"),
     # the broker at its open-files or mappings limit (a StorageError, as Kafka's)
     (CompletionCode.RESOURCE_LIMIT, 111, ResourceLimitError, "process limit"),
+    # transactions: what only a transaction (or its coordinator) may write
+    (CompletionCode.INVALID_TXN_STATE, 112, InvalidTxnStateError, "no transaction open"),
+    (CompletionCode.CONTROL_FROM_PRODUCER, 113, CorruptRecordError, "coordinator"),
 ]
 
 

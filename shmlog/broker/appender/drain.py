@@ -163,6 +163,11 @@ def _admit(data, start, end, row_settings, row, sequences, awaits_high_watermark
         return _COMPLETE, -CompletionCode.NOT_ONE_BATCH.value, -1
     if batch_length > row_settings[row, ROW_BATCH_SIZE_MAX]:
         return _COMPLETE, -CompletionCode.RECORD_TOO_LARGE.value, -1
+    attributes = load_u16(data, start + B.ATTRIBUTES_OFFSET)
+    if attributes & B.CONTROL_BIT:
+        return _COMPLETE, -CompletionCode.CONTROL_FROM_PRODUCER.value, -1
+    if attributes & B.TRANSACTIONAL_BIT:       # no transaction is ever open yet
+        return _COMPLETE, -CompletionCode.INVALID_TXN_STATE.value, -1
     last_offset_delta = np.int64(load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET))
     verdict, duplicate_offset = check_sequence(
         sequences, row, load_i64(data, start + B.PRODUCER_ID_OFFSET),
@@ -173,7 +178,7 @@ def _admit(data, start, end, row_settings, row, sequences, awaits_high_watermark
         return _COMPLETE, duplicate_offset, duplicate_offset + last_offset_delta
     if verdict != SEQUENCE_NEW:
         return _COMPLETE, sequence_refusal(verdict), -1
-    codec = load_u16(data, start + B.ATTRIBUTES_OFFSET) & B.CODEC_MASK
+    codec = attributes & B.CODEC_MASK
     if codec != B.CODEC_NONE or not row_settings[row, ROW_FAST]:
         return _TO_PYTHON, 0, -1
     return _APPEND, 0, -1

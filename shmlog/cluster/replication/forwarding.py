@@ -110,6 +110,8 @@ _WIRE_ERRORS = {
     CompletionCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     CompletionCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_LEADER_OR_FOLLOWER,
     CompletionCode.REQUEST_TIMED_OUT: ErrorCode.REQUEST_TIMED_OUT,
+    CompletionCode.INVALID_TXN_STATE: ErrorCode.INVALID_TXN_STATE,
+    CompletionCode.CONTROL_FROM_PRODUCER: ErrorCode.INVALID_RECORD,
 }
 _COMPLETION_CODES = {error: code for code, error in _WIRE_ERRORS.items()}
 # A limit of the leader's process is a storage error on the wire, as in Kafka.
