@@ -88,7 +88,7 @@ def decode_marker(batch: np.ndarray, position: int = 0) -> EndTransactionMarker:
             L.CONTROL_BIT | L.TRANSACTIONAL_BIT:
         raise CorruptRecordError(f"the batch at offset {info.base_offset} is not a "
                                  f"transaction's control batch (attributes {info.attributes:#x})")
-    records = decode_records(batch[position:position + info.batch_length])
+    records = decode_records(batch[position:position + info.batch_length], control=True)
     if len(records) != 1:
         raise CorruptRecordError(f"the control batch at offset {info.base_offset} holds "
                                  f"{len(records)} records, not one")

@@ -242,10 +242,11 @@ def _index_headers(buffer, count, value_positions, value_lengths, header_starts,
 
 
 @kernel
-def _decode(buffer, check_crc):
+def _decode(buffer, check_crc, control):
     """Validate the batches of ``buffer`` from 0 (as ``validation.walk_batches`` with
     records checked, the CRC with ``check_crc``) and index the records of the
-    uncompressed ones, in one walk. A zstd batch's header is checked and its records
+    uncompressed ones, in one walk; a control batch's records are checked and
+    indexed only with ``control``. A zstd batch's header is checked and its records
     left to inflating.
 
     Returns (status, end, compressed, columns): ``end`` is where the walk stopped
@@ -276,12 +277,15 @@ def _decode(buffer, check_crc):
         if load_u16(buffer, position + L.ATTRIBUTES_OFFSET) & L.CODEC_MASK != L.CODEC_NONE:
             compressed = True
         else:
+            indexed, headers_indexed = index, header
             status, index, header = _index_batch(
                 buffer, position, length, index, header, offsets, timestamps,
                 timestamp_types, key_positions, key_lengths, value_positions, value_lengths,
                 header_starts, header_counts)
             if status != _OK:
                 break
+            if not control and load_u16(buffer, position + L.ATTRIBUTES_OFFSET) & L.CONTROL_BIT:
+                index, header = indexed, headers_indexed      # checked, not returned
         position += length
     if status != _OK and status != _END_OF_DATA:
         header = 0             # nothing is indexed: the caller raises
@@ -302,8 +306,10 @@ def _decode(buffer, check_crc):
 
 
 def decode_columns(buffer, *, start_offset: int | None = None,
-                   verified: bool = False) -> RecordColumns:
-    """Decode whole batches into :class:`RecordColumns`.
+                   verified: bool = False, control: bool = False) -> RecordColumns:
+    """Decode whole batches into :class:`RecordColumns`: the records a consumer
+    reads. Control batches (a transaction's markers) are checked but their records
+    left out, as Kafka's consumers skip them, unless ``control``.
 
     Parameters
     ----------
@@ -316,6 +322,8 @@ def decode_columns(buffer, *, start_offset: int | None = None,
         The caller already checked every batch's CRC (:meth:`PartitionLog.read`
         does). The structure of every record is checked here regardless: the
         decoding kernels rely on it.
+    control : bool
+        Return the records of control batches too (``shmlog dump``, ``control.py``).
 
     Raises
     ------
@@ -323,13 +331,13 @@ def decode_columns(buffer, *, start_offset: int | None = None,
         A batch fails validation.
     """
     data = _as_bytes(buffer)
-    status, end, compressed, *arrays = _decode(data, not verified)
+    status, end, compressed, *arrays = _decode(data, not verified, control)
     if status != _OK and status != _END_OF_DATA:
         raise CorruptRecordError(f"invalid record batch at position {end}: "
                                  f"{BatchStatus(status).name}", status=status, position=end)
     if compressed:
         data = _inflated(data, end)
-        status, end, compressed, *arrays = _decode(data, False)
+        status, end, compressed, *arrays = _decode(data, False, control)
         assert status == _OK and not compressed, "inflated records were walked already"
     else:
         data = data[:end]
@@ -369,6 +377,8 @@ def warm_decoding() -> None:
     walk_records(frame[:0], 0, 0, 0, 0, 0, 0, True)
 
 
-def decode_records(buffer, *, start_offset: int | None = None) -> list[Record]:
-    """Decode whole batches into :class:`Record` objects (validating them)."""
-    return decode_columns(buffer, start_offset=start_offset).records()
+def decode_records(buffer, *, start_offset: int | None = None,
+                   control: bool = False) -> list[Record]:
+    """Decode whole batches into :class:`Record` objects (validating them); control
+    batches' records only with ``control`` (see :func:`decode_columns`)."""
+    return decode_columns(buffer, start_offset=start_offset, control=control).records()

@@ -146,7 +146,8 @@ def _walk(report: SegmentReport, data: np.ndarray, with_records: bool) -> None:
             if info.compression is Compression.ZSTD:
                 check_inflated(data, info)
             if with_records:
-                report.records.append(decode_columns(inflate_batch(data, info), verified=True))
+                report.records.append(decode_columns(inflate_batch(data, info), verified=True,
+                                                     control=True))
         except CorruptRecordError as error:
             report.problems.append(f"byte {position}: {error}; stopped here")
             return

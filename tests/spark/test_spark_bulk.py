@@ -294,3 +294,30 @@ def test_a_session_without_the_bulk_reader_reads_and_says_why_once(broker, tmp_p
     assert "format('shmlog')" in result["refusal"]
     assert done.stderr.count("the shmlog bulk reader is unavailable") == 1
     assert "this javac is broken" in done.stderr
+
+
+def test_both_readers_skip_a_transactions_marker(spark, tmp_path):
+    """A log holding a COMMIT marker between records (written with the log's own
+    append before the broker starts): neither reader returns a row for it."""
+    from shmlog import LogManager
+    from shmlog.record.control import EndTransactionMarker, encode_marker
+    from shmlog.record.records import encode_batch
+    data_dir = str(tmp_path / "data")
+    with LogManager(data_dir) as logs:
+        logs.create_topic("marked", 1)
+        log = logs.partition_log("marked", 0)
+        log.append(encode_batch([b"a", b"b"], producer_id=5, producer_epoch=0, base_sequence=0,
+                                transactional=True))
+        log.append(encode_marker(EndTransactionMarker(5, 0, True, 0)))
+        log.append(encode_batch([b"c"]))
+    try:
+        with Broker(data_dir):
+            options = {"bootstrap": data_dir, "subscribe": "marked"}
+            expected = [(0, b"a"), (1, b"b"), (3, b"c")]
+            for frame in (spark.read.format("shmlog").options(**options).load(),
+                          bulk_read(spark, **options)):
+                assert [(row.offset, bytes(row.value)) for row in in_order(frame)] == expected
+    finally:
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(shared_memory_prefix(data_dir)):
+                shared_memory.unlink(name)

@@ -94,3 +94,22 @@ def test_validation_still_refuses_attribute_bits_it_does_not_know():
         np.array([attributes | 0x40], "<u2").view(np.uint8)
     status, _ = check_batch(batch, 0, batch.size, False, False)
     assert status == BatchStatus.BAD_ATTRIBUTES
+
+
+def test_consumers_skip_markers_and_dump_sees_them(open_log):
+    """decode_columns is what a consumer reads: a marker's batch is checked but its
+    record left out (Kafka's consumers skip control batches); ``control=True`` (dump,
+    decode_marker) keeps it."""
+    from shmlog.record.records import decode_columns
+    partition_log = open_log()
+    partition_log.append(encode_batch([b"a", b"b"], producer_id=3, producer_epoch=0,
+                                      base_sequence=0, transactional=True))
+    partition_log.append(encode_marker(EndTransactionMarker(3, 0, True, 1)))
+    partition_log.append(encode_batch([b"c"]))
+    data = partition_log.read(0, 1 << 20).data
+    read = decode_columns(data, verified=True)
+    assert [record.value for record in read.records()] == [b"a", b"b", b"c"]
+    assert list(read.offsets) == [0, 1, 3]
+    everything = decode_columns(data, verified=True, control=True)
+    assert list(everything.offsets) == [0, 1, 2, 3]
+    assert decode_columns(data, start_offset=2, verified=True).offsets.tolist() == [3]

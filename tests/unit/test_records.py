@@ -107,8 +107,10 @@ def expected(records, base_offset=0):
 
 
 def decoded(buffer):
-    """shmlog's decoding, in the reference's tuple form; every record is CreateTime."""
-    records = decode_records(buffer)
+    """shmlog's decoding, in the reference's tuple form (control batches' records
+    too: what a consumer skips is the format's all the same); every record is
+    CreateTime."""
+    records = decode_records(buffer, control=True)
     assert all(record.timestamp_type == 0 for record in records)
     return [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
 

@@ -206,7 +206,7 @@ public final class BulkSource implements TableProvider {
             ATTRIBUTES = 24, RECORD_COUNT = 28, FIRST_TIMESTAMP = 48, MAX_TIMESTAMP = 56, HEADER_LENGTH = 64,
             CRC_COVERED = 24;
         static final int MAGIC_VALUE = 0x4C53, VERSION_VALUE = 1, CODEC_MASK = 0x07, CODEC_ZSTD = 4,
-            TIMESTAMP_TYPE_BIT = 0x08;
+            TIMESTAMP_TYPE_BIT = 0x08, CONTROL_BIT = 0x10;
         // record header
         static final int RECORD_LENGTH = 0, OFFSET_DELTA = 4, TIMESTAMP_DELTA = 8, KEY_LENGTH = 16,
             VALUE_LENGTH = 20, HEADER_COUNT = 24, RECORD_HEADER_LENGTH = 28, HEADER_ENTRY_LENGTH = 8;
@@ -412,6 +412,7 @@ public final class BulkSource implements TableProvider {
                     throw new IllegalStateException(where() + ": CRC mismatch in the batch at byte " + start + " of segment " + segmentBase);
                 }
                 int attributes = header.getShort(ATTRIBUTES) & 0xFFFF;
+                if ((attributes & CONTROL_BIT) != 0) continue;   // a transaction's marker: no rows
                 if ((attributes & CODEC_MASK) == CODEC_ZSTD) {
                     records = Zstd.decompress(Arrays.copyOfRange(bytes, HEADER_LENGTH, length),
                         (int) Zstd.getFrameContentSize(bytes, HEADER_LENGTH, length - HEADER_LENGTH));
