@@ -65,7 +65,8 @@ def _print_step(number: int, count: int, name: str, seconds: float) -> None:
 
 
 def main() -> int:
-    cache = os.environ.get("NUMBA_CACHE_DIR", "numba's default cache directory")
+    from ..native.jit import cache_directory
+    cache = cache_directory()
     print(f"shmlog: compiling its kernels into {cache} (a minute or two the first time, "
           f"a second or two after)", flush=True)
     started = time.monotonic()

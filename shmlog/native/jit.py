@@ -6,6 +6,14 @@ Rules
   options (on-disk cache, no GIL, numpy's error model) are set here and only here.
 * Kernels are private (``_name``) and sit behind a public Python wrapper that
   validates its inputs; kernels return status codes and never raise.
+* **The disk cache is keyed by shmlog's whole source** (:func:`cache_directory`):
+  kernels are kept in ``<NUMBA_CACHE_DIR>/shmlog-<fingerprint>`` (without the
+  variable, ``~/.cache/shmlog/numba/shmlog-<fingerprint>``), the fingerprint a hash
+  of every ``.py`` file of the package. numba checks only the stamp of the file that
+  defines a kernel: a kernel that inlines a function or reads a constant (a layout's
+  offsets, a limit) from another file kept its old machine code when only that other
+  file changed - after a ``git pull``, an edit, or a layout's version bump - and ran
+  it silently. Any change of the source now compiles every kernel once, afresh.
 
 Theory of operation
 -------------------
@@ -21,6 +29,10 @@ before it touches a field.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pathlib
+
 import numba
 from llvmlite import ir
 from numba import types
@@ -28,16 +40,40 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
-    "kernel", "copy_bytes", "prefetch",
+    "kernel", "cache_directory", "source_fingerprint", "copy_bytes", "prefetch",
     "load_u16", "load_u32", "load_i16", "load_i32", "load_i64", "load_u64",
     "store_u16", "store_u32", "store_i16", "store_i32", "store_i64", "store_u64",
 ]
 
 
+PACKAGE_DIRECTORY = pathlib.Path(__file__).resolve().parent.parent
+
+
+def source_fingerprint(package: pathlib.Path = PACKAGE_DIRECTORY) -> str:
+    """A hash of every Python source file of the package at ``package`` (their paths
+    and bytes): what its compiled kernels were built from."""
+    digest = hashlib.blake2b(digest_size=8)
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_directory() -> str:
+    """Where the kernels of this source are cached (see the module's rules)."""
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "shmlog", "numba")
+    return os.path.join(base, f"shmlog-{source_fingerprint()}")
+
+
+# Before any kernel is declared: numba's cache locator reads it as each one is.
+numba.config.CACHE_DIR = cache_directory()
+
+
 def kernel(function=None, **overrides):
     """Compile ``function`` with shmlog's numba options.
 
-    ``cache=True`` keeps compiled code on disk (``NUMBA_CACHE_DIR``) so only the
+    ``cache=True`` keeps compiled code on disk (:func:`cache_directory`) so only the
     first process pays compile time; ``nogil=True`` lets Python threads run
     kernels in parallel; ``error_model="numpy"`` removes the division-by-zero
     branches numba would otherwise put into every integer division.
