@@ -274,7 +274,8 @@ def _decode(buffer, check_crc, control):
         status, length = check_batch(buffer, position, end, check_crc, False)
         if status != _OK:
             break
-        if load_u16(buffer, position + L.ATTRIBUTES_OFFSET) & L.CODEC_MASK != L.CODEC_NONE:
+        attributes = load_u16(buffer, position + L.ATTRIBUTES_OFFSET)
+        if attributes & L.CODEC_MASK != L.CODEC_NONE:
             compressed = True
         else:
             indexed, headers_indexed = index, header
@@ -284,7 +285,7 @@ def _decode(buffer, check_crc, control):
                 header_starts, header_counts)
             if status != _OK:
                 break
-            if not control and load_u16(buffer, position + L.ATTRIBUTES_OFFSET) & L.CONTROL_BIT:
+            if not control and attributes & L.CONTROL_BIT:
                 index, header = indexed, headers_indexed      # checked, not returned
         position += length
     if status != _OK and status != _END_OF_DATA:
