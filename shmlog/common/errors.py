@@ -20,6 +20,7 @@
     │   ├── InvalidReassignmentError   a reassignment names no such partition or broker
     │   ├── ReassignmentInProgressError   a reassignment already moves those partitions
     │   ├── UnsupportedRequestError   the broker has no such request type (older, or clustered)
+    │   ├── AbortedTransactionOrderError   an aborted transaction indexed out of offset order
     │   └── IllegalStateError         the client's state does not allow the call (Kafka's)
     │       ├── ClientClosedError     a closed producer or consumer was used
     │       └── NotAssignedError      a consumer was asked about a partition not assigned to it
@@ -161,6 +162,13 @@ class UnsupportedRequestError(LocalProtocolError):
     """The broker has no handler for the request type: an older broker, or a request
     only a single broker serves (a cluster's broker answers its own form). A client
     with another way to ask (``Admin.create_topics``: one topic per request) takes it."""
+
+
+class AbortedTransactionOrderError(LocalProtocolError):
+    """An aborted transaction given to a segment's transaction index out of order: its
+    last offset (the abort marker's) not past the previous entry's, below the
+    segment's base offset, or below its own first offset (Kafka's TransactionIndex
+    refuses the same with an IllegalArgumentException). Nothing was written."""
 
 
 class IllegalStateError(LocalProtocolError):

@@ -66,6 +66,7 @@ POSITION_MAX = 2**31 - 1
 LOG_SUFFIX = ".log"
 OFFSET_INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"      # aborted transactions (transaction_index_layout)
 FILE_NAME_DIGITS = 20                 # zero-padded base offset, as in Kafka
 
 assert OFFSET_INDEX_DTYPE.itemsize == OFFSET_ENTRY_LENGTH == 8

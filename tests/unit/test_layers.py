@@ -258,7 +258,8 @@ SERVER_SIDE = ("broker", "cluster", "wire", "server", "devtools")
 WRITER = ("shmlog.segments", "shmlog.storage.log_segment", "shmlog.storage.local_log",
           "shmlog.storage.log_loader", "shmlog.storage.log_validator",
           "shmlog.storage.log_retention", "shmlog.storage.segment_append",
-          "shmlog.storage.log_manager", "shmlog.storage.cleaner")
+          "shmlog.storage.log_manager", "shmlog.storage.cleaner",
+          "shmlog.storage.transaction_index")
 
 
 def heavy_reached(graph: dict[str, set[str]], start: str) -> list[str]:

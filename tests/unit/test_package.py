@@ -43,7 +43,8 @@ READ_SIDE = ("shmlog.storage.segment_read", "shmlog.groups", "shmlog.client.grou
              "shmlog.client.consumer_coordinator")
 WRITER_SIDE = ("shmlog.segments", "shmlog.storage.log_segment", "shmlog.storage.local_log",
                "shmlog.storage.log_loader", "shmlog.storage.log_validator",
-               "shmlog.storage.log_retention", "shmlog.storage.segment_append")
+               "shmlog.storage.log_retention", "shmlog.storage.segment_append",
+               "shmlog.storage.transaction_index")
 # The group coordinator's side, the broker's: no client loads it.
 GROUP_COORDINATOR = ("shmlog.broker.group_coordinator", "shmlog.broker.group_offsets",
                      "shmlog.broker.group_metadata")
