@@ -25,7 +25,8 @@ Theory of operation
 -------------------
 The parts, cut as Kafka cuts its log, each in ``shmlog/storage``:
 
-    log_segment     Segment: one .log with its .index and .timeindex, mapped
+    log_segment     Segment: one .log with its .index and .timeindex, mapped,
+                    and its .txnindex (transaction_index: aborted transactions)
     local_log       LocalLog: the segment list, the checkpoint, appending, rolling,
                     reading, truncating, the swap of cleaned segments
     log_loader      LogLoader: opening a directory, recovery, RecoveryReport
@@ -84,14 +85,15 @@ from .storage.segment_append import append_batches
 from .storage.segment_read import ReadResult, collect_batches, find_batch
 from .storage.segment_state import CAPACITY_WORD, TIMESTAMP_NONE
 from .storage.topic_config import TopicConfig
+from .storage.transaction_index import AbortedTransaction
 
 log = logging.getLogger(__name__)
 
 # The storage layer's public names, as this module always offered them (their
 # modules define them; see the table above).
 __all__ = ["PartitionLog", "Segment", "AppendResult", "AppendTarget", "LogChange", "ReadResult",
-           "RecoveryReport", "append_batches", "find_batch", "collect_batches",
-           "warm_follower_kernels", "CLEANING_DIRECTORY", "SWAP_MANIFEST_FILE",
+           "RecoveryReport", "AbortedTransaction", "append_batches", "find_batch",
+           "collect_batches", "warm_follower_kernels", "CLEANING_DIRECTORY", "SWAP_MANIFEST_FILE",
            "write_swap_manifest"]
 
 
@@ -380,6 +382,34 @@ class PartitionLog:
         return AppendResult(validated.first_base_offset, validated.next_offset - 1, -1,
                             validated.batch_count)
 
+    # -- aborted transactions ---------------------------------------------------------------
+    def append_aborted_transaction(self, producer_id: int, first_offset: int, last_offset: int,
+                                   last_stable_offset: int) -> None:
+        """Index a transaction that aborted: ``producer_id``'s records from
+        ``first_offset`` to its abort marker at ``last_offset``, appended already;
+        ``last_stable_offset`` the partition's when the marker was appended. The entry
+        goes to the active segment's ``.txnindex`` (the segment holding the marker,
+        as Kafka's ``updateTxnIndex``), made at its first entry and synced by the
+        next flush. Entries come in marker order.
+
+        Raises
+        ------
+        AbortedTransactionOrderError
+            ``last_offset`` is not past the previous entry's, lies below the active
+            segment, or below ``first_offset``; nothing was written.
+        StorageError
+            The write failed (a full disk); nothing was indexed.
+        """
+        self._local_log.append_aborted_transaction(
+            AbortedTransaction(producer_id, first_offset, last_offset, last_stable_offset))
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTransaction]:
+        """The aborted transactions a read of ``[start_offset, end_offset)`` meets
+        (Kafka's ``collectAbortedTxns``): every indexed one whose last offset is at or
+        past ``start_offset`` and whose first offset is below ``end_offset``, from the
+        segment holding ``start_offset`` on, in marker order."""
+        return self._local_log.aborted_transactions(start_offset, end_offset)
+
     # -- flushing and rolling ------------------------------------------------------------
     def _after_append(self, message_count: int) -> None:
         was_clean = not self._unflushed_messages
@@ -506,7 +536,8 @@ class PartitionLog:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset`` (replication's
-        truncation). Batches are atomic: a batch straddling ``offset`` goes whole.
+        truncation), and the aborted transactions indexed with a marker there.
+        Batches are atomic: a batch straddling ``offset`` goes whole.
         The leader-epoch cache drops the epochs that began at or past the new log
         end (Kafka's ``truncateFromEnd``); an ``offset`` at or past the log end
         changes nothing, the cache included (Kafka's ``truncateTo``).

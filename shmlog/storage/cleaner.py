@@ -36,7 +36,10 @@ cleanable log, or when its first dirty segment is older than
    in groups that together fit one segment, into new files, keeping a record when
    the map has no later offset for its key. Uncompressed batches are filtered and
    re-checksummed entirely in compiled code; a zstd batch is inflated, filtered by
-   the same kernel and compressed again.
+   the same kernel and compressed again. The aborted transactions indexed in the
+   group's segments (their ``.txnindex``) are copied, in order, into the cleaned
+   segment's (Kafka's cleaner does the same), read from the files without
+   changing them.
 
 :func:`clean` does both passes and touches only files it creates, through its own
 read-only mappings, so the broker runs it on a thread of its own; the swap that
@@ -75,6 +78,7 @@ from ..segments import CLEANING_DIRECTORY, PartitionLog, Segment
 from . import index_layout as I
 from .mapped_file import MappedFile
 from .topic_config import TopicConfig
+from .transaction_index_layout import read_transactions, txn_index_path
 
 log = logging.getLogger(__name__)
 
@@ -528,7 +532,14 @@ def _write_group(target: str, config: TopicConfig, group: list[SegmentFile],
     status, end = segment.rebuild()
     assert status == 0 and end == data.size, "cleaning wrote whole, checked batches"
     segment.close()
-    for path in (segment.log_path, segment.offset_index_path, segment.time_index_path):
+    paths = [segment.log_path, segment.offset_index_path, segment.time_index_path]
+    # The source segments' aborted transactions, into the cleaned segment's index.
+    for member in group:
+        for entry in read_transactions(txn_index_path(member.log_path), member.base_offset):
+            segment.txn_index.append(entry)
+    if os.path.exists(segment.txn_index.path):
+        paths.append(segment.txn_index.path)
+    for path in paths:
         descriptor = os.open(path, os.O_RDONLY)
         try:
             os.fsync(descriptor)

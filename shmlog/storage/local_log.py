@@ -24,8 +24,10 @@ Theory of operation
 -------------------
 A partition is a directory of segments named by base offset, as in Kafka::
 
-    00000000000000000000.log  .index  .timeindex
+    00000000000000000000.log  .index  .timeindex  .txnindex
     00000000000000368769.log  .index  .timeindex      <- active segment
+                                                       (.txnindex: its aborted
+                                                       transactions, when it had any)
     checkpoint.json                                    recovery point, log start offset
     leader-epoch-checkpoint.json                       epoch -> start offset (leader_epochs)
     00000000000000368769.producers.json                producers' last batches below it,
@@ -44,6 +46,12 @@ restarts the log) has an active segment with no file: it is made by the first
 append, and the generation moves then as for a roll. A new partition is its
 directory alone, and a crash before its first append leaves just that, which the
 loader opens as an empty log; nothing acknowledged can be in a file not made yet.
+
+The transactions aborted in a segment are indexed in its ``.txnindex``
+(``transaction_index``): :meth:`LocalLog.append_aborted_transaction` adds to the
+active segment's, :meth:`LocalLog.aborted_transactions` collects them across
+segments (Kafka's ``collectAbortedTransactions``), a truncation cuts them with the
+log, deleting a segment deletes them, a swap carries them into the cleaned segment.
 
 Compaction writes cleaned segments into ``.cleaning``; a swap
 (:meth:`LocalLog.replace_segments`) commits a manifest, renames the cleaned files
@@ -77,6 +85,7 @@ from .segment_generation import SegmentGeneration
 from .segment_read import ReadResult, collect_batches
 from .segment_state import APPENDED, CAPACITY_WORD, NEED_ROLL, NEXT_OFFSET_WORD, REJECTED
 from .topic_config import TopicConfig
+from .transaction_index import AbortedTransaction
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +378,7 @@ class LocalLog:
             A sync failed.
         """
         for segment in self.segments:
-            if segment.flushed_end < segment.size:
+            if segment.flushed_end < segment.size or segment.txn_index.unsynced:
                 segment.sync()
         if self._directory_changed:
             self._directory_changed = False
@@ -456,6 +465,38 @@ class LocalLog:
                     position=segment.damaged_at)
         return found
 
+    # -- aborted transactions ----------------------------------------------------------------
+    def append_aborted_transaction(self, entry: AbortedTransaction) -> None:
+        """Index an aborted transaction in the active segment's ``.txnindex`` (the
+        segment holding its abort marker, ``entry.last_offset``), made at its first
+        entry (``PartitionLog.append_aborted_transaction``).
+
+        Raises
+        ------
+        AbortedTransactionOrderError
+            Its last offset is not past the previous entry's, or lies below the active
+            segment; nothing was written.
+        StorageError
+            The write failed; nothing was indexed.
+        """
+        if self.active.txn_index.append(entry):
+            self._directory_changed = True          # a new file: the next sync fsyncs it
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTransaction]:
+        """Every indexed aborted transaction overlapping ``[start_offset, end_offset)``
+        (last offset at or past the start, first offset below the end), in order: the
+        entries of the segment holding ``start_offset`` and of every segment after it
+        (a transaction begun in the range may have its marker far past it), until an
+        entry's last stable offset reaches ``end_offset``, which says no later one can
+        overlap (Kafka's ``collectAbortedTransactions``)."""
+        found: list[AbortedTransaction] = []
+        for segment in self.segments[max(self.segment_index_for(start_offset), 0):]:
+            entries, complete = segment.txn_index.collect(start_offset, end_offset)
+            found += entries
+            if complete:
+                break
+        return found
+
     # -- truncation ------------------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset >= ``offset``, which lies above the log
@@ -473,6 +514,8 @@ class LocalLog:
                 # A gap left by compaction before the dropped batch stays part of the log.
                 segment.state[NEXT_OFFSET_WORD] = max(segment.next_offset,
                                                       min(offset, first_dropped))
+            # No marker at or past the cut is left (a gap at the end held none either).
+            segment.txn_index.truncate_to(offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.write_checkpoint()
 
@@ -595,8 +638,10 @@ def finish_swap(directory: str, config: TopicConfig) -> None:
         for group in groups:
             base = int(group["base_offset"])
             # The log last: whoever maps the cleaned log finds its indexes in
-            # place (a reader still checks an index entry against its log).
-            for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.LOG_SUFFIX):
+            # place (a reader still checks an index entry against its log). A
+            # cleaned group has a .txnindex when a segment it replaces had entries.
+            for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.TXN_INDEX_SUFFIX,
+                           I.LOG_SUFFIX):
                 name = I.segment_file_name(base, suffix)
                 if os.path.exists(os.path.join(cleaning, name)):
                     os.replace(os.path.join(cleaning, name), os.path.join(directory, name))

@@ -21,9 +21,10 @@ Theory of operation
 was flushed. On open, every segment holding offsets at or above it is scanned
 batch by batch (CRC32C and structure, ``segment_append.rescan``; an active
 segment's scan ends at its file's first hole, ``SEEK_HOLE``: what was never
-written holds no batch); the log is
-truncated at the first invalid batch, later segments are deleted, the indexes of
-scanned segments are rebuilt, and the report says what was cut. Indexes of older
+written holds no batch); the log is truncated at the first invalid batch, later
+segments are deleted, the indexes of scanned segments are rebuilt, their
+transaction indexes cut to the recovered end (an aborted transaction whose marker
+was lost goes with it), and the report says what was cut. Indexes of older
 segments get a sanity check (``Segment.load_closed``) and are rebuilt when they
 fail it. A last segment closed cleanly (its end is the recovery point) is adopted
 without a scan.
@@ -130,8 +131,8 @@ class LogLoader:
         # Index files whose log is gone (a deletion cut short) are removed.
         for name in os.listdir(self.directory):
             stem, suffix = os.path.splitext(name)
-            if suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX) and stem.isdigit() \
-                    and int(stem) not in bases:
+            if suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.TXN_INDEX_SUFFIX) \
+                    and stem.isdigit() and int(stem) not in bases:
                 os.unlink(os.path.join(self.directory, name))
         return bases
 
@@ -190,6 +191,7 @@ class LogLoader:
         if last:
             torn_bytes = _nonzero_extent(segment.log, valid_end, data_end)
             segment.truncate_tail(valid_end)
+            segment.txn_index.truncate_to(segment.next_offset)
             if torn_bytes:
                 report.cut(segment.log_path, valid_end, torn_bytes, status)
             return True
@@ -204,6 +206,7 @@ class LogLoader:
             doomed.delete()
         segment.state[POSITION_WORD] = valid_end       # reopening zeroes what follows
         self._local_log.reactivate_last()
+        segment.txn_index.truncate_to(segment.next_offset)
         return False
 
     # -- leader epochs -------------------------------------------------------------------

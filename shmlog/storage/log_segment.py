@@ -1,6 +1,7 @@
 """One segment of a partition's log (Kafka's ``LogSegment``): a ``.log`` file with its
 sparse ``.index`` (offset -> byte position) and ``.timeindex`` (timestamp -> offset),
-mapped into memory, and the segment's append state (``segment_state``).
+mapped into memory, the segment's append state (``segment_state``), and its
+``.txnindex`` of aborted transactions (``transaction_index``), made at its first entry.
 
 Rules
 -----
@@ -46,6 +47,11 @@ segment (:meth:`Segment.reopen_for_append`).
 
 Lookups (by offset, by timestamp) are the read path's (``segment_read``), through
 the indexes' entries in use.
+
+The transaction index is no mapping: a file of 34-byte entries (Kafka's format),
+read at its first use and appended to as transactions abort (``transaction_index``).
+It follows the log: a truncation cuts the entries whose marker it removed, deleting
+the segment deletes it, syncing the segment syncs it; a roll leaves it as it is.
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ from .segment_state import (
     new_segment_state,
 )
 from .topic_config import TopicConfig
+from .transaction_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +118,7 @@ _RESCANNED_WORDS = np.array([POSITION_WORD, NEXT_OFFSET_WORD, SINCE_INDEX_WORD,
 
 
 class Segment:
-    """One ``.log`` file with its ``.index`` and ``.timeindex``."""
+    """One ``.log`` file with its ``.index`` and ``.timeindex`` (and ``.txnindex``)."""
 
     def __init__(self, directory: str, base_offset: int, config: TopicConfig, *, active: bool,
                  pace: ReservePace | None = None):
@@ -123,6 +130,10 @@ class Segment:
             directory, I.segment_file_name(base_offset, I.OFFSET_INDEX_SUFFIX))
         self.time_index_path = os.path.join(
             directory, I.segment_file_name(base_offset, I.TIME_INDEX_SUFFIX))
+        # The transactions aborted in this segment: no file until the first one.
+        self.txn_index = TransactionIndex(
+            os.path.join(directory, I.segment_file_name(base_offset, I.TXN_INDEX_SUFFIX)),
+            base_offset)
         self.state = new_segment_state(base_offset)
         self.active = active
         self.verified_end = 0          # bytes below this were checked in this process
@@ -532,7 +543,8 @@ class Segment:
             index.bytes[:kept] = 0
 
     def truncate(self, position: int) -> None:
-        """Cut the active segment's log at batch boundary ``position``; rebuild indexes.
+        """Cut the active segment's log at batch boundary ``position``; rebuild indexes,
+        and cut the transaction index's entries whose markers went.
 
         Raises
         ------
@@ -545,6 +557,9 @@ class Segment:
                 f"{self.log_path}: {BatchStatus(status).name if status else 'NOT_A_BOUNDARY'} "
                 f"at byte {end} before the truncation point {position}; nothing was truncated",
                 path=self.log_path, position=int(end))
+        # The first offset cut: an aborted transaction whose marker is there or past it goes.
+        cut_offset = batch_info(self.log, position).base_offset if position < self.size \
+            else self.next_offset
         entries = _index_entries_for(position, self.config.index_interval_bytes)
         with self._reserve_lock:
             # Reserved first: a full disk fails the truncation with nothing changed.
@@ -554,6 +569,7 @@ class Segment:
         self.flushed_end = min(self.flushed_end, position)
         status, end = self.rebuild(position)
         assert status == 0 and end == position, "the prefix was verified above"
+        self.txn_index.truncate_to(cut_offset)
 
     # -- lookups ---------------------------------------------------------------------
     def position_of(self, offset: int) -> int:
@@ -569,17 +585,19 @@ class Segment:
                                     min_offset)
 
     def sync(self) -> None:
-        """msync what was written since the last sync (log first, then indexes)."""
-        if self._log is None:
-            return
-        self._log.sync(self.flushed_end, self.size)
-        self._offset_index.sync()
-        self._time_index.sync()
-        self.flushed_end = self.size
+        """msync what was written since the last sync (log first, then indexes), and
+        fsync the transaction index when it changed."""
+        if self._log is not None:
+            self._log.sync(self.flushed_end, self.size)
+            self._offset_index.sync()
+            self._time_index.sync()
+            self.flushed_end = self.size
+        self.txn_index.sync()
 
     def close(self) -> None:
         with self._reserve_lock:
             self._close_mappings()
+        self.txn_index.close()
 
     def _close_mappings(self) -> None:
         self.active = False       # a prefault still queued finds nothing to do
@@ -593,6 +611,7 @@ class Segment:
         for path in (self.log_path, self.offset_index_path, self.time_index_path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        self.txn_index.delete()
 
 
 def _index_entries_for(log_size: int, index_interval: int) -> int:

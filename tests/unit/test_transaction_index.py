@@ -18,9 +18,15 @@ import struct
 
 import pytest
 
+from helpers import abandon, values_batch
 from shmlog.common.errors import AbortedTransactionOrderError, StorageError
+from shmlog.record.control import EndTransactionMarker, encode_marker
+from shmlog.record.records import encode_batch, now_ms
+from shmlog.segments import PartitionLog
+from shmlog.storage import cleaner
 from shmlog.storage import index_layout as I
 from shmlog.storage import transaction_index_layout as L
+from shmlog.storage.topic_config import TopicConfig
 from shmlog.storage.transaction_index import AbortedTransaction, TransactionIndex
 
 ENTRIES = [AbortedTransaction(7, 0, 4, 0), AbortedTransaction(2**40 + 3, 2, 9, 2),
@@ -177,3 +183,188 @@ def test_rename_moves_the_file_and_delete_removes_it(tmp_path):
     index.delete()
     assert not os.path.exists(moved) and index.entries() == []
     index.delete()                            # nothing to delete: no error
+
+
+# --- the partition log ------------------------------------------------------------------------
+
+def marker(producer_id: int, committed: bool = False):
+    return encode_marker(EndTransactionMarker(producer_id, 0, committed, 0))
+
+
+def transactional(producer_id: int, count: int = 3):
+    return encode_batch([b"t%d" % index for index in range(count)], producer_id=producer_id,
+                        producer_epoch=0, base_sequence=0, transactional=True)
+
+
+def abort_in(partition_log, producer_id: int, first: int, stable: int) -> AbortedTransaction:
+    """Append an abort marker for ``producer_id`` and index its transaction."""
+    last = partition_log.append(marker(producer_id)).base_offset
+    partition_log.append_aborted_transaction(producer_id, first, last, stable)
+    return AbortedTransaction(producer_id, first, last, stable)
+
+
+def test_a_log_without_aborts_has_no_txnindex_and_the_first_abort_makes_one(open_log, tmp_path):
+    partition_log = open_log()
+    partition_log.append(values_batch(5, 0))
+    partition_log.append(marker(3, committed=True))
+    assert not [name for name in os.listdir(tmp_path / "partition")
+                if name.endswith(I.TXN_INDEX_SUFFIX)]
+    entry = abort_in(partition_log, 4, 2, 2)
+    assert os.path.exists(partition_log.active.txn_index.path)
+    assert partition_log.aborted_transactions(0, partition_log.log_end_offset) == [entry]
+    partition_log.close()
+    reopened = open_log()
+    assert reopened.aborted_transactions(0, reopened.log_end_offset) == [entry]
+
+
+def test_an_abort_below_the_active_segment_is_refused(open_log):
+    partition_log = open_log()
+    partition_log.append(values_batch(5, 0))
+    partition_log.roll()
+    partition_log.append(values_batch(5, 1))
+    with pytest.raises(AbortedTransactionOrderError):
+        partition_log.append_aborted_transaction(1, 0, 3, 0)
+
+
+def three_segments(partition_log):
+    """Kafka's example of a fetch's aborted transactions across segments:
+    A (producer 1) and C (3) abort inside their own segments while B (2), begun in
+    the first, stays open until the third."""
+    partition_log.append(transactional(1))                        # 0..2  A
+    partition_log.append(transactional(2))                        # 3..5  B
+    a = abort_in(partition_log, 1, 0, 3)                          # 6: B still open
+    partition_log.roll()
+    partition_log.append(transactional(3))                        # 7..9  C
+    c = abort_in(partition_log, 3, 7, 3)                          # 10
+    partition_log.roll()
+    partition_log.append(values_batch(4, 0))                      # 11..14
+    b = abort_in(partition_log, 2, 3, 16)                         # 15: nothing open after
+    partition_log.append(values_batch(4, 1))                      # 16..19
+    return a, b, c
+
+
+def test_aborted_transactions_are_collected_across_segments(open_log):
+    partition_log = open_log()
+    a, b, c = three_segments(partition_log)
+    assert len(partition_log.segments) == 3
+    end = partition_log.log_end_offset
+    assert partition_log.aborted_transactions(0, end) == [a, c, b]
+    assert partition_log.aborted_transactions(7, end) == [c, b], "A ended before 7"
+    # B began at 3: a read of [0, 7) meets it, though its marker is two segments on.
+    assert partition_log.aborted_transactions(0, 7) == [a, b]
+    assert partition_log.aborted_transactions(11, 15) == [b]
+    assert partition_log.aborted_transactions(16, end) == []
+    assert partition_log.aborted_transactions(1000, 1001) == []
+
+
+def test_truncate_to_cuts_the_entries_with_it(open_log):
+    partition_log = open_log()
+    a, b, c = three_segments(partition_log)
+    partition_log.truncate_to(15)                       # B's marker goes
+    assert partition_log.aborted_transactions(0, 100) == [a, c]
+    assert partition_log.active.base_offset == 11
+    assert TransactionIndex(partition_log.active.txn_index.path, 11).entries() == []
+    partition_log.truncate_to(8)                        # C's segment's marker goes too
+    assert partition_log.aborted_transactions(0, 100) == [a]
+    assert not os.path.exists(txn_path(partition_log.directory, 11)), "deleted with its segment"
+    assert TransactionIndex(txn_path(partition_log.directory, 7), 7).entries() == []
+    partition_log.close()
+    reopened = PartitionLog(partition_log.directory, TopicConfig())
+    try:
+        assert reopened.aborted_transactions(0, 100) == [a]
+        b2 = abort_in(reopened, 2, 3, reopened.log_end_offset)
+        assert reopened.aborted_transactions(0, 100) == [a, b2]
+    finally:
+        reopened.close()
+
+
+def test_truncate_fully_deletes_every_txnindex(open_log):
+    partition_log = open_log()
+    three_segments(partition_log)
+    partition_log.truncate_fully_and_start_at(100)
+    assert not [name for name in os.listdir(partition_log.directory)
+                if name.endswith(I.TXN_INDEX_SUFFIX)]
+    assert partition_log.aborted_transactions(0, 200) == []
+
+
+def test_retention_deletes_a_segment_s_txnindex_with_it(open_log):
+    partition_log = open_log()
+    a, b, c = three_segments(partition_log)
+    first = txn_path(partition_log.directory, 0)
+    assert os.path.exists(first)
+    assert partition_log.advance_log_start_offset(7) == [0]
+    assert not os.path.exists(first)
+    assert partition_log.aborted_transactions(7, 100) == [c, b]
+
+
+def test_flush_syncs_a_new_txnindex_and_its_directory_entry(open_log, monkeypatch):
+    partition_log = open_log()
+    partition_log.append(values_batch(3, 0))
+    partition_log.flush()
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    abort_in(partition_log, 1, 0, 0)
+    partition_log.flush()
+    assert os.path.realpath(partition_log.active.txn_index.path) in synced
+    assert os.path.realpath(partition_log.directory) in synced
+
+
+def test_recovery_cuts_an_entry_whose_marker_was_lost(open_log):
+    partition_log = open_log()
+    partition_log.append(transactional(1))
+    kept = abort_in(partition_log, 1, 0, 3)
+    partition_log.append(transactional(2))
+    lost = abort_in(partition_log, 2, 4, 7)
+    log_path = partition_log.active.log_path
+    marker_position = partition_log.active.position_of(lost.last_offset)
+    abandon(partition_log)
+    with open(log_path, "r+b") as target:      # the marker's batch torn (never synced)
+        target.seek(marker_position + 20)
+        target.write(b"\xff" * 8)
+    reopened = open_log()
+    assert reopened.log_end_offset == lost.last_offset
+    assert reopened.aborted_transactions(0, 100) == [kept]
+    assert TransactionIndex(reopened.active.txn_index.path, 0).entries() == [kept]
+
+
+def test_an_orphan_txnindex_is_removed_at_open(open_log):
+    partition_log = open_log()
+    partition_log.append(values_batch(3, 0))
+    directory = partition_log.directory
+    partition_log.close()
+    orphan = txn_path(directory, 500)
+    with open(orphan, "wb") as target:
+        target.write(kafka_entry(1, 500, 501, 500))
+    open_log()
+    assert not os.path.exists(orphan)
+
+
+def test_compaction_carries_the_entries_into_the_cleaned_segment(tmp_path):
+    config = TopicConfig.from_overrides({"cleanup.policy": "compact", "segment.bytes": 8192,
+                                         "min.cleanable.dirty.ratio": 0.01})
+    directory = str(tmp_path / "p")
+    with PartitionLog(directory, config) as partition_log:
+        expected = []
+        for producer_id in (1, 2, 3):
+            partition_log.append(encode_batch([b"x" * 40] * 5,
+                                              keys=[b"k%d" % key for key in range(5)]))
+            first = partition_log.append(transactional(producer_id)).base_offset
+            expected.append(abort_in(partition_log, producer_id, first, first))
+            partition_log.roll()
+        partition_log.append(values_batch(2, 9))
+        before = partition_log.aborted_transactions(0, partition_log.log_end_offset)
+        assert before == expected
+        now = now_ms() + 1000
+        cleaning = cleaner.clean(cleaner.plan(partition_log, now), now, 1 << 20)
+        assert partition_log.replace_segments(cleaning)
+        assert len(partition_log.segments) < 4, "the cleaned segments were grouped"
+        assert partition_log.aborted_transactions(0, partition_log.log_end_offset) == expected
+        names = [name for name in os.listdir(directory) if name.endswith(I.TXN_INDEX_SUFFIX)]
+        assert names == [I.segment_file_name(0, I.TXN_INDEX_SUFFIX)]
+    with PartitionLog(directory, config) as reopened:
+        assert reopened.aborted_transactions(0, reopened.log_end_offset) == expected
