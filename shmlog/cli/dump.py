@@ -1,5 +1,5 @@
-"""``shmlog dump``: print, and with ``--verify`` check, a segment or index file
-(Kafka's kafka-dump-log).
+"""``shmlog dump``: print, and with ``--verify`` check, a segment, index or transaction
+index file (Kafka's kafka-dump-log).
 
 The reading is ``shmlog.storage.dump``'s (imported when the verb runs: it loads numba);
 this module only prints what it reports. Exit 1 when ``--verify`` found a problem.
@@ -30,8 +30,8 @@ def add_parser(commands, parents: list[argparse.ArgumentParser]) -> None:
     dump = commands.add_parser("dump", parents=parents,
                                help="print and verify a segment (.log) or index file",
                                description="Print the batches of a segment file, or the "
-                               "entries of an .index/.timeindex file.")
-    dump.add_argument("path", help="a <base offset>.log, .index or .timeindex file")
+                               "entries of an .index/.timeindex/.txnindex file.")
+    dump.add_argument("path", help="a <base offset>.log, .index, .timeindex or .txnindex file")
     dump.add_argument("--verify", action="store_true",
                       help="check every CRC and both indexes; exit 1 on any problem")
     dump.add_argument("--records", action="store_true", help="list every record")
@@ -178,6 +178,27 @@ def _dump_index(arguments) -> int:
     return EXIT_OK
 
 
+def _dump_txn_index(arguments) -> int:
+    """The aborted transactions of a ``.txnindex``, as Kafka's DumpLogSegments prints
+    them; with ``--verify``, each checked against the log beside it."""
+    from ..storage.dump import read_txn_index
+    report = read_txn_index(arguments.path, verify=arguments.verify)
+    if arguments.json:
+        print(json.dumps({"path": report.path, "base_offset": report.base_offset,
+                          "file_size": report.file_size,
+                          "entries": [{"version": 0, **entry._asdict()}
+                                      for entry in report.entries],
+                          "problems": report.problems}, indent=2))
+    else:
+        for entry in report.entries:
+            print(f"version: 0 producerId: {entry.producer_id} firstOffset: "
+                  f"{entry.first_offset} lastOffset: {entry.last_offset} "
+                  f"lastStableOffset: {entry.last_stable_offset}")
+        for problem in report.problems:
+            print(f"PROBLEM: {problem}")
+    return EXIT_OK if report.ok or not arguments.verify else EXIT_FAILURE
+
+
 def _dump(arguments) -> int:
     """Print (and with --verify check) a segment or index file."""
     from ..storage import index_layout as I
@@ -186,4 +207,6 @@ def _dump(arguments) -> int:
         return EXIT_USAGE
     if arguments.path.endswith((I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX)):
         return _dump_index(arguments)
+    if arguments.path.endswith(I.TXN_INDEX_SUFFIX):
+        return _dump_txn_index(arguments)
     return _dump_log(arguments)

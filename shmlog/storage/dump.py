@@ -22,6 +22,11 @@ with no broker running) is still reported. Index entries that name a batch past
 the published end are that batch's, written before its publish: they are not
 checked either.
 
+A transaction index (``.txnindex``) is read as the writer would open it, without
+changing it: its whole, valid entries (``transaction_index_layout``), and what
+follows them reported (a torn tail the broker cuts at its next open). Verified, each
+entry's last offset must be an abort marker's: a control batch of the log beside it.
+
 Nothing here prints: functions return what they found, the CLI formats it.
 """
 
@@ -44,8 +49,10 @@ from ..record.records import (
     inflate_batch,
 )
 from . import index_layout as I
+from .transaction_index_layout import read_file, transactions_of, valid_entries
 
-__all__ = ["SegmentReport", "read_segment", "read_index", "used_entries", "base_offset_of"]
+__all__ = ["SegmentReport", "TxnIndexReport", "read_segment", "read_index", "read_txn_index",
+           "used_entries", "base_offset_of"]
 
 
 @dataclasses.dataclass
@@ -58,6 +65,20 @@ class SegmentReport:
     published_end: int | None = None        # a live active segment's: verified up to here
     batches: list = dataclasses.field(default_factory=list)       # BatchInfo
     records: list = dataclasses.field(default_factory=list)       # RecordColumns per batch
+    problems: list = dataclasses.field(default_factory=list)      # str
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclasses.dataclass
+class TxnIndexReport:
+    """What a transaction index holds and what is wrong with it."""
+    path: str
+    base_offset: int
+    file_size: int
+    entries: list = dataclasses.field(default_factory=list)       # AbortedTransaction
     problems: list = dataclasses.field(default_factory=list)      # str
 
     @property
@@ -244,3 +265,35 @@ def used_entries(entries: np.ndarray) -> int:
     raw = entries.view(np.uint8).reshape(entries.size, entries.dtype.itemsize)
     nonzero = np.flatnonzero(raw.any(axis=1))
     return int(nonzero[-1]) + 1 if nonzero.size else 0
+
+
+def read_txn_index(path: str, *, verify: bool = False) -> TxnIndexReport:
+    """The entries of a ``.txnindex`` file up to the first that is torn or breaks the
+    rules (reported); with ``verify``, each checked against the log beside it: its
+    last offset is an abort marker's, a control batch there.
+
+    Raises
+    ------
+    StorageError
+        The file cannot be read.
+    """
+    base_offset = base_offset_of(path)
+    data = read_file(path)
+    entries, reason = valid_entries(data, base_offset)
+    report = TxnIndexReport(path, base_offset, len(data), transactions_of(entries))
+    if reason:
+        report.problems.append(f"{path}: {reason} (the broker cuts it at its next open)")
+    if verify:
+        log_path = path[:-len(I.TXN_INDEX_SUFFIX)] + I.LOG_SUFFIX
+        if not os.path.exists(log_path):
+            report.problems.append(f"{log_path}: missing, so its transaction index is stale")
+            return report
+        markers = {info.base_offset for info in read_segment(log_path, verify=False).batches
+                   if info.is_control}
+        for number, entry in enumerate(report.entries):
+            if entry.last_offset not in markers:
+                report.problems.append(
+                    f"{path}: entry {number} (producer {entry.producer_id}) names offset "
+                    f"{entry.last_offset}, which is not a control batch (its abort marker) "
+                    f"of {log_path}")
+    return report

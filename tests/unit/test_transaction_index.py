@@ -15,7 +15,10 @@ import logging
 import os
 import stat
 import struct
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from helpers import abandon, values_batch
@@ -368,3 +371,32 @@ def test_compaction_carries_the_entries_into_the_cleaned_segment(tmp_path):
         assert names == [I.segment_file_name(0, I.TXN_INDEX_SUFFIX)]
     with PartitionLog(directory, config) as reopened:
         assert reopened.aborted_transactions(0, reopened.log_end_offset) == expected
+
+
+# --- shmlog dump ----------------------------------------------------------------------------
+
+def shmlog(*arguments):
+    return subprocess.run([sys.executable, "-m", "shmlog", *arguments], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_dump_prints_each_entry_as_kafka_s_dump_log_segments(open_log):
+    partition_log = open_log()
+    partition_log.append(transactional(5))
+    first = abort_in(partition_log, 5, 0, 0)
+    partition_log.append(transactional(2**40))
+    second = abort_in(partition_log, 2**40, 4, 4)
+    path = partition_log.active.txn_index.path
+    partition_log.close()
+    done = shmlog("dump", "--verify", path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        f"version: 0 producerId: {entry.producer_id} firstOffset: {entry.first_offset} "
+        f"lastOffset: {entry.last_offset} lastStableOffset: {entry.last_stable_offset}"
+        for entry in (first, second)]
+    with open(path, "ab") as target:           # a torn tail, and an entry naming no marker
+        target.write(b"\x00" * 5)
+    done = shmlog("dump", "--verify", path)
+    assert done.returncode == 1
+    assert "PROBLEM" in done.stdout and "not a whole entry" in done.stdout
+    assert np.array_equal(L.read_aborted(path)["last_offset"], [3, 7])
