@@ -67,7 +67,7 @@ import numpy as np
 from ..common import access, limits
 from ..common.errors import StorageError
 from ..native import typed_containers as typed
-from ..native.jit import kernel, load_i16, load_i32, load_i64
+from ..native.jit import kernel, load_i16, load_i32, load_i64, load_u16
 from ..record import batch_layout as B
 from ..record.records import batch_frame
 from ..shm.completion import SEQUENCE_MODULUS
@@ -78,6 +78,7 @@ from .producer_window import (
     HELD,
     last_sequence,
     window_batch,
+    window_fence,
     window_last_offset,
     window_of,
     window_push,
@@ -128,6 +129,7 @@ def _remember_batches(log, start, end, min_offset, table):
             continue
         batch = position - length
         epoch = np.int64(load_i16(log, batch + B.PRODUCER_EPOCH_OFFSET))
+        marker = load_u16(log, batch + B.ATTRIBUTES_OFFSET) & B.CONTROL_BIT != 0
         first = np.int64(load_i32(log, batch + B.BASE_SEQUENCE_OFFSET))
         last = last_sequence(first, np.int64(load_i32(log, batch + B.LAST_OFFSET_DELTA_OFFSET)))
         if known == 0 or ids[hit] != producer_id:
@@ -137,13 +139,15 @@ def _remember_batches(log, start, end, min_offset, table):
             if hit == known:
                 if known == limits.WALK_PRODUCERS_MAX:
                     hit = 0
-                    table[producer_id] = window_push(window_of(table, producer_id),
-                                                     epoch, first, last, base_offset)
+                    window = window_of(table, producer_id)
+                    table[producer_id] = window_fence(window, epoch) if marker else \
+                        window_push(window, epoch, first, last, base_offset)
                     continue
                 ids[known] = producer_id
                 windows[known] = window_of(table, producer_id)
                 known += 1
-        windows[hit] = window_push(windows[hit], epoch, first, last, base_offset)
+        windows[hit] = window_fence(windows[hit], epoch) if marker else \
+            window_push(windows[hit], epoch, first, last, base_offset)
     for index in range(known):
         table[ids[index]] = windows[index]
 

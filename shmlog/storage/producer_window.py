@@ -21,6 +21,9 @@ Rules
   piece by piece. The caller checks the epoch first.
 * Sequences wrap to 0 after ``SEQUENCE_MODULUS - 1``, as Kafka's ``incrementSequence``.
 * :data:`EMPTY_WINDOW` holds nothing (``HELD`` 0): the start of every producer.
+* An end-transaction marker is no batch of its producer's: it takes no sequence and
+  only raises the window's epoch (:func:`window_fence`), so a zombie of an older
+  epoch is fenced even before the new epoch's first batch.
 
 Theory of operation
 -------------------
@@ -48,8 +51,8 @@ from ..native.jit import kernel
 from ..shm.completion import SEQUENCE_MODULUS
 
 __all__ = ["EMPTY_WINDOW", "WINDOW_WORDS", "EPOCH", "NEXT_SEQUENCE", "HELD",
-           "window_of", "window_push", "window_duplicate", "window_batch", "window_last_offset",
-           "last_sequence"]
+           "window_of", "window_push", "window_fence", "window_duplicate", "window_batch",
+           "window_last_offset", "last_sequence"]
 
 # The window's words: a header, then the batches held, newest first.
 EPOCH = 0
@@ -92,6 +95,16 @@ def window_push(window, epoch, first_sequence, last_sequence, base_offset):
     return (np.int64(epoch), np.int64((last_sequence + 1) % SEQUENCE_MODULUS),
             np.int64(min(held + 1, limits.PRODUCER_BATCHES_MAX)), np.int64(first_sequence),
             np.int64(last_sequence), np.int64(base_offset)) + window[BATCHES:_OLDEST]
+
+
+@kernel(inline="always")
+def window_fence(window, epoch):
+    """``window`` after an end-transaction marker of ``epoch``: a higher epoch holds no
+    batch and fences every lower one (Kafka's ``appendEndTxnMarker`` bumps the entry's
+    epoch); the same or a lower one changes nothing. A marker takes no sequence."""
+    if epoch <= window[EPOCH]:
+        return window
+    return (np.int64(epoch), np.int64(0), np.int64(0)) + window[BATCHES:]
 
 
 @kernel(inline="always")
