@@ -29,24 +29,31 @@ import struct
 import numpy as np
 
 from ..common.errors import CorruptRecordError
+from ..native.jit import kernel, load_i32
 from . import batch_layout as L
 from .batch_header import batch_info
 from .decoding import decode_records
 from .encoding import encode_batch
 
 __all__ = ["ControlType", "EndTransactionMarker", "encode_marker", "decode_marker",
-           "control_record"]
+           "control_record", "marker_type", "NOT_A_MARKER"]
 
 _KEY = struct.Struct(">hh")              # version, type
 _VALUE = struct.Struct(">hi")            # version, coordinator epoch
 CONTROL_KEY_VERSION = 0
 MARKER_VALUE_VERSION = 0
+NOT_A_MARKER = -1                        # marker_type of a batch that is none
+_TYPE_IN_KEY = 2                         # the type's place in the key (after the version)
+_KEY_SIZE = _KEY.size                    # a constant to numba
 
 
 class ControlType(enum.IntEnum):
     """A control record's type (Kafka's ``ControlRecordType``)."""
     ABORT = 0
     COMMIT = 1
+
+
+_ABORT, _COMMIT = int(ControlType.ABORT), int(ControlType.COMMIT)   # constants to numba
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,3 +125,22 @@ def control_record(key: bytes | None, value: bytes | None,
                                  f"neither ABORT (0) nor COMMIT (1)")
     _, coordinator_epoch = _VALUE.unpack_from(value)
     return ControlType(kind), coordinator_epoch
+
+
+@kernel
+def marker_type(buffer, position, end):
+    """The :class:`ControlType` of the validated, uncompressed control batch at
+    ``position`` (its first record's key), or :data:`NOT_A_MARKER` when its record
+    is too short to say, for compiled walks of the log; :func:`decode_marker` says
+    why in Python."""
+    record = position + L.RECORDS_OFFSET
+    if end - record < L.RECORD_HEADER_LENGTH:
+        return NOT_A_MARKER
+    key_length = load_i32(buffer, record + L.KEY_LENGTH_OFFSET)
+    key = record + L.RECORD_HEADER_LENGTH
+    if key_length < _KEY_SIZE or key + _KEY_SIZE > end:
+        return NOT_A_MARKER
+    kind = (np.int64(buffer[key + _TYPE_IN_KEY]) << 8) | np.int64(buffer[key + _TYPE_IN_KEY + 1])
+    if kind != _ABORT and kind != _COMMIT:
+        return NOT_A_MARKER
+    return kind

@@ -58,6 +58,7 @@ from . import state_layout as S
 from .wakeup import Doorbell
 
 __all__ = ["PartitionStateTable", "RowSnapshot", "topic_key", "publish_row", "check_row",
+           "load_last_stable_offset",
            "bells_name", "unlink_table",
            "load_high_watermark", "load_segment_generation", "journal_note", "journal_flush",
            "journal_changes", "journal_sequence", "JOURNAL_LAPPED"]
@@ -141,9 +142,16 @@ def journal_changes(control, seen, out):
 
 @kernel
 def publish_row(rows, control, row, log_start_offset, log_end_offset, high_watermark,
-                active_segment_base_offset, active_segment_size, segment_generation):
+                active_segment_base_offset, active_segment_size, segment_generation,
+                last_stable_offset, aborted_generation):
     """Store a row's fields, the high watermark last (release: it covers the rest
     and every byte appended below it).
+
+    The last stable offset is stored (release) just before it, after the aborted
+    generation: a read_committed reader that loads it (acquire) finds every aborted
+    transaction below it in the ``.txnindex`` files, which the broker wrote before
+    this publish. A reader that pairs it with an older high watermark reads below
+    the lower of the two.
 
     The active segment's base offset is stored (release) after the generation and
     the size: a reader that loads it (acquire) and sees a new active segment also
@@ -166,6 +174,8 @@ def publish_row(rows, control, row, log_start_offset, log_end_offset, high_water
     store_relaxed(rows, base + S.LOG_END_OFFSET_WORD, log_end_offset)
     store_release(rows, base + S.SEGMENT_GENERATION_WORD, segment_generation)
     store_release(rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD, active_segment_base_offset)
+    store_relaxed(rows, base + S.ABORTED_GENERATION_WORD, aborted_generation)
+    store_release(rows, base + S.LAST_STABLE_OFFSET_WORD, last_stable_offset)
     store_release(rows, base + S.HIGH_WATERMARK_WORD, high_watermark)
     journal_note(control, row)
 
@@ -174,6 +184,16 @@ def publish_row(rows, control, row, log_start_offset, log_end_offset, high_water
 def load_high_watermark(rows, row):
     """The published high watermark (acquire: records below it may be read)."""
     return load_acquire(rows, row * S.ROW_WORDS + S.HIGH_WATERMARK_WORD)
+
+
+@kernel
+def load_last_stable_offset(rows, row):
+    """The published last stable offset (acquire: every aborted transaction below it
+    is in the partition's ``.txnindex`` files) and the aborted generation that came
+    with it."""
+    base = row * S.ROW_WORDS
+    last_stable_offset = load_acquire(rows, base + S.LAST_STABLE_OFFSET_WORD)
+    return last_stable_offset, load_relaxed(rows, base + S.ABORTED_GENERATION_WORD)
 
 
 @kernel
@@ -193,8 +213,10 @@ def _snapshot(rows, row, out):
     # Before the generation and size: see publish_row.
     out[S.ACTIVE_SEGMENT_BASE_OFFSET_WORD] = load_acquire(
         rows, base + S.ACTIVE_SEGMENT_BASE_OFFSET_WORD)
+    out[S.LAST_STABLE_OFFSET_WORD] = load_acquire(rows, base + S.LAST_STABLE_OFFSET_WORD)
     for field in (S.LOG_START_OFFSET_WORD, S.LOG_END_OFFSET_WORD, S.SEGMENT_GENERATION_WORD,
-                  S.TOPIC_KEY_WORD, S.PARTITION_WORD, S.ACTIVE_SEGMENT_SIZE_WORD):
+                  S.TOPIC_KEY_WORD, S.PARTITION_WORD, S.ACTIVE_SEGMENT_SIZE_WORD,
+                  S.ABORTED_GENERATION_WORD):
         out[field] = load_relaxed(rows, base + field)
 
 
@@ -208,6 +230,8 @@ class RowSnapshot:
     topic_key: int
     partition: int
     active_segment_size: int
+    last_stable_offset: int
+    aborted_generation: int
 
 
 def check_row(table: str, row: int, snapshot: RowSnapshot) -> RowSnapshot:
@@ -225,7 +249,8 @@ def check_row(table: str, row: int, snapshot: RowSnapshot) -> RowSnapshot:
     if 0 <= snapshot.log_start_offset <= _OFFSET_TOP and 0 <= snapshot.high_watermark \
             <= _OFFSET_TOP and 0 <= snapshot.active_segment_base_offset \
             <= snapshot.log_end_offset <= _OFFSET_TOP and 0 <= snapshot.active_segment_size \
-            <= limits.SEGMENT_SIZE_MAX and snapshot.segment_generation >= 0:
+            <= limits.SEGMENT_SIZE_MAX and snapshot.segment_generation >= 0 \
+            and 0 <= snapshot.last_stable_offset <= _OFFSET_TOP:
         return snapshot
     wrong = _wrong_word(snapshot)
     if wrong is not None:
@@ -244,7 +269,7 @@ _OFFSET_TOP = limits.OFFSET_MAX - 1
 def _wrong_word(snapshot: RowSnapshot) -> str | None:
     """What is wrong with a live row's words, or None."""
     for name in ("log_start_offset", "log_end_offset", "high_watermark",
-                 "active_segment_base_offset"):
+                 "active_segment_base_offset", "last_stable_offset"):
         value = getattr(snapshot, name)
         if not 0 <= value <= _OFFSET_TOP:
             return f"{name} is {value}"
@@ -401,16 +426,22 @@ class PartitionStateTable:
     def free(self, row: int) -> None:
         row = self._check_row(row)
         base = row * S.ROW_WORDS
-        publish_row(self.rows, self.control, row, -1, -1, -1, -1, -1, -1)
+        publish_row(self.rows, self.control, row, -1, -1, -1, -1, -1, -1, -1, -1)
         self.rows[base + S.TOPIC_KEY_WORD] = S.FREE_TOPIC_KEY
         journal_flush(self.control)
 
     def publish(self, row: int, log_start_offset: int, log_end_offset: int,
                 high_watermark: int, active_segment_base_offset: int,
-                active_segment_size: int, segment_generation: int) -> None:
+                active_segment_size: int, segment_generation: int,
+                last_stable_offset: int | None = None, aborted_generation: int = 0) -> None:
+        """Publish a row (:func:`publish_row`); the last stable offset is the high
+        watermark unless given (no transaction open)."""
+        if last_stable_offset is None:
+            last_stable_offset = high_watermark
         publish_row(self.rows, self.control, self._check_row(row), log_start_offset,
                     log_end_offset, high_watermark, active_segment_base_offset,
-                    active_segment_size, segment_generation)
+                    active_segment_size, segment_generation, last_stable_offset,
+                    aborted_generation)
         journal_flush(self.control)
 
     def flush_journal(self) -> None:
@@ -448,7 +479,9 @@ class PartitionStateTable:
                            int(out[S.HIGH_WATERMARK_WORD]),
                            int(out[S.ACTIVE_SEGMENT_BASE_OFFSET_WORD]),
                            int(out[S.SEGMENT_GENERATION_WORD]), int(out[S.TOPIC_KEY_WORD]),
-                           int(out[S.PARTITION_WORD]), int(out[S.ACTIVE_SEGMENT_SIZE_WORD]))
+                           int(out[S.PARTITION_WORD]), int(out[S.ACTIVE_SEGMENT_SIZE_WORD]),
+                           int(out[S.LAST_STABLE_OFFSET_WORD]),
+                           int(out[S.ABORTED_GENERATION_WORD]))
 
     # -- lifetime ------------------------------------------------------------------
     def unlink(self) -> None:

@@ -1,12 +1,12 @@
-"""Partition state table layout, version 4: what the broker publishes about every
+"""Partition state table layout, version 5: what the broker publishes about every
 partition it hosts, for consumers on the same host to read without a syscall.
 
 Two POSIX shared-memory objects. The *table* (``<prefix>-state``) is the broker's
 alone: only its user may write it (0600, or 0640 with a ``data_group``, so the
 group maps it read-only). It holds a 4 KiB control page, the journal of changed
-rows (``limits.STATE_JOURNAL_CAPACITY`` slots of 8 bytes), then one 64-byte row
-(one cache line, so publishing one partition never disturbs readers of another)
-per partition slot. The *doorbells* (``<table name>-bells``, :data:`BELLS_SUFFIX`)
+rows (``limits.STATE_JOURNAL_CAPACITY`` slots of 8 bytes), then one 128-byte row
+(two cache lines of its own, so publishing one partition never disturbs readers of
+another) per partition slot. The *doorbells* (``<table name>-bells``, :data:`BELLS_SUFFIX`)
 hold the only words clients write: producers ring the appender's doorbell and
 consumers count themselves among the sleepers on theirs, so that object is 0660
 with a group (``access``). All fields are little-endian int64 words::
@@ -46,11 +46,13 @@ Doorbell object (``BELLS_SIZE`` bytes; the words keep their version-3 offsets)::
 192 | consumer_sequence (i64): the broker's doorbell                 |
 256 | consumer_sleepers (i64)                                        |
 
-Row::
+Row (its first line what every reader reads, its second what a read_committed one
+adds)::
 
    0 | log_start_offset | 8 | log_end_offset | 16 | high_watermark |
   24 | active_segment_base_offset | 32 | segment_generation |
   40 | topic_key | 48 | partition | 56 | active_segment_size |
+  64 | last_stable_offset | 72 | aborted_generation | 80-127 reserved |
 
 * The broker is the only writer of the table, and the permissions say so: a
   client maps it read-only, and a member of the data group cannot open it for
@@ -68,6 +70,13 @@ Row::
   the appender's after every ring entry they publish, so an idle broker sleeps until
   one does; the broker rings the consumers' after every drain that published
   records. A sequence counts rings, a sleepers word counts who sleeps on it.
+* ``last_stable_offset`` (Kafka's LSO) is the first offset of the oldest
+  transaction still open in the partition, or the high watermark when none is
+  (never above it): a ``read_committed`` reader reads below it alone. It is stored
+  (release) before the high watermark, after the transaction index entries it
+  covers. ``aborted_generation`` changes whenever the partition's aborted
+  transactions (its ``.txnindex`` files) change: a reader reads them again only
+  then.
 * ``topic_key`` and ``partition`` name the row's owner (``topic_key`` is derived
   from the topic id), so a reader can check it holds the row it asked for;
   ``topic_key`` 0 marks a free row.
@@ -105,7 +114,11 @@ write only the doorbell object; the broker's own user and root can write anythin
                                                                 else UnknownTopicOrPartitionError
   row: offsets, generation, broker        consumers             ranges (state.check_row): else
        active segment base,                                     StateTableInconsistentError
-       active segment size
+       active segment size,
+       last stable offset
+  row: aborted_generation   broker        read_committed        none needed: any change only
+                                          consumers             makes a reader read the
+                                                                .txnindex files again
   appender_sequence         producers,    broker (futex value)  none needed: any value only
                             broker                              wakes, or lets sleep until the
   appender_sleepers         broker        producers             timeout, a bounded wait
@@ -119,7 +132,7 @@ from __future__ import annotations
 from ..common import limits
 
 MAGIC = 0x54534C53                    # "SLST" read as little-endian bytes
-VERSION = 4
+VERSION = 5
 BELLS_MAGIC = 0x42444C53              # "SLDB" read as little-endian bytes
 BELLS_VERSION = 1
 BELLS_SUFFIX = "-bells"
@@ -166,8 +179,10 @@ SEGMENT_GENERATION_OFFSET = ACTIVE_SEGMENT_BASE_OFFSET_OFFSET + WORD_SIZE
 TOPIC_KEY_OFFSET = SEGMENT_GENERATION_OFFSET + WORD_SIZE
 PARTITION_OFFSET = TOPIC_KEY_OFFSET + WORD_SIZE
 ACTIVE_SEGMENT_SIZE_OFFSET = PARTITION_OFFSET + WORD_SIZE
-ROW_FIELDS_END = ACTIVE_SEGMENT_SIZE_OFFSET + WORD_SIZE
-ROW_SIZE = CACHE_LINE_SIZE                                # padding row: one line each
+LAST_STABLE_OFFSET_OFFSET = CACHE_LINE_SIZE               # the second line: transactions
+ABORTED_GENERATION_OFFSET = LAST_STABLE_OFFSET_OFFSET + WORD_SIZE
+ROW_FIELDS_END = ABORTED_GENERATION_OFFSET + WORD_SIZE
+ROW_SIZE = 2 * CACHE_LINE_SIZE                            # padded: two lines each
 
 # Word indexes: the control page and each row viewed as int64 (what atomics take).
 ROW_CAPACITY_WORD = ROW_CAPACITY_OFFSET // WORD_SIZE
@@ -191,6 +206,8 @@ SEGMENT_GENERATION_WORD = SEGMENT_GENERATION_OFFSET // WORD_SIZE
 TOPIC_KEY_WORD = TOPIC_KEY_OFFSET // WORD_SIZE
 PARTITION_WORD = PARTITION_OFFSET // WORD_SIZE
 ACTIVE_SEGMENT_SIZE_WORD = ACTIVE_SEGMENT_SIZE_OFFSET // WORD_SIZE
+LAST_STABLE_OFFSET_WORD = LAST_STABLE_OFFSET_OFFSET // WORD_SIZE
+ABORTED_GENERATION_WORD = ABORTED_GENERATION_OFFSET // WORD_SIZE
 
 FREE_TOPIC_KEY = 0
 

@@ -116,7 +116,7 @@ def test_bad_entries_are_completed_with_errors_and_never_appended(world):
         (to, encode_batch([b"x" * 3000]), -CompletionCode.RECORD_TOO_LARGE),
         (to, np.frombuffer(b"garbage!" * 10, np.uint8), -BatchStatus.BAD_MAGIC),
         # Transactions' bytes: a producer writes no marker, and no transactional batch
-        # outside a transaction it opened (none can be open yet).
+        # in a partition its coordinator did not add to its transaction.
         (to, encode_marker(EndTransactionMarker(7, 0, True, 0)),
          -CompletionCode.CONTROL_FROM_PRODUCER),
         (to, encode_batch([b"in-a-transaction"], producer_id=7, producer_epoch=0,

@@ -55,6 +55,12 @@ def test_a_published_row_reads_back(table_name):
                 snapshot.active_segment_base_offset, snapshot.active_segment_size,
                 snapshot.segment_generation, snapshot.topic_key,
                 snapshot.partition) == (2, 40, 38, 30, 4096, 7, key, 3)
+        assert (snapshot.last_stable_offset, snapshot.aborted_generation) == (38, 0), \
+            "no transaction open: the last stable offset is the high watermark"
+        table.publish(5, 2, 41, 41, 30, 4200, 7, last_stable_offset=35, aborted_generation=2)
+        snapshot = reader.snapshot(5)
+        assert (snapshot.high_watermark, snapshot.last_stable_offset,
+                snapshot.aborted_generation) == (41, 35, 2)
         assert reader.snapshot(4).topic_key == 0, "other rows untouched"
         table.free(5)
         assert reader.snapshot(5).topic_key == 0 and reader.high_watermark(5) == -1
@@ -109,8 +115,8 @@ def test_the_journal_names_published_rows_in_order_once_per_flush(table_name):
         # told: until then nothing is new to a reader, and a row named once.
         for high_watermark in range(11, 16):
             publish_row(table.rows, table.control, 3, 0, high_watermark, high_watermark, 0,
-                        100, 0)
-        publish_row(table.rows, table.control, 5, 0, 2, 2, 0, 100, 0)
+                        100, 0, high_watermark, 0)
+        publish_row(table.rows, table.control, 5, 0, 2, 2, 0, 100, 0, 2, 0)
         assert reader.journal_changes(sequence, slots) == (2, 0)
         table.flush_journal()
         sequence, count = reader.journal_changes(sequence, slots)
@@ -125,7 +131,7 @@ def test_the_journal_names_published_rows_in_order_once_per_flush(table_name):
 def test_the_journal_flushes_itself_every_unflushed_max_publishes(table_name):
     with PartitionStateTable.create(table_name, S.JOURNAL_UNFLUSHED_MAX + 1) as table:
         for row in range(S.JOURNAL_UNFLUSHED_MAX):
-            publish_row(table.rows, table.control, row, 0, 1, 1, 0, 100, 0)
+            publish_row(table.rows, table.control, row, 0, 1, 1, 0, 100, 0, 1, 0)
         slots = _slots()
         sequence, count = table.journal_changes(0, slots)
         assert sequence == count == S.JOURNAL_UNFLUSHED_MAX
@@ -164,7 +170,7 @@ def test_a_scribbled_journal_costs_a_full_look_never_memory(table_name, garbage)
         slots = _slots()
         assert table.journal_changes(garbage, slots) == (garbage + 1, 1) and slots[0] == 3
         for row in range(4):
-            publish_row(table.rows, table.control, row, 0, 1, 1, 0, 100, 0)
+            publish_row(table.rows, table.control, row, 0, 1, 1, 0, 100, 0, 1, 0)
         table.flush_journal()
         assert table.journal_changes(garbage + 1, slots) == (garbage + 5, 4)
         assert list(slots[:4]) == [0, 1, 2, 3]
@@ -177,7 +183,7 @@ def test_a_scribbled_journal_costs_a_full_look_never_memory(table_name, garbage)
 
 
 def test_the_layout_keeps_the_journal_between_the_control_page_and_the_rows():
-    assert S.VERSION == 4
+    assert S.VERSION == 5
     assert S.JOURNAL_SLOTS_OFFSET >= S.JOURNAL_PENDING_OFFSET + S.WORD_SIZE
     assert S.ROWS_OFFSET == S.JOURNAL_SLOTS_OFFSET + S.JOURNAL_CAPACITY * S.JOURNAL_SLOT_SIZE
     assert S.journal_slot_word(S.JOURNAL_CAPACITY + 2) == S.JOURNAL_SLOTS_WORD + 2
@@ -187,17 +193,22 @@ def test_the_layout_keeps_the_journal_between_the_control_page_and_the_rows():
             / "BulkSource.java").read_text()
     rows = re.search(r"ROWS = ([^,]+),", java).group(1)
     assert eval(rows, {}) == S.ROWS_OFFSET, rows
+    assert int(re.search(r"ROW_SIZE = (\d+),", java).group(1)) == S.ROW_SIZE
+    # The transactions' words have a line of their own, after every reader's.
+    assert S.LAST_STABLE_OFFSET_OFFSET == S.CACHE_LINE_SIZE and S.ROW_SIZE == 128
 
 
 def test_a_row_word_no_broker_publishes_is_named_as_tampering():
     good = RowSnapshot(log_start_offset=0, log_end_offset=10, high_watermark=10,
                        active_segment_base_offset=5, segment_generation=2, topic_key=7,
-                       partition=0, active_segment_size=300)
+                       partition=0, active_segment_size=300, last_stable_offset=8,
+                       aborted_generation=0)
     assert check_row("table", 3, good) is good
     for field, value in (("log_start_offset", -1), ("log_end_offset", 2**63 - 1),
                          ("high_watermark", 2**63 - 1), ("active_segment_base_offset", 11),
                          ("active_segment_base_offset", -3), ("active_segment_size", -1),
-                         ("active_segment_size", 2**31), ("segment_generation", -2)):
+                         ("active_segment_size", 2**31), ("segment_generation", -2),
+                         ("last_stable_offset", -1), ("last_stable_offset", 2**63 - 1)):
         with pytest.raises(StateTableInconsistentError, match="tampered") as raised:
             check_row("table", 3, dataclasses.replace(good, **{field: value}))
         assert (raised.value.table, raised.value.row) == ("table", 3)

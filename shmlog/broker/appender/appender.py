@@ -49,6 +49,7 @@ import numpy as np
 
 from ...common.errors import CorruptRingError, LocalProtocolError
 from ...native.atomics import py_store_release
+from ...record.control import EndTransactionMarker
 from ...record.records import check_batch
 from ...ring import Destination, Ring, next_entry
 from ...shm import ring_layout as R
@@ -340,7 +341,8 @@ class Appender:
                                  partitions.settings, self.table.rows, self.table.control,
                                  appends.appended, appends.touched,
                                  appends.producer_states.sequences,
-                                 self._cursor, entries_max - handled, self._report)
+                                 appends.transactions.table, self._cursor,
+                                 entries_max - handled, self._report)
             handled += int(self._report[REPORT_FINISHED])
             appends.note_compiled_appends()
             if status == DRAIN_SLOW:
@@ -464,6 +466,44 @@ class Appender:
             return -CompletionCode.NOT_LEADER_OR_FOLLOWER, -1
         result, append_time, _ = self._appends.append_batch(row, source)
         return result, append_time
+
+    # -- transactions --------------------------------------------------------------------
+    def expect_transaction(self, row: int, producer_id: int, producer_epoch: int) -> bool:
+        """The transaction coordinator added the partition at ``row`` to the producer's
+        transaction at ``producer_epoch`` (AddPartitionsToTxn): its first transactional
+        batch there is admitted. False when a transaction of another epoch is still
+        open there (the coordinator ends it first).
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        return self._appends.expect_transaction(row, producer_id, producer_epoch)
+
+    def write_marker(self, row: int, marker: EndTransactionMarker) -> int:
+        """Append an end-transaction marker to the partition at ``row`` and end its
+        producer's transaction there (:meth:`LogAppends.write_marker`): the marker's
+        offset, or ``-CompletionCode``.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            No partition is hosted at ``row``.
+        """
+        if not self._partitions.is_leader(self._partitions.hosted(row)):
+            return -CompletionCode.NOT_LEADER_OR_FOLLOWER
+        return self._appends.write_marker(row, marker)
+
+    def last_stable_offset(self, row: int) -> int:
+        """The last stable offset published for the partition at ``row``:
+        :meth:`PartitionRows.last_stable_offset`."""
+        return self._partitions.last_stable_offset(row)
+
+    def open_transactions(self, row: int) -> list[tuple[int, int, int]]:
+        """(producer id, epoch, first offset) of each transaction open (or expected:
+        first offset -1) in the partition at ``row``."""
+        return self._appends.transactions.open_transactions(self._partitions.hosted(row))
 
     def append_replicated(self, row: int, batches) -> tuple[int, int]:
         """Append a leader's batches to the follower partition at ``row`` as they are:

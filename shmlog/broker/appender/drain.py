@@ -30,16 +30,18 @@ Theory of operation
 :func:`drain_rings` visits the rings round-robin, one entry per ring per round, and
 takes each entry through the appender's rules, one kernel each: :func:`_row_takes`
 (the entry's identity is its row's, and producers may write it), :func:`_admit` (the
-batch's header and size, and its producer's sequence: the entry is either finished
-with a result there, or to be appended), and for an uncompressed batch bound for a
+batch's header and size, its producer's sequence, and its transaction
+(``transactions``): the entry is either finished with a result there, or to be
+appended), and for an uncompressed batch bound for a
 CreateTime partition :func:`_append_fast` (copy it into the active segment through
 ``segments.append_batches``, check the copy, remember its sequence, publish the row).
 Every entry ends in ``completions.finish_entry``, which completes (or parks) it and
 hands its space back. Anything the loop cannot finish - a zstd batch (its records are
 checked after inflating), a topic that stamps LogAppendTime or recompresses, a
 segment that must roll or needs space reserved, an entry whose identity is not its
-row's - it stops at (``DRAIN_SLOW``): the appender's slow path appends that one entry
-through ``PartitionLog.append`` (or refuses it), finishes it through the same
+row's, the first batch of a transaction in its partition - it stops at
+(``DRAIN_SLOW``): the appender's slow path appends that one entry through
+``PartitionLog.append`` (or refuses it), finishes it through the same
 ``finish_entry`` and calls the loop again.
 
 The rows the loop appended to are listed in ``touched`` (a count, then the rows) and
@@ -81,9 +83,11 @@ from .layout import (
     RING_CAPACITY,
     RING_HEAD,
     RING_PARKED_COUNT,
+    ROW_ABORTED_GENERATION,
     ROW_BATCH_SIZE_MAX,
     ROW_FAST,
     ROW_FENCED,
+    ROW_FIRST_UNSTABLE_OFFSET,
     ROW_GENERATION,
     ROW_HIGH_WATERMARK,
     ROW_HIGH_WATERMARK_POLICY,
@@ -107,8 +111,9 @@ from .producer_state import (
     remember_sequence,
     sequence_refusal,
 )
+from .transactions import TXN_BEGINS, transaction_verdict
 
-__all__ = ["drain_rings", "publish_offsets"]
+__all__ = ["drain_rings", "publish_offsets", "last_stable_offset"]
 
 # what an entry's admission (and its compiled append) decides
 _COMPLETE = 0                  # finish it with the result given
@@ -123,9 +128,21 @@ def publish_offsets(state_rows, journal, row_settings, row, state):
     it in the journal (``journal``: the table's control area; the caller flushes)."""
     if row_settings[row, ROW_HIGH_WATERMARK_POLICY] == HighWatermarkPolicy.LOG_END.value:
         row_settings[row, ROW_HIGH_WATERMARK] = state[NEXT_OFFSET_WORD]
+    high_watermark = row_settings[row, ROW_HIGH_WATERMARK]
     publish_row(state_rows, journal, row, row_settings[row, ROW_LOG_START_OFFSET],
-                state[NEXT_OFFSET_WORD], row_settings[row, ROW_HIGH_WATERMARK],
-                state[BASE_OFFSET_WORD], state[POSITION_WORD], row_settings[row, ROW_GENERATION])
+                state[NEXT_OFFSET_WORD], high_watermark, state[BASE_OFFSET_WORD],
+                state[POSITION_WORD], row_settings[row, ROW_GENERATION],
+                last_stable_offset(row_settings[row, ROW_FIRST_UNSTABLE_OFFSET], high_watermark),
+                row_settings[row, ROW_ABORTED_GENERATION])
+
+
+@kernel(inline="always")
+def last_stable_offset(first_unstable_offset, high_watermark):
+    """Kafka's LSO: the first offset of the oldest open transaction, never above the
+    high watermark (which it is when no transaction is open, -1)."""
+    if 0 <= first_unstable_offset < high_watermark:
+        return first_unstable_offset
+    return high_watermark
 
 
 @kernel(inline=PER_ENTRY_INLINE)
@@ -139,12 +156,14 @@ def _row_takes(row_settings, row, entry_topic_key, entry_partition):
 
 
 @kernel(inline=PER_ENTRY_INLINE)
-def _admit(data, start, end, row_settings, row, sequences, awaits_high_watermark):
+def _admit(data, start, end, row_settings, row, sequences, transactions,
+           awaits_high_watermark):
     """What becomes of the batch ``data[start:end]`` bound for ``row``: (action,
     completion result, last offset it names). _COMPLETE with the result when it is
-    refused (too few in-sync replicas for acks=all, header, size, sequence) or a
-    duplicate; _APPEND when the compiled loop appends it; _TO_PYTHON when it is
-    compressed or its topic needs the slow path.
+    refused (too few in-sync replicas for acks=all, header, size, a control batch,
+    its transaction, sequence) or a duplicate; _APPEND when the compiled loop
+    appends it; _TO_PYTHON when it is compressed, its topic needs the slow path, or
+    it opens its transaction in the partition (``transactions``).
 
     The header, bounds and codec only: the CRC and the records are checked on the
     copy in the log (or by the slow path), where the producer can no longer change
@@ -166,20 +185,23 @@ def _admit(data, start, end, row_settings, row, sequences, awaits_high_watermark
     attributes = load_u16(data, start + B.ATTRIBUTES_OFFSET)
     if attributes & B.CONTROL_BIT:
         return _COMPLETE, -CompletionCode.CONTROL_FROM_PRODUCER.value, -1
-    if attributes & B.TRANSACTIONAL_BIT:       # no transaction is ever open yet
-        return _COMPLETE, -CompletionCode.INVALID_TXN_STATE.value, -1
+    producer_id = load_i64(data, start + B.PRODUCER_ID_OFFSET)
+    producer_epoch = np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET))
     last_offset_delta = np.int64(load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET))
     verdict, duplicate_offset = check_sequence(
-        sequences, row, load_i64(data, start + B.PRODUCER_ID_OFFSET),
-        np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET)),
+        sequences, row, producer_id, producer_epoch,
         np.int64(load_i32(data, start + B.BASE_SEQUENCE_OFFSET)), last_offset_delta)
     if verdict == SEQUENCE_DUPLICATE:
         # Acknowledged with the original's offsets (so once they are committed).
         return _COMPLETE, duplicate_offset, duplicate_offset + last_offset_delta
     if verdict != SEQUENCE_NEW:
         return _COMPLETE, sequence_refusal(verdict), -1
+    transaction = transaction_verdict(transactions, row_settings, row, producer_id,
+                                      producer_epoch, attributes & B.TRANSACTIONAL_BIT != 0)
+    if transaction < 0:
+        return _COMPLETE, transaction, -1
     codec = attributes & B.CODEC_MASK
-    if codec != B.CODEC_NONE or not row_settings[row, ROW_FAST]:
+    if codec != B.CODEC_NONE or not row_settings[row, ROW_FAST] or transaction == TXN_BEGINS:
         return _TO_PYTHON, 0, -1
     return _APPEND, 0, -1
 
@@ -226,7 +248,7 @@ def _stop(report, finished, ring, position, length):
 @kernel
 def drain_rings(ring_words, ring_completions, ring_data, rings, parked, logs, offset_indexes,
                 time_indexes, segment_states, row_settings, state_rows, journal, appended,
-                touched, sequences, cursor, entries_max, report):
+                touched, sequences, transactions, cursor, entries_max, report):
     """The compiled loop (see the module's theory): rings round-robin from
     ``cursor``, each entry through _row_takes, _admit, _append_fast and finish_entry,
     until every ring is empty (DRAIN_IDLE), about ``entries_max`` entries are finished
@@ -235,7 +257,8 @@ def drain_rings(ring_words, ring_completions, ring_data, rings, parked, logs, of
     sequence is stored before it returns (``journal``: the table's control area)."""
     status = _drain(ring_words, ring_completions, ring_data, rings, parked, logs,
                     offset_indexes, time_indexes, segment_states, row_settings, state_rows,
-                    journal, appended, touched, sequences, cursor, entries_max, report)
+                    journal, appended, touched, sequences, transactions, cursor, entries_max,
+                    report)
     journal_flush(journal)
     return status
 
@@ -243,7 +266,7 @@ def drain_rings(ring_words, ring_completions, ring_data, rings, parked, logs, of
 @kernel(inline=PER_ENTRY_INLINE)
 def _drain(ring_words, ring_completions, ring_data, rings, parked, logs, offset_indexes,
            time_indexes, segment_states, row_settings, state_rows, journal, appended, touched,
-           sequences, cursor, entries_max, report):
+           sequences, transactions, cursor, entries_max, report):
     """drain_rings' loop, which returns at the entry that ends it."""
     report[REPORT_FINISHED] = 0
     finished = 0
@@ -268,7 +291,7 @@ def _drain(ring_words, ring_completions, ring_data, rings, parked, logs, offset_
             action, result, last_offset = _TO_PYTHON, 0, -1
             if _row_takes(row_settings, row, entry_topic_key, entry_partition):
                 action, result, last_offset = _admit(data, start, end, row_settings, row,
-                                                     sequences,
+                                                     sequences, transactions,
                                                      rings[ring, RING_AWAITS_HIGH_WATERMARK])
             if action == _APPEND:
                 action, result, last_offset = _append_fast(

@@ -87,7 +87,9 @@ ROW_HIGH_WATERMARK = 13        # the high watermark published (LOG_END: the log 
 ROW_UNDER_MIN_ISR = 14         # fewer in-sync replicas than min.insync.replicas (acks=all)
 ROW_NOT_LEADER = 15            # another broker leads it: producers' entries go to Python
 ROW_FENCED = 16                # its leadership may be lost (set_fenced): acks=all refused
-ROW_COLUMNS = 17
+ROW_FIRST_UNSTABLE_OFFSET = 17  # the first offset of its oldest open transaction, or -1
+ROW_ABORTED_GENERATION = 18    # changes with its aborted transactions (.txnindex)
+ROW_COLUMNS = 19
 
 # Entries handled per call before Python looks up again (signals, shutdown, timers).
 DRAIN_ENTRIES_MAX = 4096

@@ -51,8 +51,9 @@ from ...common.errors import (
 )
 from ...record import batch_layout as B
 from ...record.batch_header import offset_span
+from ...record.control import ControlType, EndTransactionMarker, encode_marker
 from ...shm.completion import CompletionCode
-from .layout import ROW_LEADER_EPOCH
+from .layout import ROW_ABORTED_GENERATION, ROW_FIRST_UNSTABLE_OFFSET, ROW_LEADER_EPOCH
 from .partition_rows import PartitionRows
 from .producer_state import (
     SEQUENCE_DUPLICATE,
@@ -60,6 +61,7 @@ from .producer_state import (
     ProducerStateTable,
     sequence_refusal,
 )
+from .transactions import TXN_BEGINS, TransactionTable
 
 log = logging.getLogger("shmlog.broker.appender")     # the appender's log, joined by its parts
 
@@ -73,6 +75,7 @@ class LogAppends:
     def __init__(self, rows: PartitionRows):
         self.rows = rows
         self.producer_states = ProducerStateTable()
+        self.transactions = TransactionTable()
         capacity = rows.settings.shape[0]
         # The compiled loop's tally: offsets appended per row, and the rows appended
         # to (a count, then the rows).
@@ -107,6 +110,7 @@ class LogAppends:
         that it was appended to."""
         self._appended_rows.pop(row, None)
         self.producer_states.forget(row)
+        self.transactions.forget(self.rows.settings, row)
 
     def append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
         """Append one batch through the partition's log, unless its sequence says it
@@ -131,24 +135,87 @@ class LogAppends:
             return int(duplicate_offset), -1, int(duplicate_offset) + last_offset_delta
         if verdict != SEQUENCE_NEW:
             return int(sequence_refusal(verdict)), -1, -1
-        try:
-            appended = partition_log.append(
-                batch, leader_epoch=int(self.rows.settings[row, ROW_LEADER_EPOCH]))
-        except CorruptRecordError as error:
-            return -(error.status or CompletionCode.NOT_ONE_BATCH), -1, -1
-        except RecordTooLargeError:
-            return -CompletionCode.RECORD_TOO_LARGE, -1, -1
-        except ResourceLimitError as error:
-            self.refusals.refused(partition_log.directory, error)
-            return -CompletionCode.RESOURCE_LIMIT, -1, -1
-        except StorageError as error:
-            self.refusals.refused(partition_log.directory, error)
-            return -CompletionCode.STORAGE_ERROR, -1, -1
+        settings = self.rows.settings
+        transactional = header is not None and bool(header["attributes"] & B.TRANSACTIONAL_BIT)
+        transaction = self.transactions.verdict(settings, row, producer_id, producer_epoch,
+                                                transactional)
+        if transaction < 0:
+            return transaction, -1, -1
+        if transaction == TXN_BEGINS:
+            # Open before the append publishes the row: the last stable offset stays
+            # below the transaction's first batch.
+            self.transactions.begin(settings, row, producer_id, producer_epoch,
+                                    partition_log.log_end_offset)
+        result = self._append(row, partition_log, batch)
+        if isinstance(result, int):
+            if transaction == TXN_BEGINS:          # nothing of it is in the log: not begun
+                self.transactions.end(settings, row, producer_id)
+                self.transactions.expect(row, producer_id, producer_epoch)
+                self.rows.refresh(row)
+            return result, -1, -1
+        appended = result
         self.producer_states.remember(row, producer_id, producer_epoch, base_sequence,
                                       appended.base_offset,
                                       appended.last_offset - appended.base_offset + 1)
         self._appended_rows[row] = None
         return appended.base_offset, appended.log_append_time, appended.last_offset
+
+    def _append(self, row: int, partition_log, batch: np.ndarray):
+        """``PartitionLog.append`` stamped with the row's leader epoch: its
+        ``AppendResult``, or the completion result (an int) of the log's refusal."""
+        try:
+            return partition_log.append(
+                batch, leader_epoch=int(self.rows.settings[row, ROW_LEADER_EPOCH]))
+        except CorruptRecordError as error:
+            return -(error.status or CompletionCode.NOT_ONE_BATCH)
+        except RecordTooLargeError:
+            return -CompletionCode.RECORD_TOO_LARGE
+        except ResourceLimitError as error:
+            self.refusals.refused(partition_log.directory, error)
+            return -CompletionCode.RESOURCE_LIMIT
+        except StorageError as error:
+            self.refusals.refused(partition_log.directory, error)
+            return -CompletionCode.STORAGE_ERROR
+
+    # -- transactions ------------------------------------------------------------------
+    def expect_transaction(self, row: int, producer_id: int, producer_epoch: int) -> bool:
+        """The coordinator added the partition at ``row`` to the producer's transaction:
+        :meth:`TransactionTable.expect`."""
+        return self.transactions.expect(self.rows.hosted(row), producer_id, producer_epoch)
+
+    def write_marker(self, row: int, marker: EndTransactionMarker) -> int:
+        """Append the end-transaction ``marker`` to the partition at ``row`` (the
+        coordinator's, Kafka's WriteTxnMarkers), end its producer's transaction there,
+        remember an aborted one in the partition's ``.txnindex``, and publish the row:
+        the completion result (the marker's offset, or ``-CompletionCode``).
+
+        A marker needs no open transaction (the coordinator writes one to every
+        partition it added, written to or not), and fences the producer's older
+        epochs in the partition (Kafka's ``appendEndTxnMarker``)."""
+        partition_log = self.rows.partition_log(row)
+        result = self._append(row, partition_log, encode_marker(marker))
+        if isinstance(result, int):
+            return result
+        marker_offset = result.base_offset
+        self.producer_states.fence(row, marker.producer_id, marker.producer_epoch)
+        first_offset = self.transactions.end(self.rows.settings, row, marker.producer_id)
+        if not marker.committed and first_offset >= 0:
+            self._index_aborted(row, partition_log, marker.producer_id, first_offset,
+                                marker_offset)
+        self.rows.refresh(row)
+        self._appended_rows[row] = None
+        return marker_offset
+
+    def _index_aborted(self, row: int, partition_log, producer_id: int, first_offset: int,
+                       marker_offset: int) -> None:
+        """Write an aborted transaction into the partition's ``.txnindex`` and move the
+        row's aborted generation (the caller publishes the row after)."""
+        settings = self.rows.settings[row]
+        first_unstable = int(settings[ROW_FIRST_UNSTABLE_OFFSET])
+        partition_log.append_aborted_transaction(
+            producer_id, first_offset, marker_offset,
+            first_unstable if first_unstable >= 0 else partition_log.log_end_offset)
+        settings[ROW_ABORTED_GENERATION] += 1
 
     def append_replicated(self, row: int, batches) -> tuple[int, int]:
         """Append a leader's batches to the follower partition at ``row`` as they are
@@ -178,19 +245,43 @@ class LogAppends:
             ``UnexpectedAppendOffsetError`` and ``OffsetsOutOfOrderError``
             included); nothing of a refused append is remembered.
         """
-        self.rows.check_external(row, "a follower's high watermark comes from its leader")
+        settings = self.rows.check_external(
+            row, "a follower's high watermark comes from its leader")
         source = batches if isinstance(batches, np.ndarray) else np.frombuffer(batches, np.uint8)
+        partition_log = self.rows.partition_log(row)
+        # The last stable offset stays below these batches while they go in (they may
+        # open transactions the table learns of after): the log's listener publishes
+        # the row on the append.
+        first_unstable = int(settings[ROW_FIRST_UNSTABLE_OFFSET])
+        settings[ROW_FIRST_UNSTABLE_OFFSET] = partition_log.log_end_offset \
+            if first_unstable < 0 else first_unstable
         try:
-            # The log's listener refreshes and publishes the row.
-            appended = self.rows.partition_log(row).append_as_follower(source)
+            appended = partition_log.append_as_follower(source)
         except StorageError:
             # Batches before the one that failed may be in: remember from the log.
             self.rebuild_producer_state(row)
             raise
+        finally:
+            settings[ROW_FIRST_UNSTABLE_OFFSET] = first_unstable
         # The bytes were validated whole: every batch of them is in the log now.
         self.producer_states.remember_batches(row, source)
+        self._follow_transactions(row, partition_log, source)
+        self.rows.refresh(row)
         self._appended_rows[row] = None
         return appended.base_offset, appended.last_offset
+
+    def _follow_transactions(self, row: int, partition_log, batches: np.ndarray) -> None:
+        """The transactions ``batches`` (in the log) open and end; an aborted one not
+        in the ``.txnindex`` yet is written there (the caller publishes the row)."""
+        ended = self.transactions.observe(self.rows.settings, row, batches)
+        for producer_id, first_offset, marker_offset, kind in ended.tolist():
+            if kind != ControlType.ABORT or first_offset < 0:
+                continue
+            if any(entry.last_offset == marker_offset and entry.producer_id == producer_id
+                   for entry in partition_log.aborted_transactions(marker_offset,
+                                                                   marker_offset + 1)):
+                continue                           # indexed before a restart
+            self._index_aborted(row, partition_log, producer_id, first_offset, marker_offset)
 
     def rebuild_producer_state(self, row: int) -> None:
         """Forget what is remembered of the producers of the partition at ``row`` and
@@ -204,6 +295,7 @@ class LogAppends:
             No partition is hosted at ``row``.
         """
         self.producer_states.forget(self.rows.hosted(row))
+        self.transactions.forget(self.rows.settings, row)
         self.remember_log(row)
 
     def remember_log(self, row: int) -> None:
@@ -211,8 +303,12 @@ class LogAppends:
         segment (``producer_snapshots``), not the active one alone: a producer whose
         last batches sit in an older segment would be forgotten, and a re-send
         appended twice."""
-        self.producer_states.remember_producers(row,
-                                                self.rows.partition_log(row).producer_batches())
+        partition_log = self.rows.partition_log(row)
+        self.producer_states.remember_producers(row, partition_log.producer_batches())
+        for segment in partition_log.segments:
+            if segment.size:
+                self._follow_transactions(row, partition_log, segment.log[:segment.size])
+        self.rows.refresh(row)
 
 
 class RefusalLog:

@@ -47,13 +47,15 @@ from ...segments import AppendTarget
 from ...shm.state import PartitionStateTable, topic_key
 from ...storage.log_manager import LogManager
 from ...storage.segment_state import STATE_WORDS
-from .drain import publish_offsets
+from .drain import last_stable_offset, publish_offsets
 from .layout import (
     LEADER_EPOCH_MAX,
+    ROW_ABORTED_GENERATION,
     ROW_BATCH_SIZE_MAX,
     ROW_COLUMNS,
     ROW_FAST,
     ROW_FENCED,
+    ROW_FIRST_UNSTABLE_OFFSET,
     ROW_GENERATION,
     ROW_HIGH_WATERMARK,
     ROW_HIGH_WATERMARK_POLICY,
@@ -125,6 +127,7 @@ class PartitionRows:
         self.settings[row, ROW_REGISTERED] = 1
         self.settings[row, ROW_TOPIC_KEY], self.settings[row, ROW_PARTITION] = identity
         self.settings[row, ROW_INTERNAL] = int(topic in INTERNAL_TOPICS)
+        self.settings[row, ROW_FIRST_UNSTABLE_OFFSET] = -1        # no transaction open
         # The log tells of every change that makes its target or the row stale.
         partition_log.set_listener(lambda change: self.refresh(row))
         self.refresh(row)
@@ -222,10 +225,13 @@ class PartitionRows:
         settings[ROW_LOG_START_OFFSET] = partition_log.log_start_offset
         settings[ROW_GENERATION] = partition_log.generation
         end = partition_log.log_end_offset
-        self.table.publish(row, partition_log.log_start_offset, end,
-                           self._high_watermark_for(row, partition_log.log_start_offset, end),
+        high_watermark = self._high_watermark_for(row, partition_log.log_start_offset, end)
+        self.table.publish(row, partition_log.log_start_offset, end, high_watermark,
                            partition_log.active.base_offset, partition_log.active.size,
-                           partition_log.generation)
+                           partition_log.generation,
+                           int(last_stable_offset(settings[ROW_FIRST_UNSTABLE_OFFSET],
+                                                  high_watermark)),
+                           int(settings[ROW_ABORTED_GENERATION]))
 
     def _high_watermark_for(self, row: int, log_start_offset: int, log_end_offset: int) -> int:
         """The high watermark to publish with these offsets, by the row's policy: the
@@ -244,6 +250,13 @@ class PartitionRows:
     def high_watermark(self, row: int) -> int:
         """The high watermark published for the partition at ``row``."""
         return int(self.settings[self.hosted(row), ROW_HIGH_WATERMARK])
+
+    def last_stable_offset(self, row: int) -> int:
+        """The last stable offset published for the partition at ``row`` (Kafka's LSO:
+        below its oldest open transaction, never above the high watermark)."""
+        settings = self.settings[self.hosted(row)]
+        return int(last_stable_offset(settings[ROW_FIRST_UNSTABLE_OFFSET],
+                                      settings[ROW_HIGH_WATERMARK]))
 
     def set_high_watermark_policy(self, row: int, policy: HighWatermarkPolicy,
                                   high_watermark: int | None = None) -> None:

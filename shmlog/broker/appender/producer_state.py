@@ -50,17 +50,17 @@ from __future__ import annotations
 import numpy as np
 
 from ...native import typed_containers as typed
-from ...native.jit import kernel, load_i16, load_i32, load_i64
+from ...native.jit import kernel, load_i16, load_i32, load_i64, load_u16
 from ...record import batch_layout as B
 from ...record.records import batch_frame
 from ...shm.completion import CompletionCode
 from ...storage.producer_window import (
-    EMPTY_WINDOW,
     EPOCH,
     HELD,
     NEXT_SEQUENCE,
     last_sequence,
     window_duplicate,
+    window_fence,
     window_of,
     window_push,
 )
@@ -80,13 +80,14 @@ def check_sequence(sequences, row, producer_id, producer_epoch, base_sequence,
                    last_offset_delta):
     """(verdict, base offset to acknowledge a duplicate with) of a batch whose
     records span ``base_sequence`` to ``base_sequence + last_offset_delta``."""
-    window = window_of(sequences, (row, producer_id)) if producer_id >= 0 \
-        else EMPTY_WINDOW
-    if window[HELD] == 0:
+    if producer_id < 0:
         return SEQUENCE_NEW, -1
+    window = window_of(sequences, (row, producer_id))
     epoch = window[EPOCH]
     if producer_epoch < epoch:
         return SEQUENCE_FENCED, -1
+    if window[HELD] == 0:
+        return SEQUENCE_NEW, -1
     if producer_epoch > epoch:
         return (SEQUENCE_NEW if base_sequence == 0 else SEQUENCE_OUT_OF_ORDER), -1
     duplicate_offset = window_duplicate(window, base_sequence,
@@ -108,6 +109,15 @@ def remember_sequence(sequences, row, producer_id, producer_epoch, base_sequence
         sequences[key] = window_push(window_of(sequences, key), producer_epoch,
                                      base_sequence, last_sequence(base_sequence, record_count - 1),
                                      base_offset)
+
+
+@kernel
+def fence_epoch(sequences, row, producer_id, producer_epoch):
+    """An end-transaction marker of ``producer_epoch`` was appended for the producer:
+    ``producer_window.window_fence``."""
+    if producer_id >= 0:
+        key = (row, producer_id)
+        sequences[key] = window_fence(window_of(sequences, key), producer_epoch)
 
 
 @kernel
@@ -139,11 +149,15 @@ def _rebuild_sequences(log, end, row, sequences):
         status, length = batch_frame(log, position, end)
         if status != 0:
             return
-        remember_sequence(sequences, row, load_i64(log, position + B.PRODUCER_ID_OFFSET),
-                          np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET)),
-                          np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
-                          load_i64(log, position + B.BASE_OFFSET_OFFSET),
-                          np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)) + 1)
+        producer_id = load_i64(log, position + B.PRODUCER_ID_OFFSET)
+        epoch = np.int64(load_i16(log, position + B.PRODUCER_EPOCH_OFFSET))
+        if load_u16(log, position + B.ATTRIBUTES_OFFSET) & B.CONTROL_BIT:
+            fence_epoch(sequences, row, producer_id, epoch)
+        else:
+            remember_sequence(sequences, row, producer_id, epoch,
+                              np.int64(load_i32(log, position + B.BASE_SEQUENCE_OFFSET)),
+                              load_i64(log, position + B.BASE_OFFSET_OFFSET),
+                              np.int64(load_i32(log, position + B.LAST_OFFSET_DELTA_OFFSET)) + 1)
         position += length
 
 
@@ -178,6 +192,11 @@ class ProducerStateTable:
         """Remember a batch appended to the partition at ``row``."""
         remember_sequence(self.sequences, row, producer_id, producer_epoch, base_sequence,
                           base_offset, record_count)
+
+    def fence(self, row: int, producer_id: int, producer_epoch: int) -> None:
+        """A marker of the producer's at ``producer_epoch`` was appended to the partition
+        at ``row``: :func:`fence_epoch`."""
+        fence_epoch(self.sequences, row, producer_id, producer_epoch)
 
     def remember_batches(self, row: int, batches: np.ndarray) -> None:
         """Remember every producer's batches in ``batches`` (whole, valid batches

@@ -493,8 +493,8 @@ public final class BulkSource implements TableProvider {
      */
     static final class ReplicaState {
         // ROWS is state_layout.ROWS_OFFSET: the 4 KiB control page and the journal of changed rows
-        // (STATE_JOURNAL_CAPACITY slots of 8 bytes) come before the rows (layout version 4).
-        static final int ROW_CAPACITY = 8, ROWS = 4096 + (1 << 14) * 8, ROW_SIZE = 64, HIGH_WATERMARK = 16,
+        // (STATE_JOURNAL_CAPACITY slots of 8 bytes) come before the rows (layout version 5: two lines per row).
+        static final int ROW_CAPACITY = 8, ROWS = 4096 + (1 << 14) * 8, ROW_SIZE = 128, HIGH_WATERMARK = 16,
             TOPIC_KEY = 40, PARTITION = 48;
         static final VarHandle LONGS = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
 

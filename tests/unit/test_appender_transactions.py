@@ -1,0 +1,196 @@
+"""The appender's side of transactions: a transactional batch is admitted only in a
+partition its coordinator added, opens the transaction there and holds the last
+stable offset below it until its marker; markers fence older epochs and index what
+aborted; a follower's appends are followed the same way."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+from helpers import all_records
+from shmlog import LogManager
+from shmlog.broker.appender import Appender, CompletionCode, HighWatermarkPolicy
+from shmlog.record.control import EndTransactionMarker
+from shmlog.record.records import encode_batch
+from shmlog.ring import Ring
+from shmlog.shm import shared_memory
+from shmlog.shm.state import PartitionStateTable, bells_name
+
+PRODUCER, OTHER = 7, 9
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A log manager, a state table, an appender with one producer's ring, and the
+    table as a reader maps it; all cleaned up."""
+    prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    logs = LogManager(str(tmp_path / "data"))
+    table = PartitionStateTable.create(prefix + "-state", 16)
+    reader = PartitionStateTable.attach(prefix + "-state")
+    appender = Appender(logs, table)
+    producer = Ring.create(prefix + "-ring", 1 << 20)
+    appender.add_ring(Ring.attach(prefix + "-ring"))
+    yield logs, reader, appender, producer
+    reader.close()
+    logs.close()
+    for name in (prefix + "-state", bells_name(prefix + "-state"), prefix + "-ring"):
+        shared_memory.unlink(name)
+        assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def send(appender, producer, topic, values, *, producer_id=PRODUCER, epoch=0, sequence=0,
+         transactional=True):
+    """Put one batch into the ring, drain, and give its completion result."""
+    entry = producer.put(appender.destination(topic, 0), encode_batch(
+        values, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+        transactional=transactional), 1000)
+    appender.drain()
+    return producer.result(entry)[0]
+
+
+def end(appender, row, committed, *, producer_id=PRODUCER, epoch=0):
+    return appender.write_marker(row, EndTransactionMarker(producer_id, epoch, committed, 0))
+
+
+def test_a_transaction_holds_the_last_stable_offset_until_it_commits(world):
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    assert send(appender, producer, "t", [b"plain"], producer_id=OTHER,
+                transactional=False) == 0
+    assert appender.expect_transaction(row, PRODUCER, 0)
+    assert send(appender, producer, "t", [b"t1", b"t2"]) == 1          # opens it: Python's
+    assert send(appender, producer, "t", [b"t3"], sequence=2) == 3    # the compiled loop's
+    assert send(appender, producer, "t", [b"plain2"], producer_id=OTHER, sequence=1,
+                transactional=False) == 4
+    snapshot = reader.snapshot(row)
+    assert (snapshot.high_watermark, snapshot.last_stable_offset) == (5, 1)
+    assert appender.open_transactions(row) == [(PRODUCER, 0, 1)]
+    assert end(appender, row, True) == 5
+    snapshot = reader.snapshot(row)
+    assert (snapshot.high_watermark, snapshot.last_stable_offset) == (6, 6)
+    assert snapshot.aborted_generation == 0
+    assert appender.open_transactions(row) == []
+    partition_log = logs.partition_log("t", 0)
+    assert partition_log.aborted_transactions(0, 6) == []
+    assert [r.value for r in all_records(partition_log)] == [b"plain", b"t1", b"t2", b"t3",
+                                                             b"plain2"]
+    # The same epoch goes on with its sequence in its next transaction.
+    assert appender.expect_transaction(row, PRODUCER, 0)
+    assert send(appender, producer, "t", [b"t4"], sequence=3) == 6
+
+
+def test_an_abort_is_indexed_before_the_last_stable_offset_passes_it(world):
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.expect_transaction(row, PRODUCER, 0)
+    appender.expect_transaction(row, OTHER, 0)
+    assert send(appender, producer, "t", [b"a1"]) == 0
+    assert send(appender, producer, "t", [b"b1"], producer_id=OTHER) == 1
+    assert send(appender, producer, "t", [b"a2"], sequence=1) == 2
+    assert end(appender, row, False) == 3
+    snapshot = reader.snapshot(row)
+    # OTHER's transaction, open from offset 1, holds the last stable offset.
+    assert (snapshot.last_stable_offset, snapshot.aborted_generation) == (1, 1)
+    aborted = logs.partition_log("t", 0).aborted_transactions(0, 4)
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(PRODUCER, 0, 3)]
+    assert end(appender, row, True, producer_id=OTHER) == 4
+    assert reader.snapshot(row).last_stable_offset == 5
+
+
+def test_a_transactional_batch_needs_its_partition_added_and_its_epoch(world):
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    assert send(appender, producer, "t", [b"x"]) == -CompletionCode.INVALID_TXN_STATE
+    appender.expect_transaction(row, PRODUCER, 1)
+    assert send(appender, producer, "t", [b"x"], epoch=2) == -CompletionCode.INVALID_TXN_STATE
+    assert send(appender, producer, "t", [b"x"], epoch=0) == \
+        -CompletionCode.INVALID_PRODUCER_EPOCH
+    assert send(appender, producer, "t", [b"in"], epoch=1) == 0
+    # Not transactional, from a producer with its transaction open here.
+    assert send(appender, producer, "t", [b"x"], epoch=1, sequence=1,
+                transactional=False) == -CompletionCode.INVALID_TXN_STATE
+    # Another epoch cannot be added while the transaction is open.
+    assert not appender.expect_transaction(row, PRODUCER, 2)
+    assert end(appender, row, False, epoch=2) == 1          # the coordinator's abort, fencing
+    # A late batch (a zombie's) finds the transaction over, and its epoch fenced.
+    assert send(appender, producer, "t", [b"late"], epoch=1, sequence=1) == \
+        -CompletionCode.INVALID_PRODUCER_EPOCH
+    assert send(appender, producer, "t", [b"late"], epoch=2, sequence=0) == \
+        -CompletionCode.INVALID_TXN_STATE
+    assert reader.snapshot(row).last_stable_offset == 2
+    assert [r.value for r in all_records(logs.partition_log("t", 0))] == [b"in"]
+
+
+def test_a_marker_with_nothing_written_ends_the_expectation(world):
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.expect_transaction(row, PRODUCER, 0)
+    assert end(appender, row, False) == 0
+    assert reader.snapshot(row).aborted_generation == 0, "nothing aborted here"
+    assert send(appender, producer, "t", [b"x"]) == -CompletionCode.INVALID_TXN_STATE
+
+
+def test_a_restart_finds_the_open_transactions_in_the_log(world, tmp_path):
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.expect_transaction(row, PRODUCER, 0)
+    appender.expect_transaction(row, OTHER, 0)
+    send(appender, producer, "t", [b"a"])
+    send(appender, producer, "t", [b"b"], producer_id=OTHER)
+    end(appender, row, False)
+    appender.unregister_partition("t", 0)
+    row = appender.register_partition("t", 0)
+    assert appender.open_transactions(row) == [(OTHER, 0, 1)]
+    assert reader.snapshot(row).last_stable_offset == 1
+    assert len(logs.partition_log("t", 0).aborted_transactions(0, 3)) == 1, \
+        "the walk found the abort indexed already"
+
+
+def test_a_follower_follows_the_leaders_transactions(world, tmp_path):
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.expect_transaction(row, PRODUCER, 0)
+    send(appender, producer, "t", [b"a"])
+    send(appender, producer, "t", [b"plain"], producer_id=-1, epoch=-1, sequence=-1,
+         transactional=False)
+    end(appender, row, False)
+    leader_bytes = logs.partition_log("t", 0).read(0, 1 << 20).data.copy()
+
+    follower_logs = LogManager(str(tmp_path / "follower"))
+    prefix = f"shmlog-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    table = PartitionStateTable.create(prefix + "-state", 4)
+    try:
+        follower = Appender(follower_logs, table)
+        follower_logs.create_topic("t")
+        follower_row = follower.register_partition("t", 0)
+        follower.set_high_watermark_policy(follower_row, HighWatermarkPolicy.EXTERNAL, 0)
+        sizes = []                       # the leader's batches one append at a time
+        position = 0
+        while position < leader_bytes.size:
+            length = int(np.frombuffer(leader_bytes[position:position + 4], "<u4")[0])
+            sizes.append(length)
+            position += length
+        follower.append_replicated(follower_row, leader_bytes[:sizes[0] + sizes[1]])
+        follower.advance_high_watermark(follower_row, 2)
+        assert table.snapshot(follower_row).last_stable_offset == 0
+        follower.append_replicated(follower_row, leader_bytes[sizes[0] + sizes[1]:])
+        follower.advance_high_watermark(follower_row, 3)
+        snapshot = table.snapshot(follower_row)
+        assert (snapshot.last_stable_offset, snapshot.aborted_generation) == (3, 1)
+        aborted = follower_logs.partition_log("t", 0).aborted_transactions(0, 3)
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == \
+            [(PRODUCER, 0, 2)]
+    finally:
+        follower_logs.close()
+        table.close()
+        table.unlink()
