@@ -116,6 +116,11 @@ class Consumer:
         are made as before, at no extra cost.
     default_offset_commit_callback : callable, optional
         ``commit_async``'s callback when it is given none (kafka-python's).
+    isolation_level : "read_uncommitted" or "read_committed"
+        Kafka's: read_committed reads only below each partition's last stable offset
+        (before its oldest open transaction) and never returns a record of an
+        aborted transaction; read_uncommitted (the default) reads everything below
+        the high watermark.
     **kafka_options
         kafka-python's other options: taken and ignored, or refused
         (``client_options``).
@@ -126,7 +131,7 @@ class Consumer:
         A setting has the wrong type or is out of range (checked before the broker
         is asked anything), or is no option at all.
     UnsupportedKafkaOptionError
-        A Kafka option shmlog does not support (``isolation_level="read_committed"``, ...).
+        A Kafka option shmlog does not support (``group_instance_id``, ...).
     """
 
     def __init__(self, *topics: str, bootstrap: str | None = None, group_id: str | None = None,
@@ -140,7 +145,7 @@ class Consumer:
                  partition_assignment_strategy: Iterable[str] = ("range", "cooperative-sticky"),
                  client_id: str | None = None, bootstrap_servers=None, key_deserializer=None,
                  value_deserializer=None, default_offset_commit_callback=None,
-                 **kafka_options):
+                 isolation_level: str = "read_uncommitted", **kafka_options):
         # Every setting is checked before the broker is asked anything (settings.py);
         # the group's are checked by MemberConfig.
         self.data_dir = settings.bootstrap(bootstrap, bootstrap_servers) or default_data_dir()
@@ -155,6 +160,8 @@ class Consumer:
                                      f"{default_offset_commit_callback!r:.100}")
         self.auto_offset_reset = settings.choice("auto_offset_reset", auto_offset_reset,
                                                  ("latest", "earliest", "none"))
+        self.isolation_level = settings.choice("isolation_level", isolation_level,
+                                               ("read_uncommitted", "read_committed"))
         self.max_poll_records = settings.integer("max_poll_records", max_poll_records, 1,
                                                  limits.POLL_RECORDS_MAX)
         self.fetch_max_bytes = settings.integer("fetch_max_bytes", fetch_max_bytes, 1,
@@ -175,7 +182,8 @@ class Consumer:
         self.auto_commit_interval_ms = auto_commit_interval_ms
         member_config = MemberConfig(session_timeout_ms, heartbeat_interval_ms,
                                      max_poll_interval_ms, tuple(partition_assignment_strategy))
-        self._metadata = ConsumerMetadata(self.data_dir)
+        self._metadata = ConsumerMetadata(
+            self.data_dir, read_committed=self.isolation_level == "read_committed")
         self._subscriptions = SubscriptionState(self._metadata, self.auto_offset_reset)
         # A deserializer given: poll and iteration pass records through it (one
         # attribute test per poll otherwise, nothing per record).

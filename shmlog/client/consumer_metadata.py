@@ -50,8 +50,9 @@ class ConsumerMetadata:
         The broker's data directory (its control endpoint).
     """
 
-    def __init__(self, data_dir: str):
+    def __init__(self, data_dir: str, *, read_committed: bool = False):
         self.data_dir = data_dir
+        self.read_committed = read_committed        # the readers' isolation level
         self.table: PartitionStateTable | None = None
         self.topics: dict[str, dict] = {}        # name: the broker's entry for the topic
         self._broker_pid = 0
@@ -135,7 +136,8 @@ class ConsumerMetadata:
         entry = self.partition(*partition)
         return PartitionReader(entry["directory"], self.table, entry["row"],
                                topic_key=topic_key(self.topics[partition.topic]["topic_id"]),
-                               partition=partition.partition)
+                               partition=partition.partition,
+                               read_committed=self.read_committed)
 
     def close(self) -> None:
         if self.table is not None:

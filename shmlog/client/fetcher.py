@@ -375,7 +375,8 @@ class Fetcher:
         if not result.data.size:
             state.advance(max(state.position, result.next_offset))   # past a compacted gap
             return None
-        columns = decode_columns(result.data, start_offset=state.position, verified=True)
+        columns = decode_columns(result.data, start_offset=state.position, verified=True,
+                                 aborted=state.reader.aborted)
         state.advance(result.next_offset)
         if not len(columns):
             return None

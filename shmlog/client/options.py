@@ -102,9 +102,6 @@ REFUSED: dict[str, tuple[frozenset, tuple, str]] = {
                     "unkeyed records); choose a partition per send instead"),
     "compression_type": (_PRODUCER, (None, "zstd"),
                          "shmlog compresses batches with zstd only (compression='zstd')"),
-    "isolation_level": (_CONSUMER, ("read_uncommitted",),
-                        "shmlog has no transactions, so read_committed's guarantee (no "
-                        "records of aborted transactions) cannot be given as Kafka means it"),
     "group_instance_id": (_CONSUMER, (None,),
                           "static group membership (KIP-345) is not supported"),
     "security_protocol": (_ALL, ("PLAINTEXT",), _NO_SECURITY),

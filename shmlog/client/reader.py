@@ -17,6 +17,12 @@ Rules
   of another partition's offsets nor a damaged-data error.
 * The row's words are range-checked before use (``state.check_row``): a word no
   broker publishes is :class:`StateTableInconsistentError`, naming the table.
+* A ``read_committed`` reader reads below the last stable offset alone (below the
+  oldest transaction still open), and gives with each read the aborted transactions
+  (:attr:`PartitionReader.aborted`) whose batches the decoding leaves out: the
+  ``.txnindex`` entries of its segments, read again only when the row's aborted
+  generation or segment generation moves (the broker writes an entry before it
+  publishes a last stable offset past its marker).
 * A listing is trusted only as the segment generation's seqlock says
   (``segment_generation``: the reader's side, :func:`follow`, is run here).
 
@@ -56,6 +62,7 @@ import numpy as np
 from ..common import limits
 from ..common.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..record import batch_layout as B
+from ..record.decoding import NO_ABORTED
 from ..record.records import warm_decoding
 from ..shm import state_layout as S
 from ..shm.state import PartitionStateTable, RowSnapshot, check_row
@@ -63,6 +70,7 @@ from ..storage import index_layout as I
 from ..storage.mapped_file import MappedFile
 from ..storage.segment_generation import follow
 from ..storage.segment_read import ReadResult, collect_batches, find_batch
+from ..storage.transaction_index_layout import ABORTED_DTYPE, read_aborted, txn_index_path
 
 __all__ = ["PartitionReader", "warm_kernels"]
 
@@ -170,11 +178,20 @@ class PartitionReader:
     topic_key, partition : int
         Who the row must belong to: the topic's key (``state.topic_key`` of its id)
         and the partition number, as the broker's metadata gave them.
+    read_committed : bool
+        Read below the last stable offset alone, and leave aborted transactions out
+        (Kafka's ``isolation.level=read_committed``; see the module's rules).
     """
 
     def __init__(self, directory: str, table: PartitionStateTable, row: int, *,
-                 topic_key: int, partition: int):
+                 topic_key: int, partition: int, read_committed: bool = False):
         self.directory = directory
+        self.read_committed = read_committed
+        # The aborted transactions the last read may meet (decode_columns' ``aborted``),
+        # and the (aborted generation, segment generation) they were read at.
+        self.aborted = NO_ABORTED
+        self._all_aborted = NO_ABORTED
+        self._aborted_read_at = None
         self.table = table
         self.row = row
         self.topic_key = topic_key
@@ -304,14 +321,18 @@ class PartitionReader:
             A batch fails its CRC.
         """
         row = self.snapshot()
-        high_watermark = self.high_watermark_seen = row.high_watermark
-        if not row.log_start_offset <= offset <= high_watermark:
+        if not row.log_start_offset <= offset <= row.high_watermark:
             raise OffsetOutOfRangeError(
                 f"{self.directory}: offset {offset} is outside [{row.log_start_offset}, "
-                f"{high_watermark}]", offset=offset, log_start_offset=row.log_start_offset,
-                log_end_offset=high_watermark)
+                f"{row.high_watermark}]", offset=offset, log_start_offset=row.log_start_offset,
+                log_end_offset=row.high_watermark)
+        # What this read may return stops here: the last stable offset for
+        # read_committed (published with or after the high watermark loaded: the lower).
+        high_watermark = self.high_watermark_seen = \
+            min(row.last_stable_offset, row.high_watermark) if self.read_committed \
+            else row.high_watermark
         empty = ReadResult(np.zeros(0, np.uint8), offset, row.active_segment_base_offset)
-        if offset == high_watermark:
+        if offset >= high_watermark:
             return empty
         # Mappings may end up newer than ``row`` (the generation moved since it was
         # loaded): that is safe, as they were all made at the files' current sizes,
@@ -319,6 +340,9 @@ class PartitionReader:
         # above its high watermark, which this read never reaches.
         if row.segment_generation != self._generation and not self._map_generation():
             return empty          # files are changing: no records now, the position stays
+        if self.read_committed and \
+                self._aborted_read_at != (row.aborted_generation, self._generation):
+            self._read_aborted((row.aborted_generation, self._generation))
         index = bisect.bisect_right(self._bases, offset) - 1
         while 0 <= index < len(self._segments):
             segment = self._segments[index]
@@ -342,7 +366,21 @@ class PartitionReader:
         if next_offset < 0:
             return empty
         self._cursor = (int(next_offset), segment.base_offset, int(stop))
+        if self._all_aborted.shape[0]:
+            # Those a read of [offset, next_offset) meets (collectAbortedTxns' bounds).
+            found = self._all_aborted
+            self.aborted = found[(found[:, 2] >= offset) & (found[:, 1] < next_offset)]
         return ReadResult(segment.log[position:stop], int(next_offset), segment.base_offset)
+
+    def _read_aborted(self, read_at: tuple[int, int]) -> None:
+        """Read the aborted transactions of every segment mapped (its ``.txnindex``)."""
+        found = [read_aborted(txn_index_path(segment.log_path)) for segment in self._segments]
+        rows = np.concatenate(found) if found else np.zeros(0, ABORTED_DTYPE)
+        self._all_aborted = np.stack([rows[name].astype(np.int64) for name in
+                                      ("producer_id", "first_offset", "last_offset")], axis=1) \
+            if rows.size else NO_ABORTED
+        self.aborted = NO_ABORTED
+        self._aborted_read_at = read_at
 
     def close(self) -> None:
         for segment in self._segments:

@@ -56,7 +56,11 @@ from .compression import check_inflated, inflate_batch
 from .validation import BatchStatus, batch_frame, check_batch, walk_batches, walk_records
 
 __all__ = ["validate_batches", "iter_batches", "decode_columns", "decode_records",
-           "warm_decoding"]
+           "warm_decoding", "NO_ABORTED", "ABORTED_COLUMNS"]
+
+# A read's aborted transactions: int64 rows of producer id, first offset, last offset.
+ABORTED_COLUMNS = 3
+NO_ABORTED = np.zeros((0, ABORTED_COLUMNS), np.int64)   # writable: one type to numba
 
 _OK = int(BatchStatus.OK)
 _END_OF_DATA = int(BatchStatus.END_OF_DATA)
@@ -241,13 +245,27 @@ def _index_headers(buffer, count, value_positions, value_lengths, header_starts,
             header += 1
 
 
+@kernel(inline="always")
+def _aborted(buffer, position, aborted):
+    """Whether the transactional batch at ``position`` belongs to an aborted
+    transaction of ``aborted`` (rows of producer id, first offset, last offset: its
+    marker's): one of its producer whose span holds the batch's base offset."""
+    producer_id = load_i64(buffer, position + L.PRODUCER_ID_OFFSET)
+    base_offset = load_i64(buffer, position + L.BASE_OFFSET_OFFSET)
+    for row in range(aborted.shape[0]):
+        if aborted[row, 0] == producer_id and aborted[row, 1] <= base_offset <= aborted[row, 2]:
+            return True
+    return False
+
+
 @kernel
-def _decode(buffer, check_crc, control):
+def _decode(buffer, check_crc, control, aborted):
     """Validate the batches of ``buffer`` from 0 (as ``validation.walk_batches`` with
     records checked, the CRC with ``check_crc``) and index the records of the
     uncompressed ones, in one walk; a control batch's records are checked and
-    indexed only with ``control``. A zstd batch's header is checked and its records
-    left to inflating.
+    indexed only with ``control``, a transactional batch's of a transaction in
+    ``aborted`` (rows of producer id, first and last offset) not at all. A zstd
+    batch's header is checked and its records left to inflating.
 
     Returns (status, end, compressed, columns): ``end`` is where the walk stopped
     (the bad batch's position, zero padding or ``buffer.size``); ``compressed``
@@ -285,7 +303,8 @@ def _decode(buffer, check_crc, control):
                 header_starts, header_counts)
             if status != _OK:
                 break
-            if not control and attributes & L.CONTROL_BIT:
+            if not control and attributes & L.CONTROL_BIT or attributes & L.TRANSACTIONAL_BIT \
+                    and aborted.shape[0] and _aborted(buffer, position, aborted):
                 index, header = indexed, headers_indexed      # checked, not returned
         position += length
     if status != _OK and status != _END_OF_DATA:
@@ -307,10 +326,12 @@ def _decode(buffer, check_crc, control):
 
 
 def decode_columns(buffer, *, start_offset: int | None = None,
-                   verified: bool = False, control: bool = False) -> RecordColumns:
+                   verified: bool = False, control: bool = False,
+                   aborted: np.ndarray = NO_ABORTED) -> RecordColumns:
     """Decode whole batches into :class:`RecordColumns`: the records a consumer
     reads. Control batches (a transaction's markers) are checked but their records
-    left out, as Kafka's consumers skip them, unless ``control``.
+    left out, as Kafka's consumers skip them, unless ``control``; so are those of
+    the aborted transactions ``aborted`` names (a read_committed consumer's).
 
     Parameters
     ----------
@@ -325,6 +346,10 @@ def decode_columns(buffer, *, start_offset: int | None = None,
         decoding kernels rely on it.
     control : bool
         Return the records of control batches too (``shmlog dump``, ``control.py``).
+    aborted : numpy.ndarray
+        int64 rows of (producer id, first offset, last offset) of aborted
+        transactions (the ``.txnindex`` entries a read meets): their transactional
+        batches are left out. None by default (read_uncommitted).
 
     Raises
     ------
@@ -332,13 +357,13 @@ def decode_columns(buffer, *, start_offset: int | None = None,
         A batch fails validation.
     """
     data = _as_bytes(buffer)
-    status, end, compressed, *arrays = _decode(data, not verified, control)
+    status, end, compressed, *arrays = _decode(data, not verified, control, aborted)
     if status != _OK and status != _END_OF_DATA:
         raise CorruptRecordError(f"invalid record batch at position {end}: "
                                  f"{BatchStatus(status).name}", status=status, position=end)
     if compressed:
         data = _inflated(data, end)
-        status, end, compressed, *arrays = _decode(data, False, control)
+        status, end, compressed, *arrays = _decode(data, False, control, aborted)
         assert status == _OK and not compressed, "inflated records were walked already"
     else:
         data = data[:end]
@@ -378,8 +403,10 @@ def warm_decoding() -> None:
     walk_records(frame[:0], 0, 0, 0, 0, 0, 0, True)
 
 
-def decode_records(buffer, *, start_offset: int | None = None,
-                   control: bool = False) -> list[Record]:
+def decode_records(buffer, *, start_offset: int | None = None, control: bool = False,
+                   aborted: np.ndarray = NO_ABORTED) -> list[Record]:
     """Decode whole batches into :class:`Record` objects (validating them); control
-    batches' records only with ``control`` (see :func:`decode_columns`)."""
-    return decode_columns(buffer, start_offset=start_offset, control=control).records()
+    batches' records only with ``control``, an aborted transaction's never (see
+    :func:`decode_columns`)."""
+    return decode_columns(buffer, start_offset=start_offset, control=control,
+                          aborted=aborted).records()

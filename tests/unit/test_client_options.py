@@ -68,7 +68,7 @@ def test_bootstrap_servers_mistakes_are_typed_errors(bootstrap, servers, named):
     ("Producer", {"security_protocol": "PLAINTEXT", "sasl_mechanism": None,
                   "transactional_id": None, "compression_type": "zstd"}),
     ("Consumer", {"fetch_min_bytes": 1, "fetch_max_wait_ms": 100, "check_crcs": True,
-                  "isolation_level": "read_uncommitted", "max_partition_fetch_bytes": 1 << 20}),
+                  "max_partition_fetch_bytes": 1 << 20}),
     ("Admin", {"api_version": (2, 8), "ssl_context": None, "retry_backoff_ms": 100}),
 ])
 def test_harmless_kafka_options_are_taken(client, options):
@@ -79,7 +79,6 @@ def test_harmless_kafka_options_are_taken(client, options):
     ("Producer", "transactional_id", "tx-1", "no transactions"),
     ("Producer", "partitioner", lambda key, all_, available: 0, "partitioner is Kafka's default"),
     ("Producer", "compression_type", "gzip", "zstd only"),
-    ("Consumer", "isolation_level", "read_committed", "no transactions"),
     ("Consumer", "group_instance_id", "static-1", "static group membership"),
     ("Admin", "security_protocol", "SSL", "file permissions"),
     ("Producer", "sasl_mechanism", "PLAIN", "file permissions"),
@@ -100,7 +99,7 @@ def test_an_option_of_another_client_is_unknown():
 
 @pytest.mark.parametrize("make", [
     lambda where: Producer(where, transactional_id="tx"),
-    lambda where: Consumer(bootstrap_servers=where, isolation_level="read_committed"),
+    lambda where: Consumer(bootstrap_servers=where, group_instance_id="static-1"),
     lambda where: Admin(where, security_protocol="SASL_SSL"),
 ])
 def test_clients_refuse_unsupported_options_before_asking_a_broker(nowhere, make):
