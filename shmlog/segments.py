@@ -65,7 +65,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .common import limits
-from .common.errors import StorageError
+from .common.errors import AbortedTransactionOrderError, StorageError
 from .record import batch_layout as B
 from .record.records import encode_batch, now_ms
 from .storage.leader_epochs import LeaderEpochCache, epoch_starts
@@ -245,6 +245,24 @@ class PartitionLog:
         What the appender remembers at open and after a truncation: the snapshot
         below the active segment and a walk of the active segment."""
         return self._producers.batches(self.active, self.log_start_offset)
+
+    def producer_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`producer_batches`, and the transactions open at the log end, one int64
+        row each: producer id, epoch, first offset (``producer_snapshots``). One walk
+        of the active segment gives both; an abort marker it meets whose ``.txnindex``
+        entry is missing (a crash between the marker and its entry) is indexed."""
+        state = self._producers.state(self.active)
+        for producer_id, first_offset, marker_offset, last_stable in state.aborts().tolist():
+            if any(entry.producer_id == producer_id and entry.last_offset == marker_offset
+                   for entry in self.aborted_transactions(marker_offset, marker_offset + 1)):
+                continue
+            try:
+                self.append_aborted_transaction(producer_id, first_offset, marker_offset,
+                                                last_stable)
+            except AbortedTransactionOrderError as error:
+                log.warning("%s: the abort at offset %d is not indexed again: %s",
+                            self.directory, marker_offset, error)
+        return state.rows(self.log_start_offset), state.open_transactions()
 
     # -- the writer's contract --------------------------------------------------------
     def set_listener(self, listener: Callable[[LogChange], None] | None) -> None:

@@ -32,7 +32,8 @@ from ..common import limits
 from .jit import kernel
 
 __all__ = ["BYTES", "WORDS", "WINDOW", "byte_arrays", "word_arrays", "set_item", "append_item",
-           "producer_table", "sequence_table", "table_size", "get_or"]
+           "producer_table", "sequence_table", "transaction_table", "table_size", "get_or",
+           "OPEN_TRANSACTION", "abort_list"]
 
 BYTES = numba.typeof(np.zeros(1, np.uint8))     # a contiguous uint8 array
 WORDS = numba.typeof(np.zeros(1, np.int64))     # a contiguous int64 array
@@ -41,6 +42,9 @@ WORDS = numba.typeof(np.zeros(1, np.int64))     # a contiguous int64 array
 # sequence and base offset.
 WINDOW = types.UniTuple(types.int64, 3 + 3 * limits.PRODUCER_BATCHES_MAX)
 _ROW_AND_PRODUCER = types.UniTuple(types.int64, 2)
+# An open transaction: its producer epoch and first offset.
+OPEN_TRANSACTION = types.UniTuple(types.int64, 2)
+_ABORT = types.UniTuple(types.int64, 4)
 
 
 @kernel
@@ -83,6 +87,19 @@ def producer_table():
 def sequence_table():
     """An empty dict of (row, producer id) -> the producer's window (the appender's)."""
     return Dict.empty(key_type=_ROW_AND_PRODUCER, value_type=WINDOW)
+
+
+@kernel
+def transaction_table():
+    """An empty dict of producer id -> its open transaction (``producer_snapshots``)."""
+    return Dict.empty(key_type=types.int64, value_type=OPEN_TRANSACTION)
+
+
+@kernel
+def abort_list():
+    """An empty list of aborted transactions met by a walk: (producer id, first offset,
+    marker offset, last stable offset) each (``producer_snapshots``)."""
+    return List.empty_list(_ABORT)
 
 
 @kernel

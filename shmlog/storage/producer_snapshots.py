@@ -13,11 +13,19 @@ Rules
   that for every producer below its offset, and is written when a segment rolls at
   that offset (Kafka's ``<offset>.snapshot`` at each roll)::
 
-      {"version": 2, "producers": [[producer_id, epoch, base_sequence,
-                                    base_offset, last_offset_delta], ...]}
+      {"version": 3, "producers": [[producer_id, epoch, base_sequence,
+                                    base_offset, last_offset_delta], ...],
+       "transactions": [[producer_id, epoch, first_offset], ...]}
 
-  one row per batch remembered, a producer's rows in log order. Version 1 (one
-  row per producer: its last batch) is still read, as a window of that batch.
+  one row per batch remembered, a producer's rows in log order, and one per
+  transaction open at that offset (Kafka's snapshot keeps each producer's
+  ``currentTxnFirstOffset``): a transaction open across a roll is found again
+  without reading the segments before the snapshot. Version 2 (no transactions)
+  and version 1 (one row per producer: its last batch) are still read.
+* The walks follow each producer's transaction: a transactional batch opens one
+  where none is open, a marker closes it, and an ABORT marker's transaction is
+  kept among the state's aborts, so an open finds an abort whose ``.txnindex``
+  entry a crash lost (``PartitionLog.producer_state``).
 
   It is replaced whole (a temporary file renamed over it), but not fsynced: a
   snapshot a crash lost or left empty is one the next open ignores, so the roll
@@ -69,6 +77,7 @@ from ..common.errors import StorageError
 from ..native import typed_containers as typed
 from ..native.jit import kernel, load_i16, load_i32, load_i64, load_u16
 from ..record import batch_layout as B
+from ..record.control import ControlType, marker_type
 from ..record.records import batch_frame
 from ..shm.completion import SEQUENCE_MODULUS
 from . import index_layout as I
@@ -90,8 +99,8 @@ __all__ = ["ProducerState", "ProducerStateManager", "SNAPSHOT_SUFFIX", "snapshot
            "read_snapshot", "write_snapshot", "delete_snapshots"]
 
 SNAPSHOT_SUFFIX = ".producers.json"
-SNAPSHOT_VERSION = 2
-SNAPSHOT_VERSIONS_READ = (1, 2)      # 1: one row per producer, its last batch
+SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSIONS_READ = (1, 2, 3)   # 1: one row per producer, its last batch; 2: no transactions
 # Columns of ProducerState.rows() and of a snapshot's entries.
 PRODUCER_ID = 0
 PRODUCER_EPOCH = 1
@@ -99,15 +108,43 @@ BASE_SEQUENCE = 2
 BASE_OFFSET = 3
 LAST_OFFSET_DELTA = 4
 COLUMNS = 5
+# Columns of ProducerState.open_transactions() and of a snapshot's "transactions".
+TRANSACTION_COLUMNS = 3               # producer id, epoch, first offset
+_NO_TRANSACTION = (np.int64(-1), np.int64(-1))
+_NO_TRANSACTIONS = np.zeros((0, TRANSACTION_COLUMNS), np.int64)
+_ABORT = int(ControlType.ABORT)
 
+
+
+@kernel(inline="always")
+def _follow_transaction(log, batch, length, producer_id, epoch, base_offset, marker,
+                        transactions, aborts):
+    """The batch at ``batch`` in the producer's transactions: a transactional batch
+    opens one where none is open; a marker closes it, and an ABORT's (producer id,
+    first offset, marker offset, the lowest first offset still open or the marker's
+    next) goes to ``aborts``."""
+    if marker:
+        entry = typed.get_or(transactions, producer_id, _NO_TRANSACTION)
+        if entry[1] < 0:
+            return
+        del transactions[producer_id]
+        if marker_type(log, batch, batch + length) == _ABORT:
+            lowest = base_offset + 1
+            for other in transactions.values():
+                lowest = min(lowest, other[1])
+            aborts.append((producer_id, entry[1], base_offset, lowest))
+    elif load_u16(log, batch + B.ATTRIBUTES_OFFSET) & B.TRANSACTIONAL_BIT \
+            and producer_id not in transactions:
+        transactions[producer_id] = (epoch, base_offset)
 
 
 @kernel
-def _remember_batches(log, start, end, min_offset, table):
+def _remember_batches(log, start, end, min_offset, table, transactions, aborts):
     """Add to each producer's window in ``table`` its batches among those of
     ``log[start:end]`` whose base offset is at least ``min_offset`` (what a
     snapshot at ``min_offset`` already holds is not walked over again), in order;
-    stops at the end of the data or at a batch it cannot frame.
+    stops at the end of the data or at a batch it cannot frame. Each producer's
+    open transaction is followed in ``transactions`` (:func:`_follow_transaction`).
 
     The first ``limits.WALK_PRODUCERS_MAX`` producers met have their windows kept in
     local variables (the last one hit probed first) and put back into ``table`` at
@@ -132,6 +169,8 @@ def _remember_batches(log, start, end, min_offset, table):
         marker = load_u16(log, batch + B.ATTRIBUTES_OFFSET) & B.CONTROL_BIT != 0
         first = np.int64(load_i32(log, batch + B.BASE_SEQUENCE_OFFSET))
         last = last_sequence(first, np.int64(load_i32(log, batch + B.LAST_OFFSET_DELTA_OFFSET)))
+        _follow_transaction(log, batch, length, producer_id, epoch, base_offset, marker,
+                            transactions, aborts)
         if known == 0 or ids[hit] != producer_id:
             hit = 0
             while hit < known and ids[hit] != producer_id:
@@ -189,6 +228,31 @@ def _import(table, rows):
             last_sequence(first, rows[index, LAST_OFFSET_DELTA]), rows[index, BASE_OFFSET])
 
 
+@kernel
+def _abort_rows(aborts):
+    out = np.empty((len(aborts), 4), np.int64)
+    for index in range(len(aborts)):
+        for column in range(4):
+            out[index, column] = aborts[index][column]
+    return out
+
+
+@kernel
+def _export_transactions(transactions):
+    out = np.empty((len(transactions), TRANSACTION_COLUMNS), np.int64)
+    index = 0
+    for producer_id, entry in transactions.items():
+        out[index, 0], out[index, 1], out[index, 2] = producer_id, entry[0], entry[1]
+        index += 1
+    return out
+
+
+@kernel
+def _import_transactions(transactions, rows):
+    for index in range(rows.shape[0]):
+        transactions[rows[index, 0]] = (rows[index, 1], rows[index, 2])
+
+
 def _in_log_order(rows: np.ndarray) -> np.ndarray:
     """``rows`` by producer id, then base offset."""
     return rows[np.lexsort((rows[:, BASE_OFFSET], rows[:, PRODUCER_ID]))]
@@ -201,12 +265,22 @@ class ProducerState:
     ----------
     rows : numpy.ndarray, optional
         Producers to start from, as :meth:`rows` gives them.
+    transactions : numpy.ndarray, optional
+        Open transactions to start from, as :meth:`open_transactions` gives them.
     """
 
-    def __init__(self, rows: np.ndarray | None = None):
+    def __init__(self, rows: np.ndarray | None = None,
+                 transactions: np.ndarray | None = None):
         self._table = typed.producer_table()
+        self._transactions = typed.transaction_table()
+        # The aborts the walks met since this state was made: (producer id, first
+        # offset, marker offset, last stable offset after it).
+        self._aborts = typed.abort_list()
         if rows is not None and rows.size:
             _import(self._table, _in_log_order(np.ascontiguousarray(rows, np.int64)))
+        if transactions is not None and transactions.size:
+            _import_transactions(self._transactions,
+                                 np.ascontiguousarray(transactions, np.int64))
 
     def __len__(self) -> int:
         """How many producers."""
@@ -220,7 +294,8 @@ class ProducerState:
         """Walk the batches of ``log[start:end]`` (a segment's bytes, from a batch
         boundary) whose base offset is at least ``min_offset``: each producer's
         last ones are remembered."""
-        _remember_batches(log, int(start), min(int(end), log.size), int(min_offset), self._table)
+        _remember_batches(log, int(start), min(int(end), log.size), int(min_offset), self._table,
+                          self._transactions, self._aborts)
 
     def rows(self, min_last_offset: int = 0) -> np.ndarray:
         """The batches held that end at or after ``min_last_offset``, one int64 row
@@ -229,8 +304,20 @@ class ProducerState:
         out = np.empty((self.batches_held(), COLUMNS), np.int64)
         return _in_log_order(out[:_export(self._table, int(min_last_offset), out)])
 
+    def open_transactions(self) -> np.ndarray:
+        """The transactions open at the end of what was walked, one int64 row each:
+        producer id, epoch, first offset (``TRANSACTION_COLUMNS``), by producer id."""
+        rows = _export_transactions(self._transactions)
+        return rows[np.argsort(rows[:, 0], kind="stable")]
+
+    def aborts(self) -> np.ndarray:
+        """The aborted transactions whose markers the walks since this state was made
+        met, one int64 row each: producer id, first offset, marker offset, the last
+        stable offset after the marker."""
+        return _abort_rows(self._aborts)
+
     def copy(self) -> "ProducerState":
-        return ProducerState(self.rows())
+        return ProducerState(self.rows(), self.open_transactions())
 
 
 def snapshot_path(directory: str, offset: int) -> str:
@@ -247,9 +334,11 @@ def snapshot_offsets(directory: str) -> list[int]:
     return sorted(offsets)
 
 
-def write_snapshot(directory: str, offset: int, rows: np.ndarray) -> None:
-    """Write the snapshot at ``offset`` (``rows`` as :meth:`ProducerState.rows`),
-    replacing it whole, without an fsync (see the rules).
+def write_snapshot(directory: str, offset: int, rows: np.ndarray,
+                   transactions: np.ndarray = _NO_TRANSACTIONS) -> None:
+    """Write the snapshot at ``offset`` (``rows`` as :meth:`ProducerState.rows`,
+    ``transactions`` as :meth:`ProducerState.open_transactions`), replacing it whole,
+    without an fsync (see the rules).
 
     Raises
     ------
@@ -261,15 +350,16 @@ def write_snapshot(directory: str, offset: int, rows: np.ndarray) -> None:
     try:
         with os.fdopen(access.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                        "w") as target:
-            target.write(json.dumps({"version": SNAPSHOT_VERSION, "producers": rows.tolist()}))
+            target.write(json.dumps({"version": SNAPSHOT_VERSION, "producers": rows.tolist(),
+                                     "transactions": transactions.tolist()}))
         os.replace(temporary, path)
     except OSError as error:
         raise StorageError(f"cannot write {path}: {error}") from error
 
 
-def read_snapshot(directory: str, offset: int) -> np.ndarray | None:
-    """The rows of the snapshot at ``offset``; None when it is missing or invalid
-    (logged: the caller walks from an earlier one)."""
+def read_snapshot(directory: str, offset: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows and open transactions of the snapshot at ``offset``; None when it is
+    missing or invalid (logged: the caller walks from an earlier one)."""
     path = snapshot_path(directory, offset)
     try:
         with open(path) as source:
@@ -279,17 +369,25 @@ def read_snapshot(directory: str, offset: int) -> np.ndarray | None:
     except (OSError, ValueError) as error:
         log.warning("ignoring unreadable %s (%s)", path, error)
         return None
-    producers = body.get("producers") if isinstance(body, dict) \
-        and body.get("version") in SNAPSHOT_VERSIONS_READ else None
-    if not isinstance(producers, list) or not all(
-            isinstance(row, list) and len(row) == COLUMNS
-            and all(isinstance(value, int) and not isinstance(value, bool)
-                    and -limits.OFFSET_MAX <= value <= limits.OFFSET_MAX for value in row)
-            for row in producers):
+    readable = isinstance(body, dict) and body.get("version") in SNAPSHOT_VERSIONS_READ
+    producers = body.get("producers") if readable else None
+    transactions = body.get("transactions", []) if readable else None
+    if not _int_rows(producers, COLUMNS) or not _int_rows(transactions, TRANSACTION_COLUMNS):
         log.warning("ignoring %s: not a producer snapshot of version %s", path,
                     " or ".join(map(str, SNAPSHOT_VERSIONS_READ)))
         return None
-    return np.array(producers, np.int64).reshape(-1, COLUMNS)
+    return (np.array(producers, np.int64).reshape(-1, COLUMNS),
+            np.array(transactions, np.int64).reshape(-1, TRANSACTION_COLUMNS))
+
+
+def _int_rows(rows, width: int) -> bool:
+    """Whether ``rows`` (from JSON) is a list of ``width`` integers each, in the range
+    of offsets."""
+    return isinstance(rows, list) and all(
+        isinstance(row, list) and len(row) == width
+        and all(isinstance(value, int) and not isinstance(value, bool)
+                and -limits.OFFSET_MAX <= value <= limits.OFFSET_MAX for value in row)
+        for row in rows)
 
 
 def delete_snapshots(directory: str, offsets) -> None:
@@ -337,13 +435,13 @@ class ProducerStateManager:
         active_base = segments[-1].base_offset
         offsets = snapshot_offsets(self.directory)
         delete_snapshots(self.directory, [offset for offset in offsets if offset > active_base])
-        rows, start = None, -1
+        snapshot, start = None, -1
         for offset in reversed([offset for offset in offsets if offset <= active_base]):
-            rows = read_snapshot(self.directory, offset)
-            if rows is not None:
+            snapshot = read_snapshot(self.directory, offset)
+            if snapshot is not None:
                 start = offset
                 break
-        self._state = ProducerState(rows)
+        self._state = ProducerState(*(snapshot or ()))
         if start == active_base:
             return
         for segment in segments[:-1]:
@@ -363,10 +461,11 @@ class ProducerStateManager:
         producers whose last batch lies below the log start (Kafka's eviction), so
         neither the state nor its snapshots grow with every producer ever seen."""
         rows = self._state.rows(log_start_offset)
+        transactions = self._state.open_transactions()
         if len(rows) < self._state.batches_held():
-            self._state = ProducerState(rows)
+            self._state = ProducerState(rows, transactions)
         try:
-            write_snapshot(self.directory, offset, rows)
+            write_snapshot(self.directory, offset, rows, transactions)
         except StorageError as error:
             # Only a shortcut: the next open walks from the snapshot before it.
             log.warning("%s: producer snapshot at %d not written (%s)", self.directory, offset,
@@ -376,11 +475,16 @@ class ProducerStateManager:
         """The last batches of each producer in the log (those wholly below
         ``log_start_offset`` forgotten), as :meth:`ProducerState.rows`: the state
         below the ``active`` segment and a walk of it."""
-        if not active.size and not len(self._state):
-            return self._state.rows()          # nobody: no copy, no walk (a new partition)
+        return self.state(active).rows(log_start_offset)
+
+    def state(self, active) -> ProducerState:
+        """The producer state of the whole log: a copy of the state below the
+        ``active`` segment after a walk of it (whose aborts it holds)."""
+        if not active.size and not len(self._state) and not self._state.open_transactions().size:
+            return ProducerState()             # nobody: no copy, no walk (a new partition)
         state = self._state.copy()
         state.remember(active.log, 0, active.size)
-        return state.rows(log_start_offset)
+        return state
 
     def clear(self) -> None:
         """The log restarted empty: every snapshot goes, and every producer.

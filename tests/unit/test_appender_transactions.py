@@ -19,6 +19,7 @@ from shmlog.record.records import encode_batch
 from shmlog.ring import Ring
 from shmlog.shm import shared_memory
 from shmlog.shm.state import PartitionStateTable, bells_name
+from shmlog.storage.producer_snapshots import read_snapshot
 
 PRODUCER, OTHER = 7, 9
 
@@ -194,3 +195,51 @@ def test_a_follower_follows_the_leaders_transactions(world, tmp_path):
         follower_logs.close()
         table.close()
         table.unlink()
+
+
+def test_a_transaction_open_across_rolls_is_found_from_the_snapshot(world):
+    """The open transaction began two segments before the active one: the snapshot
+    written at each roll carries it (version 3), so a restart's walk of the active
+    segment alone finds it, and its abort after the restart is indexed."""
+    logs, reader, appender, producer = world
+    logs.create_topic("t", config={"segment.bytes": 4096})
+    row = appender.register_partition("t", 0)
+    appender.expect_transaction(row, PRODUCER, 0)
+    assert send(appender, producer, "t", [b"open"]) == 0
+    for sequence in range(60):                  # another producer rolls the log
+        assert send(appender, producer, "t", [b"x" * 200], producer_id=OTHER,
+                    sequence=sequence, transactional=False) == sequence + 1
+    partition_log = logs.partition_log("t", 0)
+    assert len(partition_log.segments) >= 3
+    _, transactions = read_snapshot(partition_log.directory, partition_log.active.base_offset)
+    assert transactions.tolist() == [[PRODUCER, 0, 0]]
+    appender.unregister_partition("t", 0)
+    row = appender.register_partition("t", 0)
+    assert appender.open_transactions(row) == [(PRODUCER, 0, 0)]
+    assert reader.snapshot(row).last_stable_offset == 0
+    assert end(appender, row, False) == 61
+    assert reader.snapshot(row).last_stable_offset == 62
+    aborted = partition_log.aborted_transactions(0, 62)
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == \
+        [(PRODUCER, 0, 61)]
+
+
+def test_an_abort_whose_index_entry_was_lost_is_indexed_again(world):
+    """A crash between the abort marker and its .txnindex entry: the next open finds
+    the marker in its walk and indexes the transaction."""
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.expect_transaction(row, PRODUCER, 0)
+    send(appender, producer, "t", [b"a"])
+    send(appender, producer, "t", [b"b"], sequence=1)
+    assert end(appender, row, False) == 2
+    partition_log = logs.partition_log("t", 0)
+    appender.unregister_partition("t", 0)
+    for segment in partition_log.segments:
+        segment.txn_index.truncate_to(0)          # the entry the crash lost
+    assert partition_log.aborted_transactions(0, 3) == []
+    row = appender.register_partition("t", 0)
+    aborted = partition_log.aborted_transactions(0, 3)
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(PRODUCER, 0, 2)]
+    assert reader.snapshot(row).last_stable_offset == 3

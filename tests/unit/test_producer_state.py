@@ -130,7 +130,7 @@ def as_version_1(directory: str) -> None:
         path = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
         with open(path) as source:
             body = json.load(source)
-        assert body["version"] == 2
+        assert body["version"] == 3 and body["transactions"] == []
         last = {row[0]: row for row in body["producers"]}     # a producer's rows in log order
         with open(path, "w") as target:
             json.dump({"version": 1, "producers": sorted(last.values())}, target)

@@ -302,12 +302,13 @@ class LogAppends:
         """Remember the last batches of each producer in the partition's log, in every
         segment (``producer_snapshots``), not the active one alone: a producer whose
         last batches sit in an older segment would be forgotten, and a re-send
-        appended twice."""
-        partition_log = self.rows.partition_log(row)
-        self.producer_states.remember_producers(row, partition_log.producer_batches())
-        for segment in partition_log.segments:
-            if segment.size:
-                self._follow_transactions(row, partition_log, segment.log[:segment.size])
+        appended twice; and the transactions open at its end (``PartitionLog.producer_state``),
+        whose first offsets hold the last stable offset published."""
+        rows, transactions = self.rows.partition_log(row).producer_state()
+        self.producer_states.remember_producers(row, rows)
+        for producer_id, producer_epoch, first_offset in transactions.tolist():
+            self.transactions.begin(self.rows.settings, row, producer_id, producer_epoch,
+                                    first_offset)
         self.rows.refresh(row)
 
 
