@@ -154,10 +154,11 @@ class GroupCoordinator:
         self._replies: list[tuple[Any, dict | ShmlogError]] = []
 
     # -- recovery -------------------------------------------------------------------------
-    def load(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+    def load(self, records: Iterable[tuple]) -> None:
         """Replay ``__consumer_offsets`` records, oldest first (all of them at a
         start, or one partition's when a cluster member becomes its leader: the
-        groups of other partitions are left as they are)."""
+        groups of other partitions are left as they are):
+        ``GroupMetadataManager.load``."""
         self.offsets.load(records)
 
     def unload(self, belongs: Callable[[str], bool], error: ShmlogError) -> list[str]:
@@ -288,6 +289,33 @@ class GroupCoordinator:
         tool), only while the group has no members."""
         group_id = require_group_id(group_id)
         entries = commit_entries(offsets, now)
+        self._check_committer(group_id, entries, member_id, generation, group_instance_id, now)
+        self.offsets.check_commit(group_id, entries)
+        self.offsets.store(group_id, entries, self._append_offsets)
+        return {}
+
+    def txn_offset_commit(self, group_id, offsets, producer_id, member_id="", generation=-1,
+                          group_instance_id=None, *, append_offsets, now):
+        """Kafka's TxnOffsetCommit: store offsets inside the producer's transaction
+        (``append_offsets`` writes them as its batch); fetches see them once the
+        transaction commits. The member and generation, when given, are checked as a
+        commit's are (KIP-447: a zombie of an older generation is fenced); without
+        them (a producer that names the group alone) the transaction's fencing is
+        the only check, as Kafka's."""
+        group_id = require_group_id(group_id)
+        entries = commit_entries(offsets, now)
+        if member_id != "" or generation != -1:
+            self._check_committer(group_id, entries, member_id, generation, group_instance_id,
+                                  now)
+        self.offsets.check_commit(group_id, entries)
+        self.offsets.store_pending(group_id, producer_id, entries, append_offsets)
+        return {}
+
+    def _check_committer(self, group_id: str, entries: list, member_id, generation,
+                         group_instance_id, now: int) -> None:
+        """Refuse a commit its committer may not make: with no member id and
+        generation -1 only while the group has no members; else only a member of the
+        current generation, of the partitions it owns or nobody holds."""
         if member_id == "" and generation == -1:
             group = self.groups.get(group_id)
             if group is not None and group.members:
@@ -310,9 +338,6 @@ class GroupCoordinator:
                     f"member {member_id!r} of group {group_id!r} committed {topic}-{partition}, "
                     f"which generation {group.generation} assigns to {owner!r} "
                     f"({len(taken)} such partitions); commit only what this member owns")
-        self.offsets.check_commit(group_id, entries)
-        self.offsets.store(group_id, entries, self._append_offsets)
-        return {}
 
     def fetch_offsets(self, group_id, partitions=None, *, ticket, now):
         """[[topic, partition, offset, metadata], ...] of the partitions asked (all

@@ -120,6 +120,9 @@ class GroupMetadataManager:
         self._topics = topics
         self._end_offset = end_offset
         self.groups: dict[str, GroupMetadata] = {}
+        # Commits made inside transactions not ended yet: producer id -> group id ->
+        # {(topic, partition): CommittedOffset}.
+        self.pending: dict[int, dict[str, dict]] = {}
         self._expiry_not_before_ms = 0         # after a failed expiry, when to try again
 
     # -- the groups ------------------------------------------------------------------
@@ -138,26 +141,73 @@ class GroupMetadataManager:
         return group
 
     # -- recovery -------------------------------------------------------------------------
-    def load(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+    def load(self, records: Iterable[tuple]) -> None:
         """Replay ``__consumer_offsets`` records, oldest first (all of them at a
         start, or one partition's when a cluster member becomes its leader: the
-        groups of other partitions are left as they are)."""
+        groups of other partitions are left as they are). Each record is (key, value,
+        producer id of its transactional batch or -1, end-transaction marker or
+        None): a transaction's commits wait for its marker, and those of a
+        transaction still open at the end stay pending (``partition_host.InternalRecord``)."""
         loaded = set()
-        for key, value in records:
+        for key, value, producer_id, marker in records:
+            if marker is not None:
+                loaded.update(self.complete_transaction(marker.producer_id, marker.committed))
+                continue
             parsed = parse_offset_record(key, value)
             if parsed is None:
                 continue
             group_id, topic, partition, committed = parsed
-            group = self.groups.setdefault(group_id, GroupMetadata(group_id))
+            if producer_id >= 0:
+                self.pending.setdefault(producer_id, {}).setdefault(group_id, {})[
+                    (topic, partition)] = committed
+                continue
+            self._apply(group_id, [((topic, partition), committed)])
             loaded.add(group_id)
-            if committed is None:
-                group.offsets.pop((topic, partition), None)
-            else:
-                group.offsets[(topic, partition)] = committed
         for group_id in loaded:
-            group = self.groups[group_id]
-            if not group.offsets and not group.members:
+            group = self.groups.get(group_id)
+            if group is not None and not group.offsets and not group.members:
                 del self.groups[group_id]       # every commit was tombstoned
+
+    def _apply(self, group_id: str, entries) -> None:
+        """Keep commits ((topic, partition), CommittedOffset or None: a tombstone)."""
+        group = self.groups.setdefault(group_id, GroupMetadata(group_id))
+        for partition, committed in entries:
+            if committed is None:
+                group.offsets.pop(partition, None)
+            else:
+                group.offsets[partition] = committed
+
+    # -- transactions (KIP-98's TxnOffsetCommit) ----------------------------------------------
+    def store_pending(self, group_id: str, producer_id: int, entries: list,
+                      append_offsets: Callable[[str, list], None]) -> None:
+        """Store a checked commit made inside a producer's transaction: appended
+        (``append_offsets`` writes it as that transaction's batch) and kept aside, not
+        visible to fetches, until the transaction's marker
+        (:meth:`complete_transaction`)."""
+        append_offsets(group_id, [offset_record(group_id, *partition, committed)
+                                  for partition, committed in entries])
+        self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(entries)
+
+    def complete_transaction(self, producer_id: int, committed: bool,
+                             belongs: Callable[[str], bool] = lambda group_id: True) -> list:
+        """A marker of the producer's transaction was written to the offsets
+        partition of the groups that ``belongs``: their pending commits are kept
+        (COMMIT) or dropped (ABORT). The groups that changed."""
+        groups = self.pending.get(producer_id, {})
+        done = [group_id for group_id in groups if belongs(group_id)]
+        for group_id in done:
+            entries = groups.pop(group_id)
+            if committed:
+                self._apply(group_id, list(entries.items()))
+        if not groups:
+            self.pending.pop(producer_id, None)
+        return done if committed else []
+
+    def pending_partitions(self, group_id: str) -> set:
+        """The partitions of the group with a commit waiting for its transaction's end
+        (Kafka answers a fetch of them UNSTABLE_OFFSET_COMMIT when asked to)."""
+        return {partition for groups in self.pending.values()
+                for partition in groups.get(group_id, {})}
 
     def unload(self, belongs: Callable[[str], bool]) -> list[GroupMetadata]:
         """Forget every group whose id ``belongs`` (Kafka's ``removeGroupsForPartition``);

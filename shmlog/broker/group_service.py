@@ -26,13 +26,12 @@ topic's partitions changing starts a rebalance).
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterator
+from typing import Any
 
-from ..common import limits
 from ..common.errors import ShmlogError
 from ..config.broker import BrokerConfig
 from ..groups import OFFSETS_TOPIC, offsets_partition
-from ..record.records import decode_records, encode_batch, now_ms
+from ..record.records import encode_batch, now_ms
 from .group_coordinator import CoordinatorConfig, GroupCoordinator
 from .group_offsets import OFFSETS_TOPIC_CONFIG
 from .partition_host import PartitionHost
@@ -89,7 +88,7 @@ class GroupService:
             coordinator_config(config),
             topics=host.partition_counts, append_offsets=self._append_offsets,
             end_offset=self._log_end_offset)
-        self.coordinator.load(self._offset_records())
+        self.coordinator.load(host.internal_records(OFFSETS_TOPIC))
         host.when_topics_change(self.coordinator.topics_changed)
 
     # -- the service -----------------------------------------------------------------
@@ -122,31 +121,44 @@ class GroupService:
         except ShmlogError:
             return None
 
-    def _append_offsets(self, group_id: str, records: list) -> None:
-        """Append commit records to the group's partition of __consumer_offsets (made
-        on first use, as Kafka does) through the partition host."""
-        if not records:
-            return
+    def offsets_partition(self, group_id: str) -> int:
+        """The group's partition of __consumer_offsets, the topic made on first use
+        (as Kafka does)."""
         if OFFSETS_TOPIC not in self.host.logs.list_topics():
             self.host.create_topic(OFFSETS_TOPIC, self.offsets_topic_partitions,
                                    OFFSETS_TOPIC_CONFIG)
-        partition = offsets_partition(group_id,
-                                      self.host.logs.describe_topic(OFFSETS_TOPIC).partitions)
-        self.host.append(OFFSETS_TOPIC, partition,
-                         encode_batch([value for _, value in records],
-                                      keys=[key for key, _ in records]))
+        return offsets_partition(group_id,
+                                 self.host.logs.describe_topic(OFFSETS_TOPIC).partitions)
 
-    def _offset_records(self) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """Every record of __consumer_offsets, partition by partition, oldest first."""
-        if OFFSETS_TOPIC not in self.host.logs.list_topics():
+    def _append_offsets(self, group_id: str, records: list, producer_id: int = -1,
+                        producer_epoch: int = -1) -> None:
+        """Append commit records to the group's partition of __consumer_offsets through
+        the partition host; with a producer id, as a batch of its transaction."""
+        if not records:
             return
-        for partition in range(self.host.logs.describe_topic(OFFSETS_TOPIC).partitions):
-            partition_log = self.host.partition(OFFSETS_TOPIC, partition).log
-            offset = partition_log.log_start_offset
-            while offset < partition_log.log_end_offset:
-                result = partition_log.read(offset, max_bytes=limits.READ_SIZE_DEFAULT)
-                if not result.data.size:
-                    break
-                for record in decode_records(result.data, start_offset=offset):
-                    yield record.key, record.value
-                offset = result.next_offset
+        transactional = producer_id >= 0
+        self.host.append(OFFSETS_TOPIC, self.offsets_partition(group_id),
+                         encode_batch([value for _, value in records],
+                                      keys=[key for key, _ in records],
+                                      producer_id=producer_id, producer_epoch=producer_epoch,
+                                      transactional=transactional),
+                         sequenced=not transactional)
+
+    def txn_offset_commit(self, group_id, offsets, producer_id: int, producer_epoch: int,
+                          member_id="", generation=-1, group_instance_id=None) -> dict:
+        """Commit offsets inside the producer's transaction (the transaction service
+        checked that the producer holds it and added the group's partition)."""
+        return self.coordinator.txn_offset_commit(
+            group_id, offsets, producer_id, member_id, generation, group_instance_id,
+            append_offsets=lambda group, records: self._append_offsets(
+                group, records, producer_id, producer_epoch),
+            now=now_ms())
+
+    def transaction_ended(self, partition: int, producer_id: int, committed: bool) -> None:
+        """A marker of the producer's transaction is in ``partition`` of
+        __consumer_offsets: its groups' pending commits are kept or dropped."""
+        count = self.host.logs.describe_topic(OFFSETS_TOPIC).partitions
+        self.coordinator.offsets.complete_transaction(
+            producer_id, committed,
+            lambda group_id: offsets_partition(group_id, count) == partition)
+

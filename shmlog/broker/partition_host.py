@@ -55,7 +55,7 @@ import json
 import logging
 import os
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -63,7 +63,8 @@ from ..common import limits
 from ..common.errors import ShmlogError
 from ..common.metrics import Histogram
 from ..common.paths import shared_memory_prefix
-from ..record.records import now_ms
+from ..record.control import EndTransactionMarker, decode_marker
+from ..record.records import decode_records, iter_batches, now_ms
 from ..segments import PartitionLog
 from ..shm.completion import completion_error
 from ..shm.state import PartitionStateTable
@@ -79,7 +80,7 @@ from .flush_schedule import FlushSchedule
 # The broker's log: operators read one logger for the broker's work.
 log = logging.getLogger("shmlog.broker")
 
-__all__ = ["PartitionHost", "HostedPartition", "CleanerProgress", "ROWS_FILE"]
+__all__ = ["PartitionHost", "HostedPartition", "CleanerProgress", "InternalRecord", "ROWS_FILE"]
 
 ROWS_FILE = "partition-rows.json"
 
@@ -101,6 +102,31 @@ class HostedPartition:
     partition: int
     row: int
     log: PartitionLog
+
+
+class InternalRecord(NamedTuple):
+    """A record of an internal topic as a coordinator reads it back: its key and value,
+    the producer id of its batch when that batch is transactional (else -1), and for
+    a transaction's marker the marker (its key and value None)."""
+    key: bytes | None
+    value: bytes | None
+    producer_id: int
+    marker: EndTransactionMarker | None
+
+
+def _records_of(data: np.ndarray, start_offset: int) -> Iterator[InternalRecord]:
+    """The records of whole batches (from ``start_offset``) and their transactions."""
+    position = 0
+    for info in iter_batches(data):
+        batch = data[position:position + info.batch_length]
+        position += info.batch_length
+        if info.is_control:
+            if info.base_offset >= start_offset:
+                yield InternalRecord(None, None, info.producer_id, decode_marker(batch))
+            continue
+        producer_id = info.producer_id if info.is_transactional else -1
+        for record in decode_records(batch, start_offset=start_offset):
+            yield InternalRecord(record.key, record.value, producer_id, None)
 
 
 @dataclasses.dataclass
@@ -307,9 +333,12 @@ class PartitionHost:
                 for topic in self.logs.list_topics()}
 
     # -- appending -----------------------------------------------------------------------
-    def append(self, topic: str, partition: int, batch: np.ndarray) -> int:
+    def append(self, topic: str, partition: int, batch: np.ndarray, *,
+               sequenced: bool = True) -> int:
         """Append a batch the broker made (an offset commit) through the appender,
-        publish it and tell waiting consumers; its base offset.
+        publish it and tell waiting consumers; its base offset. ``sequenced=False``:
+        a coordinator's batch under a producer's id (a transaction's offsets), which
+        takes no place in that producer's sequence (Kafka's origin Coordinator).
 
         Raises
         ------
@@ -317,11 +346,61 @@ class PartitionHost:
             The appender refused the batch (``completion.completion_error``); nothing
             of it was appended.
         """
-        result, _ = self.appender.append(self.partition(topic, partition).row, batch)
+        result, _ = self.appender.append(self.partition(topic, partition).row, batch,
+                                         sequenced=sequenced)
         if result < 0:
             raise completion_error(-result, topic, partition)
         self.table.consumer_doorbell.ring()
         return result
+
+    def expect_transaction(self, topic: str, partition: int, producer_id: int,
+                           producer_epoch: int) -> bool:
+        """The partition admits the first transactional batch of the producer at
+        ``producer_epoch`` (``Appender.expect_transaction``): False while a transaction
+        of another epoch of it is open there.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError
+            The partition is not hosted here.
+        """
+        return self.appender.expect_transaction(self.partition(topic, partition).row,
+                                                producer_id, producer_epoch)
+
+    def write_marker(self, topic: str, partition: int, marker: EndTransactionMarker) -> int:
+        """Append a transaction's end marker to the partition (``Appender.write_marker``)
+        and tell waiting consumers; its offset.
+
+        Raises
+        ------
+        UnknownTopicOrPartitionError, StorageError, NotLeaderOrFollowerError
+            The marker is not in the partition.
+        """
+        result = self.appender.write_marker(self.partition(topic, partition).row, marker)
+        if result < 0:
+            raise completion_error(-result, topic, partition)
+        self.table.consumer_doorbell.ring()
+        return result
+
+    def internal_records(self, topic: str, partition: int | None = None) \
+            -> Iterator[InternalRecord]:
+        """Every record of an internal topic (of one partition, or of all in order),
+        oldest first, as the coordinators read them back at a start: each with its
+        batch's producer id when transactional, and the transactions' markers among
+        them."""
+        if topic not in self.logs.list_topics():
+            return
+        partitions = range(self.logs.describe_topic(topic).partitions) if partition is None \
+            else (partition,)
+        for number in partitions:
+            partition_log = self.partition(topic, number).log
+            offset = partition_log.log_start_offset
+            while offset < partition_log.log_end_offset:
+                result = partition_log.read(offset, max_bytes=limits.READ_SIZE_DEFAULT)
+                if not result.data.size:
+                    break
+                yield from _records_of(result.data, offset)
+                offset = result.next_offset
 
     def drain_soon(self) -> None:
         """Drain the rings at the next turn, whether or not the doorbell rang (a ring

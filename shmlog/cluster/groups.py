@@ -76,7 +76,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 from ..broker.group_coordinator import GroupCoordinator
 from ..broker.group_offsets import OFFSETS_TOPIC_CONFIG
@@ -97,7 +97,7 @@ from ..common.errors import (
 from ..config.broker import BrokerConfig
 from ..groups import OFFSETS_TOPIC, offsets_partition
 from ..protocol.control import decode_reply, encode_request, encode_result, handle_frame
-from ..record.records import decode_records, encode_batch, now_ms
+from ..record.records import encode_batch, now_ms
 from ..zmq_replication import ReceivedRequest, ReceivedResponse, RequestFailed
 from .metadata import assign_replicas
 from .replication.forwarding import wire_error
@@ -503,7 +503,7 @@ class ClusterGroupService:
 
     def _load(self, partition: int, replica: PartitionReplica, count: int) -> None:
         try:
-            self.coordinator.load(self._records(partition))
+            self.coordinator.load(self.host.internal_records(OFFSETS_TOPIC, partition))
         except ShmlogError as error:
             log.error("cannot load %s-%d: %s (its groups wait)", OFFSETS_TOPIC, partition, error)
             return
@@ -527,19 +527,6 @@ class ClusterGroupService:
             self._reply(pending.ticket, error)
         log.info("no longer coordinator of %s-%d: %d groups unloaded", OFFSETS_TOPIC, partition,
                  len(gone))
-
-    def _records(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """The partition's records, oldest first, up to its log end."""
-        partition_log = self.host.partition(OFFSETS_TOPIC, partition).log
-        offset, end = partition_log.log_start_offset, partition_log.log_end_offset
-        while offset < end:
-            result = partition_log.read(offset, max_bytes=limits.READ_SIZE_DEFAULT,
-                                        max_offset=end)
-            if not result.data.size:
-                break
-            for record in decode_records(result.data, start_offset=offset):
-                yield record.key, record.value
-            offset = result.next_offset
 
     # -- creating the offsets topic ---------------------------------------------------------------
     def _create_offsets_topic(self) -> None:

@@ -76,6 +76,12 @@
     ├── SaslAuthenticationError       a Kafka client's SASL login failed (Kafka's code 58)
     │   ├── SaslMessageError          its SASL message is malformed or out of turn
     │   └── UnsupportedSaslMechanismError   it asked for a mechanism not enabled here
+    ├── TransactionError              a transaction coordinator refused a request
+    │   ├── ProducerFencedError       a newer producer took this transactional.id: close
+    │   ├── InvalidProducerIdMappingError   the transactional.id has another producer id
+    │   ├── ConcurrentTransactionsError   the previous transaction is still ending: retry
+    │   ├── InvalidTransactionTimeoutError   over transaction.max.timeout.ms
+    │   └── TransactionAbortedError   the transaction was aborted (timeout, or a failed send)
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -326,6 +332,40 @@ class ZooKeeperUnavailableError(ShmlogError):
 class ZooKeeperStartError(ShmlogError):
     """A local ZooKeeper server exited, or did not serve in time, while starting
     (a port in use, a data directory it cannot write): its log names the cause."""
+
+
+class TransactionError(ShmlogError):
+    """A transaction coordinator refused a request (Kafka's transactional producer
+    errors)."""
+
+
+class ProducerFencedError(TransactionError):
+    """Another producer initialised the same ``transactional_id`` since, with a newer
+    epoch (or the coordinator fenced this one when its transaction timed out): this
+    producer can do nothing more, close it (Kafka's PRODUCER_FENCED, fatal)."""
+
+
+class InvalidProducerIdMappingError(TransactionError):
+    """The ``transactional_id`` is not mapped to the producer id given (expired, or
+    never initialised): call ``init_transactions`` (Kafka's
+    INVALID_PRODUCER_ID_MAPPING)."""
+
+
+class ConcurrentTransactionsError(TransactionError):
+    """The ``transactional_id``'s previous transaction is still being completed (its
+    markers are not all written): retry after a backoff (Kafka's
+    CONCURRENT_TRANSACTIONS, retriable)."""
+
+
+class InvalidTransactionTimeoutError(TransactionError):
+    """The transaction timeout asked for is not positive or exceeds the broker's
+    ``transaction_max_timeout_ms`` (Kafka's INVALID_TRANSACTION_TIMEOUT)."""
+
+
+class TransactionAbortedError(TransactionError):
+    """The transaction was aborted, by the coordinator (its timeout passed) or because
+    one of its sends failed: its records are not committed (Kafka's
+    TransactionAbortedException); abort it and begin another."""
 
 
 class GroupError(ShmlogError):

@@ -310,6 +310,17 @@ CLIENT_ID_LENGTH_MAX = 255
 # again (a full disk is not fixed in a moment; Kafka checks every 10 minutes).
 OFFSETS_EXPIRY_RETRY_MS = 60_000
 
+# --- transactions ------------------------------------------------------------------------
+# A producer epoch is a batch header's int16: the last one a transactional id's
+# producer id may take before the coordinator gives it a new id (Kafka's
+# Short.MaxValue, less one for the bump that fences).
+PRODUCER_EPOCH_MAX = (1 << 15) - 2
+# How long a transaction may stay open unless the producer says (Kafka's
+# transaction.timeout.ms default).
+TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000
+# How soon a transaction marker that could not be written is tried again.
+TRANSACTION_MARKER_RETRY_MS = 1_000
+
 # --- process limits ---------------------------------------------------------------------
 # Mappings kept free below vm.max_map_count for the process's own use (malloc's arenas
 # and large blocks, thread stacks, shared libraries: a broker uses ~600 before its

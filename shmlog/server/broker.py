@@ -98,6 +98,7 @@ from ..broker.producer_service import ProducerService
 from ..broker.scheduler import Scheduler
 from ..broker.service import RequestContext, Service
 from ..broker.topic_service import TopicService
+from ..broker.transaction_service import TransactionService
 from ..common import access, child_process, limits
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
 
@@ -194,8 +195,11 @@ class BrokerCore:
         else:
             self.topics = self.add_service(self._join(config, kafka_endpoints))
         self.producer_service = self.add_service(ProducerService(self.producers))
+        self.transactions = None
         if self.cluster is None:
             self.groups = self.add_service(GroupService(config, self.host, self.context))
+            self.transactions = self.add_service(
+                TransactionService(config, self.host, self.producers, self.groups))
         else:
             from ..cluster.groups import ClusterGroupService  # a member's groups
             self.groups = self.add_service(ClusterGroupService(config, self.host, self.context,
@@ -354,7 +358,9 @@ def warm_kernels(config: BrokerConfig) -> None:
         table = PartitionStateTable.scratch(WARM_UP_DIRECTORY, limits.WARM_UP_ROWS,
                                             writable=True)
         core = BrokerCore(dataclasses.replace(config, data_dir=directory, cluster=None,
-                                              offsets_topic_num_partitions=1), table=table)
+                                              offsets_topic_num_partitions=1,
+                                              transaction_state_log_num_partitions=1),
+                          table=table)
         try:
             _serve_scratch_requests(core)
             if config.cluster is not None:
@@ -423,12 +429,42 @@ def _serve_scratch_requests(core: BrokerCore) -> None:
     core.host.apply_retention()           # retention.bytes 0: every closed segment goes
     _serve_scratch_acks_all(core, value)
     _serve_scratch_forwarded(core, value)
+    _serve_scratch_transactions(core, ask, value)
     offsets = [[_WARM_UP_TOPIC, 0, 1, ""]]
     ask("commit_offsets", group_id=_WARM_UP_TOPIC, offsets=offsets)
     ask("fetch_offsets", group_id=_WARM_UP_TOPIC)
     ask("delete_group", group_id=_WARM_UP_TOPIC)
     for topic in (_WARM_UP_TOPIC, _WARM_UP_APPEND_TIME_TOPIC):
         ask("delete_topic", name=topic)
+    appender.remove_ring(appender.index_of(ring))
+
+
+def _serve_scratch_transactions(core: BrokerCore, ask, value: list) -> None:
+    """A transaction's paths: its producer initialised, a partition and a group's
+    offsets added, its first batch (Python's) and the next (the compiled loop's),
+    offsets committed inside it, one transaction aborted (indexed) and one committed."""
+    appender = core.host.appender
+    ring = Ring(WARM_UP_DIRECTORY, mmap.mmap(-1, R.DATA_OFFSET + limits.WARM_UP_RING_CAPACITY),
+                owner=True)
+    appender.add_ring(ring)
+    producer = ask("init_transactions", transactional_id=_WARM_UP_TOPIC,
+                   transaction_timeout_ms=limits.TRANSACTION_TIMEOUT_MS_DEFAULT)
+    identity = {"transactional_id": _WARM_UP_TOPIC, **producer}
+    sequence = 0
+    for committed in (False, True):
+        ask("add_partitions_to_txn", **identity, partitions=[[_WARM_UP_TOPIC, 0]])
+        for _ in range(2):
+            ring.put(appender.destination(_WARM_UP_TOPIC, 0), encode_batch(
+                value, producer_id=producer["producer_id"],
+                producer_epoch=producer["producer_epoch"], base_sequence=sequence,
+                transactional=True), timeout_ms=0)
+            sequence += 1
+        core.host.drain_soon()
+        core.host.drain()
+        ask("add_offsets_to_txn", **identity, group_id=_WARM_UP_TOPIC)
+        ask("txn_offset_commit", **identity, group_id=_WARM_UP_TOPIC,
+            offsets=[[_WARM_UP_TOPIC, 0, 1, ""]])
+        ask("end_txn", **identity, committed=committed)
     appender.remove_ring(appender.index_of(ring))
 
 

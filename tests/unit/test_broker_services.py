@@ -53,7 +53,8 @@ BROKER_REQUESTS = {
     "init_producer_id", "offset_for_timestamp", "list_offsets", "join_group", "sync_group",
     "heartbeat", "leave_group", "commit_offsets", "fetch_offsets", "list_groups",
     "describe_group", "delete_group", "delete_records", "describe_log_dirs",
-    "stats"}
+    "stats", "init_transactions", "add_partitions_to_txn", "add_offsets_to_txn",
+    "txn_offset_commit", "end_txn", "describe_transactions", "list_transactions"}
 # Answered by the core itself, not by a service.
 CORE_REQUESTS = {"ping", "describe_broker_config"}
 OFFSETS_PARTITIONS = 3

@@ -67,7 +67,8 @@ def coordinator() -> GroupCoordinator:
 
 
 def records(group_id: str, offset: int) -> list:
-    return [offset_record(group_id, "t", 0, CommittedOffset(offset, "", 1))]
+    """A commit's record as the broker reads it back (outside any transaction)."""
+    return [(*offset_record(group_id, "t", 0, CommittedOffset(offset, "", 1)), -1, None)]
 
 
 def test_loading_a_partition_keeps_the_groups_of_others():
@@ -76,7 +77,8 @@ def test_loading_a_partition_keeps_the_groups_of_others():
     groups = coordinator()
     groups.join_group("member-group", ticket="join", now=0)
     groups.tick(1)
-    groups.load(records("a", 5) + records("b", 7) + [offset_record("b", "t", 0, None)])
+    groups.load(records("a", 5) + records("b", 7)
+                + [(*offset_record("b", "t", 0, None), -1, None)])
     assert groups.fetch_offsets("a", ticket=None, now=2)["offsets"] == [["t", 0, 5, ""]]
     assert "b" not in groups.groups, "every commit of b tombstoned: forgotten"
     assert "member-group" in groups.groups

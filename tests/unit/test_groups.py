@@ -246,7 +246,7 @@ def test_commits_are_fenced_by_generation_and_stored_as_records():
             for group, topic, partition, committed in parsed] == \
         [("g", "t", 0, 42), ("g", "t", 1, 7), ("g", "t", 0, 43)]
     restarted = Harness()
-    restarted.coordinator.load(harness.records)
+    restarted.coordinator.load(as_read_back(harness.records))
     assert restarted.call("fetch_offsets", group_id="g")["offsets"] == \
         [["t", 0, 43, ""], ["t", 1, 7, ""]]
     described = restarted.call("describe_group", group_id="g")
@@ -265,7 +265,7 @@ def test_an_empty_group_takes_simple_commits_and_is_deleted_with_tombstones():
     with pytest.raises(GroupIdNotFoundError):
         harness.call("describe_group", group_id="tool")
     restarted = Harness()
-    restarted.coordinator.load(harness.records)
+    restarted.coordinator.load(as_read_back(harness.records))
     assert restarted.call("fetch_offsets", group_id="tool")["offsets"] == []
     member = list(join_all(harness, [""]))[0]
     with pytest.raises(NonEmptyGroupError):
@@ -480,7 +480,7 @@ def test_offsets_committed_without_members_expire_per_commit_and_after_a_restart
     restarted = Harness()
     restarted.coordinator.config = CoordinatorConfig(0, 1, 3_600_000, RETENTION_MS)
     restarted.now = harness.now + RETENTION_MS
-    restarted.coordinator.load(harness.records)
+    restarted.coordinator.load(as_read_back(harness.records))
     assert restarted.coordinator.next_deadline() <= restarted.now
     restarted.advance(0)
     assert restarted.call("fetch_offsets", group_id="tool")["offsets"] == []
@@ -593,3 +593,8 @@ def test_the_assignor_orders_static_members_by_instance_id_across_restarts():
                   for member in harness.coordinator.groups["g"].members.values()}
     assert assignment == {"a": (("t", 0), ("t", 1)), "b": (("t", 2), ("t", 3)),
                           None: (("t", 4), ("t", 5))}
+
+
+def as_read_back(records: list) -> list:
+    """(key, value) records as the broker reads them back: outside any transaction."""
+    return [(key, value, -1, None) for key, value in records]

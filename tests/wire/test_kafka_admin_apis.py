@@ -43,12 +43,11 @@ from kafka.protocol.admin import (
 
 from kafka_clients.raw import receive_exactly
 from shmlog import Admin, Producer
-from shmlog.common.internal_topics import INTERNAL_TOPICS
+from shmlog.common.internal_topics import OFFSETS_TOPIC
 from shmlog.wire import codec
 from shmlog.wire import error_codes as E
 
 WAIT_S = 30.0
-OFFSETS_TOPIC = next(iter(INTERNAL_TOPICS))
 
 
 @pytest.fixture(scope="module")

@@ -445,10 +445,11 @@ class Appender:
             return CompletionCode.NOT_ENOUGH_REPLICAS
         return None
 
-    def append(self, row: int, batch) -> tuple[int, int]:
+    def append(self, row: int, batch, *, sequenced: bool = True) -> tuple[int, int]:
         """Append one batch the broker writes itself (offset commits) to the partition
-        at ``row`` as the drain appends a producer's: its sequence checked, stamped
-        with the row's leader epoch, its row published by its high-watermark policy.
+        at ``row`` as the drain appends a producer's: its sequence checked (unless not
+        ``sequenced``: a coordinator's batch under a producer's id), stamped with the
+        row's leader epoch, its row published by its high-watermark policy.
 
         Returns
         -------
@@ -464,7 +465,7 @@ class Appender:
         source = batch if isinstance(batch, np.ndarray) else np.frombuffer(batch, np.uint8)
         if not self._partitions.is_leader(row):
             return -CompletionCode.NOT_LEADER_OR_FOLLOWER, -1
-        result, append_time, _ = self._appends.append_batch(row, source)
+        result, append_time, _ = self._appends.append_batch(row, source, sequenced=sequenced)
         return result, append_time
 
     # -- transactions --------------------------------------------------------------------

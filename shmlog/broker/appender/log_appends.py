@@ -112,12 +112,15 @@ class LogAppends:
         self.producer_states.forget(row)
         self.transactions.forget(self.rows.settings, row)
 
-    def append_batch(self, row: int, batch: np.ndarray) -> tuple[int, int, int]:
+    def append_batch(self, row: int, batch: np.ndarray, *,
+                     sequenced: bool = True) -> tuple[int, int, int]:
         """Append one batch through the partition's log, unless its sequence says it
         is a duplicate or out of order: (completion result, broker append time, last
         offset of the batch the result names or -1). ``batch`` may be one Kafka
         client's batch stored in pieces (``kafka_batches.from_kafka``): checked and
-        remembered as the one batch its client sent."""
+        remembered as the one batch its client sent. A batch not ``sequenced`` (a
+        coordinator's, under a producer's id: a transaction's offsets) is neither
+        checked nor remembered by sequence; its transaction is checked all the same."""
         partition_log = self.rows.partition_log(row)
         header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0] \
             if batch.size >= B.HEADER_LENGTH else None
@@ -129,8 +132,9 @@ class LogAppends:
         span = offset_span(batch) if header is not None else 0
         last_offset_delta = span - 1 if span else \
             (int(header["last_offset_delta"]) if header is not None else 0)
-        verdict, duplicate_offset = self.producer_states.check(row, producer_id, producer_epoch,
-                                                               base_sequence, last_offset_delta)
+        verdict, duplicate_offset = self.producer_states.check(
+            row, producer_id, producer_epoch, base_sequence, last_offset_delta) \
+            if sequenced else (SEQUENCE_NEW, -1)
         if verdict == SEQUENCE_DUPLICATE:
             return int(duplicate_offset), -1, int(duplicate_offset) + last_offset_delta
         if verdict != SEQUENCE_NEW:
@@ -154,11 +158,15 @@ class LogAppends:
                 self.rows.refresh(row)
             return result, -1, -1
         appended = result
+        if sequenced:
+            self._remember(row, producer_id, producer_epoch, base_sequence, appended)
+        self._appended_rows[row] = None
+        return appended.base_offset, appended.log_append_time, appended.last_offset
+
+    def _remember(self, row, producer_id, producer_epoch, base_sequence, appended) -> None:
         self.producer_states.remember(row, producer_id, producer_epoch, base_sequence,
                                       appended.base_offset,
                                       appended.last_offset - appended.base_offset + 1)
-        self._appended_rows[row] = None
-        return appended.base_offset, appended.log_append_time, appended.last_offset
 
     def _append(self, row: int, partition_log, batch: np.ndarray):
         """``PartitionLog.append`` stamped with the row's leader epoch: its

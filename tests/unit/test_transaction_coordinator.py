@@ -1,0 +1,234 @@
+"""The transaction coordinator in a broker, in-process: producer ids and epochs per
+transactional id (zombies fenced), partitions added, batches admitted, commit and
+abort with their markers and the last stable offset, commits of offsets inside a
+transaction, timeouts, and a restart that finishes what was stored.
+
+Method: a ``BrokerCore`` on a temporary data directory, driven as ``serve`` drives
+it (``handle`` a request frame, ``drain``), a ring in anonymous memory added to its
+appender for the producer's batches, and the coordinator's ``tick`` called with a
+time past a timeout (no test waits for a clock)."""
+
+from __future__ import annotations
+
+import mmap
+
+import pytest
+
+from helpers import all_records, ask
+from shmlog.common.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    UnknownTopicOrPartitionError,
+)
+from shmlog.record.records import encode_batch, now_ms
+from shmlog.ring import Ring
+from shmlog.server.broker import BrokerConfig, BrokerCore
+from shmlog.shm import ring_layout as R
+
+TXN = "payments-1"
+
+
+class World:
+    """A broker core with a topic, and a producer's ring."""
+
+    def __init__(self, data_dir: str):
+        self.data_dir = data_dir
+        self.core = None
+        self.open()
+        self.core.topics.create_topic("out", 2)
+
+    def open(self) -> None:
+        self.core = BrokerCore(BrokerConfig(data_dir=self.data_dir, offsets_topic_num_partitions=1,
+                                            transaction_state_log_num_partitions=2))
+        self.ring = Ring("test-ring", mmap.mmap(-1, R.DATA_OFFSET + (1 << 20)), owner=True)
+        self.core.host.appender.add_ring(self.ring)
+        self.sequences = {}
+
+    def restart(self) -> None:
+        self.core.close()
+        self.open()
+
+    def ask(self, request_type: str, **fields) -> dict:
+        return ask(self.core, request_type, **fields)
+
+    def init(self, transactional_id: str = TXN, timeout_ms: int = 60_000) -> dict:
+        producer = self.ask("init_transactions", transactional_id=transactional_id,
+                            transaction_timeout_ms=timeout_ms)
+        return {"transactional_id": transactional_id, **producer}
+
+    def send(self, producer: dict, partition: int, values: list[bytes]) -> int:
+        """A transactional batch of ``producer`` through the ring: its result."""
+        key = (producer["producer_id"], partition)
+        sequence = self.sequences.get(key, 0)
+        self.sequences[key] = sequence + len(values)
+        entry = self.ring.put(self.core.host.appender.destination("out", partition), encode_batch(
+            values, producer_id=producer["producer_id"],
+            producer_epoch=producer["producer_epoch"], base_sequence=sequence,
+            transactional=True), timeout_ms=0)
+        self.core.host.drain_soon()
+        self.core.host.drain()
+        return self.ring.result(entry)[0]
+
+    def stable(self, partition: int) -> tuple[int, int]:
+        """(high watermark, last stable offset) published for out-``partition``."""
+        row = self.core.host.partition("out", partition).row
+        snapshot = self.core.host.table.snapshot(row)
+        return snapshot.high_watermark, snapshot.last_stable_offset
+
+    def values(self, partition: int) -> list[bytes]:
+        return [record.value for record in all_records(
+            self.core.host.partition("out", partition).log)]
+
+
+@pytest.fixture
+def world(data_dir):
+    made = World(data_dir)
+    yield made
+    made.core.close()
+
+
+def test_a_committed_transaction_is_stable_on_every_partition_it_wrote(world):
+    producer = world.init()
+    assert producer["producer_epoch"] == 0
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0], ["out", 1]])
+    assert world.send(producer, 0, [b"a", b"b"]) == 0
+    assert world.send(producer, 1, [b"c"]) == 0
+    assert world.send(producer, 0, [b"d"]) == 2
+    assert world.stable(0) == (3, 0) and world.stable(1) == (1, 0)
+    state = world.ask("describe_transactions", transactional_ids=[TXN])["transactions"][0]
+    assert state["state"] == "Ongoing" and state["partitions"] == [["out", 0], ["out", 1]]
+    world.ask("end_txn", **producer, committed=True)
+    assert world.stable(0) == (4, 4) and world.stable(1) == (2, 2)     # the markers
+    assert world.values(0) == [b"a", b"b", b"d"] and world.values(1) == [b"c"]
+    assert world.ask("list_transactions")["transactions"] == [
+        {"transactional_id": TXN, "producer_id": producer["producer_id"],
+         "state": "CompleteCommit"}]
+    world.ask("end_txn", **producer, committed=True)      # a retry is answered the same
+    with pytest.raises(InvalidTxnStateError):
+        world.ask("end_txn", **producer, committed=False)
+
+
+def test_an_aborted_transaction_is_indexed(world):
+    producer = world.init()
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
+    world.send(producer, 0, [b"x", b"y"])
+    world.ask("end_txn", **producer, committed=False)
+    assert world.stable(0) == (3, 3)
+    aborted = world.core.host.partition("out", 0).log.aborted_transactions(0, 3)
+    assert [(entry.producer_id, entry.first_offset, entry.last_offset) for entry in aborted] \
+        == [(producer["producer_id"], 0, 2)]
+
+
+def test_a_second_producer_of_the_id_fences_the_first_and_aborts_its_transaction(world):
+    zombie = world.init()
+    world.ask("add_partitions_to_txn", **zombie, partitions=[["out", 0]])
+    world.send(zombie, 0, [b"zombie"])
+    successor = world.init()
+    assert (successor["producer_id"], successor["producer_epoch"]) == \
+        (zombie["producer_id"], zombie["producer_epoch"] + 1)
+    assert world.stable(0) == (2, 2), "the open transaction was aborted"
+    assert len(world.core.host.partition("out", 0).log.aborted_transactions(0, 2)) == 1
+    with pytest.raises(ProducerFencedError):
+        world.ask("add_partitions_to_txn", **zombie, partitions=[["out", 1]])
+    with pytest.raises(ProducerFencedError):
+        world.ask("end_txn", **zombie, committed=True)
+    # The zombie's late batch is fenced by the partition too (the marker's epoch).
+    assert world.send(zombie, 0, [b"late"]) < 0
+    world.ask("add_partitions_to_txn", **successor, partitions=[["out", 0]])
+    world.sequences.clear()
+    assert world.send(successor, 0, [b"good"]) == 2
+    world.ask("end_txn", **successor, committed=True)
+    assert world.values(0) == [b"zombie", b"good"]
+
+
+def test_requests_of_an_unknown_producer_or_partition_are_refused(world):
+    producer = world.init()
+    with pytest.raises(InvalidProducerIdMappingError):
+        world.ask("add_partitions_to_txn", **{**producer, "producer_id": 12345},
+                  partitions=[["out", 0]])
+    with pytest.raises(InvalidProducerIdMappingError):
+        world.ask("end_txn", **{**producer, "transactional_id": "never"}, committed=True)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        world.ask("add_partitions_to_txn", **producer, partitions=[["nope", 0]])
+    with pytest.raises(InvalidTransactionTimeoutError):
+        world.init("slow", timeout_ms=10**9)
+    with pytest.raises(InvalidTxnStateError):
+        world.ask("end_txn", **producer, committed=True)        # nothing begun
+
+
+def test_offsets_committed_in_a_transaction_count_only_once_it_commits(world):
+    producer = world.init()
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
+    world.send(producer, 0, [b"out"])
+    with pytest.raises(InvalidTxnStateError, match="add"):
+        world.ask("txn_offset_commit", **producer, group_id="g",
+                  offsets=[["out", 1, 0, ""]])
+    world.ask("add_offsets_to_txn", **producer, group_id="g")
+    world.core.host.append("out", 1, encode_batch([b"input"] * 5))
+    world.ask("txn_offset_commit", **producer, group_id="g", offsets=[["out", 1, 5, "m"]])
+    assert world.ask("fetch_offsets", group_id="g")["offsets"] == []
+    world.ask("end_txn", **producer, committed=False)
+    assert world.ask("fetch_offsets", group_id="g")["offsets"] == []
+    world.ask("add_offsets_to_txn", **producer, group_id="g")
+    world.ask("txn_offset_commit", **producer, group_id="g", offsets=[["out", 1, 4, "n"]])
+    world.ask("end_txn", **producer, committed=True)
+    assert world.ask("fetch_offsets", group_id="g")["offsets"] == [["out", 1, 4, "n"]]
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(world):
+    producer = world.init(timeout_ms=1_000)
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
+    world.send(producer, 0, [b"slow"])
+    deadline = world.core.transactions.next_deadline()
+    assert deadline is not None
+    world.core.transactions.tick(deadline - 1)
+    assert world.stable(0) == (1, 0), "not yet"
+    world.core.transactions.tick(deadline)
+    assert world.stable(0) == (2, 2)
+    with pytest.raises(ProducerFencedError):
+        world.ask("end_txn", **producer, committed=True)
+    state = world.ask("describe_transactions", transactional_ids=[TXN])["transactions"][0]
+    assert (state["state"], state["producer_epoch"]) == ("CompleteAbort", 1)
+
+
+def test_a_restart_keeps_an_open_transaction_going_and_its_pending_offsets(world):
+    producer = world.init()
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
+    world.send(producer, 0, [b"before"])
+    world.ask("add_offsets_to_txn", **producer, group_id="g")
+    world.core.host.append("out", 1, encode_batch([b"input"] * 3))
+    world.ask("txn_offset_commit", **producer, group_id="g", offsets=[["out", 1, 3, ""]])
+    sequences = dict(world.sequences)
+    world.restart()
+    world.sequences = sequences
+    assert world.stable(0) == (1, 0)
+    assert world.ask("fetch_offsets", group_id="g")["offsets"] == []
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 1]])
+    assert world.send(producer, 0, [b"after"]) == 1
+    world.ask("end_txn", **producer, committed=True)
+    assert world.stable(0) == (3, 3)
+    assert world.values(0) == [b"before", b"after"]
+    assert world.ask("fetch_offsets", group_id="g")["offsets"] == [["out", 1, 3, ""]]
+    world.restart()
+    assert world.ask("fetch_offsets", group_id="g")["offsets"] == [["out", 1, 3, ""]], \
+        "read back with its marker"
+    assert world.init()["producer_epoch"] == 1, "the id's epoch was stored"
+
+
+def test_a_marker_that_cannot_be_written_is_retried(world):
+    producer = world.init()
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0], ["out", 1]])
+    world.send(producer, 0, [b"a"])
+    log = world.core.host.partition("out", 1).log
+    world.core.host.appender.set_is_leader(world.core.host.partition("out", 1).row, False)
+    world.ask("end_txn", **producer, committed=True)
+    assert world.stable(0) == (2, 2) and log.log_end_offset == 0
+    with pytest.raises(ConcurrentTransactionsError):
+        world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
+    world.core.host.appender.set_is_leader(world.core.host.partition("out", 1).row, True)
+    world.core.transactions.tick(now_ms() + 60_000)
+    assert log.log_end_offset == 1
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
