@@ -10,10 +10,12 @@ Rules
   So a batch's idempotence fields mean the same on both sides.
 * **Checked before trusted.** A Kafka batch's CRC32C is checked first; its varints,
   lengths and record count must fit exactly (no byte left over, nothing read past
-  its end); it must be one batch, magic 2, not transactional (shmlog has no
-  transactions yet) and not a control batch (Kafka refuses those from clients:
-  only the broker writes them). Any failure is :class:`CorruptRecordError`
-  with a :class:`KafkaBatchStatus`; the caller maps it to Kafka's error code.
+  its end); it must be one batch, magic 2, and not a control batch (Kafka refuses
+  those from clients: only the broker writes them). Any failure is
+  :class:`CorruptRecordError` with a :class:`KafkaBatchStatus`; the caller maps it
+  to Kafka's error code. A transactional batch keeps its bit
+  (``batch_layout.TRANSACTIONAL_BIT``): the appender admits it only in a partition
+  its producer's transaction added.
 * **Codecs.** A Kafka batch compressed with gzip or zstd is inflated (bounded by
   ``limits.DECOMPRESSED_RECORDS_SIZE_MAX`` as it inflates) and stored as zstd;
   uncompressed stays uncompressed. Its records must be exactly one gzip member or
@@ -100,7 +102,7 @@ class KafkaBatchStatus(enum.IntEnum):
     BAD_CRC = 3
     BAD_RECORDS = 4          # a varint or length does not fit, or the count is wrong
     NOT_ONE_BATCH = 5        # bytes follow the batch
-    TRANSACTIONAL = 6        # a transactional batch: no transactions yet
+    # 6 was TRANSACTIONAL (a transactional batch) before transactions existed
     BAD_COMPRESSION = 7
     CONTROL = 8              # a control batch: only the broker writes those (Kafka's rule)
 
@@ -111,7 +113,6 @@ _BAD_MAGIC = int(KafkaBatchStatus.BAD_MAGIC)
 _BAD_CRC = int(KafkaBatchStatus.BAD_CRC)
 _BAD_RECORDS = int(KafkaBatchStatus.BAD_RECORDS)
 _NOT_ONE_BATCH = int(KafkaBatchStatus.NOT_ONE_BATCH)
-_TRANSACTIONAL = int(KafkaBatchStatus.TRANSACTIONAL)
 _CONTROL = int(KafkaBatchStatus.CONTROL)
 
 
@@ -281,10 +282,7 @@ def _check_kafka_header(batch, size):
         return _NOT_ONE_BATCH, 0
     if crc32c_kernel(batch, K_ATTRIBUTES, end) != _be32(batch, K_CRC):
         return _BAD_CRC, 0
-    attributes = _be16(batch, K_ATTRIBUTES)
-    if attributes & K_TRANSACTIONAL_BIT:
-        return _TRANSACTIONAL, 0
-    if attributes & K_CONTROL_BIT:
+    if _be16(batch, K_ATTRIBUTES) & K_CONTROL_BIT:
         return _CONTROL, 0
     return _OK, end
 
@@ -303,6 +301,8 @@ def _stored_header(batch, out, records_length, codec, record_count, last_delta):
     attributes = codec
     if _be16(batch, K_ATTRIBUTES) & K_TIMESTAMP_TYPE_BIT:
         attributes |= B.TIMESTAMP_TYPE_BIT
+    if _be16(batch, K_ATTRIBUTES) & K_TRANSACTIONAL_BIT:
+        attributes |= B.TRANSACTIONAL_BIT
     store_u16(out, B.ATTRIBUTES_OFFSET, attributes)
     store_i16(out, B.PRODUCER_EPOCH_OFFSET, _be16(batch, K_PRODUCER_EPOCH))
     store_i32(out, B.RECORD_COUNT_OFFSET, record_count)
@@ -389,8 +389,8 @@ def from_kafka(records, batch_size_max: int | None = None) -> np.ndarray:
     ------
     CorruptRecordError
         The batch is malformed, fails its CRC, is more or less than one batch, its
-        records do not inflate, or it is transactional or a control batch
-        (``status``: a :class:`KafkaBatchStatus`).
+        records do not inflate, or it is a control batch (``status``: a
+        :class:`KafkaBatchStatus`).
     UnsupportedCodecError
         It is compressed with snappy or lz4.
     """

@@ -3,8 +3,8 @@ own builder (none, gzip, zstd; null and empty keys and values; headers; idempote
 fields) become shmlog batches that shmlog's decoder and validation read with every
 field equal; shmlog batches (zstd too) become Kafka batches that kafka-python parses
 with a valid CRC; both ways round trip; and hostile bytes (flips, truncations, a
-second batch, snappy and lz4, a transactional batch) are typed refusals, never
-crashes or other exceptions.
+second batch, snappy and lz4, a control batch) are typed refusals, never crashes or
+other exceptions; a transactional batch keeps its bit both ways.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from shmlog.common import limits
 from shmlog.common.errors import CorruptRecordError, UnsupportedCodecError
 from shmlog.record import records as R
-from shmlog.record.batch_layout import BATCH_HEADER_DTYPE
+from shmlog.record.batch_layout import BATCH_HEADER_DTYPE, TRANSACTIONAL_BIT
 from shmlog.record.kafka_batches import KafkaBatchStatus, from_kafka, to_kafka
 from shmlog.record.validation import BatchStatus
 
@@ -152,10 +152,15 @@ def test_a_damaged_batch_is_refused_with_its_status(change, status):
     assert refused.value.status == status
 
 
-def test_a_transactional_batch_is_refused():
-    with pytest.raises(CorruptRecordError) as refused:
-        from_kafka(kafka_batch(producer=(1, 0, 0), transactional=True))
-    assert refused.value.status == KafkaBatchStatus.TRANSACTIONAL
+def test_a_transactional_batch_keeps_its_bit_both_ways():
+    original = kafka_batch(producer=(7, 2, 5), transactional=True)
+    stored = from_kafka(original)
+    header = stored[:BATCH_HEADER_DTYPE.itemsize].view(BATCH_HEADER_DTYPE)[0]
+    assert header["attributes"] & TRANSACTIONAL_BIT
+    assert (header["producer_id"], header["producer_epoch"], header["base_sequence"]) == \
+        (7, 2, 5)
+    assert bytes(to_kafka(stored)) == original
+    assert MemoryRecords(original).next_batch().is_transactional
 
 
 def test_a_control_batch_is_refused_as_kafka_refuses_it_from_clients():
