@@ -29,6 +29,9 @@ Rules
   never changed.
 * A transaction open longer than its timeout is aborted by :meth:`tick`, its
   producer fenced (the epoch bumped), as Kafka's coordinator does.
+* For operators (``stats``): the transactions ended since the start, committed and
+  aborted (:attr:`commits`, :attr:`aborts`, :attr:`timed_out`: counted once each,
+  when the end is decided), and the ids by state (:meth:`state_counts`).
 * No I/O of its own: it is made with the callables that allocate producer ids,
   store a state, add a partition and write a marker (``transaction_service``); time
   is passed in (ms).
@@ -174,6 +177,9 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self._unwritten: dict[str, set] = {}     # id -> partitions whose marker failed
         self._retry_at = -1
+        self.commits = 0                 # transactions ended since the start, committed,
+        self.aborts = 0                  # aborted (by its producer, a fence or a timeout),
+        self.timed_out = 0               # of them aborted at their timeout
 
     # -- loading ---------------------------------------------------------------------
     def load(self, records: Iterable[tuple[bytes | None, bytes | None]], now: int) -> None:
@@ -285,6 +291,13 @@ class TransactionCoordinator:
             for name, metadata in sorted(self.transactions.items())
             if wanted is None or metadata.state.value in wanted]}
 
+    def state_counts(self) -> dict[str, int]:
+        """{state name: how many transactional ids are in it}, every state named."""
+        counts = dict.fromkeys((state.value for state in TransactionState), 0)
+        for metadata in self.transactions.values():
+            counts[metadata.state.value] += 1
+        return counts
+
     # -- time --------------------------------------------------------------------------
     def next_deadline(self) -> int | None:
         """When a transaction times out or a marker is retried next (ms), or None."""
@@ -305,6 +318,7 @@ class TransactionCoordinator:
                          metadata.transactional_id, metadata.producer_id, metadata.timeout_ms)
                 try:
                     self._end(self._bumped(metadata), committed=False, now=now)
+                    self.timed_out += 1
                 except ShmlogError as error:       # the store failed: try at the next tick
                     log.warning("transaction %r not aborted yet: %s",
                                 metadata.transactional_id, error)
@@ -319,6 +333,10 @@ class TransactionCoordinator:
         metadata.state = TransactionState.PREPARE_COMMIT if committed \
             else TransactionState.PREPARE_ABORT
         self._change(metadata, now)
+        if committed:
+            self.commits += 1
+        else:
+            self.aborts += 1
         self._unwritten[metadata.transactional_id] = set(metadata.partitions)
         self._write_markers(metadata, now)
 
