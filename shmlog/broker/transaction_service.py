@@ -85,7 +85,7 @@ class TransactionService:
         self.state_partitions = config.transaction_state_log_num_partitions
         self.coordinator = TransactionCoordinator(
             allocate_producer_id=lambda: producers.producer_ids.allocate(), store=self._store,
-            add_partition=self._add_partition, write_marker=self._write_marker,
+            add_partition=self._add_partition, write_marker=self.write_marker,
             max_timeout_ms=config.transaction_max_timeout_ms)
         self.coordinator.load(
             ((record.key, record.value) for record in host.internal_records(
@@ -159,7 +159,10 @@ class TransactionService:
                 f"{topic}-{partition} still holds a transaction of producer {producer_id} "
                 f"under another epoch: retry once its marker is written")
 
-    def _write_marker(self, topic: str, partition: int, marker: EndTransactionMarker) -> None:
-        self.host.write_marker(topic, partition, marker)
+    def write_marker(self, topic: str, partition: int, marker: EndTransactionMarker) -> int:
+        """Write ``marker`` to the partition (the coordinator's, and an operator's abort
+        of a hanging transaction: ``transaction_operations``); its offset."""
+        offset = self.host.write_marker(topic, partition, marker)
         if topic == OFFSETS_TOPIC:
             self.groups.transaction_ended(partition, marker.producer_id, marker.committed)
+        return offset

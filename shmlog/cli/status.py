@@ -1,7 +1,7 @@
 """``shmlog status``: a running broker at a glance (its pid and uptime, topics with
 offsets, sizes and rates, producers and their ring fill, every group's lag, the
-cleaner; in a cluster the cluster's summary too), once, as JSON, or redrawn like
-``top`` (``--watch``).
+cleaner, transactions and the hanging ones; in a cluster the cluster's summary
+too), once, as JSON, or redrawn like ``top`` (``--watch``).
 
 Everything comes from the broker's ``stats`` request (``broker_stats``: the same
 numbers its Prometheus endpoint serves); in a cluster the summary is
@@ -195,10 +195,11 @@ def _header_lines(stats: dict) -> list[str]:
 def _topic_lines(stats: dict) -> list[str]:
     visible = [entry for entry in stats["partitions"] if not entry["internal"]]
     rows = [[entry["topic"], entry["partition"], entry["log_start_offset"],
-             entry["log_end_offset"], entry["high_watermark"], _bytes(entry["size_bytes"]),
-             entry["segments"], f"{entry['records_per_s']:,.0f}",
+             entry["log_end_offset"], entry["high_watermark"],
+             entry.get("last_stable_offset", entry["high_watermark"]),
+             _bytes(entry["size_bytes"]), entry["segments"], f"{entry['records_per_s']:,.0f}",
              _bytes(entry["bytes_per_s"]) + "/s"] for entry in visible]
-    lines = _table(["TOPIC", "PARTITION", "START", "END", "HW", "SIZE", "SEGMENTS",
+    lines = _table(["TOPIC", "PARTITION", "START", "END", "HW", "LSO", "SIZE", "SEGMENTS",
                     "RECORDS/S", "BYTES/S"], rows) if rows else ["no topics"]
     internal = [entry for entry in stats["partitions"] if entry["internal"]]
     for topic in sorted({entry["topic"] for entry in internal}):
@@ -247,6 +248,33 @@ def _cleaner_line(stats: dict) -> str:
             f"{_bytes(cleaner['bytes_before'])} -> {_bytes(cleaner['bytes_after'])}{last}")
 
 
+def _transaction_lines(stats: dict) -> list[str]:
+    """The coordinator's figures, then every hanging transaction (none in a cluster,
+    which has no coordinator)."""
+    transactions = stats.get("transactions")
+    if transactions is None:
+        return []
+    states = ", ".join(f"{state} {count}" for state, count in transactions["states"].items()
+                       if count)
+    lines = [f"transactions: {sum(transactions['states'].values())} transactional ids"
+             + (f" ({states})" if states else "")
+             + f", {transactions['commits']:,} committed, {transactions['aborts']:,} aborted "
+             f"({transactions['timed_out']:,} timed out), {transactions['open']} open in "
+             f"partitions"]
+    hanging = transactions["hanging"]
+    if not hanging:
+        return lines
+    rows = [[entry["topic"], entry["partition"], entry["producer_id"], entry["producer_epoch"],
+             entry["start_offset"],
+             "-" if entry["duration_ms"] < 0 else _duration(entry["duration_ms"] / 1000),
+             entry["transactional_id"] or "-",
+             entry["coordinator_state"] or "unknown"] for entry in hanging]
+    return lines + [f"hanging transactions: {len(hanging)} (they hold back read_committed "
+                    f"consumers; shmlog transactions abort ends one)"] + _table(
+        ["TOPIC", "PARTITION", "PRODUCER_ID", "EPOCH", "START_OFFSET", "OPEN",
+         "TRANSACTIONAL_ID", "COORDINATOR"], rows)
+
+
 def _cluster_lines(stats: dict, summary) -> list[str]:
     cluster = stats["cluster"]
     if cluster is None:
@@ -267,4 +295,5 @@ def _cluster_lines(stats: dict, summary) -> list[str]:
 def status_lines(stats: dict, summary=None) -> list[str]:
     """The plain view of a :func:`read_status` result, line by line."""
     return [*_header_lines(stats), "", *_topic_lines(stats), "", *_producer_lines(stats), "",
-            *_group_lines(stats), "", _cleaner_line(stats), *_cluster_lines(stats, summary)]
+            *_group_lines(stats), "", _cleaner_line(stats), *_transaction_lines(stats),
+            *_cluster_lines(stats, summary)]

@@ -81,7 +81,9 @@
     │   ├── InvalidProducerIdMappingError   the transactional.id has another producer id
     │   ├── ConcurrentTransactionsError   the previous transaction is still ending: retry
     │   ├── InvalidTransactionTimeoutError   over transaction.max.timeout.ms
-    │   └── TransactionAbortedError   the transaction was aborted (timeout, or a failed send)
+    │   ├── TransactionAbortedError   the transaction was aborted (timeout, or a failed send)
+    │   ├── OpenTransactionNotFoundError   no open transaction starts at that offset
+    │   └── TransactionStillOngoingError   an operator's abort of one its coordinator holds
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -366,6 +368,20 @@ class TransactionAbortedError(TransactionError):
     """The transaction was aborted, by the coordinator (its timeout passed) or because
     one of its sends failed: its records are not committed (Kafka's
     TransactionAbortedException); abort it and begin another."""
+
+
+class OpenTransactionNotFoundError(TransactionError):
+    """No transaction open in the partition starts at the offset an operator named
+    (``shmlog transactions abort``; Kafka's kafka-transactions abort finds none there
+    either): nothing was written. ``shmlog transactions find-hanging`` lists the start
+    offsets of the open ones."""
+
+
+class TransactionStillOngoingError(TransactionError):
+    """An operator asked to abort a transaction that its coordinator still holds
+    (Ongoing with that partition, or being ended): nothing was written. It ends when
+    its producer commits or aborts it, or at its timeout; to end it sooner, fence its
+    producer (a new producer of its transactional id)."""
 
 
 class GroupError(ShmlogError):

@@ -98,6 +98,7 @@ from ..broker.producer_service import ProducerService
 from ..broker.scheduler import Scheduler
 from ..broker.service import RequestContext, Service
 from ..broker.topic_service import TopicService
+from ..broker.transaction_operations import TransactionOperations
 from ..broker.transaction_service import TransactionService
 from ..common import access, child_process, limits
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
@@ -162,6 +163,9 @@ class BrokerCore:
     topics, producer_service, groups : TopicService, ProducerService, GroupService
         The broker's services (a cluster member's groups: ClusterGroupService)
         (:attr:`services` lists them, and any added later).
+    transactions, transaction_operations : TransactionService, TransactionOperations
+        A single broker's transaction coordinator and the operators' transaction
+        requests (None in a cluster).
     stats : StatsService
         The ``stats`` request (``server.stats``): what ``shmlog status`` and the
         Prometheus endpoint show.
@@ -195,17 +199,20 @@ class BrokerCore:
         else:
             self.topics = self.add_service(self._join(config, kafka_endpoints))
         self.producer_service = self.add_service(ProducerService(self.producers))
-        self.transactions = None
+        self.transactions = self.transaction_operations = None
         if self.cluster is None:
             self.groups = self.add_service(GroupService(config, self.host, self.context))
             self.transactions = self.add_service(
                 TransactionService(config, self.host, self.producers, self.groups))
+            self.transaction_operations = self.add_service(
+                TransactionOperations(self.transactions))
         else:
             from ..cluster.groups import ClusterGroupService  # a member's groups
             self.groups = self.add_service(ClusterGroupService(config, self.host, self.context,
                                                                self.cluster.replication))
         self.stats = self.add_service(StatsService(self.host, self.producers,
-                                                   self.groups.coordinator, self.cluster))
+                                                   self.groups.coordinator, self.cluster,
+                                                   self.transaction_operations))
         self.producers.adopt_left_rings(include_alive=True)
         self.producers.reap_dead_producers()
 

@@ -16,7 +16,7 @@ Rules
   broker.
 * Names follow Prometheus' conventions: the ``shmlog_`` prefix, base units
   (``_bytes``, ``_seconds``), ``_total`` for counters, labels ``topic``,
-  ``partition``, ``group``, ``ring``. Rates are left to Prometheus
+  ``partition``, ``group``, ``ring``, ``state``. Rates are left to Prometheus
   (``rate(shmlog_partition_appended_records_total[1m])``); the windowed rates of
   ``stats`` are for ``shmlog status``.
 
@@ -117,11 +117,43 @@ def _partition_families(stats: dict) -> list[Metric]:
               _counter("partition_appended_bytes", "Bytes appended since the broker started.",
                        _PARTITION),
               _gauge("partition_clean_offset", "Compacted topics: below it, cleaned.",
-                     _PARTITION)]
+                     _PARTITION),
+              _gauge("partition_last_stable_offset", "What read_committed consumers may read "
+                     "up to: below the first open transaction, at most the high watermark.",
+                     _PARTITION),
+              _gauge("partition_open_transactions", "Transactions that wrote to the "
+                     "partition and are not ended (no marker yet).", _PARTITION)]
     _labelled(gauges, stats["partitions"], ("topic", "partition"),
               ("log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segments",
-               "records_total", "bytes_total", "clean_offset"))
+               "records_total", "bytes_total", "clean_offset", "last_stable_offset",
+               "open_transactions"))
     return gauges
+
+
+def _transaction_families(stats: dict) -> list[Metric]:
+    transactions = stats.get("transactions")
+    if transactions is None:                 # a cluster member: no coordinator
+        return []
+    states = _gauge("transactions", "Transactional ids by their transaction's state.",
+                    ("state",))
+    for state, count in sorted(transactions["states"].items()):
+        states.add_metric([state], count)
+    hanging = _gauge("transactions_hanging", "Open transactions the coordinator does not "
+                     "hold, or open past their timeout: an operator aborts them "
+                     "(shmlog transactions abort).")
+    hanging.add_metric([], len(transactions["hanging"]))
+    families: list[Metric] = [states, hanging]
+    for name, field, documentation in (
+            ("transaction_commits", "commits", "Transactions committed since the start."),
+            ("transaction_aborts", "aborts", "Transactions aborted since the start (by their "
+             "producer, a fence or a timeout)."),
+            ("transaction_timeouts", "timed_out", "Transactions aborted at their timeout."),
+            ("transaction_hanging_aborted", "hanging_aborted",
+             "Hanging transactions an operator aborted.")):
+        counter = _counter(name, documentation)
+        counter.add_metric([], transactions[field])
+        families.append(counter)
+    return families
 
 
 def _producer_families(stats: dict) -> list[Metric]:
@@ -224,7 +256,8 @@ def metric_families(stats: dict) -> list[Metric]:
     """The metric families of one ``stats`` reply (see the module's rules)."""
     return [*_broker_families(stats), *_partition_families(stats),
             *_producer_families(stats), *_appender_families(stats), *_group_families(stats),
-            *_cleaner_families(stats), *_cluster_families(stats)]
+            *_cleaner_families(stats), *_transaction_families(stats),
+            *_cluster_families(stats)]
 
 
 class StatsCollector:

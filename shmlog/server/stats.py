@@ -34,6 +34,13 @@ Rules
   (``GroupCoordinator.describe_group``, Kafka's kafka-consumer-groups LAG), for the
   groups this broker coordinates (in a cluster, those whose offsets partition it
   leads).
+* **Transactions**: each partition's last stable offset (what ``read_committed``
+  consumers read up to) and the transactions open in it that wrote; broker-wide
+  the coordinator's transactional ids by state, the transactions it ended since
+  the start (committed, aborted, of them timed out), and the hanging transactions
+  (``transaction_operations``: open past their own timeout, or not held by the
+  coordinator), with those operators aborted. A cluster member has no
+  coordinator: ``transactions`` is None there.
 * **In a cluster** (Kafka 2.8's ReplicaManager and controller metrics, as this
   broker's metadata cache sees them): the partitions it leads (LeaderCount), those
   of them under-replicated (UnderReplicatedPartitions: the ISR smaller than the
@@ -66,6 +73,7 @@ import numpy as np
 from ..broker.partition_host import HostedPartition, PartitionHost
 from ..broker.producer_registry import ProducerRegistry
 from ..broker.service import ImmediateService
+from ..broker.transaction_operations import TransactionOperations
 from ..cluster.replication.rules import IsrChangeKind
 from ..cluster.status import summarize
 from ..common import limits
@@ -109,6 +117,8 @@ class StatsService(ImmediateService):
         The broker's group coordinator (a single broker's, or a cluster member's).
     cluster : cluster.ClusterNode, optional
         The broker's membership of a cluster (None: a single broker).
+    transactions : transaction_operations.TransactionOperations, optional
+        A single broker's transactions as operators see them (None: a cluster member).
 
     Attributes
     ----------
@@ -120,11 +130,12 @@ class StatsService(ImmediateService):
     """
 
     def __init__(self, host: PartitionHost, producers: ProducerRegistry, coordinator,
-                 cluster=None):
+                 cluster=None, transactions: TransactionOperations | None = None):
         self.host = host
         self.producers = producers
         self.coordinator = coordinator
         self.cluster = cluster
+        self.transactions = transactions
         self.metrics_url: str | None = None
         self.kafka_listeners: list[str] = []
         now = time.monotonic()
@@ -251,7 +262,10 @@ class StatsService(ImmediateService):
     def stats(self) -> dict:
         """Everything about this broker now (the module's rules say what each is)."""
         now = time.monotonic()
-        partitions = [self._partition(hosted, now) for hosted in self.host.partitions()]
+        transactions, open_counts = (None, {}) if self.transactions is None \
+            else self.transactions.summary()
+        partitions = [self._partition(hosted, now, open_counts)
+                      for hosted in self.host.partitions()]
         return {"version": STATS_VERSION, "broker": self._broker(),
                 "rate_window_s": limits.METRICS_RATE_WINDOW_S,
                 "totals": self._totals(partitions, now),
@@ -263,6 +277,7 @@ class StatsService(ImmediateService):
                                  self.host.appender.appends_refused_storage},
                 "groups": self._groups(partitions, now),
                 "cleaner": self._cleaner(partitions),
+                "transactions": transactions,
                 "cluster": self._cluster()}
 
     def _broker(self) -> dict:
@@ -271,7 +286,8 @@ class StatsService(ImmediateService):
                 "started_ms": started_ms, "uptime_s": max(0.0, (now_ms() - started_ms) / 1000),
                 "metrics_url": self.metrics_url, "kafka_listeners": self.kafka_listeners}
 
-    def _partition(self, hosted: HostedPartition, now: float) -> dict:
+    def _partition(self, hosted: HostedPartition, now: float,
+                   open_counts: dict[tuple[str, int], int]) -> dict:
         log = hosted.log
         rates = self._partitions.get((hosted.topic, hosted.partition, log.topic_id))
         segments = log.segments
@@ -279,6 +295,8 @@ class StatsService(ImmediateService):
                  "internal": hosted.topic in INTERNAL_TOPICS,
                  "log_start_offset": log.log_start_offset, "log_end_offset": log.log_end_offset,
                  "high_watermark": self.host.appender.high_watermark(hosted.row),
+                 "last_stable_offset": self.host.appender.last_stable_offset(hosted.row),
+                 "open_transactions": open_counts.get((hosted.topic, hosted.partition), 0),
                  "size_bytes": sum(segment.size for segment in segments),
                  "segments": len(segments),
                  "records_total": 0 if rates is None else rates.records.total,

@@ -54,7 +54,8 @@ BROKER_REQUESTS = {
     "heartbeat", "leave_group", "commit_offsets", "fetch_offsets", "list_groups",
     "describe_group", "delete_group", "delete_records", "describe_log_dirs",
     "stats", "init_transactions", "add_partitions_to_txn", "add_offsets_to_txn",
-    "txn_offset_commit", "end_txn", "describe_transactions", "list_transactions"}
+    "txn_offset_commit", "end_txn", "describe_transactions", "list_transactions",
+    "describe_producers", "find_hanging_transactions", "abort_hanging_transaction"}
 # Answered by the core itself, not by a service.
 CORE_REQUESTS = {"ping", "describe_broker_config"}
 OFFSETS_PARTITIONS = 3

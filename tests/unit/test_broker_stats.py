@@ -246,7 +246,7 @@ def test_the_status_view_lines(core):
     assert re.fullmatch(r"appender: \d+ entries in \d+ drain passes, p50 (-|<= [\d.]+ (us|ms|s)), "
                         r"p99 (-|<= [\d.]+ (us|ms|s))", lines[4]), lines[4]
     header = next(index for index, line in enumerate(lines) if line.startswith("TOPIC"))
-    assert lines[header].split() == ["TOPIC", "PARTITION", "START", "END", "HW", "SIZE",
+    assert lines[header].split() == ["TOPIC", "PARTITION", "START", "END", "HW", "LSO", "SIZE",
                                      "SEGMENTS", "RECORDS/S", "BYTES/S"]
     assert lines[header + 1].split()[:5] == ["events", "0", "0", "4", "4"]
     assert lines[header + 2].split()[:5] == ["events", "1", "0", "0", "0"]
