@@ -6,7 +6,9 @@ verb without a traceback, even one started with SIGINT ignored (``signals.py``).
 
 One module per family of verbs, each holding its verbs' arguments (``add_parser``)
 and their thin bodies: ``broker.py`` (run a broker), ``admin.py`` (``topics``,
-``groups``), ``tools.py`` (``offsets``, ``delete-records``, ``log-dirs``),
+``groups``), ``transactions.py`` (``transactions``: kafka-transactions' list,
+describe, find-hanging and abort), ``tools.py`` (``offsets``, ``delete-records``,
+``log-dirs``),
 ``console.py`` (``produce``, ``consume``), ``dump.py`` (print and verify segment and
 index files), ``perf.py``, ``zookeeper.py`` (a local ZooKeeper for
 development), ``cluster.py`` (a local cluster: ZooKeeper and N brokers; a cluster's
@@ -15,7 +17,8 @@ builds the parser from them and runs the verb (:func:`main`, the ``shmlog`` cons
 script and ``python -m shmlog``).
 
 A verb imports what it needs when it runs: the ones that only ask the broker
-something (``topics``, ``groups``, ``offsets``, ``delete-records``, ``log-dirs``)
+something (``topics``, ``groups``, ``transactions``, ``offsets``, ``delete-records``,
+``log-dirs``)
 load neither numba nor numpy, and start in a
 tenth of a second instead of a second. So this package imports, at the top of its
 modules, only light modules (``common.errors``, ``common.limits``, ``config.broker``).
@@ -28,7 +31,18 @@ import logging
 import sys
 
 from ..common.errors import ShmlogError
-from . import admin, broker, cluster, console, dump, perf, status, tools, zookeeper
+from . import (
+    admin,
+    broker,
+    cluster,
+    console,
+    dump,
+    perf,
+    status,
+    tools,
+    transactions,
+    zookeeper,
+)
 from .exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .signals import interrupts
 
@@ -83,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_parser(commands, common)
     admin.add_topics_parser(commands, common)
     admin.add_groups_parser(commands, common)
+    transactions.add_parser(commands, common)
     tools.add_offsets_parser(commands, common)
     tools.add_delete_records_parser(commands, common)
     tools.add_log_dirs_parser(commands, common)

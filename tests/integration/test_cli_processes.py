@@ -2,7 +2,7 @@
 serves and when it stops (naming the signal), ``shmlog perf e2e`` works with the
 default data directory, ``shmlog perf consume`` ends on a topic shorter than
 ``--records``, and the verbs that only ask the broker something (``topics``,
-``groups``) run without loading numba or numpy (they cost most of a second of start-up;
+``groups``, ``transactions``) run without loading numba or numpy (they cost most of a second of start-up;
 what a process imported is checked, not how long it took).
 
 Method: run ``python -m shmlog`` as child processes, as a user would from a shell,
@@ -23,6 +23,7 @@ import threading
 import pytest
 
 from shmlog import Admin, Broker, Producer
+from shmlog.protocol.control_client import request
 
 DEADLINE_S = 120
 
@@ -93,7 +94,11 @@ ADMINISTRATION_VERBS = [
     ["groups", "reset-offsets", "readers", "--topic", "events", "--to-earliest", "--execute"],
     ["groups", "delete", "readers"], ["offsets", "events"], ["log-dirs"],
     ["delete-records", "--topic", "events", "--partition", "0", "--offset", "0"],
-    ["groups", "describe", "--all-groups", "--state"], ["topics", "delete", "events"],
+    ["groups", "describe", "--all-groups", "--state"],
+    ["transactions", "list"], ["transactions", "describe", "--transactional-id", "payments"],
+    ["transactions", "describe-producers", "--topic", "events", "--partition", "0"],
+    ["transactions", "find-hanging", "--max-transaction-timeout", "1"],
+    ["topics", "delete", "events"],
 ]
 HEAVY_MODULES = ("numba", "numpy", "llvmlite")
 COMMAND_LINE_RUNNER = """
@@ -110,6 +115,8 @@ def test_the_topics_and_groups_verbs_load_neither_numba_nor_numpy(data_dir):
     with Broker(data_dir):
         Admin(data_dir).create_topic("committed")
         Admin(data_dir).alter_consumer_group_offsets("readers", {("committed", 0): 0})
+        request(data_dir, "init_transactions", transactional_id="payments",
+                transaction_timeout_ms=60_000)
         done = subprocess.run([sys.executable, "-c", COMMAND_LINE_RUNNER,
                                json.dumps(ADMINISTRATION_VERBS), data_dir, *HEAVY_MODULES],
                               capture_output=True, text=True, timeout=DEADLINE_S)

@@ -3,7 +3,8 @@ find-hanging (a transaction the coordinator does not hold, one it holds with oth
 partitions only, one open past the max timeout), the abort of a hanging transaction
 (its ABORT marker, the last stable offset freed, an aborted transaction indexed) and
 its refusals (the coordinator holds it; nothing starts there); what ``stats``, the
-Prometheus families and ``shmlog status`` show of transactions.
+Prometheus families and ``shmlog status`` show of transactions; and the
+``shmlog transactions`` verbs, their requests answered by the same core.
 
 Method: a ``BrokerCore`` on a temporary data directory driven as ``serve`` drives it
 (``handle`` a request frame, ``drain``), a ring in anonymous memory added to its
@@ -16,6 +17,7 @@ batch carries a timestamp from long ago (no test waits for a clock).
 
 from __future__ import annotations
 
+import json
 import mmap
 
 import pytest
@@ -23,6 +25,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import ask
+from shmlog import cli
+from shmlog.cli import transactions as transactions_cli
 from shmlog.cli.status import status_lines
 from shmlog.common.errors import (
     OpenTransactionNotFoundError,
@@ -243,3 +247,80 @@ def test_a_transaction_open_past_its_own_timeout_is_hanging_in_status(world):
     assert [entry["transactional_id"] for entry in world.ask("stats")["transactions"][
         "hanging"]] == [TXN]
     assert hanging(world) == [], "within the max timeout, and held"
+
+
+# -- the verbs -------------------------------------------------------------------------------
+@pytest.fixture
+def verbs(world, monkeypatch, capsys):
+    """Run ``shmlog transactions ...`` in-process, its requests answered by the
+    world's core: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(transactions_cli, "_ask",
+                        lambda data_dir, request_type, **fields: world.ask(request_type,
+                                                                           **fields))
+
+    def run(*arguments):
+        code = cli.main(["transactions", *arguments])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+def test_the_verbs_list_describe_find_and_abort(world, verbs):
+    producer = world.init()
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
+    world.send(producer, 0, [b"a"], timestamp_ms=now_ms() - 90_000)
+    world.send(world.lost(1), 1, [b"x"])
+
+    code, out, _ = verbs("list")
+    assert code == 0
+    assert [line.split() for line in out.splitlines()] == [
+        ["TRANSACTIONAL-ID", "PRODUCER-ID", "STATE"],
+        [TXN, str(producer["producer_id"]), "Ongoing"]]
+
+    code, out, _ = verbs("describe", "--transactional-id", TXN)
+    header, row = [line.split() for line in out.splitlines()]
+    assert code == 0 and header == ["TRANSACTIONAL-ID", "PRODUCER-ID", "PRODUCER-EPOCH",
+                                    "STATE", "TIMEOUT-MS", "START-TIME-MS", "DURATION-MS",
+                                    "PARTITIONS"]
+    assert row[:5] == [TXN, str(producer["producer_id"]), "0", "Ongoing", "60000"]
+    assert row[-1] == "out-0"
+    code, _, err = verbs("describe", "--transactional-id", "never")
+    assert code == 1 and "no transactional id 'never'" in err
+
+    code, out, _ = verbs("describe-producers", "--topic", "out", "--partition", "0")
+    assert code == 0 and out.splitlines()[1].split()[-2:] == [TXN, "Ongoing"]
+
+    code, out, _ = verbs("find-hanging")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2
+    assert lines[0].split()[:5] == ["TOPIC", "PARTITION", "PRODUCER-ID", "PRODUCER-EPOCH",
+                                    "START-OFFSET"]
+    assert lines[1].split()[:5] == ["out", "1", str(LOST_PRODUCER_ID), "0", "0"]
+    assert lines[1].split()[-2:] == ["-", "unknown"]
+    code, out, _ = verbs("find-hanging", "--max-transaction-timeout", "1", "--topic", "out",
+                         "--partition", "0", "--json")
+    found = json.loads(out)
+    assert code == 0 and found["max_transaction_timeout_ms"] == 60_000
+    assert [(entry["transactional_id"], entry["held_by_coordinator"])
+            for entry in found["transactions"]] == [(TXN, True)]
+    assert found["transactions"][0]["duration_ms"] >= 90_000
+
+    code, _, err = verbs("abort", "--topic", "out", "--partition", "0", "--start-offset", "0")
+    assert code == 1 and "let it time out, or fence its producer" in err
+    code, out, _ = verbs("abort", "--topic", "out", "--partition", "1", "--start-offset", "0")
+    assert code == 0 and out.strip() == (
+        f"aborted the transaction of producer {LOST_PRODUCER_ID} (epoch 0) in out-1 that "
+        f"started at offset 0: ABORT marker at offset 1")
+    code, out, _ = verbs("find-hanging")
+    assert code == 0 and out.strip() == "no open transactions found"
+
+
+def test_the_verbs_arguments_are_checked(capsys):
+    for arguments in (["transactions"], ["transactions", "describe"],
+                      ["transactions", "abort", "--topic", "t", "--partition", "0"],
+                      ["transactions", "find-hanging", "--partition", "0"],
+                      ["transactions", "find-hanging", "--max-transaction-timeout", "-1"]):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(arguments)
+        assert exited.value.code == 2, arguments
+    capsys.readouterr()
