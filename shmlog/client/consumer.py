@@ -302,9 +302,9 @@ class Consumer:
                 for p in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict:
-        """The high watermarks: the offset the next appended record will get."""
-        return {TopicPartition(*p): self._subscriptions.snapshot(p).high_watermark
-                for p in partitions}
+        """The high watermarks: the offset the next appended record will get; for
+        read_committed the last stable offsets (before the oldest open transaction)."""
+        return {TopicPartition(*p): self._subscriptions.end_offset(p) for p in partitions}
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:

@@ -80,6 +80,16 @@ class EpochManager:
         # Partitions started again whose first batch is in flight: the batches to send
         # once the broker appended it (see the module's theory of operation).
         self.following: dict[tuple[str, int], list] = {}
+        # A transactional producer's TransactionManager (None: not transactional): its
+        # coordinator gives the id and epochs, and a refused batch is never sent again.
+        self.transactions = None
+
+    def adopt(self, producer_id: int, producer_epoch: int) -> None:
+        """The transaction coordinator's producer id and epoch (init_transactions):
+        every partition starts again from sequence 0 under them (lock held)."""
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.sequences, self.epochs = {}, {}
+        self.resend, self.following = {}, {}
 
     def identity(self, topic: str, partition: int) -> dict:
         """Producer id, epoch and the next batch's first sequence."""
@@ -93,6 +103,10 @@ class EpochManager:
             # nothing of it is in flight, from sequence 0 as the broker requires.
             epoch = self.epochs[key] = self.producer_epoch
             self.sequences[key] = 0
+        if self.transactions is not None:
+            self.transactions.ensure_added(topic, partition)
+            return {"producer_id": self.producer_id, "producer_epoch": epoch,
+                    "base_sequence": self.sequences.get(key, 0), "transactional": True}
         return {"producer_id": self.producer_id, "producer_epoch": epoch,
                 "base_sequence": self.sequences.get(key, 0)}
 

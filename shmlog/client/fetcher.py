@@ -574,8 +574,9 @@ class Fetcher:
 
     # -- metrics ---------------------------------------------------------------------------
     def lag_max(self) -> int:
-        """The largest high watermark minus position over the assigned partitions
-        with a position (0 when none has one)."""
+        """The largest end offset (high watermark, or last stable offset for
+        read_committed) minus position over the assigned partitions with a position
+        (0 when none has one)."""
         lags = [0]
         for partition, state in self.subscriptions.assigned.items():
             buffered = self._buffered.get(partition)
@@ -583,7 +584,7 @@ class Fetcher:
             if position is None:
                 continue
             try:
-                lags.append(state.reader.snapshot().high_watermark - position)
+                lags.append(state.reader.end_offset() - position)
             except ShmlogError:
                 continue            # its topic went: the next poll says so, not metrics()
         return max(lags)

@@ -76,7 +76,6 @@ IGNORED: dict[str, tuple[frozenset, str]] = {
     "max_request_size": (_PRODUCER, "the topic's max.message.bytes bounds a batch"),
     "delivery_timeout_ms": (_PRODUCER, "a batch in the ring is appended or refused by the "
                                        "broker; futures wait as long as get(timeout) asks"),
-    "transaction_timeout_ms": (_PRODUCER, "without a transactional_id it means nothing"),
     # consumer
     "fetch_min_bytes": (_CONSUMER, "a poll reads the mapped segments directly and returns "
                                    "what is there; it waits on the broker's doorbell"),
@@ -94,9 +93,6 @@ IGNORED: dict[str, tuple[frozenset, str]] = {
 
 # option -> (the clients that take it, the values taken, why others are refused)
 REFUSED: dict[str, tuple[frozenset, tuple, str]] = {
-    "transactional_id": (_PRODUCER, (None,),
-                         "shmlog has no transactions (idempotence, on by default, appends "
-                         "each batch once)"),
     "partitioner": (_PRODUCER, (None,),
                     "the partitioner is Kafka's default (murmur2 of the key, sticky for "
                     "unkeyed records); choose a partition per send instead"),

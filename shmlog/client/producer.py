@@ -64,6 +64,7 @@ import numpy as np
 from ..common import limits, settings
 from ..common.errors import (
     ClientClosedError,
+    IllegalStateError,
     InvalidConfigError,
     LocalProtocolError,
     RecordTooLargeError,
@@ -89,6 +90,7 @@ from .producer_batch import FutureBatchMetadata, FutureRecordMetadata, ProducerB
 from .producer_metadata import ProducerMetadata, TopicRoute
 from .record_accumulator import RecordAccumulator
 from .sender import Sender
+from .transaction_manager import TransactionManager
 
 __all__ = ["Producer", "warm_kernels"]
 
@@ -205,6 +207,17 @@ class Producer:
         Applied to every key and value ``send`` is given (kafka-python's rule: see
         ``client_options.serializer``); without them ``send`` takes bytes as before,
         at no extra cost.
+    transactional_id : str, optional
+        Make this a transactional producer (Kafka's ``transactional.id``): call
+        :meth:`init_transactions` once, then send only inside
+        :meth:`begin_transaction` ... :meth:`commit_transaction` (or
+        :meth:`abort_transaction`); read_committed consumers see a transaction's
+        records, and the offsets it commits (:meth:`send_offsets_to_transaction`),
+        all at once or never. A newer producer of the same id fences this one.
+        Needs idempotence and acks other than 0.
+    transaction_timeout_ms : int
+        How long the broker lets a transaction stay open before it aborts it (and
+        fences this producer); at most the broker's ``transaction_max_timeout_ms``.
     **kafka_options
         kafka-python's other options: those with nothing to act on here are taken
         and ignored, the ones shmlog cannot honour are refused
@@ -215,7 +228,7 @@ class Producer:
     InvalidConfigError
         A setting has the wrong type or is out of range, or is no option at all.
     UnsupportedKafkaOptionError
-        A Kafka option shmlog does not support (``transactional_id``, TLS, ...).
+        A Kafka option shmlog does not support (``partitioner``, TLS, ...).
     ShmlogError
         No broker answers (the message names the command that starts one).
     """
@@ -227,6 +240,8 @@ class Producer:
                  ring_size: int | None = None, buffer_memory: int | None = None,
                  enable_idempotence: bool = True, bootstrap_servers=None,
                  client_id: str | None = None, key_serializer=None, value_serializer=None,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS_DEFAULT,
                  **kafka_options):
         # Every setting is checked before the broker is asked anything (settings.py).
         self.data_dir = settings.bootstrap(bootstrap, bootstrap_servers) or default_data_dir()
@@ -250,6 +265,14 @@ class Producer:
                                              limits.CLIENT_WAIT_MS_MAX)
         self.ring_size = _ring_size(ring_size, buffer_memory)
         settings.flag("enable_idempotence", enable_idempotence)
+        self.transactional_id = settings.optional_text("transactional_id", transactional_id)
+        transaction_timeout_ms = settings.integer("transaction_timeout_ms",
+                                                  transaction_timeout_ms, 1,
+                                                  limits.CLIENT_WAIT_MS_MAX)
+        if self.transactional_id is not None and (not enable_idempotence or self.acks == 0):
+            raise InvalidConfigError(
+                f"transactional_id needs idempotence and acks 1 or all (got "
+                f"enable_idempotence={enable_idempotence!r}, acks={acks!r})")
         metadata = request(self.data_dir, "metadata")
         self._metadata = ProducerMetadata(self.data_dir, metadata)
         # Rung after every put: the broker may be asleep on it.
@@ -269,6 +292,14 @@ class Producer:
         # so a batch re-read from the ring after a broker crash is appended once.
         self._epochs = EpochManager(self.data_dir, self.ring.name, registration,
                                     idempotent=enable_idempotence and self.acks != 0)
+        self._transactions = None
+        if self.transactional_id is not None:
+            self._transactions = TransactionManager(
+                self.data_dir, self.transactional_id, transaction_timeout_ms,
+                self._adopt_identity)
+            # A send checks the transaction's state first (send stays the plain path
+            # for every other producer).
+            self.send = self._send_in_transaction
         self._lock = threading.Lock()
         self._accumulator = RecordAccumulator(self._lock, self.batch_size, self.linger_ms)
         self._sender = Sender(self._lock, self.ring, table, data_dir=self.data_dir,
@@ -389,6 +420,111 @@ class Producer:
             value = self._value_serializer(topic, value)
         return Producer.send(self, topic, value, key, headers, partition, timestamp_ms)
 
+    def _send_in_transaction(self, *args, **kwargs) -> FutureRecordMetadata:
+        """``send`` of a transactional producer: only inside a transaction."""
+        self._transactions.check_sendable()
+        if self._key_serializer is not None or self._value_serializer is not None:
+            return self._send_serialized(*args, **kwargs)
+        return Producer.send(self, *args, **kwargs)
+
+    # -- transactions ---------------------------------------------------------------
+    def init_transactions(self) -> None:
+        """Register the ``transactional_id`` with its coordinator: this producer's id
+        and a new epoch, which fences every older producer of the id (a transaction
+        it left open is aborted). Call once, before the first transaction.
+
+        Raises
+        ------
+        IllegalStateError
+            Not a transactional producer, or initialised already with a transaction
+            under way.
+        InvalidTransactionTimeoutError
+            ``transaction_timeout_ms`` exceeds the broker's maximum.
+        ConcurrentTransactionsError
+            The id's previous transaction is still ending: retry.
+        """
+        self._transactional().init()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: every send from now until its commit or abort is part
+        of it.
+
+        Raises
+        ------
+        IllegalStateError
+            Not initialised, or a transaction is under way.
+        ProducerFencedError
+            A newer producer of the id fenced this one: close it.
+        """
+        self._transactional().begin()
+
+    def send_offsets_to_transaction(self, offsets, group_metadata,
+                                    timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets inside the transaction (Kafka's
+        ``sendOffsetsToTransaction``): they count, for the group's consumers, only
+        once the transaction commits, together with its records.
+
+        Parameters
+        ----------
+        offsets : dict
+            TopicPartition (or (topic, partition)) to OffsetAndMetadata or an offset:
+            the next offset to read, as a commit gives it.
+        group_metadata : str or GroupMetadata
+            The group id, or the consuming ``Consumer.group_metadata()``, whose member
+            and generation fence a consumer that lost its partitions (KIP-447).
+        timeout : float, optional
+            Kept for kafka-python's signature; the request waits for the broker.
+        """
+        self._transactional().send_offsets(offsets, group_metadata)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush every send of the transaction, then commit it: its records and
+        offsets become visible to read_committed consumers, on every partition at
+        once.
+
+        Raises
+        ------
+        TransactionAbortedError
+            A send of the transaction failed: call :meth:`abort_transaction`.
+        ProducerFencedError
+            A newer producer of the id fenced this one (or the transaction timed
+            out): close it.
+        ClientTimeoutError
+            The flush ran out of ``timeout`` seconds; commit again.
+        """
+        transactions = self._transactional()
+        transactions.commit_ready()
+        self.flush(timeout)
+        transactions.commit()
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Wait for the transaction's sends, then abort it: read_committed consumers
+        never see its records or offsets.
+
+        Raises
+        ------
+        ProducerFencedError
+            A newer producer of the id fenced this one: close it.
+        """
+        transactions = self._transactional()
+        transactions.abort_ready()
+        try:
+            self.flush(timeout)
+        except ShmlogError:
+            pass                     # whatever failed is aborted with the rest
+        transactions.abort()
+
+    def _transactional(self) -> TransactionManager:
+        if self._transactions is None:
+            raise IllegalStateError("this producer has no transactional_id: make it with "
+                                    "Producer(..., transactional_id=...)")
+        return self._transactions
+
+    def _adopt_identity(self, producer_id: int, producer_epoch: int) -> None:
+        with self._lock:
+            self._epochs.adopt(producer_id, producer_epoch)
+            self._epochs.transactions = self._transactions
+
     def batch_bytes_max(self, topic: str) -> int:
         """The largest batch the topic takes (its max.message.bytes, and no more than
         a segment): what one ``send_batch`` may encode to."""
@@ -411,6 +547,8 @@ class Producer:
             first_key = keys[0].tobytes()
         elif keys is not None and len(keys) and keys[0] is not None:
             first_key = bytes(keys[0])
+        if self._transactions is not None:
+            self._transactions.check_sendable()
         with self._lock:
             route = self._route(topic)
             sticky = partition is None and first_key is None

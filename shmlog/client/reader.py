@@ -307,6 +307,14 @@ class PartitionReader:
     def high_watermark(self) -> int:
         return self.table.high_watermark(self.row)
 
+    def end_offset(self, row: RowSnapshot | None = None) -> int:
+        """Where this reader's reads end now (of ``row``, a snapshot just taken): the
+        high watermark, or for read_committed the last stable offset (Kafka's end
+        offset and lag in that isolation level)."""
+        row = row if row is not None else self.snapshot()
+        return min(row.last_stable_offset, row.high_watermark) if self.read_committed \
+            else row.high_watermark
+
     def read(self, offset: int, max_bytes: int = limits.READ_SIZE_DEFAULT) -> ReadResult:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least
         one batch), all below the published high watermark.
@@ -328,9 +336,7 @@ class PartitionReader:
                 log_end_offset=row.high_watermark)
         # What this read may return stops here: the last stable offset for
         # read_committed (published with or after the high watermark loaded: the lower).
-        high_watermark = self.high_watermark_seen = \
-            min(row.last_stable_offset, row.high_watermark) if self.read_committed \
-            else row.high_watermark
+        high_watermark = self.high_watermark_seen = self.end_offset(row)
         empty = ReadResult(np.zeros(0, np.uint8), offset, row.active_segment_base_offset)
         if offset >= high_watermark:
             return empty

@@ -83,8 +83,16 @@ class Refusals:
                 break
 
     def refused(self, batch: ProducerBatch, code: int) -> None:
-        """A batch the broker did not append (lock held)."""
+        """A batch the broker did not append (lock held). A transactional producer's
+        fails, and its transaction with it (``transaction_manager``): nothing of a
+        transaction is sent again, its abort starts a new epoch."""
         key = (batch.topic, batch.partition)
+        if self.epochs.transactions is not None:
+            batch.encoded = None
+            batch.error = completion_error(code, batch.topic, batch.partition)
+            self.flow.record_errors(batch.topic, batch.count)
+            self.epochs.transactions.failed(batch.error)
+            return
         if code == CompletionCode.OUT_OF_ORDER_SEQUENCE and self.epochs.hold(key, batch):
             return                      # kept out by a refused batch before it
         if code == CompletionCode.RECORD_TOO_LARGE and batch.count > 1 and \

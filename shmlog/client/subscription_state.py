@@ -171,13 +171,21 @@ class SubscriptionState:
     def snapshot(self, partition: TopicPartition) -> RowSnapshot:
         """The partition's row, checked to still be the partition's (a reader maps
         nothing before its first read, so an unassigned one costs no system call)."""
+        return self._with_reader(partition, lambda reader: reader.snapshot())
+
+    def end_offset(self, partition: TopicPartition) -> int:
+        """Where the partition's reads end now, by the isolation level
+        (``PartitionReader.end_offset``)."""
+        return self._with_reader(partition, lambda reader: reader.end_offset())
+
+    def _with_reader(self, partition: TopicPartition, ask):
         partition = TopicPartition(*partition)
         state = self.assigned.get(partition)
         if state is not None:
-            return state.reader.snapshot()
+            return ask(state.reader)
         reader = self.metadata.open_reader(partition)
         try:
-            return reader.snapshot()
+            return ask(reader)
         finally:
             reader.close()
 
@@ -192,7 +200,7 @@ class SubscriptionState:
         row = state.reader.snapshot()
         # Not a touch: the fetcher reads the partition now, or did not know where to.
         state.advance(row.log_start_offset if self.auto_offset_reset == "earliest"
-                      else row.high_watermark)
+                      else state.reader.end_offset(row))
 
     def close(self) -> None:
         for state in self.assigned.values():

@@ -460,8 +460,9 @@ def encode_batch(values, keys=None, headers=None, timestamps=None, *, timestamp_
 
 def encode_gathered(values: list, keys: dict, headers: dict, timestamps: np.ndarray, *,
                     compression: "Compression", producer_id: int, producer_epoch: int,
-                    base_sequence: int) -> np.ndarray:
-    """Encode the records a producer gathered one at a time as one batch.
+                    base_sequence: int, transactional: bool = False) -> np.ndarray:
+    """Encode the records a producer gathered one at a time as one batch (of its
+    transaction, marked so, when ``transactional``).
 
     The caller checked each field as it came (``Producer.send``), so this does no
     per-record Python work on the common path: ``values`` is a list of ``bytes`` or
@@ -481,4 +482,5 @@ def encode_gathered(values: list, keys: dict, headers: dict, timestamps: np.ndar
         key_column = _column(every_key, count, "keys", bytes_only=True)
     return _encode(_column(values, count, "values", bytes_only=True), key_column,
                    _header_columns(headers.items(), count), timestamps, compression,
-                   producer_id, producer_epoch, base_sequence, 0)
+                   producer_id, producer_epoch, base_sequence,
+                   L.TRANSACTIONAL_BIT if transactional else 0)

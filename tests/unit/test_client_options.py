@@ -66,7 +66,7 @@ def test_bootstrap_servers_mistakes_are_typed_errors(bootstrap, servers, named):
     ("Producer", {"retries": 5, "api_version": (2, 8), "request_timeout_ms": 30_000,
                   "max_in_flight_requests_per_connection": 5}),
     ("Producer", {"security_protocol": "PLAINTEXT", "sasl_mechanism": None,
-                  "transactional_id": None, "compression_type": "zstd"}),
+                  "compression_type": "zstd"}),
     ("Consumer", {"fetch_min_bytes": 1, "fetch_max_wait_ms": 100, "check_crcs": True,
                   "max_partition_fetch_bytes": 1 << 20}),
     ("Admin", {"api_version": (2, 8), "ssl_context": None, "retry_backoff_ms": 100}),
@@ -76,7 +76,6 @@ def test_harmless_kafka_options_are_taken(client, options):
 
 
 @pytest.mark.parametrize("client, option, value, why", [
-    ("Producer", "transactional_id", "tx-1", "no transactions"),
     ("Producer", "partitioner", lambda key, all_, available: 0, "partitioner is Kafka's default"),
     ("Producer", "compression_type", "gzip", "zstd only"),
     ("Consumer", "group_instance_id", "static-1", "static group membership"),
@@ -98,7 +97,7 @@ def test_an_option_of_another_client_is_unknown():
 
 
 @pytest.mark.parametrize("make", [
-    lambda where: Producer(where, transactional_id="tx"),
+    lambda where: Producer(where, sasl_mechanism="PLAIN"),
     lambda where: Consumer(bootstrap_servers=where, group_instance_id="static-1"),
     lambda where: Admin(where, security_protocol="SASL_SSL"),
 ])
