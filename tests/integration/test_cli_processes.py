@@ -2,8 +2,8 @@
 serves and when it stops (naming the signal), ``shmlog perf e2e`` works with the
 default data directory, ``shmlog perf consume`` ends on a topic shorter than
 ``--records``, and the verbs that only ask the broker something (``topics``,
-``groups``, ``transactions``) run without loading numba or numpy (they cost most of a second of start-up;
-what a process imported is checked, not how long it took).
+``groups``, ``transactions``) run without loading numba or numpy (they cost most of
+a second of start-up; what a process imported is checked, not how long it took).
 
 Method: run ``python -m shmlog`` as child processes, as a user would from a shell,
 on a temporary data directory; every wait is bounded and the brokers' shared
