@@ -23,8 +23,10 @@ Rules
   none, or the topic is being made, which the first FindCoordinator starts, as in
   Kafka); on one broker, itself. A member that asks another broker anyway is still
   served: that broker forwards to the coordinator. For a transactional id (key
-  type 1) it answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions do not
-  exist yet.
+  type 1) it names this broker, whose transaction service coordinates every
+  transactional id (``transaction_apis``); a cluster member, which serves no
+  transactions yet, answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (fatal for the
+  clients, so a transactional producer fails at once, saying so).
 * Static membership (``group.instance.id``, KIP-345) is the coordinator's
   (``broker/static_members.py``): every request that carries an instance id passes
   it on; a restarted member gets its assignment back without a rebalance, a
@@ -122,10 +124,12 @@ class GroupApis(GroupServiceArea):
     # -- FindCoordinator ---------------------------------------------------------------
     def find_coordinator(self, request, header, body):
         cls = codec.response_class(FIND_COORDINATOR_KEY)
-        if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE:
+        if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE and \
+                self.core.transactions is None:
             return cls(version=header.api_version, throttle_time_ms=0,
                        error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                       error_message="transactions do not exist yet in shmlog",
+                       error_message="a shmlog cluster does not serve transactions yet "
+                                     "(a single broker does)",
                        node_id=-1, host="", port=-1)
         coordinator = self.metadata.coordinator(body.key, request.listener)
         if coordinator is None:

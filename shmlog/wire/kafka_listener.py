@@ -46,6 +46,7 @@ from .produce_api import ProduceApi
 from .socket_server import KafkaSocketServer
 from .tickets import WireTicket
 from .tls import TlsSettings, server_context
+from .transaction_apis import TransactionApis
 
 __all__ = ["KafkaListener"]
 
@@ -144,6 +145,7 @@ class KafkaListener:
         self.apis.add_area(FetchApi(core, metadata, self.apis.respond))
         self.apis.add_area(GroupApis(core, metadata, self.apis.respond))
         self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
+        self.apis.add_area(TransactionApis(core))
         self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
         self.apis.add_area(ConfigApis(core, metadata.broker_id, self.apis.respond))
         self.server.serve()

@@ -1,6 +1,6 @@
-"""Produce (versions 3-12) and InitProducerId (0-4): a Kafka client's record batches,
-converted to shmlog's layout (``record.kafka_batches``) and appended through the
-appender's checks.
+"""Produce (versions 3-12): a Kafka client's record batches, converted to shmlog's
+layout (``record.kafka_batches``) and appended through the appender's checks.
+InitProducerId is in ``transaction_apis``.
 
 Rules
 -----
@@ -19,13 +19,12 @@ Rules
   which also refuses under ``min.insync.replicas``), or with REQUEST_TIMED_OUT after
   the request's ``timeout_ms``; on a single broker at once (it is every in-sync
   replica).
-* Transactions do not exist yet: a transactional producer is refused at its
-  InitProducerId with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (a fatal error the
-  clients report), and so is a Produce carrying a transactional id.
-* InitProducerId without a transactional id hands out a new producer id, epoch 0,
-  from the ids the broker's own producers get (cluster-wide in a cluster), as Kafka
-  does for an idempotent producer, whatever id the request names (KIP-360: the
-  producer then starts its sequences again).
+* Transactions: a transactional batch (Kafka's transactional bit, kept in the
+  stored batch) is admitted by the appender only in a partition the producer's
+  transaction added at its epoch (AddPartitionsToTxn, ``transaction_apis``):
+  elsewhere INVALID_TXN_STATE, from an older epoch INVALID_PRODUCER_EPOCH (fenced).
+  A cluster member serves no transactions yet: a Produce carrying a transactional
+  id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED there.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from ..record.records import now_ms
 from . import codec
 from .apis import NO_RESPONSE
 from .error_codes import (
-    COORDINATOR_NOT_AVAILABLE,
     CORRUPT_MESSAGE,
     INVALID_RECORD,
     NONE,
@@ -52,7 +50,6 @@ __all__ = ["ProduceApi"]
 log = logging.getLogger("shmlog.broker.kafka")
 
 PRODUCE_KEY = 0
-INIT_PRODUCER_ID_KEY = 22
 # A batch Kafka's checks refuse: its CRC or its bytes are damaged (CORRUPT_MESSAGE),
 # or it is not one well-formed batch of records (INVALID_RECORD).
 _REFUSALS = {KafkaBatchStatus.BAD_CRC: CORRUPT_MESSAGE,
@@ -61,7 +58,7 @@ _REFUSALS = {KafkaBatchStatus.BAD_CRC: CORRUPT_MESSAGE,
 
 
 class ProduceApi:
-    """Produce and InitProducerId on broker ``core``; ``metadata`` appends as leader
+    """Produce on broker ``core``; ``metadata`` appends as leader
     (``LocalMetadata.append``, ``ClusterMetadata.append``); ``respond`` sends a held
     response (``KafkaApis.respond``)."""
 
@@ -71,17 +68,17 @@ class ProduceApi:
         self._respond = respond
 
     def apis(self) -> dict:
-        return {PRODUCE_KEY: (3, 12, self.produce),
-                INIT_PRODUCER_ID_KEY: (0, 4, self.init_producer_id)}
+        return {PRODUCE_KEY: (3, 12, self.produce)}
 
     # -- Produce -----------------------------------------------------------------------
     def produce(self, request, header, body):
         items = [(topic.name, data) for topic in body.topic_data for data in topic.partition_data]
         gather = Gather(len(items), lambda answers: self._response(header, body, answers),
                         lambda response: self._respond(request, header, response))
-        if body.transactional_id is not None:
+        untransacted = body.transactional_id is not None and self.core.transactions is None
+        if untransacted:
             log.warning("Kafka listener: refused a transactional produce from %s "
-                        "(transactions do not exist yet)", request.peer)
+                        "(a cluster member does not serve transactions yet)", request.peer)
         deadline = now_ms() + max(body.timeout_ms, 0)
         appended = False
         for index, (topic, data) in enumerate(items):
@@ -93,7 +90,7 @@ class ProduceApi:
                 gather.put(index, (int(error), base_offset, append_time,
                                    log_start if error == NONE else -1))
 
-            if body.transactional_id is not None:
+            if untransacted:
                 answer(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1)
                 continue
             limit = hosted.config.batch_size_max if hosted is not None else None
@@ -148,22 +145,3 @@ class ProduceApi:
             return False
         self.metadata.append(topic, partition, batch, acks, deadline, answer)
         return True
-
-    # -- InitProducerId ----------------------------------------------------------------
-    def init_producer_id(self, request, header, body):
-        cls = codec.response_class(INIT_PRODUCER_ID_KEY)
-        if body.transactional_id is not None:
-            log.warning("Kafka listener: refused InitProducerId for transactional id %r "
-                        "from %s: transactions do not exist yet", body.transactional_id,
-                        request.peer)
-            return cls(version=header.api_version, throttle_time_ms=0,
-                       error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
-                       producer_epoch=-1)
-        try:
-            producer_id = self.core.producers.producer_ids.allocate()
-        except ShmlogError as error:          # a cluster's next block of ids not drawn yet
-            log.info("Kafka listener: no producer id for %s yet: %s", request.peer, error)
-            return cls(version=header.api_version, throttle_time_ms=0,
-                       error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
-        return cls(version=header.api_version, throttle_time_ms=0, error_code=NONE,
-                   producer_id=producer_id, producer_epoch=0)

@@ -50,6 +50,7 @@ FACTS = {
     ("shmlog.native.crc32c", "LANE_SHORT_SIZE"): "the interleaved CRC's lane shape",
     ("shmlog.record.columns", "FIELD_RUN_RECORDS_MIN"): "where one decoding path beats another",
     ("shmlog.wire.error_codes", "INVALID_SESSION_TIMEOUT"): "Kafka's error code 26, a name",
+    ("shmlog.wire.error_codes", "INVALID_TRANSACTION_TIMEOUT"): "Kafka's error code 50, a name",
 }
 
 

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer as KafkaClientConsumer
 from confluent_kafka import TopicPartition as KafkaClientPartition
 from confluent_kafka.admin import AdminClient
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import KafkaError
 
@@ -205,14 +205,3 @@ def test_an_assignor_shmlog_does_not_run_is_refused(group_broker):
             consumer.poll(timeout_ms=int(WAIT_S * 1000))
     finally:
         consumer.close()
-
-
-def test_a_transactional_producer_gets_a_clear_error_from_find_coordinator(group_broker):
-    _, address = group_broker
-    producer = KafkaProducer(bootstrap_servers=address, transactional_id="tx",
-                             max_block_ms=int(WAIT_S * 1000))
-    try:
-        with pytest.raises(KafkaError, match="TransactionalIdAuthorizationFailed"):
-            producer.init_transactions()
-    finally:
-        producer.close(timeout=WAIT_S)

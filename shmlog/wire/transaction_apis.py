@@ -1,0 +1,216 @@
+"""Kafka's transactions (KIP-98) over shmlog's transaction coordinator: InitProducerId
+(0-4), AddPartitionsToTxn (0-3), AddOffsetsToTxn (0-3), EndTxn (0-3) and
+TxnOffsetCommit (0-3), so a Kafka client's transactional producer (librdkafka's,
+the Java client's, kafka-python's) runs against shmlog.
+
+Rules
+-----
+* **One coordinator.** Every request goes to the broker's transaction service
+  (``broker/transaction_service.py``), as shmlog's own transactional producers'
+  control requests do: the same transactional ids, epochs and fencing, and the
+  markers the coordinator writes end a Kafka client's transaction in every
+  partition it wrote to. FindCoordinator names this broker for a transactional id
+  (``group_apis``).
+* **A single broker only, for now.** A cluster member has no transaction service:
+  it serves InitProducerId for idempotent producers only (a transactional id gets
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal for the clients, as FindCoordinator's
+  answer is), and does not advertise the other four APIs.
+* **Versions: those before KIP-890.** AddPartitionsToTxn v4+ is Kafka's
+  broker-to-broker batching, EndTxn v5 bumps the epoch every transaction and
+  TxnOffsetCommit v5 adds the offsets partition implicitly (transactions V2); v4 of
+  the others adds only TRANSACTION_ABORTABLE. None of them is served.
+* **Errors as Kafka answers them.** The coordinator's refusals map to Kafka's codes
+  (``error_codes.for_error``): PRODUCER_FENCED (90) for a fenced producer, but only
+  in the versions that know it (InitProducerId v4+, AddPartitionsToTxn, AddOffsetsToTxn
+  and EndTxn v2+); older versions, and every TxnOffsetCommit, get
+  INVALID_PRODUCER_EPOCH (47), as Kafka's brokers answer them. Both are fatal to a
+  transactional producer. CONCURRENT_TRANSACTIONS (51) is retried by the clients.
+* InitProducerId v3+ may name the producer id and epoch the client holds (KIP-360):
+  one that is not the id's current pair is fenced. Without a transactional id it
+  hands out a new producer id at epoch 0 (an idempotent producer), from the ids
+  the broker's own producers get, whatever id the request names.
+* AddPartitionsToTxn checks its partitions first: if one is unknown, it gets
+  UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, and nothing
+  is added (Kafka's answer); otherwise every partition gets the coordinator's one
+  answer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..common.errors import ProducerFencedError, ShmlogError
+from . import codec
+from .error_codes import (
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_PRODUCER_EPOCH,
+    NONE,
+    OPERATION_NOT_ATTEMPTED,
+    PRODUCER_FENCED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    for_error,
+)
+
+__all__ = ["TransactionApis"]
+
+log = logging.getLogger("shmlog.broker.kafka")
+
+INIT_PRODUCER_ID_KEY = 22
+ADD_PARTITIONS_TO_TXN_KEY = 24
+ADD_OFFSETS_TO_TXN_KEY = 25
+END_TXN_KEY = 26
+TXN_OFFSET_COMMIT_KEY = 28
+#: The first version of each API whose clients know PRODUCER_FENCED (None: none does).
+_FENCED_FROM = {INIT_PRODUCER_ID_KEY: 4, ADD_PARTITIONS_TO_TXN_KEY: 2,
+                ADD_OFFSETS_TO_TXN_KEY: 2, END_TXN_KEY: 2, TXN_OFFSET_COMMIT_KEY: None}
+_NO_PRODUCER = -1
+
+
+def _code(result, header) -> int:
+    """The Kafka error code of a refusal (NONE for a reply), for the request's API
+    and version."""
+    if not isinstance(result, ShmlogError):
+        return NONE
+    code = for_error(result)
+    if code == PRODUCER_FENCED:
+        fenced_from = _FENCED_FROM[header.api_key]
+        if fenced_from is None or header.api_version < fenced_from:
+            return INVALID_PRODUCER_EPOCH
+    return code
+
+
+class TransactionApis:
+    """The transaction APIs on broker ``core`` (its ``transactions`` service; None on
+    a cluster member, which serves idempotent InitProducerId only)."""
+
+    def __init__(self, core) -> None:
+        self.core = core
+        self._handlers = core.transactions.handlers() if core.transactions is not None \
+            else None
+
+    def apis(self) -> dict:
+        table = {INIT_PRODUCER_ID_KEY: (0, 4, self.init_producer_id)}
+        if self._handlers is not None:
+            table.update({ADD_PARTITIONS_TO_TXN_KEY: (0, 3, self.add_partitions_to_txn),
+                          ADD_OFFSETS_TO_TXN_KEY: (0, 3, self.add_offsets_to_txn),
+                          END_TXN_KEY: (0, 3, self.end_txn),
+                          TXN_OFFSET_COMMIT_KEY: (0, 3, self.txn_offset_commit)})
+        return table
+
+    def _ask(self, name: str, **fields):
+        """The transaction service's reply to ``name`` (a dict), or its refusal."""
+        try:
+            return self._handlers[name](**fields)
+        except ShmlogError as refused:
+            log.info("Kafka listener: %s refused: %s", name, refused)
+            return refused
+
+    # -- InitProducerId ----------------------------------------------------------------
+    def init_producer_id(self, request, header, body):
+        cls = codec.response_class(INIT_PRODUCER_ID_KEY)
+
+        def answer(code: int, producer_id: int = _NO_PRODUCER, epoch: int = _NO_PRODUCER):
+            return cls(version=header.api_version, throttle_time_ms=0, error_code=code,
+                       producer_id=producer_id, producer_epoch=epoch)
+
+        if body.transactional_id is None:
+            try:
+                producer_id = self.core.producers.producer_ids.allocate()
+            except ShmlogError as error:      # a cluster's next block of ids not drawn yet
+                log.info("Kafka listener: no producer id for %s yet: %s", request.peer, error)
+                return answer(COORDINATOR_NOT_AVAILABLE)
+            return answer(NONE, producer_id, 0)
+        if self._handlers is None:
+            log.warning("Kafka listener: refused InitProducerId for transactional id %r "
+                        "from %s: a cluster member does not serve transactions yet",
+                        body.transactional_id, request.peer)
+            return answer(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        held = (getattr(body, "producer_id", _NO_PRODUCER),
+                getattr(body, "producer_epoch", _NO_PRODUCER))
+        if held[0] != _NO_PRODUCER:           # KIP-360: the pair the client holds
+            found = self._ask("describe_transactions",
+                              transactional_ids=[body.transactional_id])
+            current = [(entry["producer_id"], entry["producer_epoch"])
+                       for entry in found.get("transactions", [])] \
+                if isinstance(found, dict) else []
+            if current != [held]:
+                return answer(_code(ProducerFencedError(
+                    f"producer {held[0]} at epoch {held[1]} no longer holds transactional "
+                    f"id {body.transactional_id!r}"), header))
+        result = self._ask("init_transactions", transactional_id=body.transactional_id,
+                           transaction_timeout_ms=body.transaction_timeout_ms)
+        if isinstance(result, ShmlogError):
+            return answer(_code(result, header))
+        return answer(NONE, result["producer_id"], result["producer_epoch"])
+
+    # -- AddPartitionsToTxn ------------------------------------------------------------
+    def add_partitions_to_txn(self, request, header, body):
+        cls = codec.response_class(ADD_PARTITIONS_TO_TXN_KEY)
+        topic_class = cls.AddPartitionsToTxnTopicResult
+        asked = [(topic.name, partition) for topic in body.v3_and_below_topics
+                 for partition in topic.partitions]
+        unknown = {(topic, partition) for topic, partition in asked
+                   if not self._hosted(topic, partition)}
+        if unknown:
+            codes = {entry: UNKNOWN_TOPIC_OR_PARTITION if entry in unknown
+                     else OPERATION_NOT_ATTEMPTED for entry in asked}
+        else:
+            result = self._ask("add_partitions_to_txn",
+                               transactional_id=body.v3_and_below_transactional_id,
+                               producer_id=body.v3_and_below_producer_id,
+                               producer_epoch=body.v3_and_below_producer_epoch,
+                               partitions=[list(entry) for entry in asked])
+            code = _code(result, header)
+            codes = dict.fromkeys(asked, code)
+        return cls(version=header.api_version, throttle_time_ms=0,
+                   results_by_topic_v3_and_below=[
+                       topic_class(name=topic.name, results_by_partition=[
+                           topic_class.AddPartitionsToTxnPartitionResult(
+                               partition_index=partition,
+                               partition_error_code=codes[(topic.name, partition)])
+                           for partition in topic.partitions])
+                       for topic in body.v3_and_below_topics])
+
+    def _hosted(self, topic: str, partition: int) -> bool:
+        try:
+            self.core.host.partition(topic, partition)
+        except ShmlogError:
+            return False
+        return True
+
+    # -- AddOffsetsToTxn, EndTxn -------------------------------------------------------
+    def add_offsets_to_txn(self, request, header, body):
+        result = self._ask("add_offsets_to_txn", transactional_id=body.transactional_id,
+                           producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+                           group_id=body.group_id)
+        return codec.response_class(ADD_OFFSETS_TO_TXN_KEY)(
+            version=header.api_version, throttle_time_ms=0, error_code=_code(result, header))
+
+    def end_txn(self, request, header, body):
+        result = self._ask("end_txn", transactional_id=body.transactional_id,
+                           producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+                           committed=bool(body.committed))
+        return codec.response_class(END_TXN_KEY)(
+            version=header.api_version, throttle_time_ms=0, error_code=_code(result, header))
+
+    # -- TxnOffsetCommit ---------------------------------------------------------------
+    def txn_offset_commit(self, request, header, body):
+        cls = codec.response_class(TXN_OFFSET_COMMIT_KEY)
+        topic_class = cls.TxnOffsetCommitResponseTopic
+        offsets = [[topic.name, partition.partition_index, partition.committed_offset,
+                    partition.committed_metadata or ""]
+                   for topic in body.topics for partition in topic.partitions]
+        result = self._ask("txn_offset_commit", transactional_id=body.transactional_id,
+                           group_id=body.group_id, producer_id=body.producer_id,
+                           producer_epoch=body.producer_epoch, offsets=offsets,
+                           member_id=getattr(body, "member_id", "") or "",
+                           generation=getattr(body, "generation_id", -1),
+                           group_instance_id=getattr(body, "group_instance_id", None))
+        code = _code(result, header)
+        return cls(version=header.api_version, throttle_time_ms=0, topics=[
+            topic_class(name=topic.name, partitions=[
+                topic_class.TxnOffsetCommitResponsePartition(
+                    partition_index=partition.partition_index, error_code=code)
+                for partition in topic.partitions])
+            for topic in body.topics])
