@@ -3,10 +3,19 @@ offset asked, converted to Kafka's format, and long polls woken by appends.
 
 Rules
 -----
-* Consumers read below the high watermark (read_committed: the last stable
-  offset, which is the high watermark while shmlog has no transactions). An offset
-  below the log start or above the log end is OFFSET_OUT_OF_RANGE; one at or above
-  the high watermark (within the log) gets no records.
+* Consumers read below the high watermark; read_committed ones (isolation level 1,
+  every version served) below the last stable offset (Kafka's LSO: the first
+  offset of the oldest open transaction, ``Appender.last_stable_offset``). Every
+  answer gives the LSO in its ``last_stable_offset``. An offset below the log start
+  or above the log end is OFFSET_OUT_OF_RANGE; one at or above the bound (within
+  the log) gets no records.
+* **Aborted transactions.** A read_committed answer with records lists the aborted
+  transactions the read meets (``PartitionLog.aborted_transactions`` from the
+  offset asked to the end of the read, Kafka's ``collectAbortedTxns``) as
+  (producer id, first offset): the client drops those producers' batches from
+  there to their abort markers. Batches keep their transactional bit and markers
+  go out as Kafka's control batches, which clients never return as records (nor
+  does a read_uncommitted client, which gets a null list).
 * Whole batches only, from the batch holding the offset (so a batch may start
   before it, as in Kafka). Budgets are Kafka's (KIP-74): each partition's
   ``partition_max_bytes`` and the request's ``max_bytes``, except that the first
@@ -41,12 +50,11 @@ from ..record.records import now_ms
 from .apis import LATER
 from .error_codes import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, for_error
 from .fetch_response import FetchedPartition, encode_fetch_response
-from .offsets_api import Refused, led_partition
+from .offsets_api import READ_COMMITTED, Refused, led_partition
 
 __all__ = ["FetchApi"]
 
 FETCH_KEY = 1
-READ_COMMITTED = 1
 
 
 @dataclasses.dataclass
@@ -109,9 +117,8 @@ class FetchApi:
             answers = []
             for asked in topic.partitions:
                 answer = self._partition(topic.topic, asked, budget - size, size == 0,
-                                         getattr(asked, "current_leader_epoch", -1))
-                if body.isolation_level == READ_COMMITTED and not answer.error_code:
-                    answer.aborted = []          # none: no transactions yet
+                                         getattr(asked, "current_leader_epoch", -1),
+                                         body.isolation_level == READ_COMMITTED)
                 failed |= answer.error_code != 0
                 size += answer.records_size
                 answers.append(answer)
@@ -119,25 +126,29 @@ class FetchApi:
         return topics, size, failed
 
     def _partition(self, topic: str, asked, budget: int, first: bool,
-                   current_epoch: int) -> FetchedPartition:
+                   current_epoch: int, committed: bool) -> FetchedPartition:
         try:
             hosted, _ = led_partition(self.core, self.metadata, topic, asked.partition,
                                       current_epoch)
         except Refused as refused:
             return FetchedPartition(asked.partition, refused.code)
         log = hosted.log
-        high_watermark = self.core.host.appender.high_watermark(hosted.row)
-        answer = FetchedPartition(asked.partition, 0, high_watermark, high_watermark,
-                                  log.log_start_offset, aborted=None)
+        appender = self.core.host.appender
+        high_watermark = appender.high_watermark(hosted.row)
+        stable = appender.last_stable_offset(hosted.row)
+        answer = FetchedPartition(asked.partition, 0, high_watermark, stable,
+                                  log.log_start_offset,
+                                  aborted=[] if committed else None)
         offset = asked.fetch_offset
         if offset < log.log_start_offset or offset > log.log_end_offset:
             answer.error_code = OFFSET_OUT_OF_RANGE
             return answer
-        if offset >= high_watermark:
+        bound = stable if committed else high_watermark
+        if offset >= bound:
             return answer
         limit = max(min(asked.partition_max_bytes, budget), 0)
         try:
-            read = log.read(offset, max(limit, 1), high_watermark)
+            read = log.read(offset, max(limit, 1), bound)
         except OffsetOutOfRangeError:
             answer.error_code = OFFSET_OUT_OF_RANGE
             return answer
@@ -152,6 +163,13 @@ class FetchApi:
             converted = to_kafka(read.data, limit)
             if first or converted.size <= limit:
                 answer.records = [converted]
+                if committed:
+                    try:
+                        answer.aborted = [
+                            (entry.producer_id, entry.first_offset)
+                            for entry in log.aborted_transactions(offset, read.next_offset)]
+                    except ShmlogError as error:       # a .txnindex that cannot be read
+                        answer.error_code, answer.records = for_error(error), ()
         return answer
 
     def _encode(self, header, topics: list) -> list:

@@ -4,8 +4,8 @@ starts and ends, which offset a time maps to, and where a leader epoch ended.
 Rules
 -----
 * ListOffsets' special timestamps are Kafka's: -1 the latest offset (the high
-  watermark; read_committed gets the last stable offset, which is the high
-  watermark while shmlog has no transactions), -2 the earliest (the log start),
+  watermark; read_committed, isolation level 1 from v2, gets the last stable
+  offset: the first offset of the oldest open transaction), -2 the earliest (the log start),
   -3 (v7) the offset of the largest timestamp. Any other timestamp gives the first
   offset whose timestamp is at or after it, or offset -1 and timestamp -1 when there
   is none.
@@ -42,6 +42,7 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 _NO_EPOCH = -1
+READ_COMMITTED = 1
 
 
 class Refused(Exception):
@@ -70,6 +71,7 @@ class OffsetsApi:
     # -- ListOffsets -------------------------------------------------------------------
     def list_offsets(self, request, header, body):
         cls = codec.response_class(LIST_OFFSETS_KEY)
+        committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
         topics = []
         for topic in body.topics:
             answers = []
@@ -77,7 +79,8 @@ class OffsetsApi:
                 try:
                     error, (timestamp, offset, epoch) = NONE, self._offset(
                         topic.name, asked.partition_index,
-                        getattr(asked, "current_leader_epoch", _NO_EPOCH), asked.timestamp)
+                        getattr(asked, "current_leader_epoch", _NO_EPOCH), asked.timestamp,
+                        committed)
                 except Refused as refused:
                     error, (timestamp, offset, epoch) = refused.code, (-1, -1, _NO_EPOCH)
                 except ShmlogError as failed:          # a damaged segment's timestamps
@@ -89,12 +92,16 @@ class OffsetsApi:
         return cls(version=header.api_version, throttle_time_ms=0, topics=topics)
 
     def _offset(self, topic: str, partition: int, current_epoch: int,
-                timestamp: int) -> tuple[int, int, int]:
-        """(timestamp, offset, leader epoch) answering one partition's ask."""
+                timestamp: int, committed: bool) -> tuple[int, int, int]:
+        """(timestamp, offset, leader epoch) answering one partition's ask
+        (``committed``: a read_committed client's)."""
         hosted, epoch = self._led(topic, partition, current_epoch)
         log = hosted.log
         if timestamp == LATEST_TIMESTAMP:
-            return -1, self.core.host.appender.high_watermark(hosted.row), epoch
+            appender = self.core.host.appender
+            latest = appender.last_stable_offset(hosted.row) if committed \
+                else appender.high_watermark(hosted.row)
+            return -1, latest, epoch
         if timestamp == EARLIEST_TIMESTAMP:
             start = log.log_start_offset
             return -1, start, _epoch_at(log.epochs.entries(), start, epoch)
