@@ -12,4 +12,6 @@ hand-written response (``fetch_response``) passes to ``sendmsg`` without a copy.
 Security is Kafka's four protocols per listener (``listeners``): TLS driven by the
 socket server (``connections``, ``tls``), SASL logins before any other request
 (``authenticator``, ``sasl``, ``credentials``), files checked as ``files`` says.
+Transactions (``transaction_apis``) are the broker's transaction coordinator's,
+and Fetch serves read_committed consumers below the last stable offset.
 """
