@@ -9,7 +9,7 @@ Rules
   older producer of the id is fenced (``ProducerFencedError`` from the coordinator,
   ``INVALID_PRODUCER_EPOCH`` from a partition). A transaction the older one left
   open is aborted first, its markers written under the new epoch. An epoch that
-  cannot grow (``limits.PRODUCER_EPOCH_MAX``) takes a new producer id.
+  cannot grow (``batch_layout.PRODUCER_EPOCH_MAX``) takes a new producer id.
 * The states are Kafka's (:class:`TransactionState`): Empty, Ongoing, PrepareCommit and
   PrepareAbort (the decision is stored, markers are being written), CompleteCommit
   and CompleteAbort. Every change is stored (``store``, which raises to refuse)
@@ -64,6 +64,7 @@ from ..common.errors import (
     ShmlogError,
 )
 from ..protocol.control import require
+from ..record import batch_layout as B
 from ..record.control import EndTransactionMarker
 
 log = logging.getLogger("shmlog.transactions")
@@ -380,7 +381,7 @@ class TransactionCoordinator:
     def _bumped(self, metadata: TransactionMetadata) -> TransactionMetadata:
         """``metadata`` with its epoch one higher, or a new producer id at epoch 0 once
         the epoch cannot grow."""
-        if metadata.producer_epoch >= limits.PRODUCER_EPOCH_MAX:
+        if metadata.producer_epoch >= B.PRODUCER_EPOCH_MAX:
             return dataclasses.replace(metadata, producer_id=self._allocate(),
                                        producer_epoch=0, partitions=set(metadata.partitions))
         return dataclasses.replace(metadata, producer_epoch=metadata.producer_epoch + 1,

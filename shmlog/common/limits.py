@@ -311,10 +311,6 @@ CLIENT_ID_LENGTH_MAX = 255
 OFFSETS_EXPIRY_RETRY_MS = 60_000
 
 # --- transactions ------------------------------------------------------------------------
-# A producer epoch is a batch header's int16: the last one a transactional id's
-# producer id may take before the coordinator gives it a new id (Kafka's
-# Short.MaxValue, less one for the bump that fences).
-PRODUCER_EPOCH_MAX = (1 << 15) - 2
 # How long a transaction may stay open unless the producer says (Kafka's
 # transaction.timeout.ms default).
 TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000

@@ -86,10 +86,6 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = setting(
         900_000, doc="The longest transaction timeout a producer may ask for (Kafka's "
                      "transaction.max.timeout.ms).")
-    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
-        10_000, doc="How often the transaction coordinator aborts the transactions open "
-                    "past their timeout (Kafka's "
-                    "transaction.abort.timed.out.transaction.cleanup.interval.ms).")
     data_group: str | None = setting(
         None, doc="Share the data with this Unix group (directories 0750, files and the "
                   "partition state table 0640, the control socket, rings and doorbells "
