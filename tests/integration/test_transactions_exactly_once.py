@@ -1,8 +1,8 @@
 """Exactly once through a consume-transform-produce loop killed at random points: a
 process reads "in" (read_committed), writes each record transformed to "out" and
 commits its input offsets in the same transaction; it is killed with SIGKILL at
-seeded random moments and started again, each time fencing its predecessor's
-transaction. Once the input is consumed, "out" read with read_committed holds every
+seeded random points of its progress and started again, each time fencing its
+predecessor's transaction. Once the input is consumed, "out" read with read_committed holds every
 input exactly once, in input order per partition, and the group's committed offsets
 are the input's end.
 
@@ -25,7 +25,7 @@ from shmlog import Admin, Consumer, Producer
 from shmlog.client.consumer import TopicPartition
 from shmlog.server.broker import Broker
 
-INPUTS_PER_PARTITION = 600
+INPUTS_PER_PARTITION = 2000
 PARTITIONS = 2
 KILLS = 4
 WAIT_S = 90.0
@@ -42,7 +42,7 @@ from shmlog.common.structs import OffsetAndMetadata
 data_dir, ends = sys.argv[1], [int(end) for end in sys.argv[2:]]
 partitions = [TopicPartition("in", number) for number in range(len(ends))]
 consumer = Consumer(bootstrap=data_dir, group_id="transform", enable_auto_commit=False,
-                    isolation_level="read_committed", max_poll_records=37)
+                    isolation_level="read_committed", max_poll_records=29)
 consumer.assign(partitions)
 for partition in partitions:
     consumer.seek(partition, consumer.committed(partition) or 0)
@@ -80,6 +80,12 @@ def _start(data_dir: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def _consumed(watcher: Consumer) -> int:
+    """How many inputs the loop's transactions have committed as consumed."""
+    return sum(watcher.committed(TopicPartition("in", number)) or 0
+               for number in range(PARTITIONS))
+
+
 def _out_records(data_dir: str, expected: int) -> dict[int, list[bytes]]:
     """Per partition, the values of "out" a read_committed consumer reads (until
     ``expected`` in all, or WAIT_S; then one more poll to see nothing else comes)."""
@@ -104,25 +110,32 @@ def test_a_killed_transform_loop_writes_each_input_exactly_once(broker):
             for value in values:
                 producer.send("in", value, partition=number)
         producer.flush(WAIT_S)
+    # Each kill lands once the committed input passes a random share of it, a random
+    # moment later (within a transaction or between two): wherever the loop is then.
     chance = random.Random(SEED)
+    shares = sorted(chance.uniform(0.05, 0.9) for _ in range(KILLS))
     killed = 0
     loop = _start(broker)
     try:
-        for _ in range(KILLS):
-            time.sleep(chance.uniform(1.0, 3.0))
-            if loop.poll() is not None:
-                break                       # it finished before this kill
-            loop.send_signal(signal.SIGKILL)
-            loop.wait(WAIT_S)
-            killed += 1
-            loop = _start(broker)
+        with Consumer(bootstrap=broker, group_id="transform") as watcher:
+            for share in shares:
+                deadline = time.monotonic() + WAIT_S
+                while _consumed(watcher) < share * PARTITIONS * INPUTS_PER_PARTITION:
+                    assert loop.poll() is None, loop.communicate()[0].decode(errors="replace")
+                    assert time.monotonic() < deadline, "the loop made no progress"
+                    time.sleep(0.005)
+                time.sleep(chance.uniform(0.0, 0.05))
+                loop.send_signal(signal.SIGKILL)
+                loop.wait(WAIT_S)
+                killed += 1
+                loop = _start(broker)
         output, _ = loop.communicate(timeout=WAIT_S * 2)
         assert loop.returncode == 0, output.decode(errors="replace")
     finally:
         if loop.poll() is None:
             loop.kill()
             loop.wait(WAIT_S)
-    assert killed >= 1, "no kill landed mid-loop: the test proved nothing"
+    assert killed == KILLS
     found = _out_records(broker, PARTITIONS * INPUTS_PER_PARTITION)
     for number, values in inputs.items():
         assert found[number] == [value + b"!" for value in values], \
