@@ -17,10 +17,12 @@ Rules
   decision it stored and keeps an Ongoing transaction going.
 * A partition is added to the transaction (``add_partition``: the partition's host
   then admits the producer's first transactional batch there) before the producer
-  writes to it. A request with another producer id is
-  ``InvalidProducerIdMappingError``, an older epoch ``ProducerFencedError``, one made
-  while the last transaction's markers are not all written
-  ``ConcurrentTransactionsError`` (retriable).
+  writes to it: by AddPartitionsToTxn (a Kafka client's), or when its first batch
+  reaches the partition (:meth:`verify_partition`, KIP-890's implicit add, which
+  saves shmlog's producer a request per partition and transaction). A request with
+  another producer id is ``InvalidProducerIdMappingError``, an older epoch
+  ``ProducerFencedError``, one made while the last transaction's markers are not all
+  written ``ConcurrentTransactionsError`` (retriable).
 * Ending a transaction stores the decision (Prepare*), then writes a marker to every
   partition of it (``write_marker``), then stores Complete*. A marker that cannot be
   written (a full disk, a partition moving) is tried again every
@@ -66,6 +68,7 @@ from ..common.errors import (
 from ..protocol.control import require
 from ..record import batch_layout as B
 from ..record.control import EndTransactionMarker
+from ..shm.completion import CompletionCode
 
 log = logging.getLogger("shmlog.transactions")
 
@@ -176,6 +179,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.coordinator_epoch = coordinator_epoch
         self.transactions: dict[str, TransactionMetadata] = {}
+        self._by_producer: dict[int, str] = {}   # producer id -> its transactional id
         self._unwritten: dict[str, set] = {}     # id -> partitions whose marker failed
         self._retry_at = -1
         self.commits = 0                 # transactions ended since the start, committed,
@@ -191,7 +195,7 @@ class TransactionCoordinator:
         for key, value in records:
             metadata = parse_transaction_record(key, value)
             if metadata is not None:
-                self.transactions[metadata.transactional_id] = metadata
+                self._keep(metadata)
         for metadata in list(self.transactions.values()):
             if metadata.state in _PREPARING:
                 self._unwritten[metadata.transactional_id] = set(metadata.partitions)
@@ -256,6 +260,31 @@ class TransactionCoordinator:
         changed.partitions |= new
         self._change(changed, now)
         return {}
+
+    def verify_partition(self, topic: str, partition: int, producer_id: int,
+                         producer_epoch: int, *, now: int) -> CompletionCode | None:
+        """A partition's first transactional batch of the producer at
+        ``producer_epoch`` came with no AddPartitionsToTxn before it (KIP-890's
+        implicit add, which shmlog's producer relies on): None when the producer's
+        transactional id is at that epoch, its transaction under way or beginning
+        now, and the partition added to it (stored, as add_partitions_to_txn); else
+        why the batch is refused (an older epoch: ``INVALID_PRODUCER_EPOCH``, the
+        producer is fenced; anything else ``INVALID_TXN_STATE``)."""
+        transactional_id = self._by_producer.get(producer_id)
+        metadata = self.transactions.get(transactional_id) if transactional_id else None
+        if metadata is None or metadata.producer_epoch < producer_epoch \
+                or metadata.state in _PREPARING:
+            return CompletionCode.INVALID_TXN_STATE
+        if metadata.producer_epoch > producer_epoch:
+            return CompletionCode.INVALID_PRODUCER_EPOCH
+        try:
+            self.add_partitions_to_txn(transactional_id, producer_id, producer_epoch,
+                                       [[topic, partition]], now=now)
+        except ShmlogError as error:
+            log.warning("transaction %r: %s-%d not added for producer %d: %s",
+                        transactional_id, topic, partition, producer_id, error)
+            return CompletionCode.INVALID_TXN_STATE
+        return None
 
     def end_txn(self, transactional_id, producer_id, producer_epoch, committed, *, now) -> dict:
         """Kafka's EndTxn: commit or abort the transaction; the answer comes once its
@@ -370,13 +399,20 @@ class TransactionCoordinator:
             # again, which ends nothing more.
             log.warning("transaction %r: its completion is not stored (%s)",
                         metadata.transactional_id, error)
-            self.transactions[metadata.transactional_id] = done
+            self._keep(done)
 
     def _change(self, metadata: TransactionMetadata, now: int) -> None:
         """Store ``metadata`` (its id's new state), then keep it."""
         metadata.last_update_ms = now
         self._store(metadata)
+        self._keep(metadata)
+
+    def _keep(self, metadata: TransactionMetadata) -> None:
+        previous = self.transactions.get(metadata.transactional_id)
+        if previous is not None and previous.producer_id != metadata.producer_id:
+            self._by_producer.pop(previous.producer_id, None)
         self.transactions[metadata.transactional_id] = metadata
+        self._by_producer[metadata.producer_id] = metadata.transactional_id
 
     def _bumped(self, metadata: TransactionMetadata) -> TransactionMetadata:
         """``metadata`` with its epoch one higher, or a new producer id at epoch 0 once

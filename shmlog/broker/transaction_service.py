@@ -90,6 +90,10 @@ class TransactionService:
         self.coordinator.load(
             ((record.key, record.value) for record in host.internal_records(
                 TRANSACTION_STATE_TOPIC) if record.marker is None), now_ms())
+        host.appender.set_transaction_verifier(
+            lambda topic, partition, producer_id, producer_epoch:
+            self.coordinator.verify_partition(topic, partition, producer_id, producer_epoch,
+                                              now=now_ms()))
 
     # -- the service -----------------------------------------------------------------
     def handlers(self) -> dict:

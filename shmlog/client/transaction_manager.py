@@ -9,9 +9,11 @@ Rules
   aborting, an abortable error (a send of the transaction failed: only an abort
   ends it), a fatal error (fenced by a newer producer of the id: only ``close``).
   A call the state does not allow is :class:`IllegalStateError` naming the state.
-* A partition is added to the transaction (``add_partitions_to_txn``) before the
-  first batch for it goes into the ring (:meth:`TransactionManager.ensure_added`,
-  called where the batch takes its identity), once per transaction.
+* A partition joins the transaction when its first batch reaches the broker: the
+  partition asks the coordinator (KIP-890's implicit AddPartitionsToTxn), so a
+  transaction costs no request per partition. The producer only notes the
+  partitions it sent to (:meth:`TransactionManager.ensure_added`, where a batch takes
+  its identity), to know whether a transaction has anything to end.
 * The coordinator's ProducerFencedError, and a batch refused with
   ``INVALID_PRODUCER_EPOCH``, are fatal: the producer is fenced. Any other refused
   batch makes the transaction abortable; the abort then asks for a new epoch
@@ -96,12 +98,11 @@ class TransactionManager:
             self._refuse("send")
 
     def ensure_added(self, topic: str, partition: int) -> None:
-        """Add the partition to the transaction before its first batch (lock held)."""
-        if (topic, partition) in self.partitions:
-            return
-        self.check_sendable()
-        self._ask("add_partitions_to_txn", partitions=[[topic, partition]])
-        self.partitions.add((topic, partition))
+        """Note a partition the transaction sends a batch to (lock held): the broker
+        adds it to the transaction itself when the batch arrives."""
+        if (topic, partition) not in self.partitions:
+            self.check_sendable()
+            self.partitions.add((topic, partition))
 
     def send_offsets(self, offsets, group) -> None:
         """Kafka's ``sendOffsetsToTransaction``: the group's offsets partition joins
@@ -145,14 +146,26 @@ class TransactionManager:
         self._require(TransactionalState.IN_TRANSACTION, TransactionalState.ABORTABLE_ERROR)
 
     def abort(self) -> None:
-        """After the flush: end the transaction aborted; a new epoch after a failed
-        send (its partitions' sequences start again)."""
+        """After the flush: end the transaction aborted. After a failed send, by a new
+        epoch instead (``init_transactions`` again, KIP-360's recovery): the
+        coordinator aborts whatever of the transaction reached the broker, and the
+        partitions' sequences start again."""
         failed = self.state is TransactionalState.ABORTABLE_ERROR
         self._require(TransactionalState.IN_TRANSACTION, TransactionalState.ABORTABLE_ERROR)
         self.state = TransactionalState.ABORTING
-        self._end(committed=False)
         if failed:
-            self._new_epoch()
+            try:
+                self._new_epoch()
+            except ShmlogError:
+                if self.state is not TransactionalState.FATAL_ERROR:
+                    self.state = TransactionalState.ABORTABLE_ERROR     # abort again
+                raise
+            self.partitions.clear()
+            self.groups.clear()
+            self.error = None
+            self.state = TransactionalState.READY
+            return
+        self._end(committed=False)
 
     # -- helpers --------------------------------------------------------------------
     def _end(self, committed: bool) -> None:

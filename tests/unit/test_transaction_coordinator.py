@@ -27,6 +27,7 @@ from shmlog.record.records import encode_batch, now_ms
 from shmlog.ring import Ring
 from shmlog.server.broker import BrokerConfig, BrokerCore
 from shmlog.shm import ring_layout as R
+from shmlog.shm.completion import CompletionCode
 
 TXN = "payments-1"
 
@@ -232,3 +233,21 @@ def test_a_marker_that_cannot_be_written_is_retried(world):
     world.core.transactions.tick(now_ms() + 60_000)
     assert log.log_end_offset == 1
     world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
+
+
+def test_a_first_batch_adds_its_partition_without_a_request(world):
+    """KIP-890's implicit add: the partition asks the coordinator, which adds it when
+    the producer's id is at that epoch (and refuses a stranger or a stale epoch)."""
+    producer = world.init()
+    assert world.send(producer, 0, [b"implicit"]) == 0
+    state = world.ask("describe_transactions", transactional_ids=[TXN])["transactions"][0]
+    assert state["state"] == "Ongoing" and state["partitions"] == [["out", 0]]
+    assert world.stable(0) == (1, 0)
+    stranger = {**producer, "producer_id": producer["producer_id"] + 1000}
+    assert world.send(stranger, 1, [b"stranger"]) == -CompletionCode.INVALID_TXN_STATE
+    world.ask("end_txn", **producer, committed=True)
+    assert world.stable(0) == (2, 2)
+    successor = world.init()
+    assert world.send(producer, 1, [b"stale"]) == -CompletionCode.INVALID_PRODUCER_EPOCH
+    world.sequences.clear()
+    assert world.send(successor, 1, [b"fresh"]) == 0

@@ -482,6 +482,15 @@ class Appender:
         """
         return self._appends.expect_transaction(row, producer_id, producer_epoch)
 
+    def set_transaction_verifier(
+            self, verify: Callable[[str, int, int, int], CompletionCode | None] | None) -> None:
+        """Who decides on a transactional batch for a partition not added to its
+        producer's transaction at its epoch: ``verify(topic, partition, producer id,
+        epoch)`` (on the draining thread) adds it there through
+        :meth:`expect_transaction` and returns None, or returns the code that refuses
+        the batch. None (the default) refuses them all with ``INVALID_TXN_STATE``."""
+        self._appends.verifier = verify
+
     def write_marker(self, row: int, marker: EndTransactionMarker) -> int:
         """Append an end-transaction marker to the partition at ``row`` and end its
         producer's transaction there (:meth:`LogAppends.write_marker`): the marker's

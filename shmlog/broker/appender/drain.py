@@ -201,7 +201,7 @@ def _admit(data, start, end, row_settings, row, sequences, transactions,
     if transaction < 0:
         return _COMPLETE, transaction, -1
     codec = attributes & B.CODEC_MASK
-    if codec != B.CODEC_NONE or not row_settings[row, ROW_FAST] or transaction == TXN_BEGINS:
+    if codec != B.CODEC_NONE or not row_settings[row, ROW_FAST] or transaction >= TXN_BEGINS:
         return _TO_PYTHON, 0, -1
     return _APPEND, 0, -1
 

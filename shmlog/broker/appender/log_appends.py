@@ -61,7 +61,7 @@ from .producer_state import (
     ProducerStateTable,
     sequence_refusal,
 )
-from .transactions import TXN_BEGINS, TransactionTable
+from .transactions import TXN_BEGINS, TXN_VERIFY, TransactionTable
 
 log = logging.getLogger("shmlog.broker.appender")     # the appender's log, joined by its parts
 
@@ -76,6 +76,9 @@ class LogAppends:
         self.rows = rows
         self.producer_states = ProducerStateTable()
         self.transactions = TransactionTable()
+        # verifier(topic, partition, producer id, epoch) -> whether the coordinator added
+        # the partition to the producer's transaction (None: nobody verifies).
+        self.verifier = None
         capacity = rows.settings.shape[0]
         # The compiled loop's tally: offsets appended per row, and the rows appended
         # to (a count, then the rows).
@@ -143,6 +146,8 @@ class LogAppends:
         transactional = header is not None and bool(header["attributes"] & B.TRANSACTIONAL_BIT)
         transaction = self.transactions.verdict(settings, row, producer_id, producer_epoch,
                                                 transactional)
+        if transaction == TXN_VERIFY:
+            transaction = self._verified(row, producer_id, producer_epoch)
         if transaction < 0:
             return transaction, -1, -1
         if transaction == TXN_BEGINS:
@@ -186,6 +191,20 @@ class LogAppends:
             return -CompletionCode.STORAGE_ERROR
 
     # -- transactions ------------------------------------------------------------------
+    def _verified(self, row: int, producer_id: int, producer_epoch: int) -> int:
+        """The verdict on a transactional batch its partition expects under no entry
+        for its epoch: ``TXN_BEGINS`` when the verifier (the coordinator) adds the
+        partition to the producer's transaction at that epoch, else the refusal it
+        gives (``INVALID_TXN_STATE`` with no verifier)."""
+        if self.verifier is None:
+            return -CompletionCode.INVALID_TXN_STATE
+        refusal = self.verifier(*self.rows.name_of(row), producer_id, producer_epoch)
+        if refusal is not None:
+            return -refusal
+        transaction = self.transactions.verdict(self.rows.settings, row, producer_id,
+                                                producer_epoch, True)
+        return transaction if transaction == TXN_BEGINS else -CompletionCode.INVALID_TXN_STATE
+
     def expect_transaction(self, row: int, producer_id: int, producer_epoch: int) -> bool:
         """The coordinator added the partition at ``row`` to the producer's transaction:
         :meth:`TransactionTable.expect`."""

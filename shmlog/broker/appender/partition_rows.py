@@ -93,6 +93,7 @@ class PartitionRows:
         self._partitions: dict[int, object] = {}               # row -> PartitionLog
         self._targets: dict[int, AppendTarget] = {}            # row -> its log's target
         self._rows: dict[tuple[str, int], int] = {}
+        self._names: dict[int, tuple[str, int]] = {}     # row -> (topic, partition)
         self._rows_by_identity: dict[tuple[int, int], int] = {}   # (topic key, partition)
         self.settings = np.zeros((capacity, ROW_COLUMNS), np.int64)
         # The compiled loop's views, by row: typed lists, changed only through
@@ -123,6 +124,7 @@ class PartitionRows:
         self.table.claim(row, *identity)
         self._partitions[row] = partition_log
         self._rows[key] = row
+        self._names[row] = key
         self._rows_by_identity[identity] = row
         self.settings[row, ROW_REGISTERED] = 1
         self.settings[row, ROW_TOPIC_KEY], self.settings[row, ROW_PARTITION] = identity
@@ -143,6 +145,7 @@ class PartitionRows:
         row = self._rows.pop((topic, partition), None)
         if row is None:
             return None
+        del self._names[row]
         del self._rows_by_identity[(int(self.settings[row, ROW_TOPIC_KEY]), partition)]
         self.settings[row] = 0
         self._partitions.pop(row).set_listener(None)
@@ -156,6 +159,10 @@ class PartitionRows:
             typed.set_item(arrays, row, _empty_bytes())
         typed.set_item(self.segment_states, row, np.zeros(STATE_WORDS, np.int64))
         self.table.free(row)
+
+    def name_of(self, row: int) -> tuple[str, int]:
+        """(topic, partition) of the hosted partition at ``row``."""
+        return self._names[self.hosted(row)]
 
     def row_of(self, topic: str, partition: int) -> int:
         """The row of a hosted partition (in the state table and this appender's

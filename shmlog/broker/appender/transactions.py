@@ -11,9 +11,13 @@ Rules
   transaction's first batch there, nothing else does (KIP-890's verification, so a
   zombie's or a late batch cannot open a transaction nobody will end).
 * A transactional batch is admitted only under its transaction's entry and epoch
-  (:func:`transaction_verdict`): no entry or a higher epoch is ``INVALID_TXN_STATE``, a
-  lower one ``INVALID_PRODUCER_EPOCH``. A batch that is not transactional, of a producer
-  whose transaction is open in the partition, is ``INVALID_TXN_STATE``.
+  (:func:`transaction_verdict`): a lower epoch is ``INVALID_PRODUCER_EPOCH``, a higher
+  one while its older transaction is open ``INVALID_TXN_STATE``. One with no entry for
+  its epoch goes to Python, which asks the coordinator (the appender's verifier,
+  KIP-890's implicit AddPartitionsToTxn: the producer's transaction at that epoch is
+  under way or begins, and the partition joins it); with no verifier, or refused, it
+  is ``INVALID_TXN_STATE``. A batch that is not transactional, of a producer whose
+  transaction is open in the partition, is ``INVALID_TXN_STATE``.
 * A transaction's first batch in a partition goes to Python
   (:meth:`TransactionTable.begin`), which records its first offset before the append
   publishes the row; the batches after it are the compiled loop's, at the cost of one
@@ -55,12 +59,13 @@ from ...shm.completion import CompletionCode
 from .layout import ROW_FIRST_UNSTABLE_OFFSET
 
 __all__ = ["TransactionTable", "transaction_verdict", "TXN_NONE", "TXN_CONTINUES",
-           "TXN_BEGINS", "NOT_STARTED"]
+           "TXN_BEGINS", "TXN_VERIFY", "NOT_STARTED"]
 
 # A batch's transaction verdict (a negative one is the completion result that refuses it)
 TXN_NONE = 0                   # not transactional: nothing to do
 TXN_CONTINUES = 1              # its transaction is open in the partition
 TXN_BEGINS = 2                 # it opens its transaction in the partition (Python's)
+TXN_VERIFY = 3                 # no entry for its epoch: Python asks the coordinator
 
 NOT_STARTED = -1               # an entry's first offset before the transaction's first batch
 NO_ENTRY = (np.int64(-1), np.int64(NOT_STARTED - 1))   # what a lookup finds for no entry
@@ -99,11 +104,12 @@ def transaction_verdict(transactions, row_settings, row, producer_id, producer_e
         return -CompletionCode.INVALID_TXN_STATE.value
     entry = get_or(transactions, (row, producer_id), NO_ENTRY)
     if entry[_FIRST_OFFSET] < NOT_STARTED:
-        return -CompletionCode.INVALID_TXN_STATE.value
+        return TXN_VERIFY
     if producer_epoch < entry[_EPOCH]:
         return -CompletionCode.INVALID_PRODUCER_EPOCH.value
     if producer_epoch > entry[_EPOCH]:
-        return -CompletionCode.INVALID_TXN_STATE.value
+        return TXN_VERIFY if entry[_FIRST_OFFSET] == NOT_STARTED \
+            else -CompletionCode.INVALID_TXN_STATE.value
     return TXN_BEGINS if entry[_FIRST_OFFSET] == NOT_STARTED else TXN_CONTINUES
 
 
