@@ -297,9 +297,10 @@ class Producer:
             self._transactions = TransactionManager(
                 self.data_dir, self.transactional_id, transaction_timeout_ms,
                 self._adopt_identity)
-            # A send checks the transaction's state first (send stays the plain path
-            # for every other producer).
-            self.send = self._send_in_transaction
+            # Outside a transaction send refuses; inside it is the plain path, with no
+            # check per record (_sync_send swaps it as the transaction's state moves).
+            self._send_in_transaction = self.send
+            self.send = self._send_outside_transaction
         self._lock = threading.Lock()
         self._accumulator = RecordAccumulator(self._lock, self.batch_size, self.linger_ms)
         self._sender = Sender(self._lock, self.ring, table, data_dir=self.data_dir,
@@ -420,12 +421,16 @@ class Producer:
             value = self._value_serializer(topic, value)
         return Producer.send(self, topic, value, key, headers, partition, timestamp_ms)
 
-    def _send_in_transaction(self, *args, **kwargs) -> FutureRecordMetadata:
-        """``send`` of a transactional producer: only inside a transaction."""
+    def _send_outside_transaction(self, *args, **kwargs) -> FutureRecordMetadata:
+        """``send`` of a transactional producer outside a transaction: refused."""
         self._transactions.check_sendable()
-        if self._key_serializer is not None or self._value_serializer is not None:
-            return self._send_serialized(*args, **kwargs)
-        return Producer.send(self, *args, **kwargs)
+        return self._send_in_transaction(*args, **kwargs)     # a transaction began meanwhile
+
+    def _sync_send(self) -> None:
+        """Point ``send`` at the plain path inside a transaction, at the refusal
+        outside one (after every call that moves the transaction's state)."""
+        self.send = self._send_in_transaction if self._transactions.sendable() \
+            else self._send_outside_transaction
 
     # -- transactions ---------------------------------------------------------------
     def init_transactions(self) -> None:
@@ -443,7 +448,10 @@ class Producer:
         ConcurrentTransactionsError
             The id's previous transaction is still ending: retry.
         """
-        self._transactional().init()
+        try:
+            self._transactional().init()
+        finally:
+            self._sync_send()
 
     def begin_transaction(self) -> None:
         """Start a transaction: every send from now until its commit or abort is part
@@ -456,7 +464,10 @@ class Producer:
         ProducerFencedError
             A newer producer of the id fenced this one: close it.
         """
-        self._transactional().begin()
+        try:
+            self._transactional().begin()
+        finally:
+            self._sync_send()
 
     def send_offsets_to_transaction(self, offsets, group_metadata,
                                     timeout: float | None = None) -> None:
@@ -494,8 +505,11 @@ class Producer:
         """
         transactions = self._transactional()
         transactions.commit_ready()
-        self.flush(timeout)
-        transactions.commit()
+        try:
+            self.flush(timeout)
+            transactions.commit()
+        finally:
+            self._sync_send()
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Wait for the transaction's sends, then abort it: read_committed consumers
@@ -512,7 +526,10 @@ class Producer:
             self.flush(timeout)
         except ShmlogError:
             pass                     # whatever failed is aborted with the rest
-        transactions.abort()
+        try:
+            transactions.abort()
+        finally:
+            self._sync_send()
 
     def _transactional(self) -> TransactionManager:
         if self._transactions is None:

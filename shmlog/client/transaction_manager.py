@@ -92,6 +92,10 @@ class TransactionManager:
         self.groups.clear()
         self.state = TransactionalState.IN_TRANSACTION
 
+    def sendable(self) -> bool:
+        """Whether a send belongs to a transaction now."""
+        return self.state is TransactionalState.IN_TRANSACTION
+
     def check_sendable(self) -> None:
         """Refuse a send outside a transaction (or after its failure)."""
         if self.state is not TransactionalState.IN_TRANSACTION:

@@ -1,0 +1,207 @@
+"""Transactions: what a transactional producer sends next to an idempotent one, at
+transactions of 1, 100 and 10 000 records and at a commit every 100 ms, and how long
+a commit takes.
+
+Goal
+----
+Say what exactly-once costs a producer on one host. Kafka's KIP-98 measured about 3 %
+less throughput for a transactional producer committing every 100 ms than for an
+idempotent one; a transaction's cost is fixed (its partitions added, its end, its
+markers written, a marker's record in every partition), so it shrinks as transactions
+grow. Every figure is printed beside the same run's memcpy bandwidth
+(``bounds.memcpy_rate``) and the ratio to the idempotent producer's rate; a benchmark
+never asserts.
+
+Method
+------
+One broker process (``shmlog.Broker``); this process is the client. Records of 100
+random bytes, made before the clocks start, to a topic of 2 partitions, sent with
+``Producer.send`` (linger 5 ms, acks=1) alternately to partition 0 and 1, so every
+transaction spans both partitions (two markers).
+
+* idempotent: ``--records`` sends, then ``flush``; the clock stops at the flush's end.
+* transactional, k records per transaction (k = 1, 100, 10 000): ``begin_transaction``,
+  k sends, ``commit_transaction`` (which flushes), until ``--records`` records (k = 1:
+  ``--records // 100`` of them: a transaction each); the clock runs over the whole loop.
+  Each ``commit_transaction`` call is timed alone: p50, p99 and max for k = 100.
+* commit every 100 ms: sends in one transaction, committed when 100 ms passed since it
+  began (the KIP-98 workload), for 10 x ``--records`` records (the values over and
+  over), beside an idempotent run of as many.
+* ``send_batch`` (1000 x 100 B a call), idempotent and in transactions of 100 calls.
+
+Expected on the 2-vCPU development VM (November 2026): transactions of 100 records and
+more within a few per cent of idempotent; transactions of 1 record bound by the
+commit's control round trips and markers (a few thousand per second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(REPOSITORY, ".cache", "numba"))
+sys.path.insert(0, REPOSITORY)
+
+import numpy as np  # noqa: E402
+from bounds import memcpy_rate  # noqa: E402
+
+from shmlog import Admin, Broker, Producer  # noqa: E402
+
+RECORD_SIZE = 100
+PARTITIONS = 2
+TRANSACTION_SIZES = (1, 100, 10_000)
+COMMIT_INTERVAL_S = 0.1
+BATCH_ROWS = 1000
+BATCHES_PER_TRANSACTION = 100
+LONG_RUN_FACTOR = 10             # the 100 ms commits' run: this many times --records
+
+
+def _values(count: int) -> list[bytes]:
+    data = np.random.default_rng(7).integers(0, 256, count * RECORD_SIZE, np.uint8).tobytes()
+    return [data[index * RECORD_SIZE:(index + 1) * RECORD_SIZE] for index in range(count)]
+
+
+def _idempotent(data_dir: str, topic: str, values: list[bytes], count: int) -> float:
+    """records/s of ``count`` sends (``values`` over and over)."""
+    with Producer(data_dir, linger_ms=5) as producer:
+        started = time.perf_counter()
+        for index in range(count):
+            producer.send(topic, values[index % len(values)], partition=index % PARTITIONS)
+        producer.flush()
+        return count / (time.perf_counter() - started)
+
+
+def _transactional(data_dir: str, topic: str, values: list[bytes], size: int,
+                   transactional_id: str) -> tuple[float, list[float]]:
+    """(records/s, each commit's seconds) with ``size`` records per transaction."""
+    commits = []
+    with Producer(data_dir, linger_ms=5, transactional_id=transactional_id) as producer:
+        producer.init_transactions()
+        started = time.perf_counter()
+        for first in range(0, len(values), size):
+            producer.begin_transaction()
+            for index in range(first, min(first + size, len(values))):
+                producer.send(topic, values[index], partition=index % PARTITIONS)
+            committing = time.perf_counter()
+            producer.commit_transaction()
+            commits.append(time.perf_counter() - committing)
+        return len(values) / (time.perf_counter() - started), commits
+
+
+def _every_interval(data_dir: str, topic: str, values: list[bytes],
+                    count: int) -> tuple[float, int]:
+    """(records/s, transactions) of ``count`` sends committing every COMMIT_INTERVAL_S."""
+    transactions = 0
+    with Producer(data_dir, linger_ms=5, transactional_id="interval") as producer:
+        producer.init_transactions()
+        started = time.perf_counter()
+        producer.begin_transaction()
+        began = started
+        for index in range(count):
+            producer.send(topic, values[index % len(values)], partition=index % PARTITIONS)
+            if index % 256 == 0 and time.perf_counter() - began >= COMMIT_INTERVAL_S:
+                producer.commit_transaction()
+                transactions += 1
+                producer.begin_transaction()
+                began = time.perf_counter()
+        producer.commit_transaction()
+        return count / (time.perf_counter() - started), transactions + 1
+
+
+def _batches(data_dir: str, topic: str, rows: np.ndarray, calls: int,
+             transactional: bool) -> float:
+    settings = {"transactional_id": "batches"} if transactional else {}
+    with Producer(data_dir, **settings) as producer:
+        if transactional:
+            producer.init_transactions()
+        started = time.perf_counter()
+        for call in range(calls):
+            if transactional and call % BATCHES_PER_TRANSACTION == 0:
+                producer.begin_transaction()
+            producer.send_batch(topic, rows, partition=call % PARTITIONS)
+            if transactional and call % BATCHES_PER_TRANSACTION == BATCHES_PER_TRANSACTION - 1:
+                producer.commit_transaction()
+        if transactional and calls % BATCHES_PER_TRANSACTION:
+            producer.commit_transaction()
+        producer.flush()
+        return calls * BATCH_ROWS / (time.perf_counter() - started)
+
+
+def _percentile(samples: list[float], share: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--json", help="write the figures here too")
+    arguments = parser.parse_args()
+    memcpy = memcpy_rate()
+    values = _values(arguments.records)
+    rows = np.frombuffer(b"".join(values[:BATCH_ROWS]), np.uint8).reshape(BATCH_ROWS, RECORD_SIZE)
+    calls = max(BATCHES_PER_TRANSACTION, 10 * arguments.records // BATCH_ROWS)
+    data_dir = tempfile.mkdtemp(prefix="bench-transactions-")
+    figures: dict = {"host": platform.node(), "cores": os.cpu_count(),
+                     "memcpy_bytes_per_s": memcpy, "records": arguments.records}
+    try:
+        with Broker(data_dir):
+            with Admin(data_dir) as admin:
+                for topic in ("idempotent", "per-1", "per-100", "per-10000", "interval",
+                              "batches", "transactional-batches"):
+                    admin.create_topic(topic, PARTITIONS)
+            print(f"memcpy {memcpy / 1e9:.1f} GB/s; {arguments.records} records of "
+                  f"{RECORD_SIZE} B, {PARTITIONS} partitions, linger 5 ms")
+            base = figures["idempotent_per_s"] = _idempotent(data_dir, "idempotent", values,
+                                                             len(values))
+            print(f"idempotent send              {base / 1e6:6.3f} M records/s "
+                  f"({base * RECORD_SIZE / memcpy:.2%} of memcpy)")
+            for size in TRANSACTION_SIZES:
+                sent = values if size > 1 else values[:arguments.records // 100]
+                rate, commits = _transactional(data_dir, f"per-{size}", sent, size,
+                                               f"per-{size}")
+                figures[f"transactions_of_{size}_per_s"] = rate
+                line = (f"transactions of {size:>6}       {rate / 1e6:6.3f} M records/s = "
+                        f"{rate / base:.3f}x idempotent ({len(commits)} transactions, "
+                        f"{len(commits) / sum(commits) if sum(commits) else 0:.0f} commits/s "
+                        f"of commit time)")
+                if size == 100:
+                    p50, p99 = _percentile(commits, 0.5), _percentile(commits, 0.99)
+                    figures["commit_latency_s"] = {"p50": p50, "p99": p99, "max": max(commits)}
+                    line += (f"\n  commit latency (100 records, 2 partitions): p50 "
+                             f"{p50 * 1e6:.0f} us, p99 {p99 * 1e6:.0f} us, max "
+                             f"{max(commits) * 1e6:.0f} us")
+                print(line)
+            # A run of several 100 ms commits, beside an idempotent run as long.
+            long_count = LONG_RUN_FACTOR * len(values)
+            long_base = figures["idempotent_long_per_s"] = _idempotent(
+                data_dir, "idempotent", values, long_count)
+            rate, transactions = _every_interval(data_dir, "interval", values, long_count)
+            figures["commit_every_100ms_per_s"] = rate
+            print(f"commit every 100 ms          {rate / 1e6:6.3f} M records/s = "
+                  f"{rate / long_base:.3f}x idempotent over {long_count} records "
+                  f"({long_base / 1e6:.3f} M/s; {transactions} transactions; KIP-98: ~0.97x)")
+            plain = figures["send_batch_per_s"] = _batches(data_dir, "batches", rows, calls,
+                                                           False)
+            held = figures["send_batch_transactional_per_s"] = _batches(
+                data_dir, "transactional-batches", rows, calls, True)
+            print(f"send_batch idempotent        {plain / 1e6:6.3f} M records/s "
+                  f"({plain * RECORD_SIZE / memcpy:.2%} of memcpy)")
+            print(f"send_batch, {BATCHES_PER_TRANSACTION} per transaction "
+                  f"{held / 1e6:6.3f} M records/s = {held / plain:.3f}x idempotent")
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    if arguments.json:
+        with open(arguments.json, "w") as target:
+            json.dump(figures, target, indent=2)
+
+
+if __name__ == "__main__":
+    main()
