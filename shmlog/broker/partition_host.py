@@ -474,7 +474,8 @@ class PartitionHost:
         now = now_ms() if now is None else now
         plans = []
         for hosted in self._compacted_partitions():
-            planned = cleaner_plan(hosted.log, now)
+            # Never past the last stable offset: an open transaction is not compacted.
+            planned = cleaner_plan(hosted.log, now, self.appender.last_stable_offset(hosted.row))
             if planned is not None:
                 plans.append((planned.dirty_ratio, hosted.topic, hosted.partition, planned))
         if not plans:

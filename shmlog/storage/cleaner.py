@@ -7,11 +7,26 @@ Rules
   its ``last_offset_delta`` and its timestamps; only records go, so offsets get
   gaps (the batch format allows them, see ``batch_layout``).
 * The active segment is never cleaned, nor any segment holding a record younger
-  than ``min.compaction.lag.ms``.
+  than ``min.compaction.lag.ms``, nor any holding an offset at or past the last
+  stable offset (Kafka's first unstable offset: a transaction still open is never
+  compacted, nor anything after its first batch).
 * A record is removed only when a later record with the same key exists in the
-  cleaned range. Records without a key are kept. A tombstone (a null value) is
-  itself removed once its segment's newest timestamp is older than
-  ``delete.retention.ms``: every earlier value of its key is gone by then.
+  cleaned range (a record of an aborted transaction never counts as that later
+  one), or when it belongs to an aborted transaction. Records without a key are
+  otherwise kept. A tombstone (a null value) is itself removed once its segment's
+  newest timestamp is older than ``delete.retention.ms``: every earlier value of
+  its key is gone by then. The keys of committed transactions compact like any.
+* An end-transaction marker is removed only when no batch of its transaction is
+  left (a cleaning that removes the last of them keeps the marker; the next one
+  finds none) and its segment is older than ``delete.retention.ms``, as a
+  tombstone; nor is the marker a producer wrote after its last data batch (its
+  epoch fences zombies). shmlog's batch has no delete-horizon field, so the
+  retention runs from the segment's newest timestamp, as in Kafka before 3.0.
+  An aborted transaction's ``.txnindex`` entry goes into the cleaned segment's
+  while batches of it are left (Kafka's ``CleanedTransactionMetadata``).
+* A batch left with no records is dropped, unless it is its producer's last data
+  batch in the log: that one stays, empty, so a walk of the log still finds the
+  producer's last sequence (Kafka's ``RETAIN_EMPTY``).
 * Nothing a reader maps is modified: cleaned segments are new files, swapped in by
   :meth:`PartitionLog.replace_segments` with a rename, so a reader holding the old
   mapping keeps reading the old (uncleaned, equally valid) bytes.
@@ -36,10 +51,17 @@ cleanable log, or when its first dirty segment is older than
    in groups that together fit one segment, into new files, keeping a record when
    the map has no later offset for its key. Uncompressed batches are filtered and
    re-checksummed entirely in compiled code; a zstd batch is inflated, filtered by
-   the same kernel and compressed again. The aborted transactions indexed in the
-   group's segments (their ``.txnindex``) are copied, in order, into the cleaned
-   segment's (Kafka's cleaner does the same), read from the files without
-   changing them.
+   the same kernel and compressed again.
+
+Transactions: the plan takes, on the log owner's thread, the aborted transactions
+the cleaned range meets (``PartitionLog.aborted_transactions``: from every
+segment's ``.txnindex``, as an abort's marker may lie past the range) and each
+producer's last data batch (``PartitionLog.producer_batches``), as arrays sorted
+for binary searches in the kernels. The map pass skips the batches of aborted
+transactions. The copy pass follows the transactions batch by batch in compiled
+code (a typed dict of the producers with a transaction's batch met since their
+last marker, a flag per aborted transaction): it empties an aborted transaction's
+batches without inflating them, and decides each marker as its rule above says.
 
 :func:`clean` does both passes and touches only files it creates, through its own
 read-only mappings, so the broker runs it on a thread of its own; the swap that
@@ -61,24 +83,29 @@ import numpy as np
 import zstandard
 
 from ..common import access, limits
+from ..native import typed_containers as typed
 from ..native.crc32c import crc32c_kernel
 from ..native.jit import (
     copy_bytes,
     kernel,
+    load_i16,
     load_i32,
     load_i64,
     load_u16,
     load_u32,
     store_i32,
+    store_u16,
     store_u32,
 )
 from ..record import batch_layout as L
+from ..record.control import ControlType, marker_type
 from ..record.records import ZSTD_LEVEL, batch_frame, batch_info, inflate_records
-from ..segments import CLEANING_DIRECTORY, PartitionLog, Segment
+from ..segments import CLEANING_DIRECTORY, AbortedTransaction, PartitionLog, Segment
 from . import index_layout as I
+from . import producer_snapshots as P
 from .mapped_file import MappedFile
 from .topic_config import TopicConfig
-from .transaction_index_layout import read_transactions, txn_index_path
+from .transaction_index_layout import txn_index_path
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +127,13 @@ _GROUP_OFFSET_SPAN_MAX = 2**31 - 1
 _FNV_OFFSET_BASIS = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_ABORT = int(ControlType.ABORT)
+# Columns of a plan's aborted transactions (rows sorted by producer id, then first
+# offset) and of its producers' last data batches (sorted by producer id).
+_PRODUCER_ID, _FIRST_OFFSET, _LAST_OFFSET, _LAST_STABLE_OFFSET = 0, 1, 2, 3
+_LAST_DATA_OFFSET = 1
+_NO_ABORTED = np.zeros((0, 4), np.int64)
+_NO_PRODUCERS = np.zeros((0, 2), np.int64)
 
 
 # --- kernels ----------------------------------------------------------------------------
@@ -170,17 +204,68 @@ def _map_records(buffer, start, end, base_offset, first_hashes, second_hashes, o
     return keys
 
 
+@kernel(inline="always")
+def _aborted_row(aborted, producer_id, offset):
+    """The row of ``aborted`` (rows of producer id, first offset, last offset, last
+    stable offset, sorted by producer id then first offset) of the producer's
+    aborted transaction that holds ``offset`` (its first offset at or below it, its
+    marker at or past it), or -1. A producer's transactions never overlap, so it is
+    the last of the producer's rows that begins at or below ``offset``."""
+    low = 0
+    high = aborted.shape[0]
+    while low < high:
+        middle = (low + high) >> 1
+        if aborted[middle, 0] < producer_id or \
+                (aborted[middle, 0] == producer_id and aborted[middle, 1] <= offset):
+            low = middle + 1
+        else:
+            high = middle
+    row = low - 1
+    if row >= 0 and aborted[row, 0] == producer_id and aborted[row, 2] >= offset:
+        return row
+    return -1
+
+
+@kernel(inline="always")
+def _last_data_offset(last_data, producer_id):
+    """The last offset of the producer's last data batch in the log (``last_data``:
+    rows of producer id and that offset, sorted by producer id), or -1."""
+    low = 0
+    high = last_data.shape[0]
+    while low < high:
+        middle = (low + high) >> 1
+        if last_data[middle, 0] < producer_id:
+            low = middle + 1
+        else:
+            high = middle
+    if low < last_data.shape[0] and last_data[low, 0] == producer_id:
+        return last_data[low, 1]
+    return -1
+
+
+@kernel(inline="always")
+def _in_aborted_transaction(log, position, attributes, aborted):
+    """Whether the data batch at ``position`` belongs to an aborted transaction."""
+    return attributes & L.TRANSACTIONAL_BIT != 0 and aborted.shape[0] > 0 and _aborted_row(
+        aborted, load_i64(log, position + L.PRODUCER_ID_OFFSET),
+        load_i64(log, position + L.BASE_OFFSET_OFFSET)) >= 0
+
+
 @kernel
-def _map_batches(log, position, end, first_hashes, second_hashes, offsets, keys, keys_max):
+def _map_batches(log, position, end, first_hashes, second_hashes, offsets, keys, keys_max,
+                 aborted):
     """Map the uncompressed batches from ``position``; returns (status, position,
     keys), stopping at a zstd batch (``_INFLATE``) or before a batch that could take
-    the map past ``keys_max`` (``_FULL``)."""
+    the map past ``keys_max`` (``_FULL``). Control batches and the batches of the
+    transactions in ``aborted`` are passed over: an aborted record never hides a
+    committed one of its key (Kafka's ``buildOffsetMapForSegment``)."""
     while position < end:
         frame_status, length = batch_frame(log, position, end)
         if frame_status != 0:
             break                              # zeros: the end of the data
         attributes = load_u16(log, position + L.ATTRIBUTES_OFFSET)
-        if attributes & L.CONTROL_BIT == 0:
+        if attributes & L.CONTROL_BIT == 0 and \
+                not _in_aborted_transaction(log, position, attributes, aborted):
             if keys + load_i32(log, position + L.RECORD_COUNT_OFFSET) > keys_max:
                 return _FULL, position, keys
             if attributes & L.CODEC_MASK != L.CODEC_NONE:
@@ -228,22 +313,101 @@ def _seal_cleaned(out, batch_position, batch_end, kept):
               crc32c_kernel(out, batch_position + L.CRC_COVERED_OFFSET, batch_end))
 
 
+@kernel(inline="always")
+def _write_empty(log, position, out, out_position):
+    """Write the header of the batch at ``position`` as an empty batch (no records,
+    no codec) at ``out_position``; returns where it ends (Kafka's ``RETAIN_EMPTY``)."""
+    copy_bytes(out, out_position, log, position, L.HEADER_LENGTH)
+    store_u16(out, out_position + L.ATTRIBUTES_OFFSET,
+              load_u16(out, out_position + L.ATTRIBUTES_OFFSET) & ~L.CODEC_MASK)
+    _seal_cleaned(out, out_position, out_position + L.HEADER_LENGTH, 0)
+    return out_position + L.HEADER_LENGTH
+
+
+@kernel(inline="always")
+def _data_batch_read(log, position, attributes, aborted, observed, committed):
+    """Follow a data batch the copy pass meets (Kafka's ``onBatchRead``): True when it
+    belongs to an aborted transaction (marked observed: its marker stays); else a
+    transactional batch of a transaction that did not abort makes its producer's
+    next marker one with data left (``committed``)."""
+    if attributes & L.TRANSACTIONAL_BIT == 0:
+        return False
+    producer_id = load_i64(log, position + L.PRODUCER_ID_OFFSET)
+    base_offset = load_i64(log, position + L.BASE_OFFSET_OFFSET)
+    row = _aborted_row(aborted, producer_id, base_offset) if aborted.shape[0] else -1
+    if row >= 0:
+        observed[row] = 1
+        return True
+    if producer_id not in committed:
+        committed[producer_id] = (np.int64(load_i16(log, position + L.PRODUCER_EPOCH_OFFSET)),
+                                  base_offset)
+    return False
+
+
+@kernel(inline="always")
+def _keep_control_batch(log, position, length, attributes, drop_markers, aborted, observed,
+                        kept_aborts, committed, last_data):
+    """Follow a control batch the copy pass meets (Kafka's ``onControlBatchRead``);
+    whether it stays. An end-transaction marker goes only when no batch of its
+    transaction is left in the log (none met since the producer's last marker,
+    retained empty ones included), ``drop_markers`` (its segment is older than
+    ``delete.retention.ms``) and it is not what its producer wrote after its last
+    data batch (its epoch, which fences zombies: Kafka keeps that marker too). An
+    ABORT whose transaction still has batches keeps its ``.txnindex`` entry
+    (``kept_aborts``). A control batch that is no marker shmlog reads is kept."""
+    producer_id = load_i64(log, position + L.PRODUCER_ID_OFFSET)
+    base_offset = load_i64(log, position + L.BASE_OFFSET_OFFSET)
+    data_left = False
+    if producer_id in committed:
+        del committed[producer_id]
+        data_left = True
+    if attributes & L.CODEC_MASK != L.CODEC_NONE:
+        return True
+    kind = marker_type(log, position, position + length)
+    if kind < 0 or producer_id < 0:
+        return True
+    if kind == _ABORT and aborted.shape[0]:
+        row = _aborted_row(aborted, producer_id, base_offset)
+        if row >= 0 and aborted[row, 2] == base_offset and observed[row]:
+            kept_aborts[row] = 1
+            data_left = True
+    if data_left or not drop_markers:
+        return True
+    last_data_offset = _last_data_offset(last_data, producer_id)
+    return 0 <= last_data_offset < base_offset
+
+
 @kernel
 def _clean_batches(log, position, end, first_hashes, second_hashes, offsets, drop_tombstones,
-                   out, out_position):
+                   aborted, observed, kept_aborts, committed, last_data, out, out_position):
     """Copy what survives of the batches from ``position`` into ``out``; returns
-    (status, position, out_position), stopping at a zstd batch (``_INFLATE``).
-    A batch left with no records is dropped; a control batch is kept whole."""
+    (status, position, out_position, retain_empty), stopping at a zstd batch
+    (``_INFLATE``; ``retain_empty`` says whether that batch stays, empty, should no
+    record of it survive). A batch of an aborted transaction loses every record; a
+    batch left with no records is dropped, unless it is its producer's last data
+    batch (``last_data``: its sequence stays, Kafka's ``RETAIN_EMPTY``); a control
+    batch is kept whole or dropped (:func:`_keep_control_batch`)."""
     while position < end:
         frame_status, length = batch_frame(log, position, end)
         if frame_status != 0:
             break                              # zeros: the end of the data
         attributes = load_u16(log, position + L.ATTRIBUTES_OFFSET)
         if attributes & L.CONTROL_BIT != 0:
-            copy_bytes(out, out_position, log, position, length)
-            out_position += length
+            if _keep_control_batch(log, position, length, attributes, drop_tombstones, aborted,
+                                   observed, kept_aborts, committed, last_data):
+                copy_bytes(out, out_position, log, position, length)
+                out_position += length
+            position += length
+            continue
+        producer_id = load_i64(log, position + L.PRODUCER_ID_OFFSET)
+        retain_empty = producer_id >= 0 and _last_data_offset(last_data, producer_id) == \
+            load_i64(log, position + L.BASE_OFFSET_OFFSET) + \
+            load_i32(log, position + L.LAST_OFFSET_DELTA_OFFSET)
+        if _data_batch_read(log, position, attributes, aborted, observed, committed):
+            if retain_empty:
+                out_position = _write_empty(log, position, out, out_position)
         elif attributes & L.CODEC_MASK != L.CODEC_NONE:
-            return _INFLATE, position, out_position
+            return _INFLATE, position, out_position, retain_empty
         else:
             batch_end, kept = _filter_records(
                 log, position + L.RECORDS_OFFSET, position + length,
@@ -253,8 +417,10 @@ def _clean_batches(log, position, end, first_hashes, second_hashes, offsets, dro
                 copy_bytes(out, out_position, log, position, L.HEADER_LENGTH)
                 _seal_cleaned(out, out_position, batch_end, kept)
                 out_position = batch_end
+            elif retain_empty:
+                out_position = _write_empty(log, position, out, out_position)
         position += length
-    return _DONE, position, out_position
+    return _DONE, position, out_position, False
 
 
 # --- the offset map ---------------------------------------------------------------------
@@ -291,14 +457,15 @@ class OffsetMap:
         self.table = table
         return True
 
-    def add_segment(self, log: np.ndarray) -> bool:
-        """Put the segment's keys in; False when the map filled up first (the keys
-        put so far stay: they only ever name later records)."""
+    def add_segment(self, log: np.ndarray, aborted: np.ndarray = _NO_ABORTED) -> bool:
+        """Put the segment's keys in, but those of the transactions in ``aborted``
+        (a plan's rows); False when the map filled up first (the keys put so far
+        stay: they only ever name later records)."""
         position = 0
         while True:
             limit = min(self._limit, self.keys_max)
             status, position, self.keys = _map_batches(log, position, log.size, *self.table,
-                                                       self.keys, limit)
+                                                       self.keys, limit, aborted)
             if status == _DONE:
                 return True
             info = batch_info(log, position)
@@ -350,6 +517,14 @@ class CleanerPlan:
     # The topic the partition belonged to when planned: the swap is refused if the
     # topic was deleted and created again (same name, same directory) meanwhile.
     topic_id: str | None = None
+    # The aborted transactions the cleaned range meets, from every segment's
+    # .txnindex (an abort's marker may lie past the range): int64 rows of producer
+    # id, first offset, last offset, last stable offset, sorted by producer id then
+    # first offset.
+    aborted: np.ndarray = dataclasses.field(default_factory=lambda: _NO_ABORTED, compare=False)
+    # Each producer's last data batch in the log: int64 rows of producer id and its
+    # last offset, sorted by producer id (that batch stays, emptied if it must).
+    last_data: np.ndarray = dataclasses.field(default_factory=lambda: _NO_PRODUCERS, compare=False)
 
 
 def _segment_file(segment: Segment) -> SegmentFile:
@@ -357,9 +532,16 @@ def _segment_file(segment: Segment) -> SegmentFile:
                        segment.age_timestamp())
 
 
-def plan(partition_log: PartitionLog, now: int) -> CleanerPlan | None:
+def plan(partition_log: PartitionLog, now: int,
+         last_stable_offset: int | None = None) -> CleanerPlan | None:
     """What to clean now, or None (not compacted, nothing cleanable, or not dirty
-    enough). Called on the thread that owns ``partition_log``."""
+    enough). Called on the thread that owns ``partition_log``.
+
+    ``last_stable_offset`` is the partition's (Kafka's first unstable offset bound:
+    no segment holding an offset at or past it is cleaned, so a transaction still
+    open is never compacted); the broker gives the appender's. None derives it from
+    the log (the transactions open at its end, ``PartitionLog.producer_state``: a
+    walk of the active segment)."""
     config = partition_log.config
     if not config.compact:
         return None
@@ -368,6 +550,15 @@ def plan(partition_log: PartitionLog, now: int) -> CleanerPlan | None:
         if segment.age_timestamp() > now - config.min_compaction_lag_ms:
             break
         cleanable.append(_segment_file(segment))
+    if not cleanable or cleanable[-1].next_offset <= partition_log.clean_offset:
+        return None
+    rows = None
+    if last_stable_offset is None:
+        rows, open_transactions = partition_log.producer_state()
+        last_stable_offset = int(open_transactions[:, 2].min()) if len(open_transactions) \
+            else partition_log.log_end_offset
+    while cleanable and cleanable[-1].next_offset > last_stable_offset:
+        cleanable.pop()                                 # holds unstable offsets
     if not cleanable:
         return None
     clean_offset = partition_log.clean_offset
@@ -381,8 +572,36 @@ def plan(partition_log: PartitionLog, now: int) -> CleanerPlan | None:
     overdue = cleanable[first_dirty].max_timestamp < now - config.max_compaction_lag_ms
     if dirty_bytes == 0 or (ratio < config.min_cleanable_dirty_ratio and not overdue):
         return None
+    end_offset = cleanable[-1].next_offset
+    if rows is None:
+        rows = partition_log.producer_batches()
     return CleanerPlan(partition_log.directory, config, tuple(cleanable), first_dirty,
-                       cleanable[-1].next_offset, ratio, partition_log.topic_id)
+                       end_offset, ratio, partition_log.topic_id,
+                       _aborted_rows(partition_log.aborted_transactions(
+                           partition_log.log_start_offset, end_offset)),
+                       _last_data(rows))
+
+
+def _aborted_rows(entries: list[AbortedTransaction]) -> np.ndarray:
+    """A plan's ``aborted``: the entries as rows, by producer id then first offset."""
+    if not entries:
+        return _NO_ABORTED
+    rows = np.array([tuple(entry) for entry in entries], np.int64).reshape(-1, 4)
+    return np.ascontiguousarray(rows[np.lexsort((rows[:, _FIRST_OFFSET],
+                                                 rows[:, _PRODUCER_ID]))])
+
+
+def _last_data(rows: np.ndarray) -> np.ndarray:
+    """A plan's ``last_data`` from the producers' windows (``producer_snapshots``'
+    rows): each producer's greatest last offset."""
+    if not len(rows):
+        return _NO_PRODUCERS
+    last_offsets = rows[:, P.BASE_OFFSET] + rows[:, P.LAST_OFFSET_DELTA]
+    order = np.lexsort((last_offsets, rows[:, P.PRODUCER_ID]))
+    producers, last_offsets = rows[order, P.PRODUCER_ID], last_offsets[order]
+    final = np.append(producers[1:] != producers[:-1], True)
+    return np.ascontiguousarray(np.stack([producers[final], last_offsets[final]], axis=1),
+                                dtype=np.int64)
 
 
 # --- cleaning ------------------------------------------------------------------------------
@@ -435,15 +654,44 @@ def warm_kernels() -> None:
         log.flags.writeable = writable
         offset_map = OffsetMap(1)
         offset_map.add_segment(log)
-        _clean_segment(log, offset_map, False, np.zeros(0, np.uint8), 0)
+        _clean_segment(log, offset_map, False, _Transactions(_NO_ABORTED, _NO_PRODUCERS),
+                       np.zeros(0, np.uint8), 0)
+
+
+class _Transactions:
+    """What the copy pass of one cleaning follows of the transactions, from the log
+    start to the end of its range (Kafka's ``CleanedTransactionMetadata``): the
+    plan's aborted transactions, which of them had batches met (``observed``) and
+    whose marker stays with its ``.txnindex`` entry (``kept``), the producers with
+    batches of a transaction that did not abort met since their last marker
+    (``committed``), and each producer's last data batch (``last_data``)."""
+
+    def __init__(self, aborted: np.ndarray, last_data: np.ndarray):
+        self.aborted = aborted
+        self.observed = np.zeros(len(aborted), np.uint8)
+        self.kept = np.zeros(len(aborted), np.uint8)
+        self.committed = typed.transaction_table()
+        self.last_data = last_data
+
+    def arguments(self) -> tuple:
+        return self.aborted, self.observed, self.kept, self.committed, self.last_data
+
+    def kept_entries(self, start_offset: int, end_offset: int) -> list[AbortedTransaction]:
+        """The kept entries whose marker lies in ``[start_offset, end_offset)``, in
+        marker order: the cleaned segment's ``.txnindex``."""
+        rows = self.aborted[self.kept.astype(bool)]
+        rows = rows[(rows[:, _LAST_OFFSET] >= start_offset) & (rows[:, _LAST_OFFSET] < end_offset)]
+        rows = rows[np.argsort(rows[:, _LAST_OFFSET], kind="stable")]
+        return [AbortedTransaction(*row) for row in rows.tolist()]
 
 
 def _clean_segment(log: np.ndarray, offset_map: OffsetMap, drop_tombstones: bool,
-                   out: np.ndarray, out_position: int) -> int:
+                   transactions: _Transactions, out: np.ndarray, out_position: int) -> int:
     position = 0
     while True:
-        status, position, out_position = _clean_batches(
-            log, position, log.size, *offset_map.table, drop_tombstones, out, out_position)
+        status, position, out_position, retain_empty = _clean_batches(
+            log, position, log.size, *offset_map.table, drop_tombstones,
+            *transactions.arguments(), out, out_position)
         if status == _DONE:
             return out_position
         info = batch_info(log, position)
@@ -461,6 +709,8 @@ def _clean_segment(log: np.ndarray, offset_map: OffsetMap, drop_tombstones: bool
             out[out_position + L.HEADER_LENGTH:batch_end] = np.frombuffer(frame, np.uint8)
             _seal_cleaned(out, out_position, batch_end, kept)
             out_position = batch_end
+        elif retain_empty:
+            out_position = _write_empty(log, position, out, out_position)
         position += info.batch_length
 
 
@@ -484,7 +734,7 @@ def clean(cleaning_plan: CleanerPlan, now: int, keys_max: int) -> Cleaning:
         for segment in dirty:
             mapped = MappedFile(segment.log_path, None)
             try:
-                fitted = offset_map.add_segment(mapped.bytes)
+                fitted = offset_map.add_segment(mapped.bytes, cleaning_plan.aborted)
             finally:
                 mapped.close()
             if not fitted:
@@ -502,6 +752,7 @@ def clean(cleaning_plan: CleanerPlan, now: int, keys_max: int) -> Cleaning:
     shutil.rmtree(target, ignore_errors=True)
     # not makedirs: a partition deleted meanwhile stays deleted
     os.mkdir(target, access.current().directory_mode & 0o777)
+    transactions = _Transactions(cleaning_plan.aborted, cleaning_plan.last_data)
     groups = []
     for group in _groups(segments, config.segment_bytes):
         out = np.empty(sum(segment.size for segment in group), np.uint8)
@@ -510,19 +761,21 @@ def clean(cleaning_plan: CleanerPlan, now: int, keys_max: int) -> Cleaning:
             mapped = MappedFile(segment.log_path, None)
             try:
                 drop_tombstones = segment.max_timestamp < now - config.delete_retention_ms
-                out_position = _clean_segment(mapped.bytes, offset_map, drop_tombstones, out,
-                                              out_position)
+                out_position = _clean_segment(mapped.bytes, offset_map, drop_tombstones,
+                                              transactions, out, out_position)
             finally:
                 mapped.close()
-        groups.append(_write_group(target, config, group, out[:out_position]))
+        entries = transactions.kept_entries(group[0].base_offset, group[-1].next_offset)
+        groups.append(_write_group(target, config, group, out[:out_position], entries))
     return Cleaning(cleaning_plan, tuple(groups), end_offset,
                     sum(segment.size for segment in segments),
                     sum(group.size for group in groups))
 
 
 def _write_group(target: str, config: TopicConfig, group: list[SegmentFile],
-                 data: np.ndarray) -> CleanedGroup:
-    """The cleaned log of a group, with indexes rebuilt from it, durably on disk."""
+                 data: np.ndarray, entries: list[AbortedTransaction]) -> CleanedGroup:
+    """The cleaned log of a group, with indexes rebuilt from it and its aborted
+    transactions ``entries`` indexed, durably on disk."""
     base_offset = group[0].base_offset
     log_path = os.path.join(target, I.segment_file_name(base_offset, I.LOG_SUFFIX))
     with os.fdopen(access.open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
@@ -533,10 +786,12 @@ def _write_group(target: str, config: TopicConfig, group: list[SegmentFile],
     assert status == 0 and end == data.size, "cleaning wrote whole, checked batches"
     segment.close()
     paths = [segment.log_path, segment.offset_index_path, segment.time_index_path]
-    # The source segments' aborted transactions, into the cleaned segment's index.
-    for member in group:
-        for entry in read_transactions(txn_index_path(member.log_path), member.base_offset):
-            segment.txn_index.append(entry)
+    for entry in entries:
+        segment.txn_index.append(entry)
+    if not entries and any(os.path.exists(txn_index_path(member.log_path)) for member in group):
+        # Empty, yet there: renamed over the first replaced segment's, it removes the
+        # entries whose transactions have no batch left.
+        os.close(access.open_file(segment.txn_index.path, os.O_WRONLY | os.O_CREAT))
     if os.path.exists(segment.txn_index.path):
         paths.append(segment.txn_index.path)
     for path in paths:

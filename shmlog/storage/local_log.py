@@ -639,7 +639,8 @@ def finish_swap(directory: str, config: TopicConfig) -> None:
             base = int(group["base_offset"])
             # The log last: whoever maps the cleaned log finds its indexes in
             # place (a reader still checks an index entry against its log). A
-            # cleaned group has a .txnindex when a segment it replaces had entries.
+            # cleaned group has a .txnindex (perhaps empty) when a segment it
+            # replaces had one.
             for suffix in (I.OFFSET_INDEX_SUFFIX, I.TIME_INDEX_SUFFIX, I.TXN_INDEX_SUFFIX,
                            I.LOG_SUFFIX):
                 name = I.segment_file_name(base, suffix)
