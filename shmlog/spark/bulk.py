@@ -28,6 +28,12 @@ Rules
   follower's copy there and counts remote
   (``readLocality`` with ``includeReadLocality``). A host with no broker, or whose
   broker holds no copy, fails with an error naming the host and partition.
+* In read_committed (``kafka.isolation.level``) the plan ends at the last stable
+  offsets and says ``readCommitted``: the JVM reader leaves out every
+  transactional batch of an aborted transaction (the partition's ``.txnindex``
+  entries: producer id, first and last offset), and in a cluster waits for its
+  copy's last stable offset (the state table row's word at byte 64) to cover the
+  range.
 """
 
 from __future__ import annotations
@@ -158,7 +164,8 @@ def bulk_plan(options: ReadOptions) -> list[dict]:
     its state-table key, and ``waitMs``/``pollMs`` (how long and how often it looks
     at that copy's high watermark): a task reads the copy of its own host's broker
     (``SHMLOG_SPARK_BOOTSTRAP``, else ``bootstrap``) below that copy's high
-    watermark.
+    watermark. ``readCommitted`` says to leave aborted transactions out (and, in a
+    cluster, to wait for the copy's last stable offset instead).
     """
     metadata = request(options.bootstrap, "metadata")
     partitions = {(entry["name"], part["partition"]): (entry["topic_id"], part["directory"])
@@ -168,7 +175,8 @@ def bulk_plan(options: ReadOptions) -> list[dict]:
     for piece in plan_batch(options):
         topic_id, directory = partitions[(piece.topic, piece.partition)]
         entry = {"topic": piece.topic, "partition": piece.partition, "start": piece.start,
-                 "end": piece.end, "directory": directory, "bootstrap": bootstrap}
+                 "end": piece.end, "directory": directory, "bootstrap": bootstrap,
+                 "readCommitted": options.read_committed}
         if "brokers" in metadata:
             entry.update(hosts=list(piece.hosts), topicKey=topic_key(topic_id),
                          relative=os.path.relpath(directory, bootstrap),

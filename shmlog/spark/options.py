@@ -11,6 +11,10 @@ Rules
 * Starting and ending offsets are Kafka's: ``earliest``, ``latest``, or JSON of
   ``{"topic": {"partition": offset}}`` where ``-2`` is earliest and ``-1`` latest;
   or a timestamp, resolved to the first offset at or after it.
+* ``kafka.isolation.level`` (Spark's Kafka connector's name; ``isolationLevel`` is
+  taken too): ``read_uncommitted`` (the default) reads below the high watermark,
+  ``read_committed`` below the last stable offset, leaving aborted transactions'
+  records out.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from ..common.errors import LocalProtocolError
 from ..common.paths import default_data_dir
 from ..protocol.control_client import request
 
-__all__ = ["ReadOptions", "option", "flag", "number", "EARLIEST", "LATEST",
-           "MAX_RECORDS_PER_PARTITION_DEFAULT"]
+__all__ = ["ReadOptions", "option", "flag", "number", "isolation_level", "EARLIEST", "LATEST",
+           "MAX_RECORDS_PER_PARTITION_DEFAULT", "READ_COMMITTED", "READ_UNCOMMITTED"]
 
 EARLIEST, LATEST = -2, -1            # Kafka's markers in per-partition offset JSON
 # The package's public name for the limit (tools and tests read it here).
@@ -45,6 +49,25 @@ def flag(options, name: str, default: bool) -> bool:
     if value not in ("true", "false"):
         raise LocalProtocolError(f"option {name} must be true or false, got {value!r}")
     return value == "true"
+
+
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+# The option's names: Spark's Kafka connector's (what a Kafka user writes), and ours.
+ISOLATION_LEVEL_OPTIONS = ("kafka.isolation.level", "isolationLevel")
+
+
+def isolation_level(options) -> str:
+    """``kafka.isolation.level`` (or ``isolationLevel``): ``read_uncommitted`` (the
+    default) or ``read_committed``; anything else is refused
+    (:class:`~shmlog.common.errors.LocalProtocolError`)."""
+    given = [option(options, name) for name in ISOLATION_LEVEL_OPTIONS
+             if option(options, name) is not None]
+    value = str(given[0] if given else READ_UNCOMMITTED).strip().lower()
+    if value not in (READ_UNCOMMITTED, READ_COMMITTED) or \
+            any(str(other).strip().lower() != value for other in given):
+        raise LocalProtocolError(f"option kafka.isolation.level must be read_uncommitted or "
+                                 f"read_committed, got {' and '.join(map(repr, given))}")
+    return value
 
 
 def number(options, name: str, default: int | None, minimum: int = 1) -> int | None:
@@ -73,6 +96,11 @@ class ReadOptions:
     max_records_per_partition: int
     max_offsets_per_trigger: int | None
     raw: dict
+    isolation_level: str = READ_UNCOMMITTED
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
 
     @classmethod
     def parse(cls, options) -> "ReadOptions":
@@ -90,7 +118,14 @@ class ReadOptions:
                    max_records_per_partition=number(raw, "maxRecordsPerPartition",
                                                      limits.SPARK_MAX_RECORDS_PER_PARTITION_DEFAULT),
                    max_offsets_per_trigger=number(raw, "maxOffsetsPerTrigger", None),
-                   raw=raw)
+                   raw=raw, isolation_level=isolation_level(raw))
+
+    def consumer(self, bootstrap: str | None = None, **settings) -> Consumer:
+        """A consumer of the broker at ``bootstrap`` (default: the option's) at the
+        read's isolation level: its end offsets are the last stable offsets in
+        read_committed, and it leaves aborted transactions out."""
+        return Consumer(bootstrap=bootstrap or self.bootstrap,
+                        isolation_level=self.isolation_level, **settings)
 
     def partitions(self) -> list[TopicPartition]:
         """The topic partitions the options name, as the broker has them now."""

@@ -19,6 +19,11 @@ Rules
   ``locality.partition_hosts``): the JVM bulk reader hands them to Spark.
 * Records lost to retention before a task read them fail the query when
   ``failOnDataLoss`` is true (the default, as in Kafka) and are skipped otherwise.
+* With ``kafka.isolation.level`` ``read_committed`` every plan ends at the last
+  stable offsets (not the high watermarks: a batch read, and every micro-batch,
+  stops before the oldest open transaction), and a task's consumer reads
+  read_committed: aborted transactions' records are left out, as markers always
+  are.
 * Streaming offsets are Kafka's JSON (``{"topic": {"partition": next offset}}``);
   Spark checkpoints them, so a restarted query goes on without a gap or a duplicate.
 
@@ -174,8 +179,8 @@ def read_range(piece: OffsetRange, options: ReadOptions):
         return                          # Spark's stand-in partition for an empty plan
     bootstrap = task_bootstrap(options.bootstrap, os.environ)
     try:
-        consumer = Consumer(bootstrap=bootstrap, auto_offset_reset="none",
-                            fetch_max_bytes=limits.SPARK_FETCH_BYTES)
+        consumer = options.consumer(bootstrap, auto_offset_reset="none",
+                                    fetch_max_bytes=limits.SPARK_FETCH_BYTES)
     except ShmlogError as error:
         raise ShmlogError(f"Spark task on host {socket.gethostname()}: no shmlog broker at "
                           f"{bootstrap} here ({error}). Run the executors on the "
@@ -196,6 +201,8 @@ def _read_records(consumer: Consumer, partition: TopicPartition, piece: OffsetRa
     consumer.seek(partition, piece.start)
     position = piece.start
     while position < piece.end:
+        if consumer.position(partition) >= piece.end:
+            break                       # the rest was aborted records, markers, or compacted
         try:
             columns = consumer.poll_batch(timeout_ms=limits.SPARK_STALL_TIMEOUT_MS).get(partition)
         except OffsetOutOfRangeError:
@@ -225,16 +232,17 @@ def _read_records(consumer: Consumer, partition: TopicPartition, piece: OffsetRa
 
 def plan_batch(options: ReadOptions) -> list[OffsetRange]:
     """The offset ranges of a batch read (from startingOffsets to endingOffsets)."""
-    with Consumer(bootstrap=options.bootstrap) as consumer:
+    with options.consumer() as consumer:
         partitions = options.partitions()
         starts = options.resolve(consumer, partitions, "starting", "earliest")
         ends = options.resolve(consumer, partitions, "ending", "latest")
-        latest = consumer.end_offsets(partitions)
+        latest = consumer.end_offsets(partitions)     # the LSOs in read_committed
     for partition in partitions:
         if ends[partition] > latest[partition]:
+            bound = "last stable offset" if options.read_committed else "high watermark"
             raise LocalProtocolError(f"endingOffsets for {partition.topic}-"
                                      f"{partition.partition} is {ends[partition]}, past "
-                                     f"its high watermark {latest[partition]}")
+                                     f"its {bound} {latest[partition]}")
     return plan(starts, ends, options,
                 replica_hosts(options.bootstrap, {p.topic for p in partitions}))
 
@@ -267,13 +275,14 @@ def _from_json(offsets: dict) -> dict[TopicPartition, int]:
 
 class StreamReader(DataSourceStreamReader):
     """A streaming read: each micro-batch reads from the offsets the last one ended
-    at to the high watermarks (at most ``maxOffsetsPerTrigger`` records in all)."""
+    at to the high watermarks, or the last stable offsets in read_committed (at most
+    ``maxOffsetsPerTrigger`` records in all)."""
 
     def __init__(self, options: ReadOptions):
         self.options = options
 
     def _consumer(self) -> Consumer:
-        return Consumer(bootstrap=self.options.bootstrap)
+        return self.options.consumer()
 
     def initialOffset(self) -> dict:
         with self._consumer() as consumer:
@@ -286,9 +295,10 @@ class StreamReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit) -> dict:
-        """The high watermarks, limited to ``max_rows`` more records in all (shared in
-        proportion to each partition's backlog, as Kafka does). Partitions that
-        appeared since ``start`` are read from their beginning."""
+        """The high watermarks (the last stable offsets in read_committed), limited
+        to ``max_rows`` more records in all (shared in proportion to each partition's
+        backlog, as Kafka does). Partitions that appeared since ``start`` are read
+        from their beginning."""
         begun = _from_json(start)
         with self._consumer() as consumer:
             partitions = self.options.partitions()

@@ -74,6 +74,13 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * The segment format is shmlog/record/batch_layout.py's: 64-byte batch headers, CRC32C
  * over everything after the CRC field, zstd-compressed records regions, records
  * with a 28-byte header. Every batch read is checked against its CRC.
+ *
+ * In read_committed (a range's readCommitted) the plan ends at the last stable offsets, and the
+ * reader leaves out every transactional batch of an aborted transaction: one whose producer id
+ * and base offset fall in an entry of the partition's .txnindex files (transaction_index_layout.py:
+ * 34-byte big-endian entries: version i16, producer id, first offset, last offset, last stable
+ * offset, i64 each). In a cluster it waits for its copy's last stable offset (the row's word at
+ * byte 64) instead of the high watermark. Markers (control batches) are never rows.
  */
 public final class BulkSource implements TableProvider {
     static final StructType SCHEMA = new StructType(new StructField[] {
@@ -154,6 +161,7 @@ public final class BulkSource implements TableProvider {
         final String[] hosts;
         final int partition;
         final long start, end, topicKey, waitMs, pollMs;
+        final boolean readCommitted;
 
         private Range(JsonNode node) {
             topic = node.get("topic").asText();
@@ -174,6 +182,7 @@ public final class BulkSource implements TableProvider {
             topicKey = node.path("topicKey").asLong(0);
             waitMs = node.path("waitMs").asLong(0);
             pollMs = Math.max(1, node.path("pollMs").asLong(1));
+            readCommitted = node.path("readCommitted").asBoolean(false);
         }
 
         static Range of(JsonNode node) { return new Range(node); }
@@ -206,7 +215,11 @@ public final class BulkSource implements TableProvider {
             ATTRIBUTES = 24, RECORD_COUNT = 28, FIRST_TIMESTAMP = 48, MAX_TIMESTAMP = 56, HEADER_LENGTH = 64,
             CRC_COVERED = 24;
         static final int MAGIC_VALUE = 0x4C53, VERSION_VALUE = 1, CODEC_MASK = 0x07, CODEC_ZSTD = 4,
-            TIMESTAMP_TYPE_BIT = 0x08, CONTROL_BIT = 0x10;
+            TIMESTAMP_TYPE_BIT = 0x08, CONTROL_BIT = 0x10, TRANSACTIONAL_BIT = 0x20, PRODUCER_ID = 40;
+        // a .txnindex entry (transaction_index_layout.py), big-endian
+        static final String TXN_INDEX_SUFFIX = ".txnindex";
+        static final int TXN_ENTRY_LENGTH = 34, TXN_VERSION = 0, TXN_PRODUCER_ID = 2, TXN_FIRST_OFFSET = 10,
+            TXN_LAST_OFFSET = 18;
         // record header
         static final int RECORD_LENGTH = 0, OFFSET_DELTA = 4, TIMESTAMP_DELTA = 8, KEY_LENGTH = 16,
             VALUE_LENGTH = 20, HEADER_COUNT = 24, RECORD_HEADER_LENGTH = 28, HEADER_ENTRY_LENGTH = 8;
@@ -226,6 +239,9 @@ public final class BulkSource implements TableProvider {
         private final byte[] topic;
         private final TreeMap<Long, File> segments = new TreeMap<>();
         private final CRC32C crc = new CRC32C();
+        // read_committed: the aborted transactions meeting the range, as (producer id, first offset,
+        // last offset) triples; empty otherwise.
+        private long[] aborted = new long[0];
         private MappedByteBuffer mapped;
         private long segmentBase = -1;
         private int position;              // in the mapped segment
@@ -256,6 +272,7 @@ public final class BulkSource implements TableProvider {
             }
             try {
                 listSegments();
+                if (range.readCommitted) readAborted();
             } catch (IOException error) {
                 throw new UncheckedIOException(error);
             }
@@ -302,6 +319,49 @@ public final class BulkSource implements TableProvider {
                     throw new IOException(where() + ": interrupted while listing segments", error);
                 }
             }
+        }
+
+        /**
+         * The aborted transactions of the partition that meet the range, from every .txnindex file in
+         * its directory. The plan ends at or below a last stable offset, which the broker publishes
+         * only after the index entries of the transactions below it: every abort that matters is
+         * there. As a reader of transaction_index_layout.py, it stops at a torn or invalid tail.
+         */
+        private void readAborted() throws IOException {
+            File[] files = directory.listFiles((dir, name) -> name.matches("\\d{20}\\" + TXN_INDEX_SUFFIX));
+            ArrayList<long[]> found = new ArrayList<>();
+            for (File file : files == null ? new File[0] : files) {
+                byte[] bytes;
+                try {
+                    bytes = Files.readAllBytes(file.toPath());
+                } catch (NoSuchFileException gone) {
+                    continue;                       // its segment was deleted (retention): below the range
+                }
+                ByteBuffer entries = ByteBuffer.wrap(bytes).order(ByteOrder.BIG_ENDIAN);
+                long previous = Long.MIN_VALUE;
+                for (int at = 0; at + TXN_ENTRY_LENGTH <= bytes.length; at += TXN_ENTRY_LENGTH) {
+                    long first = entries.getLong(at + TXN_FIRST_OFFSET), last = entries.getLong(at + TXN_LAST_OFFSET);
+                    if (entries.getShort(at) != TXN_VERSION || first < 0 || first > last || last <= previous) break;
+                    previous = last;
+                    if (last >= range.start && first < range.end) {
+                        found.add(new long[] {entries.getLong(at + TXN_PRODUCER_ID), first, last});
+                    }
+                }
+            }
+            aborted = new long[3 * found.size()];
+            for (int index = 0; index < found.size(); index++) {
+                System.arraycopy(found.get(index), 0, aborted, 3 * index, 3);
+            }
+        }
+
+        /** Whether the batch of producerId at baseOffset belongs to an aborted transaction. */
+        private boolean isAborted(long producerId, long baseOffset) {
+            for (int at = 0; at < aborted.length; at += 3) {
+                if (aborted[at] == producerId && aborted[at + 1] <= baseOffset && baseOffset <= aborted[at + 2]) {
+                    return true;
+                }
+            }
+            return false;
         }
 
         /** Base offset -> file key (inode) of every segment log there now. */
@@ -413,6 +473,10 @@ public final class BulkSource implements TableProvider {
                 }
                 int attributes = header.getShort(ATTRIBUTES) & 0xFFFF;
                 if ((attributes & CONTROL_BIT) != 0) continue;   // a transaction's marker: no rows
+                if ((attributes & TRANSACTIONAL_BIT) != 0 && aborted.length > 0
+                        && isAborted(header.getLong(PRODUCER_ID), base)) {
+                    continue;                                    // read_committed: an aborted transaction's
+                }
                 if ((attributes & CODEC_MASK) == CODEC_ZSTD) {
                     records = Zstd.decompress(Arrays.copyOfRange(bytes, HEADER_LENGTH, length),
                         (int) Zstd.getFrameContentSize(bytes, HEADER_LENGTH, length - HEADER_LENGTH));
@@ -495,7 +559,7 @@ public final class BulkSource implements TableProvider {
         // ROWS is state_layout.ROWS_OFFSET: the 4 KiB control page and the journal of changed rows
         // (STATE_JOURNAL_CAPACITY slots of 8 bytes) come before the rows (layout version 5: two lines per row).
         static final int ROW_CAPACITY = 8, ROWS = 4096 + (1 << 14) * 8, ROW_SIZE = 128, HIGH_WATERMARK = 16,
-            TOPIC_KEY = 40, PARTITION = 48;
+            TOPIC_KEY = 40, PARTITION = 48, LAST_STABLE_OFFSET = 64;
         static final VarHandle LONGS = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
 
         static String tableName(Path bootstrap) {
@@ -507,7 +571,10 @@ public final class BulkSource implements TableProvider {
             }
         }
 
-        /** Return once the copy's high watermark reaches range.end; else fail naming the host and partition. */
+        /**
+         * Return once the copy's high watermark (in read_committed its last stable offset, stored before
+         * the high watermark and never above it) reaches range.end; else fail naming the host and partition.
+         */
         static void waitUntilCovered(Path bootstrap, Range range, String where) {
             String host = RangeReader.executorHost();
             File table = new File("/dev/shm", tableName(bootstrap));
@@ -527,11 +594,13 @@ public final class BulkSource implements TableProvider {
             }
             long deadline = System.nanoTime() + range.waitMs * 1_000_000L;
             while (true) {
-                long highWatermark = (long) LONGS.getAcquire(mapped, ROWS + row * ROW_SIZE + HIGH_WATERMARK);
+                int word = range.readCommitted ? LAST_STABLE_OFFSET : HIGH_WATERMARK;
+                long highWatermark = (long) LONGS.getAcquire(mapped, ROWS + row * ROW_SIZE + word);
                 if (highWatermark >= range.end) return;
                 if (System.nanoTime() > deadline) {
                     throw new IllegalStateException(where + ": the copy at " + bootstrap + " on host " + host
-                        + " has high watermark " + highWatermark + ", below the planned end " + range.end
+                        + " has " + (range.readCommitted ? "last stable offset " : "high watermark ") + highWatermark
+                        + ", below the planned end " + range.end
                         + ", after " + range.waitMs + " ms (is its broker fetching from the leader?)");
                 }
                 try {
