@@ -83,7 +83,8 @@
     │   ├── InvalidTransactionTimeoutError   over transaction.max.timeout.ms
     │   ├── TransactionAbortedError   the transaction was aborted (timeout, or a failed send)
     │   ├── OpenTransactionNotFoundError   no open transaction starts at that offset
-    │   └── TransactionStillOngoingError   an operator's abort of one its coordinator holds
+    │   ├── TransactionStillOngoingError   an operator's abort of one its coordinator holds
+    │   └── SinkTransactionLostError  a Spark sink's prepared transaction ended before its commit
     └── GroupError                    a consumer group refused a request
         ├── UnknownMemberIdError      the member was removed from its group: join again
         ├── IllegalGenerationError    the member's generation is over (fenced): join again
@@ -382,6 +383,14 @@ class TransactionStillOngoingError(TransactionError):
     (Ongoing with that partition, or being ended): nothing was written. It ends when
     its producer commits or aborts it, or at its timeout; to end it sooner, fence its
     producer (a new producer of its transactional id)."""
+
+
+class SinkTransactionLostError(TransactionError):
+    """The transactional Spark sink (``shmlog.spark.sink_transactions``) found a task's
+    prepared transaction aborted or fenced before the driver committed it (its
+    timeout passed): before the decision the write fails and a streaming query runs
+    the micro-batch again; after it, the message says what is lost. Also a decision
+    too large to store (too many writing tasks)."""
 
 
 class GroupError(ShmlogError):

@@ -647,6 +647,11 @@ SPARK_MAX_RECORDS_PER_PARTITION_DEFAULT = 4_000_000
 # plan says are there (they are below the high watermark, so at once).
 SPARK_FETCH_BYTES = 4 << 20
 SPARK_STALL_TIMEOUT_MS = 60_000
+# The transactional sink's transaction timeout (kafka.transaction.timeout.ms): a task's
+# transaction stays open from its first row until the driver commits the micro-batch, and a
+# decided one must outlive a driver that died before completing it, until the query is
+# restarted. Kafka's broker maximum (transaction.max.timeout.ms), 15 minutes.
+SPARK_SINK_TRANSACTION_TIMEOUT_MS = 900_000
 
 # --- network namespaces (devtools/netns.py: partition tests, the three-host demo) ---------
 # ip and nft answer in milliseconds; a command that takes this long is stuck.
