@@ -24,7 +24,10 @@ segment's scan ends at its file's first hole, ``SEEK_HOLE``: what was never
 written holds no batch); the log is truncated at the first invalid batch, later
 segments are deleted, the indexes of scanned segments are rebuilt, their
 transaction indexes cut to the recovered end (an aborted transaction whose marker
-was lost goes with it), and the report says what was cut. Indexes of older
+was lost goes with it), and the report says what was cut. The producer state is
+loaded after, from the recovered log (``PartitionLog``, ``producer_snapshots``): a
+transaction whose marker was cut off is open again
+(``tests/unit/test_log_recovery_transactions.py`` cuts a log at every byte). Indexes of older
 segments get a sanity check (``Segment.load_closed``) and are rebuilt when they
 fail it. A last segment closed cleanly (its end is the recovery point) is adopted
 without a scan.
