@@ -35,6 +35,17 @@ The five rules (one :class:`Violation` per breach, numbered as here)
    its replicas whose base offset is below the lowest of their high watermarks are
    byte-identical, batch by batch.
 
+And for transactions (sends made inside one, :meth:`History.send` with
+``transaction=``; its end recorded with :meth:`History.end`; the final logs read
+with read_committed given as ``committed_logs``):
+
+6. **read_committed never sees an aborted value.** No value a read_committed
+   reader read belongs to a transaction that aborted, and every one is in the
+   committed logs at the offset read.
+7. **A transaction is all or nothing.** In the committed logs, a committed
+   transaction's values are all there (every partition), an aborted one's none,
+   and one whose end is unknown (its producer killed while committing) all or none.
+
 Failed and unknown sends promise nothing (a failed acks=all send may still be in
 the log: Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND); the verdict counts how many of
 the unknown ones were found in the final log, as Jepsen reports "recovered" writes.
@@ -60,7 +71,7 @@ from collections import defaultdict
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 __all__ = ["ACKS_ALL", "Outcome", "Send", "Read", "ReplicaLog", "Violation", "Verdict",
-           "History", "read_replica", "RULES"]
+           "History", "TransactionEnd", "read_replica", "RULES"]
 
 # acks="all" as Kafka's wire form has it.
 ACKS_ALL = -1
@@ -70,6 +81,8 @@ RULES = {
     3: "no value twice in a log",
     4: "every value read is in the final log at the offset read",
     5: "replicas' batches below the lowest high watermark are byte-identical",
+    6: "read_committed reads return no aborted value, and only committed ones",
+    7: "a transaction's values are in the committed logs all or none (all once committed)",
 }
 # Messages list at most this many witnesses or differences of one kind.
 SHOWN_MAX = 5
@@ -95,11 +108,21 @@ class Send:
 
 @dataclasses.dataclass(frozen=True)
 class Read:
-    """A value a consumer read; ``reader`` names who (a host, a broker) for messages."""
+    """A value a consumer read; ``reader`` names who (a host, a broker) for messages;
+    ``committed`` when it read with isolation_level read_committed."""
     partition: int
     offset: int
     value: Hashable
     reader: str = ""
+    committed: bool = False
+
+
+class TransactionEnd(enum.Enum):
+    """How a transaction ended, as its producer learnt it."""
+    OPEN = "open"                  # no end recorded: its producer died before committing
+    COMMITTED = "committed"        # commit_transaction returned
+    ABORTED = "aborted"            # abort_transaction returned, or it was never committed
+    UNKNOWN = "unknown"            # its producer died (or failed) while committing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,15 +192,27 @@ class History:
         self._lock = threading.Lock()
         self._sends: dict[Hashable, Send] = {}
         self._reads: list[Read] = []
+        self._transactions: dict[Hashable, list[Hashable]] = {}   # its values
+        self._ends: dict[Hashable, TransactionEnd] = {}
 
-    def send(self, value: Hashable, partition: int, *, acks: Any = "all") -> None:
-        """A send begins (its outcome unknown until :meth:`ack` or :meth:`fail`).
-        Values must be unique in the history: a repeated one raises ValueError."""
+    def send(self, value: Hashable, partition: int, *, acks: Any = "all",
+             transaction: Hashable | None = None) -> None:
+        """A send begins (its outcome unknown until :meth:`ack` or :meth:`fail`), in
+        ``transaction`` when given. Values must be unique in the history: a repeated
+        one raises ValueError."""
         send = Send(value, partition, _acks(acks))
         with self._lock:
             if value in self._sends:
                 raise ValueError(f"value {value!r} was sent before: values must be unique")
             self._sends[value] = send
+            if transaction is not None:
+                self._transactions.setdefault(transaction, []).append(value)
+
+    def end(self, transaction: Hashable, how: TransactionEnd) -> None:
+        """How the transaction ended (a transaction with no end recorded is OPEN:
+        never committed, so aborted once its producer is fenced or times out)."""
+        with self._lock:
+            self._ends[transaction] = TransactionEnd(how)
 
     def ack(self, value: Hashable, offset: int) -> None:
         """The send of ``value`` was acknowledged at ``offset``."""
@@ -198,17 +233,27 @@ class History:
                                  f"({send.outcome.value})")
             self._sends[value] = dataclasses.replace(send, **outcome)
 
-    def read(self, partition: int, offset: int, value: Hashable, *, reader: str = "") -> None:
-        """A consumer (``reader``) read ``value`` at (``partition``, ``offset``)."""
+    def read(self, partition: int, offset: int, value: Hashable, *, reader: str = "",
+             committed: bool = False) -> None:
+        """A consumer (``reader``) read ``value`` at (``partition``, ``offset``)
+        (with read_committed when ``committed``)."""
         with self._lock:
-            self._reads.append(Read(partition, offset, value, reader))
+            self._reads.append(Read(partition, offset, value, reader, committed))
 
     def read_many(self, partition: int, records: Iterable[tuple[int, Hashable]], *,
-                  reader: str = "") -> None:
+                  reader: str = "", committed: bool = False) -> None:
         """Several (offset, value) pairs read from one partition, under one lock."""
-        reads = [Read(partition, offset, value, reader) for offset, value in records]
+        reads = [Read(partition, offset, value, reader, committed)
+                 for offset, value in records]
         with self._lock:
             self._reads.extend(reads)
+
+    def transactions(self) -> dict[Hashable, tuple[list[Hashable], TransactionEnd]]:
+        """Each transaction's values and end."""
+        with self._lock:
+            return {transaction: (list(values), self._ends.get(transaction,
+                                                               TransactionEnd.OPEN))
+                    for transaction, values in self._transactions.items()}
 
     def sends(self) -> list[Send]:
         with self._lock:
@@ -219,16 +264,21 @@ class History:
             return list(self._reads)
 
     def check(self, final_logs: Mapping[int, Any],
-              replica_logs: Mapping[int, Mapping[Any, ReplicaLog]] | None = None) -> Verdict:
-        """Check the five rules (module docstring) against the final state.
+              replica_logs: Mapping[int, Mapping[Any, ReplicaLog]] | None = None,
+              committed_logs: Mapping[int, Any] | None = None) -> Verdict:
+        """Check the rules (module docstring) against the final state.
 
         Parameters
         ----------
         final_logs : mapping of partition to its committed records
             (offset, value) pairs, or a mapping of offset to value: what a consumer
-            reads from the surviving leader below its high watermark. Give every
-            partition sent to: an acknowledged value of a partition left out is lost.
+            reads from the surviving leader below its high watermark (read_uncommitted:
+            aborted transactions' values included). Give every partition sent to: an
+            acknowledged value of a partition left out is lost.
         replica_logs : mapping of partition to {replica name: ReplicaLog}, optional
+        committed_logs : mapping of partition to records, optional
+            The same read with read_committed, once no transaction is open: the
+            transactions' rules (6, 7) are checked against it.
         """
         sends, reads = self.sends(), self.reads()
         logs = {partition: _pairs(records) for partition, records in final_logs.items()}
@@ -239,7 +289,17 @@ class History:
                       + _no_duplicates(logs, replicas)
                       + _reads_kept(reads, logs)
                       + _replicas_agree(replicas))
-        return Verdict(violations, _counts(sends, reads, logs))
+        counts = _counts(sends, reads, logs)
+        if committed_logs is not None:
+            committed = {partition: _pairs(records)
+                         for partition, records in committed_logs.items()}
+            transactions = self.transactions()
+            violations += _no_aborted_reads(reads, committed, transactions)
+            violations += _all_or_nothing(committed, transactions)
+            ends = [end for _, end in transactions.values()]
+            counts.update({f"transactions {end.value}": ends.count(end)
+                           for end in TransactionEnd})
+        return Verdict(violations, counts)
 
 
 def _pairs(records: Any) -> list[tuple[int, Hashable]]:
@@ -327,6 +387,48 @@ def _reads_kept(reads, logs) -> list[Violation]:
             violations.append(Violation(
                 4, f"{read.value!r} read by {read.reader or '?'} at partition {read.partition} "
                    f"offset {read.offset} is gone: the final log has {where} there"))
+    return violations
+
+
+def _no_aborted_reads(reads, committed, transactions) -> list[Violation]:
+    aborted = {value: transaction for transaction, (values, end) in transactions.items()
+               if end in (TransactionEnd.ABORTED, TransactionEnd.OPEN) for value in values}
+    by_offset = {partition: dict(records) for partition, records in committed.items()}
+    violations = []
+    for read in reads:
+        if not read.committed:
+            continue
+        if read.value in aborted:
+            violations.append(Violation(
+                6, f"{read.value!r} read by {read.reader or '?'} (read_committed) at partition "
+                   f"{read.partition} offset {read.offset} belongs to transaction "
+                   f"{aborted[read.value]!r}, which never committed"))
+        elif by_offset.get(read.partition, {}).get(read.offset, _MISSING) != read.value:
+            violations.append(Violation(
+                6, f"{read.value!r} read by {read.reader or '?'} (read_committed) at partition "
+                   f"{read.partition} offset {read.offset} is not there in the committed logs"))
+    return violations
+
+
+def _all_or_nothing(committed, transactions) -> list[Violation]:
+    present = {value for records in committed.values() for _, value in records}
+    violations = []
+    for transaction, (values, end) in transactions.items():
+        found = [value for value in values if value in present]
+        missing = [value for value in values if value not in present]
+        if end is TransactionEnd.COMMITTED and missing:
+            violations.append(Violation(
+                7, f"committed transaction {transaction!r} lacks {len(missing)} of its "
+                   f"{len(values)} values in the committed logs: {_shown(map(repr, missing))}"))
+        elif end in (TransactionEnd.ABORTED, TransactionEnd.OPEN) and found:
+            violations.append(Violation(
+                7, f"{end.value} transaction {transaction!r} has {len(found)} of its values in "
+                   f"the committed logs: {_shown(map(repr, found))}"))
+        elif end is TransactionEnd.UNKNOWN and found and missing:
+            violations.append(Violation(
+                7, f"transaction {transaction!r} (its end unknown) is in the committed logs in "
+                   f"part: {len(found)} of {len(values)} values, missing "
+                   f"{_shown(map(repr, missing))}"))
     return violations
 
 

@@ -1,5 +1,5 @@
 """The offset-based history checker (tests/cluster/history.py) catches each of its
-five rules' breaches, and only those.
+seven rules' breaches (the transactions' two included), and only those.
 
 Goal: a cluster test can trust a passing verdict: a clean history passes, and for
 each rule a history that breaks only that rule is caught with a message naming the
@@ -17,7 +17,14 @@ import threading
 
 import pytest
 
-from cluster.history import ACKS_ALL, History, Outcome, ReplicaLog, read_replica
+from cluster.history import (
+    ACKS_ALL,
+    History,
+    Outcome,
+    ReplicaLog,
+    TransactionEnd,
+    read_replica,
+)
 from helpers import values_batch
 
 THREADS_TIMEOUT_S = 60
@@ -218,3 +225,58 @@ def test_replicas_read_from_real_logs(open_log, tmp_path):
     assert "below the lowest high watermark 8: replicas diverged and follower differ: batch 1 " \
            "(offsets 4..7) differs from byte" in first.message
     assert "replicas diverged and leader differ" in second.message
+
+
+# -- transactions (rules 6 and 7) ---------------------------------------------------------
+def transactional_history() -> History:
+    """Transaction "c" committed over two partitions, "a" aborted, "o" left open by a
+    dead producer, "u" ended unknown (its producer died committing) and all there."""
+    history = History()
+    for transaction, values in (("c", [(0, b"c0"), (1, b"c1")]), ("a", [(0, b"a0")]),
+                                ("o", [(1, b"o1")]), ("u", [(0, b"u0"), (1, b"u1")])):
+        for partition, value in values:
+            history.send(value, partition, transaction=transaction)
+    history.send(b"plain", 0)
+    history.end("c", TransactionEnd.COMMITTED)
+    history.end("a", TransactionEnd.ABORTED)
+    history.end("u", TransactionEnd.UNKNOWN)
+    history.read_many(0, [(0, b"c0")], reader="rc", committed=True)
+    history.read_many(0, [(1, b"a0")], reader="ru")         # read_uncommitted sees it
+    return history
+
+
+RAW = {0: [(0, b"c0"), (1, b"a0"), (2, b"u0"), (3, b"plain")],
+       1: [(0, b"c1"), (1, b"o1"), (2, b"u1")]}
+COMMITTED = {0: [(0, b"c0"), (2, b"u0"), (3, b"plain")], 1: [(0, b"c1"), (2, b"u1")]}
+
+
+def test_a_clean_transactional_history_passes():
+    verdict = transactional_history().check(RAW, committed_logs=COMMITTED)
+    assert verdict.ok, str(verdict)
+    assert (verdict.counts["transactions committed"], verdict.counts["transactions aborted"],
+            verdict.counts["transactions open"], verdict.counts["transactions unknown"]) == \
+        (1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("committed, reads, rule, named", [
+    # a committed transaction missing from one partition
+    ({0: [(0, b"c0"), (2, b"u0"), (3, b"plain")], 1: [(2, b"u1")]}, [], 7, "b'c1'"),
+    # an aborted transaction visible
+    ({**COMMITTED, 0: [(0, b"c0"), (1, b"a0"), (2, b"u0"), (3, b"plain")]}, [], 7,
+     "aborted transaction 'a'"),
+    # an open (never committed) one visible
+    ({**COMMITTED, 1: [(0, b"c1"), (1, b"o1"), (2, b"u1")]}, [], 7, "open transaction 'o'"),
+    # an unknown one in part
+    ({0: [(0, b"c0"), (2, b"u0"), (3, b"plain")], 1: [(0, b"c1")]}, [], 7, "in part"),
+    # a read_committed reader saw an aborted value
+    (COMMITTED, [(0, 1, b"a0")], 6, "never committed"),
+    # a read_committed reader saw a value the committed logs do not hold there
+    ({**COMMITTED, 0: [(0, b"c0"), (2, b"u0")]}, [(0, 3, b"plain")], 6, "not there"),
+])
+def test_each_transaction_rule_catches_its_breach(committed, reads, rule, named):
+    history = transactional_history()
+    for partition, offset, value in reads:
+        history.read(partition, offset, value, reader="rc2", committed=True)
+    verdict = history.check(RAW, committed_logs=committed)
+    assert verdict.rules_broken() == {rule}, str(verdict)
+    assert named in str(verdict)
