@@ -13,7 +13,9 @@ where they apply (``subscribe``, ``subscribePattern``, ``assign``,
 ``startingOffsets``/``endingOffsets``, ``startingTimestamp``/``endingTimestamp``,
 ``startingOffsetsByTimestampStrategy``, ``maxOffsetsPerTrigger``,
 ``maxRecordsPerPartition``, ``minPartitions``, ``failOnDataLoss``,
-``includeHeaders``), plus ``bootstrap``: the broker's data directory, and
+``includeHeaders``, ``kafka.isolation.level``: read_committed reads below the
+last stable offsets and leaves aborted transactions out), plus ``bootstrap``: the
+broker's data directory, and
 ``includeReadLocality``: a ``readLocality`` column saying how each row's task read
 it (``local`` or ``remote``, see Locality).
 
@@ -60,8 +62,13 @@ sink does anyway). Rows with ``value`` (binary or string) and optionally ``key``
 ``topic`` (or the ``topic`` option, which wins), ``partition`` and ``headers``
 become records: grouped by partition (Kafka's key partitioner where a row names
 none) and sent as whole batches with ``acks=1``, flushed before a task reports
-success. A retried task produces its rows again: the sink is at-least-once, as
-Kafka's is.
+success. A streaming write is exactly-once (option ``transactional``, true by
+default for streams): every micro-batch's tasks write in transactions that the
+driver commits together once, keyed by the query's id and the batch id, so a
+restarted query neither duplicates nor loses output for read_committed readers
+(``sink_transactions.py``). A batch write is at-least-once, as Kafka's, unless
+``transactional`` is true: then its tasks' transactions commit when the job
+succeeds.
 
 For batch jobs, :func:`bulk_read` reads through a JVM data source instead (see
 there), several times faster: every row of ``format("shmlog")`` crosses from a
@@ -77,7 +84,8 @@ Modules
 ``options.py`` (the options, checked on the driver), ``schema.py`` (the columns:
 Spark's schema and the Arrow batches), ``locality.py`` (which broker a task reads
 through, preferred hosts, local or remote), ``source.py`` (planning and reading,
-batch and streaming), ``sink.py`` (writing), ``data_source.py`` (``format("shmlog")``
+batch and streaming), ``sink.py`` (writing), ``sink_transactions.py`` (the exactly-once sink's
+two-phase commit), ``data_source.py`` (``format("shmlog")``
 and :func:`register`), ``bulk.py`` (the JVM bulk reader: its jar and
 :func:`bulk_read`), ``sessions.py`` (:func:`session`). Each module's public names
 are for the others and for tools (``perf/bench_spark.py``); the package uses only
