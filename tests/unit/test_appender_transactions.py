@@ -22,6 +22,8 @@ from shmlog.shm.state import PartitionStateTable, bells_name
 from shmlog.storage.producer_snapshots import read_snapshot
 
 PRODUCER, OTHER = 7, 9
+# A partition's aborted generation once registered: its .txnindex files read (again).
+REGISTERED = 1
 
 
 @pytest.fixture
@@ -74,7 +76,7 @@ def test_a_transaction_holds_the_last_stable_offset_until_it_commits(world):
     assert end(appender, row, True) == 5
     snapshot = reader.snapshot(row)
     assert (snapshot.high_watermark, snapshot.last_stable_offset) == (6, 6)
-    assert snapshot.aborted_generation == 0
+    assert snapshot.aborted_generation == REGISTERED, "nothing aborted"
     assert appender.open_transactions(row) == []
     partition_log = logs.partition_log("t", 0)
     assert partition_log.aborted_transactions(0, 6) == []
@@ -97,7 +99,7 @@ def test_an_abort_is_indexed_before_the_last_stable_offset_passes_it(world):
     assert end(appender, row, False) == 3
     snapshot = reader.snapshot(row)
     # OTHER's transaction, open from offset 1, holds the last stable offset.
-    assert (snapshot.last_stable_offset, snapshot.aborted_generation) == (1, 1)
+    assert (snapshot.last_stable_offset, snapshot.aborted_generation) == (1, REGISTERED + 1)
     aborted = logs.partition_log("t", 0).aborted_transactions(0, 4)
     assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(PRODUCER, 0, 3)]
     assert end(appender, row, True, producer_id=OTHER) == 4
@@ -135,7 +137,7 @@ def test_a_marker_with_nothing_written_ends_the_expectation(world):
     row = appender.register_partition("t", 0)
     appender.expect_transaction(row, PRODUCER, 0)
     assert end(appender, row, False) == 0
-    assert reader.snapshot(row).aborted_generation == 0, "nothing aborted here"
+    assert reader.snapshot(row).aborted_generation == REGISTERED, "nothing aborted here"
     assert send(appender, producer, "t", [b"x"]) == -CompletionCode.INVALID_TXN_STATE
 
 
@@ -187,7 +189,8 @@ def test_a_follower_follows_the_leaders_transactions(world, tmp_path):
         follower.append_replicated(follower_row, leader_bytes[sizes[0] + sizes[1]:])
         follower.advance_high_watermark(follower_row, 3)
         snapshot = table.snapshot(follower_row)
-        assert (snapshot.last_stable_offset, snapshot.aborted_generation) == (3, 1)
+        assert (snapshot.last_stable_offset, snapshot.aborted_generation) == \
+            (3, REGISTERED + 1)
         aborted = follower_logs.partition_log("t", 0).aborted_transactions(0, 3)
         assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == \
             [(PRODUCER, 0, 2)]
@@ -243,3 +246,21 @@ def test_an_abort_whose_index_entry_was_lost_is_indexed_again(world):
     aborted = partition_log.aborted_transactions(0, 3)
     assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(PRODUCER, 0, 2)]
     assert reader.snapshot(row).last_stable_offset == 3
+
+
+def test_a_restart_holds_the_last_stable_offset_at_the_oldest_open_transaction(world):
+    """The open transactions come back from the log in producer-id order, not log
+    order: the last stable offset is still the oldest one's first offset (a broker
+    restart once published the newer one's, and a reader saw the older one's records)."""
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    appender.expect_transaction(row, OTHER, 0)        # the higher id opens first
+    appender.expect_transaction(row, PRODUCER, 0)
+    send(appender, producer, "t", [b"older"], producer_id=OTHER)
+    send(appender, producer, "t", [b"newer"])
+    assert reader.snapshot(row).last_stable_offset == 0
+    appender.unregister_partition("t", 0)
+    row = appender.register_partition("t", 0)
+    assert sorted(appender.open_transactions(row)) == [(PRODUCER, 0, 1), (OTHER, 0, 0)]
+    assert reader.snapshot(row).last_stable_offset == 0

@@ -322,7 +322,6 @@ class LogAppends:
             No partition is hosted at ``row``.
         """
         self.producer_states.forget(self.rows.hosted(row))
-        self.transactions.forget(self.rows.settings, row)
         self.remember_log(row)
 
     def remember_log(self, row: int) -> None:
@@ -333,9 +332,14 @@ class LogAppends:
         whose first offsets hold the last stable offset published."""
         rows, transactions = self.rows.partition_log(row).producer_state()
         self.producer_states.remember_producers(row, rows)
+        # From "nothing known" (or what a truncation left) to the log's open
+        # transactions with no publish between: a reader never sees an open
+        # transaction's records as stable. Readers read the .txnindex files again.
+        settings = self.rows.settings
+        self.transactions.forget(settings, row)
         for producer_id, producer_epoch, first_offset in transactions.tolist():
-            self.transactions.begin(self.rows.settings, row, producer_id, producer_epoch,
-                                    first_offset)
+            self.transactions.begin(settings, row, producer_id, producer_epoch, first_offset)
+        settings[row, ROW_ABORTED_GENERATION] += 1
         self.rows.refresh(row)
 
 

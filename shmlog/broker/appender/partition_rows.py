@@ -129,7 +129,9 @@ class PartitionRows:
         self.settings[row, ROW_REGISTERED] = 1
         self.settings[row, ROW_TOPIC_KEY], self.settings[row, ROW_PARTITION] = identity
         self.settings[row, ROW_INTERNAL] = int(topic in INTERNAL_TOPICS)
-        self.settings[row, ROW_FIRST_UNSTABLE_OFFSET] = -1        # no transaction open
+        # The log's open transactions are not known yet (the appender reads them next,
+        # LogAppends.remember_log): until then nothing past the log start is stable.
+        self.settings[row, ROW_FIRST_UNSTABLE_OFFSET] = partition_log.log_start_offset
         # The log tells of every change that makes its target or the row stale.
         partition_log.set_listener(lambda change: self.refresh(row))
         self.refresh(row)

@@ -122,7 +122,9 @@ def _verdict(transactions, row_settings, row, producer_id, producer_epoch, trans
 @kernel(inline="always")
 def _open(transactions, row_settings, row, producer_id, producer_epoch, first_offset):
     transactions[(row, producer_id)] = (producer_epoch, first_offset)
-    if row_settings[row, ROW_FIRST_UNSTABLE_OFFSET] < 0:
+    # The lowest: a rebuild opens the log's transactions in any order.
+    if row_settings[row, ROW_FIRST_UNSTABLE_OFFSET] < 0 \
+            or first_offset < row_settings[row, ROW_FIRST_UNSTABLE_OFFSET]:
         row_settings[row, ROW_FIRST_UNSTABLE_OFFSET] = first_offset
 
 
