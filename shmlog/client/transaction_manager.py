@@ -35,7 +35,7 @@ from ..common.errors import (
     ShmlogError,
     TransactionAbortedError,
 )
-from ..common.structs import OffsetAndMetadata, TopicPartition
+from ..common.structs import TopicPartition
 from ..protocol.control_client import request
 
 __all__ = ["TransactionManager", "TransactionalState"]
@@ -237,12 +237,13 @@ def _group_fields(group) -> tuple[str, str, int]:
 
 def _offset_entries(offsets) -> list:
     """[[topic, partition, offset, metadata], ...] of ``offsets``: a dict of
-    TopicPartition (or (topic, partition)) to an OffsetAndMetadata or an int."""
+    TopicPartition (or (topic, partition)) to an OffsetAndMetadata (shmlog's or
+    kafka-python's, with its leader epoch) or an int."""
     entries = []
     for partition, committed in dict(offsets).items():
         topic, number = TopicPartition(*partition)
-        if isinstance(committed, OffsetAndMetadata):
-            offset, metadata = committed.offset, committed.metadata or ""
+        if hasattr(committed, "offset"):      # OffsetAndMetadata, or kafka-python's
+            offset, metadata = int(committed.offset), committed.metadata or ""
         else:
             offset, metadata = int(committed), ""
         entries.append([topic, number, offset, metadata])

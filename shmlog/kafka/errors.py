@@ -3,8 +3,8 @@ not copies: ``except KafkaError`` catches every :class:`~shmlog.common.errors.Sh
 ``except TopicAlreadyExistsError`` catches ``TopicExistsError``, and so on).
 
 Each name is the shmlog class that is raised where Kafka raises the named error.
-Names kafka-python has for what cannot happen here (transactions, SASL, quotas,
-the wire protocol's own errors) are not bound: a program that catches one fails at
+Names kafka-python has for what cannot happen here (SASL, quotas, the wire
+protocol's own errors) are not bound: a program that catches one fails at
 import, where it is easy to see, rather than silently never catching.
 """
 
@@ -14,6 +14,7 @@ from ..common.errors import (
                              BrokerNotAvailableError,
                              ClientTimeoutError,
                              CommitFailedError,
+                             ConcurrentTransactionsError,
                              CoordinatorLoadInProgressError,
                              CoordinatorNotAvailableError,
                              CorruptRecordError,
@@ -24,9 +25,11 @@ from ..common.errors import (
                              InvalidConfigError,
                              InvalidPartitionsError,
                              InvalidProducerEpochError,
+                             InvalidProducerIdMappingError,
                              InvalidReplicaAssignmentError,
                              InvalidReplicationFactorError,
                              InvalidTopicError,
+                             InvalidTransactionTimeoutError,
                              LocalProtocolError,
                              NonEmptyGroupError,
                              NotCoordinatorError,
@@ -36,6 +39,7 @@ from ..common.errors import (
                              OffsetMetadataTooLargeError,
                              OffsetOutOfRangeError,
                              OutOfOrderSequenceError,
+                             ProducerFencedError,
                              ReassignmentInProgressError,
                              RebalanceInProgressError,
                              RecordTooLargeError,
@@ -43,6 +47,7 @@ from ..common.errors import (
                              ShmlogError,
                              StorageError,
                              TopicExistsError,
+                             TransactionAbortedError,
                              UnknownMemberIdError,
                              UnknownTopicOrPartitionError,
                              UnsupportedKafkaOptionError,
@@ -64,7 +69,8 @@ __all__ = [
     "GroupLoadInProgressError", "NotEnoughReplicasError", "NotEnoughReplicasAfterAppendError",
     "NotLeaderForPartitionError", "NotLeaderOrFollowerError", "RequestTimedOutError",
     "OutOfOrderSequenceNumberError", "InvalidProducerEpochError", "KafkaStorageError",
-    "ReassignmentInProgressError",
+    "ReassignmentInProgressError", "ProducerFencedError", "InvalidProducerIdMappingError",
+    "ConcurrentTransactionsError", "InvalidTransactionTimeoutError", "TransactionAbortedError",
 ]
 
 # IllegalStateError is shmlog's own: a closed client used (ClientClosedError), a

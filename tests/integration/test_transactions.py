@@ -170,3 +170,32 @@ def test_sends_need_a_transaction_and_a_failed_send_needs_an_abort(broker):
         producer.send("out", b"after", partition=0).get(WAIT_S)
         producer.commit_transaction()
     assert read_all(broker, "read_committed", 1) == [b"after"], "small was aborted"
+
+
+def test_kafka_pythons_spelling_of_a_transaction(broker):
+    """A kafka-python program's transactional producer, as it imports and calls it."""
+    from shmlog.kafka import KafkaProducer
+    from shmlog.kafka.errors import ProducerFencedError as KafkaProducerFenced
+    from shmlog.kafka.structs import OffsetAndMetadata as KafkaOffsetAndMetadata
+    from shmlog.kafka.structs import TopicPartition as KafkaTopicPartition
+    producer = KafkaProducer(bootstrap_servers=broker, transactional_id="t6",
+                             transaction_timeout_ms=30_000)
+    successor = None
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("out", b"kafka-python", partition=0)
+        producer.send_offsets_to_transaction(
+            {KafkaTopicPartition("in", 0): KafkaOffsetAndMetadata(0, "", -1)}, "kafka-group")
+        producer.commit_transaction()
+        successor = KafkaProducer(bootstrap_servers=broker, transactional_id="t6")
+        successor.init_transactions()
+        producer.begin_transaction()              # local: the fence shows at the broker
+        producer.send("out", b"zombie", partition=0)
+        with pytest.raises(KafkaProducerFenced):
+            producer.commit_transaction()
+    finally:
+        producer.close()
+        if successor is not None:
+            successor.close()
+    assert read_all(broker, "read_committed", 1) == [b"kafka-python"]
