@@ -179,3 +179,86 @@ def kafka_listener_address(data_dir) -> str:
     shows it."""
     from shmlog.protocol.control_client import request
     return request(str(data_dir), "stats")["broker"]["kafka_listeners"][0]
+
+
+class TransactionalCore:
+    """A ``BrokerCore`` driven in-process (``handle``, ``drain``) with topic "out" of
+    two partitions, and a ring in anonymous memory for transactional producers'
+    batches: the transaction tests' world. ``settings`` are more broker settings."""
+
+    def __init__(self, data_dir: str, **settings):
+        self.data_dir, self.settings = data_dir, settings
+        self.open()
+        self.core.topics.create_topic("out", 2)
+
+    def open(self) -> None:
+        import mmap
+
+        from shmlog.ring import Ring
+        from shmlog.server.broker import BrokerConfig, BrokerCore
+        from shmlog.shm import ring_layout as R
+        self.core = BrokerCore(BrokerConfig(data_dir=self.data_dir, offsets_topic_num_partitions=1,
+                                            **self.settings))
+        self.ring = Ring("test-ring", mmap.mmap(-1, R.DATA_OFFSET + (1 << 20)), owner=True)
+        self.core.host.appender.add_ring(self.ring)
+        self.sequences: dict = {}
+
+    def restart(self) -> None:
+        self.core.close()
+        self.open()
+
+    def ask(self, request_type: str, **fields) -> dict:
+        return ask(self.core, request_type, **fields)
+
+    def init(self, transactional_id: str, timeout_ms: int = 60_000) -> dict:
+        """``init_transactions``: the producer's identity for the other requests."""
+        producer = self.ask("init_transactions", transactional_id=transactional_id,
+                            transaction_timeout_ms=timeout_ms)
+        return {"transactional_id": transactional_id, **producer}
+
+    def send(self, producer: dict, partition: int, values: list, *,
+             timestamp_ms: int | None = None) -> int:
+        """A transactional batch of ``producer`` to out-``partition`` through the ring,
+        drained: its completion result."""
+        key = (producer["producer_id"], partition)
+        sequence = self.sequences.get(key, 0)
+        self.sequences[key] = sequence + len(values)
+        entry = self.ring.put(self.core.host.appender.destination("out", partition), encode_batch(
+            values, producer_id=producer["producer_id"],
+            producer_epoch=producer["producer_epoch"], base_sequence=sequence,
+            transactional=True, timestamp_ms=timestamp_ms), timeout_ms=0)
+        self.core.host.drain_soon()
+        self.core.host.drain()
+        return self.ring.result(entry)[0]
+
+    def stable(self, partition: int) -> tuple[int, int]:
+        """(high watermark, last stable offset) published for out-``partition``."""
+        row = self.core.host.partition("out", partition).row
+        snapshot = self.core.host.table.snapshot(row)
+        return snapshot.high_watermark, snapshot.last_stable_offset
+
+    def values(self, partition: int) -> list:
+        return [record.value for record in all_records(
+            self.core.host.partition("out", partition).log)]
+
+
+class RestartableBroker:
+    """The broker process of a data directory, killed with SIGKILL and started again
+    (the nemesis tests')."""
+
+    def __init__(self, data_dir: str, **settings):
+        from shmlog.server.broker import Broker
+        self.data_dir, self.settings = data_dir, settings
+        self.broker = Broker(data_dir, **settings).start()
+
+    def kill_and_start(self, wait_s: float = 60.0) -> None:
+        import signal
+
+        from shmlog.server.broker import Broker
+        self.broker.process.send_signal(signal.SIGKILL)
+        self.broker.process.wait(wait_s)
+        self.broker.stop()
+        self.broker = Broker(self.data_dir, **self.settings).start()
+
+    def stop(self) -> None:
+        self.broker.stop()

@@ -22,11 +22,11 @@ import time
 
 import pytest
 
+from helpers import RestartableBroker
 from shmlog import Admin, Consumer, Producer
 from shmlog.client.consumer import TopicPartition
 from shmlog.common.errors import BrokerNotAvailableError
 from shmlog.protocol.control_client import request
-from shmlog.server.broker import Broker
 
 INPUTS_PER_PARTITION = 2000
 PARTITIONS = 2
@@ -68,26 +68,9 @@ consumer.close()
 """
 
 
-class Brokers:
-    """The broker process of the test's data directory, killed and started again."""
-
-    def __init__(self, data_dir: str):
-        self.data_dir = data_dir
-        self.broker = Broker(data_dir, liveness_check_interval_ms=200).start()
-
-    def kill_and_start(self) -> None:
-        self.broker.process.send_signal(signal.SIGKILL)
-        self.broker.process.wait(WAIT_S)
-        self.broker.stop()
-        self.broker = Broker(self.data_dir, liveness_check_interval_ms=200).start()
-
-    def stop(self) -> None:
-        self.broker.stop()
-
-
 @pytest.fixture
 def brokers(data_dir):
-    made = Brokers(data_dir)
+    made = RestartableBroker(data_dir, liveness_check_interval_ms=200)
     try:
         with Admin(data_dir) as admin:
             admin.create_topic("in", PARTITIONS)

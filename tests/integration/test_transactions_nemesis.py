@@ -31,9 +31,9 @@ import time
 import pytest
 
 from cluster.history import History, TransactionEnd
+from helpers import RestartableBroker
 from shmlog import Admin, Consumer, Producer
 from shmlog.client.consumer import TopicPartition
-from shmlog.server.broker import Broker
 
 PARTITIONS = 3
 PRODUCERS = 3
@@ -76,23 +76,6 @@ for number in range(10**9):
     for value, future in futures:
         say("A", value, future.get(10).offset)
 """
-
-
-class Brokers:
-    """The broker process of the test's data directory, killed and started again."""
-
-    def __init__(self, data_dir: str):
-        self.data_dir = data_dir
-        self.broker = Broker(data_dir, liveness_check_interval_ms=200).start()
-
-    def kill_and_start(self) -> None:
-        self.broker.process.send_signal(signal.SIGKILL)
-        self.broker.process.wait(WAIT_S)
-        self.broker.stop()
-        self.broker = Broker(self.data_dir, liveness_check_interval_ms=200).start()
-
-    def stop(self) -> None:
-        self.broker.stop()
 
 
 class ProducerProcess:
@@ -170,7 +153,7 @@ def _final_logs(data_dir: str, isolation_level: str) -> dict[int, list]:
 
 @pytest.fixture
 def brokers(data_dir):
-    made = Brokers(data_dir)
+    made = RestartableBroker(data_dir, liveness_check_interval_ms=200)
     try:
         with Admin(data_dir) as admin:
             admin.create_topic("tx", PARTITIONS)

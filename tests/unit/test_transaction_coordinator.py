@@ -10,11 +10,9 @@ time past a timeout (no test waits for a clock)."""
 
 from __future__ import annotations
 
-import mmap
-
 import pytest
 
-from helpers import all_records, ask
+from helpers import TransactionalCore
 from shmlog.common.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
@@ -24,64 +22,20 @@ from shmlog.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from shmlog.record.records import encode_batch, now_ms
-from shmlog.ring import Ring
-from shmlog.server.broker import BrokerConfig, BrokerCore
-from shmlog.shm import ring_layout as R
 from shmlog.shm.completion import CompletionCode
 
 TXN = "payments-1"
 
 
-class World:
-    """A broker core with a topic, and a producer's ring."""
+class World(TransactionalCore):
+    """The transactions' in-process world (``helpers.TransactionalCore``), its
+    transactional id this module's."""
 
     def __init__(self, data_dir: str):
-        self.data_dir = data_dir
-        self.core = None
-        self.open()
-        self.core.topics.create_topic("out", 2)
-
-    def open(self) -> None:
-        self.core = BrokerCore(BrokerConfig(data_dir=self.data_dir, offsets_topic_num_partitions=1,
-                                            transaction_state_log_num_partitions=2))
-        self.ring = Ring("test-ring", mmap.mmap(-1, R.DATA_OFFSET + (1 << 20)), owner=True)
-        self.core.host.appender.add_ring(self.ring)
-        self.sequences = {}
-
-    def restart(self) -> None:
-        self.core.close()
-        self.open()
-
-    def ask(self, request_type: str, **fields) -> dict:
-        return ask(self.core, request_type, **fields)
+        super().__init__(data_dir, transaction_state_log_num_partitions=2)
 
     def init(self, transactional_id: str = TXN, timeout_ms: int = 60_000) -> dict:
-        producer = self.ask("init_transactions", transactional_id=transactional_id,
-                            transaction_timeout_ms=timeout_ms)
-        return {"transactional_id": transactional_id, **producer}
-
-    def send(self, producer: dict, partition: int, values: list[bytes]) -> int:
-        """A transactional batch of ``producer`` through the ring: its result."""
-        key = (producer["producer_id"], partition)
-        sequence = self.sequences.get(key, 0)
-        self.sequences[key] = sequence + len(values)
-        entry = self.ring.put(self.core.host.appender.destination("out", partition), encode_batch(
-            values, producer_id=producer["producer_id"],
-            producer_epoch=producer["producer_epoch"], base_sequence=sequence,
-            transactional=True), timeout_ms=0)
-        self.core.host.drain_soon()
-        self.core.host.drain()
-        return self.ring.result(entry)[0]
-
-    def stable(self, partition: int) -> tuple[int, int]:
-        """(high watermark, last stable offset) published for out-``partition``."""
-        row = self.core.host.partition("out", partition).row
-        snapshot = self.core.host.table.snapshot(row)
-        return snapshot.high_watermark, snapshot.last_stable_offset
-
-    def values(self, partition: int) -> list[bytes]:
-        return [record.value for record in all_records(
-            self.core.host.partition("out", partition).log)]
+        return super().init(transactional_id, timeout_ms)
 
 
 @pytest.fixture

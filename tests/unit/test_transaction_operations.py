@@ -18,13 +18,12 @@ batch carries a timestamp from long ago (no test waits for a clock).
 from __future__ import annotations
 
 import json
-import mmap
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import ask
+from helpers import TransactionalCore
 from shmlog import cli
 from shmlog.cli import transactions as transactions_cli
 from shmlog.cli.status import status_lines
@@ -34,10 +33,7 @@ from shmlog.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from shmlog.record.records import encode_batch, now_ms
-from shmlog.ring import Ring
-from shmlog.server.broker import BrokerConfig, BrokerCore
 from shmlog.server.prometheus import StatsCollector
-from shmlog.shm import ring_layout as R
 
 TXN = "payments-1"
 LOST_PRODUCER_ID = 900_000          # an id no transactional id maps to
@@ -45,25 +41,16 @@ MAX_TIMEOUT_MS = 120_000
 HOUR_MS = 3_600_000
 
 
-class World:
-    """A broker core with a topic of two partitions, and a producer's ring."""
+class World(TransactionalCore):
+    """The transactions' in-process world (``helpers.TransactionalCore``) with this
+    module's max timeout."""
 
     def __init__(self, data_dir: str):
-        self.core = BrokerCore(BrokerConfig(data_dir=data_dir, offsets_topic_num_partitions=1,
-                                            transaction_state_log_num_partitions=1,
-                                            transaction_max_timeout_ms=MAX_TIMEOUT_MS))
-        self.core.topics.create_topic("out", 2)
-        self.ring = Ring("test-ring", mmap.mmap(-1, R.DATA_OFFSET + (1 << 20)), owner=True)
-        self.core.host.appender.add_ring(self.ring)
-        self.sequences: dict = {}
-
-    def ask(self, request_type: str, **fields) -> dict:
-        return ask(self.core, request_type, **fields)
+        super().__init__(data_dir, transaction_state_log_num_partitions=1,
+                         transaction_max_timeout_ms=MAX_TIMEOUT_MS)
 
     def init(self, transactional_id: str = TXN, timeout_ms: int = 60_000) -> dict:
-        producer = self.ask("init_transactions", transactional_id=transactional_id,
-                            transaction_timeout_ms=timeout_ms)
-        return {"transactional_id": transactional_id, **producer}
+        return super().init(transactional_id, timeout_ms)
 
     def lost(self, partition: int, producer_id: int = LOST_PRODUCER_ID) -> dict:
         """A producer whose partition admits its transaction, with no coordinator
@@ -74,16 +61,7 @@ class World:
     def send(self, producer: dict, partition: int, values: list[bytes],
              timestamp_ms: int | None = None) -> int:
         """A transactional batch of ``producer`` through the ring: its base offset."""
-        key = (producer["producer_id"], partition)
-        sequence = self.sequences.get(key, 0)
-        self.sequences[key] = sequence + len(values)
-        entry = self.ring.put(self.core.host.appender.destination("out", partition), encode_batch(
-            values, producer_id=producer["producer_id"],
-            producer_epoch=producer["producer_epoch"], base_sequence=sequence,
-            transactional=True, timestamp_ms=timestamp_ms), timeout_ms=0)
-        self.core.host.drain_soon()
-        self.core.host.drain()
-        result = self.ring.result(entry)[0]
+        result = super().send(producer, partition, values, timestamp_ms=timestamp_ms)
         assert result >= 0, result
         return result
 
