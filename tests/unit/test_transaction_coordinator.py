@@ -205,3 +205,23 @@ def test_a_first_batch_adds_its_partition_without_a_request(world):
     assert world.send(producer, 1, [b"stale"]) == -CompletionCode.INVALID_PRODUCER_EPOCH
     world.sequences.clear()
     assert world.send(successor, 1, [b"fresh"]) == 0
+
+
+def test_a_restart_finishes_a_decision_whose_markers_were_not_all_written(world):
+    """The coordinator stored PrepareCommit and wrote one of two markers when it went
+    down (a partition it could not write): started again, it writes the rest from
+    the stored decision, and the transaction commits on both partitions."""
+    producer = world.init()
+    world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0], ["out", 1]])
+    world.send(producer, 0, [b"a"])
+    world.send(producer, 1, [b"b"])
+    world.core.host.appender.set_is_leader(world.core.host.partition("out", 1).row, False)
+    world.ask("end_txn", **producer, committed=True)
+    assert world.stable(0) == (2, 2) and world.stable(1) == (1, 0)
+    state = world.ask("describe_transactions", transactional_ids=[TXN])["transactions"][0]
+    assert state["state"] == "PrepareCommit"
+    world.restart()
+    assert world.stable(1) == (2, 2), "the missing marker written at the start"
+    state = world.ask("describe_transactions", transactional_ids=[TXN])["transactions"][0]
+    assert state["state"] == "CompleteCommit"
+    assert world.values(0) == [b"a"] and world.values(1) == [b"b"]
