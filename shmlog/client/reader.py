@@ -74,6 +74,8 @@ from ..storage.transaction_index_layout import ABORTED_DTYPE, read_aborted, txn_
 
 __all__ = ["PartitionReader", "warm_kernels"]
 
+_NO_ROWS = np.zeros(0, ABORTED_DTYPE)
+
 
 def warm_kernels() -> None:
     """Compile, or load from numba's disk cache, every kernel that reading and
@@ -191,6 +193,7 @@ class PartitionReader:
         # and the (aborted generation, segment generation) they were read at.
         self.aborted = NO_ABORTED
         self._all_aborted = NO_ABORTED
+        self._segment_aborted: dict[int, np.ndarray] = {}    # base offset -> its entries
         self._aborted_read_at = None
         self.table = table
         self.row = row
@@ -379,9 +382,21 @@ class PartitionReader:
         return ReadResult(segment.log[position:stop], int(next_offset), segment.base_offset)
 
     def _read_aborted(self, read_at: tuple[int, int]) -> None:
-        """Read the aborted transactions of every segment mapped (its ``.txnindex``)."""
-        found = [read_aborted(txn_index_path(segment.log_path)) for segment in self._segments]
-        rows = np.concatenate(found) if found else np.zeros(0, ABORTED_DTYPE)
+        """Read the aborted transactions of the segments mapped (their ``.txnindex``):
+        every one when the set of segments changed, else the last alone (the broker
+        indexes an abort in the active segment, the one holding its marker), so a
+        partition of many segments costs one file read per abort, not one per
+        segment."""
+        same_segments = self._aborted_read_at is not None \
+            and self._aborted_read_at[1] == read_at[1]
+        for segment in self._segments[-1:] if same_segments else self._segments:
+            self._segment_aborted[segment.base_offset] = read_aborted(
+                txn_index_path(segment.log_path))
+        found = [self._segment_aborted.get(segment.base_offset, _NO_ROWS)
+                 for segment in self._segments]
+        self._segment_aborted = {segment.base_offset: rows
+                                 for segment, rows in zip(self._segments, found)}
+        rows = np.concatenate(found) if found else _NO_ROWS
         self._all_aborted = np.stack([rows[name].astype(np.int64) for name in
                                       ("producer_id", "first_offset", "last_offset")], axis=1) \
             if rows.size else NO_ABORTED
