@@ -116,7 +116,7 @@ def test_the_dev_shm_formula_is_what_a_broker_and_a_producer_take(integration_br
     snippet = blocks("Size /dev/shm", "python")[0]
     namespace: dict = {}
     exec(compile(snippet, "OPERATIONS.md", "exec"), namespace)
-    assert capsys.readouterr().out.strip() == "402.7 MiB"
+    assert capsys.readouterr().out.strip() == "403.7 MiB"
     dev_shm_bytes = namespace["dev_shm_bytes"]
     data_dir, ring_size = integration_broker, 1 << 20
     partitions_max = BrokerConfig().partitions_max          # the shared broker's
