@@ -99,7 +99,11 @@ from ..broker.scheduler import Scheduler
 from ..broker.service import RequestContext, Service
 from ..broker.topic_service import TopicService
 from ..broker.transaction_operations import TransactionOperations
-from ..broker.transaction_service import TransactionService
+from ..broker.transaction_service import (
+    TRANSACTION_REQUESTS,
+    TransactionService,
+    refuse_in_a_cluster,
+)
 from ..common import access, child_process, limits
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
 
@@ -210,6 +214,7 @@ class BrokerCore:
             from ..cluster.groups import ClusterGroupService  # a member's groups
             self.groups = self.add_service(ClusterGroupService(config, self.host, self.context,
                                                                self.cluster.replication))
+            self._handlers.update(dict.fromkeys(TRANSACTION_REQUESTS, refuse_in_a_cluster))
         self.stats = self.add_service(StatsService(self.host, self.producers,
                                                    self.groups.coordinator, self.cluster,
                                                    self.transaction_operations))
