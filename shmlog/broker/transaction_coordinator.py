@@ -30,7 +30,9 @@ Rules
   transaction waits (``ConcurrentTransactionsError``). A decision once stored is
   never changed.
 * A transaction open longer than its timeout is aborted by :meth:`tick`, its
-  producer fenced (the epoch bumped), as Kafka's coordinator does.
+  producer fenced (the epoch bumped), as Kafka's coordinator does. An id with no
+  transaction under way is forgotten (a tombstone) once idle for ``expiration_ms``
+  (Kafka's ``transactional.id.expiration.ms``, 7 days), so ids do not pile up.
 * For operators (``stats``): the transactions ended since the start, committed and
   aborted (:attr:`commits`, :attr:`aborts`, :attr:`timed_out`: counted once each,
   when the end is decided), and the ids by state (:meth:`state_counts`).
@@ -73,7 +75,8 @@ from ..shm.completion import CompletionCode
 log = logging.getLogger("shmlog.transactions")
 
 __all__ = ["TransactionCoordinator", "TransactionMetadata", "TransactionState",
-           "transaction_record", "parse_transaction_record"]
+           "transaction_record", "parse_transaction_record", "parse_transaction_key",
+           "transaction_key"]
 
 
 class TransactionState(enum.Enum):
@@ -113,17 +116,32 @@ class TransactionMetadata:
                 "partitions": [list(entry) for entry in sorted(self.partitions)]}
 
 
+def transaction_key(transactional_id: str) -> bytes:
+    """A transactional id's key in ``__transaction_state``: canonical JSON (compaction
+    keeps one record per id; a tombstone under it forgets the id)."""
+    return json.dumps(["transaction", transactional_id], separators=(",", ":")).encode()
+
+
 def transaction_record(metadata: TransactionMetadata) -> tuple[bytes, bytes]:
-    """The key and value of a transactional id's state in ``__transaction_state``: the
-    key canonical JSON (compaction keeps one record per id)."""
-    key = json.dumps(["transaction", metadata.transactional_id], separators=(",", ":"))
+    """The key and value of a transactional id's state in ``__transaction_state``."""
+    key = transaction_key(metadata.transactional_id)
     value = json.dumps({"producer_id": metadata.producer_id,
                         "producer_epoch": metadata.producer_epoch,
                         "timeout_ms": metadata.timeout_ms, "state": metadata.state.value,
                         "partitions": sorted(metadata.partitions),
                         "start_ms": metadata.start_ms,
                         "last_update_ms": metadata.last_update_ms}, separators=(",", ":"))
-    return key.encode(), value.encode()
+    return key, value.encode()
+
+
+def parse_transaction_key(key: bytes | None) -> str | None:
+    """The transactional id a ``__transaction_state`` key names, or None."""
+    try:
+        kind, transactional_id = json.loads(key)
+    except (TypeError, ValueError):
+        return None
+    return transactional_id if kind == "transaction" and isinstance(transactional_id, str) \
+        else None
 
 
 def parse_transaction_record(key: bytes | None,
@@ -165,15 +183,27 @@ class TransactionCoordinator:
         The longest timeout a transaction may ask for.
     coordinator_epoch : int
         Written into every marker (a cluster's coordinators move; one broker's is 0).
+    forget : callable
+        ``forget(transactional_id)``: the id's state removed durably (a tombstone), or
+        an exception raised.
+    expiration_ms : int
+        How long an id with no transaction under way is kept after its last change
+        (Kafka's ``transactional.id.expiration.ms``).
     """
 
     def __init__(self, *, allocate_producer_id: Callable[[], int],
                  store: Callable[[TransactionMetadata], None],
                  add_partition: Callable[[str, int, int, int], None],
                  write_marker: Callable[[str, int, EndTransactionMarker], None],
-                 max_timeout_ms: int, coordinator_epoch: int = 0):
+                 max_timeout_ms: int, coordinator_epoch: int = 0,
+                 forget: Callable[[str], None] = lambda transactional_id: None,
+                 expiration_ms: int = limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT):
         self._allocate = allocate_producer_id
         self._store = store
+        self._forget = forget
+        self.expiration_ms = expiration_ms
+        self._deadline: int | None = None      # next_deadline's, until a state changes
+        self._deadline_known = False
         self._add_partition = add_partition
         self._write_marker = write_marker
         self.max_timeout_ms = max_timeout_ms
@@ -193,6 +223,11 @@ class TransactionCoordinator:
         its marker already ends nothing), and an Ongoing transaction's partitions
         admit its producer's batches again."""
         for key, value in records:
+            if value is None:                      # an expired id's tombstone
+                transactional_id = parse_transaction_key(key)
+                if transactional_id in self.transactions:
+                    self._drop(transactional_id)
+                continue
             metadata = parse_transaction_record(key, value)
             if metadata is not None:
                 self._keep(metadata)
@@ -330,18 +365,32 @@ class TransactionCoordinator:
 
     # -- time --------------------------------------------------------------------------
     def next_deadline(self) -> int | None:
-        """When a transaction times out or a marker is retried next (ms), or None."""
-        deadlines = [metadata.start_ms + metadata.timeout_ms
-                     for metadata in self.transactions.values()
-                     if metadata.state is TransactionState.ONGOING]
-        if self._unwritten:
-            deadlines.append(self._retry_at)
-        return min(deadlines, default=None)
+        """When a transaction times out, a marker is retried or an id expires next
+        (ms), or None. Found again only after a change: the broker's loop asks every
+        turn, and a walk of every id each time would grow with them."""
+        if not self._deadline_known:
+            deadlines = [self._deadline_of(metadata) for metadata in self.transactions.values()]
+            if self._unwritten:
+                deadlines.append(self._retry_at)
+            self._deadline = min(deadlines, default=None)
+            self._deadline_known = True
+        return self._deadline
+
+    def _deadline_of(self, metadata: TransactionMetadata) -> int:
+        if metadata.state is TransactionState.ONGOING:
+            return metadata.start_ms + metadata.timeout_ms
+        return metadata.last_update_ms + self.expiration_ms
 
     def tick(self, now: int) -> None:
         """Abort (fencing their producers) the transactions open past their timeout,
-        and write again the markers that failed."""
+        write again the markers that failed, and forget the ids idle past their
+        expiration."""
+        self._deadline_known = False
         for metadata in list(self.transactions.values()):
+            if metadata.state in _ENDED and now >= metadata.last_update_ms + self.expiration_ms \
+                    and metadata.transactional_id not in self._unwritten:
+                self._expire(metadata)
+                continue
             if metadata.state is TransactionState.ONGOING \
                     and now >= metadata.start_ms + metadata.timeout_ms:
                 log.info("transaction %r of producer %d timed out after %d ms: aborted",
@@ -384,6 +433,7 @@ class TransactionCoordinator:
                             "COMMIT" if committed else "ABORT", topic, partition, error,
                             limits.TRANSACTION_MARKER_RETRY_MS)
                 self._retry_at = now + limits.TRANSACTION_MARKER_RETRY_MS
+                self._deadline_known = False
                 continue
             unwritten.discard((topic, partition))
         if unwritten:
@@ -407,7 +457,27 @@ class TransactionCoordinator:
         self._store(metadata)
         self._keep(metadata)
 
+    def _expire(self, metadata: TransactionMetadata) -> None:
+        """Forget an id idle past its expiration (a tombstone stored first): its next
+        init_transactions gets a new producer id (Kafka's expiration)."""
+        try:
+            self._forget(metadata.transactional_id)
+        except ShmlogError as error:              # tried again at the next tick
+            log.warning("transactional id %r not expired yet: %s",
+                        metadata.transactional_id, error)
+            return
+        log.info("transactional id %r expired after %d ms without a transaction",
+                 metadata.transactional_id, self.expiration_ms)
+        self._drop(metadata.transactional_id)
+
+    def _drop(self, transactional_id: str) -> None:
+        metadata = self.transactions.pop(transactional_id)
+        if self._by_producer.get(metadata.producer_id) == transactional_id:
+            del self._by_producer[metadata.producer_id]
+        self._deadline_known = False
+
     def _keep(self, metadata: TransactionMetadata) -> None:
+        self._deadline_known = False
         previous = self.transactions.get(metadata.transactional_id)
         if previous is not None and previous.producer_id != metadata.producer_id:
             self._by_producer.pop(previous.producer_id, None)

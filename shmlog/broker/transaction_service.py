@@ -47,6 +47,7 @@ from .producer_registry import ProducerRegistry
 from .transaction_coordinator import (
     TransactionCoordinator,
     TransactionMetadata,
+    transaction_key,
     transaction_record,
 )
 
@@ -90,7 +91,8 @@ class TransactionService:
         self.coordinator = TransactionCoordinator(
             allocate_producer_id=lambda: producers.producer_ids.allocate(), store=self._store,
             add_partition=self._add_partition, write_marker=self.write_marker,
-            max_timeout_ms=config.transaction_max_timeout_ms)
+            max_timeout_ms=config.transaction_max_timeout_ms, forget=self._forget,
+            expiration_ms=config.transactional_id_expiration_ms)
         self.coordinator.load(
             ((record.key, record.value) for record in host.internal_records(
                 TRANSACTION_STATE_TOPIC) if record.marker is None), now_ms())
@@ -159,6 +161,12 @@ class TransactionService:
         self.host.append(TRANSACTION_STATE_TOPIC,
                          offsets_partition(metadata.transactional_id, partitions),
                          encode_batch([value], keys=[key]))
+
+    def _forget(self, transactional_id: str) -> None:
+        """Append the id's tombstone to its partition of __transaction_state."""
+        partitions = self.host.logs.describe_topic(TRANSACTION_STATE_TOPIC).partitions
+        self.host.append(TRANSACTION_STATE_TOPIC, offsets_partition(transactional_id, partitions),
+                         encode_batch([None], keys=[transaction_key(transactional_id)]))
 
     def _add_partition(self, topic: str, partition: int, producer_id: int,
                        producer_epoch: int) -> None:

@@ -316,6 +316,9 @@ OFFSETS_EXPIRY_RETRY_MS = 60_000
 TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000
 # How soon a transaction marker that could not be written is tried again.
 TRANSACTION_MARKER_RETRY_MS = 1_000
+# How long a transactional id with no transaction under way is kept (Kafka's
+# transactional.id.expiration.ms: 7 days).
+TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT = 7 * 24 * 3600 * 1000
 
 # --- process limits ---------------------------------------------------------------------
 # Mappings kept free below vm.max_map_count for the process's own use (malloc's arenas

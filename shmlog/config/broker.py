@@ -26,6 +26,7 @@ from ..common.limits import (
     KAFKA_REQUEST_SIZE_MAX_DEFAULT,
     METRICS_PORT_MAX,
     PRODUCERS_MAX_DEFAULT,
+    TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
 )
 from ..common.paths import control_address, default_data_dir
 from .cluster import ClusterConfig
@@ -83,6 +84,11 @@ class BrokerConfig:
     transaction_state_log_num_partitions: int = setting(
         50, doc="Partitions of __transaction_state, made when the first transactional "
                 "producer initialises (Kafka's transaction.state.log.num.partitions).")
+    transactional_id_expiration_ms: int = setting(
+        TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
+        doc="How long the transaction coordinator keeps a transactional id with no "
+            "transaction under way after its last use (Kafka's "
+            "transactional.id.expiration.ms).")
     transaction_max_timeout_ms: int = setting(
         900_000, doc="The longest transaction timeout a producer may ask for (Kafka's "
                      "transaction.max.timeout.ms).")

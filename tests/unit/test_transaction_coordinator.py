@@ -225,3 +225,28 @@ def test_a_restart_finishes_a_decision_whose_markers_were_not_all_written(world)
     state = world.ask("describe_transactions", transactional_ids=[TXN])["transactions"][0]
     assert state["state"] == "CompleteCommit"
     assert world.values(0) == [b"a"] and world.values(1) == [b"b"]
+
+
+def test_an_idle_transactional_id_expires(data_dir):
+    """Kafka's transactional.id.expiration.ms: an id with no transaction under way is
+    forgotten once idle that long (a tombstone, so a restart forgets it too); one
+    with a transaction open is not; the next init gets a new producer id."""
+    world = TransactionalCore(data_dir, transactional_id_expiration_ms=60_000)
+    try:
+        idle = world.init("idle")
+        busy = world.init("busy")
+        world.send(busy, 0, [b"open"])
+        deadline = world.core.transactions.next_deadline()
+        world.core.transactions.tick(now_ms() + 59_000)
+        assert {entry["transactional_id"] for entry in
+                world.ask("list_transactions")["transactions"]} == {"idle", "busy"}
+        world.core.transactions.tick(now_ms() + 61_000)
+        assert [entry["transactional_id"] for entry in
+                world.ask("list_transactions")["transactions"]] == ["busy"]
+        assert deadline is not None
+        world.restart()
+        assert [entry["transactional_id"] for entry in
+                world.ask("list_transactions")["transactions"]] == ["busy"]
+        assert world.init("idle")["producer_id"] != idle["producer_id"]
+    finally:
+        world.core.close()
