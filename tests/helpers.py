@@ -197,8 +197,9 @@ class TransactionalCore:
         from shmlog.ring import Ring
         from shmlog.server.broker import BrokerConfig, BrokerCore
         from shmlog.shm import ring_layout as R
-        self.core = BrokerCore(BrokerConfig(data_dir=self.data_dir, offsets_topic_num_partitions=1,
-                                            **self.settings))
+        self.core = BrokerCore(BrokerConfig(data_dir=self.data_dir,
+                                            **{"offsets_topic_num_partitions": 1,
+                                               **self.settings}))
         self.ring = Ring("test-ring", mmap.mmap(-1, R.DATA_OFFSET + (1 << 20)), owner=True)
         self.core.host.appender.add_ring(self.ring)
         self.sequences: dict = {}

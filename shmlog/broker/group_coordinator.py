@@ -154,12 +154,13 @@ class GroupCoordinator:
         self._replies: list[tuple[Any, dict | ShmlogError]] = []
 
     # -- recovery -------------------------------------------------------------------------
-    def load(self, records: Iterable[tuple]) -> None:
-        """Replay ``__consumer_offsets`` records, oldest first (all of them at a
-        start, or one partition's when a cluster member becomes its leader: the
-        groups of other partitions are left as they are):
+    def load(self, records: Iterable[tuple],
+             belongs: Callable[[str], bool] = lambda group_id: True) -> None:
+        """Replay one partition of ``__consumer_offsets``, oldest first (at a start, or
+        when a cluster member becomes its leader: the groups of other partitions are
+        left as they are), ``belongs`` saying which groups it holds:
         ``GroupMetadataManager.load``."""
-        self.offsets.load(records)
+        self.offsets.load(records, belongs)
 
     def unload(self, belongs: Callable[[str], bool], error: ShmlogError) -> list[str]:
         """Forget every group whose id ``belongs`` (a cluster member stopped leading

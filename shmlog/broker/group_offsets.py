@@ -141,17 +141,21 @@ class GroupMetadataManager:
         return group
 
     # -- recovery -------------------------------------------------------------------------
-    def load(self, records: Iterable[tuple]) -> None:
+    def load(self, records: Iterable[tuple],
+             belongs: Callable[[str], bool] = lambda group_id: True) -> None:
         """Replay ``__consumer_offsets`` records, oldest first (all of them at a
         start, or one partition's when a cluster member becomes its leader: the
         groups of other partitions are left as they are). Each record is (key, value,
         producer id of its transactional batch or -1, end-transaction marker or
         None): a transaction's commits wait for its marker, and those of a
-        transaction still open at the end stay pending (``partition_host.InternalRecord``)."""
+        transaction still open at the end stay pending (``partition_host.InternalRecord``).
+        ``records`` are one partition's when a marker is met: ``belongs`` says which
+        groups that partition holds (a marker ends its producer's commits there alone)."""
         loaded = set()
         for key, value, producer_id, marker in records:
             if marker is not None:
-                loaded.update(self.complete_transaction(marker.producer_id, marker.committed))
+                loaded.update(self.complete_transaction(marker.producer_id, marker.committed,
+                                                        belongs))
                 continue
             parsed = parse_offset_record(key, value)
             if parsed is None:
@@ -198,7 +202,13 @@ class GroupMetadataManager:
         for group_id in done:
             entries = groups.pop(group_id)
             if committed:
-                self._apply(group_id, list(entries.items()))
+                # A commit made after the transaction's (a plain one) stands, as Kafka
+                # keeps the later record.
+                current = self.groups.get(group_id)
+                self._apply(group_id, [
+                    (partition, pending) for partition, pending in entries.items()
+                    if current is None or partition not in current.offsets
+                    or current.offsets[partition].timestamp <= pending.timestamp])
         if not groups:
             self.pending.pop(producer_id, None)
         return done if committed else []

@@ -88,7 +88,13 @@ class GroupService:
             coordinator_config(config),
             topics=host.partition_counts, append_offsets=self._append_offsets,
             end_offset=self._log_end_offset)
-        self.coordinator.load(host.internal_records(OFFSETS_TOPIC))
+        if OFFSETS_TOPIC in host.logs.list_topics():
+            count = host.logs.describe_topic(OFFSETS_TOPIC).partitions
+            for partition in range(count):
+                self.coordinator.load(
+                    host.internal_records(OFFSETS_TOPIC, partition),
+                    lambda group_id, partition=partition:
+                    offsets_partition(group_id, count) == partition)
         host.when_topics_change(self.coordinator.topics_changed)
 
     # -- the service -----------------------------------------------------------------

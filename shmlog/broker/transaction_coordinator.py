@@ -66,6 +66,7 @@ from ..common.errors import (
     LocalProtocolError,
     ProducerFencedError,
     ShmlogError,
+    UnknownTopicOrPartitionError,
 )
 from ..protocol.control import require
 from ..record import batch_layout as B
@@ -263,10 +264,12 @@ class TransactionCoordinator:
             return self._identity(metadata)
         self._check_settled(metadata)
         if metadata.state is TransactionState.ONGOING:
-            self._end(self._bumped(metadata), committed=False, now=now)
+            self._end(self._fencing(metadata), committed=False, now=now)
             metadata = self.transactions[transactional_id]
             self._check_settled(metadata)          # a marker not written yet: retry
-            ready = dataclasses.replace(metadata)  # fenced by the abort's epoch already
+            # Fenced by the abort's epoch already, unless that was the last one.
+            ready = dataclasses.replace(metadata) \
+                if metadata.producer_epoch < B.PRODUCER_EPOCH_MAX else self._bumped(metadata)
         else:
             ready = self._bumped(metadata)
         ready.state, ready.partitions, ready.start_ms = TransactionState.EMPTY, set(), -1
@@ -396,7 +399,7 @@ class TransactionCoordinator:
                 log.info("transaction %r of producer %d timed out after %d ms: aborted",
                          metadata.transactional_id, metadata.producer_id, metadata.timeout_ms)
                 try:
-                    self._end(self._bumped(metadata), committed=False, now=now)
+                    self._end(self._fencing(metadata), committed=False, now=now)
                     self.timed_out += 1
                 except ShmlogError as error:       # the store failed: try at the next tick
                     log.warning("transaction %r not aborted yet: %s",
@@ -427,6 +430,9 @@ class TransactionCoordinator:
         for topic, partition in sorted(unwritten):
             try:
                 self._write_marker(topic, partition, marker)
+            except UnknownTopicOrPartitionError:
+                log.info("transaction %r: %s-%d is gone (deleted): no marker to write",
+                         metadata.transactional_id, topic, partition)
             except ShmlogError as error:
                 log.warning("transaction %r: the %s marker for %s-%d is not written (%s); "
                             "tried again in %d ms", metadata.transactional_id,
@@ -483,6 +489,14 @@ class TransactionCoordinator:
             self._by_producer.pop(previous.producer_id, None)
         self.transactions[metadata.transactional_id] = metadata
         self._by_producer[metadata.producer_id] = metadata.transactional_id
+
+    def _fencing(self, metadata: TransactionMetadata) -> TransactionMetadata:
+        """``metadata`` at the epoch its fencing abort is written under: one higher, on
+        the same producer id (the partitions' open transactions are that id's), the
+        last epoch if it cannot grow."""
+        return dataclasses.replace(
+            metadata, producer_epoch=min(metadata.producer_epoch + 1, B.PRODUCER_EPOCH_MAX),
+            partitions=set(metadata.partitions))
 
     def _bumped(self, metadata: TransactionMetadata) -> TransactionMetadata:
         """``metadata`` with its epoch one higher, or a new producer id at epoch 0 once

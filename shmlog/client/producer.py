@@ -505,8 +505,13 @@ class Producer:
         """
         transactions = self._transactional()
         transactions.commit_ready()
+        self._sync_send()                     # no send joins it from here
         try:
-            self.flush(timeout)
+            try:
+                self.flush(timeout)
+            except ShmlogError:
+                transactions.commit_unflushed()
+                raise
             transactions.commit()
         finally:
             self._sync_send()
@@ -522,10 +527,11 @@ class Producer:
         """
         transactions = self._transactional()
         transactions.abort_ready()
+        self._sync_send()                     # no send joins it from here
         try:
             self.flush(timeout)
         except ShmlogError:
-            pass                     # whatever failed is aborted with the rest
+            transactions.abort_unflushed()    # fenced by a new epoch instead
         try:
             transactions.abort()
         finally:

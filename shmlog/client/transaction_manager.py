@@ -51,6 +51,11 @@ class TransactionalState(enum.Enum):
     FATAL_ERROR = "fenced"
 
 
+# The states in which a batch of the transaction may still ship.
+_SHIPPING = (TransactionalState.IN_TRANSACTION, TransactionalState.COMMITTING,
+             TransactionalState.ABORTING, TransactionalState.ABORTABLE_ERROR)
+
+
 class TransactionManager:
     """One transactional producer's transactions (see the module's rules).
 
@@ -77,6 +82,7 @@ class TransactionManager:
         self.partitions: set[tuple[str, int]] = set()   # added to the transaction
         self.groups: set[str] = set()                    # whose offsets it commits
         self.error: ShmlogError | None = None           # why it is abortable or fenced
+        self._abort_failed = False                      # the abort under way takes an epoch
 
     # -- the calls ------------------------------------------------------------------
     def init(self) -> None:
@@ -105,7 +111,9 @@ class TransactionManager:
         """Note a partition the transaction sends a batch to (lock held): the broker
         adds it to the transaction itself when the batch arrives."""
         if (topic, partition) not in self.partitions:
-            self.check_sendable()
+            # A batch gathered in the transaction ships while it commits or aborts too.
+            if self.state not in _SHIPPING:
+                self._refuse("send")
             self.partitions.add((topic, partition))
 
     def send_offsets(self, offsets, group) -> None:
@@ -126,14 +134,22 @@ class TransactionManager:
             self._fence(ProducerFencedError(
                 f"transactional id {self.transactional_id!r}: the broker fenced producer "
                 f"{self.producer_id} at epoch {self.producer_epoch} ({error})"))
-        elif self.state is TransactionalState.IN_TRANSACTION:
+        elif self.state in (TransactionalState.IN_TRANSACTION, TransactionalState.COMMITTING):
             self.error = error
             self.state = TransactionalState.ABORTABLE_ERROR
 
     def commit_ready(self) -> None:
         """Before the commit's flush: only a transaction under way commits (a failed
-        one is told so by :meth:`commit`)."""
+        one is told so by :meth:`commit`); from now no send joins it."""
         self._require(TransactionalState.IN_TRANSACTION, TransactionalState.ABORTABLE_ERROR)
+        if self.state is TransactionalState.IN_TRANSACTION:
+            self.state = TransactionalState.COMMITTING
+
+    def commit_unflushed(self) -> None:
+        """The commit's flush ran out of time: the transaction is under way again (a
+        commit may be tried again), unless a send of it failed meanwhile."""
+        if self.state is TransactionalState.COMMITTING:
+            self.state = TransactionalState.IN_TRANSACTION
 
     def commit(self) -> None:
         """After the flush: end the transaction committed, or raise why it cannot
@@ -142,21 +158,28 @@ class TransactionManager:
             raise TransactionAbortedError(
                 f"transaction of {self.transactional_id!r} cannot commit: a send failed "
                 f"({self.error}); abort_transaction() and begin another") from self.error
-        self._require(TransactionalState.IN_TRANSACTION)
-        self.state = TransactionalState.COMMITTING
+        self._require(TransactionalState.COMMITTING)
         self._end(committed=True)
 
     def abort_ready(self) -> None:
+        """Before the abort's flush: from now no send joins the transaction."""
         self._require(TransactionalState.IN_TRANSACTION, TransactionalState.ABORTABLE_ERROR)
+        self._abort_failed = self.state is TransactionalState.ABORTABLE_ERROR
+        self.state = TransactionalState.ABORTING
+
+    def abort_unflushed(self) -> None:
+        """The abort's flush failed or ran out of time: batches of the transaction may
+        still reach the broker, so the abort takes a new epoch (which fences them)
+        rather than ending the transaction while they could start another."""
+        self._abort_failed = True
 
     def abort(self) -> None:
-        """After the flush: end the transaction aborted. After a failed send, by a new
-        epoch instead (``init_transactions`` again, KIP-360's recovery): the
-        coordinator aborts whatever of the transaction reached the broker, and the
-        partitions' sequences start again."""
-        failed = self.state is TransactionalState.ABORTABLE_ERROR
-        self._require(TransactionalState.IN_TRANSACTION, TransactionalState.ABORTABLE_ERROR)
-        self.state = TransactionalState.ABORTING
+        """After the flush: end the transaction aborted. After a failed send or flush,
+        by a new epoch instead (``init_transactions`` again, KIP-360's recovery): the
+        coordinator aborts whatever of the transaction reached the broker, batches
+        still on their way are fenced, and the partitions' sequences start again."""
+        failed = self._abort_failed
+        self._require(TransactionalState.ABORTING)
         if failed:
             try:
                 self._new_epoch()

@@ -503,7 +503,8 @@ class ClusterGroupService:
 
     def _load(self, partition: int, replica: PartitionReplica, count: int) -> None:
         try:
-            self.coordinator.load(self.host.internal_records(OFFSETS_TOPIC, partition))
+            self.coordinator.load(self.host.internal_records(OFFSETS_TOPIC, partition),
+                                  lambda group_id: offsets_partition(group_id, count) == partition)
         except ShmlogError as error:
             log.error("cannot load %s-%d: %s (its groups wait)", OFFSETS_TOPIC, partition, error)
             return

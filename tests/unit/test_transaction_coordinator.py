@@ -10,6 +10,8 @@ time past a timeout (no test waits for a clock)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from helpers import TransactionalCore
@@ -177,15 +179,20 @@ def test_a_marker_that_cannot_be_written_is_retried(world):
     producer = world.init()
     world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0], ["out", 1]])
     world.send(producer, 0, [b"a"])
+    world.send(producer, 1, [b"b"])
     log = world.core.host.partition("out", 1).log
     world.core.host.appender.set_is_leader(world.core.host.partition("out", 1).row, False)
     world.ask("end_txn", **producer, committed=True)
-    assert world.stable(0) == (2, 2) and log.log_end_offset == 0
+    assert world.stable(0) == (2, 2) and log.log_end_offset == 1
     with pytest.raises(ConcurrentTransactionsError):
         world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
     world.core.host.appender.set_is_leader(world.core.host.partition("out", 1).row, True)
+    # A batch of the same epoch meanwhile joins neither the decided transaction nor a
+    # new one (it would be committed by the marker still to come).
+    assert world.send(producer, 1, [b"next"]) == -CompletionCode.INVALID_TXN_STATE
     world.core.transactions.tick(now_ms() + 60_000)
-    assert log.log_end_offset == 1
+    assert log.log_end_offset == 2 and world.stable(1) == (2, 2)
+    assert world.values(1) == [b"b"], "the refused batch is not in the log"
     world.ask("add_partitions_to_txn", **producer, partitions=[["out", 0]])
 
 
@@ -250,3 +257,43 @@ def test_an_idle_transactional_id_expires(data_dir):
         assert world.init("idle")["producer_id"] != idle["producer_id"]
     finally:
         world.core.close()
+
+
+def test_a_restart_ends_pending_commits_only_in_their_own_offsets_partition(data_dir):
+    """The producer's earlier transaction committed group "b"'s offsets (its marker in
+    b's partition of __consumer_offsets); its open one holds "a"'s (a's partition, no
+    marker yet). Read back partition by partition, b's marker must not commit a's."""
+    from shmlog.groups import offsets_partition
+    names = [f"g{number}" for number in range(20)]
+    group_a = names[0]
+    group_b = next(name for name in names if offsets_partition(name, 2) !=
+                   offsets_partition(group_a, 2))
+    world = TransactionalCore(data_dir, offsets_topic_num_partitions=2,
+                              transaction_state_log_num_partitions=1)
+    try:
+        producer = world.init(TXN)
+        world.core.host.append("out", 1, encode_batch([b"input"] * 5))
+        world.ask("add_offsets_to_txn", **producer, group_id=group_b)
+        world.ask("txn_offset_commit", **producer, group_id=group_b, offsets=[["out", 1, 2, ""]])
+        world.ask("end_txn", **producer, committed=True)
+        world.ask("add_offsets_to_txn", **producer, group_id=group_a)
+        world.ask("txn_offset_commit", **producer, group_id=group_a, offsets=[["out", 1, 4, ""]])
+        world.restart()
+        assert world.ask("fetch_offsets", group_id=group_b)["offsets"] == [["out", 1, 2, ""]]
+        assert world.ask("fetch_offsets", group_id=group_a)["offsets"] == [], \
+            "a's commit waits for its own transaction's marker"
+        world.ask("end_txn", **producer, committed=False)
+        assert world.ask("fetch_offsets", group_id=group_a)["offsets"] == []
+    finally:
+        world.core.close()
+
+
+def test_a_plain_commit_after_a_transactional_one_stands(world):
+    producer = world.init()
+    world.core.host.append("out", 1, encode_batch([b"input"] * 5))
+    world.ask("add_offsets_to_txn", **producer, group_id="g")
+    world.ask("txn_offset_commit", **producer, group_id="g", offsets=[["out", 1, 2, ""]])
+    time.sleep(0.002)                                   # a later commit time
+    world.ask("commit_offsets", group_id="g", offsets=[["out", 1, 4, "plain"]])
+    world.ask("end_txn", **producer, committed=True)
+    assert world.ask("fetch_offsets", group_id="g")["offsets"] == [["out", 1, 4, "plain"]]

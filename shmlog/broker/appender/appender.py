@@ -501,7 +501,9 @@ class Appender:
         UnknownTopicOrPartitionError
             No partition is hosted at ``row``.
         """
-        if not self._partitions.is_leader(self._partitions.hosted(row)):
+        # Decided: nothing joins the transaction here, even if its marker must wait.
+        self._appends.transactions.ending(self._partitions.hosted(row), marker.producer_id)
+        if not self._partitions.is_leader(row):
             return -CompletionCode.NOT_LEADER_OR_FOLLOWER
         return self._appends.write_marker(row, marker)
 

@@ -132,16 +132,19 @@ def publish_offsets(state_rows, journal, row_settings, row, state):
     publish_row(state_rows, journal, row, row_settings[row, ROW_LOG_START_OFFSET],
                 state[NEXT_OFFSET_WORD], high_watermark, state[BASE_OFFSET_WORD],
                 state[POSITION_WORD], row_settings[row, ROW_GENERATION],
-                last_stable_offset(row_settings[row, ROW_FIRST_UNSTABLE_OFFSET], high_watermark),
+                last_stable_offset(row_settings[row, ROW_FIRST_UNSTABLE_OFFSET], high_watermark,
+                                   row_settings[row, ROW_LOG_START_OFFSET]),
                 row_settings[row, ROW_ABORTED_GENERATION])
 
 
 @kernel(inline="always")
-def last_stable_offset(first_unstable_offset, high_watermark):
+def last_stable_offset(first_unstable_offset, high_watermark, log_start_offset):
     """Kafka's LSO: the first offset of the oldest open transaction, never above the
-    high watermark (which it is when no transaction is open, -1)."""
+    high watermark (which it is when no transaction is open, -1) nor below the log
+    start (retention may remove a long-open transaction's first records: Kafka
+    bounds its first unstable offset so)."""
     if 0 <= first_unstable_offset < high_watermark:
-        return first_unstable_offset
+        return max(first_unstable_offset, min(log_start_offset, high_watermark))
     return high_watermark
 
 

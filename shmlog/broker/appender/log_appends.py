@@ -220,15 +220,25 @@ class LogAppends:
         partition it added, written to or not), and fences the producer's older
         epochs in the partition (Kafka's ``appendEndTxnMarker``)."""
         partition_log = self.rows.partition_log(row)
+        # Decided: no batch of the producer joins the transaction any more, whether
+        # or not this marker goes in now (the coordinator retries one that failed).
+        self.transactions.ending(row, marker.producer_id)
         result = self._append(row, partition_log, encode_marker(marker))
         if isinstance(result, int):
             return result
         marker_offset = result.base_offset
         self.producer_states.fence(row, marker.producer_id, marker.producer_epoch)
-        first_offset = self.transactions.end(self.rows.settings, row, marker.producer_id)
+        first_offset = self.transactions.first_offset(row, marker.producer_id)
         if not marker.committed and first_offset >= 0:
-            self._index_aborted(row, partition_log, marker.producer_id, first_offset,
-                                marker_offset)
+            # Indexed before the transaction ends: a failed index write leaves it
+            # open (the last stable offset below it), and the retried marker ends it.
+            try:
+                self._index_aborted(row, partition_log, marker.producer_id, first_offset,
+                                    marker_offset)
+            except StorageError as error:
+                self.refusals.refused(partition_log.directory, error)
+                return -CompletionCode.STORAGE_ERROR
+        self.transactions.end(self.rows.settings, row, marker.producer_id)
         self.rows.refresh(row)
         self._appended_rows[row] = None
         return marker_offset

@@ -239,7 +239,8 @@ class PartitionRows:
                            partition_log.active.base_offset, partition_log.active.size,
                            partition_log.generation,
                            int(last_stable_offset(settings[ROW_FIRST_UNSTABLE_OFFSET],
-                                                  high_watermark)),
+                                                  high_watermark,
+                                                  partition_log.log_start_offset)),
                            int(settings[ROW_ABORTED_GENERATION]))
 
     def _high_watermark_for(self, row: int, log_start_offset: int, log_end_offset: int) -> int:
@@ -265,7 +266,8 @@ class PartitionRows:
         below its oldest open transaction, never above the high watermark)."""
         settings = self.settings[self.hosted(row)]
         return int(last_stable_offset(settings[ROW_FIRST_UNSTABLE_OFFSET],
-                                      settings[ROW_HIGH_WATERMARK]))
+                                      settings[ROW_HIGH_WATERMARK],
+                                      settings[ROW_LOG_START_OFFSET]))
 
     def set_high_watermark_policy(self, row: int, policy: HighWatermarkPolicy,
                                   high_watermark: int | None = None) -> None:

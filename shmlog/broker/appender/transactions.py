@@ -27,8 +27,10 @@ Rules
   watermark (``drain.last_stable_offset``).
 * A marker ends its producer's transaction in the partition
   (:meth:`TransactionTable.end`): the entry goes, the first unstable offset is found
-  again. The caller writes an aborted transaction into the partition's ``.txnindex``
-  before it publishes the row.
+  again. Before the marker is appended the entry is marked ending (its epoch
+  ``ENDING``), so no batch joins a decided transaction even while a failed marker
+  waits for its retry; an aborted transaction is written into the partition's
+  ``.txnindex`` before the entry goes, and the row published after.
 * The table follows every append that does not come through the producer's checks: a
   follower's (the leader's batches and markers, :meth:`TransactionTable.observe`) and
   the log's own walk when a partition is opened or truncated.
@@ -68,6 +70,7 @@ TXN_BEGINS = 2                 # it opens its transaction in the partition (Pyth
 TXN_VERIFY = 3                 # no entry for its epoch: Python asks the coordinator
 
 NOT_STARTED = -1               # an entry's first offset before the transaction's first batch
+ENDING = -1                    # an entry's epoch once its end is decided: no batch matches it
 NO_ENTRY = (np.int64(-1), np.int64(NOT_STARTED - 1))   # what a lookup finds for no entry
 _EPOCH = 0
 _FIRST_OFFSET = 1
@@ -171,6 +174,23 @@ def _expect(transactions, row, producer_id, producer_epoch):
 
 
 @kernel
+def _ending(transactions, row, producer_id):
+    """The coordinator decided the producer's transaction: no batch joins it in the
+    partition at ``row`` any more (its epoch becomes ENDING), and an expectation with
+    nothing written goes."""
+    entry = get_or(transactions, (row, producer_id), NO_ENTRY)
+    if entry[_FIRST_OFFSET] >= 0:
+        transactions[(row, producer_id)] = (np.int64(ENDING), entry[_FIRST_OFFSET])
+    elif entry[_FIRST_OFFSET] == NOT_STARTED:
+        del transactions[(row, producer_id)]
+
+
+@kernel
+def _first_offset(transactions, row, producer_id):
+    return get_or(transactions, (row, producer_id), NO_ENTRY)[_FIRST_OFFSET]
+
+
+@kernel
 def _forget(transactions, row_settings, row):
     stale = [key for key in transactions.keys() if key[0] == row]
     for key in stale:
@@ -245,6 +265,16 @@ class TransactionTable:
         """Open the producer's transaction in the partition at ``row`` from
         ``first_offset`` (before the append that writes it there is published)."""
         _begin(self.table, settings, row, producer_id, producer_epoch, first_offset)
+
+    def ending(self, row: int, producer_id: int) -> None:
+        """The producer's transaction is decided (its marker is being written): no
+        batch joins it in the partition at ``row`` any more."""
+        _ending(self.table, row, producer_id)
+
+    def first_offset(self, row: int, producer_id: int) -> int:
+        """Where the producer's open transaction begins in the partition at ``row``
+        (negative: none open)."""
+        return int(_first_offset(self.table, row, producer_id))
 
     def end(self, settings: np.ndarray, row: int, producer_id: int) -> int:
         """End the producer's transaction in the partition at ``row``: its first offset,
