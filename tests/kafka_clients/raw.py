@@ -46,3 +46,16 @@ class RawConnection:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def ask_once(address: str, request, response_class, timeout_s: float = 30.0):
+    """One request (kafka-python's new-style class, its version chosen) on a
+    connection of its own: its response, decoded by ``response_class``."""
+    request.with_header(correlation_id=9, client_id="raw")
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(request.encode(header=True, framed=True))
+        size = struct.unpack(">i", receive_exactly(sock, 4))[0]
+        payload = receive_exactly(sock, size)
+    flexible = response_class.flexible_version_q(request.API_VERSION)
+    return response_class.decode(payload[4 + flexible:], version=request.API_VERSION)

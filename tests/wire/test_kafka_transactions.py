@@ -14,8 +14,6 @@ test; every wait bounded; every client closed.
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 
 import pytest
@@ -26,6 +24,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaPythonPartition
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
+from kafka_clients.raw import ask_once
 from shmlog import Admin
 
 WAIT_S = 20.0
@@ -247,15 +246,7 @@ def test_kafka_python_commits_and_aborts_transactions(kafka_broker):
 
 
 def _ask(address: str, request, response_class):
-    """One request on a raw socket, encoded and decoded by kafka-python's classes."""
-    request.with_header(correlation_id=9, client_id="raw")
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
-        sock.sendall(request.encode(header=True, framed=True))
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        payload = sock.recv(size, socket.MSG_WAITALL)
-    flexible = response_class.flexible_version_q(request.API_VERSION)
-    return response_class.decode(payload[4 + flexible:], version=request.API_VERSION)
+    return ask_once(address, request, response_class, WAIT_S)
 
 
 @pytest.mark.parametrize("version, fenced", [(3, 47), (4, 90)])

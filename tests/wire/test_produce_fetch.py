@@ -10,8 +10,6 @@ Method: the module's broker (``kafka_broker``), a topic per test; every wait bou
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 import time
 
@@ -28,6 +26,7 @@ from kafka.protocol.producer import (
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from kafka_clients.raw import ask_once
 from shmlog import Admin, Consumer, Producer
 from shmlog.client.consumer import TopicPartition as ShmlogPartition
 from shmlog.native.crc32c import crc32c
@@ -180,15 +179,7 @@ def test_an_out_of_range_offset_resets_as_the_client_asks(kafka_broker):
 
 
 def _ask(address: str, request, response_class):
-    """One request on a raw socket, encoded and decoded by kafka-python's classes."""
-    request.with_header(correlation_id=9, client_id="raw")
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
-        sock.sendall(request.encode(header=True, framed=True))
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        payload = sock.recv(size, socket.MSG_WAITALL)
-    flexible = response_class.flexible_version_q(request.API_VERSION)
-    return response_class.decode(payload[4 + flexible:], version=request.API_VERSION)
+    return ask_once(address, request, response_class, WAIT_S)
 
 
 def _produce_raw(address: str, batch: bytes, partition: int = 0, topic: str = "raw"):
