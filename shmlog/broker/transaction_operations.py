@@ -249,8 +249,11 @@ class TransactionOperations(ImmediateService):
         holders = self._holders()
         found: list[OpenTransaction] = []
         seen: set = set()
-        for index in np.flatnonzero(words[:, 0] < words[:, 1]).tolist():
-            found += self._open_at(hosted[index], holders, seen)
+        unstable = np.flatnonzero(words[:, 0] < words[:, 1]).tolist()
+        by_row = self.host.appender.open_transactions_by_row() if unstable else {}
+        for index in unstable:
+            found += self._open_at(hosted[index], holders, seen,
+                                   by_row.get(hosted[index].row, []))
         self._starts = {key: value for key, value in self._starts.items() if key in seen}
         return found
 
@@ -262,16 +265,20 @@ class TransactionOperations(ImmediateService):
         UnknownTopicOrPartitionError
         """
         hosted = self.host.partition(topic, partition)
-        return self._open_at(hosted, self._holders(), set())
+        return self._open_at(hosted, self._holders(), set(),
+                             self.host.appender.open_transactions(hosted.row))
 
     def _holders(self) -> dict[int, TransactionMetadata]:
         """The coordinator's state of each producer id it maps a transactional id to."""
         return {metadata.producer_id: metadata
                 for metadata in self.coordinator.transactions.values()}
 
-    def _open_at(self, hosted, holders: dict, seen: set) -> list[OpenTransaction]:
+    def _open_at(self, hosted, holders: dict, seen: set,
+                 entries: list[tuple[int, int, int]]) -> list[OpenTransaction]:
+        """The open ones of a partition's transaction entries (producer id, epoch,
+        first offset: ``Appender.open_transactions``)."""
         found = []
-        for producer_id, epoch, first_offset in self.host.appender.open_transactions(hosted.row):
+        for producer_id, epoch, first_offset in entries:
             if first_offset < 0:
                 continue
             key = (hosted.log.topic_id, hosted.partition, producer_id, first_offset)

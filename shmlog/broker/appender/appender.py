@@ -512,6 +512,11 @@ class Appender:
         :meth:`PartitionRows.last_stable_offset`."""
         return self._partitions.last_stable_offset(row)
 
+    def open_transactions_by_row(self) -> dict[int, list[tuple[int, int, int]]]:
+        """:meth:`open_transactions` of every hosted partition with one, by row, in one
+        walk (what a look at every partition asks)."""
+        return self._appends.transactions.open_transactions_by_row()
+
     def open_transactions(self, row: int) -> list[tuple[int, int, int]]:
         """(producer id, epoch, first offset) of each transaction open (or expected:
         first offset -1) in the partition at ``row``."""

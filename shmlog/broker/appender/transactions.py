@@ -291,6 +291,13 @@ class TransactionTable:
         """Forget every transaction of the partition at ``row``."""
         _forget(self.table, settings, row)
 
+    def open_transactions_by_row(self) -> dict[int, list[tuple[int, int, int]]]:
+        """:meth:`open_transactions` of every row, in one walk of the table."""
+        by_row: dict[int, list[tuple[int, int, int]]] = {}
+        for (row, producer_id), (epoch, first_offset) in _items(self.table):
+            by_row.setdefault(row, []).append((producer_id, epoch, first_offset))
+        return {row: sorted(entries) for row, entries in by_row.items()}
+
     def open_transactions(self, row: int) -> list[tuple[int, int, int]]:
         """(producer id, epoch, first offset) of every transaction open in the
         partition at ``row`` (those added with no batch yet too: first offset
