@@ -190,6 +190,11 @@ class TransactionCoordinator:
     expiration_ms : int
         How long an id with no transaction under way is kept after its last change
         (Kafka's ``transactional.id.expiration.ms``).
+    send_markers : callable, optional
+        ``send_markers(transactional_id, marker, [(topic, partition), ...])``: the
+        markers are sent (a cluster's partitions have leaders elsewhere), and their
+        outcome comes back later through :meth:`markers_written`. Given, it is used
+        instead of ``write_marker``.
     """
 
     def __init__(self, *, allocate_producer_id: Callable[[], int],
@@ -198,8 +203,11 @@ class TransactionCoordinator:
                  write_marker: Callable[[str, int, EndTransactionMarker], None],
                  max_timeout_ms: int, coordinator_epoch: int = 0,
                  forget: Callable[[str], None] = lambda transactional_id: None,
-                 expiration_ms: int = limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT):
+                 expiration_ms: int = limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
+                 send_markers: Callable[[str, EndTransactionMarker, list], None] | None = None):
         self._allocate = allocate_producer_id
+        self._send_markers = send_markers
+        self._sending: set[str] = set()          # ids whose markers are out (send_markers)
         self._store = store
         self._forget = forget
         self.expiration_ms = expiration_ms
@@ -219,20 +227,24 @@ class TransactionCoordinator:
 
     # -- loading ---------------------------------------------------------------------
     def load(self, records: Iterable[tuple[bytes | None, bytes | None]], now: int) -> None:
-        """Replay ``__transaction_state``, oldest first; then finish what the states
-        say: a stored decision's markers are written (again: a partition that has
-        its marker already ends nothing), and an Ongoing transaction's partitions
-        admit its producer's batches again."""
+        """Replay ``__transaction_state`` (or, in a cluster, one partition of it),
+        oldest first; then finish what the states loaded say: a stored decision's
+        markers are written (again: a partition that has its marker already ends
+        nothing), and an Ongoing transaction's partitions admit its producer's
+        batches again."""
+        loaded = set()
         for key, value in records:
             if value is None:                      # an expired id's tombstone
                 transactional_id = parse_transaction_key(key)
                 if transactional_id in self.transactions:
                     self._drop(transactional_id)
+                loaded.discard(transactional_id)
                 continue
             metadata = parse_transaction_record(key, value)
             if metadata is not None:
                 self._keep(metadata)
-        for metadata in list(self.transactions.values()):
+                loaded.add(metadata.transactional_id)
+        for metadata in [self.transactions[name] for name in sorted(loaded)]:
             if metadata.state in _PREPARING:
                 self._unwritten[metadata.transactional_id] = set(metadata.partitions)
                 self._write_markers(metadata, now)
@@ -244,6 +256,17 @@ class TransactionCoordinator:
                     except ShmlogError as error:
                         log.warning("transaction %r: %s-%d not added again: %s",
                                     metadata.transactional_id, topic, partition, error)
+
+    def unload(self, belongs: Callable[[str], bool]) -> list[str]:
+        """Forget the transactional ids ``belongs`` says (a cluster's coordinator no
+        longer leads their partition of ``__transaction_state``; the new one loads
+        them); returns them. Markers still out for them are no longer awaited."""
+        gone = [name for name in self.transactions if belongs(name)]
+        for name in gone:
+            self._drop(name)
+            self._unwritten.pop(name, None)
+            self._sending.discard(name)
+        return gone
 
     # -- requests --------------------------------------------------------------------
     def init_transactions(self, transactional_id, transaction_timeout_ms, *, now) -> dict:
@@ -287,10 +310,12 @@ class TransactionCoordinator:
         self._check_settled(metadata)
         new = wanted - metadata.partitions if metadata.state is TransactionState.ONGOING \
             else wanted
+        # Every partition asked, added before or not: a retry after a failed add (a
+        # cluster's leader did not answer) tells them again.
+        for topic, partition in sorted(wanted):
+            self._add_partition(topic, partition, metadata.producer_id, metadata.producer_epoch)
         if not new and metadata.state is TransactionState.ONGOING:
             return {}
-        for topic, partition in sorted(new):
-            self._add_partition(topic, partition, metadata.producer_id, metadata.producer_epoch)
         changed = dataclasses.replace(metadata, partitions=set(metadata.partitions))
         if changed.state is not TransactionState.ONGOING:
             changed.state, changed.partitions, changed.start_ms = \
@@ -406,7 +431,8 @@ class TransactionCoordinator:
                                 metadata.transactional_id, error)
         if self._unwritten and now >= self._retry_at:
             for transactional_id in list(self._unwritten):
-                self._write_markers(self.transactions[transactional_id], now)
+                if transactional_id not in self._sending:
+                    self._write_markers(self.transactions[transactional_id], now)
 
     # -- the state changes -------------------------------------------------------------
     def _end(self, metadata: TransactionMetadata, *, committed: bool, now: int) -> None:
@@ -427,21 +453,54 @@ class TransactionCoordinator:
         marker = EndTransactionMarker(metadata.producer_id, metadata.producer_epoch, committed,
                                       self.coordinator_epoch)
         unwritten = self._unwritten[metadata.transactional_id]
+        if self._send_markers is not None:
+            self._sending.add(metadata.transactional_id)
+            self._send_markers(metadata.transactional_id, marker, sorted(unwritten))
+            return
+        failed = {}
         for topic, partition in sorted(unwritten):
             try:
                 self._write_marker(topic, partition, marker)
-            except UnknownTopicOrPartitionError:
+            except ShmlogError as error:
+                failed[(topic, partition)] = error
+        self._written(metadata, unwritten - failed.keys(), failed, now)
+
+    def markers_written(self, transactional_id: str, written: Iterable[tuple[str, int]],
+                        failed: dict, now: int) -> None:
+        """The outcome of the markers ``send_markers`` sent for the id: the partitions
+        that have theirs, and {partition: error} for those that do not (written
+        again after ``limits.TRANSACTION_MARKER_RETRY_MS``). Ignored for an id no
+        longer coordinated here."""
+        self._sending.discard(transactional_id)
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None or metadata.state not in _PREPARING \
+                or transactional_id not in self._unwritten:
+            return
+        self._written(metadata, set(written), failed, now)
+
+    def markers_pending(self, transactional_id: str) -> bool:
+        """Whether the id's markers are out, their outcome not known yet."""
+        return transactional_id in self._sending
+
+    def _written(self, metadata: TransactionMetadata, written: set, failed: dict,
+                 now: int) -> None:
+        """Take the outcome of one attempt at the transaction's markers; once every
+        partition has its marker, store the completion."""
+        committed = metadata.state is TransactionState.PREPARE_COMMIT
+        unwritten = self._unwritten[metadata.transactional_id]
+        unwritten -= written
+        for (topic, partition), error in sorted(failed.items()):
+            if isinstance(error, UnknownTopicOrPartitionError):
                 log.info("transaction %r: %s-%d is gone (deleted): no marker to write",
                          metadata.transactional_id, topic, partition)
-            except ShmlogError as error:
-                log.warning("transaction %r: the %s marker for %s-%d is not written (%s); "
-                            "tried again in %d ms", metadata.transactional_id,
-                            "COMMIT" if committed else "ABORT", topic, partition, error,
-                            limits.TRANSACTION_MARKER_RETRY_MS)
-                self._retry_at = now + limits.TRANSACTION_MARKER_RETRY_MS
-                self._deadline_known = False
+                unwritten.discard((topic, partition))
                 continue
-            unwritten.discard((topic, partition))
+            log.warning("transaction %r: the %s marker for %s-%d is not written (%s); "
+                        "tried again in %d ms", metadata.transactional_id,
+                        "COMMIT" if committed else "ABORT", topic, partition, error,
+                        limits.TRANSACTION_MARKER_RETRY_MS)
+            self._retry_at = now + limits.TRANSACTION_MARKER_RETRY_MS
+            self._deadline_known = False
         if unwritten:
             return
         del self._unwritten[metadata.transactional_id]
@@ -541,4 +600,8 @@ class TransactionCoordinator:
 def _transactional_id(value) -> str:
     if not isinstance(value, str) or not value:
         raise LocalProtocolError(f"a transactional id is a non-empty string, got {value!r}")
+    if len(value) > limits.TRANSACTIONAL_ID_LENGTH_MAX:
+        raise LocalProtocolError(f"a transactional id is at most "
+                                 f"{limits.TRANSACTIONAL_ID_LENGTH_MAX} characters, got "
+                                 f"{len(value)}")
     return value

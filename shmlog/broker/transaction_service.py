@@ -33,7 +33,6 @@ from ..common.errors import (
     ConcurrentTransactionsError,
     InvalidTxnStateError,
     ShmlogError,
-    UnsupportedRequestError,
 )
 from ..common.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from ..config.broker import BrokerConfig
@@ -51,8 +50,7 @@ from .transaction_coordinator import (
     transaction_record,
 )
 
-__all__ = ["TransactionService", "TRANSACTION_STATE_TOPIC_CONFIG", "TRANSACTION_REQUESTS",
-           "refuse_in_a_cluster"]
+__all__ = ["TransactionService", "TRANSACTION_STATE_TOPIC_CONFIG", "TRANSACTION_REQUESTS"]
 
 # What Kafka gives its transaction log: compacted, 100 MiB segments.
 TRANSACTION_STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 << 20}
@@ -60,7 +58,7 @@ TRANSACTION_STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 
 # The coordinator's request methods, each served under its own name.
 _COORDINATOR_REQUESTS = ("init_transactions", "add_partitions_to_txn", "end_txn",
                          "describe_transactions", "list_transactions")
-# Every request type this service answers (a cluster member refuses them all).
+# Every request type this service answers (a cluster member's too: cluster.transactions).
 TRANSACTION_REQUESTS = _COORDINATOR_REQUESTS + ("add_offsets_to_txn", "txn_offset_commit")
 
 
@@ -183,10 +181,3 @@ class TransactionService:
             self.groups.transaction_ended(partition, marker.producer_id, marker.committed)
         return offset
 
-
-def refuse_in_a_cluster(**fields) -> dict:
-    """A cluster member's answer to every transaction request: not served there yet."""
-    raise UnsupportedRequestError(
-        "transactions are served by a single broker only: this broker is a cluster member, "
-        "where the transaction coordinator does not run yet; use a single broker for "
-        "transactional producers and read_committed consumers")

@@ -19,6 +19,9 @@ Rules
   batch makes the transaction abortable; the abort then asks for a new epoch
   (``init_transactions`` again), so the partitions whose sequences the refusal
   broke start again from 0.
+* A coordinator's retriable errors (moving, loading, ending the previous
+  transaction, a reply not come: ``_RETRIABLE``) are asked again after
+  ``limits.COORDINATOR_RETRY_BACKOFF_MS``, until the transaction's timeout.
 * Every method but :meth:`ensure_added` and :meth:`failed` runs outside the
   producer's lock (they wait for the broker); those two run under it.
 """
@@ -26,12 +29,18 @@ Rules
 from __future__ import annotations
 
 import enum
+import time
 from typing import Callable
 
+from ..common import limits
 from ..common.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorError,
     IllegalStateError,
     InvalidProducerEpochError,
     ProducerFencedError,
+    ProducerIdsUnavailableError,
+    RequestTimedOutError,
     ShmlogError,
     TransactionAbortedError,
 )
@@ -39,6 +48,12 @@ from ..common.structs import TopicPartition
 from ..protocol.control_client import request
 
 __all__ = ["TransactionManager", "TransactionalState"]
+
+# What the coordinator may answer that asking again can cure (Kafka's retriable
+# coordinator errors): it is moving, loading or ending the previous transaction, its
+# reply did not come, or no producer id could be drawn yet.
+_RETRIABLE = (CoordinatorError, ConcurrentTransactionsError, RequestTimedOutError,
+              ProducerIdsUnavailableError)
 
 
 class TransactionalState(enum.Enum):
@@ -216,15 +231,23 @@ class TransactionManager:
         self._adopt(self.producer_id, self.producer_epoch)
 
     def _ask(self, request_type: str, *, identified: bool = True, **fields) -> dict:
-        """A request to the coordinator for this transactional id; fencing is fatal."""
+        """A request to the coordinator for this transactional id, asked again after a
+        retriable error until the transaction's timeout has passed (the last error
+        is then raised); fencing is fatal."""
         if identified:
             fields.update(producer_id=self.producer_id, producer_epoch=self.producer_epoch)
-        try:
-            return request(self.data_dir, request_type, transactional_id=self.transactional_id,
-                           **fields)
-        except ProducerFencedError as error:
-            self._fence(error)
-            raise
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        while True:
+            try:
+                return request(self.data_dir, request_type,
+                               transactional_id=self.transactional_id, **fields)
+            except ProducerFencedError as error:
+                self._fence(error)
+                raise
+            except _RETRIABLE:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(limits.COORDINATOR_RETRY_BACKOFF_MS / 1000)
 
     def _fence(self, error: ProducerFencedError) -> None:
         self.error = error

@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from typing import Any
 
 from ..broker.group_coordinator import GroupCoordinator
@@ -85,6 +84,7 @@ from ..broker.partition_host import PartitionHost
 from ..broker.service import RequestContext
 from ..common import limits
 from ..common.errors import (
+    ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     LocalProtocolError,
@@ -92,19 +92,25 @@ from ..common.errors import (
     RecordTooLargeError,
     RequestTimedOutError,
     ShmlogError,
-    TopicExistsError,
 )
 from ..config.broker import BrokerConfig
 from ..groups import OFFSETS_TOPIC, offsets_partition
-from ..protocol.control import decode_reply, encode_request, encode_result, handle_frame
+from ..protocol.control import (
+    decode_reply,
+    encode_request,
+    encode_result,
+    handle_frame,
+    require,
+)
 from ..record.records import encode_batch, now_ms
+from ..shm.completion import CompletionCode, completion_error
 from ..zmq_replication import ReceivedRequest, ReceivedResponse, RequestFailed
-from .metadata import assign_replicas
+from .internal_topic import InternalTopic
 from .replication.forwarding import wire_error
 from .replication.messages import Error, ErrorCode, GroupRequest, GroupResponse
 from .replication.partition import PartitionReplica, Role
 from .replication.replica_service import ReplicaService
-from .zk.paths import NO_LEADER, TopicAssignment, new_topic_id
+from .zk.paths import NO_LEADER
 
 log = logging.getLogger("shmlog.broker")
 
@@ -199,7 +205,9 @@ class ClusterGroupService:
         self._commits: list[_PendingCommit] = []
         self._replies: list[tuple[Any, dict | ShmlogError]] = []
         self._appended: tuple[PartitionReplica, int, int] | None = None
-        self._creating = threading.Event()      # the offsets topic's ZooKeeper write
+        self.offsets_topic = InternalTopic(
+            replication, OFFSETS_TOPIC, config.offsets_topic_num_partitions,
+            config.cluster.offsets_topic_replication_factor, OFFSETS_TOPIC_CONFIG)
         self._next_check = 0
         host.when_topics_change(self.coordinator.topics_changed)
         replication.set_group_handler(self)
@@ -208,9 +216,18 @@ class ClusterGroupService:
     def handlers(self) -> dict:
         return {name: self._handler(name, remote=None) for name in GROUP_REQUESTS}
 
+    def txn_offset_commit_handler(self):
+        """The handler of a client's commit inside a transaction (the transaction
+        service serves it under its name)."""
+        return self._handler("txn_offset_commit", remote=None)
+
+    def _method(self, name: str):
+        return self.txn_offset_commit if name == "txn_offset_commit" \
+            else getattr(self.coordinator, name)
+
     def _handler(self, name: str, remote: RemoteTicket | None):
         """A group request as a handler: served here, forwarded, or refused."""
-        method = getattr(self.coordinator, name)
+        method = self._method(name)
 
         def handler(**fields):
             ticket = remote if remote is not None else self.context.ticket
@@ -270,8 +287,8 @@ class ClusterGroupService:
     def _call(self, name: str, fields: dict, ticket, now: int) -> dict | None:
         """Run the coordinator's request; a commit that appended waits for its HW."""
         self._appended = None
-        result = getattr(self.coordinator, name)(**fields, ticket=ticket, now=now)
-        if name == "commit_offsets" and self._appended is not None:
+        result = self._method(name)(**fields, ticket=ticket, now=now)
+        if name in ("commit_offsets", "txn_offset_commit") and self._appended is not None:
             replica, leader_epoch, last_offset = self._appended
             self._commits.append(_PendingCommit(ticket, replica, leader_epoch, last_offset,
                                                 now + self.cluster.offsets_commit_timeout_ms))
@@ -281,18 +298,14 @@ class ClusterGroupService:
     def ensure_offsets_topic(self) -> bool:
         """Whether ``__consumer_offsets`` exists in this broker's view; if not, have it
         made (as a group request does, and Kafka's first FindCoordinator)."""
-        if OFFSETS_TOPIC in self.replication.view.topics:
-            return True
-        self._create_offsets_topic()
-        return False
+        return self.offsets_topic.partition_count() is not None
 
     def _partition_of(self, group_id: str) -> int:
         """The group's offsets partition; creates the offsets topic if there is none."""
-        assignment = self.replication.view.topics.get(OFFSETS_TOPIC)
-        if assignment is None:
-            self._create_offsets_topic()
+        count = self.offsets_topic.partition_count()
+        if count is None:
             raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
-        return offsets_partition(group_id, len(assignment.partitions))
+        return offsets_partition(group_id, count)
 
     def _reply(self, ticket, result: dict | ShmlogError) -> None:
         if isinstance(ticket, RemoteTicket):
@@ -411,14 +424,50 @@ class ClusterGroupService:
         """Serve a GROUP request from a peer: answered now, or later (a join, a
         commit) through its :class:`RemoteTicket`."""
         ticket = RemoteTicket(request)
-        handlers = {name: self._handler(name, remote=ticket) for name in GROUP_REQUESTS}
+        handlers = {name: self._handler(name, remote=ticket)
+                    for name in GROUP_REQUESTS + ("txn_offset_commit",)}
         reply = handle_frame(request.message.body.request.encode(), handlers)
         if reply is not None:
             self._answer_remote(ticket, reply)
 
-    def _append_offsets(self, group_id: str, records: list) -> None:
-        """Append commit records to the group's offsets partition as its leader; the
-        caller waits for the high watermark (``_call``)."""
+    def offsets_partition(self, group_id: str) -> int:
+        """The group's partition of ``__consumer_offsets`` (the topic made on first
+        use: ``CoordinatorNotAvailableError`` until it is)."""
+        return self._partition_of(group_id)
+
+    def txn_offset_commit(self, transactional_id, group_id, producer_id, producer_epoch,
+                          offsets, member_id="", generation=-1, group_instance_id=None, *,
+                          ticket, now) -> dict:
+        """Kafka's TxnOffsetCommit: ``offsets`` committed for the group when the
+        producer's transaction commits, appended as its transactional batch (the
+        offsets partition takes it once AddOffsetsToTxn added it there)."""
+        producer_id = require(producer_id, int, "producer_id")
+        producer_epoch = require(producer_epoch, int, "producer_epoch")
+        if isinstance(transactional_id, str) and transactional_id:
+            # For a verification, should the partition's leader have changed since.
+            self.replication.forwarding.transactional_ids.learn(producer_id, transactional_id)
+        return self.coordinator.txn_offset_commit(
+            group_id, offsets, producer_id, member_id, generation, group_instance_id,
+            append_offsets=lambda group, records: self._append_offsets(
+                group, records, producer_id, producer_epoch),
+            now=now)
+
+    def transaction_ended(self, partition: int, producer_id: int, committed: bool) -> None:
+        """A marker of the producer's transaction went into ``partition`` of
+        __consumer_offsets, which this broker leads: its groups' pending commits
+        are kept or dropped (a partition not loaded yet reads the marker back)."""
+        count = self.offsets_topic.partition_count()
+        if count is None:
+            return
+        self.coordinator.offsets.complete_transaction(
+            producer_id, committed,
+            lambda group_id: offsets_partition(group_id, count) == partition)
+
+    def _append_offsets(self, group_id: str, records: list, producer_id: int = -1,
+                        producer_epoch: int = -1) -> None:
+        """Append commit records to the group's offsets partition as its leader (with a
+        producer id, as a batch of its transaction); the caller waits for the high
+        watermark (``_call``)."""
         if not records:
             return
         partition = self._partition_of(group_id)
@@ -429,8 +478,18 @@ class ClusterGroupService:
         appender = self.host.appender
         if appender.under_min_isr(replica.row):       # nothing appended (Kafka's order)
             raise commit_error(ErrorCode.NOT_ENOUGH_REPLICAS, where)
+        transactional = producer_id >= 0
         result, _ = appender.append(replica.row, encode_batch(
-            [value for _, value in records], keys=[key for key, _ in records]))
+            [value for _, value in records], keys=[key for key, _ in records],
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            transactional=transactional), sequenced=not transactional)
+        if result == -CompletionCode.TRANSACTION_VERIFYING:
+            raise ConcurrentTransactionsError(
+                f"{where}: the transaction's coordinator is asked whether it added the "
+                f"offsets partition (it has a new leader): retry")
+        if transactional and -result in (CompletionCode.INVALID_TXN_STATE,
+                                         CompletionCode.INVALID_PRODUCER_EPOCH):
+            raise completion_error(-result, OFFSETS_TOPIC, partition)
         if result < 0:
             raise commit_error(wire_error(result), where)
         self._appended = (replica, replica.leader_epoch, result + len(records) - 1)
@@ -528,35 +587,3 @@ class ClusterGroupService:
             self._reply(pending.ticket, error)
         log.info("no longer coordinator of %s-%d: %d groups unloaded", OFFSETS_TOPIC, partition,
                  len(gone))
-
-    # -- creating the offsets topic ---------------------------------------------------------------
-    def _create_offsets_topic(self) -> None:
-        """Write ``__consumer_offsets`` to ZooKeeper on a thread of its own (never
-        the loop's), once at a time; while too few brokers are live, do nothing."""
-        if self._creating.is_set():
-            return
-        view = self.replication.view
-        factor = self.cluster.offsets_topic_replication_factor
-        if len(view.brokers) < factor:
-            log.warning("%s not created: %d live brokers, offsets.topic.replication.factor "
-                        "is %d", OFFSETS_TOPIC, len(view.brokers), factor)
-            return
-        racks = {broker_id: broker.registration.rack for broker_id, broker in view.brokers.items()}
-        topic = TopicAssignment(OFFSETS_TOPIC, new_topic_id(), {
-            partition: tuple(replicas) for partition, replicas in
-            assign_replicas(racks, self.offsets_topic_partitions, factor).items()})
-        config = {key: str(value) for key, value in OFFSETS_TOPIC_CONFIG.items()}
-        self._creating.set()
-        threading.Thread(target=self._create, args=(topic, config), daemon=True,
-                         name="shmlog-offsets-topic").start()
-
-    def _create(self, topic: TopicAssignment, config: dict) -> None:
-        try:
-            self.replication.zookeeper.create_topic(topic, config)
-            log.info("created %s (%d partitions)", OFFSETS_TOPIC, len(topic.partitions))
-        except TopicExistsError:
-            pass                                  # another broker made it first
-        except Exception as error:                # kazoo's own too: the next request retries
-            log.warning("creating %s failed: %r", OFFSETS_TOPIC, error)
-        finally:
-            self._creating.clear()

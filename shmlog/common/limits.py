@@ -319,6 +319,16 @@ TRANSACTION_MARKER_RETRY_MS = 1_000
 # How long a transactional id with no transaction under way is kept (Kafka's
 # transactional.id.expiration.ms: 7 days).
 TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT = 7 * 24 * 3600 * 1000
+# The longest transactional id (characters): it travels with a cluster's forwarded
+# batches and requests. Kafka's wire allows 32767; ids are names, far shorter.
+TRANSACTIONAL_ID_LENGTH_MAX = 1024
+# A cluster member's transactional ids of producer ids it learned (from the
+# init_transactions replies it passed on, and the batches forwarded to it), kept to
+# find the coordinator a held batch's verification asks: the oldest go beyond this.
+TRANSACTIONAL_IDS_REMEMBERED_MAX = 100_000
+# How soon a held batch's verification asks again when the coordinator cannot
+# answer yet (its previous transaction's markers are out, it is loading or moving).
+TRANSACTION_VERIFY_RETRY_MS = 10
 
 # --- process limits ---------------------------------------------------------------------
 # Mappings kept free below vm.max_map_count for the process's own use (malloc's arenas

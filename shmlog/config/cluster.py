@@ -182,6 +182,16 @@ class ClusterConfig:
     offsets_commit_timeout_ms: int = setting(
         5_000, doc="How long a commit waits for its offsets to be replicated "
                    "(offsets.commit.timeout.ms).")
+    # Transactions across hosts (cluster/transactions.py): __transaction_state as
+    # __consumer_offsets, made on the first transactional request.
+    transaction_state_log_replication_factor: int = setting(
+        3, doc="Replicas of __transaction_state when the broker creates it "
+               "(transaction.state.log.replication.factor); it waits for that many "
+               "live brokers.")
+    transaction_state_log_min_isr: int = setting(
+        2, doc="min.insync.replicas of __transaction_state when the broker creates it "
+               "(transaction.state.log.min.isr): a state change is taken only while "
+               "that many replicas are in sync.")
     security_inter_broker_protocol: str = setting(
         "curve", doc="Between brokers: \"curve\" (CurveZMQ, authenticated and encrypted) "
                      "or \"plaintext\" (security.inter.broker.protocol).")
@@ -310,6 +320,8 @@ _INTEGER_LEAST = {
     "leader_imbalance_check_interval_seconds": 1,
     "offsets_topic_replication_factor": 1,
     "offsets_commit_timeout_ms": 1,
+    "transaction_state_log_replication_factor": 1,
+    "transaction_state_log_min_isr": 1,
 }
 
 

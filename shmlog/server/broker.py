@@ -99,11 +99,7 @@ from ..broker.scheduler import Scheduler
 from ..broker.service import RequestContext, Service
 from ..broker.topic_service import TopicService
 from ..broker.transaction_operations import TransactionOperations
-from ..broker.transaction_service import (
-    TRANSACTION_REQUESTS,
-    TransactionService,
-    refuse_in_a_cluster,
-)
+from ..broker.transaction_service import TransactionService
 from ..common import access, child_process, limits
 from ..common.errors import BrokerAccessDeniedError, BrokerNotAvailableError, ShmlogError
 
@@ -212,9 +208,14 @@ class BrokerCore:
                 TransactionOperations(self.transactions))
         else:
             from ..cluster.groups import ClusterGroupService  # a member's groups
+            from ..cluster.transactions import ClusterTransactionService
             self.groups = self.add_service(ClusterGroupService(config, self.host, self.context,
                                                                self.cluster.replication))
-            self._handlers.update(dict.fromkeys(TRANSACTION_REQUESTS, refuse_in_a_cluster))
+            self.transactions = self.add_service(ClusterTransactionService(
+                config, self.host, self.context, self.cluster.replication, self.producers,
+                self.groups))
+        # Kafka clients' transactions (``wire``): a single broker's only, for now.
+        self.kafka_transactions = self.transactions if self.cluster is None else None
         self.stats = self.add_service(StatsService(self.host, self.producers,
                                                    self.groups.coordinator, self.cluster,
                                                    self.transaction_operations))

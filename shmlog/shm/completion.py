@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 
 from ..common.errors import (
+    ConcurrentTransactionsError,
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidTopicError,
@@ -66,6 +67,10 @@ class CompletionCode(enum.IntEnum):
     # transaction it opened on the partition (Kafka's INVALID_TXN_STATE).
     INVALID_TXN_STATE = 112
     CONTROL_FROM_PRODUCER = 113
+    # A cluster member's verifier asks a transaction coordinator on another broker
+    # whether a batch's partition is in its producer's transaction: the batch is held
+    # (``Appender.set_transaction_verifier``), never completed with this code.
+    TRANSACTION_VERIFYING = 114
 
 
 SEQUENCE_MODULUS = 1 << 31    # sequences wrap to 0 after 2**31 - 1, as in Kafka
@@ -107,6 +112,9 @@ def completion_error(code: int, topic: str, partition: int) -> ShmlogError:
     if code == CompletionCode.INVALID_TXN_STATE:
         return InvalidTxnStateError(f"the broker refused a transactional batch for {where}: "
                                     f"the producer has no transaction open on it")
+    if code == CompletionCode.TRANSACTION_VERIFYING:
+        return ConcurrentTransactionsError(f"a transactional batch for {where} waits while "
+                                           f"the coordinator verifies its partition: retry")
     if code == CompletionCode.CONTROL_FROM_PRODUCER:
         return CorruptRecordError(f"the broker refused a control batch for {where}: only the "
                                   f"transaction coordinator writes those", status=int(code))

@@ -125,7 +125,7 @@ class GroupApis(GroupServiceArea):
     def find_coordinator(self, request, header, body):
         cls = codec.response_class(FIND_COORDINATOR_KEY)
         if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE and \
-                self.core.transactions is None:
+                self.core.kafka_transactions is None:
             return cls(version=header.api_version, throttle_time_ms=0,
                        error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                        error_message="a shmlog cluster does not serve transactions yet "

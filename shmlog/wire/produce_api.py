@@ -75,7 +75,8 @@ class ProduceApi:
         items = [(topic.name, data) for topic in body.topic_data for data in topic.partition_data]
         gather = Gather(len(items), lambda answers: self._response(header, body, answers),
                         lambda response: self._respond(request, header, response))
-        untransacted = body.transactional_id is not None and self.core.transactions is None
+        untransacted = body.transactional_id is not None \
+            and self.core.kafka_transactions is None
         if untransacted:
             log.warning("Kafka listener: refused a transactional produce from %s "
                         "(a cluster member does not serve transactions yet)", request.peer)

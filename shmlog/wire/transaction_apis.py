@@ -86,8 +86,8 @@ class TransactionApis:
 
     def __init__(self, core) -> None:
         self.core = core
-        self._handlers = core.transactions.handlers() if core.transactions is not None \
-            else None
+        transactions = core.kafka_transactions
+        self._handlers = transactions.handlers() if transactions is not None else None
 
     def apis(self) -> dict:
         table = {INIT_PRODUCER_ID_KEY: (0, 4, self.init_producer_id)}

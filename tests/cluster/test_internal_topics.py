@@ -131,16 +131,3 @@ def test_a_malformed_topic_name_is_a_typed_error_in_a_cluster(fault_cluster, bad
         request(fault_cluster.data_dir(1), "delete_records", partitions=[[bad, 0, 0]])
     assert isinstance(admin.list_topics(), list)                      # still serving
 
-
-def test_a_cluster_member_refuses_transactions_saying_why(fault_cluster):
-    """Transactions run on a single broker (issue 30, not yet in a cluster): a member
-    answers every transaction request with a typed error naming the reason, and a
-    transactional producer's init fails with it, nothing half-made."""
-    from shmlog import Producer
-    from shmlog.common.errors import UnsupportedRequestError
-    with pytest.raises(UnsupportedRequestError, match="cluster member"):
-        request(fault_cluster.data_dir(1), "init_transactions", transactional_id="t",
-                transaction_timeout_ms=60_000)
-    with Producer(fault_cluster.data_dir(2), transactional_id="t") as producer:
-        with pytest.raises(UnsupportedRequestError, match="single broker"):
-            producer.init_transactions()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from shmlog.common.errors import (
+    ConcurrentTransactionsError,
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidTopicError,
@@ -48,6 +49,8 @@ CODES = [
     # transactions: what only a transaction (or its coordinator) may write
     (CompletionCode.INVALID_TXN_STATE, 112, InvalidTxnStateError, "no transaction open"),
     (CompletionCode.CONTROL_FROM_PRODUCER, 113, CorruptRecordError, "coordinator"),
+    # a cluster's held batch (never a producer's answer): retriable
+    (CompletionCode.TRANSACTION_VERIFYING, 114, ConcurrentTransactionsError, "verifies"),
 ]
 
 

@@ -117,6 +117,7 @@ class Appender:
         self._cursor = np.zeros(1, np.int64)
         self._report = np.zeros(REPORT_LENGTH, np.int64)
         self._forward: Callable[[ForwardedEntry], None] | None = None   # see set_forwarder
+        self._hold: Callable[[ForwardedEntry], None] | None = None   # set_transaction_verifier
 
     # -- partitions ------------------------------------------------------------------
     def register_partition(self, topic: str, partition: int, row: int | None = None) -> int:
@@ -376,6 +377,10 @@ class Appender:
         else:
             # The log's listener refreshed the row (and published it) on the append.
             result, append_time, last_offset = self._appends.append_batch(row, batch)
+            if result == -CompletionCode.TRANSACTION_VERIFYING and self._hold is not None:
+                self._hold(self._entry(ring, number, row, batch))
+                self._rings.park_forwarded(ring, number, head)
+                return
         self._rings.finish(ring, number, result, append_time, row, last_offset, head,
                            self._partitions.settings)
 
@@ -393,12 +398,15 @@ class Appender:
             return CompletionCode.NOT_ONE_BATCH
         if batch.size > settings[ROW_BATCH_SIZE_MAX]:
             return CompletionCode.RECORD_TOO_LARGE
-        self._forward(ForwardedEntry(
-            ring, self._rings.ring_at(ring), number, row, int(settings[ROW_TOPIC_KEY]),
-            int(settings[ROW_PARTITION]), batch,
-            bool(self._rings.state[ring, RING_AWAITS_HIGH_WATERMARK])))
+        self._forward(self._entry(ring, number, row, batch))
         self._rings.park_forwarded(ring, number, head)
         return None
+
+    def _entry(self, ring: int, number: int, row: int, batch: np.ndarray) -> ForwardedEntry:
+        settings = self._partitions.settings[row]
+        return ForwardedEntry(ring, self._rings.ring_at(ring), number, row,
+                              int(settings[ROW_TOPIC_KEY]), int(settings[ROW_PARTITION]), batch,
+                              bool(self._rings.state[ring, RING_AWAITS_HIGH_WATERMARK]))
 
     def set_forwarder(self, forward: Callable[[ForwardedEntry], None] | None) -> None:
         """Who takes the entries bound for partitions this broker does not lead
@@ -483,13 +491,30 @@ class Appender:
         return self._appends.expect_transaction(row, producer_id, producer_epoch)
 
     def set_transaction_verifier(
-            self, verify: Callable[[str, int, int, int], CompletionCode | None] | None) -> None:
+            self, verify: Callable[[str, int, int, int], CompletionCode | None] | None,
+            hold: Callable[[ForwardedEntry], None] | None = None) -> None:
         """Who decides on a transactional batch for a partition not added to its
         producer's transaction at its epoch: ``verify(topic, partition, producer id,
         epoch)`` (on the draining thread) adds it there through
         :meth:`expect_transaction` and returns None, or returns the code that refuses
-        the batch. None (the default) refuses them all with ``INVALID_TXN_STATE``."""
+        the batch. None (the default) refuses them all with ``INVALID_TXN_STATE``.
+
+        A verifier that must ask a coordinator elsewhere returns
+        ``TRANSACTION_VERIFYING``: that batch, and every later one of the producer
+        for the partition, is held until :meth:`transaction_verified`. A ring's
+        entry is handed to ``hold`` as a :class:`ForwardedEntry` (its completion
+        parked, its space released); :meth:`append` answers
+        ``-TRANSACTION_VERIFYING`` and its caller holds the batch."""
         self._appends.verifier = verify
+        self._hold = hold
+
+    def transaction_verified(self, row: int, producer_id: int, producer_epoch: int,
+                             added: bool) -> bool:
+        """The verification of the producer's batches held for the partition at
+        ``row`` ended: the partition was added to its transaction at
+        ``producer_epoch`` (``added``) or not. Whether its batches are admitted now:
+        the caller then appends the held ones, in order, or refuses them."""
+        return self._appends.verified(row, producer_id, producer_epoch, added)
 
     def write_marker(self, row: int, marker: EndTransactionMarker) -> int:
         """Append an end-transaction marker to the partition at ``row`` and end its

@@ -79,6 +79,9 @@ class LogAppends:
         # verifier(topic, partition, producer id, epoch) -> whether the coordinator added
         # the partition to the producer's transaction (None: nobody verifies).
         self.verifier = None
+        # (row, producer id) whose verification is under way (the verifier answered
+        # TRANSACTION_VERIFYING): their batches are held, in order, until it ends.
+        self.verifying: set[tuple[int, int]] = set()
         capacity = rows.settings.shape[0]
         # The compiled loop's tally: offsets appended per row, and the rows appended
         # to (a count, then the rows).
@@ -112,6 +115,7 @@ class LogAppends:
         """Forget the partition at ``row`` (it is no longer hosted): its producers, and
         that it was appended to."""
         self._appended_rows.pop(row, None)
+        self.verifying = {held for held in self.verifying if held[0] != row}
         self.producer_states.forget(row)
         self.transactions.forget(self.rows.settings, row)
 
@@ -130,6 +134,10 @@ class LogAppends:
         producer_id = int(header["producer_id"]) if header is not None else -1
         producer_epoch = int(header["producer_epoch"]) if header is not None else -1
         base_sequence = int(header["base_sequence"]) if header is not None else -1
+        if self.verifying and (row, producer_id) in self.verifying:
+            # Behind a batch of its producer held for the coordinator: held too, its
+            # sequence checked once that one is in.
+            return -CompletionCode.TRANSACTION_VERIFYING, -1, -1
         # A Kafka client's batch stored in pieces is checked as the client sent it:
         # its first sequence, and the last of its last piece (its sequences run on).
         span = offset_span(batch) if header is not None else 0
@@ -199,6 +207,8 @@ class LogAppends:
         if self.verifier is None:
             return -CompletionCode.INVALID_TXN_STATE
         refusal = self.verifier(*self.rows.name_of(row), producer_id, producer_epoch)
+        if refusal is CompletionCode.TRANSACTION_VERIFYING:
+            self.verifying.add((row, producer_id))
         if refusal is not None:
             return -refusal
         transaction = self.transactions.verdict(self.rows.settings, row, producer_id,
@@ -209,6 +219,14 @@ class LogAppends:
         """The coordinator added the partition at ``row`` to the producer's transaction:
         :meth:`TransactionTable.expect`."""
         return self.transactions.expect(self.rows.hosted(row), producer_id, producer_epoch)
+
+    def verified(self, row: int, producer_id: int, producer_epoch: int,
+                 added: bool) -> bool:
+        """The verification of the producer's batches held for the partition at ``row``
+        ended: the partition is in its transaction at ``producer_epoch`` (``added``,
+        expected from now on), or not. Whether it is expected now."""
+        self.verifying.discard((row, producer_id))
+        return added and self.expect_transaction(row, producer_id, producer_epoch)
 
     def write_marker(self, row: int, marker: EndTransactionMarker) -> int:
         """Append the end-transaction ``marker`` to the partition at ``row`` (the

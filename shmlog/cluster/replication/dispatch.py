@@ -7,7 +7,8 @@ Rules
 -----
 * **Requests** go by body: FETCH and EPOCH_END to the leader's fetch serving,
   PRODUCE to ``forwarding``, GROUP to the group handler (when the member has one),
-  DELETE_RECORDS to the leader's DeleteRecords; anything else is answered
+  TRANSACTION to the transaction handler (likewise), DELETE_RECORDS to the leader's
+  DeleteRecords; anything else is answered
   ``INVALID_REQUEST``.
 * **Answers and failures** go, in this order, to the callback of a request sent by
   :meth:`Dispatcher.ask`, then to ``forwarding``, then to the group handler, and
@@ -46,7 +47,16 @@ from .fetch_serving import FetchServing
 from .fetcher import ReplicaFetcher
 from .forwarding import Forwarding
 from .hosted_replicas import HostedReplicas
-from .messages import DeleteRecords, EpochEnd, Error, ErrorCode, Fetch, GroupRequest, Produce
+from .messages import (
+    DeleteRecords,
+    EpochEnd,
+    Error,
+    ErrorCode,
+    Fetch,
+    GroupRequest,
+    Produce,
+    TransactionRequest,
+)
 from .throttle import ReplicationThrottle
 
 log = logging.getLogger("shmlog.broker")
@@ -81,6 +91,8 @@ class Dispatcher:
         self.delete_records = delete_records
         # GROUP requests from peers and the answers to this broker's (cluster_groups).
         self.groups = None
+        # TRANSACTION requests from peers (cluster.transactions; its own go by ask).
+        self.transactions = None
         # Requests of this broker's services (ask): (peer, correlation id) -> callback.
         self._asked: dict[tuple[int, int], Callable[[Any], None]] = {}
 
@@ -147,6 +159,8 @@ class Dispatcher:
             self.forwarding.serve(event, now)
         elif isinstance(body, GroupRequest) and self.groups is not None:
             self.groups.serve(event, now)
+        elif isinstance(body, TransactionRequest) and self.transactions is not None:
+            self.transactions.serve(event, now)
         elif isinstance(body, DeleteRecords):
             self.delete_records.serve(event, body)
         else:

@@ -77,6 +77,7 @@ from ...common import limits
 from ...common.errors import ShmlogError
 from ...common.internal_topics import INTERNAL_TOPICS
 from ...config.cluster import ClusterConfig
+from ...record import batch_layout as B
 from ...record.records import BatchStatus, check_batch, now_ms, offset_span
 from ...shm.completion import CompletionCode
 from ...zmq_replication import ReceivedRequest, ReceivedResponse, ReplicationEndpoint, RequestFailed
@@ -92,8 +93,8 @@ from .partition import PartitionReplica, Role
 
 log = logging.getLogger("shmlog.broker")
 
-__all__ = ["Forwarding", "ProducePurgatory", "append_as_leader", "wire_error", "completion_result",
-           "RETRIABLE_ERRORS"]
+__all__ = ["Forwarding", "ProducePurgatory", "HeldBatch", "TransactionalIds", "append_as_leader",
+           "wire_error", "completion_result", "transactional_producer", "RETRIABLE_ERRORS"]
 
 # What a ring's refusal is called on the wire (Kafka's Errors for the same refusal).
 _WIRE_ERRORS = {
@@ -131,6 +132,48 @@ RETRIABLE_ERRORS = frozenset({
 
 # An answer to a produce: (error, base offset or -1, LogAppendTime stamp or -1).
 Answer = Callable[[ErrorCode, int, int], None]
+
+
+def transactional_producer(batch: np.ndarray) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional batch, None for any other."""
+    if batch.size < B.HEADER_LENGTH:
+        return None
+    header = batch[:B.HEADER_LENGTH].view(B.BATCH_HEADER_DTYPE)[0]
+    if not header["attributes"] & B.TRANSACTIONAL_BIT:
+        return None
+    return int(header["producer_id"]), int(header["producer_epoch"])
+
+
+class TransactionalIds:
+    """The transactional ids of producer ids this broker learned (see
+    ``cluster.transactions``), the oldest forgotten beyond
+    ``limits.TRANSACTIONAL_IDS_REMEMBERED_MAX``."""
+
+    def __init__(self):
+        self._ids: dict[int, str] = {}
+
+    def learn(self, producer_id: int, transactional_id: str) -> None:
+        self._ids.pop(producer_id, None)
+        self._ids[producer_id] = transactional_id
+        if len(self._ids) > limits.TRANSACTIONAL_IDS_REMEMBERED_MAX:
+            del self._ids[next(iter(self._ids))]
+
+    def get(self, producer_id: int) -> str:
+        """The producer's transactional id, "" when not known."""
+        return self._ids.get(producer_id, "")
+
+
+@dataclasses.dataclass
+class HeldBatch:
+    """A transactional batch for a partition this broker leads, held while the
+    coordinator verifies its partition (``Appender.set_transaction_verifier``):
+    :meth:`Forwarding.append_held` appends it as it would have been, or
+    :meth:`Forwarding.refuse_held` answers it."""
+    replica: PartitionReplica
+    batch: np.ndarray = dataclasses.field(repr=False)
+    acks: int
+    deadline: int
+    answer: Answer
 
 
 def wire_error(result: int) -> ErrorCode:
@@ -218,12 +261,14 @@ class ProducePurgatory:
 
 def append_as_leader(appender: Appender, purgatory: ProducePurgatory,
                      replica: PartitionReplica | None, batch: np.ndarray, acks: int,
-                     deadline: int, answer: Answer, *, split: bool = False) -> None:
+                     deadline: int, answer: Answer, *, split: bool = False,
+                     hold: Callable[[HeldBatch], None] | None = None) -> None:
     """Append one produced batch to a partition this broker leads and answer it now,
     or once the high watermark covers it (acks=-1); see the module's rules.
     ``split``: ``batch`` may be several batches back to back, one Kafka client's
     batch stored in pieces (``record.kafka_batches``: one producer, sequences running
-    on), appended together."""
+    on), appended together. A transactional batch the appender holds for its
+    coordinator's verification goes to ``hold``."""
     if replica is None:
         answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
         return
@@ -244,6 +289,9 @@ def append_as_leader(appender: Appender, purgatory: ProducePurgatory,
         answer(wire_error(-(status or CompletionCode.NOT_ONE_BATCH)), -1, -1)
         return
     result, append_time = appender.append(row, batch)
+    if result == -CompletionCode.TRANSACTION_VERIFYING and hold is not None:
+        hold(HeldBatch(replica, batch, acks, deadline, answer))
+        return
     if result < 0:
         answer(wire_error(result), -1, -1)
         return
@@ -327,6 +375,10 @@ class Forwarding:
         self._queues: dict[tuple[int, int, int], collections.deque[_Forward]] = {}
         self._in_flight: dict[int, tuple[int, int, int]] = {}     # correlation id -> queue
         self._retry_at: dict[tuple[int, int, int], int] = {}
+        self.transactional_ids = TransactionalIds()
+        # Who holds a transactional batch for its coordinator's verification (set by
+        # ``cluster.transactions``; None: the appender's verifier never holds one).
+        self.hold: Callable[[HeldBatch], None] | None = None
         appender.set_forwarder(self.take)
 
     @property
@@ -370,8 +422,33 @@ class Forwarding:
         for index, asked in enumerate(body.partitions):
             replica = self.replica_of((asked.topic_key, asked.partition))
             answer = reply.answer_for(index, replica) if body.acks != 0 else _ignore_answer
+            producer = transactional_producer(asked.records) if asked.transactional_id else None
+            if producer is not None:
+                self.transactional_ids.learn(producer[0], asked.transactional_id)
             append_as_leader(self.appender, self.purgatory, replica, asked.records, body.acks,
-                             now + body.timeout_ms, answer)
+                             now + body.timeout_ms, answer, hold=self.hold)
+
+    def held(self, entry: ForwardedEntry) -> HeldBatch | None:
+        """A ring's entry the appender held for verification, as a held batch whose
+        answer completes it (as a forwarded entry's); None when its partition went."""
+        replica = self.replica_of((entry.topic_key, entry.partition))
+        if replica is None:
+            self._resolve(entry, -CompletionCode.UNKNOWN_PARTITION, -1)
+            return None
+
+        def answer(error: ErrorCode, base_offset: int, append_time: int) -> None:
+            self._resolve(entry, completion_result(error, base_offset), append_time)
+        return HeldBatch(replica, entry.batch, -1 if entry.awaits_high_watermark else 1,
+                         now_ms() + self.config.forward_delivery_timeout_ms, answer)
+
+    def append_held(self, held: HeldBatch) -> None:
+        """Append a held batch whose verification ended (it may be held again)."""
+        append_as_leader(self.appender, self.purgatory, held.replica, held.batch, held.acks,
+                         held.deadline, held.answer, hold=self.hold)
+
+    @staticmethod
+    def refuse_held(held: HeldBatch, code: CompletionCode) -> None:
+        held.answer(wire_error(-code), -1, -1)
 
     def answered(self, event: ReceivedResponse, now: int) -> bool:
         """Take the answer to a forwarded PRODUCE; False when it is not one (a
@@ -462,8 +539,11 @@ class Forwarding:
               now: int) -> None:
         entry = head.entry
         timeout_ms = max(1, min(self.config.forward_request_timeout_ms, head.deadline - now))
+        producer = transactional_producer(entry.batch)
+        transactional_id = self.transactional_ids.get(producer[0]) if producer else ""
         body = Produce(-1 if entry.awaits_high_watermark else 1, timeout_ms,
-                       (ProducePartition(entry.topic_key, entry.partition, entry.batch),))
+                       (ProducePartition(entry.topic_key, entry.partition, entry.batch,
+                                         transactional_id),))
         try:
             correlation_id = self.endpoint.request(target[0], body, min(
                 timeout_ms + self.config.replica_socket_timeout_ms, limits.CLIENT_WAIT_MS_MAX))
@@ -487,7 +567,8 @@ class Forwarding:
                        entry: ForwardedEntry = entry) -> None:
                 self._resolve(entry, completion_result(error, base_offset), append_time)
             append_as_leader(self.appender, self.purgatory, replica, entry.batch,
-                             -1 if entry.awaits_high_watermark else 1, forward.deadline, answer)
+                             -1 if entry.awaits_high_watermark else 1, forward.deadline, answer,
+                             hold=self.hold)
 
     def _resolve_all(self, key: tuple[int, int, int], result: int) -> None:
         for forward in self._queues.pop(key):

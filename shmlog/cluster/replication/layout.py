@@ -65,16 +65,20 @@ class MessageType(enum.IntEnum):
     GROUP_RESPONSE = 9
     DELETE_RECORDS = 10              # Kafka's DeleteRecords, forwarded to the leader
     DELETE_RECORDS_RESPONSE = 11
+    TRANSACTION = 12                 # a transaction request for a coordinator or a leader
+    TRANSACTION_RESPONSE = 13
 
 
 # Which types are requests (sent by a DEALER, answered) and what answers each.
 REQUEST_TYPES = frozenset({MessageType.FETCH, MessageType.EPOCH_END, MessageType.PRODUCE,
-                           MessageType.GROUP, MessageType.DELETE_RECORDS})
+                           MessageType.GROUP, MessageType.DELETE_RECORDS,
+                           MessageType.TRANSACTION})
 RESPONSE_TYPE = {MessageType.FETCH: MessageType.FETCH_RESPONSE,
                  MessageType.EPOCH_END: MessageType.EPOCH_END_RESPONSE,
                  MessageType.PRODUCE: MessageType.PRODUCE_RESPONSE,
                  MessageType.GROUP: MessageType.GROUP_RESPONSE,
-                 MessageType.DELETE_RECORDS: MessageType.DELETE_RECORDS_RESPONSE}
+                 MessageType.DELETE_RECORDS: MessageType.DELETE_RECORDS_RESPONSE,
+                 MessageType.TRANSACTION: MessageType.TRANSACTION_RESPONSE}
 
 MAGIC_OFFSET = 0
 MAGIC_SIZE = 2

@@ -11,7 +11,8 @@ with a ``partitions`` tuple of entries except ERROR; and :class:`GroupRequest`,
 :class:`GroupResponse`, a consumer-group control request and its reply carried as
 their control frames' text to and from the group's coordinator, ``cluster_groups``;
 :class:`DeleteRecords`, :class:`DeleteRecordsResponse`, a client's DeleteRecords
-forwarded to the partitions' leader, ``delete_records``).
+forwarded to the partitions' leader, ``delete_records``; :class:`TransactionRequest`,
+:class:`TransactionResponse`, transaction requests as text, ``cluster.transactions``).
 
 Rules
 -----
@@ -48,7 +49,7 @@ __all__ = [
     "EpochEndResponsePartition", "Produce", "ProducePartition", "ProduceResponse",
     "ProduceResponsePartition", "GroupRequest", "GroupResponse", "DeleteRecords",
     "DeleteRecordsPartition", "DeleteRecordsResponse", "DeleteRecordsResponsePartition",
-    "Error", "TYPE_OF_BODY",
+    "TransactionRequest", "TransactionResponse", "Error", "TYPE_OF_BODY",
 ]
 
 # Kafka's Log.UnknownOffset / UNDEFINED_EPOCH_OFFSET: a log end not yet known.
@@ -229,11 +230,15 @@ class EpochEndResponse:
 
 @dataclasses.dataclass(frozen=True)
 class ProducePartition:
-    """A batch (or run of batches) forwarded to a partition's leader."""
+    """A batch (or run of batches) forwarded to a partition's leader; a transactional
+    batch with its producer's transactional id (Kafka's ProduceRequest carries it),
+    which the leader's verification asks the coordinator of ("": none)."""
     topic_key: int
     partition: int
     records: Any = dataclasses.field(compare=False, repr=False)
-    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION)
+    transactional_id: str = ""
+    SCHEMA: ClassVar[dict] = dict(topic_key=_TOPIC_KEY, partition=_PARTITION,
+                                     transactional_id=("str", limits.TRANSACTIONAL_ID_LENGTH_MAX))
     RECORDS_SIZE_MIN: ClassVar[int] = 1
 
 
@@ -285,6 +290,24 @@ class GroupRequest:
 class GroupResponse:
     """GROUP_RESPONSE: the coordinator's control reply frame (``control.encode_result``)
     as text, handed back to the member as its local broker's reply."""
+    reply: str
+    SCHEMA: ClassVar[dict] = dict(reply=("str", limits.GROUP_FORWARD_TEXT_LENGTH_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransactionRequest:
+    """TRANSACTION: a transaction request as its control frame's text (as GROUP):
+    a client's, forwarded by its local broker to the transactional id's coordinator;
+    or a broker's own (``cluster.transactions``): a leader's verification of a held
+    batch to the coordinator, the coordinator's markers and expectations to a
+    partition's leader."""
+    request: str
+    SCHEMA: ClassVar[dict] = dict(request=("str", limits.GROUP_FORWARD_TEXT_LENGTH_MAX))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransactionResponse:
+    """TRANSACTION_RESPONSE: the control reply frame's text."""
     reply: str
     SCHEMA: ClassVar[dict] = dict(reply=("str", limits.GROUP_FORWARD_TEXT_LENGTH_MAX))
 
@@ -346,7 +369,8 @@ class Message:
     sender_broker_epoch: int
     correlation_id: int
     body: (Fetch | FetchResponse | EpochEnd | EpochEndResponse | Produce | ProduceResponse
-           | GroupRequest | GroupResponse | DeleteRecords | DeleteRecordsResponse | Error)
+           | GroupRequest | GroupResponse | DeleteRecords | DeleteRecordsResponse
+           | TransactionRequest | TransactionResponse | Error)
 
     @property
     def message_type(self) -> MessageType:
@@ -360,4 +384,6 @@ TYPE_OF_BODY = {Fetch: MessageType.FETCH, FetchResponse: MessageType.FETCH_RESPO
                 GroupRequest: MessageType.GROUP, GroupResponse: MessageType.GROUP_RESPONSE,
                 DeleteRecords: MessageType.DELETE_RECORDS,
                 DeleteRecordsResponse: MessageType.DELETE_RECORDS_RESPONSE,
+                TransactionRequest: MessageType.TRANSACTION,
+                TransactionResponse: MessageType.TRANSACTION_RESPONSE,
                 Error: MessageType.ERROR}

@@ -132,6 +132,12 @@ class ReplicaService:
         its ``poll(now)`` at the end of every :meth:`poll`."""
         self.dispatcher.groups = groups
 
+    def set_transaction_handler(self, transactions) -> None:
+        """Hand TRANSACTION requests to ``transactions`` (the member's
+        ``cluster.transactions.ClusterTransactionService``: ``serve(request, now)``),
+        and call its ``poll(now)`` at the end of every :meth:`poll`."""
+        self.dispatcher.transactions = transactions
+
     def _load_throttle_rates(self) -> None:
         """The throttle rates before the first fetch (the watch's first event may come
         after the topics' and their first fetch; Kafka too loads dynamic broker
@@ -190,6 +196,8 @@ class ReplicaService:
         self.forwarding.poll(now)          # after the states: see forwarding's rules
         if self.dispatcher.groups is not None:
             self.dispatcher.groups.poll(now)   # commits the high watermark now covers
+        if self.dispatcher.transactions is not None:
+            self.dispatcher.transactions.poll(now)   # answers, markers, verifications
         self.isr.send()                        # the turn's ISR changes, in one write
         return len(messages)
 

@@ -1,0 +1,195 @@
+"""The verification of a transaction's first batch in a partition this broker leads
+(KIP-890's implicit AddPartitionsToTxn, across hosts): the batch is held while the
+transactional id's coordinator, perhaps on another broker, adds the partition to the
+transaction.
+
+Rules
+-----
+* The appender hands over a transactional batch whose producer it does not expect in
+  the partition at that epoch (``Appender.set_transaction_verifier``): the batch, and
+  every later one of the producer for the partition, is held, in order, as a
+  :class:`~shmlog.cluster.replication.forwarding.HeldBatch`: a ring's entry with its
+  completion parked, a forwarded PRODUCE with its answer.
+* ``verify_partition`` goes to the coordinator, found by the producer's transactional
+  id (``TransactionalIds``: learned from the ``init_transactions`` replies this broker
+  passes on and carried by forwarded batches). A producer whose id is not known is
+  refused ``INVALID_TXN_STATE``.
+* The coordinator's answer decides: the partition is in the transaction (added and
+  replicated): the producer is admitted at that epoch and the held batches appended,
+  in order, as they would have been; refused: every held batch gets the code
+  (``INVALID_PRODUCER_EPOCH`` for a fenced producer, else ``INVALID_TXN_STATE``).
+* A retriable answer (the coordinator moving, loading, ending the previous
+  transaction; no answer), or a transaction of an older epoch still open in the
+  partition (its abort marker on the way), asks again after
+  ``limits.TRANSACTION_VERIFY_RETRY_MS``; after ``forward_request_timeout_ms`` the
+  held batches are refused with ``REQUEST_TIMED_OUT`` (their outcome: not appended).
+
+Theory of operation
+-------------------
+Everything runs on the broker's loop thread. The appender's verifier only notes the
+verification (it runs inside a drain); :meth:`TransactionVerifier.poll`, at the end
+of the loop turn, sends it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ..broker.appender import ForwardedEntry
+from ..broker.partition_host import PartitionHost
+from ..common import limits
+from ..common.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorError,
+    ProducerFencedError,
+    RequestTimedOutError,
+    ShmlogError,
+)
+from ..config.cluster import ClusterConfig
+from ..record.records import now_ms
+from ..shm.completion import CompletionCode
+from .replication.forwarding import Forwarding, HeldBatch, transactional_producer
+
+__all__ = ["TransactionVerifier", "RETRIABLE"]
+
+# What asking again can cure: the coordinator moving, loading or ending the previous
+# transaction, or a reply that did not come.
+RETRIABLE = (CoordinatorError, ConcurrentTransactionsError, RequestTimedOutError)
+
+# ask(broker id, request name, fields, answered(reply dict | error)).
+Ask = Callable[[int, str, dict, Callable[[dict | ShmlogError], None]], None]
+
+
+@dataclasses.dataclass
+class _Verification:
+    """A producer's batches held for a partition this broker leads while the
+    coordinator verifies the partition is in its transaction."""
+    transactional_id: str
+    topic: str
+    partition: int
+    row: int
+    producer_id: int
+    producer_epoch: int
+    deadline: int
+    held: list = dataclasses.field(default_factory=list)
+    asked: bool = False                     # a verify_partition is out
+    retry_at: int = 0
+
+
+class TransactionVerifier:
+    """Held batches and their verifications on one broker (see the module's rules).
+
+    Parameters
+    ----------
+    host : PartitionHost
+        Its appender's verifier becomes this object's.
+    forwarding : Forwarding
+        Appends and answers held batches; its transactional ids name the coordinators.
+    config : ClusterConfig
+        ``forward_request_timeout_ms``.
+    ask : callable
+        Sends a transaction request to a broker (``ClusterTransactionService``).
+    coordinator_of : callable
+        ``coordinator_of(transactional_id)``: the coordinator's broker id, or raises
+        (none now).
+    """
+
+    def __init__(self, host: PartitionHost, forwarding: Forwarding, config: ClusterConfig,
+                 ask: Ask, coordinator_of: Callable[[str], int]):
+        self.host = host
+        self.appender = host.appender
+        self.forwarding = forwarding
+        self.config = config
+        self.ask = ask
+        self.coordinator_of = coordinator_of
+        self.verifications: dict[tuple[int, int], _Verification] = {}
+        self.appender.set_transaction_verifier(self.verify, self.hold_entry)
+        forwarding.hold = self.hold
+
+    def next_deadline(self) -> int | None:
+        return min((verification.retry_at for verification in self.verifications.values()
+                    if not verification.asked), default=None)
+
+    def verify(self, topic: str, partition: int, producer_id: int,
+               producer_epoch: int) -> CompletionCode | None:
+        """The appender's verifier: hold the batch and ask the coordinator."""
+        transactional_id = self.forwarding.transactional_ids.get(producer_id)
+        if not transactional_id:
+            return CompletionCode.INVALID_TXN_STATE
+        row = self.host.partition(topic, partition).row
+        self.verifications[(row, producer_id)] = _Verification(
+            transactional_id, topic, partition, row, producer_id, producer_epoch,
+            now_ms() + self.config.forward_request_timeout_ms)
+        return CompletionCode.TRANSACTION_VERIFYING
+
+    def hold_entry(self, entry: ForwardedEntry) -> None:
+        """A ring's entry the appender held (its completion parked)."""
+        held = self.forwarding.held(entry)
+        if held is not None:
+            self.hold(held)
+
+    def hold(self, held: HeldBatch) -> None:
+        """A batch held behind its verification (appended at once if that ended)."""
+        producer = transactional_producer(held.batch)
+        verification = self.verifications.get((held.replica.row, producer[0])) \
+            if producer is not None else None
+        if verification is None:                  # its verification ended meanwhile
+            self.forwarding.append_held(held)
+            return
+        verification.held.append(held)
+
+    def poll(self, now: int) -> None:
+        """Send the verifications due; refuse the batches of those out of time."""
+        for key, verification in list(self.verifications.items()):
+            if verification.asked:
+                continue
+            if now >= verification.deadline:
+                self._verified(key, CompletionCode.REQUEST_TIMED_OUT)
+                continue
+            if now < verification.retry_at:
+                continue
+            try:
+                coordinator = self.coordinator_of(verification.transactional_id)
+            except ShmlogError:
+                verification.retry_at = now + limits.TRANSACTION_VERIFY_RETRY_MS
+                continue
+            verification.asked = True
+            self.ask(coordinator, "verify_partition", {
+                "transactional_id": verification.transactional_id,
+                "topic": verification.topic, "partition": verification.partition,
+                "producer_id": verification.producer_id,
+                "producer_epoch": verification.producer_epoch},
+                lambda result, key=key, verification=verification:
+                self._answered(key, verification, result))
+
+    def _answered(self, key: tuple[int, int], verification: _Verification,
+                         result: dict | ShmlogError) -> None:
+        if self.verifications.get(key) is not verification:
+            return
+        verification.asked = False
+        now = now_ms()
+        if isinstance(result, ProducerFencedError):
+            self._verified(key, CompletionCode.INVALID_PRODUCER_EPOCH)
+        elif isinstance(result, RETRIABLE):
+            verification.retry_at = now + limits.TRANSACTION_VERIFY_RETRY_MS
+        elif isinstance(result, ShmlogError) or result.get("code") is not None:
+            code = CompletionCode.INVALID_TXN_STATE if isinstance(result, ShmlogError) \
+                else CompletionCode(result["code"])
+            self._verified(key, code)
+        elif not self.appender.expect_transaction(verification.row, verification.producer_id,
+                                                  verification.producer_epoch):
+            verification.retry_at = now + limits.TRANSACTION_VERIFY_RETRY_MS   # an old marker
+        else:
+            self._verified(key, None)
+
+    def _verified(self, key: tuple[int, int], refusal: CompletionCode | None) -> None:
+        """End a verification: append its held batches in order, or refuse them."""
+        verification = self.verifications.pop(key)
+        self.appender.transaction_verified(verification.row, verification.producer_id,
+                                           verification.producer_epoch, refusal is None)
+        for held in verification.held:
+            if refusal is None:
+                self.forwarding.append_held(held)
+            else:
+                self.forwarding.refuse_held(held, refusal)

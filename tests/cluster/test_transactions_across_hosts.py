@@ -1,0 +1,162 @@
+"""Transactions across hosts: the coordinator of a transactional id is the leader of its
+``__transaction_state`` partition, its states are replicated with acks=all, its
+markers go to every partition's leader, and a partition's leader verifies a
+transaction's first batch with the coordinator (KIP-890).
+
+Method: a real ZooKeeper and three real brokers on 127.0.0.x (LocalCluster; the
+transaction state and offsets topics made with 3 partitions and 3 replicas, the data
+topics with 3 replicas and min.insync.replicas 2, their leaders spread over the three
+brokers). The producers and consumers talk to their local broker, which forwards what
+another broker leads. What each test claims is read back through read_committed and
+read_uncommitted consumers on other brokers than the producer's, and from every
+replica. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cluster.workload import SETTINGS, stop_cluster
+from shmlog.client.admin import Admin
+from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.client.producer import Producer
+from shmlog.common.errors import ProducerFencedError, ShmlogError
+from shmlog.common.internal_topics import TRANSACTION_STATE_TOPIC
+from shmlog.devtools.local_cluster import LocalCluster
+from shmlog.groups import offsets_partition
+from shmlog.protocol.control_client import request
+
+STATE_PARTITIONS = 3
+BROKER_SETTINGS = {"transaction_state_log_num_partitions": STATE_PARTITIONS,
+                   "offsets_topic_num_partitions": 3,
+                   "group_initial_rebalance_delay_ms": 300}
+CLUSTER_SETTINGS = {**SETTINGS, "forward.request.timeout.ms": 3000,
+                    "forward.delivery.timeout.ms": 10_000}
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    running = LocalCluster(str(tmp_path_factory.mktemp("transactions-across-hosts")), 3,
+                           zookeeper_connect=zookeeper.connect_string,
+                           settings=CLUSTER_SETTINGS, broker_settings=BROKER_SETTINGS,
+                           log_files=True).start()
+    try:
+        yield running
+    finally:
+        stop_cluster(running)
+
+
+def create_topic(cluster: LocalCluster, name: str, partitions: int) -> None:
+    Admin(cluster.data_dir(1)).create_topic(name, partitions, {"min.insync.replicas": "2"},
+                                            replication_factor=3)
+
+    def hosted():
+        try:
+            return all(entry["leader"] in cluster.brokers for broker_id in cluster.brokers
+                       for entry in Admin(cluster.data_dir(broker_id)).describe_topic(name)
+                       ["partitions"])
+        except ShmlogError:
+            return False
+    cluster.wait_for(hosted, WAIT_S, f"every broker to host {name}", interval_s=0.1)
+
+
+def leaders(cluster: LocalCluster, topic: str) -> list[int]:
+    return [entry["leader"] for entry in
+            Admin(cluster.data_dir(1)).describe_topic(topic)["partitions"]]
+
+
+def read_all(data_dir: str, topic: str, partitions: int, isolation_level: str) -> dict:
+    """{partition: [values]} a consumer on ``data_dir`` reads up to its end offsets (the
+    LSO with read_committed)."""
+    tps = [TopicPartition(topic, partition) for partition in range(partitions)]
+    with Consumer(bootstrap=data_dir, auto_offset_reset="earliest",
+                  isolation_level=isolation_level) as consumer:
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        values = {tp.partition: [] for tp in tps}
+        deadline = time.monotonic() + WAIT_S
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"{data_dir}: reading {topic}"
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                values[tp.partition] += [record.value for record in records]
+    return values
+
+
+def wait_until_stable(cluster: LocalCluster, broker_id: int, topic: str, partitions: int,
+                      at_least: list[int]) -> None:
+    """Until broker ``broker_id``'s replicas show an LSO at or past ``at_least``."""
+    tps = [TopicPartition(topic, partition) for partition in range(partitions)]
+
+    def stable():
+        with Consumer(bootstrap=cluster.data_dir(broker_id),
+                      isolation_level="read_committed") as consumer:
+            ends = consumer.end_offsets(tps)
+        return all(ends[tp] >= at_least[tp.partition] for tp in tps)
+    cluster.wait_for(stable, WAIT_S, f"the LSO of {topic} on broker {broker_id}",
+                     interval_s=0.1)
+
+
+def test_a_transaction_across_three_leaders_commits_and_aborts_atomically(cluster):
+    topic = "txn-across"
+    create_topic(cluster, topic, 3)
+    assert sorted(set(leaders(cluster, topic))) == [1, 2, 3], "one partition per leader"
+    with Producer(cluster.data_dir(1), transactional_id="across", acks="all") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for n in range(30):
+            producer.send(topic, b"c%d" % n, partition=n % 3)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        for n in range(30):
+            producer.send(topic, b"a%d" % n, partition=n % 3)
+        producer.flush()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"last", partition=0)
+        producer.commit_transaction()
+    committed = {partition: [b"c%d" % n for n in range(partition, 30, 3)]
+                 for partition in range(3)}
+    committed[0].append(b"last")
+    # Each partition: 10 committed, a COMMIT marker, 10 aborted, an ABORT marker, one
+    # more and its COMMIT marker.
+    for broker_id in cluster.brokers:
+        wait_until_stable(cluster, broker_id, topic, 3, [23, 22, 22])
+        assert read_all(cluster.data_dir(broker_id), topic, 3, "read_committed") == committed
+        uncommitted = read_all(cluster.data_dir(broker_id), topic, 3, "read_uncommitted")
+        for partition in range(3):
+            assert uncommitted[partition][:10] == committed[partition][:10]
+            assert uncommitted[partition][10:20] == \
+                [b"a%d" % n for n in range(partition, 30, 3)]
+
+
+def test_the_coordinator_is_the_state_partition_leader_and_fences_zombies(cluster):
+    topic = "txn-zombies"
+    create_topic(cluster, topic, 3)
+    transactional_id = "zombie"
+    partition = offsets_partition(transactional_id, STATE_PARTITIONS)
+    with Producer(cluster.data_dir(2), transactional_id=transactional_id) as old:
+        old.init_transactions()
+        coordinator = leaders(cluster, TRANSACTION_STATE_TOPIC)[partition]
+        old.begin_transaction()
+        old.send(topic, b"zombie", partition=1).get(timeout=WAIT_S)
+        # A new producer of the id, through another broker: the old one's open
+        # transaction is aborted, and the old one fenced.
+        through = next(broker_id for broker_id in cluster.brokers if broker_id != 2)
+        with Producer(cluster.data_dir(through), transactional_id=transactional_id) as new:
+            new.init_transactions()
+            new.begin_transaction()
+            new.send(topic, b"fresh", partition=1)
+            new.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            old.commit_transaction()
+    described = request(cluster.data_dir(3), "describe_transactions",
+                        transactional_ids=[transactional_id])
+    assert [entry["state"] for entry in described["transactions"]] == ["CompleteCommit"]
+    assert coordinator in cluster.brokers
+    for broker_id in cluster.brokers:
+        wait_until_stable(cluster, broker_id, topic, 3, [0, 4, 0])
+        assert read_all(cluster.data_dir(broker_id), topic, 3,
+                        "read_committed")[1] == [b"fresh"]
