@@ -14,13 +14,14 @@ replica. Every wait is bounded.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from cluster.workload import SETTINGS, stop_cluster
 from shmlog.client.admin import Admin
-from shmlog.client.consumer import Consumer, TopicPartition
+from shmlog.client.consumer import Consumer, OffsetAndMetadata, TopicPartition
 from shmlog.client.producer import Producer
 from shmlog.common.errors import ProducerFencedError, ShmlogError
 from shmlog.common.internal_topics import TRANSACTION_STATE_TOPIC
@@ -160,3 +161,144 @@ def test_the_coordinator_is_the_state_partition_leader_and_fences_zombies(cluste
         wait_until_stable(cluster, broker_id, topic, 3, [0, 4, 0])
         assert read_all(cluster.data_dir(broker_id), topic, 3,
                         "read_committed")[1] == [b"fresh"]
+
+
+def coordinator_of(cluster: LocalCluster, transactional_id: str) -> int:
+    """The leader of the id's __transaction_state partition, as every running broker
+    sees it."""
+    partition = offsets_partition(transactional_id, STATE_PARTITIONS)
+
+    def agreed():
+        try:
+            seen = {Admin(cluster.data_dir(broker_id)).describe_topic(TRANSACTION_STATE_TOPIC)
+                    ["partitions"][partition]["leader"] for broker_id in cluster.brokers}
+        except ShmlogError:
+            return None
+        leader = seen.pop() if len(seen) == 1 else None
+        return leader if leader in cluster.brokers else None
+    return cluster.wait_for(agreed, WAIT_S, f"the coordinator of {transactional_id}",
+                            interval_s=0.1)
+
+
+def all_or_none(values: dict, prefix: bytes, count: int) -> bool:
+    """Whether a transaction's ``count`` records (``prefix`` + n, spread over the
+    partitions by n % 3) are all in ``values`` or none are; asserts no partial."""
+    seen = sorted(value for partition in values.values() for value in partition
+                  if value.startswith(prefix + b"-"))
+    assert seen in ([], sorted(prefix + b"-%d" % n for n in range(count))), \
+        f"transaction {prefix!r} is partly visible: {len(seen)} of {count} records"
+    return bool(seen)
+
+
+@pytest.mark.parametrize("moment", ["ongoing", "committing"])
+def test_a_coordinator_killed_mid_transaction_leaves_it_whole(cluster, moment):
+    """SIGKILL of the coordinator's broker while a transaction is open (its records
+    acknowledged), or while its commit is under way: the producer's commit goes on
+    against the new coordinator (it retries), and read_committed consumers on every
+    broker see each transaction whole or not at all; a commit that returned is
+    whole."""
+    topic = f"txn-failover-{moment}"
+    create_topic(cluster, topic, 3)
+    transactional_id = f"failover-{moment}"
+    # The producer's broker is not the coordinator's, so it lives on.
+    with Producer(cluster.data_dir(1), transactional_id=transactional_id) as producer:
+        producer.init_transactions()
+        coordinator = coordinator_of(cluster, transactional_id)
+        home = next(broker_id for broker_id in cluster.brokers if broker_id != coordinator)
+    with Producer(cluster.data_dir(home), transactional_id=transactional_id,
+                  acks="all") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for n in range(30):
+            producer.send(topic, b"before-%d" % n, partition=n % 3)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        for n in range(30):
+            producer.send(topic, b"during-%d" % n, partition=n % 3)
+        producer.flush()
+        committed = {}
+        if moment == "ongoing":
+            cluster.kill(coordinator)
+            producer.commit_transaction()          # against the new coordinator
+            committed["during"] = True
+        else:
+            outcome = []
+            worker = threading.Thread(target=lambda: outcome.append(_commit(producer)))
+            worker.start()
+            cluster.kill(coordinator)
+            worker.join(WAIT_S)
+            assert not worker.is_alive(), "the commit did not end within the wait"
+            committed["during"] = outcome == [None]
+        # The next transaction goes through the new coordinator.
+        producer.begin_transaction() if committed["during"] else producer.abort_transaction()
+        if not committed["during"]:
+            producer.begin_transaction()
+        for n in range(30):
+            producer.send(topic, b"after-%d" % n, partition=n % 3)
+        producer.commit_transaction()
+    survivors = sorted(cluster.brokers)
+    new_coordinator = coordinator_of(cluster, transactional_id)
+    assert new_coordinator != coordinator and new_coordinator in survivors
+    cluster.start_broker(coordinator)
+    for broker_id in sorted(cluster.brokers):
+        def whole(broker_id=broker_id):
+            try:
+                values = read_all(cluster.data_dir(broker_id), topic, 3, "read_committed")
+            except ShmlogError:
+                return False
+            return all_or_none(values, b"before", 30) and all_or_none(values, b"after", 30) \
+                and all_or_none(values, b"during", 30) == committed["during"]
+        cluster.wait_for(whole, WAIT_S, f"every transaction whole on broker {broker_id}",
+                         interval_s=0.5)
+
+
+def _commit(producer) -> Exception | None:
+    try:
+        producer.commit_transaction()
+    except ShmlogError as error:
+        return error
+    return None
+
+
+def test_offsets_sent_to_a_transaction_commit_with_it_across_hosts(cluster):
+    """A consume-transform-produce step across hosts: the group's coordinator, the
+    transaction's coordinator and the output's leaders are different brokers. The
+    offsets committed in an aborted transaction never count; in a committed one they
+    count exactly when its output is visible."""
+    source, sink, group_id = "ctp-in", "ctp-out", "ctp-group"
+    create_topic(cluster, source, 3)
+    create_topic(cluster, sink, 3)
+    with Producer(cluster.data_dir(1), acks="all") as plain:
+        for partition in range(3):
+            plain.send_batch(source, [b"%d-%d" % (partition, n) for n in range(5)],
+                             partition=partition).get(WAIT_S)
+    tps = [TopicPartition(source, partition) for partition in range(3)]
+    with Consumer(source, bootstrap=cluster.data_dir(2), group_id=group_id,
+                  auto_offset_reset="earliest", enable_auto_commit=False,
+                  isolation_level="read_committed") as consumer, \
+            Producer(cluster.data_dir(3), transactional_id="ctp", acks="all") as producer:
+        producer.init_transactions()
+        records, deadline = [], time.monotonic() + WAIT_S
+        while len(records) < 15:
+            assert time.monotonic() < deadline, "consuming the input"
+            records += [record for batch in consumer.poll(timeout_ms=200).values()
+                        for record in batch]
+        offsets = {tp: OffsetAndMetadata(5, "") for tp in tps}
+        for commit in (False, True):
+            producer.begin_transaction()
+            for record in records:
+                producer.send(sink, record.value.upper(), partition=record.partition)
+            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+            assert [consumer.committed(tp) for tp in tps] == \
+                ([5, 5, 5] if commit else [None, None, None])
+    expected = {partition: [b"%d-%d" % (partition, n) for n in range(5)]
+                for partition in range(3)}
+    for broker_id in cluster.brokers:
+        wait_until_stable(cluster, broker_id, sink, 3, [12, 12, 12])
+        assert read_all(cluster.data_dir(broker_id), sink, 3, "read_committed") == {
+            partition: [value.upper() for value in values]
+            for partition, values in expected.items()}
