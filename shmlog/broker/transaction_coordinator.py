@@ -191,10 +191,10 @@ class TransactionCoordinator:
         How long an id with no transaction under way is kept after its last change
         (Kafka's ``transactional.id.expiration.ms``).
     send_markers : callable, optional
-        ``send_markers(transactional_id, marker, [(topic, partition), ...])``: the
-        markers are sent (a cluster's partitions have leaders elsewhere), and their
-        outcome comes back later through :meth:`markers_written`. Given, it is used
-        instead of ``write_marker``.
+        ``send_markers(transactional_id, marker, [(topic, partition), ...], round)``:
+        the markers are sent (a cluster's partitions have leaders elsewhere), and
+        their outcome comes back later through :meth:`markers_written` with the same
+        ``round``. Given, it is used instead of ``write_marker``.
     """
 
     def __init__(self, *, allocate_producer_id: Callable[[], int],
@@ -204,10 +204,12 @@ class TransactionCoordinator:
                  max_timeout_ms: int, coordinator_epoch: int = 0,
                  forget: Callable[[str], None] = lambda transactional_id: None,
                  expiration_ms: int = limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
-                 send_markers: Callable[[str, EndTransactionMarker, list], None] | None = None):
+                 send_markers: Callable[[str, EndTransactionMarker, list, int], None]
+                 | None = None):
         self._allocate = allocate_producer_id
         self._send_markers = send_markers
-        self._sending: set[str] = set()          # ids whose markers are out (send_markers)
+        self._sending: dict[str, int] = {}       # id -> the round of its markers out
+        self._rounds = 0
         self._store = store
         self._forget = forget
         self.expiration_ms = expiration_ms
@@ -265,7 +267,7 @@ class TransactionCoordinator:
         for name in gone:
             self._drop(name)
             self._unwritten.pop(name, None)
-            self._sending.discard(name)
+            self._sending.pop(name, None)
         return gone
 
     # -- requests --------------------------------------------------------------------
@@ -398,7 +400,7 @@ class TransactionCoordinator:
         turn, and a walk of every id each time would grow with them."""
         if not self._deadline_known:
             deadlines = [self._deadline_of(metadata) for metadata in self.transactions.values()]
-            if self._unwritten:
+            if self._unwritten.keys() - self._sending.keys():     # some wait for their retry
                 deadlines.append(self._retry_at)
             self._deadline = min(deadlines, default=None)
             self._deadline_known = True
@@ -454,8 +456,11 @@ class TransactionCoordinator:
                                       self.coordinator_epoch)
         unwritten = self._unwritten[metadata.transactional_id]
         if self._send_markers is not None:
-            self._sending.add(metadata.transactional_id)
-            self._send_markers(metadata.transactional_id, marker, sorted(unwritten))
+            self._rounds += 1
+            self._sending[metadata.transactional_id] = self._rounds
+            self._deadline_known = False
+            self._send_markers(metadata.transactional_id, marker, sorted(unwritten),
+                               self._rounds)
             return
         failed = {}
         for topic, partition in sorted(unwritten):
@@ -465,13 +470,17 @@ class TransactionCoordinator:
                 failed[(topic, partition)] = error
         self._written(metadata, unwritten - failed.keys(), failed, now)
 
-    def markers_written(self, transactional_id: str, written: Iterable[tuple[str, int]],
-                        failed: dict, now: int) -> None:
-        """The outcome of the markers ``send_markers`` sent for the id: the partitions
-        that have theirs, and {partition: error} for those that do not (written
-        again after ``limits.TRANSACTION_MARKER_RETRY_MS``). Ignored for an id no
-        longer coordinated here."""
-        self._sending.discard(transactional_id)
+    def markers_written(self, transactional_id: str, round_: int,
+                        written: Iterable[tuple[str, int]], failed: dict, now: int) -> None:
+        """The outcome of the markers ``send_markers`` sent for the id in ``round_``:
+        the partitions that have theirs, and {partition: error} for those that do
+        not (written again after ``limits.TRANSACTION_MARKER_RETRY_MS``). Ignored
+        for an id no longer coordinated here, and for an earlier round's (a reply
+        come after the id was unloaded and loaded again)."""
+        if self._sending.get(transactional_id) != round_:
+            return
+        del self._sending[transactional_id]
+        self._deadline_known = False
         metadata = self.transactions.get(transactional_id)
         if metadata is None or metadata.state not in _PREPARING \
                 or transactional_id not in self._unwritten:

@@ -14,7 +14,9 @@ Rules
   A partition with no live leader, a leader that refuses or does not answer, is a
   failed marker: the coordinator sends it again after
   ``limits.TRANSACTION_MARKER_RETRY_MS``. A deleted topic's partitions need none.
-* Every marker carries the coordinator's leader epoch (Kafka's coordinator epoch).
+* Every marker carries the coordinator's leader epoch (Kafka's coordinator epoch),
+  and each partition the leader epoch the coordinator sees: a leader at another
+  epoch writes nothing (a request delivered late to a broker that leads again).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = ["MarkerSender"]
 class _Markers:
     """A transaction's markers, waiting for its decision to be replicated, then out."""
     transactional_id: str
+    round: int                              # the coordinator's round of these markers
     marker: EndTransactionMarker
     partitions: list
     decision: tuple | None                  # (replica, epoch, offset) of the decision
@@ -49,7 +52,8 @@ class MarkerSender:
     ask : callable
         Sends a transaction request to a broker (``ClusterTransactionService``).
     leader_of : callable
-        ``leader_of(topic, partition)``: its live leader's broker id, or raises.
+        ``leader_of(topic, partition)``: (its live leader's broker id, leader epoch),
+        or raises.
     topics : callable
         The topics that exist now.
     replicated : callable
@@ -59,7 +63,8 @@ class MarkerSender:
         ``TransactionCoordinator.markers_written``.
     """
 
-    def __init__(self, ask: Ask, leader_of: Callable[[str, int], int], topics: Callable,
+    def __init__(self, ask: Ask, leader_of: Callable[[str, int], tuple[int, int]],
+                 topics: Callable,
                  replicated: Callable[[tuple | None], bool | None], written: Callable):
         self.ask = ask
         self.leader_of = leader_of
@@ -69,9 +74,10 @@ class MarkerSender:
         self._queued: list[_Markers] = []
 
     def queue(self, transactional_id: str, marker: EndTransactionMarker, partitions: list,
-              decision: tuple | None) -> None:
+              round_: int, decision: tuple | None) -> None:
         """Send the transaction's markers once ``decision`` is replicated."""
-        self._queued.append(_Markers(transactional_id, marker, list(partitions), decision))
+        self._queued.append(_Markers(transactional_id, round_, marker, list(partitions),
+                                     decision))
 
     def queued(self, transactional_id: str) -> bool:
         """Whether the transaction's markers wait for its decision's replication."""
@@ -104,10 +110,11 @@ class MarkerSender:
                     f"{topic} does not exist")
                 continue
             try:
-                by_leader.setdefault(self.leader_of(topic, partition), []).append(
-                    [topic, partition])
+                leader, leader_epoch = self.leader_of(topic, partition)
             except ShmlogError as error:
                 markers.failed[(topic, partition)] = error
+                continue
+            by_leader.setdefault(leader, []).append([topic, partition, leader_epoch])
         markers.waiting = len(by_leader)
         fields = {"producer_id": markers.marker.producer_id,
                   "producer_epoch": markers.marker.producer_epoch,
@@ -118,7 +125,7 @@ class MarkerSender:
         for leader, partitions in sorted(by_leader.items()):
             self.ask(leader, "write_txn_markers", {**fields, "partitions": partitions},
                      lambda result, partitions=partitions:
-                     self._answered(markers, partitions, result))
+                     self._answered(markers, [entry[:2] for entry in partitions], result))
 
     def _answered(self, markers: _Markers, partitions: list,
                   result: dict | ShmlogError) -> None:
@@ -137,4 +144,5 @@ class MarkerSender:
     def _done(self, markers: _Markers) -> None:
         written = [(topic, partition) for topic, partition in markers.partitions
                    if (topic, partition) not in markers.failed]
-        self.written(markers.transactional_id, written, markers.failed, now_ms())
+        self.written(markers.transactional_id, markers.round, written, markers.failed,
+                     now_ms())

@@ -18,9 +18,10 @@ Rules
   replicated): the producer is admitted at that epoch and the held batches appended,
   in order, as they would have been; refused: every held batch gets the code
   (``INVALID_PRODUCER_EPOCH`` for a fenced producer, else ``INVALID_TXN_STATE``).
+* A refusal refuses the held batches of the verification's epoch and older; a later
+  epoch's (the producer started again meanwhile) are verified anew.
 * A retriable answer (the coordinator moving, loading, ending the previous
-  transaction; no answer), or a transaction of an older epoch still open in the
-  partition (its abort marker on the way), asks again after
+  transaction; no answer) asks again after
   ``limits.TRANSACTION_VERIFY_RETRY_MS``; after ``forward_request_timeout_ms`` the
   held batches are refused with ``REQUEST_TIMED_OUT`` (their outcome: not appended).
 
@@ -177,19 +178,21 @@ class TransactionVerifier:
             code = CompletionCode.INVALID_TXN_STATE if isinstance(result, ShmlogError) \
                 else CompletionCode(result["code"])
             self._verified(key, code)
-        elif not self.appender.expect_transaction(verification.row, verification.producer_id,
-                                                  verification.producer_epoch):
-            verification.retry_at = now + limits.TRANSACTION_VERIFY_RETRY_MS   # an old marker
         else:
             self._verified(key, None)
 
     def _verified(self, key: tuple[int, int], refusal: CompletionCode | None) -> None:
-        """End a verification: append its held batches in order, or refuse them."""
+        """End a verification: append its held batches in order, or refuse those of its
+        epoch and older (a later epoch's batches, held behind it, are verified anew)."""
         verification = self.verifications.pop(key)
-        self.appender.transaction_verified(verification.row, verification.producer_id,
-                                           verification.producer_epoch, refusal is None)
+        if not self.appender.transaction_verified(
+                verification.row, verification.producer_id, verification.producer_epoch,
+                refusal is None) and refusal is None:
+            refusal = CompletionCode.INVALID_TXN_STATE
         for held in verification.held:
-            if refusal is None:
+            producer = transactional_producer(held.batch)
+            if refusal is None or (producer is not None
+                                   and producer[1] > verification.producer_epoch):
                 self.forwarding.append_held(held)
             else:
                 self.forwarding.refuse_held(held, refusal)

@@ -137,6 +137,7 @@ class _Answer:
     result: dict | ShmlogError | None = None
     stores: list = dataclasses.field(default_factory=list)   # (replica, epoch, last offset)
     expecting: int = 0
+    failure: ShmlogError | None = None        # an expectation's refusal
     ending: str | None = None
 
 
@@ -188,7 +189,7 @@ class ClusterTransactionService:
         self.channel = TransactionChannel(replication, self.cluster.broker_id,
                                           self.cluster.forward_request_timeout_ms,
                                           self._peer_handlers)
-        self.markers = MarkerSender(self.channel.ask, self._leader_of,
+        self.markers = MarkerSender(self.channel.ask, self._leadership,
                                     lambda: self.replication.view.topics, self._replicated,
                                     self.coordinator.markers_written)
         self.verifier = TransactionVerifier(host, replication.forwarding, self.cluster,
@@ -220,6 +221,7 @@ class ClusterTransactionService:
         return with_request_signature(handler, method)
 
     def tick(self, now: int) -> None:
+        self._sync_leadership()          # no timeout acts on ids of a partition lost
         self.coordinator.tick(now)
 
     def next_deadline(self) -> int | None:
@@ -275,22 +277,30 @@ class ClusterTransactionService:
         self._reply(ticket, result)
 
     def _call(self, name: str, fields: dict, ticket, now: int) -> dict | None:
-        """Run the request here; its reply waits for what it stored and sent."""
+        """Run the request here; its reply waits for what it stored and sent, and
+        for the id's last store before it (a retry must not be answered on a state
+        not replicated yet)."""
         answer = _Answer(ticket, now + self.cluster.offsets_commit_timeout_ms)
-        self._current = answer
+        transactional_id = fields.get("transactional_id")
+        if isinstance(transactional_id, str):
+            last = self._last_store(transactional_id)
+            if last is not None:
+                answer.stores.append(last)
+        outer, self._current = self._current, answer      # a request to itself nests
         try:
             answer.result = self._method(name)(**fields, now=now)
         except ShmlogError as error:
             answer.result = error
         finally:
-            self._current = None
+            self._current = outer
         if isinstance(answer.result, ShmlogError):
             raise answer.result
         if name == "end_txn":
             answer.ending = fields["transactional_id"]
         if name == "init_transactions":
             self.transactional_ids.learn(answer.result["producer_id"], fields["transactional_id"])
-        if not answer.stores and not answer.expecting and answer.ending is None:
+        if not answer.stores and not answer.expecting and answer.ending is None \
+                and answer.failure is None:
             return answer.result
         self._answers.append(answer)
         return None
@@ -313,11 +323,16 @@ class ClusterTransactionService:
 
     def _leader_of(self, topic: str, partition: int) -> int:
         """The partition's live leader; CoordinatorNotAvailableError when none."""
+        return self._leadership(topic, partition)[0]
+
+    def _leadership(self, topic: str, partition: int) -> tuple[int, int]:
+        """(live leader, leader epoch) of the partition as this broker sees it;
+        CoordinatorNotAvailableError when it has none."""
         state = self.replication.view.state(topic, partition)
         leader = state[0].leader if state is not None else NO_LEADER
         if leader == NO_LEADER or leader not in self.replication.view.brokers:
             raise CoordinatorNotAvailableError(f"{topic}-{partition} has no live leader now")
-        return leader
+        return leader, state[0].leader_epoch
 
     # -- a peer's requests ----------------------------------------------------------------------
     def serve(self, request: ReceivedRequest, now: int) -> None:
@@ -372,17 +387,26 @@ class ClusterTransactionService:
 
     def write_txn_markers(self, producer_id, producer_epoch, committed, coordinator_epoch,
                           partitions, *, now) -> dict:
-        """Kafka's WriteTxnMarkers for the partitions this broker leads: each marker
-        appended, the reply (``errors``: [[topic, partition, error name, message]]
-        for those not written) once the high watermark covers them."""
+        """Kafka's WriteTxnMarkers for the partitions this broker leads
+        (``partitions``: [[topic, partition, leader epoch the coordinator saw]]):
+        each marker appended, the reply (``errors``: [[topic, partition, error name,
+        message]] for those not written) once the high watermark covers them. A
+        partition led at another epoch than the one named takes no marker: a
+        request sent to an earlier leadership never ends a later transaction."""
         marker = EndTransactionMarker(require(producer_id, int, "producer_id"),
                                       require(producer_epoch, int, "producer_epoch"),
                                       require(committed, bool, "committed"),
                                       require(coordinator_epoch, int, "coordinator_epoch"))
         errors = []
-        for topic, partition in require(partitions, list, "partitions"):
+        for topic, partition, leader_epoch in require(partitions, list, "partitions"):
             try:
                 replica = self._led_replica(topic, partition)
+                if replica.leader_epoch != leader_epoch:
+                    # Sent for another leadership of this broker's (a late request):
+                    # the coordinator asks again with the one it sees now.
+                    raise NotCoordinatorError(
+                        f"{topic}-{partition} is led at epoch {replica.leader_epoch}, not "
+                        f"{leader_epoch}")
                 offset = self.host.write_marker(topic, partition, marker)
             except ShmlogError as error:
                 errors.append([topic, partition, type(error).__name__, str(error)])
@@ -413,12 +437,15 @@ class ClusterTransactionService:
 
     def _forget(self, transactional_id: str) -> None:
         self._append_state(transactional_id, transaction_key(transactional_id), None)
+        self._decisions.pop(transactional_id, None)     # the id goes
 
     def _append_state(self, transactional_id: str, key: bytes, value: bytes | None) -> None:
         partition = self._state_partition(transactional_id)
         where = f"transaction {transactional_id!r}: {TRANSACTION_STATE_TOPIC}-{partition}"
         replica = self.replication.replicas.get((TRANSACTION_STATE_TOPIC, partition))
-        if replica is None or replica.role is not Role.LEADER:
+        if replica is None or replica.role is not Role.LEADER \
+                or self._loaded.get(partition) != replica.leader_epoch:
+            # Not leading it, or not at the epoch its ids were loaded at.
             raise commit_error(ErrorCode.NOT_LEADER_OR_FOLLOWER, where)
         if self.appender.under_min_isr(replica.row):       # nothing appended
             raise commit_error(ErrorCode.NOT_ENOUGH_REPLICAS, where)
@@ -444,28 +471,35 @@ class ClusterTransactionService:
 
         def answered(result: dict | ShmlogError) -> None:
             answer.expecting -= 1
-            if isinstance(result, ShmlogError) and not isinstance(answer.result, ShmlogError):
-                answer.result = result if isinstance(result, RETRIABLE) \
+            if isinstance(result, ShmlogError) and answer.failure is None:
+                answer.failure = result if isinstance(result, RETRIABLE) \
                     else ConcurrentTransactionsError(f"{topic}-{partition}: {result}")
         self.channel.ask(leader, "expect_transaction",
-                  {"topic": topic, "partition": partition, "producer_id": producer_id,
-                   "producer_epoch": producer_epoch}, answered)
+                         {"topic": topic, "partition": partition, "producer_id": producer_id,
+                          "producer_epoch": producer_epoch}, answered)
 
     @staticmethod
     def _never_written(topic: str, partition: int, marker: EndTransactionMarker) -> None:
         raise AssertionError("a cluster's markers are sent (send_markers)")
 
     def _send_markers(self, transactional_id: str, marker: EndTransactionMarker,
-                      partitions: list) -> None:
+                      partitions: list, round_: int) -> None:
         """Queue the markers: they go once the decision is replicated (:meth:`poll`)."""
+        decision = self._last_store(transactional_id)
+        epoch = decision[1] if decision is not None else 0
+        self.markers.queue(transactional_id, dataclasses.replace(marker, coordinator_epoch=epoch),
+                           partitions, round_, decision)
+
+    def _last_store(self, transactional_id: str) -> tuple | None:
+        """(replica, leader epoch, offset) of the id's last state stored here, or of
+        the last record its partition's load read (its state may be one of those)."""
         decision = self._decisions.get(transactional_id)
         partition = self._state_partition(transactional_id)
         barrier = self._barriers.get(partition)
-        if barrier is not None and (decision is None or decision[2] < barrier[2]):
-            decision = barrier                      # loaded: all it read must be replicated
-        epoch = decision[1] if decision is not None else 0
-        self.markers.queue(transactional_id, dataclasses.replace(marker, coordinator_epoch=epoch),
-                           partitions, decision)
+        if barrier is not None and (decision is None or decision[1] != barrier[1]
+                                    or decision[2] < barrier[2]):
+            return barrier
+        return decision
 
     # -- every loop turn ------------------------------------------------------------------------
     def poll(self, now: int) -> None:
@@ -522,7 +556,7 @@ class ClusterTransactionService:
                                 and self.coordinator.markers_pending(answer.ending)):
             return RequestTimedOutError("the partitions' leaders did not answer in time: "
                                         "ask again")
-        return answer.result
+        return answer.failure or answer.result
 
     # -- loading and unloading (failover) -------------------------------------------------------
     def _sync_leadership(self) -> None:
@@ -553,6 +587,7 @@ class ClusterTransactionService:
         except ShmlogError as error:
             log.error("cannot load %s-%d: %s (its transactions wait)", TRANSACTION_STATE_TOPIC,
                       partition, error)
+            self.coordinator.unload(lambda name: offsets_partition(name, count) == partition)
             return
         self._loaded[partition] = replica.leader_epoch
         ids = [name for name in self.coordinator.transactions

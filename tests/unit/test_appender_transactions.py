@@ -264,3 +264,53 @@ def test_a_restart_holds_the_last_stable_offset_at_the_oldest_open_transaction(w
     row = appender.register_partition("t", 0)
     assert sorted(appender.open_transactions(row)) == [(PRODUCER, 0, 1), (OTHER, 0, 0)]
     assert reader.snapshot(row).last_stable_offset == 0
+
+
+def test_batches_held_for_a_coordinator_elsewhere_go_in_in_order(world):
+    """A verifier that must ask a coordinator on another broker holds the first batch;
+    the producer's later batches for the partition, which the compiled loop would
+    otherwise refuse as out of sequence, are held behind it, their completions
+    parked in ring order; once verified they go in in order, their sequences
+    checked then."""
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    asked, held = [], []
+    appender.set_transaction_verifier(
+        lambda *named: asked.append(named) or CompletionCode.TRANSACTION_VERIFYING,
+        held.append)
+    entries = [producer.put(appender.destination("t", 0), encode_batch(
+        [b"v%d" % n], producer_id=PRODUCER, producer_epoch=0, base_sequence=n,
+        transactional=True), 1000) for n in range(3)]
+    appender.drain()
+    assert asked == [("t", 0, PRODUCER, 0)], "one verification for the three"
+    assert [entry.number for entry in held] == [0, 1, 2]
+    assert [producer.result(entry) for entry in entries] == [None, None, None], "parked"
+    assert appender.transaction_verified(row, PRODUCER, 0, True)
+    for entry in held:
+        result, append_time = appender.append(entry.row, entry.batch)
+        assert appender.resolve_forwarded(entry.ring, entry.number, result, append_time)
+    assert [producer.result(entry)[0] for entry in entries] == [0, 1, 2]
+    assert appender.open_transactions(row) == [(PRODUCER, 0, 0)]
+    # The next batch is the compiled loop's again.
+    assert send(appender, producer, "t", [b"v3"], sequence=3) == 3
+
+
+def test_a_refused_verification_releases_the_hold(world):
+    logs, reader, appender, producer = world
+    logs.create_topic("t")
+    row = appender.register_partition("t", 0)
+    held = []
+    appender.set_transaction_verifier(
+        lambda *named: CompletionCode.TRANSACTION_VERIFYING, held.append)
+    entry = producer.put(appender.destination("t", 0), encode_batch(
+        [b"x"], producer_id=PRODUCER, producer_epoch=0, transactional=True), 1000)
+    appender.drain()
+    assert not appender.transaction_verified(row, PRODUCER, 0, False)
+    assert appender.resolve_forwarded(held[0].ring, held[0].number,
+                                      -CompletionCode.INVALID_TXN_STATE, -1)
+    assert producer.result(entry)[0] == -CompletionCode.INVALID_TXN_STATE
+    assert appender.open_transactions(row) == [], "nothing held, nothing open"
+    appender.set_transaction_verifier(lambda *named: CompletionCode.INVALID_TXN_STATE)
+    assert send(appender, producer, "t", [b"y"]) == -CompletionCode.INVALID_TXN_STATE, \
+        "verified again, not held"

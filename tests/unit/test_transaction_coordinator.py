@@ -15,12 +15,19 @@ import time
 import pytest
 
 from helpers import TransactionalCore
+from shmlog.broker.transaction_coordinator import (
+    TransactionCoordinator,
+    TransactionState,
+    transaction_record,
+)
+from shmlog.common import limits
 from shmlog.common.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
+    ShmlogError,
     UnknownTopicOrPartitionError,
 )
 from shmlog.record.records import encode_batch, now_ms
@@ -297,3 +304,59 @@ def test_a_plain_commit_after_a_transactional_one_stands(world):
     world.ask("commit_offsets", group_id="g", offsets=[["out", 1, 4, "plain"]])
     world.ask("end_txn", **producer, committed=True)
     assert world.ask("fetch_offsets", group_id="g")["offsets"] == [["out", 1, 4, "plain"]]
+
+
+class SentMarkers:
+    """A coordinator whose markers are sent (a cluster's), the sends and stores kept."""
+
+    def __init__(self):
+        ids = iter(range(100, 200))
+        self.stored, self.sent = [], []
+        self.coordinator = TransactionCoordinator(
+            allocate_producer_id=lambda: next(ids), store=self.stored.append,
+            add_partition=lambda *added: None, write_marker=None, max_timeout_ms=60_000,
+            send_markers=lambda *sent: self.sent.append(sent))
+
+
+def test_sent_markers_complete_the_transaction_once_all_are_written():
+    world = SentMarkers()
+    coordinator, now = world.coordinator, 1_000
+    producer = coordinator.init_transactions(TXN, 60_000, now=now)
+    coordinator.add_partitions_to_txn(TXN, **producer, partitions=[["a", 0], ["b", 0]],
+                                      now=now)
+    coordinator.end_txn(TXN, **producer, committed=True, now=now)
+    (name, marker, partitions, first), = world.sent
+    assert (name, marker.committed, partitions) == (TXN, True, [("a", 0), ("b", 0)])
+    assert coordinator.markers_pending(TXN)
+    assert coordinator.transactions[TXN].state is TransactionState.PREPARE_COMMIT
+    deadline = coordinator.next_deadline()
+    assert deadline is not None and deadline > now, "no busy loop while markers are out"
+    coordinator.markers_written(TXN, first + 1, [("a", 0), ("b", 0)], {}, now)
+    assert coordinator.markers_pending(TXN), "another round's reply is ignored"
+    coordinator.markers_written(TXN, first, [("a", 0)], {("b", 0): ShmlogError("down")}, now)
+    assert not coordinator.markers_pending(TXN)
+    assert coordinator.next_deadline() == now + limits.TRANSACTION_MARKER_RETRY_MS
+    coordinator.tick(now + limits.TRANSACTION_MARKER_RETRY_MS)
+    (_, _, partitions, second) = world.sent[-1]
+    assert partitions == [("b", 0)] and second != first, "only the failed one again"
+    coordinator.markers_written(TXN, second, [("b", 0)], {}, now)
+    assert coordinator.transactions[TXN].state is TransactionState.COMPLETE_COMMIT
+    assert world.stored[-1].state is TransactionState.COMPLETE_COMMIT
+
+
+def test_an_unloaded_id_takes_no_late_marker_reply():
+    world = SentMarkers()
+    coordinator, now = world.coordinator, 1_000
+    producer = coordinator.init_transactions(TXN, 60_000, now=now)
+    coordinator.add_partitions_to_txn(TXN, **producer, partitions=[["a", 0]], now=now)
+    coordinator.end_txn(TXN, **producer, committed=False, now=now)
+    round_ = world.sent[-1][3]
+    assert coordinator.unload(lambda name: name == TXN) == [TXN]
+    coordinator.load([(key, value) for key, value in
+                      (transaction_record(metadata) for metadata in world.stored[-1:])], now)
+    reloaded = world.sent[-1][3]
+    assert reloaded != round_, "the load sends the stored decision's markers again"
+    coordinator.markers_written(TXN, round_, [("a", 0)], {}, now)
+    assert coordinator.transactions[TXN].state is TransactionState.PREPARE_ABORT
+    coordinator.markers_written(TXN, reloaded, [("a", 0)], {}, now)
+    assert coordinator.transactions[TXN].state is TransactionState.COMPLETE_ABORT

@@ -378,8 +378,9 @@ class Appender:
             # The log's listener refreshed the row (and published it) on the append.
             result, append_time, last_offset = self._appends.append_batch(row, batch)
             if result == -CompletionCode.TRANSACTION_VERIFYING and self._hold is not None:
-                self._hold(self._entry(ring, number, row, batch))
+                # Parked first: the holder may resolve it at once.
                 self._rings.park_forwarded(ring, number, head)
+                self._hold(self._entry(ring, number, row, batch))
                 return
         self._rings.finish(ring, number, result, append_time, row, last_offset, head,
                            self._partitions.settings)

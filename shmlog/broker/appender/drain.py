@@ -111,7 +111,7 @@ from .producer_state import (
     remember_sequence,
     sequence_refusal,
 )
-from .transactions import TXN_BEGINS, transaction_verdict
+from .transactions import TXN_BEGINS, held, transaction_verdict
 
 __all__ = ["drain_rings", "publish_offsets", "last_stable_offset"]
 
@@ -189,6 +189,8 @@ def _admit(data, start, end, row_settings, row, sequences, transactions,
     if attributes & B.CONTROL_BIT:
         return _COMPLETE, -CompletionCode.CONTROL_FROM_PRODUCER.value, -1
     producer_id = load_i64(data, start + B.PRODUCER_ID_OFFSET)
+    if attributes & B.TRANSACTIONAL_BIT and held(transactions, row, producer_id):
+        return _TO_PYTHON, 0, -1              # behind a batch held for its coordinator
     producer_epoch = np.int64(load_i16(data, start + B.PRODUCER_EPOCH_OFFSET))
     last_offset_delta = np.int64(load_i32(data, start + B.LAST_OFFSET_DELTA_OFFSET))
     verdict, duplicate_offset = check_sequence(

@@ -79,9 +79,6 @@ class LogAppends:
         # verifier(topic, partition, producer id, epoch) -> whether the coordinator added
         # the partition to the producer's transaction (None: nobody verifies).
         self.verifier = None
-        # (row, producer id) whose verification is under way (the verifier answered
-        # TRANSACTION_VERIFYING): their batches are held, in order, until it ends.
-        self.verifying: set[tuple[int, int]] = set()
         capacity = rows.settings.shape[0]
         # The compiled loop's tally: offsets appended per row, and the rows appended
         # to (a count, then the rows).
@@ -115,7 +112,6 @@ class LogAppends:
         """Forget the partition at ``row`` (it is no longer hosted): its producers, and
         that it was appended to."""
         self._appended_rows.pop(row, None)
-        self.verifying = {held for held in self.verifying if held[0] != row}
         self.producer_states.forget(row)
         self.transactions.forget(self.rows.settings, row)
 
@@ -134,7 +130,8 @@ class LogAppends:
         producer_id = int(header["producer_id"]) if header is not None else -1
         producer_epoch = int(header["producer_epoch"]) if header is not None else -1
         base_sequence = int(header["base_sequence"]) if header is not None else -1
-        if self.verifying and (row, producer_id) in self.verifying:
+        if header is not None and header["attributes"] & B.TRANSACTIONAL_BIT \
+                and self.transactions.held(row, producer_id):
             # Behind a batch of its producer held for the coordinator: held too, its
             # sequence checked once that one is in.
             return -CompletionCode.TRANSACTION_VERIFYING, -1, -1
@@ -208,7 +205,7 @@ class LogAppends:
             return -CompletionCode.INVALID_TXN_STATE
         refusal = self.verifier(*self.rows.name_of(row), producer_id, producer_epoch)
         if refusal is CompletionCode.TRANSACTION_VERIFYING:
-            self.verifying.add((row, producer_id))
+            self.transactions.hold(row, producer_id, producer_epoch)
         if refusal is not None:
             return -refusal
         transaction = self.transactions.verdict(self.rows.settings, row, producer_id,
@@ -225,8 +222,10 @@ class LogAppends:
         """The verification of the producer's batches held for the partition at ``row``
         ended: the partition is in its transaction at ``producer_epoch`` (``added``,
         expected from now on), or not. Whether it is expected now."""
-        self.verifying.discard((row, producer_id))
-        return added and self.expect_transaction(row, producer_id, producer_epoch)
+        if added:
+            return self.expect_transaction(row, producer_id, producer_epoch)
+        self.transactions.release(row, producer_id)
+        return False
 
     def write_marker(self, row: int, marker: EndTransactionMarker) -> int:
         """Append the end-transaction ``marker`` to the partition at ``row`` (the

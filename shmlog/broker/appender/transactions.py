@@ -18,6 +18,10 @@ Rules
   under way or begins, and the partition joins it); with no verifier, or refused, it
   is ``INVALID_TXN_STATE``. A batch that is not transactional, of a producer whose
   transaction is open in the partition, is ``INVALID_TXN_STATE``.
+* A batch whose producer is held in the partition (``HELD``: a coordinator on
+  another broker is verifying its transaction, ``cluster.transaction_verification``)
+  goes to Python before its sequence is looked at, so it queues behind the batch
+  held first.
 * A transaction's first batch in a partition goes to Python
   (:meth:`TransactionTable.begin`), which records its first offset before the append
   publishes the row; the batches after it are the compiled loop's, at the cost of one
@@ -60,8 +64,8 @@ from ...record.records import batch_frame
 from ...shm.completion import CompletionCode
 from .layout import ROW_FIRST_UNSTABLE_OFFSET
 
-__all__ = ["TransactionTable", "transaction_verdict", "TXN_NONE", "TXN_CONTINUES",
-           "TXN_BEGINS", "TXN_VERIFY", "NOT_STARTED"]
+__all__ = ["TransactionTable", "transaction_verdict", "held", "TXN_NONE", "TXN_CONTINUES",
+           "TXN_BEGINS", "TXN_VERIFY", "NOT_STARTED", "HELD"]
 
 # A batch's transaction verdict (a negative one is the completion result that refuses it)
 TXN_NONE = 0                   # not transactional: nothing to do
@@ -72,6 +76,10 @@ TXN_VERIFY = 3                 # no entry for its epoch: Python asks the coordin
 NOT_STARTED = -1               # an entry's first offset before the transaction's first batch
 ENDING = -1                    # an entry's epoch once its end is decided: no batch matches it
 NO_ENTRY = (np.int64(-1), np.int64(NOT_STARTED - 1))   # what a lookup finds for no entry
+# An entry's first offset while its producer's batches are held for a coordinator
+# elsewhere (TransactionTable.hold): every batch of the producer for the partition
+# goes to Python, before its sequence is looked at.
+HELD = NOT_STARTED - 2
 _EPOCH = 0
 _FIRST_OFFSET = 1
 # columns of what observe gives back: one row per marker walked
@@ -114,6 +122,28 @@ def transaction_verdict(transactions, row_settings, row, producer_id, producer_e
         return TXN_VERIFY if entry[_FIRST_OFFSET] == NOT_STARTED \
             else -CompletionCode.INVALID_TXN_STATE.value
     return TXN_BEGINS if entry[_FIRST_OFFSET] == NOT_STARTED else TXN_CONTINUES
+
+
+@kernel(inline="always")
+def held(transactions, row, producer_id):
+    """Whether the producer's batches for ``row`` are held (:meth:`TransactionTable.hold`)."""
+    return get_or(transactions, (row, producer_id), NO_ENTRY)[_FIRST_OFFSET] == HELD
+
+
+@kernel
+def _held(transactions, row, producer_id):
+    return held(transactions, row, producer_id)
+
+
+@kernel
+def _hold(transactions, row, producer_id, producer_epoch):
+    transactions[(row, producer_id)] = (producer_epoch, np.int64(HELD))
+
+
+@kernel
+def _release(transactions, row, producer_id):
+    if held(transactions, row, producer_id):
+        del transactions[(row, producer_id)]
 
 
 @kernel
@@ -291,11 +321,26 @@ class TransactionTable:
         """Forget every transaction of the partition at ``row``."""
         _forget(self.table, settings, row)
 
+    def hold(self, row: int, producer_id: int, producer_epoch: int) -> None:
+        """The producer's batches for ``row`` are held while a coordinator elsewhere
+        verifies its transaction (the verification starts with no entry of its epoch
+        open there): the compiled loop hands them all to Python."""
+        _hold(self.table, row, producer_id, producer_epoch)
+
+    def held(self, row: int, producer_id: int) -> bool:
+        return bool(_held(self.table, row, producer_id))
+
+    def release(self, row: int, producer_id: int) -> None:
+        """The verification ended refused: the hold goes (an expectation replaces it
+        when the verification admitted the producer: :meth:`expect`)."""
+        _release(self.table, row, producer_id)
+
     def open_transactions_by_row(self) -> dict[int, list[tuple[int, int, int]]]:
         """:meth:`open_transactions` of every row, in one walk of the table."""
         by_row: dict[int, list[tuple[int, int, int]]] = {}
         for (row, producer_id), (epoch, first_offset) in _items(self.table):
-            by_row.setdefault(row, []).append((producer_id, epoch, first_offset))
+            if first_offset != HELD:
+                by_row.setdefault(row, []).append((producer_id, epoch, first_offset))
         return {row: sorted(entries) for row, entries in by_row.items()}
 
     def open_transactions(self, row: int) -> list[tuple[int, int, int]]:
