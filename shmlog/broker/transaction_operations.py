@@ -52,6 +52,7 @@ from ..common.errors import (
     OpenTransactionNotFoundError,
     ShmlogError,
     TransactionStillOngoingError,
+    UnsupportedRequestError,
 )
 from ..protocol.control import require
 from ..record.batch_header import batch_info
@@ -64,7 +65,11 @@ from .transaction_service import TransactionService
 
 log = logging.getLogger("shmlog.transactions")
 
-__all__ = ["TransactionOperations", "OpenTransaction", "HELD_STATES"]
+__all__ = ["TransactionOperations", "OpenTransaction", "HELD_STATES", "OPERATOR_REQUESTS"]
+
+# The requests this service answers (a cluster member refuses them: ``refused_in_a_cluster``).
+OPERATOR_REQUESTS = ("describe_producers", "find_hanging_transactions",
+                     "abort_hanging_transaction")
 
 # The coordinator's states in which it still ends the transaction itself.
 HELD_STATES = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
@@ -137,9 +142,7 @@ class TransactionOperations(ImmediateService):
         self._starts: dict[tuple, int] = {}      # (topic id, partition, pid, offset) -> ms
 
     def handlers(self) -> dict:
-        return {"describe_producers": self.describe_producers,
-                "find_hanging_transactions": self.find_hanging_transactions,
-                "abort_hanging_transaction": self.abort_hanging_transaction}
+        return {name: getattr(self, name) for name in OPERATOR_REQUESTS}
 
     # -- the requests --------------------------------------------------------------------
     def describe_producers(self, topic, partition) -> dict:
@@ -303,3 +306,14 @@ class TransactionOperations(ImmediateService):
         if not result.data.size:
             return _NOT_READ
         return batch_info(result.data, 0).max_timestamp
+
+
+def refused_in_a_cluster(**fields) -> dict:
+    """A cluster member's answer to the operators' requests: whether a coordinator
+    holds a transaction is known to that coordinator, perhaps on another broker, so
+    a scan of one broker would call live transactions hanging (and abort them)."""
+    raise UnsupportedRequestError(
+        "describe-producers, find-hanging and abort of a hanging transaction run on a "
+        "single broker; a cluster member does not serve them yet (its transactions' "
+        "coordinators may be other brokers). 'shmlog transactions list' and 'describe' "
+        "work in a cluster")

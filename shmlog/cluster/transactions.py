@@ -87,6 +87,7 @@ from ..broker.transaction_coordinator import (
     transaction_key,
     transaction_record,
 )
+from ..broker.transaction_operations import OPERATOR_REQUESTS, refused_in_a_cluster
 from ..broker.transaction_service import TRANSACTION_REQUESTS, TRANSACTION_STATE_TOPIC_CONFIG
 from ..common import limits
 from ..common.errors import (
@@ -203,6 +204,7 @@ class ClusterTransactionService:
         handlers = {name: self._handler(name, remote=None)
                     for name in TRANSACTION_REQUESTS if name != "txn_offset_commit"}
         handlers["txn_offset_commit"] = self.groups.txn_offset_commit_handler()
+        handlers.update(dict.fromkeys(OPERATOR_REQUESTS, refused_in_a_cluster))
         return handlers
 
     def _method(self, name: str):

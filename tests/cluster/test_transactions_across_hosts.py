@@ -23,7 +23,7 @@ from cluster.workload import SETTINGS, stop_cluster
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, OffsetAndMetadata, TopicPartition
 from shmlog.client.producer import Producer
-from shmlog.common.errors import ProducerFencedError, ShmlogError
+from shmlog.common.errors import ProducerFencedError, ShmlogError, UnsupportedRequestError
 from shmlog.common.internal_topics import TRANSACTION_STATE_TOPIC
 from shmlog.devtools.local_cluster import LocalCluster
 from shmlog.groups import offsets_partition
@@ -302,3 +302,30 @@ def test_offsets_sent_to_a_transaction_commit_with_it_across_hosts(cluster):
         assert read_all(cluster.data_dir(broker_id), sink, 3, "read_committed") == {
             partition: [value.upper() for value in values]
             for partition, values in expected.items()}
+
+
+def test_listing_gathers_every_coordinator_and_scans_are_refused_saying_why(cluster):
+    """``list_transactions`` asked of any broker lists the ids of every coordinator;
+    the operators' scans of one broker (find-hanging, describe-producers, abort),
+    which would take transactions coordinated elsewhere for hanging, are refused with
+    a typed error naming the reason."""
+    topic = "txn-listed"
+    create_topic(cluster, topic, 3)
+    names = [f"listed-{n}" for n in range(6)]
+    coordinators = set()
+    for name in names:
+        with Producer(cluster.data_dir(1), transactional_id=name) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(topic, name.encode(), partition=0)
+            producer.commit_transaction()
+        coordinators.add(coordinator_of(cluster, name))
+    assert len(coordinators) > 1, "the ids spread over several coordinators"
+    for broker_id in cluster.brokers:
+        listed = request(cluster.data_dir(broker_id), "list_transactions")
+        assert listed["unreachable_brokers"] == []
+        assert {entry["transactional_id"] for entry in listed["transactions"]} >= set(names)
+        assert {entry["state"] for entry in listed["transactions"]
+                if entry["transactional_id"] in names} == {"CompleteCommit"}
+    with pytest.raises(UnsupportedRequestError, match="single broker"):
+        request(cluster.data_dir(1), "find_hanging_transactions")
