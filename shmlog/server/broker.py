@@ -214,8 +214,6 @@ class BrokerCore:
             self.transactions = self.add_service(ClusterTransactionService(
                 config, self.host, self.context, self.cluster.replication, self.producers,
                 self.groups))
-        # Kafka clients' transactions (``wire``): a single broker's only, for now.
-        self.kafka_transactions = self.transactions if self.cluster is None else None
         self.stats = self.add_service(StatsService(self.host, self.producers,
                                                    self.groups.coordinator, self.cluster,
                                                    self.transaction_operations))

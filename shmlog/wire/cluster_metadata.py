@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import logging
 
-from ..cluster.replication.forwarding import append_as_leader
+from ..cluster.replication.forwarding import append_as_leader, transactional_producer
 from ..cluster.replication.partition import Role
 from ..common.errors import ShmlogError, TopicExistsError
-from ..common.internal_topics import INTERNAL_TOPICS
+from ..common.internal_topics import INTERNAL_TOPICS, TRANSACTION_STATE_TOPIC
 from ..groups import OFFSETS_TOPIC, offsets_partition
 from .error_codes import LEADER_NOT_AVAILABLE, NONE
 from .tickets import ask_service
@@ -98,6 +98,21 @@ class ClusterMetadata:
         address = self._addresses(listener).get(leader) if code == NONE else None
         return (leader, *address) if address is not None else None
 
+    def transaction_coordinator(self, transactional_id: str, listener: str | None = None) \
+            -> tuple[int, str, int] | None:
+        """(node id, host, port) of the transactional id's coordinator: the leader of
+        its ``__transaction_state`` partition, at its endpoint of ``listener``; None
+        while there is none reachable (the topic is then made if it does not exist
+        yet)."""
+        count = self.core.transactions.state_topic.partition_count()
+        answer = self.topic(TRANSACTION_STATE_TOPIC) if count is not None else None
+        if answer is None:
+            return None
+        partitions = answer[2]
+        _, code, leader, *_ = partitions[offsets_partition(transactional_id, len(partitions))]
+        address = self._addresses(listener).get(leader) if code == NONE else None
+        return (leader, *address) if address is not None else None
+
     # -- topics ------------------------------------------------------------------------
     def topic_names(self) -> list[str]:
         return sorted(self.replication.view.topics)
@@ -135,15 +150,22 @@ class ClusterMetadata:
         return replica.state.leader_epoch
 
     def append(self, topic: str, partition: int, batch, acks: int, deadline: int,
-               answer) -> None:
+               answer, transactional_id: str | None = None) -> None:
         """Append a client's converted batch as leader, as a forwarded produce is
         (``forwarding.append_as_leader``): ``answer(error code, base offset, append
-        time)`` at once, or for acks=all once the high watermark covers it."""
+        time)`` at once, or for acks=all once the high watermark covers it. A
+        transactional batch's producer id is known by its ``transactional_id`` from
+        now on (the coordinator a verification asks), and the batch may be held."""
+        forwarding = self.replication.forwarding
+        producer = transactional_producer(batch) if transactional_id else None
+        if producer is not None:
+            forwarding.transactional_ids.learn(producer[0], transactional_id)
         replica = self.replication.hosted.replicas.get((topic, partition))
-        append_as_leader(self.core.host.appender, self.replication.forwarding.purgatory,
+        append_as_leader(self.core.host.appender, forwarding.purgatory,
                          replica, batch, acks, deadline,
                          lambda error, base_offset, append_time:
-                         answer(int(error), base_offset, append_time), split=True)
+                         answer(int(error), base_offset, append_time), split=True,
+                         hold=forwarding.hold)
 
     def create_topic(self, name: str) -> None:
         """Ask the cluster to create ``name`` with ``num_partitions`` partitions (its

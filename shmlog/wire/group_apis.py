@@ -23,10 +23,9 @@ Rules
   none, or the topic is being made, which the first FindCoordinator starts, as in
   Kafka); on one broker, itself. A member that asks another broker anyway is still
   served: that broker forwards to the coordinator. For a transactional id (key
-  type 1) it names this broker, whose transaction service coordinates every
-  transactional id (``transaction_apis``); a cluster member, which serves no
-  transactions yet, answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (fatal for the
-  clients, so a transactional producer fails at once, saying so).
+  type 1) it names the id's transaction coordinator (``transaction_apis``): in a
+  cluster the leader of its ``__transaction_state`` partition, made on the first
+  FindCoordinator as the offsets topic is; on one broker, itself.
 * Static membership (``group.instance.id``, KIP-345) is the coordinator's
   (``broker/static_members.py``): every request that carries an instance id passes
   it on; a restarted member gets its assignment back without a rebalance, a
@@ -47,12 +46,11 @@ from .error_codes import (
     INCONSISTENT_GROUP_PROTOCOL,
     INVALID_SESSION_TIMEOUT,
     NONE,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     for_error,
 )
 from .tickets import Gather, ask_service
 
-__all__ = ["GroupApis", "GroupServiceArea", "call_group_service", "COORDINATOR_LEADER"]
+__all__ = ["GroupApis", "GroupServiceArea", "ServiceArea", "call_service", "COORDINATOR_LEADER"]
 
 FIND_COORDINATOR_KEY = 10
 JOIN_GROUP_KEY = 11
@@ -68,12 +66,12 @@ ASSIGNOR_ALIASES = {"RoundRobinAssigner": "roundrobin"}
 COORDINATOR_LEADER = "shmlog-coordinator"
 
 
-def call_group_service(core, name: str, respond, **fields):
-    """Ask the broker's group service ``name`` (a control request); the reply (a
-    dict) or the refusal (a ShmlogError) goes to ``respond``, which returns the
-    response: now, or :data:`LATER` when the service answers later."""
+def call_service(core, handler, respond, **fields):
+    """Ask a broker service's control ``handler``; the reply (a dict) or the refusal
+    (a ShmlogError) goes to ``respond``, which returns the response: now, or
+    :data:`LATER` when the service answers later."""
     try:
-        reply = ask_service(core, core.groups.handlers()[name], respond, **fields)
+        reply = ask_service(core, handler, respond, **fields)
     except ShmlogError as refused:
         return respond(refused)
     if reply is None:
@@ -81,28 +79,37 @@ def call_group_service(core, name: str, respond, **fields):
     return respond(reply)
 
 
-class GroupServiceArea:
-    """An area whose requests the broker's group service answers: ``respond`` sends
-    a response that comes later (``KafkaApis.respond``)."""
+class ServiceArea:
+    """An area whose requests a broker service answers (its control ``handlers``):
+    ``respond`` sends a response that comes later (``KafkaApis.respond``)."""
 
-    def __init__(self, core, respond) -> None:
+    def __init__(self, core, respond, handlers: dict) -> None:
         self.core = core
         self._respond = respond
+        self._handlers = handlers
 
     def _call(self, name: str, request, header, build, **fields):
-        """Ask the group service; ``build(result)`` makes the response, returned now
-        or sent once the service answers (then :data:`LATER` is returned)."""
+        """Ask the service; ``build(result)`` makes the response, returned now or sent
+        once the service answers (then :data:`LATER` is returned). A ``build`` that
+        itself asks again later returns :data:`LATER`: its own call sends."""
         answered = []
 
         def respond(result):
             response = build(result)
-            if answered:                      # the service answered later
+            if answered and response is not LATER:    # the service answered later
                 self._respond(request, header, response)
             return response
 
-        outcome = call_group_service(self.core, name, respond, **fields)
+        outcome = call_service(self.core, self._handlers[name], respond, **fields)
         answered.append(True)
         return outcome
+
+
+class GroupServiceArea(ServiceArea):
+    """An area whose requests the broker's group service answers."""
+
+    def __init__(self, core, respond) -> None:
+        super().__init__(core, respond, core.groups.handlers())
 
 
 class GroupApis(GroupServiceArea):
@@ -124,18 +131,14 @@ class GroupApis(GroupServiceArea):
     # -- FindCoordinator ---------------------------------------------------------------
     def find_coordinator(self, request, header, body):
         cls = codec.response_class(FIND_COORDINATOR_KEY)
-        if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE and \
-                self.core.kafka_transactions is None:
-            return cls(version=header.api_version, throttle_time_ms=0,
-                       error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                       error_message="a shmlog cluster does not serve transactions yet "
-                                     "(a single broker does)",
-                       node_id=-1, host="", port=-1)
-        coordinator = self.metadata.coordinator(body.key, request.listener)
+        if getattr(body, "key_type", 0) == TRANSACTION_KEY_TYPE:
+            coordinator = self.metadata.transaction_coordinator(body.key, request.listener)
+        else:
+            coordinator = self.metadata.coordinator(body.key, request.listener)
         if coordinator is None:
             return cls(version=header.api_version, throttle_time_ms=0,
                        error_code=COORDINATOR_NOT_AVAILABLE,
-                       error_message="the group's coordinator is not available yet",
+                       error_message="the coordinator is not available yet",
                        node_id=-1, host="", port=-1)
         node_id, host, port = coordinator
         return cls(version=header.api_version, throttle_time_ms=0, error_code=NONE,
@@ -238,6 +241,6 @@ class GroupApis(GroupServiceArea):
             def put(result, index=index):
                 gather.put(index, result)
                 return result
-            call_group_service(self.core, "leave_group", put, group_id=body.group_id,
-                               member_id=member_id, group_instance_id=instance)
+            call_service(self.core, self._handlers["leave_group"], put, group_id=body.group_id,
+                         member_id=member_id, group_instance_id=instance)
         return gather.outcome()

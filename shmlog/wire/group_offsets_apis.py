@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..common.errors import GroupIdNotFoundError, ShmlogError
 from . import codec
 from .error_codes import NONE, for_error
-from .group_apis import CONSUMER_PROTOCOL, GroupServiceArea, call_group_service
+from .group_apis import CONSUMER_PROTOCOL, GroupServiceArea, call_service
 from .tickets import Gather
 
 __all__ = ["GroupOffsetsApis"]
@@ -110,8 +110,8 @@ class GroupOffsetsApis(GroupServiceArea):
         gather = Gather(len(group_ids), complete,
                         lambda response: self._respond(request, header, response))
         for index, group_id in enumerate(group_ids):     # a cluster member asks coordinators
-            call_group_service(
-                self.core, "describe_group",
+            call_service(
+                self.core, self._handlers["describe_group"],
                 lambda result, index=index, group_id=group_id:
                 gather.put(index, self._described(cls, group_id, result)),
                 group_id=group_id)

@@ -145,7 +145,7 @@ class KafkaListener:
         self.apis.add_area(FetchApi(core, metadata, self.apis.respond))
         self.apis.add_area(GroupApis(core, metadata, self.apis.respond))
         self.apis.add_area(GroupOffsetsApis(core, self.apis.respond))
-        self.apis.add_area(TransactionApis(core))
+        self.apis.add_area(TransactionApis(core, metadata, self.apis.respond))
         self.apis.add_area(AdminApis(core, metadata, self.apis.respond))
         self.apis.add_area(ConfigApis(core, metadata.broker_id, self.apis.respond))
         self.server.serve()

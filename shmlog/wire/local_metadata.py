@@ -58,6 +58,11 @@ class LocalMetadata:
         ``listener``."""
         return (self.broker_id, *self.by_listener.get(listener, self.advertised))
 
+    def transaction_coordinator(self, transactional_id: str,
+                                listener: str | None = None) -> tuple[int, str, int]:
+        """(node id, host, port) of the transactional id's coordinator: this broker."""
+        return self.coordinator(transactional_id, listener)
+
     def controller_id(self) -> int:
         return SINGLE_BROKER_ID
 
@@ -89,9 +94,10 @@ class LocalMetadata:
         return 0
 
     def append(self, topic: str, partition: int, batch, acks: int, deadline: int,
-               answer) -> None:
+               answer, transactional_id: str | None = None) -> None:
         """Append a client's converted batch as leader: ``answer(error code, base
-        offset, append time)`` at once (on one broker acks=all is acks=1)."""
+        offset, append time)`` at once (on one broker acks=all is acks=1; its
+        coordinator verifies a transactional batch in place)."""
         try:
             hosted = self.core.host.partition(topic, partition)
         except ShmlogError:

@@ -76,10 +76,10 @@ class ProduceApi:
         gather = Gather(len(items), lambda answers: self._response(header, body, answers),
                         lambda response: self._respond(request, header, response))
         untransacted = body.transactional_id is not None \
-            and self.core.kafka_transactions is None
+            and self.core.transactions is None
         if untransacted:
             log.warning("Kafka listener: refused a transactional produce from %s "
-                        "(a cluster member does not serve transactions yet)", request.peer)
+                        "(this broker does not serve Kafka clients' transactions)", request.peer)
         deadline = now_ms() + max(body.timeout_ms, 0)
         appended = False
         for index, (topic, data) in enumerate(items):
@@ -96,7 +96,7 @@ class ProduceApi:
                 continue
             limit = hosted.config.batch_size_max if hosted is not None else None
             appended |= self._append(topic, data.index, data.records, limit, body.acks,
-                                     deadline, answer)
+                                     deadline, answer, body.transactional_id)
         if appended:
             self.core.host.table.consumer_doorbell.ring()
         if body.acks == 0:
@@ -131,7 +131,7 @@ class ProduceApi:
         return cls(version=header.api_version, responses=topics, throttle_time_ms=0)
 
     def _append(self, topic: str, partition: int, records, limit: int | None, acks: int,
-                deadline: int, answer) -> bool:
+                deadline: int, answer, transactional_id: str | None) -> bool:
         """Convert and append one partition's batch (stored batches at most ``limit``
         bytes; None: the partition is not here, and the append says so); whether it
         was handed to the appender (``answer`` is called now, or later for acks=all)."""
@@ -144,5 +144,5 @@ class ProduceApi:
         except CorruptRecordError as refused:
             answer(_REFUSALS.get(refused.status, INVALID_RECORD), -1, -1)
             return False
-        self.metadata.append(topic, partition, batch, acks, deadline, answer)
+        self.metadata.append(topic, partition, batch, acks, deadline, answer, transactional_id)
         return True

@@ -5,16 +5,15 @@ the Java client's, kafka-python's) runs against shmlog.
 
 Rules
 -----
-* **One coordinator.** Every request goes to the broker's transaction service
-  (``broker/transaction_service.py``), as shmlog's own transactional producers'
-  control requests do: the same transactional ids, epochs and fencing, and the
-  markers the coordinator writes end a Kafka client's transaction in every
-  partition it wrote to. FindCoordinator names this broker for a transactional id
-  (``group_apis``).
-* **A single broker only, for now.** A cluster member has no transaction service:
-  it serves InitProducerId for idempotent producers only (a transactional id gets
-  TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal for the clients, as FindCoordinator's
-  answer is), and does not advertise the other four APIs.
+* **The same coordinator.** Every request goes to the broker's transaction service
+  (``broker/transaction_service.py``; a cluster member's
+  ``cluster/transactions.py``), as shmlog's own transactional producers' control
+  requests do: the same transactional ids, epochs and fencing, and the markers the
+  coordinator writes end a Kafka client's transaction in every partition it wrote
+  to. FindCoordinator names the id's coordinator (``group_apis``): on one broker
+  itself, in a cluster the leader of its ``__transaction_state`` partition; a
+  request sent to another member is forwarded there. A request the service answers
+  later (a cluster's replicated state, its markers) is held and answered then.
 * **Versions: those before KIP-890.** AddPartitionsToTxn v4+ is Kafka's
   broker-to-broker batching, EndTxn v5 bumps the epoch every transaction and
   TxnOffsetCommit v5 adds the offsets partition implicitly (transactions V2); v4 of
@@ -51,6 +50,7 @@ from .error_codes import (
     UNKNOWN_TOPIC_OR_PARTITION,
     for_error,
 )
+from .group_apis import ServiceArea
 
 __all__ = ["TransactionApis"]
 
@@ -80,14 +80,16 @@ def _code(result, header) -> int:
     return code
 
 
-class TransactionApis:
-    """The transaction APIs on broker ``core`` (its ``transactions`` service; None on
-    a cluster member, which serves idempotent InitProducerId only)."""
+class TransactionApis(ServiceArea):
+    """The transaction APIs on broker ``core`` (its ``transactions`` service:
+    None refuses transactional ids and serves idempotent InitProducerId only);
+    ``metadata`` knows the topics, ``respond`` sends a held response."""
 
-    def __init__(self, core) -> None:
-        self.core = core
-        transactions = core.kafka_transactions
-        self._handlers = transactions.handlers() if transactions is not None else None
+    def __init__(self, core, metadata, respond) -> None:
+        transactions = core.transactions
+        super().__init__(core, respond,
+                         transactions.handlers() if transactions is not None else None)
+        self.metadata = metadata
 
     def apis(self) -> dict:
         table = {INIT_PRODUCER_ID_KEY: (0, 4, self.init_producer_id)}
@@ -97,14 +99,6 @@ class TransactionApis:
                           END_TXN_KEY: (0, 3, self.end_txn),
                           TXN_OFFSET_COMMIT_KEY: (0, 3, self.txn_offset_commit)})
         return table
-
-    def _ask(self, name: str, **fields):
-        """The transaction service's reply to ``name`` (a dict), or its refusal."""
-        try:
-            return self._handlers[name](**fields)
-        except ShmlogError as refused:
-            log.info("Kafka listener: %s refused: %s", name, refused)
-            return refused
 
     # -- InitProducerId ----------------------------------------------------------------
     def init_producer_id(self, request, header, body):
@@ -123,14 +117,27 @@ class TransactionApis:
             return answer(NONE, producer_id, 0)
         if self._handlers is None:
             log.warning("Kafka listener: refused InitProducerId for transactional id %r "
-                        "from %s: a cluster member does not serve transactions yet",
+                        "from %s: this broker does not serve Kafka clients' transactions",
                         body.transactional_id, request.peer)
             return answer(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
+        def initialised(result):
+            if isinstance(result, ShmlogError):
+                log.info("Kafka listener: init_transactions refused: %s", result)
+                return answer(_code(result, header))
+            return answer(NONE, result["producer_id"], result["producer_epoch"])
+
+        def initialise():
+            return self._call("init_transactions", request, header, initialised,
+                              transactional_id=body.transactional_id,
+                              transaction_timeout_ms=body.transaction_timeout_ms)
+
         held = (getattr(body, "producer_id", _NO_PRODUCER),
                 getattr(body, "producer_epoch", _NO_PRODUCER))
-        if held[0] != _NO_PRODUCER:           # KIP-360: the pair the client holds
-            found = self._ask("describe_transactions",
-                              transactional_ids=[body.transactional_id])
+        if held[0] == _NO_PRODUCER:
+            return initialise()
+
+        def checked(found):                   # KIP-360: the pair the client holds
             current = [(entry["producer_id"], entry["producer_epoch"])
                        for entry in found.get("transactions", [])] \
                 if isinstance(found, dict) else []
@@ -138,11 +145,9 @@ class TransactionApis:
                 return answer(_code(ProducerFencedError(
                     f"producer {held[0]} at epoch {held[1]} no longer holds transactional "
                     f"id {body.transactional_id!r}"), header))
-        result = self._ask("init_transactions", transactional_id=body.transactional_id,
-                           transaction_timeout_ms=body.transaction_timeout_ms)
-        if isinstance(result, ShmlogError):
-            return answer(_code(result, header))
-        return answer(NONE, result["producer_id"], result["producer_epoch"])
+            return initialise()
+        return self._call("describe_transactions", request, header, checked,
+                          transactional_ids=[body.transactional_id])
 
     # -- AddPartitionsToTxn ------------------------------------------------------------
     def add_partitions_to_txn(self, request, header, body):
@@ -150,49 +155,52 @@ class TransactionApis:
         topic_class = cls.AddPartitionsToTxnTopicResult
         asked = [(topic.name, partition) for topic in body.v3_and_below_topics
                  for partition in topic.partitions]
-        unknown = {(topic, partition) for topic, partition in asked
-                   if not self._hosted(topic, partition)}
-        if unknown:
-            codes = {entry: UNKNOWN_TOPIC_OR_PARTITION if entry in unknown
-                     else OPERATION_NOT_ATTEMPTED for entry in asked}
-        else:
-            result = self._ask("add_partitions_to_txn",
-                               transactional_id=body.v3_and_below_transactional_id,
-                               producer_id=body.v3_and_below_producer_id,
-                               producer_epoch=body.v3_and_below_producer_epoch,
-                               partitions=[list(entry) for entry in asked])
-            code = _code(result, header)
-            codes = dict.fromkeys(asked, code)
-        return cls(version=header.api_version, throttle_time_ms=0,
-                   results_by_topic_v3_and_below=[
-                       topic_class(name=topic.name, results_by_partition=[
-                           topic_class.AddPartitionsToTxnPartitionResult(
-                               partition_index=partition,
-                               partition_error_code=codes[(topic.name, partition)])
-                           for partition in topic.partitions])
-                       for topic in body.v3_and_below_topics])
 
-    def _hosted(self, topic: str, partition: int) -> bool:
-        try:
-            self.core.host.partition(topic, partition)
-        except ShmlogError:
-            return False
-        return True
+        def response(codes: dict):
+            return cls(version=header.api_version, throttle_time_ms=0,
+                       results_by_topic_v3_and_below=[
+                           topic_class(name=topic.name, results_by_partition=[
+                               topic_class.AddPartitionsToTxnPartitionResult(
+                                   partition_index=partition,
+                                   partition_error_code=codes[(topic.name, partition)])
+                               for partition in topic.partitions])
+                           for topic in body.v3_and_below_topics])
+
+        unknown = {(topic, partition) for topic, partition in asked
+                   if not self._exists(topic, partition)}
+        if unknown:
+            return response({entry: UNKNOWN_TOPIC_OR_PARTITION if entry in unknown
+                             else OPERATION_NOT_ATTEMPTED for entry in asked})
+        return self._call("add_partitions_to_txn", request, header,
+                          lambda result: response(dict.fromkeys(asked, _code(result, header))),
+                          transactional_id=body.v3_and_below_transactional_id,
+                          producer_id=body.v3_and_below_producer_id,
+                          producer_epoch=body.v3_and_below_producer_epoch,
+                          partitions=[list(entry) for entry in asked])
+
+    def _exists(self, topic: str, partition: int) -> bool:
+        """Whether the cluster (or this broker) has the partition."""
+        found = self.metadata.topic(topic)
+        return found is not None and any(entry[0] == partition for entry in found[2])
 
     # -- AddOffsetsToTxn, EndTxn -------------------------------------------------------
     def add_offsets_to_txn(self, request, header, body):
-        result = self._ask("add_offsets_to_txn", transactional_id=body.transactional_id,
-                           producer_id=body.producer_id, producer_epoch=body.producer_epoch,
-                           group_id=body.group_id)
-        return codec.response_class(ADD_OFFSETS_TO_TXN_KEY)(
-            version=header.api_version, throttle_time_ms=0, error_code=_code(result, header))
+        return self._call(
+            "add_offsets_to_txn", request, header,
+            lambda result: codec.response_class(ADD_OFFSETS_TO_TXN_KEY)(
+                version=header.api_version, throttle_time_ms=0,
+                error_code=_code(result, header)),
+            transactional_id=body.transactional_id, producer_id=body.producer_id,
+            producer_epoch=body.producer_epoch, group_id=body.group_id)
 
     def end_txn(self, request, header, body):
-        result = self._ask("end_txn", transactional_id=body.transactional_id,
-                           producer_id=body.producer_id, producer_epoch=body.producer_epoch,
-                           committed=bool(body.committed))
-        return codec.response_class(END_TXN_KEY)(
-            version=header.api_version, throttle_time_ms=0, error_code=_code(result, header))
+        return self._call(
+            "end_txn", request, header,
+            lambda result: codec.response_class(END_TXN_KEY)(
+                version=header.api_version, throttle_time_ms=0,
+                error_code=_code(result, header)),
+            transactional_id=body.transactional_id, producer_id=body.producer_id,
+            producer_epoch=body.producer_epoch, committed=bool(body.committed))
 
     # -- TxnOffsetCommit ---------------------------------------------------------------
     def txn_offset_commit(self, request, header, body):
@@ -201,16 +209,18 @@ class TransactionApis:
         offsets = [[topic.name, partition.partition_index, partition.committed_offset,
                     partition.committed_metadata or ""]
                    for topic in body.topics for partition in topic.partitions]
-        result = self._ask("txn_offset_commit", transactional_id=body.transactional_id,
-                           group_id=body.group_id, producer_id=body.producer_id,
-                           producer_epoch=body.producer_epoch, offsets=offsets,
-                           member_id=getattr(body, "member_id", "") or "",
-                           generation=getattr(body, "generation_id", -1),
-                           group_instance_id=getattr(body, "group_instance_id", None))
-        code = _code(result, header)
-        return cls(version=header.api_version, throttle_time_ms=0, topics=[
-            topic_class(name=topic.name, partitions=[
-                topic_class.TxnOffsetCommitResponsePartition(
-                    partition_index=partition.partition_index, error_code=code)
-                for partition in topic.partitions])
-            for topic in body.topics])
+
+        def response(result):
+            code = _code(result, header)
+            return cls(version=header.api_version, throttle_time_ms=0, topics=[
+                topic_class(name=topic.name, partitions=[
+                    topic_class.TxnOffsetCommitResponsePartition(
+                        partition_index=partition.partition_index, error_code=code)
+                    for partition in topic.partitions])
+                for topic in body.topics])
+        return self._call("txn_offset_commit", request, header, response,
+                          transactional_id=body.transactional_id, group_id=body.group_id,
+                          producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+                          offsets=offsets, member_id=getattr(body, "member_id", "") or "",
+                          generation=getattr(body, "generation_id", -1),
+                          group_instance_id=getattr(body, "group_instance_id", None))

@@ -329,3 +329,64 @@ def test_listing_gathers_every_coordinator_and_scans_are_refused_saying_why(clus
                 if entry["transactional_id"] in names} == {"CompleteCommit"}
     with pytest.raises(UnsupportedRequestError, match="single broker"):
         request(cluster.data_dir(1), "find_hanging_transactions")
+
+
+def test_a_kafka_clients_transactions_run_unchanged_against_the_cluster(cluster):
+    """librdkafka's transactional producer (confluent-kafka), bootstrapped from every
+    listener: FindCoordinator names the id's coordinator, AddPartitionsToTxn has each
+    partition's leader admit it, EndTxn writes the markers across the three leaders;
+    a read_committed consumer reads the committed transaction whole and nothing of
+    the aborted one, and offsets sent to a transaction count when it commits."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka import TopicPartition as KafkaPartition
+    topic, group_id = "txn-kafka-client", "txn-kafka-group"
+    create_topic(cluster, topic, 3)
+    producer = KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers,
+                              "transactional.id": "kafka-client", "linger.ms": 2})
+    try:
+        producer.init_transactions(WAIT_S)
+        producer.begin_transaction()
+        for n in range(30):
+            producer.produce(topic, b"c%d" % n, partition=n % 3)
+        producer.commit_transaction(WAIT_S)
+        producer.begin_transaction()
+        for n in range(30):
+            producer.produce(topic, b"a%d" % n, partition=n % 3)
+        producer.flush(WAIT_S)
+        producer.abort_transaction(WAIT_S)
+        offsets_of = KafkaConsumer({"bootstrap.servers": cluster.bootstrap_servers,
+                                    "group.id": group_id, "enable.auto.commit": False})
+        try:
+            producer.begin_transaction()
+            producer.produce(topic, b"with-offsets", partition=0)
+            producer.send_offsets_to_transaction(
+                [KafkaPartition(topic, partition, 7) for partition in range(3)],
+                offsets_of.consumer_group_metadata(), WAIT_S)
+            producer.commit_transaction(WAIT_S)
+            committed = offsets_of.committed([KafkaPartition(topic, partition)
+                                              for partition in range(3)], WAIT_S)
+            assert [entry.offset for entry in committed] == [7, 7, 7]
+        finally:
+            offsets_of.close()
+    finally:
+        producer.flush(WAIT_S)
+    expected = {partition: [b"c%d" % n for n in range(partition, 30, 3)]
+                for partition in range(3)}
+    expected[0].append(b"with-offsets")
+    reader = KafkaConsumer({"bootstrap.servers": cluster.bootstrap_servers,
+                            "group.id": "txn-kafka-reader", "auto.offset.reset": "earliest",
+                            "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        reader.assign([KafkaPartition(topic, partition, 0) for partition in range(3)])
+        seen = {partition: [] for partition in range(3)}
+        deadline = time.monotonic() + WAIT_S
+        while seen != expected:
+            assert time.monotonic() < deadline, f"read_committed read {seen}"
+            message = reader.poll(0.2)
+            if message is not None and message.error() is None:
+                seen[message.partition()].append(message.value())
+    finally:
+        reader.close()
+    for broker_id in cluster.brokers:
+        assert read_all(cluster.data_dir(broker_id), topic, 3, "read_committed") == expected
