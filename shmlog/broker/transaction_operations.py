@@ -52,7 +52,6 @@ from ..common.errors import (
     OpenTransactionNotFoundError,
     ShmlogError,
     TransactionStillOngoingError,
-    UnsupportedRequestError,
 )
 from ..protocol.control import require
 from ..record.batch_header import batch_info
@@ -67,7 +66,7 @@ log = logging.getLogger("shmlog.transactions")
 
 __all__ = ["TransactionOperations", "OpenTransaction", "HELD_STATES", "OPERATOR_REQUESTS"]
 
-# The requests this service answers (a cluster member refuses them: ``refused_in_a_cluster``).
+# The requests this service answers (a cluster member's: cluster.transaction_operations).
 OPERATOR_REQUESTS = ("describe_producers", "find_hanging_transactions",
                      "abort_hanging_transaction")
 
@@ -82,10 +81,11 @@ class OpenTransaction:
     """One transaction open in a partition, and what the coordinator says of it."""
 
     __slots__ = ("topic", "partition", "producer_id", "producer_epoch", "start_offset",
-                 "start_ms", "holder")
+                 "start_ms", "holder", "known")
 
     def __init__(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                 start_offset: int, start_ms: int, holder: TransactionMetadata | None):
+                 start_offset: int, start_ms: int, holder: TransactionMetadata | None,
+                 known: bool = True):
         self.topic = topic
         self.partition = partition
         self.producer_id = producer_id
@@ -93,6 +93,9 @@ class OpenTransaction:
         self.start_offset = start_offset
         self.start_ms = start_ms
         self.holder = holder              # the coordinator's state of its producer id
+        # Whether what the coordinators hold was known when it opened (a cluster's
+        # view of them is as of a moment: one opened since is not called unheld).
+        self.known = known
 
     @property
     def held(self) -> bool:
@@ -104,8 +107,9 @@ class OpenTransaction:
         return now - self.start_ms if self.start_ms != _NOT_READ else -1
 
     def hanging(self, now: int, bound_ms: int) -> bool:
-        """Not held by the coordinator, or open longer than ``bound_ms``."""
-        return not self.held or self.duration_ms(now) > bound_ms
+        """Not held by the coordinator (as far as is known), or open longer than
+        ``bound_ms``."""
+        return (self.known and not self.held) or self.duration_ms(now) > bound_ms
 
     def as_dict(self, now: int) -> dict:
         holder = self.holder
@@ -135,7 +139,7 @@ class TransactionOperations(ImmediateService):
     """
 
     def __init__(self, transactions: TransactionService):
-        self.transactions = transactions
+        self.transactions = transactions        # its host, coordinator and write_marker
         self.host = transactions.host
         self.coordinator = transactions.coordinator
         self.hanging_aborted = 0
@@ -276,6 +280,11 @@ class TransactionOperations(ImmediateService):
         return {metadata.producer_id: metadata
                 for metadata in self.coordinator.transactions.values()}
 
+    def _known(self, start_ms: int) -> bool:
+        """Whether a transaction opened at ``start_ms`` with no holder is known to be
+        held by none (one broker: its coordinator is always known)."""
+        return True
+
     def _open_at(self, hosted, holders: dict, seen: set,
                  entries: list[tuple[int, int, int]]) -> list[OpenTransaction]:
         """The open ones of a partition's transaction entries (producer id, epoch,
@@ -289,8 +298,10 @@ class TransactionOperations(ImmediateService):
             start_ms = self._starts.get(key)
             if start_ms is None:
                 start_ms = self._starts[key] = self._start_ms(hosted.log, first_offset)
+            holder = holders.get(producer_id)
             found.append(OpenTransaction(hosted.topic, hosted.partition, producer_id, epoch,
-                                         first_offset, start_ms, holders.get(producer_id)))
+                                         first_offset, start_ms, holder,
+                                         holder is not None or self._known(start_ms)))
         return sorted(found, key=lambda entry: (entry.start_offset, entry.producer_id))
 
     @staticmethod
@@ -307,13 +318,3 @@ class TransactionOperations(ImmediateService):
             return _NOT_READ
         return batch_info(result.data, 0).max_timestamp
 
-
-def refused_in_a_cluster(**fields) -> dict:
-    """A cluster member's answer to the operators' requests: whether a coordinator
-    holds a transaction is known to that coordinator, perhaps on another broker, so
-    a scan of one broker would call live transactions hanging (and abort them)."""
-    raise UnsupportedRequestError(
-        "describe-producers, find-hanging and abort of a hanging transaction run on a "
-        "single broker; a cluster member does not serve them yet (its transactions' "
-        "coordinators may be other brokers). 'shmlog transactions list' and 'describe' "
-        "work in a cluster")

@@ -102,10 +102,13 @@ class TransactionChannel:
 
     def gather(self, name: str, fields: dict, answered: Answered) -> None:
         """Ask every live broker (this one too); ``answered`` gets their
-        ``transactions`` merged by id, and the brokers that did not answer."""
+        ``transactions`` merged and sorted by id, the brokers that did not answer
+        (``unreachable_brokers``), and the union of their ``loaded`` partitions of
+        ``__transaction_state`` (those whose coordinators answered)."""
         brokers = sorted(self.replication.view.brokers) or [self.broker_id]
         gathered: list = []
         unreachable: list = []
+        loaded: set = set()
         waiting = set(brokers)
 
         def one(broker_id: int, result: dict | ShmlogError) -> None:
@@ -114,10 +117,12 @@ class TransactionChannel:
                 unreachable.append(broker_id)
             else:
                 gathered.extend(result.get("transactions", ()))
+                loaded.update(result.get("loaded", ()))
             if not waiting:
                 answered({"transactions": sorted(gathered,
                                                  key=lambda entry: entry["transactional_id"]),
-                          "unreachable_brokers": sorted(unreachable)})
+                          "unreachable_brokers": sorted(unreachable),
+                          "loaded": sorted(loaded)})
         for broker_id in brokers:
             self.ask(broker_id, name, fields, lambda result, broker_id=broker_id:
                      one(broker_id, result))

@@ -87,7 +87,7 @@ from ..broker.transaction_coordinator import (
     transaction_key,
     transaction_record,
 )
-from ..broker.transaction_operations import OPERATOR_REQUESTS, refused_in_a_cluster
+from ..broker.transaction_operations import HELD_STATES
 from ..broker.transaction_service import TRANSACTION_REQUESTS, TRANSACTION_STATE_TOPIC_CONFIG
 from ..common import limits
 from ..common.errors import (
@@ -124,7 +124,8 @@ __all__ = ["ClusterTransactionService", "CallbackTicket", "PeerTicket"]
 
 # The requests a peer may send besides a client's: a leader's verification, and a
 # coordinator's expectations and markers.
-_BROKER_REQUESTS = ("verify_partition", "expect_transaction", "write_txn_markers")
+_BROKER_REQUESTS = ("verify_partition", "expect_transaction", "write_txn_markers",
+                    "transaction_holders")
 # The requests this service serves itself (the rest are the coordinator's).
 _OWN_REQUESTS = ("add_offsets_to_txn",) + _BROKER_REQUESTS
 
@@ -204,7 +205,6 @@ class ClusterTransactionService:
         handlers = {name: self._handler(name, remote=None)
                     for name in TRANSACTION_REQUESTS if name != "txn_offset_commit"}
         handlers["txn_offset_commit"] = self.groups.txn_offset_commit_handler()
-        handlers.update(dict.fromkeys(OPERATOR_REQUESTS, refused_in_a_cluster))
         return handlers
 
     def _method(self, name: str):
@@ -246,7 +246,8 @@ class ClusterTransactionService:
         """Serve a request here if this broker coordinates its transactional id, else
         forward it (a peer's is refused instead)."""
         if name in ("list_transactions", "describe_transactions") and not remote:
-            self.channel.gather(name, fields, lambda result: self._reply(ticket, result))
+            self.channel.gather(name, fields, lambda result: self._reply(ticket, {
+                key: value for key, value in result.items() if key != "loaded"}))
             return None
         transactional_id = fields.get("transactional_id")
         if name in ("list_transactions", "describe_transactions") \
@@ -306,6 +307,10 @@ class ClusterTransactionService:
             return answer.result
         self._answers.append(answer)
         return None
+
+    def reply_later(self, ticket, result: dict | ShmlogError) -> None:
+        """Answer a request held by a part of this service (its operators' scans)."""
+        self._reply(ticket, result)
 
     def _reply(self, ticket, result: dict | ShmlogError) -> None:
         if isinstance(ticket, (PeerTicket, CallbackTicket)):
@@ -373,6 +378,25 @@ class ClusterTransactionService:
             raise ConcurrentTransactionsError(
                 f"transaction {transactional_id!r} is still ending: retry")
         return {"code": None if code is None else int(code)}
+
+    def transaction_holders(self, *, now) -> dict:
+        """What this broker's coordinator holds (Kafka's DescribeTransactions of its
+        ids with a transaction under way) and the partitions of
+        ``__transaction_state`` it has loaded: what the operators' scans of a
+        partition set its open transactions against."""
+        return {"transactions": [metadata.describe(now)
+                                 for metadata in self.coordinator.transactions.values()
+                                 if metadata.state in HELD_STATES],
+                "loaded": sorted(self._loaded)}
+
+    def write_marker(self, topic: str, partition: int, marker: EndTransactionMarker) -> int:
+        """Write ``marker`` to a partition this broker leads (an operator's abort of a
+        hanging transaction): its offset."""
+        self._led_replica(topic, partition)
+        offset = self.host.write_marker(topic, partition, marker)
+        if topic == OFFSETS_TOPIC:
+            self.groups.transaction_ended(partition, marker.producer_id, marker.committed)
+        return offset
 
     def expect_transaction(self, topic, partition, producer_id, producer_epoch, *, now) -> dict:
         """A coordinator added this partition to a transaction: admit the producer's

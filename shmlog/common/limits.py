@@ -326,6 +326,9 @@ TRANSACTIONAL_ID_LENGTH_MAX = 1024
 # init_transactions replies it passed on, and the batches forwarded to it), kept to
 # find the coordinator a held batch's verification asks: the oldest go beyond this.
 TRANSACTIONAL_IDS_REMEMBERED_MAX = 100_000
+# How old a cluster member's view of what every transaction coordinator holds may get
+# before ``stats`` asks them again (its hanging transactions lag at most this).
+TRANSACTION_HOLDERS_MAX_AGE_MS = 5_000
 # How soon a held batch's verification asks again when the coordinator cannot
 # answer yet (its previous transaction's markers are out, it is loading or moving).
 TRANSACTION_VERIFY_RETRY_MS = 10

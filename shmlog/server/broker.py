@@ -208,12 +208,15 @@ class BrokerCore:
                 TransactionOperations(self.transactions))
         else:
             from ..cluster.groups import ClusterGroupService  # a member's groups
+            from ..cluster.transaction_operations import ClusterTransactionOperations
             from ..cluster.transactions import ClusterTransactionService
             self.groups = self.add_service(ClusterGroupService(config, self.host, self.context,
                                                                self.cluster.replication))
             self.transactions = self.add_service(ClusterTransactionService(
                 config, self.host, self.context, self.cluster.replication, self.producers,
                 self.groups))
+            self.transaction_operations = self.add_service(
+                ClusterTransactionOperations(self.transactions))
         self.stats = self.add_service(StatsService(self.host, self.producers,
                                                    self.groups.coordinator, self.cluster,
                                                    self.transaction_operations))

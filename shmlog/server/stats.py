@@ -39,8 +39,9 @@ Rules
   the coordinator's transactional ids by state, the transactions it ended since
   the start (committed, aborted, of them timed out), and the hanging transactions
   (``transaction_operations``: open past their own timeout, or not held by the
-  coordinator), with those operators aborted. A cluster member has no
-  coordinator: ``transactions`` is None there.
+  coordinator), with those operators aborted. A cluster member's figures are its
+  own coordinator's, its hanging transactions judged against every coordinator's
+  (``cluster.transaction_operations``).
 * **In a cluster** (Kafka 2.8's ReplicaManager and controller metrics, as this
   broker's metadata cache sees them): the partitions it leads (LeaderCount), those
   of them under-replicated (UnderReplicatedPartitions: the ISR smaller than the
@@ -118,7 +119,8 @@ class StatsService(ImmediateService):
     cluster : cluster.ClusterNode, optional
         The broker's membership of a cluster (None: a single broker).
     transactions : transaction_operations.TransactionOperations, optional
-        A single broker's transactions as operators see them (None: a cluster member).
+        The broker's transactions as operators see them (a cluster member's judged
+        against every coordinator: ``cluster.transaction_operations``).
 
     Attributes
     ----------

@@ -23,7 +23,7 @@ from cluster.workload import SETTINGS, stop_cluster
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, OffsetAndMetadata, TopicPartition
 from shmlog.client.producer import Producer
-from shmlog.common.errors import ProducerFencedError, ShmlogError, UnsupportedRequestError
+from shmlog.common.errors import ProducerFencedError, ShmlogError, TransactionStillOngoingError
 from shmlog.common.internal_topics import TRANSACTION_STATE_TOPIC
 from shmlog.devtools.local_cluster import LocalCluster
 from shmlog.groups import offsets_partition
@@ -304,11 +304,8 @@ def test_offsets_sent_to_a_transaction_commit_with_it_across_hosts(cluster):
             for partition, values in expected.items()}
 
 
-def test_listing_gathers_every_coordinator_and_scans_are_refused_saying_why(cluster):
-    """``list_transactions`` asked of any broker lists the ids of every coordinator;
-    the operators' scans of one broker (find-hanging, describe-producers, abort),
-    which would take transactions coordinated elsewhere for hanging, are refused with
-    a typed error naming the reason."""
+def test_listing_gathers_every_coordinator(cluster):
+    """``list_transactions`` asked of any broker lists the ids of every coordinator."""
     topic = "txn-listed"
     create_topic(cluster, topic, 3)
     names = [f"listed-{n}" for n in range(6)]
@@ -327,8 +324,6 @@ def test_listing_gathers_every_coordinator_and_scans_are_refused_saying_why(clus
         assert {entry["transactional_id"] for entry in listed["transactions"]} >= set(names)
         assert {entry["state"] for entry in listed["transactions"]
                 if entry["transactional_id"] in names} == {"CompleteCommit"}
-    with pytest.raises(UnsupportedRequestError, match="single broker"):
-        request(cluster.data_dir(1), "find_hanging_transactions")
 
 
 def test_a_kafka_clients_transactions_run_unchanged_against_the_cluster(cluster):
@@ -390,3 +385,45 @@ def test_a_kafka_clients_transactions_run_unchanged_against_the_cluster(cluster)
         reader.close()
     for broker_id in cluster.brokers:
         assert read_all(cluster.data_dir(broker_id), topic, 3, "read_committed") == expected
+
+
+
+def test_find_hanging_judges_by_every_coordinator(cluster):
+    """An operator's find-hanging against the leader of a partition judges its open
+    transaction by what every coordinator holds: one coordinated by another broker
+    is held, so hanging only past the bound asked, and its abort is refused; stats
+    count it open and not hanging; once committed, nothing is open."""
+    topic = "txn-hanging"
+    create_topic(cluster, topic, 3)
+    leader = leaders(cluster, topic)[0]
+    state_leaders = leaders(cluster, TRANSACTION_STATE_TOPIC)
+    transactional_id = next(
+        name for name in (f"held-{n}" for n in range(100))
+        if state_leaders[offsets_partition(name, STATE_PARTITIONS)] != leader)
+    with Producer(cluster.data_dir(leader), transactional_id=transactional_id) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"open", partition=0).get(timeout=WAIT_S)
+        data_dir = cluster.data_dir(leader)
+        assert request(data_dir, "find_hanging_transactions",
+                       max_transaction_timeout_ms=600_000)["transactions"] == []
+        time.sleep(0.01)
+        [found] = request(data_dir, "find_hanging_transactions",
+                          max_transaction_timeout_ms=0)["transactions"]
+        assert (found["transactional_id"], found["held_by_coordinator"],
+                found["coordinator_state"]) == (transactional_id, True, "Ongoing")
+        with pytest.raises(TransactionStillOngoingError):
+            request(data_dir, "abort_hanging_transaction", topic=topic, partition=0,
+                    start_offset=found["start_offset"])
+
+        def counted():
+            stats = request(data_dir, "stats")
+            opened = {(entry["topic"], entry["partition"]): entry["open_transactions"]
+                      for entry in stats["partitions"]}
+            return stats["transactions"] is not None and opened[(topic, 0)] == 1 \
+                and stats["transactions"]["hanging"] == []
+        cluster.wait_for(counted, WAIT_S, "stats to count the open transaction", interval_s=0.2)
+        producer.commit_transaction()
+    wait_until_stable(cluster, leader, topic, 3, [2, 0, 0])
+    assert request(cluster.data_dir(leader), "find_hanging_transactions",
+                   max_transaction_timeout_ms=0)["transactions"] == []
