@@ -90,13 +90,7 @@ class ClusterMetadata:
         yet)."""
         if not self.core.groups.ensure_offsets_topic():
             return None
-        answer = self.topic(OFFSETS_TOPIC)
-        if answer is None:
-            return None
-        partitions = answer[2]
-        _, code, leader, *_ = partitions[offsets_partition(group_id, len(partitions))]
-        address = self._addresses(listener).get(leader) if code == NONE else None
-        return (leader, *address) if address is not None else None
+        return self._leader_for(OFFSETS_TOPIC, group_id, listener)
 
     def transaction_coordinator(self, transactional_id: str, listener: str | None = None) \
             -> tuple[int, str, int] | None:
@@ -104,12 +98,19 @@ class ClusterMetadata:
         its ``__transaction_state`` partition, at its endpoint of ``listener``; None
         while there is none reachable (the topic is then made if it does not exist
         yet)."""
-        count = self.core.transactions.state_topic.partition_count()
-        answer = self.topic(TRANSACTION_STATE_TOPIC) if count is not None else None
+        if self.core.transactions.state_topic.partition_count() is None:
+            return None
+        return self._leader_for(TRANSACTION_STATE_TOPIC, transactional_id, listener)
+
+    def _leader_for(self, topic: str, key: str, listener: str | None) \
+            -> tuple[int, str, int] | None:
+        """The leader of ``key``'s partition of the internal ``topic``, at its endpoint
+        of ``listener``, or None."""
+        answer = self.topic(topic)
         if answer is None:
             return None
         partitions = answer[2]
-        _, code, leader, *_ = partitions[offsets_partition(transactional_id, len(partitions))]
+        _, code, leader, *_ = partitions[offsets_partition(key, len(partitions))]
         address = self._addresses(listener).get(leader) if code == NONE else None
         return (leader, *address) if address is not None else None
 

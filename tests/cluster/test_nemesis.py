@@ -91,12 +91,15 @@ def run_seed() -> int:
     return int(given) if given else random.SystemRandom().randrange(2 ** 32)
 
 
-def start_cluster(topology, directory: str) -> tuple[LocalCluster, NamespacedZooKeeper]:
+def start_cluster(topology, directory: str, settings: dict = CLUSTER_SETTINGS,
+                  broker_settings: dict = BROKER_SETTINGS) \
+        -> tuple[LocalCluster, NamespacedZooKeeper]:
+    """ZooKeeper in namespace zk and broker i in namespace bi, started."""
     zookeeper = NamespacedZooKeeper(topology, os.path.join(directory, "zookeeper"))
     connect = zookeeper.start()
     cluster = LocalCluster(
         os.path.join(directory, "cluster"), 3, zookeeper_connect=connect,
-        settings=CLUSTER_SETTINGS, broker_settings=BROKER_SETTINGS,
+        settings=settings, broker_settings=broker_settings,
         hosts={broker_id: topology.address(member) for broker_id, member in MEMBERS.items()},
         launch_prefixes={broker_id: [ip_command(), "netns", "exec", topology.namespace(member)]
                          for broker_id, member in MEMBERS.items()},

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from cluster.test_groups_across_hosts import create_topic
 from cluster.workload import SETTINGS, stop_cluster
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, OffsetAndMetadata, TopicPartition
@@ -50,18 +51,10 @@ def cluster(zookeeper, tmp_path_factory):
         stop_cluster(running)
 
 
-def create_topic(cluster: LocalCluster, name: str, partitions: int) -> None:
-    Admin(cluster.data_dir(1)).create_topic(name, partitions, {"min.insync.replicas": "2"},
-                                            replication_factor=3)
-
-    def hosted():
-        try:
-            return all(entry["leader"] in cluster.brokers for broker_id in cluster.brokers
-                       for entry in Admin(cluster.data_dir(broker_id)).describe_topic(name)
-                       ["partitions"])
-        except ShmlogError:
-            return False
-    cluster.wait_for(hosted, WAIT_S, f"every broker to host {name}", interval_s=0.1)
+def send_spread(producer, topic: str, prefix: bytes, count: int = 30) -> None:
+    """``count`` records, ``prefix`` + n, to partition n % 3."""
+    for n in range(count):
+        producer.send(topic, prefix + b"%d" % n, partition=n % 3)
 
 
 def leaders(cluster: LocalCluster, topic: str) -> list[int]:
@@ -107,12 +100,10 @@ def test_a_transaction_across_three_leaders_commits_and_aborts_atomically(cluste
     with Producer(cluster.data_dir(1), transactional_id="across", acks="all") as producer:
         producer.init_transactions()
         producer.begin_transaction()
-        for n in range(30):
-            producer.send(topic, b"c%d" % n, partition=n % 3)
+        send_spread(producer, topic, b"c")
         producer.commit_transaction()
         producer.begin_transaction()
-        for n in range(30):
-            producer.send(topic, b"a%d" % n, partition=n % 3)
+        send_spread(producer, topic, b"a")
         producer.flush()
         producer.abort_transaction()
         producer.begin_transaction()
@@ -209,12 +200,10 @@ def test_a_coordinator_killed_mid_transaction_leaves_it_whole(cluster, moment):
                   acks="all") as producer:
         producer.init_transactions()
         producer.begin_transaction()
-        for n in range(30):
-            producer.send(topic, b"before-%d" % n, partition=n % 3)
+        send_spread(producer, topic, b"before-")
         producer.commit_transaction()
         producer.begin_transaction()
-        for n in range(30):
-            producer.send(topic, b"during-%d" % n, partition=n % 3)
+        send_spread(producer, topic, b"during-")
         producer.flush()
         committed = {}
         if moment == "ongoing":
@@ -233,8 +222,7 @@ def test_a_coordinator_killed_mid_transaction_leaves_it_whole(cluster, moment):
         producer.begin_transaction() if committed["during"] else producer.abort_transaction()
         if not committed["during"]:
             producer.begin_transaction()
-        for n in range(30):
-            producer.send(topic, b"after-%d" % n, partition=n % 3)
+        send_spread(producer, topic, b"after-")
         producer.commit_transaction()
     survivors = sorted(cluster.brokers)
     new_coordinator = coordinator_of(cluster, transactional_id)

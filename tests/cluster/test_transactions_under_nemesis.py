@@ -28,7 +28,6 @@ the consumer made.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 
@@ -37,8 +36,7 @@ import pytest
 from cluster.history import History, TransactionEnd
 from cluster.nemesis import ALL_FAULT_KINDS, Nemesis, make_schedule
 from cluster.test_groups_across_hosts import create_topic
-from cluster.test_nemesis import MEMBERS, SEED_VARIABLE, run_seconds, run_seed
-from cluster.test_partitioned_follower import NamespacedZooKeeper, ip_command
+from cluster.test_nemesis import MEMBERS, SEED_VARIABLE, run_seconds, run_seed, start_cluster
 from cluster.transactional_workload import (
     PARTITIONS,
     TOPIC,
@@ -65,19 +63,6 @@ CLUSTER_SETTINGS = {**SETTINGS, "forward.request.timeout.ms": 3000,
 SUPERVISE_S = 0.5
 PRODUCER_KILL_CHANCE = 0.05
 SETUP_AND_CHECKS_S = 480
-
-
-def start_cluster(topology, directory: str) -> tuple[LocalCluster, NamespacedZooKeeper]:
-    zookeeper = NamespacedZooKeeper(topology, os.path.join(directory, "zookeeper"))
-    connect = zookeeper.start()
-    cluster = LocalCluster(
-        os.path.join(directory, "cluster"), 3, zookeeper_connect=connect,
-        settings=CLUSTER_SETTINGS, broker_settings=BROKER_SETTINGS,
-        hosts={broker_id: topology.address(member) for broker_id, member in MEMBERS.items()},
-        launch_prefixes={broker_id: [ip_command(), "netns", "exec", topology.namespace(member)]
-                         for broker_id, member in MEMBERS.items()},
-        log_files=True)
-    return cluster.start(), zookeeper
 
 
 class Workload:
@@ -152,7 +137,7 @@ def run_transactions_nemesis(topology, directory: str, duration_s: float) -> Non
     steps = make_schedule(seed, duration_s, tuple(MEMBERS), ALL_FAULT_KINDS)
     print(f"\ntransactions nemesis seed {seed} ({SEED_VARIABLE}={seed} plays it again), "
           f"{duration_s:.0f} s of faults")
-    cluster, zookeeper = start_cluster(topology, directory)
+    cluster, zookeeper = start_cluster(topology, directory, CLUSTER_SETTINGS, BROKER_SETTINGS)
     nemesis = Nemesis(cluster, topology, MEMBERS, zookeeper=zookeeper)
     workload = Workload(cluster, seed)
     try:
