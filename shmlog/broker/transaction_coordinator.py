@@ -271,10 +271,13 @@ class TransactionCoordinator:
         return gone
 
     # -- requests --------------------------------------------------------------------
-    def init_transactions(self, transactional_id, transaction_timeout_ms, *, now) -> dict:
+    def init_transactions(self, transactional_id, transaction_timeout_ms, producer_id=-1,
+                          producer_epoch=-1, *, now) -> dict:
         """Kafka's InitProducerId with a transactional id: the producer id and the new
         epoch, which fences every older producer of the id; a transaction the older
-        one left open is aborted under the new epoch first."""
+        one left open is aborted under the new epoch first. A ``producer_id`` and
+        ``producer_epoch`` given (KIP-360: a client recovering the pair it holds) must
+        be the id's current ones, else the client is fenced."""
         transactional_id = _transactional_id(transactional_id)
         timeout_ms = require(transaction_timeout_ms, int, "transaction_timeout_ms")
         if not 0 < timeout_ms <= self.max_timeout_ms:
@@ -282,6 +285,12 @@ class TransactionCoordinator:
                 f"transaction timeout {timeout_ms} ms is outside (0, {self.max_timeout_ms}] "
                 f"(the broker's transaction_max_timeout_ms)")
         metadata = self.transactions.get(transactional_id)
+        held = (require(producer_id, int, "producer_id"),
+                require(producer_epoch, int, "producer_epoch"))
+        if held[0] != -1 and (metadata is None or
+                              (metadata.producer_id, metadata.producer_epoch) != held):
+            raise ProducerFencedError(f"producer {held[0]} at epoch {held[1]} no longer holds "
+                                      f"transactional id {transactional_id!r}")
         if metadata is None:
             metadata = TransactionMetadata(transactional_id, self._allocate(), 0, timeout_ms,
                                            last_update_ms=now)

@@ -280,9 +280,10 @@ class TransactionOperations(ImmediateService):
         return {metadata.producer_id: metadata
                 for metadata in self.coordinator.transactions.values()}
 
-    def _known(self, start_ms: int) -> bool:
-        """Whether a transaction opened at ``start_ms`` with no holder is known to be
-        held by none (one broker: its coordinator is always known)."""
+    def _known(self, hosted, first_offset: int) -> bool:
+        """Whether a transaction opened at ``first_offset`` of ``hosted`` with no
+        holder is known to be held by none (one broker: its coordinator is always
+        known)."""
         return True
 
     def _open_at(self, hosted, holders: dict, seen: set,
@@ -301,7 +302,8 @@ class TransactionOperations(ImmediateService):
             holder = holders.get(producer_id)
             found.append(OpenTransaction(hosted.topic, hosted.partition, producer_id, epoch,
                                          first_offset, start_ms, holder,
-                                         holder is not None or self._known(start_ms)))
+                                         holder is not None or self._known(hosted,
+                                                                           first_offset)))
         return sorted(found, key=lambda entry: (entry.start_offset, entry.producer_id))
 
     @staticmethod

@@ -12,7 +12,9 @@ Rules
   against all of it.
 * A transaction nobody holds is called hanging only when every partition of
   ``__transaction_state`` was loaded by a coordinator that answered, and the
-  transaction opened before the brokers were asked; a moving or silent coordinator
+  transaction opened below its partition's log end when the brokers were asked (a
+  coordinator adds a partition before its first batch goes in); a moving or silent
+  coordinator
   leaves it unjudged (only its age can make it hanging). An abort needs that whole
   view: without it it is refused (``CoordinatorNotAvailableError``, retriable),
   nothing written. It needs this broker to lead the partition too
@@ -45,7 +47,7 @@ __all__ = ["ClusterTransactionOperations"]
 class _Holders:
     """What every coordinator held, as of a moment."""
     by_producer: dict            # producer id -> TransactionMetadata
-    as_of: int                   # when the brokers were asked (ms)
+    log_ends: dict               # (topic id, partition) -> its log end when they were asked
     complete: bool               # every coordinator answered, every partition loaded
 
 
@@ -64,6 +66,7 @@ class ClusterTransactionOperations(TransactionOperations):
         self.service = service
         self._view: _Holders | None = None
         self._asking = False
+        self._gathered_at = -limits.TRANSACTION_HOLDERS_MAX_AGE_MS - 1
 
     def handlers(self) -> dict:
         return {name: self._after_asking(name) for name in OPERATOR_REQUESTS}
@@ -93,8 +96,12 @@ class ClusterTransactionOperations(TransactionOperations):
 
     def _gather(self, then=None) -> None:
         """Ask every broker what its coordinator holds; keep it as the view."""
-        asked = now_ms()
+        # A transaction opened below these offsets opened before the coordinators
+        # answered: had one held it, it would have said so.
+        log_ends = {(hosted.log.topic_id, hosted.partition): hosted.log.log_end_offset
+                    for hosted in self.host.partition_list()}
         self._asking = True
+        self._gathered_at = now_ms()
 
         def gathered(result) -> None:
             self._asking = False
@@ -103,8 +110,13 @@ class ClusterTransactionOperations(TransactionOperations):
             partitions = self.service.state_topic.partition_count()
             complete = not result["unreachable_brokers"] and partitions is not None \
                 and set(result["loaded"]) >= set(range(partitions))
-            self._view = _Holders({entry["producer_id"]: _holder(entry)
-                                   for entry in result["transactions"]}, asked, complete)
+            holders = {}
+            for entry in result["transactions"]:
+                try:
+                    holders[entry["producer_id"]] = _holder(entry)
+                except (KeyError, TypeError, ValueError):      # a peer's malformed entry
+                    complete = False
+            self._view = _Holders(holders, log_ends, complete)
             if then is not None:
                 then()
         self.service.channel.gather("transaction_holders", {}, gathered)
@@ -113,15 +125,15 @@ class ClusterTransactionOperations(TransactionOperations):
     def _holders(self) -> dict[int, TransactionMetadata]:
         return self._view.by_producer if self._view is not None else {}
 
-    def _known(self, start_ms: int) -> bool:
+    def _known(self, hosted, first_offset: int) -> bool:
         view = self._view
-        return view is not None and view.complete and 0 <= start_ms < view.as_of
+        return view is not None and view.complete and first_offset < view.log_ends.get(
+            (hosted.log.topic_id, hosted.partition), -1)
 
     def summary(self):
         """The base's figures, by the last view; a new one asked for when it is old."""
-        view = self._view
-        if not self._asking and (view is None or
-                                 now_ms() - view.as_of > limits.TRANSACTION_HOLDERS_MAX_AGE_MS):
+        if not self._asking and now_ms() - self._gathered_at > \
+                limits.TRANSACTION_HOLDERS_MAX_AGE_MS:
             self._gather()
         return super().summary()
 

@@ -20,6 +20,9 @@ Rules
   (``INVALID_PRODUCER_EPOCH`` for a fenced producer, else ``INVALID_TXN_STATE``).
 * A refusal refuses the held batches of the verification's epoch and older; a later
   epoch's (the producer started again meanwhile) are verified anew.
+* A partition that is no longer the one verified, or no longer led here (deleted,
+  its leadership lost), refuses its held batches with ``NOT_LEADER_OR_FOLLOWER``:
+  their producers send them to its leader again.
 * A retriable answer (the coordinator moving, loading, ending the previous
   transaction; no answer) asks again after
   ``limits.TRANSACTION_VERIFY_RETRY_MS``; after ``forward_request_timeout_ms`` the
@@ -73,6 +76,7 @@ class _Verification:
     producer_id: int
     producer_epoch: int
     deadline: int
+    hosted: object                          # the partition's HostedPartition when it began
     held: list = dataclasses.field(default_factory=list)
     asked: bool = False                     # a verify_partition is out
     retry_at: int = 0
@@ -118,11 +122,27 @@ class TransactionVerifier:
         transactional_id = self.forwarding.transactional_ids.get(producer_id)
         if not transactional_id:
             return CompletionCode.INVALID_TXN_STATE
-        row = self.host.partition(topic, partition).row
-        self.verifications[(row, producer_id)] = _Verification(
-            transactional_id, topic, partition, row, producer_id, producer_epoch,
-            now_ms() + self.config.forward_request_timeout_ms)
+        hosted = self.host.partition(topic, partition)
+        key = (hosted.row, producer_id)
+        if key in self.verifications:           # one of a partition gone from this row
+            self._verified(key, CompletionCode.NOT_LEADER_OR_FOLLOWER)
+        self.verifications[key] = _Verification(
+            transactional_id, topic, partition, hosted.row, producer_id, producer_epoch,
+            now_ms() + self.config.forward_request_timeout_ms, hosted)
         return CompletionCode.TRANSACTION_VERIFYING
+
+    def _still_led(self, verification: _Verification) -> bool:
+        """Whether the partition verified is still the one at its row, led here (a
+        leadership lost or a topic deleted meanwhile: its batches go elsewhere)."""
+        return self._same_partition(verification) \
+            and self.appender.is_leader(verification.row)
+
+    def _same_partition(self, verification: _Verification) -> bool:
+        try:
+            hosted = self.host.partition(verification.topic, verification.partition)
+        except ShmlogError:
+            return False
+        return hosted is verification.hosted
 
     def hold_entry(self, entry: ForwardedEntry) -> None:
         """A ring's entry the appender held (its completion parked)."""
@@ -143,6 +163,9 @@ class TransactionVerifier:
     def poll(self, now: int) -> None:
         """Send the verifications due; refuse the batches of those out of time."""
         for key, verification in list(self.verifications.items()):
+            if not self._still_led(verification):
+                self._verified(key, CompletionCode.NOT_LEADER_OR_FOLLOWER)
+                continue
             if verification.asked:
                 continue
             if now >= verification.deadline:
@@ -185,10 +208,18 @@ class TransactionVerifier:
         """End a verification: append its held batches in order, or refuse those of its
         epoch and older (a later epoch's batches, held behind it, are verified anew)."""
         verification = self.verifications.pop(key)
-        if not self.appender.transaction_verified(
-                verification.row, verification.producer_id, verification.producer_epoch,
-                refusal is None) and refusal is None:
-            refusal = CompletionCode.INVALID_TXN_STATE
+        same = self._same_partition(verification)
+        if not same or not self.appender.is_leader(verification.row):
+            refusal = CompletionCode.NOT_LEADER_OR_FOLLOWER      # its leader is elsewhere
+        if same:                              # the hold goes, an expectation if admitted
+            try:
+                admitted = self.appender.transaction_verified(
+                    verification.row, verification.producer_id, verification.producer_epoch,
+                    refusal is None)
+            except ShmlogError:
+                admitted = False
+            if not admitted and refusal is None:
+                refusal = CompletionCode.INVALID_TXN_STATE
         for held in verification.held:
             producer = transactional_producer(held.batch)
             if refusal is None or (producer is not None

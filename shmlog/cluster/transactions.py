@@ -94,6 +94,7 @@ from ..common.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    LocalProtocolError,
     NotCoordinatorError,
     RequestTimedOutError,
     ShmlogError,
@@ -424,7 +425,11 @@ class ClusterTransactionService:
                                       require(committed, bool, "committed"),
                                       require(coordinator_epoch, int, "coordinator_epoch"))
         errors = []
-        for topic, partition, leader_epoch in require(partitions, list, "partitions"):
+        entries = require(partitions, list, "partitions")
+        if not all(isinstance(entry, list) and len(entry) == 3 for entry in entries):
+            raise LocalProtocolError("write_txn_markers partitions are "
+                                     "[topic, partition, leader epoch] each")
+        for topic, partition, leader_epoch in entries:
             try:
                 replica = self._led_replica(topic, partition)
                 if replica.leader_epoch != leader_epoch:

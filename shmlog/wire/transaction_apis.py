@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 
-from ..common.errors import ProducerFencedError, ShmlogError
+from ..common.errors import ShmlogError
 from . import codec
 from .error_codes import (
     COORDINATOR_NOT_AVAILABLE,
@@ -127,27 +127,14 @@ class TransactionApis(ServiceArea):
                 return answer(_code(result, header))
             return answer(NONE, result["producer_id"], result["producer_epoch"])
 
-        def initialise():
-            return self._call("init_transactions", request, header, initialised,
-                              transactional_id=body.transactional_id,
-                              transaction_timeout_ms=body.transaction_timeout_ms)
-
-        held = (getattr(body, "producer_id", _NO_PRODUCER),
-                getattr(body, "producer_epoch", _NO_PRODUCER))
-        if held[0] == _NO_PRODUCER:
-            return initialise()
-
-        def checked(found):                   # KIP-360: the pair the client holds
-            current = [(entry["producer_id"], entry["producer_epoch"])
-                       for entry in found.get("transactions", [])] \
-                if isinstance(found, dict) else []
-            if current != [held]:
-                return answer(_code(ProducerFencedError(
-                    f"producer {held[0]} at epoch {held[1]} no longer holds transactional "
-                    f"id {body.transactional_id!r}"), header))
-            return initialise()
-        return self._call("describe_transactions", request, header, checked,
-                          transactional_ids=[body.transactional_id])
+        # KIP-360: the pair the client holds, checked by the coordinator.
+        held = {"producer_id": getattr(body, "producer_id", _NO_PRODUCER),
+                "producer_epoch": getattr(body, "producer_epoch", _NO_PRODUCER)}
+        if held["producer_id"] == _NO_PRODUCER:
+            held = {}
+        return self._call("init_transactions", request, header, initialised,
+                          transactional_id=body.transactional_id,
+                          transaction_timeout_ms=body.transaction_timeout_ms, **held)
 
     # -- AddPartitionsToTxn ------------------------------------------------------------
     def add_partitions_to_txn(self, request, header, body):

@@ -174,6 +174,7 @@ class HeldBatch:
     acks: int
     deadline: int
     answer: Answer
+    split: bool = False                     # a Kafka client's batch stored in pieces
 
 
 def wire_error(result: int) -> ErrorCode:
@@ -290,7 +291,7 @@ def append_as_leader(appender: Appender, purgatory: ProducePurgatory,
         return
     result, append_time = appender.append(row, batch)
     if result == -CompletionCode.TRANSACTION_VERIFYING and hold is not None:
-        hold(HeldBatch(replica, batch, acks, deadline, answer))
+        hold(HeldBatch(replica, batch, acks, deadline, answer, split))
         return
     if result < 0:
         answer(wire_error(result), -1, -1)
@@ -444,7 +445,7 @@ class Forwarding:
     def append_held(self, held: HeldBatch) -> None:
         """Append a held batch whose verification ended (it may be held again)."""
         append_as_leader(self.appender, self.purgatory, held.replica, held.batch, held.acks,
-                         held.deadline, held.answer, hold=self.hold)
+                         held.deadline, held.answer, split=held.split, hold=self.hold)
 
     @staticmethod
     def refuse_held(held: HeldBatch, code: CompletionCode) -> None:
