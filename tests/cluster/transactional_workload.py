@@ -85,7 +85,9 @@ class ProducerProcess:
 
     def _follow(self) -> None:
         for line in self.process.stdout:
-            kind, *words = line.split()
+            if not line.endswith("\n"):
+                break         # cut short by a kill: its step was never taken (told first)
+            kind, *words = line.split() or ["-"]
             if kind == "S":
                 self.history.send(words[2].encode(), int(words[1]), acks="all",
                                   transaction=words[0])
