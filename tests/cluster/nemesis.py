@@ -124,7 +124,10 @@ def make_schedule(seed: int, duration_s: float, brokers: Sequence[int],
         targets = chooser.sample(sorted(brokers), count)
         faults = []
         for target in targets:
-            kind = unplayed.pop() if unplayed else chooser.choice(list(kinds))
+            # There is one ZooKeeper: a step kills it once at most.
+            choices = [kind for kind in kinds if kind is not FaultKind.KILL_ZOOKEEPER
+                       or all(fault.kind is not kind for fault in faults)] or list(kinds)
+            kind = unplayed.pop() if unplayed else chooser.choice(choices)
             faults.append(Fault(kind, target, round(chooser.uniform(*HOLD_S[kind]), 2)))
         step = Step(tuple(faults), round(chooser.uniform(*GAP_S), 2))
         steps.append(step)

@@ -281,6 +281,13 @@ def test_a_schedule_holds_bounded_faults_on_distinct_brokers():
     assert {len(step.faults) for step in steps} == {1, 2}
 
 
+def test_a_step_kills_zookeeper_once_at_most():
+    for seed in range(300):
+        for step in make_schedule(seed, 120, (1, 2, 3)):
+            assert sum(fault.kind is FaultKind.KILL_ZOOKEEPER for fault in step.faults) <= 1, \
+                (seed, step)
+
+
 def test_a_schedule_plans_just_enough_steps_for_its_length():
     steps = make_schedule(3, 120, (1, 2, 3))
     assert sum(step.length_s for step in steps) >= 120
