@@ -36,10 +36,12 @@ Rules
 
 Theory of operation
 -------------------
-A service without a clock, for a single broker (the coordinator is a single
-broker's). Only partitions whose published last stable offset is below their log
-end can hold an open transaction that wrote, so a scan reads two words of every
-row of the state table at once and asks the appender only about those.
+A service without a clock. Whether a transaction is held is asked of the
+coordinator in place (``_holders``); a cluster member's subclass asks every
+coordinator first (``cluster.transaction_operations``). Only partitions whose
+published last stable offset is below their log end can hold an open transaction
+that wrote, so a scan reads two words of every row of the state table at once and
+asks the appender only about those.
 """
 
 from __future__ import annotations
