@@ -179,7 +179,7 @@ class TransactionCoordinator:
         partition, or a transaction of another epoch still open there).
     write_marker : callable
         ``write_marker(topic, partition, marker)``: the marker is in the partition,
-        or an exception raised.
+        or an exception raised (one broker's; a cluster's give ``send_markers``).
     max_timeout_ms : int
         The longest timeout a transaction may ask for.
     coordinator_epoch : int
@@ -200,8 +200,9 @@ class TransactionCoordinator:
     def __init__(self, *, allocate_producer_id: Callable[[], int],
                  store: Callable[[TransactionMetadata], None],
                  add_partition: Callable[[str, int, int, int], None],
-                 write_marker: Callable[[str, int, EndTransactionMarker], None],
-                 max_timeout_ms: int, coordinator_epoch: int = 0,
+                 max_timeout_ms: int,
+                 write_marker: Callable[[str, int, EndTransactionMarker], None] | None = None,
+                 coordinator_epoch: int = 0,
                  forget: Callable[[str], None] = lambda transactional_id: None,
                  expiration_ms: int = limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
                  send_markers: Callable[[str, EndTransactionMarker, list, int], None]

@@ -92,7 +92,7 @@ class ClusterTransactionOperations(TransactionOperations):
                 result = method(**fields)
             except ShmlogError as error:
                 result = error
-        self.service.reply_later(ticket, result)
+        self.service.reply(ticket, result)
 
     def _gather(self, then=None) -> None:
         """Ask every broker what its coordinator holds; keep it as the view."""

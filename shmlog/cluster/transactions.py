@@ -179,9 +179,9 @@ class ClusterTransactionService:
                 self.cluster.transaction_state_log_replication_factor)})
         self.coordinator = TransactionCoordinator(
             allocate_producer_id=lambda: producers.producer_ids.allocate(), store=self._store,
-            add_partition=self._add_partition, write_marker=self._never_written,
-            send_markers=self._send_markers, max_timeout_ms=config.transaction_max_timeout_ms,
-            forget=self._forget, expiration_ms=config.transactional_id_expiration_ms)
+            add_partition=self._add_partition, send_markers=self._send_markers,
+            max_timeout_ms=config.transaction_max_timeout_ms, forget=self._forget,
+            expiration_ms=config.transactional_id_expiration_ms)
         self.transactional_ids = replication.forwarding.transactional_ids
         self._loaded: dict[int, int] = {}            # state partition -> leader epoch loaded
         self._barriers: dict[int, tuple] = {}        # state partition -> its load's log end
@@ -247,7 +247,7 @@ class ClusterTransactionService:
         """Serve a request here if this broker coordinates its transactional id, else
         forward it (a peer's is refused instead)."""
         if name in ("list_transactions", "describe_transactions") and not remote:
-            self.channel.gather(name, fields, lambda result: self._reply(ticket, {
+            self.channel.gather(name, fields, lambda result: self.reply(ticket, {
                 key: value for key, value in result.items() if key != "loaded"}))
             return None
         transactional_id = fields.get("transactional_id")
@@ -269,7 +269,7 @@ class ClusterTransactionService:
             raise NotCoordinatorError(f"broker {self.cluster.broker_id} does not lead "
                                       f"{TRANSACTION_STATE_TOPIC}-{partition}")
         self.channel.ask(leader, name, fields,
-                  lambda result: self._forwarded(name, fields, ticket, result))
+                         lambda result: self._forwarded(name, fields, ticket, result))
         return None
 
     def _forwarded(self, name: str, fields: dict, ticket, result: dict | ShmlogError) -> None:
@@ -278,7 +278,7 @@ class ClusterTransactionService:
         if name == "init_transactions" and isinstance(result, dict) \
                 and isinstance(result.get("producer_id"), int):
             self.transactional_ids.learn(result["producer_id"], fields["transactional_id"])
-        self._reply(ticket, result)
+        self.reply(ticket, result)
 
     def _call(self, name: str, fields: dict, ticket, now: int) -> dict | None:
         """Run the request here; its reply waits for what it stored and sent, and
@@ -309,11 +309,9 @@ class ClusterTransactionService:
         self._answers.append(answer)
         return None
 
-    def reply_later(self, ticket, result: dict | ShmlogError) -> None:
-        """Answer a request held by a part of this service (its operators' scans)."""
-        self._reply(ticket, result)
-
-    def _reply(self, ticket, result: dict | ShmlogError) -> None:
+    def reply(self, ticket, result: dict | ShmlogError) -> None:
+        """Answer a request held here, or by a part of this service (its operators'
+        scans): over the channel for a peer's, else through :meth:`take_replies`."""
         if isinstance(ticket, (PeerTicket, CallbackTicket)):
             self.channel.reply(ticket, result)
         else:
@@ -509,10 +507,6 @@ class ClusterTransactionService:
                          {"topic": topic, "partition": partition, "producer_id": producer_id,
                           "producer_epoch": producer_epoch}, answered)
 
-    @staticmethod
-    def _never_written(topic: str, partition: int, marker: EndTransactionMarker) -> None:
-        raise AssertionError("a cluster's markers are sent (send_markers)")
-
     def _send_markers(self, transactional_id: str, marker: EndTransactionMarker,
                       partitions: list, round_: int) -> None:
         """Queue the markers: they go once the decision is replicated (:meth:`poll`)."""
@@ -562,7 +556,7 @@ class ClusterTransactionService:
             if outcome is None:
                 waiting.append(answer)
             else:
-                self._reply(answer.ticket, outcome)
+                self.reply(answer.ticket, outcome)
         self._answers = waiting
 
     def _outcome(self, answer: _Answer, now: int) -> dict | ShmlogError | None:

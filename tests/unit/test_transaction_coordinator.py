@@ -314,7 +314,7 @@ class SentMarkers:
         self.stored, self.sent = [], []
         self.coordinator = TransactionCoordinator(
             allocate_producer_id=lambda: next(ids), store=self.stored.append,
-            add_partition=lambda *added: None, write_marker=None, max_timeout_ms=60_000,
+            add_partition=lambda *added: None, max_timeout_ms=60_000,
             send_markers=lambda *sent: self.sent.append(sent))
 
 
