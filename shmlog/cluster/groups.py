@@ -268,7 +268,7 @@ class ClusterGroupService:
             return self._gather(ticket, now)
         if name == "list_groups" or not isinstance(group_id, str) or not group_id:
             return self._call(name, fields, ticket, now)     # the coordinator checks it
-        partition = self._partition_of(group_id)
+        partition = self.offsets_partition(group_id)
         replica = self.replication.replicas.get((OFFSETS_TOPIC, partition))
         if replica is None:
             raise CoordinatorNotAvailableError(
@@ -300,8 +300,10 @@ class ClusterGroupService:
         made (as a group request does, and Kafka's first FindCoordinator)."""
         return self.offsets_topic.partition_count() is not None
 
-    def _partition_of(self, group_id: str) -> int:
-        """The group's offsets partition; creates the offsets topic if there is none."""
+    def offsets_partition(self, group_id: str) -> int:
+        """The group's partition of ``__consumer_offsets``; creates the offsets topic
+        if there is none (``CoordinatorNotAvailableError`` until it exists), as the
+        single broker's ``GroupService.offsets_partition`` does."""
         count = self.offsets_topic.partition_count()
         if count is None:
             raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
@@ -430,11 +432,6 @@ class ClusterGroupService:
         if reply is not None:
             self._answer_remote(ticket, reply)
 
-    def offsets_partition(self, group_id: str) -> int:
-        """The group's partition of ``__consumer_offsets`` (the topic made on first
-        use: ``CoordinatorNotAvailableError`` until it is)."""
-        return self._partition_of(group_id)
-
     def txn_offset_commit(self, transactional_id, group_id, producer_id, producer_epoch,
                           offsets, member_id="", generation=-1, group_instance_id=None, *,
                           ticket, now) -> dict:
@@ -470,7 +467,7 @@ class ClusterGroupService:
         watermark (``_call``)."""
         if not records:
             return
-        partition = self._partition_of(group_id)
+        partition = self.offsets_partition(group_id)
         where = f"group {group_id!r}: {OFFSETS_TOPIC}-{partition}"
         replica = self.replication.replicas.get((OFFSETS_TOPIC, partition))
         if replica is None or replica.role is not Role.LEADER:

@@ -24,9 +24,9 @@ Rules
   its leadership lost), refuses its held batches with ``NOT_LEADER_OR_FOLLOWER``:
   their producers send them to its leader again.
 * A retriable answer (the coordinator moving, loading, ending the previous
-  transaction; no answer) asks again after
-  ``limits.TRANSACTION_VERIFY_RETRY_MS``; after ``forward_request_timeout_ms`` the
-  held batches are refused with ``REQUEST_TIMED_OUT`` (their outcome: not appended).
+  transaction; no answer) asks again after ``limits.TRANSACTION_VERIFY_RETRY_MS``.
+  After ``forward_delivery_timeout_ms`` (a forwarded batch's bound) the held batches
+  are refused with ``REQUEST_TIMED_OUT`` (not appended), logged at WARNING.
 
 Theory of operation
 -------------------
@@ -38,6 +38,7 @@ of the loop turn, sends it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Callable
 
 from ..broker.appender import ForwardedEntry
@@ -54,6 +55,8 @@ from ..config.cluster import ClusterConfig
 from ..record.records import now_ms
 from ..shm.completion import CompletionCode
 from .replication.forwarding import Forwarding, HeldBatch, transactional_producer
+
+log = logging.getLogger("shmlog.transactions")
 
 __all__ = ["TransactionVerifier", "RETRIABLE"]
 
@@ -92,7 +95,7 @@ class TransactionVerifier:
     forwarding : Forwarding
         Appends and answers held batches; its transactional ids name the coordinators.
     config : ClusterConfig
-        ``forward_request_timeout_ms``.
+        ``forward_delivery_timeout_ms``.
     ask : callable
         Sends a transaction request to a broker (``ClusterTransactionService``).
     coordinator_of : callable
@@ -126,9 +129,10 @@ class TransactionVerifier:
         key = (hosted.row, producer_id)
         if key in self.verifications:           # one of a partition gone from this row
             self._verified(key, CompletionCode.NOT_LEADER_OR_FOLLOWER)
+        # Bounded as a forwarded batch's delivery is (forward.delivery.timeout.ms).
         self.verifications[key] = _Verification(
             transactional_id, topic, partition, hosted.row, producer_id, producer_epoch,
-            now_ms() + self.config.forward_request_timeout_ms, hosted)
+            now_ms() + self.config.forward_delivery_timeout_ms, hosted)
         return CompletionCode.TRANSACTION_VERIFYING
 
     def _still_led(self, verification: _Verification) -> bool:
@@ -169,6 +173,11 @@ class TransactionVerifier:
             if verification.asked:
                 continue
             if now >= verification.deadline:
+                log.warning("%s-%d: producer %d's transaction was not verified by its "
+                            "coordinator in time (transactional id %r): its %d held batches "
+                            "are refused (REQUEST_TIMED_OUT)", verification.topic,
+                            verification.partition, verification.producer_id,
+                            verification.transactional_id, len(verification.held))
                 self._verified(key, CompletionCode.REQUEST_TIMED_OUT)
                 continue
             if now < verification.retry_at:
