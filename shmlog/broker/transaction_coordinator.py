@@ -501,6 +501,11 @@ class TransactionCoordinator:
         """Whether the id's markers are out, their outcome not known yet."""
         return transactional_id in self._sending
 
+    def markers_unwritten(self, transactional_id: str) -> bool:
+        """Whether the id's transaction is decided and some partition still lacks its
+        marker (out now, or waiting for the retry)."""
+        return transactional_id in self._unwritten
+
     def _written(self, metadata: TransactionMetadata, written: set, failed: dict,
                  now: int) -> None:
         """Take the outcome of one attempt at the transaction's markers; once every

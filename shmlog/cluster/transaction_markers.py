@@ -79,10 +79,6 @@ class MarkerSender:
         self._queued.append(_Markers(transactional_id, round_, marker, list(partitions),
                                      decision))
 
-    def queued(self, transactional_id: str) -> bool:
-        """Whether the transaction's markers wait for its decision's replication."""
-        return any(markers.transactional_id == transactional_id for markers in self._queued)
-
     def forget(self, transactional_ids: set) -> None:
         """Drop the queued markers of ids no longer coordinated here."""
         self._queued = [markers for markers in self._queued

@@ -27,10 +27,13 @@ Rules
   (TRANSACTION ``write_txn_markers``, Kafka's WriteTxnMarkers), appends them and
   answers once its high watermark covers them; a marker not written is sent again
   after ``limits.TRANSACTION_MARKER_RETRY_MS``. Every marker carries the coordinator's
-  leader epoch. EndTxn is answered once its markers are written and the completion
-  appended (a committing producer hears of it when read_committed consumers can see
-  its records), or once a first attempt at them failed
-  (the decision stands).
+  leader epoch. EndTxn is answered once every marker is written (a committing
+  producer hears of it when read_committed consumers can see its records), retried
+  as long as it takes; after ``offsets_commit_timeout_ms`` it is
+  ``RequestTimedOutError`` (the decision stands) and the producer asks again. Never
+  sooner: the producer's next transaction, at the same epoch, would otherwise find a
+  partition whose leader has not heard of the end yet, and its first batch there
+  would join the decided transaction without a verification.
 * **A transaction's first batch in a partition is verified by the partition's
   leader** (KIP-890's implicit AddPartitionsToTxn, which shmlog's producer relies on).
   The appender holds that batch, and the producer's later ones for the partition
@@ -571,16 +574,15 @@ class ClusterTransactionService:
                 return RequestTimedOutError("a write was not replicated in time (its outcome "
                                             "is unknown): ask again") \
                     if now >= answer.deadline else None
-        if answer.expecting and now < answer.deadline:
-            return None
-        if answer.ending is not None and now < answer.deadline and (
-                self.coordinator.markers_pending(answer.ending)
-                or self.markers.queued(answer.ending)):
-            return None
-        if answer.expecting or (answer.ending is not None
-                                and self.coordinator.markers_pending(answer.ending)):
-            return RequestTimedOutError("the partitions' leaders did not answer in time: "
-                                        "ask again")
+        # An end waits for every marker: a producer told of it begins its next
+        # transaction at the same epoch, whose first batch in a partition still
+        # lacking a marker would join the decided one there unverified.
+        unfinished = answer.expecting or (answer.ending is not None
+                                          and self.coordinator.markers_unwritten(answer.ending))
+        if unfinished:
+            return None if now < answer.deadline else RequestTimedOutError(
+                "the partitions' leaders did not answer in time (a decision stands): "
+                "ask again")
         return answer.failure or answer.result
 
     # -- loading and unloading (failover) -------------------------------------------------------

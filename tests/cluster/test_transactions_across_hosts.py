@@ -20,7 +20,7 @@ import time
 import pytest
 
 from cluster.test_groups_across_hosts import create_topic
-from cluster.workload import SETTINGS, stop_cluster
+from cluster.workload import SETTINGS, stop_cluster, wait_in_sync
 from shmlog.client.admin import Admin
 from shmlog.client.consumer import Consumer, OffsetAndMetadata, TopicPartition
 from shmlog.client.producer import Producer
@@ -238,6 +238,71 @@ def test_a_coordinator_killed_mid_transaction_leaves_it_whole(cluster, moment):
                 and all_or_none(values, b"during", 30) == committed["during"]
         cluster.wait_for(whole, WAIT_S, f"every transaction whole on broker {broker_id}",
                          interval_s=0.5)
+
+
+def test_a_commit_returns_only_once_every_partition_has_its_marker(cluster):
+    """SIGSTOP of a partition's leader (neither the coordinator nor the producer's
+    broker) while a transaction commits: its marker cannot be written there, so the
+    commit waits for it (retried there, or at the partition's next leader). Were the
+    commit answered sooner, the producer's next transaction, at the same epoch, would
+    find the first one still open in that partition and its batch would join it
+    unverified: aborted, its record would become visible with the late COMMIT marker."""
+    topic = "txn-late-marker"
+    create_topic(cluster, topic, 3)
+    transactional_id = "late-marker"
+    with Producer(cluster.data_dir(1), transactional_id=transactional_id) as producer:
+        producer.init_transactions()
+    coordinator = coordinator_of(cluster, transactional_id)
+    home = next(broker_id for broker_id in sorted(cluster.brokers) if broker_id != coordinator)
+    paused = next(broker_id for broker_id in sorted(cluster.brokers)
+                  if broker_id not in (coordinator, home))
+    partition = leaders(cluster, topic).index(paused)
+    outcome = []
+
+    def commit_then_abort_the_next(producer):
+        outcome.append(_commit(producer))
+        try:
+            producer.begin_transaction()
+            producer.send(topic, b"aborted", partition=partition)
+            producer.flush()
+            producer.abort_transaction()
+        except ShmlogError as error:       # e.g. the first one still decided as COMMIT
+            outcome.append(error)
+        else:
+            outcome.append("aborted")
+
+    with Producer(cluster.data_dir(home), transactional_id=transactional_id,
+                  acks="all") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        send_spread(producer, topic, b"committed-")
+        producer.flush()
+        cluster.pause(paused)
+        worker = threading.Thread(target=commit_then_abort_the_next, args=(producer,))
+        try:
+            worker.start()
+            # Longer than one attempt at the marker (forward.request.timeout.ms).
+            time.sleep(CLUSTER_SETTINGS["forward.request.timeout.ms"] / 1000 + 1.5)
+        finally:
+            cluster.resume(paused)
+        worker.join(WAIT_S)
+        assert not worker.is_alive(), "the transactions did not end within the wait"
+    assert outcome == [None, "aborted"], outcome
+    for partition_ in range(3):       # the paused broker back (its session expired)
+        wait_in_sync(cluster, topic, tuple(sorted(cluster.brokers)), partition_)
+    for broker_id in sorted(cluster.brokers):
+        def ended(broker_id=broker_id):
+            try:
+                values = read_all(cluster.data_dir(broker_id), topic, 3, "read_committed")
+            except ShmlogError:
+                return None
+            seen = sum(value.startswith(b"committed-") for part in values.values()
+                       for value in part)
+            return values if seen == 30 else None       # a replica may lag a marker
+        values = cluster.wait_for(ended, WAIT_S, f"the commit visible on broker {broker_id}",
+                                  interval_s=0.5)
+        assert b"aborted" not in values[partition], \
+            f"broker {broker_id}: the aborted transaction's record is visible"
 
 
 def _commit(producer) -> Exception | None:
