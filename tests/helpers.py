@@ -253,12 +253,17 @@ class RestartableBroker:
         self.broker = Broker(data_dir, **settings).start()
 
     def kill_and_start(self, wait_s: float = 60.0) -> None:
-        import signal
+        self.kill(wait_s)
+        self.start()
 
-        from shmlog.server.broker import Broker
+    def kill(self, wait_s: float = 60.0) -> None:
+        import signal
         self.broker.process.send_signal(signal.SIGKILL)
         self.broker.process.wait(wait_s)
         self.broker.stop()
+
+    def start(self) -> None:
+        from shmlog.server.broker import Broker
         self.broker = Broker(self.data_dir, **self.settings).start()
 
     def stop(self) -> None:

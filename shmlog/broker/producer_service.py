@@ -20,10 +20,13 @@ the registry's periodic liveness check is one of the broker's scheduled tasks.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ..common.errors import LocalProtocolError
 from ..protocol.control import require
 from .producer_registry import ProducerRegistry
 from .service import ImmediateService
+from .transaction_coordinator import require_transactional_id
 
 __all__ = ["ProducerService", "ACKS"]
 
@@ -33,19 +36,30 @@ ACKS = (0, 1, -1)        # Kafka's: none, the leader's append, every in-sync rep
 class ProducerService(ImmediateService):
     """Producer registration requests over a :class:`ProducerRegistry`."""
 
-    def __init__(self, registry: ProducerRegistry):
+    def __init__(self, registry: ProducerRegistry,
+                 learn_transactional_id: Callable[[int, str], None] | None = None):
         self.registry = registry
+        # A cluster member's: whose coordinator verifies a transactional producer's
+        # batches (one broker's own coordinator knows every producer id).
+        self.learn_transactional_id = learn_transactional_id
 
     def handlers(self) -> dict:
         return {"register_producer": self.register_producer,
                 "unregister_producer": self.unregister_producer,
                 "init_producer_id": self.init_producer_id}
 
-    def register_producer(self, ring, acks=1) -> dict:
+    def register_producer(self, ring, acks=1, transactional_id=None, producer_id=None) -> dict:
         """Start draining the producer's ring (it created it, under our prefix), its
-        entries completed as ``acks`` (0, 1 or -1) asks."""
+        entries completed as ``acks`` (0, 1 or -1) asks. A transactional producer
+        registering again (its broker restarted) names its transactional id and the
+        producer id its coordinator gave it."""
         if require(acks, int, "acks") not in ACKS:
             raise LocalProtocolError(f"field 'acks' must be one of {ACKS}, got {acks!r}")
+        if transactional_id is not None:
+            require_transactional_id(transactional_id)
+            require(producer_id, int, "producer_id")
+            if self.learn_transactional_id is not None:
+                self.learn_transactional_id(producer_id, transactional_id)
         index, producer_id = self.registry.register(require(ring, str, "ring"), acks=acks)
         return {"index": index, "producer_id": producer_id, "producer_epoch": 0}
 

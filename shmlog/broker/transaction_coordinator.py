@@ -77,7 +77,7 @@ log = logging.getLogger("shmlog.transactions")
 
 __all__ = ["TransactionCoordinator", "TransactionMetadata", "TransactionState",
            "transaction_record", "parse_transaction_record", "parse_transaction_key",
-           "transaction_key"]
+           "transaction_key", "require_transactional_id"]
 
 
 class TransactionState(enum.Enum):
@@ -279,7 +279,7 @@ class TransactionCoordinator:
         one left open is aborted under the new epoch first. A ``producer_id`` and
         ``producer_epoch`` given (KIP-360: a client recovering the pair it holds) must
         be the id's current ones, else the client is fenced."""
-        transactional_id = _transactional_id(transactional_id)
+        transactional_id = require_transactional_id(transactional_id)
         timeout_ms = require(transaction_timeout_ms, int, "transaction_timeout_ms")
         if not 0 < timeout_ms <= self.max_timeout_ms:
             raise InvalidTransactionTimeoutError(
@@ -593,7 +593,7 @@ class TransactionCoordinator:
     # -- checks ------------------------------------------------------------------------
     def producer_of(self, transactional_id, producer_id, producer_epoch) -> TransactionMetadata:
         """The id's state, checked to be the producer's: its id, and its epoch."""
-        transactional_id = _transactional_id(transactional_id)
+        transactional_id = require_transactional_id(transactional_id)
         producer_id = require(producer_id, int, "producer_id")
         producer_epoch = require(producer_epoch, int, "producer_epoch")
         metadata = self.transactions.get(transactional_id)
@@ -621,7 +621,9 @@ class TransactionCoordinator:
         return {"producer_id": metadata.producer_id, "producer_epoch": metadata.producer_epoch}
 
 
-def _transactional_id(value) -> str:
+def require_transactional_id(value) -> str:
+    """``value`` if it is a transactional id (a non-empty string, at most
+    ``limits.TRANSACTIONAL_ID_LENGTH_MAX`` long), else ``LocalProtocolError``."""
     if not isinstance(value, str) or not value:
         raise LocalProtocolError(f"a transactional id is a non-empty string, got {value!r}")
     if len(value) > limits.TRANSACTIONAL_ID_LENGTH_MAX:

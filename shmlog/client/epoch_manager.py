@@ -199,6 +199,9 @@ class EpochManager:
                 for batch in waiting.pop(key)]
 
     def registered_again(self, registration: dict) -> None:
-        """The broker took the ring again (it may have restarted): its producer id."""
-        if self.producer_id >= 0:
+        """The broker took the ring again (it may have restarted): its producer id,
+        unless a transaction coordinator gave this producer its identity
+        (``init_transactions``): that one is the coordinator's, and holds across a
+        restart of the broker."""
+        if self.producer_id >= 0 and self.transactions is None:
             self.producer_id = registration["producer_id"]

@@ -312,10 +312,17 @@ class Sender:
             self.ring.await_completions(limits.RESULT_WAIT_S)
 
     def _resume(self) -> None:
-        """Register the ring again (a no-op with the broker that has it)."""
+        """Register the ring again (a no-op with the broker that has it). A
+        transactional producer names its transactional id and producer id: a cluster
+        member that restarted learns whose coordinator verifies its batches."""
+        with self.lock:
+            transactional = {} if self.epochs.transactions is None else {
+                "transactional_id": self.epochs.transactions.transactional_id,
+                "producer_id": self.epochs.producer_id}
         try:
             registration = request(self.data_dir, "register_producer", ring=self.ring.name,
-                                   acks=self.acks, timeout_ms=limits.RESUME_REQUEST_MS)
+                                   acks=self.acks, timeout_ms=limits.RESUME_REQUEST_MS,
+                                   **transactional)
             reply = request(self.data_dir, "metadata", topics=[],
                             timeout_ms=limits.RESUME_REQUEST_MS)
             table = PartitionStateTable.attach(reply["state_table"])

@@ -198,7 +198,9 @@ class BrokerCore:
             self.topics = self.add_service(TopicService(self.host, self.prefix))
         else:
             self.topics = self.add_service(self._join(config, kafka_endpoints))
-        self.producer_service = self.add_service(ProducerService(self.producers))
+        self.producer_service = self.add_service(ProducerService(
+            self.producers, None if self.cluster is None
+            else self.cluster.replication.forwarding.transactional_ids.learn))
         self.transactions = self.transaction_operations = None
         if self.cluster is None:
             self.groups = self.add_service(GroupService(config, self.host, self.context))

@@ -9,10 +9,12 @@ Method: one broker process; shmlog's own Producer and Consumer; every wait bound
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+from helpers import RestartableBroker
 from shmlog import Admin, Consumer, Producer
 from shmlog.client.consumer import TopicPartition
 from shmlog.common.errors import IllegalStateError, ProducerFencedError, TransactionAbortedError
@@ -170,6 +172,34 @@ def test_sends_need_a_transaction_and_a_failed_send_needs_an_abort(broker):
         producer.send("out", b"after", partition=0).get(WAIT_S)
         producer.commit_transaction()
     assert read_all(broker, "read_committed", 1) == [b"after"], "small was aborted"
+
+
+def test_a_transaction_goes_on_across_its_brokers_restart(data_dir):
+    """SIGKILL of the broker mid-transaction, sends while it is down, then a start: the
+    producer, waiting for their completions, registers its ring again and keeps the
+    identity the coordinator gave it (not the ring's), so the transaction's records
+    sent before and after the kill commit together."""
+    broker = RestartableBroker(data_dir)
+    starting = threading.Thread(target=broker.start)
+    try:
+        with Admin(data_dir) as admin:
+            admin.create_topic("out", 2)
+        with Producer(data_dir, transactional_id="t-restart", linger_ms=0) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("out", b"before", partition=0).get(timeout=WAIT_S)
+            broker.kill()
+            waiting = producer.send("out", b"after-0", partition=0)
+            starting.start()
+            waiting.get(timeout=WAIT_S)       # the broker started meanwhile
+            producer.send("out", b"after-1", partition=1)
+            producer.commit_transaction()
+        starting.join(WAIT_S)
+        assert read_all(data_dir, "read_committed", 3) == [b"after-0", b"after-1", b"before"]
+    finally:
+        if starting.ident is not None:
+            starting.join(WAIT_S)
+        broker.stop()
 
 
 def test_kafka_pythons_spelling_of_a_transaction(broker):

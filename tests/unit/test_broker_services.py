@@ -34,8 +34,10 @@ from helpers import ask
 from shmlog.broker.appender import HighWatermarkPolicy
 from shmlog.broker.group_offsets import parse_offset_record
 from shmlog.broker.partition_host import ROWS_FILE, PartitionHost
+from shmlog.broker.producer_service import ProducerService
 from shmlog.broker.service import Service
 from shmlog.client.reader import PartitionReader
+from shmlog.common import limits
 from shmlog.common.errors import LocalProtocolError, RecordTooLargeError
 from shmlog.groups import OFFSETS_TOPIC, offsets_partition
 from shmlog.protocol.control import encode_request
@@ -143,6 +145,17 @@ def test_a_core_made_of_services_serves_topics_producers_and_offsets(core):
         ends = [partition["log_end_offset"]
                 for partition in ask(core, "list_offsets", topic="events")["partitions"]]
         assert ends == [0, 3]
+        # A transactional producer registering again names its id (learned by a
+        # cluster member, whose peers' coordinators verify its batches).
+        learned = []
+        service = ProducerService(core.producers, lambda *named: learned.append(named))
+        again = service.register_producer(ring=ring.name, transactional_id="t", producer_id=7)
+        assert again["index"] == registered["index"] and learned == [(7, "t")]
+        for wrong in ({"transactional_id": ""}, {"transactional_id": "t"},
+                      {"transactional_id": "t" * (limits.TRANSACTIONAL_ID_LENGTH_MAX + 1),
+                       "producer_id": 7}):
+            with pytest.raises(LocalProtocolError):
+                service.register_producer(ring=ring.name, **wrong)
         renewed = ask(core, "init_producer_id", ring=ring.name)
         assert renewed["producer_id"] != registered["producer_id"]
         assert ask(core, "unregister_producer", ring=ring.name) == {}
