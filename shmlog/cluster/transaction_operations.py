@@ -77,6 +77,7 @@ class ClusterTransactionOperations(TransactionOperations):
 
         def handler(**fields):
             ticket = self.service.context.ticket
+            self.service.relaying(ticket)
             self._gather(lambda: self._answer(ticket, name, method, fields))
             return None
         return with_request_signature(handler, method)

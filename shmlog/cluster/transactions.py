@@ -201,6 +201,8 @@ class ClusterTransactionService:
         self.verifier = TransactionVerifier(host, replication.forwarding, self.cluster,
                                             self.channel.ask, self._coordinator_of)
         self._replies: list[tuple[Any, dict | ShmlogError]] = []
+        # Clients' tickets whose requests went to peers (forwarded, gathered), by id.
+        self._relayed: dict[int, Any] = {}
         self._next_check = 0
         replication.set_transaction_handler(self)
 
@@ -242,14 +244,18 @@ class ClusterTransactionService:
         return replies
 
     def pending_tickets(self) -> list:
+        """The clients' requests held here: waiting for what they stored and sent,
+        or for the peers they went to (refused at a stop, not left to time out)."""
         return [answer.ticket for answer in self._answers
-                if not isinstance(answer.ticket, (PeerTicket, CallbackTicket))]
+                if not isinstance(answer.ticket, (PeerTicket, CallbackTicket))] \
+            + list(self._relayed.values())
 
     # -- routing --------------------------------------------------------------------------------
     def _route(self, name: str, fields: dict, ticket, now: int, remote: bool) -> dict | None:
         """Serve a request here if this broker coordinates its transactional id, else
         forward it (a peer's is refused instead)."""
         if name in ("list_transactions", "describe_transactions") and not remote:
+            self.relaying(ticket)
             self.channel.gather(name, fields, lambda result: self.reply(ticket, {
                 key: value for key, value in result.items() if key != "loaded"}))
             return None
@@ -271,6 +277,7 @@ class ClusterTransactionService:
         if remote:
             raise NotCoordinatorError(f"broker {self.cluster.broker_id} does not lead "
                                       f"{TRANSACTION_STATE_TOPIC}-{partition}")
+        self.relaying(ticket)
         self.channel.ask(leader, name, fields,
                          lambda result: self._forwarded(name, fields, ticket, result))
         return None
@@ -312,12 +319,17 @@ class ClusterTransactionService:
         self._answers.append(answer)
         return None
 
+    def relaying(self, ticket) -> None:
+        """A client's request goes to peers: its ticket is held until :meth:`reply`."""
+        self._relayed[id(ticket)] = ticket
+
     def reply(self, ticket, result: dict | ShmlogError) -> None:
         """Answer a request held here, or by a part of this service (its operators'
         scans): over the channel for a peer's, else through :meth:`take_replies`."""
         if isinstance(ticket, (PeerTicket, CallbackTicket)):
             self.channel.reply(ticket, result)
         else:
+            self._relayed.pop(id(ticket), None)
             self._replies.append((ticket, result))
 
     def _state_partition(self, transactional_id: str) -> int:

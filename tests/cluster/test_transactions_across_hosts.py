@@ -51,10 +51,15 @@ def cluster(zookeeper, tmp_path_factory):
         stop_cluster(running)
 
 
-def send_spread(producer, topic: str, prefix: bytes, count: int = 30) -> None:
-    """``count`` records, ``prefix`` + n, to partition n % 3."""
-    for n in range(count):
-        producer.send(topic, prefix + b"%d" % n, partition=n % 3)
+def send_spread(producer, topic: str, prefix: bytes, count: int = 30) -> list:
+    """``count`` records, ``prefix`` + n, to partition n % 3: their futures."""
+    return [producer.send(topic, prefix + b"%d" % n, partition=n % 3) for n in range(count)]
+
+
+def appended(futures: list) -> None:
+    """Every send appended (an abort says nothing of a refused one)."""
+    for future in futures:
+        future.get(timeout=WAIT_S)
 
 
 def leaders(cluster: LocalCluster, topic: str) -> list[int]:
@@ -103,8 +108,9 @@ def test_a_transaction_across_three_leaders_commits_and_aborts_atomically(cluste
         send_spread(producer, topic, b"c")
         producer.commit_transaction()
         producer.begin_transaction()
-        send_spread(producer, topic, b"a")
+        futures = send_spread(producer, topic, b"a")
         producer.flush()
+        appended(futures)
         producer.abort_transaction()
         producer.begin_transaction()
         producer.send(topic, b"last", partition=0)
@@ -203,8 +209,7 @@ def test_a_coordinator_killed_mid_transaction_leaves_it_whole(cluster, moment):
         send_spread(producer, topic, b"before-")
         producer.commit_transaction()
         producer.begin_transaction()
-        send_spread(producer, topic, b"during-")
-        producer.flush()
+        appended(send_spread(producer, topic, b"during-"))
         committed = {}
         if moment == "ongoing":
             cluster.kill(coordinator)
@@ -275,8 +280,7 @@ def test_a_commit_returns_only_once_every_partition_has_its_marker(cluster):
                   acks="all") as producer:
         producer.init_transactions()
         producer.begin_transaction()
-        send_spread(producer, topic, b"committed-")
-        producer.flush()
+        appended(send_spread(producer, topic, b"committed-"))
         cluster.pause(paused)
         worker = threading.Thread(target=commit_then_abort_the_next, args=(producer,))
         try:
