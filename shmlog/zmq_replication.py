@@ -92,6 +92,7 @@ from .cluster.replication.layout import MessageType
 from .cluster.replication.messages import Error, ErrorCode, Message
 from .common import limits
 from .common.errors import InvalidConfigError, LocalProtocolError, ReplicationProtocolError
+from .common.throttled_log import ThrottledWarnings
 from .config import curve_keys
 
 __all__ = ["ReplicationEndpoint", "ReceivedRequest", "ReceivedResponse", "RequestFailed",
@@ -418,11 +419,11 @@ class _Sockets:
         self.peers: dict[int, _Peer] = {}
         self.in_flight: dict[int, tuple[int, float]] = {}   # correlation id -> (peer, deadline)
         self.deadlines: list[tuple[float, int]] = []
-        self.warnings = _Warnings()
+        self.warnings = _warnings()
         self.security = endpoint.security
         self.refused_peers: dict[int, tuple[str, str | None]] = {}   # logged, not connected
         self.zap, self.monitor = guards if guards else (None, None)
-        self.key_warnings, self.handshake_warnings = _Warnings(), _Warnings()
+        self.key_warnings, self.handshake_warnings = _warnings(), _warnings()
         self.keys_read_at = time.monotonic()                 # security's keys, as of then
         self.selector = None                                 # the owner's, once attached
 
@@ -717,21 +718,7 @@ def _readable_envelope(frames: list) -> tuple[int, MessageType | None]:
 _TYPE_NUMBERS = frozenset(int(message_type) for message_type in MessageType)
 
 
-class _Warnings:
-    """Warnings about what peers send, at most one per
-    ``limits.REPLICATION_WARNING_INTERVAL_S`` (a peer sending garbage in a loop must
-    not flood the log); the next one says how many were suppressed."""
-
-    def __init__(self) -> None:
-        self.last = float("-inf")
-        self.suppressed = 0
-
-    def warn(self, message: str, *args) -> None:
-        now = time.monotonic()
-        if now - self.last < limits.REPLICATION_WARNING_INTERVAL_S:
-            self.suppressed += 1
-            return
-        if self.suppressed:
-            message += f" ({self.suppressed} similar warnings suppressed)"
-        self.last, self.suppressed = now, 0
-        log.warning(message, *args)
+def _warnings() -> ThrottledWarnings:
+    """Warnings about what peers send (a peer sending garbage in a loop must not
+    flood the log)."""
+    return ThrottledWarnings(log, limits.REPLICATION_WARNING_INTERVAL_S)

@@ -51,6 +51,7 @@ from ..common.errors import (
     RequestTimedOutError,
     ShmlogError,
 )
+from ..common.throttled_log import ThrottledWarnings
 from ..config.cluster import ClusterConfig
 from ..record.records import now_ms
 from ..shm.completion import CompletionCode
@@ -112,6 +113,7 @@ class TransactionVerifier:
         self.ask = ask
         self.coordinator_of = coordinator_of
         self.verifications: dict[tuple[int, int], _Verification] = {}
+        self.refusals = ThrottledWarnings(log, limits.TRANSACTION_REFUSAL_WARNING_INTERVAL_S)
         self.appender.set_transaction_verifier(self.verify, self.hold_entry)
         forwarding.hold = self.hold
 
@@ -124,6 +126,10 @@ class TransactionVerifier:
         """The appender's verifier: hold the batch and ask the coordinator."""
         transactional_id = self.forwarding.transactional_ids.get(producer_id)
         if not transactional_id:
+            self.refusals.warn(
+                "%s-%d: producer %d's transactional batch is refused (INVALID_TXN_STATE): this "
+                "broker knows no transactional id for it, so no coordinator can verify it",
+                topic, partition, producer_id)
             return CompletionCode.INVALID_TXN_STATE
         hosted = self.host.partition(topic, partition)
         key = (hosted.row, producer_id)
@@ -209,6 +215,14 @@ class TransactionVerifier:
         elif isinstance(result, ShmlogError) or result.get("code") is not None:
             code = CompletionCode.INVALID_TXN_STATE if isinstance(result, ShmlogError) \
                 else CompletionCode(result["code"])
+            if code is not CompletionCode.INVALID_PRODUCER_EPOCH:     # a zombie's: routine
+                self.refusals.warn(
+                    "%s-%d: producer %d's transaction (transactional id %r, epoch %d) was "
+                    "refused by its coordinator (%s): its %d held batches are refused",
+                    verification.topic, verification.partition, verification.producer_id,
+                    verification.transactional_id, verification.producer_epoch,
+                    result if isinstance(result, ShmlogError) else code.name,
+                    len(verification.held))
             self._verified(key, code)
         else:
             self._verified(key, None)

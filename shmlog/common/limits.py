@@ -332,6 +332,9 @@ TRANSACTION_HOLDERS_MAX_AGE_MS = 5_000
 # How soon a held batch's verification asks again when the coordinator cannot
 # answer yet (its previous transaction's markers are out, it is loading or moving).
 TRANSACTION_VERIFY_RETRY_MS = 10
+# Transactional batches refused at their verification are logged at most this often
+# (the next warning counts those suppressed): a producer retrying cannot flood the log.
+TRANSACTION_REFUSAL_WARNING_INTERVAL_S = 1.0
 
 # --- process limits ---------------------------------------------------------------------
 # Mappings kept free below vm.max_map_count for the process's own use (malloc's arenas
