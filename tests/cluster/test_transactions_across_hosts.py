@@ -233,16 +233,26 @@ def test_a_coordinator_killed_mid_transaction_leaves_it_whole(cluster, moment):
     new_coordinator = coordinator_of(cluster, transactional_id)
     assert new_coordinator != coordinator and new_coordinator in survivors
     cluster.start_broker(coordinator)
+    committed_reads(cluster, topic, lambda values: all_or_none(values, b"before", 30)
+                    and all_or_none(values, b"after", 30)
+                    and all_or_none(values, b"during", 30) == committed["during"],
+                    "every transaction whole")
+
+
+def committed_reads(cluster: LocalCluster, topic: str, condition, what: str) -> dict:
+    """For every broker, wait until what a read_committed consumer there reads of
+    ``topic`` ({partition: [values]}) meets ``condition``: {broker id: values}."""
+    seen = {}
     for broker_id in sorted(cluster.brokers):
-        def whole(broker_id=broker_id):
+        def read(broker_id=broker_id):
             try:
                 values = read_all(cluster.data_dir(broker_id), topic, 3, "read_committed")
             except ShmlogError:
-                return False
-            return all_or_none(values, b"before", 30) and all_or_none(values, b"after", 30) \
-                and all_or_none(values, b"during", 30) == committed["during"]
-        cluster.wait_for(whole, WAIT_S, f"every transaction whole on broker {broker_id}",
-                         interval_s=0.5)
+                return None
+            return values if condition(values) else None
+        seen[broker_id] = cluster.wait_for(read, WAIT_S, f"{what} on broker {broker_id}",
+                                           interval_s=0.5)
+    return seen
 
 
 def test_a_commit_returns_only_once_every_partition_has_its_marker(cluster):
@@ -294,17 +304,11 @@ def test_a_commit_returns_only_once_every_partition_has_its_marker(cluster):
     assert outcome == [None, "aborted"], outcome
     for partition_ in range(3):       # the paused broker back (its session expired)
         wait_in_sync(cluster, topic, tuple(sorted(cluster.brokers)), partition_)
-    for broker_id in sorted(cluster.brokers):
-        def ended(broker_id=broker_id):
-            try:
-                values = read_all(cluster.data_dir(broker_id), topic, 3, "read_committed")
-            except ShmlogError:
-                return None
-            seen = sum(value.startswith(b"committed-") for part in values.values()
-                       for value in part)
-            return values if seen == 30 else None       # a replica may lag a marker
-        values = cluster.wait_for(ended, WAIT_S, f"the commit visible on broker {broker_id}",
-                                  interval_s=0.5)
+    # Every committed record, once each replica has its marker (one may lag).
+    reads = committed_reads(cluster, topic, lambda values: sum(
+        value.startswith(b"committed-") for part in values.values() for value in part) == 30,
+        "the commit visible")
+    for broker_id, values in reads.items():
         assert b"aborted" not in values[partition], \
             f"broker {broker_id}: the aborted transaction's record is visible"
 
