@@ -173,6 +173,29 @@ class PartitionLog:
         self.recovery_report = LogLoader(self._local_log, self.epochs,
                                          self.truncate_fully_and_start_at).load()
         self._producers.load(self._segments, self.log_start_offset)
+        self._restore_aborts()
+
+    def _restore_aborts(self) -> None:
+        """Index again the aborts of the closed segments recovery scanned (those at or
+        above the recovery point): an OS crash can keep their abort markers, written
+        back by the kernel, and lose their ``.txnindex`` entries, never fsynced. The
+        active segment's are :meth:`producer_state`'s."""
+        recovery_point = self.recovery_report.recovery_point
+        for segment in self._segments[:-1]:
+            if segment.next_offset <= recovery_point:      # flushed with its index
+                continue
+            aborts = self._producers.aborts_in(segment)
+            if aborts is None:
+                log.warning("%s: no producer snapshot at %d: the aborts of that segment "
+                            "cannot be checked against its .txnindex", self.directory,
+                            segment.base_offset)
+                continue
+            restored = self._local_log.restore_aborted_transactions(
+                segment, [AbortedTransaction(*row) for row in aborts.tolist()])
+            if restored:
+                log.warning("%s: %d aborted transactions of the segment at %d were missing "
+                            "from its .txnindex (a crash): indexed again", self.directory,
+                            restored, segment.base_offset)
 
     # -- properties ------------------------------------------------------------------
     @property

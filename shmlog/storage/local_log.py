@@ -482,6 +482,34 @@ class LocalLog:
         if self.active.txn_index.append(entry):
             self._directory_changed = True          # a new file: the next sync fsyncs it
 
+    def restore_aborted_transactions(self, segment: Segment,
+                                     entries: list[AbortedTransaction]) -> int:
+        """Put back into a closed segment's ``.txnindex`` the aborted transactions a
+        walk of it found (``entries``, in marker order) that the index lacks: an OS
+        crash can keep a marker the kernel wrote back and lose its entry. The index is
+        written again from the first missing entry on, every entry it held kept, and
+        synced. Returns how many were missing.
+
+        Raises
+        ------
+        StorageError
+            The index cannot be written.
+        """
+        existing = segment.txn_index.entries()
+        held = {(entry.producer_id, entry.last_offset) for entry in existing}
+        missing = [entry for entry in entries
+                   if (entry.producer_id, entry.last_offset) not in held]
+        if not missing:
+            return 0
+        start = missing[0].last_offset
+        segment.txn_index.truncate_to(start)
+        for entry in sorted([entry for entry in existing if entry.last_offset >= start]
+                            + missing, key=lambda entry: entry.last_offset):
+            if segment.txn_index.append(entry):
+                self._directory_changed = True      # a new file: the next sync fsyncs it
+        segment.txn_index.sync()
+        return len(missing)
+
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTransaction]:
         """Every indexed aborted transaction overlapping ``[start_offset, end_offset)``
         (last offset at or past the start, first offset below the end), in order: the

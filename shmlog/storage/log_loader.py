@@ -24,7 +24,10 @@ segment's scan ends at its file's first hole, ``SEEK_HOLE``: what was never
 written holds no batch); the log is truncated at the first invalid batch, later
 segments are deleted, the indexes of scanned segments are rebuilt, their
 transaction indexes cut to the recovered end (an aborted transaction whose marker
-was lost goes with it), and the report says what was cut. The producer state is
+was lost goes with it), and the report says what was cut. An abort whose marker
+survived but whose entry did not (an OS crash keeps what the kernel wrote back) is
+indexed again from a walk of its segment (``PartitionLog``: the active segment's
+by ``producer_state``, the closed ones' at open). The producer state is
 loaded after, from the recovered log (``PartitionLog``, ``producer_snapshots``): a
 transaction whose marker was cut off is open again
 (``tests/unit/test_log_recovery_transactions.py`` cuts a log at every byte). Indexes of older

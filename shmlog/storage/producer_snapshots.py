@@ -471,6 +471,18 @@ class ProducerStateManager:
             log.warning("%s: producer snapshot at %d not written (%s)", self.directory, offset,
                         error)
 
+    def aborts_in(self, segment) -> np.ndarray | None:
+        """The aborted transactions whose markers ``segment`` holds, as
+        :meth:`ProducerState.aborts` gives them: a walk of it from the snapshot at its
+        base (the state below it). None without that snapshot, unless the segment
+        starts the partition at offset 0 (nothing is below it)."""
+        snapshot = read_snapshot(self.directory, segment.base_offset)
+        if snapshot is None and segment.base_offset != 0:
+            return None
+        state = ProducerState(*(snapshot or ()))
+        state.remember(segment.log, 0, segment.size)
+        return state.aborts()
+
     def batches(self, active, log_start_offset: int) -> np.ndarray:
         """The last batches of each producer in the log (those wholly below
         ``log_start_offset`` forgotten), as :meth:`ProducerState.rows`: the state

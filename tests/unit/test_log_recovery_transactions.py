@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from helpers import abandon
 from shmlog.record import batch_layout as L
@@ -29,6 +30,7 @@ from shmlog.record.decoding import decode_records
 from shmlog.record.records import encode_batch
 from shmlog.segments import PartitionLog
 from shmlog.storage.topic_config import TopicConfig
+from shmlog.storage.transaction_index_layout import ENTRY_LENGTH
 
 NOW = 1_700_000_000_000
 CONFIG = TopicConfig.from_overrides({"segment.bytes": 1 << 16,
@@ -225,3 +227,29 @@ def test_recovery_at_every_byte_of_a_segment_holding_markers(tmp_path, monkeypat
         finally:
             abandon(reopened)
     assert prefixes == set(range(in_first, len(model.batches) + 1)), "every prefix was met"
+
+
+@pytest.mark.parametrize("kept_entries", [0, 1])
+def test_aborts_an_os_crash_kept_out_of_a_closed_segments_index_are_indexed_again(
+        tmp_path, kept_entries):
+    """An OS crash can keep a closed segment's abort markers (written back by the
+    kernel) and lose its ``.txnindex``, or its tail (never fsynced). Recovery scans
+    every segment above the recovery point; it indexes their aborts again, so a
+    read_committed read still leaves the aborted records out."""
+    directory = str(tmp_path / "p")
+    model = build(directory)
+    model.log.roll()                        # the segment holding the aborts is closed
+    model.send(2, 1)
+    expected = model.expected(len(model.batches))
+    lost = model.log.segments[-2].txn_index.path
+    assert os.path.exists(lost) and expected["aborted"], "the closed segment indexes aborts"
+    abandon(model.log)                      # nothing flushed: recovery scans every segment
+    with open(lost, "r+b") as index:
+        index.truncate(kept_entries * ENTRY_LENGTH)
+    reopened = PartitionLog(directory, CONFIG)
+    try:
+        assert [(entry.producer_id, entry.first_offset, entry.last_offset) for entry in
+                reopened.aborted_transactions(0, reopened.log_end_offset)] == expected["aborted"]
+        assert read_committed(reopened) == (expected["open"], expected["committed"])
+    finally:
+        reopened.close()
