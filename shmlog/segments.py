@@ -180,18 +180,18 @@ class PartitionLog:
         above the recovery point): an OS crash can keep their abort markers, written
         back by the kernel, and lose their ``.txnindex`` entries, never fsynced. The
         active segment's are :meth:`producer_state`'s."""
-        recovery_point = self.recovery_report.recovery_point
-        for segment in self._segments[:-1]:
-            if segment.next_offset <= recovery_point:      # flushed with its index
+        # Those below the recovery point were flushed with their indexes.
+        for segment, aborts in self._producers.aborts_from(
+                self._segments, self.recovery_report.recovery_point):
+            try:
+                restored = self._local_log.restore_aborted_transactions(
+                    segment, [AbortedTransaction(*row) for row in aborts.tolist()])
+            except (StorageError, AbortedTransactionOrderError) as error:
+                # The log opens all the same; a later open tries again.
+                log.error("%s: the aborts of the segment at %d could not be indexed again "
+                          "(%s): read_committed readers may see their records",
+                          self.directory, segment.base_offset, error)
                 continue
-            aborts = self._producers.aborts_in(segment)
-            if aborts is None:
-                log.warning("%s: no producer snapshot at %d: the aborts of that segment "
-                            "cannot be checked against its .txnindex", self.directory,
-                            segment.base_offset)
-                continue
-            restored = self._local_log.restore_aborted_transactions(
-                segment, [AbortedTransaction(*row) for row in aborts.tolist()])
             if restored:
                 log.warning("%s: %d aborted transactions of the segment at %d were missing "
                             "from its .txnindex (a crash): indexed again", self.directory,

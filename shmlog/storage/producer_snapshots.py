@@ -471,17 +471,33 @@ class ProducerStateManager:
             log.warning("%s: producer snapshot at %d not written (%s)", self.directory, offset,
                         error)
 
-    def aborts_in(self, segment) -> np.ndarray | None:
-        """The aborted transactions whose markers ``segment`` holds, as
-        :meth:`ProducerState.aborts` gives them: a walk of it from the snapshot at its
-        base (the state below it). None without that snapshot, unless the segment
-        starts the partition at offset 0 (nothing is below it)."""
-        snapshot = read_snapshot(self.directory, segment.base_offset)
-        if snapshot is None and segment.base_offset != 0:
-            return None
-        state = ProducerState(*(snapshot or ()))
-        state.remember(segment.log, 0, segment.size)
-        return state.aborts()
+    def aborts_from(self, segments: list, offset: int) -> list[tuple[object, np.ndarray]]:
+        """For each closed segment (all of ``segments`` but the last, the active one)
+        holding offsets at or past ``offset``: the segment and the aborted
+        transactions whose markers it holds, as :meth:`ProducerState.aborts` gives
+        them. One walk, from the latest readable snapshot at or below the first such
+        segment's base (from the log's first segment when there is none, as
+        :meth:`load` walks)."""
+        closed = segments[:-1]
+        wanted = [segment for segment in closed if segment.next_offset > offset]
+        if not wanted:
+            return []
+        state, start = ProducerState(), -1
+        for snapshot_offset in reversed([found for found in snapshot_offsets(self.directory)
+                                         if found <= wanted[0].base_offset]):
+            snapshot = read_snapshot(self.directory, snapshot_offset)
+            if snapshot is not None:
+                state, start = ProducerState(*snapshot), snapshot_offset
+                break
+        found = []
+        for segment in closed:
+            if segment.next_offset <= start:
+                continue
+            before = len(state.aborts())
+            state.remember(segment.log, 0, segment.size, start)
+            if segment.next_offset > offset:
+                found.append((segment, state.aborts()[before:]))
+        return found
 
     def batches(self, active, log_start_offset: int) -> np.ndarray:
         """The last batches of each producer in the log (those wholly below

@@ -29,6 +29,7 @@ from shmlog.record.control import EndTransactionMarker, encode_marker
 from shmlog.record.decoding import decode_records
 from shmlog.record.records import encode_batch
 from shmlog.segments import PartitionLog
+from shmlog.storage.producer_snapshots import snapshot_offsets
 from shmlog.storage.topic_config import TopicConfig
 from shmlog.storage.transaction_index_layout import ENTRY_LENGTH
 
@@ -246,6 +247,34 @@ def test_aborts_an_os_crash_kept_out_of_a_closed_segments_index_are_indexed_agai
     abandon(model.log)                      # nothing flushed: recovery scans every segment
     with open(lost, "r+b") as index:
         index.truncate(kept_entries * ENTRY_LENGTH)
+    reopened = PartitionLog(directory, CONFIG)
+    try:
+        assert [(entry.producer_id, entry.first_offset, entry.last_offset) for entry in
+                reopened.aborted_transactions(0, reopened.log_end_offset)] == expected["aborted"]
+        assert read_committed(reopened) == (expected["open"], expected["committed"])
+    finally:
+        reopened.close()
+
+
+def test_aborts_are_indexed_again_in_a_log_restarted_without_snapshots(tmp_path):
+    """A follower's log restarted at an offset (its leader's log start) keeps no
+    producer snapshot: the walk that finds a closed segment's aborts then starts at
+    the log's first segment, with nothing below it."""
+    directory = str(tmp_path / "p")
+    model = Model(PartitionLog(directory, CONFIG))
+    model.log.truncate_fully_and_start_at(100)
+    model.send(1, 2)
+    model.end(1, committed=False)
+    model.send(2, 1)
+    model.end(2, committed=True)
+    model.log.roll()
+    model.plain(1)
+    expected = model.expected(len(model.batches))
+    assert expected["aborted"] == [(1, 100, 102)]
+    lost = model.log.segments[-2].txn_index.path
+    abandon(model.log)
+    assert all(offset > 100 for offset in snapshot_offsets(directory)), "none at or below 100"
+    os.unlink(lost)
     reopened = PartitionLog(directory, CONFIG)
     try:
         assert [(entry.producer_id, entry.first_offset, entry.last_offset) for entry in
