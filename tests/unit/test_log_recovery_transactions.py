@@ -247,13 +247,7 @@ def test_aborts_an_os_crash_kept_out_of_a_closed_segments_index_are_indexed_agai
     abandon(model.log)                      # nothing flushed: recovery scans every segment
     with open(lost, "r+b") as index:
         index.truncate(kept_entries * ENTRY_LENGTH)
-    reopened = PartitionLog(directory, CONFIG)
-    try:
-        assert [(entry.producer_id, entry.first_offset, entry.last_offset) for entry in
-                reopened.aborted_transactions(0, reopened.log_end_offset)] == expected["aborted"]
-        assert read_committed(reopened) == (expected["open"], expected["committed"])
-    finally:
-        reopened.close()
+    reopen_and_check(directory, expected)
 
 
 def test_aborts_are_indexed_again_in_a_log_restarted_without_snapshots(tmp_path):
@@ -275,6 +269,12 @@ def test_aborts_are_indexed_again_in_a_log_restarted_without_snapshots(tmp_path)
     abandon(model.log)
     assert all(offset > 100 for offset in snapshot_offsets(directory)), "none at or below 100"
     os.unlink(lost)
+    reopen_and_check(directory, expected)
+
+
+def reopen_and_check(directory: str, expected: dict) -> None:
+    """Open the log again: its indexed aborts and a read_committed read are the
+    model's."""
     reopened = PartitionLog(directory, CONFIG)
     try:
         assert [(entry.producer_id, entry.first_offset, entry.last_offset) for entry in
