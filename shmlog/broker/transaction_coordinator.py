@@ -497,10 +497,6 @@ class TransactionCoordinator:
             return
         self._written(metadata, set(written), failed, now)
 
-    def markers_pending(self, transactional_id: str) -> bool:
-        """Whether the id's markers are out, their outcome not known yet."""
-        return transactional_id in self._sending
-
     def markers_unwritten(self, transactional_id: str) -> bool:
         """Whether the id's transaction is decided and some partition still lacks its
         marker (out now, or waiting for the retry)."""

@@ -327,14 +327,15 @@ def test_sent_markers_complete_the_transaction_once_all_are_written():
     coordinator.end_txn(TXN, **producer, committed=True, now=now)
     (name, marker, partitions, first), = world.sent
     assert (name, marker.committed, partitions) == (TXN, True, [("a", 0), ("b", 0)])
-    assert coordinator.markers_pending(TXN)
+    assert coordinator.markers_unwritten(TXN)
     assert coordinator.transactions[TXN].state is TransactionState.PREPARE_COMMIT
     deadline = coordinator.next_deadline()
     assert deadline is not None and deadline > now, "no busy loop while markers are out"
     coordinator.markers_written(TXN, first + 1, [("a", 0), ("b", 0)], {}, now)
-    assert coordinator.markers_pending(TXN), "another round's reply is ignored"
+    assert coordinator.markers_unwritten(TXN), "another round's reply is ignored"
     coordinator.markers_written(TXN, first, [("a", 0)], {("b", 0): ShmlogError("down")}, now)
-    assert not coordinator.markers_pending(TXN)
+    # b's marker waits for its retry: no round is out, the retry is the deadline.
+    assert coordinator.markers_unwritten(TXN)
     assert coordinator.next_deadline() == now + limits.TRANSACTION_MARKER_RETRY_MS
     coordinator.tick(now + limits.TRANSACTION_MARKER_RETRY_MS)
     (_, _, partitions, second) = world.sent[-1]
@@ -342,6 +343,7 @@ def test_sent_markers_complete_the_transaction_once_all_are_written():
     coordinator.markers_written(TXN, second, [("b", 0)], {}, now)
     assert coordinator.transactions[TXN].state is TransactionState.COMPLETE_COMMIT
     assert world.stored[-1].state is TransactionState.COMPLETE_COMMIT
+    assert not coordinator.markers_unwritten(TXN)
 
 
 def test_an_unloaded_id_takes_no_late_marker_reply():
